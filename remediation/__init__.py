@@ -1,0 +1,1 @@
+"""node-remediation: the domain (events, policy, workflow, storage, interfaces, CLI/API)."""

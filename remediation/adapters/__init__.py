@@ -1,0 +1,1 @@
+"""Adapters that ship with the domain: ``noop`` (dry-run) and ``memory`` (the simulated world)."""

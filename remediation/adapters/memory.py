@@ -1,0 +1,279 @@
+"""An in-memory world (Slurm nodes, Kubernetes Nodes, VMs) and the three adapters over it.
+
+Used by unit tests and by integration tests that run real Celery workers: with ``journal`` set, the
+world lives in a JSON file guarded by an exclusive file lock, so several worker *processes* share it and
+a worker killed with SIGKILL loses nothing already written. Every call is appended to ``calls`` with an
+``effect`` flag; a VM start repeated with a used idempotency key is logged with ``effect: false``. That
+log is how tests prove each external action happened exactly once.
+
+The world behaves like the real systems in the ways the workflow depends on: a restart completes after
+``op_polls`` polls, gives the Node a new bootID and brings slurmd back (a DOWN node returns to service
+but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a node busy until
+``finish_jobs``; evictions blocked by a budget answer "blocked" until ``unblock_pods``.
+``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
+in which to kill the worker mid-step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from remediation.errors import NotFound, PermanentError, UnknownNode
+from remediation.interfaces import (
+    EvictionProgress,
+    KubeNode,
+    Operation,
+    OperationStatus,
+    SlurmNode,
+    VMAction,
+    VMRef,
+)
+
+
+def _node(name: str) -> dict[str, Any]:
+    return {
+        "slurm": {"state": "IDLE", "flags": [], "reason": "", "reason_user": None},
+        "jobs": 0,
+        "k8s": {"ready": "True", "boot_id": uuid.uuid4().hex, "unschedulable": False, "ours": False,
+                "taint": False, "pods": 0, "blocked": 0},
+        "vm": {"boots": 1, "broken": False},
+    }
+
+
+class MemoryWorld:
+    """The simulated cluster. ``mutate()`` is the single way to read-modify-write its state."""
+
+    def __init__(self, nodes: list[str] | None = None, journal: str | Path | None = None,
+                 op_polls: int = 1, call_delay_s: dict[str, float] | None = None) -> None:
+        self.journal = Path(journal) if journal else None
+        self._state: dict[str, Any] = {"nodes": {}, "ops": {}, "keys": {}, "calls": []}
+        self.op_polls = op_polls
+        self.call_delay_s = call_delay_s or {}
+        if self.journal and self.journal.exists():
+            with self.mutate():
+                pass
+        elif nodes:
+            with self.mutate() as st:
+                for n in nodes:
+                    st["nodes"][n] = _node(n)
+
+    @contextlib.contextmanager
+    def mutate(self) -> Iterator[dict[str, Any]]:
+        if self.journal is None:
+            yield self._state
+            return
+        lock_path = self.journal.with_suffix(".lock")
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                if self.journal.exists():
+                    self._state = json.loads(self.journal.read_text())
+                yield self._state
+                tmp = self.journal.with_suffix(".tmp")
+                tmp.write_text(json.dumps(self._state))
+                os.replace(tmp, self.journal)
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.mutate() as st:
+            return json.loads(json.dumps(st))
+
+    def calls(self, op: str | None = None, effect: bool | None = None) -> list[dict[str, Any]]:
+        return [c for c in self.snapshot()["calls"]
+                if (op is None or c["op"] == op) and (effect is None or c["effect"] == effect)]
+
+    def _log(self, st: dict[str, Any], op: str, node: str, effect: bool = True, **kw: Any) -> None:
+        st["calls"].append({"at": time.time(), "op": op, "node": node, "effect": effect, "pid": os.getpid(), **kw})
+
+    def _get(self, st: dict[str, Any], name: str) -> dict[str, Any]:
+        try:
+            return st["nodes"][name]  # type: ignore[no-any-return]
+        except KeyError:
+            raise UnknownNode(f"Invalid node name specified: {name}") from None
+
+    def _pause(self, op: str) -> None:
+        delay = self.call_delay_s.get(op)
+        if delay:
+            time.sleep(delay)
+
+    # -- test levers (the "outside world" changing) ------------------------------------------------
+    def set_slurm(self, name: str, state: str | None = None, flags: list[str] | None = None,
+                  reason: str | None = None, user: str | None = "admin") -> None:
+        with self.mutate() as st:
+            s = self._get(st, name)["slurm"]
+            if state is not None:
+                s["state"] = state
+            if flags is not None:
+                s["flags"] = flags
+            if reason is not None:
+                s["reason"], s["reason_user"] = reason, user
+
+    def set_jobs(self, name: str, jobs: int) -> None:
+        with self.mutate() as st:
+            self._get(st, name)["jobs"] = jobs
+
+    def set_k8s(self, name: str, **fields: Any) -> None:
+        with self.mutate() as st:
+            self._get(st, name)["k8s"].update(fields)
+
+    def node(self, name: str) -> dict[str, Any]:
+        return self.snapshot()["nodes"][name]  # type: ignore[no-any-return]
+
+
+class MemorySlurm:
+    def __init__(self, world: MemoryWorld) -> None:
+        self.w = world
+
+    def list_nodes(self) -> list[SlurmNode]:
+        with self.w.mutate() as st:
+            return [self._view(n, d) for n, d in st["nodes"].items()]
+
+    def get_node(self, name: str) -> SlurmNode:
+        with self.w.mutate() as st:
+            return self._view(name, self.w._get(st, name))
+
+    @staticmethod
+    def _view(name: str, d: dict[str, Any]) -> SlurmNode:
+        s = d["slurm"]
+        return SlurmNode(name, s["state"], frozenset(s["flags"]), s["reason"], s["reason_user"],
+                         datetime.now(UTC))
+
+    def running_jobs(self, name: str) -> int:
+        with self.w.mutate() as st:
+            return int(self.w._get(st, name)["jobs"])
+
+    def drain(self, name: str, reason: str) -> None:
+        with self.w.mutate() as st:
+            s = self.w._get(st, name)["slurm"]
+            effect = "DRAIN" not in s["flags"] or s["reason"] != reason
+            s["flags"] = sorted(set(s["flags"]) | {"DRAIN"})
+            s["reason"], s["reason_user"] = reason, "root"
+            self.w._log(st, "slurm.drain", name, effect, reason=reason)
+        self.w._pause("slurm.drain")
+
+    def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
+        with self.w.mutate() as st:
+            s = self.w._get(st, name)["slurm"]
+            if state == "DOWN":
+                s["state"] = "DOWN"
+            else:
+                s["flags"] = sorted(set(s["flags"]) | {"FAIL"})
+            s["reason"], s["reason_user"] = reason, "root"
+            self.w._log(st, f"slurm.{state.lower()}", name, reason=reason)
+
+    def resume(self, name: str) -> None:
+        with self.w.mutate() as st:
+            s = self.w._get(st, name)["slurm"]
+            effect = bool(set(s["flags"]) & {"DRAIN", "FAIL"}) or s["state"] == "DOWN"
+            s["flags"] = [f for f in s["flags"] if f not in ("DRAIN", "FAIL", "NOT_RESPONDING")]
+            s["state"] = "IDLE" if s["state"] == "DOWN" else s["state"]
+            s["reason"], s["reason_user"] = "", None
+            self.w._log(st, "slurm.resume", name, effect)
+
+
+class MemoryKube:
+    """Kubernetes Node names equal Slurm node names; providerIDs are ``memory:///NAME``."""
+
+    def __init__(self, world: MemoryWorld) -> None:
+        self.w = world
+
+    def node_for(self, slurm_node: str) -> str:
+        with self.w.mutate() as st:
+            self.w._get(st, slurm_node)
+        return slurm_node
+
+    def get(self, name: str) -> KubeNode:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            return KubeNode(name, k["ready"], k["boot_id"], f"memory:///{name}", k["unschedulable"],
+                            k["ours"], k["taint"], {"Ready": k["ready"]})
+
+    def cordon(self, name: str, reason: str) -> None:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            if k["unschedulable"]:
+                self.w._log(st, "k8s.cordon", name, False)
+                return
+            k["unschedulable"], k["ours"] = True, True
+            self.w._log(st, "k8s.cordon", name)
+        self.w._pause("k8s.cordon")
+
+    def uncordon(self, name: str) -> bool:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            if not (k["unschedulable"] and k["ours"]):
+                self.w._log(st, "k8s.uncordon", name, False)
+                return False
+            k["unschedulable"], k["ours"] = False, False
+            self.w._log(st, "k8s.uncordon", name)
+            return True
+
+    def evict_pods(self, name: str) -> EvictionProgress:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            evictable = k["pods"] - k["blocked"]
+            if evictable:
+                self.w._log(st, "k8s.evict", name, pods=evictable)
+            k["pods"] = k["blocked"]
+            blocked = tuple(f"default/pod-{i}" for i in range(k["blocked"]))
+            return EvictionProgress(k["pods"], blocked, 1.0 if blocked else None)
+
+    def set_quarantine_taint(self, name: str, on: bool) -> None:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            if k["taint"] != on:
+                k["taint"] = on
+                self.w._log(st, "k8s.taint" if on else "k8s.untaint", name)
+
+
+class MemoryVM:
+    def __init__(self, world: MemoryWorld) -> None:
+        self.w = world
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        with self.w.mutate() as st:
+            if idempotency_key in st["keys"]:
+                self.w._log(st, f"vm.{action}", vm.name, False, key=idempotency_key)
+                return Operation.from_dict(st["ops"][st["keys"][idempotency_key]])
+            node = self.w._get(st, vm.name)
+            if node["vm"].get("gone"):
+                raise NotFound(f"VM {vm.name} not found")
+            ref = f"op-{uuid.uuid4().hex[:10]}"
+            op = Operation("memory", ref, action, vm, {"polls": 0})
+            st["ops"][ref] = op.to_dict()
+            st["keys"][idempotency_key] = ref
+            node["k8s"]["ready"] = "Unknown"
+            self.w._log(st, f"vm.{action}", vm.name, True, key=idempotency_key, op_ref=ref)
+        self.w._pause("vm.start")
+        return op
+
+    def poll(self, op: Operation) -> OperationStatus:
+        with self.w.mutate() as st:
+            rec = st["ops"].get(op.ref)
+            if rec is None:
+                raise PermanentError(f"operation {op.ref} not found")
+            rec["data"]["polls"] += 1
+            if rec["data"]["polls"] < self.w.op_polls or rec["data"].get("done"):
+                return OperationStatus(done=bool(rec["data"].get("done")))
+            rec["data"]["done"] = True
+            node = st["nodes"][op.vm.name]
+            if node["vm"]["broken"]:
+                return OperationStatus(done=True)  # the VM restarts but stays unhealthy
+            node["vm"]["boots"] += 1
+            node["k8s"].update(ready="True", boot_id=uuid.uuid4().hex)
+            node["jobs"] = 0
+            s = node["slurm"]
+            s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
+            if s["state"] == "DOWN":
+                s["state"] = "IDLE"
+            return OperationStatus(done=True)

@@ -1,0 +1,107 @@
+"""No-op adapters for dry-run: they record what would have been done and change nothing.
+
+Swapping these in is the whole of dry-run (no ``dry_run`` flag threads through the workflow). Reads are
+delegated to a real reader when one is given, so a dry run against a live cluster still sees real node
+states and real job counts; without a reader they answer with a healthy, idle world. ``VERIFY`` passes in
+dry-run because the no-op Node reports a fresh bootID on every read: nothing was restarted, and the
+recorded steps say so ("would restart ...").
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from remediation.interfaces import (
+    EvictionProgress,
+    KubeNode,
+    KubeNodes,
+    Operation,
+    OperationStatus,
+    SlurmControl,
+    SlurmNode,
+    VMAction,
+    VMRef,
+)
+
+log = logging.getLogger("remediation.dry_run")
+
+
+@dataclass
+class Recorder:
+    """What the no-op adapters would have done, in order."""
+
+    actions: list[dict[str, Any]] = field(default_factory=list)
+
+    def __call__(self, what: str, **kw: Any) -> None:
+        entry = {"at": datetime.now(UTC).isoformat(), "would": what, **kw}
+        self.actions.append(entry)
+        log.info("dry-run: would %s %s", what, kw)
+
+
+class NoopSlurm:
+    def __init__(self, reader: SlurmControl | None = None, recorder: Recorder | None = None) -> None:
+        self.reader = reader
+        self.record = recorder or Recorder()
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return self.reader.list_nodes() if self.reader else []
+
+    def get_node(self, name: str) -> SlurmNode:
+        if self.reader:
+            return self.reader.get_node(name)
+        return SlurmNode(name, "IDLE")
+
+    def running_jobs(self, name: str) -> int:
+        return 0  # a dry run never waits for jobs: nothing was drained
+
+    def drain(self, name: str, reason: str) -> None:
+        self.record("drain", node=name, reason=reason)
+
+    def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
+        self.record(f"set {state}", node=name, reason=reason)
+
+    def resume(self, name: str) -> None:
+        self.record("resume", node=name)
+
+
+class NoopKube:
+    def __init__(self, reader: KubeNodes | None = None, recorder: Recorder | None = None) -> None:
+        self.reader = reader
+        self.record = recorder or Recorder()
+
+    def node_for(self, slurm_node: str) -> str:
+        return self.reader.node_for(slurm_node) if self.reader else slurm_node
+
+    def get(self, name: str) -> KubeNode:
+        provider_id = self.reader.get(name).provider_id if self.reader else f"memory:///{name}"
+        return KubeNode(name, "True", f"dry-run-{uuid.uuid4().hex[:8]}", provider_id)
+
+    def cordon(self, name: str, reason: str) -> None:
+        self.record("cordon", node=name, reason=reason)
+
+    def uncordon(self, name: str) -> bool:
+        self.record("uncordon", node=name)
+        return True
+
+    def evict_pods(self, name: str) -> EvictionProgress:
+        self.record("evict pods", node=name)
+        return EvictionProgress(0)
+
+    def set_quarantine_taint(self, name: str, on: bool) -> None:
+        self.record("taint" if on else "untaint", node=name)
+
+
+class NoopVM:
+    def __init__(self, recorder: Recorder | None = None) -> None:
+        self.record = recorder or Recorder()
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        self.record(str(action), vm=vm.provider_id or vm.name, key=idempotency_key)
+        return Operation(vm.provider, f"dry-run:{idempotency_key}", action, vm)
+
+    def poll(self, op: Operation) -> OperationStatus:
+        return OperationStatus(done=True)

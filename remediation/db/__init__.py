@@ -1,0 +1,1 @@
+"""Storage: models, engine/session set-up and the queries the domain needs."""

@@ -1,0 +1,171 @@
+"""SQLAlchemy 2 models: the faulty-node database.
+
+Postgres is the real target; SQLite works for the embedded default. Both honour the partial unique index
+that allows one *open* remediation per node, which is what makes "open a remediation" safe to race.
+
+Tables and why they exist:
+- ``nodes``: the current status of every node we know (the pool the storm breaker counts).
+- ``events``: append-only observations; ``dedupe_key`` is unique so a re-published condition is recorded
+  once. The decision taken is written on the row, so on-call can see why nothing happened.
+- ``rejected_events``: payloads that could not be parsed or applied. Kept, never dropped.
+- ``remediations``: one workflow per failure; ``step`` is where the state machine stands.
+- ``remediation_steps``: one row per attempt of a step, written "started" before the outside call and
+  finished after it, with the idempotency key and the provider operation.
+- ``audit_log``: every human lever and every automated action, with actor and reason.
+- ``control``: small cluster-wide state (paused, breaker open, last VM action time).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from remediation.states import OPEN_STATUSES
+
+# BigInteger primary keys autoincrement on SQLite only as INTEGER.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON()
+
+_open_list = ", ".join(f"'{s}'" for s in sorted(OPEN_STATUSES))
+OPEN_PREDICATE = text(f"status IN ({_open_list})")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: Json}
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    status: Mapped[str] = mapped_column(String(32), default="healthy", index=True)
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    first_seen_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    last_event_at: Mapped[datetime | None]
+    quarantined_at: Mapped[datetime | None]
+    quarantine_reason: Mapped[str | None] = mapped_column(Text)
+    # A human release restarts the repeat-offender count: failures before it are forgiven.
+    released_at: Mapped[datetime | None]
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index("ix_events_node_observed", "node", "observed_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    dedupe_key: Mapped[str] = mapped_column(String(512), unique=True)
+    source: Mapped[str] = mapped_column(String(16))
+    node: Mapped[str] = mapped_column(String(253))
+    kind: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(128))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    reason_user: Mapped[str | None] = mapped_column(String(128))
+    observed_at: Mapped[datetime] = mapped_column(index=True)
+    published_at: Mapped[datetime | None]
+    received_at: Mapped[datetime]
+    decision: Mapped[str] = mapped_column(String(32), default="")
+    decision_reason: Mapped[str] = mapped_column(Text, default="")
+    remediation_id: Mapped[int | None] = mapped_column(BigId)
+
+
+class RejectedEvent(Base):
+    __tablename__ = "rejected_events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    received_at: Mapped[datetime] = mapped_column(index=True)
+    payload: Mapped[str] = mapped_column(Text)
+    error: Mapped[str] = mapped_column(Text)
+
+
+class Remediation(Base):
+    __tablename__ = "remediations"
+    __table_args__ = (
+        Index(
+            "uq_remediations_one_open_per_node",
+            "node",
+            unique=True,
+            postgresql_where=OPEN_PREDICATE,
+            sqlite_where=OPEN_PREDICATE,
+        ),
+        Index("ix_remediations_node_opened", "node", "opened_at"),
+        Index("ix_remediations_status_next", "status", "next_run_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253), ForeignKey("nodes.name"))
+    cause: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16))
+    step: Mapped[str] = mapped_column(String(32))
+    ladder: Mapped[int] = mapped_column(Integer, default=0)
+    opened_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    closed_at: Mapped[datetime | None]
+    next_run_at: Mapped[datetime | None]
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None]
+    event_id: Mapped[int | None] = mapped_column(BigId)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    wait_reason: Mapped[str | None] = mapped_column(Text)
+    context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    steps: Mapped[list[RemediationStep]] = relationship(
+        back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"
+    )
+
+
+class RemediationStep(Base):
+    __tablename__ = "remediation_steps"
+    __table_args__ = (Index("ix_steps_remediation", "remediation_id", "step", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    remediation_id: Mapped[int] = mapped_column(BigId, ForeignKey("remediations.id"))
+    step: Mapped[str] = mapped_column(String(32))
+    attempt: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    status: Mapped[str] = mapped_column(String(16))  # started, waiting, done, failed
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    checks: Mapped[int] = mapped_column(Integer, default=0)
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    outcome: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_kind: Mapped[str | None] = mapped_column(String(64))
+    provider_op: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+    remediation: Mapped[Remediation] = relationship(back_populates="steps")
+
+
+class AuditLog(Base):
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    actor: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(253), default="", index=True)
+    reason: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class Control(Base):
+    __tablename__ = "control"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    updated_at: Mapped[datetime]

@@ -1,0 +1,69 @@
+"""Engine and session set-up for Postgres (the real target) and SQLite (the embedded default).
+
+SQLite gets WAL, a busy timeout and foreign keys so that a worker thread and the API can share the file
+during the demo. Postgres connections are pre-pinged so a restarted server costs one failed checkout,
+not a crashed worker. ``DatabaseUnavailable`` turns "connection refused" into one clear sentence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.settings import DatabaseSettings
+
+
+class DatabaseUnavailable(ConnectionError):
+    """The database cannot be reached or is not migrated."""
+
+
+def make_engine(cfg: DatabaseSettings) -> Engine:
+    kwargs: dict[str, Any] = {"echo": cfg.echo, "pool_pre_ping": True, "future": True}
+    if cfg.url.startswith("sqlite"):
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": 30}
+    else:
+        kwargs["pool_size"] = cfg.pool_size
+        kwargs["max_overflow"] = cfg.pool_size
+    engine = create_engine(cfg.url, **kwargs)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def check_database(engine: Engine) -> None:
+    """Fail with one clear sentence when the database is down or not migrated."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1 FROM remediations WHERE 1 = 0"))
+    except OperationalError as exc:
+        msg = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        if "no such table" in msg or "does not exist" in msg and "relation" in msg:
+            raise DatabaseUnavailable(
+                f"database {engine.url.render_as_string(hide_password=True)} is not migrated: "
+                "run `remediation db upgrade`"
+            ) from None
+        raise DatabaseUnavailable(
+            f"cannot reach database {engine.url.render_as_string(hide_password=True)}: {msg}"
+        ) from None
+    except Exception as exc:  # ProgrammingError for a missing table on Postgres
+        if "remediations" in str(exc):
+            raise DatabaseUnavailable(
+                f"database {engine.url.render_as_string(hide_password=True)} is not migrated: "
+                "run `remediation db upgrade`"
+            ) from None
+        raise

@@ -1,0 +1,126 @@
+"""NodeEvent: the one message watchers publish and the ingest task records.
+
+An event is a *fact observed* about one node: "slurmctld reports gpu-node-7 FAIL with reason 'xid 79'",
+"Node n-7 has had Ready=False for 5 minutes", "gpu-node-7 is healthy again". It carries no decision;
+the domain decides when the event is ingested.
+
+The dedupe key identifies the *condition instance*, not the message. A watcher's edge event and the
+periodic resync that re-publishes the same bad state carry the same key (for Slurm it includes the time
+the reason was set), so the ingest records each condition once however often it is re-published.
+
+Parsing is strict: anything that is not a valid event raises :class:`InvalidEvent` with a message that
+names the field, and the ingest keeps the raw payload in ``rejected_events`` rather than dropping it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Slurm node names and Kubernetes object names: letters, digits, '-', '_' and '.'; no spaces, no shell
+# metacharacters. Hostlist expressions are expanded before an event is built.
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+
+
+class InvalidEvent(ValueError):
+    """A payload that is not a NodeEvent. The message names the offending field."""
+
+
+class Source(StrEnum):
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+    MANUAL = "manual"
+
+
+class EventKind(StrEnum):
+    UNHEALTHY = "unhealthy"  # the node entered a bad state or condition
+    HEALTHY = "healthy"  # the node is back to a good state
+    INVENTORY = "inventory"  # the node exists (resync); keeps the pool size true
+
+
+class NodeEvent(BaseModel):
+    """An observation about one node. ``state`` is a Slurm state/flag (DOWN, DRAIN, FAIL,
+    NOT_RESPONDING, IDLE...) or a Kubernetes condition written ``Type=Status`` (``Ready=False``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    source: Source
+    node: str
+    kind: EventKind
+    state: str = Field(max_length=128)
+    reason: str = Field("", max_length=2048)
+    reason_user: str | None = Field(None, max_length=128)
+    observed_at: datetime
+    dedupe_key: str = Field("", max_length=512)
+    published_at: datetime | None = None
+
+    @field_validator("node")
+    @classmethod
+    def _node_name(cls, value: str) -> str:
+        if not NODE_NAME.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid node name (letters, digits, '.', '_' and '-'; at most 253)"
+            )
+        return value
+
+    @field_validator("state")
+    @classmethod
+    def _state(cls, value: str) -> str:
+        value = value.strip()
+        if not value or any(c in value for c in "\n\r\x00"):
+            raise ValueError("state must be a non-empty single line")
+        return value
+
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        if "\x00" in value:
+            raise ValueError("reason must not contain NUL")
+        return value
+
+    @field_validator("observed_at", "published_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("timestamps must carry a timezone (use UTC)")
+        return value.astimezone(UTC) if value is not None else None
+
+    @model_validator(mode="after")
+    def _default_key(self) -> NodeEvent:
+        if not self.dedupe_key:
+            object.__setattr__(self, "dedupe_key", default_dedupe_key(self))
+        return self
+
+    @property
+    def state_upper(self) -> str:
+        return self.state.upper()
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def parse(cls, payload: str | bytes | dict[str, Any]) -> NodeEvent:
+        """Parse a published payload, raising InvalidEvent with the field named."""
+        try:
+            if isinstance(payload, dict):
+                return cls.model_validate(payload)
+            return cls.model_validate_json(payload)
+        except ValidationError as exc:
+            parts = []
+            for err in exc.errors():
+                loc = ".".join(str(p) for p in err["loc"]) or "payload"
+                parts.append(f"{loc}: {err['msg']}")
+            raise InvalidEvent("invalid event: " + "; ".join(parts)) from None
+
+
+def default_dedupe_key(event: NodeEvent) -> str:
+    """Identity of a condition instance when the watcher did not supply one."""
+    raw = "|".join(
+        [event.source, event.node, event.kind, event.state_upper, event.reason, event.observed_at.isoformat()]
+    )
+    return f"{event.source}:{event.node}:{hashlib.sha256(raw.encode()).hexdigest()[:24]}"

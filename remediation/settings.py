@@ -1,0 +1,438 @@
+"""Typed settings: one place that maps environment, config file and defaults.
+
+Precedence (highest first): constructor arguments, environment variables (``REMEDIATION_`` prefix,
+``__`` between nested sections, e.g. ``REMEDIATION_POLICY__MAX_CONCURRENT=4``), the config file named
+by ``REMEDIATION_CONFIG`` (YAML or TOML), then the defaults below.
+
+Every default is chosen to be safe on a production GPU cluster: when in doubt the service waits, drains
+and asks a human rather than restarting VMs. The reasons for the policy defaults are in ``docs/policy.md``
+(drawn from the published failure traces of large GPU clusters).
+
+Bad config fails at start-up with :class:`ConfigError`, whose message names the offending field.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+    YamlConfigSettingsSource,
+)
+
+CONFIG_ENV = "REMEDIATION_CONFIG"
+
+
+class ConfigError(ValueError):
+    """Raised when settings cannot be loaded; the message names each bad field."""
+
+
+class _Section(BaseModel):
+    model_config = {"extra": "forbid"}
+
+
+class DatabaseSettings(_Section):
+    url: str = Field(
+        "sqlite:///./remediation.db",
+        description="SQLAlchemy URL. Postgres (postgresql+psycopg://...) in production; the SQLite "
+        "default is only for a first run and the demo.",
+    )
+    pool_size: int = Field(5, ge=1, le=100, description="Connections kept open per process.")
+    echo: bool = Field(False, description="Log every SQL statement (debugging only).")
+
+
+class BrokerSettings(_Section):
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis holding the event stream and the Celery queues.",
+    )
+    key_prefix: str = Field(
+        "remediation",
+        description="Prefix of every Redis key we own, so several deployments (or test runs) can share "
+        "one Redis without seeing each other's events.",
+    )
+    celery_broker_url: str | None = Field(
+        None, description="Celery broker URL. Defaults to redis_url; 'memory://' for the embedded mode."
+    )
+    visibility_timeout_s: int = Field(
+        900,
+        ge=60,
+        description="Seconds before Redis redelivers an unacknowledged task. Must exceed the longest "
+        "countdown any step schedules (steps never sleep; see workflow.max_wait_s).",
+    )
+    ingest_batch: int = Field(
+        500, ge=1, le=10_000, description="Events read from the stream per ingest transaction."
+    )
+    ingest_claim_idle_s: int = Field(
+        60,
+        ge=1,
+        description="Seconds an event may sit read-but-unacknowledged (its consumer died) before "
+        "another ingest task claims it.",
+    )
+
+    @property
+    def celery_url(self) -> str:
+        return self.celery_broker_url or self.redis_url
+
+
+class PolicySettings(_Section):
+    """Which signals open a remediation and how much automation may do at once."""
+
+    slurm_states: list[str] = Field(
+        ["DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"],
+        description="Slurm base states or flags that open a remediation.",
+    )
+    kube_conditions: list[str] = Field(
+        ["Ready=False", "Ready=Unknown", "GpuHealthy=False", "GpuXidError=True", "KernelDeadlock=True"],
+        description="Kubernetes Node conditions (Type=Status) that open a remediation once they have "
+        "held for kube.min_condition_s.",
+    )
+    our_reason_prefix: str = Field(
+        "remediation:",
+        description="Prefix of every Slurm reason we set. Drains carrying it are ours; any other drain "
+        "belongs to a human and is never resumed by the service.",
+    )
+    ignore_reasons: list[str] = Field(
+        [r"(?i)^\s*maint", r"(?i)planned", r"(?i)\bpsu\b", r"(?i)^\s*admin"],
+        description="Regular expressions over a human's Slurm reason. A matching drain is recorded but "
+        "never remediated (maintenance is a human's job).",
+    )
+    repeat_offender_count: int = Field(
+        3,
+        ge=1,
+        description="N: a node with N failures (this one included) within the window is quarantined "
+        "instead of restarted again.",
+    )
+    repeat_offender_window_s: int = Field(
+        7 * 24 * 3600, ge=60, description="W, seconds: the repeat-offender window (7 days)."
+    )
+    max_concurrent: int = Field(
+        4,
+        ge=1,
+        description="At most this many remediations may be in their VM phase (restart and verify) at once.",
+    )
+    breaker_max_fraction: float = Field(
+        0.10,
+        gt=0,
+        le=1,
+        description="Storm breaker: open when more than this fraction of the pool has failed within "
+        "breaker_window_s. While open, nodes are still drained in Slurm but VM actions wait.",
+    )
+    breaker_min_failures: int = Field(
+        3, ge=1, description="The breaker never opens on fewer failed nodes than this (small pools)."
+    )
+    breaker_window_s: int = Field(600, ge=10, description="Sliding window of the storm breaker, seconds.")
+    min_restart_gap_s: float = Field(
+        10.0, ge=0, description="Minimum seconds between two VM actions anywhere in the cluster."
+    )
+
+    @field_validator("ignore_reasons")
+    @classmethod
+    def _regexes_compile(cls, value: list[str]) -> list[str]:
+        import re
+
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
+        return value
+
+    @field_validator("kube_conditions")
+    @classmethod
+    def _conditions_have_status(cls, value: list[str]) -> list[str]:
+        for item in value:
+            if item.count("=") != 1 or not all(item.split("=")):
+                raise ValueError(f"condition {item!r} must look like Type=Status, e.g. Ready=False")
+        return value
+
+    @property
+    def repeat_offender_window(self) -> timedelta:
+        return timedelta(seconds=self.repeat_offender_window_s)
+
+    @property
+    def breaker_window(self) -> timedelta:
+        return timedelta(seconds=self.breaker_window_s)
+
+
+class WorkflowSettings(_Section):
+    """Timeouts and retry budget of the remediation state machine."""
+
+    drain_timeout_s: int = Field(
+        3600, ge=0, description="How long slurm_drain waits for running jobs to leave before escalating."
+    )
+    evict_timeout_s: int = Field(
+        900,
+        ge=0,
+        description="How long k8s_evict retries PDB-blocked evictions before escalating (never force).",
+    )
+    vm_operation_timeout_s: int = Field(
+        1800,
+        ge=60,
+        description="How long to wait on a provider operation (cloud reboots typically finish in <25 min).",
+    )
+    verify_timeout_s: int = Field(
+        1200, ge=30, description="How long verify waits for Ready with a new bootID before escalating."
+    )
+    poll_interval_s: float = Field(
+        15.0, gt=0, description="Countdown between two checks of a waiting step."
+    )
+    max_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="Upper bound of any countdown; keeps every task well under the broker's "
+        "visibility timeout.",
+    )
+    transient_retries: int = Field(
+        8, ge=0, description="Transient errors (429, 5xx, timeouts) retried this many times per step."
+    )
+    backoff_base_s: float = Field(2.0, gt=0, description="First retry delay; doubles per retry.")
+    backoff_max_s: float = Field(300.0, gt=0, description="Retry delay cap.")
+    lease_s: float = Field(
+        300.0,
+        gt=0,
+        description="A step holds its remediation for this long; a worker that dies mid-step is "
+        "superseded once its lease expires.",
+    )
+    sweep_interval_s: float = Field(30.0, gt=0, description="How often the sweeper looks for stuck work.")
+    ladder: list[str] = Field(
+        ["restart", "reimage"],
+        description="VM actions tried in order when verify fails; after the last one the node is "
+        "quarantined. Values: restart, reimage, redeploy, stop_start.",
+    )
+
+    @field_validator("ladder")
+    @classmethod
+    def _known_actions(cls, value: list[str]) -> list[str]:
+        known = {"restart", "reimage", "redeploy", "stop_start"}
+        bad = [v for v in value if v not in known]
+        if bad or not value:
+            raise ValueError(f"unknown VM action(s) {bad}; choose from {sorted(known)}")
+        return value
+
+
+class SlurmSettings(_Section):
+    backend: Literal["cli", "rest", "pyslurm", "memory", "noop"] = Field(
+        "cli", description="How we talk to slurmctld."
+    )
+    scontrol: str = Field("scontrol", description="Path of scontrol (cli backend).")
+    sinfo: str = Field("sinfo", description="Path of sinfo (cli backend).")
+    squeue: str = Field("squeue", description="Path of squeue (cli backend).")
+    command_timeout_s: float = Field(30.0, gt=0, description="Timeout of one Slurm command.")
+    slurm_conf: str | None = Field(None, description="SLURM_CONF passed to the Slurm commands.")
+    rest_url: str | None = Field(
+        None, description="slurmrestd URL (http://host:port or unix:/path/to.sock), rest backend."
+    )
+    rest_token: SecretStr | None = Field(None, description="JWT for slurmrestd (X-SLURM-USER-TOKEN).")
+    rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for slurmrestd JWT auth.")
+    rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
+    poll_interval_s: float = Field(1.0, gt=0, description="Watcher poll interval.")
+    resync_interval_s: float = Field(
+        60.0, gt=0, description="Watcher full resync (re-publishes the current bad set)."
+    )
+
+
+class KubeSettings(_Section):
+    backend: Literal["kubernetes", "memory", "noop"] = Field("kubernetes", description="Kubernetes access.")
+    host: str | None = Field(None, description="API server URL; unset = in-cluster config or kubeconfig.")
+    token: SecretStr | None = Field(None, description="Bearer token (with host).")
+    ca_file: str | None = Field(None, description="CA bundle for the API server.")
+    mapping: Literal["pod", "node", "static"] = Field(
+        "pod", description="How a Slurm node name resolves to a Kubernetes Node."
+    )
+    pod_namespace: str = Field("slurm", description="Namespace of the slurmd pods (mapping=pod).")
+    pod_label_selector: str = Field(
+        "app.kubernetes.io/component=slurmd", description="Label selector of slurmd pods (mapping=pod)."
+    )
+    static_map_file: str | None = Field(None, description="YAML {slurm_node: k8s_node} (mapping=static).")
+    annotation_domain: str = Field(
+        "remediation.gpu.io", description="Domain prefix of our annotations and taints."
+    )
+    min_condition_s: float = Field(
+        300.0,
+        ge=0,
+        description="A bad condition must hold this long before it is published (flap suppression; "
+        "MachineHealthCheck and NHC use 5 minutes).",
+    )
+    resync_interval_s: float = Field(300.0, gt=0, description="Watcher relist interval.")
+    watch_timeout_s: int = Field(300, ge=1, description="timeoutSeconds of one watch request.")
+    evict_backoff_s: float = Field(5.0, gt=0, description="Wait before retrying a 429 eviction.")
+    force_delete_on_timeout: bool = Field(
+        False, description="Never force-delete by default; escalate to a human instead."
+    )
+    request_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Timeout of one API request, seconds (watches use watch_timeout_s plus this). "
+        "Bounds how long a worker can hang on an unresponsive API server.",
+    )
+    condition_skew_s: float = Field(
+        5.0,
+        ge=0,
+        description="A condition's lastTransitionTime (another machine's clock, 1 s resolution) only "
+        "shortens the min_condition_s hold when it is older than our first sighting by more than "
+        "this many seconds; clock skew can therefore never make a flap look held.",
+    )
+    leader_ttl_s: float = Field(
+        15.0,
+        gt=1,
+        description="TTL of the Kubernetes watcher's leader lock, seconds; a standby takes over this "
+        "long after the leader dies. Renewed every third of it.",
+    )
+
+
+class VMSettings(_Section):
+    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop"] = Field(
+        "auto", description="VM provider; 'auto' picks by the Node's providerID scheme."
+    )
+    gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
+    azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")
+    azure_ca_file: str | None = Field(None, description="CA bundle for the ARM endpoint.")
+    azure_polling_interval_s: float = Field(10.0, gt=0, description="LRO polling interval.")
+    aws_endpoint: str | None = Field(None, description="Override the EC2 endpoint.")
+    aws_region: str | None = Field(None, description="Default region when the providerID has none.")
+    gce_anonymous: bool = Field(
+        False,
+        description="Send no Google credentials. Only for a local test endpoint: requires gce_endpoint, "
+        "so a misconfigured production service fails at start-up instead of calling Google unsigned.",
+    )
+    azure_credential_scope: str | None = Field(
+        None,
+        description="OAuth scope of ARM tokens; unset = '<azure_endpoint>/.default' (right for the "
+        "public, government and China clouds).",
+    )
+    azure_vmss_recent_s: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds. A scale-set VM whose last provisioning change is younger than this is "
+        "taken as already acted on by a repeated start() (uniform scale-set instances cannot carry our "
+        "idempotency tag). Must exceed workflow.lease_s so a crashed worker's restart is recognised; "
+        "under-acting is caught by verify, a double restart is not.",
+    )
+    request_timeout_s: float = Field(
+        30.0, gt=0, description="Seconds: timeout of one cloud API call (SDK retries are off; the workflow retries)."
+    )
+
+    @model_validator(mode="after")
+    def _anonymous_needs_endpoint(self) -> VMSettings:
+        if self.gce_anonymous and not self.gce_endpoint:
+            raise ValueError("gce_anonymous is only allowed together with gce_endpoint (a local test endpoint)")
+        return self
+
+
+class ApiSettings(_Section):
+    bind: str = Field("127.0.0.1", description="Address the API and dashboard listen on.")
+    port: int = Field(8080, ge=1, le=65535, description="Port of the API and dashboard.")
+    admin_tokens: list[SecretStr] = Field(
+        default_factory=list, description="Bearer tokens allowed to read and to act (levers)."
+    )
+    read_tokens: list[SecretStr] = Field(default_factory=list, description="Read-only bearer tokens.")
+
+
+class NotifySettings(_Section):
+    webhook_url: SecretStr | None = Field(None, description="Slack-compatible incoming webhook; unset = off.")
+    min_interval_s: float = Field(
+        300.0, ge=0, description="At most one message per kind and node within this many seconds."
+    )
+
+
+class SimSettings(_Section):
+    """The simulated cluster behind the ``memory`` backends (embedded default, demo, tests)."""
+
+    nodes: str = Field("gpu-node-[0-15]", description="Hostlist of simulated nodes.")
+    journal: str | None = Field(
+        None,
+        description="JSON file holding the simulated world, shared by every worker process; unset = "
+        "in-process memory only.",
+    )
+    op_polls: int = Field(1, ge=1, description="Polls before a simulated VM operation completes.")
+    call_delay_s: dict[str, float] = Field(
+        default_factory=dict,
+        description="Seconds a simulated call sleeps after acting (e.g. {'vm.start': 5}); for crash tests.",
+    )
+
+
+class Settings(BaseSettings):
+    """All settings of node-remediation. See the class docstrings of each section."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="REMEDIATION_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    dry_run: bool = Field(
+        False,
+        description="Swap every adapter that acts for its no-op twin: everything is recorded, nothing "
+        "is changed in Slurm, Kubernetes or the cloud.",
+    )
+    actor: str = Field("remediation", description="Name recorded as the actor of automated actions.")
+    log_level: str = Field("INFO", description="Python logging level.")
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
+    broker: BrokerSettings = Field(default_factory=BrokerSettings)  # type: ignore[arg-type]
+    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[arg-type]
+    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # type: ignore[arg-type]
+    kube: KubeSettings = Field(default_factory=KubeSettings)  # type: ignore[arg-type]
+    vm: VMSettings = Field(default_factory=VMSettings)  # type: ignore[arg-type]
+    api: ApiSettings = Field(default_factory=ApiSettings)  # type: ignore[arg-type]
+    notify: NotifySettings = Field(default_factory=NotifySettings)  # type: ignore[arg-type]
+    sim: SimSettings = Field(default_factory=SimSettings)  # type: ignore[arg-type]
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Settings:
+        if self.workflow.max_wait_s >= self.broker.visibility_timeout_s:
+            raise ValueError(
+                "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
+                "deliver a waiting task twice"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        path = os.environ.get(CONFIG_ENV)
+        if path:
+            sources.append(_file_source(settings_cls, Path(path)))
+        return tuple(sources)
+
+
+def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    if not path.is_file():
+        raise ConfigError(f"{CONFIG_ENV}={path}: no such config file")
+    if path.suffix in (".yaml", ".yml"):
+        return YamlConfigSettingsSource(settings_cls, yaml_file=path)
+    if path.suffix == ".toml":
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    raise ConfigError(f"{CONFIG_ENV}={path}: config file must end in .yaml, .yml or .toml")
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load and validate settings, turning pydantic's report into one readable ConfigError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            field = ".".join(str(p) for p in err["loc"]) or "settings"
+            lines.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+    except Exception as exc:  # YAML/TOML syntax errors surface here
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"cannot read configuration: {exc}") from exc

@@ -1,0 +1,206 @@
+"""The body of each workflow step: one look at the world, at most one action, and a verdict.
+
+Each function gets a frozen snapshot of its remediation (``StepInput``) and the adapters, calls outside
+at most once or twice, and returns an outcome: ``Done`` (advance), ``Wait`` (check again after a
+countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the VM
+ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
+functions never touch the database, which is what makes them safe to run twice.
+
+Ownership rules live here: we resume a Slurm node only while its reason still carries our prefix and
+uncordon only a cordon we marked, so a human's drain or cordon placed mid-remediation is never undone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from remediation.errors import NotFound, UnknownNode
+from remediation.interfaces import KubeNodes, Operation, SlurmControl, VMAction, VMProvider
+from remediation.providerid import parse_provider_id
+from remediation.settings import Settings
+from remediation.states import Step
+
+
+@dataclass(frozen=True)
+class Adapters:
+    slurm: SlurmControl
+    kube: KubeNodes
+    vm: VMProvider
+
+
+@dataclass(frozen=True)
+class StepInput:
+    remediation_id: int
+    node: str
+    cause: str
+    ladder: int
+    context: dict[str, Any]
+    key: str  # idempotency key of this attempt
+    attempt: int
+    started_at: datetime  # when this attempt started (timeouts count from here)
+    checks: int
+    provider_op: dict[str, Any] | None
+    detail: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: str
+    context: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+    countdown: float
+    provider_op: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Escalate:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    reason: str
+
+
+Outcome = Done | Wait | Escalate | Quarantine
+StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
+
+
+def _elapsed(inp: StepInput, now: datetime) -> float:
+    return (now - inp.started_at).total_seconds()
+
+
+def _wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
+    countdown = min(max(hint or 0.0, cfg.workflow.poll_interval_s), cfg.workflow.max_wait_s)
+    return Wait(reason, countdown, **kw)
+
+
+def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    prefix = cfg.policy.our_reason_prefix
+    node = ad.slurm.get_node(inp.node)
+    if not node.reason_is_ours(prefix) or "DRAIN" not in node.flags:
+        ad.slurm.drain(inp.node, f"{prefix} {inp.cause}"[:1000])
+    if node.states & {"DOWN", "FAIL", "FAILING"}:
+        return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
+    jobs = ad.slurm.running_jobs(inp.node)
+    if jobs == 0:
+        return Done("drained; no jobs running")
+    if _elapsed(inp, now) > cfg.workflow.drain_timeout_s:
+        return Quarantine(f"{jobs} job(s) still running {cfg.workflow.drain_timeout_s}s after drain")
+    return _wait(cfg, f"waiting for {jobs} job(s) to leave", detail={"jobs": jobs})
+
+
+def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+    knode = ad.kube.get(k8s_name)
+    ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    return Done(
+        f"cordoned {k8s_name}",
+        context={"k8s_node": k8s_name, "boot_id_before": knode.boot_id, "provider_id": knode.provider_id},
+    )
+
+
+def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    progress = ad.kube.evict_pods(inp.context["k8s_node"])
+    if progress.done:
+        return Done("all pods evicted")
+    if _elapsed(inp, now) > cfg.workflow.evict_timeout_s:
+        blocked = ", ".join(progress.blocked) or f"{progress.remaining} pod(s)"
+        return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
+    return _wait(
+        cfg, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
+        progress.retry_after, detail={"remaining": progress.remaining, "blocked": list(progress.blocked)},
+    )
+
+
+def vm_action(inp: StepInput, cfg: Settings) -> VMAction:
+    return VMAction(cfg.workflow.ladder[min(inp.ladder, len(cfg.workflow.ladder) - 1)])
+
+
+def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if inp.provider_op is None:
+        vm = parse_provider_id(inp.context.get("provider_id", ""))
+        op = ad.vm.start(vm, vm_action(inp, cfg), inp.key)
+        return _wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+    op = Operation.from_dict(inp.provider_op)
+    status = ad.vm.poll(op)
+    if status.error:
+        return Escalate(f"{op.action} failed at the provider: {status.error}")
+    if status.done:
+        return Done(f"{op.action} completed ({op.ref})")
+    if _elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
+        return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
+    current = status.replace or op
+    return _wait(cfg, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
+
+
+def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    knode = ad.kube.get(inp.context["k8s_node"])
+    snode = ad.slurm.get_node(inp.node)
+    rebooted = knode.boot_id != inp.context.get("boot_id_before")
+    registered = "NOT_RESPONDING" not in snode.flags and snode.state != "DOWN"
+    if knode.ready == "True" and rebooted and registered:
+        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered", detail={"boot_id": knode.boot_id})
+    if _elapsed(inp, now) > cfg.workflow.verify_timeout_s:
+        return Escalate(
+            f"not healthy {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: "
+            f"Ready={knode.ready}, new bootID={rebooted}, slurmd registered={registered}"
+        )
+    return _wait(cfg, f"waiting for Ready={knode.ready}, new bootID={rebooted}, slurmd registered={registered}")
+
+
+def return_to_service(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    notes = []
+    k8s_name = inp.context.get("k8s_node")
+    if k8s_name:
+        ad.kube.set_quarantine_taint(k8s_name, False)
+        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
+    notes.append(resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix))
+    return Done("; ".join(notes))
+
+
+def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
+    node = slurm.get_node(name)
+    if not node.reason_is_ours(prefix):
+        if node.flags & {"DRAIN", "FAIL"} or node.state == "DOWN":
+            return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
+        return "already in service"
+    slurm.resume(name)
+    return "resumed in Slurm"
+
+
+def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    prefix = cfg.policy.our_reason_prefix
+    why = inp.context.get("quarantine_reason") or inp.cause
+    node = ad.slurm.get_node(inp.node)
+    reason = f"{prefix} quarantined: {why}"[:1000]
+    if node.reason != reason:
+        ad.slurm.drain(inp.node, reason)
+    notes = ["kept out of the Slurm pool"]
+    try:
+        k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+        ad.kube.set_quarantine_taint(k8s_name, True)
+        notes.append(f"tainted {k8s_name}")
+    except (UnknownNode, NotFound) as exc:
+        notes.append(f"no Kubernetes Node to taint ({exc.message})")
+    return Done("; ".join(notes), context={"quarantine_reason": why})
+
+
+STEPS: dict[Step, StepFn] = {
+    Step.SLURM_DRAIN: slurm_drain,
+    Step.K8S_CORDON: k8s_cordon,
+    Step.K8S_EVICT: k8s_evict,
+    Step.VM_RESTART: vm_restart,
+    Step.VERIFY: verify,
+    Step.RETURN: return_to_service,
+    Step.QUARANTINE: quarantine,
+}

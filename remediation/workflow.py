@@ -1,0 +1,328 @@
+"""The workflow engine: runs one step of one remediation, crash-safely, in three phases.
+
+1. **Claim** (transaction 1): lock the remediation row, check that it is still open and still at this
+   step (a stale or duplicate delivery stops here), check the gates (pause, storm breaker, concurrency,
+   gap), take a lease, and write the step row as ``started`` with its idempotency key. Commit.
+2. **Act** (no transaction): call the step function, which calls an adapter at most once or twice.
+3. **Record** (transaction 2): if the lease is still ours, write ``done``/``waiting``/``failed`` with
+   the outcome, the provider operation and any error, move the state machine, and release the lease.
+   Commit, and only then return the follow-up for the caller to enqueue.
+
+A worker killed in phase 2 leaves a ``started`` row and a lease that expires; the sweeper (or the
+redelivered task) runs the step again with the *same* idempotency key, and the adapters' contract
+(idempotent writes; a VM start with a used key does not act again) makes the repeat harmless. For
+vm_restart the provider operation is recorded before anyone waits on it, so a redelivered task resumes
+polling that operation and never issues a second restart.
+
+Transient errors are recorded on the step row and raised as :class:`RetryLater` carrying the backoff
+(honouring Retry-After); the Celery task turns it into ``self.retry``. When retries run out the task
+calls :meth:`Engine.give_up`, which escalates like a permanent error.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.audit import audit
+from remediation.clock import aware
+from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.db.queries import BREAKER, LAST_VM_ACTION, cluster_view, control_get, control_set
+from remediation.errors import PermanentError, TransientError
+from remediation.policy import Clock, ClusterView, breaker_open, gate
+from remediation.settings import Settings
+from remediation.states import (
+    OPEN_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+    check_transition,
+    next_on_success,
+)
+from remediation.steps import STEPS, Adapters, Done, Escalate, Outcome, Quarantine, StepInput, Wait
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A step to enqueue after the commit."""
+
+    remediation_id: int
+    step: str
+    countdown: float = 0.0
+
+
+class RetryLater(Exception):
+    """A transient error was recorded; retry the task after ``countdown`` seconds."""
+
+    def __init__(self, cause: TransientError, countdown: float) -> None:
+        super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
+        self.cause = cause
+        self.countdown = countdown
+
+
+@dataclass(frozen=True)
+class Breaker:
+    opened: bool  # the breaker changed state during this call
+    closed: bool
+
+
+def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
+    """Exponential backoff, never shorter than the server's Retry-After."""
+    delay = min(cap, base * (2 ** max(retries, 0)))
+    return max(delay, retry_after or 0.0)
+
+
+class Engine:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        adapters: Adapters,
+        settings: Settings,
+        clock: Clock,
+        worker: str = "worker",
+    ) -> None:
+        self.sessions = sessions
+        self.adapters = adapters
+        self.settings = settings
+        self.clock = clock
+        self.worker = worker
+
+    # ---------------------------------------------------------------------------------- public API
+
+    def run(self, remediation_id: int, step: str) -> FollowUp | None:
+        token = f"{self.worker}:{uuid.uuid4().hex[:12]}"
+        claimed = self._claim(remediation_id, Step(step), token)
+        if isinstance(claimed, FollowUp) or claimed is None:
+            return claimed
+        inp, row_id = claimed
+        try:
+            outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.settings, self.clock.now())
+        except TransientError as exc:
+            raise self._transient(remediation_id, row_id, token, exc) from exc
+        except PermanentError as exc:
+            # Retrying or climbing the ladder cannot fix a permanent error: hand it to a human.
+            outcome = Quarantine(f"{exc.kind}: {exc.message}")
+        return self._record(remediation_id, row_id, token, outcome)
+
+    def give_up(self, remediation_id: int, step: str, error: str) -> FollowUp | None:
+        """Retries are exhausted: escalate as if the step had failed permanently."""
+        with self.sessions() as s, s.begin():
+            rem = s.get(Remediation, remediation_id, with_for_update=True)
+            if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
+                return None
+            row = self._current_row(s, rem)
+            token = rem.lease_owner or "give-up"
+            rem.lease_owner = token
+            row_id = row.id if row is not None else None
+        return self._record(remediation_id, row_id, token, Escalate(f"gave up after retries: {error}"))
+
+    def sweep(self) -> list[FollowUp]:
+        """Find open remediations nobody is working on (a dead worker, a lost message) and resume
+        them. Also notices the storm breaker closing when no step is running to notice it."""
+        now = self.clock.now()
+        grace = timedelta(seconds=self.settings.workflow.sweep_interval_s)
+        out: list[FollowUp] = []
+        with self.sessions() as s, s.begin():
+            stuck = s.scalars(
+                select(Remediation)
+                .where(
+                    Remediation.status.in_(OPEN_STATUSES),
+                    Remediation.next_run_at < now - grace,
+                    or_(Remediation.lease_until.is_(None), Remediation.lease_until < now),
+                )
+                .with_for_update(skip_locked=True)
+                .limit(1000)
+            ).all()
+            for rem in stuck:
+                rem.lease_owner = rem.lease_until = None
+                rem.next_run_at = now + grace
+                out.append(FollowUp(rem.id, rem.step))
+            self._note_breaker(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now)
+        if out:
+            log.info("sweeper resumed %d remediation(s)", len(out))
+        return out
+
+    # ------------------------------------------------------------------------------------- phases
+
+    def _claim(self, rid: int, step: Step, token: str) -> tuple[StepInput, int] | FollowUp | None:
+        now = self.clock.now()
+        wf = self.settings.workflow
+        with self.sessions() as s, s.begin():
+            rem = s.get(Remediation, rid, with_for_update=True)
+            if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
+                return None  # closed, or a stale/duplicate delivery for a step already passed
+            lease_until = aware(rem.lease_until)
+            if lease_until is not None and lease_until > now:
+                return None  # another worker is on it; it enqueues what comes next
+            row = self._current_row(s, rem)
+            view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
+            self._note_breaker(s, view, now)
+            verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
+            if not verdict.ok:
+                countdown = min(wf.poll_interval_s, wf.max_wait_s)
+                rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
+                rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
+                return FollowUp(rid, step, countdown)
+            if row is None:
+                attempt = 1 + (
+                    s.scalar(
+                        select(func.count()).where(
+                            RemediationStep.remediation_id == rid, RemediationStep.step == step
+                        )
+                    )
+                    or 0
+                )
+                row = RemediationStep(
+                    remediation_id=rid, step=step, attempt=attempt,
+                    idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
+                    checks=0, retries=0, detail={},
+                )
+                s.add(row)
+                if step is Step.VM_RESTART:
+                    control_set(s, LAST_VM_ACTION, {"at": now.isoformat(), "remediation": rid}, now)
+                s.flush()
+            rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=wf.lease_s)
+            rem.next_run_at = rem.lease_until
+            rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
+            inp = StepInput(
+                remediation_id=rid, node=rem.node, cause=rem.cause, ladder=rem.ladder,
+                context=dict(rem.context or {}), key=row.idempotency_key, attempt=row.attempt,
+                started_at=aware(row.started_at) or now, checks=row.checks,
+                provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
+            )
+            return inp, row.id
+
+    def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater:
+        now = self.clock.now()
+        wf = self.settings.workflow
+        with self.sessions() as s, s.begin():
+            row = s.get(RemediationStep, row_id)
+            retries = row.retries if row is not None else 0
+            countdown = min(backoff(retries, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
+            if exc.retry_after:
+                countdown = max(countdown, exc.retry_after)
+            if row is not None:
+                row.retries = retries + 1
+                row.error, row.error_kind = exc.message[:4000], exc.kind
+                row.detail = {**(row.detail or {}), "retry_after": exc.retry_after, "retry_at": (
+                    now + timedelta(seconds=countdown)).isoformat()}
+            rem = s.get(Remediation, rid, with_for_update=True)
+            if rem is not None and rem.lease_owner == token:
+                rem.lease_owner = rem.lease_until = None
+                rem.next_run_at = now + timedelta(seconds=countdown)
+                rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]
+        return RetryLater(exc, countdown)
+
+    def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
+        now = self.clock.now()
+        with self.sessions() as s, s.begin():
+            rem = s.get(Remediation, rid, with_for_update=True)
+            if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
+                log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
+                return None
+            row = s.get(RemediationStep, row_id) if row_id is not None else None
+            rem.lease_owner = rem.lease_until = None
+            rem.updated_at = now
+            step = Step(rem.step)
+            if isinstance(outcome, Wait):
+                return self._record_wait(rem, row, outcome, now)
+            if row is not None:
+                row.finished_at = now
+                row.status = "done" if isinstance(outcome, Done) else "failed"
+                if isinstance(outcome, Done):
+                    row.outcome = outcome.outcome[:4000]
+                    row.detail = {**(row.detail or {}), **outcome.detail}
+                else:
+                    row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
+            if isinstance(outcome, Done):
+                rem.context = {**(rem.context or {}), **outcome.context}
+                if step is Step.QUARANTINE:
+                    return self._close(s, rem, RemediationStatus.QUARANTINED, now)
+                nxt = next_on_success(step)
+                if nxt is Step.DONE:
+                    return self._close(s, rem, RemediationStatus.SUCCEEDED, now)
+                return self._move(rem, step, nxt, now)
+            if step is Step.QUARANTINE:
+                return self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
+            reason = outcome.reason
+            if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY):
+                if rem.ladder + 1 < len(self.settings.workflow.ladder):
+                    rem.ladder += 1
+                    audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid})
+                    return self._move(rem, step, Step.VM_RESTART, now)
+                reason = f"VM ladder exhausted: {reason}"
+            rem.context = {**(rem.context or {}), "quarantine_reason": reason}
+            audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid})
+            return self._move(rem, step, Step.QUARANTINE, now)
+
+    # ------------------------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _current_row(s: Session, rem: Remediation) -> RemediationStep | None:
+        return s.scalars(
+            select(RemediationStep)
+            .where(
+                RemediationStep.remediation_id == rem.id,
+                RemediationStep.step == rem.step,
+                RemediationStep.status.in_(("started", "waiting")),
+            )
+            .order_by(RemediationStep.id.desc())
+            .limit(1)
+        ).first()
+
+    @staticmethod
+    def _record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
+        if row is not None:
+            row.status = "waiting"
+            row.checks += 1
+            row.outcome = w.reason[:4000]
+            if w.provider_op is not None:
+                row.provider_op = w.provider_op
+            row.detail = {**(row.detail or {}), **w.detail}
+        rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
+        rem.next_run_at = now + timedelta(seconds=w.countdown)
+        return FollowUp(rem.id, rem.step, w.countdown)
+
+    @staticmethod
+    def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
+        check_transition(step, nxt)
+        rem.step, rem.status, rem.wait_reason, rem.next_run_at = nxt, RemediationStatus.RUNNING, None, now
+        return FollowUp(rem.id, nxt)
+
+    def _close(
+        self, s: Session, rem: Remediation, status: RemediationStatus, now: datetime, error: str | None = None
+    ) -> None:
+        rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
+        rem.outcome = error or status.value
+        node = s.get(Node, rem.node, with_for_update=True)
+        if node is not None:
+            node.updated_at = now
+            if status is RemediationStatus.SUCCEEDED:
+                node.status, node.status_reason = NodeStatus.HEALTHY, f"remediation #{rem.id} succeeded"
+            elif status is RemediationStatus.QUARANTINED:
+                why = (rem.context or {}).get("quarantine_reason") or rem.cause
+                node.status, node.status_reason = NodeStatus.QUARANTINED, why
+                node.quarantined_at, node.quarantine_reason = now, why
+            else:
+                node.status, node.status_reason = NodeStatus.UNHEALTHY, f"remediation #{rem.id} {status}: {error}"
+        audit(s, now, self.settings.actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
+              {"remediation": rem.id})
+        return None
+
+    def _note_breaker(self, s: Session, view: ClusterView, now: datetime) -> Breaker:
+        is_open = breaker_open(view, self.settings.policy)
+        was_open = bool(control_get(s, BREAKER).get("open"))
+        if is_open == was_open:
+            return Breaker(False, False)
+        detail = {"open": is_open, "failed": view.failed_in_window, "pool": view.pool_size, "at": now.isoformat()}
+        control_set(s, BREAKER, detail, now)
+        reason = f"{view.failed_in_window}/{view.pool_size} nodes failed within the breaker window"
+        audit(s, now, self.settings.actor, "breaker_open" if is_open else "breaker_closed", "", reason, detail)
+        return Breaker(is_open, not is_open)

@@ -1,0 +1,119 @@
+"""Shared fixtures: real Redis keyspaces and real Postgres databases, created and dropped per run.
+
+Servers: Redis at REMEDIATION_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) and Postgres at
+REMEDIATION_TEST_PG_URL (default postgresql+psycopg://postgres@127.0.0.1:5432/test, used only to
+create and drop this run's own database). `.ci/run` installs and starts both when they are absent.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+def redis_client() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.RedisError as exc:  # pragma: no cover - environment problem
+        pytest.fail(f"Redis is not reachable at {REDIS_URL}: {exc} (run .ci/run to start it)")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
+    """A fresh key prefix for this test; every key under it is deleted afterwards."""
+    prefix = f"test-{uuid.uuid4().hex[:12]}"
+    yield prefix
+    keys = list(redis_client.scan_iter(match=f"{prefix}*", count=1000))
+    if keys:
+        redis_client.delete(*keys)
+
+
+# ------------------------------------------------------------------------------------------ Postgres
+
+import psycopg  # noqa: E402
+from sqlalchemy import Connection, create_engine  # noqa: E402
+from sqlalchemy.orm import Session, sessionmaker  # noqa: E402
+from sqlalchemy.pool import NullPool  # noqa: E402
+
+PG_ADMIN_URL = os.environ.get("REMEDIATION_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def _pg_admin() -> psycopg.Connection:
+    dsn = PG_ADMIN_URL.replace("postgresql+psycopg://", "postgresql://")
+    try:
+        return psycopg.connect(dsn, autocommit=True)
+    except psycopg.OperationalError as exc:  # pragma: no cover - environment problem
+        pytest.fail(f"Postgres is not reachable at {PG_ADMIN_URL}: {exc} (run .ci/run to start it)")
+
+
+def _db_url(name: str) -> str:
+    base, _, _ = PG_ADMIN_URL.rpartition("/")
+    return f"{base}/{name}"
+
+
+def _drop(name: str) -> None:
+    with _pg_admin() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A database migrated with `alembic upgrade head` once per run; tests get copies of it."""
+    from remediation.db.migrate import upgrade
+
+    name = f"remtpl_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        upgrade(_db_url(name))
+        yield name
+    finally:
+        _drop(name)
+
+
+@pytest.fixture
+def pg_url(pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own (for tests whose worker processes must see
+    committed rows). Dropped afterwards."""
+    name = f"remtest_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _db_url(name)
+    _drop(name)
+
+
+@pytest.fixture(scope="session")
+def pg_session_db(pg_template: str) -> Iterator[str]:
+    name = f"remsess_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _db_url(name)
+    _drop(name)
+
+
+@pytest.fixture
+def pg_conn(pg_session_db: str) -> Iterator[Connection]:
+    """A connection inside a transaction that is rolled back after the test."""
+    engine = create_engine(pg_session_db, poolclass=NullPool)
+    conn = engine.connect()
+    outer = conn.begin()
+    yield conn
+    outer.rollback()
+    conn.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def sessions(pg_conn: Connection) -> sessionmaker[Session]:
+    """Sessions whose commits become savepoints of the test's rolled-back transaction."""
+    return sessionmaker(bind=pg_conn, expire_on_commit=False, join_transaction_mode="create_savepoint")

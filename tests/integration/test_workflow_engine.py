@@ -1,0 +1,353 @@
+"""The workflow engine on real Postgres with the in-memory world: every path of the state machine.
+
+Steps are driven synchronously here (the Celery-driven runs are in test_celery_pipeline.py); the
+fake clock makes countdowns, timeouts and windows instant.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.clock import FakeClock
+from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
+from remediation.db.queries import PAUSED, control_set
+from remediation.events import EventKind, NodeEvent, Source
+from remediation.ingest import ingest
+from remediation.settings import Settings
+from remediation.steps import Adapters
+from remediation.workflow import Engine, FollowUp, RetryLater
+
+NODES = [f"gpu-node-{i}" for i in range(20)]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 3, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def world() -> MemoryWorld:
+    return MemoryWorld(nodes=NODES)
+
+
+def make_settings(**policy: object) -> Settings:
+    return Settings(
+        policy={"min_restart_gap_s": 0, "breaker_min_failures": 3, **policy},
+        workflow={"poll_interval_s": 5, "drain_timeout_s": 600, "verify_timeout_s": 120, "lease_s": 30},
+    )
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return make_settings()
+
+
+@pytest.fixture
+def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
+    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+
+
+def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
+            reason: str = "xid 79", kind: EventKind = EventKind.UNHEALTHY, source: Source = Source.SLURM) -> list[FollowUp]:
+    event = NodeEvent(source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now())
+    with sessions() as s, s.begin():
+        result = ingest(s, [event.to_json()], settings.policy, clock)
+    return [FollowUp(rid, step) for rid, step in result.opened]
+
+
+def drive(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 500) -> None:
+    queue = deque(todo)
+    for _ in range(limit):
+        if not queue:
+            return
+        f = queue.popleft()
+        clock.advance(f.countdown)
+        nxt = engine.run(f.remediation_id, f.step)
+        if nxt is not None:
+            queue.append(nxt)
+    raise AssertionError("workflow did not settle")
+
+
+def rem_for(sessions: sessionmaker[Session], node: str) -> Remediation:
+    with sessions() as s:
+        return s.scalars(select(Remediation).where(Remediation.node == node).order_by(Remediation.id.desc())).first()
+
+
+def steps_of(sessions: sessionmaker[Session], rid: int) -> list[RemediationStep]:
+    with sessions() as s:
+        return list(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid).order_by(RemediationStep.id)))
+
+
+def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, settings, clock) -> None:
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3"))
+    rem = rem_for(sessions, "gpu-node-3")
+    assert rem.status == "succeeded"
+    rows = steps_of(sessions, rem.id)
+    assert [r.step for r in rows] == ["slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"]
+    assert all(r.status == "done" and r.finished_at is not None for r in rows)
+    assert [r.idempotency_key for r in rows][3] == f"r{rem.id}:vm_restart:1"
+    assert rows[3].provider_op is not None and rows[3].provider_op["action"] == "restart"
+    assert len(world.calls("vm.restart", effect=True)) == 1
+    node = world.node("gpu-node-3")
+    assert node["slurm"]["flags"] == [] and node["k8s"]["unschedulable"] is False
+    with sessions() as s:
+        assert s.get(Node, "gpu-node-3").status == "healthy"
+        ev = s.scalars(select(Event).where(Event.node == "gpu-node-3")).one()
+        assert ev.decision == "open" and ev.remediation_id == rem.id
+
+
+def test_duplicate_and_resync_events_are_recorded_once(sessions, settings, clock) -> None:
+    e = NodeEvent(source=Source.SLURM, node="gpu-node-1", kind=EventKind.UNHEALTHY, state="FAIL", reason="x",
+                  observed_at=clock.now(), dedupe_key="slurm:gpu-node-1:FAIL:t0")
+    with sessions() as s, s.begin():
+        first = ingest(s, [e.to_json(), e.to_json()], settings.policy, clock)
+    with sessions() as s, s.begin():
+        again = ingest(s, [e.to_json()], settings.policy, clock)
+    assert (first.recorded, first.duplicates, len(first.opened)) == (1, 1, 1)
+    assert (again.recorded, again.duplicates, again.opened) == (0, 1, [])
+
+
+def test_malformed_payload_is_kept_with_its_error(sessions, settings, clock) -> None:
+    good = NodeEvent(source=Source.SLURM, node="gpu-node-2", kind=EventKind.UNHEALTHY, state="DOWN",
+                     observed_at=clock.now())
+    with sessions() as s, s.begin():
+        result = ingest(s, [b"{not json", '{"source":"slurm","node":"bad name;rm -rf"}', good.to_json()],
+                        settings.policy, clock)
+    assert (result.rejected, result.recorded) == (2, 1)
+    from remediation.db.models import RejectedEvent
+
+    with sessions() as s:
+        rows = s.scalars(select(RejectedEvent).order_by(RejectedEvent.id)).all()
+    assert rows[0].payload == "{not json" and "invalid event" in rows[0].error
+    assert "node" in rows[1].error and "not a valid node name" in rows[1].error
+
+
+def test_drain_waits_for_jobs(sessions, engine, world, settings, clock) -> None:
+    world.set_slurm("gpu-node-4", state="ALLOCATED")
+    world.set_jobs("gpu-node-4", 2)
+    (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors")
+    nxt = engine.run(f.remediation_id, f.step)
+    assert nxt is not None and nxt.step == "slurm_drain" and nxt.countdown == 5
+    rem = rem_for(sessions, "gpu-node-4")
+    assert rem.status == "waiting" and "2 job(s)" in rem.wait_reason
+    assert world.node("gpu-node-4")["slurm"]["reason"].startswith("remediation:")
+    for _ in range(3):  # still busy: keeps waiting, same attempt, more checks
+        clock.advance(5)
+        nxt = engine.run(f.remediation_id, "slurm_drain")
+        assert nxt.step == "slurm_drain"
+    assert [(r.attempt, r.checks) for r in steps_of(sessions, rem.id)] == [(1, 4)]
+    world.set_jobs("gpu-node-4", 0)
+    drive(engine, clock, [nxt])
+    assert rem_for(sessions, "gpu-node-4").status == "succeeded"
+
+
+def test_drain_timeout_quarantines_instead_of_killing_jobs(sessions, engine, world, settings, clock) -> None:
+    world.set_jobs("gpu-node-5", 1)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad"), limit=1000)
+    rem = rem_for(sessions, "gpu-node-5")
+    assert rem.status == "quarantined"
+    assert "still running" in rem.context["quarantine_reason"]
+    assert world.node("gpu-node-5")["slurm"]["reason"].startswith("remediation: quarantined:")
+    assert not world.calls("vm.restart")
+
+
+def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, world, settings, clock) -> None:
+    (f,) = publish(sessions, settings, clock, "gpu-node-6")
+    f = engine.run(f.remediation_id, f.step)  # drain
+    f = engine.run(f.remediation_id, f.step)  # cordon
+    f = engine.run(f.remediation_id, f.step)  # evict
+    assert f.step == "vm_restart"
+    # The worker claims the step and calls the provider, then dies before recording the operation.
+    claimed = engine._claim(f.remediation_id, engine_step("vm_restart"), token="dead-worker")
+    inp, _row = claimed
+    world_vm = MemoryVM(world)
+    from remediation.providerid import parse_provider_id
+
+    world_vm.start(parse_provider_id(inp.context["provider_id"]), "restart", inp.key)
+    # Its message is redelivered at once: the lease is still held, so nothing runs.
+    assert engine.run(f.remediation_id, "vm_restart") is None
+    clock.advance(31 + 30)  # the lease (30 s) expires, then the sweeper's grace: a live worker takes over
+    (resumed,) = [x for x in engine.sweep() if x.remediation_id == f.remediation_id]
+    drive(engine, clock, [resumed])
+    assert rem_for(sessions, "gpu-node-6").status == "succeeded"
+    assert len(world.calls("vm.restart", effect=True)) == 1
+    assert len(world.calls("vm.restart", effect=False)) == 1  # the repeat was recognised by its key
+    rows = [r for r in steps_of(sessions, f.remediation_id) if r.step == "vm_restart"]
+    assert len(rows) == 1 and rows[0].status == "done"
+
+
+def engine_step(name: str):  # noqa: ANN201
+    from remediation.states import Step
+
+    return Step(name)
+
+
+def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, world, settings, clock) -> None:
+    with world.mutate() as st:
+        st["nodes"]["gpu-node-8"]["vm"]["broken"] = True
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8"), limit=2000)
+    rem = rem_for(sessions, "gpu-node-8")
+    assert rem.status == "quarantined" and rem.ladder == 1
+    assert "VM ladder exhausted" in rem.context["quarantine_reason"]
+    actions = [c["op"] for c in world.calls(effect=True) if c["op"].startswith("vm.")]
+    assert actions == ["vm.restart", "vm.reimage"]
+    with sessions() as s:
+        node = s.get(Node, "gpu-node-8")
+        assert node.status == "quarantined"
+        assert s.scalars(select(AuditLog.action).where(AuditLog.target == "gpu-node-8")).all().count("escalate") == 2
+    assert world.node("gpu-node-8")["k8s"]["taint"] is True
+
+
+def test_repeat_offender_is_quarantined_on_the_nth_failure(sessions, engine, world, settings, clock) -> None:
+    for i in range(2):
+        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {i}"))
+        clock.advance(3600)
+    assert rem_for(sessions, "gpu-node-9").status == "succeeded"
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason="xid 3"))
+    rem = rem_for(sessions, "gpu-node-9")
+    assert rem.status == "quarantined" and rem.cause.startswith("repeat offender: 3 failures")
+    assert len(world.calls("vm.restart", effect=True)) == 2  # no third restart
+    assert world.node("gpu-node-9")["slurm"]["reason"].startswith("remediation: quarantined: repeat offender")
+
+
+def test_breaker_drains_but_holds_vm_actions_then_closes(sessions, world, clock) -> None:
+    settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    todo = []
+    for i in range(5):  # 5 of 20 nodes = 25% > 10%
+        todo += publish(sessions, settings, clock, f"gpu-node-{i}")
+    queue = deque(todo)
+    for _ in range(60):
+        f = queue.popleft()
+        nxt = engine.run(f.remediation_id, f.step)
+        if nxt:
+            queue.append(nxt)
+    assert all(world.node(f"gpu-node-{i}")["slurm"]["reason"].startswith("remediation:") for i in range(5))
+    assert not world.calls("vm.restart")
+    with sessions() as s:
+        waiting = s.scalars(select(Remediation.wait_reason).where(Remediation.status == "waiting")).all()
+        assert waiting and all("storm breaker open" in w for w in waiting)
+        assert "breaker_open" in s.scalars(select(AuditLog.action)).all()
+    clock.advance(601)  # the storm leaves the window: the breaker closes and VM actions go ahead
+    drive(engine, clock, list(queue), limit=2000)
+    assert len(world.calls("vm.restart", effect=True)) == 5
+    with sessions() as s:
+        assert "breaker_closed" in s.scalars(select(AuditLog.action)).all()
+
+
+def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
+    settings = make_settings(max_concurrent=1, breaker_max_fraction=1.0)
+    world.op_polls = 3
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    queue = deque(publish(sessions, settings, clock, "gpu-node-10") + publish(sessions, settings, clock, "gpu-node-11"))
+    peak = 0
+    for _ in range(400):
+        if not queue:
+            break
+        f = queue.popleft()
+        nxt = engine.run(f.remediation_id, f.step)
+        if nxt:
+            queue.append(nxt)
+        with sessions() as s:
+            active = s.scalars(select(Remediation).where(Remediation.step.in_(("verify",)))).all()
+            in_restart = s.scalars(select(RemediationStep).where(
+                RemediationStep.step == "vm_restart", RemediationStep.status.in_(("started", "waiting")))).all()
+            peak = max(peak, len(active) + len(in_restart))
+    assert peak == 1
+    assert len(world.calls("vm.restart", effect=True)) == 2
+
+
+def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
+    settings = make_settings(min_restart_gap_s=300, breaker_max_fraction=1.0)
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-12") + publish(sessions, settings, clock, "gpu-node-13"),
+          limit=3000)
+    starts = [c["at"] for c in world.calls("vm.restart", effect=True)]
+    assert len(starts) == 2
+    with sessions() as s:
+        rows = s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart").order_by(RemediationStep.started_at)).all()
+    gap = (rows[1].started_at - rows[0].started_at).total_seconds()
+    assert gap >= 300
+
+
+def test_pause_all_stops_every_step_until_resumed(sessions, engine, world, settings, clock) -> None:
+    with sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": True}, clock.now())
+    (f,) = publish(sessions, settings, clock, "gpu-node-14")
+    nxt = engine.run(f.remediation_id, f.step)
+    assert nxt.step == "slurm_drain"
+    assert rem_for(sessions, "gpu-node-14").wait_reason == "automation is paused"
+    assert world.calls() == []
+    with sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": False}, clock.now())
+    drive(engine, clock, [nxt])
+    assert rem_for(sessions, "gpu-node-14").status == "succeeded"
+
+
+def test_human_drain_placed_mid_remediation_is_not_resumed(sessions, engine, world, settings, clock) -> None:
+    (f,) = publish(sessions, settings, clock, "gpu-node-15")
+    while f.step != "return":  # through verify
+        f = engine.run(f.remediation_id, f.step)
+    world.set_slurm("gpu-node-15", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
+    drive(engine, clock, [f])
+    rem = rem_for(sessions, "gpu-node-15")
+    assert rem.status == "succeeded"
+    assert world.node("gpu-node-15")["slurm"]["reason"] == "maintenance: PSU swap"
+    assert not world.calls("slurm.resume")
+    assert "left for its owner" in steps_of(sessions, rem.id)[-1].outcome
+
+
+def test_human_cordon_is_never_undone(sessions, engine, world, settings, clock) -> None:
+    world.set_k8s("gpu-node-16", unschedulable=True, ours=False)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-16"))
+    assert world.node("gpu-node-16")["k8s"]["unschedulable"] is True
+    assert not world.calls("k8s.uncordon", effect=True)
+
+
+def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, settings, clock) -> None:
+    from remediation.errors import TransientError
+
+    class Flaky(MemoryVM):
+        def start(self, vm, action, key):  # noqa: ANN001, ANN201
+            raise TransientError("503 Service Unavailable", retry_after=7)
+
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock)
+    (f,) = publish(sessions, settings, clock, "gpu-node-17")
+    for _ in range(3):
+        f = engine.run(f.remediation_id, f.step)
+    with pytest.raises(RetryLater) as info:
+        engine.run(f.remediation_id, "vm_restart")
+    assert info.value.countdown == 7
+    row = [r for r in steps_of(sessions, f.remediation_id) if r.step == "vm_restart"][0]
+    assert (row.status, row.retries, row.error_kind) == ("started", 1, "TransientError")
+    followup = engine.give_up(f.remediation_id, "vm_restart", "503 Service Unavailable")
+    assert followup.step == "vm_restart"  # the ladder's next rung
+    assert rem_for(sessions, "gpu-node-17").ladder == 1
+
+
+def test_unparseable_provider_id_fails_that_remediation_clearly(sessions, engine, world, settings, clock) -> None:
+    class BadIds(MemoryKube):
+        def get(self, name):  # noqa: ANN001, ANN201
+            from dataclasses import replace
+
+            return replace(super().get(name), provider_id="openstack:///abc")
+
+    engine.adapters = Adapters(MemorySlurm(world), BadIds(world), MemoryVM(world))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-18"))
+    rem = rem_for(sessions, "gpu-node-18")
+    assert rem.status == "quarantined"
+    assert "unsupported providerID 'openstack:///abc'" in rem.context["quarantine_reason"]
+
+
+def test_stale_delivery_for_a_passed_step_does_nothing(sessions, engine, world, settings, clock) -> None:
+    (f,) = publish(sessions, settings, clock, "gpu-node-19")
+    drive(engine, clock, [f])
+    calls = len(world.calls())
+    assert engine.run(f.remediation_id, "vm_restart") is None
+    assert len(world.calls()) == calls

@@ -1,0 +1,1 @@
+"""Watchers: processes that turn slurmctld and the Kubernetes API into NodeEvents on Redis."""

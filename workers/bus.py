@@ -1,0 +1,76 @@
+"""The event bus: a Redis stream that watchers append to and the ingest task drains.
+
+Why a stream and not one Celery message per event: the ingest task reads events in batches (up to
+``broker.ingest_batch``) and records each batch in one transaction, which is what lets a 2-core box
+record thousands of events a second. Entries are acknowledged (XACK) only after the transaction that
+recorded them commits; an ingest worker that dies leaves its entries pending, and the next ingest claims
+them (XAUTOCLAIM) after ``broker.ingest_claim_idle_s``. Recording is idempotent (dedupe key), so a claim
+that repeats work changes nothing.
+
+Publishing is "XADD, then kick": the publisher sets a short-lived kick key and, if it was the one to set
+it, sends the ingest task. The ingest task deletes the key before its final read, so an event is either
+seen by the running ingest or triggers a new one. A periodic beat task covers anything else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import redis
+
+from remediation.events import NodeEvent
+
+GROUP = "ingest"
+
+
+class BusUnavailable(ConnectionError):
+    """Redis cannot be reached; the caller keeps its events and retries."""
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str
+
+    @property
+    def stream(self) -> str:
+        return f"{self.prefix}:events"
+
+    @property
+    def kick(self) -> str:
+        return f"{self.prefix}:ingest:kick"
+
+
+class RedisEventBus:
+    def __init__(
+        self, client: redis.Redis, prefix: str, kick: Callable[[], None] | None = None
+    ) -> None:
+        self.client = client
+        self.keys = Keys(prefix)
+        self._kick = kick
+
+    def publish(self, events: Iterable[NodeEvent]) -> int:
+        """Append events to the stream; returns how many. Raises BusUnavailable."""
+        batch = list(events)
+        if not batch:
+            return 0
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for event in batch:
+                pipe.xadd(self.keys.stream, {"e": event.to_json()})
+            pipe.execute()
+            if self._kick is not None and self.client.set(self.keys.kick, "1", nx=True, px=5000):
+                self._kick()
+        except redis.RedisError as exc:
+            raise BusUnavailable(f"cannot publish to Redis: {exc}") from exc
+        return len(batch)
+
+    def publish_raw(self, payload: str) -> None:
+        """Append an arbitrary payload (used by tests and `remediation report` to prove that a
+        malformed payload is kept, not dropped)."""
+        try:
+            self.client.xadd(self.keys.stream, {"e": payload})
+            if self._kick is not None and self.client.set(self.keys.kick, "1", nx=True, px=5000):
+                self._kick()
+        except redis.RedisError as exc:
+            raise BusUnavailable(f"cannot publish to Redis: {exc}") from exc

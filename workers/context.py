@@ -1,0 +1,61 @@
+"""Per-process resources of a worker: database engine, adapters, the workflow engine, Redis.
+
+Built lazily on first use *in the process that uses them* (Celery's prefork children must not inherit
+their parent's sockets), and rebuilt if the pid changes.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from functools import cached_property
+
+import redis
+from sqlalchemy import Engine as SAEngine
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import SystemClock
+from remediation.db.session import make_engine, make_session_factory
+from remediation.settings import Settings
+from remediation.workflow import Engine
+from workers.adapters.factory import make_adapters
+from workers.bus import Keys
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+
+    @cached_property
+    def db(self) -> SAEngine:
+        return make_engine(self.settings.database)
+
+    @cached_property
+    def sessions(self) -> sessionmaker[Session]:
+        return make_session_factory(self.db)
+
+    @cached_property
+    def engine(self) -> Engine:
+        return Engine(
+            self.sessions, make_adapters(self.settings), self.settings, SystemClock(),
+            worker=f"{socket.gethostname()}:{os.getpid()}",
+        )
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(self.settings.broker.redis_url, socket_timeout=10)
+
+    @property
+    def keys(self) -> Keys:
+        return Keys(self.settings.broker.key_prefix)
+
+
+_runtime: tuple[int, Runtime] | None = None
+
+
+def runtime(settings: Settings) -> Runtime:
+    global _runtime
+    if _runtime is None or _runtime[0] != os.getpid() or _runtime[1].settings is not settings:
+        _runtime = (os.getpid(), Runtime(settings))
+    return _runtime[1]

@@ -1,0 +1,107 @@
+"""Thin Celery tasks: each takes plain ids, calls the domain, and enqueues follow-ups after the commit.
+
+One base class owns what every task shares: late acks, the runtime (database, adapters), counting
+started/succeeded/retried/failed, and turning the engine's ``RetryLater`` into Celery's own retry
+(honouring Retry-After). Tasks never commit; the domain's unit of work does, before the task enqueues
+anything, so a follow-up never runs against uncommitted state.
+
+Every workflow step is its own task (``remediation.step.<name>``), so queues, Flower and metrics show
+where remediations stand.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from celery import Task
+from sqlalchemy.exc import OperationalError
+
+from remediation.clock import SystemClock
+from remediation.ingest import ingest as ingest_batch
+from remediation.states import Step
+from remediation.workflow import FollowUp, RetryLater
+from workers.celery_app import WORKFLOW_QUEUE, app, settings
+from workers.context import Runtime, runtime
+from workers.metrics import TASKS
+from workers.stream import drain
+
+log = logging.getLogger(__name__)
+
+
+class DomainTask(Task):  # type: ignore[misc]
+    abstract = True
+    acks_late = True
+    reject_on_worker_lost = True
+
+    @property
+    def rt(self) -> Runtime:
+        return runtime(settings)
+
+    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+        TASKS.labels(self.name, "started").inc()
+
+    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        TASKS.labels(self.name, "succeeded").inc()
+
+    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        TASKS.labels(self.name, "retried").inc()
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        TASKS.labels(self.name, "failed").inc()
+
+
+def enqueue(followups: Sequence[FollowUp | None]) -> None:
+    for f in followups:
+        if f is not None:
+            app.send_task(f"remediation.step.{f.step}", args=[f.remediation_id],
+                          countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
+
+
+@app.task(name="remediation.ingest", base=DomainTask, bind=True,
+          autoretry_for=(OperationalError, ConnectionError), retry_backoff=True, retry_backoff_max=60,
+          max_retries=None)
+def ingest(self: DomainTask) -> int:
+    rt = self.rt
+    opened: list[FollowUp] = []
+
+    def handle(payloads: Sequence[bytes]) -> None:
+        with rt.sessions() as s, s.begin():
+            result = ingest_batch(s, payloads, rt.settings.policy, SystemClock())
+        opened.extend(FollowUp(rid, step) for rid, step in result.opened)
+
+    n = drain(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
+              rt.settings.broker.ingest_claim_idle_s * 1000)
+    enqueue(opened)
+    return n
+
+
+@app.task(name="remediation.sweep", base=DomainTask, bind=True)
+def sweep(self: DomainTask) -> int:
+    followups = self.rt.engine.sweep()
+    enqueue(followups)
+    return len(followups)
+
+
+def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
+    try:
+        followup = task.rt.engine.run(remediation_id, step)
+    except RetryLater as exc:
+        if task.request.retries >= settings.workflow.transient_retries:
+            followup = task.rt.engine.give_up(remediation_id, step, exc.cause.message)
+        else:
+            raise task.retry(countdown=exc.countdown, max_retries=None) from exc
+    enqueue([followup])
+
+
+def _register(step: Step) -> None:
+    @app.task(name=f"remediation.step.{step}", base=DomainTask, bind=True,
+              autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
+    def run_step(self: DomainTask, remediation_id: int) -> None:
+        _run_step(self, step.value, remediation_id)
+
+
+for _step in Step:
+    if _step is not Step.DONE:
+        _register(_step)
