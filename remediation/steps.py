@@ -204,3 +204,17 @@ STEPS: dict[Step, StepFn] = {
     Step.RETURN: return_to_service,
     Step.QUARANTINE: quarantine,
 }
+
+
+def release_node(ad: Adapters, node: str, prefix: str) -> str:
+    """Carry out a human release: remove our taint and our cordon, resume the node in Slurm if the
+    drain is ours (a human's own drain placed meanwhile is left alone)."""
+    notes = []
+    try:
+        k8s_name = ad.kube.node_for(node)
+        ad.kube.set_quarantine_taint(k8s_name, False)
+        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
+    except (UnknownNode, NotFound) as exc:
+        notes.append(f"no Kubernetes Node ({exc.message})")
+    notes.append(resume_if_ours(ad.slurm, node, prefix))
+    return "; ".join(notes)

@@ -20,7 +20,7 @@ WORKFLOW_QUEUE = "workflow"
 
 
 def make_app(settings: Settings) -> Celery:
-    app = Celery("remediation", broker=settings.broker.celery_url, include=["workers.tasks"])
+    app = Celery("remediation", broker=settings.broker.celery_url, include=["workers.tasks", "workers.notify_task"])
     prefix = settings.broker.key_prefix
     app.conf.update(
         task_acks_late=True,
@@ -41,6 +41,7 @@ def make_app(settings: Settings) -> Celery:
         beat_schedule={
             "sweep": {"task": "remediation.sweep", "schedule": settings.workflow.sweep_interval_s},
             "ingest-safety-net": {"task": "remediation.ingest", "schedule": 5.0},
+            "notify": {"task": "remediation.notify", "schedule": 10.0},
         },
     )
     return app

@@ -18,9 +18,12 @@ from typing import Any
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
+from remediation.audit import audit
 from remediation.clock import SystemClock
+from remediation.errors import TransientError
 from remediation.ingest import ingest as ingest_batch
 from remediation.states import Step
+from remediation.steps import release_node
 from remediation.workflow import FollowUp, RetryLater
 from workers.celery_app import WORKFLOW_QUEUE, app, settings
 from workers.context import Runtime, runtime
@@ -59,6 +62,16 @@ def enqueue(followups: Sequence[FollowUp | None]) -> None:
                           countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
 
 
+class CeleryDispatcher:
+    """The dispatcher the console script and the API install (see remediation.dispatch)."""
+
+    def steps(self, followups: Sequence[FollowUp | None]) -> None:
+        enqueue(followups)
+
+    def release(self, node: str) -> None:
+        app.send_task("remediation.release", args=[node], queue=WORKFLOW_QUEUE)
+
+
 @app.task(name="remediation.ingest", base=DomainTask, bind=True,
           autoretry_for=(OperationalError, ConnectionError), retry_backoff=True, retry_backoff_max=60,
           max_retries=None)
@@ -75,6 +88,17 @@ def ingest(self: DomainTask) -> int:
               rt.settings.broker.ingest_claim_idle_s * 1000)
     enqueue(opened)
     return n
+
+
+@app.task(name="remediation.release", base=DomainTask, bind=True,
+          autoretry_for=(TransientError,), retry_backoff=True, retry_backoff_max=300, max_retries=10)
+def release(self: DomainTask, node: str) -> str:
+    """Undo our quarantine in Slurm and Kubernetes after a human released the node."""
+    rt = self.rt
+    outcome = release_node(rt.engine.adapters, node, rt.settings.policy.our_reason_prefix)
+    with rt.sessions() as s, s.begin():
+        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome)
+    return outcome
 
 
 @app.task(name="remediation.sweep", base=DomainTask, bind=True)
