@@ -237,6 +237,14 @@ class SlurmSettings(_Section):
     resync_interval_s: float = Field(
         60.0, gt=0, description="Watcher full resync (re-publishes the current bad set)."
     )
+    not_responding_grace_s: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds a node must stay NOT_RESPONDING (with no other bad state) before the "
+        "watcher publishes it. slurmctld marks every resumed node NOT_RESPONDING until its next ping "
+        "(~0.1-1 s, seen on 22.05), which must not look like a new failure; a dead slurmd stays so "
+        "for SlurmdTimeout and then turns DOWN, so a few seconds' grace loses nothing.",
+    )
 
 
 class KubeSettings(_Section):
@@ -376,16 +384,16 @@ class Settings(BaseSettings):
     )
     actor: str = Field("remediation", description="Name recorded as the actor of automated actions.")
     log_level: str = Field("INFO", description="Python logging level.")
-    database: DatabaseSettings = Field(default_factory=DatabaseSettings)  # type: ignore[arg-type]
-    broker: BrokerSettings = Field(default_factory=BrokerSettings)  # type: ignore[arg-type]
-    policy: PolicySettings = Field(default_factory=PolicySettings)  # type: ignore[arg-type]
-    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)  # type: ignore[arg-type]
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)  # type: ignore[arg-type]
-    kube: KubeSettings = Field(default_factory=KubeSettings)  # type: ignore[arg-type]
-    vm: VMSettings = Field(default_factory=VMSettings)  # type: ignore[arg-type]
-    api: ApiSettings = Field(default_factory=ApiSettings)  # type: ignore[arg-type]
-    notify: NotifySettings = Field(default_factory=NotifySettings)  # type: ignore[arg-type]
-    sim: SimSettings = Field(default_factory=SimSettings)  # type: ignore[arg-type]
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    broker: BrokerSettings = Field(default_factory=BrokerSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    vm: VMSettings = Field(default_factory=VMSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
+    sim: SimSettings = Field(default_factory=SimSettings)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:

@@ -75,8 +75,8 @@ class Breaker:
 
 def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
     """Exponential backoff, never shorter than the server's Retry-After."""
-    delay = min(cap, base * (2 ** max(retries, 0)))
-    return max(delay, retry_after or 0.0)
+    delay: float = min(cap, base * float(2 ** max(retries, 0)))
+    return max(delay, float(retry_after or 0.0))
 
 
 class Engine:
@@ -244,13 +244,16 @@ class Engine:
             if isinstance(outcome, Done):
                 rem.context = {**(rem.context or {}), **outcome.context}
                 if step is Step.QUARANTINE:
-                    return self._close(s, rem, RemediationStatus.QUARANTINED, now)
+                    self._close(s, rem, RemediationStatus.QUARANTINED, now)
+                    return None
                 nxt = next_on_success(step)
                 if nxt is Step.DONE:
-                    return self._close(s, rem, RemediationStatus.SUCCEEDED, now)
+                    self._close(s, rem, RemediationStatus.SUCCEEDED, now)
+                    return None
                 return self._move(rem, step, nxt, now)
             if step is Step.QUARANTINE:
-                return self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
+                self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
+                return None
             reason = outcome.reason
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY):
                 if rem.ladder + 1 < len(self.settings.workflow.ladder):
@@ -314,7 +317,6 @@ class Engine:
                 node.status, node.status_reason = NodeStatus.UNHEALTHY, f"remediation #{rem.id} {status}: {error}"
         audit(s, now, self.settings.actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
               {"remediation": rem.id})
-        return None
 
     def _note_breaker(self, s: Session, view: ClusterView, now: datetime) -> Breaker:
         is_open = breaker_open(view, self.settings.policy)

@@ -86,7 +86,8 @@ class MemoryWorld:
 
     def snapshot(self) -> dict[str, Any]:
         with self.mutate() as st:
-            return json.loads(json.dumps(st))
+            copy: dict[str, Any] = json.loads(json.dumps(st))
+            return copy
 
     def calls(self, op: str | None = None, effect: bool | None = None) -> list[dict[str, Any]]:
         return [c for c in self.snapshot()["calls"]

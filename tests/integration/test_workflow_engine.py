@@ -49,13 +49,25 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
+def engine(
+    sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
+) -> Engine:
     return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
-def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
-            reason: str = "xid 79", kind: EventKind = EventKind.UNHEALTHY, source: Source = Source.SLURM) -> list[FollowUp]:
-    event = NodeEvent(source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now())
+def publish(
+    sessions: sessionmaker[Session],
+    settings: Settings,
+    clock: FakeClock,
+    node: str,
+    state: str = "FAIL",
+    reason: str = "xid 79",
+    kind: EventKind = EventKind.UNHEALTHY,
+    source: Source = Source.SLURM,
+) -> list[FollowUp]:
+    event = NodeEvent(
+        source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now()
+    )
     with sessions() as s, s.begin():
         result = ingest(s, [event.to_json()], settings.policy, clock)
     return [FollowUp(rid, step) for rid, step in result.opened]
@@ -76,12 +88,20 @@ def drive(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 5
 
 def rem_for(sessions: sessionmaker[Session], node: str) -> Remediation:
     with sessions() as s:
-        return s.scalars(select(Remediation).where(Remediation.node == node).order_by(Remediation.id.desc())).first()
+        return s.scalars(
+            select(Remediation).where(Remediation.node == node).order_by(Remediation.id.desc())
+        ).first()
 
 
 def steps_of(sessions: sessionmaker[Session], rid: int) -> list[RemediationStep]:
     with sessions() as s:
-        return list(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid).order_by(RemediationStep.id)))
+        return list(
+            s.scalars(
+                select(RemediationStep)
+                .where(RemediationStep.remediation_id == rid)
+                .order_by(RemediationStep.id)
+            )
+        )
 
 
 def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, settings, clock) -> None:
@@ -89,7 +109,14 @@ def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, set
     rem = rem_for(sessions, "gpu-node-3")
     assert rem.status == "succeeded"
     rows = steps_of(sessions, rem.id)
-    assert [r.step for r in rows] == ["slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"]
+    assert [r.step for r in rows] == [
+        "slurm_drain",
+        "k8s_cordon",
+        "k8s_evict",
+        "vm_restart",
+        "verify",
+        "return",
+    ]
     assert all(r.status == "done" and r.finished_at is not None for r in rows)
     assert [r.idempotency_key for r in rows][3] == f"r{rem.id}:vm_restart:1"
     assert rows[3].provider_op is not None and rows[3].provider_op["action"] == "restart"
@@ -103,8 +130,15 @@ def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, set
 
 
 def test_duplicate_and_resync_events_are_recorded_once(sessions, settings, clock) -> None:
-    e = NodeEvent(source=Source.SLURM, node="gpu-node-1", kind=EventKind.UNHEALTHY, state="FAIL", reason="x",
-                  observed_at=clock.now(), dedupe_key="slurm:gpu-node-1:FAIL:t0")
+    e = NodeEvent(
+        source=Source.SLURM,
+        node="gpu-node-1",
+        kind=EventKind.UNHEALTHY,
+        state="FAIL",
+        reason="x",
+        observed_at=clock.now(),
+        dedupe_key="slurm:gpu-node-1:FAIL:t0",
+    )
     with sessions() as s, s.begin():
         first = ingest(s, [e.to_json(), e.to_json()], settings.policy, clock)
     with sessions() as s, s.begin():
@@ -114,11 +148,20 @@ def test_duplicate_and_resync_events_are_recorded_once(sessions, settings, clock
 
 
 def test_malformed_payload_is_kept_with_its_error(sessions, settings, clock) -> None:
-    good = NodeEvent(source=Source.SLURM, node="gpu-node-2", kind=EventKind.UNHEALTHY, state="DOWN",
-                     observed_at=clock.now())
+    good = NodeEvent(
+        source=Source.SLURM,
+        node="gpu-node-2",
+        kind=EventKind.UNHEALTHY,
+        state="DOWN",
+        observed_at=clock.now(),
+    )
     with sessions() as s, s.begin():
-        result = ingest(s, [b"{not json", '{"source":"slurm","node":"bad name;rm -rf"}', good.to_json()],
-                        settings.policy, clock)
+        result = ingest(
+            s,
+            [b"{not json", '{"source":"slurm","node":"bad name;rm -rf"}', good.to_json()],
+            settings.policy,
+            clock,
+        )
     assert (result.rejected, result.recorded) == (2, 1)
     from remediation.db.models import RejectedEvent
 
@@ -149,7 +192,12 @@ def test_drain_waits_for_jobs(sessions, engine, world, settings, clock) -> None:
 
 def test_drain_timeout_quarantines_instead_of_killing_jobs(sessions, engine, world, settings, clock) -> None:
     world.set_jobs("gpu-node-5", 1)
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad"), limit=1000)
+    drive(
+        engine,
+        clock,
+        publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad"),
+        limit=1000,
+    )
     rem = rem_for(sessions, "gpu-node-5")
     assert rem.status == "quarantined"
     assert "still running" in rem.context["quarantine_reason"]
@@ -200,7 +248,10 @@ def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, wor
     with sessions() as s:
         node = s.get(Node, "gpu-node-8")
         assert node.status == "quarantined"
-        assert s.scalars(select(AuditLog.action).where(AuditLog.target == "gpu-node-8")).all().count("escalate") == 2
+        assert (
+            s.scalars(select(AuditLog.action).where(AuditLog.target == "gpu-node-8")).all().count("escalate")
+            == 2
+        )
     assert world.node("gpu-node-8")["k8s"]["taint"] is True
 
 
@@ -218,7 +269,9 @@ def test_repeat_offender_is_quarantined_on_the_nth_failure(sessions, engine, wor
 
 def test_breaker_drains_but_holds_vm_actions_then_closes(sessions, world, clock) -> None:
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Engine(
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+    )
     todo = []
     for i in range(5):  # 5 of 20 nodes = 25% > 10%
         todo += publish(sessions, settings, clock, f"gpu-node-{i}")
@@ -244,8 +297,12 @@ def test_breaker_drains_but_holds_vm_actions_then_closes(sessions, world, clock)
 def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(max_concurrent=1, breaker_max_fraction=1.0)
     world.op_polls = 3
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
-    queue = deque(publish(sessions, settings, clock, "gpu-node-10") + publish(sessions, settings, clock, "gpu-node-11"))
+    engine = Engine(
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+    )
+    queue = deque(
+        publish(sessions, settings, clock, "gpu-node-10") + publish(sessions, settings, clock, "gpu-node-11")
+    )
     peak = 0
     for _ in range(400):
         if not queue:
@@ -256,8 +313,11 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
             queue.append(nxt)
         with sessions() as s:
             active = s.scalars(select(Remediation).where(Remediation.step.in_(("verify",)))).all()
-            in_restart = s.scalars(select(RemediationStep).where(
-                RemediationStep.step == "vm_restart", RemediationStep.status.in_(("started", "waiting")))).all()
+            in_restart = s.scalars(
+                select(RemediationStep).where(
+                    RemediationStep.step == "vm_restart", RemediationStep.status.in_(("started", "waiting"))
+                )
+            ).all()
             peak = max(peak, len(active) + len(in_restart))
     assert peak == 1
     assert len(world.calls("vm.restart", effect=True)) == 2
@@ -265,13 +325,23 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
 
 def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(min_restart_gap_s=300, breaker_max_fraction=1.0)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-12") + publish(sessions, settings, clock, "gpu-node-13"),
-          limit=3000)
+    engine = Engine(
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+    )
+    drive(
+        engine,
+        clock,
+        publish(sessions, settings, clock, "gpu-node-12") + publish(sessions, settings, clock, "gpu-node-13"),
+        limit=3000,
+    )
     starts = [c["at"] for c in world.calls("vm.restart", effect=True)]
     assert len(starts) == 2
     with sessions() as s:
-        rows = s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart").order_by(RemediationStep.started_at)).all()
+        rows = s.scalars(
+            select(RemediationStep)
+            .where(RemediationStep.step == "vm_restart")
+            .order_by(RemediationStep.started_at)
+        ).all()
     gap = (rows[1].started_at - rows[0].started_at).total_seconds()
     assert gap >= 300
 
@@ -331,7 +401,9 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
     assert rem_for(sessions, "gpu-node-17").ladder == 1
 
 
-def test_unparseable_provider_id_fails_that_remediation_clearly(sessions, engine, world, settings, clock) -> None:
+def test_unparseable_provider_id_fails_that_remediation_clearly(
+    sessions, engine, world, settings, clock
+) -> None:
     class BadIds(MemoryKube):
         def get(self, name):  # noqa: ANN001, ANN201
             from dataclasses import replace

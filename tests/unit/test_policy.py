@@ -8,7 +8,15 @@ import pytest
 
 from remediation.clock import FakeClock
 from remediation.events import EventKind, NodeEvent, Source
-from remediation.policy import ClusterView, DecisionKind, NodeView, breaker_open, count_in_window, decide, gate
+from remediation.policy import (
+    ClusterView,
+    DecisionKind,
+    NodeView,
+    breaker_open,
+    count_in_window,
+    decide,
+    gate,
+)
 from remediation.settings import PolicySettings
 from remediation.states import NodeStatus, Step
 
@@ -16,7 +24,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = PolicySettings(repeat_offender_count=3, repeat_offender_window_s=7 * 86400)
 
 
-def ev(state: str, reason: str = "", source: Source = Source.SLURM, kind: EventKind = EventKind.UNHEALTHY) -> NodeEvent:
+def ev(
+    state: str, reason: str = "", source: Source = Source.SLURM, kind: EventKind = EventKind.UNHEALTHY
+) -> NodeEvent:
     return NodeEvent(source=source, node="gpu-node-7", kind=kind, state=state, reason=reason, observed_at=T0)
 
 
@@ -32,20 +42,52 @@ DECIDE_CASES = [
     ("planned-drain-ignored", ev("DRAIN", "Planned kernel upgrade"), NodeView(), DecisionKind.RECORD),
     ("already-remediating", ev("FAIL", "xid"), NodeView(NodeStatus.REMEDIATING, 12), DecisionKind.RECORD),
     ("quarantined-stays", ev("FAIL", "xid"), NodeView(NodeStatus.QUARANTINED), DecisionKind.RECORD),
-    ("k8s-configured-condition", ev("GpuXidError=True", source=Source.KUBERNETES), NodeView(), DecisionKind.OPEN),
+    (
+        "k8s-configured-condition",
+        ev("GpuXidError=True", source=Source.KUBERNETES),
+        NodeView(),
+        DecisionKind.OPEN,
+    ),
     ("k8s-ready-false", ev("Ready=False", source=Source.KUBERNETES), NodeView(), DecisionKind.OPEN),
-    ("k8s-unconfigured-condition", ev("MemoryPressure=True", source=Source.KUBERNETES), NodeView(), DecisionKind.RECORD),
-    ("manual-report-opens", ev("REPORTED", "maintenance words do not matter", Source.MANUAL), NodeView(), DecisionKind.OPEN),
+    (
+        "k8s-unconfigured-condition",
+        ev("MemoryPressure=True", source=Source.KUBERNETES),
+        NodeView(),
+        DecisionKind.RECORD,
+    ),
+    (
+        "manual-report-opens",
+        ev("REPORTED", "maintenance words do not matter", Source.MANUAL),
+        NodeView(),
+        DecisionKind.OPEN,
+    ),
     ("repeat-offender-at-N", ev("FAIL"), NodeView(recent_failures=2), DecisionKind.QUARANTINE),
     ("not-yet-at-N-minus-1", ev("FAIL"), NodeView(recent_failures=1), DecisionKind.OPEN),
-    ("healthy-recovers-unhealthy", ev("IDLE", kind=EventKind.HEALTHY), NodeView(NodeStatus.UNHEALTHY), DecisionKind.RECOVERED),
-    ("healthy-while-remediating", ev("IDLE", kind=EventKind.HEALTHY), NodeView(NodeStatus.REMEDIATING, 3), DecisionKind.RECORD),
-    ("healthy-does-not-release", ev("IDLE", kind=EventKind.HEALTHY), NodeView(NodeStatus.QUARANTINED), DecisionKind.RECORD),
+    (
+        "healthy-recovers-unhealthy",
+        ev("IDLE", kind=EventKind.HEALTHY),
+        NodeView(NodeStatus.UNHEALTHY),
+        DecisionKind.RECOVERED,
+    ),
+    (
+        "healthy-while-remediating",
+        ev("IDLE", kind=EventKind.HEALTHY),
+        NodeView(NodeStatus.REMEDIATING, 3),
+        DecisionKind.RECORD,
+    ),
+    (
+        "healthy-does-not-release",
+        ev("IDLE", kind=EventKind.HEALTHY),
+        NodeView(NodeStatus.QUARANTINED),
+        DecisionKind.RECORD,
+    ),
     ("inventory-recorded", ev("IDLE", kind=EventKind.INVENTORY), NodeView(), DecisionKind.RECORD),
 ]
 
 
-@pytest.mark.parametrize(("event", "node", "expected"), [c[1:] for c in DECIDE_CASES], ids=[c[0] for c in DECIDE_CASES])
+@pytest.mark.parametrize(
+    ("event", "node", "expected"), [c[1:] for c in DECIDE_CASES], ids=[c[0] for c in DECIDE_CASES]
+)
 def test_decide(event: NodeEvent, node: NodeView, expected: DecisionKind) -> None:
     decision = decide(event, node, POLICY)
     assert decision.kind is expected, decision.reason
@@ -73,12 +115,16 @@ def test_window_expiry_counts_only_inside_the_window() -> None:
 
 
 def view(**kw: object) -> ClusterView:
-    base: dict[str, object] = dict(paused=False, pool_size=100, failed_in_window=0, vm_active=0, last_vm_action_at=None)
+    base: dict[str, object] = dict(
+        paused=False, pool_size=100, failed_in_window=0, vm_active=0, last_vm_action_at=None
+    )
     base.update(kw)
     return ClusterView(**base)  # type: ignore[arg-type]
 
 
-GATE_POLICY = PolicySettings(max_concurrent=2, breaker_max_fraction=0.10, breaker_min_failures=3, min_restart_gap_s=30)
+GATE_POLICY = PolicySettings(
+    max_concurrent=2, breaker_max_fraction=0.10, breaker_min_failures=3, min_restart_gap_s=30
+)
 
 GATE_CASES = [
     ("all-clear", Step.VM_RESTART, view(), True, True),
@@ -101,7 +147,9 @@ GATE_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("step", "cluster", "new_action", "ok"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES])
+@pytest.mark.parametrize(
+    ("step", "cluster", "new_action", "ok"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
+)
 def test_gate(step: Step, cluster: ClusterView, new_action: bool, ok: bool) -> None:
     verdict = gate(step, cluster, GATE_POLICY, T0, new_vm_action=new_action)
     assert verdict.ok is ok, verdict.reason
