@@ -205,7 +205,8 @@ class WorkflowSettings(_Section):
     ladder: list[str] = Field(
         ["restart", "reimage"],
         description="VM actions tried in order when verify fails; after the last one the node is "
-        "quarantined. Values: restart, reimage, redeploy, stop_start.",
+        "quarantined. Values: restart, reimage, redeploy, stop_start. On GCE and AWS, which have no "
+        "reimage or redeploy, those rungs become stop_start (a move to fresh hardware).",
     )
 
     @field_validator("ladder")
@@ -342,12 +343,37 @@ class ApiSettings(_Section):
         default_factory=list, description="Bearer tokens allowed to read and to act (levers)."
     )
     read_tokens: list[SecretStr] = Field(default_factory=list, description="Read-only bearer tokens.")
+    metrics_require_token: bool = Field(
+        False,
+        description="Require a read or admin bearer token on /metrics. Off by default because "
+        "/metrics carries only cluster-wide counts (no node names) and Prometheus scrapes it; turn it "
+        "on when the port is reachable beyond the monitoring network.",
+    )
 
 
 class NotifySettings(_Section):
     webhook_url: SecretStr | None = Field(None, description="Slack-compatible incoming webhook; unset = off.")
     min_interval_s: float = Field(
         300.0, ge=0, description="At most one message per kind and node within this many seconds."
+    )
+    max_per_pass: int = Field(
+        5,
+        ge=1,
+        le=100,
+        description="Messages posted per outbox pass (every 10 s); anything beyond is collapsed into one "
+        "summary message, so a storm pages a handful of times, not hundreds.",
+    )
+    max_age_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Audit rows older than this (seconds) are skipped, not posted: after an outage or "
+        "on first enabling the webhook, stale news is not worth a page.",
+    )
+    timeout_s: float = Field(
+        10.0, gt=0, le=60, description="Seconds before one webhook POST gives up (retried next pass)."
+    )
+    dashboard_url: str | None = Field(
+        None, description="Public base URL of the dashboard; when set, messages link to the node's page."
     )
 
 

@@ -122,14 +122,23 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Out
     )
 
 
-def vm_action(inp: StepInput, cfg: Settings) -> VMAction:
-    return VMAction(cfg.workflow.ladder[min(inp.ladder, len(cfg.workflow.ladder) - 1)])
+# Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
+# or EC2 VM to a fresh host, which is what redeploy does on Azure.
+_HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
+_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
+
+
+def vm_action(inp: StepInput, cfg: Settings, provider: str | None = None) -> VMAction:
+    action = VMAction(cfg.workflow.ladder[min(inp.ladder, len(cfg.workflow.ladder) - 1)])
+    if provider in _NATIVE and action not in _NATIVE[provider]:
+        return _HEAVIER.get(action, action)
+    return action
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
     if inp.provider_op is None:
         vm = parse_provider_id(inp.context.get("provider_id", ""))
-        op = ad.vm.start(vm, vm_action(inp, cfg), inp.key)
+        op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return _wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
     status = ad.vm.poll(op)

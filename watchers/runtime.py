@@ -47,11 +47,20 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
-    """The bus watchers publish to; new events kick the ingest task."""
+    """The bus watchers publish to; new events kick the ingest task. ``memory://`` (embedded mode)
+    gives the in-process bus with the same contract."""
     from workers.celery_app import kick_ingest
 
+    if settings.broker.redis_url.startswith("memory://"):
+        from workers.memstream import MemoryEventBus
+
+        return MemoryEventBus(kick=kick_ingest)  # type: ignore[return-value]
     return RedisEventBus(client or redis_client(settings), settings.broker.key_prefix, kick=kick_ingest)
 
 
 def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0) -> LeaderLock:
+    if settings.broker.redis_url.startswith("memory://"):
+        from workers.memstream import LocalLock
+
+        return LocalLock()  # type: ignore[return-value]
     return LeaderLock(client or redis_client(settings), f"{settings.broker.key_prefix}:leader:{kind}", ttl_s)

@@ -47,6 +47,11 @@ class Runtime:
         return redis.Redis.from_url(self.settings.broker.redis_url, socket_timeout=10)
 
     @property
+    def embedded(self) -> bool:
+        """Events live in process memory (workers.memstream), not in Redis."""
+        return self.settings.broker.redis_url.startswith("memory://")
+
+    @property
     def keys(self) -> Keys:
         return Keys(self.settings.broker.key_prefix)
 

@@ -26,6 +26,7 @@ from remediation.states import Step
 from remediation.steps import release_node
 from remediation.workflow import FollowUp, RetryLater
 from workers.celery_app import WORKFLOW_QUEUE, app, settings
+from workers import memstream
 from workers.context import Runtime, runtime
 from workers.metrics import TASKS
 from workers.stream import drain
@@ -84,8 +85,11 @@ def ingest(self: DomainTask) -> int:
             result = ingest_batch(s, payloads, rt.settings.policy, SystemClock())
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
-    n = drain(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
-              rt.settings.broker.ingest_claim_idle_s * 1000)
+    if rt.embedded:
+        n = memstream.drain(handle, rt.settings.broker.ingest_batch)
+    else:
+        n = drain(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
+                  rt.settings.broker.ingest_claim_idle_s * 1000)
     enqueue(opened)
     return n
 

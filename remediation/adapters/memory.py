@@ -41,7 +41,7 @@ from remediation.interfaces import (
 
 def _node(name: str) -> dict[str, Any]:
     return {
-        "slurm": {"state": "IDLE", "flags": [], "reason": "", "reason_user": None},
+        "slurm": {"state": "IDLE", "flags": [], "reason": "", "reason_user": None, "reason_time": None},
         "jobs": 0,
         "k8s": {"ready": "True", "boot_id": uuid.uuid4().hex, "unschedulable": False, "ours": False,
                 "taint": False, "pods": 0, "blocked": 0},
@@ -117,7 +117,7 @@ class MemoryWorld:
             if flags is not None:
                 s["flags"] = flags
             if reason is not None:
-                s["reason"], s["reason_user"] = reason, user
+                s["reason"], s["reason_user"], s["reason_time"] = reason, user, time.time()
 
     def set_jobs(self, name: str, jobs: int) -> None:
         with self.mutate() as st:
@@ -146,8 +146,9 @@ class MemorySlurm:
     @staticmethod
     def _view(name: str, d: dict[str, Any]) -> SlurmNode:
         s = d["slurm"]
+        at = s.get("reason_time")
         return SlurmNode(name, s["state"], frozenset(s["flags"]), s["reason"], s["reason_user"],
-                         datetime.now(UTC))
+                         datetime.fromtimestamp(at, UTC) if at else None)
 
     def running_jobs(self, name: str) -> int:
         with self.w.mutate() as st:
@@ -158,6 +159,8 @@ class MemorySlurm:
             s = self.w._get(st, name)["slurm"]
             effect = "DRAIN" not in s["flags"] or s["reason"] != reason
             s["flags"] = sorted(set(s["flags"]) | {"DRAIN"})
+            if s["reason"] != reason:
+                s["reason_time"] = time.time()
             s["reason"], s["reason_user"] = reason, "root"
             self.w._log(st, "slurm.drain", name, effect, reason=reason)
         self.w._pause("slurm.drain")
@@ -169,7 +172,7 @@ class MemorySlurm:
                 s["state"] = "DOWN"
             else:
                 s["flags"] = sorted(set(s["flags"]) | {"FAIL"})
-            s["reason"], s["reason_user"] = reason, "root"
+            s["reason"], s["reason_user"], s["reason_time"] = reason, "root", time.time()
             self.w._log(st, f"slurm.{state.lower()}", name, reason=reason)
 
     def resume(self, name: str) -> None:
@@ -178,7 +181,7 @@ class MemorySlurm:
             effect = bool(set(s["flags"]) & {"DRAIN", "FAIL"}) or s["state"] == "DOWN"
             s["flags"] = [f for f in s["flags"] if f not in ("DRAIN", "FAIL", "NOT_RESPONDING")]
             s["state"] = "IDLE" if s["state"] == "DOWN" else s["state"]
-            s["reason"], s["reason_user"] = "", None
+            s["reason"], s["reason_user"], s["reason_time"] = "", None, None
             self.w._log(st, "slurm.resume", name, effect)
 
 

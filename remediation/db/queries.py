@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
@@ -24,17 +25,16 @@ LAST_VM_ACTION = "last_vm_action"
 
 
 def control_get(session: Session, key: str) -> dict[str, Any]:
-    row = session.get(Control, key)
-    return dict(row.value) if row else {}
+    value = session.execute(select(Control.value).where(Control.key == key)).scalar_one_or_none()
+    return dict(value) if value else {}
 
 
 def control_set(session: Session, key: str, value: dict[str, Any], now: datetime) -> None:
-    row = session.get(Control, key, with_for_update=True)
-    if row is None:
-        session.add(Control(key=key, value=value, updated_at=now))
-    else:
-        row.value = value
-        row.updated_at = now
+    """Upsert: two workers noticing the same change at once must not collide on the key."""
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    stmt = insert(Control).values(key=key, value=value, updated_at=now)
+    session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": now}))
 
 
 def is_paused(session: Session) -> bool:

@@ -30,10 +30,18 @@ def make_engine(cfg: DatabaseSettings) -> Engine:
     engine = create_engine(cfg.url, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin_immediate)
     return engine
 
 
+def _sqlite_begin_immediate(conn: Any) -> None:
+    # SQLite ignores SELECT ... FOR UPDATE. Taking the write lock at BEGIN serialises transactions,
+    # which gives the embedded mode the same read-check-write safety row locks give on Postgres.
+    conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.isolation_level = None  # let the "begin" listener issue BEGIN itself
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA busy_timeout=30000")

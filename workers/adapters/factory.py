@@ -14,14 +14,23 @@ from remediation.interfaces import KubeNodes, SlurmControl, VMProvider
 from remediation.settings import Settings
 from remediation.steps import Adapters
 
+_worlds: dict[str, MemoryWorld] = {}
+
 
 def make_world(settings: Settings) -> MemoryWorld:
-    return MemoryWorld(
+    """The simulated world. Without a journal it lives in this process, and every caller in the
+    process (worker threads, watchers, the demo's scenario) gets the same one."""
+    if settings.sim.journal is None and settings.sim.nodes in _worlds:
+        return _worlds[settings.sim.nodes]
+    world = MemoryWorld(
         nodes=expand(settings.sim.nodes),
         journal=settings.sim.journal,
         op_polls=settings.sim.op_polls,
         call_delay_s=settings.sim.call_delay_s,
     )
+    if settings.sim.journal is None:
+        _worlds[settings.sim.nodes] = world
+    return world
 
 
 def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapters:

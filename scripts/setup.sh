@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Install everything the tests need on a Debian 12 machine, idempotently:
+#   - PostgreSQL and Redis from Debian's packages, started if they are not answering;
+#   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
+#   - a Python 3.11 virtualenv in .venv with the project and its test extras.
+# Safe to run again: every step checks before it acts. Needs root for the apt and service steps.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
+
+apt_updated=0
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg"); done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$apt_updated" = 0 ]; then apt-get update -qq; apt_updated=1; fi
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# --- PostgreSQL: 127.0.0.1:5432, trust auth for local TCP, a database named "test".
+if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+  apt_install postgresql postgresql-client
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  grep -q "^host all all 127.0.0.1/32 trust" "$hba" || sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  pg_ctlcluster --skip-systemctl-redirect "$ver" main start 2>/dev/null || pg_ctlcluster "$ver" main restart
+  for _ in $(seq 1 60); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+fi
+if ! psql -h 127.0.0.1 -U postgres -d postgres -tAc 'select 1' >/dev/null 2>&1; then
+  ver=$(ls /etc/postgresql | sort -V | tail -1)
+  hba=/etc/postgresql/$ver/main/pg_hba.conf
+  sed -i '1i host all all 127.0.0.1/32 trust' "$hba"
+  runuser -u postgres -- psql -tAc 'select pg_reload_conf()' >/dev/null
+fi
+psql -h 127.0.0.1 -U postgres -d postgres -tAc "select 1 from pg_database where datname='test'" | grep -q 1 \
+  || psql -h 127.0.0.1 -U postgres -d postgres -qc 'create database test'
+
+# --- Redis: 127.0.0.1:6379, nothing kept on disk.
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  apt_install redis-server
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  for _ in $(seq 1 50); do redis-cli ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+# --- Slurm 22.05 and munge (the real-Slurm tests start a controller from a fixture).
+apt_install slurmctld slurmd slurm-client munge slurmrestd
+
+# --- Python 3.11 virtualenv with the project.
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
+  || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -e '.[test]'
+  rm -f .venv/.installed-*; touch "$stamp"
+fi
+echo "setup complete"

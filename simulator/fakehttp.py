@@ -1,0 +1,199 @@
+"""What the cloud fakes share: a threaded stdlib HTTP(S) server, a request log and fault injection.
+
+The GCE and Azure fakes (:mod:`simulator.gce_api`, :mod:`simulator.azure_api`) speak their service's
+wire protocol; this module owns everything that is not protocol:
+
+- :class:`FakeServer` binds 127.0.0.1 on port 0 (so parallel test runs never collide), serves from a
+  daemon thread and stops cleanly. With an ``ssl_context`` it serves HTTPS; the TLS handshake runs in
+  the per-connection thread, so one slow client cannot stall the accept loop.
+- :class:`RequestLog` records every request (method, path, query) so that a test can count restarts
+  exactly ("one POST .../reset, however many times the worker retried").
+- :class:`Faults` makes the next N matching requests fail with a given status (and Retry-After), the way
+  a throttled or overloaded service would. The protocol module renders the error body in its own shape.
+"""
+
+from __future__ import annotations
+
+import ssl
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from socket import socket
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+
+@dataclass(frozen=True)
+class LoggedRequest:
+    method: str
+    path: str
+    query: dict[str, str]
+    status: int
+
+
+class RequestLog:
+    """Thread-safe list of the requests a fake answered."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: list[LoggedRequest] = []
+
+    def add(self, item: LoggedRequest) -> None:
+        with self._lock:
+            self._items.append(item)
+
+    @property
+    def items(self) -> list[LoggedRequest]:
+        with self._lock:
+            return list(self._items)
+
+    def count(self, method: str, path_suffix: str, *, status: int | None = None) -> int:
+        """Requests whose path ends with ``path_suffix`` (case-insensitive), optionally with a status."""
+        suffix = path_suffix.lower()
+        return sum(
+            1
+            for r in self.items
+            if r.method == method
+            and r.path.lower().endswith(suffix)
+            and (status is None or r.status == status)
+        )
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+@dataclass
+class Fault:
+    status: int
+    remaining: int
+    retry_after: float | None = None
+    match: str | None = None  # case-insensitive substring of the path; None matches every request
+    method: str | None = None
+
+
+@dataclass
+class Faults:
+    """Queue of injected failures; the first matching fault with calls left is used."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _queue: list[Fault] = field(default_factory=list)
+
+    def fail_next(
+        self,
+        count: int,
+        status: int = 503,
+        *,
+        retry_after: float | None = None,
+        match: str | None = None,
+        method: str | None = None,
+    ) -> None:
+        with self._lock:
+            self._queue.append(Fault(status, count, retry_after, match.lower() if match else None, method))
+
+    def take(self, method: str, path: str) -> Fault | None:
+        with self._lock:
+            for fault in self._queue:
+                if fault.remaining <= 0:
+                    continue
+                if fault.method and fault.method != method:
+                    continue
+                if fault.match and fault.match not in path.lower():
+                    continue
+                fault.remaining -= 1
+                return fault
+            return None
+
+    def clear(self) -> None:
+        with self._lock:
+            self._queue.clear()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    ssl_context: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket, Any]:
+        sock, addr = super().get_request()
+        if self.ssl_context is not None:
+            # Handshake lazily, in the handler thread (see the module docstring).
+            sock = self.ssl_context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+        return sock, addr
+
+
+Response = tuple[int, dict[str, str], bytes]
+
+
+class FakeServer:
+    """Serve ``dispatch(method, path, query, body, headers) -> (status, headers, body)`` on 127.0.0.1:0.
+
+    Request header names reach ``dispatch`` in lower case."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self.log = RequestLog()
+        self.faults = Faults()
+        outer = self
+
+        class _RequestHandler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the SDKs' connection pools expect
+
+            def _serve(self) -> None:
+                parts = urlsplit(self.path)
+                query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                try:
+                    request_headers = {k.lower(): v for k, v in self.headers.items()}
+                    status, headers, payload = outer.dispatch(
+                        self.command, parts.path, query, body, request_headers
+                    )
+                except Exception as exc:  # a bug in the fake must surface as a 500, not a hung client
+                    status, headers, payload = 500, {"Content-Type": "text/plain"}, repr(exc).encode()
+                outer.log.add(LoggedRequest(self.command, parts.path, query, status))
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+                return
+
+        self._httpd = _Server(("127.0.0.1", 0), _RequestHandler)
+        self._httpd.ssl_context = ssl_context
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    def dispatch(
+        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+    ) -> Response:
+        raise NotImplementedError  # each protocol module answers its own paths
+
+    def start(self) -> FakeServer:
+        self._thread = threading.Thread(
+            # A short poll interval: shutdown() waits for it, and tests start many servers.
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=type(self).__name__,
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,96 @@
+"""The VM provider factory and the per-cloud router (no network: providers build clients lazily)."""
+
+from __future__ import annotations
+
+import pytest
+
+from remediation.adapters.memory import MemoryVM, MemoryWorld
+from remediation.adapters.noop import NoopVM
+from remediation.errors import NotSupported
+from remediation.interfaces import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.settings import Settings
+from workers.adapters.aws import AWSProvider
+from workers.adapters.azure import AzureProvider
+from workers.adapters.gce import GCEProvider
+from workers.adapters.vm import VMRouter, make_vm_provider
+
+
+class Recording:
+    """A provider that records calls and answers in its own name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list[tuple[str, str]] = []
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        self.calls.append(("start", vm.name))
+        return Operation(self.name, f"{self.name}-op", action, vm)
+
+    def poll(self, op: Operation) -> OperationStatus:
+        self.calls.append(("poll", op.ref))
+        return OperationStatus(done=True)
+
+
+def test_router_dispatches_by_provider_and_builds_lazily() -> None:
+    built: dict[str, Recording] = {}
+
+    def factory(name: str):  # type: ignore[no-untyped-def]
+        def build() -> Recording:
+            built[name] = Recording(name)
+            return built[name]
+
+        return build
+
+    router = VMRouter({"gce": factory("gce"), "azure": factory("azure"), "aws": factory("aws")})
+    assert isinstance(router, VMProvider)
+    op = router.start(VMRef("azure", "vm-1", account="s", group="rg"), VMAction.RESTART, "k")
+    assert op.provider == "azure" and set(built) == {"azure"}  # GCE and AWS never built
+    assert router.poll(op).done
+    router.start(VMRef("azure", "vm-2", account="s", group="rg"), VMAction.RESTART, "k2")
+    assert built["azure"].calls == [("start", "vm-1"), ("poll", "azure-op"), ("start", "vm-2")]
+    assert set(built) == {"azure"}
+
+
+def test_router_polls_by_the_operation_provider() -> None:
+    gce, aws = Recording("gce"), Recording("aws")
+    router = VMRouter({"gce": lambda: gce, "aws": lambda: aws})
+    router.poll(Operation("aws", "r-1", VMAction.RESTART, VMRef("aws", "i-0abc12345678")))
+    assert aws.calls == [("poll", "r-1")] and gce.calls == []
+
+
+def test_router_names_an_unconfigured_provider() -> None:
+    router = VMRouter({"gce": lambda: Recording("gce")})
+    with pytest.raises(NotSupported, match="'aws'.*configured: gce"):
+        router.start(VMRef("aws", "i-0abc12345678"), VMAction.RESTART, "k")
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        ("gce", GCEProvider),
+        ("azure", AzureProvider),
+        ("aws", AWSProvider),
+        ("auto", VMRouter),
+        ("noop", NoopVM),
+    ],
+    ids=["gce", "azure", "aws", "auto", "noop"],
+)
+def test_factory_picks_the_backend(backend: str, expected: type) -> None:
+    assert isinstance(make_vm_provider(Settings(vm={"backend": backend})), expected)
+
+
+def test_factory_memory_uses_the_given_world() -> None:
+    world = MemoryWorld(nodes=["gpu-node-0"])
+    provider = make_vm_provider(Settings(vm={"backend": "memory"}), world=world)
+    assert isinstance(provider, MemoryVM)
+
+
+def test_auto_routes_memory_vms_when_a_world_is_given() -> None:
+    world = MemoryWorld(nodes=["gpu-node-0"])
+    router = make_vm_provider(Settings(), world=world)
+    op = router.start(
+        VMRef("memory", "gpu-node-0", provider_id="memory:///gpu-node-0"), VMAction.RESTART, "k1"
+    )
+    assert op.provider == "memory"
+    with pytest.raises(NotSupported):
+        make_vm_provider(Settings()).start(VMRef("memory", "gpu-node-0"), VMAction.RESTART, "k1")

@@ -1,0 +1,88 @@
+"""The embedded mode: the whole service in one process, with no servers to install.
+
+- **Database**: SQLite (migrated with the same Alembic scripts as Postgres).
+- **Broker**: Celery's ``memory://`` transport, with a real Celery worker (threads pool) running the
+  real tasks in a background thread, plus an in-process event bus (workers.memstream).
+- **Cluster**: the simulated world of remediation.adapters.memory, watched by the real Slurm watcher
+  code (watchers.slurm) and acted on through the same adapter interfaces as production.
+
+``configure_environment`` must run before ``workers.celery_app`` is first imported, because the Celery
+app reads its settings at import. The demo scenario lives in workers.demo.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EMBEDDED_ENV = {
+    "REMEDIATION_BROKER__REDIS_URL": "memory://",
+    "REMEDIATION_BROKER__CELERY_BROKER_URL": "memory://",
+    "REMEDIATION_SLURM__BACKEND": "memory",
+    "REMEDIATION_KUBE__BACKEND": "memory",
+    "REMEDIATION_VM__BACKEND": "memory",
+}
+
+
+def configure_environment(workdir: Path, overrides: dict[str, str] | None = None) -> None:
+    """Point every setting at embedded backends unless the user already chose something."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    defaults = {**EMBEDDED_ENV, "REMEDIATION_DATABASE__URL": f"sqlite:///{workdir / 'remediation.db'}"}
+    defaults.update(overrides or {})
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
+
+
+@dataclass
+class Embedded:
+    """Running pieces of the embedded service; ``stop`` ends them all."""
+
+    threads: list[threading.Thread] = field(default_factory=list)
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    worker: Any = None
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.worker is not None:
+            try:
+                self.worker.stop(in_sighandler=False)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                logging.getLogger(__name__).debug("worker stop", exc_info=True)
+
+
+def start(concurrency: int = 4) -> Embedded:
+    """Migrate the database, then start a Celery worker thread and the periodic sweeper/ingest."""
+    from remediation.db.migrate import upgrade
+    from workers.celery_app import INGEST_QUEUE, WORKFLOW_QUEUE, app, settings
+
+    if not settings.broker.celery_url.startswith("memory://"):
+        raise RuntimeError("embedded mode needs the memory:// broker (call configure_environment first)")
+    upgrade(settings.database.url)
+    app.conf.worker_redirect_stdouts = False  # the demo prints its own report
+    emb = Embedded()
+    worker = app.Worker(
+        pool="threads", concurrency=concurrency, queues=[INGEST_QUEUE, WORKFLOW_QUEUE], loglevel="WARNING",
+        without_heartbeat=True, without_mingle=True, without_gossip=True, quiet=True,
+        hostname="embedded@localhost",
+    )
+    emb.worker = worker
+    emb.threads.append(threading.Thread(target=worker.start, name="celery-worker", daemon=True))
+
+    def beat() -> None:
+        # The periodic duties Celery beat has in production: sweeper and ingest safety net.
+        next_sweep = 0.0
+        while not emb.stop_event.wait(1.0):
+            app.send_task("remediation.ingest", queue=INGEST_QUEUE)
+            if time.monotonic() >= next_sweep:
+                app.send_task("remediation.sweep", queue=WORKFLOW_QUEUE)
+                next_sweep = time.monotonic() + settings.workflow.sweep_interval_s
+
+    emb.threads.append(threading.Thread(target=beat, name="beat", daemon=True))
+    for t in emb.threads:
+        t.start()
+    return emb
