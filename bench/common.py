@@ -1,0 +1,46 @@
+"""Shared set-up for benchmarks: a throw-away Postgres database and Redis prefix, real worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+from remediation.db.migrate import upgrade
+
+PG_ADMIN = os.environ.get("REMEDIATION_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@contextlib.contextmanager
+def scratch_database() -> Iterator[str]:
+    name = f"rembench_{uuid.uuid4().hex[:8]}"
+    dsn = PG_ADMIN.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = PG_ADMIN.rpartition("/")[0] + f"/{name}"
+    try:
+        upgrade(url)
+        yield url
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def scratch_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="rembench-") as d:
+        yield Path(d)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[idx]

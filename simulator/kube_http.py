@@ -1,0 +1,239 @@
+"""HTTP for the fake kube-apiserver: routing, Status errors, auth, fault injection and watch streams.
+
+Each request is answered the way the real server answers it: errors are ``Status`` bodies, the bearer
+token is checked first (401), then an injected fault (if a test armed one), then the route. A watch is
+a chunked stream of newline-delimited events that honours ``resourceVersion`` (replaying the store's
+history after it; none or "0" starts with synthetic ADDED events), ``timeoutSeconds`` (the stream then
+ends cleanly) and ``allowWatchBookmarks``; a resourceVersion the history no longer holds, or a
+compaction while the watch is open, ends it with an ERROR event carrying a 410 Expired Status.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs, urlsplit
+
+from simulator.kube_select import SelectorError, field_selector, label_selector
+from simulator.kube_store import ApiError, Obj, status
+
+if TYPE_CHECKING:
+    from simulator.kube_api import KubeAPIServer
+
+REASONS = {
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    content_type: str
+    body: Any
+    status: int = 0
+
+
+class Handler(BaseHTTPRequestHandler):
+    api: KubeAPIServer
+    protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as the client expects
+    disable_nagle_algorithm = True  # headers and body go out in separate writes; don't stall 40 ms
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass  # the request log is the record; stderr noise would drown test output
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    # ------------------------------------------------------------------------ plumbing
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        content_type = self.headers.get("Content-Type", "")
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        # Logged just before the response goes out, so a client that got its answer sees its entry.
+        self._entry = Request(method, url.path, query, content_type, body)
+        try:
+            if self.headers.get("Authorization", "") != f"Bearer {self.api.token}":
+                raise ApiError(status(401, "Unauthorized", "Unauthorized"))
+            fault = self.api._take_fault(method, url.path)
+            if fault is not None:
+                headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
+                details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
+                reason = REASONS.get(fault.code, "Unknown")
+                raise ApiError(status(fault.code, reason, f"injected {reason}", details), headers)
+            _route(self, method, url.path.rstrip("/"), query, body, content_type)
+        except ApiError as exc:
+            self._send(exc.code, exc.body, exc.headers)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away mid-stream (a stopped watch)
+
+    def _log(self, code: int) -> None:
+        self.api._record(replace(self._entry, status=code))
+
+    def _send(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self._log(code)
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _chunk(self, obj: Obj) -> None:
+        data = json.dumps(obj).encode() + b"\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def watch(self, kind: str, query: dict[str, str], match: Callable[[Obj], bool]) -> None:
+        api, store = self.api, self.api.store
+        timeout = float(query.get("timeoutSeconds") or api.default_watch_timeout_s)
+        deadline = time.monotonic() + timeout
+        bookmarks = query.get("allowWatchBookmarks") == "true"
+        rv_text = query.get("resourceVersion", "")
+        self._log(200)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        epoch = store.epoch
+        if rv_text in ("", "0"):
+            # No resourceVersion: synthetic ADDED for the current state, then changes from there on.
+            items, pos = store.list(kind)
+            for obj in items:
+                if match(obj):
+                    self._chunk({"type": "ADDED", "object": obj})
+        else:
+            pos = int(rv_text) if rv_text.isdigit() else -1
+        next_bookmark = time.monotonic() + api.bookmark_interval_s
+        try:
+            while not api._closing.is_set():
+                with store.lock:
+                    records = store.since(kind, pos, epoch)  # ApiError(410) once the history lost pos
+                    if not records:
+                        wait = min(deadline, next_bookmark if bookmarks else deadline) - time.monotonic()
+                        if wait > 0:
+                            store.changed.wait(wait)
+                        records = [] if api._closing.is_set() else store.since(kind, pos, epoch)
+                for record in records:
+                    pos = record.rv
+                    if match(record.obj):
+                        self._chunk({"type": record.type, "object": record.obj})
+                now = time.monotonic()
+                if now >= deadline:
+                    break
+                if bookmarks and now >= next_bookmark:
+                    self._chunk(
+                        {
+                            "type": "BOOKMARK",
+                            "object": {
+                                "kind": _KINDS[kind],
+                                "apiVersion": "v1",
+                                "metadata": {"resourceVersion": str(pos)},
+                            },
+                        }
+                    )
+                    next_bookmark = now + api.bookmark_interval_s
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except ApiError as exc:  # 410: the real server sends the Status as an ERROR event, then closes
+            self._chunk({"type": "ERROR", "object": exc.body})
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        return
+
+
+_KINDS = {"nodes": "Node", "pods": "Pod"}
+
+
+def _list(kind: str, items: list[Obj], rv: int) -> Obj:
+    return {
+        "kind": f"{_KINDS[kind]}List",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": str(rv)},
+        "items": items,
+    }
+
+
+def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any, content_type: str) -> None:
+    api, store = h.api, h.api.store
+    parts = path.strip("/").split("/")
+    if parts[:2] != ["api", "v1"]:
+        raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
+    rest = parts[2:]
+    namespace = None
+    if len(rest) >= 2 and rest[0] == "namespaces":
+        namespace, rest = rest[1], rest[2:]
+    if not rest or rest[0] not in ("nodes", "pods") or (rest[0] == "nodes" and namespace):
+        raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
+    kind = rest[0]
+    try:
+        fields = field_selector(kind, query.get("fieldSelector"))
+        labels = label_selector(query.get("labelSelector"))
+    except SelectorError as exc:
+        raise ApiError(status(400, "BadRequest", str(exc))) from None
+
+    def match(obj: Obj) -> bool:
+        in_ns = namespace is None or obj["metadata"].get("namespace") == namespace
+        return in_ns and fields(obj) and labels(obj)
+
+    if len(rest) == 1 and method == "GET":
+        if query.get("watch") in ("true", "1"):
+            h.watch(kind, query, match)
+            return
+        items, rv = store.list(kind)
+        h._send(200, _list(kind, [o for o in items if match(o)], rv))
+        return
+    if len(rest) == 2:
+        key: Any = rest[1] if kind == "nodes" else (namespace, rest[1])
+        if kind == "pods" and namespace is None:
+            raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
+        if method == "GET":
+            h._send(200, store.get(kind, key))
+            return
+        if method == "PATCH" and kind == "nodes":
+            h._send(200, store.patch_node(rest[1], body, content_type))
+            return
+    if len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method in ("GET", "PATCH"):
+        if method == "GET":
+            h._send(200, store.get(kind, rest[1]))
+        else:
+            h._send(200, store.patch_node(rest[1], body, content_type, subresource="status"))
+        return
+    if len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST" and namespace:
+        if not isinstance(body, dict) or body.get("kind") != "Eviction":
+            raise ApiError(status(400, "BadRequest", "body must be a policy/v1 Eviction"))
+        h._send(201, store.evict(namespace, rest[1], api.evict_grace_s))
+        return
+    raise ApiError(status(405, "MethodNotAllowed", f"the server does not allow this method on {path}"))

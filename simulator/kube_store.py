@@ -1,0 +1,271 @@
+"""The state behind the fake kube-apiserver: objects, resourceVersions, watch history and PDBs.
+
+One counter stamps every write, as etcd's revision does, so resourceVersions are comparable across
+kinds and a list's ``metadata.resourceVersion`` is a point a watch can resume from. Every write
+appends a ``(rv, type, kind, object)`` record to a bounded history. A watch replays the records after
+its resourceVersion; once the history has dropped a record the watch would need, the store answers
+410 Expired, which is what forces a real client to relist. ``compact()`` drops the whole history, so
+a test can force that path deterministically.
+
+Errors are raised as :class:`ApiError` carrying the exact Status body the real server sends.
+Eviction follows the real admission rules: terminal or already-terminating pods are evicted without
+consulting budgets; otherwise every PodDisruptionBudget selecting the pod must allow one disruption,
+and if none allows it the answer is 429 TooManyRequests with a ``DisruptionBudget`` cause.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from simulator.kube_patch import PatchError, apply_patch
+from simulator.kube_select import label_selector
+
+Obj = dict[str, Any]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def status(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
+    body: Obj = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+class ApiError(Exception):
+    def __init__(self, body: Obj, headers: dict[str, str] | None = None) -> None:
+        super().__init__(body.get("message", ""))
+        self.body = body
+        self.code = int(body["code"])
+        self.headers = headers or {}
+
+
+def not_found(kind: str, name: str) -> ApiError:
+    return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', {"name": name, "kind": kind}))
+
+
+@dataclass
+class PDB:
+    namespace: str
+    name: str
+    selector: str
+    min_available: int | None = None
+    max_unavailable: int | None = None
+
+
+@dataclass(frozen=True)
+class Record:
+    rv: int
+    type: str  # ADDED, MODIFIED, DELETED
+    kind: str  # nodes, pods
+    obj: Obj
+
+
+class Store:
+    def __init__(self, history: int = 1000) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.rv = 1
+        self.nodes: dict[str, Obj] = {}
+        self.pods: dict[tuple[str, str], Obj] = {}
+        self.pdbs: dict[tuple[str, str], PDB] = {}
+        self.history: deque[Record] = deque(maxlen=history)
+        self.floor = 1  # a watch may resume from any rv >= floor; older ones get 410
+        self.epoch = 0  # bumped by compact(); a watch opened in an older epoch is expired
+
+    # ----------------------------------------------------------------------------- writes
+    def _write(self, kind: str, type_: str, obj: Obj) -> Obj:
+        """Stamp ``obj`` with the next rv, record it and wake the watches. Caller holds the lock."""
+        self.rv += 1
+        obj["metadata"]["resourceVersion"] = str(self.rv)
+        if self.history.maxlen is not None and len(self.history) == self.history.maxlen:
+            self.floor = self.history[0].rv
+        self.history.append(Record(self.rv, type_, kind, copy.deepcopy(obj)))
+        self.changed.notify_all()
+        return obj
+
+    def _table(self, kind: str) -> dict[Any, Obj]:
+        return self.nodes if kind == "nodes" else self.pods  # type: ignore[return-value]
+
+    def create(self, kind: str, key: Any, obj: Obj) -> Obj:
+        with self.lock:
+            meta = obj.setdefault("metadata", {})
+            meta.setdefault("uid", str(uuid.uuid4()))
+            meta.setdefault("creationTimestamp", now_rfc3339())
+            table = self._table(kind)
+            type_ = "MODIFIED" if key in table else "ADDED"
+            table[key] = obj
+            return copy.deepcopy(self._write(kind, type_, obj))
+
+    def delete(self, kind: str, key: Any) -> Obj:
+        with self.lock:
+            obj = self._table(kind).pop(key, None)
+            if obj is None:
+                raise not_found(kind, key if isinstance(key, str) else key[1])
+            return copy.deepcopy(self._write(kind, "DELETED", obj))
+
+    def mutate(self, kind: str, key: Any, change: Any) -> Obj:
+        """Apply ``change(obj)`` in place; a change that alters nothing writes nothing (no new rv)."""
+        with self.lock:
+            obj = self._table(kind).get(key)
+            if obj is None:
+                raise not_found(kind, key if isinstance(key, str) else key[1])
+            before = copy.deepcopy(obj)
+            change(obj)
+            if obj == before:
+                return copy.deepcopy(obj)
+            return copy.deepcopy(self._write(kind, "MODIFIED", obj))
+
+    def patch_node(self, name: str, body: Any, content_type: str, subresource: str = "") -> Obj:
+        """PATCH nodes/NAME ignores status changes and nodes/NAME/status ignores spec changes, as the
+        real registry strategies do (the kubelet owns status; controllers own spec)."""
+        with self.lock:
+            current = self.nodes.get(name)
+            if current is None:
+                raise not_found("nodes", name)
+            try:
+                patched = apply_patch("nodes", current, body, content_type)
+            except PatchError as exc:
+                reason = {400: "BadRequest", 415: "UnsupportedMediaType"}.get(exc.code, "Invalid")
+                raise ApiError(status(exc.code, reason, str(exc))) from None
+            meta = patched.setdefault("metadata", {})
+            # A resourceVersion in the patch is a precondition (optimistic concurrency), as on a
+            # real server; without one the patch applies to whatever is current.
+            if (
+                meta.get("resourceVersion", current["metadata"]["resourceVersion"])
+                != current["metadata"]["resourceVersion"]
+            ):
+                raise ApiError(
+                    status(
+                        409,
+                        "Conflict",
+                        f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                        "please apply your changes to the latest version and try again",
+                        {"name": name, "kind": "nodes"},
+                    )
+                )
+            for fixed in ("name", "uid", "creationTimestamp", "resourceVersion"):
+                meta[fixed] = current["metadata"][fixed]
+            kept = "spec" if subresource == "status" else "status"
+            patched[kept] = copy.deepcopy(current.get(kept, {}))
+            if patched == current:
+                return copy.deepcopy(current)
+            self.nodes[name] = patched
+            return copy.deepcopy(self._write("nodes", "MODIFIED", patched))
+
+    # ------------------------------------------------------------------------------ reads
+    def get(self, kind: str, key: Any) -> Obj:
+        with self.lock:
+            obj = self._table(kind).get(key)
+            if obj is None:
+                raise not_found(kind, key if isinstance(key, str) else key[1])
+            return copy.deepcopy(obj)
+
+    def list(self, kind: str) -> tuple[list[Obj], int]:
+        with self.lock:
+            return [copy.deepcopy(o) for o in self._table(kind).values()], self.rv
+
+    def since(self, kind: str, rv: int, epoch: int | None = None) -> list[Record]:
+        """Records of ``kind`` after ``rv``; raises ApiError(410) when the history no longer has them."""
+        with self.lock:
+            if rv < self.floor or (epoch is not None and epoch != self.epoch):
+                raise ApiError(status(410, "Expired", f"too old resource version: {rv} ({self.floor})"))
+            return [r for r in self.history if r.rv > rv and r.kind == kind]
+
+    def compact(self) -> None:
+        """Drop the history and end every open watch with 410, as a restarted watch cache does."""
+        with self.lock:
+            self.history.clear()
+            self.floor = self.rv
+            self.epoch += 1
+            self.changed.notify_all()
+
+    # --------------------------------------------------------------------------- eviction
+    def evict(self, namespace: str, name: str, grace_s: float) -> Obj:
+        with self.lock:
+            pod = self.pods.get((namespace, name))
+            if pod is None:
+                raise not_found("pods", name)
+            terminal = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            if not terminal and "deletionTimestamp" not in pod["metadata"]:
+                self._check_budgets(pod)
+            if grace_s <= 0 or terminal:
+                self.delete("pods", (namespace, name))
+            elif "deletionTimestamp" not in pod["metadata"]:
+
+                def terminate(obj: Obj) -> None:
+                    obj["metadata"]["deletionTimestamp"] = now_rfc3339()
+                    obj["metadata"]["deletionGracePeriodSeconds"] = int(grace_s)
+
+                self.mutate("pods", (namespace, name), terminate)
+                timer = threading.Timer(grace_s, self._finish, args=((namespace, name),))
+                timer.daemon = True
+                timer.start()
+            return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+
+    def _finish(self, key: tuple[str, str]) -> None:
+        try:
+            self.delete("pods", key)
+        except ApiError:
+            pass  # removed meanwhile
+
+    def _healthy(self, pod: Obj) -> bool:
+        return (
+            "deletionTimestamp" not in pod["metadata"] and (pod.get("status") or {}).get("phase") == "Running"
+        )
+
+    def _check_budgets(self, pod: Obj) -> None:
+        namespace = pod["metadata"]["namespace"]
+        budgets = [
+            b for b in self.pdbs.values() if b.namespace == namespace and label_selector(b.selector)(pod)
+        ]
+        if len(budgets) > 1:
+            raise ApiError(
+                status(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the "
+                    "eviction subresource does not support.",
+                )
+            )
+        for budget in budgets:
+            match = label_selector(budget.selector)
+            selected = [p for p in self.pods.values() if p["metadata"]["namespace"] == namespace and match(p)]
+            healthy = sum(1 for p in selected if self._healthy(p))
+            if budget.min_available is not None:
+                desired = budget.min_available
+            else:
+                desired = len(selected) - (budget.max_unavailable or 0)
+            if healthy - desired <= 0:
+                raise ApiError(
+                    status(
+                        429,
+                        "TooManyRequests",
+                        "Cannot evict pod as it would violate the pod's disruption budget.",
+                        {
+                            "causes": [
+                                {
+                                    "reason": "DisruptionBudget",
+                                    "message": f"The disruption budget {budget.name} needs {desired} "
+                                    f"healthy pods and has {healthy} currently",
+                                }
+                            ]
+                        },
+                    )
+                )

@@ -1,0 +1,301 @@
+"""The Kubernetes watcher against the local kube-apiserver and a real Redis stream."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from kubernetes import client
+
+from remediation.events import EventKind, NodeEvent, Source
+from remediation.settings import Settings
+from simulator.kube_api import KubeAPIServer
+from tests.conftest import REDIS_URL
+from watchers import kube as kube_watcher
+from watchers.runtime import Stopper
+from workers.bus import RedisEventBus
+
+HOLD = 1.0
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 5.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+class Watcher:
+    """One in-process watcher (run() in a thread) publishing to this test's Redis prefix."""
+
+    def __init__(self, settings: Settings, bus: RedisEventBus, api: client.CoreV1Api) -> None:
+        self.stopper = Stopper(install=False)
+        self.thread = threading.Thread(
+            target=kube_watcher.run, args=(settings, self.stopper, bus, api), daemon=True
+        )
+
+    def stop(self) -> None:
+        self.stopper.stop()
+        self.thread.join(timeout=5)
+        assert not self.thread.is_alive(), "watcher did not stop within 5 s"
+
+
+@pytest.fixture
+def settings(make_settings: Callable[..., Settings], redis_prefix: str) -> Settings:
+    return make_settings(
+        broker={"key_prefix": redis_prefix, "redis_url": REDIS_URL},
+        kube={"min_condition_s": HOLD, "resync_interval_s": 60, "watch_timeout_s": 5, "leader_ttl_s": 2},
+    )
+
+
+@pytest.fixture
+def start(
+    settings: Settings, redis_client: redis.Redis, redis_prefix: str, core: client.CoreV1Api
+) -> Iterator[Callable[..., Watcher]]:
+    started: list[Watcher] = []
+
+    def go(custom: Settings | None = None) -> Watcher:
+        watcher = Watcher(custom or settings, RedisEventBus(redis_client, redis_prefix, kick=None), core)
+        watcher.thread.start()
+        started.append(watcher)
+        return watcher
+
+    yield go
+    for watcher in started:
+        watcher.stopper.stop()
+    for watcher in started:
+        watcher.thread.join(timeout=5)
+
+
+def events(redis_client: redis.Redis, prefix: str) -> list[NodeEvent]:
+    return [NodeEvent.parse(fields[b"e"]) for _, fields in redis_client.xrange(f"{prefix}:events")]
+
+
+def watching(kube_api: KubeAPIServer, count: int = 1) -> bool:
+    return sum(1 for r in kube_api.requests if r.query.get("watch") == "true") >= count
+
+
+def lists(kube_api: KubeAPIServer) -> int:
+    return sum(1 for r in kube_api.requests if r.path == "/api/v1/nodes" and "watch" not in r.query)
+
+
+def test_not_ready_held_for_the_minimum_is_published_exactly_once(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    kube_api.add_node("n2")
+    start()
+    wait_for(lambda: watching(kube_api))
+    changed = time.monotonic()
+    node = kube_api.set_condition("n1", "Ready", "False", message="Kubelet stopped posting node status.")
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    assert time.monotonic() - changed >= HOLD  # not before it held
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    transition = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00"))
+    assert (event.source, event.node, event.kind, event.state) == (
+        Source.KUBERNETES,
+        "n1",
+        EventKind.UNHEALTHY,
+        "Ready=False",
+    )
+    assert event.reason == "Kubelet stopped posting node status."
+    assert event.dedupe_key == f"k8s:n1:Ready=False:{transition.isoformat()}"
+    # Heartbeats keep modifying the Node; the held condition is not published again.
+    for _ in range(3):
+        kube_api.set_condition("n1", "Ready", "False", message="Kubelet stopped posting node status.")
+        time.sleep(0.3)
+    assert len(events(redis_client, redis_prefix)) == 1
+
+
+def test_a_flap_shorter_than_the_minimum_is_not_published(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    start()
+    wait_for(lambda: watching(kube_api))
+    for _ in range(3):
+        kube_api.set_condition("n1", "Ready", "False")
+        time.sleep(HOLD / 4)
+        kube_api.set_condition("n1", "Ready", "True")
+        time.sleep(HOLD / 8)
+    time.sleep(HOLD + 0.5)
+    assert events(redis_client, redis_prefix) == []
+
+
+def test_problem_condition_and_recovery_are_published(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    start()
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("n1", "GpuXidError", "True", message="Xid 79: GPU has fallen off the bus")
+    wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    kube_api.set_condition("n1", "GpuXidError", "False", message="no Xid errors")
+    bad, good = wait_for(lambda: (e := events(redis_client, redis_prefix)) and len(e) == 2 and e)
+    assert (bad.kind, bad.state, bad.reason) == (
+        EventKind.UNHEALTHY,
+        "GpuXidError=True",
+        "Xid 79: GPU has fallen off the bus",
+    )
+    assert (good.kind, good.state, good.node) == (EventKind.HEALTHY, "GpuXidError=False", "n1")
+    assert good.dedupe_key != bad.dedupe_key
+
+
+def test_410_mid_watch_relists_without_losing_the_transition(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    start()
+    wait_for(lambda: watching(kube_api))
+    assert lists(kube_api) == 1
+    # The transition and the expiry happen together: the open watch never delivers the change,
+    # it gets 410 Expired instead, and only the relist can see Ready=False.
+    with kube_api.store.lock:
+        kube_api.set_condition("n1", "Ready", "False")
+        kube_api.compact()
+    wait_for(lambda: lists(kube_api) == 2)
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    assert (event.node, event.state) == ("n1", "Ready=False")
+
+
+def test_watch_resumes_from_the_last_resource_version_after_a_timeout(
+    kube_api: KubeAPIServer,
+    make_settings: Callable[..., Settings],
+    redis_prefix: str,
+    start: Callable[..., Watcher],
+) -> None:
+    kube_api.add_node("n1")
+    start(
+        make_settings(
+            broker={"key_prefix": redis_prefix}, kube={"watch_timeout_s": 1, "resync_interval_s": 60}
+        )
+    )
+    wait_for(lambda: watching(kube_api, 1))
+    kube_api.set_condition("n1", "Ready", "False")
+    expected = str(kube_api.resource_version)
+    wait_for(lambda: watching(kube_api, 2), timeout=4)
+    watches = [r for r in kube_api.requests if r.query.get("watch") == "true"]
+    assert watches[1].query["resourceVersion"] >= expected
+    assert watches[1].query["timeoutSeconds"] == "1"
+    assert lists(kube_api) == 1  # resumed, not relisted
+
+
+def test_periodic_resync_relists_and_republishes_with_the_same_key(
+    kube_api: KubeAPIServer,
+    make_settings: Callable[..., Settings],
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    start: Callable[..., Watcher],
+) -> None:
+    old = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube_api.add_node("n1")
+    kube_api.set_condition("n1", "Ready", "Unknown", message="node lease expired", last_transition=old)
+    start(
+        make_settings(
+            broker={"key_prefix": redis_prefix}, kube={"min_condition_s": 60, "resync_interval_s": 1}
+        )
+    )
+    # Bad for ten minutes already: published at once despite the 60 s hold (a restart resumes).
+    first = wait_for(lambda: events(redis_client, redis_prefix), timeout=2)
+    wait_for(lambda: lists(kube_api) >= 3, timeout=4)
+    republished = wait_for(lambda: (e := events(redis_client, redis_prefix)) and len(e) >= 2 and e)
+    assert {e.dedupe_key for e in republished} == {first[0].dedupe_key}
+    assert first[0].dedupe_key.endswith(old.replace("Z", "+00:00"))
+
+
+def test_a_restarted_watcher_republishes_the_same_condition_instance(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    first = start()
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("n1", "Ready", "False")
+    (before,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    first.stop()
+    start()
+    events_after = wait_for(
+        lambda: (e := events(redis_client, redis_prefix)) and len(e) == 2 and e, timeout=HOLD + 4
+    )
+    assert events_after[1].dedupe_key == before.dedupe_key  # the ingest records it once
+
+
+def test_only_the_leader_watches_and_publishes(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    lock_key = f"{redis_prefix}:leader:kube"
+    redis_client.set(lock_key, "another-watcher", px=60_000)
+    kube_api.add_node("n1")
+    kube_api.set_condition("n1", "Ready", "False")
+    start()
+    time.sleep(HOLD + 1)
+    assert kube_api.requests == [] and events(redis_client, redis_prefix) == []
+    redis_client.delete(lock_key)  # the other leader is gone
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 4)
+    assert event.state == "Ready=False"
+    assert redis_client.get(lock_key) not in (None, b"another-watcher")
+
+
+def test_a_second_watcher_stands_by_while_the_first_leads(
+    kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    kube_api.add_node("n1")
+    leader = start()
+    wait_for(lambda: watching(kube_api))
+    start()
+    time.sleep(0.5)
+    kube_api.set_condition("n1", "Ready", "False")
+    wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    time.sleep(0.5)
+    assert len(events(redis_client, redis_prefix)) == 1 and lists(kube_api) == 1
+    leader.stop()  # releases the lock; the standby takes over and relists
+    wait_for(lambda: lists(kube_api) == 2, timeout=4)
+
+
+def test_sigterm_stops_the_watcher_process_cleanly(
+    kube_api: KubeAPIServer, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    old = (datetime.now(UTC) - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube_api.add_node("n1")
+    kube_api.set_condition("n1", "Ready", "False", last_transition=old)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("REMEDIATION_")} | {
+        "REMEDIATION_KUBE__HOST": kube_api.url,
+        "REMEDIATION_KUBE__TOKEN": kube_api.token,
+        "REMEDIATION_KUBE__MIN_CONDITION_S": "0.5",
+        "REMEDIATION_BROKER__REDIS_URL": REDIS_URL,
+        "REMEDIATION_BROKER__KEY_PREFIX": redis_prefix,
+    }
+    proc = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
+        [sys.executable, "-m", "watchers.kube"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=15)
+        assert (event.node, event.state) == ("n1", "Ready=False")
+        assert redis_client.get(f"{redis_prefix}:leader:kube") is not None
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, output.decode()
+    assert time.monotonic() - started < 3
+    assert redis_client.get(f"{redis_prefix}:leader:kube") is None  # released, a standby need not wait
+    assert b"kube watcher stopped" in output
