@@ -71,7 +71,14 @@ class Quarantine:
     reason: str
 
 
-Outcome = Done | Wait | Escalate | Quarantine
+@dataclass(frozen=True)
+class Cancel:
+    """A human took the node back (e.g. uncordoned it mid-remediation): stop, undo nothing."""
+
+    reason: str
+
+
+Outcome = Done | Wait | Escalate | Quarantine | Cancel
 StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
 
 
@@ -103,13 +110,30 @@ def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
     knode = ad.kube.get(k8s_name)
     ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    ours = ad.kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
     return Done(
-        f"cordoned {k8s_name}",
-        context={"k8s_node": k8s_name, "boot_id_before": knode.boot_id, "provider_id": knode.provider_id},
+        f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
+        context={"k8s_node": k8s_name, "boot_id_before": knode.boot_id, "provider_id": knode.provider_id,
+                 "we_cordoned": ours},
     )
 
 
+def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+    """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
+    we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
+    node in service."""
+    if not inp.context.get("we_cordoned"):
+        return None
+    knode = ad.kube.get(inp.context["k8s_node"])
+    if knode.unschedulable:
+        return None
+    slurm_note = resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix)
+    return Cancel(f"a human uncordoned {knode.name} during the remediation; stopped ({slurm_note})")
+
+
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
     progress = ad.kube.evict_pods(inp.context["k8s_node"])
     if progress.done:
         return Done("all pods evicted")
@@ -137,6 +161,8 @@ def vm_action(inp: StepInput, cfg: Settings, provider: str | None = None) -> VMA
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
     if inp.provider_op is None:
+        if cancel := human_took_back(inp, ad, cfg):
+            return cancel
         vm = parse_provider_id(inp.context.get("provider_id", ""))
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return _wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
@@ -153,6 +179,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
 
 
 def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
     knode = ad.kube.get(inp.context["k8s_node"])
     snode = ad.slurm.get_node(inp.node)
     rebooted = knode.boot_id != inp.context.get("boot_id_before")

@@ -44,7 +44,7 @@ from remediation.states import (
     check_transition,
     next_on_success,
 )
-from remediation.steps import STEPS, Adapters, Done, Escalate, Outcome, Quarantine, StepInput, Wait
+from remediation.steps import STEPS, Adapters, Cancel, Done, Escalate, Outcome, Quarantine, StepInput, Wait
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +233,11 @@ class Engine:
             step = Step(rem.step)
             if isinstance(outcome, Wait):
                 return self._record_wait(rem, row, outcome, now)
+            if isinstance(outcome, Cancel):
+                if row is not None:
+                    row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
+                self._close(s, rem, RemediationStatus.CANCELLED, now, error=outcome.reason)
+                return None
             if row is not None:
                 row.finished_at = now
                 row.status = "done" if isinstance(outcome, Done) else "failed"

@@ -423,3 +423,28 @@ def test_stale_delivery_for_a_passed_step_does_nothing(sessions, engine, world, 
     calls = len(world.calls())
     assert engine.run(f.remediation_id, "vm_restart") is None
     assert len(world.calls()) == calls
+
+
+def test_human_uncordon_mid_remediation_cancels_cleanly(sessions, engine, world, settings, clock) -> None:
+    world.set_k8s("gpu-node-11", pods=2, blocked=2)  # eviction stays blocked: the workflow waits
+    (f,) = publish(sessions, settings, clock, "gpu-node-11")
+    while f.step != "k8s_evict":
+        f = engine.run(f.remediation_id, f.step)
+    f = engine.run(f.remediation_id, f.step)
+    assert f.step == "k8s_evict"
+    world.set_k8s("gpu-node-11", unschedulable=False)  # a human: kubectl uncordon
+    assert engine.run(f.remediation_id, f.step) is None
+    rem = rem_for(sessions, "gpu-node-11")
+    assert rem.status == "cancelled" and "a human uncordoned gpu-node-11" in rem.outcome
+    assert world.node("gpu-node-11")["k8s"]["unschedulable"] is False  # never re-cordoned
+    assert world.calls("k8s.cordon", effect=True).__len__() == 1
+    assert world.node("gpu-node-11")["slurm"]["flags"] == []  # our drain given back
+    assert not world.calls("vm.restart")
+
+
+def test_never_claims_a_cordon_a_human_placed_first(sessions, engine, world, settings, clock) -> None:
+    world.set_k8s("gpu-node-10", unschedulable=True, ours=False)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-10"))
+    rem = rem_for(sessions, "gpu-node-10")
+    assert rem.status == "succeeded" and rem.context["we_cordoned"] is False
+    assert world.node("gpu-node-10")["k8s"]["unschedulable"] is True
