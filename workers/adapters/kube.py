@@ -356,9 +356,9 @@ def make_kube(settings: Settings, *, world: Any = None, recorder: Any = None) ->
     """The KubeNodes that ``kube.backend`` names; under ``dry_run`` writes are recorded, reads are real."""
     backend = settings.kube.backend
     if backend == "memory":
-        from remediation.adapters.memory import MemoryKube, MemoryWorld
+        from remediation.adapters.memory import MemoryKube
 
-        return MemoryKube(world if world is not None else MemoryWorld())
+        return MemoryKube(world if world is not None else _shared_world(settings))
     if backend == "noop":
         from remediation.adapters.noop import NoopKube
 
@@ -374,3 +374,11 @@ def make_kube(settings: Settings, *, world: Any = None, recorder: Any = None) ->
 
         return NoopKube(reader=adapter, recorder=recorder)
     return adapter
+
+
+def _shared_world(settings: Settings) -> Any:
+    """The process's simulated world (or the journal file named by sim.journal), shared with the
+    workers and watchers of this deployment."""
+    from workers.adapters.factory import make_world
+
+    return make_world(settings)

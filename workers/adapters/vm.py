@@ -81,9 +81,9 @@ def make_vm_provider(settings: Settings, *, world: Any = None, recorder: Any = N
     vm = settings.vm
     backend = vm.backend
     if backend == "memory":
-        from remediation.adapters.memory import MemoryVM, MemoryWorld
+        from remediation.adapters.memory import MemoryVM
 
-        return MemoryVM(world if world is not None else MemoryWorld())
+        return MemoryVM(world if world is not None else _shared_world(settings))
     if backend == "noop":
         from remediation.adapters.noop import NoopVM
 
@@ -96,3 +96,11 @@ def make_vm_provider(settings: Settings, *, world: Any = None, recorder: Any = N
             factories["memory"] = lambda: MemoryVM(world)
         return VMRouter(factories)
     return _CLOUDS[backend](vm)
+
+
+def _shared_world(settings: Settings) -> Any:
+    """The process's simulated world (or the journal file named by sim.journal), shared with the
+    workers and watchers of this deployment."""
+    from workers.adapters.factory import make_world
+
+    return make_world(settings)
