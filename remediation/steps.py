@@ -127,6 +127,7 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | Non
     knode = ad.kube.get(inp.context["k8s_node"])
     if knode.unschedulable:
         return None
+    ad.kube.uncordon(knode.name)  # nothing to lift: this drops our now-stale "cordoned by us" mark
     slurm_note = resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix)
     return Cancel(f"a human uncordoned {knode.name} during the remediation; stopped ({slurm_note})")
 

@@ -1,10 +1,25 @@
-"""Placeholder replaced by the notifications work (issue 6): the beat entry 'notify' points here."""
+"""The beat-driven notification task: one outbox pass over the audit log (see remediation.notify).
+
+Thin on purpose: the pass owns its transaction and the cursor lock, so overlapping runs (a slow
+webhook, two beat ticks) simply queue behind each other and never post the same row twice.
+"""
 
 from __future__ import annotations
 
-from workers.celery_app import app
+import logging
+
+from remediation.notify import run_pass
+from workers.celery_app import app, settings
+from workers.context import runtime
+from workers.tasks import DomainTask
+
+log = logging.getLogger(__name__)
 
 
-@app.task(name="remediation.notify")
-def notify() -> int:
-    return 0
+@app.task(name="remediation.notify", base=DomainTask, bind=True, ignore_result=True)
+def notify(self: DomainTask) -> int:
+    result = run_pass(runtime(settings).sessions, settings.notify)
+    if result.sent or result.failed:
+        log.info("notify: sent %d, collapsed %d, suppressed %d%s", result.sent, result.collapsed,
+                 result.suppressed, " (post failed; retrying next pass)" if result.failed else "")
+    return result.sent

@@ -25,8 +25,8 @@ from remediation.ingest import ingest as ingest_batch
 from remediation.states import Step
 from remediation.steps import release_node
 from remediation.workflow import FollowUp, RetryLater
-from workers.celery_app import WORKFLOW_QUEUE, app, settings
 from workers import memstream
+from workers.celery_app import WORKFLOW_QUEUE, app, settings
 from workers.context import Runtime, runtime
 from workers.metrics import TASKS
 from workers.stream import drain

@@ -200,7 +200,7 @@ class MemoryKube:
         with self.w.mutate() as st:
             k = self.w._get(st, name)["k8s"]
             return KubeNode(name, k["ready"], k["boot_id"], f"memory:///{name}", k["unschedulable"],
-                            k["ours"], k["taint"], {"Ready": k["ready"]})
+                            k["ours"] and k["unschedulable"], k["taint"], {"Ready": k["ready"]})
 
     def cordon(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -216,6 +216,7 @@ class MemoryKube:
         with self.w.mutate() as st:
             k = self.w._get(st, name)["k8s"]
             if not (k["unschedulable"] and k["ours"]):
+                k["ours"] = False  # a stale mark (a human uncordoned) must not claim a later cordon
                 self.w._log(st, "k8s.uncordon", name, False)
                 return False
             k["unschedulable"], k["ours"] = False, False

@@ -169,3 +169,12 @@ def test_breaker_opens_and_closes_as_the_window_slides() -> None:
     assert state() is True
     clock.advance(GATE_POLICY.breaker_window_s - 15)  # the first 5 failures slide out: 7 left
     assert state() is False
+
+
+@pytest.mark.parametrize("name", ["n1\n", "n1\nrm", "", "-n1", "n 1", "n1;ls", "a" * 254], ids=repr)
+def test_node_names_are_matched_whole(name: str) -> None:
+    from remediation.events import InvalidEvent
+
+    with pytest.raises(InvalidEvent, match="node"):
+        NodeEvent.parse({"source": "slurm", "node": name, "kind": "unhealthy", "state": "DOWN",
+                         "observed_at": T0.isoformat()})

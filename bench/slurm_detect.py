@@ -1,0 +1,139 @@
+"""Detection latency: from ``scontrol update ... state=down`` to the event on the Redis stream.
+
+On a real Slurm 22.05 (started here with scripts/slurm-up.sh, 16 nodes) the watcher runs with its
+default settings (cli backend, 1 s poll) and publishes to a real Redis. 50 nodes are set DOWN one
+after another, at random gaps so the changes fall at random points of the poll cycle. The latency of
+one change is the Redis stream id of its event (the server's clock, in ms) minus the time just before
+``scontrol update`` started.
+
+Baseline, on the same controller at the same time: a permanent ``strigger --node --down`` trigger
+whose program appends the time and the node list to a file.
+
+Run: .venv/bin/python bench/slurm_detect.py [--changes 50] [--poll 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import redis
+from _cluster import slurm_cluster
+
+from remediation.events import EventKind, NodeEvent
+from remediation.hostlist import expand
+from remediation.settings import load_settings
+from watchers import slurm as slurm_watcher
+from watchers.runtime import Stopper
+from workers.adapters.slurm_cli import CliSlurm
+from workers.bus import RedisEventBus
+
+NODES = 16
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--changes", type=int, default=50)
+    ap.add_argument("--poll", type=float, default=1.0, help="watcher poll interval, seconds")
+    args = ap.parse_args()
+    url = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+    client = redis.Redis.from_url(url)
+    prefix = f"bench-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(11)
+
+    with slurm_cluster(NODES) as env, tempfile.TemporaryDirectory(prefix="strigger-") as tmp:
+        conf = env["SLURM_CONF"]
+        fired = Path(tmp) / "fired.log"
+        program = Path(tmp) / "on-down.sh"
+        program.write_text(f"#!/bin/sh\necho \"$(date +%s.%N) $*\" >> '{fired}'\n")
+        program.chmod(0o755)
+        subprocess.run(  # noqa: S603,S607
+            ["strigger", "--set", "--node", "--down", "--flags=PERM", f"--program={program}"],
+            env=env, check=True, capture_output=True,
+        )
+
+        settings = load_settings(
+            broker={"redis_url": url, "key_prefix": prefix},
+            slurm={"slurm_conf": conf, "poll_interval_s": args.poll},
+        )
+        stopper = Stopper(install=False)
+        bus = RedisEventBus(client, prefix, kick=None)
+        thread = threading.Thread(
+            target=slurm_watcher.run, args=(settings, stopper, bus, CliSlurm(settings.slurm)), daemon=True
+        )
+        thread.start()
+        nodes = [f"gpu-node-{i}" for i in range(NODES)]
+        stream = f"{prefix}:events"
+        while client.xlen(stream) < NODES:
+            time.sleep(0.1)
+
+        def scontrol(*argv: str) -> None:
+            subprocess.run(["scontrol", *argv], env=env, check=True, capture_output=True)  # noqa: S603,S607
+
+        started: dict[str, tuple[str, float]] = {}  # reason -> (node, t0)
+        busy_until: dict[str, float] = {}
+        for i in range(args.changes):
+            node = nodes[i % NODES]
+            # Reuse a node only after the baseline had its chance to fire for its previous change.
+            while time.time() < busy_until.get(node, 0):
+                time.sleep(0.1)
+            if i >= NODES:
+                scontrol("update", f"nodename={node}", "state=resume")
+                time.sleep(0.5)
+            time.sleep(rng.uniform(0.2, 1.2))
+            reason = f"bench {i}"
+            t0 = time.time()
+            scontrol("update", f"nodename={node}", "state=down", f"reason={reason}")
+            started[reason] = (node, t0)
+            busy_until[node] = t0 + 20
+        deadline = time.time() + 25
+        watcher_lat: dict[str, float] = {}
+        while time.time() < deadline and len(watcher_lat) < len(started):
+            for entry_id, fields in client.xrange(stream):
+                event = NodeEvent.parse(fields[b"e"])
+                if event.kind == EventKind.UNHEALTHY and event.state == "DOWN" and event.reason in started:
+                    stamp = int(entry_id.split(b"-")[0]) / 1000
+                    watcher_lat.setdefault(event.reason, stamp - started[event.reason][1])
+            time.sleep(0.5)
+        time.sleep(max(0.0, deadline - time.time()))  # the baseline gets its full chance too
+        stopper.stop()
+        thread.join(timeout=10)
+
+        firings: list[tuple[float, set[str]]] = []
+        for line in fired.read_text().splitlines() if fired.exists() else []:
+            when, _, hosts = line.partition(" ")
+            firings.append((float(when), set(expand(hosts.strip())) if hosts.strip() else set()))
+        trigger_lat = []
+        for node, t0 in started.values():
+            hits = [when for when, hosts in firings if when >= t0 and node in hosts]
+            if hits:
+                trigger_lat.append(min(hits) - t0)
+        keys = list(client.scan_iter(match=f"{prefix}*"))
+        if keys:
+            client.delete(*keys)
+
+    w = list(watcher_lat.values())
+    print(f"{args.changes} state changes (state=down) on a real Slurm 22.05, {NODES} nodes; watcher poll {args.poll:g}s")
+    print(f"{'':26}{'p50':>8}{'p99':>8}{'max':>8}{'seen':>8}")
+    print(f"{'watcher -> Redis stream':26}{pct(w, 0.5):8.3f}{pct(w, 0.99):8.3f}{max(w):8.3f}{len(w):5}/{args.changes}")
+    if trigger_lat:
+        t = trigger_lat
+        print(f"{'strigger --down baseline':26}{pct(t, 0.5):8.3f}{pct(t, 0.99):8.3f}{max(t):8.3f}{len(t):5}/{args.changes}")
+    else:
+        print(f"{'strigger --down baseline':26}   never fired within 20 s of any change")
+
+
+if __name__ == "__main__":
+    main()

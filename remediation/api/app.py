@@ -1,0 +1,118 @@
+"""The FastAPI application: JSON API, dashboard, ``/healthz`` and ``/metrics``.
+
+:func:`create_app` is a factory with its dependencies passed in (settings, a session factory, an
+optional queue-depth callable, a clock); it creates no global state, so tests build as many apps as
+they like and the composition root (``remediation api serve`` in ``workers.cli``) decides where the
+dispatcher and the broker's queue depth come from.
+
+Errors map the same way everywhere: a bad filter is 422, an unknown node or remediation 404, a
+refused lever 409, an unreachable database 503. On ``/api`` paths the body is JSON; elsewhere it is
+an HTML page. Tokens never appear in logs: they travel in a header or an HttpOnly cookie, never in a
+URL, and uvicorn's access log records only paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.api import ui
+from remediation.api.auth import browser_principal, identify
+from remediation.api.routes import router
+from remediation.clock import SystemClock
+from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
+from remediation.levers import LeverError
+from remediation.metrics import make_registry
+from remediation.policy import Clock
+from remediation.settings import Settings
+from remediation.views import NotFound, ViewError, ago, human_duration
+
+HERE = Path(__file__).parent
+
+
+def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None,
+               queue_depth: Callable[[], dict[str, int]] | None = None, clock: Clock | None = None) -> FastAPI:
+    app = FastAPI(
+        title="node-remediation",
+        version="1",
+        description="On-call API of node-remediation. Every endpoint needs a bearer token; levers "
+        "(POST) need an admin token.",
+        docs_url="/api/docs",
+        redoc_url=None,
+    )
+    if sessions is None:
+        sessions = make_session_factory(make_engine(settings.database))
+    app.state.settings = settings
+    app.state.sessions = sessions
+    app.state.queue_depth = queue_depth
+    app.state.clock = clock or SystemClock()
+    app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["dur"] = human_duration
+    templates.env.globals["ago"] = lambda at: ago(at, app.state.clock.now())
+    app.state.templates = templates
+
+    app.include_router(router)
+    app.include_router(ui.router)
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    _errors(app)
+    app.add_exception_handler(ui.LoginRequired, ui.login_redirect)
+
+    @app.get("/healthz", tags=["ops"], summary="Liveness and database reachability (no auth)")
+    def healthz() -> JSONResponse:
+        try:
+            with sessions() as s:
+                s.execute(text("SELECT 1 FROM remediations WHERE 1 = 0"))
+        except SQLAlchemyError as exc:
+            return JSONResponse({"status": "error", "database": type(exc).__name__}, status_code=503)
+        return JSONResponse({"status": "ok", "database": "ok"})
+
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics, read from the database")
+    def metrics(request: Request) -> Response:
+        if settings.api.metrics_require_token:
+            header = request.headers.get("authorization", "")
+            token = header[7:] if header.lower().startswith("bearer ") else None
+            if identify(token, settings.api) is None:
+                return PlainTextResponse("unauthorized\n", 401, headers={"WWW-Authenticate": "Bearer"})
+        return Response(generate_latest(app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    def respond(request: Request, status: int, message: str) -> Response:
+        if request.url.path.startswith("/api/"):
+            return JSONResponse({"detail": message}, status_code=status)
+        templates: Jinja2Templates = request.app.state.templates
+        return templates.TemplateResponse(request, "error.html", {
+            "status": status, "message": message, "who": browser_principal(request), "path": request.url.path},
+            status_code=status)
+
+    @app.exception_handler(NotFound)
+    def not_found(request: Request, exc: NotFound) -> Response:
+        return respond(request, 404, str(exc))
+
+    @app.exception_handler(ViewError)
+    def bad_request(request: Request, exc: ViewError) -> Response:
+        return respond(request, 422, str(exc))
+
+    @app.exception_handler(LeverError)
+    def refused(request: Request, exc: LeverError) -> Response:
+        return respond(request, 409, str(exc))
+
+    @app.exception_handler(DatabaseUnavailable)
+    def db_down(request: Request, exc: DatabaseUnavailable) -> Response:
+        return respond(request, 503, str(exc))
+
+    @app.exception_handler(SQLAlchemyError)
+    def db_error(request: Request, exc: SQLAlchemyError) -> Response:
+        return respond(request, 503, f"database error ({type(exc).__name__}); see the service logs")

@@ -1,0 +1,90 @@
+"""Authentication for the API and the dashboard: bearer tokens from settings, two roles.
+
+- ``read_tokens`` may read everything; ``admin_tokens`` may also pull levers. Every write needs admin.
+- The JSON API takes ``Authorization: Bearer <token>`` only. It never reads the cookie, so a browser
+  cannot be tricked into pulling a lever through it (no CSRF surface).
+- The dashboard takes the token once in a login form and keeps it in an HttpOnly, SameSite=Strict
+  cookie (Secure over https). Its forms also carry a CSRF value derived from the token (HMAC), which a
+  third-party page cannot compute.
+- Tokens are compared with :func:`hmac.compare_digest` against every configured token (no early exit
+  that would time-leak which list matched). They are never logged or echoed: the audit log records a
+  short SHA-256 fingerprint so two admins' actions can be told apart without storing the secret.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from typing import Literal
+
+from fastapi import HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from remediation.settings import ApiSettings
+
+COOKIE = "remediation_session"
+USER_COOKIE = "remediation_user"
+bearer = HTTPBearer(auto_error=False, description="An admin or read-only token from settings.api.")
+
+
+@dataclass(frozen=True)
+class Principal:
+    role: Literal["admin", "read"]
+    fingerprint: str  # first 8 hex digits of sha256(token): identifies, never reveals
+    token: str  # kept in memory only to derive the CSRF value
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "admin"
+
+    def actor(self, name: str | None) -> str:
+        who = (name or "").strip() or "api"
+        return f"{who} (token {self.fingerprint})"[:128]
+
+    @property
+    def csrf(self) -> str:
+        return hmac.new(self.token.encode(), b"remediation-csrf", hashlib.sha256).hexdigest()[:32]
+
+
+def identify(token: str | None, cfg: ApiSettings) -> Principal | None:
+    if not token:
+        return None
+    given = token.encode()
+    admin = read = False
+    for secret in cfg.admin_tokens:
+        admin |= hmac.compare_digest(given, secret.get_secret_value().encode())
+    for secret in cfg.read_tokens:
+        read |= hmac.compare_digest(given, secret.get_secret_value().encode())
+    if not (admin or read):
+        return None
+    fp = hashlib.sha256(given).hexdigest()[:8]
+    return Principal("admin" if admin else "read", fp, token)
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+def api_reader(request: Request, creds: HTTPAuthorizationCredentials | None) -> Principal:
+    if creds is None:
+        raise _unauthorized("missing bearer token")
+    who = identify(creds.credentials, request.app.state.settings.api)
+    if who is None:
+        raise _unauthorized("invalid token")
+    return who
+
+
+def require_admin(who: Principal) -> Principal:
+    if not who.admin:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this token is read-only; levers need an admin token")
+    return who
+
+
+def browser_principal(request: Request) -> Principal | None:
+    return identify(request.cookies.get(COOKIE), request.app.state.settings.api)
+
+
+def check_csrf(who: Principal, value: str | None) -> None:
+    if not value or not hmac.compare_digest(value.encode(), who.csrf.encode()):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "stale or missing form token: reload the page")

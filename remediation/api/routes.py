@@ -1,0 +1,186 @@
+"""The JSON API under ``/api/v1``: the same read models as the CLI (:mod:`remediation.views`) and the
+levers as POST endpoints with validated JSON bodies.
+
+Inputs are constrained in the schema itself (node-name pattern, id and limit ranges, single-line
+reasons) so that bad input is a 422 from validation, never a 500 from the database, and the OpenAPI
+spec tells clients exactly what is accepted. Handlers are plain ``def``: FastAPI runs them in its
+thread pool, which is right for blocking SQLAlchemy sessions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from remediation.api.auth import Principal, api_reader, bearer, require_admin
+from remediation.api.levers import Lever, LeverResult, pull
+from remediation.events import NODE_NAME
+from remediation.stats import Stats
+from remediation.stats import stats as compute_stats
+from remediation.views import (
+    AuditRow,
+    EventRow,
+    NodeDetail,
+    NodeRow,
+    Overview,
+    RejectedRow,
+    RemediationDetail,
+    RemediationRow,
+    list_audit,
+    list_events,
+    list_nodes,
+    list_rejected,
+    list_remediations,
+    node_detail,
+    overview,
+    quarantined,
+)
+from remediation.views import get_remediation as get_rem
+
+MAX_ID = 2**63 - 1
+NodeName = Annotated[str, Path(pattern=NODE_NAME.pattern, max_length=253, examples=["gpu-node-7"])]
+NodeFilter = Annotated[str | None, Query(pattern=NODE_NAME.pattern, max_length=253)]
+RemId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+StatusFilter = Annotated[str | None, Query(max_length=32, description="A status (or open/closed).")]
+
+
+def reader(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
+    return api_reader(request, creds)
+
+
+def admin(who: Annotated[Principal, Depends(reader)]) -> Principal:
+    return require_admin(who)
+
+
+Reader = Annotated[Principal, Depends(reader)]
+Admin = Annotated[Principal, Depends(admin)]
+
+router = APIRouter(prefix="/api/v1", tags=["on-call"])
+
+
+class LeverBody(BaseModel):
+    """Why (required, for the audit log) and, optionally, who is pressing the button."""
+
+    model_config = ConfigDict(extra="forbid")
+    reason: str = Field(min_length=1, max_length=1000, examples=["bad GPU, RMA ticket 1234"])
+    actor: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[\w.@ -]+$",
+                              description="A human name; recorded with the token's fingerprint.")
+
+    @field_validator("reason")
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        value = value.strip()
+        if not value or not value.isprintable():
+            raise ValueError("reason must be a non-empty single line of printable characters")
+        return value
+
+
+def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node: str | None = None,
+          remediation_id: int | None = None) -> LeverResult:
+    st = request.app.state
+    return pull(st.sessions, st.settings, lever, who.actor(body.actor), body.reason, node, remediation_id)
+
+
+@router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")
+def get_overview(request: Request, _: Reader) -> Overview:
+    with request.app.state.sessions() as s:
+        result = overview(s)
+    qd = request.app.state.queue_depth
+    result.queue_depth = qd() if qd is not None else None
+    return result
+
+
+@router.get("/nodes", response_model=list[NodeRow])
+def get_nodes(request: Request, _: Reader, status: StatusFilter = None) -> list[NodeRow]:
+    with request.app.state.sessions() as s:
+        return list_nodes(s, status)
+
+
+@router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
+def get_node_detail(request: Request, _: Reader, node: NodeName, limit: Limit = 200) -> NodeDetail:
+    with request.app.state.sessions() as s:
+        return node_detail(s, node, limit)
+
+
+@router.get("/remediations", response_model=list[RemediationRow])
+def get_remediations(request: Request, _: Reader, status: StatusFilter = "open", node: NodeFilter = None,
+                     limit: Limit = 100) -> list[RemediationRow]:
+    """Remediations, newest first; in flight (``status=open``) unless asked otherwise."""
+    with request.app.state.sessions() as s:
+        return list_remediations(s, status, node, limit)
+
+
+@router.get("/remediations/{remediation_id}", response_model=RemediationDetail)
+def get_remediation(request: Request, _: Reader, remediation_id: RemId) -> RemediationDetail:
+    with request.app.state.sessions() as s:
+        return get_rem(s, remediation_id)
+
+
+@router.get("/quarantine", response_model=list[NodeRow], summary="Quarantined nodes")
+def get_quarantine(request: Request, _: Reader) -> list[NodeRow]:
+    with request.app.state.sessions() as s:
+        return quarantined(s)
+
+
+@router.get("/audit", response_model=list[AuditRow])
+def get_audit(request: Request, _: Reader, target: NodeFilter = None,
+              action: Annotated[str | None, Query(pattern=r"^[a-z_]{1,64}$")] = None,
+              limit: Limit = 100) -> list[AuditRow]:
+    with request.app.state.sessions() as s:
+        return list_audit(s, target, action, limit)
+
+
+@router.get("/events", response_model=list[EventRow])
+def get_events(request: Request, _: Reader, node: NodeFilter = None,
+               after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None, limit: Limit = 50) -> list[EventRow]:
+    """The newest events, oldest first; pass ``after`` (the last id seen) to follow."""
+    with request.app.state.sessions() as s:
+        return list_events(s, node, after, limit)
+
+
+@router.get("/rejected", response_model=list[RejectedRow])
+def get_rejected(request: Request, _: Reader, limit: Limit = 50) -> list[RejectedRow]:
+    with request.app.state.sessions() as s:
+        return list_rejected(s, limit)
+
+
+@router.get("/stats", response_model=Stats)
+def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3650)] = 30,
+              top: Annotated[int, Query(ge=1, le=1000)] = 10) -> Stats:
+    st = request.app.state
+    with st.sessions() as s:
+        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window)
+
+
+@router.post("/nodes/{node}/quarantine", response_model=LeverResult, tags=["levers"])
+def post_quarantine(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "quarantine", node=node)
+
+
+@router.post("/nodes/{node}/release", response_model=LeverResult, tags=["levers"])
+def post_release(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "release", node=node)
+
+
+@router.post("/nodes/{node}/report", response_model=LeverResult, tags=["levers"])
+def post_report(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "report", node=node)
+
+
+@router.post("/remediations/{remediation_id}/cancel", response_model=LeverResult, tags=["levers"])
+def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "cancel", remediation_id=remediation_id)
+
+
+@router.post("/pause", response_model=LeverResult, tags=["levers"])
+def post_pause(request: Request, who: Admin, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "pause")
+
+
+@router.post("/resume", response_model=LeverResult, tags=["levers"])
+def post_resume(request: Request, who: Admin, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "resume")

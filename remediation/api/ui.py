@@ -1,0 +1,224 @@
+"""The server-rendered dashboard: overview, nodes, node timeline, remediations, quarantine, audit.
+
+Plain HTML from Jinja2 templates and one stylesheet; no JavaScript. Forms POST and redirect (303) back
+with a one-line message, so reloading a page never repeats a lever. Reading needs a read or admin
+token, acting needs admin plus the form's CSRF value (see :mod:`remediation.api.auth`). A browser
+without a valid session cookie is sent to ``/login``, which sets the cookie and returns to where the
+user was going (local paths only, so the login page cannot be used as an open redirect).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, quote, urlencode
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
+from remediation.api.levers import Lever, pull
+from remediation.levers import LeverError
+from remediation.views import (
+    NotFound,
+    list_audit,
+    list_events,
+    list_nodes,
+    list_remediations,
+    node_detail,
+    overview,
+    quarantined,
+)
+from remediation.views import get_remediation as get_rem
+
+router = APIRouter(include_in_schema=False)
+
+
+class LoginRequired(Exception):
+    def __init__(self, next_path: str) -> None:
+        self.next_path = next_path
+
+
+def login_redirect(_: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LoginRequired)
+    return RedirectResponse("/login?" + urlencode({"next": exc.next_path}), status_code=303)
+
+
+def viewer(request: Request) -> Principal:
+    who = browser_principal(request)
+    if who is None:
+        raise LoginRequired(request.url.path)
+    return who
+
+
+Viewer = Annotated[Principal, Depends(viewer)]
+
+
+async def form_fields(request: Request) -> dict[str, str]:
+    """A URL-encoded form body, parsed with the standard library (the dashboard's forms are three
+    short text fields; no multipart parser is needed). Capped so a huge body cannot cost memory."""
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
+        raise HTTPException(415, "expected a form (application/x-www-form-urlencoded)")
+    body = await request.body()
+    if len(body) > 16384:
+        raise HTTPException(413, "form too large")
+    return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True, max_num_fields=10))
+
+
+Fields = Annotated[dict[str, str], Depends(form_fields)]
+
+
+def _page(request: Request, who: Principal, template: str, **ctx: Any) -> HTMLResponse:
+    ctx.update(who=who, user=request.cookies.get(USER_COOKIE, ""), msg=request.query_params.get("msg"),
+               err=request.query_params.get("err"), path=request.url.path)
+    return _render(request, template, ctx)
+
+
+def _render(request: Request, template: str, ctx: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+    response: HTMLResponse = request.app.state.templates.TemplateResponse(request, template, ctx,
+                                                                          status_code=status_code)
+    return response
+
+
+def _safe_next(path: str | None) -> str:
+    if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/"
+    return path
+
+
+# ---------------------------------------------------------------------------------------- login
+
+
+@router.get("/login")
+def login_form(request: Request, next: str = "/") -> HTMLResponse:
+    return _render(request, "login.html", {"next": _safe_next(next), "error": None, "who": None})
+
+
+@router.post("/login")
+def login(request: Request, f: Fields) -> Response:
+    token, name, nxt = f.get("token", "")[:4096], f.get("name", ""), _safe_next(f.get("next"))
+    if identify(token, request.app.state.settings.api) is None:
+        return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, 401)
+    resp = RedirectResponse(nxt, status_code=303)
+    secure = request.url.scheme == "https"
+    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=secure, max_age=12 * 3600)
+    clean = "".join(c for c in name.strip() if c.isalnum() or c in "._@ -")[:64]
+    resp.set_cookie(USER_COOKIE, clean, httponly=True, samesite="strict", secure=secure, max_age=30 * 86400)
+    return resp
+
+
+@router.post("/logout")
+def logout() -> Response:
+    resp = RedirectResponse("/login", status_code=303)
+    resp.delete_cookie(COOKIE)
+    return resp
+
+
+# ---------------------------------------------------------------------------------------- pages
+
+
+@router.get("/")
+def home(request: Request, who: Viewer) -> HTMLResponse:
+    st = request.app.state
+    with st.sessions() as s:
+        ov = overview(s)
+        in_flight = list_remediations(s, "open", limit=200)
+        quarantine = quarantined(s)
+        recent = list_audit(s, limit=15)
+    ov.queue_depth = st.queue_depth() if st.queue_depth is not None else None
+    return _page(request, who, "overview.html", ov=ov, in_flight=in_flight, quarantine=quarantine,
+                 recent=recent)
+
+
+@router.get("/nodes")
+def nodes(request: Request, who: Viewer, status: str | None = None) -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        rows = list_nodes(s, status or None)
+    return _page(request, who, "nodes.html", rows=rows, status=status or "")
+
+
+@router.get("/nodes/{node}")
+def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        detail = node_detail(s, node)
+    return _page(request, who, "node.html", d=detail)
+
+
+@router.get("/remediations")
+def remediations(request: Request, who: Viewer, status: str | None = "open") -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        rows = list_remediations(s, status or None, limit=300)
+    return _page(request, who, "remediations.html", rows=rows, status=status or "")
+
+
+@router.get("/remediations/{remediation_id}")
+def remediation(request: Request, who: Viewer, remediation_id: int) -> HTMLResponse:
+    if not 0 < remediation_id < 2**63:
+        raise NotFound(f"no remediation #{remediation_id}")
+    with request.app.state.sessions() as s:
+        d = get_rem(s, remediation_id)
+    return _page(request, who, "remediation.html", d=d)
+
+
+@router.get("/quarantine")
+def quarantine_page(request: Request, who: Viewer) -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        rows = quarantined(s)
+    return _page(request, who, "quarantine.html", rows=rows)
+
+
+@router.get("/audit")
+def audit_page(request: Request, who: Viewer) -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        rows = list_audit(s, limit=300)
+    return _page(request, who, "audit.html", rows=rows)
+
+
+@router.get("/events")
+def events_page(request: Request, who: Viewer) -> HTMLResponse:
+    with request.app.state.sessions() as s:
+        rows = list(reversed(list_events(s, limit=300)))
+    return _page(request, who, "events.html", rows=rows)
+
+
+# -------------------------------------------------------------------------------------- levers
+
+
+def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: Lever,
+         node: str | None = None, remediation_id: int | None = None) -> Response:
+    if not who.admin:
+        return RedirectResponse(f"{back}?err=" + quote("read-only token: levers need an admin token"), 303)
+    check_csrf(who, f.get("csrf"))
+    st = request.app.state
+    try:
+        result = pull(st.sessions, st.settings, lever, who.actor(request.cookies.get(USER_COOKIE)),
+                      f.get("reason", "")[:1000], node, remediation_id)
+    except LeverError as exc:
+        return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
+    key = "msg" if result.queued else "err"
+    return RedirectResponse(f"{back}?{key}=" + quote(result.message), 303)
+
+
+@router.post("/nodes/{node}/release")
+def release(request: Request, who: Viewer, node: str, f: Fields) -> Response:
+    back = _safe_next(f.get("back") or f"/nodes/{quote(node, safe='')}")
+    return _act(request, who, f, back, "release", node=node)
+
+
+@router.post("/nodes/{node}/quarantine")
+def quarantine(request: Request, who: Viewer, node: str, f: Fields) -> Response:
+    return _act(request, who, f, f"/nodes/{quote(node, safe='')}", "quarantine", node=node)
+
+
+@router.post("/remediations/{remediation_id}/cancel")
+def cancel(request: Request, who: Viewer, remediation_id: int, f: Fields) -> Response:
+    return _act(request, who, f, f"/remediations/{remediation_id}", "cancel", remediation_id=remediation_id)
+
+
+@router.post("/pause")
+def pause(request: Request, who: Viewer, f: Fields) -> Response:
+    return _act(request, who, f, "/", "pause")
+
+
+@router.post("/resume")
+def resume(request: Request, who: Viewer, f: Fields) -> Response:
+    return _act(request, who, f, "/", "resume")

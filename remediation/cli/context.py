@@ -1,0 +1,128 @@
+"""What every CLI command shares: the lazily loaded settings and database, the actor, and the rule
+that an error is one line on stderr and a non-zero exit, never a traceback.
+
+Settings and the database are opened on first use, not in the app callback, so ``--help`` works on a
+machine with no config and no database. Exit codes follow kubectl's spirit and are documented in
+``remediation --help``: 1 a request that cannot be done (unknown node, bad filter, a lever refused),
+2 bad configuration or usage, 3 the database is unavailable.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import SystemClock
+from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
+from remediation.levers import LeverError
+from remediation.settings import ConfigError, Settings, load_settings
+from remediation.views import ViewError
+
+log = logging.getLogger(__name__)
+
+EXIT_REQUEST, EXIT_CONFIG, EXIT_DATABASE = 1, 2, 3
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_REQUEST) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def default_actor() -> str:
+    return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+
+
+@dataclass
+class State:
+    """Per-invocation state hung on the click context (``ctx.obj``)."""
+
+    actor: str
+    _settings: Settings | None = None
+    _engine: Engine | None = None
+    _sessions: sessionmaker[Session] | None = None
+    clock: SystemClock = field(default_factory=SystemClock)
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            try:
+                self._settings = load_settings()
+            except ConfigError as exc:
+                raise CliError(str(exc), EXIT_CONFIG) from None
+        return self._settings
+
+    def sessions(self) -> sessionmaker[Session]:
+        if self._sessions is None:
+            self._engine = make_engine(self.settings().database)
+            check_database(self._engine)
+            self._sessions = make_session_factory(self._engine)
+        return self._sessions
+
+    def now(self) -> datetime:
+        return self.clock.now()
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.dispose()
+
+
+def state(ctx: typer.Context) -> State:
+    obj = ctx.find_object(State)
+    if obj is None:  # a sub-app invoked on its own (tests, embedding): defaults
+        obj = State(actor=default_actor())
+        ctx.obj = obj
+    return obj
+
+
+def one_line(text: str) -> str:
+    """Multi-line messages (pydantic's list of bad fields) folded into one greppable line."""
+    out = ""
+    for part in (p.strip() for p in str(text).strip().splitlines()):
+        if part:
+            out += part if not out else (" " if out.endswith(":") else "; ") + part
+    return out
+
+
+def fail(message: str, code: int = EXIT_REQUEST) -> typer.Exit:
+    typer.echo(f"error: {one_line(message)}", err=True)
+    return typer.Exit(code)
+
+
+def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn every failure of a command into ``error: <one line>`` and an exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except CliError as exc:
+            raise fail(str(exc), exc.code) from None
+        except (ViewError, LeverError) as exc:
+            raise fail(str(exc)) from None
+        except DatabaseUnavailable as exc:
+            raise fail(str(exc), EXIT_DATABASE) from None
+        except SQLAlchemyError as exc:
+            orig: Any = getattr(exc, "orig", None) or exc
+            raise fail(f"database error: {type(orig).__name__}: {orig}", EXIT_DATABASE) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+        except Exception as exc:  # a bug: still one line for on-call; the traceback goes to debug logs
+            log.debug("unexpected error", exc_info=True)
+            raise fail(f"unexpected {type(exc).__name__}: {exc}") from None
+
+    return wrapper

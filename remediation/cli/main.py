@@ -1,0 +1,161 @@
+"""The ``remediation`` on-call CLI: read commands and the audited levers.
+
+Conventions are kubectl's and scontrol's: ``noun verb`` for reads (``nodes list``, ``nodes show
+NODE``), a table by default, ``-o wide`` / ``-o json`` on every read, ``--help`` everywhere, and on any
+error one line ``error: ...`` on stderr with a non-zero exit. Exit codes: 1 the request cannot be done
+(unknown node, bad filter, a lever refused), 2 bad configuration or usage, 3 database unavailable.
+
+Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``) call
+:mod:`remediation.levers` in one transaction, which writes the audit row with ``--actor``; follow-up
+work is handed to :func:`remediation.dispatch.dispatcher` only after the commit. The console script's
+composition root (``workers.cli``) imports :data:`app`, installs the Celery dispatcher and adds the
+operational commands (worker, watch, db, demo, api); nothing here imports a broker.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from remediation.cli import read
+from remediation.cli.context import (
+    EXIT_CONFIG,
+    EXIT_REQUEST,
+    CliError,
+    State,
+    cli_errors,
+    default_actor,
+    state,
+)
+from remediation.dispatch import dispatcher
+from remediation.levers import cancel as cancel_lever
+from remediation.levers import quarantine as quarantine_lever
+from remediation.levers import release as release_lever
+from remediation.levers import report as report_lever
+from remediation.levers import set_paused
+from remediation.settings import CONFIG_ENV
+
+app = typer.Typer(
+    name="remediation",
+    help="On-call tool for node-remediation: what is broken, what the service did, what it waits on, "
+    "what is quarantined and why, and the levers to act.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(read.nodes, name="nodes")
+app.add_typer(read.events, name="events")
+app.add_typer(read.remediations, name="remediations")
+app.add_typer(read.rejected, name="rejected")
+app.add_typer(read.audit, name="audit")
+app.command("stats")(read.stats)
+
+REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
+
+
+@app.callback()
+@cli_errors
+def main(
+    ctx: typer.Context,
+    config: str = typer.Option(None, "--config", "-c", help="YAML or TOML config file (sets REMEDIATION_CONFIG)."),
+    actor: str = typer.Option(None, "--actor", help="Who is acting, for the audit log (default: $USER)."),
+) -> None:
+    if config is not None:
+        if not Path(config).is_file():
+            raise CliError(f"--config {config}: no such file", EXIT_CONFIG)
+        # The environment, not an argument: the composition root's Celery app reads the same file.
+        os.environ[CONFIG_ENV] = str(config)
+    actor = (actor or default_actor()).strip()
+    if not actor or len(actor) > 128 or any(not c.isprintable() for c in actor):
+        raise CliError("--actor must be 1-128 printable characters")
+    st = State(actor=actor)
+    ctx.obj = st
+    ctx.call_on_close(st.close)
+
+
+def _done(message: str) -> None:
+    typer.echo(message)
+
+
+@app.command()
+@cli_errors
+def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
+               reason: str = REASON) -> None:
+    """Take NODE out of service until a human releases it (drain in Slurm, taint in Kubernetes)."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        followup = quarantine_lever(s, node, st.actor, reason, st.now())
+    dispatcher().steps([followup])
+    _done(f"node/{node} quarantining (remediation #{followup.remediation_id})")
+
+
+@app.command()
+@cli_errors
+def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
+            reason: str = REASON) -> None:
+    """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        actions = release_lever(s, node, st.actor, reason, st.now())
+    try:
+        dispatcher().release(actions.node)
+    except Exception as exc:  # committed, but the Slurm/Kubernetes undo could not be queued
+        raise CliError(f"node/{node} released in the database, but the release actions could not be "
+                       f"queued ({exc}); resume it by hand (scontrol update nodename={node} state=resume)",
+                       EXIT_REQUEST) from None
+    _done(f"node/{node} released")
+
+
+@app.command()
+@cli_errors
+def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="REMEDIATION_ID"),
+           reason: str = REASON) -> None:
+    """Stop one remediation where it stands; the node is left as it is for a human to decide."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        rem = cancel_lever(s, remediation_id, st.actor, reason, st.now())
+        node, step = rem.node, rem.step
+    _done(f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)")
+
+
+@app.command()
+@cli_errors
+def pause(ctx: typer.Context, reason: str = REASON) -> None:
+    """Pause all automation: running remediations wait at their next step."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        was = set_paused(s, True, st.actor, reason, st.now())
+    _done("automation paused" + (" (it already was)" if was else ""))
+
+
+@app.command()
+@cli_errors
+def resume(ctx: typer.Context, reason: str = REASON) -> None:
+    """Resume all automation after a pause."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        was = set_paused(s, False, st.actor, reason, st.now())
+    _done("automation resumed" + ("" if was else " (it was not paused)"))
+
+
+@app.command()
+@cli_errors
+def report(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
+           reason: str = REASON) -> None:
+    """Report NODE as bad (for users without scontrol rights); decided like a watcher's event."""
+    st = state(ctx)
+    policy = st.settings().policy
+    with st.sessions()() as s, s.begin():
+        followups = report_lever(s, node, st.actor, reason, st.now(), policy)
+    dispatcher().steps(followups)
+    if followups:
+        _done(f"node/{node} reported: remediation #{followups[0].remediation_id} opened")
+    else:
+        _done(f"node/{node} reported and recorded (no new remediation: see `remediation nodes show {node}`)")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

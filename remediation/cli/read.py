@@ -1,0 +1,306 @@
+"""Read commands: ``nodes``, ``events``, ``remediations``, ``rejected``, ``audit`` and ``stats``.
+
+Each command is a thin shell over :mod:`remediation.views` (the API uses the same functions) and has
+the same three outputs: a table, ``-o wide`` with more columns, and ``-o json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from datetime import datetime
+
+import typer
+
+from remediation.cli import render as r
+from remediation.cli.context import cli_errors, state
+from remediation.stats import stats as compute_stats
+from remediation.views import (
+    EventRow,
+    NodeDetail,
+    RemediationDetail,
+    get_node,
+    get_remediation,
+    jsonable,
+    list_audit,
+    list_events,
+    list_nodes,
+    list_rejected,
+    list_remediations,
+    node_detail,
+)
+
+OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
+
+nodes = typer.Typer(help="The node inventory and each node's history.", no_args_is_help=True)
+events = typer.Typer(help="Observed events (what the watchers saw, and what was decided).",
+                     no_args_is_help=True)
+remediations = typer.Typer(help="Remediation workflows and their steps.", no_args_is_help=True)
+rejected = typer.Typer(help="Payloads the ingest could not parse or apply (kept, never dropped).",
+                       no_args_is_help=True)
+audit = typer.Typer(help="The audit log: every lever pulled, by a human or by the service.",
+                    no_args_is_help=True)
+
+
+@nodes.command("list")
+@cli_errors
+def nodes_list(ctx: typer.Context, status: str = typer.Option(
+        None, "--status", "-s", help="healthy, unhealthy, remediating or quarantined."), output: str = OUTPUT) -> None:
+    """List nodes with their status and open remediation."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        rows = list_nodes(s, status)
+    if fmt == "json":
+        return r.print_json(rows)
+    if not rows:
+        return r.empty("nodes")
+    now = st.now()
+    headers = ["name", "status", "remediation", "step", "updated", "last event", "reason"]
+    if fmt == "wide":
+        headers += ["waiting on", "quarantined"]
+    out = []
+    for n in rows:
+        row = [n.name, r.status(n.status), f"#{n.open_remediation}" if n.open_remediation else "-",
+               n.step or "-", r.when(n.updated_at, now), r.when(n.last_event_at, now),
+               n.quarantine_reason or n.status_reason or "-"]
+        if fmt == "wide":
+            row += [n.wait_reason or "-", r.when(n.quarantined_at, now)]
+        out.append(row)
+    r.show(r.table(headers, out))
+
+
+@nodes.command("show")
+@cli_errors
+def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
+               limit: int = typer.Option(200, "--limit", help="Rows per section."),
+               output: str = OUTPUT) -> None:
+    """A node's status, timeline (events, remediations, steps with durations and errors) and
+    quarantine history."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        detail = node_detail(s, node, limit)
+    if fmt == "json":
+        return r.print_json(detail)
+    _show_node(detail, st.now(), wide=fmt == "wide")
+
+
+def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
+    n = d.node
+    head = r.fields([
+        ("Node", n.name), ("Status", r.status(n.status)), ("Reason", n.status_reason),
+        ("Remediation", f"#{n.open_remediation} at {n.step}" if n.open_remediation else None),
+        ("Waiting on", n.wait_reason), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
+        ("Quarantine reason", n.quarantine_reason), ("Last released", r.stamp(n.released_at)),
+        ("Last event", r.when(n.last_event_at, now)),
+    ])
+    rows = []
+    for t in d.timeline:
+        row = [r.stamp(t.at), r.when(t.at, now), t.kind, t.title, r.status(t.status), r.dur(t.duration_s),
+               t.detail or "-", t.error or ""]
+        rows.append(row)
+    timeline = r.table(["time (utc)", "age", "kind", "what", "status", "took", "detail", "error"], rows,
+                       title="Timeline")
+    history = r.table(["time (utc)", "action", "actor", "reason"],
+                      [[r.stamp(a.at), r.status(a.action), a.actor, a.reason] for a in d.quarantine_history],
+                      title="Quarantine history")
+    parts: list[object] = [head, "", timeline]
+    if d.quarantine_history or wide:
+        parts += ["", history]
+    r.show(*parts)
+
+
+@events.command("tail")
+@cli_errors
+def events_tail(
+    ctx: typer.Context,
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events (Ctrl-C stops)."),
+    node: str = typer.Option(None, "--node", help="Only this node's events."),
+    lines: int = typer.Option(20, "-n", "--lines", help="How many recent events to show first."),
+    interval: float = typer.Option(2.0, "--interval", help="Seconds between polls with --follow."),
+    output: str = OUTPUT,
+) -> None:
+    """The latest events, oldest first; with -o json and --follow, one JSON object per line."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    sessions = st.sessions()
+    with sessions() as s:
+        if node:
+            get_node(s, node)  # an unknown node is an error, not an empty tail
+        batch = list_events(s, node=node, limit=lines)
+    if fmt == "json" and not follow:
+        return r.print_json(batch)
+    header = fmt != "json"
+    if header:
+        sys.stdout.write(_event_line(None, fmt == "wide") + "\n")
+    last = _emit(batch, fmt, 0)
+    while follow:
+        time.sleep(interval)
+        with sessions() as s:
+            last = _emit(list_events(s, node=node, after_id=last, limit=1000), fmt, last)
+
+
+def _emit(batch: list[EventRow], fmt: str, last: int) -> int:
+    for e in batch:
+        if fmt == "json":
+            sys.stdout.write(json.dumps(jsonable(e)) + "\n")
+        else:
+            sys.stdout.write(_event_line(e, fmt == "wide") + "\n")
+        last = max(last, e.id)
+    sys.stdout.flush()
+    return last
+
+
+def _event_line(e: EventRow | None, wide: bool) -> str:
+    if e is None:
+        cols = ["OBSERVED (UTC)", "NODE", "SOURCE", "KIND", "STATE", "DECISION", "REMEDIATION", "REASON"]
+    else:
+        cols = [r.stamp(e.observed_at), e.node, e.source, e.kind, e.state, e.decision or "-",
+                f"#{e.remediation_id}" if e.remediation_id else "-", e.reason or "-"]
+    line = f"{cols[0]:<21}{cols[1]:<20}{cols[2]:<12}{cols[3]:<11}{cols[4]:<18}{cols[5]:<11}{cols[6]:<13}{cols[7]}"
+    if wide:
+        line += "  " + ("WHY" if e is None else (e.decision_reason or "-"))
+    return line
+
+
+@remediations.command("list")
+@cli_errors
+def remediations_list(
+    ctx: typer.Context,
+    status: str = typer.Option(None, "--status", "-s",
+                               help="open, closed, running, waiting, succeeded, quarantined, cancelled, failed."),
+    node: str = typer.Option(None, "--node", help="Only this node's remediations."),
+    limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
+    output: str = OUTPUT,
+) -> None:
+    """List remediations, newest first."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        if node:
+            get_node(s, node)
+        rows = list_remediations(s, status, node, limit)
+    if fmt == "json":
+        return r.print_json(rows)
+    if not rows:
+        return r.empty("remediations")
+    now = st.now()
+    headers = ["id", "node", "status", "step", "opened", "took", "cause"]
+    if fmt == "wide":
+        headers += ["ladder", "source", "waiting on", "outcome"]
+    out = []
+    for x in rows:
+        took = x.duration_s if x.closed_at else (now - x.opened_at).total_seconds()
+        row = [str(x.id), x.node, r.status(x.status), x.step, r.when(x.opened_at, now), r.dur(took), x.cause]
+        if fmt == "wide":
+            row += [str(x.ladder), x.source, x.wait_reason or "-", x.outcome or "-"]
+        out.append(row)
+    r.show(r.table(headers, out))
+
+
+@remediations.command("show")
+@cli_errors
+def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="ID"),
+                      output: str = OUTPUT) -> None:
+    """One remediation: where it stands, and every step attempt with its duration and error."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        d = get_remediation(s, remediation_id)
+    if fmt == "json":
+        return r.print_json(d)
+    _show_remediation(d, st.now(), fmt == "wide")
+
+
+def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
+    head = r.fields([
+        ("Remediation", f"#{d.id}"), ("Node", d.node), ("Status", r.status(d.status)), ("Step", d.step),
+        ("Cause", d.cause), ("Source", d.source), ("Ladder", d.ladder),
+        ("Opened", f"{r.stamp(d.opened_at)} ({r.when(d.opened_at, now)})"),
+        ("Closed", f"{r.stamp(d.closed_at)} (took {r.dur(d.duration_s)})" if d.closed_at else None),
+        ("Next run", r.when(d.next_run_at, now) if d.next_run_at else None),
+        ("Waiting on", d.wait_reason), ("Outcome", d.outcome),
+        ("Event", f"#{d.event.id} {d.event.source} {d.event.state}: {d.event.reason}" if d.event else None),
+    ])
+    headers = ["step", "try", "status", "started (utc)", "took", "checks", "retries", "outcome / error"]
+    if wide:
+        headers += ["provider op"]
+    rows = []
+    for x in d.steps:
+        row = [x.step, str(x.attempt), r.status(x.status), r.stamp(x.started_at), r.dur(x.duration_s),
+               str(x.checks), str(x.retries), (f"{x.error_kind}: {x.error}" if x.error else x.outcome) or "-"]
+        if wide:
+            row.append(str(x.provider_op or "-"))
+        rows.append(row)
+    r.show(head, "", r.table(headers, rows, title="Steps"))
+
+
+@rejected.command("list")
+@cli_errors
+def rejected_list(ctx: typer.Context, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
+    """Rejected payloads with the parser's error, newest first."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        rows = list_rejected(s, limit)
+    if fmt == "json":
+        return r.print_json(rows)
+    if not rows:
+        return r.empty("rejected events")
+    width = None if fmt == "wide" else 80
+    r.show(r.table(["id", "received", "error", "payload"],
+                   [[str(x.id), r.when(x.received_at, st.now()), x.error, x.payload[:width]] for x in rows]))
+
+
+@audit.command("list")
+@cli_errors
+def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help="Only this target."),
+               action: str = typer.Option(None, "--action", help="e.g. release, quarantine, escalate."),
+               limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
+    """Audit log rows, newest first."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    with st.sessions()() as s:
+        rows = list_audit(s, node, action, limit)
+    if fmt == "json":
+        return r.print_json(rows)
+    if not rows:
+        return r.empty("audit rows")
+    now = st.now()
+    headers = ["time (utc)", "age", "actor", "action", "target", "reason"] + (["detail"] if fmt == "wide" else [])
+    r.show(r.table(headers, [
+        [r.stamp(a.at), r.when(a.at, now), a.actor, r.status(a.action), a.target or "-", a.reason or "-"]
+        + ([str(a.detail)] if fmt == "wide" else []) for a in rows]))
+
+
+@cli_errors
+def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Window, in days."),
+          top: int = typer.Option(10, "--top", help="Rows per ranking."), output: str = OUTPUT) -> None:
+    """Failures by node, by cause and by day; mean time to recovery; repeat offenders."""
+    fmt = r.check_format(output)
+    st = state(ctx)
+    settings = st.settings()
+    with st.sessions()() as s:
+        result = compute_stats(s, st.now(), days, top, settings.policy.repeat_offender_window)
+    if fmt == "json":
+        return r.print_json(result)
+    outcomes = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v) or "none"
+    head = r.fields([
+        ("Window", f"last {result.days} day(s), since {r.stamp(result.since)} UTC"),
+        ("Remediations", f"{result.total} ({outcomes})"),
+        ("Mean time to recovery", f"{r.dur(result.mttr_s)} over {result.mttr_samples} succeeded"),
+    ])
+    counts = [("Failures by node", "node", result.by_node), ("Failures by cause", "cause", result.by_cause),
+              ("Failures by day", "day (utc)", result.by_day)]
+    parts: list[object] = [head]
+    for title, col, rows in counts:
+        parts += ["", r.table([col, "failures"], [[c.key, str(c.count)] for c in rows], title=title)]
+    w = result.repeat_window_s
+    window = f"{w // 86400}d" if w % 86400 == 0 else r.dur(w)
+    parts += ["", r.table(["node", f"failures in {window}", "status", "last failure"],
+                          [[o.node, str(o.failures), r.status(o.status), r.when(o.last_failure_at, st.now())]
+                           for o in result.offenders], title="Repeat offenders")]
+    r.show(*parts)
+

@@ -1,0 +1,215 @@
+"""Slack-compatible webhook notifications, with the audit log as a durable outbox.
+
+Everything worth telling on-call is already written to ``audit_log`` in the same transaction as the
+change itself (a quarantine, the breaker opening, an escalation). So instead of sending from inside
+the workflow (and losing the message when a process dies between commit and send), one periodic pass
+reads audit rows after a cursor kept in the ``control`` table (``notify_cursor``) and posts them.
+
+A pass, in one transaction that holds the cursor row locked (so two workers never send the same rows):
+
+1. read up to ``batch`` audit rows after the cursor, keep the notifiable actions, skip rows older than
+   ``notify.max_age_s`` (stale news after an outage is not worth a page);
+2. drop repeats: at most one message per (action, node) within ``notify.min_interval_s``; the
+   last-sent times live in the cursor row too, so the limit survives restarts;
+3. post at most ``notify.max_per_pass`` messages and collapse the rest into one summary, so a storm of
+   500 escalations pages a handful of times and one "...and 495 more" line;
+4. advance the cursor past what was posted. A failed post stops the pass and leaves the cursor before
+   the failed message, so it is retried on the next pass (delivery is at-least-once: a crash between
+   the post and the commit repeats that message, it never loses it).
+
+Without ``notify.webhook_url`` a pass only advances the cursor. The webhook URL is a secret (it is the
+credential) and is never logged: errors are reported by type and status code only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import SystemClock, aware
+from remediation.db.models import AuditLog, Control
+from remediation.db.queries import control_set
+from remediation.hostlist import compress
+from remediation.policy import Clock
+from remediation.settings import NotifySettings
+
+log = logging.getLogger(__name__)
+
+CURSOR = "notify_cursor"
+Post = Callable[[str, dict[str, Any]], None]
+
+# action -> (emoji, headline)
+NOTIFIABLE: dict[str, tuple[str, str]] = {
+    "breaker_open": (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
+    "breaker_closed": (":white_check_mark:", "Storm breaker closed: VM actions resume"),
+    "escalate": (":arrow_double_up:", "Escalated"),
+    "remediation_quarantined": (":no_entry:", "Quarantined"),
+    "remediation_failed": (":x:", "Remediation FAILED"),
+    "quarantine": (":no_entry:", "Quarantined by hand"),
+    "release": (":unlock:", "Released from quarantine"),
+}
+
+
+class NotifyError(Exception):
+    """A webhook post failed; the message never contains the URL."""
+
+
+@dataclass
+class PassResult:
+    scanned: int = 0
+    sent: int = 0
+    suppressed: int = 0  # repeats within min_interval_s
+    collapsed: int = 0  # folded into a summary message
+    stale: int = 0
+    failed: bool = False
+    cursor: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Msg:
+    first_id: int
+    last_id: int
+    payload: dict[str, Any]
+    keys: list[str]
+
+
+class _Redact(logging.Filter):
+    """httpx logs every request's full URL at INFO; for a webhook the URL *is* the credential."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__()
+        self.secret = secret
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.secret in message:
+            record.msg, record.args = message.replace(self.secret, "<webhook>"), ()
+        return True
+
+
+def httpx_post(timeout_s: float) -> Post:
+    def post(url: str, payload: dict[str, Any]) -> None:
+        import httpx
+
+        redact = _Redact(url)
+        logger = logging.getLogger("httpx")
+        logger.addFilter(redact)
+        try:
+            resp = httpx.post(url, json=payload, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            raise NotifyError(f"webhook unreachable ({type(exc).__name__})") from None
+        finally:
+            logger.removeFilter(redact)
+        if resp.status_code >= 300:
+            raise NotifyError(f"webhook answered HTTP {resp.status_code}")
+
+    return post
+
+
+def run_pass(sessions: sessionmaker[Session], cfg: NotifySettings, post: Post | None = None,
+             clock: Clock | None = None, batch: int = 1000) -> PassResult:
+    now = (clock or SystemClock()).now()
+    url = cfg.webhook_url.get_secret_value() if cfg.webhook_url else None
+    post = post or httpx_post(cfg.timeout_s)
+    with sessions() as s, s.begin():
+        state = _lock_cursor(s, now)
+        cursor = int(state.get("id", 0))
+        rows = s.scalars(select(AuditLog).where(AuditLog.id > cursor).order_by(AuditLog.id).limit(batch)).all()
+        result = PassResult(scanned=len(rows), cursor=cursor)
+        if not rows:
+            return result
+        if url is None:  # notifications off: just keep up, so enabling them later does not replay history
+            result.cursor = rows[-1].id
+            control_set(s, CURSOR, {**state, "id": result.cursor}, now)
+            return result
+        sent = _fresh_sent(state.get("sent", {}), now, cfg.min_interval_s)
+        messages = _plan(rows, sent, now, cfg, result)
+        result.cursor = rows[-1].id
+        for msg in messages:
+            try:
+                post(url, msg.payload)
+            except Exception as exc:  # includes NotifyError; str(exc) of other clients may carry the URL
+                detail = str(exc) if isinstance(exc, NotifyError) else type(exc).__name__
+                log.warning("notify: post failed (%s); will retry from audit row %d", detail, msg.first_id)
+                result.failed, result.cursor = True, msg.first_id - 1
+                break
+            result.sent += 1
+            result.messages.append(msg.payload)
+            for key in msg.keys:
+                sent[key] = now.isoformat()
+        control_set(s, CURSOR, {"id": result.cursor, "sent": sent}, now)
+    return result
+
+
+def _lock_cursor(s: Session, now: datetime) -> dict[str, Any]:
+    row = s.get(Control, CURSOR, with_for_update=True)
+    if row is None:
+        control_set(s, CURSOR, {"id": 0, "sent": {}}, now)
+        s.flush()
+        row = s.get(Control, CURSOR, with_for_update=True)
+    return dict(row.value) if row is not None else {}
+
+
+def _fresh_sent(sent: dict[str, str], now: datetime, interval: float) -> dict[str, str]:
+    horizon = now - timedelta(seconds=interval)
+    return {k: v for k, v in sent.items() if datetime.fromisoformat(v) > horizon}
+
+
+def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: NotifySettings,
+          result: PassResult) -> list[_Msg]:
+    horizon = now - timedelta(seconds=cfg.max_age_s)
+    keep: list[AuditLog] = []
+    seen: set[str] = set(sent)
+    for row in rows:
+        if row.action not in NOTIFIABLE:
+            continue
+        if aware(row.at) < horizon:  # type: ignore[operator]
+            result.stale += 1
+            continue
+        key = f"{row.action}|{row.target}"
+        if key in seen:
+            result.suppressed += 1
+            continue
+        seen.add(key)
+        keep.append(row)
+    direct, rest = keep[: cfg.max_per_pass], keep[cfg.max_per_pass:]
+    msgs = [_Msg(r.id, r.id, {"text": _format(r, cfg)}, [f"{r.action}|{r.target}"]) for r in direct]
+    if rest:
+        result.collapsed = len(rest)
+        msgs.append(_Msg(rest[0].id, rest[-1].id, {"text": _summary(rest)},
+                         [f"{r.action}|{r.target}" for r in rest]))
+    return msgs
+
+
+def _format(row: AuditLog, cfg: NotifySettings) -> str:
+    emoji, headline = NOTIFIABLE[row.action]
+    target = row.target
+    if target and cfg.dashboard_url:
+        target = f"<{cfg.dashboard_url.rstrip('/')}/nodes/{target}|{target}>"
+    parts = [f"{emoji} *{headline}*" + (f" `{row.target}`" if row.target and not cfg.dashboard_url else
+                                         f" {target}" if target else "")]
+    if row.reason:
+        parts.append(f"> {row.reason[:500]}")
+    remediation = (row.detail or {}).get("remediation")
+    tail = f"by {row.actor} at {aware(row.at):%Y-%m-%d %H:%M:%S} UTC"
+    parts.append(tail + (f" · remediation #{remediation}" if remediation else ""))
+    return "\n".join(parts)
+
+
+def _summary(rows: list[AuditLog]) -> str:
+    by_action = Counter(r.action for r in rows)
+    lines = [f":bell: *…and {len(rows)} more* (collapsed to avoid a page storm)"]
+    for action, n in by_action.most_common():
+        nodes = sorted({r.target for r in rows if r.action == action and r.target})
+        where = f" on {compress(nodes)}" if nodes else ""
+        lines.append(f"• {NOTIFIABLE[action][1]}: {n}{where}"[:400])
+    lines.append("See `remediation audit list` or the dashboard's audit log.")
+    return "\n".join(lines)

@@ -1,0 +1,115 @@
+#!/bin/bash
+# Start a real Slurm 22.05 controller and N slurmd "nodes" on this host, for tests, benchmarks and demos.
+#
+# Each node is its own slurmd process (slurmd -N NAME) listening on its own port, so killing one slurmd
+# makes exactly that node go "Not responding" and then DOWN, as on a real cluster. Everything lives under
+# one directory (config, state, spool, logs, pid files); slurm-down.sh with the same directory removes it.
+#
+# Environment (all optional):
+#   SLURM_CI_DIR        working directory                      (default /tmp/slurm-ci)
+#   SLURM_CI_NODES      number of nodes gpu-node-0..N-1        (default 8)
+#   SLURM_CI_CTLD_PORT  slurmctld port                         (default 6817)
+#   SLURM_CI_PORT_BASE  first slurmd port; node i uses BASE+i  (default 17000)
+#   SLURM_CI_REST       1 = also start slurmrestd on DIR/run/slurmrestd.sock (default 1)
+#   SLURM_CI_TIMEOUT_S  seconds to wait for every node to be idle (default 60)
+# Needs root on Debian 12 (bookworm); installs slurmctld, slurmd, slurm-client, munge and slurmrestd
+# with apt-get when they are missing. Prints "SLURM_CONF=<path>" on its last line.
+set -euo pipefail
+
+D=${SLURM_CI_DIR:-/tmp/slurm-ci}
+N=${SLURM_CI_NODES:-8}
+CTLD_PORT=${SLURM_CI_CTLD_PORT:-6817}
+PORT_BASE=${SLURM_CI_PORT_BASE:-17000}
+REST=${SLURM_CI_REST:-1}
+TIMEOUT_S=${SLURM_CI_TIMEOUT_S:-60}
+case "$N" in ''|*[!0-9]*) echo "SLURM_CI_NODES must be a positive integer" >&2; exit 2;; esac
+[ "$N" -ge 1 ] || { echo "SLURM_CI_NODES must be at least 1" >&2; exit 2; }
+LAST=$((N - 1))
+D=$(realpath -m -- "$D")
+export SLURM_CONF="$D/slurm.conf" DEBIAN_FRONTEND=noninteractive
+
+need_install=0
+for cmd in slurmctld slurmd sinfo scontrol squeue sbatch munged slurmrestd; do
+  command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || need_install=1
+done
+if [ "$need_install" = 1 ]; then
+  [ "$(id -u)" = 0 ] || { echo "slurm is not installed and installing it needs root" >&2; exit 1; }
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge slurmrestd >/dev/null
+fi
+
+# munge authenticates every Slurm RPC. The Debian postinst normally creates the key; create one if not.
+if [ ! -s /etc/munge/munge.key ]; then
+  runuser -u munge -- mungekey -c
+fi
+install -d -o munge -g munge -m 0755 /run/munge
+if ! munge -n >/dev/null 2>&1; then
+  runuser -u munge -- /usr/sbin/munged
+  for _ in $(seq 1 50); do munge -n >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+mkdir -p "$D"/{state,spool,log,run,dev}
+# Fake GPU character devices, so Gres=gpu:8 validates without GPUs.
+for g in 0 1 2 3 4 5 6 7; do ln -sf /dev/null "$D/dev/nvidia$g"; done
+
+cat > "$SLURM_CONF" <<CONF
+ClusterName=ci
+SlurmctldHost=localhost
+SlurmctldPort=$CTLD_PORT
+SlurmUser=root
+AuthType=auth/munge
+StateSaveLocation=$D/state
+SlurmdSpoolDir=$D/spool/%n
+SlurmctldPidFile=$D/run/slurmctld.pid
+SlurmdPidFile=$D/run/slurmd-%n.pid
+SlurmctldLogFile=$D/log/slurmctld.log
+SlurmdLogFile=$D/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SlurmdParameters=config_overrides
+# Short timeouts so a killed slurmd shows as "Not responding" (and then DOWN) within ~30 s.
+SlurmdTimeout=10
+# A node that was DOWN for not responding returns to service once its slurmd registers again.
+ReturnToService=1
+MailProg=/bin/true
+MpiDefault=none
+GresTypes=gpu
+NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$PORT_BASE-$((PORT_BASE + LAST))] CPUs=64 RealMemory=512000 Gres=gpu:8 State=UNKNOWN
+PartitionName=gpu Nodes=gpu-node-[0-$LAST] Default=YES MaxTime=INFINITE State=UP
+CONF
+echo "NodeName=gpu-node-[0-$LAST] Name=gpu File=$D/dev/nvidia[0-7]" > "$D/gres.conf"
+
+# -c: drop any job and node state an earlier run left in this directory; start from the config alone.
+slurmctld -c -f "$SLURM_CONF"
+for _ in $(seq 1 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.2; done
+scontrol ping >/dev/null 2>&1 || { echo "slurmctld did not answer; see $D/log/slurmctld.log" >&2; exit 1; }
+
+for i in $(seq 0 "$LAST"); do
+  mkdir -p "$D/spool/gpu-node-$i"
+  slurmd -N "gpu-node-$i" -f "$SLURM_CONF"
+done
+
+if [ "$REST" = 1 ]; then
+  # rest_auth/local authenticates by the peer's uid on the unix socket; root needs the override.
+  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -a rest_auth/local -s openapi/v0.0.38 \
+    "unix:$D/run/slurmrestd.sock" >"$D/log/slurmrestd.log" 2>&1 </dev/null &
+  echo $! > "$D/run/slurmrestd.pid"
+fi
+
+deadline=$((SECONDS + TIMEOUT_S))
+until [ "$(sinfo -h -t idle -o %D | awk '{s+=$1} END {print s+0}')" = "$N" ]; do
+  if [ "$SECONDS" -ge "$deadline" ]; then
+    echo "not every node became idle within ${TIMEOUT_S}s:" >&2
+    sinfo -N -o "%N %T %E" >&2 || true
+    exit 1
+  fi
+  sleep 0.2
+done
+if [ "$REST" = 1 ]; then
+  for _ in $(seq 1 50); do [ -S "$D/run/slurmrestd.sock" ] && break; sleep 0.1; done
+fi
+sinfo -N -o "%N %T %G"
+echo "SLURM_CONF=$SLURM_CONF"

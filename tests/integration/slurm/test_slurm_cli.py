@@ -1,0 +1,243 @@
+"""The cli and rest backends against the real slurmctld started by conftest.py."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from remediation.errors import NotSupported, TransientError, UnknownNode
+from tests.integration.slurm.conftest import SlurmCluster
+from workers.adapters.slurm_args import MAX_REASON, InvalidSlurmArgument
+from workers.adapters.slurm_cli import CliSlurm
+from workers.adapters.slurm_rest import RestSlurm
+
+pytestmark = pytest.mark.slurm
+
+
+def test_list_and_get(slurm: SlurmCluster) -> None:
+    cli = CliSlurm(slurm.settings())
+    nodes = {n.name: n for n in cli.list_nodes()}
+    assert sorted(nodes) == slurm.nodes
+    assert all(n.state == "IDLE" and not n.flags and n.reason == "" for n in nodes.values())
+    assert cli.get_node("gpu-node-2") == nodes["gpu-node-2"]
+
+
+def test_drain_is_idempotent_and_resume_returns_the_node(slurm: SlurmCluster) -> None:
+    cli = CliSlurm(slurm.settings())
+    cli.drain("gpu-node-1", "remediation: xid 79")
+    node = cli.get_node("gpu-node-1")
+    assert node.flags == {"DRAIN"} and node.reason == "remediation: xid 79" and node.reason_user == "root"
+    assert slurm.nodes_now()["gpu-node-1"] == ("IDLE", frozenset({"DRAIN"}), "remediation: xid 79")
+    stamp = node.reason_time
+    time.sleep(1.1)  # reason times have 1 s resolution; a second drain must not restamp
+    cli.drain("gpu-node-1", "remediation: xid 79")
+    assert cli.get_node("gpu-node-1").reason_time == stamp
+    cli.resume("gpu-node-1")
+    assert not cli.get_node("gpu-node-1").flags - {"NOT_RESPONDING"}
+    assert cli.get_node("gpu-node-1").reason == ""
+
+
+@pytest.mark.parametrize("state", ["FAIL", "DOWN"])
+def test_set_state(slurm: SlurmCluster, state: str) -> None:
+    cli = CliSlurm(slurm.settings())
+    cli.set_state("gpu-node-2", state, f"remediation: set {state}")  # type: ignore[arg-type]
+    node = cli.get_node("gpu-node-2")
+    assert state in node.states and node.reason == f"remediation: set {state}"
+    cli.resume("gpu-node-2")
+    assert not cli.get_node("gpu-node-2").states & {"FAIL", "DOWN", "DRAIN"}
+
+
+def test_resume_of_an_idle_node_is_success(slurm: SlurmCluster) -> None:
+    # scontrol itself refuses this with "Invalid node state specified".
+    refused = slurm.scontrol("update", "nodename=gpu-node-3", "state=resume", check=False)
+    assert refused.returncode != 0 and "Invalid node state specified" in refused.stderr
+    CliSlurm(slurm.settings()).resume("gpu-node-3")
+
+
+def test_unknown_node_carries_slurms_message(slurm: SlurmCluster) -> None:
+    cli = CliSlurm(slurm.settings())
+    with pytest.raises(UnknownNode, match="not found"):
+        cli.get_node("gpu-node-99")
+    with pytest.raises(UnknownNode, match="Invalid node name"):
+        cli.running_jobs("gpu-node-99")
+    with pytest.raises(UnknownNode):
+        cli.drain("gpu-node-99", "remediation: x")
+    with pytest.raises(UnknownNode, match="Invalid node name specified"):
+        cli.resume("gpu-node-99")
+
+
+def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> None:
+    cli = CliSlurm(slurm.settings())
+    assert cli.running_jobs("gpu-node-0") == 0
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    job = slurm.run("sbatch", "--parsable", "-w", "gpu-node-0", "-o", "/dev/null", "-D", str(tmp_path), str(script))
+    job_id = job.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + 15
+    while cli.running_jobs("gpu-node-0") == 0:
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.2)
+    assert cli.running_jobs("gpu-node-0") == 1
+    assert cli.running_jobs("gpu-node-1") == 0
+    # A node draining under a job: the workflow sees the job until it ends.
+    cli.drain("gpu-node-0", "remediation: test")
+    assert cli.get_node("gpu-node-0").state in ("ALLOCATED", "MIXED")
+    assert cli.running_jobs("gpu-node-0") == 1
+    slurm.run("scancel", job_id)
+    deadline = time.monotonic() + 15
+    while cli.running_jobs("gpu-node-0"):
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.2)
+
+
+LITERAL_REASONS = [
+    "remediation: $(touch {marker})",
+    "remediation: `touch {marker}`",
+    "remediation: x; touch {marker} && echo y | cat > {marker}",
+    'remediation: "quoted" and \'single\'',
+    '"remediation: fully quoted"',
+    '"',
+    "remediation: x nodename=gpu-node-3 state=down",
+    "remediation: ${{IFS}}*?~!#%^&()[]{{}}<>\\\\",
+    "remediation: ünïcode ✓",
+    "r" * MAX_REASON,
+]
+
+
+@pytest.mark.parametrize(
+    "template",
+    LITERAL_REASONS,
+    ids=["dollar-paren", "backticks", "semicolon-pipe", "quotes", "wrapped-in-quotes", "lone-quote",
+         "argument-lookalike", "glob-and-braces", "unicode", "max-length"],
+)
+def test_reasons_reach_slurm_literally_and_run_nothing(slurm: SlurmCluster, tmp_path: Path, template: str) -> None:
+    marker = tmp_path / "executed"
+    reason = template.format(marker=marker)
+    cli = CliSlurm(slurm.settings())
+    cli.drain("gpu-node-2", reason)
+    assert cli.get_node("gpu-node-2").reason == reason
+    assert slurm.nodes_now()["gpu-node-2"][2] == reason
+    assert not marker.exists()
+    # Only the named node changed.
+    others = {n: v for n, v in slurm.nodes_now().items() if n != "gpu-node-2"}
+    assert all(state == "IDLE" and not flags for state, flags, _ in others.values())
+
+
+@pytest.fixture
+def tripwire(tmp_path: Path) -> tuple[Path, Path]:
+    """An executable that records being run; used as scontrol/sinfo/squeue to prove none ran."""
+    log = tmp_path / "ran"
+    exe = tmp_path / "tripwire"
+    exe.write_text(f"#!/bin/sh\necho \"$@\" >> '{log}'\nexit 1\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return exe, log
+
+
+BAD_NAMES = ["gpu-node-1;touch x", "gpu-node-1 gpu-node-2", "gpu-node-[0-1]", "gpu-node-0,gpu-node-1", "ALL",
+             "all", "", "-h", "gpu-node-1\n", "$(touch x)", "../gpu-node-1", "n\x00"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=[repr(n) for n in BAD_NAMES])
+def test_bad_node_names_are_rejected_before_anything_runs(
+    slurm: SlurmCluster, tripwire: tuple[Path, Path], name: str
+) -> None:
+    exe, log = tripwire
+    cli = CliSlurm(slurm.settings(scontrol=str(exe), sinfo=str(exe), squeue=str(exe)))
+    for call in (
+        lambda: cli.get_node(name),
+        lambda: cli.drain(name, "remediation: x"),
+        lambda: cli.set_state(name, "FAIL", "remediation: x"),
+        lambda: cli.resume(name),
+        lambda: cli.running_jobs(name),
+    ):
+        with pytest.raises(InvalidSlurmArgument, match="invalid Slurm node name"):
+            call()
+    assert not log.exists()
+    # The tripwire is live: a valid call does run it.
+    with pytest.raises(Exception):  # noqa: B017 - the tripwire exits 1; we only want it to have run
+        cli.get_node("gpu-node-1")
+    assert log.exists()
+
+
+BAD_REASONS = ["remediation: a\nb", "remediation: a\rb", "remediation: a\x00b", "remediation: \tx", "", "   ",
+               "r" * (MAX_REASON + 1), "remediation: \x1b[31mred"]
+
+
+@pytest.mark.parametrize("reason", BAD_REASONS, ids=["newline", "cr", "nul", "tab", "empty", "blank", "too-long", "escape"])
+def test_bad_reasons_are_rejected_before_anything_runs(
+    slurm: SlurmCluster, tripwire: tuple[Path, Path], reason: str
+) -> None:
+    exe, log = tripwire
+    cli = CliSlurm(slurm.settings(scontrol=str(exe), sinfo=str(exe), squeue=str(exe)))
+    with pytest.raises(InvalidSlurmArgument):
+        cli.drain("gpu-node-1", reason)
+    with pytest.raises(InvalidSlurmArgument):
+        cli.set_state("gpu-node-1", "DOWN", reason)
+    assert not log.exists()
+
+
+def test_unreachable_controller_is_transient(slurm: SlurmCluster, tmp_path: Path) -> None:
+    conf = tmp_path / "slurm.conf"
+    lines = slurm.conf.read_text().splitlines()
+    # The same cluster but a port nobody listens on.
+    free = ["SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line for line in lines]
+    conf.write_text("\n".join(free) + "\n")
+    cli = CliSlurm(slurm.settings(slurm_conf=str(conf), command_timeout_s=20))
+    with pytest.raises(TransientError, match="Unable to contact slurm controller"):
+        cli.resume("gpu-node-1")
+    quick = CliSlurm(slurm.settings(slurm_conf=str(conf), command_timeout_s=0.5))
+    with pytest.raises(TransientError, match="timed out"):
+        quick.list_nodes()
+
+
+def test_slurm_conf_comes_from_settings_not_the_environment(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLURM_CONF", "/nonexistent/slurm.conf")
+    assert len(CliSlurm(slurm.settings()).list_nodes()) == len(slurm.nodes)
+    assert os.environ["SLURM_CONF"] == "/nonexistent/slurm.conf"
+
+
+# ------------------------------------------------------------------------------------------- rest
+
+
+def test_rest_reads_the_same_nodes_over_the_unix_socket(slurm: SlurmCluster) -> None:
+    slurm.scontrol("update", "nodename=gpu-node-1", "state=fail", "reason=xid 79")
+    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
+    cli = CliSlurm(slurm.settings())
+    assert sorted(rest.list_nodes(), key=lambda n: n.name) == sorted(cli.list_nodes(), key=lambda n: n.name)
+    assert rest.get_node("gpu-node-1").flags == {"FAIL"}
+    with pytest.raises(UnknownNode, match="Invalid node name"):
+        rest.get_node("gpu-node-99")
+    assert rest.running_jobs("gpu-node-1") == 0
+
+
+def test_rest_poll_is_free_when_nothing_changed(slurm: SlurmCluster) -> None:
+    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
+    assert len(rest.snapshot()) == len(slurm.nodes)
+    time.sleep(2.1)  # past the one-second overlap of update_time
+    deadline = time.monotonic() + 10
+    while rest.poll() is not None:  # pings may touch the node table; it settles quickly when idle
+        assert time.monotonic() < deadline, "slurmrestd never answered 304"
+        time.sleep(0.5)
+    slurm.scontrol("update", "nodename=gpu-node-3", "state=drain", "reason=maint")
+    changed = rest.poll()
+    assert changed is not None and changed["gpu-node-3"].flags == {"DRAIN"}
+
+
+def test_rest_v0_0_38_refuses_writes_clearly(slurm: SlurmCluster) -> None:
+    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
+    with pytest.raises(NotSupported, match=r"not supported by this slurmrestd \(v0.0.38\)"):
+        rest.drain("gpu-node-1", "remediation: x")
+    with pytest.raises(NotSupported):
+        rest.resume("gpu-node-1")
+    assert slurm.nodes_now()["gpu-node-1"] == ("IDLE", frozenset(), "")
+
+
+def test_rest_unreachable_is_transient(tmp_path: Path, slurm: SlurmCluster) -> None:
+    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{tmp_path / 'missing.sock'}"))
+    with pytest.raises(TransientError):
+        rest.list_nodes()

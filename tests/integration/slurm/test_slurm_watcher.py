@@ -1,0 +1,231 @@
+"""The Slurm watcher against the real slurmctld and a real Redis stream (no Celery: kick=None)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import redis
+
+from remediation.events import EventKind, NodeEvent
+from remediation.settings import Settings, load_settings
+from tests.conftest import REDIS_URL
+from tests.integration.slurm.conftest import ROOT, SlurmCluster
+from watchers import slurm as slurm_watcher
+from watchers.runtime import Stopper, make_lock
+from workers.adapters.slurm_cli import CliSlurm
+from workers.bus import RedisEventBus
+
+pytestmark = pytest.mark.slurm
+
+
+def settings_for(cluster: SlurmCluster, prefix: str, **slurm: object) -> Settings:
+    return load_settings(
+        broker={"redis_url": REDIS_URL, "key_prefix": prefix},
+        slurm={"slurm_conf": str(cluster.conf), **slurm},
+    )
+
+
+def events(client: redis.Redis, prefix: str) -> list[NodeEvent]:
+    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events")]
+
+
+def wait_for(
+    client: redis.Redis, prefix: str, match: Callable[[NodeEvent], bool], timeout: float
+) -> NodeEvent:
+    deadline = time.monotonic() + timeout
+    while True:
+        for event in events(client, prefix):
+            if match(event):
+                return event
+        if time.monotonic() > deadline:
+            seen = [(e.node, e.kind, e.state, e.reason) for e in events(client, prefix)]
+            raise AssertionError(f"no matching event within {timeout}s; stream has {seen}")
+        time.sleep(0.02)
+
+
+@contextmanager
+def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iterator[Stopper]:
+    """A watcher thread publishing to ``stream_prefix``; its lock key follows settings' prefix."""
+    stopper = Stopper(install=False)
+    bus = RedisEventBus(client, stream_prefix, kick=None)
+    thread = threading.Thread(
+        target=slurm_watcher.run, args=(settings, stopper, bus, CliSlurm(settings.slurm)), daemon=True
+    )
+    thread.start()
+    try:
+        yield stopper
+    finally:
+        stopper.stop()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), "watcher did not stop"
+
+
+def started(client: redis.Redis, prefix: str, nodes: list[str]) -> None:
+    """The first resync publishes an INVENTORY event per node: the watcher is up and leading."""
+    deadline = time.monotonic() + 10
+    while {e.node for e in events(client, prefix) if e.kind == EventKind.INVENTORY} != set(nodes):
+        assert time.monotonic() < deadline, "watcher never published its first resync"
+        time.sleep(0.05)
+
+
+def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    settings = settings_for(slurm, redis_prefix)
+    with watcher(settings, redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        t0 = time.monotonic()
+        slurm.scontrol("update", "nodename=gpu-node-1", "state=fail", "reason=xid 79")
+        event = wait_for(
+            redis_client, redis_prefix, lambda e: e.kind == EventKind.UNHEALTHY and e.node == "gpu-node-1", 2.0
+        )
+        assert time.monotonic() - t0 <= 2.0
+        assert (event.state, event.reason, event.reason_user) == ("FAIL", "xid 79", "root")
+        assert event.dedupe_key.startswith("slurm:gpu-node-1:FAIL:")
+        slurm.scontrol("update", "nodename=gpu-node-1", "state=resume")
+        healthy = wait_for(
+            redis_client, redis_prefix, lambda e: e.kind == EventKind.HEALTHY and e.node == "gpu-node-1", 3.0
+        )
+        assert healthy.state == "IDLE"
+        assert healthy.dedupe_key == event.dedupe_key.replace(":FAIL:", ":healthy:FAIL:", 1)
+        # The resume's NOT_RESPONDING blip (until slurmctld pings the node) was not published.
+        time.sleep(1.5)
+        unhealthy = [e for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
+        assert [e.state for e in unhealthy] == ["FAIL"]
+
+
+def test_maintenance_drain_is_published_with_its_reason(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    with watcher(settings_for(slurm, redis_prefix), redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        slurm.scontrol("update", "nodename=gpu-node-2", "state=drain", "reason=maintenance: PSU swap")
+        event = wait_for(redis_client, redis_prefix, lambda e: e.kind == EventKind.UNHEALTHY, 3.0)
+        assert (event.node, event.state, event.reason) == ("gpu-node-2", "DRAIN", "maintenance: PSU swap")
+        time.sleep(2.5)  # several more polls: the unchanged drain is not published again
+        drains = [e for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
+        assert len(drains) == 1
+
+
+def test_killed_slurmd_is_detected_and_its_return_too(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    with watcher(settings_for(slurm, redis_prefix), redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        pid = slurm.slurmd_pid("gpu-node-3")
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        down = wait_for(
+            redis_client,
+            redis_prefix,
+            lambda e: e.node == "gpu-node-3" and e.kind == EventKind.UNHEALTHY and e.state == "DOWN",
+            60.0,
+        )
+        assert down.reason == "Not responding"
+        assert time.monotonic() - killed < 45
+        states = [e.state for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
+        assert states[0] in ("NOT_RESPONDING", "DOWN")  # idle* (~13 s) first, then DOWN (~26 s)
+        slurm.start_slurmd("gpu-node-3")  # "the VM came back"; ReturnToService=1 returns it to IDLE
+        wait_for(redis_client, redis_prefix, lambda e: e.node == "gpu-node-3" and e.kind == EventKind.HEALTHY, 30.0)
+
+
+def test_restart_resync_republishes_the_bad_set_with_the_same_keys(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    settings = settings_for(slurm, redis_prefix)
+    with watcher(settings, redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        slurm.scontrol("update", "nodename=gpu-node-0", "state=drain", "reason=remediation: xid 79")
+        edge = wait_for(redis_client, redis_prefix, lambda e: e.kind == EventKind.UNHEALTHY, 3.0)
+    first_run = len(events(redis_client, redis_prefix))
+    # A new watcher (as after a crash or a Redis outage): its first poll is a full resync.
+    with watcher(settings, redis_client, redis_prefix):
+        deadline = time.monotonic() + 5
+        while len(events(redis_client, redis_prefix)) < first_run + 1 + len(slurm.nodes):
+            assert time.monotonic() < deadline, "no resync after restart"
+            time.sleep(0.05)
+    after = events(redis_client, redis_prefix)[first_run:]
+    again = [e for e in after if e.kind == EventKind.UNHEALTHY]
+    assert [(e.node, e.state, e.dedupe_key) for e in again] == [("gpu-node-0", "DRAIN", edge.dedupe_key)]
+    inventory = {e.node: e for e in after if e.kind == EventKind.INVENTORY}
+    assert sorted(inventory) == slurm.nodes
+    assert inventory["gpu-node-0"].state == "DRAIN" and inventory["gpu-node-1"].state == "IDLE"
+    # The same inventory facts carry the same keys as in the first run, so the ingest records them once.
+    first = {e.node: e.dedupe_key for e in events(redis_client, redis_prefix)[:first_run] if e.kind == EventKind.INVENTORY}
+    assert inventory["gpu-node-1"].dedupe_key == first["gpu-node-1"]
+
+
+def test_only_the_leader_publishes(slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str) -> None:
+    settings = settings_for(slurm, redis_prefix)
+    leader_stream, standby_stream = f"{redis_prefix}:a", f"{redis_prefix}:b"
+    with watcher(settings, redis_client, leader_stream) as leader:
+        started(redis_client, leader_stream, slurm.nodes)
+        with watcher(settings, redis_client, standby_stream):
+            slurm.scontrol("update", "nodename=gpu-node-1", "state=drain", "reason=maintenance: fans")
+            wait_for(redis_client, leader_stream, lambda e: e.kind == EventKind.UNHEALTHY, 3.0)
+            time.sleep(1.5)
+            assert events(redis_client, standby_stream) == []
+            # The leader stops and releases the lock: the standby takes over with a full resync.
+            leader.stop()
+            event = wait_for(redis_client, standby_stream, lambda e: e.kind == EventKind.UNHEALTHY, 5.0)
+            assert (event.node, event.state) == ("gpu-node-1", "DRAIN")
+
+
+def test_sigterm_exits_cleanly_and_releases_the_lock(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str, tmp_path: Path
+) -> None:
+    env = dict(os.environ)
+    env.update(
+        REMEDIATION_BROKER__REDIS_URL=REDIS_URL,
+        REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
+        REMEDIATION_SLURM__SLURM_CONF=str(slurm.conf),
+        PYTHONPATH=str(ROOT),
+    )
+    env.pop("REMEDIATION_CONFIG", None)
+    proc = subprocess.Popen(  # noqa: S603 - fixed argv
+        [sys.executable, "-m", "watchers.slurm"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        started(redis_client, redis_prefix, slurm.nodes)
+        lock_key = f"{redis_prefix}:leader:slurm"
+        assert redis_client.get(lock_key) is not None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, stderr = proc.communicate()
+    assert "slurm watcher stopped" in stderr
+    assert redis_client.get(lock_key) is None
+    # And a lock held by nobody can be taken at once by the next watcher.
+    assert make_lock(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}), "slurm",
+                     client=redis_client).acquire_or_renew()
+
+
+def test_failed_publish_is_retried_on_the_next_poll(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """Redis down during a transition: the snapshot is kept, and the transition goes out later."""
+    settings = settings_for(slurm, redis_prefix)
+    dead = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    source = slurm_watcher.as_source(CliSlurm(settings.slurm))
+    live = slurm_watcher.SlurmWatcher(settings, RedisEventBus(redis_client, redis_prefix, kick=None), source)
+    live.step()  # first resync
+    slurm.scontrol("update", "nodename=gpu-node-2", "state=fail", "reason=xid 48")
+    live.bus = RedisEventBus(dead, redis_prefix, kick=None)
+    with pytest.raises(slurm_watcher.BusUnavailable):
+        live.step()
+    live.bus = RedisEventBus(redis_client, redis_prefix, kick=None)
+    assert live.step() >= 1
+    event = wait_for(redis_client, redis_prefix, lambda e: e.kind == EventKind.UNHEALTHY, 1.0)
+    assert (event.node, event.state, event.reason) == ("gpu-node-2", "FAIL", "xid 48")

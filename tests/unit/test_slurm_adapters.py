@@ -1,0 +1,113 @@
+"""Slurm backend selection and the parts of the backends that need no slurmctld.
+
+The v0.0.39 write path of slurmrestd cannot run against Slurm 22.05 (which has only v0.0.38), so its
+request shape is checked here at our own HTTP boundary; reads and the v0.0.38 refusal are tested
+against the real slurmrestd in tests/integration/slurm.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from remediation.errors import PermanentError, TransientError, UnknownNode
+from remediation.settings import SlurmSettings, load_settings
+from workers.adapters.slurm import make_slurm
+from workers.adapters.slurm_args import InvalidSlurmArgument, check_node_name, check_reason
+from workers.adapters.slurm_cli import CliSlurm
+from workers.adapters.slurm_pyslurm import PyslurmUnavailable, load_pyslurm
+from workers.adapters.slurm_rest import RestSlurm
+
+
+def test_factory_picks_the_configured_backend(tmp_path: object) -> None:
+    assert isinstance(make_slurm(load_settings(slurm={"backend": "cli"})), CliSlurm)
+    rest = make_slurm(load_settings(slurm={"backend": "rest", "rest_url": "unix:/nonexistent.sock"}))
+    assert isinstance(rest, RestSlurm)
+    assert type(make_slurm(load_settings(slurm={"backend": "noop"}))).__name__ == "NoopSlurm"
+    assert type(make_slurm(load_settings(slurm={"backend": "memory"}))).__name__ == "MemorySlurm"
+
+
+def test_pyslurm_backend_without_pyslurm_is_a_clear_startup_error() -> None:
+    try:
+        import pyslurm  # noqa: F401
+    except ImportError:
+        pass
+    else:  # pragma: no cover - only where pyslurm matches the installed Slurm
+        pytest.skip("pyslurm is importable here; tests/integration/slurm/test_slurm_pyslurm.py covers it")
+    with pytest.raises(PyslurmUnavailable, match="pyslurm is not installed / does not match this Slurm"):
+        make_slurm(load_settings(slurm={"backend": "pyslurm"}))
+    with pytest.raises(PermanentError):
+        load_pyslurm()
+
+
+def test_rest_backend_needs_a_url() -> None:
+    with pytest.raises(PermanentError, match="rest_url"):
+        RestSlurm(SlurmSettings(backend="rest"))
+    with pytest.raises(PermanentError, match="rest_api_version"):
+        RestSlurm(SlurmSettings(backend="rest", rest_url="http://x", rest_api_version="latest"))
+
+
+def test_rest_v0_0_39_writes_post_the_node_update_with_jwt_headers() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path.endswith("/node/gpu-node-9"):
+            return httpx.Response(500, json={"errors": [{"error": "Invalid node name specified"}]})
+        if request.url.path.endswith("/node/gpu-node-5") and request.method == "POST":
+            return httpx.Response(503, headers={"Retry-After": "7"}, text="busy")
+        return httpx.Response(200, json={"errors": []})
+
+    settings = SlurmSettings(
+        backend="rest",
+        rest_url="http://slurmrestd:6820",
+        rest_api_version="v0.0.39",
+        rest_user="remediation",
+        rest_token="jwt-secret",  # type: ignore[arg-type]
+    )
+    rest = RestSlurm(settings, transport=httpx.MockTransport(handler))
+    rest.drain("gpu-node-1", 'remediation: "xid" $(x)')
+    rest.set_state("gpu-node-2", "FAIL", "remediation: fail")
+    rest.resume("gpu-node-3")
+    bodies = [(r.method, r.url.path, json.loads(r.content)) for r in seen]
+    assert bodies == [
+        ("POST", "/slurm/v0.0.39/node/gpu-node-1", {"state": ["DRAIN"], "reason": 'remediation: "xid" $(x)'}),
+        ("POST", "/slurm/v0.0.39/node/gpu-node-2", {"state": ["FAIL"], "reason": "remediation: fail"}),
+        ("POST", "/slurm/v0.0.39/node/gpu-node-3", {"state": ["RESUME"]}),
+    ]
+    assert seen[0].headers["X-SLURM-USER-NAME"] == "remediation"
+    assert seen[0].headers["X-SLURM-USER-TOKEN"] == "jwt-secret"
+    with pytest.raises(UnknownNode, match="Invalid node name specified"):
+        rest.drain("gpu-node-9", "remediation: x")
+    with pytest.raises(TransientError) as info:
+        rest.resume("gpu-node-5")
+    assert info.value.retry_after == 7.0 and info.value.status == 503
+    with pytest.raises(InvalidSlurmArgument):
+        rest.drain("../jobs", "remediation: x")
+    assert len(seen) == 5  # the bad name never reached the wire
+
+
+@pytest.mark.parametrize(
+    "name", ["gpu-node-1", "n001", "a.b_c-d"], ids=["gpu", "padded", "punctuation"]
+)
+def test_plain_names_pass(name: str) -> None:
+    assert check_node_name(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["ALL", "All", "n[1-2]", "a,b", "a b", "a\n", "", "-x", "a/b", "x" * 254, 7],
+    ids=["ALL", "all-mixed", "hostlist", "comma", "space", "trailing-newline", "empty", "dash", "slash", "long", "int"],
+)
+def test_bad_names_are_refused(name: object) -> None:
+    with pytest.raises(InvalidSlurmArgument):
+        check_node_name(name)
+
+
+def test_reasons() -> None:
+    assert check_reason("remediation: ünïcode $(x) `y`") == "remediation: ünïcode $(x) `y`"
+    for bad in ["", " ", "a\nb", "a\x00", "a\x7f", "a" * 1025, None]:
+        with pytest.raises(InvalidSlurmArgument):
+            check_reason(bad)

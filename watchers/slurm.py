@@ -1,0 +1,233 @@
+"""The Slurm watcher: turns slurmctld's node table into NodeEvents on the Redis stream.
+
+Every ``slurm.poll_interval_s`` it reads all nodes and diffs them against the previous snapshot
+(:func:`remediation.slurm_json.diff`). It publishes transitions only:
+
+- into DOWN, DRAIN, FAIL or NOT_RESPONDING (or any state in ``policy.slurm_states``), or from one bad
+  condition to another (a new reason, DRAIN turning DOWN): ``UNHEALTHY``, state = the bad state;
+- back to health: ``HEALTHY``;
+- a node seen for the first time: ``INVENTORY``.
+
+Every ``slurm.resync_interval_s``, on start and on gaining the leader lock, it re-publishes the whole
+bad set plus an INVENTORY event per node (level, not edge), so a lost message, a Redis outage or a
+watcher restart costs latency, never a missed failure. Dedupe keys name the *condition* (node, state,
+``reason_changed_at``, a hash of the reason), so a resync re-publish is recorded once with its edge;
+a HEALTHY event is keyed by the condition it ends.
+
+If publishing fails the snapshot is not advanced, so the same transitions are found and published on
+the next poll. A bare NOT_RESPONDING must last ``slurm.not_responding_grace_s`` before it counts:
+slurmctld marks every node it resumes as not responding until its next ping.
+
+Backends that can tell "nothing changed" cheaply (slurmrestd's ``update_time`` answers 304) make an
+idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
+Only the holder of the ``slurm`` leader lock publishes; SIGTERM stops the loop within one poll and
+releases the lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from remediation.errors import RemediationError
+from remediation.events import EventKind, NodeEvent, Source
+from remediation.interfaces import SlurmControl
+from remediation.settings import Settings, load_settings
+from remediation.slurm_json import BAD_PRIORITY, NodeStatus, bad_state, condition_key, diff
+from watchers.leader import LeaderLock
+from watchers.runtime import Stopper, make_bus, make_lock
+from workers.bus import BusUnavailable, RedisEventBus
+
+log = logging.getLogger("watchers.slurm")
+
+
+@runtime_checkable
+class SnapshotSource(Protocol):
+    """What the watcher reads. ``poll`` may answer None for "nothing changed since last time"."""
+
+    def snapshot(self) -> dict[str, NodeStatus]: ...
+
+    def poll(self) -> dict[str, NodeStatus] | None: ...
+
+
+class ListNodesSource:
+    """Any SlurmControl as a snapshot source (memory and no-op backends)."""
+
+    def __init__(self, slurm: SlurmControl) -> None:
+        self.slurm = slurm
+
+    def snapshot(self) -> dict[str, NodeStatus]:
+        out = {}
+        for node in self.slurm.list_nodes():
+            stamp = int(node.reason_time.timestamp()) if node.reason_time else 0
+            out[node.name] = NodeStatus(node.name, node.state, node.flags, node.reason, node.reason_user, stamp)
+        return out
+
+    def poll(self) -> dict[str, NodeStatus] | None:
+        return self.snapshot()
+
+
+class SlurmWatcher:
+    """One watcher's memory between polls. ``step`` is one poll; the loop is in :func:`run`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        bus: RedisEventBus,
+        source: SnapshotSource,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.bus = bus
+        self.source = source
+        self.clock = clock
+        self.bad = frozenset(BAD_PRIORITY) | {s.upper() for s in settings.policy.slurm_states}
+        self.resync_interval = settings.slurm.resync_interval_s
+        self.grace = settings.slurm.not_responding_grace_s
+        self.previous: dict[str, NodeStatus] | None = None
+        self.next_resync = 0.0
+        self._not_responding_since: dict[str, float] = {}
+
+    def reset(self) -> None:
+        """Forget the snapshot: the next step is a full resync (start, regained leadership)."""
+        self.previous = None
+
+    def step(self) -> int:
+        """Poll once and publish what changed; returns the number of events published. Raises
+        BusUnavailable (snapshot kept) and the Slurm adapter's typed errors."""
+        now = self.clock()
+        resync = self.previous is None or now >= self.next_resync
+        if resync or self._not_responding_since:
+            current: dict[str, NodeStatus] | None = self.source.snapshot()
+        else:
+            current = self.source.poll()
+        if current is None:
+            return 0
+        previous = self.previous or {}
+        changes = diff(previous, current, self.bad)
+        effective = current  # a fresh dict per read; nodes held back by the grace are swapped in
+        observed = datetime.now(UTC)
+        events: list[NodeEvent] = []
+        held: set[str] = set()
+        waiting: set[str] = set()
+        for status, state in changes.unhealthy:
+            if self._within_grace(status, state, now):
+                held.add(status.name)
+                waiting.add(status.name)
+                if status.name in previous:
+                    effective[status.name] = previous[status.name]
+                else:
+                    del effective[status.name]
+                continue
+            if not resync:
+                events.append(self._event(EventKind.UNHEALTHY, status, state, condition_key(status, state), observed))
+        for status, before, before_state in changes.healthy:
+            key = f"slurm:{status.name}:healthy:" + condition_key(before, before_state).split(":", 2)[2]
+            events.append(self._event(EventKind.HEALTHY, status, status.state, key, observed))
+        if resync:
+            for status in effective.values():
+                bad = bad_state(status, self.bad)
+                if bad is not None and status.name not in held:
+                    key = condition_key(status, bad)
+                    events.append(self._event(EventKind.UNHEALTHY, status, bad, key, observed))
+                events.append(self._inventory(status, observed))
+        else:
+            events.extend(self._inventory(s, observed) for s in changes.added if s.name not in held)
+        # A node that left NOT_RESPONDING (or gained another bad state) starts its grace afresh later.
+        for name in list(self._not_responding_since):
+            if name not in waiting:
+                del self._not_responding_since[name]
+        published = self.bus.publish(events) if events else 0  # raises BusUnavailable: keep previous
+        self.previous = effective
+        if resync:
+            self.next_resync = now + self.resync_interval
+        for name in changes.removed:
+            log.info("node %s is no longer in Slurm", name)
+        return published
+
+    def _within_grace(self, status: NodeStatus, state: str, now: float) -> bool:
+        if state != "NOT_RESPONDING" or self.grace <= 0 or (status.states & self.bad) != {"NOT_RESPONDING"}:
+            return False
+        since = self._not_responding_since.setdefault(status.name, now)
+        return now - since < self.grace
+
+    def _event(self, kind: EventKind, status: NodeStatus, state: str, key: str, observed: datetime) -> NodeEvent:
+        return NodeEvent(
+            source=Source.SLURM,
+            node=status.name,
+            kind=kind,
+            state=state,
+            reason=status.reason[:2048],
+            reason_user=status.reason_user[:128] if status.reason_user else None,
+            observed_at=observed,
+            dedupe_key=key[:512],
+            published_at=datetime.now(UTC),
+        )
+
+    def _inventory(self, status: NodeStatus, observed: datetime) -> NodeEvent:
+        state = bad_state(status, self.bad) or status.state
+        stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
+        key = f"slurm:{status.name}:inventory:{state}:{stamp}"
+        return self._event(EventKind.INVENTORY, status, state, key, observed)
+
+
+def as_source(slurm: SlurmControl) -> SnapshotSource:
+    return slurm if isinstance(slurm, SnapshotSource) else ListNodesSource(slurm)
+
+
+def run(
+    settings: Settings,
+    stopper: Stopper,
+    bus: RedisEventBus | None = None,
+    slurm: SlurmControl | None = None,
+    lock: LeaderLock | None = None,
+) -> None:
+    """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes."""
+    if slurm is None:
+        from workers.adapters.slurm import make_slurm
+
+        slurm = make_slurm(settings)
+    bus = bus or make_bus(settings)
+    poll = settings.slurm.poll_interval_s
+    # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.
+    lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
+    watcher = SlurmWatcher(settings, bus, as_source(slurm))
+    leading = False
+    log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
+    try:
+        while not stopper.stopped:
+            started = time.monotonic()
+            if lock.acquire_or_renew():
+                if not leading:
+                    log.info("slurm watcher is the leader")
+                    watcher.reset()
+                    leading = True
+                try:
+                    watcher.step()
+                except BusUnavailable as exc:
+                    log.warning("cannot publish, will retry the same transitions: %s", exc)
+                except RemediationError as exc:
+                    log.warning("cannot read Slurm: %s", exc)
+            elif leading:
+                log.info("slurm watcher lost the leader lock")
+                leading = False
+            stopper.wait(max(0.0, poll - (time.monotonic() - started)))
+    finally:
+        lock.release()
+        log.info("slurm watcher stopped")
+
+
+def main() -> int:
+    settings = load_settings()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    run(settings, Stopper())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
