@@ -39,6 +39,7 @@ class _Section(BaseModel):
 
 
 class DatabaseSettings(_Section):
+    """Where the faulty-node database lives."""
     url: str = Field(
         "sqlite:///./remediation.db",
         description="SQLAlchemy URL. Postgres (postgresql+psycopg://...) in production; the SQLite "
@@ -49,6 +50,7 @@ class DatabaseSettings(_Section):
 
 
 class BrokerSettings(_Section):
+    """Redis: the event stream and the Celery queues."""
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="Redis holding the event stream and the Celery queues.",
@@ -220,6 +222,7 @@ class WorkflowSettings(_Section):
 
 
 class SlurmSettings(_Section):
+    """How the service reads and acts on slurmctld."""
     backend: Literal["cli", "rest", "pyslurm", "memory", "noop"] = Field(
         "cli", description="How we talk to slurmctld."
     )
@@ -254,6 +257,7 @@ class SlurmSettings(_Section):
 
 
 class KubeSettings(_Section):
+    """How the service reads Kubernetes Nodes, maps Slurm nodes to them and acts on them."""
     backend: Literal["kubernetes", "memory", "noop"] = Field("kubernetes", description="Kubernetes access.")
     host: str | None = Field(None, description="API server URL; unset = in-cluster config or kubeconfig.")
     token: SecretStr | None = Field(None, description="Bearer token (with host).")
@@ -303,6 +307,7 @@ class KubeSettings(_Section):
 
 
 class VMSettings(_Section):
+    """Which cloud provider restarts a Node's VM, and endpoint overrides."""
     backend: Literal["gce", "azure", "aws", "auto", "memory", "noop"] = Field(
         "auto", description="VM provider; 'auto' picks by the Node's providerID scheme."
     )
@@ -342,6 +347,7 @@ class VMSettings(_Section):
 
 
 class ApiSettings(_Section):
+    """The dashboard, JSON API and /metrics, and who may use them."""
     bind: str = Field("127.0.0.1", description="Address the API and dashboard listen on.")
     port: int = Field(8080, ge=1, le=65535, description="Port of the API and dashboard.")
     admin_tokens: list[SecretStr] = Field(
@@ -357,6 +363,7 @@ class ApiSettings(_Section):
 
 
 class NotifySettings(_Section):
+    """Slack-compatible webhook notifications, rate-limited."""
     webhook_url: SecretStr | None = Field(None, description="Slack-compatible incoming webhook; unset = off.")
     min_interval_s: float = Field(
         300.0, ge=0, description="At most one message per kind and node within this many seconds."

@@ -1,0 +1,111 @@
+"""Settings: every field documented, env/YAML/TOML sources, and bad config named by field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from remediation.settings import CONFIG_ENV, ConfigError, Settings, load_settings
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for name, field in model.model_fields.items():
+        out.append((prefix + name, field))
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _fields(ann, prefix + name + ".")
+    return out
+
+
+@pytest.mark.parametrize(("name", "field"), _fields(Settings), ids=[n for n, _ in _fields(Settings)])
+def test_every_setting_is_documented(name: str, field: Any) -> None:
+    ann = field.annotation
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        assert ann.__doc__ or field.description, name
+    else:
+        assert field.description and len(field.description) > 10, f"{name} has no description"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("REMEDIATION_"):
+            monkeypatch.delenv(key)
+
+
+def test_environment_with_prefix_and_nesting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REMEDIATION_POLICY__MAX_CONCURRENT", "9")
+    monkeypatch.setenv("REMEDIATION_DRY_RUN", "true")
+    s = load_settings()
+    assert s.policy.max_concurrent == 9 and s.dry_run is True
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [(".yaml", "policy:\n  max_concurrent: 7\nslurm:\n  backend: rest\n"),
+     (".toml", "[policy]\nmax_concurrent = 7\n[slurm]\nbackend = 'rest'\n")],
+    ids=["yaml", "toml"],
+)
+def test_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, suffix: str, text: str) -> None:
+    path = tmp_path / f"config{suffix}"
+    path.write_text(text)
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    s = load_settings()
+    assert (s.policy.max_concurrent, s.slurm.backend) == (7, "rest")
+
+
+def test_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  max_concurrent: 7\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    monkeypatch.setenv("REMEDIATION_POLICY__MAX_CONCURRENT", "2")
+    assert load_settings().policy.max_concurrent == 2
+
+
+BAD = [
+    ("zero-concurrency", {"REMEDIATION_POLICY__MAX_CONCURRENT": "0"}, "policy.max_concurrent"),
+    ("not-a-number", {"REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "lots"}, "policy.breaker_max_fraction"),
+    ("bad-regex", {"REMEDIATION_POLICY__IGNORE_REASONS": '["(unclosed"]'}, "policy.ignore_reasons"),
+    ("bad-condition", {"REMEDIATION_POLICY__KUBE_CONDITIONS": '["Ready"]'}, "policy.kube_conditions"),
+    ("unknown-backend", {"REMEDIATION_SLURM__BACKEND": "ssh"}, "slurm.backend"),
+    ("unknown-ladder", {"REMEDIATION_WORKFLOW__LADDER": '["pray"]'}, "workflow.ladder"),
+    ("wait-above-visibility", {"REMEDIATION_WORKFLOW__MAX_WAIT_S": "5000"}, "max_wait_s"),
+]
+
+
+@pytest.mark.parametrize(("env", "field"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_config_names_the_field(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], field: str) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert field in str(info.value)
+
+
+def test_unknown_key_in_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("policy:\n  max_concurent: 3\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    with pytest.raises(ConfigError, match="policy.max_concurent"):
+        load_settings()
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("missing.yaml", None, "no such config file"),
+    ("c.ini", "x=1", "must end in .yaml"),
+    ("broken.yaml", "policy: [unclosed", "cannot read configuration"),
+], ids=["missing", "wrong-suffix", "syntax"])
+def test_unreadable_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str, text: str | None,
+                                message: str) -> None:
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    with pytest.raises(ConfigError, match=message):
+        load_settings()
