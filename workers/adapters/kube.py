@@ -125,7 +125,7 @@ class KubeAdapter:
         self.cordoned_by = f"{settings.annotation_domain}/cordoned-by"
         self.cordon_reason = f"{settings.annotation_domain}/cordon-reason"
         self.taint_key = f"{settings.annotation_domain}/quarantined"
-        self._static: tuple[float, dict[str, str]] | None = None
+        self._static = StaticMap(settings.static_map_file)
 
     # ---------------------------------------------------------------------------- reading
     def _read(self, name: str) -> client.V1Node:
@@ -280,7 +280,7 @@ class KubeAdapter:
 
     # ---------------------------------------------------------------------------- mapping
     def node_for(self, slurm_node: str) -> str:
-        if not NODE_NAME.match(slurm_node):
+        if not NODE_NAME.fullmatch(slurm_node):
             raise UnknownNode(f"{slurm_node!r} is not a valid node name")
         if self.s.mapping == "pod":
             return self._node_of_pod(slurm_node)
@@ -310,20 +310,33 @@ class KubeAdapter:
         return str(node_name)
 
     def _static_map(self) -> dict[str, str]:
-        path = self.s.static_map_file
+        return self._static.load()
+
+
+class StaticMap:
+    """``kube.static_map_file``: YAML ``{slurm_node: k8s_node}``, shared by this adapter and the
+    Kubernetes watcher (which inverts it). Re-read when its mtime changes, so edits apply without a
+    restart; an unset, unreadable or malformed file is a PermanentError that names the setting."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+        self._cache: tuple[float, dict[str, str]] | None = None
+
+    def load(self) -> dict[str, str]:
+        path = self.path
         if not path:
             raise PermanentError("kube.mapping is 'static' but kube.static_map_file is not set")
         try:
             mtime = os.stat(path).st_mtime
-            if self._static is None or self._static[0] != mtime:  # edits apply without a restart
+            if self._cache is None or self._cache[0] != mtime:
                 with open(path, encoding="utf-8") as fh:
                     data = yaml.safe_load(fh) or {}
                 if not isinstance(data, dict):
                     raise PermanentError(f"{path}: expected a mapping of Slurm node to Kubernetes Node")
-                self._static = (mtime, {str(k): str(v) for k, v in data.items()})
+                self._cache = (mtime, {str(k): str(v) for k, v in data.items()})
         except (OSError, yaml.YAMLError) as exc:
             raise PermanentError(f"cannot read kube.static_map_file {path}: {exc}") from exc
-        return self._static[1]
+        return self._cache[1]
 
 
 # ----------------------------------------------------------------------------------- factory

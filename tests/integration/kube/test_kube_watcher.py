@@ -1,4 +1,8 @@
-"""The Kubernetes watcher against the local kube-apiserver and a real Redis stream."""
+"""The Kubernetes watcher against the local kube-apiserver and a real Redis stream.
+
+Most tests run with ``kube.mapping=node`` (Slurm node name = Node name) to isolate list+watch, flap
+suppression and leadership; the ``mapping=pod`` and ``static`` tests at the end check the translation
+of Node names into Slurm node names."""
 
 from __future__ import annotations
 
@@ -58,7 +62,13 @@ class Watcher:
 def settings(make_settings: Callable[..., Settings], redis_prefix: str) -> Settings:
     return make_settings(
         broker={"key_prefix": redis_prefix, "redis_url": REDIS_URL},
-        kube={"min_condition_s": HOLD, "resync_interval_s": 60, "watch_timeout_s": 5, "leader_ttl_s": 2},
+        kube={
+            "mapping": "node",
+            "min_condition_s": HOLD,
+            "resync_interval_s": 60,
+            "watch_timeout_s": 5,
+            "leader_ttl_s": 2,
+        },
     )
 
 
@@ -112,8 +122,8 @@ def test_not_ready_held_for_the_minimum_is_published_exactly_once(
         EventKind.UNHEALTHY,
         "Ready=False",
     )
-    assert event.reason == "Kubelet stopped posting node status."
-    assert event.dedupe_key == f"k8s:n1:Ready=False:{transition.isoformat()}"
+    assert event.reason == "Node n1: Kubelet stopped posting node status."
+    assert event.dedupe_key == f"k8s:n1@n1:Ready=False:{transition.isoformat()}"
     # Heartbeats keep modifying the Node; the held condition is not published again.
     for _ in range(3):
         kube_api.set_condition("n1", "Ready", "False", message="Kubelet stopped posting node status.")
@@ -149,7 +159,7 @@ def test_problem_condition_and_recovery_are_published(
     assert (bad.kind, bad.state, bad.reason) == (
         EventKind.UNHEALTHY,
         "GpuXidError=True",
-        "Xid 79: GPU has fallen off the bus",
+        "Node n1: Xid 79: GPU has fallen off the bus",
     )
     assert (good.kind, good.state, good.node) == (EventKind.HEALTHY, "GpuXidError=False", "n1")
     assert good.dedupe_key != bad.dedupe_key
@@ -181,7 +191,8 @@ def test_watch_resumes_from_the_last_resource_version_after_a_timeout(
     kube_api.add_node("n1")
     start(
         make_settings(
-            broker={"key_prefix": redis_prefix}, kube={"watch_timeout_s": 1, "resync_interval_s": 60}
+            broker={"key_prefix": redis_prefix},
+            kube={"mapping": "node", "watch_timeout_s": 1, "resync_interval_s": 60},
         )
     )
     wait_for(lambda: watching(kube_api, 1))
@@ -206,7 +217,8 @@ def test_periodic_resync_relists_and_republishes_with_the_same_key(
     kube_api.set_condition("n1", "Ready", "Unknown", message="node lease expired", last_transition=old)
     start(
         make_settings(
-            broker={"key_prefix": redis_prefix}, kube={"min_condition_s": 60, "resync_interval_s": 1}
+            broker={"key_prefix": redis_prefix},
+            kube={"mapping": "node", "min_condition_s": 60, "resync_interval_s": 1},
         )
     )
     # Bad for ten minutes already: published at once despite the 60 s hold (a restart resumes).
@@ -275,6 +287,7 @@ def test_sigterm_stops_the_watcher_process_cleanly(
         "REMEDIATION_KUBE__HOST": kube_api.url,
         "REMEDIATION_KUBE__TOKEN": kube_api.token,
         "REMEDIATION_KUBE__MIN_CONDITION_S": "0.5",
+        "REMEDIATION_KUBE__MAPPING": "node",
         "REMEDIATION_BROKER__REDIS_URL": REDIS_URL,
         "REMEDIATION_BROKER__KEY_PREFIX": redis_prefix,
     }
@@ -299,3 +312,176 @@ def test_sigterm_stops_the_watcher_process_cleanly(
     assert time.monotonic() - started < 3
     assert redis_client.get(f"{redis_prefix}:leader:kube") is None  # released, a standby need not wait
     assert b"kube watcher stopped" in output
+
+
+# ------------------------------------------------------------- Node names -> Slurm node names
+
+SLURMD = {"app.kubernetes.io/component": "slurmd"}
+
+
+def slurmd_pod(kube_api: KubeAPIServer, name: str, node: str, namespace: str = "slurm") -> None:
+    kube_api.add_pod(namespace, name, node_name=node, labels=SLURMD, owner_kind="StatefulSet")
+
+
+def pod_lists(kube_api: KubeAPIServer) -> list[dict[str, str]]:
+    return [r.query for r in kube_api.requests if r.path.endswith("/pods") and "watch" not in r.query]
+
+
+@pytest.fixture
+def pod_settings(settings: Settings) -> Settings:
+    return settings.model_copy(update={"kube": settings.kube.model_copy(update={"mapping": "pod"})})
+
+
+def test_pod_mapping_publishes_for_the_slurmd_pod_not_the_node(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    pod_settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    kube_api.add_node("gke-pool-abc-1")
+    slurmd_pod(kube_api, "gpu-node-7", "gke-pool-abc-1")
+    kube_api.add_pod("slurm", "slurm-exporter", node_name="gke-pool-abc-1")  # not slurmd: no label
+    start(pod_settings)
+    wait_for(lambda: watching(kube_api))
+    assert pod_lists(kube_api) == []  # a healthy cluster costs no pod requests
+    node = kube_api.set_condition(
+        "gke-pool-abc-1", "Ready", "False", reason="KubeletNotReady", message="PLEG is not healthy"
+    )
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    transition = datetime.fromisoformat(ready["lastTransitionTime"].replace("Z", "+00:00")).isoformat()
+    assert (event.node, event.kind, event.state) == ("gpu-node-7", EventKind.UNHEALTHY, "Ready=False")
+    assert event.reason == "Node gke-pool-abc-1: KubeletNotReady: PLEG is not healthy"
+    assert event.dedupe_key == f"k8s:gpu-node-7@gke-pool-abc-1:Ready=False:{transition}"
+    assert pod_lists(kube_api) == [{"labelSelector": "app.kubernetes.io/component=slurmd"}]
+    assert all(r.path == "/api/v1/namespaces/slurm/pods" for r in kube_api.requests if "pods" in r.path)
+
+
+def test_pod_mapping_skips_a_node_that_hosts_no_slurmd_pod(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    pod_settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kube_api.add_node("system-pool-1")
+    kube_api.add_node("gpu-1")
+    kube_api.add_pod("kube-system", "gpu-node-9", node_name="system-pool-1", labels=SLURMD)  # other namespace
+    slurmd_pod(kube_api, "gpu-node-1", "gpu-1")
+    caplog.set_level("INFO", logger="watchers.kube")
+    start(pod_settings)
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("system-pool-1", "Ready", "False")
+    wait_for(lambda: "Node system-pool-1 hosts no Slurm node" in caplog.text, timeout=HOLD + 3)
+    kube_api.set_condition("system-pool-1", "KernelDeadlock", "True")
+    kube_api.set_condition("gpu-1", "Ready", "False")  # published: the watcher is not just slow
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 4)
+    time.sleep(0.3)
+    assert event.node == "gpu-node-1" and len(events(redis_client, redis_prefix)) == 1
+    assert caplog.text.count("Node system-pool-1 hosts no Slurm node") == 1  # once per Node
+
+
+def test_pod_mapping_publishes_once_per_slurm_node_on_the_node(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    pod_settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    kube_api.add_node("big-1")
+    slurmd_pod(kube_api, "gpu-node-1", "big-1")
+    slurmd_pod(kube_api, "gpu-node-2", "big-1")
+    start(pod_settings)
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("big-1", "GpuXidError", "True", message="Xid 79")
+    found = wait_for(
+        lambda: (e := events(redis_client, redis_prefix)) and len(e) == 2 and e, timeout=HOLD + 3
+    )
+    assert sorted(e.node for e in found) == ["gpu-node-1", "gpu-node-2"]
+    assert {e.reason for e in found} == {"Node big-1: Xid 79"}
+    assert len({e.dedupe_key for e in found}) == 2
+    kube_api.set_condition("big-1", "GpuXidError", "False")
+    healed = wait_for(lambda: (e := events(redis_client, redis_prefix)) and len(e) == 4 and e[2:])
+    assert sorted((e.node, e.kind) for e in healed) == [
+        ("gpu-node-1", EventKind.HEALTHY),
+        ("gpu-node-2", EventKind.HEALTHY),
+    ]
+
+
+def test_pod_mapping_follows_a_slurmd_pod_recreated_on_another_node(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    pod_settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    for name in ("node-a", "node-b", "node-c"):
+        kube_api.add_node(name)
+    slurmd_pod(kube_api, "gpu-node-1", "node-a")
+    slurmd_pod(kube_api, "gpu-node-3", "node-c")
+    start(pod_settings)
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("node-c", "Ready", "False")  # the watcher now holds a map: gpu-node-1 on node-a
+    wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    assert len(pod_lists(kube_api)) == 1
+    kube_api.remove_pod("slurm", "gpu-node-1")  # the StatefulSet re-creates it elsewhere
+    slurmd_pod(kube_api, "gpu-node-1", "node-b")
+    kube_api.set_condition("node-a", "Ready", "False")  # hosts nothing any more
+    kube_api.set_condition("node-b", "Ready", "False")
+    found = wait_for(
+        lambda: (e := events(redis_client, redis_prefix)) and len(e) >= 2 and e, timeout=HOLD + 4
+    )
+    time.sleep(0.3)
+    assert [(e.node, e.reason) for e in events(redis_client, redis_prefix)][1:] == [
+        ("gpu-node-1", "Node node-b: Ready=False")
+    ]
+    assert found[0].node == "gpu-node-3"
+    assert len(pod_lists(kube_api)) == 2
+
+
+def test_static_mapping_inverts_the_mapping_file(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    tmp_path: Path,
+) -> None:
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("gpu-node-1: aks-gpu-0\ngpu-node-2: aks-gpu-0\ngpu-node-3: aks-gpu-1\n")
+    kube = settings.kube.model_copy(update={"mapping": "static", "static_map_file": str(mapping)})
+    for name in ("aks-gpu-0", "aks-gpu-1", "aks-system-0"):
+        kube_api.add_node(name)
+    start(settings.model_copy(update={"kube": kube}))
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("aks-system-0", "Ready", "False")  # not in the file: not ours
+    kube_api.set_condition("aks-gpu-0", "Ready", "Unknown")
+    found = wait_for(
+        lambda: (e := events(redis_client, redis_prefix)) and len(e) == 2 and e, timeout=HOLD + 3
+    )
+    time.sleep(0.3)
+    assert len(events(redis_client, redis_prefix)) == 2
+    assert sorted((e.node, e.state) for e in found) == [
+        ("gpu-node-1", "Ready=Unknown"),
+        ("gpu-node-2", "Ready=Unknown"),
+    ]
+    assert not any("pods" in r.path for r in kube_api.requests)
+
+
+def test_node_mapping_publishes_under_the_node_name(
+    kube_api: KubeAPIServer,
+    start: Callable[..., Watcher],
+    settings: Settings,
+    redis_client: redis.Redis,
+    redis_prefix: str,
+) -> None:
+    assert settings.kube.mapping == "node"
+    kube_api.add_node("gpu-node-5")
+    start()
+    wait_for(lambda: watching(kube_api))
+    kube_api.set_condition("gpu-node-5", "Ready", "False")
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
+    assert (event.node, event.reason) == ("gpu-node-5", "Node gpu-node-5: Ready=False")
+    assert not any("pods" in r.path for r in kube_api.requests)
