@@ -55,6 +55,7 @@ def run_demo(workdir: Path, timeout_s: float = 120.0, console: Console | None = 
 
     console = console or Console()
     configure_environment(workdir, DEMO_ENV)
+    _quiet()
     from remediation.settings import load_settings
 
     settings = load_settings()
@@ -102,6 +103,17 @@ def run_demo(workdir: Path, timeout_s: float = 120.0, console: Console | None = 
         emb.stop()
     _print_summary(console, summary, injections, world)
     return summary
+
+
+def _quiet() -> None:
+    """The demo prints its own story; keep Celery's start-up chatter (running as root, the memory
+    transport's hostname notice) out of it."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", module="celery.platforms")
+    for name in ("celery", "kombu", "amqp"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def _wait_idle(world: object, node: str, timeout_s: float) -> None:
