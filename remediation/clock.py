@@ -17,6 +17,10 @@ class FakeClock:
     def now(self) -> datetime:
         return self._now
 
+    def set(self, when: datetime) -> datetime:
+        self._now = max(self._now, when)  # time never runs backwards
+        return self._now
+
     def advance(self, seconds: float) -> datetime:
         self._now += timedelta(seconds=seconds)
         return self._now

@@ -20,6 +20,7 @@ from pathlib import Path
 import typer
 
 from remediation.cli import read
+from remediation.cli.simulate import simulate
 from remediation.cli.context import (
     EXIT_CONFIG,
     EXIT_REQUEST,
@@ -52,6 +53,7 @@ app.add_typer(read.remediations, name="remediations")
 app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
 app.command("stats")(read.stats)
+app.command("simulate")(simulate)
 
 REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
 

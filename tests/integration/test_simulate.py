@@ -1,0 +1,118 @@
+"""`remediation simulate`: the rehearsal takes exactly the decisions live processing takes.
+
+Live: the events go through Redis to real Celery worker processes and Postgres, batch by batch, each
+batch after the previous one settled. Rehearsal: the same events, one simulated hour apart, through
+remediation.simulate on SQLite. The decision recorded for every event must match.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import redis
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+from remediation.adapters.memory import MemoryWorld
+from remediation.db.models import Event, Remediation
+from remediation.events import EventKind, NodeEvent, Source
+from remediation.settings import Settings, load_settings
+from remediation.simulate import simulate
+from remediation.states import OPEN_STATUSES
+from remediation.trace import Fault
+from tests.conftest import REDIS_URL
+from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
+from workers.bus import RedisEventBus
+from workers.celery_app import make_app
+
+T0 = datetime(2026, 5, 1, tzinfo=UTC)
+NODES = [f"gpu-node-{i}" for i in range(8)]
+
+
+def ev(i: int, node: str, state: str, reason: str = "", kind: EventKind = EventKind.UNHEALTHY,
+       source: Source = Source.SLURM) -> NodeEvent:
+    return NodeEvent(source=source, node=node, kind=kind, state=state, reason=reason,
+                     observed_at=T0, dedupe_key=f"case:{i}")
+
+
+BATCHES = [
+    [ev(1, "gpu-node-1", "FAIL", "xid 79"), ev(2, "gpu-node-2", "DRAIN", "maintenance: PSU swap"),
+     ev(3, "gpu-node-3", "DOWN", "Not responding"), ev(4, "gpu-node-4", "IDLE", kind=EventKind.HEALTHY),
+     ev(5, "gpu-node-5", "DRAIN", "remediation: slurm FAIL: old"), ev(6, "gpu-node-7", "IDLE")],
+    [ev(7, "gpu-node-1", "FAIL", "xid 48"),
+     ev(8, "gpu-node-6", "Ready=False", "KubeletNotReady", source=Source.KUBERNETES),
+     ev(9, "gpu-node-0", "MemoryPressure=True", source=Source.KUBERNETES)],
+    [ev(10, "gpu-node-1", "FAIL", "xid 31")],
+    [ev(11, "gpu-node-1", "FAIL", "xid 79 again"), ev(12, "gpu-node-3", "DOWN", "Not responding again")],
+]
+POLICY = {"breaker_max_fraction": 1.0, "min_restart_gap_s": 0, "repeat_offender_count": 3}
+
+
+def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis.Redis, redis_prefix: str,
+                                                tmp_path: Path) -> None:
+    MemoryWorld(nodes=NODES, journal=tmp_path / "world.json")
+    env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
+                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_SIM__NODES="gpu-node-[0-7]")
+    app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
+    bus = RedisEventBus(redis_client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
+    db = create_engine(pg_url, poolclass=NullPool)
+    worker = Worker(env, tmp_path)
+    expected = 0
+    try:
+        for batch in BATCHES:
+            now = datetime.now(UTC)
+            bus.publish([e.model_copy(update={"observed_at": now}) for e in batch])
+            expected += len(batch)
+
+            def settled(expected: int = expected) -> bool:
+                with Session(db) as s:
+                    decided = s.scalars(select(Event.id).where(Event.decision != "")).all()
+                    open_ = s.scalars(select(Remediation.id).where(Remediation.status.in_(OPEN_STATUSES))).all()
+                return len(decided) == expected and not open_
+
+            wait_for(settled, 90, "the batch to settle", worker)
+    finally:
+        worker.stop()
+    with Session(db) as s:
+        live = {k: (d, r) for k, d, r in s.execute(select(Event.dedupe_key, Event.decision, Event.decision_reason))}
+    db.dispose()
+
+    faults = [Fault(T0 + timedelta(hours=i), e.model_copy(update={"observed_at": T0 + timedelta(hours=i)}))
+              for i, batch in enumerate(BATCHES) for e in batch]
+    report = simulate(faults, Settings(policy=POLICY), NODES, reboot_s=60)
+    rehearsed = {k: (d, r) for k, d, r in report.per_event}
+    assert rehearsed == live
+    assert live["case:10"][0] == "quarantine" and live["case:11"][0] == "record"
+    assert report.outcomes == {"succeeded": 5, "quarantined": 1}  # node-1 x2, node-3 x2, node-6
+
+
+def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
+    trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
+    env_cmd = [sys.executable, "-c", "from workers.cli import main; main()", "simulate", "--trace", str(trace),
+               "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl")]
+    proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["faults"] == len((tmp_path / "t.jsonl").read_text().splitlines()) > 0
+    assert out["max_vm_in_flight"] <= 4
+    assert sum(out["outcomes"].values()) == out["decisions"].get("open", 0) + out["decisions"].get("quarantine", 0)
+    # The dumped events replay to the same decisions.
+    again = subprocess.run(env_cmd[:5] + [str(tmp_path / "t.jsonl"), "-o", "json"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["decisions"] == out["decisions"]
+
+
+def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("what,ever\n")
+    proc = subprocess.run([sys.executable, "-c", "from workers.cli import main; main()", "simulate", "--trace",
+                           str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
