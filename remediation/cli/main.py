@@ -20,7 +20,6 @@ from pathlib import Path
 import typer
 
 from remediation.cli import read
-from remediation.cli.simulate import simulate
 from remediation.cli.context import (
     EXIT_CONFIG,
     EXIT_REQUEST,
@@ -30,6 +29,7 @@ from remediation.cli.context import (
     default_actor,
     state,
 )
+from remediation.cli.simulate import simulate
 from remediation.dispatch import dispatcher
 from remediation.levers import cancel as cancel_lever
 from remediation.levers import quarantine as quarantine_lever
