@@ -3,9 +3,9 @@
 Per batch (not per event) the ingest makes a fixed number of round trips: one INSERT ... ON CONFLICT DO
 NOTHING RETURNING for the events (the RETURNING set is exactly the events never seen before, race-free
 against a concurrent ingest), one SELECT of the nodes involved, one of their open remediations, one of
-their recent failure counts, then the decisions, written back in one executemany UPDATE. Opening a
-remediation runs in a SAVEPOINT so that losing the race on the one-open-per-node index costs that one
-event a "record" decision, not the batch.
+their recent failure counts, then the decisions, written back in one executemany UPDATE. New
+remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
+losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
 
 Payloads that do not parse are stored in ``rejected_events`` with the parser's message. Nothing
 published is ever dropped silently.
@@ -17,14 +17,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from remediation.audit import audit
-from remediation.db.models import Event, Node, RejectedEvent, Remediation
+from remediation.db.models import OPEN_PREDICATE, AuditLog, Event, Node, RejectedEvent, Remediation
 from remediation.db.queries import open_remediations_for, recent_failure_counts
 from remediation.events import EventKind, InvalidEvent, NodeEvent
 from remediation.policy import Clock, Decision, DecisionKind, NodeView, decide
@@ -98,24 +97,89 @@ def ingest(
     open_by_node = open_remediations_for(session, names)
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
     counts: dict[str, int] = defaultdict(int)
-    updates = []
-    for ev in fresh:
-        node = nodes[ev.node]
-        view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0))
-        decision = decide(ev, view, policy)
-        rem_id = _apply(session, ev, new_keys[ev.dedupe_key], node, decision, now, result)
-        if rem_id is not None:
-            open_by_node[ev.node] = rem_id
-            failures[ev.node] = failures.get(ev.node, 0) + 1
-        counts[decision.kind] += 1
-        updates.append(
-            {"id": new_keys[ev.dedupe_key], "decision": decision.kind.value,
-             "decision_reason": decision.reason[:2000], "remediation_id": rem_id}
-        )
-        node.last_event_at = ev.observed_at
+    updates: list[dict[str, Any]] = []
+    todo = fresh
+    while todo:
+        # One round decides every event up to (and including) the first one that opens a remediation
+        # on its node; the node's later events wait for the next round, when the new remediation has
+        # its id. All of a round's remediations are inserted together.
+        deferred: list[NodeEvent] = []
+        opens: dict[str, tuple[NodeEvent, Decision]] = {}
+        for ev in todo:
+            if ev.node in opens:
+                deferred.append(ev)
+                continue
+            node = nodes[ev.node]
+            view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0))
+            decision = decide(ev, view, policy)
+            node.last_event_at = ev.observed_at
+            if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
+                opens[ev.node] = (ev, decision)
+                continue
+            _apply_record(ev, node, decision, now)
+            counts[decision.kind] += 1
+            updates.append(_decided(new_keys[ev.dedupe_key], decision, None))
+        opened = _open(session, opens, new_keys, now)
+        for name, (ev, decision) in opens.items():
+            rid = opened.get(name)
+            if rid is None:  # a concurrent ingest opened one first: this event is recorded only
+                decision = Decision(DecisionKind.RECORD, "a remediation was opened concurrently")
+                open_by_node.update(open_remediations_for(session, [name]))
+            else:
+                open_by_node[name] = rid
+                failures[name] = failures.get(name, 0) + 1
+                node = nodes[name]
+                node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
+                first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
+                result.opened.append((rid, first.value))
+            counts[decision.kind] += 1
+            updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
+        todo = deferred
     session.execute(update(Event), updates)
     result.decisions = dict(counts)
     return result
+
+
+def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, Any]:
+    return {"id": event_id, "decision": decision.kind.value, "decision_reason": decision.reason[:2000],
+            "remediation_id": rid}
+
+
+def _apply_record(ev: NodeEvent, node: Node, decision: Decision, now: datetime) -> None:
+    if decision.kind is DecisionKind.RECOVERED:
+        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
+    elif ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY:
+        node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
+
+
+def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
+          now: datetime) -> dict[str, int]:
+    """Insert a round's remediations at once. The partial unique index (one open per node) is the
+    arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
+    if not opens:
+        return {}
+    rows = []
+    for name, (ev, decision) in opens.items():
+        quarantine = decision.kind is DecisionKind.QUARANTINE
+        context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason}
+        if quarantine:
+            context["quarantine_reason"] = decision.reason
+        rows.append({
+            "node": name, "cause": decision.reason, "source": ev.source.value,
+            "status": RemediationStatus.RUNNING.value,
+            "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
+            "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
+            "context": context,
+        })
+    ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
+        index_elements=["node"], index_where=OPEN_PREDICATE
+    )
+    opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
+    session.execute(insert(AuditLog), [
+        {"at": now, "actor": "remediation", "action": "open", "target": name, "reason": opens[name][1].reason,
+         "detail": {"remediation": rid}} for name, rid in opened.items()
+    ])
+    return opened
 
 
 def _event_row(ev: NodeEvent, now: datetime) -> dict[str, object]:
@@ -143,35 +207,3 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
         [{"name": n, "status": NodeStatus.HEALTHY.value, "status_reason": "", "first_seen_at": now,
           "updated_at": now} for n in sorted(names)],
     )
-
-
-def _apply(
-    session: Session, ev: NodeEvent, event_id: int, node: Node, decision: Decision, now: datetime,
-    result: IngestResult,
-) -> int | None:
-    if decision.kind is DecisionKind.RECOVERED:
-        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
-        return None
-    if decision.kind is DecisionKind.RECORD:
-        if ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY:
-            node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
-        return None
-    quarantine = decision.kind is DecisionKind.QUARANTINE
-    first = Step.QUARANTINE if quarantine else Step.SLURM_DRAIN
-    rem = Remediation(
-        node=ev.node, cause=decision.reason if quarantine else decision.reason, source=ev.source.value,
-        status=RemediationStatus.RUNNING, step=first, ladder=0, opened_at=now, updated_at=now,
-        next_run_at=now, event_id=event_id, context={"event_state": ev.state, "reason": ev.reason},
-    )
-    try:
-        with session.begin_nested():
-            session.add(rem)
-            session.flush()
-    except IntegrityError:
-        return None  # a concurrent ingest opened one first; this event is recorded only
-    node.status = NodeStatus.REMEDIATING
-    node.status_reason = decision.reason
-    node.updated_at = now
-    audit(session, now, "remediation", "open", ev.node, decision.reason, {"remediation": rem.id})
-    result.opened.append((rem.id, first.value))
-    return rem.id

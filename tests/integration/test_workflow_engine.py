@@ -448,3 +448,16 @@ def test_never_claims_a_cordon_a_human_placed_first(sessions, engine, world, set
     rem = rem_for(sessions, "gpu-node-10")
     assert rem.status == "succeeded" and rem.context["we_cordoned"] is False
     assert world.node("gpu-node-10")["k8s"]["unschedulable"] is True
+
+
+def test_database_allows_one_open_remediation_per_node(sessions, settings, clock) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    (f,) = publish(sessions, settings, clock, "gpu-node-2")
+    row = dict(node="gpu-node-2", cause="x", source="slurm", status="waiting", step="slurm_drain", ladder=0,
+               opened_at=clock.now(), updated_at=clock.now(), context={})
+    with pytest.raises(IntegrityError, match="uq_remediations_one_open_per_node"):
+        with sessions() as s, s.begin():
+            s.add(Remediation(**row))
+    with sessions() as s, s.begin():  # a closed one alongside the open one is fine
+        s.add(Remediation(**{**row, "status": "succeeded"}))
