@@ -146,7 +146,10 @@ class DatabaseCollector(Collector):
 def _seconds_between(s: Session, start: Any, end: Any) -> Any:
     if s.get_bind().dialect.name == "postgresql":
         return func.extract("epoch", end - start)
-    return (func.julianday(end) - func.julianday(start)) * 86400.0
+    # julianday() is a float of days since 4714 BC: at today's magnitude a difference carries tens of
+    # microseconds of rounding noise, enough to push a 30 s step past the le="30" bucket. Round to the
+    # millisecond, which is below any step's real resolution.
+    return func.round((func.julianday(end) - func.julianday(start)) * 86400.0, 3)
 
 
 def _le(bound: float) -> str:

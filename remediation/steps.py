@@ -18,7 +18,8 @@ from datetime import datetime
 from typing import Any
 
 from remediation.errors import NotFound, UnknownNode
-from remediation.interfaces import KubeNodes, Operation, SlurmControl, VMAction, VMProvider
+from remediation.interfaces import KubeNodes, Operation, SlurmControl, SlurmNode, VMAction, VMProvider
+from remediation.policy import ignored_reason
 from remediation.providerid import parse_provider_id
 from remediation.settings import Settings
 from remediation.states import Step
@@ -91,10 +92,20 @@ def _wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> W
     return Wait(reason, countdown, **kw)
 
 
+def human_hold(node: SlurmNode, cfg: Settings) -> bool:
+    """A human's drain whose reason matches the ignore list (maintenance): it already keeps the node
+    out of the pool, and taking it over would let ``return`` resume a node under maintenance."""
+    return (
+        "DRAIN" in node.flags
+        and not node.reason_is_ours(cfg.policy.our_reason_prefix)
+        and ignored_reason(node.reason, cfg.policy) is not None
+    )
+
+
 def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     node = ad.slurm.get_node(inp.node)
-    if not node.reason_is_ours(prefix) or "DRAIN" not in node.flags:
+    if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
         ad.slurm.drain(inp.node, f"{prefix} {inp.cause}"[:1000])
     if node.states & {"DOWN", "FAIL", "FAILING"}:
         return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
@@ -185,7 +196,12 @@ def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcom
     knode = ad.kube.get(inp.context["k8s_node"])
     snode = ad.slurm.get_node(inp.node)
     rebooted = knode.boot_id != inp.context.get("boot_id_before")
-    registered = "NOT_RESPONDING" not in snode.flags and snode.state != "DOWN"
+    # A DOWN node we drained stays DOWN after its slurmd registers again: our reason replaced "Not
+    # responding", so ReturnToService=1 no longer applies. Such a DOWN is ours to lift in `return`;
+    # slurmd answering shows as the NOT_RESPONDING flag gone.
+    registered = "NOT_RESPONDING" not in snode.flags and (
+        snode.state != "DOWN" or snode.reason_is_ours(cfg.policy.our_reason_prefix)
+    )
     if knode.ready == "True" and rebooted and registered:
         return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered", detail={"boot_id": knode.boot_id})
     if _elapsed(inp, now) > cfg.workflow.verify_timeout_s:
@@ -221,7 +237,7 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     why = inp.context.get("quarantine_reason") or inp.cause
     node = ad.slurm.get_node(inp.node)
     reason = f"{prefix} quarantined: {why}"[:1000]
-    if node.reason != reason:
+    if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
     notes = ["kept out of the Slurm pool"]
     try:

@@ -308,14 +308,14 @@ class Engine:
         self, s: Session, rem: Remediation, status: RemediationStatus, now: datetime, error: str | None = None
     ) -> None:
         rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
-        rem.outcome = error or status.value
+        why = (rem.context or {}).get("quarantine_reason") or rem.cause
+        rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
         node = s.get(Node, rem.node, with_for_update=True)
         if node is not None:
             node.updated_at = now
             if status is RemediationStatus.SUCCEEDED:
                 node.status, node.status_reason = NodeStatus.HEALTHY, f"remediation #{rem.id} succeeded"
             elif status is RemediationStatus.QUARANTINED:
-                why = (rem.context or {}).get("quarantine_reason") or rem.cause
                 node.status, node.status_reason = NodeStatus.QUARANTINED, why
                 node.quarantined_at, node.quarantine_reason = now, why
             else:

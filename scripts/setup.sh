@@ -47,6 +47,17 @@ fi
 # --- Slurm 22.05 and munge (the real-Slurm tests start a controller from a fixture).
 apt_install slurmctld slurmd slurm-client munge slurmrestd
 
+# --- Debian's Chromium and its matching chromedriver, for the headless browser test (Selenium).
+apt_install chromium chromium-driver
+
+# --- kubectl, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py (skipped without it).
+# Not installed from apt on purpose: Debian 12's only package, kubernetes-client, is kubectl 1.20, whose
+# embedded kustomize (v2.0.3) cannot read the `patches:` field the overlays use. These machines ship a
+# current kubectl; elsewhere install kubectl 1.21+ from the Kubernetes project's own packages.
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "note: kubectl not found; the kustomize tests in tests/unit/test_deploy.py will be skipped" >&2
+fi
+
 # --- Python 3.11 virtualenv with the project.
 PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \

@@ -279,6 +279,8 @@ class MemoryVM:
             node["jobs"] = 0
             s = node["slurm"]
             s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
-            if s["state"] == "DOWN":
+            # ReturnToService=1: slurmctld returns a DOWN node to service when slurmd registers only
+            # while the reason is still its own "Not responding"; our drain reason keeps it DOWN.
+            if s["state"] == "DOWN" and s["reason"] in ("", "Not responding"):
                 s["state"] = "IDLE"
             return OperationStatus(done=True)

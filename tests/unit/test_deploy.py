@@ -4,7 +4,10 @@ run is a command of the `remediation` console script."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +45,8 @@ def _setting_exists(env: str) -> bool:
     parts = env.removeprefix("REMEDIATION_").lower().split("__")
     model: Any = Settings
     for part in parts:
-        fields = model.model_fields
-        if part not in fields:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
             return False
         model = fields[part].annotation
     return True
@@ -90,7 +93,11 @@ def test_manifests_run_only_real_commands() -> None:
         for doc in _docs(path):
             for node in _walk(doc):
                 args = node.get("args") or node.get("command")
-                if isinstance(args, list) and args and node.get("image") in ("node-remediation", "node-remediation:dev"):
+                if (
+                    isinstance(args, list)
+                    and args
+                    and node.get("image") in ("node-remediation", "node-remediation:dev")
+                ):
                     used.add(args[0])
             if path.name == "docker-compose.yml":
                 for svc in doc["services"].values():
@@ -109,3 +116,425 @@ def _walk(obj: Any) -> list[dict[str, Any]]:
         for v in obj:
             out += _walk(v)
     return out
+
+
+def test_setting_check_rejects_renamed_settings() -> None:
+    # The env-var test above is only worth something if an unknown or renamed name fails it.
+    assert _setting_exists("REMEDIATION_BROKER__REDIS_URL")
+    assert _setting_exists("REMEDIATION_SIM__JOURNAL")
+    assert not _setting_exists("REMEDIATION_BROKER__REDIS_URI")
+    assert not _setting_exists("REMEDIATION_SIMULATOR__JOURNAL")
+    assert not _setting_exists("REMEDIATION_SLURM__BACKEND__X")
+
+
+# --------------------------------------------------------------------------- docker-compose.yml
+
+COMPOSE = ROOT / "docker-compose.yml"
+
+
+def _compose() -> dict[str, Any]:
+    (doc,) = _docs(COMPOSE)
+    return doc["services"]
+
+
+def _cli() -> Any:
+    from typer.main import get_command
+
+    from workers.cli import app
+
+    return get_command(app)
+
+
+def _argv_problem(argv: list[str]) -> str | None:
+    """Parse argv the way the `remediation` console script would, without running it."""
+    cmd, args = _cli(), list(argv)
+    while hasattr(cmd, "commands"):  # a group: descend into the named subcommand
+        if not args or args[0] not in cmd.commands:
+            return f"{argv}: no command {args[:1]} in {sorted(cmd.commands)}"
+        cmd = cmd.commands[args.pop(0)]
+    try:
+        cmd.make_context(argv[0], list(args))
+    except Exception as exc:  # click's UsageError family (typer vendors click)
+        return f"{argv}: {exc}"
+    if argv[0] == "watch" and not (ROOT / "watchers" / f"{argv[1]}.py").exists():
+        return f"{argv}: no watcher {argv[1]!r}"
+    return None
+
+
+def test_argv_check_rejects_bad_commands() -> None:
+    assert _argv_problem(["api", "--host", "0.0.0.0", "--port", "8080"]) is None
+    assert _argv_problem(["db", "upgrade"]) is None
+    assert _argv_problem(["api", "--hots", "0.0.0.0"])
+    assert _argv_problem(["db", "migrate"])
+    assert _argv_problem(["watcher", "slurm"])
+    assert _argv_problem(["watch", "lsf"])
+
+
+def test_compose_commands_parse() -> None:
+    argvs = [svc["command"] for svc in _compose().values() if svc.get("image") == "node-remediation:dev"]
+    assert len(argvs) >= 5
+    problems = [p for argv in argvs if (p := _argv_problem(argv))]
+    assert not problems, problems
+
+
+def test_compose_long_running_services_have_health_checks() -> None:
+    services = _compose()
+    one_shot = {"migrate"}
+    missing = sorted(n for n, svc in services.items() if n not in one_shot and "healthcheck" not in svc)
+    assert not missing, f"no healthcheck: {missing}"
+    gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
+    assert {"worker", "beat", "watcher-slurm", "api"} <= gated
+
+
+def test_compose_flower_loads_our_celery_app() -> None:
+    """Flower sees our queues only through our app's transport options (global_keyprefix)."""
+    flower = _compose().get("flower")
+    if flower is None:
+        return
+    assert flower.get("profiles") == ["flower"]
+    target = flower["build"]["target"]
+    stages = _dockerfile_stages()
+    assert target in stages, f"Dockerfile has no stage {target!r}"
+    entrypoint = stages[target]
+    assert entrypoint[entrypoint.index("-A") + 1] == "workers.celery_app" and "flower" in entrypoint
+    # The default build target (compose's `build: .`) must still be the application image.
+    assert stages[None] == ["remediation"]
+
+
+def _dockerfile_stages() -> dict[str | None, list[str]]:
+    """Each stage's effective ENTRYPOINT, by stage name; the last stage under None."""
+    import json
+
+    stages: dict[str | None, list[str]] = {}
+    current: str | None = None
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        words = line.split()
+        if words[:1] == ["FROM"]:
+            base = words[1]
+            current = words[3] if len(words) > 3 and words[2].upper() == "AS" else f"#{len(stages)}"
+            stages[current] = list(stages.get(base, []))
+        elif words[:1] == ["ENTRYPOINT"]:
+            stages[current] = json.loads(line.split(None, 1)[1])
+    stages[None] = stages[current]
+    return stages
+
+
+# ------------------------------------------------------------------------ kustomize overlays
+
+OVERLAYS = sorted(p.name for p in (ROOT / "deploy/overlays").iterdir() if (p / "kustomization.yaml").exists())
+VM_BACKEND = {"gcp": "gce", "azure": "azure", "aws": "aws"}
+IDENTITY_ANNOTATION = {
+    "gcp": "iam.gke.io/gcp-service-account",
+    "azure": "azure.workload.identity/client-id",
+    "aws": "eks.amazonaws.com/role-arn",
+}
+NAMESPACE = "node-remediation"
+# Custom resources: not in the Kubernetes schemas; checked structurally instead.
+CRD_KINDS = {"ServiceMonitor"}
+# The oldest Kubernetes these manifests target, and the newest the schema package ships.
+SCHEMA_VERSIONS = ["1.27", "latest"]
+# What each workload's containers probe. A change here is a decision: say why in the manifest.
+PROBES = {
+    "remediation-api": {"readinessProbe", "livenessProbe"},
+    "remediation-worker": {"livenessProbe"},
+    "remediation-beat": set(),
+    "remediation-watcher-slurm": set(),
+    "remediation-watcher-kube": set(),
+    "remediation-migrate": set(),
+}
+# The whole of the RBAC: (apiGroup, resource, verb).
+ALLOWED_RBAC = {
+    ("", "nodes", "get"),
+    ("", "nodes", "list"),
+    ("", "nodes", "watch"),
+    ("", "nodes", "patch"),
+    ("", "pods", "list"),
+    ("", "pods/eviction", "create"),
+}
+
+
+@functools.cache
+def _render(overlay: str) -> tuple[dict[str, Any], ...]:
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed (see scripts/setup.sh)")
+    out = subprocess.run(
+        [kubectl, "kustomize", str(ROOT / "deploy/overlays" / overlay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+def _of(objs: tuple[dict[str, Any], ...], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] == kind]
+
+
+def _workloads(objs: tuple[dict[str, Any], ...]) -> list[dict[str, Any]]:
+    return [o for o in objs if o["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob")]
+
+
+def _pod_spec(workload: dict[str, Any]) -> dict[str, Any]:
+    spec = workload["spec"]
+    if workload["kind"] == "CronJob":
+        spec = spec["jobTemplate"]["spec"]
+    return spec["template"]["spec"]
+
+
+def _pod_labels(workload: dict[str, Any]) -> dict[str, str]:
+    return workload["spec"]["template"].get("metadata", {}).get("labels", {})
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, "only matchLabels selectors are checked here"
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def test_overlays_exist() -> None:
+    assert OVERLAYS == sorted(VM_BACKEND)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_renders(overlay: str) -> None:
+    objs = _render(overlay)
+    kinds = {o["kind"] for o in objs}
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ConfigMap",
+        "Job",
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "ServiceMonitor",
+    } <= kinds
+    assert {o["metadata"]["name"] for o in _workloads(objs)} == set(PROBES)
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    misplaced = [
+        o["metadata"]["name"]
+        for o in objs
+        if o["kind"] not in cluster_scoped and o["metadata"].get("namespace") != NAMESPACE
+    ]
+    assert not misplaced
+
+
+@pytest.mark.parametrize("version", SCHEMA_VERSIONS)
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rendered_objects_validate_against_kubernetes_schemas(overlay: str, version: str) -> None:
+    import kubernetes_validate
+
+    if version == "latest":
+        version = kubernetes_validate.latest_version()
+    errors = []
+    for obj in _render(overlay):
+        if obj["kind"] in CRD_KINDS:
+            continue
+        try:
+            # strict: unknown fields (a typo such as `readinessprobe`) are errors, not ignored.
+            kubernetes_validate.validate(obj, version, strict=True)
+        except (kubernetes_validate.ValidationError, kubernetes_validate.SchemaNotFoundError) as exc:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+    assert not errors, "\n".join(errors)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_service_monitor_scrapes_the_api_metrics(overlay: str) -> None:
+    objs = _render(overlay)
+    (monitor,) = _of(objs, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(monitor["spec"]) <= {"selector", "endpoints", "namespaceSelector", "jobLabel"}
+    services = [
+        s
+        for s in _of(objs, "Service")
+        if _selects(monitor["spec"]["selector"], s["metadata"].get("labels", {}))
+    ]
+    assert [s["metadata"]["name"] for s in services] == ["remediation-api"]
+    port_names = {p["name"] for p in services[0]["spec"]["ports"]}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert endpoint["port"] in port_names and endpoint["path"] == "/metrics"
+
+
+def _rbac_grants(rules: list[dict[str, Any]]) -> set[tuple[str, ...]]:
+    grants: set[tuple[str, ...]] = set()
+    for rule in rules:
+        for key in set(rule) - {"apiGroups", "resources", "verbs"}:
+            grants.add((key, repr(rule[key])))  # resourceNames, nonResourceURLs: never granted
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                for verb in rule.get("verbs", []):
+                    grants.add((group, resource, verb))
+    return grants
+
+
+def _all_rbac(objs: tuple[dict[str, Any], ...]) -> set[tuple[str, ...]]:
+    grants: set[tuple[str, ...]] = set()
+    for role in _of(objs, "ClusterRole") + _of(objs, "Role"):
+        if "aggregationRule" in role:
+            grants.add(("aggregationRule", role["metadata"]["name"]))
+        grants |= _rbac_grants(role.get("rules", []))
+    return grants
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["delete"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"]},
+        {"nonResourceURLs": ["/metrics"], "verbs": ["get"]},
+        {"apiGroups": [""], "resources": ["nodes"], "resourceNames": ["n1"], "verbs": ["get"]},
+    ],
+    ids=["node-delete", "pod-delete", "secrets", "wildcard", "leases", "non-resource-url", "resource-names"],
+)
+def test_rbac_check_catches_extra_grants(extra: dict[str, Any]) -> None:
+    role = {
+        "kind": "ClusterRole",
+        "metadata": {"name": "x"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch", "patch"]},
+            extra,
+        ],
+    }
+    assert _all_rbac((role,)) - ALLOWED_RBAC
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_rbac_grants_exactly_what_the_adapters_use(overlay: str) -> None:
+    objs = _render(overlay)
+    assert _all_rbac(objs) == ALLOWED_RBAC
+    roles = {(r["kind"], r["metadata"]["name"]) for r in _of(objs, "ClusterRole") + _of(objs, "Role")}
+    for binding in _of(objs, "ClusterRoleBinding") + _of(objs, "RoleBinding"):
+        assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles, (
+            "binds a role we do not ship"
+        )
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "node-remediation", "namespace": NAMESPACE}
+        ]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_container_has_resources_probes_and_a_hardened_security_context(overlay: str) -> None:
+    problems: list[str] = []
+    for workload in _workloads(_render(overlay)):
+        name, pod = workload["metadata"]["name"], _pod_spec(workload)
+        sc = pod.get("securityContext", {})
+        if not (
+            sc.get("runAsNonRoot")
+            and sc.get("runAsUser")
+            and sc.get("seccompProfile", {}).get("type") == "RuntimeDefault"
+        ):
+            problems.append(f"{name}: pod securityContext {sc}")
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            where = f"{name}/{c['name']}"
+            res = c.get("resources", {})
+            for part in ("requests", "limits"):
+                if set(res.get(part, {})) != {"cpu", "memory"}:
+                    problems.append(f"{where}: resources.{part} {res.get(part)}")
+            csc = c.get("securityContext", {})
+            if not (
+                csc.get("allowPrivilegeEscalation") is False
+                and csc.get("readOnlyRootFilesystem") is True
+                and csc.get("capabilities", {}).get("drop") == ["ALL"]
+                and not csc.get("capabilities", {}).get("add")
+            ):
+                problems.append(f"{where}: container securityContext {csc}")
+            tmp = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/tmp"]
+            if not (tmp and "emptyDir" in volumes[tmp[0]["name"]]):
+                problems.append(f"{where}: no emptyDir on /tmp under a read-only root filesystem")
+            probes = {p for p in ("livenessProbe", "readinessProbe", "startupProbe") if p in c}
+            if probes != PROBES[name]:
+                problems.append(f"{where}: probes {sorted(probes)}, expected {sorted(PROBES[name])}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_probes_point_at_real_endpoints(overlay: str) -> None:
+    objs = _render(overlay)
+    (api,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-api"]
+    (container,) = _pod_spec(api)["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    # Liveness must not depend on the database (/healthz is 503 while Postgres is down).
+    assert "httpGet" not in container["livenessProbe"]
+    port_names = {p["name"] for p in container["ports"]}
+    assert container["readinessProbe"]["httpGet"]["port"] in port_names
+    (worker,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker"]
+    command = " ".join(_pod_spec(worker)["containers"][0]["livenessProbe"]["exec"]["command"])
+    assert "-A workers.celery_app inspect ping -d celery@$HOSTNAME" in command
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_disruption_budgets_cover_workers_and_api(overlay: str) -> None:
+    objs = _render(overlay)
+    covered = set()
+    for pdb in _of(objs, "PodDisruptionBudget"):
+        matched = [
+            w["metadata"]["name"]
+            for w in _of(objs, "Deployment")
+            if _selects(pdb["spec"]["selector"], _pod_labels(w))
+        ]
+        assert len(matched) == 1, f"{pdb['metadata']['name']} selects {matched}"
+        covered |= set(matched)
+    assert covered == {"remediation-worker", "remediation-api"}
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_network_policy(overlay: str) -> None:
+    objs = _render(overlay)
+    policies = _of(objs, "NetworkPolicy")
+    # Every pod, the migration Job's included, is under a default policy with no ingress.
+    defaults = [
+        p for p in policies if p["spec"].get("ingress") == [] and "Ingress" in p["spec"]["policyTypes"]
+    ]
+    assert defaults
+    for workload in _workloads(objs):
+        assert any(_selects(p["spec"]["podSelector"], _pod_labels(workload)) for p in defaults), workload[
+            "metadata"
+        ]["name"]
+    # Ingress is opened only to the API pods, only on the API's container port.
+    (api,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-api"]
+    api_ports = {p["containerPort"] for c in _pod_spec(api)["containers"] for p in c.get("ports", [])}
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            targets = [
+                w["metadata"]["name"]
+                for w in _workloads(objs)
+                if _selects(policy["spec"]["podSelector"], _pod_labels(w))
+            ]
+            assert targets == ["remediation-api"], policy["metadata"]["name"]
+            assert {p["port"] for p in rule["ports"]} <= api_ports
+    egress_ports = {
+        p["port"] for pol in policies for rule in pol["spec"].get("egress", []) for p in rule.get("ports", [])
+    }
+    assert {53, 5432, 6379, 443, 6820} <= egress_ports
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_overlay_picks_its_cloud(overlay: str) -> None:
+    objs = _render(overlay)
+    for deployment in _of(objs, "Deployment"):
+        env = {
+            e["name"]: e.get("value") for c in _pod_spec(deployment)["containers"] for e in c.get("env", [])
+        }
+        assert env.get("REMEDIATION_VM__BACKEND") == VM_BACKEND[overlay], deployment["metadata"]["name"]
+    (sa,) = _of(objs, "ServiceAccount")
+    value = sa["metadata"].get("annotations", {}).get(IDENTITY_ANNOTATION[overlay])
+    assert value and "REPLACE_ME" in value, "the identity placeholder must be clearly marked"
+    if overlay == "azure":
+        (worker,) = [d for d in _of(objs, "Deployment") if d["metadata"]["name"] == "remediation-worker"]
+        assert _pod_labels(worker).get("azure.workload.identity/use") == "true"
+    # Only pods that call the Kubernetes API carry its token.
+    with_token = {
+        w["metadata"]["name"]
+        for w in _workloads(objs)
+        if _pod_spec(w).get("automountServiceAccountToken", True)
+    }
+    assert with_token == {"remediation-worker", "remediation-watcher-kube"}
