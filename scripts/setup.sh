@@ -59,14 +59,5 @@ if ! command -v kubectl >/dev/null 2>&1; then
 fi
 
 # --- Python 3.11 virtualenv with the project.
-PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
-"$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' \
-  || { echo "Python 3.11 is required (set PYTHON=/path/to/python3.11)" >&2; exit 1; }
-[ -x .venv/bin/python ] || "$PY" -m venv .venv
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -f "$stamp" ]; then
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e '.[test]'
-  rm -f .venv/.installed-*; touch "$stamp"
-fi
+bash scripts/venv.sh
 echo "setup complete"
