@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Event, Node, RejectedEvent, Remediation
 from remediation.db.queries import open_remediations_for, recent_failure_counts
 from remediation.events import EventKind, InvalidEvent, NodeEvent
-from remediation.policy import Clock, Decision, DecisionKind, NodeView, decide
+from remediation.policy import OUR_OWN, Clock, Decision, DecisionKind, NodeView, decide
 from remediation.settings import PolicySettings
 from remediation.states import NodeStatus, RemediationStatus, Step
 
@@ -148,7 +148,7 @@ def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, An
 def _apply_record(ev: NodeEvent, node: Node, decision: Decision, now: datetime) -> None:
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
-    elif ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY:
+    elif ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY and decision.reason != OUR_OWN:
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
 
 
@@ -161,7 +161,8 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     rows = []
     for name, (ev, decision) in opens.items():
         quarantine = decision.kind is DecisionKind.QUARANTINE
-        context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason}
+        context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason,
+                                   "observed_at": ev.observed_at.isoformat()}
         if quarantine:
             context["quarantine_reason"] = decision.reason
         rows.append({

@@ -55,6 +55,7 @@ class NodeView:
 
 
 DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+OUR_OWN = "our own drain"  # the echo of our own action: never changes what we think of the node
 
 
 @lru_cache(maxsize=64)
@@ -80,7 +81,7 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
     if node.open_remediation is not None:
         return Decision(DecisionKind.RECORD, f"already under remediation #{node.open_remediation}")
     if event.reason.startswith(policy.our_reason_prefix):
-        return Decision(DecisionKind.RECORD, "our own drain")
+        return Decision(DecisionKind.RECORD, OUR_OWN)
     if not _remediable_state(event, policy):
         return Decision(DecisionKind.RECORD, f"{event.source} state {event.state} is not remediated")
     if event.source is not Source.MANUAL and (pattern := ignored_reason(event.reason, policy)):

@@ -204,6 +204,13 @@ class WorkflowSettings(_Section):
         "superseded once its lease expires.",
     )
     sweep_interval_s: float = Field(30.0, gt=0, description="How often the sweeper looks for stuck work.")
+    stale_event_s: float = Field(
+        120.0,
+        ge=0,
+        description="An event older than this when its remediation starts is confirmed against the live "
+        "Slurm/Kubernetes state first, and nothing is done if the node is healthy again (a replay after "
+        "an outage must not drain a good node). Younger events are the watchers' fresh observations.",
+    )
     ladder: list[str] = Field(
         ["restart", "reimage"],
         description="VM actions tried in order when verify fails; after the last one the node is "
@@ -338,11 +345,26 @@ class VMSettings(_Section):
     request_timeout_s: float = Field(
         30.0, gt=0, description="Seconds: timeout of one cloud API call (SDK retries are off; the workflow retries)."
     )
+    azure_test_token: SecretStr | None = Field(
+        None,
+        description="A fixed bearer token sent to a local ARM test endpoint (the simulator) instead of "
+        "asking Azure AD. Only allowed when azure_endpoint is https://127.0.0.1, localhost or [::1], "
+        "so it can never stand in for real credentials.",
+    )
 
     @model_validator(mode="after")
     def _anonymous_needs_endpoint(self) -> VMSettings:
         if self.gce_anonymous and not self.gce_endpoint:
             raise ValueError("gce_anonymous is only allowed together with gce_endpoint (a local test endpoint)")
+        if self.azure_test_token is not None:
+            from urllib.parse import urlsplit
+
+            host = urlsplit(self.azure_endpoint or "").hostname or ""
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                raise ValueError(
+                    "azure_test_token is only allowed with an azure_endpoint on 127.0.0.1, localhost or "
+                    f"[::1] (a local test endpoint), not {self.azure_endpoint!r}"
+                )
         return self
 
 

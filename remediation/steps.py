@@ -45,6 +45,7 @@ class StepInput:
     checks: int
     provider_op: dict[str, Any] | None
     detail: dict[str, Any]
+    source: str = ""  # where the opening event came from: slurm, kubernetes or manual
 
 
 @dataclass(frozen=True)
@@ -74,9 +75,11 @@ class Quarantine:
 
 @dataclass(frozen=True)
 class Cancel:
-    """A human took the node back (e.g. uncordoned it mid-remediation): stop, undo nothing."""
+    """Stop, undo nothing: a human took the node back (e.g. uncordoned it mid-remediation), or the
+    signal that opened the remediation no longer holds (``node_healthy``)."""
 
     reason: str
+    node_healthy: bool = False
 
 
 Outcome = Done | Wait | Escalate | Quarantine | Cancel
@@ -102,9 +105,37 @@ def human_hold(node: SlurmNode, cfg: Settings) -> bool:
     )
 
 
+BAD_SLURM = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING"})
+
+
+def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: Settings, now: datetime) -> Cancel | None:
+    """Confirm an old event against the world before the first action: an event can be stale (replayed
+    after a restart, queued through an outage) and the node healthy again; then nothing is done. A
+    fresh event is the watcher's own recent observation and is acted on at once. Our own drain counts
+    as bad, so a step re-run after we drained is never mistaken for a recovery."""
+    if inp.checks > 0 or inp.source not in ("slurm", "kubernetes"):
+        return None
+    observed = inp.context.get("observed_at")
+    if observed and (now - datetime.fromisoformat(observed)).total_seconds() < cfg.workflow.stale_event_s:
+        return None
+    if inp.source == "slurm":
+        if node.states & BAD_SLURM:
+            return None
+        return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
+                      node_healthy=True)
+    cond_type, _, cond_status = str(inp.context.get("event_state", "")).partition("=")
+    knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & BAD_SLURM:
+        return None
+    return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
+                  node_healthy=True)
+
+
 def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     node = ad.slurm.get_node(inp.node)
+    if stale := still_bad(inp, ad, node, cfg, now):
+        return stale
     if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
         ad.slurm.drain(inp.node, f"{prefix} {inp.cause}"[:1000])
     if node.states & {"DOWN", "FAIL", "FAILING"}:

@@ -196,6 +196,7 @@ class Engine:
                 context=dict(rem.context or {}), key=row.idempotency_key, attempt=row.attempt,
                 started_at=aware(row.started_at) or now, checks=row.checks,
                 provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
+                source=rem.source,
             )
             return inp, row.id
 
@@ -236,7 +237,8 @@ class Engine:
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
-                self._close(s, rem, RemediationStatus.CANCELLED, now, error=outcome.reason)
+                self._close(s, rem, RemediationStatus.CANCELLED, now, error=outcome.reason,
+                            node_healthy=outcome.node_healthy)
                 return None
             if row is not None:
                 row.finished_at = now
@@ -305,7 +307,8 @@ class Engine:
         return FollowUp(rem.id, nxt)
 
     def _close(
-        self, s: Session, rem: Remediation, status: RemediationStatus, now: datetime, error: str | None = None
+        self, s: Session, rem: Remediation, status: RemediationStatus, now: datetime, error: str | None = None,
+        node_healthy: bool = False,
     ) -> None:
         rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
         why = (rem.context or {}).get("quarantine_reason") or rem.cause
@@ -315,6 +318,8 @@ class Engine:
             node.updated_at = now
             if status is RemediationStatus.SUCCEEDED:
                 node.status, node.status_reason = NodeStatus.HEALTHY, f"remediation #{rem.id} succeeded"
+            elif node_healthy:
+                node.status, node.status_reason = NodeStatus.HEALTHY, error or "healthy"
             elif status is RemediationStatus.QUARANTINED:
                 node.status, node.status_reason = NodeStatus.QUARANTINED, why
                 node.quarantined_at, node.quarantine_reason = now, why

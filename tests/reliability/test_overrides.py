@@ -1,0 +1,194 @@
+"""Scenarios 6-8: flapping nodes, human overrides and stale replays, on Postgres with simulated time.
+
+The workflow runs through the real ingest and Engine against the in-memory world; the fake clock makes
+ten minutes of flapping or a week of history instant. Each scenario records its figures.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.clock import FakeClock
+from remediation.db.models import AuditLog, Event, Node, Remediation
+from remediation.events import EventKind, NodeEvent, Source
+from remediation.flap import Condition, FlapFilter
+from remediation.ingest import ingest
+from remediation.levers import release
+from remediation.settings import Settings
+from remediation.steps import Adapters, release_node
+from remediation.workflow import Engine, FollowUp
+
+NODES = [f"gpu-node-{i}" for i in range(16)]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 6, 1, tzinfo=UTC))
+
+
+@pytest.fixture
+def world() -> MemoryWorld:
+    return MemoryWorld(nodes=NODES)
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings(policy={"min_restart_gap_s": 0, "repeat_offender_count": 3},
+                    workflow={"poll_interval_s": 5}, kube={"min_condition_s": 300})
+
+
+@pytest.fixture
+def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
+    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+
+
+def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, events: list[NodeEvent]) -> list[FollowUp]:
+    with sessions() as s, s.begin():
+        opened = ingest(s, [e.to_json() for e in events], settings.policy, clock).opened
+    return [FollowUp(rid, step) for rid, step in opened]
+
+
+def settle(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 3000) -> None:
+    queue = deque(todo)
+    for _ in range(limit):
+        if not queue:
+            return
+        f = queue.popleft()
+        clock.advance(f.countdown)
+        nxt = engine.run(f.remediation_id, f.step)
+        if nxt:
+            queue.append(nxt)
+    raise AssertionError("did not settle")
+
+
+def count(sessions: sessionmaker[Session], *where: object) -> int:
+    with sessions() as s:
+        return s.scalar(select(func.count()).select_from(Remediation).where(*where)) or 0
+
+
+def slurm_event(node: str, state: str, reason: str, at: datetime, key: str | None = None,
+                kind: EventKind = EventKind.UNHEALTHY) -> NodeEvent:
+    return NodeEvent(source=Source.SLURM, node=node, kind=kind, state=state, reason=reason, observed_at=at,
+                     dedupe_key=key or f"slurm:{node}:{state}:{at.isoformat()}")
+
+
+def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, engine, world, settings, clock,
+                                                                   scenario_figures) -> None:
+    flap = FlapFilter(settings.policy.kube_conditions, settings.kube.min_condition_s, clock.now)
+    node = "gpu-node-1"
+
+    def observe(status: str) -> list[FollowUp]:
+        changes = flap.observe(node, [Condition("Ready", status, "kubelet", clock.now())]) + flap.due()
+        events = [NodeEvent(source=Source.KUBERNETES, node=c.node, kind=c.kind, state=c.state, reason=c.message,
+                            observed_at=clock.now(), dedupe_key=c.key) for c in changes]
+        if status == "False":
+            world.set_k8s(node, ready="False")
+        return publish(sessions, settings, clock, events)
+
+    # Ready flips every 10 s for 10 minutes: never holds 5 minutes, so nothing is published or opened.
+    opened = []
+    for i in range(60):
+        opened += observe("False" if i % 2 == 0 else "True")
+        clock.advance(10)
+    assert opened == [] and count(sessions) == 0
+    # Then it flaps slowly (bad 6 min, good 6 min) for hours: every bad spell is published once, the
+    # repeat-offender rule ends the loop after N, and the node stays quarantined.
+    for _cycle in range(6):
+        for _ in range(36):
+            opened = observe("False")
+            settle(engine, clock, opened)
+            clock.advance(10)
+        for _ in range(36):
+            world.set_k8s(node, ready="True")
+            settle(engine, clock, observe("True"))
+            clock.advance(10)
+    total = count(sessions)
+    assert count(sessions, Remediation.status == "quarantined") == 1
+    assert total == settings.policy.repeat_offender_count
+    restarts = len(world.calls("vm.restart", effect=True))
+    assert restarts == settings.policy.repeat_offender_count - 1
+    scenario_figures.record("6 flapping node (10 min fast, 72 min slow)", runs=1, passed=1, duplicate_actions=0,
+                            notes=f"fast flaps: 0 remediations; slow flaps: {total} opened, "
+                                  f"{restarts} restarts, then quarantined (no loop)")
+
+
+def test_human_overrides_are_never_undone(sessions, engine, world, settings, clock, scenario_figures) -> None:
+    now = clock.now()
+    # A maintenance drain: recorded, and even a manual report on the node leaves the human's drain alone.
+    world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
+    assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)]) == []
+    report = NodeEvent(source=Source.MANUAL, node="gpu-node-2", kind=EventKind.UNHEALTHY, state="REPORTED",
+                       reason="gpu looks slow", observed_at=now)
+    settle(engine, clock, publish(sessions, settings, clock, [report]))
+    assert world.node("gpu-node-2")["slurm"]["reason"] == "maintenance: PSU swap"
+    assert "DRAIN" in world.node("gpu-node-2")["slurm"]["flags"]
+    # A human uncordon mid-remediation cancels ours cleanly; we never cordon again.
+    world.set_k8s("gpu-node-3", pods=1, blocked=1)
+    world.set_slurm("gpu-node-3", flags=["FAIL"], reason="xid 79", user="bob")
+    (f,) = publish(sessions, settings, clock, [slurm_event("gpu-node-3", "FAIL", "xid 79", clock.now())])
+    while f and f.step != "k8s_evict":
+        f = engine.run(f.remediation_id, f.step)
+    world.set_k8s("gpu-node-3", unschedulable=False)
+    settle(engine, clock, [f])
+    assert count(sessions, Remediation.node == "gpu-node-3", Remediation.status == "cancelled") == 1
+    assert len(world.calls("k8s.cordon", effect=True)) == 2  # gpu-node-2's report and gpu-node-3, once each
+    assert world.node("gpu-node-3")["k8s"]["unschedulable"] is False
+    # A human release of a quarantined node sticks: the resync re-publishing old conditions changes nothing.
+    node, history = "gpu-node-4", []
+    for i in range(3):
+        world.set_slurm(node, flags=["FAIL"], reason=f"xid {i}", user="carol")
+        ev = slurm_event(node, "FAIL", f"xid {i}", clock.now())
+        history.append(ev)
+        settle(engine, clock, publish(sessions, settings, clock, [ev]))
+        clock.advance(3600)
+    assert count(sessions, Remediation.node == node, Remediation.status == "quarantined") == 1
+    our_drain = world.node(node)["slurm"]["reason"]
+    assert our_drain.startswith("remediation: quarantined: repeat offender")
+    with sessions() as s, s.begin():
+        release(s, node, "dave", "PSU replaced, burn-in passed", clock.now())
+    release_node(engine.adapters, node, settings.policy.our_reason_prefix)
+    # A watcher that lagged re-publishes the old failures and our quarantine drain (late edge events).
+    resync = history + [slurm_event(node, "DRAIN", our_drain, clock.now(), "late-edge-of-our-drain")]
+    assert publish(sessions, settings, clock, resync) == []
+    with sessions() as s:
+        assert s.get(Node, node).status == "healthy"
+        assert s.scalars(select(AuditLog.actor).where(AuditLog.action == "release")).all() == ["dave"]
+    assert world.node(node)["slurm"]["flags"] == []
+    # After the release the count starts again: one new failure is remediated, not quarantined.
+    world.set_slurm(node, flags=["FAIL"], reason="xid 9", user="carol")
+    settle(engine, clock, publish(sessions, settings, clock, [slurm_event(node, "FAIL", "xid 9", clock.now())]))
+    assert count(sessions, Remediation.node == node, Remediation.status == "succeeded") == 3
+    scenario_figures.record("7 human overrides (drain, uncordon, release)", runs=3, passed=3, duplicate_actions=0,
+                            notes="maintenance drain kept; uncordon cancelled ours; release stuck through resync")
+
+
+def test_stale_replay_after_a_restart_takes_no_action(sessions, engine, world, settings, clock,
+                                                      scenario_figures) -> None:
+    node = "gpu-node-5"
+    down_at = clock.now()
+    world.set_slurm(node, state="DOWN", flags=["NOT_RESPONDING"], reason="Not responding", user="slurm")
+    first = slurm_event(node, "DOWN", "Not responding", down_at, key="slurm:gpu-node-5:DOWN:t0")
+    settle(engine, clock, publish(sessions, settings, clock, [first]))
+    assert count(sessions, Remediation.status == "succeeded") == 1
+    calls = len(world.calls(effect=True))
+    clock.advance(1800)
+    # After a restart the same event comes again (same key): recorded once, nothing happens.
+    assert publish(sessions, settings, clock, [first]) == []
+    # An old DOWN for the node (a backlog replayed under a new key) while it is healthy now: the
+    # remediation confirms the live state first and stops without acting.
+    old = slurm_event(node, "DOWN", "Not responding", down_at + timedelta(seconds=1), key="replayed-from-backlog")
+    settle(engine, clock, publish(sessions, settings, clock, [old]))
+    with sessions() as s:
+        rem = s.scalars(select(Remediation).order_by(Remediation.id.desc())).first()
+        assert rem.status == "cancelled" and rem.outcome.startswith("stale: Slurm reports gpu-node-5 IDLE")
+        assert s.get(Node, node).status == "healthy"
+        assert s.scalar(select(func.count()).select_from(Event).where(Event.node == node)) == 2
+    assert len(world.calls(effect=True)) == calls  # no drain, cordon or restart
+    scenario_figures.record("8 stale replay after restart", runs=2, passed=2, duplicate_actions=0,
+                            notes="same key deduped; old event under a new key confirmed stale, no action")
