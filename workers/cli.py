@@ -32,11 +32,13 @@ def _settings_or_exit():  # type: ignore[no-untyped-def]
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Where the demo's SQLite database goes.")] = None,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
+    port: Annotated[int, typer.Option(help="Dashboard port on 127.0.0.1 while the demo runs (0: any free port).")] = 8080,
 ) -> None:
-    """Run the whole loop on a simulated 32-node cluster: SQLite, an in-process broker, no servers."""
+    """Run the whole loop on a simulated 32-node cluster (kube-apiserver, GCE, Azure and slurmrestd
+    endpoints on 127.0.0.1): SQLite, an in-process broker, the dashboard, no servers to install."""
     from workers.demo import run_demo
 
-    summary = run_demo(workdir or Path(tempfile.mkdtemp(prefix="remediation-demo-")), timeout_s=timeout)
+    summary = run_demo(workdir or Path(tempfile.mkdtemp(prefix="remediation-demo-")), timeout_s=timeout, port=port)
     if summary["timed_out"]:
         raise typer.Exit(1)
 

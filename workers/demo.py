@@ -1,194 +1,185 @@
-"""`remediation demo`: the whole loop on a simulated 32-node cluster, in one process, in about a minute.
+"""`remediation demo`: the whole loop against a simulated cluster that speaks the real wire protocols.
 
-The scenario follows the mix of faults in the Llama 3 405B interruption trace (see docs/policy.md),
-time-compressed:
+In one process, in about a minute, with no servers to install:
 
-- a researcher marks a node FAIL after an Xid error (the most common fault: a faulty GPU);
-- a node stops answering (a NIC fault): slurmctld marks it DOWN "Not responding";
-- an admin drains a node for maintenance: recorded, never touched;
-- one "lemon" node fails three times: restarted twice, then quarantined;
-- a switch failure takes 6 nodes (19% of the pool) down at once: the storm breaker opens, the nodes are
-  drained but no VM is restarted until the breaker window has passed.
+- **the cluster** is :class:`simulator.cluster.SimCluster`: a kube-apiserver subset, GCE and Azure
+  endpoints (HTTPS for Azure) and a slurmrestd stand-in, linked the way Slurm-on-Kubernetes links
+  them (32 Slurm nodes, slurmd pods on Nodes whose providerIDs name GCE and Azure VMs);
+- **the service** is the production code: the Slurm watcher (``rest`` backend) and the Kubernetes
+  watcher (list+watch) publish to the in-process bus, a real Celery worker (``memory://`` broker) runs
+  ingest and the workflow with the real adapters (httpx to slurmrestd, the ``kubernetes`` client, the
+  GCE and Azure SDKs), SQLite records everything, and the dashboard is served while it runs.
 
-Everything runs through the production code paths: the Slurm watcher polls the simulated slurmctld,
-events go through the bus to the ingest task, a real Celery worker (memory broker) runs the workflow
-against the simulated Slurm, Kubernetes and VM adapters, and SQLite records it all.
+The scenario follows the fault mix of the Llama 3 405B interruption trace (docs/policy.md), spaced so
+that each safety rule shows once:
+
+- t=1 s: a researcher marks gpu-node-7 FAIL; slurmd on gpu-node-3 stops answering (DOWN "Not
+  responding"); an admin drains gpu-node-12 for maintenance (recorded, never touched); gpu-node-5's
+  Ready flaps (shorter than the hold time: no remediation);
+- t=2 s: gpu-node-9 is a lemon: its VM is broken, the restart does not fix it, verify times out and it
+  is quarantined (the demo's ladder is one restart, so this takes ``verify_timeout_s``, 30 s);
+- t=17 s: a GPU Xid condition on gpu-node-4's Node;
+- t=20 s: a switch failure takes 20% of the pool at once: the storm breaker opens, nodes are drained
+  and cordoned but no VM is restarted until the breaker window (15 s) has passed;
+- t=37 s: a 12-second segment of the Llama 3 trace, scaled to 32 nodes and sped up 78,000x.
+
+Three faults at most open remediations within any 15 s before the storm, so only the storm trips the
+breaker (more than 10% of 32 nodes). Summaries are read back from the database
+(:mod:`workers.demo_report`).
 """
 
 from __future__ import annotations
 
-import statistics
+import os
+import secrets
+import socket
 import threading
 import time
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
+NODES = 32
+TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 DEMO_ENV = {
-    "REMEDIATION_SIM__NODES": "gpu-node-[0-31]",
-    "REMEDIATION_SIM__OP_POLLS": "2",
     "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.5",
     "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "2",
     "REMEDIATION_WORKFLOW__LEASE_S": "15",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": "30",
+    "REMEDIATION_WORKFLOW__LADDER": '["restart"]',
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0.5",
     "REMEDIATION_POLICY__BREAKER_WINDOW_S": "15",
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
-    "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "0",
+    "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
+    "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
 }
-
-LEMON = "gpu-node-9"
-STORM = [f"gpu-node-{i}" for i in range(20, 26)]
-
-
-@dataclass
-class Injection:
-    node: str
-    what: str
-    at: float  # wall clock
+LEMON, STORM_AT, REPLAY_AT = "gpu-node-9", 20.0, 37.0
+FEATURED = ("gpu-node-3", "gpu-node-4", "gpu-node-5", "gpu-node-7", LEMON, "gpu-node-12")
+REPLAY_NODES = [f"gpu-node-{i}" for i in (13, 14, 15, 26, 27, 28, 29, 30, 31)]
 
 
-def run_demo(workdir: Path, timeout_s: float = 120.0, console: Console | None = None) -> dict[str, object]:
+def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
+    """(seconds after start, what, action)."""
+    return [
+        (1.0, "researcher: scontrol update nodename=gpu-node-7 state=fail reason='xid 79'",
+         lambda: cluster.researcher_fail("gpu-node-7", "xid 79: GPU fell off the bus")),
+        (1.0, "gpu-node-3: slurmd stops answering (NIC)", lambda: cluster.slurmd_stop("gpu-node-3")),
+        (1.0, "admin: drain gpu-node-12 reason='maintenance: PSU swap'",
+         lambda: cluster.human_drain("gpu-node-12", "maintenance: PSU swap")),
+        (1.5, "gpu-node-5: Ready flapping every 0.2s for 4s", lambda: cluster.flap("gpu-node-5", 0.4, 4.0)),
+        (2.0, f"{LEMON}: lemon (broken VM), xid 48", lambda: cluster.repeat_offender(LEMON)),
+        (17.0, "gpu-node-4: GpuXidError=True on its Node", lambda: cluster.gpu_condition("gpu-node-4")),
+        (STORM_AT, "switch failure: 20% of the pool loses slurmd",
+         lambda: cluster.storm(0.2, exclude=(*FEATURED, *REPLAY_NODES))),
+        (REPLAY_AT, "Llama 3 trace: 12 s segment, scaled to 32 nodes",
+         lambda: cluster.replay(TRACE, speedup=54 * 86400 / 60, seed=7, until_s=12, nodes=REPLAY_NODES)),
+    ]  # fmt: skip
+
+
+def run_demo(
+    workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
+) -> dict[str, Any]:
+    """Run the scenario; returns the summary read back from the database (see workers.demo_report)."""
+    from simulator.cluster import SimCluster
     from workers.embedded import configure_environment
 
     console = console or Console()
+    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0).start()
+    admin_token = secrets.token_urlsafe(16)
     configure_environment(workdir, DEMO_ENV)
+    os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
+    os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
     _quiet()
     from remediation.settings import load_settings
-
-    settings = load_settings()
-    from remediation.adapters.memory import MemorySlurm
+    from watchers.kube import run as run_kube_watcher
     from watchers.runtime import Stopper, make_bus
     from watchers.slurm import run as run_slurm_watcher
-    from workers.adapters.factory import make_world
+    from workers.demo_report import Progress, read_summary
     from workers.embedded import start
 
-    world = make_world(settings)
+    settings = load_settings()
     emb = start()
     stopper = Stopper(install=False)
-    watcher = threading.Thread(
-        target=run_slurm_watcher, args=(settings, stopper, make_bus(settings), MemorySlurm(world)),
-        name="slurm-watcher", daemon=True,
+    for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher")):
+        threading.Thread(
+            target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True
+        ).start()
+    server, url = _serve_dashboard(settings, port)
+    dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
+    console.print(
+        f"[bold]node-remediation demo[/]: {NODES} simulated nodes (GCE + Azure), database "
+        f"{settings.database.url}"
     )
-    watcher.start()
-    console.print(f"[bold]node-remediation demo[/]: 32 simulated nodes, database {settings.database.url}")
-    injections: list[Injection] = []
-
-    def inject(node: str, what: str, **kw: object) -> None:
-        world.set_slurm(node, **kw)  # type: ignore[arg-type]
-        injections.append(Injection(node, what, time.time()))
-        console.print(f"  [yellow]fault[/] {node}: {what}")
-
+    console.print(f"dashboard: {url}  (admin token: {admin_token})")
+    progress = Progress(settings, console)
+    started = time.monotonic()
     try:
-        time.sleep(1.0)  # the watcher's first poll publishes the inventory
-        inject("gpu-node-7", "researcher: scontrol update state=fail reason='xid 79'", flags=["FAIL"],
-               reason="xid 79", user="alice")
-        inject("gpu-node-3", "slurmd not responding (NIC)", state="DOWN", flags=["NOT_RESPONDING"],
-               reason="Not responding", user="slurm")
-        inject("gpu-node-12", "admin: drain reason='maintenance: PSU swap'", flags=["DRAIN"],
-               reason="maintenance: PSU swap", user="root")
-        for attempt in range(3):
-            _wait_idle(world, LEMON, timeout_s)
-            inject(LEMON, f"xid 48 (double-bit ECC), failure {attempt + 1}", flags=["FAIL"],
-                   reason=f"xid 48 #{attempt + 1}", user="bob")
-            time.sleep(1.5)
-        for node in STORM:
-            inject(node, "switch failure: not responding", state="DOWN", flags=["NOT_RESPONDING"],
-                   reason="Not responding", user="slurm")
-        summary = _wait_settled(settings, timeout_s)
+        for at, what, action in scenario(cluster):
+            while time.monotonic() - started < at:
+                progress.poll(time.monotonic() - started)
+                time.sleep(0.25)
+            action()
+            console.print(f"[{time.monotonic() - started:5.1f}s] [yellow]fault[/] {what}")
+        deadline = started + timeout_s
+        while time.monotonic() < deadline and not (
+            time.monotonic() - started > REPLAY_AT + 8 and progress.settled(min_remediations=10)
+        ):
+            progress.poll(time.monotonic() - started)
+            if time.monotonic() - started > REPLAY_AT + 15 and dashboard["status"] == 200:
+                dashboard["status_late"] = _check_dashboard(url, admin_token)
+            time.sleep(0.5)
+        progress.poll(time.monotonic() - started)
+        dashboard["status_end"] = _check_dashboard(url, admin_token)
+        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline)
     finally:
         stopper.stop()
         emb.stop()
-    _print_summary(console, summary, injections, world)
+        server.should_exit = True
+        cluster.stop()
+    summary["dashboard"] = dashboard
+    progress.print_summary(summary)
     return summary
 
 
+def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str]:
+    """uvicorn in a thread on 127.0.0.1 (port 0 = any free port); returns the server and its URL."""
+    import uvicorn
+
+    from remediation.api.app import create_app
+    from workers.queues import queue_depth
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    app = create_app(settings, queue_depth=lambda: queue_depth(settings))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _check_dashboard(url: str, token: str) -> int:
+    """The dashboard's JSON overview, as on-call would fetch it; the HTTP status (0 if unreachable)."""
+    import httpx
+
+    try:
+        return httpx.get(
+            f"{url}/api/v1/overview", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        ).status_code
+    except httpx.HTTPError:
+        return 0
+
+
 def _quiet() -> None:
-    """The demo prints its own story; keep Celery's start-up chatter (running as root, the memory
-    transport's hostname notice) out of it."""
+    """The demo prints its own story; keep library chatter (Celery's start-up notices, the cloud
+    SDKs' request logs) out of it."""
     import logging
     import warnings
 
     warnings.filterwarnings("ignore", module="celery.platforms")
-    for name in ("celery", "kombu", "amqp"):
+    for name in ("celery", "kombu", "amqp", "azure", "urllib3", "httpx", "watchers", "workers"):
         logging.getLogger(name).setLevel(logging.ERROR)
-
-
-def _wait_idle(world: object, node: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        s = world.node(node)["slurm"]  # type: ignore[attr-defined]
-        if not s["flags"] and s["state"] == "IDLE":
-            return
-        time.sleep(0.2)
-
-
-def _wait_settled(settings: object, timeout_s: float) -> dict[str, object]:
-    from sqlalchemy import select
-
-    from remediation.db.models import AuditLog, Event, Remediation
-    from remediation.db.session import make_engine, make_session_factory
-    from remediation.states import OPEN_STATUSES
-
-    sessions = make_session_factory(make_engine(settings.database))  # type: ignore[attr-defined]
-    deadline = time.monotonic() + timeout_s
-    while True:
-        with sessions() as s:
-            rems = s.scalars(select(Remediation)).all()
-            open_count = sum(1 for r in rems if r.status in OPEN_STATUSES)
-            storm_done = sum(1 for r in rems if r.node in STORM and r.status not in OPEN_STATUSES)
-            if (rems and open_count == 0 and storm_done == len(STORM)) or time.monotonic() > deadline:
-                events = s.scalars(select(Event).order_by(Event.id)).all()
-                audit = s.scalars(select(AuditLog.action)).all()
-                return {
-                    "remediations": [(r.id, r.node, r.status, r.cause, r.opened_at, r.closed_at) for r in rems],
-                    "events": [(e.node, e.kind, e.state, e.decision, e.decision_reason, e.received_at) for e in events],
-                    "breaker_opened": audit.count("breaker_open"),
-                    "breaker_closed": audit.count("breaker_closed"),
-                    "timed_out": time.monotonic() > deadline,
-                }
-        time.sleep(0.5)
-
-
-def _ts(value: datetime) -> float:
-    return value.timestamp() if value.tzinfo else value.replace(tzinfo=__import__("datetime").UTC).timestamp()
-
-
-def _print_summary(console: Console, summary: dict[str, object], injections: list[Injection], world: object) -> None:
-    rems = summary["remediations"]
-    events = summary["events"]
-    table = Table(title="Remediations")
-    for col in ("#", "node", "outcome", "cause", "time to recover"):
-        table.add_column(col)
-    recoveries = []
-    for rid, node, status, cause, opened, closed in rems:  # type: ignore[attr-defined]
-        took = f"{_ts(closed) - _ts(opened):.1f}s" if closed else "-"
-        if closed and status == "succeeded":
-            recoveries.append(_ts(closed) - _ts(opened))
-        color = {"succeeded": "green", "quarantined": "red"}.get(status, "yellow")
-        table.add_row(str(rid), node, f"[{color}]{status}[/]", cause[:60], took)
-    console.print(table)
-    detections = []
-    for inj in injections:
-        seen = [_ts(r) for n, kind, _s, _d, _why, r in events if n == inj.node and kind == "unhealthy" and _ts(r) >= inj.at]  # type: ignore[attr-defined]
-        if seen:
-            detections.append(min(seen) - inj.at)
-    ignored = [(n, why) for n, kind, _s, d, why, _r in events if n == "gpu-node-12" and kind == "unhealthy"]  # type: ignore[attr-defined]
-    restarts = len(world.calls("vm.restart", effect=True))  # type: ignore[attr-defined]
-    console.print(
-        f"succeeded: {sum(1 for r in rems if r[2] == 'succeeded')}, "  # type: ignore[attr-defined]
-        f"quarantined: {sorted({r[1] for r in rems if r[2] == 'quarantined'})}, "  # type: ignore[attr-defined]
-        f"VM restarts: {restarts}, breaker opened {summary['breaker_opened']}x / closed {summary['breaker_closed']}x"
-    )
-    if ignored:
-        console.print(f"maintenance drain on gpu-node-12: {ignored[0][1]}")
-    if detections:
-        console.print(f"detection (fault -> event recorded): p50 {statistics.median(detections):.2f}s, "
-                      f"max {max(detections):.2f}s over {len(detections)} faults")
-    if recoveries:
-        console.print(f"recovery (opened -> back in service): p50 {statistics.median(recoveries):.1f}s, "
-                      f"max {max(recoveries):.1f}s (simulated reboots)")
-    if summary["timed_out"]:
-        console.print("[red]the demo timed out before every remediation settled[/]")

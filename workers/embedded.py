@@ -3,8 +3,8 @@
 - **Database**: SQLite (migrated with the same Alembic scripts as Postgres).
 - **Broker**: Celery's ``memory://`` transport, with a real Celery worker (threads pool) running the
   real tasks in a background thread, plus an in-process event bus (workers.memstream).
-- **Cluster**: the simulated world of remediation.adapters.memory, watched by the real Slurm watcher
-  code (watchers.slurm) and acted on through the same adapter interfaces as production.
+- **Cluster**: whatever the settings point at; the demo (workers.demo) points them at the wire-protocol
+  simulator (simulator.cluster), the tests at the in-memory world of remediation.adapters.memory.
 
 ``configure_environment`` must run before ``workers.celery_app`` is first imported, because the Celery
 app reads its settings at import. The demo scenario lives in workers.demo.

@@ -239,15 +239,31 @@ class KubeAdapter:
         self._with_conflicts(name, attempt)
 
     # --------------------------------------------------------------------------- eviction
+    def _slurmd_pods(self, name: str) -> set[tuple[str, str]]:
+        """The slurmd pods on this Node (mapping=pod). They are the Slurm nodes being remediated: Slurm
+        has drained them, and evicting one would let its controller (a StatefulSet, Slinky's NodeSet...)
+        recreate the Slurm node on another Node, so verify could never see it come back here."""
+        if self.s.mapping != "pod":
+            return set()
+        with _api(f"list slurmd pods on Node {name}"):
+            pods = self.api.list_namespaced_pod(
+                self.s.pod_namespace, label_selector=self.s.pod_label_selector,
+                field_selector=f"spec.nodeName={name}", _request_timeout=self.s.request_timeout_s,
+            ).items
+        return {(p.metadata.namespace, p.metadata.name) for p in pods}
+
     def evict_pods(self, name: str) -> EvictionProgress:
         with _api(f"list pods on Node {name}"):
             pods = self.api.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed",
                 _request_timeout=self.s.request_timeout_s,
             ).items
+        slurmd = self._slurmd_pods(name)
         remaining, blocked, delay = 0, [], 0.0
         for pod in pods:
             meta = pod.metadata
+            if (meta.namespace, meta.name) in slurmd:
+                continue  # the Slurm node itself: drained already, it restarts with the VM (see below)
             if MIRROR_ANNOTATION in (meta.annotations or {}):
                 continue  # a static pod's mirror: the kubelet owns it, the API cannot remove it
             if any(ref.kind == "DaemonSet" and ref.controller for ref in meta.owner_references or []):

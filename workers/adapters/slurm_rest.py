@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import httpx
 
-from remediation.errors import NotSupported, PermanentError, TransientError, UnknownNode
+from remediation.errors import NotSupported, PermanentError, RemediationError, TransientError, UnknownNode
 from remediation.hostlist import HostlistError, expand
 from remediation.interfaces import SlurmNode
 from remediation.settings import SlurmSettings
@@ -122,7 +122,13 @@ class RestSlurm:
         self._update(name, {"state": [state], "reason": check_reason(reason)})
 
     def resume(self, name: str) -> None:
-        self._update(name, {"state": ["RESUME"]})
+        try:
+            self._update(name, {"state": ["RESUME"]})
+        except RemediationError as exc:
+            # slurmctld refuses to resume a node that is already in service (errno 2028, sent as a 500):
+            # the goal is reached, as the cli backend also treats it.
+            if "Invalid node state specified" not in exc.message:
+                raise
 
     # ------------------------------------------------------------------------------- internals
 

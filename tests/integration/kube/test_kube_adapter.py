@@ -380,3 +380,22 @@ def test_factory_backends(make_settings: Callable[..., Settings], kube_api: Kube
     dry.cordon("n1", "remediation: x")
     assert not kube_api.node("n1")["spec"].get("unschedulable")  # writes are only recorded
     assert not any(r.method == "PATCH" for r in kube_api.requests)
+
+
+@pytest.mark.parametrize("owner", ["StatefulSet", "NodeSet"], ids=["statefulset", "slinky-nodeset"])
+def test_eviction_never_evicts_the_slurmd_pod_it_is_remediating(
+    kube_api: KubeAPIServer, make_settings: Callable[..., Settings], owner: str
+) -> None:
+    """The slurmd pod is the Slurm node: evicting it would recreate the Slurm node on another Node."""
+    settings = make_settings(kube={"mapping": "pod", "pod_namespace": "slurm",
+                                   "pod_label_selector": "app.kubernetes.io/component=slurmd"})
+    adapter = make_kube(settings)
+    kube_api.add_pod("slurm", "gpu-node-1", node_name="n1", owner_kind=owner,
+                     labels={"app.kubernetes.io/component": "slurmd"})
+    kube_api.add_pod("slurm", "login-0", node_name="n1", owner_kind="StatefulSet")  # not slurmd: evicted
+    kube_api.add_pod("ml", "trainer", node_name="n1")
+    progress = adapter.evict_pods("n1")
+    evicted = sorted(r.path.split("/")[-2] for r in kube_api.requests if r.path.endswith("/eviction"))
+    assert evicted == ["login-0", "trainer"] and progress.remaining == 2
+    assert adapter.evict_pods("n1").done  # the evicted pods are gone; the slurmd pod stays, not waited on
+    assert {p["metadata"]["name"] for p in kube_api.pods()} == {"gpu-node-1"}

@@ -1,0 +1,335 @@
+"""A simulated Slurm-on-Kubernetes GPU cluster that speaks the real wire protocols.
+
+:class:`SimCluster` starts, on 127.0.0.1 with free ports:
+
+- the kube-apiserver subset (:mod:`simulator.kube_api`), with bearer-token auth;
+- the Compute Engine fake (:mod:`simulator.gce_api`, http) and the Azure Resource Manager fake
+  (:mod:`simulator.azure_api`, HTTPS with a self-signed certificate written into a temp dir);
+- the slurmrestd stand-in (:mod:`simulator.slurmrestd`) over a simulated slurmctld, with a JWT.
+
+and links them the way Slurm-on-Kubernetes (Slinky, SUNK, Slonk) does: Slurm node ``gpu-node-i`` is
+the slurmd pod ``slurm/gpu-node-i`` (label ``app.kubernetes.io/component=slurmd``, owned by a
+DaemonSet, so an eviction leaves it in place as kubelet-managed slurmd pods are), which runs on
+Kubernetes Node ``gke-a3-pool-i`` or ``aks-ndv4-i``, whose ``spec.providerID`` names a VM at GCE (even
+i) or Azure (odd i). Each Node also runs one training pod that an eviction really removes.
+
+**The link is causal, not scripted.** A clock thread (every ``tick_s``) reads each VM's state from
+its cloud fake. While a provider operation runs (or the VM is stopped) the Node goes
+``Ready=Unknown`` and slurmd stops answering, so slurmctld marks the node NOT_RESPONDING, then DOWN.
+When the operation has bumped the VM's boot count, ``reboot_delay_s`` later the Node gets a new
+``bootID`` and ``Ready=True``, injected Node faults are gone, and slurmd registers again (clearing
+NOT_RESPONDING; a DRAIN we placed stays, as with ``ReturnToService=1``). A VM marked broken
+(:meth:`~simulator.faults.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
+slurmd never registers, so the workflow's verify step fails on it. Nothing else changes the world:
+the service under test must act through the endpoints for anything to recover.
+
+Fault injection and trace replay are in :mod:`simulator.faults`. ``python -m simulator.cluster
+--nodes 32`` serves a cluster until SIGTERM and prints the ``REMEDIATION_*`` environment that points
+the service at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import itertools
+import secrets
+import shlex
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.azure_api import AzureFake, make_self_signed_cert
+from simulator.faults import FaultInjector
+from simulator.gce_api import GceFake
+from simulator.kube_api import KubeAPIServer
+from simulator.slurmctld import SlurmCtld
+from simulator.slurmrestd import SlurmRestd
+
+PROJECT, ZONE = "sim-project", "us-central1-a"
+SUBSCRIPTION, GROUP = "00000000-0000-4000-8000-00000000c0de", "sim-gpu-rg"
+SLURM_NAMESPACE, SLURMD_LABEL = "slurm", ("app.kubernetes.io/component", "slurmd")
+
+
+class LinkedGce(GceFake):
+    def vm_state(self, key: tuple[str, ...]) -> tuple[int, bool]:
+        """(boot count, busy): busy while an operation on the instance runs or it is not RUNNING."""
+        with self._lock:
+            self._advance()
+            inst = self._instances[(key[0], key[1], key[2])]
+            running_op = any(
+                not op.done and (op.project, op.zone, op.instance) == key for op in self._ops.values()
+            )
+            return int(inst["boot_count"]), running_op or inst["status"] != "RUNNING"
+
+
+class LinkedAzure(AzureFake):
+    def vm_state(self, key: tuple[str, ...]) -> tuple[int, bool]:
+        with self._lock:
+            self._advance()
+            vm = self._vms[self._key(*key)]
+            return int(vm["boot_count"]), vm["provisioning"] == "updating" or vm["power"] != "running"
+
+
+@dataclass
+class Link:
+    """One Slurm node and everything under it."""
+
+    slurm: str
+    k8s: str
+    provider: str  # "gce" or "azure"
+    vm_key: tuple[str, ...]
+    provider_id: str
+    boot_seen: int = 1
+    vm_down: bool = False
+    back_at: float | None = None
+    broken: bool = False
+    flapping_until: float = 0.0
+
+
+class SimCluster(FaultInjector):
+    """The linked endpoints; use as a context manager or call :meth:`start` / :meth:`stop`."""
+
+    def __init__(
+        self,
+        nodes: int = 8,
+        *,
+        reboot_delay_s: float = 1.0,
+        op_seconds: float = 0.5,
+        slurmd_timeout_s: float = 1.0,
+        not_responding_after_s: float = 0.3,
+        tick_s: float = 0.05,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(seed)
+        self.reboot_delay_s = reboot_delay_s
+        self.tick_s = tick_s
+        self.names = [f"gpu-node-{i}" for i in range(nodes)]
+        self.ctld = SlurmCtld(
+            self.names, not_responding_after_s=not_responding_after_s, slurmd_timeout_s=slurmd_timeout_s
+        )
+        self.kube_token, self.slurm_token, self.azure_token = (secrets.token_hex(12) for _ in range(3))
+        self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+        self.cert_file, key_file = make_self_signed_cert(Path(self._tmp.name))
+        self.kube = KubeAPIServer(token=self.kube_token)
+        self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
+        self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)
+        self.slurmrestd = SlurmRestd(self.ctld, token=self.slurm_token)
+        self.links: dict[str, Link] = {}
+        self.lock = threading.RLock()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -------------------------------------------------------------------------------- lifecycle
+
+    def start(self) -> SimCluster:
+        self.kube.start()
+        for server in (self.gce, self.azure, self.slurmrestd):
+            server.start()
+        for i, name in enumerate(self.names):
+            self._add_node(i, name)
+        self._thread = threading.Thread(target=self._run, name="simcluster-clock", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.kube.stop()
+        for server in (self.gce, self.azure, self.slurmrestd):
+            server.stop()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> SimCluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _add_node(self, i: int, name: str) -> None:
+        if i % 2 == 0:
+            k8s = f"gke-a3-pool-{i}"
+            self.gce.add_instance(PROJECT, ZONE, k8s)
+            link = Link(name, k8s, "gce", (PROJECT, ZONE, k8s), f"gce://{PROJECT}/{ZONE}/{k8s}")
+        else:
+            k8s = f"aks-ndv4-{i}"
+            self.azure.add_vm(SUBSCRIPTION, GROUP, k8s)
+            rid = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.Compute/virtualMachines/{k8s}"
+            link = Link(name, k8s, "azure", (SUBSCRIPTION, GROUP, k8s), f"azure://{rid}")
+        labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": k8s}
+        self.kube.add_node(k8s, provider_id=link.provider_id, labels=labels)
+        self.kube.add_pod(
+            SLURM_NAMESPACE, name, node_name=k8s, labels=dict([SLURMD_LABEL]), owner_kind="DaemonSet"
+        )
+        self.kube.add_pod("training", f"llama-405b-worker-{i}", node_name=k8s, owner_kind="StatefulSet")
+        self.links[name] = link
+
+    # ---------------------------------------------------------------------------- settings
+
+    def settings_overrides(self, *, min_condition_s: float = 1.0) -> dict[str, str]:
+        """The ``REMEDIATION_*`` environment that points the real adapters and watchers here."""
+        return {
+            "REMEDIATION_SLURM__BACKEND": "rest",
+            "REMEDIATION_SLURM__REST_URL": self.slurmrestd.url,
+            "REMEDIATION_SLURM__REST_API_VERSION": "v0.0.40",
+            "REMEDIATION_SLURM__REST_USER": "remediation",
+            "REMEDIATION_SLURM__REST_TOKEN": self.slurm_token,
+            "REMEDIATION_KUBE__BACKEND": "kubernetes",
+            "REMEDIATION_KUBE__HOST": self.kube.url,
+            "REMEDIATION_KUBE__TOKEN": self.kube_token,
+            "REMEDIATION_KUBE__MAPPING": "pod",
+            "REMEDIATION_KUBE__POD_NAMESPACE": SLURM_NAMESPACE,
+            "REMEDIATION_KUBE__POD_LABEL_SELECTOR": "=".join(SLURMD_LABEL),
+            "REMEDIATION_KUBE__MIN_CONDITION_S": f"{min_condition_s:g}",
+            "REMEDIATION_VM__BACKEND": "auto",
+            "REMEDIATION_VM__GCE_ENDPOINT": self.gce.url,
+            "REMEDIATION_VM__GCE_ANONYMOUS": "true",
+            "REMEDIATION_VM__AZURE_ENDPOINT": self.azure.url,
+            "REMEDIATION_VM__AZURE_CA_FILE": str(self.cert_file),
+            "REMEDIATION_VM__AZURE_TEST_TOKEN": self.azure_token,
+            "REMEDIATION_VM__REQUEST_TIMEOUT_S": "10",
+        }
+
+    def settings_kwargs(self, *, min_condition_s: float = 1.0) -> dict[str, dict[str, Any]]:
+        """The same as nested keyword arguments for ``remediation.settings.load_settings``."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, value in self.settings_overrides(min_condition_s=min_condition_s).items():
+            section, field = key.removeprefix("REMEDIATION_").lower().split("__")
+            out.setdefault(section, {})[field] = value
+        return out
+
+    # ------------------------------------------------------------------------------- reading
+
+    def link(self, node: str) -> Link:
+        return self.links[node]
+
+    def vm(self, node: str) -> dict[str, Any]:
+        link = self.links[node]
+        fake: Any = self.gce if link.provider == "gce" else self.azure
+        return dict(fake.vm(*link.vm_key))
+
+    def vm_actions(self, node: str) -> int:
+        """VM actions (reset, stop/start, restart, redeploy, reimage, powerOff) the cloud answered for
+        this node's VM, counted from the cloud fake's request log."""
+        link = self.links[node]
+        if link.provider == "gce":
+            verbs, log = ("reset", "stop"), self.gce.log
+        else:
+            verbs, log = ("restart", "redeploy", "reimage", "poweroff"), self.azure.log
+        return sum(
+            log.count("POST", f"/{link.k8s}/{verb}", status=status) for verb in verbs for status in (200, 202)
+        )
+
+    def slurm_state(self, node: str) -> tuple[str, frozenset[str], str]:
+        """(base state, flags, reason) as slurmctld holds them."""
+        with self.ctld.lock:
+            n = self.ctld.node(node)
+            return self.ctld.base_state(n), frozenset(n.flags), n.reason
+
+    def node_ready(self, node: str) -> str:
+        conditions = self.kube.node(self.links[node].k8s)["status"]["conditions"]
+        return str(next(c["status"] for c in conditions if c["type"] == "Ready"))
+
+    def boot_id(self, node: str) -> str:
+        return str(self.kube.node(self.links[node].k8s)["status"]["nodeInfo"]["bootID"])
+
+    # --------------------------------------------------------------------------------- clock
+
+    def at(self, delay_s: float, action: Callable[[], None]) -> None:
+        """Run ``action`` on the cluster's clock thread ``delay_s`` from now."""
+        with self.lock:
+            heapq.heappush(self._timers, (time.monotonic() + delay_s, next(self._seq), action))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a fake must keep running; the error is printed for the user
+                import traceback
+
+                traceback.print_exc()
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        due: list[Callable[[], None]] = []
+        with self.lock:
+            while self._timers and self._timers[0][0] <= now:
+                due.append(heapq.heappop(self._timers)[2])
+        for action in due:
+            action()
+        self.ctld.tick()
+        for link in list(self.links.values()):
+            self._follow_vm(link, now)
+
+    def _follow_vm(self, link: Link, now: float) -> None:
+        fake: Any = self.gce if link.provider == "gce" else self.azure
+        boot, busy = fake.vm_state(link.vm_key)
+        with self.lock:
+            if busy and not link.vm_down:
+                link.vm_down = True
+                self._go_down(link)
+            if boot != link.boot_seen:
+                link.boot_seen = boot
+                link.back_at = now + self.reboot_delay_s
+                if not link.vm_down:
+                    link.vm_down = True
+                    self._go_down(link)
+            if link.vm_down and not busy and (link.back_at is None or now >= link.back_at):
+                rebooted = link.back_at is not None
+                link.vm_down, link.back_at = False, None
+                self._come_up(link, rebooted)
+
+    def _go_down(self, link: Link) -> None:
+        link.flapping_until = 0.0
+        self.kube.set_condition(
+            link.k8s,
+            "Ready",
+            "Unknown",
+            reason="NodeStatusUnknown",
+            message="Kubelet stopped posting node status.",
+        )
+        self.ctld.slurmd_stop(link.slurm)
+
+    def _come_up(self, link: Link, rebooted: bool) -> None:
+        if rebooted:
+            self.kube.bump_boot_id(link.k8s)
+            for type_ in self.injected_conditions.pop(link.slurm, set()):
+                self.kube.set_condition(link.k8s, type_, "False", reason="NoFault", message="after reboot")
+        self.kube.set_condition(
+            link.k8s, "Ready", "True", reason="KubeletReady", message="kubelet is posting ready status"
+        )
+        if link.broken:
+            self.gpu_condition(link.slurm, message="XID 79: GPU has fallen off the bus (again after reboot)")
+            return  # slurmd never registers: the GPU fails its health check at start-up
+        self.ctld.slurmd_start(link.slurm, booted=rebooted)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve a simulated Slurm-on-Kubernetes GPU cluster.")
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument(
+        "--reboot-delay", type=float, default=2.0, help="seconds from VM operation done to Ready"
+    )
+    parser.add_argument("--op-seconds", type=float, default=1.0, help="seconds a cloud operation takes")
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with SimCluster(args.nodes, reboot_delay_s=args.reboot_delay, op_seconds=args.op_seconds) as cluster:
+        for key, value in cluster.settings_overrides().items():
+            print(f"export {key}={shlex.quote(value)}", flush=True)
+        while not stop.wait(0.2):  # a short wait: the signal handler runs between waits
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,169 @@
+"""Fault injection for :class:`simulator.cluster.SimCluster`: each fault is what the real system would
+show, put where the real system keeps it.
+
+- ``researcher_fail``: ``scontrol update state=fail reason=...`` by a user (the FAIL flag in slurmctld).
+- ``slurmd_stop``: slurmd stops answering; slurmctld's own timers make the node NOT_RESPONDING, then
+  DOWN "Not responding".
+- ``node_not_ready`` and ``gpu_condition``: the kubelet's ``Ready=False`` or a node-problem-detector
+  / GPU-operator condition (``GpuXidError=True`` by default) on the Kubernetes Node.
+- ``flap``: ``Ready`` toggling False/True, each bad phase shorter than any sane hold time.
+- ``repeat_offender``: a "lemon": its VM is broken, so a restart brings the Node back with a new bootID
+  but the GPU fault returns and slurmd never registers (verify must fail), and it fails now.
+- ``storm``: a fraction of the pool loses slurmd at once (a switch or a bad roll-out).
+- ``human_drain``: an admin's drain with a maintenance reason, which the service must leave alone.
+- ``replay``: a published trace (see :mod:`simulator.replay`) scheduled on the cluster's clock.
+
+Faults on the Node (conditions, NotReady, flapping) are undone by a reboot of its VM; Slurm states a
+human set are not (a reboot does not clear a drain). Every injection is logged in ``injections`` with
+its wall-clock time, so a caller can measure detection and recovery against the service's records.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from simulator import replay as trace
+
+if TYPE_CHECKING:
+    from simulator.cluster import Link
+    from simulator.kube_api import KubeAPIServer
+    from simulator.slurmctld import SlurmCtld
+
+
+@dataclass(frozen=True)
+class Injection:
+    node: str
+    kind: str
+    detail: str
+    at: float  # time.time()
+
+
+class FaultInjector:
+    """Mixed into SimCluster, which provides ``names``, ``links``, ``ctld``, ``kube`` and ``at``."""
+
+    names: list[str]
+    links: dict[str, Link]
+    ctld: SlurmCtld
+    kube: KubeAPIServer
+    at: Callable[[float, Callable[[], None]], None]
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = random.Random(seed)
+        self.injected_conditions: dict[str, set[str]] = {}
+        self.injections: list[Injection] = []
+
+    def _log(self, node: str, kind: str, detail: str) -> None:
+        self.injections.append(Injection(node, kind, detail, time.time()))
+
+    # --------------------------------------------------------------------------- Slurm faults
+
+    def researcher_fail(
+        self, node: str, reason: str = "xid 79: GPU fell off the bus", user: str = "alice"
+    ) -> None:
+        self.ctld.update(node, "FAIL", reason, user)
+        self._log(node, "researcher_fail", reason)
+
+    def slurmd_stop(self, node: str) -> None:
+        self.ctld.slurmd_stop(node)
+        self._log(node, "slurmd_stop", "slurmd stopped answering")
+
+    def human_drain(self, node: str, reason: str = "maintenance: PSU swap", user: str = "root") -> None:
+        self.ctld.update(node, "DRAIN", reason, user)
+        self._log(node, "human_drain", reason)
+
+    # ---------------------------------------------------------------------------- Node faults
+
+    def node_not_ready(
+        self, node: str, message: str = "PLEG is not healthy: pleg was last seen active 3m0s ago"
+    ) -> None:
+        self.kube.set_condition(
+            self.links[node].k8s, "Ready", "False", reason="KubeletNotReady", message=message
+        )
+        self._log(node, "node_not_ready", message)
+
+    def gpu_condition(
+        self,
+        node: str,
+        type: str = "GpuXidError",
+        message: str = "XID 79: GPU has fallen off the bus",  # noqa: A002
+    ) -> None:
+        status = "False" if type.endswith("Healthy") else "True"
+        self.kube.set_condition(self.links[node].k8s, type, status, reason=type, message=message)
+        self.injected_conditions.setdefault(node, set()).add(type)
+        self._log(node, "gpu_condition", f"{type}={status}: {message}")
+
+    def flap(self, node: str, period_s: float = 0.4, duration_s: float = 4.0) -> None:
+        """Ready goes False for half of each period, then True, until ``duration_s`` has passed."""
+        link = self.links[node]
+        link.flapping_until = time.monotonic() + duration_s
+        self._log(node, "flap", f"Ready toggling every {period_s / 2:g}s for {duration_s:g}s")
+
+        def toggle(bad: bool) -> None:
+            if time.monotonic() >= link.flapping_until:
+                if link.flapping_until:  # not cut short by a reboot, which sets Ready itself
+                    self.kube.set_condition(link.k8s, "Ready", "True", reason="KubeletReady")
+                return
+            status, why = ("False", "KubeletNotReady") if bad else ("True", "KubeletReady")
+            self.kube.set_condition(link.k8s, "Ready", status, reason=why, message="flapping")
+            self.at(period_s / 2, lambda: toggle(not bad))
+
+        toggle(True)
+
+    def repeat_offender(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
+        """A lemon: restarts do not fix its VM. It fails now, as a researcher reports it."""
+        self.links[node].broken = True
+        self.researcher_fail(node, reason, user="bob")
+
+    # ------------------------------------------------------------------------------- at scale
+
+    def storm(self, fraction: float, *, exclude: tuple[str, ...] = ()) -> list[str]:
+        """slurmd stops on ``round(fraction * N)`` nodes at once (at least one); returns them sorted."""
+        pool = [n for n in self.names if n not in exclude]
+        count = max(1, min(len(pool), round(fraction * len(self.names))))
+        hit = sorted(self.rng.sample(pool, count), key=self.names.index)
+        for node in hit:
+            self.ctld.slurmd_stop(node)
+            self._log(node, "storm", f"switch failure: {count} nodes lost slurmd at once")
+        return hit
+
+    def replay(
+        self,
+        trace_csv: str | Path,
+        *,
+        scale_nodes: int | None = None,
+        speedup: float = 300_000.0,
+        seed: int = 0,
+        until_s: float | None = None,
+        nodes: list[str] | None = None,
+    ) -> list[trace.PlannedFault]:
+        """Schedule a trace's faults (scaled to ``scale_nodes``, default the cluster size) on the
+        cluster's clock, among ``nodes`` (default all); returns the plan."""
+        planned = trace.plan(
+            trace.read_trace(trace_csv), nodes or self.names,
+            scale_nodes=scale_nodes if scale_nodes is not None else len(self.names),
+            speedup=speedup, seed=seed, until_s=until_s,
+        )  # fmt: skip
+        for fault in planned:
+            self.at(fault.at_s, lambda f=fault: self.apply(f))  # type: ignore[misc]
+        return planned
+
+    def apply(self, fault: trace.PlannedFault) -> None:
+        """Inject one planned fault now."""
+        label = f"{fault.category} (trace)"
+        actions: dict[str, Callable[[str], Any]] = {
+            "gpu_condition": lambda n: self.gpu_condition(n, message=f"{label}: XID 48"),
+            "researcher_fail": lambda n: self.researcher_fail(n, f"{label}: job died, GPU suspect"),
+            "slurmd_stop": self.slurmd_stop,
+            "node_not_ready": lambda n: self.node_not_ready(n, message=f"{label}"),
+            "human_drain": lambda n: self.human_drain(n, f"maintenance: {label}"),
+        }
+        for node in fault.nodes:
+            if fault.kind == "none":
+                self._log(node, "none", f"{label}: job failure only, the node stays healthy")
+            else:
+                actions[fault.kind](node)

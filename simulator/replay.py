@@ -1,0 +1,125 @@
+"""Turn a published failure trace into a timed list of faults for a simulated cluster.
+
+The input is a CSV like ``llama3-405b-interruptions.csv`` (Meta's Llama 3 405B pre-training: 419
+unexpected interruptions in 54 days on 2,048 nodes of 8 GPUs), one row per root-cause category with
+``count``, ``component``, ``suggested_signal`` and ``remediable_by_vm_restart``. :func:`plan`:
+
+1. **Scales the counts** to the simulated cluster: a cluster of N nodes sees N/2048 of the failures
+   (the per-node rate is what carries over). Each category's share is rounded by largest remainder,
+   so the scaled counts add up to the rounded total and, at N = 2048, equal the published counts.
+2. **Spreads them over time**: each fault gets a uniformly random moment in the trace's 54 days,
+   divided by ``speedup`` (a failure every ~3 h at full scale becomes one every few seconds in a
+   demo). ``until_s`` keeps only a leading segment.
+3. **Maps each category to what this service would see**, from ``suggested_signal``: a GPU condition
+   on the Node, a researcher's ``state=fail``, a slurmd that stops answering, a Node NotReady, a
+   maintenance drain by a human, or nothing at all for faults a restart cannot fix and that never
+   reach Slurm or Kubernetes as node states (software bugs, NCCL timeouts). A fabric fault (switch or
+   cable) takes ``network_blast`` nodes NotReady at once.
+
+Everything random comes from one ``random.Random(seed)``, so a plan is reproducible; the category mix
+does not depend on the seed at all.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+PAPER_NODES = 2048
+PAPER_DAYS = 54.0
+
+#: Fault kinds a plan can hold; each is a SimCluster method of the same name, except "none".
+KINDS = ("gpu_condition", "researcher_fail", "slurmd_stop", "node_not_ready", "human_drain", "none")
+
+
+@dataclass(frozen=True)
+class TraceRow:
+    category: str
+    count: int
+    component: str
+    signal: str
+    remediable: bool
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    at_s: float  # seconds after the replay starts (already sped up)
+    category: str
+    kind: str
+    nodes: tuple[str, ...]
+    remediable: bool
+    component: str
+
+
+def read_trace(path: str | Path) -> list[TraceRow]:
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [
+            TraceRow(
+                row["category"],
+                int(row["count"]),
+                row["component"],
+                row["suggested_signal"],
+                row["remediable_by_vm_restart"].strip().lower().startswith("yes"),
+            )
+            for row in csv.DictReader(fh)
+        ]
+
+
+def scaled_counts(rows: list[TraceRow], scale_nodes: int) -> dict[str, int]:
+    """Each category's count scaled from the paper's 2,048 nodes to ``scale_nodes`` (largest remainder)."""
+    exact = {r.category: r.count * scale_nodes / PAPER_NODES for r in rows}
+    total = round(sum(exact.values()))
+    counts = {c: int(v) for c, v in exact.items()}
+    by_remainder = sorted(exact, key=lambda c: (-(exact[c] - counts[c]), c))
+    for category in by_remainder[: total - sum(counts.values())]:
+        counts[category] += 1
+    return counts
+
+
+def kind_for(row: TraceRow, rng: random.Random) -> str:
+    signal = row.signal.lower()
+    if "job failure only" in signal:
+        return "none"
+    if "gpu condition or researcher" in signal:
+        return rng.choice(("gpu_condition", "researcher_fail"))
+    if "gpu condition" in signal:
+        return "gpu_condition"
+    if "state=fail" in signal:
+        return "researcher_fail"
+    if "not responding" in signal:
+        return "slurmd_stop"
+    if "maintenance" in signal:
+        return "human_drain"
+    # "Node NotReady", "Node condition (disk)", "several nodes NotReady at once": the kubelet reports
+    # the Node NotReady (a disk or memory fault takes the kubelet's health checks down with it).
+    return "node_not_ready"
+
+
+def plan(
+    rows: list[TraceRow],
+    nodes: list[str],
+    *,
+    scale_nodes: int | None = None,
+    speedup: float = 1.0,
+    seed: int = 0,
+    until_s: float | None = None,
+    network_blast: int = 4,
+) -> list[PlannedFault]:
+    """The faults to inject, in time order (see the module docstring)."""
+    rng = random.Random(seed)
+    span_s = PAPER_DAYS * 86400 / speedup
+    counts = scaled_counts(rows, scale_nodes if scale_nodes is not None else len(nodes))
+    out: list[PlannedFault] = []
+    for row in rows:
+        for _ in range(counts[row.category]):
+            kind = kind_for(row, rng)
+            at = rng.uniform(0, span_s)
+            blast = min(network_blast, len(nodes)) if "several nodes" in row.signal.lower() else 1
+            targets = tuple(sorted(rng.sample(nodes, blast)))
+            out.append(PlannedFault(at, row.category, kind, targets, row.remediable, row.component))
+    out.sort(key=lambda f: (f.at_s, f.category))
+    if until_s is not None:
+        out = [f for f in out if f.at_s < until_s]
+    return out

@@ -1,0 +1,234 @@
+"""A slurmrestd stand-in: the node and job endpoints the ``rest`` Slurm backend uses, over real HTTP.
+
+Served by the standard library (:class:`simulator.fakehttp.FakeServer`, 127.0.0.1, a free port) from a
+:class:`simulator.slurmctld.SlurmCtld` node table. What it answers is what
+``workers/adapters/slurm_rest.py`` sends, in the shapes a real slurmrestd answers (observed on 22.05.8
+for v0.0.38; the v0.0.39+ shapes from Slurm's OpenAPI documents):
+
+- ``GET /slurm/vX/nodes``: ``{"meta", "errors", "nodes"}``, pretty-printed with two-space indents as
+  Slurm prints it. v0.0.38 gives the lower-case base ``state`` and ``state_flags``; v0.0.39+ put base
+  state and flags in one upper-case ``state`` list, and v0.0.40+ wrap times as
+  ``{"set", "infinite", "number"}``. With ``?update_time=T`` the answer is ``304 Not Modified`` while
+  no node changed since T (slurmctld's rule: no change when ``T - 1 >= last_node_update``).
+- ``GET /slurm/vX/node/NAME``: the same document with one node; an unknown name is ``500`` with
+  ``errors: [{"error": "Invalid node name specified", "errno": 2018}]`` (v0.0.38), or the
+  v0.0.39+ error object ``{"description", "error_number", "error", "source"}``.
+- ``GET /slurm/vX/jobs``: the jobs with ``job_state`` (a string in v0.0.38, a list from v0.0.39) and
+  ``nodes`` as a hostlist.
+- ``POST /slurm/vX/node/NAME`` (v0.0.39 and later only; v0.0.38 is read-only and answers ``405``):
+  ``{"state": ["DRAIN"|"DOWN"|"FAIL"|"RESUME"], "reason": ...}``, applied with slurmctld's rules.
+- Unknown paths answer ``404`` in slurmrestd's plain-text words.
+
+Auth: with ``token`` set, requests must carry ``X-SLURM-USER-TOKEN`` (and the user name, which becomes
+``reason_set_by_user``) or get ``401``, as with ``rest_auth/jwt``; without it every request is taken
+as root (``rest_auth/local``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from simulator.fakehttp import FakeServer, Response
+from simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
+
+VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40")
+_PATH = re.compile(r"^/slurm/(?P<version>v0\.0\.\d+)/(?P<what>nodes|node|jobs|ping)(?:/(?P<name>[^/]+))?$")
+_NOT_FOUND = b"Unable find requested URL. Please view /openapi/v3 for API reference."
+
+
+class SlurmRestd(FakeServer):
+    """``url`` is what ``slurm.rest_url`` takes."""
+
+    def __init__(self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation") -> None:
+        super().__init__()
+        self.ctld = ctld
+        self.token = token
+        self.user = user
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def dispatch(
+        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+    ) -> Response:
+        fault = self.faults.take(method, path)
+        if fault is not None:
+            extra = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+            return fault.status, {"Content-Type": "text/plain", **extra}, b"injected fault"
+        user = "root"
+        if self.token is not None:
+            if headers.get("x-slurm-user-token") != self.token or not headers.get("x-slurm-user-name"):
+                return 401, {"Content-Type": "text/plain"}, b"Authentication failure"
+            user = headers["x-slurm-user-name"]
+        match = _PATH.match(path)
+        if match is None or match["version"] not in VERSIONS:
+            return 404, {"Content-Type": "text/plain"}, _NOT_FOUND
+        version, what, name = match["version"], match["what"], match["name"]
+        if method == "GET" and what == "nodes" and name is None:
+            return self._nodes(version, query.get("update_time"))
+        if method == "GET" and what == "node" and name:
+            return self._one_node(version, name)
+        if method == "GET" and what == "jobs" and name is None:
+            return self._jobs(version)
+        if method == "GET" and what == "ping":
+            return _json(200, {**_envelope(version), "pings": [{"hostname": "localhost", "ping": "UP"}]})
+        if method == "POST" and what == "node" and name:
+            if version == "v0.0.38":
+                return 405, {"Content-Type": "text/plain"}, b"Method not allowed: v0.0.38 is read-only"
+            return self._update(version, name, body, user)
+        return 404, {"Content-Type": "text/plain"}, _NOT_FOUND
+
+    # ------------------------------------------------------------------------------------ routes
+
+    def _nodes(self, version: str, update_time: str | None) -> Response:
+        ctld = self.ctld
+        with ctld.lock:
+            ctld.tick()
+            if update_time is not None and update_time.isdigit() and int(update_time) - 1 >= ctld.last_update:
+                return 304, {}, b""
+            nodes = [node_doc(ctld, ctld.node(n), version) for n in ctld.names()]
+        return _json(200, {**_envelope(version), "nodes": nodes})
+
+    def _one_node(self, version: str, name: str) -> Response:
+        try:
+            with self.ctld.lock:
+                doc = node_doc(self.ctld, self.ctld.node(name), version)
+        except SlurmError as exc:
+            return _error(version, exc, "slurm_load_node_single", {"nodes": []})
+        return _json(200, {**_envelope(version), "nodes": [doc]})
+
+    def _jobs(self, version: str) -> Response:
+        return _json(200, {**_envelope(version), "jobs": [job_doc(j, version) for j in self.ctld.jobs()]})
+
+    def _update(self, version: str, name: str, body: bytes, user: str) -> Response:
+        try:
+            update = json.loads(body or b"{}")
+        except ValueError:
+            return _json(400, _errors(version, 9001, "Unable to parse query", "parse"))
+        states = update.get("state") or []
+        states = [states] if isinstance(states, str) else states
+        try:
+            if len(states) != 1:
+                raise SlurmError(2028, "Invalid node state specified")
+            self.ctld.update(name, str(states[0]), str(update.get("reason") or ""), user)
+        except SlurmError as exc:
+            return _error(version, exc, "update_node")
+        return _json(200, {**_envelope(version), "warnings": []})
+
+
+# -------------------------------------------------------------------------------------- documents
+
+
+def _envelope(version: str) -> dict[str, Any]:
+    major, minor, micro = (22, 5, 8) if version == "v0.0.38" else (23, 11, 4)
+    return {
+        "meta": {
+            "plugin": {"type": f"openapi/{version}", "name": f"Slurm OpenAPI {version}"},
+            "Slurm": {
+                "version": {"major": major, "micro": micro, "minor": minor},
+                "release": f"{major}.{minor:02d}.{micro}",
+            },
+        },
+        "errors": [],
+    }
+
+
+def _errors(version: str, errno: int, message: str, source: str) -> dict[str, Any]:
+    if version == "v0.0.38":
+        error: dict[str, Any] = {"error": message, "errno": errno}
+    else:
+        error = {"description": message, "error_number": errno, "error": message, "source": source}
+    return {**_envelope(version), "errors": [error]}
+
+
+def _error(version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None) -> Response:
+    # slurmrestd 22.05 answers Slurm's refusals with 500 INTERNAL ERROR and the errno in the body.
+    return _json(500, {**_errors(version, exc.errno, exc.message, source), **(extra or {})})
+
+
+def _number(version: str, value: int) -> Any:
+    if version in ("v0.0.38", "v0.0.39"):
+        return value
+    return {"set": value > 0, "infinite": False, "number": value}
+
+
+def node_doc(ctld: SlurmCtld, node: CtldNode, version: str) -> dict[str, Any]:
+    base = ctld.base_state(node)
+    flags = sorted(node.flags)
+    doc: dict[str, Any] = {
+        "architecture": "x86_64",
+        "boards": 1,
+        "boot_time": _number(version, node.boot_time),
+        "cores": 1,
+        "cpus": 64,
+        "gres": "gpu:8",
+        "gres_drained": "N/A",
+        "gres_used": "gpu:8" if base == "ALLOCATED" else "gpu:0",
+        "name": node.name,
+        "address": "127.0.0.1",
+        "hostname": node.name,
+        "operating_system": "Linux 6.1.0-28-cloud-amd64",
+        "partitions": ["gpu"],
+        "port": node.port,
+        "real_memory": 512000,
+        "reason": node.reason,
+        "reason_changed_at": _number(version, node.reason_changed_at),
+        "reason_set_by_user": node.reason_user,
+        "slurmd_start_time": _number(version, node.slurmd_start_time),
+        "slurmd_version": "22.05.8" if version == "v0.0.38" else "23.11.4",
+        "sockets": 64,
+        "threads": 1,
+        "tres": "cpu=64,mem=500G,billing=64,gres/gpu=8",
+    }
+    if version == "v0.0.38":
+        doc["state"], doc["state_flags"] = base.lower(), flags
+    else:
+        doc["state"] = [base, *flags]
+    return doc
+
+
+def job_doc(job: Job, version: str) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "name": job.name,
+        "user_name": job.user,
+        "partition": "gpu",
+        "job_state": job.state if version == "v0.0.38" else [job.state],
+        "nodes": _hostlist(job.nodes),
+        "node_count": _number(version, len(job.nodes)),
+        "start_time": _number(version, job.start_time),
+        "end_time": _number(version, job.end_time),
+    }
+
+
+def _hostlist(names: tuple[str, ...]) -> str:
+    """Compress ``prefix-N`` names into Slurm's ``prefix-[a-b,c]`` form (what squeue prints)."""
+    groups: dict[str, list[int]] = {}
+    plain: list[str] = []
+    for name in names:
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        if m and not (len(m[2]) > 1 and m[2].startswith("0")):
+            groups.setdefault(m[1], []).append(int(m[2]))
+        else:
+            plain.append(name)
+    parts = list(plain)
+    for prefix, numbers in groups.items():
+        numbers.sort()
+        ranges: list[str] = []
+        start = prev = numbers[0]
+        for n in [*numbers[1:], None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(f"{start}-{prev}" if prev != start else str(start))
+            if n is not None:
+                start = prev = n
+        parts.append(f"{prefix}{ranges[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
+
+
+def _json(status: int, body: dict[str, Any]) -> Response:
+    return status, {"Content-Type": "application/json"}, json.dumps(body, indent=2).encode()

@@ -1,0 +1,253 @@
+"""The simulated cluster, observed only through the real adapters and clients.
+
+Each fault injection is checked the way the service would see it: Slurm through the ``rest`` backend
+(httpx to the slurmrestd stand-in, JWT headers), Kubernetes through the ``kubernetes`` client adapter
+with the ``pod`` mapping, VMs through the GCE and Azure SDK adapters. The trace replay is checked for
+its scaling, its mapping of categories to signals and its determinism.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediation.errors import PermanentError, UnknownNode
+from remediation.interfaces import VMAction
+from remediation.providerid import parse_provider_id
+from remediation.settings import ConfigError, Settings, load_settings
+from simulator import replay
+from simulator.cluster import SimCluster
+from workers.adapters.kube import make_kube
+from workers.adapters.slurm_rest import RestSlurm
+from workers.adapters.vm import make_vm_provider
+
+TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[SimCluster]:
+    with SimCluster(8, op_seconds=0.1, reboot_delay_s=0.3, slurmd_timeout_s=1.0, seed=3) as sim:
+        yield sim
+
+
+@pytest.fixture(scope="module")
+def settings(cluster: SimCluster) -> Settings:
+    kwargs: dict[str, Any] = cluster.settings_kwargs(min_condition_s=0.5)
+    return load_settings(**kwargs)
+
+
+@pytest.fixture(scope="module")
+def slurm(settings: Settings) -> RestSlurm:
+    return RestSlurm(settings.slurm)
+
+
+def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := check():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def test_settings_point_the_real_adapters_at_the_simulator(cluster: SimCluster, settings: Settings) -> None:
+    assert settings.slurm.backend == "rest" and settings.slurm.rest_url == cluster.slurmrestd.url
+    assert settings.kube.mapping == "pod" and settings.vm.backend == "auto"
+    assert settings.vm.azure_test_token is not None and settings.vm.azure_endpoint.startswith(
+        "https://127.0.0.1"
+    )
+    with pytest.raises(ConfigError, match="azure_test_token"):
+        load_settings(vm={"azure_endpoint": "https://management.azure.com", "azure_test_token": "x"})
+
+
+def test_slurm_reads_and_refusals_are_slurmrestds(
+    cluster: SimCluster, settings: Settings, slurm: RestSlurm
+) -> None:
+    assert {n.name for n in slurm.list_nodes()} == set(cluster.names)
+    with pytest.raises(UnknownNode, match="Invalid node name specified"):
+        slurm.get_node("gpu-node-99")
+    slurm.resume("gpu-node-6")  # slurmrestd refuses (errno 2028, a 500): already in service is success
+    assert slurm.get_node("gpu-node-6").state == "IDLE"
+    # update_time: 304 once nothing changed since the last full read (Slurm's times have 1 s
+    # resolution, so a change in the second of the read keeps answering the full document).
+    until(lambda: slurm.poll() is None, timeout=5)
+    cluster.human_drain("gpu-node-7", "admin: check cabling")
+    changed = slurm.poll()
+    assert changed is not None and changed["gpu-node-7"].flags == {"DRAIN"}
+    slurm.resume("gpu-node-7")
+    wrong = settings.slurm.model_copy(update={"rest_token": None})
+    with pytest.raises(PermanentError, match="401"):
+        RestSlurm(wrong).list_nodes()
+
+
+def test_researcher_fail_is_seen_by_the_rest_adapter(cluster: SimCluster, slurm: RestSlurm) -> None:
+    cluster.researcher_fail("gpu-node-1", "xid 79", user="alice")
+    node = {n.name: n for n in slurm.list_nodes()}["gpu-node-1"]
+    assert node.flags == {"FAIL"} and node.reason == "xid 79" and node.reason_user == "alice"
+    assert node.reason_time is not None
+    slurm.drain("gpu-node-1", "remediation: xid 79")
+    drained = slurm.get_node("gpu-node-1")
+    assert drained.flags == {"FAIL", "DRAIN"} and drained.reason_user == "remediation"
+    slurm.resume("gpu-node-1")
+    assert slurm.get_node("gpu-node-1").flags == frozenset() and slurm.get_node("gpu-node-1").reason == ""
+
+
+def test_human_drain_carries_the_admins_reason(cluster: SimCluster, slurm: RestSlurm) -> None:
+    cluster.human_drain("gpu-node-5", "maintenance: PSU swap")
+    node = slurm.get_node("gpu-node-5")
+    assert node.flags == {"DRAIN"} and node.reason == "maintenance: PSU swap" and node.reason_user == "root"
+    slurm.resume("gpu-node-5")
+
+
+def test_slurmd_stop_goes_not_responding_then_down(cluster: SimCluster, slurm: RestSlurm) -> None:
+    cluster.slurmd_stop("gpu-node-3")
+    first = until(lambda: (n := slurm.get_node("gpu-node-3")).flags and n)
+    assert first.state == "IDLE" and first.flags == {"NOT_RESPONDING"}
+    down = until(lambda: (n := slurm.get_node("gpu-node-3")).state == "DOWN" and n)
+    assert down.reason == "Not responding" and "NOT_RESPONDING" in down.flags
+
+
+def test_node_not_ready_and_gpu_condition_via_the_kube_adapter(
+    cluster: SimCluster, settings: Settings
+) -> None:
+    kube = make_kube(settings)
+    k8s = kube.node_for("gpu-node-2")  # through the slurmd pod's spec.nodeName
+    assert k8s == cluster.link("gpu-node-2").k8s != "gpu-node-2"
+    cluster.node_not_ready("gpu-node-2")
+    assert kube.get(k8s).ready == "False"
+    cluster.gpu_condition("gpu-node-2")
+    assert kube.get(k8s).conditions["GpuXidError"] == "True"
+
+
+def test_flap_toggles_ready_and_ends_ready(cluster: SimCluster, settings: Settings) -> None:
+    kube = make_kube(settings)
+    k8s = kube.node_for("gpu-node-7")
+    cluster.flap("gpu-node-7", period_s=0.2, duration_s=1.0)
+    seen = set()
+    deadline = time.monotonic() + 1.0
+    while time.monotonic() < deadline:
+        seen.add(kube.get(k8s).ready)
+        time.sleep(0.02)
+    assert seen == {"True", "False"}
+    until(lambda: kube.get(k8s).ready == "True")
+    time.sleep(0.3)
+    assert kube.get(k8s).ready == "True"
+
+
+@pytest.mark.parametrize("node", ["gpu-node-0", "gpu-node-4"], ids=["gce-down-node", "gce-drained-node"])
+def test_vm_restart_reboots_the_node_and_reregisters_slurmd(
+    cluster: SimCluster, settings: Settings, slurm: RestSlurm, node: str
+) -> None:
+    kube, vm = make_kube(settings), make_vm_provider(settings)
+    k8s = kube.node_for(node)
+    before = kube.get(k8s)
+    if node == "gpu-node-0":
+        cluster.slurmd_stop(node)
+        until(lambda: slurm.get_node(node).state == "DOWN")
+    else:
+        slurm.drain(node, "remediation: test")
+    actions = cluster.vm_actions(node)
+    op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, f"test-{node}")
+    until(lambda: kube.get(k8s).ready == "Unknown", timeout=2)  # the VM is down during the operation
+    until(lambda: vm.poll(op).done)
+    after = until(lambda: (n := kube.get(k8s)).ready == "True" and n.boot_id != before.boot_id and n)
+    assert after.boot_id != before.boot_id
+    registered = until(lambda: "NOT_RESPONDING" not in (n := slurm.get_node(node)).flags and n)
+    if node == "gpu-node-0":  # ReturnToService=1: a node DOWN for "Not responding" comes back IDLE
+        assert registered.state == "IDLE" and registered.reason == ""
+    else:  # our drain survives the reboot, for our workflow to lift
+        assert registered.flags == {"DRAIN"} and registered.reason == "remediation: test"
+        slurm.resume(node)
+    assert cluster.vm_actions(node) == actions + 1
+
+
+def test_azure_restart_through_the_sdk_reboots_the_node(
+    cluster: SimCluster, settings: Settings, slurm: RestSlurm
+) -> None:
+    kube, vm = make_kube(settings), make_vm_provider(settings)
+    k8s = kube.node_for("gpu-node-5")
+    before = kube.get(k8s)
+    assert before.provider_id.startswith("azure:///subscriptions/")
+    op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-azure")
+    until(lambda: vm.poll(op).done)
+    until(lambda: kube.get(k8s).boot_id != before.boot_id and kube.get(k8s).ready == "True")
+    until(lambda: not slurm.get_node("gpu-node-5").flags)
+    assert cluster.vm_actions("gpu-node-5") == 1 and cluster.vm("gpu-node-5")["boot_count"] == 2
+
+
+def test_repeat_offender_stays_broken_after_a_restart(
+    cluster: SimCluster, settings: Settings, slurm: RestSlurm
+) -> None:
+    kube, vm = make_kube(settings), make_vm_provider(settings)
+    k8s = kube.node_for("gpu-node-6")
+    before = kube.get(k8s)
+    cluster.repeat_offender("gpu-node-6")
+    assert slurm.get_node("gpu-node-6").flags == {"FAIL"}
+    op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-lemon")
+    until(lambda: vm.poll(op).done)
+    after = until(lambda: (n := kube.get(k8s)).boot_id != before.boot_id and n)
+    time.sleep(1.5)  # longer than slurmd_timeout: a healthy slurmd would have registered
+    node = slurm.get_node("gpu-node-6")
+    assert node.state == "DOWN" and "NOT_RESPONDING" in node.flags  # slurmd never came back
+    assert kube.get(k8s).conditions["GpuXidError"] == "True" and after.ready == "True"
+
+
+def test_storm_hits_the_requested_fraction(cluster: SimCluster, slurm: RestSlurm) -> None:
+    hit = cluster.storm(0.25, exclude=("gpu-node-0", "gpu-node-3", "gpu-node-6"))
+    assert len(hit) == 2 and not set(hit) & {"gpu-node-0", "gpu-node-3", "gpu-node-6"}
+    down = until(lambda: {n.name for n in slurm.list_nodes() if n.state == "DOWN"} >= set(hit) and True)
+    assert down
+    assert {i.node for i in cluster.injections if i.kind == "storm"} == set(hit)
+
+
+# ------------------------------------------------------------------------------------------ replay
+
+
+def test_trace_scaled_to_the_paper_size_is_the_published_mix() -> None:
+    rows = replay.read_trace(TRACE)
+    nodes = [f"n{i}" for i in range(2048)]
+    plan = replay.plan(rows, nodes, speedup=1e6, seed=1)
+    by_category = Counter(f.category for f in plan)
+    assert by_category == {r.category: r.count for r in rows} and len(plan) == 419
+    gpu = sum(1 for f in plan if f.component == "GPU")
+    assert gpu == 268 and round(gpu / len(plan), 3) == 0.640  # the counts' share (the paper prints 58.7%)
+    remediable = [f for f in plan if f.remediable]
+    assert len(remediable) == 289
+    kinds = Counter(f.kind for f in plan)
+    assert kinds["none"] == 54 + 7 + 2  # software bugs, NCCL timeouts, dependencies: no node signal
+    assert kinds["human_drain"] == 32 and kinds["slurmd_stop"] == 7 + 2
+    assert all(len(f.nodes) == 4 for f in plan if f.category == "Network Switch/Cable")
+    assert all(f.at_s < 54 * 86400 / 1e6 for f in plan)
+
+
+def test_trace_scaled_to_32_nodes_is_deterministic() -> None:
+    rows = replay.read_trace(TRACE)
+    nodes = [f"gpu-node-{i}" for i in range(32)]
+    counts = replay.scaled_counts(rows, 32)
+    assert sum(counts.values()) == round(419 * 32 / 2048) == 7
+    assert {c: n for c, n in counts.items() if n} == {
+        "Faulty GPU": 3, "GPU HBM3 Memory": 1, "Software Bug": 1, "Network Switch/Cable": 1, "Host Maintenance": 1,
+    }  # fmt: skip
+    first, again = (replay.plan(rows, nodes, speedup=1000, seed=5) for _ in range(2))
+    other = replay.plan(rows, nodes, speedup=1000, seed=6)
+    assert first == again and first != other
+    assert Counter(f.category for f in other) == Counter(f.category for f in first)
+
+
+def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
+    with SimCluster(32, op_seconds=0.1, reboot_delay_s=0.3) as sim:
+        plan = sim.replay(TRACE, speedup=54 * 86400 / 2.0, seed=11)  # 54 days in 2 seconds
+        until(lambda: len({(i.node, i.detail) for i in sim.injections}) >= sum(len(f.nodes) for f in plan), 5)
+        logged = Counter(i.kind for i in sim.injections)
+        expected = Counter(k for f in plan for k in [f.kind] * len(f.nodes))
+        assert logged == expected and sum(expected.values()) == 7 + 3  # the network fault hits 4 nodes
+        for fault in plan:
+            if fault.kind == "human_drain":
+                assert sim.slurm_state(fault.nodes[0])[2].startswith("maintenance:")
+            if fault.kind == "node_not_ready":
+                assert all(sim.node_ready(n) == "False" for n in fault.nodes)
