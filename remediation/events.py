@@ -76,11 +76,11 @@ class NodeEvent(BaseModel):
             raise ValueError("state must be a non-empty single line")
         return value
 
-    @field_validator("reason")
+    @field_validator("reason", "reason_user", "dedupe_key")
     @classmethod
-    def _reason(cls, value: str) -> str:
-        if "\x00" in value:
-            raise ValueError("reason must not contain NUL")
+    def _no_nul(cls, value: str | None) -> str | None:
+        if value is not None and "\x00" in value:
+            raise ValueError("must not contain NUL")
         return value
 
     @field_validator("observed_at", "published_at")

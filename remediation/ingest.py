@@ -21,7 +21,8 @@ from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Event, Node, RejectedEvent, Remediation
 from remediation.db.queries import open_remediations_for, recent_failure_counts
@@ -44,6 +45,12 @@ def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
+def storable(text: str, limit: int = 65536) -> str:
+    """Text as Postgres can keep it: NUL is the one character a text column refuses, and one
+    unstorable payload must never fail (and so block) the batch it arrived in."""
+    return text[:limit].replace("\x00", "\\u0000")
+
+
 def parse_payloads(payloads: Sequence[str | bytes]) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
     events: list[NodeEvent] = []
     rejected: list[tuple[str, str]] = []
@@ -52,8 +59,14 @@ def parse_payloads(payloads: Sequence[str | bytes]) -> tuple[list[NodeEvent], li
             events.append(NodeEvent.parse(raw))
         except InvalidEvent as exc:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            rejected.append((text[:65536], str(exc)))
+            rejected.append((storable(text), storable(str(exc), 4000)))
     return events, rejected
+
+
+def reject(session: Session, payload: str | bytes, error: str, now: datetime) -> None:
+    """Keep a payload that could not be recorded (the last resort of the ingest task)."""
+    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload)
+    session.add(RejectedEvent(received_at=now, payload=storable(text), error=storable(error, 4000)))
 
 
 def ingest(
@@ -208,3 +221,39 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
         [{"name": n, "status": NodeStatus.HEALTHY.value, "status_reason": "", "first_seen_at": now,
           "updated_at": now} for n in sorted(names)],
     )
+
+
+def ingest_batch(
+    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock
+) -> IngestResult:
+    """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
+    not an outage), record the payloads one by one and keep any that still fail in rejected_events.
+    One poisonous payload therefore costs one row, never the stream behind it. Outages
+    (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
+    try:
+        with sessions() as s, s.begin():
+            return ingest(s, payloads, policy, clock)
+    except (OperationalError, InterfaceError):
+        raise
+    except SQLAlchemyError:
+        pass
+    total = IngestResult()
+    for payload in payloads:
+        try:
+            with sessions() as s, s.begin():
+                one = ingest(s, [payload], policy, clock)
+        except (OperationalError, InterfaceError):
+            raise
+        except SQLAlchemyError as exc:
+            with sessions() as s, s.begin():
+                reject(s, payload, f"could not be recorded: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
+                       clock.now())
+            total.rejected += 1
+            continue
+        total.recorded += one.recorded
+        total.duplicates += one.duplicates
+        total.rejected += one.rejected
+        total.opened += one.opened
+        for k, v in one.decisions.items():
+            total.decisions[k] = total.decisions.get(k, 0) + v
+    return total

@@ -13,6 +13,7 @@ Bad config fails at start-up with :class:`ConfigError`, whose message names the 
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -500,7 +501,35 @@ def load_settings(**overrides: Any) -> Settings:
             field = ".".join(str(p) for p in err["loc"]) or "settings"
             lines.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
-    except Exception as exc:  # YAML/TOML syntax errors surface here
+    except Exception as exc:  # YAML/TOML syntax errors and non-JSON list values surface here
         if isinstance(exc, ConfigError):
             raise
+        bad = _non_json_env()
+        if bad:
+            raise ConfigError("invalid configuration:\n  " + "\n  ".join(bad)) from None
         raise ConfigError(f"cannot read configuration: {exc}") from exc
+
+
+def _non_json_env() -> list[str]:
+    """Name the environment variables whose field wants a list or mapping but whose value is not JSON
+    (pydantic-settings only names the section)."""
+    out = []
+    for key, value in sorted(os.environ.items()):
+        if not key.startswith("REMEDIATION_") or key == CONFIG_ENV:
+            continue
+        model: Any = Settings
+        path = key.removeprefix("REMEDIATION_").lower().split("__")
+        for part in path:
+            field = getattr(model, "model_fields", {}).get(part)
+            if field is None:
+                break
+            model = field.annotation
+        else:
+            origin = getattr(model, "__origin__", None)
+            if origin in (list, dict) or (isinstance(model, type) and issubclass(model, BaseModel)):
+                try:
+                    json.loads(value)
+                except ValueError:
+                    kind = "a JSON list, e.g. [\"a\", \"b\"]" if origin is list else "a JSON object"
+                    out.append(f"{'.'.join(path)}: {key} must be {kind} (got {value[:60]!r})")
+    return out

@@ -21,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from remediation.audit import audit
 from remediation.clock import SystemClock
 from remediation.errors import TransientError
-from remediation.ingest import ingest as ingest_batch
+from remediation.ingest import ingest_batch
 from remediation.states import Step
 from remediation.steps import release_node
 from remediation.workflow import FollowUp, RetryLater
@@ -81,8 +81,7 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
-        with rt.sessions() as s, s.begin():
-            result = ingest_batch(s, payloads, rt.settings.policy, SystemClock())
+        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock())
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:

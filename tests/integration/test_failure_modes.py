@@ -104,3 +104,41 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     assert would == EXPECTED_WOULD
     assert world.calls() == []  # the world was read, never changed
     assert world.node("gpu-node-5")["slurm"]["flags"] == []
+
+
+def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defence in depth: if the database ever refuses a batch for its content (a DataError, not an
+    outage), the batch is recorded payload by payload and the refused one is kept in rejected_events;
+    otherwise that batch would be claimed and refused forever, blocking every event behind it."""
+    from sqlalchemy.exc import DataError
+
+    import remediation.ingest as ingest_module
+    from remediation.db.models import RejectedEvent
+    from remediation.ingest import ingest_batch
+
+    real = ingest_module.ingest
+
+    def picky(session, payloads, policy, clock):  # noqa: ANN001, ANN202
+        if any(b"poison" in (p if isinstance(p, bytes) else p.encode()) for p in payloads):
+            raise DataError("INSERT ...", {}, Exception("invalid byte sequence for encoding"))
+        return real(session, payloads, policy, clock)
+
+    monkeypatch.setattr(ingest_module, "ingest", picky)
+    engine = create_engine(pg_url, poolclass=NullPool)
+    sessions = sessionmaker(engine)
+    poison = event("gpu-node-3").model_copy(update={"reason": "poison"}).to_json()
+    result = ingest_batch(sessions, [event("gpu-node-1").to_json(), poison, event("gpu-node-2").to_json()],
+                          Settings().policy, SystemClock())
+    assert (result.recorded, result.rejected) == (2, 1)
+    with Session(engine) as s:
+        (row,) = s.scalars(select(RejectedEvent)).all()
+        assert "poison" in row.payload and row.error == "could not be recorded: invalid byte sequence for encoding"
+        assert sorted(s.scalars(select(Event.node))) == ["gpu-node-1", "gpu-node-2"]
+    engine.dispose()
+
+    def down(session, payloads, policy, clock):  # noqa: ANN001, ANN202
+        raise OperationalError("SELECT 1", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(ingest_module, "ingest", down)
+    with pytest.raises(OperationalError):  # an outage is not a poison: nothing is rejected, all is retried
+        ingest_batch(sessions, [event("gpu-node-4").to_json()], Settings().policy, SystemClock())
