@@ -9,7 +9,7 @@ one change is the Redis stream id of its event (the server's clock, in ms) minus
 Baseline, on the same controller at the same time: a permanent ``strigger --node --down`` trigger
 whose program appends the time and the node list to a file.
 
-Run: .venv/bin/python bench/slurm_detect.py [--changes 50] [--poll 1.0]
+Run: .venv/bin/python -m bench.slurm_detect [--changes 50] [--poll SECONDS (default: slurm.poll_interval_s)]
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ import uuid
 from pathlib import Path
 
 import redis
-from _cluster import slurm_cluster
 
+from bench._cluster import slurm_cluster
 from remediation.events import EventKind, NodeEvent
 from remediation.hostlist import expand
-from remediation.settings import load_settings
+from remediation.settings import SlurmSettings, load_settings
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper
 from workers.adapters.slurm_cli import CliSlurm
@@ -46,7 +46,8 @@ def pct(values: list[float], q: float) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--changes", type=int, default=50)
-    ap.add_argument("--poll", type=float, default=1.0, help="watcher poll interval, seconds")
+    ap.add_argument("--poll", type=float, default=SlurmSettings().poll_interval_s,
+                    help="watcher poll interval, seconds (default: the shipped default)")
     args = ap.parse_args()
     url = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     client = redis.Redis.from_url(url)

@@ -8,7 +8,7 @@ the watcher's parse + diff is timed in CPU time. Then the real watcher process (
 watchers.slurm``, cli backend, real Redis) reads the generated document every second through a
 stand-in ``sinfo`` that prints it, and its CPU per poll and RSS are read from /proc.
 
-Run: .venv/bin/python bench/slurm_scale.py [--nodes 10000] [--polls 30]
+Run: .venv/bin/python -m bench.slurm_scale [--nodes 10000] [--polls 30]
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import uuid
 from pathlib import Path
 
 import redis
-from _cluster import slurm_cluster
 
+from bench._cluster import slurm_cluster
 from remediation.slurm_json import NodesParser, diff, parse_nodes_json
 
 SEP = "\n    },\n    {\n"
