@@ -349,8 +349,16 @@ class VMSettings(_Section):
     azure_test_token: SecretStr | None = Field(
         None,
         description="A fixed bearer token sent to a local ARM test endpoint (the simulator) instead of "
-        "asking Azure AD. Only allowed when azure_endpoint is https://127.0.0.1, localhost or [::1], "
-        "so it can never stand in for real credentials.",
+        "asking Azure AD. Only allowed when azure_endpoint is https://127.0.0.1, localhost or [::1] "
+        "(or azure_test_host), so it can never stand in for real credentials.",
+    )
+    azure_test_host: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="Simulator only: one more host on which azure_test_token is accepted, for the "
+        "docker-compose simulator service reached by its service name ('simulator'). It must be a "
+        "single DNS label (no dots), so it can never name a real Azure endpoint. Unset (the default) = "
+        "loopback only.",
     )
 
     @model_validator(mode="after")
@@ -361,10 +369,10 @@ class VMSettings(_Section):
             from urllib.parse import urlsplit
 
             host = urlsplit(self.azure_endpoint or "").hostname or ""
-            if host not in ("127.0.0.1", "localhost", "::1"):
+            if host not in ("127.0.0.1", "localhost", "::1") and host != self.azure_test_host:
                 raise ValueError(
                     "azure_test_token is only allowed with an azure_endpoint on 127.0.0.1, localhost or "
-                    f"[::1] (a local test endpoint), not {self.azure_endpoint!r}"
+                    f"[::1] (a local test endpoint) or on vm.azure_test_host, not {self.azure_endpoint!r}"
                 )
         return self
 

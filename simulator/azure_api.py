@@ -32,11 +32,15 @@ import ssl
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from simulator.fakehttp import FakeServer, Response
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 _RG = r"^/subscriptions/(?P<sub>[^/]+)/resourcegroups/(?P<rg>[^/]+)/providers/microsoft\.compute"
 _VM = re.compile(
@@ -58,8 +62,13 @@ _POWER_DURING = {
 _POWER_AFTER = {"poweroff": "stopped"}
 
 
-def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
-    """Write ``cert.pem`` and ``key.pem`` for CN/SAN 127.0.0.1 into ``directory``; return their paths."""
+def make_self_signed_cert(
+    directory: Path, hosts: Sequence[str] = (), *, valid_days: int = 1
+) -> tuple[Path, Path]:
+    """Write ``cert.pem`` and ``key.pem`` for CN/SAN 127.0.0.1 into ``directory``; return their paths.
+
+    ``hosts`` adds subject alternative names (IP addresses or DNS names, e.g. ``localhost`` and the
+    docker-compose service name ``simulator``) for clients that reach the fake by another name."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -75,10 +84,8 @@ def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
+        .not_valid_after(now + dt.timedelta(days=valid_days))
+        .add_extension(x509.SubjectAlternativeName(_alt_names(["127.0.0.1", *hosts])), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
@@ -90,6 +97,18 @@ def make_self_signed_cert(directory: Path) -> tuple[Path, Path]:
         )
     )
     return cert_path, key_path
+
+
+def _alt_names(hosts: Sequence[str]) -> list[x509.GeneralName]:
+    from cryptography import x509
+
+    out: list[x509.GeneralName] = []
+    for host in dict.fromkeys(hosts):  # de-duplicated, in order
+        try:
+            out.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            out.append(x509.DNSName(host))
+    return out
 
 
 def _iso(offset_s: float = 0.0) -> str:

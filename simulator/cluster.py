@@ -23,19 +23,24 @@ NOT_RESPONDING; a DRAIN we placed stays, as with ``ReturnToService=1``). A VM ma
 slurmd never registers, so the workflow's verify step fails on it. Nothing else changes the world:
 the service under test must act through the endpoints for anything to recover.
 
-Fault injection and trace replay are in :mod:`simulator.faults`. ``python -m simulator.cluster
---nodes 32`` serves a cluster until SIGTERM and prints the ``REMEDIATION_*`` environment that points
-the service at it.
+Fault injection and trace replay are in :mod:`simulator.faults`.
+
+``python -m simulator.cluster`` serves a cluster until SIGTERM (:mod:`simulator.standalone`). For
+that, the cluster can listen on a chosen address and fixed ports (``bind``, ``base_port``), name
+itself by another host in every URL it hands out (``advertise``: the Azure certificate's SANs
+included, since ARM's async-operation headers carry absolute URLs) and keep its certificate in a
+``state_dir`` next to the env file it writes (:meth:`SimCluster.write_env_file`).
 """
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import itertools
+import os
 import secrets
 import shlex
-import signal
+import socket
+import socketserver
 import tempfile
 import threading
 import time
@@ -56,7 +61,27 @@ SUBSCRIPTION, GROUP = "00000000-0000-4000-8000-00000000c0de", "sim-gpu-rg"
 SLURM_NAMESPACE, SLURMD_LABEL = "slurm", ("app.kubernetes.io/component", "slurmd")
 
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _rebind(httpd: socketserver.TCPServer, host: str, port: int) -> None:
+    """Move a constructed server that is not serving yet to ``host:port``. The fakes bind 127.0.0.1 on
+    a free port in their constructors (right for tests, which run in parallel); the standalone
+    simulator needs a fixed address reachable from other containers."""
+    httpd.server_close()
+    httpd.socket = socket.socket(httpd.address_family, httpd.socket_type)
+    httpd.server_address = (host, port)
+    httpd.server_bind()
+    httpd.server_activate()
+
+
 class LinkedGce(GceFake):
+    advertise = "127.0.0.1"  # the host name in every URL we hand out
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.advertise}:{self.port}"
+
     def vm_state(self, key: tuple[str, ...]) -> tuple[int, bool]:
         """(boot count, busy): busy while an operation on the instance runs or it is not RUNNING."""
         with self._lock:
@@ -69,11 +94,25 @@ class LinkedGce(GceFake):
 
 
 class LinkedAzure(AzureFake):
+    advertise = "127.0.0.1"
+
+    @property
+    def url(self) -> str:  # also the base of the Azure-AsyncOperation and Location headers
+        return f"https://{self.advertise}:{self.port}"
+
     def vm_state(self, key: tuple[str, ...]) -> tuple[int, bool]:
         with self._lock:
             self._advance()
             vm = self._vms[self._key(*key)]
             return int(vm["boot_count"]), vm["provisioning"] == "updating" or vm["power"] != "running"
+
+
+class LinkedSlurmRestd(SlurmRestd):
+    advertise = "127.0.0.1"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.advertise}:{self.port}"
 
 
 @dataclass
@@ -93,7 +132,12 @@ class Link:
 
 
 class SimCluster(FaultInjector):
-    """The linked endpoints; use as a context manager or call :meth:`start` / :meth:`stop`."""
+    """The linked endpoints; use as a context manager or call :meth:`start` / :meth:`stop`.
+
+    By default every endpoint listens on 127.0.0.1 on a free port and the Azure certificate lives in
+    a temp dir. ``bind``/``base_port`` choose the address and ports (kube, GCE, Azure, slurmrestd on
+    ``base_port``..+3; 0 = free ports), ``advertise`` the host name in the URLs (default: ``bind``,
+    or 127.0.0.1 when binding every interface), ``state_dir`` where the certificate is kept."""
 
     def __init__(
         self,
@@ -105,6 +149,10 @@ class SimCluster(FaultInjector):
         not_responding_after_s: float = 0.3,
         tick_s: float = 0.05,
         seed: int = 0,
+        bind: str = "127.0.0.1",
+        advertise: str | None = None,
+        base_port: int = 0,
+        state_dir: Path | None = None,
     ) -> None:
         super().__init__(seed)
         self.reboot_delay_s = reboot_delay_s
@@ -114,12 +162,29 @@ class SimCluster(FaultInjector):
             self.names, not_responding_after_s=not_responding_after_s, slurmd_timeout_s=slurmd_timeout_s
         )
         self.kube_token, self.slurm_token, self.azure_token = (secrets.token_hex(12) for _ in range(3))
-        self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
-        self.cert_file, key_file = make_self_signed_cert(Path(self._tmp.name))
+        self.bind, self.base_port = bind, base_port
+        self.advertise = advertise or (bind if bind not in ("0.0.0.0", "") else "127.0.0.1")
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        valid_days = 365  # a docker-compose simulator may well run for longer than a test
+        if state_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
+            state_dir, valid_days = Path(self._tmp.name), 1
+        self.cert_file, key_file = make_self_signed_cert(
+            state_dir, ["localhost", self.advertise], valid_days=valid_days
+        )
         self.kube = KubeAPIServer(token=self.kube_token)
         self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
         self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)
-        self.slurmrestd = SlurmRestd(self.ctld, token=self.slurm_token)
+        self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token)
+        servers: tuple[LinkedGce | LinkedAzure | LinkedSlurmRestd, ...] = (
+            self.gce,
+            self.azure,
+            self.slurmrestd,
+        )
+        for offset, server in enumerate(servers, start=1):
+            server.advertise = self.advertise
+            if (bind, base_port) != ("127.0.0.1", 0):
+                _rebind(server._httpd, bind, base_port + offset if base_port else 0)
         self.links: dict[str, Link] = {}
         self.lock = threading.RLock()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -131,6 +196,10 @@ class SimCluster(FaultInjector):
 
     def start(self) -> SimCluster:
         self.kube.start()
+        if (self.bind, self.base_port) != ("127.0.0.1", 0):
+            self._move_kube()
+        assert self.kube._httpd is not None
+        self.kube.url = f"http://{self.advertise}:{self.kube._httpd.server_address[1]}"
         for server in (self.gce, self.azure, self.slurmrestd):
             server.start()
         for i, name in enumerate(self.names):
@@ -146,7 +215,17 @@ class SimCluster(FaultInjector):
         self.kube.stop()
         for server in (self.gce, self.azure, self.slurmrestd):
             server.stop()
-        self._tmp.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _move_kube(self) -> None:
+        """KubeAPIServer binds 127.0.0.1:0 and serves from ``start``: stop its loop, move the socket
+        to the chosen address and serve again (no request can have arrived in between)."""
+        httpd = self.kube._httpd
+        assert httpd is not None
+        httpd.shutdown()
+        _rebind(httpd, self.bind, self.base_port)
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), name="kube-api", daemon=True).start()
 
     def __enter__(self) -> SimCluster:
         return self.start()
@@ -196,7 +275,19 @@ class SimCluster(FaultInjector):
             "REMEDIATION_VM__AZURE_CA_FILE": str(self.cert_file),
             "REMEDIATION_VM__AZURE_TEST_TOKEN": self.azure_token,
             "REMEDIATION_VM__REQUEST_TIMEOUT_S": "10",
+            # The test token is refused on anything but loopback unless the host is named here.
+            **({} if self.advertise in LOOPBACK else {"REMEDIATION_VM__AZURE_TEST_HOST": self.advertise}),
         }
+
+    def write_env_file(self, path: Path, *, min_condition_s: float = 1.0) -> None:
+        """:meth:`settings_overrides` as ``export`` lines for ``sh``'s ``.``; written atomically (a
+        reader never sees half a file) and readable by every container's user."""
+        env = self.settings_overrides(min_condition_s=min_condition_s)
+        lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.chmod(0o644)
+        os.replace(tmp, path)
 
     def settings_kwargs(self, *, min_condition_s: float = 1.0) -> dict[str, dict[str, Any]]:
         """The same as nested keyword arguments for ``remediation.settings.load_settings``."""
@@ -312,24 +403,7 @@ class SimCluster(FaultInjector):
         self.ctld.slurmd_start(link.slurm, booted=rebooted)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Serve a simulated Slurm-on-Kubernetes GPU cluster.")
-    parser.add_argument("--nodes", type=int, default=32)
-    parser.add_argument(
-        "--reboot-delay", type=float, default=2.0, help="seconds from VM operation done to Ready"
-    )
-    parser.add_argument("--op-seconds", type=float, default=1.0, help="seconds a cloud operation takes")
-    args = parser.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with SimCluster(args.nodes, reboot_delay_s=args.reboot_delay, op_seconds=args.op_seconds) as cluster:
-        for key, value in cluster.settings_overrides().items():
-            print(f"export {key}={shlex.quote(value)}", flush=True)
-        while not stop.wait(0.2):  # a short wait: the signal handler runs between waits
-            pass
-    return 0
+if __name__ == "__main__":  # python -m simulator.cluster: see simulator.standalone
+    from simulator.standalone import main
 
-
-if __name__ == "__main__":
     raise SystemExit(main())

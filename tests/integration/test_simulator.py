@@ -3,11 +3,15 @@
 Each fault injection is checked the way the service would see it: Slurm through the ``rest`` backend
 (httpx to the slurmrestd stand-in, JWT headers), Kubernetes through the ``kubernetes`` client adapter
 with the ``pod`` mapping, VMs through the GCE and Azure SDK adapters. The trace replay is checked for
-its scaling, its mapping of categories to signals and its determinism.
+its scaling, its mapping of categories to signals and its determinism; the continuous replay that
+docker-compose runs for its rounds, storms and ends of maintenance; the standalone mode (fixed ports,
+an advertised host name, the env file) through the same adapters.
 """
 
 from __future__ import annotations
 
+import random
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -22,6 +26,7 @@ from remediation.providerid import parse_provider_id
 from remediation.settings import ConfigError, Settings, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster
+from simulator.continuous import ContinuousReplay
 from workers.adapters.kube import make_kube
 from workers.adapters.slurm_rest import RestSlurm
 from workers.adapters.vm import make_vm_provider
@@ -251,3 +256,114 @@ def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
                 assert sim.slurm_state(fault.nodes[0])[2].startswith("maintenance:")
             if fault.kind == "node_not_ready":
                 assert all(sim.node_ready(n) == "False" for n in fault.nodes)
+
+
+def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> None:
+    with SimCluster(32, op_seconds=0.1, reboot_delay_s=0.3, seed=2) as sim:
+        # Rounds of 0.5 s (the whole trace each), a storm every second, maintenance of 0.3 s.
+        loop = ContinuousReplay(
+            sim, TRACE, speedup=54 * 86400 / 0.5, storm_every_s=1.0, maintenance_s=0.3, seed=4
+        ).start()
+        until(lambda: loop.rounds >= 4 and sum(i.kind == "storm" for i in sim.injections) >= 2 * 6, 10)
+        kinds = Counter(i.kind for i in sim.injections)
+        assert kinds["gpu_condition"] + kinds["researcher_fail"] >= 4  # the GPU-heavy mix, round after round
+        drained = {i.node for i in sim.injections if i.kind == "human_drain"}
+        assert drained, kinds  # seed 4 draws a maintenance drain within four rounds
+        until(lambda: {i.node for i in sim.injections if i.kind == "maintenance_done"} >= drained, 5)
+        assert not loop.in_maintenance - drained
+    assert round(ContinuousReplay(sim, TRACE).round_s) == 140  # default: 7 faults at 32 nodes, ~20 s apart
+
+
+def test_continuous_replay_leaves_other_drains_alone() -> None:
+    with SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3) as sim:
+        loop = ContinuousReplay(sim, TRACE, storm_every_s=0)
+        sim.human_drain("gpu-node-1", "maintenance: PSU swap")
+        sim.ctld.update("gpu-node-2", "DRAIN", "remediation: xid 79", user="remediation")
+        sim.human_drain("gpu-node-3", "maintenance: PSU swap")
+        sim.ctld.update("gpu-node-3", "DRAIN", "admin: keep it drained")  # the admin changed their mind
+        loop.in_maintenance |= {"gpu-node-1", "gpu-node-2", "gpu-node-3"}
+        for node in ("gpu-node-1", "gpu-node-2", "gpu-node-3"):
+            loop._end_maintenance(node)
+        assert sim.slurm_state("gpu-node-1")[1] == frozenset()
+        assert "DRAIN" in sim.slurm_state("gpu-node-2")[1] and "DRAIN" in sim.slurm_state("gpu-node-3")[1]
+        assert not loop.in_maintenance
+
+
+# ------------------------------------------------------------------------------- standalone serving
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "test_host", "allowed"),
+    [
+        ("https://127.0.0.1:7442", None, True),
+        ("https://localhost:7442", None, True),
+        ("https://simulator:7442", None, False),
+        ("https://simulator:7442", "simulator", True),
+        ("https://management.azure.com", "simulator", False),
+        ("https://management.azure.com", "management.azure.com", False),
+        ("https://simulator.example.com:7442", "simulator", False),
+    ],
+    ids=["loopback", "localhost", "named-host-not-allowed", "named-host-allowed", "real-arm",
+         "dotted-host-refused", "fqdn-is-not-the-label"],
+)  # fmt: skip
+def test_azure_test_token_needs_loopback_or_the_named_simulator_host(
+    endpoint: str, test_host: str | None, allowed: bool
+) -> None:
+    vm: dict[str, Any] = {"azure_endpoint": endpoint, "azure_test_token": "t"}
+    if test_host is not None:
+        vm["azure_test_host"] = test_host
+    if allowed:
+        assert load_settings(vm=vm).vm.azure_test_token is not None
+    else:
+        with pytest.raises(ConfigError, match="azure_test"):
+            load_settings(vm=vm)
+
+
+def _sim_on_fixed_ports(tmp_path: Path) -> SimCluster:
+    """A SimCluster on four consecutive fixed ports, retried on a clash with another process."""
+    for _ in range(20):
+        base = random.randrange(20_000, 60_000)
+        try:
+            return SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3, advertise="localhost",
+                              base_port=base, state_dir=tmp_path, bind="127.0.0.1").start()  # fmt: skip
+        except OSError:
+            continue
+    raise AssertionError("no four free consecutive ports")
+
+
+def test_standalone_serves_fixed_ports_under_the_advertised_name(tmp_path: Path) -> None:
+    """What docker-compose does with --base-port/--advertise/--state-dir, checked through the real
+    adapters: every URL names the advertised host (the Azure SDK verifies it against the certificate's
+    SANs, and polls the operation URLs the fake hands out), and the env file holds it all."""
+    sim = _sim_on_fixed_ports(tmp_path)
+    try:
+        base = int(sim.kube.url.rsplit(":", 1)[1])
+        assert [sim.kube.url, sim.gce.url, sim.azure.url, sim.slurmrestd.url] == [
+            f"http://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
+            f"http://localhost:{base + 3}",
+        ]  # fmt: skip
+        sim.write_env_file(tmp_path / "simulator.env")
+        env = _read_env_file(tmp_path / "simulator.env")
+        assert env == sim.settings_overrides() and env["REMEDIATION_VM__AZURE_CA_FILE"] == str(
+            tmp_path / "cert.pem"
+        )
+        assert oct((tmp_path / "simulator.env").stat().st_mode & 0o777) == "0o644"
+        settings = load_settings(**sim.settings_kwargs())
+        assert {n.name for n in RestSlurm(settings.slurm).list_nodes()} == set(sim.names)
+        kube, vm = make_kube(settings), make_vm_provider(settings)
+        k8s = kube.node_for("gpu-node-1")
+        before = kube.get(k8s)
+        op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-advertised")
+        until(lambda: vm.poll(op).done)
+        until(lambda: kube.get(k8s).boot_id != before.boot_id)
+    finally:
+        sim.stop()
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    out = {}
+    for line in path.read_text().splitlines():
+        (assignment,) = shlex.split(line.removeprefix("export "))
+        key, _, value = assignment.partition("=")
+        out[key] = value
+    return out

@@ -4,12 +4,14 @@ run is a command of the `remediation` console script."""
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -91,7 +93,8 @@ def test_manifests_run_only_real_commands() -> None:
     used: set[str] = set()
     for path in manifests():
         for doc in _docs(path):
-            for node in _walk(doc):
+            # Kubernetes containers; compose services are resolved through their entrypoints below.
+            for node in _walk(doc) if path.name != "docker-compose.yml" else []:
                 args = node.get("args") or node.get("command")
                 if (
                     isinstance(args, list)
@@ -100,9 +103,9 @@ def test_manifests_run_only_real_commands() -> None:
                 ):
                     used.add(args[0])
             if path.name == "docker-compose.yml":
-                for svc in doc["services"].values():
-                    if svc.get("image") == "node-remediation:dev" and svc.get("command"):
-                        used.add(svc["command"][0])
+                for program, argv in _compose_invocations().values():
+                    if program == ["remediation"]:
+                        used.add(argv[0])
     assert used and used <= commands, sorted(used - commands)
 
 
@@ -170,10 +173,80 @@ def test_argv_check_rejects_bad_commands() -> None:
     assert _argv_problem(["watch", "lsf"])
 
 
+# `sh -c '. ENV_FILE && exec PROGRAM "$$@"' --`: source a file of `export` lines, then exec PROGRAM
+# with the service's command as its arguments ($$ is compose's escape for a literal $).
+WRAPPER = re.compile(r'\. (?P<env_file>/\S+) && exec (?P<program>[\w.-]+) "\$\$@"')
+SIMULATOR = ["python", "-m", "simulator.cluster"]
+
+
+def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], str | None]:
+    """(the program an entrypoint runs the command with, the env file it sources first, if any)."""
+    if entrypoint[:2] == ["sh", "-c"]:
+        match = WRAPPER.fullmatch(entrypoint[2]) if len(entrypoint) == 4 else None
+        if match is None or entrypoint[3] != "--":  # without "--", the first argument would be $0
+            raise ValueError(f"not a wrapper this test understands: {entrypoint}")
+        return [match["program"]], match["env_file"]
+    return entrypoint, None
+
+
+def _compose_invocations() -> dict[str, tuple[list[str], list[str]]]:
+    """Each service of our image: (the program it runs, its arguments). A service without an
+    entrypoint runs the image's ENTRYPOINT (the Dockerfile's default stage)."""
+    out = {}
+    for name, svc in _compose().items():
+        if svc.get("image") != "node-remediation:dev":
+            continue
+        program, _ = _entrypoint_program(svc.get("entrypoint") or _dockerfile_stages()[None])
+        out[name] = (program, list(svc.get("command") or []))
+    return out
+
+
+def _simulator_args(argv: list[str]) -> argparse.Namespace:
+    from simulator.standalone import build_parser
+
+    parser = build_parser()
+    parser.error = _raise  # type: ignore[method-assign]  # argparse exits on a bad option: fail instead
+    return parser.parse_args(argv)
+
+
+def _raise(message: str) -> NoReturn:
+    raise ValueError(message)
+
+
+def _invocation_problem(program: list[str], argv: list[str]) -> str | None:
+    if program == ["remediation"]:
+        return _argv_problem(argv)
+    if program == SIMULATOR:
+        try:
+            _simulator_args(argv)
+        except ValueError as exc:
+            return f"{argv}: {exc}"
+        return None
+    return f"{program}: neither the remediation console script nor the simulator"
+
+
+def test_invocation_check_rejects_bad_entrypoints_and_arguments() -> None:
+    good = ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"', "--"]
+    assert _entrypoint_program(good) == (["remediation"], "/sim/simulator.env")
+    for bad in (
+        ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"'],  # no "--": the command loses an arg
+        ["sh", "-c", '. /sim/simulator.env && exec remediation "$@"', "--"],  # compose would interpolate $@
+        ["sh", "-c", 'exec remediation "$$@"', "--"],  # loads nothing
+        ["sh", "-c", '. /sim/simulator.env; exec remediation "$$@"', "--"],  # runs on without the file
+    ):
+        with pytest.raises(ValueError):
+            _entrypoint_program(bad)
+    assert _invocation_problem(["remedy"], ["worker"])
+    assert _invocation_problem(SIMULATOR, ["--bind", "0.0.0.0", "--replay"]) is None
+    assert _invocation_problem(SIMULATOR, ["--bnd", "0.0.0.0"])
+    assert _invocation_problem(SIMULATOR, ["--base-port", "seven"])
+    assert _invocation_problem(["python", "-m", "simulator.clusters"], [])
+
+
 def test_compose_commands_parse() -> None:
-    argvs = [svc["command"] for svc in _compose().values() if svc.get("image") == "node-remediation:dev"]
-    assert len(argvs) >= 5
-    problems = [p for argv in argvs if (p := _argv_problem(argv))]
+    invocations = _compose_invocations()
+    assert len(invocations) >= 7
+    problems = [p for program, argv in invocations.values() if (p := _invocation_problem(program, argv))]
     assert not problems, problems
 
 
@@ -183,7 +256,66 @@ def test_compose_long_running_services_have_health_checks() -> None:
     missing = sorted(n for n, svc in services.items() if n not in one_shot and "healthcheck" not in svc)
     assert not missing, f"no healthcheck: {missing}"
     gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
-    assert {"worker", "beat", "watcher-slurm", "api"} <= gated
+    assert {"worker", "beat", "watcher-slurm", "watcher-kube", "api"} <= gated
+
+
+CLUSTER_SERVICES = {"worker", "beat", "watcher-slurm", "watcher-kube", "api"}
+
+
+def test_compose_runs_against_the_simulated_cluster() -> None:
+    """The simulator service serves the cluster under its service name and writes its settings into
+    the shared volume; every service that talks to the cluster sources them, after the simulator is
+    healthy, and nothing falls back to the in-memory backends."""
+    services = _compose()
+    sim = services["simulator"]
+    assert sim.get("entrypoint") == SIMULATOR
+    args = _simulator_args(sim["command"])
+    assert (args.bind, args.advertise, args.replay) == ("0.0.0.0", "simulator", True)
+    assert args.base_port > 0 and args.state_dir is not None
+    env_file = f"{args.state_dir}/simulator.env"
+    assert f"sim:{args.state_dir}" in sim["volumes"]
+    check = " ".join(sim["healthcheck"]["test"])
+    assert env_file in check and f"127.0.0.1:{args.base_port}/" in check  # the kube-apiserver port
+
+    wrapped = {}
+    for name, svc in services.items():
+        if svc.get("entrypoint"):
+            program, sourced = _entrypoint_program(svc["entrypoint"])
+            if sourced is not None:
+                wrapped[name] = (program, sourced, svc)
+    assert set(wrapped) == CLUSTER_SERVICES
+    for name, (program, sourced, svc) in wrapped.items():
+        assert program == ["remediation"] and sourced == env_file, name
+        assert f"sim:{args.state_dir}:ro" in svc["volumes"], name
+        assert svc["depends_on"].get("simulator") == {"condition": "service_healthy"}, name
+    commands = {tuple(services[n]["command"][:2]) for n in CLUSTER_SERVICES}
+    assert {("watch", "slurm"), ("watch", "kube")} <= commands
+
+    for name, svc in services.items():
+        for key, value in (svc.get("environment") or {}).items():
+            assert not key.startswith("REMEDIATION_SIM__"), (name, key)
+            assert not (key.endswith("__BACKEND") and value in ("memory", "noop")), (name, key, value)
+
+
+def test_the_simulator_writes_only_real_settings() -> None:
+    """What compose's services source is the simulator's settings_overrides: each a real setting, and
+    together valid for the advertised, non-loopback host (vm.azure_test_host names it)."""
+    from remediation.settings import load_settings
+    from simulator.cluster import SimCluster
+
+    with SimCluster(2, advertise="simulator") as sim:
+        overrides = sim.settings_overrides()
+        kwargs = sim.settings_kwargs()
+    unknown = sorted(k for k in overrides if not _setting_exists(k))
+    assert not unknown
+    assert overrides["REMEDIATION_VM__AZURE_TEST_HOST"] == "simulator"
+    assert all(
+        "://simulator:" in overrides[k] for k in overrides if k.endswith(("_URL", "_ENDPOINT", "__HOST"))
+    )
+    settings = load_settings(**kwargs)
+    assert settings.vm.azure_endpoint is not None and settings.vm.azure_endpoint.startswith(
+        "https://simulator:"
+    )
 
 
 def test_compose_flower_loads_our_celery_app() -> None:

@@ -1,0 +1,99 @@
+"""Keep a simulated cluster busy, so that a long-running stack (``docker compose up``) shows the loop.
+
+:class:`ContinuousReplay` replays the bundled failure trace (the Llama 3 405B interruption mix, see
+:mod:`simulator.replay`) round after round on the cluster's clock:
+
+- **Rounds.** Each round is the whole 54-day trace, scaled to the cluster (N/2048 of its 419
+  failures) and sped up. The default speedup makes the mean gap between two faults ``mean_gap_s``
+  (20 s): at 32 nodes a round is 7 faults in about 140 s. Each round draws new times, nodes and
+  signals (seed + round number), so the mix repeats and the sequence does not.
+- **Maintenance ends.** An admin's maintenance drain (the trace's "Host Maintenance" rows) is
+  resumed ``maintenance_s`` later, as the admin would, if the node still carries that drain.
+  Otherwise a long run would leave the whole pool drained by humans, which the service rightly
+  never touches.
+- **Storms.** Every ``storm_every_s`` a switch failure takes ``storm_fraction`` of the pool at once,
+  which trips the service's storm breaker.
+
+New faults avoid nodes under maintenance. Repeat offenders (broken VMs) are not injected: each would
+stay quarantined until a human releases it, and a long run would collect them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from simulator import replay
+from simulator.slurmctld import SlurmError
+
+if TYPE_CHECKING:
+    from simulator.cluster import SimCluster
+
+MAINTENANCE_PREFIX = "maintenance:"  # what FaultInjector.apply puts in front of a trace's human drain
+
+
+def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
+    """The speedup that spaces a round's faults ``mean_gap_s`` apart on average."""
+    faults = max(1, sum(replay.scaled_counts(replay.read_trace(trace_csv), nodes).values()))
+    return replay.PAPER_DAYS * 86400 / (faults * mean_gap_s)
+
+
+class ContinuousReplay:
+    """Schedules itself on ``cluster.at``; call :meth:`start` once the cluster runs."""
+
+    def __init__(
+        self,
+        cluster: SimCluster,
+        trace_csv: Path,
+        *,
+        speedup: float | None = None,
+        mean_gap_s: float = 20.0,
+        storm_every_s: float = 240.0,
+        storm_fraction: float = 0.2,
+        maintenance_s: float = 120.0,
+        seed: int = 0,
+    ) -> None:
+        self.cluster = cluster
+        self.trace_csv = trace_csv
+        self.speedup = speedup or default_speedup(trace_csv, len(cluster.names), mean_gap_s)
+        self.round_s = replay.PAPER_DAYS * 86400 / self.speedup
+        self.storm_every_s = storm_every_s
+        self.storm_fraction = storm_fraction
+        self.maintenance_s = maintenance_s
+        self.seed = seed
+        self.rounds = 0
+        self.in_maintenance: set[str] = set()
+
+    def start(self) -> ContinuousReplay:
+        self.cluster.at(0.0, self._round)
+        if self.storm_every_s > 0:
+            self.cluster.at(self.storm_every_s, self._storm)
+        return self
+
+    def _round(self) -> None:
+        pool = [n for n in self.cluster.names if n not in self.in_maintenance]
+        planned = self.cluster.replay(
+            self.trace_csv, speedup=self.speedup, seed=self.seed + self.rounds, nodes=pool
+        )
+        self.rounds += 1
+        for fault in planned:
+            if fault.kind == "human_drain":
+                for node in fault.nodes:
+                    self.in_maintenance.add(node)
+                    self.cluster.at(fault.at_s + self.maintenance_s, lambda n=node: self._end_maintenance(n))  # type: ignore[misc]
+        self.cluster.at(self.round_s, self._round)
+
+    def _end_maintenance(self, node: str) -> None:
+        self.in_maintenance.discard(node)
+        _, flags, reason = self.cluster.slurm_state(node)
+        if "DRAIN" not in flags or not reason.startswith(MAINTENANCE_PREFIX):
+            return  # someone else's state now: not the admin's to undo
+        try:
+            self.cluster.ctld.update(node, "RESUME", user="root")
+        except SlurmError:
+            return
+        self.cluster._log(node, "maintenance_done", "admin: scontrol update state=resume")
+
+    def _storm(self) -> None:
+        self.cluster.storm(self.storm_fraction, exclude=tuple(self.in_maintenance))
+        self.cluster.at(self.storm_every_s, self._storm)

@@ -1,0 +1,227 @@
+"""docker-compose.yml's topology, run without Docker: every service's own command, as local processes.
+
+There is no Docker engine on these machines, so this test reads docker-compose.yml and runs what
+each service would run: the simulator's entrypoint and command, then `db upgrade` (the migrate
+service), then the worker, beat, both watchers and the API through the very `sh -c` entrypoint that
+sources the simulator's env file. Only what a container network provides is replaced: the `postgres`
+and `redis` hosts become this run's test database and Redis key prefix, the simulator listens on
+127.0.0.1 on free ports and writes its state into a temp dir instead of the `sim` volume, the API
+gets a free port, and the trace is sped up (``--speedup``, ``--seed``) so the first faults land
+within seconds. The facts are read from Postgres: both watchers' events, and a remediation that went
+through every step over the wire. Every process must stop on SIGTERM, leaving nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import yaml
+from sqlalchemy import create_engine, text
+
+from remediation.states import HAPPY_PATH, Step
+from tests.conftest import REDIS_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = ROOT / "docker-compose.yml"
+HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
+LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
+# Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a
+# researcher's state=fail (the Slurm watcher's) at 7 s, then a fabric fault on four nodes at 24 s.
+FAST = ["--speedup", "83314", "--seed", "1"]
+DEADLINE_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _option(argv: list[str], name: str, value: str) -> list[str]:
+    """argv with the value after ``name`` replaced; the option must be there."""
+    assert name in argv, f"{name} not in {argv}"
+    out = list(argv)
+    out[out.index(name) + 1] = value
+    return out
+
+
+class Stack:
+    """Local processes standing in for the compose services; each in its own process group."""
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs[name] = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def check_running(self) -> None:
+        dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
+        assert not dead, f"exited early: {dead}\n{self.tails()}"
+
+    def tails(self) -> str:
+        return "\n".join(
+            f"--- {name}\n{(self.logs / f'{name}.log').read_text(errors='replace')[-2500:]}"
+            for name in self.procs
+        )
+
+    def stop(self) -> dict[str, int | None]:
+        """Stop in reverse start order (the simulator last), as `docker compose stop` does: SIGTERM
+        to the main process (a container's PID 1), 30 s to exit, then SIGKILL for the whole group.
+        Returns each exit code; None means something had to be killed: the process, or a child it
+        left behind (celery's pool children share its group)."""
+        codes: dict[str, int | None] = {}
+        for name, proc in reversed(self.procs.items()):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                codes[name] = proc.wait(30)
+            except subprocess.TimeoutExpired:
+                codes[name] = None
+            deadline = time.monotonic() + 5
+            while _group_alive(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _group_alive(proc.pid):
+                os.killpg(proc.pid, signal.SIGKILL)
+                codes[name] = None
+            proc.wait(10)
+        return codes
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _environment(svc: dict[str, Any], pg_url: str, prefix: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `remediation`
+    for key, value in (svc.get("environment") or {}).items():
+        env[key] = str(value)
+    db, broker = env["REMEDIATION_DATABASE__URL"], env["REMEDIATION_BROKER__REDIS_URL"]
+    assert urlsplit(db).hostname == "postgres" and urlsplit(broker).hostname == "redis", (db, broker)
+    env["REMEDIATION_DATABASE__URL"] = pg_url
+    env["REMEDIATION_BROKER__REDIS_URL"] = REDIS_URL
+    env["REMEDIATION_BROKER__KEY_PREFIX"] = prefix
+    return env
+
+
+def _local_argv(svc: dict[str, Any], state_dir: Path, tmp: Path, api_port: int) -> list[str]:
+    """The service's entrypoint and command as a local process would run them."""
+    entrypoint = svc.get("entrypoint") or ["remediation"]  # the image's ENTRYPOINT
+    local = {"/sim/": f"{state_dir}/", "/tmp/": f"{tmp}/"}  # the volume and the container's /tmp
+    out = []
+    for arg in [*entrypoint, *svc["command"]]:
+        arg = arg.replace("$$", "$")  # compose's escape for a literal $
+        out.append(re.sub(r"(?<![\w/])/(sim|tmp)/", lambda m: local[m.group(0)], arg))
+    if "api" in svc["command"][:1]:
+        out = _option(_option(out, "--host", "127.0.0.1"), "--port", str(api_port))
+    return out
+
+
+def _facts(pg_url: str) -> dict[str, Any]:
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            sources = {s for (s,) in conn.execute(text("select distinct source from events"))}
+            rows = conn.execute(
+                text(
+                    "select r.id, r.node, r.status, s.step from remediations r "
+                    "left join remediation_steps s on s.remediation_id = r.id and s.status = 'done'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    steps: dict[tuple[int, str, str], set[str]] = {}
+    for rid, node, status, step in rows:
+        steps.setdefault((rid, node, status), set()).update([step] if step else [])
+    succeeded = sorted(
+        node for (_, node, status), done in steps.items() if status == "succeeded" and HAPPY_STEPS <= done
+    )
+    return {"sources": sources, "succeeded": succeeded, "remediations": sorted(steps)}
+
+
+def test_compose_services_run_the_loop_against_the_simulator(
+    tmp_path: Path, pg_url: str, redis_prefix: str
+) -> None:
+    (doc,) = [d for d in yaml.safe_load_all(COMPOSE.read_text()) if d]
+    services = doc["services"]
+    state_dir, api_port = tmp_path / "sim", _free_port()
+    stack = Stack(tmp_path)
+    facts: dict[str, Any] = {}
+    health: list[int] = []
+    try:
+        # The simulator, as its service runs it, on loopback with free ports and a temp state dir.
+        sim = services["simulator"]
+        assert sim["entrypoint"][:1] == ["python"]
+        argv = _option(sim["command"], "--bind", "127.0.0.1")
+        argv = _option(argv, "--advertise", "127.0.0.1")
+        argv = _option(argv, "--base-port", "0")
+        argv = _option(argv, "--state-dir", str(state_dir))
+        assert "--replay" in argv
+        env_file = state_dir / "simulator.env"
+        assert not sim.get("environment"), "the simulator takes no settings"
+        sim_env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+        stack.start("simulator", [sys.executable, *sim["entrypoint"][1:], *argv, *FAST], sim_env)
+        deadline = time.monotonic() + 30
+        while not env_file.exists():
+            stack.check_running()
+            assert time.monotonic() < deadline, stack.tails()
+            time.sleep(0.1)
+
+        # migrate: runs once, before everything else.
+        migrate = services["migrate"]
+        done = subprocess.run(
+            _local_argv(migrate, state_dir, tmp_path, api_port), cwd=ROOT, capture_output=True, text=True,
+            env=_environment(migrate, pg_url, redis_prefix), timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and "database at head" in done.stdout, done.stdout + done.stderr
+
+        for name in LONG_RUNNING:
+            svc = services[name]
+            assert "simulator" in svc["depends_on"], name
+            stack.start(name, _local_argv(svc, state_dir, tmp_path, api_port),
+                        _environment(svc, pg_url, redis_prefix))  # fmt: skip
+
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            stack.check_running()
+            facts = _facts(pg_url)
+            if {"slurm", "kubernetes"} <= facts["sources"] and facts["succeeded"]:
+                break
+            time.sleep(1)
+        health.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
+        admin = yaml.safe_load(services["api"]["environment"]["REMEDIATION_API__ADMIN_TOKENS"])[0]
+        health.append(
+            httpx.get(
+                f"http://127.0.0.1:{api_port}/api/v1/overview",
+                headers={"Authorization": f"Bearer {admin}"},
+                timeout=10,
+            ).status_code
+        )
+    finally:
+        codes = stack.stop()
+    assert {"slurm", "kubernetes"} <= facts.get("sources", set()), (facts, stack.tails())
+    assert facts["succeeded"], (facts, stack.tails())
+    assert health == [200, 200]
+    # 0, or death by the SIGTERM itself after a graceful shutdown (uvicorn re-raises it); never SIGKILL.
+    assert all(code in (0, -signal.SIGTERM) for code in codes.values()), (codes, stack.tails())
+    assert not env_file.exists(), "the simulator leaves no stale tokens behind"
+    for name in stack.procs:
+        assert "Traceback" not in (tmp_path / f"{name}.log").read_text(errors="replace"), stack.tails()
