@@ -95,6 +95,13 @@ def _wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> W
     return Wait(reason, countdown, **kw)
 
 
+def slurm_reason(text: str) -> str:
+    """One printable line of at most 1,000 characters: slurmctld's reason is a single line, and the
+    adapters refuse control characters. Causes and provider messages (Azure's span three lines) are
+    not, and a refused reason would fail the drain or the quarantine itself."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:1000]
+
+
 def human_hold(node: SlurmNode, cfg: Settings) -> bool:
     """A human's drain whose reason matches the ignore list (maintenance): it already keeps the node
     out of the pool, and taking it over would let ``return`` resume a node under maintenance."""
@@ -137,7 +144,7 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> O
     if stale := still_bad(inp, ad, node, cfg, now):
         return stale
     if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
-        ad.slurm.drain(inp.node, f"{prefix} {inp.cause}"[:1000])
+        ad.slurm.drain(inp.node, slurm_reason(f"{prefix} {inp.cause}"))
     if node.states & {"DOWN", "FAIL", "FAILING"}:
         return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
     jobs = ad.slurm.running_jobs(inp.node)
@@ -267,7 +274,7 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     prefix = cfg.policy.our_reason_prefix
     why = inp.context.get("quarantine_reason") or inp.cause
     node = ad.slurm.get_node(inp.node)
-    reason = f"{prefix} quarantined: {why}"[:1000]
+    reason = slurm_reason(f"{prefix} quarantined: {why}")
     if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
     notes = ["kept out of the Slurm pool"]

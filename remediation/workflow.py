@@ -25,13 +25,15 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, or_, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.audit import audit
 from remediation.clock import aware
-from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.db.models import Control, Node, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, LAST_VM_ACTION, cluster_view, control_get, control_set
 from remediation.errors import PermanentError, TransientError
 from remediation.policy import Clock, ClusterView, breaker_open, gate
@@ -65,12 +67,6 @@ class RetryLater(Exception):
         super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
         self.cause = cause
         self.countdown = countdown
-
-
-@dataclass(frozen=True)
-class Breaker:
-    opened: bool  # the breaker changed state during this call
-    closed: bool
 
 
 def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
@@ -144,7 +140,7 @@ class Engine:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
                 out.append(FollowUp(rem.id, rem.step))
-            self._note_breaker(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now)
+            self._note_breaker(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
         return out
@@ -162,8 +158,14 @@ class Engine:
             if lease_until is not None and lease_until > now:
                 return None  # another worker is on it; it enqueues what comes next
             row = self._current_row(s, rem)
+            if step is Step.VM_RESTART and row is None:
+                # A new VM action is admitted by counting the ones in flight and checking the gap. Two
+                # claims counting at once would both see room for one more, so admissions queue on the
+                # last-VM-action row: each counts only after the one before it has committed.
+                lock_control(s, LAST_VM_ACTION, now)
+                now = self.clock.now()
             view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
-            self._note_breaker(s, view, now)
+            view = self._note_breaker(s, view, now, exclude=rem.id)
             verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
@@ -328,13 +330,35 @@ class Engine:
         audit(s, now, self.settings.actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
               {"remediation": rem.id})
 
-    def _note_breaker(self, s: Session, view: ClusterView, now: datetime) -> Breaker:
-        is_open = breaker_open(view, self.settings.policy)
-        was_open = bool(control_get(s, BREAKER).get("open"))
+    def _note_breaker(self, s: Session, view: ClusterView, now: datetime, exclude: int | None) -> ClusterView:
+        """Record the breaker opening or closing, exactly once however many workers notice it.
+
+        The common case (no change) costs one read and no lock. A change is typically noticed by every
+        claim running at that moment; they queue on the breaker row and each looks again, with a fresh
+        clock and a fresh count, once the one before it has committed. Only the first records the change
+        (one audit row, so on-call is paged once); the others find it done. Returns the view to gate on.
+        """
+        policy = self.settings.policy
+        if breaker_open(view, policy) == bool(control_get(s, BREAKER).get("open")):
+            return view
+        was_open = bool(lock_control(s, BREAKER, now).get("open"))
+        now = self.clock.now()
+        view = cluster_view(s, now, policy.breaker_window, exclude)
+        is_open = breaker_open(view, policy)
         if is_open == was_open:
-            return Breaker(False, False)
+            return view
         detail = {"open": is_open, "failed": view.failed_in_window, "pool": view.pool_size, "at": now.isoformat()}
         control_set(s, BREAKER, detail, now)
         reason = f"{view.failed_in_window}/{view.pool_size} nodes failed within the breaker window"
         audit(s, now, self.settings.actor, "breaker_open" if is_open else "breaker_closed", "", reason, detail)
-        return Breaker(is_open, not is_open)
+        return view
+
+
+def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
+    """Lock one ``control`` row until the transaction ends (creating it empty if missing) and return
+    its value as committed by whoever held the lock before. On SQLite, BEGIN IMMEDIATE already
+    serialises the transaction."""
+    insert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
+    s.execute(insert(Control).values(key=key, value={}, updated_at=now).on_conflict_do_nothing(index_elements=["key"]))
+    value = s.execute(select(Control.value).where(Control.key == key).with_for_update()).scalar_one()
+    return dict(value or {})

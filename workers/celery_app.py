@@ -11,9 +11,14 @@ naming the field.
 
 from __future__ import annotations
 
+import logging
+
 from celery import Celery
+from celery.worker.consumer import Consumer as _CeleryConsumer
 
 from remediation.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
 
 INGEST_QUEUE = "ingest"
 WORKFLOW_QUEUE = "workflow"
@@ -38,6 +43,7 @@ def make_app(settings: Settings) -> Celery:
             "global_keyprefix": f"{prefix}:celery:",
         },
         worker_hijack_root_logger=False,
+        worker_consumer="workers.celery_app:Consumer",
         beat_schedule={
             "sweep": {"task": "remediation.sweep", "schedule": settings.workflow.sweep_interval_s},
             "ingest-safety-net": {"task": "remediation.ingest", "schedule": 5.0},
@@ -45,6 +51,42 @@ def make_app(settings: Settings) -> Celery:
         },
     )
     return app
+
+
+class Consumer(_CeleryConsumer):  # type: ignore[misc]
+    """Celery's consumer, surviving a broker restart while it holds unacknowledged tasks.
+
+    On a lost broker connection Celery 5.7.0 calls ``connection.collect()``, which detaches the
+    transport from its connection (``transport.client = None``), and then ``connection.close()``. Any
+    use of the old channel after that, i.e. putting the unacknowledged (late-ack) messages back on
+    close, or acknowledging a task that finishes after the reconnect, raises ``AttributeError``
+    instead of a connection error, and the worker exits with "Unrecoverable error". Every worker with a
+    task in hand died on a Redis restart (found by tests/reliability/test_restarts.py).
+
+    Here the old transport keeps its connection settings, so the old channel fails like any lost
+    connection while Redis is down (Celery ignores that) and works again once Redis is back: a task
+    finishing after the reconnect is acknowledged normally instead of being redelivered after the
+    visibility timeout.
+    """
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        connection = self.connection
+        transport = getattr(connection, "_transport", None)
+
+        def reattach() -> None:
+            if transport is not None and transport.client is None:
+                transport.client = connection
+
+        if connection is not None:
+            close = connection.close
+
+            def close_attached() -> None:
+                reattach()
+                close()
+
+            connection.close = close_attached
+        super().on_connection_error_after_connected(exc)
+        reattach()
 
 
 settings = load_settings()
