@@ -14,8 +14,9 @@ redelivered task) runs the step again with the *same* idempotency key, and the a
 vm_restart the provider operation is recorded before anyone waits on it, so a redelivered task resumes
 polling that operation and never issues a second restart.
 
-Transient errors are recorded on the step row and raised as :class:`RetryLater` carrying the backoff
-(honouring Retry-After); the Celery task turns it into ``self.retry``. When retries run out the task
+Transient errors are recorded on the step row (with the time the retry is due) and raised as
+:class:`RetryLater` carrying the backoff (honouring Retry-After); the Celery task turns it into
+``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. When retries run out the task
 calls :meth:`Engine.give_up`, which escalates like a permanent error.
 """
 
@@ -67,6 +68,15 @@ class RetryLater(Exception):
         super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
         self.cause = cause
         self.countdown = countdown
+
+
+_EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
+
+
+def _too_early(row: RemediationStep, now: datetime) -> bool:
+    """The step's last transient error set a retry time that has not come yet."""
+    retry_at = (row.detail or {}).get("retry_at")
+    return isinstance(retry_at, str) and datetime.fromisoformat(retry_at) - _EARLY_SLACK > now
 
 
 def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
@@ -158,6 +168,11 @@ class Engine:
             if lease_until is not None and lease_until > now:
                 return None  # another worker is on it; it enqueues what comes next
             row = self._current_row(s, rem)
+            if row is not None and _too_early(row, now):
+                # A second delivery (the sweeper's, say, for a task that sat in a busy queue) must
+                # not retry before the Retry-After the provider asked for; the retry scheduled for
+                # then (or the sweeper after it) runs the step.
+                return None
             if step is Step.VM_RESTART and row is None:
                 # A new VM action is admitted by counting the ones in flight and checking the gap. Two
                 # claims counting at once would both see room for one more, so admissions queue on the

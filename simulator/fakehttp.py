@@ -9,13 +9,19 @@ wire protocol; this module owns everything that is not protocol:
 - :class:`RequestLog` records every request (method, path, query) so that a test can count restarts
   exactly ("one POST .../reset, however many times the worker retried").
 - :class:`Faults` makes the next N matching requests fail with a given status (and Retry-After), the way
-  a throttled or overloaded service would. The protocol module renders the error body in its own shape.
+  a throttled or overloaded service would, or a random share of them (``fail_randomly``). The protocol
+  module renders the error body in its own shape.
+- :class:`Hold` (``faults.delay_next``) holds the response to the next matching requests *after* the
+  request acted, so a test can kill a client inside a call whose effect has already happened.
 """
 
 from __future__ import annotations
 
+import random
 import ssl
 import threading
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socket import socket
@@ -29,6 +35,7 @@ class LoggedRequest:
     path: str
     query: dict[str, str]
     status: int
+    at: float = 0.0  # time.time() when the answer was ready
 
 
 class RequestLog:
@@ -73,11 +80,57 @@ class Fault:
 
 
 @dataclass
+class Hold:
+    """Hold the answers to the next ``remaining`` matching requests for up to ``seconds``.
+
+    ``held`` is set once a request is being held (its effect has happened, its answer has not gone
+    out); ``release`` lets the held answers go at once."""
+
+    seconds: float
+    remaining: int
+    match: str | None = None
+    method: str | None = None
+    held: threading.Event = field(default_factory=threading.Event)
+    release: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.method is None or self.method == method) and (
+            self.match is None or self.match in path.lower()
+        )
+
+    def wait(self) -> None:
+        self.held.set()
+        self.release.wait(self.seconds)
+
+
+def take_hold(holds: list[Hold], lock: threading.Lock, method: str, path: str) -> Hold | None:
+    """The first armed hold matching the request, with one use consumed."""
+    with lock:
+        for hold in holds:
+            if hold.remaining > 0 and hold.matches(method, path):
+                hold.remaining -= 1
+                return hold
+    return None
+
+
+@dataclass
+class _RandomFaults:
+    rate: float
+    choices: Sequence[tuple[int, float | None]]
+    rng: random.Random
+    match: str | None
+    method: str | None
+
+
+@dataclass
 class Faults:
     """Queue of injected failures; the first matching fault with calls left is used."""
 
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _queue: list[Fault] = field(default_factory=list)
+    _holds: list[Hold] = field(default_factory=list)
+    _random: _RandomFaults | None = None
+    injected: int = 0  # failures answered so far (queued and random)
 
     def fail_next(
         self,
@@ -91,6 +144,39 @@ class Faults:
         with self._lock:
             self._queue.append(Fault(status, count, retry_after, match.lower() if match else None, method))
 
+    def fail_randomly(
+        self,
+        rate: float,
+        choices: Sequence[tuple[int, float | None]] = ((503, None),),
+        *,
+        seed: int = 0,
+        match: str | None = None,
+        method: str | None = None,
+    ) -> None:
+        """From now on each matching request fails with probability ``rate``, with a (status,
+        Retry-After) drawn from ``choices``; ``rate=0`` stops it. Seeded, so a run is repeatable."""
+        with self._lock:
+            self._random = (
+                _RandomFaults(
+                    rate, tuple(choices), random.Random(seed), match.lower() if match else None, method
+                )
+                if rate > 0
+                else None
+            )
+
+    def delay_next(
+        self, count: int, seconds: float, *, match: str | None = None, method: str | None = None
+    ) -> Hold:
+        """Hold the answers to the next ``count`` matching requests (after they acted) for up to
+        ``seconds``; returns the :class:`Hold`, whose ``held`` event tells when one is held."""
+        hold = Hold(seconds, count, match.lower() if match else None, method)
+        with self._lock:
+            self._holds.append(hold)
+        return hold
+
+    def take_hold(self, method: str, path: str) -> Hold | None:
+        return take_hold(self._holds, self._lock, method, path)
+
     def take(self, method: str, path: str) -> Fault | None:
         with self._lock:
             for fault in self._queue:
@@ -101,12 +187,27 @@ class Faults:
                 if fault.match and fault.match not in path.lower():
                     continue
                 fault.remaining -= 1
+                self.injected += 1
                 return fault
+            r = self._random
+            if (
+                r is not None
+                and (r.method is None or r.method == method)
+                and (r.match is None or r.match in path.lower())
+                and r.rng.random() < r.rate
+            ):
+                status, retry_after = r.rng.choice(r.choices)
+                self.injected += 1
+                return Fault(status, 0, retry_after, r.match, r.method)
             return None
 
     def clear(self) -> None:
         with self._lock:
             self._queue.clear()
+            self._random = None
+            for hold in self._holds:
+                hold.release.set()
+            self._holds.clear()
 
 
 class _Server(ThreadingHTTPServer):
@@ -149,13 +250,18 @@ class FakeServer:
                     )
                 except Exception as exc:  # a bug in the fake must surface as a 500, not a hung client
                     status, headers, payload = 500, {"Content-Type": "text/plain"}, repr(exc).encode()
-                outer.log.add(LoggedRequest(self.command, parts.path, query, status))
-                self.send_response(status)
-                for name, value in headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                outer.log.add(LoggedRequest(self.command, parts.path, query, status, time.time()))
+                if hold := outer.faults.take_hold(self.command, parts.path):
+                    hold.wait()
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client died while its answer was held
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
 

@@ -8,7 +8,8 @@ Expired ERROR event for a resourceVersion the history no longer holds. State and
 :mod:`simulator.kube_store`, routing and streaming in :mod:`simulator.kube_http`; this module is the
 server's lifecycle and the methods tests use to change the world behind it.
 
-Test hooks: ``fail_next`` injects errors (429/5xx/403 with optional Retry-After) ahead of routing, and
+Test hooks: ``fail_next`` injects errors (429/5xx/403 with optional Retry-After) ahead of routing,
+``delay_next`` holds the answer of a request that has acted (to kill a client inside the call), and
 ``requests`` records every request, so a test can prove what a client did *not* do (e.g. never DELETE).
 """
 
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 
+from simulator.fakehttp import Hold, take_hold
 from simulator.kube_http import Handler, Request
 from simulator.kube_store import PDB, Obj, Store, now_rfc3339
 
@@ -59,6 +61,7 @@ class KubeAPIServer:
         self.evict_grace_s = evict_grace_s
         self.default_watch_timeout_s = default_watch_timeout_s
         self._faults: list[Fault] = []
+        self._holds: list[Hold] = []
         self._log = _Log()
         self._httpd: ThreadingHTTPServer | None = None
         self._closing = threading.Event()
@@ -271,6 +274,19 @@ class KubeAPIServer:
                     fault.count -= 1
                     return fault
         return None
+
+    def delay_next(
+        self, count: int, seconds: float, *, method: str | None = None, path: str | None = None
+    ) -> Hold:
+        """Hold the answers to the next ``count`` matching requests (``path`` a substring) for up to
+        ``seconds`` after they acted; the returned :class:`~simulator.fakehttp.Hold` tells when."""
+        hold = Hold(seconds, count, path.lower() if path else None, method)
+        with self._log.lock:
+            self._holds.append(hold)
+        return hold
+
+    def _take_hold(self, method: str, path: str) -> Hold | None:
+        return take_hold(self._holds, self._log.lock, method, path)
 
     @property
     def requests(self) -> list[Request]:

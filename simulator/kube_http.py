@@ -103,6 +103,8 @@ class Handler(BaseHTTPRequestHandler):
     def _send(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self._log(code)
+        if hold := self.api._take_hold(self._entry.method, self._entry.path):
+            hold.wait()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
