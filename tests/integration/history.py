@@ -16,18 +16,22 @@ against the real clock the CLI and API use.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
 from remediation.db.models import Remediation
+from remediation.db.session import make_engine, make_session_factory
+from remediation.dispatch import SweeperOnly, set_dispatcher
 from remediation.events import EventKind, NodeEvent, Source
 from remediation.ingest import ingest
-from remediation.settings import Settings
+from remediation.settings import DatabaseSettings, Settings
 from remediation.steps import Adapters
 from remediation.workflow import Engine, FollowUp
 
@@ -118,3 +122,27 @@ class RecordingDispatcher:
 
     def release(self, node: str) -> None:
         self.released.append(node)
+
+
+# ---- fixtures shared by the on-call tests (API, browser): import them by name from here ----
+
+
+@pytest.fixture
+def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
+    """Sessions on this test's own committed database (the API and CLI open their own connections)."""
+    engine = make_engine(DatabaseSettings(url=pg_url))
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def history(sessions: sessionmaker[Session]) -> History:
+    return build(sessions)
+
+
+@pytest.fixture
+def dispatch() -> Iterator[RecordingDispatcher]:
+    rec = RecordingDispatcher()
+    set_dispatcher(rec)
+    yield rec
+    set_dispatcher(SweeperOnly())

@@ -13,34 +13,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.api import create_app
 from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.queries import BREAKER, control_set
-from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
-from remediation.settings import DatabaseSettings, Settings
-from tests.integration.history import History, RecordingDispatcher, build
+from remediation.settings import Settings
+from tests.integration.history import History, RecordingDispatcher, dispatch, history, sessions  # noqa: F401  (fixtures)
 
 ADMIN, READ = "admin-token-0123456789", "read-token-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 AS_READER = {"Authorization": f"Bearer {READ}"}
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-@pytest.fixture
-def history(sessions: sessionmaker[Session]) -> History:
-    return build(sessions)
-
-
-@pytest.fixture
-def dispatch() -> Iterator[RecordingDispatcher]:
-    rec = RecordingDispatcher()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(SweeperOnly())
 
 
 @pytest.fixture

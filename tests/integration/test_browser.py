@@ -29,35 +29,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
 from remediation.db.models import AuditLog, Node
-from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
-from remediation.settings import DatabaseSettings, Settings
-from tests.integration.history import History, RecordingDispatcher, build
+from remediation.settings import Settings
+from tests.integration.history import History, RecordingDispatcher, dispatch, history, sessions  # noqa: F401  (fixtures)
 
 ADMIN = "admin-token-browser-0123456789"
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
 NODE = "gpu-node-8"
 REASON = "GPU swapped under RMA 4711; burn-in passed"
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-@pytest.fixture
-def history(sessions: sessionmaker[Session]) -> History:
-    return build(sessions)
-
-
-@pytest.fixture
-def dispatch() -> Iterator[RecordingDispatcher]:
-    rec = RecordingDispatcher()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(SweeperOnly())
 
 
 @pytest.fixture
