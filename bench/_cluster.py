@@ -3,39 +3,15 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.ports import free_port, free_port_range
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _free_port_range(count: int) -> int:
-    """A base port with ``count`` free ports after it (a slurmd per node)."""
-    for _ in range(200):
-        base = random.randint(20000, 39000)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                sockets.append(socket.socket())
-                sockets[-1].bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-        return base
-    raise RuntimeError("no free port range for slurmd")
 
 
 @contextmanager
@@ -46,8 +22,8 @@ def slurm_cluster(nodes: int) -> Iterator[dict[str, str]]:
         env.update(
             SLURM_CI_DIR=directory,
             SLURM_CI_NODES=str(nodes),
-            SLURM_CI_CTLD_PORT=str(_free_port()),
-            SLURM_CI_PORT_BASE=str(_free_port_range(nodes)),
+            SLURM_CI_CTLD_PORT=str(free_port()),
+            SLURM_CI_PORT_BASE=str(free_port_range(nodes)),
             SLURM_CI_REST="0",
         )
         env["SLURM_CONF"] = str(Path(directory) / "slurm.conf")

@@ -12,8 +12,6 @@ and waited for until IDLE without flags.
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -25,36 +23,13 @@ import pytest
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings
 from remediation.slurm_json import parse_nodes_json
+from tests.ports import free_port, free_port_range
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
 NODES = 4
 
 pytestmark = pytest.mark.slurm
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _free_port_range(count: int) -> int:
-    for _ in range(200):
-        base = random.randint(20000, 40000)
-        try:
-            held = []
-            for port in range(base, base + count):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-        return base
-    raise RuntimeError("no free port range for slurmd")
 
 
 @dataclass
@@ -132,8 +107,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
     env.update(
         SLURM_CI_DIR=str(directory),
         SLURM_CI_NODES=str(NODES),
-        SLURM_CI_CTLD_PORT=str(_free_port()),
-        SLURM_CI_PORT_BASE=str(_free_port_range(NODES)),
+        SLURM_CI_CTLD_PORT=str(free_port()),
+        SLURM_CI_PORT_BASE=str(free_port_range(NODES)),
     )
     up = subprocess.run(  # noqa: S603 - our own script, fixed argv
         ["bash", str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, timeout=600
