@@ -23,7 +23,6 @@ durations with a different SQL expression.
 from __future__ import annotations
 
 import re
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -45,6 +44,7 @@ from remediation.metrics import STEP_BUCKETS, make_registry
 from remediation.settings import DatabaseSettings, Settings
 from remediation.steps import Adapters
 from remediation.workflow import Engine, FollowUp
+from tests.integration.history import drive  # the same settle loop as the shared history
 
 NODES = [f"gpu-{i}" for i in range(8)]
 START = datetime(2026, 3, 2, 1, 0, tzinfo=UTC)
@@ -80,20 +80,6 @@ def _publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClo
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
-def _drive(engine: Engine, clock: FakeClock, todo: list[FollowUp]) -> None:
-    """Run follow-ups until the remediations close, waiting exactly each countdown (1 s for "now")."""
-    queue = deque(todo)
-    for _ in range(500):
-        if not queue:
-            return
-        f = queue.popleft()
-        clock.advance(f.countdown or 1)
-        nxt = engine.run(f.remediation_id, f.step)
-        if nxt is not None:
-            queue.append(nxt)
-    raise AssertionError("workflow did not settle")
-
-
 @pytest.fixture
 def scenario(sessions: sessionmaker[Session]) -> Scenario:
     settings = Settings(
@@ -111,12 +97,12 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     with sessions() as s, s.begin():
         ingest(s, [b"{not json"], settings.policy, clock)
 
-    _drive(engine, clock, _publish(sessions, settings, clock, "gpu-1", slurm, EventKind.UNHEALTHY, "FAIL", "xid 79"))
+    drive(engine, clock, _publish(sessions, settings, clock, "gpu-1", slurm, EventKind.UNHEALTHY, "FAIL", "xid 79"))
 
     clock.advance(3600)
     with world.mutate() as st:
         st["nodes"]["gpu-2"]["vm"]["broken"] = True
-    _drive(engine, clock, _publish(sessions, settings, clock, "gpu-2", kube, EventKind.UNHEALTHY, "Ready=False"))
+    drive(engine, clock, _publish(sessions, settings, clock, "gpu-2", kube, EventKind.UNHEALTHY, "Ready=False"))
 
     clock.advance(3600)
     world.set_jobs("gpu-3", 2)
@@ -125,7 +111,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     assert waiting is not None and waiting.step == "slurm_drain"
     clock.advance(250)  # the two jobs finish 250 s after the drain started
     world.set_jobs("gpu-3", 0)
-    _drive(engine, clock, [engine.run(drain.remediation_id, drain.step)])  # type: ignore[list-item]
+    drive(engine, clock, [engine.run(drain.remediation_id, drain.step)])  # type: ignore[list-item]
     clock.advance(60)
     _publish(sessions, settings, clock, "gpu-3", slurm, EventKind.HEALTHY, "IDLE")
 
@@ -138,7 +124,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     clock.advance(60)
     with sessions() as s, s.begin():
         manual = levers.quarantine(s, "gpu-0", "dana", "fan failure", clock.now())
-    _drive(engine, clock, [manual])
+    drive(engine, clock, [manual])
 
     clock.advance(3600)  # the storm: three nodes within a minute, past the breaker's limit
     storm = [f for node in ("gpu-5", "gpu-6", "gpu-7")
