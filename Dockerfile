@@ -6,18 +6,21 @@ ENV PYTHONUNBUFFERED=1 \
 RUN apt-get update \
  && apt-get install -y --no-install-recommends slurm-client munge \
  && rm -rf /var/lib/apt/lists/*
-WORKDIR /app
+WORKDIR /src
 COPY pyproject.toml README.md alembic.ini ./
 COPY remediation remediation
 COPY watchers watchers
 COPY workers workers
 COPY simulator simulator
 COPY migrations migrations
-# Byte-compiled at build time: the root filesystem is read-only in Kubernetes (deploy/base).
-RUN pip install --no-cache-dir -e . \
- && python -m compileall -q remediation watchers workers simulator migrations \
+# A plain (non-editable) install: the packages, their data files and the migrations live in
+# site-packages, byte-compiled by pip at install time (the root filesystem is read-only in Kubernetes,
+# see deploy/base). The sources are removed so nothing can import them instead.
+RUN pip install --no-cache-dir . \
+ && rm -rf /src \
  && groupadd --gid 10001 remediation \
  && useradd --uid 10001 --gid 10001 --no-create-home remediation
+WORKDIR /
 USER 10001
 ENTRYPOINT ["remediation"]
 CMD ["--help"]

@@ -11,7 +11,11 @@ before the condition was written on the API server. The API server runs in this 
 tests, so its threads compete with the watcher's for the GIL; a separate API server can only be faster.
 
 **Relist.** A second API server, in a child process so that its 10,000 Node objects and its JSON
-encoding are not counted in this process, serves 10,000 realistic Nodes, 1% of them NotReady. The bench
+encoding are not counted in this process, serves 10,000 Nodes, 1% of them NotReady, each built as a
+cloud GPU node's kubelet registers it (:func:`simulator.kube_objects.gpu_node_object`: capacity and
+allocatable with ``nvidia.com/gpu``, addresses, ``nodeInfo``, the pressure and node-problem-detector
+conditions, the container images on disk, managedFields, and the cloud's, GPU feature discovery's and
+node feature discovery's labels); the bench prints the size of one such Node as served. The bench
 runs what the watcher runs on each relist: ``NodeStream._list`` (one ``GET /api/v1/nodes`` through the
 official client, the body parsed as raw JSON rather than into V1Node models) and ``Publisher.handle``
 (conditions of every Node through the flap filter). It reports wall time, this thread's CPU time (the
@@ -23,6 +27,7 @@ Run: .venv/bin/python -m bench.kube_watch [--nodes 200] [--flips 100] [--relist-
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import os
 import queue
@@ -58,6 +63,7 @@ def settings_for(api: KubeAPIServer, prefix: str) -> Settings:
         kube={
             "host": api.url,
             "token": api.token,
+            "ca_file": str(api.ca_file),
             "min_condition_s": 0,
             "mapping": "node",  # Slurm node names are the Node names here (no slurmd pods to list)
             "resync_interval_s": 3600,  # no periodic relist in the middle of the measurement
@@ -174,7 +180,7 @@ def _serve(count: int, not_ready: int, conn: Connection) -> None:
                 "kubernetes.io/hostname": name,
             },
         )
-    conn.send((api.url, api.token))
+    conn.send((api.url, api.token, str(api.ca_file)))
     conn.recv()  # until the parent is done
     api.stop()
 
@@ -196,6 +202,10 @@ class Relist:
     list_wall_ms: list[float]
     filter_wall_ms: list[float]
     published: int
+    node_kib: float  # mean JSON size of one Node in the list body
+    labels: int  # labels on one Node
+    images: int  # status.images entries on one Node
+    managed_fields: int  # metadata.managedFields entries on one Node
     rss_before_mb: float
     rss_after_mb: float
     peak_rss_mb: float
@@ -210,14 +220,22 @@ def measure_relist(count: int, repeats: int) -> Relist:
     try:
         if not parent.poll(300):
             raise SystemExit("the relist API server did not start within 300 s")
-        url, token = parent.recv()
-        settings = load_settings(kube={"host": url, "token": token, "min_condition_s": 0, "mapping": "node"})
+        url, token, ca_file = parent.recv()
+        settings = load_settings(
+            kube={"host": url, "token": token, "ca_file": ca_file, "min_condition_s": 0, "mapping": "node"}
+        )
         api = kube_client(settings.kube)
         items: queue.Queue[Any] = queue.Queue()
         stream = kube_watcher.NodeStream(api, settings, items)
         publisher = kube_watcher.Publisher(settings, bus=None)  # type: ignore[arg-type]  # handle() only
         raw: Any = api.list_node(_preload_content=False)  # an urllib3 response, not a V1NodeList
         size = len(raw.data)  # this first list also warms the connection pool
+        first = json.loads(raw.data)["items"][0]
+        shape = (
+            len(first["metadata"]["labels"]),
+            len(first["status"]["images"]),
+            len(first["metadata"]["managedFields"]),
+        )
         rss_before = rss_mb()
         wall, cpu, list_wall, filter_wall = [], [], [], []
         for _ in range(repeats):
@@ -240,8 +258,9 @@ def measure_relist(count: int, repeats: int) -> Relist:
             server.terminate()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return Relist(
-        count, size / 2**20, wall, cpu, list_wall, filter_wall, published, rss_before, rss_after, peak
-    )
+        count, size / 2**20, wall, cpu, list_wall, filter_wall, published, size / count / 1024, *shape,
+        rss_before, rss_after, peak,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -291,6 +310,10 @@ def main() -> None:
     def row(label: str, values: list[float]) -> None:
         print(f"  {label:34}{statistics.median(values):8.0f} ms  [{min(values):.0f}-{max(values):.0f}]")
 
+    print(
+        f"  one Node: {r.node_kib:.1f} KiB of JSON ({r.labels} labels, {r.images} images, "
+        f"{r.managed_fields} managedFields entries, capacity/allocatable with nvidia.com/gpu)"
+    )
     row("wall, list + parse + filter", r.wall_ms)
     row("  of which GET + JSON parse", r.list_wall_ms)
     row("  of which flap filter", r.filter_wall_ms)

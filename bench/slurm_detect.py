@@ -1,7 +1,10 @@
 """Detection latency: from ``scontrol update ... state=down`` to the event on the Redis stream.
 
-On a real Slurm 22.05 (started here with scripts/slurm-up.sh, 16 nodes) the watcher runs with its
-default settings (cli backend, 1 s poll) and publishes to a real Redis. 50 nodes are set DOWN one
+On each real Slurm release (22.05, and 24.11 from the root scripts/slurm-root.sh caches; started here
+with scripts/slurm-up.sh, 16 nodes) the watcher runs with its default settings (cli backend, the
+shipped poll interval) and publishes to a real Redis; one table per release. On 24.11 the commands are
+the root's (chroot wrappers) and the libslurm change probe is off (this process cannot load 24.11's
+libslurm), so every poll runs sinfo: the figure includes that. 50 nodes are set DOWN one
 after another, at random gaps so the changes fall at random points of the poll cycle. The latency of
 one change is the Redis stream id of its event (the server's clock, in ms) minus the time just before
 ``scontrol update`` started.
@@ -10,6 +13,7 @@ Baseline, on the same controller at the same time: a permanent ``strigger --node
 whose program appends the time and the node list to a file.
 
 Run: .venv/bin/python -m bench.slurm_detect [--changes 50] [--poll SECONDS (default: slurm.poll_interval_s)]
+     [--releases 22.05,24.11]
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ import argparse
 import os
 import random
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -26,7 +29,7 @@ from pathlib import Path
 
 import redis
 
-from bench._cluster import slurm_cluster
+from bench._cluster import RELEASES, slurm_cluster
 from remediation.events import EventKind, NodeEvent
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
@@ -48,14 +51,25 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=50)
     ap.add_argument("--poll", type=float, default=SlurmSettings().poll_interval_s,
                     help="watcher poll interval, seconds (default: the shipped default)")
+    ap.add_argument("--releases", default=",".join(RELEASES), help="Slurm releases to measure, in order")
     args = ap.parse_args()
+    for release in args.releases.split(","):
+        measure(release.strip(), args.changes, args.poll)
+
+
+def measure(release: str, changes: int, poll: float) -> None:
     url = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
     client = redis.Redis.from_url(url)
     prefix = f"bench-{uuid.uuid4().hex[:8]}"
     rng = random.Random(11)
 
-    with slurm_cluster(NODES) as env, tempfile.TemporaryDirectory(prefix="strigger-") as tmp:
+    with slurm_cluster(NODES, release) as env:
         conf = env["SLURM_CONF"]
+        tmp = Path(conf).parent / "strigger"  # inside the cluster directory: slurmctld sees it in a chroot too
+        tmp.mkdir()
+        bin_dir = Path(conf).parent / "bin"
+        commands = {c: str(bin_dir / c) for c in ("scontrol", "sinfo", "squeue", "scancel")} if bin_dir.is_dir() else {}
+        version = subprocess.run(["scontrol", "--version"], env=env, capture_output=True, text=True)  # noqa: S603,S607
         fired = Path(tmp) / "fired.log"
         program = Path(tmp) / "on-down.sh"
         program.write_text(f"#!/bin/sh\necho \"$(date +%s.%N) $*\" >> '{fired}'\n")
@@ -67,7 +81,7 @@ def main() -> None:
 
         settings = load_settings(
             broker={"redis_url": url, "key_prefix": prefix},
-            slurm={"slurm_conf": conf, "poll_interval_s": args.poll},
+            slurm={"slurm_conf": conf, "poll_interval_s": poll, **commands},
         )
         stopper = Stopper(install=False)
         bus = RedisEventBus(client, prefix, kick=None)
@@ -85,7 +99,7 @@ def main() -> None:
 
         started: dict[str, tuple[str, float]] = {}  # reason -> (node, t0)
         busy_until: dict[str, float] = {}
-        for i in range(args.changes):
+        for i in range(changes):
             node = nodes[i % NODES]
             # Reuse a node only after the baseline had its chance to fire for its previous change.
             while time.time() < busy_until.get(node, 0):
@@ -126,12 +140,13 @@ def main() -> None:
             client.delete(*keys)
 
     w = list(watcher_lat.values())
-    print(f"{args.changes} state changes (state=down) on a real Slurm 22.05, {NODES} nodes; watcher poll {args.poll:g}s")
+    print(f"{changes} state changes (state=down) on a real {version.stdout.strip()}, {NODES} nodes; "
+          f"watcher poll {poll:g}s")
     print(f"{'':26}{'p50':>8}{'p99':>8}{'max':>8}{'seen':>8}")
-    print(f"{'watcher -> Redis stream':26}{pct(w, 0.5):8.3f}{pct(w, 0.99):8.3f}{max(w):8.3f}{len(w):5}/{args.changes}")
+    print(f"{'watcher -> Redis stream':26}{pct(w, 0.5):8.3f}{pct(w, 0.99):8.3f}{max(w):8.3f}{len(w):5}/{changes}")
     if trigger_lat:
         t = trigger_lat
-        print(f"{'strigger --down baseline':26}{pct(t, 0.5):8.3f}{pct(t, 0.99):8.3f}{max(t):8.3f}{len(t):5}/{args.changes}")
+        print(f"{'strigger --down baseline':26}{pct(t, 0.5):8.3f}{pct(t, 0.99):8.3f}{max(t):8.3f}{len(t):5}/{changes}")
     else:
         print(f"{'strigger --down baseline':26}   never fired within 20 s of any change")
 

@@ -1,12 +1,12 @@
-"""Scale benchmark: the Slurm watcher's cost per poll at 10,000 nodes.
+"""MICRO-BENCHMARK (one function, not the system): the sinfo --json parser and the snapshot diff at 10,000
+nodes. The system's figures (a real 10,000-node slurmctld, the real watcher process, its Slurm commands
+and the controller's side) are bench/slurm_watch_10k.py's; quote those, not these.
 
-A real ``sinfo --json`` document is taken from a real Slurm 22.05 (started here with
-scripts/slurm-up.sh), and its node object is cloned, text and all, into a 10,000-node document: the
-same schema, the same layout and escaping as slurmctld prints them. Each simulated poll changes a few
-nodes the way a live cluster does (load and memory figures from pings, now and then a drain), then
-the watcher's parse + diff is timed in CPU time. Then the real watcher process (``python -m
-watchers.slurm``, cli backend, real Redis) reads the generated document every second through a
-stand-in ``sinfo`` that prints it, and its CPU per poll and RSS are read from /proc.
+A real ``sinfo --json`` document is taken from a real Slurm 22.05 (started here with scripts/slurm-up.sh),
+and its node object is cloned, text and all, into a 10,000-node document: the same schema, layout and
+escaping as slurmctld prints them. Each simulated poll changes a few nodes the way a live cluster does
+(load and memory figures from pings, now and then a drain); the parse + diff is timed in CPU time. This
+is the ``slurm.read_strategy = sinfo_json`` path and the REST backend's parse.
 
 Run: .venv/bin/python -m bench.slurm_scale [--nodes 10000] [--polls 30]
 """
@@ -14,18 +14,10 @@ Run: .venv/bin/python -m bench.slurm_scale [--nodes 10000] [--polls 30]
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
-import signal
 import subprocess
-import sys
-import tempfile
 import time
-import uuid
-from pathlib import Path
-
-import redis
 
 from bench._cluster import slurm_cluster
 from remediation.slurm_json import NodesParser, diff, parse_nodes_json
@@ -77,6 +69,7 @@ def main() -> None:
     head, tail, chunks = clone(real, args.nodes)
     text = head + SEP.join(chunks) + tail
     assert len(parse_nodes_json(text)) == args.nodes
+    print("MICRO-BENCHMARK: parser and diff only (the system: bench.slurm_watch_10k)")
     print(f"document: {args.nodes} nodes, {len(text) / 1e6:.1f} MB, schema from real {real.count(chr(10))}-line sinfo")
 
     t = time.process_time()
@@ -109,77 +102,6 @@ def main() -> None:
     diff(previous, parser.parse(text), bad)
     print(f"parse+diff, every node changed: {(time.process_time() - t) * 1000:.1f} ms CPU")
 
-    watcher_process(head, tail, chunks, rng, args)
-
-
-def _cpu_ms(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
-
-
-def _status_kb(pid: int, key: str) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def watcher_process(head: str, tail: str, chunks: list[str], rng: random.Random, args: argparse.Namespace) -> None:
-    """The real watcher process (python -m watchers.slurm) reading the generated document through its
-    cli backend, publishing to a real Redis. ``sinfo`` is a two-line script printing the document."""
-    url = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-    prefix = f"bench-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(url)
-    with tempfile.TemporaryDirectory(prefix="slurm-scale-") as tmp:
-        doc = Path(tmp) / "sinfo.json"
-        sinfo = Path(tmp) / "sinfo"
-        sinfo.write_text(f"#!/bin/sh\nexec cat '{doc}'\n")
-        sinfo.chmod(0o755)
-
-        def write() -> None:
-            staged = doc.with_suffix(".tmp")
-            staged.write_text(head + SEP.join(chunks) + tail)
-            staged.replace(doc)
-
-        write()
-        env = dict(os.environ)
-        env.update(
-            REMEDIATION_BROKER__REDIS_URL=url,
-            REMEDIATION_BROKER__KEY_PREFIX=prefix,
-            REMEDIATION_SLURM__SINFO=str(sinfo),
-            REMEDIATION_SLURM__POLL_INTERVAL_S="1.0",
-            REMEDIATION_SLURM__RESYNC_INTERVAL_S="3600",
-        )
-        proc = subprocess.Popen([sys.executable, "-m", "watchers.slurm"], env=env, cwd=tmp)  # noqa: S603
-        try:
-            stream = f"{prefix}:events"
-            deadline = time.monotonic() + 60
-            while client.xlen(stream) < len(chunks):  # the first resync: one INVENTORY per node
-                assert time.monotonic() < deadline and proc.poll() is None, "watcher did not start"
-                time.sleep(0.2)
-            time.sleep(1.5)
-            before, started = _cpu_ms(proc.pid), time.monotonic()
-            for _ in range(args.polls):
-                churn(chunks, rng, args.changed, 1)
-                write()
-                time.sleep(1.0)
-            elapsed = time.monotonic() - started
-            cpu = _cpu_ms(proc.pid) - before
-            polls = elapsed / 1.0
-            print(
-                f"watcher process, steady state: {cpu / polls:.1f} ms CPU per poll "
-                f"({args.changed} load changes + 1 drain per poll; includes running sinfo and publishing)"
-            )
-            print(
-                f"watcher process RSS: {_status_kb(proc.pid, 'VmRSS') / 1024:.0f} MB now, "
-                f"{_status_kb(proc.pid, 'VmHWM') / 1024:.0f} MB peak"
-            )
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=10)
-            keys = list(client.scan_iter(match=f"{prefix}*"))
-            if keys:
-                client.delete(*keys)
 
 
 if __name__ == "__main__":

@@ -58,6 +58,9 @@ class NodeEvent(BaseModel):
     observed_at: datetime
     dedupe_key: str = Field("", max_length=512)
     published_at: datetime | None = None
+    # When the reported condition began, if the source knows: a Kubernetes condition's episode start
+    # (the watcher publishes it only after it held). Attribution compares it with our own actions.
+    since: datetime | None = None
 
     @field_validator("node")
     @classmethod
@@ -83,7 +86,7 @@ class NodeEvent(BaseModel):
             raise ValueError("must not contain NUL")
         return value
 
-    @field_validator("observed_at", "published_at")
+    @field_validator("observed_at", "published_at", "since")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
         if value is not None and value.tzinfo is None:

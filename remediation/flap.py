@@ -14,6 +14,11 @@ sighting (by more than ``skew_s``), which is the case that matters: after a watc
 watch, a condition that has been bad for ten minutes is published at once instead of waiting another
 full hold. Otherwise the hold counts from our own first sighting, so skew can never shorten it.
 
+A held condition is published only if it is still bad when its hold ends: an episode that ended
+before (healthy again, or the Node gone) publishes nothing, not even its end. Each change carries the
+moment it was decided (``at``) and the episode's start (``since``), so the ingest can order a bad
+edge against the healthy observation that ended it and tell whether our own reboot caused it.
+
 The module is pure: the clock is injected, nothing here does I/O, and the watcher turns the returned
 :class:`Change` values into NodeEvents. The dedupe key names the condition instance
 (``k8s:NODE:Type=Status:lastTransitionTime``), so re-publishing an episode yields the same key.
@@ -48,6 +53,7 @@ class Change:
     message: str
     key: str
     since: datetime  # start of the episode (UNHEALTHY) or the moment it ended (HEALTHY)
+    at: datetime | None = None  # when the filter decided it: the hold ended, or the end was seen
 
 
 @dataclass
@@ -120,6 +126,7 @@ class FlapFilter:
                             cond.message if cond is not None else "",
                             _key(node, type_, status, at, now),
                             now,
+                            now,
                         )
                     )
         return changes + self._due(now, node)
@@ -165,6 +172,7 @@ class FlapFilter:
                     episode.message,
                     _key(name, type_, episode.status, episode.last_transition, episode.since),
                     episode.since,
+                    now,
                 )
                 changes.append(episode.published)
         return changes

@@ -3,7 +3,14 @@
 Per batch (not per event) the ingest makes a fixed number of round trips: one INSERT ... ON CONFLICT DO
 NOTHING RETURNING for the events (the RETURNING set is exactly the events never seen before, race-free
 against a concurrent ingest), one SELECT of the nodes involved, one of their open remediations, one of
-their recent failure counts, then the decisions, written back in one executemany UPDATE. New
+their recent failure counts (episodes), two for their latest remediation (what its own actions may
+explain) and one for their latest healthy observations, then the decisions, written back in one
+executemany UPDATE.
+
+Decisions are level-triggered: an unhealthy edge is decided against the node's latest observation of
+the same condition, from the database *and* from the rest of the batch (a watcher may flush a stale
+edge together with the healthy observation that ended it), and against the remediation that may
+have caused it (:mod:`remediation.attribution`). New
 remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
 losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
 
@@ -14,7 +21,7 @@ published is ever dropped silently.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -24,10 +31,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.attribution import Condition, Window, healthy_observations
+from remediation.audit import would
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Event, Node, RejectedEvent, Remediation
-from remediation.db.queries import open_remediations_for, recent_failure_counts
+from remediation.db.queries import (
+    latest_healthy,
+    latest_windows,
+    open_remediations_for,
+    recent_failure_counts,
+)
 from remediation.events import EventKind, InvalidEvent, NodeEvent
-from remediation.policy import OUR_OWN, Clock, Decision, DecisionKind, NodeView, decide
+from remediation.policy import OUR_OWN, Clock, Decision, DecisionKind, NodeView, decide, slurm_bad_states
 from remediation.settings import PolicySettings
 from remediation.states import NodeStatus, RemediationStatus, Step
 
@@ -70,9 +84,11 @@ def reject(session: Session, payload: str | bytes, error: str, now: datetime) ->
 
 
 def ingest(
-    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock
+    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    dry_run: bool = False,
 ) -> IngestResult:
-    """Record and decide a batch. The caller owns the transaction (commit after, then enqueue)."""
+    """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
+    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted, issue 11)."""
     now = clock.now()
     result = IngestResult()
     events, rejected = parse_payloads(payloads)
@@ -109,6 +125,8 @@ def ingest(
     nodes = {n.name: n for n in session.scalars(select(Node).where(Node.name.in_(names)).with_for_update())}
     open_by_node = open_remediations_for(session, names)
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
+    windows = latest_windows(session, names)
+    healthy = _healthy(session, fresh, unique.values(), policy)
     counts: dict[str, int] = defaultdict(int)
     updates: list[dict[str, Any]] = []
     todo = fresh
@@ -123,7 +141,8 @@ def ingest(
                 deferred.append(ev)
                 continue
             node = nodes[ev.node]
-            view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0))
+            view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0),
+                            windows.get(ev.node), healthy.get(ev.node, {}))
             decision = decide(ev, view, policy)
             node.last_event_at = ev.observed_at
             if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
@@ -131,8 +150,8 @@ def ingest(
                 continue
             _apply_record(ev, node, decision, now)
             counts[decision.kind] += 1
-            updates.append(_decided(new_keys[ev.dedupe_key], decision, None))
-        opened = _open(session, opens, new_keys, now)
+            updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
+        opened = _open(session, opens, new_keys, now, dry_run)
         for name, (ev, decision) in opens.items():
             rid = opened.get(name)
             if rid is None:  # a concurrent ingest opened one first: this event is recorded only
@@ -140,6 +159,7 @@ def ingest(
                 open_by_node.update(open_remediations_for(session, [name]))
             else:
                 open_by_node[name] = rid
+                windows[name] = Window(rid, now, dry_run=dry_run)
                 failures[name] = failures.get(name, 0) + 1
                 node = nodes[name]
                 node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
@@ -153,6 +173,27 @@ def ingest(
     return result
 
 
+def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent],
+             policy: PolicySettings) -> dict[str, dict[Condition, datetime]]:
+    """The latest healthy observation per node and condition, at or after the oldest unhealthy edge
+    of the batch: recorded ones and the batch's own (a later event in the batch counts too)."""
+    edges = [ev.observed_at for ev in fresh if ev.kind is EventKind.UNHEALTHY]
+    if not edges:
+        return {}
+    bad = slurm_bad_states(policy)
+    names = {ev.node for ev in fresh if ev.kind is EventKind.UNHEALTHY}
+    out = latest_healthy(session, names, min(edges), bad)
+    mine = healthy_observations(
+        ((ev.node, ev.source.value, ev.kind.value, ev.state, ev.observed_at) for ev in batch if ev.node in names),
+        {"slurm": bad},
+    )
+    for (node, cond), at in mine.items():
+        seen = out.setdefault(node, {})
+        if cond not in seen or at > seen[cond]:
+            seen[cond] = at
+    return out
+
+
 def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, Any]:
     return {"id": event_id, "decision": decision.kind.value, "decision_reason": decision.reason[:2000],
             "remediation_id": rid}
@@ -161,12 +202,13 @@ def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, An
 def _apply_record(ev: NodeEvent, node: Node, decision: Decision, now: datetime) -> None:
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
-    elif ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY and decision.reason != OUR_OWN:
+    elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
+          and decision.kind is DecisionKind.RECORD and decision.reason != OUR_OWN):
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime) -> dict[str, int]:
+          now: datetime, dry_run: bool = False) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
     arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
     if not opens:
@@ -183,15 +225,16 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
             "status": RemediationStatus.RUNNING.value,
             "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
             "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
-            "context": context,
+            "context": context, "dry_run": dry_run,
         })
     ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
         index_elements=["node"], index_where=OPEN_PREDICATE
     )
     opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
     session.execute(insert(AuditLog), [
-        {"at": now, "actor": "remediation", "action": "open", "target": name, "reason": opens[name][1].reason,
-         "detail": {"remediation": rid}} for name, rid in opened.items()
+        {"at": now, "actor": "remediation", "action": "open", "target": name,
+         "reason": would(opens[name][1].reason) if dry_run else opens[name][1].reason,
+         "detail": {"remediation": rid}, "dry_run": dry_run} for name, rid in opened.items()
     ])
     return opened
 
@@ -224,7 +267,8 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 
 
 def ingest_batch(
-    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock
+    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    dry_run: bool = False,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -232,7 +276,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock)
+            return ingest(s, payloads, policy, clock, dry_run)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -241,7 +285,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock)
+                one = ingest(s, [payload], policy, clock, dry_run)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

@@ -34,6 +34,7 @@ class SlurmNode:
     reason: str = ""
     reason_user: str | None = None
     reason_time: datetime | None = None
+    slurmd_start_time: datetime | None = None  # when the node's slurmd last started (it registers then)
 
     @property
     def states(self) -> frozenset[str]:
@@ -56,6 +57,19 @@ class SlurmControl(Protocol):
 
     def running_jobs(self, name: str) -> int:
         """Number of jobs running (or completing) on the node."""
+        ...
+
+    def jobs_on(self, name: str) -> list[str]:
+        """Ids of the jobs that still hold the node (running, completing, configuring, suspended),
+        as ``squeue -w NAME`` lists them; sorted."""
+        ...
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        """``scontrol requeue`` these jobs; a job that already ended is not an error."""
+        ...
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        """``scancel`` these jobs; a job that already ended is not an error."""
         ...
 
     def drain(self, name: str, reason: str) -> None:

@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from remediation import breaker
 from remediation.audit import audit
 from remediation.db.models import Node, Remediation
 from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.events import EventKind, InvalidEvent, NodeEvent, Source
+from remediation.holds import lift_holds
 from remediation.ingest import ingest
 from remediation.settings import PolicySettings
 from remediation.states import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
@@ -61,6 +64,8 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     before = is_paused(session)
     control_set(session, PAUSED, {"paused": paused, "by": actor, "reason": reason, "at": now.isoformat()}, now)
     audit(session, now, actor, "pause" if paused else "resume", "", reason)
+    if not paused:
+        lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too
     return before
 
 
@@ -103,9 +108,12 @@ def release(session: Session, name: str, actor: str, reason: str, now: datetime)
     return ReleaseActions(name)
 
 
-def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: datetime) -> Remediation:
-    """Stop one remediation where it stands. The node is left as it is (drained/cordoned by us, if we
-    got that far) and marked unhealthy, so a human decides what comes next."""
+def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: datetime,
+           give_back: bool = False) -> Remediation:
+    """Stop one remediation where it stands. By default the node is left as it is (drained/cordoned
+    by us, if we got that far) and marked unhealthy, so a human decides what comes next. With
+    ``give_back`` the caller also queues ``ReleaseActions(node)``, which resumes our drain (only while
+    the reason is still ours) and removes our cordon and taint; the node is then marked healthy."""
     reason = _reason(reason)
     rem = session.get(Remediation, remediation_id, with_for_update=True)
     if rem is None:
@@ -116,9 +124,30 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
     rem.outcome = f"cancelled by {actor}: {reason}"
     rem.lease_owner = rem.lease_until = None
     node = _node(session, rem.node, lock=True)
-    node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
-    audit(session, now, actor, "cancel", rem.node, reason, {"remediation": rem.id, "step": rem.step})
+    if give_back:
+        rem.outcome += " (our drain, cordon and taint given back)"
+        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, rem.outcome, now
+    else:
+        node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
+    audit(session, now, actor, "cancel", rem.node, reason,
+          {"remediation": rem.id, "step": rem.step, "give_back": give_back})
     return rem
+
+
+def breaker_status(session: Session) -> dict[str, Any]:
+    """The storm breaker's latch: open or not, why, since when, and who closed it last."""
+    return breaker.state(session)
+
+
+def close_breaker(session: Session, actor: str, reason: str, now: datetime) -> list[FollowUp]:
+    """A human closes the latched storm breaker (audited). Every held remediation re-confirms its
+    trigger before its next disruptive action; the follow-ups run them now."""
+    reason = _reason(reason)
+    held = breaker.close_latch(session, now, actor, reason)
+    if held is None:
+        raise LeverError("the storm breaker is not open; nothing to close")
+    rems = session.scalars(select(Remediation).where(Remediation.id.in_(held))).all()
+    return [FollowUp(r.id, r.step) for r in rems]
 
 
 def report(session: Session, name: str, actor: str, reason: str, now: datetime,
@@ -145,4 +174,5 @@ class _Fixed:
         return self._now
 
 
-__all__ = ["LeverError", "ReleaseActions", "cancel", "quarantine", "release", "report", "set_paused", "InvalidEvent"]
+__all__ = ["LeverError", "ReleaseActions", "breaker_status", "cancel", "close_breaker", "quarantine", "release",
+           "report", "set_paused", "InvalidEvent"]

@@ -13,7 +13,7 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   ``remediation_remediations_open{status,step}`` (in flight, where they stand)
 - ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
 - ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
-- ``remediation_breaker_open``, ``remediation_paused``
+- ``remediation_breaker_open``, ``remediation_breaker_open_info{reason,since}`` (why, while open), ``remediation_paused``
 - ``remediation_workflow_lag_seconds``: how overdue the most overdue open remediation is (work nobody
   has picked up), and ``remediation_queue_depth{queue}`` when the composition root injects the
   broker's queue lengths
@@ -118,9 +118,15 @@ class DatabaseCollector(Collector):
         yield nodes
         yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
                                 value=by_status[NodeStatus.QUARANTINED.value])
-        yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds VM actions",
-                                value=1 if control_get(s, BREAKER).get("open") else 0)
-        yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused by a human",
+        latch = control_get(s, BREAKER)
+        yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds VM actions "
+                                "(it latches: open until a human closes it)", value=1 if latch.get("open") else 0)
+        why = GaugeMetricFamily("remediation_breaker_open_info", "Why the storm breaker is open (1 while open)",
+                                labels=["reason", "since"])
+        if latch.get("open"):
+            why.add_metric([str(latch.get("reason") or "")[:200], str(latch.get("at") or "")], 1)
+        yield why
+        yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the system on a fault in its own plumbing)",
                                 value=1 if control_get(s, PAUSED).get("paused") else 0)
         oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(
             Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now))

@@ -17,6 +17,9 @@ A pass, in one transaction that holds the cursor row locked (so two workers neve
    the failed message, so it is retried on the next pass (delivery is at-least-once: a crash between
    the post and the commit repeats that message, it never loses it).
 
+A row written in dry-run (``audit_log.dry_run``) is posted marked ``[DRY-RUN] ... (nothing was changed)``,
+so a rehearsal never reads like a real action.
+
 Without ``notify.webhook_url`` a pass only advances the cursor. The webhook URL is a secret (it is the
 credential) and is never logged: errors are reported by type and status code only.
 """
@@ -54,6 +57,12 @@ NOTIFIABLE: dict[str, tuple[str, str]] = {
     "remediation_failed": (":x:", "Remediation FAILED"),
     "quarantine": (":no_entry:", "Quarantined by hand"),
     "release": (":unlock:", "Released from quarantine"),
+    "pause": (":double_vertical_bar:", "Automation PAUSED"),
+    "resume": (":arrow_forward:", "Automation resumed"),
+    "hold": (":warning:", "Remediation HELD on an error nobody mapped"),
+    "jobs_timeout": (":hourglass:", "Jobs still on a drained node after drain_timeout_s: held, waiting for a human"),
+    "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
+    "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
 }
 
 
@@ -191,6 +200,8 @@ def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: No
 
 def _format(row: AuditLog, cfg: NotifySettings) -> str:
     emoji, headline = NOTIFIABLE[row.action]
+    if row.dry_run:  # nothing was done: the page must not read like it was
+        emoji, headline = ":test_tube:", f"[DRY-RUN] {headline} (nothing was changed)"
     target = row.target
     if target and cfg.dashboard_url:
         target = f"<{cfg.dashboard_url.rstrip('/')}/nodes/{target}|{target}>"
@@ -210,6 +221,8 @@ def _summary(rows: list[AuditLog]) -> str:
     for action, n in by_action.most_common():
         nodes = sorted({r.target for r in rows if r.action == action and r.target})
         where = f" on {compress(nodes)}" if nodes else ""
-        lines.append(f"• {NOTIFIABLE[action][1]}: {n}{where}"[:400])
+        dry = sum(1 for r in rows if r.action == action and r.dry_run)
+        mark = f" ({dry} DRY-RUN, nothing changed)" if dry else ""
+        lines.append(f"• {NOTIFIABLE[action][1]}: {n}{mark}{where}"[:400])
     lines.append("See `remediation audit list` or the dashboard's audit log.")
     return "\n".join(lines)

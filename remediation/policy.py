@@ -2,8 +2,10 @@
 
 Two questions are answered here and nowhere else:
 
-1. ``decide``: what does one event mean for its node? Record it only, open a remediation, quarantine
-   the node (a repeat offender), or mark it recovered.
+1. ``decide``: what does one event mean for its node? Record it only, attribute it to the remediation
+   whose own action caused it, call it superseded (a newer healthy observation of the same condition
+   exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
+   unhealthy signal is explained (:mod:`remediation.attribution`) before it is counted.
 2. ``gate``: may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
    (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
    minimum gap throttle VM actions.
@@ -15,13 +17,14 @@ same functions drive the trace replay (``remediation simulate``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Protocol
 
+from remediation.attribution import Condition, Window, own_cause, superseded
 from remediation.events import EventKind, NodeEvent, Source
 from remediation.settings import PolicySettings
 from remediation.states import NodeStatus, Step
@@ -36,12 +39,15 @@ class DecisionKind(StrEnum):
     OPEN = "open"  # open a remediation
     QUARANTINE = "quarantine"  # repeat offender: open straight into quarantine
     RECOVERED = "recovered"  # an unhealthy (not remediating) node is healthy again
+    ATTRIBUTED = "attributed"  # caused by our own remediation: recorded, never opens, never counts
+    SUPERSEDED = "superseded"  # a newer healthy observation of the same condition: acts on nothing
 
 
 @dataclass(frozen=True)
 class Decision:
     kind: DecisionKind
     reason: str
+    remediation: int | None = None  # the remediation the event is evidence of (attributed, or under it)
 
 
 @dataclass(frozen=True)
@@ -50,11 +56,22 @@ class NodeView:
 
     status: NodeStatus = NodeStatus.HEALTHY
     open_remediation: int | None = None
-    # Remediations opened for this node since max(now - W, last human release), this failure excluded.
+    # Fault episodes of this node since max(now - W, last human release), this failure excluded.
     recent_failures: int = 0
+    # The node's latest remediation (open, or closed): what its own actions may explain.
+    window: Window | None = None
+    # The latest healthy observation of each condition (source, type) the node has reported.
+    healthy: Mapping[Condition, datetime] = field(default_factory=dict)
 
 
 DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+# Slurm states that are never "healthy", whether or not the policy remediates them.
+SLURM_BAD = frozenset({"FAIL", "FAILING", "DOWN", "NOT_RESPONDING"}) | DRAIN_STATES
+
+
+def slurm_bad_states(policy: PolicySettings) -> frozenset[str]:
+    """A Slurm state holding any of these is not a healthy observation (see attribution)."""
+    return SLURM_BAD | {s.upper() for s in policy.slurm_states}
 OUR_OWN = "our own drain"  # the echo of our own action: never changes what we think of the node
 
 
@@ -78,14 +95,20 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return _decide_healthy(node)
     if node.status is NodeStatus.QUARANTINED:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
+    ours = own_cause(event, node.window, policy.our_reason_prefix, timedelta(seconds=policy.settle_s))
+    if ours is not None:
+        return Decision(DecisionKind.ATTRIBUTED, ours, node.window.id if node.window else None)
     if node.open_remediation is not None:
-        return Decision(DecisionKind.RECORD, f"already under remediation #{node.open_remediation}")
+        return Decision(DecisionKind.RECORD, f"already under remediation #{node.open_remediation}",
+                        node.open_remediation)
     if event.reason.startswith(policy.our_reason_prefix):
         return Decision(DecisionKind.RECORD, OUR_OWN)
     if not _remediable_state(event, policy):
         return Decision(DecisionKind.RECORD, f"{event.source} state {event.state} is not remediated")
     if event.source is not Source.MANUAL and (pattern := ignored_reason(event.reason, policy)):
         return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
+    if (why := superseded(event, node.healthy)) is not None:
+        return Decision(DecisionKind.SUPERSEDED, why)
     failures = node.recent_failures + 1
     if failures >= policy.repeat_offender_count:
         return Decision(
@@ -100,7 +123,8 @@ def _decide_healthy(node: NodeView) -> Decision:
     if node.status is NodeStatus.QUARANTINED:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
     if node.open_remediation is not None:
-        return Decision(DecisionKind.RECORD, "under remediation; verify decides when it is healthy")
+        return Decision(DecisionKind.RECORD, "under remediation; verify decides when it is healthy",
+                        node.open_remediation)
     if node.status is NodeStatus.UNHEALTHY:
         return Decision(DecisionKind.RECOVERED, "node reported healthy")
     return Decision(DecisionKind.RECORD, "healthy")
@@ -146,6 +170,10 @@ class ClusterView:
     failed_in_window: int  # distinct nodes with a remediation opened within the breaker window
     vm_active: int  # remediations (other than this one) with a VM action in flight or verifying
     last_vm_action_at: datetime | None
+    pause_reason: str = ""  # who paused automation and why (a human, or the system on a fault of ours)
+    breaker_latched: bool = False  # the storm breaker is open until a human closes it (remediation.breaker)
+    breaker_reason: str = ""  # why it opened
+    last_failure_at: datetime | None = None  # the latest real (not dry-run) remediation opened
 
 
 @dataclass(frozen=True)
@@ -155,9 +183,32 @@ class Gate:
 
 
 def breaker_open(view: ClusterView, policy: PolicySettings) -> bool:
+    """Does the window trip the breaker now? (Once tripped it latches; see :func:`breaker_holds`.)"""
     if view.failed_in_window < policy.breaker_min_failures or view.pool_size <= 0:
         return False
     return view.failed_in_window / view.pool_size > policy.breaker_max_fraction
+
+
+def breaker_holds(view: ClusterView, policy: PolicySettings) -> bool:
+    """Latched open, or tripped by the window right now."""
+    return view.breaker_latched or breaker_open(view, policy)
+
+
+def breaker_may_auto_close(view: ClusterView, policy: PolicySettings, now: datetime) -> bool:
+    """Opt-in (``policy.breaker_auto_close_s``): the window no longer trips it and no node has failed
+    for that long. Off by default: only a human can tell a storm that is over from a quiet fault."""
+    quiet = policy.breaker_auto_close_s
+    if quiet is None or not view.breaker_latched or breaker_open(view, policy):
+        return False
+    return view.last_failure_at is None or (now - view.last_failure_at).total_seconds() >= quiet
+
+
+def breaker_text(view: ClusterView, policy: PolicySettings) -> str:
+    if view.breaker_latched:
+        return (f"storm breaker open ({view.breaker_reason}); it stays open until a human closes it: "
+                "remediation breaker close -r REASON")
+    return (f"storm breaker open: {view.failed_in_window}/{view.pool_size} nodes failed within "
+            f"{_human(policy.breaker_window)} (limit {policy.breaker_max_fraction:.0%})")
 
 
 # Disruptive steps: stopped by the breaker. Draining in Slurm and cordoning stay allowed (safe).
@@ -168,14 +219,10 @@ def gate(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *
     """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
     (polling an operation already started is always allowed, or a restart could never finish)."""
     if view.paused:
-        return Gate(False, "automation is paused")
+        return Gate(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
     if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
-        if breaker_open(view, policy):
-            return Gate(
-                False,
-                f"storm breaker open: {view.failed_in_window}/{view.pool_size} nodes failed within "
-                f"{_human(policy.breaker_window)} (limit {policy.breaker_max_fraction:.0%})",
-            )
+        if breaker_holds(view, policy):
+            return Gate(False, breaker_text(view, policy))
     if step is Step.VM_RESTART and new_vm_action:
         if view.vm_active >= policy.max_concurrent:
             return Gate(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")

@@ -116,6 +116,17 @@ class PolicySettings(_Section):
     repeat_offender_window_s: int = Field(
         7 * 24 * 3600, ge=60, description="W, seconds: the repeat-offender window (7 days)."
     )
+    settle_s: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds after a remediation closes during which signals its own actions cause "
+        "(the reboot's Ready=Unknown/False, NOT_RESPONDING or DOWN in Slurm, our drain) are still "
+        "attributed to it instead of counted as a new fault. The window itself is anchored to the "
+        "remediation's VM action, however long the reboot takes (GPU VMs often need more than 5 "
+        "minutes); this period only covers late delivery: a condition held for kube.min_condition_s "
+        "(300 s) plus one watcher resync (300 s). Longer is safe: only a signal that began inside "
+        "the remediation's disruption window can be attributed, so a new fault is never hidden by it.",
+    )
     max_concurrent: int = Field(
         4,
         ge=1,
@@ -132,8 +143,26 @@ class PolicySettings(_Section):
         3, ge=1, description="The breaker never opens on fewer failed nodes than this (small pools)."
     )
     breaker_window_s: int = Field(600, ge=10, description="Sliding window of the storm breaker, seconds.")
+    breaker_auto_close_s: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds, or unset (default: off). Once open, the storm breaker latches: it stays "
+        "open until a human runs `remediation breaker close -r REASON`. With this set it also closes by "
+        "itself once the window no longer trips it and no node has failed for this long. Off is the "
+        "safe default: a correlated fault, a detector bug or an apiserver partition looks quiet too, "
+        "and only a human can tell them from a storm that is over.",
+    )
     min_restart_gap_s: float = Field(
         10.0, ge=0, description="Minimum seconds between two VM actions anywhere in the cluster."
+    )
+    probe_successes: int = Field(
+        3,
+        ge=1,
+        description="A pause caused by a fault that heals by itself (slurmctld unreachable, munge down) "
+        "is lifted after the failed component answers this many health probes in a row (one per "
+        "workflow.sweep_interval_s). Three answers in a row outlast a controller that flaps while it "
+        "restarts; a credential, permission, quota or configuration fault is never lifted this way, "
+        "only by a human's `remediation resume`.",
     )
 
     @field_validator("ignore_reasons")
@@ -169,7 +198,16 @@ class WorkflowSettings(_Section):
     """Timeouts and retry budget of the remediation state machine."""
 
     drain_timeout_s: int = Field(
-        3600, ge=0, description="How long slurm_drain waits for running jobs to leave before escalating."
+        3600, ge=0, description="Seconds slurm_drain waits for the node's jobs to leave before "
+        "workflow.on_jobs_timeout applies. Nothing destructive happens while jobs remain, however long.",
+    )
+    on_jobs_timeout: Literal["hold", "requeue", "cancel"] = Field(
+        "hold",
+        description="What slurm_drain does when jobs are still on the node after drain_timeout_s. "
+        "hold (default): keep the node drained, page once and keep waiting for the jobs or a human; "
+        "requeue: `scontrol requeue` the jobs; cancel: `scancel` them. Each is audited with the job "
+        "ids. hold is the safe default: a researcher's job is never ended by the service unless a "
+        "site chooses so.",
     )
     evict_timeout_s: int = Field(
         900,
@@ -194,9 +232,25 @@ class WorkflowSettings(_Section):
         "visibility timeout.",
     )
     transient_retries: int = Field(
-        8, ge=0, description="Transient errors (429, 5xx, timeouts) retried this many times per step."
+        8,
+        ge=0,
+        description="Transient errors (429, 5xx, timeouts) a step may meet back to back: the count "
+        "restarts at every successful call, so a long operation polled through a noisy API never "
+        "exhausts it. The step gives up only past this many consecutive errors *and* "
+        "transient_budget_s of failing (see docs/policy.md, 'Transient errors').",
     )
-    backoff_base_s: float = Field(2.0, gt=0, description="First retry delay; doubles per retry.")
+    transient_budget_s: float = Field(
+        240.0,
+        ge=0,
+        description="Seconds a step must have been failing without a single success before it gives "
+        "up (together with more than transient_retries errors in a row). 240 s is what the default "
+        "backoff takes for 8 errors in a row (2+4+8+16+32+60+60+60 s), so with defaults both bounds "
+        "are reached together; the time bound is what stops a quick burst (a short Retry-After, "
+        "several calls per attempt) from ending a step that a few more seconds would have finished.",
+    )
+    backoff_base_s: float = Field(
+        2.0, gt=0, description="First retry delay; doubles with each consecutive transient error."
+    )
     backoff_max_s: float = Field(300.0, gt=0, description="Retry delay cap.")
     lease_s: float = Field(
         300.0,
@@ -237,6 +291,7 @@ class SlurmSettings(_Section):
     scontrol: str = Field("scontrol", description="Path of scontrol (cli backend).")
     sinfo: str = Field("sinfo", description="Path of sinfo (cli backend).")
     squeue: str = Field("squeue", description="Path of squeue (cli backend).")
+    scancel: str = Field("scancel", description="Path of scancel (cli backend; workflow.on_jobs_timeout=cancel).")
     command_timeout_s: float = Field(30.0, gt=0, description="Timeout of one Slurm command.")
     slurm_conf: str | None = Field(None, description="SLURM_CONF passed to the Slurm commands.")
     rest_url: str | None = Field(
@@ -246,13 +301,41 @@ class SlurmSettings(_Section):
     rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for slurmrestd JWT auth.")
     rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
     poll_interval_s: float = Field(
-        0.5,
+        0.25,
         gt=0,
-        description="Watcher poll interval, seconds. Detection waits half of it on average plus ~40 ms "
-        "for sinfo; 0.5 s keeps p50 detection under 0.5 s and costs ~30 ms CPU per poll at 10,000 nodes.",
+        description="Watcher poll interval, seconds (the shortest; see cpu_budget). Detection waits half "
+        "of it on average plus the reads of what changed (~0.1 s at 10,000 nodes). With the delta read "
+        "strategy and its change probe a quiet poll costs under a millisecond of CPU and next to nothing "
+        "in slurmctld, so 0.25 s is cheap; the sinfo_json strategy needs 2 s or more at 10,000 nodes.",
+    )
+    cpu_budget: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="Fraction of one core the Slurm watcher may spend, its Slurm commands included. "
+        "While many nodes change, each poll reads more, and the interval stretches (up to 8x "
+        "poll_interval_s) to stay within it; a quiet cluster stays at poll_interval_s.",
     )
     resync_interval_s: float = Field(
         60.0, gt=0, description="Watcher full resync (re-publishes the current bad set)."
+    )
+    read_strategy: Literal["delta", "sinfo_json"] = Field(
+        "delta",
+        description="How the cli backend's watcher reads slurmctld. 'delta': each poll reads only the "
+        "bad set (sinfo -t down,drain,fail,no_respond, aggregated by slurmctld) and details only the "
+        "nodes that changed (scontrol show node -o LIST); the whole table (scontrol show node -o) only "
+        "at resync. 'sinfo_json': the whole table as sinfo --json every poll, which at 10,000 nodes "
+        "costs ~0.45 s CPU and ~200 MB per call (kept to compare; see bench/slurm_watch_10k.py).",
+    )
+    change_probe: bool = Field(
+        True,
+        description="With read_strategy 'delta', ask slurmctld first whether any node changed since the "
+        "last poll (slurm_load_node with an update time, through libslurm): a quiet cluster then costs "
+        "under a millisecond per poll at both ends. Safe to leave on: without libslurm, or on any error, "
+        "the poll simply runs sinfo.",
+    )
+    libslurm: str | None = Field(
+        None, description="Path of libslurm for the change probe; unset = the one the Slurm commands use."
     )
     not_responding_grace_s: float = Field(
         5.0,
@@ -267,9 +350,19 @@ class SlurmSettings(_Section):
 class KubeSettings(_Section):
     """How the service reads Kubernetes Nodes, maps Slurm nodes to them and acts on them."""
     backend: Literal["kubernetes", "memory", "noop"] = Field("kubernetes", description="Kubernetes access.")
-    host: str | None = Field(None, description="API server URL; unset = in-cluster config or kubeconfig.")
+    host: str | None = Field(
+        None,
+        description="API server URL (https://...); unset = in-cluster config or kubeconfig. A host with a "
+        "token must be https: a bearer token is never sent in clear (client-go refuses to, too).",
+    )
     token: SecretStr | None = Field(None, description="Bearer token (with host).")
-    ca_file: str | None = Field(None, description="CA bundle for the API server.")
+    ca_file: str | None = Field(
+        None,
+        description="PEM file of the cluster CA that signed the API server's certificate (a kubeconfig's "
+        "certificate-authority, the in-cluster ca.crt), used with host. Unset = the system trust store. "
+        "Safe either way: the server's certificate and name are always verified, never skipped; a "
+        "missing or unreadable file is a configuration error (automation pauses), never a node's fault.",
+    )
     mapping: Literal["pod", "node", "static"] = Field(
         "pod", description="How a Slurm node name resolves to a Kubernetes Node."
     )
@@ -290,9 +383,6 @@ class KubeSettings(_Section):
     resync_interval_s: float = Field(300.0, gt=0, description="Watcher relist interval.")
     watch_timeout_s: int = Field(300, ge=1, description="timeoutSeconds of one watch request.")
     evict_backoff_s: float = Field(5.0, gt=0, description="Wait before retrying a 429 eviction.")
-    force_delete_on_timeout: bool = Field(
-        False, description="Never force-delete by default; escalate to a human instead."
-    )
     request_timeout_s: float = Field(
         30.0,
         gt=0,
@@ -312,6 +402,12 @@ class KubeSettings(_Section):
         description="TTL of the Kubernetes watcher's leader lock, seconds; a standby takes over this "
         "long after the leader dies. Renewed every third of it.",
     )
+
+    @model_validator(mode="after")
+    def _tls_for_tokens(self) -> KubeSettings:
+        if self.host and self.token is not None and not self.host.lower().startswith("https://"):
+            raise ValueError(f"host {self.host!r} must be https:// to carry a bearer token")
+        return self
 
 
 class VMSettings(_Section):
@@ -507,7 +603,10 @@ def load_settings(**overrides: Any) -> Settings:
         lines = []
         for err in exc.errors():
             field = ".".join(str(p) for p in err["loc"]) or "settings"
-            lines.append(f"{field}: {err['msg']} (got {err.get('input')!r})")
+            value = err.get("input")
+            # A section-level check's input is the whole section, tokens included: never echo it.
+            got = "" if isinstance(value, dict) else f" (got {value!r})"
+            lines.append(f"{field}: {err['msg']}{got}")
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
     except Exception as exc:  # YAML/TOML syntax errors and non-JSON list values surface here
         if isinstance(exc, ConfigError):

@@ -78,6 +78,9 @@ class NodeStatus(NamedTuple):
             reason=self.reason,
             reason_user=self.reason_user,
             reason_time=datetime.fromtimestamp(self.reason_changed_at, UTC) if self.reason_changed_at else None,
+            slurmd_start_time=(
+                datetime.fromtimestamp(self.slurmd_start_time, UTC) if self.slurmd_start_time else None
+            ),
         )
 
 
@@ -227,6 +230,8 @@ def _status(node: Any, index: int) -> NodeStatus:
     user = node.get("reason_set_by_user") or None
     if user is not None and not isinstance(user, str):
         raise SlurmFormatError(f"{where}.reason_set_by_user: expected a string, got {type(user).__name__}")
+    if not reason:
+        user = None  # 24.11 names a user even when no reason is set; scontrol -o names none
     return NodeStatus(
         name,
         state,

@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
@@ -53,16 +53,22 @@ class Stats:
     mttr_samples: int
     repeat_window_s: int
     offenders: list[Offender]
+    dry_run: int = 0  # dry-run remediations in the window (counted above only with include_dry_run)
+    include_dry_run: bool = False
 
 
 def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
-          repeat_window: timedelta = timedelta(days=7)) -> Stats:
+          repeat_window: timedelta = timedelta(days=7), include_dry_run: bool = False) -> Stats:
+    """Real history by default; ``include_dry_run`` adds what dry-run recorded. Repeat offenders are
+    always counted as the policy counts them, without dry-run."""
     if days < 1 or days > 3650:
         raise ViewError(f"--days must be between 1 and 3650 (got {days})")
     if top < 1 or top > 1000:
         raise ViewError(f"--top must be between 1 and 1000 (got {top})")
     since = now - timedelta(days=days)
-    in_window = Remediation.opened_at > since
+    opened = Remediation.opened_at > since
+    in_window = opened if include_dry_run else and_(opened, Remediation.dry_run.is_(False))
+    dry = int(s.scalar(select(func.count()).where(opened, Remediation.dry_run.is_(True))) or 0)
 
     by_node = [Count(n, int(c)) for n, c in s.execute(
         select(Remediation.node, func.count()).where(in_window).group_by(Remediation.node)
@@ -99,7 +105,7 @@ def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
     return Stats(since=since, days=days, total=sum(outcomes.values()), by_node=by_node,
                  by_cause=by_cause, by_day=by_day, outcomes=outcomes, mttr_s=mttr,
                  mttr_samples=len(durations), repeat_window_s=int(repeat_window.total_seconds()),
-                 offenders=offenders(s, now, repeat_window, top))
+                 offenders=offenders(s, now, repeat_window, top), dry_run=dry, include_dry_run=include_dry_run)
 
 
 def offenders(s: Session, now: datetime, window: timedelta, top: int = 10) -> list[Offender]:
@@ -109,7 +115,7 @@ def offenders(s: Session, now: datetime, window: timedelta, top: int = 10) -> li
     rows = s.execute(
         select(Remediation.node, n, func.max(Remediation.opened_at), Node.status)
         .join(Node, Node.name == Remediation.node)
-        .where(Remediation.opened_at > now - window,
+        .where(Remediation.opened_at > now - window, Remediation.dry_run.is_(False),
                or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at))
         .group_by(Remediation.node, Node.status)
         .having(func.count() >= 2)

@@ -12,87 +12,33 @@ uncordon only a cordon we marked, so a human's drain or cordon placed mid-remedi
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from remediation.errors import NotFound, UnknownNode
-from remediation.interfaces import KubeNodes, Operation, SlurmControl, SlurmNode, VMAction, VMProvider
+from remediation.interfaces import (
+    KubeNode,
+    Operation,
+    SlurmControl,
+    SlurmNode,
+    VMAction,
+)
+from remediation.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
+from remediation.outcomes import Adapters as Adapters
+from remediation.outcomes import Cancel as Cancel
+from remediation.outcomes import Done as Done
+from remediation.outcomes import Escalate as Escalate
+from remediation.outcomes import Note as Note
+from remediation.outcomes import Outcome as Outcome
+from remediation.outcomes import Quarantine as Quarantine
+from remediation.outcomes import StepFn as StepFn
+from remediation.outcomes import StepInput as StepInput
+from remediation.outcomes import Wait as Wait
+from remediation.outcomes import elapsed, wait
 from remediation.policy import ignored_reason
 from remediation.providerid import parse_provider_id
 from remediation.settings import Settings
 from remediation.states import Step
-
-
-@dataclass(frozen=True)
-class Adapters:
-    slurm: SlurmControl
-    kube: KubeNodes
-    vm: VMProvider
-
-
-@dataclass(frozen=True)
-class StepInput:
-    remediation_id: int
-    node: str
-    cause: str
-    ladder: int
-    context: dict[str, Any]
-    key: str  # idempotency key of this attempt
-    attempt: int
-    started_at: datetime  # when this attempt started (timeouts count from here)
-    checks: int
-    provider_op: dict[str, Any] | None
-    detail: dict[str, Any]
-    source: str = ""  # where the opening event came from: slurm, kubernetes or manual
-
-
-@dataclass(frozen=True)
-class Done:
-    outcome: str
-    context: dict[str, Any] = field(default_factory=dict)
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Wait:
-    reason: str
-    countdown: float
-    provider_op: dict[str, Any] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Escalate:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Quarantine:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Cancel:
-    """Stop, undo nothing: a human took the node back (e.g. uncordoned it mid-remediation), or the
-    signal that opened the remediation no longer holds (``node_healthy``)."""
-
-    reason: str
-    node_healthy: bool = False
-
-
-Outcome = Done | Wait | Escalate | Quarantine | Cancel
-StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
-
-
-def _elapsed(inp: StepInput, now: datetime) -> float:
-    return (now - inp.started_at).total_seconds()
-
-
-def _wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
-    countdown = min(max(hint or 0.0, cfg.workflow.poll_interval_s), cfg.workflow.max_wait_s)
-    return Wait(reason, countdown, **kw)
 
 
 def slurm_reason(text: str) -> str:
@@ -145,14 +91,16 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> O
         return stale
     if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
         ad.slurm.drain(inp.node, slurm_reason(f"{prefix} {inp.cause}"))
-    if node.states & {"DOWN", "FAIL", "FAILING"}:
-        return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
-    jobs = ad.slurm.running_jobs(inp.node)
-    if jobs == 0:
+        node = ad.slurm.get_node(inp.node)  # ALLOCATED+DRAIN now reads DRAINING: decide on that
+    jobs, busy = jobs_holding(ad, node)
+    if busy is None:
+        if node.states & {"DOWN", "FAIL"}:
+            return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
         return Done("drained; no jobs running")
-    if _elapsed(inp, now) > cfg.workflow.drain_timeout_s:
-        return Quarantine(f"{jobs} job(s) still running {cfg.workflow.drain_timeout_s}s after drain")
-    return _wait(cfg, f"waiting for {jobs} job(s) to leave", detail={"jobs": jobs})
+    detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
+    if elapsed(inp, now) <= cfg.workflow.drain_timeout_s:
+        return wait(cfg, f"waiting for {busy} to leave" if jobs else f"waiting: {busy}", detail=detail)
+    return jobs_timed_out(inp, ad, cfg, jobs, busy, detail)
 
 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
@@ -181,16 +129,62 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | Non
     return Cancel(f"a human uncordoned {knode.name} during the remediation; stopped ({slurm_note})")
 
 
+def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode: SlurmNode,
+                    cfg: Settings) -> str | None:
+    """What still shows the fault that opened this remediation (None: it has cleared).
+
+    Slurm: DOWN, FAIL or FAILING is the fault unless the reason is our own (our drain keeps a DOWN
+    node DOWN after slurmd is back). Kubernetes: the condition that opened it must be reported again,
+    and healthy; not reported yet is not proof. A manual report has nothing to re-check."""
+    if snode.states & {"DOWN", "FAIL", "FAILING"} and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+        return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
+    if inp.source == "kubernetes":
+        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
+        knode = knode or ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        if now_status is None or now_status == bad:
+            return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
+    return None  # a manual report has no signal to re-check: the reboot and registration are the proof
+
+
+def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+    """After the storm breaker closes, every held remediation re-confirms its trigger against the
+    live state before its next disruptive action (``context.reconfirm``, set by the close). A node
+    that is healthy again (a human resumed it in Slurm, its condition cleared) is cancelled and what
+    is ours (drain, cordon, taint) is given back; a node still bad goes on."""
+    if not inp.context.get("reconfirm") or inp.source == "manual":
+        return None
+    snode = ad.slurm.get_node(inp.node)
+    if inp.source == "slurm":
+        if snode.states & BAD_SLURM:
+            return None
+        why = f"Slurm reports {'+'.join(sorted(snode.states))}"
+    else:
+        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
+        knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        if now_status is None or now_status == bad:
+            return None
+        why = f"{cond_type} is {now_status} on {knode.name}"
+    given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
+    return Cancel(f"re-confirmed after the storm breaker closed: healthy again ({why}); cancelled, gave back "
+                  f"what was ours ({given})", node_healthy=True)
+
+
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
+    if cancel := healthy_again(inp, ad, cfg):
+        return cancel
+    if busy := no_jobs_left(inp, ad, cfg, "eviction"):
+        return busy
     progress = ad.kube.evict_pods(inp.context["k8s_node"])
     if progress.done:
-        return Done("all pods evicted")
-    if _elapsed(inp, now) > cfg.workflow.evict_timeout_s:
+        return Done("all pods evicted", context={"reconfirm": False} if inp.context.get("reconfirm") else {})
+    if elapsed(inp, now) > cfg.workflow.evict_timeout_s:
         blocked = ", ".join(progress.blocked) or f"{progress.remaining} pod(s)"
         return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
-    return _wait(
+    return wait(
         cfg, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
         progress.retry_after, detail={"remaining": progress.remaining, "blocked": list(progress.blocked)},
     )
@@ -213,41 +207,60 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     if inp.provider_op is None:
         if cancel := human_took_back(inp, ad, cfg):
             return cancel
+        if cancel := healthy_again(inp, ad, cfg):
+            return cancel
+        if busy := no_jobs_left(inp, ad, cfg, "VM action"):
+            return busy
         vm = parse_provider_id(inp.context.get("provider_id", ""))
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
-        return _wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+        return wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
     status = ad.vm.poll(op)
     if status.error:
         return Escalate(f"{op.action} failed at the provider: {status.error}")
     if status.done:
-        return Done(f"{op.action} completed ({op.ref})")
-    if _elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
+        # The attempt's start is written before the provider is called: any slurmd start or boot
+        # after it is proof the action happened (verify).
+        return Done(f"{op.action} completed ({op.ref})", context={
+            "vm_action_at": inp.started_at.isoformat(), "vm_op_ref": op.ref, "reconfirm": False})
+    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
-    return _wait(cfg, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
+    return wait(cfg, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
 
 
 def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
+    later than the VM action), slurmd registered after the action as its start time shows (a missing
+    NOT_RESPONDING flag is not enough: a pre-reboot state satisfies it), and the trigger cleared. A
+    node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
+    if str(inp.context.get("vm_op_ref", "")).startswith("dry-run:"):
+        return Done("nothing was restarted (dry-run), so recovery is not checked")
     knode = ad.kube.get(inp.context["k8s_node"])
     snode = ad.slurm.get_node(inp.node)
-    rebooted = knode.boot_id != inp.context.get("boot_id_before")
-    # A DOWN node we drained stays DOWN after its slurmd registers again: our reason replaced "Not
-    # responding", so ReturnToService=1 no longer applies. Such a DOWN is ours to lift in `return`;
-    # slurmd answering shows as the NOT_RESPONDING flag gone.
-    registered = "NOT_RESPONDING" not in snode.flags and (
-        snode.state != "DOWN" or snode.reason_is_ours(cfg.policy.our_reason_prefix)
-    )
-    if knode.ready == "True" and rebooted and registered:
-        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered", detail={"boot_id": knode.boot_id})
-    if _elapsed(inp, now) > cfg.workflow.verify_timeout_s:
-        return Escalate(
-            f"not healthy {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: "
-            f"Ready={knode.ready}, new bootID={rebooted}, slurmd registered={registered}"
-        )
-    return _wait(cfg, f"waiting for Ready={knode.ready}, new bootID={rebooted}, slurmd registered={registered}")
+    action_at = inp.context.get("vm_action_at")
+    since = datetime.fromisoformat(action_at) if action_at else inp.started_at
+    # Slurm stamps the start in whole seconds: a start in the action's own second counts as after it.
+    started = snode.slurmd_start_time
+    slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
+    before = inp.context.get("boot_id_before")
+    rebooted = knode.boot_id != before if before else slurmd_after
+    responding = "NOT_RESPONDING" not in snode.flags
+    trigger = trigger_present(inp, ad, knode, snode, cfg)
+    ready = knode.ready == "True" or not before
+    facts = (f"Ready={knode.ready}, new bootID={rebooted}, slurmd started after the action="
+             f"{slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs {since:%Y-%m-%d %H:%M:%S})" if started else
+             f"Ready={knode.ready}, new bootID={rebooted}, slurmd start time unknown")
+    if ready and rebooted and slurmd_after and responding and trigger is None:
+        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the "
+                    f"action at {since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id})
+    still = f"; trigger still present: {trigger}" if trigger else ""
+    if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
+                        f"{', slurmd not responding' if not responding else ''}{still}")
+    return wait(cfg, f"waiting for proof of recovery: {facts}{still}")
 
 
 def return_to_service(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
@@ -296,6 +309,12 @@ STEPS: dict[Step, StepFn] = {
     Step.RETURN: return_to_service,
     Step.QUARANTINE: quarantine,
 }
+
+
+def give_back(ad: Adapters, node: str, prefix: str) -> str:
+    """Undo what is ours on a node we stop remediating: resume our drain (only while the reason is
+    still ours), remove our cordon and our taint. A human's drain or cordon is left alone."""
+    return release_node(ad, node, prefix)
 
 
 def release_node(ad: Adapters, node: str, prefix: str) -> str:

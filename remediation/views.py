@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -27,6 +27,8 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.episodes import EpisodeRow, episodes
+from remediation.settings import PolicySettings
 from remediation.states import OPEN_STATUSES, NodeStatus, RemediationStatus
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
@@ -160,6 +162,7 @@ class NodeDetail:
     quarantine_history: list[AuditRow]
     audit: list[AuditRow]
     timeline: list[TimelineEntry]
+    episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
 
 
 @dataclass
@@ -353,9 +356,11 @@ def quarantined(s: Session) -> list[NodeRow]:
     return list_nodes(s, NodeStatus.QUARANTINED.value)
 
 
-def node_detail(s: Session, name: str, limit: int = 200) -> NodeDetail:
+def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings | None = None,
+                now: datetime | None = None) -> NodeDetail:
     """Everything on-call needs about one node, newest first in each list and merged into one
-    timeline (oldest first, the way a story reads)."""
+    timeline (oldest first, the way a story reads), and its fault episodes with their evidence
+    (settle period and window from ``policy``)."""
     node = get_node(s, name)
     rem_ids = s.scalars(
         select(Remediation.id).where(Remediation.node == name).order_by(Remediation.opened_at.desc())
@@ -365,8 +370,11 @@ def node_detail(s: Session, name: str, limit: int = 200) -> NodeDetail:
     events = list(reversed(list_events(s, node=name, limit=limit)))
     audit_rows = list_audit(s, target=name, limit=limit)
     history = [a for a in audit_rows if a.action in QUARANTINE_ACTIONS]
+    policy = policy or PolicySettings()
+    found = episodes(rems, events, now or datetime.now(UTC), timedelta(seconds=policy.settle_s),
+                     policy.repeat_offender_window, node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
-                      audit=audit_rows, timeline=_timeline(rems, events, audit_rows))
+                      audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found)
 
 
 def _timeline(rems: list[RemediationDetail], events: list[EventRow],

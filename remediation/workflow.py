@@ -16,28 +16,36 @@ polling that operation and never issues a second restart.
 
 Transient errors are recorded on the step row (with the time the retry is due) and raised as
 :class:`RetryLater` carrying the backoff (honouring Retry-After); the Celery task turns it into
-``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. When retries run out the task
-calls :meth:`Engine.give_up`, which escalates like a permanent error.
+``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. The step row
+is the one retry counter: its failure streak (errors in a row since the last success) sets the backoff
+and decides when to give up (:func:`failing_too_long`); Celery's own retry count plays no part.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.audit import audit
+from remediation import breaker
+from remediation.audit import audit, would
 from remediation.clock import aware
-from remediation.db.models import Control, Node, Remediation, RemediationStep
-from remediation.db.queries import BREAKER, LAST_VM_ACTION, cluster_view, control_get, control_set
-from remediation.errors import PermanentError, TransientError
-from remediation.policy import Clock, ClusterView, breaker_open, gate
+from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.db.queries import (
+    BREAKER,
+    LAST_VM_ACTION,
+    cluster_view,
+    control_set,
+    lock_control,
+)
+from remediation.errors import RemediationError, Scope, TransientError
+from remediation.holds import Fault, held_reason, hold, probe
+from remediation.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.settings import Settings
 from remediation.states import (
     OPEN_STATUSES,
@@ -85,6 +93,19 @@ def backoff(retries: int, retry_after: float | None, base: float, cap: float) ->
     return max(delay, float(retry_after or 0.0))
 
 
+def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: float) -> bool:
+    """Give up on transient errors only when they come back to back: more than ``max_retries`` in a
+    row *and* ``budget_s`` seconds without a success. Counting every error a step ever met would make a
+    long operation polled through a noisy API climb the ladder while it was going well; counting only
+    errors in a row would let a quick burst (short Retry-After, several calls per attempt) end a step
+    that a few more seconds would have finished."""
+    return streak > max_retries and failing_s >= budget_s
+
+
+def _gave_up(outcome: Outcome) -> bool:
+    return isinstance(outcome, Escalate) and outcome.reason.startswith("gave up after")
+
+
 class Engine:
     def __init__(
         self,
@@ -111,23 +132,25 @@ class Engine:
         try:
             outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.settings, self.clock.now())
         except TransientError as exc:
-            raise self._transient(remediation_id, row_id, token, exc) from exc
-        except PermanentError as exc:
-            # Retrying or climbing the ladder cannot fix a permanent error: hand it to a human.
+            retry = self._transient(remediation_id, row_id, token, exc)
+            if isinstance(retry, RetryLater):
+                raise retry from exc
+            if Step(step) is not Step.VM_RESTART:
+                # Minutes of errors from Slurm or the Kubernetes API say the dependency is down, not
+                # that this node is bad: pause (lifted by the health probe), never quarantine.
+                return self._hold(remediation_id, row_id, token, Fault(
+                    "TransientErrorsPersisted", retry.reason, True, True,
+                    "kubernetes" if Step(step) in (Step.K8S_CORDON, Step.K8S_EVICT) else "slurm"))
+            return self._record(remediation_id, row_id, token, retry)
+        except RemediationError as exc:
+            if exc.scope is Scope.SYSTEM:
+                return self._hold(remediation_id, row_id, token, Fault.of(exc))
+            # A permanent error about this node: retrying or climbing the ladder cannot fix it.
             outcome = Quarantine(f"{exc.kind}: {exc.message}")
+        except Exception as exc:  # noqa: BLE001 - nobody mapped it: hold with a page, never a verdict
+            log.exception("remediation %s: %s raised an error no adapter mapped", remediation_id, step)
+            return self._hold(remediation_id, row_id, token, Fault.of(exc))
         return self._record(remediation_id, row_id, token, outcome)
-
-    def give_up(self, remediation_id: int, step: str, error: str) -> FollowUp | None:
-        """Retries are exhausted: escalate as if the step had failed permanently."""
-        with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, remediation_id, with_for_update=True)
-            if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
-                return None
-            row = self._current_row(s, rem)
-            token = rem.lease_owner or "give-up"
-            rem.lease_owner = token
-            row_id = row.id if row is not None else None
-        return self._record(remediation_id, row_id, token, Escalate(f"gave up after retries: {error}"))
 
     def sweep(self) -> list[FollowUp]:
         """Find open remediations nobody is working on (a dead worker, a lost message) and resume
@@ -167,6 +190,13 @@ class Engine:
             lease_until = aware(rem.lease_until)
             if lease_until is not None and lease_until > now:
                 return None  # another worker is on it; it enqueues what comes next
+            if self.settings.dry_run and not rem.dry_run:
+                rem.dry_run = True  # however it was opened, a remediation run in dry-run is one
+            if held := held_reason(rem):
+                # Held by an error nobody mapped: only a human lifts it (resume or cancel).
+                rem.status, rem.wait_reason = RemediationStatus.WAITING, held[:2000]
+                rem.next_run_at = now + timedelta(seconds=wf.max_wait_s)
+                return FollowUp(rid, step, wf.max_wait_s)
             row = self._current_row(s, rem)
             if row is not None and _too_early(row, now):
                 # A second delivery (the sweeper's, say, for a task that sat in a busy queue) must
@@ -199,7 +229,7 @@ class Engine:
                 row = RemediationStep(
                     remediation_id=rid, step=step, attempt=attempt,
                     idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
-                    checks=0, retries=0, detail={},
+                    checks=0, retries=0, detail={}, dry_run=self.settings.dry_run,
                 )
                 s.add(row)
                 if step is Step.VM_RESTART:
@@ -217,20 +247,29 @@ class Engine:
             )
             return inp, row.id
 
-    def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater:
+    def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
+        """Record a transient error; retry after a backoff, or give up once the step has been failing
+        back to back for longer than the budget (see :func:`failing_too_long`)."""
         now = self.clock.now()
         wf = self.settings.workflow
         with self.sessions() as s, s.begin():
             row = s.get(RemediationStep, row_id)
-            retries = row.retries if row is not None else 0
-            countdown = min(backoff(retries, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
+            detail = dict(row.detail or {}) if row is not None else {}
+            streak = int(detail.get("streak", 0)) + 1
+            since = datetime.fromisoformat(detail["failing_since"]) if detail.get("failing_since") else now
+            countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
             if exc.retry_after:
                 countdown = max(countdown, exc.retry_after)
             if row is not None:
-                row.retries = retries + 1
+                row.retries = (row.retries or 0) + 1  # history: every transient error this attempt met
                 row.error, row.error_kind = exc.message[:4000], exc.kind
-                row.detail = {**(row.detail or {}), "retry_after": exc.retry_after, "retry_at": (
-                    now + timedelta(seconds=countdown)).isoformat()}
+                row.detail = {**detail, "streak": streak, "failing_since": since.isoformat(),
+                              "retry_after": exc.retry_after,
+                              "retry_at": (now + timedelta(seconds=countdown)).isoformat()}
+            if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
+                # The lease stays ours: the caller records the escalation at once.
+                return Escalate(f"gave up after {streak} transient errors in a row over "
+                                f"{(now - since).total_seconds():.0f}s: {exc.message}")
             rem = s.get(Remediation, rid, with_for_update=True)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
@@ -246,11 +285,27 @@ class Engine:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
             row = s.get(RemediationStep, row_id) if row_id is not None else None
+            if row is not None and (row.detail or {}).get("streak") and not _gave_up(outcome):
+                # The step's call answered: a failure streak ends with any success.
+                row.detail = {k: v for k, v in row.detail.items() if k not in ("streak", "failing_since")}
             rem.lease_owner = rem.lease_until = None
             rem.updated_at = now
             step = Step(rem.step)
+            dry = self.settings.dry_run
+            if isinstance(outcome, (Wait, Done)) and outcome.note is not None:
+                note = outcome.note
+                audit(s, now, self.settings.actor, note.action, rem.node, note.reason,
+                      {**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
             if isinstance(outcome, Wait):
+                if dry:
+                    outcome = replace(outcome, reason=would(outcome.reason))
+                    if row is not None:
+                        row.dry_run = True
                 return self._record_wait(rem, row, outcome, now)
+            if dry:
+                outcome = self._dry(outcome)
+                if row is not None:
+                    row.dry_run = True
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
@@ -282,12 +337,39 @@ class Engine:
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY):
                 if rem.ladder + 1 < len(self.settings.workflow.ladder):
                     rem.ladder += 1
-                    audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid})
+                    audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
+                          dry_run=dry)
                     return self._move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
             rem.context = {**(rem.context or {}), "quarantine_reason": reason}
-            audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid})
+            audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
             return self._move(rem, step, Step.QUARANTINE, now)
+
+    def _hold(self, rid: int, row_id: int, token: str, fault: Fault) -> FollowUp | None:
+        """The error is not the node's: record it on the step now, park the remediation (and pause
+        automation when it is the system's), and look again after a poll. See remediation.holds."""
+        now = self.clock.now()
+        with self.sessions() as s, s.begin():
+            rem = s.get(Remediation, rid, with_for_update=True)
+            if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
+                log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
+                return None
+            row = s.get(RemediationStep, row_id)
+            countdown = hold(s, now, rem, row, fault, min(self.settings.workflow.poll_interval_s,
+                                                          self.settings.workflow.max_wait_s))
+            return FollowUp(rid, rem.step, countdown)
+
+    def probe(self) -> dict[str, Any]:
+        """Health-probe a self-healing system pause (beat runs this); see :func:`remediation.holds.probe`."""
+
+        def check(component: str, node: str) -> None:
+            if component == "kubernetes":
+                self.adapters.kube.get(self.adapters.kube.node_for(node))
+            else:  # slurm, and anything that names no component: the controller answering is the test
+                self.adapters.slurm.get_node(node)
+
+        with self.sessions() as s, s.begin():
+            return probe(s, self.clock.now(), check, self.settings.policy.probe_successes)
 
     # ------------------------------------------------------------------------------------ helpers
 
@@ -303,6 +385,15 @@ class Engine:
             .order_by(RemediationStep.id.desc())
             .limit(1)
         ).first()
+
+    @staticmethod
+    def _dry(outcome: Outcome) -> Outcome:
+        """Dry-run rows say "would ...": nothing outside was changed (see remediation.audit.would)."""
+        if isinstance(outcome, Done):
+            return replace(outcome, outcome=would(outcome.outcome))
+        if isinstance(outcome, (Cancel, Escalate, Quarantine)):
+            return replace(outcome, reason=would(outcome.reason))
+        return outcome
 
     @staticmethod
     def _record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
@@ -342,38 +433,29 @@ class Engine:
                 node.quarantined_at, node.quarantine_reason = now, why
             else:
                 node.status, node.status_reason = NodeStatus.UNHEALTHY, f"remediation #{rem.id} {status}: {error}"
+        dry = bool(rem.dry_run)
+        if dry:
+            rem.outcome = would(rem.outcome or "")
         audit(s, now, self.settings.actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
-              {"remediation": rem.id})
+              {"remediation": rem.id}, dry_run=dry)
 
     def _note_breaker(self, s: Session, view: ClusterView, now: datetime, exclude: int | None) -> ClusterView:
-        """Record the breaker opening or closing, exactly once however many workers notice it.
-
-        The common case (no change) costs one read and no lock. A change is typically noticed by every
-        claim running at that moment; they queue on the breaker row and each looks again, with a fresh
-        clock and a fresh count, once the one before it has committed. Only the first records the change
-        (one audit row, so on-call is paged once); the others find it done. Returns the view to gate on.
-        """
+        """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period;
+        see :mod:`remediation.breaker`. Exactly once however many workers notice: the common case (no
+        change) costs no lock; a change queues the claims on the breaker row, and only the first records
+        it (one audit row, so on-call is paged once). Returns the view to gate on."""
         policy = self.settings.policy
-        if breaker_open(view, policy) == bool(control_get(s, BREAKER).get("open")):
-            return view
-        was_open = bool(lock_control(s, BREAKER, now).get("open"))
-        now = self.clock.now()
-        view = cluster_view(s, now, policy.breaker_window, exclude)
-        is_open = breaker_open(view, policy)
-        if is_open == was_open:
-            return view
-        detail = {"open": is_open, "failed": view.failed_in_window, "pool": view.pool_size, "at": now.isoformat()}
-        control_set(s, BREAKER, detail, now)
-        reason = f"{view.failed_in_window}/{view.pool_size} nodes failed within the breaker window"
-        audit(s, now, self.settings.actor, "breaker_open" if is_open else "breaker_closed", "", reason, detail)
+        if not view.breaker_latched and breaker_open(view, policy):
+            lock_control(s, BREAKER, now)
+            now = self.clock.now()
+            view = cluster_view(s, now, policy.breaker_window, exclude)
+            if not view.breaker_latched and breaker_open(view, policy):
+                reason = (f"{view.failed_in_window}/{view.pool_size} nodes failed within "
+                          f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
+                breaker.open_latch(s, now, self.settings.actor, view.failed_in_window, view.pool_size, reason)
+                view = cluster_view(s, now, policy.breaker_window, exclude)
+        elif breaker_may_auto_close(view, policy, now):
+            quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
+            breaker.close_latch(s, now, self.settings.actor, f"auto-close: {quiet}")
+            view = cluster_view(s, now, policy.breaker_window, exclude)
         return view
-
-
-def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
-    """Lock one ``control`` row until the transaction ends (creating it empty if missing) and return
-    its value as committed by whoever held the lock before. On SQLite, BEGIN IMMEDIATE already
-    serialises the transaction."""
-    insert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
-    s.execute(insert(Control).values(key=key, value={}, updated_at=now).on_conflict_do_nothing(index_elements=["key"]))
-    value = s.execute(select(Control.value).where(Control.key == key).with_for_update()).scalar_one()
-    return dict(value or {})

@@ -2,6 +2,7 @@
 # Install everything the tests need on a Debian 12 machine, idempotently:
 #   - PostgreSQL and Redis from Debian's packages, started if they are not answering;
 #   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
+#   - Slurm 24.11 in a cached Debian trixie root (scripts/slurm-root.sh), the second real Slurm;
 #   - a Python 3.11 virtualenv in .venv with the project and its test extras.
 # Safe to run again: every step checks before it acts. Needs root for the apt and service steps.
 set -euo pipefail
@@ -46,6 +47,10 @@ fi
 
 # --- Slurm 22.05 and munge (the real-Slurm tests start a controller from a fixture).
 apt_install slurmctld slurmd slurm-client munge slurmrestd
+
+# --- Slurm 24.11 in a debootstrap'd trixie root, built once and reused (the tests run it with chroot).
+apt_install debootstrap
+bash scripts/slurm-root.sh
 
 # --- Debian's Chromium and its matching chromedriver, for the headless browser test (Selenium).
 apt_install chromium chromium-driver

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Start a real Slurm 22.05 controller and N slurmd "nodes" on this host, for tests, benchmarks and demos.
+# Start a real Slurm controller and N slurmd "nodes" on this host, for tests, benchmarks and demos: the
+# host's Slurm 22.05, or with SLURM_CI_ROOT the Slurm 24.11 of a root built by scripts/slurm-root.sh.
 #
 # Each node is its own slurmd process (slurmd -N NAME) listening on its own port, so killing one slurmd
 # makes exactly that node go "Not responding" and then DOWN, as on a real cluster. Everything lives under
@@ -12,8 +13,15 @@
 #   SLURM_CI_PORT_BASE  first slurmd port; node i uses BASE+i  (default 17000)
 #   SLURM_CI_REST       1 = also start slurmrestd on DIR/run/slurmrestd.sock (default 1)
 #   SLURM_CI_TIMEOUT_S  seconds to wait for every node to be idle (default 60)
+#   SLURM_CI_ROOT       run the Slurm of this root (scripts/slurm-root.sh) with chroot (default: the host's)
 # Needs root on Debian 12 (bookworm); installs slurmctld, slurmd, slurm-client, munge and slurmrestd
 # with apt-get when they are missing. Prints "SLURM_CONF=<path>" on its last line.
+#
+# With SLURM_CI_ROOT, DIR is bind-mounted into the root at the same path (so one slurm.conf names the
+# same files inside and out), the root gets its own proc, sys and munged (its own munge socket and key),
+# and DIR/bin holds one wrapper per Slurm command that runs the root's command with chroot: put DIR/bin
+# first on PATH, or name the wrappers in slurm.scontrol / sinfo / squeue / scancel. cgroups are off
+# (CgroupPlugin=disabled) because a chroot has no cgroup tree of its own to manage.
 set -euo pipefail
 
 D=${SLURM_CI_DIR:-/tmp/slurm-ci}
@@ -27,6 +35,37 @@ case "$N" in ''|*[!0-9]*) echo "SLURM_CI_NODES must be a positive integer" >&2; 
 LAST=$((N - 1))
 D=$(realpath -m -- "$D")
 export SLURM_CONF="$D/slurm.conf" DEBIAN_FRONTEND=noninteractive
+ROOT=${SLURM_CI_ROOT:-}
+
+if [ -n "$ROOT" ]; then
+  ROOT=$(realpath -e -- "$ROOT") || { echo "SLURM_CI_ROOT does not exist; build it with scripts/slurm-root.sh" >&2; exit 2; }
+  [ -f "$ROOT/.node-remediation-root" ] || { echo "$ROOT is not a root built by scripts/slurm-root.sh" >&2; exit 2; }
+  [ "$(id -u)" = 0 ] || { echo "running Slurm in a chroot needs root" >&2; exit 1; }
+  cp /etc/hosts "$ROOT/etc/hosts"
+  mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+  mountpoint -q "$ROOT/sys" || mount -t sysfs sysfs "$ROOT/sys" 2>/dev/null || mount --rbind /sys "$ROOT/sys"
+  mkdir -p "$D" "$ROOT$D"
+  mountpoint -q "$ROOT$D" || mount --bind "$D" "$ROOT$D"
+  mkdir -p "$D/bin"
+  for cmd in scontrol sinfo squeue scancel sbatch srun sdiag strigger slurmctld slurmd slurmrestd munge; do
+    path=""
+    for dir in /usr/bin /usr/sbin; do [ -x "$ROOT$dir/$cmd" ] && path="$dir/$cmd" && break; done
+    [ -n "$path" ] || continue
+    # Runs in the caller's directory when the root has it (sbatch writes output there), else in /.
+    cat > "$D/bin/$cmd" <<WRAP
+#!/bin/sh
+exec /usr/sbin/chroot '$ROOT' /bin/sh -c 'cd "\$1" 2>/dev/null || cd /; shift; exec "\$@"' sh "\$PWD" '$path' "\$@"
+WRAP
+    chmod 0755 "$D/bin/$cmd"
+  done
+  # Absolute paths inside the root: DIR/bin is visible there too and must not be found on PATH.
+  if ! chroot "$ROOT" /usr/bin/munge -n >/dev/null 2>&1; then
+    chroot "$ROOT" /usr/bin/install -d -o munge -g munge -m 0755 /run/munge
+    chroot "$ROOT" /usr/sbin/runuser -u munge -- /usr/sbin/munged
+    for _ in $(seq 1 50); do chroot "$ROOT" /usr/bin/munge -n >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  export PATH="$D/bin:$PATH"
+fi
 
 need_install=0
 for cmd in slurmctld slurmd sinfo scontrol squeue sbatch munged slurmrestd; do
@@ -39,11 +78,11 @@ if [ "$need_install" = 1 ]; then
 fi
 
 # munge authenticates every Slurm RPC. The Debian postinst normally creates the key; create one if not.
-if [ ! -s /etc/munge/munge.key ]; then
+if [ -z "$ROOT" ] && [ ! -s /etc/munge/munge.key ]; then
   runuser -u munge -- mungekey -c
 fi
-install -d -o munge -g munge -m 0755 /run/munge
-if ! munge -n >/dev/null 2>&1; then
+[ -n "$ROOT" ] || install -d -o munge -g munge -m 0755 /run/munge
+if [ -z "$ROOT" ] && ! munge -n >/dev/null 2>&1; then
   runuser -u munge -- /usr/sbin/munged
   for _ in $(seq 1 50); do munge -n >/dev/null 2>&1 && break; sleep 0.1; done
 fi
@@ -81,6 +120,8 @@ NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$POR
 PartitionName=gpu Nodes=gpu-node-[0-$LAST] Default=YES MaxTime=INFINITE State=UP
 CONF
 echo "NodeName=gpu-node-[0-$LAST] Name=gpu File=$D/dev/nvidia[0-7]" > "$D/gres.conf"
+# A chroot has no cgroup tree of its own (24.11's slurmd reads cgroup.conf even with task/none).
+[ -n "$ROOT" ] && echo "CgroupPlugin=disabled" > "$D/cgroup.conf"
 
 # -c: drop any job and node state an earlier run left in this directory; start from the config alone.
 slurmctld -c -f "$SLURM_CONF"
@@ -94,7 +135,11 @@ done
 
 if [ "$REST" = 1 ]; then
   # rest_auth/local authenticates by the peer's uid on the unix socket; root needs the override.
-  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -a rest_auth/local -s openapi/v0.0.38 \
+  # 22.05 serves v0.0.38 from its own plugin; 23.02+ serve every data_parser version (24.11: v0.0.40,
+  # v0.0.41, v0.0.42) from openapi/slurmctld.
+  plugin=openapi/v0.0.38
+  [ -n "$ROOT" ] && plugin=openapi/slurmctld
+  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -a rest_auth/local -s "$plugin" \
     "unix:$D/run/slurmrestd.sock" >"$D/log/slurmrestd.log" 2>&1 </dev/null &
   echo $! > "$D/run/slurmrestd.pid"
 fi

@@ -1,7 +1,7 @@
 """A stateful Azure Resource Manager endpoint for Microsoft.Compute VMs and scale-set VMs, over HTTPS.
 
 No Microsoft.Compute emulator exists, so this fake answers what azure-mgmt-compute sends (shapes in
-``wire-protocols.md``). It serves HTTPS because azure-core's bearer-token policy refuses plain http;
+``docs/wire-protocols.md``). It serves HTTPS because azure-core's bearer-token policy refuses plain http;
 :func:`make_self_signed_cert` writes a throw-away certificate for 127.0.0.1 that the client trusts via
 ``connection_verify``.
 

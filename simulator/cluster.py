@@ -2,7 +2,8 @@
 
 :class:`SimCluster` starts, on 127.0.0.1 with free ports:
 
-- the kube-apiserver subset (:mod:`simulator.kube_api`), with bearer-token auth;
+- the kube-apiserver subset (:mod:`simulator.kube_api`), TLS-only with a per-run cluster CA and a
+  bearer token, as a real cluster (``kubectl`` works against it: :meth:`SimCluster.write_kubeconfig`);
 - the Compute Engine fake (:mod:`simulator.gce_api`, http) and the Azure Resource Manager fake
   (:mod:`simulator.azure_api`, HTTPS with a self-signed certificate written into a temp dir);
 - the slurmrestd stand-in (:mod:`simulator.slurmrestd`) over a simulated slurmctld, with a JWT.
@@ -29,7 +30,8 @@ Fault injection and trace replay are in :mod:`simulator.faults`.
 that, the cluster can listen on a chosen address and fixed ports (``bind``, ``base_port``), name
 itself by another host in every URL it hands out (``advertise``: the Azure certificate's SANs
 included, since ARM's async-operation headers carry absolute URLs) and keep its certificate in a
-``state_dir`` next to the env file it writes (:meth:`SimCluster.write_env_file`).
+``state_dir`` next to the env file it writes (:meth:`SimCluster.write_env_file`), with the kube
+CA and a kubeconfig.
 """
 
 from __future__ import annotations
@@ -129,6 +131,8 @@ class Link:
     back_at: float | None = None
     broken: bool = False
     flapping_until: float = 0.0
+    reboot_delay_s: float | None = None  # this VM's boot time, if not the cluster's reboot_delay_s
+    relapse_after_s: float | None = None  # a lemon that boots fine, then faults again this much later
 
 
 class SimCluster(FaultInjector):
@@ -172,7 +176,9 @@ class SimCluster(FaultInjector):
         self.cert_file, key_file = make_self_signed_cert(
             state_dir, ["localhost", self.advertise], valid_days=valid_days
         )
-        self.kube = KubeAPIServer(token=self.kube_token)
+        self.kube = KubeAPIServer(
+            token=self.kube_token, tls_dir=state_dir, hosts=[self.advertise], valid_days=valid_days
+        )
         self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
         self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)
         self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token)
@@ -199,7 +205,7 @@ class SimCluster(FaultInjector):
         if (self.bind, self.base_port) != ("127.0.0.1", 0):
             self._move_kube()
         assert self.kube._httpd is not None
-        self.kube.url = f"http://{self.advertise}:{self.kube._httpd.server_address[1]}"
+        self.kube.url = f"https://{self.advertise}:{self.kube._httpd.server_address[1]}"
         for server in (self.gce, self.azure, self.slurmrestd):
             server.start()
         for i, name in enumerate(self.names):
@@ -246,9 +252,13 @@ class SimCluster(FaultInjector):
         labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": k8s}
         self.kube.add_node(k8s, provider_id=link.provider_id, labels=labels)
         self.kube.add_pod(
-            SLURM_NAMESPACE, name, node_name=k8s, labels=dict([SLURMD_LABEL]), owner_kind="DaemonSet"
-        )
-        self.kube.add_pod("training", f"llama-405b-worker-{i}", node_name=k8s, owner_kind="StatefulSet")
+            SLURM_NAMESPACE, name, node_name=k8s, labels=dict([SLURMD_LABEL]), owner_kind="DaemonSet",
+            owner_name="slurmd",
+        )  # fmt: skip
+        self.kube.add_pod(
+            "training", f"llama-405b-worker-{i}", node_name=k8s, labels={"app": "llama-405b"},
+            owner_kind="StatefulSet", owner_name="llama-405b-worker", empty_dir=True,
+        )  # fmt: skip
         self.links[name] = link
 
     # ---------------------------------------------------------------------------- settings
@@ -264,6 +274,7 @@ class SimCluster(FaultInjector):
             "REMEDIATION_KUBE__BACKEND": "kubernetes",
             "REMEDIATION_KUBE__HOST": self.kube.url,
             "REMEDIATION_KUBE__TOKEN": self.kube_token,
+            "REMEDIATION_KUBE__CA_FILE": str(self.kube.ca_file),
             "REMEDIATION_KUBE__MAPPING": "pod",
             "REMEDIATION_KUBE__POD_NAMESPACE": SLURM_NAMESPACE,
             "REMEDIATION_KUBE__POD_LABEL_SELECTOR": "=".join(SLURMD_LABEL),
@@ -278,6 +289,10 @@ class SimCluster(FaultInjector):
             # The test token is refused on anything but loopback unless the host is named here.
             **({} if self.advertise in LOOPBACK else {"REMEDIATION_VM__AZURE_TEST_HOST": self.advertise}),
         }
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig for ``kubectl`` against this cluster's apiserver (its CA, its token)."""
+        return self.kube.write_kubeconfig(path)
 
     def write_env_file(self, path: Path, *, min_condition_s: float = 1.0) -> None:
         """:meth:`settings_overrides` as ``export`` lines for ``sh``'s ``.``; written atomically (a
@@ -369,7 +384,8 @@ class SimCluster(FaultInjector):
                 self._go_down(link)
             if boot != link.boot_seen:
                 link.boot_seen = boot
-                link.back_at = now + self.reboot_delay_s
+                delay = self.reboot_delay_s if link.reboot_delay_s is None else link.reboot_delay_s
+                link.back_at = now + delay
                 if not link.vm_down:
                     link.vm_down = True
                     self._go_down(link)
@@ -380,6 +396,8 @@ class SimCluster(FaultInjector):
 
     def _go_down(self, link: Link) -> None:
         link.flapping_until = 0.0
+        self.kube.add_event(link.k8s, "NodeNotReady", f"Node {link.k8s} status is now: NodeNotReady",
+                            component="node-controller")  # fmt: skip
         self.kube.set_condition(
             link.k8s,
             "Ready",
@@ -392,6 +410,10 @@ class SimCluster(FaultInjector):
     def _come_up(self, link: Link, rebooted: bool) -> None:
         if rebooted:
             self.kube.bump_boot_id(link.k8s)
+            self.kube.add_event(
+                link.k8s, "Rebooted", f"Node {link.k8s} has been rebooted, boot id: "
+                f"{self.kube.node(link.k8s)['status']['nodeInfo']['bootID']}", type_="Warning",
+            )  # fmt: skip
             for type_ in self.injected_conditions.pop(link.slurm, set()):
                 self.kube.set_condition(link.k8s, type_, "False", reason="NoFault", message="after reboot")
         self.kube.set_condition(
@@ -400,6 +422,9 @@ class SimCluster(FaultInjector):
         if link.broken:
             self.gpu_condition(link.slurm, message="XID 79: GPU has fallen off the bus (again after reboot)")
             return  # slurmd never registers: the GPU fails its health check at start-up
+        if rebooted and link.relapse_after_s is not None:
+            self.at(link.relapse_after_s, lambda: self.gpu_condition(
+                link.slurm, message="XID 48: double-bit ECC error (relapse after reboot)"))
         self.ctld.slurmd_start(link.slurm, booted=rebooted)
 
 

@@ -63,6 +63,7 @@ class ContinuousReplay:
         self.seed = seed
         self.rounds = 0
         self.in_maintenance: set[str] = set()
+        self.stopped = False
 
     def start(self) -> ContinuousReplay:
         self.cluster.at(0.0, self._round)
@@ -70,13 +71,22 @@ class ContinuousReplay:
             self.cluster.at(self.storm_every_s, self._storm)
         return self
 
+    def stop(self) -> None:
+        """Inject nothing more: faults already scheduled by this round, later rounds and storms are
+        skipped (ends of maintenance still happen, as the admin would still resume)."""
+        self.stopped = True
+
     def _round(self) -> None:
+        if self.stopped:
+            return
         pool = [n for n in self.cluster.names if n not in self.in_maintenance]
-        planned = self.cluster.replay(
-            self.trace_csv, speedup=self.speedup, seed=self.seed + self.rounds, nodes=pool
-        )
+        planned = replay.plan(
+            replay.read_trace(self.trace_csv), pool, scale_nodes=len(self.cluster.names),
+            speedup=self.speedup, seed=self.seed + self.rounds,
+        )  # fmt: skip
         self.rounds += 1
         for fault in planned:
+            self.cluster.at(fault.at_s, lambda f=fault: None if self.stopped else self.cluster.apply(f))  # type: ignore[misc]
             if fault.kind == "human_drain":
                 for node in fault.nodes:
                     self.in_maintenance.add(node)
@@ -95,5 +105,7 @@ class ContinuousReplay:
         self.cluster._log(node, "maintenance_done", "admin: scontrol update state=resume")
 
     def _storm(self) -> None:
+        if self.stopped:
+            return
         self.cluster.storm(self.storm_fraction, exclude=tuple(self.in_maintenance))
         self.cluster.at(self.storm_every_s, self._storm)

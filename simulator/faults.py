@@ -8,7 +8,8 @@ show, put where the real system keeps it.
   / GPU-operator condition (``GpuXidError=True`` by default) on the Kubernetes Node.
 - ``flap``: ``Ready`` toggling False/True, each bad phase shorter than any sane hold time.
 - ``repeat_offender``: a "lemon": its VM is broken, so a restart brings the Node back with a new bootID
-  but the GPU fault returns and slurmd never registers (verify must fail), and it fails now.
+  but the GPU fault returns and slurmd never registers (verify must fail), and it fails now; or, with
+  ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
 - ``storm``: a fraction of the pool loses slurmd at once (a switch or a bad roll-out).
 - ``human_drain``: an admin's drain with a maintenance reason, which the service must leave alone.
 - ``replay``: a published trace (see :mod:`simulator.replay`) scheduled on the cluster's clock.
@@ -114,10 +115,21 @@ class FaultInjector:
 
         toggle(True)
 
-    def repeat_offender(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
-        """A lemon: restarts do not fix its VM. It fails now, as a researcher reports it."""
-        self.links[node].broken = True
+    def repeat_offender(
+        self, node: str, reason: str = "xid 48: double-bit ECC error", *, relapse_after_s: float | None = None
+    ) -> None:
+        """A lemon: restarts do not fix its VM. It fails now, as a researcher reports it.
+
+        By default the broken VM never passes verify (its GPU fault is back at boot and slurmd never
+        registers), so the escalation ladder ends in quarantine. With ``relapse_after_s`` it boots
+        and registers, and its GPU condition comes back that long after each boot: every restart
+        "succeeds", and only the repeat-offender rule can take it out of the pool."""
+        if relapse_after_s is None:
+            self.links[node].broken = True
+        else:
+            self.links[node].relapse_after_s = relapse_after_s
         self.researcher_fail(node, reason, user="bob")
+        self._log(node, "repeat_offender", f"broken VM ({'relapses' if relapse_after_s is not None else 'fails verify'})")
 
     # ------------------------------------------------------------------------------- at scale
 

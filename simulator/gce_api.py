@@ -1,7 +1,7 @@
 """A stateful Compute Engine endpoint (the subset a VM restart needs), served by the standard library.
 
 Google offers no Compute Engine emulator, so this fake answers the REST calls google-cloud-compute
-makes with ``transport="rest"`` (shapes in ``wire-protocols.md``):
+makes with ``transport="rest"`` (shapes in ``docs/wire-protocols.md``):
 
 - ``GET  /compute/v1/projects/P/zones/Z/instances/I``: the Instance, ``status`` RUNNING, STOPPING,
   TERMINATED, STAGING...

@@ -1,8 +1,11 @@
 """A small, faithful kube-apiserver for tests and the demo: nodes, pods, pods/eviction and node watches.
 
-Run it in-process (``KubeAPIServer().start()`` binds 127.0.0.1 on a free port and returns its URL) and
-point the official ``kubernetes`` client at it. The HTTP layer answers as the real server does, per
-``wire-protocols.md``: Status bodies for every error, bearer auth (401), chunked newline-delimited watch
+Run it in-process (``KubeAPIServer().start()`` binds 127.0.0.1 on a free port and returns its
+``https://`` URL) and point a client at it with :attr:`KubeAPIServer.ca_file` as its CA, or hand any
+client (``kubectl`` included) the file :meth:`KubeAPIServer.write_kubeconfig` writes. It is TLS-only,
+as a real cluster is: a per-run cluster CA signs its serving certificate (:mod:`simulator.kube_tls`).
+The HTTP layer answers as the real server does, per ``docs/wire-protocols.md``: discovery, Status
+bodies for every error, bearer auth (401), chunked newline-delimited watch
 streams that honour ``resourceVersion``, ``timeoutSeconds`` and ``allowWatchBookmarks``, and a 410
 Expired ERROR event for a resourceVersion the history no longer holds. State and semantics live in
 :mod:`simulator.kube_store`, routing and streaming in :mod:`simulator.kube_http`; this module is the
@@ -16,17 +19,27 @@ Test hooks: ``fail_next`` injects errors (429/5xx/403 with optional Retry-After)
 from __future__ import annotations
 
 import secrets
+import ssl
+import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
 
-from simulator.fakehttp import Hold, take_hold
+import yaml
+
+from simulator.fakehttp import Hold, _Server, take_hold
 from simulator.kube_http import Handler, Request
-from simulator.kube_store import PDB, Obj, Store, now_rfc3339
+from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube_select import to_label_selector
+from simulator.kube_store import Obj, Store, now_micro, now_rfc3339
+from simulator.kube_tls import write_cluster_pki
 
 __all__ = ["KubeAPIServer", "Request"]
+
+NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 @dataclass
@@ -44,8 +57,23 @@ class _Log:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class _TLSServer(_Server):
+    """HTTPS only; the handshake runs in the connection's thread (see :mod:`simulator.fakehttp`)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that refuses our certificate (the point of a test about trust) or hangs up
+        # mid-handshake is not a server bug; anything else still prints its traceback.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ssl.SSLError | ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class KubeAPIServer:
-    """The fake API server plus the methods tests use to change the world behind it."""
+    """The fake API server plus the methods tests use to change the world behind it.
+
+    ``tls_dir`` keeps the PKI (a temp dir, removed by :meth:`stop`, when unset); ``hosts`` adds
+    names to the serving certificate besides 127.0.0.1 and localhost."""
 
     def __init__(
         self,
@@ -54,8 +82,19 @@ class KubeAPIServer:
         bookmark_interval_s: float = 1.0,
         evict_grace_s: float = 0.0,
         default_watch_timeout_s: float = 1800.0,
+        tls_dir: Path | None = None,
+        hosts: Sequence[str] = (),
+        valid_days: int = 1,
     ) -> None:
         self.token = token if token is not None else secrets.token_hex(8)
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if tls_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kube-api-")
+            tls_dir = Path(self._tmp.name)
+        self.pki = write_cluster_pki(tls_dir, hosts, valid_days=valid_days)
+        self.ca_file = self.pki.ca_file
+        self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.ssl_context.load_cert_chain(self.pki.cert_file, self.pki.key_file)
         self.store = Store(history)
         self.bookmark_interval_s = bookmark_interval_s
         self.evict_grace_s = evict_grace_s
@@ -63,17 +102,17 @@ class KubeAPIServer:
         self._faults: list[Fault] = []
         self._holds: list[Hold] = []
         self._log = _Log()
-        self._httpd: ThreadingHTTPServer | None = None
+        self._httpd: _TLSServer | None = None
         self._closing = threading.Event()
         self.url = ""
 
     # ------------------------------------------------------------------------ lifecycle
     def start(self) -> str:
         handler = type("Handler", (Handler,), {"api": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
+        self._httpd = _TLSServer(("127.0.0.1", 0), handler)
+        self._httpd.ssl_context = self.ssl_context
         threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="kube-api", daemon=True).start()
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self.url = f"https://127.0.0.1:{self._httpd.server_address[1]}"
         return self.url
 
     def stop(self) -> None:
@@ -83,6 +122,28 @@ class KubeAPIServer:
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def kubeconfig(self, *, user: str = "remediation") -> Obj:
+        """A kubeconfig for this server (the CA by path, the bearer token), as kubectl reads it."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {"name": "sim", "cluster": {"server": self.url, "certificate-authority": str(self.ca_file)}}
+            ],
+            "users": [{"name": user, "user": {"token": self.token}}],
+            "contexts": [{"name": "sim", "context": {"cluster": "sim", "user": user}}],
+            "current-context": "sim",
+            "preferences": {},
+        }
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """Write :meth:`kubeconfig` to ``path`` (mode 0600: it holds the token) and return it."""
+        path.write_text(yaml.safe_dump(self.kubeconfig(), sort_keys=False))
+        path.chmod(0o600)
+        return path
 
     def __enter__(self) -> KubeAPIServer:
         self.start()
@@ -104,48 +165,21 @@ class KubeAPIServer:
         unschedulable: bool = False,
         taints: list[Obj] | None = None,
     ) -> Obj:
-        spec: Obj = {}
-        if provider_id:
-            spec["providerID"] = provider_id
-        if unschedulable:
-            spec["unschedulable"] = True
-        if taints:
-            spec["taints"] = taints
+        """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube_objects.gpu_node_object`),
+        with its heartbeat Lease."""
         now = now_rfc3339()
-        node: Obj = {
-            "kind": "Node",
-            "apiVersion": "v1",
-            "metadata": {"name": name, "labels": dict(labels or {}), "annotations": dict(annotations or {})},
-            "spec": spec,
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Ready",
-                        "status": ready,
-                        "reason": "KubeletReady" if ready == "True" else "KubeletNotReady",
-                        "message": "kubelet is posting ready status",
-                        "lastHeartbeatTime": now,
-                        "lastTransitionTime": now,
-                    }
-                ],
-                "nodeInfo": {
-                    "bootID": boot_id or str(uuid.uuid4()),
-                    "machineID": uuid.uuid4().hex,
-                    "systemUUID": str(uuid.uuid4()),
-                    "kernelVersion": "6.1.0-28-cloud-amd64",
-                    "osImage": "Debian GNU/Linux 12 (bookworm)",
-                    "containerRuntimeVersion": "containerd://1.7.24",
-                    "kubeletVersion": "v1.31.0",
-                    "kubeProxyVersion": "v1.31.0",
-                    "operatingSystem": "linux",
-                    "architecture": "amd64",
-                },
-            },
-        }
+        node = gpu_node_object(
+            name, ready=ready, provider_id=provider_id, boot_id=boot_id or str(uuid.uuid4()),
+            labels=dict(labels or {}), annotations=dict(annotations or {}), unschedulable=unschedulable,
+            taints=taints, now=now,
+        )  # fmt: skip
+        self.store.create("leases", (NODE_LEASE_NAMESPACE, name), node_lease_object(name, now_micro()))
         return self.store.create("nodes", name, node)
 
     def remove_node(self, name: str) -> None:
         self.store.delete("nodes", name)
+        if (NODE_LEASE_NAMESPACE, name) in self.store.tables["leases"]:
+            self.store.delete("leases", (NODE_LEASE_NAMESPACE, name))
 
     def node(self, name: str) -> Obj:
         return self.store.get("nodes", name)
@@ -189,35 +223,31 @@ class KubeAPIServer:
         node_name: str | None = None,
         labels: dict[str, str] | None = None,
         owner_kind: str | None = None,
+        owner_name: str | None = None,
         mirror: bool = False,
         phase: str = "Running",
         terminating: bool = False,
+        empty_dir: bool = False,
     ) -> Obj:
-        meta: Obj = {"name": name, "namespace": namespace, "labels": dict(labels or {}), "annotations": {}}
+        """A Pod (:func:`~simulator.kube_objects.pod_object`). A DaemonSet owner is created as an
+        object of its own if it does not exist yet, since ``kubectl drain`` looks it up."""
+        owner = None
         if owner_kind:
-            meta["ownerReferences"] = [
-                {
-                    "apiVersion": "apps/v1",
-                    "kind": owner_kind,
-                    "name": f"{name}-owner",
-                    "uid": str(uuid.uuid4()),
-                    "controller": True,
-                }
-            ]
-        if mirror:
-            meta["annotations"]["kubernetes.io/config.mirror"] = uuid.uuid4().hex
-        if terminating:
-            meta["deletionTimestamp"] = now_rfc3339()
-        pod: Obj = {
-            "kind": "Pod",
-            "apiVersion": "v1",
-            "metadata": meta,
-            "spec": {
-                "containers": [{"name": "main", "image": "busybox"}],
-                **({"nodeName": node_name} if node_name else {}),
-            },
-            "status": {"phase": phase},
-        }
+            owner_name = owner_name or f"{name}-owner"
+            uid = str(uuid.uuid4())
+            if owner_kind == "DaemonSet":
+                key = (namespace, owner_name)
+                with self.store.lock:
+                    if key not in self.store.tables["daemonsets"]:
+                        self.store.create(
+                            "daemonsets", key, daemonset_object(namespace, owner_name, labels or {})
+                        )
+                    uid = self.store.tables["daemonsets"][key]["metadata"]["uid"]
+            owner = (owner_kind, owner_name, uid)
+        pod = pod_object(
+            namespace, name, node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror,
+            phase=phase, terminating=terminating, empty_dir=empty_dir, now=now_rfc3339(),
+        )  # fmt: skip
         return self.store.create("pods", (namespace, name), pod)
 
     def remove_pod(self, namespace: str, name: str) -> None:
@@ -225,6 +255,36 @@ class KubeAPIServer:
 
     def pods(self) -> list[Obj]:
         return self.store.list("pods")[0]
+
+    def add_event(
+        self, node: str, reason: str, message: str, *, type_: str = "Normal", component: str = "kubelet"
+    ) -> Obj:
+        """A core/v1 Event about a Node, as the kubelet or node controller records one (``describe
+        node`` lists them); in the default namespace, as Node events are."""
+        current = self.store.get("nodes", node)
+        now = now_rfc3339()
+        name = f"{node}.{uuid.uuid4().hex[:16]}"
+        event: Obj = {
+            "kind": "Event",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": "default"},
+            "involvedObject": {
+                "kind": "Node",
+                "name": node,
+                "uid": current["metadata"]["uid"],
+                "apiVersion": "v1",
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
+            "source": {"component": component, "host": node},
+            "reportingComponent": component,
+            "reportingInstance": node,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        return self.store.create("events", ("default", name), event)
 
     def add_pdb(
         self,
@@ -235,15 +295,23 @@ class KubeAPIServer:
         min_available: int | None = None,
         max_unavailable: int | None = None,
     ) -> None:
-        """A PodDisruptionBudget over the pods matching a label selector (set one of the two bounds)."""
-        with self.store.lock:
-            self.store.pdbs[(namespace, name)] = PDB(
-                namespace, name, selector, min_available, max_unavailable
-            )
+        """A policy/v1 PodDisruptionBudget over the pods matching a label selector (set one bound)."""
+        spec: Obj = {"selector": to_label_selector(selector)}
+        if min_available is not None:
+            spec["minAvailable"] = min_available
+        else:
+            spec["maxUnavailable"] = max_unavailable or 0
+        pdb: Obj = {
+            "kind": "PodDisruptionBudget",
+            "apiVersion": "policy/v1",
+            "metadata": {"name": name, "namespace": namespace, "generation": 1},
+            "spec": spec,
+        }
+        self.store.create("poddisruptionbudgets", (namespace, name), pdb)
 
     def remove_pdb(self, namespace: str, name: str) -> None:
-        with self.store.lock:
-            self.store.pdbs.pop((namespace, name), None)
+        if (namespace, name) in self.store.pdbs:
+            self.store.delete("poddisruptionbudgets", (namespace, name))
 
     def compact(self) -> None:
         """Forget the watch history: open watches, and any new watch from an older resourceVersion,

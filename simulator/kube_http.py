@@ -18,8 +18,21 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from simulator.kube_discovery import (
+    AGGREGATED,
+    SERVER_VERSION,
+    Resource,
+    aggregated,
+    api_group,
+    api_group_list,
+    api_versions,
+    resource_for,
+    resource_list,
+    wants_aggregated,
+)
 from simulator.kube_select import SelectorError, field_selector, label_selector
 from simulator.kube_store import ApiError, Obj, status
+from simulator.kube_table import table, wants_table
 
 if TYPE_CHECKING:
     from simulator.kube_api import KubeAPIServer
@@ -83,7 +96,9 @@ class Handler(BaseHTTPRequestHandler):
         # Logged just before the response goes out, so a client that got its answer sees its entry.
         self._entry = Request(method, url.path, query, content_type, body)
         try:
-            if self.headers.get("Authorization", "") != f"Bearer {self.api.token}":
+            auth = self.headers.get("Authorization")
+            # Anonymous requests may read the public paths; a token, if sent, must be right.
+            if (auth is not None or url.path not in PUBLIC) and auth != f"Bearer {self.api.token}":
                 raise ApiError(status(401, "Unauthorized", "Unauthorized"))
             fault = self.api._take_fault(method, url.path)
             if fault is not None:
@@ -100,13 +115,23 @@ class Handler(BaseHTTPRequestHandler):
     def _log(self, code: int) -> None:
         self.api._record(replace(self._entry, status=code))
 
-    def _send(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
+    def _send(
+        self,
+        code: int,
+        body: Obj,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
+        self._send_raw(code, json.dumps(body).encode(), content_type, headers)
+
+    def _send_raw(
+        self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self._log(code)
         if hold := self.api._take_hold(self._entry.method, self._entry.path):
             hold.wait()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for key, value in (headers or {}).items():
             self.send_header(key, value)
@@ -118,24 +143,32 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self.wfile.flush()
 
-    def watch(self, kind: str, query: dict[str, str], match: Callable[[Obj], bool]) -> None:
-        api, store = self.api, self.api.store
+    def watch(
+        self,
+        res: Resource,
+        query: dict[str, str],
+        match: Callable[[Obj], bool],
+        render: Callable[[Obj], Obj] = lambda obj: obj,
+    ) -> None:
+        api, store, kind = self.api, self.api.store, res.name
         timeout = float(query.get("timeoutSeconds") or api.default_watch_timeout_s)
         deadline = time.monotonic() + timeout
         bookmarks = query.get("allowWatchBookmarks") == "true"
         rv_text = query.get("resourceVersion", "")
+        # Fixed before the request is logged: a test that saw the watch in the log and then compacts
+        # the history knows this watch will get its 410.
+        epoch = store.epoch
         self._log(200)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        epoch = store.epoch
         if rv_text in ("", "0"):
             # No resourceVersion: synthetic ADDED for the current state, then changes from there on.
             items, pos = store.list(kind)
             for obj in items:
                 if match(obj):
-                    self._chunk({"type": "ADDED", "object": obj})
+                    self._chunk({"type": "ADDED", "object": render(obj)})
         else:
             pos = int(rv_text) if rv_text.isdigit() else -1
         next_bookmark = time.monotonic() + api.bookmark_interval_s
@@ -151,17 +184,19 @@ class Handler(BaseHTTPRequestHandler):
                 for record in records:
                     pos = record.rv
                     if match(record.obj):
-                        self._chunk({"type": record.type, "object": record.obj})
+                        self._chunk({"type": record.type, "object": render(record.obj)})
                 now = time.monotonic()
                 if now >= deadline:
                     break
-                if bookmarks and now >= next_bookmark:
+                # Like the real apiserver, a bookmark marks a quiet stream: never between two changes
+                # that are ready to go, so a client sees every pending change before the next bookmark.
+                if bookmarks and now >= next_bookmark and not records:
                     self._chunk(
                         {
                             "type": "BOOKMARK",
                             "object": {
-                                "kind": _KINDS[kind],
-                                "apiVersion": "v1",
+                                "kind": res.kind,
+                                "apiVersion": res.api_version,
                                 "metadata": {"resourceVersion": str(pos)},
                             },
                         }
@@ -176,30 +211,64 @@ class Handler(BaseHTTPRequestHandler):
         return
 
 
-_KINDS = {"nodes": "Node", "pods": "Pod"}
+NOT_FOUND = "the server could not find the requested resource"
+PUBLIC = ("/version", "/healthz", "/livez", "/readyz")  # open to anonymous users on a real cluster
 
 
-def _list(kind: str, items: list[Obj], rv: int) -> Obj:
+def _list(res: Resource, items: list[Obj], rv: int) -> Obj:
     return {
-        "kind": f"{_KINDS[kind]}List",
-        "apiVersion": "v1",
+        "kind": f"{res.kind}List",
+        "apiVersion": res.api_version,
         "metadata": {"resourceVersion": str(rv)},
         "items": items,
     }
 
 
+def _discovery(h: Handler, path: str) -> bool:
+    """Answer the discovery and version paths; False when ``path`` is none of them."""
+    accept = h.headers.get("Accept", "")
+    if path in ("/healthz", "/livez", "/readyz"):
+        h._send_raw(200, b"ok", "text/plain; charset=utf-8")
+    elif path == "/version":
+        h._send(200, SERVER_VERSION)
+    elif path in ("/api", "/apis") and wants_aggregated(accept):
+        h._send(200, aggregated(core=path == "/api"), content_type=AGGREGATED)
+    elif path == "/api":
+        h._send(200, api_versions(h.headers.get("Host", "")))
+    elif path == "/apis":
+        h._send(200, api_group_list())
+    else:
+        parts = path.strip("/").split("/")
+        if parts[0] == "apis" and len(parts) == 2 and (group := api_group(parts[1])) is not None:
+            h._send(200, group)
+        elif parts == ["api", "v1"] or (parts[0] == "apis" and len(parts) == 3):
+            found = resource_list(*(("", "v1") if parts[0] == "api" else (parts[1], parts[2])))
+            if found is None:
+                raise ApiError(status(404, "NotFound", NOT_FOUND))
+            h._send(200, found)
+        else:
+            return False
+    return True
+
+
 def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any, content_type: str) -> None:
+    if method == "GET" and _discovery(h, path or "/"):
+        return
     api, store = h.api, h.api.store
     parts = path.strip("/").split("/")
-    if parts[:2] != ["api", "v1"]:
-        raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
-    rest = parts[2:]
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise ApiError(status(404, "NotFound", NOT_FOUND))
     namespace = None
-    if len(rest) >= 2 and rest[0] == "namespaces":
+    if len(rest) >= 3 and rest[0] == "namespaces":
         namespace, rest = rest[1], rest[2:]
-    if not rest or rest[0] not in ("nodes", "pods") or (rest[0] == "nodes" and namespace):
-        raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
-    kind = rest[0]
+    res = resource_for(group, version, rest[0]) if rest else None
+    if res is None or (namespace is not None and not res.namespaced):
+        raise ApiError(status(404, "NotFound", NOT_FOUND))
+    kind = res.name
     try:
         fields = field_selector(kind, query.get("fieldSelector"))
         labels = label_selector(query.get("labelSelector"))
@@ -210,19 +279,41 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
         in_ns = namespace is None or obj["metadata"].get("namespace") == namespace
         return in_ns and fields(obj) and labels(obj)
 
+    view = store.pdb_with_status if kind == "poddisruptionbudgets" else (lambda o: o)
+    as_table = wants_table(h.headers.get("Accept", ""))
+    include = query.get("includeObject", "Metadata")
     if len(rest) == 1 and method == "GET":
         if query.get("watch") in ("true", "1"):
-            h.watch(kind, query, match)
+            render = view
+            if as_table:
+                first = [True]
+
+                def render(obj: Obj) -> Obj:  # the column definitions go with the first event only
+                    rv = obj["metadata"].get("resourceVersion", "")
+                    out = table(res, [view(obj)], rv, include, with_columns=first[0])
+                    first[0] = False
+                    return out
+
+            h.watch(res, query, match, render)
+            return
+        if not as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
+            encoded, rv = store.list_encoded(kind, match)
+            head = json.dumps(_list(res, [], rv)).encode()[:-2]  # without the closing "]}"
+            h._send_raw(200, head + b",".join(encoded) + b"]}", "application/json")
             return
         items, rv = store.list(kind)
-        h._send(200, _list(kind, [o for o in items if match(o)], rv))
+        selected = [view(o) for o in items if match(o)]
+        h._send(200, table(res, selected, str(rv), include) if as_table else _list(res, selected, rv))
         return
+    if len(rest) >= 2 and res.namespaced and namespace is None:
+        raise ApiError(status(404, "NotFound", NOT_FOUND))
+    key: Any = (
+        rest[1] if len(rest) >= 2 and not res.namespaced else (namespace, rest[1] if len(rest) >= 2 else "")
+    )
     if len(rest) == 2:
-        key: Any = rest[1] if kind == "nodes" else (namespace, rest[1])
-        if kind == "pods" and namespace is None:
-            raise ApiError(status(404, "NotFound", "the server could not find the requested resource"))
         if method == "GET":
-            h._send(200, store.get(kind, key))
+            obj = view(store.get(kind, key))
+            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"], include) if as_table else obj)
             return
         if method == "PATCH" and kind == "nodes":
             h._send(200, store.patch_node(rest[1], body, content_type))
@@ -233,9 +324,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
         else:
             h._send(200, store.patch_node(rest[1], body, content_type, subresource="status"))
         return
-    if len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST" and namespace:
+    if len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST":
         if not isinstance(body, dict) or body.get("kind") != "Eviction":
             raise ApiError(status(400, "BadRequest", "body must be a policy/v1 Eviction"))
-        h._send(201, store.evict(namespace, rest[1], api.evict_grace_s))
+        h._send(201, store.evict(namespace or "", rest[1], api.evict_grace_s))
         return
     raise ApiError(status(405, "MethodNotAllowed", f"the server does not allow this method on {path}"))

@@ -52,6 +52,21 @@ FIELDS: dict[str, frozenset[str]] = {
             "status.nominatedNodeName",
         }
     ),
+    "events": frozenset(
+        {
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        }
+    ),
 }
 
 
@@ -131,3 +146,51 @@ def label_selector(text: str | None) -> Matcher:
         return all(holds(op, key, values, labels) for op, key, values in terms)
 
     return match
+
+
+def to_label_selector(text: str) -> Obj:
+    """A selector string as the ``LabelSelector`` object a PDB or DaemonSet carries (the inverse of
+    :func:`selector_matcher`): equality terms become ``matchLabels``, the rest ``matchExpressions``."""
+    labels: dict[str, str] = {}
+    expressions: list[Obj] = []
+    ops = {"in": "In", "notin": "NotIn", "exists": "Exists", "absent": "DoesNotExist"}
+    for raw in _TERM_SPLIT.split(text):
+        term = raw.strip()
+        if not term:
+            continue
+        if m := _SET_TERM.match(term):
+            values = sorted(v.strip() for v in m["values"].split(",") if v.strip())
+            expressions.append({"key": m["key"], "operator": ops[m["op"]], "values": values})
+        elif "!=" in term:
+            key, value = (s.strip() for s in term.split("!=", 1))
+            expressions.append({"key": key, "operator": "NotIn", "values": [value]})
+        elif "=" in term:
+            key, value = (s.strip() for s in term.replace("==", "=").split("=", 1))
+            labels[key] = value
+        elif term.startswith("!"):
+            expressions.append({"key": term[1:].strip(), "operator": "DoesNotExist"})
+        else:
+            expressions.append({"key": term, "operator": "Exists"})
+    label_selector(text)  # the same parse errors as a query's labelSelector
+    out: Obj = {}
+    if labels:
+        out["matchLabels"] = labels
+    if expressions:
+        out["matchExpressions"] = expressions
+    return out
+
+
+def selector_matcher(selector: Obj | None) -> Matcher:
+    """Compile a ``LabelSelector`` object. An empty selector matches everything, as on a PDB in
+    policy/v1; a missing one (``None``) matches nothing."""
+    if selector is None:
+        return lambda obj: False
+    terms = [f"{k}={v}" for k, v in (selector.get("matchLabels") or {}).items()]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
+        terms.append(
+            {"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})", "Exists": key}.get(
+                op, f"!{key}"
+            )
+        )
+    return label_selector(",".join(terms))

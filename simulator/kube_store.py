@@ -16,6 +16,7 @@ and if none allows it the answer is 429 TooManyRequests with a ``DisruptionBudge
 from __future__ import annotations
 
 import copy
+import json
 import threading
 import uuid
 from collections import deque
@@ -23,14 +24,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from simulator.kube_discovery import RESOURCES
 from simulator.kube_patch import PatchError, apply_patch
-from simulator.kube_select import label_selector
+from simulator.kube_select import selector_matcher
+from simulator.kube_validate import node_errors
 
 Obj = dict[str, Any]
 
 
 def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def now_micro() -> str:
+    """A metav1.MicroTime, as Lease renewTime carries."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def status(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
@@ -60,21 +68,17 @@ def not_found(kind: str, name: str) -> ApiError:
     return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', {"name": name, "kind": kind}))
 
 
-@dataclass
-class PDB:
-    namespace: str
-    name: str
-    selector: str
-    min_available: int | None = None
-    max_unavailable: int | None = None
-
-
 @dataclass(frozen=True)
 class Record:
     rv: int
     type: str  # ADDED, MODIFIED, DELETED
-    kind: str  # nodes, pods
+    kind: str  # the resource: nodes, pods, events, ...
     obj: Obj
+
+
+def _key(obj: Obj) -> Any:
+    meta = obj["metadata"]
+    return (meta["namespace"], meta["name"]) if "namespace" in meta else meta["name"]
 
 
 class Store:
@@ -82,9 +86,16 @@ class Store:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 1
-        self.nodes: dict[str, Obj] = {}
-        self.pods: dict[tuple[str, str], Obj] = {}
-        self.pdbs: dict[tuple[str, str], PDB] = {}
+        # One table per resource; cluster-scoped objects are keyed by name, namespaced ones by
+        # (namespace, name).
+        self.tables: dict[str, dict[Any, Obj]] = {r.name: {} for r in RESOURCES}
+        self.nodes: dict[str, Obj] = self.tables["nodes"]
+        self.pods: dict[tuple[str, str], Obj] = self.tables["pods"]
+        self.pdbs: dict[tuple[str, str], Obj] = self.tables["poddisruptionbudgets"]
+        # Each stored object's JSON, encoded once per write (the apiserver's watch cache keeps a
+        # serialization cache for the same reason): a list of 10,000 Nodes is then a join, not
+        # 10,000 deep copies and encodings, so a relist measures the client, not this fake.
+        self.encoded: dict[str, dict[Any, bytes]] = {r.name: {} for r in RESOURCES}
         self.history: deque[Record] = deque(maxlen=history)
         self.floor = 1  # a watch may resume from any rv >= floor; older ones get 410
         self.epoch = 0  # bumped by compact(); a watch opened in an older epoch is expired
@@ -97,11 +108,16 @@ class Store:
         if self.history.maxlen is not None and len(self.history) == self.history.maxlen:
             self.floor = self.history[0].rv
         self.history.append(Record(self.rv, type_, kind, copy.deepcopy(obj)))
+        key = _key(obj)
+        if type_ == "DELETED":
+            self.encoded[kind].pop(key, None)
+        else:
+            self.encoded[kind][key] = json.dumps(obj).encode()
         self.changed.notify_all()
         return obj
 
     def _table(self, kind: str) -> dict[Any, Obj]:
-        return self.nodes if kind == "nodes" else self.pods  # type: ignore[return-value]
+        return self.tables[kind]
 
     def create(self, kind: str, key: Any, obj: Obj) -> Obj:
         with self.lock:
@@ -164,6 +180,13 @@ class Store:
                 meta[fixed] = current["metadata"][fixed]
             kept = "spec" if subresource == "status" else "status"
             patched[kept] = copy.deepcopy(current.get(kept, {}))
+            if errors := node_errors(patched):
+                raise ApiError(
+                    status(
+                        422, "Invalid", f'Node "{name}" is invalid: ' + "; ".join(errors),
+                        {"name": name, "kind": "Node", "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]},
+                    )
+                )  # fmt: skip
             if patched == current:
                 return copy.deepcopy(current)
             self.nodes[name] = patched
@@ -180,6 +203,12 @@ class Store:
     def list(self, kind: str) -> tuple[list[Obj], int]:
         with self.lock:
             return [copy.deepcopy(o) for o in self._table(kind).values()], self.rv
+
+    def list_encoded(self, kind: str, match: Any) -> tuple[list[bytes], int]:
+        """The JSON of every object ``match`` accepts, from the serialization cache, and the rv."""
+        with self.lock:
+            table, encoded = self._table(kind), self.encoded[kind]
+            return [encoded[key] for key, obj in table.items() if match(obj)], self.rv
 
     def since(self, kind: str, rv: int, epoch: int | None = None) -> list[Record]:
         """Records of ``kind`` after ``rv``; raises ApiError(410) when the history no longer has them."""
@@ -230,10 +259,49 @@ class Store:
             "deletionTimestamp" not in pod["metadata"] and (pod.get("status") or {}).get("phase") == "Running"
         )
 
+    def _budget_counts(self, budget: Obj) -> tuple[int, int, int]:
+        """(pods selected, healthy, desired healthy) of a PodDisruptionBudget, as the disruption
+        controller computes them (an integer bound; percentages are not modelled)."""
+        namespace = budget["metadata"]["namespace"]
+        match = selector_matcher(budget["spec"].get("selector"))
+        selected = [p for p in self.pods.values() if p["metadata"]["namespace"] == namespace and match(p)]
+        healthy = sum(1 for p in selected if self._healthy(p))
+        spec = budget["spec"]
+        if "minAvailable" in spec:
+            desired = int(spec["minAvailable"])
+        else:
+            desired = max(0, len(selected) - int(spec.get("maxUnavailable", 0)))
+        return len(selected), healthy, desired
+
+    def pdb_with_status(self, budget: Obj) -> Obj:
+        """The budget with the status the disruption controller would have written by now."""
+        expected, healthy, desired = self._budget_counts(budget)
+        out = copy.deepcopy(budget)
+        out["status"] = {
+            "observedGeneration": out["metadata"].get("generation", 1),
+            "disruptionsAllowed": max(0, healthy - desired),
+            "currentHealthy": healthy,
+            "desiredHealthy": desired,
+            "expectedPods": expected,
+            "conditions": [
+                {
+                    "type": "DisruptionAllowed",
+                    "status": "True" if healthy > desired else "False",
+                    "reason": "SufficientPods" if healthy > desired else "InsufficientPods",
+                    "message": "",
+                    "observedGeneration": out["metadata"].get("generation", 1),
+                    "lastTransitionTime": out["metadata"]["creationTimestamp"],
+                }
+            ],
+        }
+        return out
+
     def _check_budgets(self, pod: Obj) -> None:
         namespace = pod["metadata"]["namespace"]
         budgets = [
-            b for b in self.pdbs.values() if b.namespace == namespace and label_selector(b.selector)(pod)
+            b
+            for b in self.pdbs.values()
+            if b["metadata"]["namespace"] == namespace and selector_matcher(b["spec"].get("selector"))(pod)
         ]
         if len(budgets) > 1:
             raise ApiError(
@@ -245,13 +313,7 @@ class Store:
                 )
             )
         for budget in budgets:
-            match = label_selector(budget.selector)
-            selected = [p for p in self.pods.values() if p["metadata"]["namespace"] == namespace and match(p)]
-            healthy = sum(1 for p in selected if self._healthy(p))
-            if budget.min_available is not None:
-                desired = budget.min_available
-            else:
-                desired = len(selected) - (budget.max_unavailable or 0)
+            _, healthy, desired = self._budget_counts(budget)
             if healthy - desired <= 0:
                 raise ApiError(
                     status(
@@ -262,8 +324,8 @@ class Store:
                             "causes": [
                                 {
                                     "reason": "DisruptionBudget",
-                                    "message": f"The disruption budget {budget.name} needs {desired} "
-                                    f"healthy pods and has {healthy} currently",
+                                    "message": f"The disruption budget {budget['metadata']['name']} needs "
+                                    f"{desired} healthy pods and has {healthy} currently",
                                 }
                             ]
                         },

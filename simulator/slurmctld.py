@@ -2,7 +2,7 @@
 
 :mod:`simulator.slurmrestd` serves this table over slurmrestd's wire protocol; :mod:`simulator.cluster`
 drives it from the simulated VMs (a VM that reboots takes its slurmd down and, once booted, brings it
-back). The rules reproduce what ``wire-protocols.md`` records of a real controller with
+back). The rules reproduce what ``docs/wire-protocols.md`` records of a real controller with
 ``ReturnToService=1``:
 
 - ``scontrol update state=drain|fail reason=R`` adds the DRAIN or FAIL flag and stamps the reason with

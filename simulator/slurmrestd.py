@@ -3,7 +3,10 @@
 Served by the standard library (:class:`simulator.fakehttp.FakeServer`, 127.0.0.1, a free port) from a
 :class:`simulator.slurmctld.SlurmCtld` node table. What it answers is what
 ``workers/adapters/slurm_rest.py`` sends, in the shapes a real slurmrestd answers (observed on 22.05.8
-for v0.0.38; the v0.0.39+ shapes from Slurm's OpenAPI documents):
+for v0.0.38, and on 24.11.5 for v0.0.40, v0.0.41 and v0.0.42; v0.0.39 from Slurm's OpenAPI documents).
+tests/integration/slurm/test_slurmrestd_contract.py sends the same requests to it and to the real
+slurmrestd of each release and requires the same answers; it is kept for what a real server cannot do
+here (fault injection, JWT auth, thousands of nodes):
 
 - ``GET /slurm/vX/nodes``: ``{"meta", "errors", "nodes"}``, pretty-printed with two-space indents as
   Slurm prints it. v0.0.38 gives the lower-case base ``state`` and ``state_flags``; v0.0.39+ put base
@@ -11,12 +14,15 @@ for v0.0.38; the v0.0.39+ shapes from Slurm's OpenAPI documents):
   ``{"set", "infinite", "number"}``. With ``?update_time=T`` the answer is ``304 Not Modified`` while
   no node changed since T (slurmctld's rule: no change when ``T - 1 >= last_node_update``).
 - ``GET /slurm/vX/node/NAME``: the same document with one node; an unknown name is ``500`` with
-  ``errors: [{"error": "Invalid node name specified", "errno": 2018}]`` (v0.0.38), or the
-  v0.0.39+ error object ``{"description", "error_number", "error", "source"}``.
+  ``errors: [{"error": "Invalid node name specified", "errno": 2018}]`` (v0.0.38), or (v0.0.40+,
+  as 24.11 answers) ``200`` with no ``nodes`` and ``errors: [{"description": "Failure to query node
+  NAME", "error_number": 0, "error": "No error", "source": "_dump_nodes"}]``.
 - ``GET /slurm/vX/jobs``: the jobs with ``job_state`` (a string in v0.0.38, a list from v0.0.39) and
   ``nodes`` as a hostlist.
 - ``POST /slurm/vX/node/NAME`` (v0.0.39 and later only; v0.0.38 is read-only and answers ``405``):
-  ``{"state": ["DRAIN"|"DOWN"|"FAIL"|"RESUME"], "reason": ...}``, applied with slurmctld's rules.
+  ``{"state": ["DRAIN"|"DOWN"|"FAIL"|"RESUME"], "reason": ...}``, applied with slurmctld's rules; a
+  refusal is ``500`` with ``{"description": "Failure to update node NAME", "error_number": ERRNO,
+  "error": MESSAGE, "source": "_update_node"}`` as 24.11 answers it.
 - Unknown paths answer ``404`` in slurmrestd's plain-text words.
 
 Auth: with ``token`` set, requests must carry ``X-SLURM-USER-TOKEN`` (and the user name, which becomes
@@ -33,7 +39,7 @@ from typing import Any
 from simulator.fakehttp import FakeServer, Response
 from simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
 
-VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40")
+VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 _PATH = re.compile(r"^/slurm/(?P<version>v0\.0\.\d+)/(?P<what>nodes|node|jobs|ping)(?:/(?P<name>[^/]+))?$")
 _NOT_FOUND = b"Unable find requested URL. Please view /openapi/v3 for API reference."
 
@@ -97,6 +103,9 @@ class SlurmRestd(FakeServer):
             with self.ctld.lock:
                 doc = node_doc(self.ctld, self.ctld.node(name), version)
         except SlurmError as exc:
+            if version not in ("v0.0.38", "v0.0.39"):  # 24.11: 200, no nodes, errno 0 "No error"
+                body = _errors(version, 0, "No error", "_dump_nodes", f"Failure to query node {name}")
+                return _json(200, body)
             return _error(version, exc, "slurm_load_node_single", {"nodes": []})
         return _json(200, {**_envelope(version), "nodes": [doc]})
 
@@ -115,7 +124,7 @@ class SlurmRestd(FakeServer):
                 raise SlurmError(2028, "Invalid node state specified")
             self.ctld.update(name, str(states[0]), str(update.get("reason") or ""), user)
         except SlurmError as exc:
-            return _error(version, exc, "update_node")
+            return _error(version, exc, "_update_node", description=f"Failure to update node {name}")
         return _json(200, {**_envelope(version), "warnings": []})
 
 
@@ -123,7 +132,7 @@ class SlurmRestd(FakeServer):
 
 
 def _envelope(version: str) -> dict[str, Any]:
-    major, minor, micro = (22, 5, 8) if version == "v0.0.38" else (23, 11, 4)
+    major, minor, micro = (22, 5, 8) if version == "v0.0.38" else (23, 2, 7) if version == "v0.0.39" else (24, 11, 5)
     return {
         "meta": {
             "plugin": {"type": f"openapi/{version}", "name": f"Slurm OpenAPI {version}"},
@@ -136,17 +145,19 @@ def _envelope(version: str) -> dict[str, Any]:
     }
 
 
-def _errors(version: str, errno: int, message: str, source: str) -> dict[str, Any]:
+def _errors(version: str, errno: int, message: str, source: str, description: str = "") -> dict[str, Any]:
     if version == "v0.0.38":
         error: dict[str, Any] = {"error": message, "errno": errno}
     else:
-        error = {"description": message, "error_number": errno, "error": message, "source": source}
+        error = {"description": description or message, "error_number": errno, "error": message, "source": source}
     return {**_envelope(version), "errors": [error]}
 
 
-def _error(version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None) -> Response:
-    # slurmrestd 22.05 answers Slurm's refusals with 500 INTERNAL ERROR and the errno in the body.
-    return _json(500, {**_errors(version, exc.errno, exc.message, source), **(extra or {})})
+def _error(
+    version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None, description: str = ""
+) -> Response:
+    # slurmrestd (22.05 and 24.11) answers Slurm's refusals with 500 INTERNAL ERROR and the errno in the body.
+    return _json(500, {**_errors(version, exc.errno, exc.message, source, description), **(extra or {})})
 
 
 def _number(version: str, value: int) -> Any:
@@ -178,7 +189,7 @@ def node_doc(ctld: SlurmCtld, node: CtldNode, version: str) -> dict[str, Any]:
         "reason_changed_at": _number(version, node.reason_changed_at),
         "reason_set_by_user": node.reason_user,
         "slurmd_start_time": _number(version, node.slurmd_start_time),
-        "slurmd_version": "22.05.8" if version == "v0.0.38" else "23.11.4",
+        "slurmd_version": _envelope(version)["meta"]["Slurm"]["release"],
         "sockets": 64,
         "threads": 1,
         "tres": "cpu=64,mem=500G,billing=64,gres/gpu=8",

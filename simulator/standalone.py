@@ -8,8 +8,8 @@ lines. For docker-compose (see docker-compose.yml) it:
 - names itself ``--advertise HOST`` (the compose service name) in every URL and in the Azure
   certificate; a host that is not loopback is also named in ``vm.azure_test_host``, the one setting
   that lets the Azure test token go to a non-loopback endpoint;
-- writes the certificate and ``simulator.env`` into ``--state-dir``, a volume the other containers
-  read. The env file comes last (its presence means "ready" to the healthcheck) and is removed on
+- writes the certificates (the kube-apiserver's cluster CA among them), a ``kubeconfig`` for
+  ``kubectl`` and ``simulator.env`` into ``--state-dir``, a volume the other containers read. The env file comes last (its presence means "ready" to the healthcheck) and is removed on
   exit, since its per-run tokens die with the process;
 - with ``--replay``, keeps injecting the Llama 3 failure mix (:mod:`simulator.continuous`) and prints
   each fault as it lands, so ``docker compose logs simulator`` tells what the service is reacting to.
@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             ContinuousReplay(
                 cluster, TRACE, speedup=args.speedup, storm_every_s=args.storm_every, seed=args.seed
             ).start()
+        if args.state_dir is not None:
+            kubeconfig = cluster.write_kubeconfig(args.state_dir / "kubeconfig")
+            print(f"# kubectl --kubeconfig {kubeconfig} get nodes", flush=True)
         if env_file is not None:
             cluster.write_env_file(env_file)  # last: its presence means "ready" to the healthcheck
         printed = 0

@@ -56,7 +56,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from remediation.errors import PermanentError
+from remediation.errors import RemediationError
 from remediation.events import EventKind, NodeEvent, Source
 from remediation.flap import Change, Condition, FlapFilter
 from remediation.settings import KubeSettings, Settings, load_settings
@@ -139,7 +139,7 @@ class SlurmNames:
         if self.s.mapping == "static":
             try:
                 by_node = invert(self.static.load())  # a stat per call; re-read only when edited
-            except PermanentError as exc:
+            except RemediationError as exc:  # a bad mapping file: the configuration's fault
                 self._warn(exc.message)
                 return None
             self._failing = False
@@ -179,7 +179,9 @@ class SlurmNames:
 
 
 def to_event(change: Change, slurm_node: str) -> NodeEvent:
-    """One NodeEvent for ``slurm_node``, which runs on the Node ``change`` is about."""
+    """One NodeEvent for ``slurm_node``, which runs on the Node ``change`` is about. It is observed
+    when the filter decided it (not when a slow translation or a Redis outage let it out), and says
+    when its condition began, so the ingest can order it and attribute it to our own reboot."""
     detail = change.message or change.state
     return NodeEvent(
         source=Source.KUBERNETES,
@@ -187,7 +189,8 @@ def to_event(change: Change, slurm_node: str) -> NodeEvent:
         kind=change.kind,
         state=change.state,
         reason=f"Node {change.node}: {detail}"[:2048],
-        observed_at=datetime.now(UTC),
+        observed_at=change.at or datetime.now(UTC),
+        since=change.since,
         dedupe_key=f"k8s:{slurm_node}@{change.key.removeprefix('k8s:')}",
     )
 
@@ -286,6 +289,8 @@ class Publisher:
         self.unmapped: set[str] = set()  # Nodes already logged as hosting no Slurm node
         self.skipped = 0  # changes dropped because their Node hosts no Slurm node
         self.outbox: list[NodeEvent] = []
+        self.unsent: dict[tuple[str, str], list[NodeEvent]] = {}  # episode -> its bad events in the outbox
+        self.delivered: set[tuple[str, str]] = set()  # episodes whose bad edge Redis has taken
 
     def handle(self, item: Item) -> None:
         kind, payload = item
@@ -300,8 +305,27 @@ class Publisher:
             changes = []
         else:
             changes = self.flap.observe(payload["metadata"]["name"], conditions_of(payload))
+        self.enqueue(changes)
+
+    def enqueue(self, changes: Iterable[Change]) -> None:
+        """Queue changes for translation. A held condition is published only if still bad: when an
+        episode ends before its bad edge has left this process (waiting for the pod map, or in the
+        outbox while Redis is down), the edge and its end are both dropped. Sent together, the stale
+        edge would reach the ingest beside the observation that already ended it."""
         now = time.monotonic()
-        self.pending.extend((c, now) for c in changes)
+        for change in changes:
+            episode = (change.node, change.state.partition("=")[0])
+            if change.kind is EventKind.HEALTHY:
+                self.pending = [(c, t) for c, t in self.pending if c.kind is not EventKind.UNHEALTHY
+                                or (c.node, c.state.partition("=")[0]) != episode]
+                dropped = {id(e) for e in self.unsent.pop(episode, [])}
+                self.outbox = [e for e in self.outbox if id(e) not in dropped]
+                if episode not in self.delivered:  # nobody heard of the bad edge: nothing ended
+                    self.sent.pop(episode, None)
+                    log.info("%s %s ended before it was published; publishing nothing", *episode)
+                    continue
+                self.delivered.discard(episode)
+            self.pending.append((change, now))
 
     def _keep_only(self, nodes: set[str] | None, gone: str | None = None) -> None:
         def keep(node: str) -> bool:
@@ -309,6 +333,7 @@ class Publisher:
 
         self.pending = [(c, t) for c, t in self.pending if keep(c.node)]
         self.sent = {k: v for k, v in self.sent.items() if keep(k[0])}
+        self.delivered = {k for k in self.delivered if keep(k[0])}
         self.unmapped = {n for n in self.unmapped if keep(n)}
 
     def translate(self) -> None:
@@ -340,14 +365,17 @@ class Publisher:
             self.unmapped.discard(change.node)
             for name in names:
                 try:
-                    self.outbox.append(to_event(change, name))
+                    event = to_event(change, name)
                 except ValueError as exc:  # e.g. a mapping-file key that is no valid node name
                     log.warning("Node %s: cannot publish for Slurm node %r: %s", change.node, name, exc)
+                    continue
+                self.outbox.append(event)
+                if change.kind is EventKind.UNHEALTHY:
+                    self.unsent.setdefault(episode, []).append(event)
         self.pending = waiting
 
     def flush(self) -> None:
-        now = time.monotonic()
-        self.pending.extend((c, now) for c in self.flap.due())
+        self.enqueue(self.flap.due())
         self.translate()
         if not self.outbox:
             return
@@ -356,6 +384,8 @@ class Publisher:
             for event in self.outbox:
                 log.info("published %s %s %s (%s)", event.node, event.kind, event.state, event.reason[:200])
             self.outbox = []
+            self.delivered |= set(self.unsent)
+            self.unsent = {}
         except BusUnavailable as exc:
             log.warning("cannot publish %d event(s), will retry: %s", len(self.outbox), exc)
 

@@ -27,6 +27,7 @@ releases the lock.
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -71,6 +72,10 @@ class ListNodesSource:
         return self.snapshot()
 
 
+#: States a human or we set with a reason of our own: a reason shown with them is never a kept one.
+_VERDICTS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
+
+
 class SlurmWatcher:
     """One watcher's memory between polls. ``step`` is one poll; the loop is in :func:`run`."""
 
@@ -84,12 +89,13 @@ class SlurmWatcher:
         self.bus = bus
         self.source = source
         self.clock = clock
-        self.bad = frozenset(BAD_PRIORITY) | {s.upper() for s in settings.policy.slurm_states}
+        self.bad = watched_states(settings)
         self.resync_interval = settings.slurm.resync_interval_s
         self.grace = settings.slurm.not_responding_grace_s
         self.previous: dict[str, NodeStatus] | None = None
         self.next_resync = 0.0
         self._not_responding_since: dict[str, float] = {}
+        self._kept_reasons: dict[str, str] = {}  # node -> the reason it kept while in service
 
     def reset(self) -> None:
         """Forget the snapshot: the next step is a full resync (start, regained leadership)."""
@@ -100,12 +106,14 @@ class SlurmWatcher:
         BusUnavailable (snapshot kept) and the Slurm adapter's typed errors."""
         now = self.clock()
         resync = self.previous is None or now >= self.next_resync
-        if resync or self._not_responding_since:
-            current: dict[str, NodeStatus] | None = self.source.snapshot()
-        else:
-            current = self.source.poll()
+        current = self.source.snapshot() if resync else self.source.poll()
+        if current is None and self._not_responding_since:
+            # "Nothing changed" cannot tell whether a grace period ran out: look at the latest statuses
+            # (the delta reader keeps them; slurmrestd's 304 needs a full read).
+            current = getattr(self.source, "current", self.source.snapshot)()
         if current is None:
             return 0
+        current = self._without_kept_reasons(current)
         previous = self.previous or {}
         changes = diff(previous, current, self.bad)
         effective = current  # a fresh dict per read; nodes held back by the grace are swapped in
@@ -148,6 +156,35 @@ class SlurmWatcher:
             log.info("node %s is no longer in Slurm", name)
         return published
 
+    def _without_kept_reasons(self, current: dict[str, NodeStatus]) -> dict[str, NodeStatus]:
+        """Slurm 24.11 keeps a node's last reason after it is resumed (22.05 clears it), and when that
+        node later stops responding slurmctld shows the old reason (NOT_RESPONDING), then appends its
+        own to it (DOWN: "OLD : Not responding"; seen on 24.11.5). A reason seen while the node was in
+        service is not the reason of such a new fault: it is cut off, so that an old ``remediation:``
+        reason never makes a new fault look like our own action and an old human reason never puts it
+        on the ignore list. A DRAIN or FAIL is a new verdict (a human's or ours) and keeps its reason
+        as set. A watcher started while such a node is already bad has no history and publishes the
+        reason as read."""
+        for name, status in current.items():
+            if bad_state(status, self.bad) is None:
+                if status.reason:
+                    self._kept_reasons[name] = status.reason
+                else:
+                    self._kept_reasons.pop(name, None)
+                continue
+            kept = self._kept_reasons.get(name)
+            if kept is None:
+                continue
+            if status.states & _VERDICTS:
+                del self._kept_reasons[name]
+            elif status.reason == kept:
+                current[name] = status._replace(reason="", reason_user=None, reason_changed_at=0)
+            elif status.reason.startswith(kept + " : "):
+                current[name] = status._replace(reason=status.reason[len(kept) + 3 :])
+            else:
+                del self._kept_reasons[name]
+        return current
+
     def _within_grace(self, status: NodeStatus, state: str, now: float) -> bool:
         if state != "NOT_RESPONDING" or self.grace <= 0 or (status.states & self.bad) != {"NOT_RESPONDING"}:
             return False
@@ -174,7 +211,42 @@ class SlurmWatcher:
         return self._event(EventKind.INVENTORY, status, state, key, observed)
 
 
-def as_source(slurm: SlurmControl) -> SnapshotSource:
+class Pace:
+    """The poll interval, stretched when polls get dear: the watcher (and the Slurm commands it runs)
+    stays within ``budget`` of one core. A quiet cluster costs well under a millisecond per poll (the
+    change probe), so it is polled at ``base``; while many nodes change, each poll reads the bad set
+    and the changed nodes, and the interval grows until that costs ``budget``, never more than 8x."""
+
+    def __init__(self, base: float, budget: float) -> None:
+        self.base, self.budget = base, budget
+        self.cost = 0.0  # CPU seconds per poll, smoothed
+        self._t0 = 0.0
+
+    @staticmethod
+    def _cpu() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def start(self) -> None:
+        self._t0 = self._cpu()
+
+    def interval(self) -> float:
+        used = self._cpu() - self._t0
+        self.cost = used if self.cost == 0.0 else 0.7 * self.cost + 0.3 * used
+        return min(8 * self.base, max(self.base, self.cost / self.budget))
+
+
+def watched_states(settings: Settings) -> frozenset[str]:
+    return frozenset(BAD_PRIORITY) | {s.upper() for s in settings.policy.slurm_states}
+
+
+def as_source(slurm: SlurmControl, bad: frozenset[str] = frozenset(BAD_PRIORITY)) -> SnapshotSource:
+    """The cheapest reader the backend offers: the cli backend's delta reader (only what changed),
+    slurmrestd's update_time (304 when nothing did), else a full read per poll."""
+    delta = getattr(slurm, "delta_source", None)
+    reader = delta(bad) if callable(delta) else None
+    if reader is not None:
+        return reader  # type: ignore[no-any-return]
     return slurm if isinstance(slurm, SnapshotSource) else ListNodesSource(slurm)
 
 
@@ -194,12 +266,14 @@ def run(
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.
     lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
-    watcher = SlurmWatcher(settings, bus, as_source(slurm))
+    watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
+    pace = Pace(poll, settings.slurm.cpu_budget)
     leading = False
     log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
     try:
         while not stopper.stopped:
             started = time.monotonic()
+            pace.start()
             if lock.acquire_or_renew():
                 if not leading:
                     log.info("slurm watcher is the leader")
@@ -214,7 +288,7 @@ def run(
             elif leading:
                 log.info("slurm watcher lost the leader lock")
                 leading = False
-            stopper.wait(max(0.0, poll - (time.monotonic() - started)))
+            stopper.wait(max(0.0, pace.interval() - (time.monotonic() - started)))
     finally:
         lock.release()
         log.info("slurm watcher stopped")

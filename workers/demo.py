@@ -20,7 +20,8 @@ that each safety rule shows once:
   is quarantined (the demo's ladder is one restart, so this takes ``verify_timeout_s``, 30 s);
 - t=17 s: a GPU Xid condition on gpu-node-4's Node;
 - t=20 s: a switch failure takes 20% of the pool at once: the storm breaker opens, nodes are drained
-  and cordoned but no VM is restarted until the breaker window (15 s) has passed;
+  and cordoned but no VM is restarted until the breaker closes (it latches; the unattended demo opts in
+  to ``policy.breaker_auto_close_s``, 15 s without a new failure, where production waits for a human);
 - t=37 s: a 12-second segment of the Llama 3 trace, scaled to 32 nodes and sped up 78,000x.
 
 Three faults at most open remediations within any 15 s before the storm, so only the storm trips the
@@ -51,6 +52,8 @@ DEMO_ENV = {
     "REMEDIATION_WORKFLOW__LADDER": '["restart"]',
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0.5",
     "REMEDIATION_POLICY__BREAKER_WINDOW_S": "15",
+    # The breaker latches until a human closes it; the unattended demo opts in to closing by itself.
+    "REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S": "15",
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
     "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",

@@ -81,7 +81,7 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
-        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock())
+        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:
@@ -106,6 +106,7 @@ def release(self: DomainTask, node: str) -> str:
 
 @app.task(name="remediation.sweep", base=DomainTask, bind=True)
 def sweep(self: DomainTask) -> int:
+    self.rt.engine.probe()  # a self-healing system pause is lifted after enough answers in a row
     followups = self.rt.engine.sweep()
     enqueue(followups)
     return len(followups)
@@ -115,10 +116,9 @@ def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
     try:
         followup = task.rt.engine.run(remediation_id, step)
     except RetryLater as exc:
-        if task.request.retries >= settings.workflow.transient_retries:
-            followup = task.rt.engine.give_up(remediation_id, step, exc.cause.message)
-        else:
-            raise task.retry(countdown=exc.countdown, max_retries=None) from exc
+        # The engine decided on its own persisted counter that this error is worth another try; Celery
+        # only delivers it after the countdown (its own retry count decides nothing).
+        raise task.retry(countdown=exc.countdown, max_retries=None) from exc
     enqueue([followup])
 
 

@@ -41,12 +41,20 @@ from remediation.interfaces import (
 
 def _node(name: str) -> dict[str, Any]:
     return {
-        "slurm": {"state": "IDLE", "flags": [], "reason": "", "reason_user": None, "reason_time": None},
-        "jobs": 0,
+        "slurm": {"state": "IDLE", "flags": [], "reason": "", "reason_user": None, "reason_time": None,
+                  "slurmd_start": 1_000_000_000.0},  # long ago: before any test clock's "now"
+        "jobs": [],
         "k8s": {"ready": "True", "boot_id": uuid.uuid4().hex, "unschedulable": False, "ours": False,
                 "taint": False, "pods": 0, "blocked": 0},
         "vm": {"boots": 1, "broken": False},
     }
+
+
+def _free_if_idle(d: dict[str, Any]) -> None:
+    """As slurmctld does: a node whose last job left is no longer ALLOCATED or MIXED."""
+    if not d["jobs"] and d["slurm"]["state"] in ("ALLOCATED", "MIXED", "COMPLETING"):
+        d["slurm"]["state"] = "IDLE"
+    d["slurm"]["flags"] = [f for f in d["slurm"]["flags"] if d["jobs"] or f not in ("FAILING", "COMPLETING")]
 
 
 class MemoryWorld:
@@ -119,9 +127,13 @@ class MemoryWorld:
             if reason is not None:
                 s["reason"], s["reason_user"], s["reason_time"] = reason, user, time.time()
 
-    def set_jobs(self, name: str, jobs: int) -> None:
+    def set_jobs(self, name: str, jobs: int | list[str]) -> None:
+        """Put ``jobs`` (a count, or the job ids) on the node; 0 or [] empties it."""
+        ids = [str(1000 + i) for i in range(jobs)] if isinstance(jobs, int) else list(jobs)
         with self.mutate() as st:
-            self._get(st, name)["jobs"] = jobs
+            d = self._get(st, name)
+            d["jobs"] = ids
+            _free_if_idle(d)
 
     def set_k8s(self, name: str, **fields: Any) -> None:
         with self.mutate() as st:
@@ -147,12 +159,35 @@ class MemorySlurm:
     def _view(name: str, d: dict[str, Any]) -> SlurmNode:
         s = d["slurm"]
         at = s.get("reason_time")
+        start = s.get("slurmd_start")
         return SlurmNode(name, s["state"], frozenset(s["flags"]), s["reason"], s["reason_user"],
-                         datetime.fromtimestamp(at, UTC) if at else None)
+                         datetime.fromtimestamp(at, UTC) if at else None,
+                         datetime.fromtimestamp(start, UTC) if start else None)
 
     def running_jobs(self, name: str) -> int:
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
         with self.w.mutate() as st:
-            return int(self.w._get(st, name)["jobs"])
+            jobs = self.w._get(st, name)["jobs"]
+            return sorted(jobs) if isinstance(jobs, list) else [str(1000 + i) for i in range(int(jobs))]
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        self._end_jobs("slurm.requeue", job_ids)
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        self._end_jobs("slurm.cancel", job_ids)
+
+    def _end_jobs(self, op: str, job_ids: list[str]) -> None:
+        """A requeued or cancelled job leaves its node (a requeued one waits in the queue again)."""
+        wanted = set(job_ids)
+        with self.w.mutate() as st:
+            for name, d in st["nodes"].items():
+                held = set(d["jobs"]) if isinstance(d["jobs"], list) else set()
+                if held & wanted:
+                    d["jobs"] = sorted(held - wanted)
+                    _free_if_idle(d)
+                    self.w._log(st, op, name, True, jobs=sorted(held & wanted))
 
     def drain(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -200,7 +235,8 @@ class MemoryKube:
         with self.w.mutate() as st:
             k = self.w._get(st, name)["k8s"]
             return KubeNode(name, k["ready"], k["boot_id"], f"memory:///{name}", k["unschedulable"],
-                            k["ours"] and k["unschedulable"], k["taint"], {"Ready": k["ready"]})
+                            k["ours"] and k["unschedulable"], k["taint"],
+                            {**k.get("conditions", {}), "Ready": k["ready"]})
 
     def cordon(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -276,8 +312,9 @@ class MemoryVM:
                 return OperationStatus(done=True)  # the VM restarts but stays unhealthy
             node["vm"]["boots"] += 1
             node["k8s"].update(ready="True", boot_id=uuid.uuid4().hex)
-            node["jobs"] = 0
+            node["jobs"] = []
             s = node["slurm"]
+            s["slurmd_start"] = time.time()  # the VM booted: its slurmd started (and registered) now
             s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
             # ReturnToService=1: slurmctld returns a DOWN node to service when slurmd registers only
             # while the reason is still its own "Not responding"; our drain reason keeps it DOWN.

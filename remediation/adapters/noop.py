@@ -56,7 +56,18 @@ class NoopSlurm:
         return SlurmNode(name, "IDLE")
 
     def running_jobs(self, name: str) -> int:
-        return 0  # a dry run never waits for jobs: nothing was drained
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
+        # The real jobs, when a reader is given: a dry run says honestly that it "would wait for"
+        # them (it does not wait: nothing was drained, so it would wait for ever).
+        return self.reader.jobs_on(name) if self.reader else []
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        self.record("requeue jobs", jobs=list(job_ids))
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        self.record("cancel jobs", jobs=list(job_ids))
 
     def drain(self, name: str, reason: str) -> None:
         self.record("drain", node=name, reason=reason)

@@ -18,7 +18,7 @@ from remediation.dispatch import dispatcher
 from remediation.settings import Settings
 from remediation.views import get_node, get_remediation
 
-Lever = Literal["quarantine", "release", "report", "cancel", "pause", "resume"]
+Lever = Literal["quarantine", "release", "report", "cancel", "pause", "resume", "breaker_close"]
 
 
 @dataclass
@@ -31,7 +31,7 @@ class LeverResult:
 
 
 def pull(sessions: sessionmaker[Session], settings: Settings, lever: Lever, actor: str, reason: str,
-         node: str | None = None, remediation_id: int | None = None) -> LeverResult:
+         node: str | None = None, remediation_id: int | None = None, give_back: bool = False) -> LeverResult:
     now = SystemClock().now()
     with sessions() as s, s.begin():
         if node is not None:
@@ -51,16 +51,23 @@ def pull(sessions: sessionmaker[Session], settings: Settings, lever: Lever, acto
             msg = f"remediation #{opened} opened" if opened else "recorded; no new remediation opened"
             result = LeverResult(lever, f"{node} reported: {msg}", node, opened)
         elif lever == "cancel":
-            rem = levers.cancel(s, remediation_id or 0, actor, reason, now)
-            result = LeverResult(lever, f"remediation #{rem.id} cancelled at {rem.step}", rem.node, rem.id)
+            rem = levers.cancel(s, remediation_id or 0, actor, reason, now, give_back=give_back)
+            given = "; giving back our drain, cordon and taint" if give_back else ""
+            result = LeverResult(lever, f"remediation #{rem.id} cancelled at {rem.step}{given}", rem.node, rem.id)
             followups = []
+            if give_back:
+                node = rem.node
+        elif lever == "breaker_close":
+            followups = levers.close_breaker(s, actor, reason, now)
+            result = LeverResult(lever, f"storm breaker closed; {len(followups)} held remediation(s) re-check "
+                                        "their trigger now")
         else:
             was = levers.set_paused(s, lever == "pause", actor, reason, now)
             verb = "paused" if lever == "pause" else "resumed"
             result, followups = LeverResult(lever, f"automation {verb}" + (" (no change)" if was == (
                 lever == "pause") else "")), []
     dispatcher().steps(followups)
-    if lever == "release":
+    if lever == "release" or (lever == "cancel" and give_back):
         try:
             dispatcher().release(node or "")
         except Exception as exc:  # committed; say plainly that Slurm/Kubernetes were not touched

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from remediation import levers
 from remediation.api.auth import Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
 from remediation.events import NODE_NAME
@@ -79,10 +80,28 @@ class LeverBody(BaseModel):
         return value
 
 
+class CancelBody(LeverBody):
+    give_back: bool = Field(False, description="Also resume our drain (only while the reason is still ours) "
+                                               "and remove our cordon and taint.")
+
+
+class BreakerState(BaseModel):
+    """The storm breaker's latch: open until a human closes it."""
+
+    open: bool
+    reason: str | None = None
+    since: str | None = None
+    closed_at: str | None = None
+    closed_by: str | None = None
+    close_reason: str | None = None
+
+
 def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node: str | None = None,
           remediation_id: int | None = None) -> LeverResult:
     st = request.app.state
-    return pull(st.sessions, st.settings, lever, who.actor(body.actor), body.reason, node, remediation_id)
+    give_back = isinstance(body, CancelBody) and body.give_back
+    return pull(st.sessions, st.settings, lever, who.actor(body.actor), body.reason, node, remediation_id,
+                give_back)
 
 
 @router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")
@@ -102,8 +121,9 @@ def get_nodes(request: Request, _: Reader, status: StatusFilter = None) -> list[
 
 @router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
 def get_node_detail(request: Request, _: Reader, node: NodeName, limit: Limit = 200) -> NodeDetail:
-    with request.app.state.sessions() as s:
-        return node_detail(s, node, limit)
+    st = request.app.state
+    with st.sessions() as s:
+        return node_detail(s, node, limit, st.settings.policy, st.clock.now())
 
 
 @router.get("/remediations", response_model=list[RemediationRow])
@@ -150,10 +170,11 @@ def get_rejected(request: Request, _: Reader, limit: Limit = 50) -> list[Rejecte
 
 @router.get("/stats", response_model=Stats)
 def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3650)] = 30,
-              top: Annotated[int, Query(ge=1, le=1000)] = 10) -> Stats:
+              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False) -> Stats:
+    """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``)."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window)
+        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run)
 
 
 @router.post("/nodes/{node}/quarantine", response_model=LeverResult, tags=["levers"])
@@ -172,8 +193,22 @@ def post_report(request: Request, who: Admin, node: NodeName, body: LeverBody) -
 
 
 @router.post("/remediations/{remediation_id}/cancel", response_model=LeverResult, tags=["levers"])
-def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: LeverBody) -> LeverResult:
+def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: CancelBody) -> LeverResult:
     return _pull(request, who, body, "cancel", remediation_id=remediation_id)
+
+
+@router.get("/breaker", response_model=BreakerState, summary="The storm breaker: open, why, since when")
+def get_breaker(request: Request, _: Reader) -> BreakerState:
+    with request.app.state.sessions() as s:
+        latch = levers.breaker_status(s)
+    return BreakerState(open=bool(latch.get("open")), reason=latch.get("reason"), since=latch.get("at"),
+                        closed_at=latch.get("closed_at"), closed_by=latch.get("closed_by"),
+                        close_reason=latch.get("close_reason"))
+
+
+@router.post("/breaker/close", response_model=LeverResult, tags=["levers"])
+def post_breaker_close(request: Request, who: Admin, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, "breaker_close")
 
 
 @router.post("/pause", response_model=LeverResult, tags=["levers"])

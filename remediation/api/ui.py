@@ -138,8 +138,9 @@ def nodes(request: Request, who: Viewer, status: str | None = None) -> HTMLRespo
 
 @router.get("/nodes/{node}")
 def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
-    with request.app.state.sessions() as s:
-        detail = node_detail(s, node)
+    st = request.app.state
+    with st.sessions() as s:
+        detail = node_detail(s, node, policy=st.settings.policy, now=st.clock.now())
     return _page(request, who, "node.html", d=detail)
 
 
@@ -191,7 +192,7 @@ def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: 
     st = request.app.state
     try:
         result = pull(st.sessions, st.settings, lever, who.actor(request.cookies.get(USER_COOKIE)),
-                      f.get("reason", "")[:1000], node, remediation_id)
+                      f.get("reason", "")[:1000], node, remediation_id, give_back=f.get("give_back") == "1")
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
     key = "msg" if result.queued else "err"
@@ -212,6 +213,11 @@ def quarantine(request: Request, who: Viewer, node: str, f: Fields) -> Response:
 @router.post("/remediations/{remediation_id}/cancel")
 def cancel(request: Request, who: Viewer, remediation_id: int, f: Fields) -> Response:
     return _act(request, who, f, f"/remediations/{remediation_id}", "cancel", remediation_id=remediation_id)
+
+
+@router.post("/breaker/close")
+def breaker_close(request: Request, who: Viewer, f: Fields) -> Response:
+    return _act(request, who, f, "/", "breaker_close")
 
 
 @router.post("/pause")

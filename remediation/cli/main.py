@@ -30,8 +30,11 @@ from remediation.cli.context import (
     state,
 )
 from remediation.cli.simulate import simulate
+from remediation.cli.status import status
 from remediation.dispatch import dispatcher
+from remediation.levers import breaker_status as breaker_status_lever
 from remediation.levers import cancel as cancel_lever
+from remediation.levers import close_breaker as close_breaker_lever
 from remediation.levers import quarantine as quarantine_lever
 from remediation.levers import release as release_lever
 from remediation.levers import report as report_lever
@@ -53,6 +56,7 @@ app.add_typer(read.remediations, name="remediations")
 app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
 app.command("stats")(read.stats)
+app.command("status")(status)
 app.command("simulate")(simulate)
 
 REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
@@ -114,13 +118,59 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
 @app.command()
 @cli_errors
 def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="REMEDIATION_ID"),
-           reason: str = REASON) -> None:
-    """Stop one remediation where it stands; the node is left as it is for a human to decide."""
+           reason: str = REASON,
+           give_back: bool = typer.Option(False, "--give-back", help="Also resume our drain (only if the "
+                                          "reason is still ours) and remove our cordon and taint.")) -> None:
+    """Stop one remediation where it stands; the node is left as it is for a human to decide, or with
+    --give-back, what is ours on it is undone."""
     st = state(ctx)
     with st.sessions()() as s, s.begin():
-        rem = cancel_lever(s, remediation_id, st.actor, reason, st.now())
+        rem = cancel_lever(s, remediation_id, st.actor, reason, st.now(), give_back=give_back)
         node, step = rem.node, rem.step
-    _done(f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)")
+    if not give_back:
+        _done(f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)")
+        return
+    try:
+        dispatcher().release(node)
+    except Exception as exc:  # committed, but the Slurm/Kubernetes undo could not be queued
+        raise CliError(f"remediation/{remediation_id} cancelled, but giving back node/{node} could not be "
+                       f"queued ({exc}); resume it by hand (scontrol update nodename={node} state=resume)",
+                       EXIT_REQUEST) from None
+    _done(f"remediation/{remediation_id} cancelled at {step}; giving back node/{node} (our drain, cordon, taint)")
+
+
+breaker_app = typer.Typer(help="The storm breaker: once open it stays open until a human closes it.",
+                          no_args_is_help=True)
+app.add_typer(breaker_app, name="breaker")
+
+
+@breaker_app.command("status")
+@cli_errors
+def breaker_status(ctx: typer.Context) -> None:
+    """Open or closed, why, and since when."""
+    st = state(ctx)
+    with st.sessions()() as s:
+        latch = breaker_status_lever(s)
+    if latch.get("open"):
+        _done(f"storm breaker OPEN since {latch.get('at')}: {latch.get('reason')}\n"
+              "VM actions and evictions are held; close it with: remediation breaker close -r REASON")
+    elif latch.get("closed_at"):
+        _done(f"storm breaker closed at {latch.get('closed_at')} by {latch.get('closed_by')}: "
+              f"{latch.get('close_reason')}")
+    else:
+        _done("storm breaker closed (it has never opened)")
+
+
+@breaker_app.command("close")
+@cli_errors
+def breaker_close(ctx: typer.Context, reason: str = REASON) -> None:
+    """Close the storm breaker. Each held remediation re-checks its trigger before its next action:
+    nodes healthy again are cancelled with our drain and cordon given back; the rest proceed."""
+    st = state(ctx)
+    with st.sessions()() as s, s.begin():
+        followups = close_breaker_lever(s, st.actor, reason, st.now())
+    dispatcher().steps(followups)
+    _done(f"storm breaker closed; {len(followups)} held remediation(s) re-check their trigger now")
 
 
 @app.command()
@@ -136,7 +186,8 @@ def pause(ctx: typer.Context, reason: str = REASON) -> None:
 @app.command()
 @cli_errors
 def resume(ctx: typer.Context, reason: str = REASON) -> None:
-    """Resume all automation after a pause."""
+    """Resume all automation after a pause (a human's, or the system's on a fault of its own), and let
+    every remediation held on an unmapped error go on."""
     st = state(ctx)
     with st.sessions()() as s, s.begin():
         was = set_paused(s, False, st.actor, reason, st.now())

@@ -81,7 +81,7 @@ def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
     fmt = r.check_format(output)
     st = state(ctx)
     with st.sessions()() as s:
-        detail = node_detail(s, node, limit)
+        detail = node_detail(s, node, limit, st.settings().policy, st.now())
     if fmt == "json":
         return r.print_json(detail)
     _show_node(detail, st.now(), wide=fmt == "wide")
@@ -103,10 +103,18 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
         rows.append(row)
     timeline = r.table(["time (utc)", "age", "kind", "what", "status", "took", "detail", "error"], rows,
                        title="Timeline")
+    episodes = r.table(
+        ["episode", "state", "outcome", "first signal", "recovered", "settles", "counted", "signals", "ours",
+         "cause"],
+        [[f"#{e.remediation_id}", e.state, r.status(e.outcome), r.stamp(e.started_at), r.stamp(e.recovered_at),
+          r.stamp(e.settles_at), "yes" if e.counted else "no", str(e.signals), str(e.attributed), e.cause]
+         for e in d.episodes],
+        title="Fault episodes (what the repeat-offender rule counts; signals: events each explains, "
+              "ours: caused by its own actions)")
     history = r.table(["time (utc)", "action", "actor", "reason"],
                       [[r.stamp(a.at), r.status(a.action), a.actor, a.reason] for a in d.quarantine_history],
                       title="Quarantine history")
-    parts: list[object] = [head, "", timeline]
+    parts: list[object] = [head, "", episodes, "", timeline] if d.episodes else [head, "", timeline]
     if d.quarantine_history or wide:
         parts += ["", history]
     r.show(*parts)
@@ -277,19 +285,23 @@ def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help
 
 @cli_errors
 def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Window, in days."),
-          top: int = typer.Option(10, "--top", help="Rows per ranking."), output: str = OUTPUT) -> None:
+          top: int = typer.Option(10, "--top", help="Rows per ranking."), output: str = OUTPUT,
+          dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run",
+                                       help="Include what dry-run recorded (hidden by default).")) -> None:
     """Failures by node, by cause and by day; mean time to recovery; repeat offenders."""
     fmt = r.check_format(output)
     st = state(ctx)
     settings = st.settings()
     with st.sessions()() as s:
-        result = compute_stats(s, st.now(), days, top, settings.policy.repeat_offender_window)
+        result = compute_stats(s, st.now(), days, top, settings.policy.repeat_offender_window, dry_run)
     if fmt == "json":
         return r.print_json(result)
     outcomes = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v) or "none"
     head = r.fields([
         ("Window", f"last {result.days} day(s), since {r.stamp(result.since)} UTC"),
         ("Remediations", f"{result.total} ({outcomes})"),
+        ("Dry-run", f"{result.dry_run} dry-run remediation(s) " + (
+            "included" if result.include_dry_run else "hidden (show them with --dry-run)")),
         ("Mean time to recovery", f"{r.dur(result.mttr_s)} over {result.mttr_samples} succeeded"),
     ])
     counts = [("Failures by node", "node", result.by_node), ("Failures by cause", "cause", result.by_cause),

@@ -23,6 +23,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     ForeignKey,
     Index,
@@ -122,6 +123,8 @@ class Remediation(Base):
     outcome: Mapped[str | None] = mapped_column(Text)
     wait_reason: Mapped[str | None] = mapped_column(Text)
     context: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # Opened while the service ran in dry-run: never counted by the repeat-offender rule or the breaker.
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     steps: Mapped[list[RemediationStep]] = relationship(
         back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"
@@ -147,6 +150,7 @@ class RemediationStep(Base):
     error_kind: Mapped[str | None] = mapped_column(String(64))
     provider_op: Mapped[dict[str, Any] | None] = mapped_column(Json)
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     remediation: Mapped[Remediation] = relationship(back_populates="steps")
 
@@ -161,6 +165,7 @@ class AuditLog(Base):
     target: Mapped[str] = mapped_column(String(253), default="", index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
 class Control(Base):

@@ -106,6 +106,8 @@ def test_node_detail_and_overview(client, history) -> None:
     d = client.get("/api/v1/nodes/gpu-node-8", headers=AS_READER).json()
     assert d["node"]["status"] == "quarantined" and d["quarantine_history"][0]["action"] == "remediation_quarantined"
     assert [r["id"] for r in d["remediations"]] == [history.quarantined]
+    assert [(e["remediation_id"], e["outcome"], e["state"]) for e in d["episodes"]] == [
+        (history.quarantined, "quarantined", "over")]
     ov = client.get("/api/v1/overview", headers=AS_READER).json()
     assert ov["nodes_by_status"] == {"healthy": 8, "unhealthy": 0, "remediating": 1, "quarantined": 1}
     assert ov["in_flight"] == 1 and ov["queue_depth"] == {"workflow": 7, "ingest": 2}
@@ -171,6 +173,8 @@ def test_dashboard_requires_login_then_renders(client, history) -> None:
     for path, text in pages.items():
         res = client.get(path)
         assert res.status_code == 200 and text in res.text, path
+    node_page = client.get("/nodes/gpu-node-8").text
+    assert "Fault episodes" in node_page and f'href="/remediations/{history.quarantined}">#{history.quarantined}' in node_page
     assert "Release</button>" not in client.get("/quarantine").text  # read-only: no lever forms
     assert client.get("/nodes/ghost").status_code == 404
 

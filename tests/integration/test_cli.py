@@ -123,13 +123,13 @@ def test_nodes_show_tells_the_whole_story(run, history) -> None:
     assert "Status:             quarantined" in out
     for expected in ("slurm unhealthy DOWN", f"remediation #{history.quarantined} opened", "vm_restart (attempt 2)",
                      "escalate by remediation", f"remediation #{history.quarantined} quarantined",
-                     "not healthy 120s after restart", "Quarantine history", "remediation_quarantined"):
+                     "not recovered 120s after restart", "Quarantine history", "remediation_quarantined"):
         assert expected in out, expected
     data = json.loads(run("nodes", "show", "gpu-node-8", "-o", "json").stdout)
     kinds = [t["kind"] for t in data["timeline"]]
     assert {"event", "remediation", "step", "audit"} <= set(kinds)
     verify = [t for t in data["timeline"] if t["title"].endswith("verify")][0]
-    assert verify["error"].startswith("not healthy 120s after restart") and verify["duration_s"] > 100
+    assert verify["error"].startswith("not recovered 120s after restart") and verify["duration_s"] > 100
 
 
 def test_remediations_list_show_and_json(run, history) -> None:
@@ -241,3 +241,24 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_status_names_a_system_pause_its_error_and_who_lifts_it(run, db, history) -> None:
+    from remediation.holds import Fault, pause
+
+    res = run("status")
+    assert res.exit_code == 0 and "running" in res.stdout
+    with db[1]() as s, s.begin():
+        rem = s.scalars(select(Remediation).where(Remediation.status.in_(("running", "waiting")))).first()
+        assert rem is not None
+        pause(s, rem.opened_at, Fault("CredentialError", "not authenticated: HTTP 401 token expired", True,
+                                      False, "cloud"), rem.node, rem.id)
+    res = run("status")
+    assert res.exit_code == 0, res.stdout
+    assert "PAUSED by system: CredentialError: not authenticated: HTTP 401 token expired" in res.stdout
+    assert "a human must fix it" in res.stdout
+    data = json.loads(run("status", "-o", "json").stdout)
+    assert data["automation"]["paused"] is True and data["automation"]["error_kind"] == "CredentialError"
+    res = run("resume", "-r", "rotated the key")
+    assert res.exit_code == 0 and "automation resumed" in res.stdout
+    assert json.loads(run("status", "-o", "json").stdout)["automation"]["paused"] is False

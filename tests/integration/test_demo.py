@@ -1,31 +1,101 @@
 """The newcomer's first command: `remediation demo` runs the real watchers, workers and adapters against
 the wire-protocol simulator (kube-apiserver, GCE, Azure, slurmrestd) with SQLite and the memory broker,
-serves the dashboard while it runs, and leaves the facts it promises in the database."""
+serves the dashboard while it runs, and leaves the facts it promises in the database.
+
+It runs from a **non-editable** install (a wheel built from this checkout, installed into a fresh
+virtualenv, run from a directory outside the checkout), the way the container image installs it, so a
+module or data file the wheel forgets (the migrations, the trace, the dashboard's templates) fails here.
+The fresh virtualenv takes its third-party dependencies from the test environment (a ``.pth`` line, no
+download); the project's own packages come only from the wheel, which the test checks.
+"""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pytest
+
+from tests.conftest import _db_url, _drop, _pg_admin
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPPY_STEPS = {"slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"}
+OURS = ("remediation", "watchers", "workers", "simulator", "migrations")
 
 
-def test_demo_runs_the_whole_loop_against_the_simulator(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtualenv with the project installed from a wheel (``pip install --no-deps .``)."""
+    venv = tmp_path_factory.mktemp("wheel") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    # Dependencies from this environment; its editable install of the project is a .pth-loaded finder,
+    # which a path added this way does not load.
+    (site / "_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    build = tmp_path_factory.mktemp("build")
+    # From a clean copy: setuptools builds in the source tree, and a stale build/ there would ship
+    # modules the checkout no longer has.
+    source = build / "src"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "tests", "bench", "docs"))
+    subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(build), str(source)],
+        check=True, capture_output=True, cwd=build,
+    )
+    (wheel,) = build.glob("node_remediation-*.whl")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+                   check=True, capture_output=True, cwd=build)
+    where = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", f"import importlib; print(*[importlib.import_module(m).__file__ "
+         f"for m in {OURS!r}], sep='\\n')"],
+        check=True, capture_output=True, text=True, cwd=build,
+    ).stdout.split()
+    assert len(where) == len(OURS) and all(str(site) in w for w in where), where  # not the checkout
+    return venv / "bin" / "remediation"
+
+
+@pytest.fixture
+def empty_pg() -> Iterator[str]:
+    name = f"remwheel_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield _db_url(name)
+    _drop(name)
+
+
+def test_a_non_editable_install_migrates_a_database(installed: Path, empty_pg: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+    env["REMEDIATION_DATABASE__URL"] = empty_pg
+    proc = subprocess.run([str(installed), "db", "upgrade"], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with _pg_admin() as conn:
+        conn.execute("select 1")
+    import psycopg
+
+    with psycopg.connect(empty_pg.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        tables = {r[0] for r in conn.execute("select tablename from pg_tables where schemaname = 'public'")}
+        head = conn.execute("select version_num from alembic_version").fetchone()
+    assert {"nodes", "events", "remediations", "remediation_steps", "audit_log", "control"} <= tables
+    assert head is not None
+
+
+def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["COLUMNS"] = "200"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from workers.cli import main; main()", "demo", "--workdir", str(tmp_path),
-         "--timeout", "150", "--port", "0"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [str(installed), "demo", "--workdir", str(tmp_path), "--timeout", "150", "--port", "0"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]

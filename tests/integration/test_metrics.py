@@ -229,11 +229,15 @@ def test_nodes_breaker_and_queue(scenario: Scenario) -> None:
 
 
 def test_breaker_and_pause_follow_the_database(scenario: Scenario) -> None:
-    """The gauges are read at scrape time: a closed breaker and a pause show on the next scrape."""
+    """The gauges are read at scrape time: a closed breaker and a pause show on the next scrape. The
+    breaker latches: the window sliding past the storm leaves it open; a human's close closes it."""
     with scenario.sessions() as s, s.begin():
         levers.set_paused(s, True, "dana", "maintenance window", scenario.clock.now())
     scenario.clock.advance(3600)  # the storm leaves the breaker window
-    scenario.engine.sweep()  # the sweeper notices the breaker closing
+    scenario.engine.sweep()
+    assert _scrape(scenario)["remediation_breaker_open"] == 1
+    with scenario.sessions() as s, s.begin():
+        levers.close_breaker(s, "dana", "switch replaced", scenario.clock.now())
     samples = _scrape(scenario)
     assert samples["remediation_breaker_open"] == 0
     assert samples["remediation_paused"] == 1

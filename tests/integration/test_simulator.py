@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from remediation.errors import PermanentError, UnknownNode
+from remediation.errors import CredentialError, UnknownNode
 from remediation.interfaces import VMAction
 from remediation.providerid import parse_provider_id
 from remediation.settings import ConfigError, Settings, load_settings
@@ -74,7 +74,7 @@ def test_slurm_reads_and_refusals_are_slurmrestds(
     cluster: SimCluster, settings: Settings, slurm: RestSlurm
 ) -> None:
     assert {n.name for n in slurm.list_nodes()} == set(cluster.names)
-    with pytest.raises(UnknownNode, match="Invalid node name specified"):
+    with pytest.raises(UnknownNode, match="Failure to query node gpu-node-99"):  # as 24.11's v0.0.40+ says
         slurm.get_node("gpu-node-99")
     slurm.resume("gpu-node-6")  # slurmrestd refuses (errno 2028, a 500): already in service is success
     assert slurm.get_node("gpu-node-6").state == "IDLE"
@@ -86,7 +86,7 @@ def test_slurm_reads_and_refusals_are_slurmrestds(
     assert changed is not None and changed["gpu-node-7"].flags == {"DRAIN"}
     slurm.resume("gpu-node-7")
     wrong = settings.slurm.model_copy(update={"rest_token": None})
-    with pytest.raises(PermanentError, match="401"):
+    with pytest.raises(CredentialError, match="401"):
         RestSlurm(wrong).list_nodes()
 
 
@@ -339,7 +339,7 @@ def test_standalone_serves_fixed_ports_under_the_advertised_name(tmp_path: Path)
     try:
         base = int(sim.kube.url.rsplit(":", 1)[1])
         assert [sim.kube.url, sim.gce.url, sim.azure.url, sim.slurmrestd.url] == [
-            f"http://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
+            f"https://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
             f"http://localhost:{base + 3}",
         ]  # fmt: skip
         sim.write_env_file(tmp_path / "simulator.env")
@@ -347,6 +347,7 @@ def test_standalone_serves_fixed_ports_under_the_advertised_name(tmp_path: Path)
         assert env == sim.settings_overrides() and env["REMEDIATION_VM__AZURE_CA_FILE"] == str(
             tmp_path / "cert.pem"
         )
+        assert env["REMEDIATION_KUBE__CA_FILE"] == str(tmp_path / "kube-ca.crt")  # TLS-only, as a cluster
         assert oct((tmp_path / "simulator.env").stat().st_mode & 0o777) == "0o644"
         settings = load_settings(**sim.settings_kwargs())
         assert {n.name for n in RestSlurm(settings.slurm).list_nodes()} == set(sim.names)

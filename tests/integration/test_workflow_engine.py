@@ -13,7 +13,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.breaker import state as breaker_state
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set
@@ -178,7 +180,7 @@ def test_drain_waits_for_jobs(sessions, engine, world, settings, clock) -> None:
     nxt = engine.run(f.remediation_id, f.step)
     assert nxt is not None and nxt.step == "slurm_drain" and nxt.countdown == 5
     rem = rem_for(sessions, "gpu-node-4")
-    assert rem.status == "waiting" and "2 job(s)" in rem.wait_reason
+    assert rem.status == "waiting" and rem.wait_reason == "waiting for 2 jobs (1000, 1001) to leave"
     assert world.node("gpu-node-4")["slurm"]["reason"].startswith("remediation:")
     for _ in range(3):  # still busy: keeps waiting, same attempt, more checks
         clock.advance(5)
@@ -190,19 +192,27 @@ def test_drain_waits_for_jobs(sessions, engine, world, settings, clock) -> None:
     assert rem_for(sessions, "gpu-node-4").status == "succeeded"
 
 
-def test_drain_timeout_quarantines_instead_of_killing_jobs(sessions, engine, world, settings, clock) -> None:
+def test_drain_timeout_holds_drained_and_pages_once_never_quarantines(sessions, engine, world, settings,
+                                                                      clock) -> None:
+    """workflow.on_jobs_timeout=hold (the default): past drain_timeout_s the node stays drained, one
+    jobs_timeout audit row pages on-call, and the step keeps waiting; no verdict, no VM action."""
     world.set_jobs("gpu-node-5", 1)
-    drive(
-        engine,
-        clock,
-        publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad"),
-        limit=1000,
-    )
+    (f,) = publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad")
+    for _ in range(130):  # 130 checks, 5 s apart: past drain_timeout_s (600 s here)
+        f = engine.run(f.remediation_id, f.step)
+        assert f is not None and f.step == "slurm_drain"
+        clock.advance(f.countdown)
     rem = rem_for(sessions, "gpu-node-5")
-    assert rem.status == "quarantined"
-    assert "still running" in rem.context["quarantine_reason"]
-    assert world.node("gpu-node-5")["slurm"]["reason"].startswith("remediation: quarantined:")
-    assert not world.calls("vm.restart")
+    assert rem.status == "waiting" and rem.wait_reason.startswith("held: 1 job (1000) still on gpu-node-5 600s")
+    with sessions() as s:
+        pages = s.scalars(select(AuditLog).where(AuditLog.action == "jobs_timeout")).all()
+    assert len(pages) == 1 and pages[0].detail["jobs"] == ["1000"] and pages[0].detail["policy"] == "hold"
+    assert world.node("gpu-node-5")["slurm"]["reason"].startswith("remediation: slurm DRAIN")
+    assert world.node("gpu-node-5")["jobs"] == ["1000"]
+    assert not world.calls("vm.restart") and not world.calls("k8s.evict")
+    world.set_jobs("gpu-node-5", 0)  # the job ends by itself: the remediation goes on
+    drive(engine, clock, [f])
+    assert rem_for(sessions, "gpu-node-5").status == "succeeded"
 
 
 def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, world, settings, clock) -> None:
@@ -267,7 +277,11 @@ def test_repeat_offender_is_quarantined_on_the_nth_failure(sessions, engine, wor
     assert world.node("gpu-node-9")["slurm"]["reason"].startswith("remediation: quarantined: repeat offender")
 
 
-def test_breaker_drains_but_holds_vm_actions_then_closes(sessions, world, clock) -> None:
+def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world, clock) -> None:
+    """The breaker drains but holds VM actions, and stays open after the window slides (it used to
+    close by itself and let every held node go to its VM action). A human's close makes each held
+    remediation re-confirm: nodes resumed meanwhile are cancelled with our cordon given back, the rest
+    proceed."""
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
     engine = Engine(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
@@ -286,12 +300,69 @@ def test_breaker_drains_but_holds_vm_actions_then_closes(sessions, world, clock)
     with sessions() as s:
         waiting = s.scalars(select(Remediation.wait_reason).where(Remediation.status == "waiting")).all()
         assert waiting and all("storm breaker open" in w for w in waiting)
-        assert "breaker_open" in s.scalars(select(AuditLog.action)).all()
-    clock.advance(601)  # the storm leaves the window: the breaker closes and VM actions go ahead
+        assert s.scalars(select(AuditLog.action)).all().count("breaker_open") == 1
+    clock.advance(601)  # the storm leaves the window: the breaker stays open
+    checks = 0
+    for _ in range(50):  # every held remediation looks 10 more times: none reaches the VM step
+        f = queue.popleft()
+        clock.advance(f.countdown)
+        nxt = engine.run(f.remediation_id, f.step)
+        checks += 1
+        assert nxt is not None
+        queue.append(nxt)
+    assert checks == 50 and not world.calls("vm.restart")
+    with sessions() as s:
+        assert "breaker_closed" not in s.scalars(select(AuditLog.action)).all()
+        waiting = s.scalars(select(Remediation.wait_reason).where(Remediation.status == "waiting")).all()
+        assert len(waiting) == 5 and all("until a human closes it" in w for w in waiting)
+    # Meanwhile a human resumed two of the nodes in Slurm (the fault was the switch, now fixed).
+    for name in ("gpu-node-0", "gpu-node-1"):
+        world.set_slurm(name, state="IDLE", flags=[], reason="")
+    with sessions() as s, s.begin():
+        held = levers.close_breaker(s, "alice", "leaf switch replaced", clock.now())
+    assert len(held) == 5
+    drive(engine, clock, held, limit=2000)
+    by_node = {f"gpu-node-{i}": rem_for(sessions, f"gpu-node-{i}") for i in range(5)}
+    assert {n: r.status for n, r in by_node.items()} == {
+        "gpu-node-0": "cancelled", "gpu-node-1": "cancelled",
+        "gpu-node-2": "succeeded", "gpu-node-3": "succeeded", "gpu-node-4": "succeeded"}
+    assert "healthy again" in by_node["gpu-node-0"].outcome
+    assert sorted(c["node"] for c in world.calls("vm.restart", effect=True)) == ["gpu-node-2", "gpu-node-3",
+                                                                                 "gpu-node-4"]
+    for name in ("gpu-node-0", "gpu-node-1"):  # our cordon given back; the human's resume stands
+        assert world.node(name)["k8s"]["unschedulable"] is False
+        assert world.node(name)["slurm"]["flags"] == []
+    with sessions() as s:
+        closed = s.scalars(select(AuditLog).where(AuditLog.action == "breaker_closed")).all()
+        assert [(a.actor, a.reason) for a in closed] == [("alice", "leaf switch replaced")]
+
+
+def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, clock) -> None:
+    settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600, breaker_auto_close_s=900)
+    engine = Engine(
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+    )
+    todo = []
+    for i in range(5):
+        todo += publish(sessions, settings, clock, f"gpu-node-{i}")
+    queue = deque(todo)
+    for _ in range(20):
+        f = queue.popleft()
+        nxt = engine.run(f.remediation_id, f.step)
+        if nxt:
+            queue.append(nxt)
+    clock.advance(700)  # past the window but not quiet for 900 s yet: still open
+    engine.sweep()
+    with sessions() as s:
+        assert breaker_state(s)["open"] is True
+    clock.advance(250)  # 950 s without a new failure: the system closes it, audited as such
+    engine.sweep()
+    with sessions() as s:
+        assert breaker_state(s)["open"] is False
+        (closed,) = s.scalars(select(AuditLog).where(AuditLog.action == "breaker_closed")).all()
+        assert closed.actor == "remediation" and "auto-close" in closed.reason
     drive(engine, clock, list(queue), limit=2000)
     assert len(world.calls("vm.restart", effect=True)) == 5
-    with sessions() as s:
-        assert "breaker_closed" in s.scalars(select(AuditLog.action)).all()
 
 
 def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
@@ -396,9 +467,87 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
     assert info.value.countdown == 7
     row = [r for r in steps_of(sessions, f.remediation_id) if r.step == "vm_restart"][0]
     assert (row.status, row.retries, row.error_kind) == ("started", 1, "TransientError")
-    followup = engine.give_up(f.remediation_id, "vm_restart", "503 Service Unavailable")
-    assert followup.step == "vm_restart"  # the ladder's next rung
-    assert rem_for(sessions, "gpu-node-17").ladder == 1
+    assert row.detail["streak"] == 1 and rem_for(sessions, "gpu-node-17").ladder == 0
+
+
+class SlowNoisyVM(MemoryVM):
+    """A VM operation that needs ``polls`` successful polls, behind an API that answers the calls whose
+    number is in ``errors`` with a 503."""
+
+    def __init__(self, world: MemoryWorld, polls: int, errors: set[int]) -> None:
+        super().__init__(world)
+        world.op_polls = polls
+        self.errors, self.calls, self.answered = errors, 0, 0
+
+    def poll(self, op):  # noqa: ANN001, ANN201
+        from remediation.errors import TransientError
+
+        self.calls += 1
+        if self.calls in self.errors:
+            raise TransientError("503 Service Unavailable")
+        self.answered += 1
+        return super().poll(op)
+
+
+def run_to_end(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 1000) -> list[str]:
+    """Like ``drive``, but a transient error is retried after its countdown, as the Celery task does.
+    Returns the steps run, in order."""
+    queue, ran = deque(todo), []
+    for _ in range(limit):
+        if not queue:
+            return ran
+        f = queue.popleft()
+        clock.advance(f.countdown)
+        ran.append(f.step)
+        try:
+            nxt = engine.run(f.remediation_id, f.step)
+        except RetryLater as exc:
+            nxt = FollowUp(f.remediation_id, f.step, exc.countdown)
+        if nxt is not None:
+            queue.append(nxt)
+    raise AssertionError("workflow did not settle")
+
+
+def test_transient_errors_spread_over_a_long_operation_do_not_escalate(sessions, world, settings, clock) -> None:
+    """20 errors among 80 polls (more than twice transient_retries in all, never more than one in a
+    row): the restart that was going well completes, and nothing climbs the ladder."""
+    vm = SlowNoisyVM(world, polls=60, errors={i for i in range(1, 81) if i % 4 == 2})
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    run_to_end(engine, clock, publish(sessions, settings, clock, "gpu-node-17"))
+    rem = rem_for(sessions, "gpu-node-17")
+    assert (vm.calls, vm.answered) == (80, 60)
+    assert 20 > 2 * settings.workflow.transient_retries
+    assert (rem.status, rem.ladder) == ("succeeded", 0)
+    (row,) = [r for r in steps_of(sessions, rem.id) if r.step == "vm_restart"]
+    assert (row.status, row.retries) == ("done", 20) and "streak" not in row.detail
+    assert len(world.calls("vm.restart", effect=True)) == 1
+
+
+def test_transient_retries_plus_one_errors_in_a_row_escalate(sessions, world, settings, clock) -> None:
+    """With the default backoff, ``transient_retries`` errors in a row take the default budget (240 s);
+    one more gives up and climbs the ladder, recording why on the step."""
+    wf = settings.workflow
+    assert (wf.transient_retries, wf.transient_budget_s, wf.backoff_base_s, wf.max_wait_s) == (8, 240, 2, 60)
+    vm = SlowNoisyVM(world, polls=1, errors=set(range(1, 100)))
+    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    f = publish(sessions, settings, clock, "gpu-node-17")[0]
+    while f.step != "vm_restart":
+        f = engine.run(f.remediation_id, f.step)
+    f = engine.run(f.remediation_id, f.step)  # the restart is issued; its polls all fail from here on
+    for n in range(1, wf.transient_retries + 1):
+        clock.advance(f.countdown)
+        with pytest.raises(RetryLater) as info:
+            engine.run(f.remediation_id, "vm_restart")
+        f = FollowUp(f.remediation_id, "vm_restart", info.value.countdown)
+        assert rem_for(sessions, "gpu-node-17").ladder == 0, f"gave up after {n} errors"
+    clock.advance(f.countdown)
+    nxt = engine.run(f.remediation_id, "vm_restart")  # error number transient_retries + 1
+    assert nxt is not None and nxt.step == "vm_restart"  # the ladder's next rung
+    rem = rem_for(sessions, "gpu-node-17")
+    assert rem.ladder == 1
+    failed = [r for r in steps_of(sessions, rem.id) if r.step == "vm_restart" and r.status == "failed"]
+    assert len(failed) == 1 and failed[0].error.startswith("gave up after 9 transient errors in a row over 242s")
+    assert vm.calls == wf.transient_retries + 1
 
 
 def test_unparseable_provider_id_fails_that_remediation_clearly(

@@ -99,6 +99,10 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def ready(self) -> bool:
+        """Celery logged ``celery@... ready.``: the pool is up and the worker consumes its queues."""
+        return " ready." in self.output()
+
 
 def wait_for(
     predicate: Callable[[], object], timeout: float, what: str, worker: Worker | None = None

@@ -12,8 +12,10 @@ What must hold:
 - every failed node is still drained in Slurm, those that failed after the breaker opened while it
   was open;
 - on-call gets one "breaker open" message;
-- the breaker closes once the window has slid past the failures (a short ``breaker_window_s``), and
-  then every remediation completes, each action exactly once.
+- the breaker latches (issue 11); this scenario opts in to ``breaker_auto_close_s`` (as long as the
+  short ``breaker_window_s``), so it closes once the window has slid past the failures and the pool
+  has been quiet that long, and then every remediation completes, each action exactly once. (The
+  human close of a latched breaker on the real slurmctld is scenario 12.)
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
         REMEDIATION_SIM__OP_POLLS="3",  # a VM restart spans a few polls, so concurrent ones overlap
         REMEDIATION_POLICY__MAX_CONCURRENT=str(MAX_CONCURRENT),
         REMEDIATION_POLICY__BREAKER_WINDOW_S=str(window_s),  # the window slides in seconds
+        REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S=str(window_s),  # opt-in: closes after a quiet window
         REMEDIATION_NOTIFY__WEBHOOK_URL=receiver.url,
     )
     client = redis.Redis.from_url(REDIS_URL)

@@ -670,3 +670,11 @@ def test_overlay_picks_its_cloud(overlay: str) -> None:
         if _pod_spec(w).get("automountServiceAccountToken", True)
     }
     assert with_token == {"remediation-worker", "remediation-watcher-kube"}
+
+
+def test_the_image_installs_the_project_as_a_wheel_would() -> None:
+    """A non-editable install (the migrations ship as their own package), and no sources left beside it
+    that could be imported instead (tests/integration/test_demo.py runs the same kind of install)."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert "pip install --no-cache-dir . " in text and " -e " not in text
+    assert "rm -rf /src" in text

@@ -190,3 +190,105 @@ def test_parse_bad_rejects_malformed_entries(bad: str) -> None:
 
 def test_parse_bad_groups_statuses_by_type() -> None:
     assert parse_bad(BAD) == {"Ready": frozenset({"False", "Unknown"}), "GpuXidError": frozenset({"True"})}
+
+
+# ------------------------------------------------------ the watcher's side: a hold that ends healthy
+
+
+class Bus:
+    """The publisher's bus: records what Redis took; ``down`` refuses like an unreachable Redis."""
+
+    def __init__(self) -> None:
+        self.taken: list[Any] = []
+        self.down = False
+
+    def publish(self, events: Any) -> int:
+        from workers.bus import BusUnavailable
+
+        if self.down:
+            raise BusUnavailable("redis down")
+        self.taken += list(events)
+        return len(events)
+
+
+class NoPods:
+    """The pod LIST fails (API error): a due condition waits in the publisher for its Slurm names."""
+
+    def list_namespaced_pod(self, *a: Any, **kw: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(status=503, reason="unavailable")
+
+
+def publisher(mapping: str, clock: FakeClock) -> tuple[Any, Bus]:
+    from remediation.settings import load_settings
+    from watchers.kube import Publisher
+
+    bus = Bus()
+    pub = Publisher(load_settings(kube={"mapping": mapping, "min_condition_s": HOLD}), bus, api=NoPods())  # type: ignore[arg-type]
+    pub.flap = FlapFilter(BAD, HOLD, clock=clock.now)
+    return pub, bus
+
+
+def node(name: str, **spec: tuple[str, float | None]) -> dict[str, Any]:
+    def stamp(lt: float | None) -> str | None:
+        return None if lt is None else at(lt).isoformat().replace("+00:00", "Z")
+
+    return {"metadata": {"name": name}, "status": {"conditions": [
+        {"type": t, "status": s, "reason": "R", "lastTransitionTime": stamp(lt)} for t, (s, lt) in spec.items()
+    ]}}
+
+
+def test_hold_that_ends_healthy_publishes_nothing() -> None:
+    """The flap filter itself: bad for less than the hold, then healthy: no edge, no end."""
+    clock = FakeClock(T0)
+    pub, bus = publisher("node", clock)
+    pub.handle(("MODIFIED", node("n1", Ready=("Unknown", 0))))
+    clock.advance(HOLD - 1)
+    pub.flush()
+    pub.handle(("MODIFIED", node("n1", Ready=("True", HOLD - 1))))
+    clock.advance(HOLD * 4)
+    pub.flush()
+    assert bus.taken == [] and pub.outbox == [] and pub.pending == []
+
+
+def test_held_edge_waiting_for_its_slurm_names_is_dropped_when_the_condition_ends() -> None:
+    """The phantom of issue 22: Ready=Unknown held, but the pod map could not be read; Ready=True
+    came before it could be published. Neither goes out (they used to leave in one flush)."""
+    clock = FakeClock(T0)
+    pub, bus = publisher("pod", clock)
+    pub.handle(("MODIFIED", node("n1", Ready=("Unknown", 0))))
+    clock.advance(HOLD)
+    pub.flush()
+    assert [c.state for c, _ in pub.pending] == ["Ready=Unknown"] and bus.taken == []
+    pub.handle(("MODIFIED", node("n1", Ready=("True", HOLD + 1))))
+    pub.flush()
+    assert pub.pending == [] and pub.outbox == [] and bus.taken == []
+
+
+def test_held_edge_in_the_outbox_is_dropped_when_the_condition_ends_while_redis_is_down() -> None:
+    clock = FakeClock(T0)
+    pub, bus = publisher("node", clock)
+    bus.down = True
+    pub.handle(("MODIFIED", node("n1", Ready=("Unknown", 0), GpuXidError=("True", 0))))
+    clock.advance(HOLD)
+    pub.flush()
+    assert sorted(e.state for e in pub.outbox) == ["GpuXidError=True", "Ready=Unknown"]
+    pub.handle(("MODIFIED", node("n1", Ready=("True", HOLD + 1), GpuXidError=("True", 0))))
+    bus.down = False
+    pub.flush()
+    assert [(e.kind, e.state) for e in bus.taken] == [(U, "GpuXidError=True")]  # still bad: published
+
+
+def test_end_of_a_published_episode_is_published_with_its_times() -> None:
+    clock = FakeClock(T0)
+    pub, bus = publisher("node", clock)
+    pub.handle(("MODIFIED", node("n1", Ready=("Unknown", 0))))
+    clock.advance(HOLD)
+    pub.flush()
+    clock.advance(5)
+    pub.handle(("MODIFIED", node("n1", Ready=("True", HOLD + 5))))
+    pub.flush()
+    bad, end = bus.taken
+    assert (bad.kind, bad.state, bad.since, bad.observed_at) == (U, "Ready=Unknown", T0, at(HOLD))
+    assert (end.kind, end.state, end.observed_at) == (H, "Ready=True", at(HOLD + 5))

@@ -12,7 +12,7 @@ import json
 import httpx
 import pytest
 
-from remediation.errors import PermanentError, TransientError, UnknownNode
+from remediation.errors import ConfigError, PermanentError, TransientError, UnknownNode
 from remediation.settings import SlurmSettings, load_settings
 from workers.adapters.slurm import make_slurm
 from workers.adapters.slurm_args import InvalidSlurmArgument, check_node_name, check_reason
@@ -43,9 +43,9 @@ def test_pyslurm_backend_without_pyslurm_is_a_clear_startup_error() -> None:
 
 
 def test_rest_backend_needs_a_url() -> None:
-    with pytest.raises(PermanentError, match="rest_url"):
+    with pytest.raises(ConfigError, match="rest_url"):
         RestSlurm(SlurmSettings(backend="rest"))
-    with pytest.raises(PermanentError, match="rest_api_version"):
+    with pytest.raises(ConfigError, match="rest_api_version"):
         RestSlurm(SlurmSettings(backend="rest", rest_url="http://x", rest_api_version="latest"))
 
 
@@ -111,3 +111,30 @@ def test_reasons() -> None:
     for bad in ["", " ", "a\nb", "a\x00", "a\x7f", "a" * 1025, None]:
         with pytest.raises(InvalidSlurmArgument):
             check_reason(bad)
+
+
+@pytest.mark.parametrize(
+    ("pyslurm_version", "slurm", "ok"),
+    [("25.11.0", (25, 11, 1), True), ("25.11.0", (24, 11, 5), False), ("25.11.0", (22, 5, 8), False),
+     ("24.11.2", (24, 11, 5), True), ("23.2.0", (23, 2, 7), True)],
+)
+def test_pyslurm_is_refused_for_a_slurm_it_is_not_built_for(
+    pyslurm_version: str, slurm: tuple[int, int, int], ok: bool
+) -> None:
+    from workers.adapters.slurm_pyslurm import check_release
+
+    if ok:
+        check_release(pyslurm_version, slurm)
+        return
+    with pytest.raises(PyslurmUnavailable, match="untested: no matching Slurm could be installed"):
+        check_release(pyslurm_version, slurm)
+
+
+def test_slurm_versions_and_libslurm_abis() -> None:
+    from workers.adapters.slurm_cli import parse_version
+    from workers.adapters.slurm_probe import matches
+
+    assert parse_version("slurm 22.05.8\n") == (22, 5, 8)
+    assert parse_version("slurm-wlm 24.11.5\n") == (24, 11, 5)
+    assert matches(38, (22, 5, 8)) and not matches(38, (24, 11, 5)) and matches(42, (24, 11, 5))
+    assert matches(50, (30, 5, 0))  # a release we have no table entry for: trusted, errors fall back

@@ -45,7 +45,7 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
-from remediation.errors import NotFound, NotSupported, PermanentError, TransientError
+from remediation.errors import ConfigError, NotFound, NotSupported, PermanentError, TransientError
 from remediation.interfaces import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import VMSettings
 from workers.adapters.cloud_common import (
@@ -61,6 +61,7 @@ log = logging.getLogger(__name__)
 _REGION = re.compile(r"^([a-z]{2}(?:-gov|-iso[a-z]*)?-[a-z]+-\d+)")
 _NOT_FOUND = {"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"}
 _DENIED = {"UnauthorizedOperation", "AuthFailure", "Blocked", "OptInRequired"}
+_QUOTA = {"InstanceLimitExceeded", "VcpuLimitExceeded", "MaxIOPSLimitExceeded"}
 _TRANSIENT = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "InternalError", "ServiceUnavailable",
               "Unavailable", "IncorrectInstanceState", "InsufficientInstanceCapacity"}  # fmt: skip
 # After this long in the stop phase, a running instance means our own (crashed) poll already started it.
@@ -195,13 +196,13 @@ def _translated(vm: VMRef) -> Iterator[None]:
         retry_after = (meta.get("HTTPHeaders") or {}).get("retry-after")
         if code in _NOT_FOUND:
             status = 404
-        elif code in _DENIED:
-            status = 403
+        elif code in _DENIED or code in _QUOTA:
+            status = 403  # the quota codes carry "LimitExceeded", which the one table reads as a quota
         elif code in _TRANSIENT and not (status == 429 or (status or 0) >= 500):
             status = 503  # EC2 answers throttling with a 400 status; the code is what counts
         raise error_for_status(status, f"{code}: {message}", vm=vm, retry_after=retry_after) from exc
     except (NoCredentialsError, NoRegionError) as exc:
-        raise PermanentError(f"AWS configuration: {exc}") from exc
+        raise ConfigError(f"AWS configuration: {exc}", component="cloud") from exc
     except (BotoConnectionError, HTTPClientError) as exc:
         raise TransientError(f"cannot reach EC2: {exc}") from exc
     except BotoCoreError as exc:

@@ -52,7 +52,7 @@ from azure.core.rest import HttpRequest
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachineUpdate
 
-from remediation.errors import PermanentError, TransientError
+from remediation.errors import CredentialError, PermanentError, TransientError
 from remediation.interfaces import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import VMSettings
 from workers.adapters.cloud_common import MARKER_TAG, error_for_status, marker_for, marker_value, parse_marker
@@ -279,5 +279,5 @@ def _translate(exc: HttpResponseError, vm: VMRef) -> Exception:
     headers = getattr(exc.response, "headers", None) or {}
     status = exc.status_code
     if isinstance(exc, ClientAuthenticationError) and status is None:
-        return PermanentError(f"Azure credentials rejected: {exc.message}")
+        return CredentialError(f"Azure credentials rejected: {exc.message}", component="cloud")
     return error_for_status(status, exc.message, vm=vm, retry_after=headers.get("Retry-After"))

@@ -1,14 +1,9 @@
-"""What the three cloud VM adapters share: the HTTP-status-to-error rule and the idempotency marker.
+"""What the three cloud VM adapters share: the translation of an HTTP answer and the idempotency marker.
 
-One rule for every cloud, so that the workflow sees the same typed error for the same situation:
-
-====================  =======================================================================
-401, 403              :class:`PermanentError` ("permission denied"): retrying cannot grant a role.
-404                   :class:`NotFound`: the VM is gone; escalate rather than wait for it.
-408, 409, 429, 5xx    :class:`TransientError`, carrying the server's Retry-After when it sent one.
-                      409 is "another operation is in progress on this VM", which ends by itself.
-other 4xx             :class:`PermanentError`: a request the service will refuse every time.
-====================  =======================================================================
+Every cloud maps its HTTP status through :func:`remediation.errors.error_for_status`, the one table
+every adapter uses (a 401 or 403 is the system's fault and pauses automation; a 404 is this VM gone; 408,
+409, 410, 425, 429 and 5xx are retried with the server's Retry-After), so the workflow sees the same
+typed error for the same situation at GCE, Azure and AWS.
 
 The marker is what Azure and AWS record on the VM (a tag) before they act, because their restart calls
 take no request id. Its value is ``<action>:<digest of the key>@<unix time written>``: a digest, never
@@ -22,7 +17,8 @@ import email.utils
 import hashlib
 import time
 
-from remediation.errors import NotFound, PermanentError, RemediationError, TransientError
+from remediation.errors import RemediationError
+from remediation.errors import error_for_status as classify
 from remediation.interfaces import VMAction, VMRef
 
 MARKER_TAG = "remediation-action"  # tag key on the VM; the value is marker_for(action, key)
@@ -69,12 +65,7 @@ def parse_retry_after(value: str | None) -> float | None:
 def error_for_status(
     status: int | None, message: str, *, vm: VMRef | None = None, retry_after: str | None = None
 ) -> RemediationError:
-    """The typed error for an HTTP status; ``message`` is the provider's own text."""
+    """The typed error for a cloud's HTTP answer; ``message`` is the provider's own text, and the VM
+    it concerns is named in it."""
     where = f" ({vm.provider_id or vm.name})" if vm is not None else ""
-    if status in (401, 403):
-        return PermanentError(f"permission denied{where}: {message}", status=status)
-    if status == 404:
-        return NotFound(f"VM not found{where}: {message}", status=status)
-    if status is None or status in (408, 409, 429) or status >= 500:
-        return TransientError(message + where, retry_after=parse_retry_after(retry_after), status=status)
-    return PermanentError(message + where, status=status)
+    return classify(status, message + where, retry_after=parse_retry_after(retry_after), component="cloud")

@@ -35,7 +35,7 @@ from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
 
-from remediation.errors import NotSupported, PermanentError, TransientError
+from remediation.errors import CredentialError, NotSupported, PermanentError, TransientError
 from remediation.interfaces import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import VMSettings
 from workers.adapters.cloud_common import error_for_status
@@ -162,5 +162,5 @@ def _translate(exc: Exception, vm: VMRef) -> Exception:
     if isinstance(exc, auth_exc.RefreshError):
         if getattr(exc, "retryable", False):
             return TransientError(f"Google token refresh failed: {exc}")
-        return PermanentError(f"Google credentials rejected: {exc}")
+        return CredentialError(f"Google credentials rejected: {exc}", component="cloud")
     return exc

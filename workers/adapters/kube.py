@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -40,7 +41,15 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from remediation.errors import NotFound, PermanentError, RemediationError, TransientError, UnknownNode
+from remediation.errors import (
+    ConfigError,
+    NotFound,
+    PermanentError,
+    RemediationError,
+    TransientError,
+    UnknownNode,
+    error_for_status,
+)
 from remediation.events import NODE_NAME
 from remediation.interfaces import EvictionProgress, KubeNode, KubeNodes
 from remediation.settings import KubeSettings, Settings
@@ -83,11 +92,15 @@ def translate(exc: BaseException, what: str) -> RemediationError:
     if isinstance(exc, ApiException):
         code = int(exc.status or 0)
         message = f"{what}: HTTP {code} {_status_body(exc).get('message') or exc.reason or ''}".rstrip()
-        if code == 404:
-            return NotFound(message, status=code)
-        if code in (409, 410, 429) or code >= 500 or code == 0:
-            return TransientError(message, retry_after=retry_after(exc), status=code)
-        return PermanentError(message, status=code)  # 401, 403, 400, 422: retrying cannot help
+        # The one table (remediation.errors): 401/403 pause automation, 404 is NotFound, 409/410/429/5xx
+        # retry; code 0 is the client's "no HTTP answer at all".
+        return error_for_status(code or None, message, retry_after=retry_after(exc), component="kubernetes")
+    reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
+    if isinstance(reason, urllib3.exceptions.SSLError | ssl.SSLCertVerificationError):
+        # The server's certificate does not verify against kube.ca_file (or its name does not match):
+        # our configuration, not the node and not a blip; retrying cannot fix it.
+        return ConfigError(f"{what}: TLS to the Kubernetes API failed (kube.ca_file, kube.host?): {reason}",
+                           component="kubernetes")  # fmt: skip
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
         return TransientError(f"{what}: cannot reach the Kubernetes API: {exc}")
     return PermanentError(f"{what}: {exc}")
@@ -332,7 +345,8 @@ class KubeAdapter:
 class StaticMap:
     """``kube.static_map_file``: YAML ``{slurm_node: k8s_node}``, shared by this adapter and the
     Kubernetes watcher (which inverts it). Re-read when its mtime changes, so edits apply without a
-    restart; an unset, unreadable or malformed file is a PermanentError that names the setting."""
+    restart; an unset, unreadable or malformed file is a ConfigError (the system's fault: it pauses
+    automation rather than count against a node) that names the setting."""
 
     def __init__(self, path: str | None) -> None:
         self.path = path
@@ -341,17 +355,18 @@ class StaticMap:
     def load(self) -> dict[str, str]:
         path = self.path
         if not path:
-            raise PermanentError("kube.mapping is 'static' but kube.static_map_file is not set")
+            raise ConfigError("kube.mapping is 'static' but kube.static_map_file is not set", component="kubernetes")
         try:
             mtime = os.stat(path).st_mtime
             if self._cache is None or self._cache[0] != mtime:
                 with open(path, encoding="utf-8") as fh:
                     data = yaml.safe_load(fh) or {}
                 if not isinstance(data, dict):
-                    raise PermanentError(f"{path}: expected a mapping of Slurm node to Kubernetes Node")
+                    raise ConfigError(f"{path}: expected a mapping of Slurm node to Kubernetes Node",
+                                      component="kubernetes")
                 self._cache = (mtime, {str(k): str(v) for k, v in data.items()})
         except (OSError, yaml.YAMLError) as exc:
-            raise PermanentError(f"cannot read kube.static_map_file {path}: {exc}") from exc
+            raise ConfigError(f"cannot read kube.static_map_file {path}: {exc}", component="kubernetes") from exc
         return self._cache[1]
 
 
@@ -366,6 +381,14 @@ def kube_client(settings: KubeSettings) -> client.CoreV1Api:
         if settings.token is not None:
             cfg.api_key = {"authorization": f"Bearer {settings.token.get_secret_value()}"}
         if settings.ca_file:
+            # Read now: the client would only fail at its first call, as an unreachable server.
+            try:
+                with open(settings.ca_file, "rb"):
+                    pass
+            except OSError as exc:
+                raise ConfigError(
+                    f"kube.ca_file {settings.ca_file}: {exc.strerror or exc}", component="kubernetes"
+                ) from exc
             cfg.ssl_ca_cert = settings.ca_file
     else:
         try:

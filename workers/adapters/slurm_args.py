@@ -12,6 +12,8 @@ one-line outputs (newlines, NUL and other control characters) and unbounded leng
 
 from __future__ import annotations
 
+import re
+
 from remediation.errors import PermanentError
 from remediation.events import NODE_NAME
 
@@ -49,3 +51,13 @@ def check_reason(reason: object) -> str:
             f"Slurm reason contains the control character {bad!r}; newlines, tabs and NUL are refused"
         )
     return reason
+
+
+# A job id as squeue prints it: 12345, or 12345_7 for one task of an array job.
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")
+
+
+def check_job_id(job: object) -> str:
+    if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
+        raise InvalidSlurmArgument(f"invalid Slurm job id {job!r:.80}: expected digits, e.g. 12345 or 12345_7")
+    return job

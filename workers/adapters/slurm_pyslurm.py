@@ -1,9 +1,14 @@
 """SlurmControl over pyslurm (the Slurm C API), an optional extra: ``pip install node-remediation[pyslurm]``.
 
-pyslurm is built against one Slurm release (pyslurm 25.11.x needs Slurm 25.11's libslurm), and PyPI
-has no release for older Slurm such as Debian's 22.05. The import is therefore lazy and checked when
-the backend is constructed: a site that selects ``pyslurm`` without a matching pyslurm gets a clear
-start-up error instead of a crash on the first remediation.
+**Untested: no matching Slurm could be installed.** pyslurm is built against one Slurm release: PyPI's
+pyslurm releases are 25.11 (Slurm 25.11 only) and very old ones, while Debian offers Slurm 22.05,
+24.11 (trixie) and 26.05 (sid). This backend has therefore never run against a real slurmctld here and
+is not presented as supported; the ``cli`` (default) and ``rest`` backends are tested on 22.05 and 24.11.
+
+Because of that, the backend checks at start-up, before anything else, that pyslurm imports and that
+its release (``pyslurm.__version__``, e.g. ``25.11.0``) is the release of the Slurm the configured
+commands report (``scontrol --version``): any other pairing is refused with a clear error naming both,
+instead of a crash or a silent misreading on the first remediation.
 
 State strings come from Slurm's own ``node_state_string_complete`` (``IDLE+DRAIN``), the same form as
 ``scontrol show node``, so they are split the same way.
@@ -12,17 +17,18 @@ State strings come from Slurm's own ``node_state_string_complete`` (``IDLE+DRAIN
 from __future__ import annotations
 
 import importlib
+import re
 from typing import Any, Literal
 
-from remediation.errors import PermanentError, TransientError, UnknownNode
+from remediation.errors import NotSupported, PermanentError, UnknownNode, error_for_slurm
 from remediation.hostlist import expand
 from remediation.interfaces import SlurmNode
 from remediation.settings import SlurmSettings
 from remediation.slurm_json import NodeStatus
 from workers.adapters.slurm_args import check_node_name, check_reason
 
+_RELEASE = re.compile(r"^(\d+)\.(\d+)")
 _ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
-_TRANSIENT = ("unable to contact slurm controller", "socket timed out", "connection refused")
 
 
 class PyslurmUnavailable(PermanentError):
@@ -40,12 +46,31 @@ def load_pyslurm() -> Any:
         ) from exc
 
 
+def check_release(pyslurm_version: str, slurm: tuple[int, ...]) -> None:
+    """Refuse a pyslurm that is not built for this Slurm release (major.minor must be equal)."""
+    found = _RELEASE.match(str(pyslurm_version))
+    if found is None:
+        raise PyslurmUnavailable(f"cannot tell which Slurm pyslurm {pyslurm_version!r} is built for")
+    built_for = (int(found.group(1)), int(found.group(2)))
+    if built_for != tuple(slurm[:2]):
+        raise PyslurmUnavailable(
+            f"slurm.backend=pyslurm: pyslurm {pyslurm_version} is built for Slurm "
+            f"{built_for[0]}.{built_for[1]:02d}, but this Slurm is {slurm[0]}.{slurm[1]:02d}. pyslurm only "
+            "works with the Slurm release it was built for (and this backend is untested: no matching "
+            "Slurm could be installed); choose slurm.backend=cli or rest."
+        )
+
+
 class PyslurmSlurm:
-    """The ``pyslurm`` backend."""
+    """The ``pyslurm`` backend. Untested: no matching Slurm could be installed (see the module docstring)."""
 
     def __init__(self, settings: SlurmSettings) -> None:
         self.settings = settings
         self.pyslurm = load_pyslurm()
+        # The Slurm release, from the same commands the cli backend runs (slurm.scontrol, SLURM_CONF).
+        from workers.adapters.slurm_cli import CliSlurm
+
+        check_release(getattr(self.pyslurm, "__version__", "unknown"), CliSlurm(settings).version)
 
     def snapshot(self) -> dict[str, NodeStatus]:
         nodes = self._call(lambda: self.pyslurm.Nodes.load())
@@ -63,14 +88,23 @@ class PyslurmSlurm:
         return _status(self._call(lambda: self.pyslurm.Node.load(name), name)).to_slurm_node()
 
     def running_jobs(self, name: str) -> int:
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
         check_node_name(name)
         self.get_node(name)
         jobs = self._call(lambda: self.pyslurm.Jobs.load())
-        count = 0
+        found: set[str] = set()
         for job in jobs.values() if hasattr(jobs, "values") else jobs:
             if str(job.state).upper() in _ACTIVE_JOB_STATES and name in expand(job.allocated_nodes or ""):
-                count += 1
-        return count
+                found.add(str(job.id))
+        return sorted(found)
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported("job requeue is not implemented for the pyslurm backend; use the cli backend")
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported("job cancellation is not implemented for the pyslurm backend; use the cli backend")
 
     def drain(self, name: str, reason: str) -> None:
         self._modify(name, state="DRAIN", reason=check_reason(reason))
@@ -100,9 +134,7 @@ class PyslurmSlurm:
             lowered = message.lower()
             if name is not None and ("does not exist" in lowered or "invalid node name" in lowered):
                 raise UnknownNode(f"pyslurm: {message}") from None
-            if any(marker in lowered for marker in _TRANSIENT):
-                raise TransientError(f"pyslurm: {message}") from None
-            raise PermanentError(f"pyslurm: {message}") from None
+            raise error_for_slurm(f"pyslurm: {message}") from None
 
 
 def _status(node: Any) -> NodeStatus:

@@ -9,9 +9,20 @@ Reads work on every API version (``GET /slurm/vX/nodes`` has the ``sinfo --json`
 v0.0.38, the only version Slurm 22.05 offers, every write raises :class:`NotSupported`.
 
 Change detection: ``GET nodes?update_time=T`` answers ``304 Not Modified`` when no node changed since
-T, so an idle poll costs one empty response. When something did change, 22.05 answers ``500
-"Unspecified error"`` instead of the nodes (observed on 22.05.8), so any answer but 304 is followed by
-a plain full read. T is the start of our last full read minus one second: Slurm stamps changes in
+T, so an idle poll costs one empty response. When something did change, 22.05 and 24.11 answer ``500``
+instead of the nodes (observed on 22.05.8 and 24.11.5), so any answer but 304 is followed by a plain
+full read. 24.11's v0.0.40 and v0.0.41 cannot parse a Unix time there at all (errno 9202); after the
+first such answer the backend stops asking and every poll is a full read (v0.0.42 keeps the 304 path).
+
+Versions: v0.0.38 (22.05) reads only. v0.0.40, v0.0.41 and v0.0.42 (24.11) read and write with the
+same node document and the same ``POST /slurm/vX/node/NAME`` body, checked against the real server
+(tests/integration/slurm/test_slurm_rest.py); a version the server does not serve is a configuration
+error. slurmrestd's refusals arrive as 500 with ``errors[]`` carrying Slurm's errno and are classified
+by the one Slurm table (:func:`remediation.errors.error_for_slurm`); 401/403 by the one HTTP table
+(:func:`remediation.errors.error_for_status`): a systemic fault that pauses automation, never a node's.
+
+Token auth (``rest_token``/``rest_user``, sent as ``X-SLURM-USER-TOKEN``/``X-SLURM-USER-NAME``) is for
+a slurmrestd run with ``rest_auth/jwt``; the README says how a site issues and rotates the token. T is the start of our last full read minus one second: Slurm stamps changes in
 whole seconds, and a change in the same second as our read must not be taken as already seen.
 """
 
@@ -23,7 +34,16 @@ from typing import Any, Literal
 
 import httpx
 
-from remediation.errors import NotSupported, PermanentError, RemediationError, TransientError, UnknownNode
+from remediation.errors import (
+    ConfigError,
+    NotSupported,
+    PermanentError,
+    RemediationError,
+    TransientError,
+    UnknownNode,
+    error_for_slurm,
+    error_for_status,
+)
 from remediation.hostlist import HostlistError, expand
 from remediation.interfaces import SlurmNode
 from remediation.settings import SlurmSettings
@@ -32,6 +52,9 @@ from workers.adapters.slurm_args import check_node_name, check_reason
 
 _VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
 _FIRST_WRITABLE = (0, 0, 39)
+#: errno 9202 "Unable to convert Data type": 24.11's v0.0.40 and v0.0.41 parsers refuse a Unix time in
+#: ``update_time`` (v0.0.42 takes it); such a server is then polled with plain full reads.
+_CANNOT_PARSE_TIME = 9202
 _ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 
 
@@ -40,10 +63,11 @@ class RestSlurm:
 
     def __init__(self, settings: SlurmSettings, transport: httpx.BaseTransport | None = None) -> None:
         if not settings.rest_url:
-            raise PermanentError("slurm.rest_url must be set for the rest backend")
+            raise ConfigError("slurm.rest_url must be set for the rest backend", component="slurm")
         match = _VERSION.match(settings.rest_api_version)
         if match is None:
-            raise PermanentError(f"slurm.rest_api_version {settings.rest_api_version!r} is not like v0.0.38")
+            raise ConfigError(f"slurm.rest_api_version {settings.rest_api_version!r} is not like v0.0.38",
+                              component="slurm")
         self.version = settings.rest_api_version
         self._version_tuple = tuple(int(p) for p in match.groups())
         headers = {"Accept": "application/json"}
@@ -60,6 +84,7 @@ class RestSlurm:
         )
         self._parser = NodesParser()
         self._since: int | None = None
+        self._conditional = True  # False once the server refuses update_time
 
     def close(self) -> None:
         self.client.close()
@@ -75,12 +100,14 @@ class RestSlurm:
 
     def poll(self) -> dict[str, NodeStatus] | None:
         """Watcher hook: None when slurmctld says no node changed since our last full read."""
-        if self._since is not None:
+        if self._since is not None and self._conditional:
             response = self._request(
                 "GET", f"/slurm/{self.version}/nodes", params={"update_time": self._since}, allow={304, 500}
             )
             if response.status_code == 304:
                 return None
+            if any(errno == _CANNOT_PARSE_TIME for _, errno in _errors(response)):
+                self._conditional = False  # this API version cannot take update_time (24.11's v0.0.40/41)
         return self.snapshot()
 
     def list_nodes(self) -> list[SlurmNode]:
@@ -95,10 +122,13 @@ class RestSlurm:
         return nodes[name].to_slurm_node()
 
     def running_jobs(self, name: str) -> int:
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
         check_node_name(name)
         self.get_node(name)  # an unknown node is an error, not "no jobs"
         body = self._json(self._request("GET", f"/slurm/{self.version}/jobs"))
-        count = 0
+        found: set[str] = set()
         for job in body.get("jobs") or []:
             state = job.get("job_state")
             states = set(state) if isinstance(state, list) else {state}
@@ -106,10 +136,22 @@ class RestSlurm:
                 continue
             try:
                 if name in expand(job.get("nodes") or ""):
-                    count += 1
+                    found.add(str(job.get("job_id")))
             except HostlistError as exc:
                 raise PermanentError(f"job {job.get('job_id')}: bad node list: {exc}") from None
-        return count
+        return sorted(found)
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported(
+            "slurmrestd has no job requeue; set workflow.on_jobs_timeout to hold or cancel, or use the "
+            "cli or pyslurm backend"
+        )
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported(
+            "job cancellation through slurmrestd is not implemented; set workflow.on_jobs_timeout to "
+            "hold, or use the cli backend"
+        )
 
     # ---------------------------------------------------------------------------------- writes
 
@@ -153,17 +195,39 @@ class RestSlurm:
             raise TransientError(f"slurmrestd {method} {path}: {exc}") from None
         if allow and response.status_code in allow:
             return response
-        status = response.status_code
-        if status < 400:
+        if response.status_code < 400:
             return response
-        message = _error_message(response)
+        raise self._error(method, path, response)
+
+    def _error(self, method: str, path: str, response: httpx.Response) -> RemediationError:
+        """slurmrestd's answer as a typed error (checked on 22.05 and 24.11's v0.0.40-42):
+
+        - a bare 404 ("Unable find requested URL") is a path this slurmrestd does not serve, i.e. an
+          API version or plugin it was not started with: a configuration fault, never the node's;
+        - 401/403 (token missing, expired or not allowed) are the system's fault (the one HTTP table);
+        - with ``errors[]`` (24.11 sends slurmctld's refusals as 500 + errors[] with Slurm's errno),
+          the one Slurm table decides: unreachable controller -> system, "Invalid node name" -> the
+          node is unknown, any other refusal carrying a Slurm errno -> this node's request is refused;
+        - anything else falls to the HTTP table (5xx and 429 transient, other 4xx refused).
+        """
+        status = response.status_code
+        errors = _errors(response)
+        message = "; ".join(text for text, _ in errors) or _text(response)
         where = f"slurmrestd {method} {path}: HTTP {status}: {message}"
-        if "invalid node name" in message.lower() or "not found" in message.lower():
-            raise UnknownNode(where, status=status)
-        if status == 429 or status >= 500:
-            retry = response.headers.get("Retry-After")
-            raise TransientError(where, status=status, retry_after=_seconds(retry))
-        raise PermanentError(where, status=status)
+        if status == 404 and not errors and "requested url" in message.lower():
+            return ConfigError(
+                f"{where} (is slurm.rest_api_version {self.version} served by this slurmrestd? 22.05 "
+                "serves v0.0.38; 24.11 serves v0.0.40, v0.0.41 and v0.0.42 with -s openapi/slurmctld)",
+                component="slurm",
+            )
+        retry = _seconds(response.headers.get("Retry-After"))
+        if status in (401, 403) or not errors:
+            return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
+        refused = any(errno for _, errno in errors) or status < 500
+        from_slurm = error_for_slurm(where, node_error=SlurmRestError)
+        if refused or type(from_slurm) is not SlurmRestError:  # Slurm's errno, or a message the table knows
+            return from_slurm
+        return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
 
     def _parse_nodes(
         self, response: httpx.Response, parser: NodesParser | None = None
@@ -171,9 +235,11 @@ class RestSlurm:
         try:
             return (parser or self._parser).parse(response.text)
         except SlurmReportedError as exc:
-            if any("invalid node name" in e.lower() for e in exc.errors):
-                raise UnknownNode(str(exc)) from None
-            raise TransientError(f"slurmrestd: {exc}") from None
+            # 24.11 answers a GET of an unknown node 200 with errors[] "Failure to query node X".
+            texts = [text.lower() for text, _ in _errors(response)] + [e.lower() for e in exc.errors]
+            if any("invalid node name" in t or "failure to query node" in t for t in texts):
+                raise UnknownNode(f"slurmrestd: {'; '.join(t for t, _ in _errors(response))}") from None
+            raise error_for_slurm(f"slurmrestd: {exc}", node_error=TransientError) from None
         except SlurmFormatError as exc:
             raise PermanentError(f"slurmrestd answered something unexpected: {exc}") from None
 
@@ -185,24 +251,37 @@ class RestSlurm:
             raise PermanentError(f"slurmrestd answered non-JSON: {response.text[:200]!r}") from None
         if not isinstance(body, dict):
             raise PermanentError("slurmrestd answered JSON that is not an object")
-        errors = body.get("errors") or []
+        errors = _errors(response)
         if errors:
-            text = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors if e)
-            if "invalid node name" in text.lower():
-                raise UnknownNode(f"slurmrestd: {text}")
-            raise PermanentError(f"slurmrestd: {text}")
+            raise error_for_slurm("slurmrestd: " + "; ".join(text for text, _ in errors), node_error=SlurmRestError)
         return body
 
 
-def _error_message(response: httpx.Response) -> str:
+class SlurmRestError(PermanentError):
+    """slurmctld, through slurmrestd, refused this node's request; carries Slurm's errors[]."""
+
+
+def _errors(response: httpx.Response) -> list[tuple[str, int]]:
+    """slurmrestd's ``errors[]`` as (text, Slurm errno): "error: description" (24.11 puts the Slurm
+    message in ``error`` and what it was doing in ``description``; 22.05 may send either alone)."""
     try:
         body = response.json()
-        errors = body.get("errors") or []
-        texts = [str(e.get("error") or e.get("description")) for e in errors if isinstance(e, dict)]
-        if texts:
-            return "; ".join(texts)
-    except (ValueError, AttributeError):
-        pass
+    except ValueError:
+        return []
+    found: list[tuple[str, int]] = []
+    for entry in (body.get("errors") or []) if isinstance(body, dict) else []:
+        if not isinstance(entry, dict):
+            continue
+        error, description = str(entry.get("error") or ""), str(entry.get("description") or "")
+        if error.lower() == "no error":
+            error = ""
+        text = ": ".join(part for part in (error, description) if part) or "unspecified error"
+        errno = entry.get("error_number", entry.get("errno"))
+        found.append((text, errno if isinstance(errno, int) and not isinstance(errno, bool) else 0))
+    return found
+
+
+def _text(response: httpx.Response) -> str:
     return response.text.strip()[:500] or response.reason_phrase
 
 

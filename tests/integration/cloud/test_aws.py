@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from remediation.errors import NotFound, NotSupported, PermanentError, TransientError
+from remediation.errors import CredentialError, NotFound, NotSupported, TransientError
 from remediation.interfaces import Operation, VMAction, VMRef
 from remediation.settings import VMSettings
 from tests.integration.cloud.conftest import wait_done
@@ -175,7 +175,7 @@ def test_forbidden_is_permanent_with_the_message(
     ec2_faults: Callable[..., list[str]],
 ) -> None:
     ec2_faults(aws_session, "RebootInstances", 403, "UnauthorizedOperation")
-    with pytest.raises(PermanentError, match="permission denied.*UnauthorizedOperation") as caught:
+    with pytest.raises(CredentialError, match="permission denied.*UnauthorizedOperation") as caught:
         AWSProvider(aws_settings, session=aws_session).start(
             vm(ec2_instances[0]), VMAction.RESTART, "rem-8:vm_restart:1"
         )

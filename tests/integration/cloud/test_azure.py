@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.errors import NotFound, PermanentError, TransientError
+from remediation.errors import CredentialError, NotFound, PermanentError, TransientError
 from remediation.interfaces import Operation, VMAction, VMRef
 from remediation.settings import VMSettings
 from simulator.azure_api import AzureFake
@@ -206,9 +206,9 @@ def test_missing_vm_is_not_found(azure_settings: VMSettings) -> None:
         provider(azure_settings).start(ss_vm("99"), VMAction.RESTART, "rem-14:vm_restart:1")
 
 
-def test_forbidden_is_permanent_with_the_message(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_forbidden_is_the_systems_fault_with_the_message(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
     azure_fake.faults.fail_next(1, 403)
-    with pytest.raises(PermanentError, match="permission denied") as caught:
+    with pytest.raises(CredentialError, match="permission denied") as caught:
         provider(azure_settings).start(vm(), VMAction.RESTART, "rem-15:vm_restart:1")
     assert not isinstance(caught.value, NotFound) and caught.value.status == 403
 

@@ -13,7 +13,8 @@ What is proved, against the logs of the endpoints rather than our own records:
   once. On GCE the repeated call carries the same ``requestId``: two POSTs, one action.
 - **transient faults** (30% of cloud calls answered 429 with Retry-After, or 503): every remediation
   completes, the step rows show the retries, and no retry came before the server's Retry-After.
-- **permanent faults** (403, 404): quarantine at once, the provider's message in the reason.
+- **permanent faults** (404: the VM is gone): quarantine at once, the provider's message in the reason.
+  A 401 or 403 is the system's fault, not the node's (tests/reliability/test_systemic.py).
 - **the escalation ladder**: restart, verify fails, reimage, verify fails, quarantine.
 
 The helpers here (:class:`CloudRig`, :func:`retry_after_violations`) are shared with the reliability
@@ -443,14 +444,12 @@ def test_a_duplicate_delivery_does_not_retry_before_retry_after(rig: CloudRig) -
 # (node, HTTP status, the provider's words that must reach the quarantine reason)
 PERMANENT = [
     ("gpu-node-0", 404, "instances/gke-a3-pool-0' was not found"),  # GCE: the instance is really gone
-    ("gpu-node-2", 403, "injected 403"),
-    ("gpu-node-1", 404, "injected 404"),
-    ("gpu-node-3", 403, "injected 403"),
+    ("gpu-node-1", 404, "injected 404"),  # Azure
 ]
 
 
 def test_permanent_cloud_errors_quarantine_at_once_with_the_providers_message(rig: CloudRig) -> None:
-    """GCE and Azure, 404 and 403, side by side in one worker (one start-up instead of four)."""
+    """GCE and Azure, side by side in one worker (one start-up instead of two)."""
     for node, status, _ in PERMANENT:
         link = rig.cluster.link(node)
         if link.provider == "gce" and status == 404:
@@ -464,10 +463,10 @@ def test_permanent_cloud_errors_quarantine_at_once_with_the_providers_message(ri
         rig.fail(node)
     rig.wait_status([node for node, _, _ in PERMANENT], "quarantined", 60, worker)
 
-    for node, status, message in PERMANENT:
+    for node, _, message in PERMANENT:
         rem = rig.rem(node)
         assert rem is not None and rem.ladder == 0, node  # no climbing: a heavier action cannot fix this
-        kind = "NotFound" if status == 404 else "PermanentError"
+        kind = "NotFound"
         assert kind in (rem.outcome or "") and message in (rem.outcome or ""), (node, rem.outcome)
         assert message in rem.context["quarantine_reason"]
         vm_row = rig.row(node, "vm_restart")
@@ -512,7 +511,9 @@ def test_ladder_restart_then_reimage_then_quarantine_on_a_vm_that_stays_broken(r
     restart, reimage = (r for r in rows if r.step == "vm_restart")
     assert restart.provider_op["action"] == "restart" and reimage.provider_op["action"] == "reimage"
     assert [r.attempt for r in rows if r.step == "verify"] == [1, 2]
-    assert all("not healthy" in (r.error or "") for r in rows if r.step == "verify")
+    # The VM came back (new bootID) but its slurmd never did: recovery is not proven, whatever else shows.
+    assert all("not recovered" in (r.error or "") and "slurmd started after the action=False" in (r.error or "")
+               for r in rows if r.step == "verify")
     rem = rig.rem(node)
     assert rem is not None and rem.ladder == 1 and "VM ladder exhausted" in (rem.outcome or "")
     assert rig.cluster.vm(node)["boot_count"] == 3

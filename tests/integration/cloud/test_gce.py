@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.errors import NotFound, NotSupported, PermanentError, TransientError
+from remediation.errors import CredentialError, NotFound, NotSupported, TransientError
 from remediation.interfaces import Operation, VMAction, VMRef
 from remediation.settings import VMSettings
 from simulator.gce_api import GceFake
@@ -116,9 +116,9 @@ def test_missing_vm_is_not_found(gce_settings: VMSettings) -> None:
         GCEProvider(gce_settings).start(vm("gone"), VMAction.RESTART, "rem-9:vm_restart:1")
 
 
-def test_forbidden_is_permanent_with_the_message(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_forbidden_is_the_systems_fault_with_the_message(gce_fake: GceFake, gce_settings: VMSettings) -> None:
     gce_fake.faults.fail_next(1, 403, match="/reset")
-    with pytest.raises(PermanentError, match="permission denied") as caught:
+    with pytest.raises(CredentialError, match="permission denied") as caught:
         GCEProvider(gce_settings).start(vm(), VMAction.RESTART, "rem-10:vm_restart:1")
     assert not isinstance(caught.value, NotFound) and caught.value.status == 403
 

@@ -20,9 +20,11 @@ def kube_api() -> Iterator[KubeAPIServer]:
     server.stop()
 
 
-def core_for(url: str, token: str | None) -> client.CoreV1Api:
+def core_for(url: str, token: str | None, ca_file: object = None) -> client.CoreV1Api:
+    """An official client for ``url``, trusting ``ca_file`` (the local apiserver's per-run CA)."""
     cfg = client.Configuration()
     cfg.host = url
+    cfg.ssl_ca_cert = str(ca_file) if ca_file is not None else None
     if token is not None:
         cfg.api_key = {"authorization": f"Bearer {token}"}
     cfg.retries = False  # a test about errors wants each request to reach the server exactly once
@@ -31,7 +33,7 @@ def core_for(url: str, token: str | None) -> client.CoreV1Api:
 
 @pytest.fixture
 def core(kube_api: KubeAPIServer) -> client.CoreV1Api:
-    return core_for(kube_api.url, kube_api.token)
+    return core_for(kube_api.url, kube_api.token, kube_api.ca_file)
 
 
 @pytest.fixture
@@ -39,7 +41,12 @@ def make_settings(kube_api: KubeAPIServer) -> Callable[..., Settings]:
     """Settings pointing at the local API; nested sections are overridden with dicts."""
 
     def build(**overrides: Any) -> Settings:
-        kube = {"host": kube_api.url, "token": kube_api.token, **overrides.pop("kube", {})}
+        kube = {
+            "host": kube_api.url,
+            "token": kube_api.token,
+            "ca_file": str(kube_api.ca_file),
+            **overrides.pop("kube", {}),
+        }
         return load_settings(kube=kube, **overrides)
 
     return build

@@ -10,9 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import NotFound, PermanentError, TransientError, UnknownNode
+from remediation.errors import (
+    ConfigError,
+    CredentialError,
+    NotFound,
+    PermanentError,
+    Scope,
+    TransientError,
+    UnknownNode,
+)
 from remediation.interfaces import KubeNodes
 from remediation.providerid import InvalidProviderID, parse_provider_id
+from remediation.settings import ConfigError as SettingsError
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
 from workers.adapters.kube import KubeAdapter, make_kube
@@ -143,7 +152,9 @@ def test_get_reads_ready_problem_conditions_boot_id_and_provider_id(
     kube_api.set_condition("n1", "MemoryPressure", "False")
     node = adapter.get("n1")
     assert (node.ready, node.boot_id, node.provider_id) == ("False", "boot-a", "gce://proj/us-central1-a/n1")
-    assert node.conditions == {"Ready": "False", "GpuXidError": "True"}  # configured types only
+    # Configured types only: the Node's node-problem-detector KernelDeadlock=False is one, its
+    # MemoryPressure, DiskPressure, ReadonlyFilesystem... are not.
+    assert node.conditions == {"Ready": "False", "GpuXidError": "True", "KernelDeadlock": "False"}
     new_boot = kube_api.bump_boot_id("n1")
     assert adapter.get("n1").boot_id == new_boot != "boot-a"
     assert parse_provider_id(node.provider_id).name == "n1"
@@ -219,14 +230,16 @@ def test_eviction_404_means_the_pod_is_already_gone(kube_api: KubeAPIServer, ada
 @pytest.mark.parametrize(
     ("code", "error", "retry_after"),
     [
-        (401, PermanentError, None),
-        (403, PermanentError, None),
+        (401, CredentialError, None),
+        (403, CredentialError, None),
         (404, NotFound, None),
+        (410, TransientError, None),
+        (422, PermanentError, None),
         (429, TransientError, 4.0),
         (500, TransientError, None),
         (503, TransientError, 4.0),
     ],
-    ids=["401", "403", "404", "429", "500", "503"],
+    ids=["401", "403", "404", "410", "422", "429", "500", "503"],
 )
 def test_errors_are_translated(
     kube_api: KubeAPIServer,
@@ -271,13 +284,13 @@ def test_every_write_translates_server_errors_without_sleeping(
     assert [r.status for r in kube_api.requests if r.method in ("PATCH", "POST")] == [503]
 
 
-def test_missing_node_is_not_found_and_bad_token_is_permanent(
+def test_missing_node_is_not_found_and_bad_token_is_the_systems_fault(
     kube_api: KubeAPIServer, make_settings: Callable[..., Settings]
 ) -> None:
     adapter = make_kube(make_settings(kube={"token": "wrong"}))
-    with pytest.raises(PermanentError) as info:
+    with pytest.raises(CredentialError) as info:
         adapter.get("n1")
-    assert info.value.status == 401
+    assert info.value.status == 401 and info.value.component == "kubernetes"
     good = make_kube(make_settings())
     with pytest.raises(NotFound):
         good.get("nope")
@@ -286,9 +299,28 @@ def test_missing_node_is_not_found_and_bad_token_is_permanent(
 
 
 def test_unreachable_api_is_transient(make_settings: Callable[..., Settings]) -> None:
-    adapter = make_kube(make_settings(kube={"host": "http://127.0.0.1:9", "request_timeout_s": 2}))
+    adapter = make_kube(make_settings(kube={"host": "https://127.0.0.1:9", "request_timeout_s": 2}))
     with pytest.raises(TransientError, match="cannot reach the Kubernetes API"):
         adapter.get("n1")
+
+
+def test_tls_is_verified_against_the_configured_ca_and_a_mismatch_is_our_configuration(
+    kube_api: KubeAPIServer, make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    kube_api.add_node("n1")
+    assert make_kube(make_settings()).get("n1").name == "n1"  # the per-run CA verifies the server
+    with KubeAPIServer(token="other") as other:  # another cluster's CA: the certificate does not verify
+        adapter = make_kube(make_settings(kube={"ca_file": str(other.ca_file)}))
+        with pytest.raises(ConfigError, match="TLS to the Kubernetes API failed"):
+            adapter.get("n1")
+    with pytest.raises(ConfigError, match="kube.ca_file"):
+        make_kube(make_settings(kube={"ca_file": str(tmp_path / "missing.crt")}))
+    assert not [r for r in kube_api.requests if r.path == "/api/v1/nodes/n1" and r.status != 200]
+
+
+def test_a_token_is_never_configured_for_plain_http(make_settings: Callable[..., Settings]) -> None:
+    with pytest.raises(SettingsError, match="must be https:// to carry a bearer token"):
+        make_settings(kube={"host": "http://127.0.0.1:6443"})
 
 
 # ------------------------------------------------------------------------------------ mapping
@@ -357,14 +389,15 @@ def test_static_mapping_reads_the_file_and_reloads_it(
     assert kube.node_for("gpu-node-1") == "aks-gpu-1"
 
 
-def test_static_mapping_without_a_readable_file_is_permanent(
+def test_static_mapping_without_a_readable_file_is_a_config_error(
     kube_api: KubeAPIServer, make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     kube = make_kube(
         make_settings(kube={"mapping": "static", "static_map_file": str(tmp_path / "none.yaml")})
     )
-    with pytest.raises(PermanentError, match="cannot read kube.static_map_file"):
+    with pytest.raises(ConfigError, match="cannot read kube.static_map_file") as info:
         kube.node_for("gpu-node-1")
+    assert info.value.scope is Scope.SYSTEM  # every node would hit it: pause, never a node's fault
 
 
 def test_factory_backends(make_settings: Callable[..., Settings], kube_api: KubeAPIServer) -> None:

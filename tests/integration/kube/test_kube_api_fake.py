@@ -1,9 +1,8 @@
-"""The local kube-apiserver answers the official client the way the real one does (wire-protocols.md)."""
+"""The local kube-apiserver answers the official client the way the real one does (docs/wire-protocols.md)."""
 
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
@@ -30,7 +29,7 @@ def test_requests_without_a_valid_bearer_token_get_401_status(
 ) -> None:
     kube_api.add_node("n1")
     with pytest.raises(ApiException) as info:
-        core_for(kube_api.url, token).list_node()
+        core_for(kube_api.url, token, kube_api.ca_file).list_node()
     assert info.value.status == 401
     assert body(info.value) == {
         "kind": "Status",
@@ -69,22 +68,26 @@ def test_strategic_cordon_patch_and_taints_list_is_replaced(
     node = core.patch_node("n1", {"spec": {"taints": [{"key": "mine", "effect": "NoSchedule"}]}})
     assert [t.key for t in node.spec.taints] == ["mine"]
     # status.conditions merges on "type": patching one keeps the others.
+    before = {c["type"] for c in kube_api.node("n1")["status"]["conditions"]}
     core.patch_node_status("n1", {"status": {"conditions": [{"type": "GpuHealthy", "status": "False"}]}})
-    assert {c["type"] for c in kube_api.node("n1")["status"]["conditions"]} == {"Ready", "GpuHealthy"}
+    assert {c["type"] for c in kube_api.node("n1")["status"]["conditions"]} == before | {"GpuHealthy"}
+    assert {"Ready", "MemoryPressure"} <= before
 
 
 def test_merge_patch_null_deletes_and_lists_replace(kube_api: KubeAPIServer, core: client.CoreV1Api) -> None:
     kube_api.add_node("n1", annotations={"a": "1", "b": "2"})
+    others = {k: v for k, v in kube_api.node("n1")["metadata"]["annotations"].items() if k not in ("a", "b")}
     node = core.patch_node(
         "n1", {"metadata": {"annotations": {"a": None}}}, _content_type="application/merge-patch+json"
     )
-    assert node.metadata.annotations == {"b": "2"}
+    assert node.metadata.annotations == {"b": "2", **others} and others  # the kubelet's stay
 
 
 def test_json_patch_escapes_pointers_and_test_op_guards(
     kube_api: KubeAPIServer, core: client.CoreV1Api
 ) -> None:
     kube_api.add_node("n1")
+    before = kube_api.node("n1")["metadata"]["annotations"]
     rv = core.read_node("n1").metadata.resource_version
     ops = [
         {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
@@ -92,7 +95,7 @@ def test_json_patch_escapes_pointers_and_test_op_guards(
     ]
     node = core.patch_node("n1", ops)
     assert kube_api.requests[-1].content_type == "application/json-patch+json"
-    assert node.metadata.annotations == {"example.io/owner": "me"}
+    assert node.metadata.annotations == {**before, "example.io/owner": "me"}
     with pytest.raises(ApiException) as info:
         core.patch_node("n1", ops)  # rv moved on: the test op fails
     assert info.value.status == 422
@@ -172,7 +175,7 @@ def test_eviction_201_429_with_budget_cause_and_404(kube_api: KubeAPIServer, cor
 def test_eviction_with_grace_leaves_the_pod_terminating() -> None:
     with KubeAPIServer(token="t", evict_grace_s=0.3) as api:
         api.add_pod("ns", "p", node_name="n1")
-        core_for(api.url, "t").create_namespaced_pod_eviction("p", "ns", eviction("p", "ns"))
+        core_for(api.url, "t", api.ca_file).create_namespaced_pod_eviction("p", "ns", eviction("p", "ns"))
         assert "deletionTimestamp" in api.pods()[0]["metadata"]
         deadline = time.monotonic() + 3
         while api.pods() and time.monotonic() < deadline:
@@ -184,23 +187,38 @@ def test_watch_streams_changes_after_the_resource_version_with_bookmarks(
     kube_api: KubeAPIServer, core: client.CoreV1Api
 ) -> None:
     kube_api.add_node("n1")
+    kube_api.add_node("n2")
     rv = core.list_node().metadata.resource_version
-    threading.Timer(0.1, lambda: kube_api.set_condition("n1", "Ready", "False")).start()
-    threading.Timer(0.2, lambda: kube_api.remove_node("n1")).start()
+    # Changes made before the watch starts are replayed from ``rv`` in the store's order; no timer
+    # decides their order on the stream.
+    kube_api.set_condition("n1", "Ready", "False")
+    kube_api.remove_node("n1")
     started = time.monotonic()
-    events = list(
-        watch.Watch().stream(
-            core.list_node,
-            resource_version=rv,
-            timeout_seconds=1,
-            allow_watch_bookmarks=True,
-            deserialize=False,
-        )
-    )
+    events = []
+    live_change_made = False
+    for event in watch.Watch().stream(
+        core.list_node,
+        resource_version=rv,
+        timeout_seconds=1,
+        allow_watch_bookmarks=True,
+        deserialize=False,
+    ):
+        events.append(event)
+        if event["type"] == "BOOKMARK" and not live_change_made:
+            # Barrier: a bookmark means the stream is established and idle, so a change made now must
+            # arrive as the next event, after the replayed ones.
+            kube_api.set_condition("n2", "Ready", "False")
+            live_change_made = True
     assert 0.9 < time.monotonic() - started < 3  # timeoutSeconds closes the stream
     types = [e["type"] for e in events]
-    assert types[:2] == ["MODIFIED", "DELETED"] and "BOOKMARK" in types
+    assert types[:3] == ["MODIFIED", "DELETED", "BOOKMARK"]
+    changes = [e for e in events if e["type"] != "BOOKMARK"]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in changes] == [
+        ("MODIFIED", "n1"), ("DELETED", "n1"), ("MODIFIED", "n2")
+    ]
+    assert types[types.index("BOOKMARK") + 1] == "MODIFIED"  # the live change, straight after the barrier
     assert events[0]["object"]["status"]["conditions"][0]["status"] == "False"
+    assert changes[2]["object"]["status"]["conditions"][0]["status"] == "False"
     rvs = [int(e["object"]["metadata"]["resourceVersion"]) for e in events]
     assert rvs == sorted(rvs) and rvs[0] > int(rv)
     request = [r for r in kube_api.requests if r.query.get("watch") == "true"][-1]
@@ -234,7 +252,7 @@ def test_bounded_history_expires_old_resource_versions() -> None:
         old = str(api.resource_version)
         for i in range(10):
             api.set_condition("n1", "Ready", "False" if i % 2 else "True")
-        core = core_for(api.url, "t")
+        core = core_for(api.url, "t", api.ca_file)
         with pytest.raises(ApiException) as info:
             list(watch.Watch().stream(core.list_node, resource_version=old, timeout_seconds=1))
         assert info.value.status == 410

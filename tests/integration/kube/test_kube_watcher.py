@@ -286,6 +286,7 @@ def test_sigterm_stops_the_watcher_process_cleanly(
     env = {key: value for key, value in os.environ.items() if not key.startswith("REMEDIATION_")} | {
         "REMEDIATION_KUBE__HOST": kube_api.url,
         "REMEDIATION_KUBE__TOKEN": kube_api.token,
+        "REMEDIATION_KUBE__CA_FILE": str(kube_api.ca_file),
         "REMEDIATION_KUBE__MIN_CONDITION_S": "0.5",
         "REMEDIATION_KUBE__MAPPING": "node",
         "REMEDIATION_BROKER__REDIS_URL": REDIS_URL,

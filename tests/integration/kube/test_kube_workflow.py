@@ -16,6 +16,7 @@ must honour the namespace.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -138,6 +139,8 @@ class RebootingVM:
             k8s, slurm = self.nodes[op.vm.name]
             if self.reboot:
                 self.api.bump_boot_id(k8s)
+                with self.world.mutate() as st:  # the VM booted: its slurmd started (and registered) now
+                    st["nodes"][slurm]["slurm"]["slurmd_start"] = time.time()
             self.api.set_condition(k8s, "Ready", "True", reason="KubeletReady", message="kubelet is posting")
             self._slurm_flags(slurm, remove={"NOT_RESPONDING"})
         return OperationStatus(done=True)

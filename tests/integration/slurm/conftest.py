@@ -1,9 +1,15 @@
-"""A real Slurm 22.05 (slurmctld + one slurmd per node) for the whole test session.
+"""Real Slurm clusters (slurmctld + one slurmd per node) for the whole test session: 22.05 and 24.11.
 
-Started once per session with the project's own ``scripts/slurm-up.sh`` in a session temp dir, on
-free ports, and torn down with ``scripts/slurm-down.sh``. On a machine without Slurm the script
-installs the Debian packages (root needed). Tests talk to it only through real commands; nothing in
-these tests stands in for Slurm.
+Each is started once per session with the project's own ``scripts/slurm-up.sh`` in a session temp dir,
+on free ports, and torn down with ``scripts/slurm-down.sh``. 22.05 is the host's (Debian 12; the script
+installs the packages when missing, root needed); 24.11 runs from the Debian trixie root that
+``scripts/slurm-root.sh`` builds once and caches, with chroot: its own directory, ports and munged, and
+its commands reached through the wrappers in ``DIR/bin`` (``SlurmCluster.slurm_options`` hands their
+paths to the backends). Tests talk to Slurm only through real commands; nothing here stands in for it.
+
+Every test in this directory that uses the cluster runs once per version (``pytest_generate_tests``
+below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run. Tests elsewhere that borrow the fixture get
+22.05 only. The run ends with one line naming the exact versions the tests ran against.
 
 Between tests the cluster is put back: jobs cancelled, killed slurmds restarted, every node resumed
 and waited for until IDLE without flags.
@@ -12,6 +18,7 @@ and waited for until IDLE without flags.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +35,13 @@ from tests.ports import free_port, free_port_range
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
 NODES = 4
+#: The Slurm releases under test; the first is the one tests outside this directory borrow.
+ALL_VERSIONS = ("22.05", "24.11")
+VERSIONS = tuple(
+    v for v in (os.environ.get("SLURM_TEST_VERSIONS") or ",".join(ALL_VERSIONS)).split(",") if v.strip()
+)
+#: Exact versions of the clusters this session started ("22.05.8"), for the run's closing line.
+STARTED: dict[str, str] = {}
 
 pytestmark = pytest.mark.slurm
 
@@ -38,6 +52,42 @@ class SlurmCluster:
     conf: Path
     nodes: list[str]
     env: dict[str, str] = field(default_factory=dict)
+    version: str = ""  # as the commands report it, e.g. "24.11.5"
+    bin: Path | None = None  # the chroot wrappers of a 24.11 cluster; None = the host's commands
+    backend: str = "cli"  # what slurm_options() selects; set per test by the slurm_backend fixture
+
+    @property
+    def release(self) -> tuple[int, int]:
+        major, minor = self.version.split(".")[:2]
+        return int(major), int(minor)
+
+    @property
+    def keeps_reason_on_resume(self) -> bool:
+        """22.05 clears a node's reason when it is resumed; 24.11 keeps the last one (seen on 24.11.5)."""
+        return self.release >= (24, 11)
+
+    def rest_settings(self, api: str, **overrides: object) -> SlurmSettings:
+        """Settings of the rest backend on this cluster's slurmrestd (unix socket, rest_auth/local)."""
+        return self.settings(backend="rest", rest_url=f"unix:{self.rest_socket}", rest_api_version=api, **overrides)
+
+    @property
+    def workdir(self) -> Path:
+        """A directory that exists for slurmd too (inside the chroot), for sbatch -D."""
+        path = self.dir / "work"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def slurm_options(self, **overrides: object) -> dict[str, object]:
+        """The ``slurm`` settings section reaching this cluster: its slurm.conf, and for a chroot
+        cluster the wrappers of its commands."""
+        values: dict[str, object] = {"slurm_conf": str(self.conf)}
+        if self.backend == "rest":  # the newest API version this slurmrestd serves
+            apis = REST_APIS[f"{self.release[0]}.{self.release[1]:02d}"]
+            values.update(backend="rest", rest_url=f"unix:{self.rest_socket}", rest_api_version=apis[-1])
+        if self.bin is not None:
+            values.update({cmd: str(self.bin / cmd) for cmd in ("scontrol", "sinfo", "squeue", "scancel")})
+        values.update(overrides)
+        return values
 
     def run(self, *argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         return subprocess.run(  # noqa: S603 - test helper, fixed argv
@@ -48,13 +98,13 @@ class SlurmCluster:
         return self.run("scontrol", *args, check=check)
 
     def nodes_now(self) -> dict[str, tuple[str, frozenset[str], str]]:
-        parsed = parse_nodes_json(self.run("sinfo", "--json").stdout)
+        # 23.02+ sinfo --json aggregates nodes by state; scontrol's JSON lists them one by one.
+        argv = ("sinfo", "--json") if self.release < (23, 2) else ("scontrol", "show", "node", "--json")
+        parsed = parse_nodes_json(self.run(*argv).stdout)
         return {n.name: (n.state, n.flags, n.reason) for n in parsed.values()}
 
     def settings(self, **overrides: object) -> SlurmSettings:
-        values: dict[str, object] = {"slurm_conf": str(self.conf)}
-        values.update(overrides)
-        return SlurmSettings(**values)  # type: ignore[arg-type]
+        return SlurmSettings(**self.slurm_options(**overrides))  # type: ignore[arg-type]
 
     @property
     def rest_socket(self) -> Path:
@@ -100,9 +150,58 @@ class SlurmCluster:
             time.sleep(0.3)
 
 
+#: The slurmrestd API versions each release serves (22.05: its own plugin; 24.11: openapi/slurmctld).
+REST_APIS = {"22.05": ("v0.0.38",), "24.11": ("v0.0.40", "v0.0.41", "v0.0.42")}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test here that uses a Slurm cluster runs once per version under test, and a test taking
+    ``rest_api`` once per API version that version's slurmrestd serves."""
+    if "slurm_backend" in metafunc.fixturenames:
+        # A module that writes (SLURM_WRITES = True) cannot use 22.05's read-only slurmrestd.
+        writes = getattr(metafunc.module, "SLURM_WRITES", False)
+        combos = [(v, b) for v in VERSIONS for b in ("cli", "rest") if not (writes and b == "rest" and v == "22.05")]
+        metafunc.parametrize(
+            ("slurm_cluster", "slurm_backend"), combos, indirect=True, scope="session",
+            ids=[f"slurm{v}-{b}" for v, b in combos],
+        )
+    elif "rest_api" in metafunc.fixturenames:
+        pairs = [(v, api) for v in VERSIONS for api in REST_APIS[v]]
+        metafunc.parametrize(
+            ("slurm_cluster", "rest_api"), pairs, indirect=["slurm_cluster"], scope="session",
+            ids=[f"slurm{v}-{api}" for v, api in pairs],
+        )
+    elif "slurm_cluster" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "slurm_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
+        )
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if STARTED:
+        versions = ", ".join(STARTED[v] for v in sorted(STARTED))
+        terminalreporter.write_line(f"slurm versions under test: {versions}")
+
+
+def _root(release: str) -> Path | None:
+    """None for the host's Slurm; else the cached root of that release (built now if missing)."""
+    if release == "22.05":
+        return None
+    if release != "24.11":
+        raise pytest.UsageError(f"SLURM_TEST_VERSIONS: no Slurm {release} to test against (know {ALL_VERSIONS})")
+    built = subprocess.run(  # noqa: S603 - our own script, fixed argv
+        ["bash", str(SCRIPTS / "slurm-root.sh")], capture_output=True, text=True, timeout=900
+    )
+    if built.returncode != 0:
+        pytest.fail(f"scripts/slurm-root.sh failed ({built.returncode}):\n{built.stdout}\n{built.stderr}")
+    return Path(built.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="session")
-def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    directory = tmp_path_factory.mktemp("slurm")
+def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    release: str = getattr(request, "param", ALL_VERSIONS[0])
+    root = _root(release)
+    directory = tmp_path_factory.mktemp(f"slurm{release}")
     env = dict(os.environ)
     env.update(
         SLURM_CI_DIR=str(directory),
@@ -110,6 +209,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         SLURM_CI_CTLD_PORT=str(free_port()),
         SLURM_CI_PORT_BASE=str(free_port_range(NODES)),
     )
+    if root is not None:
+        env["SLURM_CI_ROOT"] = str(root)
     up = subprocess.run(  # noqa: S603 - our own script, fixed argv
         ["bash", str(SCRIPTS / "slurm-up.sh")], env=env, capture_output=True, text=True, timeout=600
     )
@@ -118,13 +219,31 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         pytest.fail(f"scripts/slurm-up.sh failed ({up.returncode}):\n{up.stdout}\n{up.stderr}")
     conf = directory / "slurm.conf"
     env["SLURM_CONF"] = str(conf)
-    cluster = SlurmCluster(directory, conf, expand(f"gpu-node-[0-{NODES - 1}]"), env)
+    bin_dir = directory / "bin" if root is not None else None
+    if bin_dir is not None:
+        env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
+    cluster = SlurmCluster(directory, conf, expand(f"gpu-node-[0-{NODES - 1}]"), env, bin=bin_dir)
     try:
+        reported = cluster.run("scontrol", "--version").stdout
+        found = re.search(r"(\d+\.\d+\.\d+)", reported)
+        assert found is not None and found.group(1).startswith(release + "."), (release, reported)
+        cluster.version = found.group(1)
+        STARTED[release] = cluster.version
         yield cluster
     finally:
         subprocess.run(  # noqa: S603
             ["bash", str(SCRIPTS / "slurm-down.sh")], env=env, capture_output=True, timeout=120
         )
+
+
+@pytest.fixture
+def slurm_backend(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster) -> Iterator[str]:
+    """The Slurm backend (cli or rest) the test's settings select through ``slurm_options``."""
+    slurm_cluster.backend = request.param
+    try:
+        yield request.param
+    finally:
+        slurm_cluster.backend = "cli"
 
 
 @pytest.fixture

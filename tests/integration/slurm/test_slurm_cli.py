@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import NotSupported, TransientError, UnknownNode
+from remediation.errors import ControllerUnreachable, Scope, TransientError, UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
 from workers.adapters.slurm_args import MAX_REASON, InvalidSlurmArgument
 from workers.adapters.slurm_cli import CliSlurm
@@ -22,7 +22,8 @@ def test_list_and_get(slurm: SlurmCluster) -> None:
     cli = CliSlurm(slurm.settings())
     nodes = {n.name: n for n in cli.list_nodes()}
     assert sorted(nodes) == slurm.nodes
-    assert all(n.state == "IDLE" and not n.flags and n.reason == "" for n in nodes.values())
+    assert all(n.state == "IDLE" and not n.flags for n in nodes.values())
+    assert slurm.keeps_reason_on_resume or all(n.reason == "" for n in nodes.values())
     assert cli.get_node("gpu-node-2") == nodes["gpu-node-2"]
 
 
@@ -38,7 +39,7 @@ def test_drain_is_idempotent_and_resume_returns_the_node(slurm: SlurmCluster) ->
     assert cli.get_node("gpu-node-1").reason_time == stamp
     cli.resume("gpu-node-1")
     assert not cli.get_node("gpu-node-1").flags - {"NOT_RESPONDING"}
-    assert cli.get_node("gpu-node-1").reason == ""
+    assert cli.get_node("gpu-node-1").reason == ("remediation: xid 79" if slurm.keeps_reason_on_resume else "")
 
 
 @pytest.mark.parametrize("state", ["FAIL", "DOWN"])
@@ -73,10 +74,10 @@ def test_unknown_node_carries_slurms_message(slurm: SlurmCluster) -> None:
 def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> None:
     cli = CliSlurm(slurm.settings())
     assert cli.running_jobs("gpu-node-0") == 0
-    script = tmp_path / "job.sh"
+    script = slurm.workdir / "job.sh"  # seen by slurmd too, inside 24.11's chroot
     script.write_text("#!/bin/sh\nsleep 60\n")
     script.chmod(0o755)
-    job = slurm.run("sbatch", "--parsable", "-w", "gpu-node-0", "-o", "/dev/null", "-D", str(tmp_path), str(script))
+    job = slurm.run("sbatch", "--parsable", "-w", "gpu-node-0", "-o", "/dev/null", "-D", str(slurm.workdir), str(script))
     job_id = job.stdout.strip().split(";")[0]
     deadline = time.monotonic() + 15
     while cli.running_jobs("gpu-node-0") == 0:
@@ -93,6 +94,47 @@ def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> 
     while cli.running_jobs("gpu-node-0"):
         assert time.monotonic() < deadline, "the job never ended"
         time.sleep(0.2)
+
+
+def test_jobs_on_lists_ids_and_requeue_and_cancel_act_on_real_jobs(slurm: SlurmCluster, tmp_path: Path) -> None:
+    """squeue -w NODE names the jobs; scontrol requeue and scancel act on them (argv, one job per call);
+    a job that already ended is not an error; a malformed id never reaches Slurm."""
+    cli = CliSlurm(slurm.settings())
+
+    def submit(*extra: str) -> str:
+        out = slurm.run("sbatch", "--parsable", "-w", "gpu-node-3", "-o", "/dev/null", "-D", str(slurm.workdir), *extra,
+                        "--wrap", "sleep 300")
+        return out.stdout.strip().split(";")[0]
+
+    def state(job: str) -> str:
+        return next(w.split("=", 1)[1] for w in slurm.run("scontrol", "show", "job", "-o", job).stdout.split()
+                    if w.startswith("JobState="))
+
+    def wait_jobs(expected: list[str]) -> None:
+        deadline = time.monotonic() + 20
+        while cli.jobs_on("gpu-node-3") != expected:
+            assert time.monotonic() < deadline, cli.jobs_on("gpu-node-3")
+            time.sleep(0.2)
+
+    first = submit("--requeue")
+    wait_jobs([first])
+    cli.drain("gpu-node-3", "remediation: jobs test")  # keeps the requeued job off this node
+    cli.requeue_jobs([first])
+    wait_jobs([])
+    assert state(first) in ("PENDING", "REQUEUED") and int(
+        next(w.split("=")[1] for w in slurm.run("scontrol", "show", "job", "-o", first).stdout.split()
+             if w.startswith("Restarts="))) == 1
+    slurm.run("scancel", first)
+    cli.resume("gpu-node-3")
+    second = submit()
+    wait_jobs([second])
+    cli.cancel_jobs([second])
+    wait_jobs([])
+    assert state(second) == "CANCELLED"
+    cli.cancel_jobs([second])  # already ended: what we wanted has happened
+    cli.requeue_jobs([second])
+    with pytest.raises(InvalidSlurmArgument):
+        cli.cancel_jobs(["1; scancel -u root"])
 
 
 LITERAL_REASONS = [
@@ -181,15 +223,16 @@ def test_bad_reasons_are_rejected_before_anything_runs(
     assert not log.exists()
 
 
-def test_unreachable_controller_is_transient(slurm: SlurmCluster, tmp_path: Path) -> None:
-    conf = tmp_path / "slurm.conf"
+def test_unreachable_controller_is_transient(slurm: SlurmCluster) -> None:
+    conf = slurm.workdir / "unreachable.conf"  # readable by 24.11's commands inside the chroot too
     lines = slurm.conf.read_text().splitlines()
     # The same cluster but a port nobody listens on.
     free = ["SlurmctldPort=1" if line.startswith("SlurmctldPort=") else line for line in lines]
     conf.write_text("\n".join(free) + "\n")
     cli = CliSlurm(slurm.settings(slurm_conf=str(conf), command_timeout_s=20))
-    with pytest.raises(TransientError, match="Unable to contact slurm controller"):
+    with pytest.raises(ControllerUnreachable, match="Unable to contact slurm controller") as info:
         cli.resume("gpu-node-1")
+    assert info.value.scope is Scope.SYSTEM and info.value.self_healing  # pauses; never the node's fault
     quick = CliSlurm(slurm.settings(slurm_conf=str(conf), command_timeout_s=0.5))
     with pytest.raises(TransientError, match="timed out"):
         quick.list_nodes()
@@ -202,39 +245,6 @@ def test_slurm_conf_comes_from_settings_not_the_environment(slurm: SlurmCluster,
 
 
 # ------------------------------------------------------------------------------------------- rest
-
-
-def test_rest_reads_the_same_nodes_over_the_unix_socket(slurm: SlurmCluster) -> None:
-    slurm.scontrol("update", "nodename=gpu-node-1", "state=fail", "reason=xid 79")
-    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
-    cli = CliSlurm(slurm.settings())
-    assert sorted(rest.list_nodes(), key=lambda n: n.name) == sorted(cli.list_nodes(), key=lambda n: n.name)
-    assert rest.get_node("gpu-node-1").flags == {"FAIL"}
-    with pytest.raises(UnknownNode, match="Invalid node name"):
-        rest.get_node("gpu-node-99")
-    assert rest.running_jobs("gpu-node-1") == 0
-
-
-def test_rest_poll_is_free_when_nothing_changed(slurm: SlurmCluster) -> None:
-    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
-    assert len(rest.snapshot()) == len(slurm.nodes)
-    time.sleep(2.1)  # past the one-second overlap of update_time
-    deadline = time.monotonic() + 10
-    while rest.poll() is not None:  # pings may touch the node table; it settles quickly when idle
-        assert time.monotonic() < deadline, "slurmrestd never answered 304"
-        time.sleep(0.5)
-    slurm.scontrol("update", "nodename=gpu-node-3", "state=drain", "reason=maint")
-    changed = rest.poll()
-    assert changed is not None and changed["gpu-node-3"].flags == {"DRAIN"}
-
-
-def test_rest_v0_0_38_refuses_writes_clearly(slurm: SlurmCluster) -> None:
-    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{slurm.rest_socket}"))
-    with pytest.raises(NotSupported, match=r"not supported by this slurmrestd \(v0.0.38\)"):
-        rest.drain("gpu-node-1", "remediation: x")
-    with pytest.raises(NotSupported):
-        rest.resume("gpu-node-1")
-    assert slurm.nodes_now()["gpu-node-1"] == ("IDLE", frozenset(), "")
 
 
 def test_rest_unreachable_is_transient(tmp_path: Path, slurm: SlurmCluster) -> None:

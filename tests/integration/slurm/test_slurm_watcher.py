@@ -21,16 +21,18 @@ from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper, make_lock
+from workers.adapters.slurm import make_slurm
 from workers.adapters.slurm_cli import CliSlurm
 from workers.bus import RedisEventBus
 
-pytestmark = pytest.mark.slurm
+# Each test once per Slurm release and backend (cli, rest): see conftest.
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
 
 
 def settings_for(cluster: SlurmCluster, prefix: str, **slurm: object) -> Settings:
     return load_settings(
         broker={"redis_url": REDIS_URL, "key_prefix": prefix},
-        slurm={"slurm_conf": str(cluster.conf), **slurm},
+        slurm=cluster.slurm_options(**slurm),
     )
 
 
@@ -58,7 +60,7 @@ def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iter
     stopper = Stopper(install=False)
     bus = RedisEventBus(client, stream_prefix, kick=None)
     thread = threading.Thread(
-        target=slurm_watcher.run, args=(settings, stopper, bus, CliSlurm(settings.slurm)), daemon=True
+        target=slurm_watcher.run, args=(settings, stopper, bus, make_slurm(settings)), daemon=True
     )
     thread.start()
     try:
@@ -116,6 +118,30 @@ def test_maintenance_drain_is_published_with_its_reason(
         assert len(drains) == 1
 
 
+def test_an_old_reason_kept_after_resume_is_not_the_reason_of_a_new_fault(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """24.11 keeps a resumed node's last reason, and slurmctld's own NOT_RESPONDING/DOWN of that node
+    later still shows it: our old "remediation:" reason must not make a new fault look like ours."""
+    node = "gpu-node-2"
+    slurm.scontrol("update", f"nodename={node}", "state=drain", "reason=remediation: old episode")
+    slurm.scontrol("update", f"nodename={node}", "state=resume")
+    deadline = time.monotonic() + 10
+    while slurm.nodes_now()[node][1]:  # the resume's NOT_RESPONDING, until slurmctld pings the node
+        assert time.monotonic() < deadline, slurm.nodes_now()[node]
+        time.sleep(0.2)
+    with watcher(settings_for(slurm, redis_prefix, not_responding_grace_s=2), redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        pid = slurm.slurmd_pid(node)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        bad = wait_for(redis_client, redis_prefix, lambda e: e.node == node and e.kind == EventKind.UNHEALTHY, 60.0)
+        assert bad.state in ("NOT_RESPONDING", "DOWN")
+        assert not bad.reason.startswith("remediation:"), bad.reason
+        if slurm.keeps_reason_on_resume:  # what Slurm itself shows: the old reason, still there
+            assert slurm.nodes_now()[node][2] == "remediation: old episode"
+
+
 def test_killed_slurmd_is_detected_and_its_return_too(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -136,6 +162,11 @@ def test_killed_slurmd_is_detected_and_its_return_too(
         states = [e.state for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
         assert states[0] in ("NOT_RESPONDING", "DOWN")  # idle* (~13 s) first, then DOWN (~26 s)
         slurm.start_slurmd("gpu-node-3")  # "the VM came back"; ReturnToService=1 returns it to IDLE
+        reason = slurm.nodes_now()["gpu-node-3"][2]
+        if slurm.keeps_reason_on_resume and reason != "Not responding":
+            # 24.11 returns a node to service only when its reason is exactly "Not responding"; a node
+            # that kept an older reason is DOWN "OLD : Not responding" and waits for a resume.
+            slurm.scontrol("update", "nodename=gpu-node-3", "state=resume")
         wait_for(redis_client, redis_prefix, lambda e: e.node == "gpu-node-3" and e.kind == EventKind.HEALTHY, 30.0)
 
 
@@ -188,8 +219,8 @@ def test_sigterm_exits_cleanly_and_releases_the_lock(
     env.update(
         REMEDIATION_BROKER__REDIS_URL=REDIS_URL,
         REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
-        REMEDIATION_SLURM__SLURM_CONF=str(slurm.conf),
         PYTHONPATH=str(ROOT),
+        **{f"REMEDIATION_SLURM__{k.upper()}": str(v) for k, v in slurm.slurm_options().items()},
     )
     env.pop("REMEDIATION_CONFIG", None)
     proc = subprocess.Popen(  # noqa: S603 - fixed argv

@@ -1,0 +1,106 @@
+"""The fake kube-apiserver's PKI: a per-run cluster CA and a serving certificate it signed.
+
+A real cluster is TLS-only, and clients trust the cluster CA, not the server's certificate itself
+(kubeadm's ``ca.crt`` signs ``apiserver.crt``; a kubeconfig's ``certificate-authority`` names the CA).
+client-go refuses to send a bearer token over plain HTTP, so without TLS ``kubectl`` gets 401 on
+every call. This module writes the same two-level layout, freshly generated for each run (nothing
+here is a secret worth keeping, and a fresh key per run means no test trusts another run's server):
+
+- ``kube-ca.crt``: the CA, CN ``kubernetes`` as kubeadm names it; the only file clients need;
+- ``kube-apiserver.crt`` / ``kube-apiserver.key``: the serving certificate, CN ``kube-apiserver``,
+  ``serverAuth`` only, with the SANs a real apiserver carries (``kubernetes``,
+  ``kubernetes.default.svc``, ...) plus 127.0.0.1, ``localhost`` and any name the caller adds (the
+  docker-compose service name), since Go and Python both check the host name against the SANs.
+
+The certificate helpers of the Azure fake (:mod:`simulator.azure_api`) supply the SAN parsing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from simulator.azure_api import _alt_names
+
+IN_CLUSTER_NAMES = (
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
+
+
+def _usage(x509: Any, **enabled: bool) -> Any:
+    """A KeyUsage extension with only ``enabled`` set (the constructor takes all nine flags)."""
+    flags = ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+             "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only")  # fmt: skip
+    return x509.KeyUsage(**{flag: enabled.get(flag, False) for flag in flags})
+
+
+@dataclass(frozen=True)
+class ClusterPKI:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days: int = 1) -> ClusterPKI:
+    """Generate the CA and the serving certificate into ``directory`` and return their paths."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = dt.datetime.now(dt.UTC)
+    start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=valid_days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_usage(x509, digital_signature=True, key_cert_sign=True, crl_sign=True), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_usage(x509, digital_signature=True, key_encipherment=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .add_extension(
+            x509.SubjectAlternativeName(_alt_names(["127.0.0.1", "localhost", *IN_CLUSTER_NAMES, *hosts])),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    pki = ClusterPKI(
+        directory / "kube-ca.crt", directory / "kube-apiserver.crt", directory / "kube-apiserver.key"
+    )
+    pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    pki.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    pki.key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    pki.key_file.chmod(0o600)
+    return pki

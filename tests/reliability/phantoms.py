@@ -1,0 +1,172 @@
+"""The phantom-fault soak: continuous fault replay on a simulated cluster, every quarantine checked
+against the fault injector's own log.
+
+Shared by the reliability scenario "false quarantines" (``tests/reliability/test_phantoms.py``, CI
+scale) and the 10-minute soak on 32 nodes (``python -m bench.phantom_soak``, not in CI).
+
+What runs is what a deployment runs: ``remediation worker -c 2 -B``, ``remediation watch slurm`` and
+``remediation watch kube`` as processes, on real Postgres and Redis, against
+:class:`simulator.cluster.SimCluster` driven by :class:`simulator.continuous.ContinuousReplay` (the
+Llama 3 interruption mix round after round, plus switch storms). VM boot times vary by node from
+shorter to longer than ``kube.min_condition_s``, so the reboots' own signals (Ready=Unknown,
+NOT_RESPONDING, DOWN) reach the ingest in every way they can.
+
+**Every figure comes from what happened.** A quarantine is *false* when the injector's log holds
+fewer than ``policy.repeat_offender_count`` faults on that node up to the moment it was quarantined
+(``Injection.at`` against ``nodes.quarantined_at``, both wall clock on this machine). Faults are the
+injections that break a node (a researcher's FAIL, a stopped slurmd, a GPU condition, Ready=False, a
+storm's lost slurmd); a maintenance drain, a job-only failure and the end of maintenance are not.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+from remediation.db.models import Event, Node, Remediation
+from simulator.cluster import SimCluster
+from simulator.continuous import ContinuousReplay
+from tests.integration.workerproc import Worker, worker_env
+
+ROOT = Path(__file__).resolve().parents[2]
+REMEDIATION = str(Path(sys.executable).with_name("remediation"))
+TRACE = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
+FAULTS = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "node_not_ready", "storm"})
+HOLD_S = 2.0  # kube.min_condition_s in the soak
+BOOT_S = (0.5, 2.0, 2.4, 4.0)  # VM boot times, node i gets BOOT_S[i % 4]
+SOAK_ENV = {
+    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.5",
+    "REMEDIATION_WORKFLOW__LEASE_S": "15",
+    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "2",
+    "REMEDIATION_WORKFLOW__BACKOFF_BASE_S": "0.2",
+    "REMEDIATION_WORKFLOW__BACKOFF_MAX_S": "2",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": "60",
+    "REMEDIATION_POLICY__MAX_CONCURRENT": "64",
+    "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0",
+    # The storms must not hold VM actions back: this soak measures verdicts on nodes, not the breaker
+    # (tests/reliability/test_storm.py does).
+    "REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "1.0",
+    "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
+    "REMEDIATION_SLURM__RESYNC_INTERVAL_S": "10",
+    "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
+    "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "20",
+    "REMEDIATION_KUBE__LEADER_TTL_S": "6",
+}
+
+
+class Proc(Worker):
+    """One ``remediation ...`` process of ours (the console script a deployment runs), its output in a
+    file; stopped or killed by its own process group, as :class:`Worker` is."""
+
+    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:  # noqa: D107
+        self.log = log
+        self.proc = subprocess.Popen([REMEDIATION, *args], cwd=log.parent, env=env, stdout=log.open("w"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, procs: list[Proc]) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {p.log.name}\n{p.output()[-3000:]}" for p in procs)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
+
+
+def start_stack(env: dict[str, str], workdir: Path) -> list[Proc]:
+    """The worker (with beat) and both watchers, each waited for until it works."""
+    procs = [
+        Proc(["worker", "-c", "2", "-B", "-s", str(workdir / "beat"), "--loglevel", "INFO",
+              "--without-gossip", "--without-mingle", "--without-heartbeat"], env, workdir / "worker.log"),
+        Proc(["watch", "slurm"], env, workdir / "watch-slurm.log"),
+        Proc(["watch", "kube"], env, workdir / "watch-kube.log"),
+    ]
+    wait_for(lambda: " ready." in procs[0].output(), 90, "the worker", procs)
+    wait_for(lambda: "is the leader" in procs[1].output(), 30, "the slurm watcher", procs)
+    wait_for(lambda: "watching Nodes" in procs[2].output(), 30, "the kube watcher", procs)
+    return procs
+
+
+@dataclass
+class SoakResult:
+    nodes: int
+    duration_s: float
+    limit: int
+    faults: int = 0  # injected faults (the injector's log)
+    faulted_nodes: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    remediations: int = 0
+    quarantines: int = 0
+    false_quarantines: list[str] = field(default_factory=list)  # "node: k faults behind it"
+    extra_remediations: int = 0  # remediations beyond the faults injected on their node
+    decisions: dict[str, int] = field(default_factory=dict)
+    open_at_end: int = 0
+
+
+def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str, workdir: Path, *,
+         mean_gap_s: float = 20.0, storm_every_s: float = 240.0, seed: int = 0, limit: int = 3,
+         quiesce_s: float = 120.0) -> SoakResult:
+    """Replay faults for ``duration_s``, let the service finish (up to ``quiesce_s``), and count."""
+    result = SoakResult(nodes, duration_s, limit)
+    with SimCluster(nodes, op_seconds=0.5, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0, seed=seed) as cluster:
+        for i, name in enumerate(cluster.names):
+            cluster.link(name).reboot_delay_s = BOOT_S[i % len(BOOT_S)]
+        env = worker_env(pg_url, redis_url, prefix, workdir, **{
+            **cluster.settings_overrides(min_condition_s=HOLD_S), **SOAK_ENV,
+            "REMEDIATION_POLICY__REPEAT_OFFENDER_COUNT": str(limit)})
+        procs = start_stack(env, workdir)
+        engine = create_engine(pg_url, poolclass=NullPool)
+        try:
+            replay = ContinuousReplay(cluster, TRACE, mean_gap_s=mean_gap_s, storm_every_s=storm_every_s,
+                                      seed=seed).start()
+            time.sleep(duration_s)  # the soak's length: faults arrive on the cluster's own clock
+            replay.stop()
+            stopped = time.time()
+
+            def quiet() -> bool:
+                with Session(engine) as s:
+                    open_ = s.scalar(select(func.count()).select_from(Remediation).where(
+                        Remediation.status.in_(("running", "waiting")))) or 0
+                    undecided = s.scalar(select(func.count()).select_from(Event).where(Event.decision == "")) or 0
+                return open_ == 0 and undecided == 0 and time.time() > stopped + HOLD_S + 2
+
+            try:
+                wait_for(quiet, quiesce_s, "every remediation to close", procs)
+            except AssertionError:
+                pass  # counted below as open_at_end
+        finally:
+            for p in procs:
+                p.stop()
+        injections = list(cluster.injections)
+        with Session(engine) as s:
+            rows = s.execute(select(Node.name, Node.quarantined_at).where(Node.status == "quarantined")).all()
+            per_node = Counter(s.scalars(select(Remediation.node)))
+            result.decisions = {d: int(n) for d, n in s.execute(
+                select(Event.decision, func.count()).group_by(Event.decision))}
+            result.open_at_end = int(s.scalar(select(func.count()).select_from(Remediation).where(
+                Remediation.status.in_(("running", "waiting")))) or 0)
+        engine.dispose()
+    faults = [i for i in injections if i.kind in FAULTS]
+    result.faults = len(faults)
+    result.faulted_nodes = len({i.node for i in faults})
+    result.by_kind = dict(Counter(i.kind for i in faults))
+    result.remediations = sum(per_node.values())
+    result.quarantines = len(rows)
+    for name, at in rows:
+        behind = sum(1 for i in faults if i.node == name and i.at <= at.timestamp())
+        if behind < limit:
+            result.false_quarantines.append(f"{name}: {behind} fault(s) behind it")
+    injected = Counter(i.node for i in faults)
+    result.extra_remediations = sum(max(0, n - injected[node]) for node, n in per_node.items())
+    return result

@@ -1,0 +1,116 @@
+"""The delta reader reads only what changed: a fake Slurm answers the same commands the real one gets."""
+
+from __future__ import annotations
+
+from remediation.hostlist import expand
+from workers.adapters.slurm_delta import DeltaReader
+
+BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
+
+
+class FakeSlurm:
+    """scontrol show node -o [LIST] and sinfo -t ... -o ..., from a table of nodes."""
+
+    def __init__(self, n: int) -> None:
+        self.nodes = {f"gpu-node-{i}": ("IDLE", "", "") for i in range(n)}
+        self.calls: list[list[str]] = []
+
+    def line(self, name: str) -> str:
+        state, reason, when = self.nodes[name]
+        tail = f" Reason={reason} [root@{when}]" if reason else ""
+        return f"NodeName={name} Arch=x86_64 State={state} SlurmdStartTime=2026-11-20T10:00:00{tail}"
+
+    def run(self, argv: list[str]) -> str:
+        self.calls.append(argv)
+        if argv[0] == "scontrol":
+            names = expand(argv[4]) if len(argv) > 4 else list(self.nodes)
+            return "".join(self.line(n) + "\n" for n in names)
+        groups: dict[str, list[str]] = {}
+        for name, (state, reason, when) in self.nodes.items():
+            if state != "IDLE":
+                groups.setdefault(f"{state.lower()}|{reason}|{when}|root", []).append(name)
+        return "".join(f"{','.join(names)}|{rest}\n" for rest, names in sorted(groups.items()))
+
+
+def reader(fake: FakeSlurm, bad: frozenset[str] = BAD) -> DeltaReader:
+    return DeltaReader(fake.run, "sinfo", "scontrol", bad)
+
+
+def test_a_quiet_cluster_costs_one_bad_set_read_per_poll() -> None:
+    fake = FakeSlurm(1000)
+    r = reader(fake)
+    first = r.snapshot()
+    fake.calls.clear()
+    for _ in range(5):
+        again = r.poll()
+        assert all(again[n] is first[n] for n in first)  # unchanged nodes are the same objects
+    assert [c[0] for c in fake.calls] == ["sinfo"] * 5
+    assert fake.calls[0] == ["sinfo", "-h", "-t", "down,drain,fail,no_respond", "-o", "%N|%T|%E|%H|%u"]
+
+
+def test_only_the_nodes_that_changed_are_read_in_detail() -> None:
+    fake = FakeSlurm(1000)
+    r = reader(fake)
+    first = r.snapshot()
+    fake.nodes["gpu-node-7"] = ("IDLE+DRAIN", "xid 79", "2026-11-23T08:00:00")
+    fake.nodes["gpu-node-8"] = ("IDLE+DRAIN", "xid 79", "2026-11-23T08:00:00")
+    fake.calls.clear()
+    now = r.poll()
+    assert fake.calls[1] == ["scontrol", "show", "node", "-o", "gpu-node-[7-8]"]
+    assert now["gpu-node-7"].flags == {"DRAIN"} and now["gpu-node-7"].reason == "xid 79"
+    assert sum(now[n] is not first[n] for n in first) == 2
+    # Within the bad set: a new reason is a change; recovery (leaving the set) too.
+    fake.nodes["gpu-node-7"] = ("DOWN+DRAIN", "gone", "2026-11-23T08:05:00")
+    fake.nodes["gpu-node-8"] = ("IDLE", "", "")
+    fake.calls.clear()
+    now = r.poll()
+    assert fake.calls[1] == ["scontrol", "show", "node", "-o", "gpu-node-[7-8]"]
+    assert now["gpu-node-7"].state == "DOWN" and now["gpu-node-8"].flags == frozenset()
+
+
+def test_a_state_sinfo_cannot_filter_on_reads_everything() -> None:
+    fake = FakeSlurm(10)
+    r = reader(fake, BAD | {"MAINT"})
+    r.snapshot()
+    fake.calls.clear()
+    r.poll()
+    assert fake.calls == [["scontrol", "show", "node", "-o"]]
+
+
+def test_no_snapshot_yet_means_a_full_read() -> None:
+    fake = FakeSlurm(3)
+    assert set(reader(fake).poll()) == {"gpu-node-0", "gpu-node-1", "gpu-node-2"}
+    assert fake.calls == [["scontrol", "show", "node", "-o"]]
+
+
+def test_a_probe_that_says_unchanged_spares_every_command() -> None:
+    fake = FakeSlurm(100)
+    answers = iter([False, False, True])
+    r = DeltaReader(fake.run, "sinfo", "scontrol", BAD, probe=lambda: next(answers))
+    first = r.snapshot()
+    fake.calls.clear()
+    fake.nodes["gpu-node-3"] = ("DOWN", "Not responding", "2026-11-23T08:00:00")
+    assert r.poll() is None and r.poll() is None  # "nothing changed", as slurmrestd's 304 says it
+    assert fake.calls == [] and r.probe_skips == 2  # slurmctld said nothing changed: nothing was run
+    assert r.current()["gpu-node-3"] is first["gpu-node-3"]
+    assert r.poll()["gpu-node-3"].state == "DOWN"  # it did change: the bad set and the detail are read
+    assert [c[0] for c in fake.calls] == ["sinfo", "scontrol"]
+
+
+def test_the_pace_stretches_dear_polls_to_the_cpu_budget_and_no_further() -> None:
+    from watchers.slurm import Pace
+
+    pace = Pace(0.25, 0.2)
+    clock = [0.0]
+    pace._cpu = lambda: clock[0]  # type: ignore[method-assign]
+
+    def poll(cost: float) -> float:
+        pace.start()
+        clock[0] += cost
+        return pace.interval()
+
+    assert poll(0.0005) == 0.25  # a probe-only poll: the base interval
+    busy = [poll(0.09) for _ in range(12)]  # 90 ms per poll while many nodes change
+    assert busy == sorted(busy) and 0.44 < busy[-1] <= 0.45  # 90 ms at 20% of a core: 0.45 s
+    assert poll(5.0) == 8 * 0.25  # never slower than 8x the base
+    assert [poll(0.0005) for _ in range(15)][-1] == 0.25  # quiet again: back to the base
