@@ -36,6 +36,7 @@ from remediation.audit import would
 from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
 from remediation.db.queries import (
+    among,
     latest_healthy,
     latest_windows,
     open_remediations_for,
@@ -124,7 +125,7 @@ def ingest(
         name: NodeRow(name, status, reason, updated, last)
         for name, status, reason, updated, last in session.execute(
             select(Node.name, Node.status, Node.status_reason, Node.updated_at, Node.last_event_at)
-            .where(Node.name.in_(names)).with_for_update()
+            .where(among(session, Node.name, names)).with_for_update()
         )
     }
     open_by_node = open_remediations_for(session, names)
