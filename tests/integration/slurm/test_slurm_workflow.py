@@ -412,7 +412,12 @@ def test_killed_slurmd_goes_down_is_remediated_and_returns_when_slurmd_is_back(
         f = p.engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "k8s_cordon"  # DOWN: nothing to wait for
         p.settle([f])
-        (rem,) = rems_of(p.sessions, node)
+        rems = rems_of(p.sessions, node)
+        assert len(rems) == 1, [(r.id, r.status, r.cause, r.opened_at, r.closed_at, r.context) for r in rems] + [
+            (e.id, e.kind, e.state, e.reason, e.observed_at, e.decision, e.decision_reason)
+            for e in events_of(p.sessions, node, "unhealthy") + events_of(p.sessions, node, "healthy")
+        ]
+        (rem,) = rems
         assert rem.status == "succeeded", (rem.status, rem.outcome, rem.context)
         assert [n for n, _ in vm.revived] == [node]
         rows = {r.step: r for r in steps_of(p.sessions, rem.id)}
