@@ -46,13 +46,13 @@ from typing import Any
 import redis
 
 from bench.common import REDIS_URL, percentile
-from remediation.events import EventKind, NodeEvent
+from remediation.adapters.bus import RedisEventBus
+from remediation.adapters.kube.adapter import kube_client
+from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from simulator.kube_api import KubeAPIServer
 from watchers import kube as kube_watcher
 from watchers.runtime import Stopper
-from workers.adapters.kube import kube_client
-from workers.bus import RedisEventBus
 
 GOAL_P99_MS = 200.0
 EVENT_TIMEOUT_S = 5.0

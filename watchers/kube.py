@@ -8,7 +8,7 @@ Two threads, so that no wait can starve another:
   ``kube.resync_interval_s`` (a periodic level check, so a missed event costs latency, not
   correctness). Errors back off and relist. It only parses and queues; it publishes nothing.
 - the **main** thread holds the leader lock, feeds the queued Nodes through the pure
-  :class:`~remediation.flap.FlapFilter`, and wakes on its own for the next hold deadline, the lock
+  :class:`~remediation.domain.flap.FlapFilter`, and wakes on its own for the next hold deadline, the lock
   renewal or SIGTERM, even when the watch is silent. A condition that has held for
   ``kube.min_condition_s`` is published once; its end is published as HEALTHY. Each relist also
   re-publishes the bad conditions already published (same dedupe keys, so the ingest records them
@@ -24,7 +24,7 @@ everything on the Slurm node (it drains it, and resolves its Node again through 
 a condition on Node ``gke-pool-abc-1`` is published once per Slurm node running there, with the Node
 named in the reason. :class:`SlurmNames` holds the Node -> Slurm nodes map of the configured strategy:
 ``node`` is the identity, ``static`` inverts the mapping file (read by the adapter's
-:class:`~workers.adapters.kube.StaticMap`, so both sides agree), and ``pod`` inverts the slurmd pods'
+:class:`~remediation.adapters.kube.adapter.StaticMap`, so both sides agree), and ``pod`` inverts the slurmd pods'
 ``spec.nodeName``. A Node that hosts no Slurm node is none of our business: it is logged once, counted
 and skipped (a later resync re-offers its condition, so a slurmd pod scheduled later is picked up).
 
@@ -56,13 +56,14 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from remediation.errors import RemediationError
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.flap import Change, Condition, FlapFilter
+from remediation.adapters.bus import BusUnavailable, RedisEventBus
+from remediation.adapters.factory import make_bus, make_lock
+from remediation.adapters.kube.adapter import StaticMap, kube_client
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.flap import Change, Condition, FlapFilter
+from remediation.ports.errors import RemediationError
 from remediation.settings import KubeSettings, Settings, load_settings
-from watchers.runtime import Stopper, make_bus, make_lock
-from workers.adapters.kube import StaticMap, kube_client
-from workers.bus import BusUnavailable, RedisEventBus
+from watchers.runtime import Stopper
 
 log = logging.getLogger("watchers.kube")
 

@@ -1,7 +1,7 @@
 """The Slurm watcher: turns slurmctld's node table into NodeEvents on the Redis stream.
 
 Every ``slurm.poll_interval_s`` it reads all nodes and diffs them against the previous snapshot
-(:func:`remediation.slurm_json.diff`). It publishes transitions only:
+(:func:`remediation.adapters.slurm.parse.diff`). It publishes transitions only:
 
 - into DOWN, DRAIN, FAIL or NOT_RESPONDING (or any state in ``policy.slurm_states``), or from one bad
   condition to another (a new reason, DRAIN turning DOWN): ``UNHEALTHY``, state = the bad state;
@@ -34,14 +34,15 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from remediation.errors import RemediationError
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.interfaces import SlurmControl
+from remediation.adapters.bus import BusUnavailable, RedisEventBus
+from remediation.adapters.factory import make_bus, make_lock, slurm_backend
+from remediation.adapters.lock import LeaderLock
+from remediation.adapters.slurm.parse import BAD_PRIORITY, NodeStatus, bad_state, condition_key, diff
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.ports.cluster import SlurmControl
+from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
-from remediation.slurm_json import BAD_PRIORITY, NodeStatus, bad_state, condition_key, diff
-from watchers.leader import LeaderLock
-from watchers.runtime import Stopper, make_bus, make_lock
-from workers.bus import BusUnavailable, RedisEventBus
+from watchers.runtime import Stopper
 
 log = logging.getLogger("watchers.slurm")
 
@@ -259,9 +260,7 @@ def run(
 ) -> None:
     """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes."""
     if slurm is None:
-        from workers.adapters.slurm import make_slurm
-
-        slurm = make_slurm(settings)
+        slurm = slurm_backend(settings)
     bus = bus or make_bus(settings)
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.

@@ -15,12 +15,12 @@ import redis
 from sqlalchemy import Engine as SAEngine
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.bus import Keys
+from remediation.adapters.factory import make_adapters
 from remediation.clock import SystemClock
 from remediation.db.session import make_engine, make_session_factory
+from remediation.services.workflow import Engine
 from remediation.settings import Settings
-from remediation.workflow import Engine
-from workers.adapters.factory import make_adapters
-from workers.bus import Keys
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Runtime:
 
     @property
     def embedded(self) -> bool:
-        """Events live in process memory (workers.memstream), not in Redis."""
+        """Events live in process memory (remediation.adapters.memstream), not in Redis."""
         return self.settings.broker.redis_url.startswith("memory://")
 
     @property

@@ -17,8 +17,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import Lever, pull
-from remediation.levers import LeverError
-from remediation.views import (
+from remediation.services.levers import LeverError
+from remediation.services.readmodels import (
     NotFound,
     list_audit,
     list_events,
@@ -28,7 +28,7 @@ from remediation.views import (
     overview,
     quarantined,
 )
-from remediation.views import get_remediation as get_rem
+from remediation.services.readmodels import get_remediation as get_rem
 
 router = APIRouter(include_in_schema=False)
 
@@ -191,7 +191,7 @@ def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: 
     check_csrf(who, f.get("csrf"))
     st = request.app.state
     try:
-        result = pull(st.sessions, st.settings, lever, who.actor(request.cookies.get(USER_COOKIE)),
+        result = pull(st.levers, st.sessions, lever, who.actor(request.cookies.get(USER_COOKIE)),
                       f.get("reason", "")[:1000], node, remediation_id, give_back=f.get("give_back") == "1")
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)

@@ -28,12 +28,12 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.clock import FakeClock
 from remediation.db.models import Remediation
 from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import Dispatcher, FollowUp, SweeperOnly
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Engine
 from remediation.settings import DatabaseSettings, Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 
 NODES = [f"gpu-node-{i}" for i in range(10)]
 
@@ -141,8 +141,15 @@ def history(sessions: sessionmaker[Session]) -> History:
 
 
 @pytest.fixture
-def dispatch() -> Iterator[RecordingDispatcher]:
-    rec = RecordingDispatcher()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(SweeperOnly())
+def dispatch() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def dispatcher(request: pytest.FixtureRequest) -> Dispatcher:
+    """What the app or CLI under test is given to hand follow-up work to: the test's recorder when the
+    test asks for ``dispatch``, otherwise no broker at all (as without the console script)."""
+    if "dispatch" in request.fixturenames:
+        rec: RecordingDispatcher = request.getfixturevalue("dispatch")
+        return rec
+    return SweeperOnly()

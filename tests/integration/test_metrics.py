@@ -32,18 +32,19 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.api import create_app
 from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
 from remediation.db.session import make_engine, make_session_factory
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
-from remediation.metrics import STEP_BUCKETS, make_registry
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.ingest import ingest
+from remediation.services.metrics import STEP_BUCKETS, make_registry
+from remediation.services.workflow import Engine
 from remediation.settings import DatabaseSettings, Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 from tests.integration.history import drive  # the same settle loop as the shared history
 
 NODES = [f"gpu-{i}" for i in range(8)]

@@ -20,16 +20,16 @@ from typing import Any
 
 import pytest
 
-from remediation.errors import CredentialError, UnknownNode
-from remediation.interfaces import VMAction
-from remediation.providerid import parse_provider_id
+from remediation.adapters.cloud.router import make_vm_provider
+from remediation.adapters.kube.adapter import make_kube
+from remediation.adapters.slurm.rest import RestSlurm
+from remediation.domain.providerid import parse_provider_id
+from remediation.ports.cluster import VMAction
+from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.settings import ConfigError, Settings, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster
 from simulator.continuous import ContinuousReplay
-from workers.adapters.kube import make_kube
-from workers.adapters.slurm_rest import RestSlurm
-from workers.adapters.vm import make_vm_provider
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 

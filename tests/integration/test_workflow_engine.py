@@ -13,17 +13,18 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.breaker import state as breaker_state
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.breaker import state as breaker_state
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Engine, RetryLater
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp, RetryLater
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
 
@@ -225,7 +226,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
     claimed = engine._claim(f.remediation_id, engine_step("vm_restart"), token="dead-worker")
     inp, _row = claimed
     world_vm = MemoryVM(world)
-    from remediation.providerid import parse_provider_id
+    from remediation.domain.providerid import parse_provider_id
 
     world_vm.start(parse_provider_id(inp.context["provider_id"]), "restart", inp.key)
     # Its message is redelivered at once: the lease is still held, so nothing runs.
@@ -241,7 +242,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
 
 
 def engine_step(name: str):  # noqa: ANN201
-    from remediation.states import Step
+    from remediation.domain.statemachine import Step
 
     return Step(name)
 
@@ -452,7 +453,7 @@ def test_human_cordon_is_never_undone(sessions, engine, world, settings, clock) 
 
 
 def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, settings, clock) -> None:
-    from remediation.errors import TransientError
+    from remediation.ports.errors import TransientError
 
     class Flaky(MemoryVM):
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
@@ -480,7 +481,7 @@ class SlowNoisyVM(MemoryVM):
         self.errors, self.calls, self.answered = errors, 0, 0
 
     def poll(self, op):  # noqa: ANN001, ANN201
-        from remediation.errors import TransientError
+        from remediation.ports.errors import TransientError
 
         self.calls += 1
         if self.calls in self.errors:

@@ -16,13 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.flap import Condition, FlapFilter
-from remediation.ingest import ingest
-from remediation.levers import release
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.flap import Condition, FlapFilter
+from remediation.domain.step_bodies import Adapters, release_node
+from remediation.ports.dispatch import FollowUp
+from remediation.services.ingest import ingest
+from remediation.services.levers import release
+from remediation.services.workflow import Engine
 from remediation.settings import Settings
-from remediation.steps import Adapters, release_node
-from remediation.workflow import Engine, FollowUp
 
 NODES = [f"gpu-node-{i}" for i in range(16)]
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from remediation.clock import FakeClock
-from remediation.events import EventKind
-from remediation.flap import Condition, FlapFilter, parse_bad
+from remediation.domain.events import EventKind
+from remediation.domain.flap import Condition, FlapFilter, parse_bad
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BAD = ["Ready=False", "Ready=Unknown", "GpuXidError=True"]
@@ -203,7 +203,7 @@ class Bus:
         self.down = False
 
     def publish(self, events: Any) -> int:
-        from workers.bus import BusUnavailable
+        from remediation.adapters.bus import BusUnavailable
 
         if self.down:
             raise BusUnavailable("redis down")

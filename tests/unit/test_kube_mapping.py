@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from remediation.events import EventKind, Source
-from remediation.flap import Change
+from remediation.domain.events import EventKind, Source
+from remediation.domain.flap import Change
 from remediation.settings import KubeSettings, load_settings
 from watchers.kube import POD_LIST_INTERVAL_S, SlurmNames, invert, pod_placement, to_event
 

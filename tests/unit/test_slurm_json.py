@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.slurm_json import (
+from remediation.adapters.slurm.parse import (
     NodesParser,
     NodeStatus,
     SlurmFormatError,

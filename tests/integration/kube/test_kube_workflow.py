@@ -26,16 +26,17 @@ import pytest
 from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.kube.adapter import KubeAdapter, make_kube
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.clock import FakeClock
-from remediation.errors import NotFound
-from remediation.interfaces import Operation, OperationStatus, VMAction, VMRef
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.dispatch import FollowUp
+from remediation.ports.errors import NotFound
+from remediation.services.workflow import Engine
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 from simulator.kube_api import KubeAPIServer, Request
 from tests.integration.test_workflow_engine import drive, publish, rem_for, steps_of
-from workers.adapters.kube import KubeAdapter, make_kube
 
 SLURM = "gpu-node-7"
 SLURMD_LABEL = "app.kubernetes.io/component=slurmd"
