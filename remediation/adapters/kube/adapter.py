@@ -17,8 +17,10 @@ Acting the way a careful controller does:
   404 means the pod is already gone. Waiting and escalation belong to the workflow; nothing here
   deletes a pod.
 
-Every SDK error is translated at this boundary (:func:`translate`): 429, 5xx, conflicts and connection
-errors are transient (keeping Retry-After); 401/403 and other 4xx are permanent; 404 is NotFound.
+Every SDK error is translated at this boundary: 429, 5xx, conflicts and connection errors are
+transient (keeping Retry-After); 401/403 and other 4xx are permanent; 404 is NotFound. The client
+configuration and that translation live in :mod:`remediation.adapters.kube.client`, the
+Slurm-node-to-Node mapping in :mod:`remediation.adapters.kube.mapping`.
 
 RBAC this module needs: nodes get+patch, pods list (all namespaces, and the slurmd namespace for the
 ``pod`` mapping), pods/eviction create.
@@ -26,31 +28,25 @@ RBAC this module needs: nodes get+patch, pods list (all namespaces, and the slur
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import ssl
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import urllib3
-import yaml
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from remediation.domain.events import NODE_NAME
+from remediation.adapters.kube.client import (
+    api_errors,
+    is_budget_refusal,
+    kube_client,
+    retry_after,
+    translate,
+)
+from remediation.adapters.kube.mapping import NodeMapping
 from remediation.ports.cluster import EvictionProgress, KubeNode
 from remediation.ports.errors import (
-    ConfigError,
-    NotFound,
-    PermanentError,
-    RemediationError,
     TransientError,
-    UnknownNode,
-    error_for_status,
 )
 from remediation.settings import KubeSettings, Settings
 
@@ -59,64 +55,6 @@ T = TypeVar("T")
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 CONFLICT_RETRIES = 5
-
-
-# ------------------------------------------------------------------------------------ errors
-
-
-def retry_after(exc: ApiException) -> float | None:
-    """The server's Retry-After (seconds or an HTTP date), else the Status' retryAfterSeconds."""
-    value = (exc.headers or {}).get("Retry-After")
-    if value:
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            try:
-                return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
-            except (TypeError, ValueError):
-                pass
-    seconds = (_status_body(exc).get("details") or {}).get("retryAfterSeconds")
-    return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
-
-
-def _status_body(exc: ApiException) -> dict[str, Any]:
-    try:
-        body = json.loads(exc.body or "")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def translate(exc: BaseException, what: str) -> RemediationError:
-    """Map an SDK or transport error onto the workflow's error types, keeping the server's message."""
-    if isinstance(exc, ApiException):
-        code = int(exc.status or 0)
-        message = f"{what}: HTTP {code} {_status_body(exc).get('message') or exc.reason or ''}".rstrip()
-        # The one table (remediation.ports.errors): 401/403 pause automation, 404 is NotFound, 409/410/429/5xx
-        # retry; code 0 is the client's "no HTTP answer at all".
-        return error_for_status(code or None, message, retry_after=retry_after(exc), component="kubernetes")
-    reason = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) else exc
-    if isinstance(reason, urllib3.exceptions.SSLError | ssl.SSLCertVerificationError):
-        # The server's certificate does not verify against kube.ca_file (or its name does not match):
-        # our configuration, not the node and not a blip; retrying cannot fix it.
-        return ConfigError(f"{what}: TLS to the Kubernetes API failed (kube.ca_file, kube.host?): {reason}",
-                           component="kubernetes")  # fmt: skip
-    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
-        return TransientError(f"{what}: cannot reach the Kubernetes API: {exc}")
-    return PermanentError(f"{what}: {exc}")
-
-
-@contextmanager
-def _api(what: str) -> Iterator[None]:
-    try:
-        yield
-    except (ApiException, urllib3.exceptions.HTTPError, OSError) as exc:
-        raise translate(exc, what) from exc
-
-
-def _is_budget(exc: ApiException) -> bool:
-    causes = (_status_body(exc).get("details") or {}).get("causes") or []
-    return any(c.get("reason") == "DisruptionBudget" for c in causes if isinstance(c, dict))
 
 
 # ----------------------------------------------------------------------------------- adapter
@@ -138,11 +76,11 @@ class KubeAdapter:
         self.cordoned_by = f"{settings.annotation_domain}/cordoned-by"
         self.cordon_reason = f"{settings.annotation_domain}/cordon-reason"
         self.taint_key = f"{settings.annotation_domain}/quarantined"
-        self._static = StaticMap(settings.static_map_file)
+        self._mapping = NodeMapping(api, settings, self._read)
 
     # ---------------------------------------------------------------------------- reading
     def _read(self, name: str) -> client.V1Node:
-        with _api(f"read Node {name}"):
+        with api_errors(f"read Node {name}"):
             return self.api.read_node(name, _request_timeout=self.s.request_timeout_s)
 
     def get(self, name: str) -> KubeNode:
@@ -258,7 +196,7 @@ class KubeAdapter:
         recreate the Slurm node on another Node, so verify could never see it come back here."""
         if self.s.mapping != "pod":
             return set()
-        with _api(f"list slurmd pods on Node {name}"):
+        with api_errors(f"list slurmd pods on Node {name}"):
             pods = self.api.list_namespaced_pod(
                 self.s.pod_namespace, label_selector=self.s.pod_label_selector,
                 field_selector=f"spec.nodeName={name}", _request_timeout=self.s.request_timeout_s,
@@ -266,7 +204,7 @@ class KubeAdapter:
         return {(p.metadata.namespace, p.metadata.name) for p in pods}
 
     def evict_pods(self, name: str) -> EvictionProgress:
-        with _api(f"list pods on Node {name}"):
+        with api_errors(f"list pods on Node {name}"):
             pods = self.api.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed",
                 _request_timeout=self.s.request_timeout_s,
@@ -298,7 +236,7 @@ class KubeAdapter:
             except ApiException as exc:
                 if exc.status == 404:
                     remaining -= 1  # gone already: that is what we wanted
-                elif exc.status == 429 and _is_budget(exc):
+                elif exc.status == 429 and is_budget_refusal(exc):
                     blocked.append(f"{meta.namespace}/{meta.name}")
                     delay = max(delay, retry_after(exc) or self.s.evict_backoff_s)
                 else:
@@ -309,99 +247,7 @@ class KubeAdapter:
 
     # ---------------------------------------------------------------------------- mapping
     def node_for(self, slurm_node: str) -> str:
-        if not NODE_NAME.fullmatch(slurm_node):
-            raise UnknownNode(f"{slurm_node!r} is not a valid node name")
-        if self.s.mapping == "pod":
-            return self._node_of_pod(slurm_node)
-        name = self._static_map().get(slurm_node) if self.s.mapping == "static" else slurm_node
-        if name is None:
-            raise UnknownNode(f"{slurm_node} is not in the mapping file {self.s.static_map_file}")
-        try:
-            self._read(name)
-        except NotFound as exc:
-            raise UnknownNode(f"Slurm node {slurm_node}: no Kubernetes Node {name} ({exc.message})") from exc
-        return name
-
-    def _node_of_pod(self, slurm_node: str) -> str:
-        ns, selector = self.s.pod_namespace, self.s.pod_label_selector
-        with _api(f"find the pod of Slurm node {slurm_node}"):
-            pods = self.api.list_namespaced_pod(
-                ns,
-                field_selector=f"metadata.name={slurm_node}",
-                label_selector=selector,
-                _request_timeout=self.s.request_timeout_s,
-            ).items
-        if not pods:
-            raise UnknownNode(f"no pod {ns}/{slurm_node} matching {selector!r}")
-        node_name = pods[0].spec.node_name if pods[0].spec else None
-        if not node_name:
-            raise UnknownNode(f"pod {ns}/{slurm_node} is not scheduled on any Node")
-        return str(node_name)
-
-    def _static_map(self) -> dict[str, str]:
-        return self._static.load()
-
-
-class StaticMap:
-    """``kube.static_map_file``: YAML ``{slurm_node: k8s_node}``, shared by this adapter and the
-    Kubernetes watcher (which inverts it). Re-read when its mtime changes, so edits apply without a
-    restart; an unset, unreadable or malformed file is a ConfigError (the system's fault: it pauses
-    automation rather than count against a node) that names the setting."""
-
-    def __init__(self, path: str | None) -> None:
-        self.path = path
-        self._cache: tuple[float, dict[str, str]] | None = None
-
-    def load(self) -> dict[str, str]:
-        path = self.path
-        if not path:
-            raise ConfigError("kube.mapping is 'static' but kube.static_map_file is not set", component="kubernetes")
-        try:
-            mtime = os.stat(path).st_mtime
-            if self._cache is None or self._cache[0] != mtime:
-                with open(path, encoding="utf-8") as fh:
-                    data = yaml.safe_load(fh) or {}
-                if not isinstance(data, dict):
-                    raise ConfigError(f"{path}: expected a mapping of Slurm node to Kubernetes Node",
-                                      component="kubernetes")
-                self._cache = (mtime, {str(k): str(v) for k, v in data.items()})
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read kube.static_map_file {path}: {exc}", component="kubernetes") from exc
-        return self._cache[1]
-
-
-# ----------------------------------------------------------------------------------- factory
-
-
-def kube_client(settings: KubeSettings) -> client.CoreV1Api:
-    """host+token(+ca_file) when configured, else in-cluster service account, else kubeconfig."""
-    cfg = client.Configuration()
-    if settings.host:
-        cfg.host = settings.host.rstrip("/")
-        if settings.token is not None:
-            cfg.api_key = {"authorization": f"Bearer {settings.token.get_secret_value()}"}
-        if settings.ca_file:
-            # Read now: the client would only fail at its first call, as an unreachable server.
-            try:
-                with open(settings.ca_file, "rb"):
-                    pass
-            except OSError as exc:
-                raise ConfigError(
-                    f"kube.ca_file {settings.ca_file}: {exc.strerror or exc}", component="kubernetes"
-                ) from exc
-            cfg.ssl_ca_cert = settings.ca_file
-    else:
-        try:
-            config.load_incluster_config(client_configuration=cfg)
-        except config.ConfigException:
-            config.load_kube_config(client_configuration=cfg)
-    # urllib3's default Retry would sleep out a 429/503's Retry-After (three times) inside the call,
-    # blocking a worker for minutes. Only connection failures are retried here, briefly; every HTTP
-    # status comes back to translate(), and the workflow schedules the retry with Retry-After.
-    cfg.retries = urllib3.Retry(
-        connect=2, read=0, redirect=0, status=0, other=0, backoff_factor=0.1, respect_retry_after_header=False
-    )
-    return client.CoreV1Api(client.ApiClient(cfg))
+        return self._mapping.node_for(slurm_node)
 
 
 def make_kube(settings: Settings) -> KubeAdapter:

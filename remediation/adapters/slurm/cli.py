@@ -39,8 +39,8 @@ from typing import Literal
 from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason
 from remediation.adapters.slurm.delta import DeltaReader
 from remediation.adapters.slurm.parse import (
+    NodeRecord,
     NodesParser,
-    NodeStatus,
     SlurmFormatError,
     SlurmReportedError,
     parse_scontrol_nodes,
@@ -103,7 +103,7 @@ class CliSlurm:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def snapshot(self) -> dict[str, NodeStatus]:
+    def snapshot(self) -> dict[str, NodeRecord]:
         """Every node, as the watcher wants it (memoised parse, see :class:`NodesParser`)."""
         if self.version[:2] >= SCONTROL_JSON_FROM:
             argv = [self.settings.scontrol, "show", "node", "--json"]
@@ -129,14 +129,14 @@ class CliSlurm:
         return DeltaReader(self._run, self.settings.sinfo, self.settings.scontrol, bad,
                            probe.changed if probe is not None else None)
 
-    def poll(self) -> dict[str, NodeStatus] | None:
+    def poll(self) -> dict[str, NodeRecord] | None:
         """Watcher hook; sinfo cannot tell "unchanged", so every poll is a full read."""
         return self.snapshot()
 
     def list_nodes(self) -> list[SlurmNode]:
         return [status.to_slurm_node() for status in self.snapshot().values()]
 
-    def status(self, name: str) -> NodeStatus:
+    def status(self, name: str) -> NodeRecord:
         check_node_name(name)
         out = self._run([self.settings.scontrol, "show", "node", "-o", name])
         try:

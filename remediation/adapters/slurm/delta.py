@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from remediation.adapters.slurm.parse import NodeStatus, SlurmFormatError, parse_scontrol_nodes
+from remediation.adapters.slurm.parse import NodeRecord, SlurmFormatError, parse_scontrol_nodes
 from remediation.domain.hostlist import HostlistError, compress, expand
 from remediation.ports.errors import UnknownNode
 
@@ -63,13 +63,13 @@ class DeltaReader:
         self.exact = not unknown
         if unknown:
             log.warning("sinfo cannot filter on %s: every poll reads the whole node table", ", ".join(unknown))
-        self.latest: dict[str, NodeStatus] = {}
+        self.latest: dict[str, NodeRecord] = {}
         self._bad_text: str | None = None
         self._bad: dict[str, str] = {}  # node -> its line's "state|reason|time|user"
         # What it cost, for metrics and tests: polls the probe answered alone, and each kind of read.
         self.probe_skips = self.full_reads = self.delta_reads = self.detail_reads = 0
 
-    def snapshot(self) -> dict[str, NodeStatus]:
+    def snapshot(self) -> dict[str, NodeRecord]:
         """The whole table (resync)."""
         nodes = parse_scontrol_nodes(self.run([self.scontrol, "show", "node", "-o"]))
         self.full_reads += 1
@@ -77,11 +77,11 @@ class DeltaReader:
         self._bad_text = None  # the next poll re-reads the bad set against this table
         return dict(nodes)
 
-    def current(self) -> dict[str, NodeStatus]:
+    def current(self) -> dict[str, NodeRecord]:
         """The latest status of every node, as last read (no read now)."""
         return dict(self.latest)
 
-    def poll(self) -> dict[str, NodeStatus] | None:
+    def poll(self) -> dict[str, NodeRecord] | None:
         """The table as of now, reading only what changed since the last call; None when slurmctld
         says no node changed (the watcher then has nothing to diff)."""
         if not self.latest or not self.exact:

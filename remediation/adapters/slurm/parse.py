@@ -1,4 +1,5 @@
-"""Parse what Slurm says about its nodes, and diff two snapshots of it.
+"""Parse what Slurm says about its nodes into :class:`NodeRecord` (comparing two snapshots:
+:mod:`remediation.adapters.slurm.diff`).
 
 Inputs:
 - ``sinfo --json`` (openapi v0.0.38 in Slurm 22.05) and slurmrestd ``GET /slurm/vX/nodes``: the same
@@ -21,12 +22,9 @@ reported in ``errors`` raise :class:`SlurmReportedError` carrying Slurm's messag
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -35,12 +33,6 @@ from remediation.ports.cluster import SlurmNode
 
 #: Base states a v0.0.39+ ``state`` list may hold; everything else in that list is a flag.
 BASE_STATES = frozenset({"INVALID", "UNKNOWN", "DOWN", "IDLE", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "END"})
-
-#: States that make a node "bad" for the watcher, most telling first: the first one a node has is the
-#: state its event carries. FAIL and DOWN say more than DRAIN (a researcher's or slurmctld's verdict),
-#: and NOT_RESPONDING alone is usually the first step towards DOWN.
-BAD_PRIORITY = ("FAIL", "DOWN", "DRAIN", "NOT_RESPONDING")
-
 
 class SlurmFormatError(ValueError):
     """Slurm's output is not what the parser understands; the message names the field."""
@@ -54,7 +46,7 @@ class SlurmReportedError(SlurmFormatError):
         self.errors = errors
 
 
-class NodeStatus(NamedTuple):
+class NodeRecord(NamedTuple):
     """The part of a node the service cares about, as cheap to build and compare as possible.
     Times are Unix seconds, 0 when Slurm has none."""
 
@@ -87,7 +79,7 @@ class NodeStatus(NamedTuple):
 # ------------------------------------------------------------------------------------- sinfo --json
 
 
-def parse_nodes_json(text: str | bytes) -> dict[str, NodeStatus]:
+def parse_nodes_json(text: str | bytes) -> dict[str, NodeRecord]:
     """Parse a whole ``sinfo --json`` / slurmrestd nodes document (no memo)."""
     return {s.name: s for s in _statuses(_loads(text, "document"))}
 
@@ -97,10 +89,10 @@ class NodesParser:
     docstring). One instance per watcher; not thread-safe."""
 
     def __init__(self) -> None:
-        self._memo: dict[str, NodeStatus] = {}
+        self._memo: dict[str, NodeRecord] = {}
         self.last_decoded = 0  # node objects decoded by the last parse (for tests and benchmarks)
 
-    def parse(self, text: str | bytes) -> dict[str, NodeStatus]:
+    def parse(self, text: str | bytes) -> dict[str, NodeRecord]:
         if isinstance(text, bytes):
             text = _decode(text)
         split = _split_pretty(text)
@@ -119,11 +111,11 @@ class NodesParser:
         self.last_decoded = len(result)
         return result
 
-    def _incremental(self, envelope: str, chunks: list[str]) -> dict[str, NodeStatus]:
+    def _incremental(self, envelope: str, chunks: list[str]) -> dict[str, NodeRecord]:
         _check_envelope(_loads(envelope, "document"))
         memo = self._memo
-        new_memo: dict[str, NodeStatus] = {}
-        out: dict[str, NodeStatus] = {}
+        new_memo: dict[str, NodeRecord] = {}
+        out: dict[str, NodeRecord] = {}
         decoded = 0
         for index, chunk in enumerate(chunks):
             status = memo.get(chunk)
@@ -200,11 +192,11 @@ def _error_text(error: Any) -> str:
     return str(error)
 
 
-def _statuses(doc: Any) -> list[NodeStatus]:
+def _statuses(doc: Any) -> list[NodeRecord]:
     return [_status(node, index) for index, node in enumerate(_check_envelope(doc))]
 
 
-def _status(node: Any, index: int) -> NodeStatus:
+def _status(node: Any, index: int) -> NodeRecord:
     where = f"nodes[{index}]"
     if not isinstance(node, dict):
         raise SlurmFormatError(f"{where}: expected an object, got {type(node).__name__}")
@@ -232,7 +224,7 @@ def _status(node: Any, index: int) -> NodeStatus:
         raise SlurmFormatError(f"{where}.reason_set_by_user: expected a string, got {type(user).__name__}")
     if not reason:
         user = None  # 24.11 names a user even when no reason is set; scontrol -o names none
-    return NodeStatus(
+    return NodeRecord(
         name,
         state,
         flags,
@@ -272,7 +264,7 @@ _REASON_BARE = re.compile(r" Reason=(.*)$")
 _START = re.compile(r" SlurmdStartTime=(\S+)")
 
 
-def parse_scontrol_line(line: str) -> NodeStatus:
+def parse_scontrol_line(line: str) -> NodeRecord:
     """Parse one line of ``scontrol show node -o``. Slurm prints its times in local time."""
     line = line.rstrip("\n")
     match = _NAME.match(line)
@@ -300,10 +292,10 @@ def parse_scontrol_line(line: str) -> NodeStatus:
             reason = bare.group(1).strip()
     start_match = _START.search(line)
     started = _local_time(start_match.group(1), f"{name}: SlurmdStartTime") if start_match else 0
-    return NodeStatus(name, parts[0], frozenset(p for p in parts[1:] if p), reason, user, changed, started)
+    return NodeRecord(name, parts[0], frozenset(p for p in parts[1:] if p), reason, user, changed, started)
 
 
-def parse_scontrol_nodes(text: str) -> dict[str, NodeStatus]:
+def parse_scontrol_nodes(text: str) -> dict[str, NodeRecord]:
     out = {}
     for line in text.splitlines():
         if line.strip():
@@ -322,76 +314,3 @@ def _local_time(text: str, where: str) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- diff
-
-
-def bad_state(status: NodeStatus, bad: frozenset[str]) -> str | None:
-    """The state an event about this node carries, or None if the node is healthy."""
-    states = status.flags | {status.state}
-    if states.isdisjoint(bad):
-        return None
-    for state in BAD_PRIORITY:
-        if state in bad and state in states:
-            return state
-    return min(states & bad)
-
-
-def condition_key(status: NodeStatus, state: str) -> str:
-    """Identity of one bad condition, stable across polls, resyncs and watcher restarts.
-
-    Slurm stamps every reason change (``reason_changed_at``), so state + reason time + reason names
-    one condition. A bare NOT_RESPONDING has no reason; the slurmd start time then tells one outage of
-    a slurmd from the next. The reason's hash tells apart two reasons set within the same second."""
-    digest = hashlib.blake2s(status.reason.encode(), digest_size=4).hexdigest()
-    stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
-    return f"slurm:{status.name}:{state}:{stamp}:{digest}"
-
-
-@dataclass
-class SnapshotDiff:
-    """What the watcher publishes for one poll."""
-
-    unhealthy: list[tuple[NodeStatus, str]] = field(default_factory=list)  # (node, its bad state)
-    healthy: list[tuple[NodeStatus, NodeStatus, str]] = field(default_factory=list)  # (now, before, bad state before)
-    added: list[NodeStatus] = field(default_factory=list)
-    removed: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.unhealthy or self.healthy or self.added or self.removed)
-
-
-def _condition(status: NodeStatus, bad: frozenset[str]) -> tuple[str, str, int, int] | None:
-    state = bad_state(status, bad)
-    if state is None:
-        return None
-    start = 0 if status.reason_changed_at else status.slurmd_start_time
-    return state, status.reason, status.reason_changed_at, start
-
-
-def diff(previous: Mapping[str, NodeStatus], current: Mapping[str, NodeStatus], bad: Iterable[str]) -> SnapshotDiff:
-    """Transitions from ``previous`` to ``current``: nodes that entered a bad condition (or moved to
-    another one), nodes that returned to health, nodes first seen and nodes gone. A node first seen
-    in a bad state counts as a transition into it (the watcher has no earlier knowledge)."""
-    bad_set = frozenset(s.upper() for s in bad)
-    out = SnapshotDiff()
-    for name, now in current.items():
-        before = previous.get(name)
-        if before is now:  # the memoised parser hands back the same object for unchanged nodes
-            continue
-        if before is None:
-            out.added.append(now)
-            state = bad_state(now, bad_set)
-            if state is not None:
-                out.unhealthy.append((now, state))
-            continue
-        if before == now:
-            continue
-        cond_now = _condition(now, bad_set)
-        cond_before = _condition(before, bad_set)
-        if cond_now == cond_before:
-            continue
-        if cond_now is not None:
-            out.unhealthy.append((now, cond_now[0]))
-        elif cond_before is not None:
-            out.healthy.append((now, before, cond_before[0]))
-    out.removed = [name for name in previous if name not in current]
-    return out

@@ -21,7 +21,7 @@ import re
 from typing import Any, Literal
 
 from remediation.adapters.slurm.args import check_node_name, check_reason
-from remediation.adapters.slurm.parse import NodeStatus
+from remediation.adapters.slurm.parse import NodeRecord
 from remediation.domain.hostlist import expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import NotSupported, PermanentError, UnknownNode, error_for_slurm
@@ -72,12 +72,12 @@ class PyslurmSlurm:
 
         check_release(getattr(self.pyslurm, "__version__", "unknown"), CliSlurm(settings).version)
 
-    def snapshot(self) -> dict[str, NodeStatus]:
+    def snapshot(self) -> dict[str, NodeRecord]:
         nodes = self._call(lambda: self.pyslurm.Nodes.load())
         values = nodes.values() if hasattr(nodes, "values") else nodes
         return {node.name: _status(node) for node in values}
 
-    def poll(self) -> dict[str, NodeStatus] | None:
+    def poll(self) -> dict[str, NodeRecord] | None:
         return self.snapshot()
 
     def list_nodes(self) -> list[SlurmNode]:
@@ -137,9 +137,9 @@ class PyslurmSlurm:
             raise error_for_slurm(f"pyslurm: {message}") from None
 
 
-def _status(node: Any) -> NodeStatus:
+def _status(node: Any) -> NodeRecord:
     parts = [p for p in str(node.state or "UNKNOWN").upper().split("+") if p]
-    return NodeStatus(
+    return NodeRecord(
         name=node.name,
         state=parts[0] if parts else "UNKNOWN",
         flags=frozenset(parts[1:]),

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import httpx
 
 from remediation.adapters.slurm.args import check_node_name, check_reason
-from remediation.adapters.slurm.parse import NodesParser, NodeStatus, SlurmFormatError, SlurmReportedError
+from remediation.adapters.slurm.parse import NodeRecord, NodesParser, SlurmFormatError, SlurmReportedError
 from remediation.domain.hostlist import HostlistError, expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import (
@@ -91,14 +91,14 @@ class RestSlurm:
 
     # ----------------------------------------------------------------------------------- reads
 
-    def snapshot(self) -> dict[str, NodeStatus]:
+    def snapshot(self) -> dict[str, NodeRecord]:
         started = int(time.time())
         response = self._request("GET", f"/slurm/{self.version}/nodes")
         result = self._parse_nodes(response)
         self._since = started - 1
         return result
 
-    def poll(self) -> dict[str, NodeStatus] | None:
+    def poll(self) -> dict[str, NodeRecord] | None:
         """Watcher hook: None when slurmctld says no node changed since our last full read."""
         if self._since is not None and self._conditional:
             response = self._request(
@@ -231,7 +231,7 @@ class RestSlurm:
 
     def _parse_nodes(
         self, response: httpx.Response, parser: NodesParser | None = None
-    ) -> dict[str, NodeStatus]:
+    ) -> dict[str, NodeRecord]:
         try:
             return (parser or self._parser).parse(response.text)
         except SlurmReportedError as exc:

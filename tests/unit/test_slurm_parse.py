@@ -17,14 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from remediation.adapters.slurm.diff import bad_state, condition_key, diff
 from remediation.adapters.slurm.parse import (
+    NodeRecord,
     NodesParser,
-    NodeStatus,
     SlurmFormatError,
     SlurmReportedError,
-    bad_state,
-    condition_key,
-    diff,
     parse_nodes_json,
     parse_scontrol_line,
     parse_scontrol_nodes,
@@ -62,14 +60,14 @@ def pretty(document: dict[str, Any]) -> str:
 def test_real_22_05_document() -> None:
     nodes = parse_nodes_json(SINFO)
     assert list(nodes) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
-    assert nodes["gpu-node-0"] == NodeStatus(
+    assert nodes["gpu-node-0"] == NodeRecord(
         "gpu-node-0", "DOWN", frozenset(), 'a b "c" $(x) `y` ;z', "root", STAMP, nodes["gpu-node-0"].slurmd_start_time
     )
     assert nodes["gpu-node-1"].states == {"IDLE", "FAIL"}
     assert nodes["gpu-node-1"].reason == "xid 79"
     assert nodes["gpu-node-2"].flags == {"DRAIN"}
     assert nodes["gpu-node-2"].reason == "maintenance: PSU swap"
-    assert nodes["gpu-node-3"] == NodeStatus(
+    assert nodes["gpu-node-3"] == NodeRecord(
         "gpu-node-3", "IDLE", frozenset(), "", None, 0, nodes["gpu-node-3"].slurmd_start_time
     )
     assert nodes["gpu-node-3"].slurmd_start_time > 1_700_000_000
@@ -222,13 +220,13 @@ def mutated_documents(draw: st.DrawFn) -> dict[str, Any]:
 def test_fuzz_parser_raises_only_typed_errors_and_memo_agrees(document: dict[str, Any]) -> None:
     text = pretty(document)
     try:
-        expected: dict[str, NodeStatus] | type[SlurmFormatError] = parse_nodes_json(text)
+        expected: dict[str, NodeRecord] | type[SlurmFormatError] = parse_nodes_json(text)
     except SlurmFormatError:
         expected = SlurmFormatError
     parser = NodesParser()
     parser.parse(pretty(doc()))  # warm memo in the same layout, so the incremental path runs
     try:
-        got: dict[str, NodeStatus] | type[SlurmFormatError] = parser.parse(text)
+        got: dict[str, NodeRecord] | type[SlurmFormatError] = parser.parse(text)
     except SlurmFormatError:
         got = SlurmFormatError
     assert got == expected
@@ -302,8 +300,8 @@ def test_fuzz_scontrol_lines(line: str) -> None:
 # ------------------------------------------------------------------------------------------ diff
 
 
-def node(name: str = "n1", state: str = "IDLE", *flags: str, reason: str = "", at: int = 0, start: int = 100) -> NodeStatus:
-    return NodeStatus(name, state, frozenset(flags), reason, "root" if reason else None, at, start)
+def node(name: str = "n1", state: str = "IDLE", *flags: str, reason: str = "", at: int = 0, start: int = 100) -> NodeRecord:
+    return NodeRecord(name, state, frozenset(flags), reason, "root" if reason else None, at, start)
 
 
 @pytest.mark.parametrize(
@@ -319,7 +317,7 @@ def node(name: str = "n1", state: str = "IDLE", *flags: str, reason: str = "", a
     ],
     ids=["idle", "allocated", "drain", "fail-over-drain", "down-over-drain", "not-responding", "unwatched-flag"],
 )
-def test_bad_state_priority(status: NodeStatus, expected: str | None) -> None:
+def test_bad_state_priority(status: NodeRecord, expected: str | None) -> None:
     assert bad_state(status, BAD) == expected
 
 
@@ -334,7 +332,7 @@ def test_condition_key_names_the_condition_instance() -> None:
     assert condition_key(nr, "NOT_RESPONDING") != condition_key(nr._replace(slurmd_start_time=200), "NOT_RESPONDING")
 
 
-DIFFS: list[tuple[str, dict[str, NodeStatus], dict[str, NodeStatus], dict[str, list[Any]]]] = [
+DIFFS: list[tuple[str, dict[str, NodeRecord], dict[str, NodeRecord], dict[str, list[Any]]]] = [
     ("unchanged", {"n1": node()}, {"n1": node()}, {}),
     ("healthy-slurmd-restart", {"n1": node(start=1)}, {"n1": node(start=2)}, {}),
     ("idle-to-fail", {"n1": node()}, {"n1": node("n1", "IDLE", "FAIL", reason="xid", at=5)}, {"unhealthy": [("n1", "FAIL")]}),
@@ -365,7 +363,7 @@ DIFFS: list[tuple[str, dict[str, NodeStatus], dict[str, NodeStatus], dict[str, l
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), [d[1:] for d in DIFFS], ids=[d[0] for d in DIFFS])
-def test_diff(before: dict[str, NodeStatus], after: dict[str, NodeStatus], expected: dict[str, list[Any]]) -> None:
+def test_diff(before: dict[str, NodeRecord], after: dict[str, NodeRecord], expected: dict[str, list[Any]]) -> None:
     result = diff(before, after, BAD)
     assert [(s.name, st_) for s, st_ in result.unhealthy] == expected.get("unhealthy", [])
     assert [(now.name, st_) for now, _, st_ in result.healthy] == expected.get("healthy", [])
