@@ -1,4 +1,4 @@
-"""Per-process resources of a worker: database engine, adapters, the workflow engine, Redis.
+"""Per-process resources of a worker: database engine, adapters, the workflow, Redis.
 
 Built lazily on first use *in the process that uses them* (Celery's prefork children must not inherit
 their parent's sockets), and rebuilt if the pid changes.
@@ -19,7 +19,7 @@ from remediation.adapters.bus import Keys
 from remediation.adapters.factory import make_adapters
 from remediation.clock import SystemClock
 from remediation.db.session import make_engine, make_session_factory
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 
 
@@ -36,8 +36,8 @@ class Runtime:
         return make_session_factory(self.db)
 
     @cached_property
-    def engine(self) -> Engine:
-        return Engine(
+    def workflow(self) -> Workflow:
+        return Workflow(
             self.sessions, make_adapters(self.settings), self.settings, SystemClock(),
             worker=f"{socket.gethostname()}:{os.getpid()}",
         )

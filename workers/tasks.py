@@ -88,7 +88,7 @@ def ingest(self: DomainTask) -> int:
 def release(self: DomainTask, node: str) -> str:
     """Undo our quarantine in Slurm and Kubernetes after a human released the node."""
     rt = self.rt
-    outcome = release_node(rt.engine.adapters, node, rt.settings.policy.our_reason_prefix)
+    outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
         audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome)
     return outcome
@@ -96,15 +96,15 @@ def release(self: DomainTask, node: str) -> str:
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
 def sweep(self: DomainTask) -> int:
-    self.rt.engine.probe()  # a self-healing system pause is lifted after enough answers in a row
-    followups = self.rt.engine.sweep()
+    self.rt.workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
+    followups = self.rt.workflow.sweep()
     enqueue(followups)
     return len(followups)
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
     try:
-        followup = task.rt.engine.run(remediation_id, step)
+        followup = task.rt.workflow.run(remediation_id, step)
     except RetryLater as exc:
         # The engine decided on its own persisted counter that this error is worth another try; Celery
         # only delivers it after the countdown (its own retry count decides nothing).

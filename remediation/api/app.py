@@ -35,7 +35,7 @@ from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
 from remediation.services.metrics import make_registry
-from remediation.services.readmodels import NotFound, ViewError, ago, human_duration
+from remediation.services.readmodels import ReadModelError, RecordNotFound, ago, human_duration
 from remediation.settings import Settings
 
 HERE = Path(__file__).parent
@@ -102,12 +102,12 @@ def _errors(app: FastAPI) -> None:
             "status": status, "message": message, "who": browser_principal(request), "path": request.url.path},
             status_code=status)
 
-    @app.exception_handler(NotFound)
-    def not_found(request: Request, exc: NotFound) -> Response:
+    @app.exception_handler(RecordNotFound)
+    def not_found(request: Request, exc: RecordNotFound) -> Response:
         return respond(request, 404, str(exc))
 
-    @app.exception_handler(ViewError)
-    def bad_request(request: Request, exc: ViewError) -> Response:
+    @app.exception_handler(ReadModelError)
+    def bad_request(request: Request, exc: ReadModelError) -> Response:
         return respond(request, 422, str(exc))
 
     @app.exception_handler(LeverError)

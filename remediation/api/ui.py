@@ -19,7 +19,7 @@ from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_princip
 from remediation.api.levers import Lever, pull
 from remediation.services.levers import LeverError
 from remediation.services.readmodels import (
-    NotFound,
+    RecordNotFound,
     list_audit,
     list_events,
     list_nodes,
@@ -154,7 +154,7 @@ def remediations(request: Request, who: Viewer, status: str | None = "open") -> 
 @router.get("/remediations/{remediation_id}")
 def remediation(request: Request, who: Viewer, remediation_id: int) -> HTMLResponse:
     if not 0 < remediation_id < 2**63:
-        raise NotFound(f"no remediation #{remediation_id}")
+        raise RecordNotFound(f"no remediation #{remediation_id}")
     with request.app.state.sessions() as s:
         d = get_rem(s, remediation_id)
     return _page(request, who, "remediation.html", d=d)

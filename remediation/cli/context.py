@@ -27,7 +27,7 @@ from remediation.db.session import DatabaseUnavailable, check_database, make_eng
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
-from remediation.services.readmodels import ViewError
+from remediation.services.readmodels import ReadModelError
 from remediation.settings import ConfigError, Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except CliError as exc:
             raise fail(str(exc), exc.code) from None
-        except (ViewError, LeverError) as exc:
+        except (ReadModelError, LeverError) as exc:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:
             raise fail(str(exc), EXIT_DATABASE) from None

@@ -42,7 +42,7 @@ SYSTEM_ACTOR = "system"
 
 
 @dataclass(frozen=True)
-class Fault:
+class PagedError:
     """An error the engine will not hold against the node, as it is recorded and paged."""
 
     kind: str  # "CredentialError", or "unmapped ValueError"
@@ -52,7 +52,7 @@ class Fault:
     component: str = ""
 
     @classmethod
-    def of(cls, exc: BaseException) -> Fault:
+    def of(cls, exc: BaseException) -> PagedError:
         if isinstance(exc, SystemicError):
             return cls(exc.kind, exc.message, True, exc.self_healing, exc.component)
         text = str(exc) or repr(exc)
@@ -63,7 +63,7 @@ class Fault:
         return f"{self.kind}: {self.message}"[:2000]
 
 
-def pause(s: Session, now: datetime, fault: Fault, node: str, rid: int | None) -> bool:
+def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | None) -> bool:
     """Pause automation for ``fault``; returns False when it was already paused (nothing recorded, so
     on-call is paged once per outage, not once per node)."""
     current = lock_control(s, PAUSED, now)
@@ -81,7 +81,7 @@ def pause(s: Session, now: datetime, fault: Fault, node: str, rid: int | None) -
 
 
 def hold(
-    s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: Fault, poll_s: float
+    s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: PagedError, poll_s: float
 ) -> float:
     """Record ``fault`` on the step at once and park the remediation; returns the countdown to the next
     look (it waits at the gate, which a pause or a hold keeps shut)."""
@@ -105,7 +105,7 @@ def hold(
     nodes = sorted(set(seen.get(fault.kind, [])) | {rem.node})
     control_set(s, UNMAPPED, {**seen, fault.kind: nodes}, now)
     if len(nodes) >= 2:
-        pause(s, now, Fault(fault.kind, f"the same error on {', '.join(nodes[:5])}: {fault.message}", True),
+        pause(s, now, PagedError(fault.kind, f"the same error on {', '.join(nodes[:5])}: {fault.message}", True),
               rem.node, rem.id)
     return poll_s
 

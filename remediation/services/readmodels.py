@@ -10,7 +10,7 @@ Queries are bounded (``limit``) and ride the indexes the on-call questions need:
 events by (node, observed_at), remediations by (node, opened_at) and audit rows by target and time.
 Aggregates for ``stats`` live in :mod:`remediation.services.stats`.
 
-Bad input (an unknown status, an unknown node) raises :class:`ViewError` / :class:`NotFound` with one
+Bad input (an unknown status, an unknown node) raises :class:`ReadModelError` / :class:`RecordNotFound` with one
 readable sentence; the CLI prints it as ``error: ...`` and the API maps it to 422 / 404.
 """
 
@@ -36,11 +36,11 @@ QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "relea
 MAX_LIMIT = 1000
 
 
-class ViewError(ValueError):
+class ReadModelError(ValueError):
     """A bad on-call request (unknown filter value...); the message is one readable sentence."""
 
 
-class NotFound(ViewError):
+class RecordNotFound(ReadModelError):
     """The node or remediation asked for does not exist."""
 
 
@@ -188,7 +188,7 @@ def parse_node_status(value: str | None) -> NodeStatus | None:
     try:
         return NodeStatus(value.lower())
     except ValueError:
-        raise ViewError(
+        raise ReadModelError(
             f"unknown node status {value!r} (choose from {', '.join(s.value for s in NodeStatus)})"
         ) from None
 
@@ -206,12 +206,12 @@ def parse_remediation_status(value: str | None) -> frozenset[str] | None:
         return frozenset({RemediationStatus(v)})
     except ValueError:
         choices = ", ".join(["open", "closed", *(s.value for s in RemediationStatus)])
-        raise ViewError(f"unknown remediation status {value!r} (choose from {choices})") from None
+        raise ReadModelError(f"unknown remediation status {value!r} (choose from {choices})") from None
 
 
 def _limit(limit: int) -> int:
     if limit < 1 or limit > MAX_LIMIT:
-        raise ViewError(f"limit must be between 1 and {MAX_LIMIT} (got {limit})")
+        raise ReadModelError(f"limit must be between 1 and {MAX_LIMIT} (got {limit})")
     return limit
 
 
@@ -295,7 +295,7 @@ def list_nodes(s: Session, status: str | None = None) -> list[NodeRow]:
 def get_node(s: Session, name: str) -> NodeRow:
     n = s.get(Node, name)
     if n is None:
-        raise NotFound(f"unknown node {name!r} (see `remediation nodes list`)")
+        raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
     rem = s.scalars(
         select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
     ).first()
@@ -330,7 +330,7 @@ def list_remediations(s: Session, status: str | None = None, node: str | None = 
 def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
     r = s.get(Remediation, remediation_id)
     if r is None:
-        raise NotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
+        raise RecordNotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
     ev = s.get(Event, r.event_id) if r.event_id is not None else None
     return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}),
                              steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None)

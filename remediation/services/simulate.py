@@ -1,7 +1,7 @@
 """Rehearse a policy: replay a failure trace through the real ingest and workflow, on a simulated clock.
 
 Nothing here is a model of the service: the trace's events go through the same ``ingest`` and the same
-``Engine`` as live processing, against a throw-away SQLite database and the in-memory world, with a
+``Workflow`` as live processing, against a throw-away SQLite database and the in-memory world, with a
 fake clock that jumps from one due task to the next. The decisions are therefore exactly the ones the
 service would take for the same events under the same settings (a test holds the two side by side).
 
@@ -36,7 +36,7 @@ from remediation.domain.step_bodies import Adapters
 from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp
 from remediation.services.ingest import ingest
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
 
 
@@ -72,7 +72,7 @@ def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     world = MemoryWorld(nodes=nodes, op_polls=max(1, math.ceil(reboot_s / settings.workflow.poll_interval_s)))
     start = faults[0].at if faults else datetime.now().astimezone()
     clock = FakeClock(start - timedelta(seconds=1))
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     seq = itertools.count()
     queue: list[tuple[datetime, int, str, Any]] = []
     for f in faults:

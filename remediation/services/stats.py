@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import Event, Node, Remediation
 from remediation.domain.statemachine import RemediationStatus
-from remediation.services.readmodels import ViewError
+from remediation.services.readmodels import ReadModelError
 
 
 @dataclass
@@ -62,9 +62,9 @@ def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
     """Real history by default; ``include_dry_run`` adds what dry-run recorded. Repeat offenders are
     always counted as the policy counts them, without dry-run."""
     if days < 1 or days > 3650:
-        raise ViewError(f"--days must be between 1 and 3650 (got {days})")
+        raise ReadModelError(f"--days must be between 1 and 3650 (got {days})")
     if top < 1 or top > 1000:
-        raise ViewError(f"--top must be between 1 and 1000 (got {top})")
+        raise ReadModelError(f"--top must be between 1 and 1000 (got {top})")
     since = now - timedelta(days=days)
     opened = Remediation.opened_at > since
     in_window = opened if include_dry_run else and_(opened, Remediation.dry_run.is_(False))

@@ -65,7 +65,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker
 from remediation.services.audit import audit, would
-from remediation.services.holds import Fault, held_reason, hold, probe
+from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ def _gave_up(outcome: Outcome) -> bool:
     return isinstance(outcome, Escalate) and outcome.reason.startswith("gave up after")
 
 
-class Engine:
+class Workflow:
     def __init__(
         self,
         sessions: sessionmaker[Session],
@@ -140,18 +140,18 @@ class Engine:
             if Step(step) is not Step.VM_RESTART:
                 # Minutes of errors from Slurm or the Kubernetes API say the dependency is down, not
                 # that this node is bad: pause (lifted by the health probe), never quarantine.
-                return self._hold(remediation_id, row_id, token, Fault(
+                return self._hold(remediation_id, row_id, token, PagedError(
                     "TransientErrorsPersisted", retry.reason, True, True,
                     "kubernetes" if Step(step) in (Step.K8S_CORDON, Step.K8S_EVICT) else "slurm"))
             return self._record(remediation_id, row_id, token, retry)
         except RemediationError as exc:
             if exc.scope is Scope.SYSTEM:
-                return self._hold(remediation_id, row_id, token, Fault.of(exc))
+                return self._hold(remediation_id, row_id, token, PagedError.of(exc))
             # A permanent error about this node: retrying or climbing the ladder cannot fix it.
             outcome = Quarantine(f"{exc.kind}: {exc.message}")
         except Exception as exc:  # noqa: BLE001 - nobody mapped it: hold with a page, never a verdict
             log.exception("remediation %s: %s raised an error no adapter mapped", remediation_id, step)
-            return self._hold(remediation_id, row_id, token, Fault.of(exc))
+            return self._hold(remediation_id, row_id, token, PagedError.of(exc))
         return self._record(remediation_id, row_id, token, outcome)
 
     def sweep(self) -> list[FollowUp]:
@@ -347,7 +347,7 @@ class Engine:
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
             return self._move(rem, step, Step.QUARANTINE, now)
 
-    def _hold(self, rid: int, row_id: int, token: str, fault: Fault) -> FollowUp | None:
+    def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, park the remediation (and pause
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()

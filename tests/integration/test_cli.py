@@ -251,14 +251,14 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
 
 
 def test_status_names_a_system_pause_its_error_and_who_lifts_it(run, db, history) -> None:
-    from remediation.services.holds import Fault, pause
+    from remediation.services.holds import PagedError, pause
 
     res = run("status")
     assert res.exit_code == 0 and "running" in res.stdout
     with db[1]() as s, s.begin():
         rem = s.scalars(select(Remediation).where(Remediation.status.in_(("running", "waiting")))).first()
         assert rem is not None
-        pause(s, rem.opened_at, Fault("CredentialError", "not authenticated: HTTP 401 token expired", True,
+        pause(s, rem.opened_at, PagedError("CredentialError", "not authenticated: HTTP 401 token expired", True,
                                       False, "cloud"), rem.node, rem.id)
     res = run("status")
     assert res.exit_code == 0, res.stdout

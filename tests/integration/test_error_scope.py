@@ -30,7 +30,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import ControllerUnreachable, CredentialError, QuotaError, SystemicError
 from remediation.services import levers
 from remediation.services.ingest import ingest
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from tests.integration.test_workflow_engine import clock  # noqa: F401  (fixture)
 
@@ -89,7 +89,7 @@ def open_for(
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
-def run(engine: Engine, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
+def run(engine: Workflow, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
     """Run follow-ups (time advancing by their countdowns) until each is waiting at a gate for the same
     reason twice, or done. Returns the follow-ups still pending."""
     queue = deque(todo)
@@ -133,7 +133,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock, error: Any
 ) -> None:
     vm = FailingVM(world, error)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
     pending = run(engine, clock, open_for(sessions, settings, clock, NODES[:6], world))
 
     pause = control_get_now(sessions)
@@ -170,7 +170,7 @@ def test_an_unreachable_controller_pauses_and_the_probe_resumes_after_three_answ
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> None:
     slurm = ReachableAgainSlurm(world)
-    engine = Engine(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock)
     todo = open_for(sessions, settings, clock, NODES[:4], world)
     slurm.down = True
     pending = run(engine, clock, todo)
@@ -203,7 +203,7 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise Surprise(f"credential plugin exploded for {vm.name}")
 
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock)
     (first,) = open_for(sessions, settings, clock, NODES[:1], world)
     f = first
     while f.step != "vm_restart":

@@ -81,7 +81,7 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     from remediation.adapters.noop import NoopKube, NoopSlurm
     from remediation.clock import FakeClock
     from remediation.ports.dispatch import FollowUp
-    from remediation.services.workflow import Engine
+    from remediation.services.workflow import Workflow
 
     settings = Settings(dry_run=True, slurm={"backend": "memory"}, kube={"backend": "memory"},
                         vm={"backend": "memory"}, policy={"min_restart_gap_s": 0})
@@ -91,7 +91,7 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     clock = FakeClock()
     with sessions() as s, s.begin():
         opened = ingest(s, [event("gpu-node-5").to_json()], settings.policy, clock).opened
-    engine = Engine(sessions, adapters, settings, clock)
+    engine = Workflow(sessions, adapters, settings, clock)
     todo = [FollowUp(rid, step) for rid, step in opened]
     while todo:
         f = todo.pop()

@@ -20,7 +20,7 @@ from remediation.services import levers
 from remediation.services.ingest import ingest
 from remediation.services.notify import run_pass
 from remediation.services.readmodels import node_detail
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings, Settings
 from tests.integration.history import drive
 
@@ -46,8 +46,8 @@ def make_settings(dry_run: bool = False, **workflow: object) -> Settings:
     )
 
 
-def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
-    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
 def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
@@ -247,7 +247,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     repeat-offender count and the breaker do not move; notifications are marked DRY-RUN."""
     settings = make_settings(dry_run=True)
     recorder = Recorder()
-    dry = Engine(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
+    dry = Workflow(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
                                     NoopVM(recorder)), settings, clock)
     names = [f"gpu-node-{i}" for i in range(10, 15)]  # 5 of 20 = 25%: would trip a 10% breaker
     with sessions() as s:

@@ -25,7 +25,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import Dispatcher
 from remediation.services.ingest import ingest
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from tests.integration.history import dispatch, dispatcher, drive, sessions  # noqa: F401  (fixtures)
 from tests.integration.test_never_worse import publish
@@ -49,14 +49,14 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     clock, world = FakeClock(datetime.now(UTC) - timedelta(hours=2)), MemoryWorld(nodes=nodes)
     settings = Settings(policy={"min_restart_gap_s": 0, "breaker_max_fraction": 0.10},
                         workflow={"poll_interval_s": 5})
-    engine = Engine(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     with db() as s, s.begin():  # the watchers' resync: every node is in the pool
         ingest(s, [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE",
                              observed_at=clock.now()).to_json() for n in nodes], settings.policy, clock)
     clock.advance(1)
     # First a rehearsal: one node fails while the service runs in dry-run.
     dry_settings = Settings(dry_run=True, policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5})
-    dry = Engine(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopVM()), dry_settings,
+    dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopVM()), dry_settings,
                  clock)
     (f,) = publish(db, dry_settings, clock, "gpu-node-19")
     drive(dry, clock, [f])

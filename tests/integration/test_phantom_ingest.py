@@ -24,7 +24,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.dispatch import FollowUp
 from remediation.services.ingest import ingest
 from remediation.services.readmodels import node_detail
-from remediation.services.workflow import Engine
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 
 NODE = "gpu-node-8"
@@ -42,7 +42,7 @@ def ev(source: Source, kind: EventKind, state: str, at: datetime, reason: str = 
 def remediate(sessions: sessionmaker[Session], clock: FakeClock, payload: str) -> int:
     """Ingest the trigger and run its remediation to the end; returns its id."""
     world = MemoryWorld(nodes=[NODE])
-    engine = Engine(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
+    engine = Workflow(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
     with sessions() as s, s.begin():
         (rid, step), = ingest(s, [payload], SETTINGS.policy, clock).opened
     todo = [FollowUp(rid, step)]

@@ -46,7 +46,7 @@ from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMPr
 from remediation.ports.dispatch import FollowUp
 from remediation.services import levers
 from remediation.services.ingest import ingest
-from remediation.services.workflow import Engine, RetryLater
+from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
@@ -156,8 +156,8 @@ class Pipeline:
         return Adapters(make_slurm(self.settings), MemoryKube(self.world), self.vm)
 
     @property
-    def engine(self) -> Engine:
-        return Engine(self.sessions, self.adapters, self.settings, self.clock)
+    def engine(self) -> Workflow:
+        return Workflow(self.sessions, self.adapters, self.settings, self.clock)
 
     @contextmanager
     def watching(self) -> Iterator[None]:
