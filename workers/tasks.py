@@ -1,19 +1,19 @@
 """Thin Celery tasks: each takes plain ids, calls the domain, and enqueues follow-ups after the commit.
 
-One base class owns what every task shares: late acks, the runtime (database, adapters), counting
-started/succeeded/retried/failed, and turning the engine's ``RetryLater`` into Celery's own retry
-(honouring Retry-After). Tasks never commit; the domain's unit of work does, before the task enqueues
+One base class owns what every task shares: late acks and the runtime (database, adapters, the
+workflow); the step tasks turn the workflow's ``RetryLater`` into Celery's own retry (honouring
+Retry-After). Task outcomes are not counted here: a per-process counter no endpoint served was dead
+code, and what on-call needs (steps, waits, errors) is read from the database by the API's /metrics. Tasks never commit; the domain's unit of work does, before the task enqueues
 anything, so a follow-up never runs against uncommitted state.
 
-Every workflow step is its own task (``remediation.step.<name>``), so queues, Flower and metrics show
-where remediations stand.
+Every workflow step is its own task (``remediation.step.<name>``), so queues and Flower show where
+remediations stand.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from celery import Task
 from sqlalchemy.exc import OperationalError
@@ -31,7 +31,6 @@ from remediation.services.ingest import ingest_batch
 from remediation.services.workflow import RetryLater
 from workers.celery_app import app, settings
 from workers.context import Runtime, runtime
-from workers.metrics import TASKS
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +43,6 @@ class DomainTask(Task):  # type: ignore[misc]
     @property
     def rt(self) -> Runtime:
         return runtime(settings)
-
-    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
-        TASKS.labels(self.name, "started").inc()
-
-    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
-        TASKS.labels(self.name, "succeeded").inc()
-
-    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        TASKS.labels(self.name, "retried").inc()
-
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        TASKS.labels(self.name, "failed").inc()
 
 
 def enqueue(followups: Sequence[FollowUp | None]) -> None:

@@ -26,8 +26,10 @@ from pathlib import Path
 
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
 
+#: The published trace's cluster (Llama 3 405B pre-training): 2,048 nodes over 54 days. Scaling to
+#: another cluster keeps the per-node rate. The simulator's replay reads the same CSV through here.
 PAPER_NODES = 2048
-PAPER_DAYS = 54
+PAPER_DAYS = 54.0
 
 
 class TraceError(ValueError):
@@ -67,15 +69,20 @@ def _load_events(path: Path) -> list[Fault]:
 
 @dataclass(frozen=True)
 class MixRow:
+    """One root-cause category of a failure mix."""
+
     category: str
     count: int
-    signal: str
-    remediable: bool
+    signal: str  # suggested_signal, lower-cased: how the fault shows itself
+    remediable: bool  # remediable_by_vm_restart
+    component: str = ""
 
 
-def read_mix(path: Path) -> list[MixRow]:
+def read_mix(path: str | Path) -> list[MixRow]:
+    """The rows of a failure-mix CSV (the one reader of that format: the simulator's replay uses it too)."""
+    path = Path(path)
     rows = []
-    with path.open(newline="") as fh:
+    with path.open(newline="", encoding="utf-8") as fh:
         reader = csv.DictReader(fh)
         needed = {"category", "count", "suggested_signal", "remediable_by_vm_restart"}
         if not reader.fieldnames or not needed <= set(reader.fieldnames):
@@ -88,7 +95,8 @@ def read_mix(path: Path) -> list[MixRow]:
             if count < 0:
                 raise TraceError(f"{path}:{no}: count must not be negative")
             rows.append(MixRow(rec["category"], count, rec["suggested_signal"].lower(),
-                               rec["remediable_by_vm_restart"].strip().lower().startswith("yes")))
+                               rec["remediable_by_vm_restart"].strip().lower().startswith("yes"),
+                               rec.get("component") or ""))
     return rows
 
 

@@ -24,6 +24,7 @@ from remediation.adapters.cloud.router import make_vm_provider
 from remediation.adapters.kube.adapter import make_kube
 from remediation.adapters.slurm.rest import RestSlurm
 from remediation.domain.providerid import parse_provider_id
+from remediation.domain.trace import read_mix
 from remediation.ports.cluster import VMAction
 from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.settings import ConfigError, Settings, load_settings
@@ -214,7 +215,7 @@ def test_storm_hits_the_requested_fraction(cluster: SimCluster, slurm: RestSlurm
 
 
 def test_trace_scaled_to_the_paper_size_is_the_published_mix() -> None:
-    rows = replay.read_trace(TRACE)
+    rows = read_mix(TRACE)
     nodes = [f"n{i}" for i in range(2048)]
     plan = replay.plan(rows, nodes, speedup=1e6, seed=1)
     by_category = Counter(f.category for f in plan)
@@ -231,7 +232,7 @@ def test_trace_scaled_to_the_paper_size_is_the_published_mix() -> None:
 
 
 def test_trace_scaled_to_32_nodes_is_deterministic() -> None:
-    rows = replay.read_trace(TRACE)
+    rows = read_mix(TRACE)
     nodes = [f"gpu-node-{i}" for i in range(32)]
     counts = replay.scaled_counts(rows, 32)
     assert sum(counts.values()) == round(419 * 32 / 2048) == 7
