@@ -1,9 +1,10 @@
 """The three small interfaces the workflow acts through, and the value types they exchange.
 
-Real implementations live outside the domain (``workers/adapters``: scontrol/slurmrestd/pyslurm,
-the kubernetes client, the GCE/Azure/AWS SDKs). The domain ships two implementations of each:
-``remediation.adapters.noop`` (dry-run: records what would have happened, changes nothing) and
-``remediation.adapters.memory`` (a simulated world for unit and integration tests).
+These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
+slurmrestd or pyslurm; the kubernetes client; the GCE, Azure and AWS SDKs), and besides each real
+backend there are two more: ``remediation.adapters.noop`` (dry-run: records what would have happened,
+changes nothing) and ``remediation.adapters.memory`` (a simulated world for unit and integration
+tests). :mod:`remediation.adapters.factory` picks one from the settings.
 
 Contracts every implementation keeps:
 - Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
