@@ -10,8 +10,9 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import String, and_, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
@@ -38,6 +39,16 @@ def control_set(session: Session, key: str, value: dict[str, Any], now: datetime
     session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": now}))
 
 
+def among(session: Session, column: Any, values: Iterable[str]) -> Any:
+    """``column IN values`` for a batch's worth of names. On Postgres as ``= ANY(array)``: one short
+    statement whatever the count (an expanded IN of 500 names is a new 500-parameter text the driver
+    parses per batch); elsewhere the portable IN."""
+    names = list(values)
+    if session.get_bind().dialect.name == "postgresql":
+        return column == any_(bindparam(None, names, type_=ARRAY(String), unique=True))
+    return column.in_(names)
+
+
 def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
     """Lock one ``control`` row until the transaction ends (creating it empty if missing) and return
     its value as committed by whoever held the lock before. On SQLite, BEGIN IMMEDIATE already
@@ -55,7 +66,7 @@ def is_paused(session: Session) -> bool:
 def open_remediations_for(session: Session, nodes: Iterable[str]) -> dict[str, int]:
     rows = session.execute(
         select(Remediation.node, Remediation.id).where(
-            Remediation.node.in_(list(nodes)), Remediation.status.in_(OPEN_STATUSES)
+            among(session, Remediation.node, nodes), Remediation.status.in_(OPEN_STATUSES)
         )
     )
     return {node: rid for node, rid in rows}
@@ -75,7 +86,7 @@ def recent_failure_counts(
         select(Remediation.node, func.count())
         .join(Node, Node.name == Remediation.node)
         .where(
-            Remediation.node.in_(list(nodes)),
+            among(session, Remediation.node, nodes),
             Remediation.opened_at > start,
             or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
             Remediation.dry_run.is_(False),  # dry-run history never counts (issue 11)
@@ -89,7 +100,7 @@ def latest_windows(session: Session, nodes: Iterable[str]) -> dict[str, Window]:
     """Each node's latest remediation (open or closed) with the start of its first VM action: what
     attribution compares a signal with."""
     names = list(nodes)
-    latest = select(func.max(Remediation.id)).where(Remediation.node.in_(names)).group_by(Remediation.node)
+    latest = select(func.max(Remediation.id)).where(among(session, Remediation.node, names)).group_by(Remediation.node)
     rems = session.execute(
         select(Remediation.id, Remediation.node, Remediation.opened_at, Remediation.closed_at, Remediation.dry_run)
         .where(Remediation.id.in_(latest))
@@ -115,7 +126,7 @@ def latest_healthy(
     (see :func:`remediation.domain.attribution.healthy_observations`)."""
     rows = session.execute(
         select(Event.node, Event.source, Event.kind, Event.state, Event.observed_at).where(
-            Event.node.in_(list(nodes)), Event.observed_at >= since, Event.kind.in_(("healthy", "inventory"))
+            among(session, Event.node, nodes), Event.observed_at >= since, Event.kind.in_(("healthy", "inventory"))
         )
     ).all()
     out: dict[str, dict[Condition, datetime]] = {}

@@ -26,13 +26,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.db.models import OPEN_PREDICATE, AuditLog, Event, Node, RejectedEvent, Remediation
+from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
+from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
 from remediation.db.queries import (
+    among,
     latest_healthy,
     latest_windows,
     open_remediations_for,
@@ -115,12 +117,7 @@ def ingest(
     result.duplicates = len(events) - len(unique)
 
     _ensure_nodes(session, {ev.node for ev in unique.values()}, now)
-    ins = _dialect_insert(session)(Event).on_conflict_do_nothing(index_elements=["dedupe_key"])
-    rows = [_event_row(ev, now) for ev in unique.values()]
-    new_keys = {
-        key: eid
-        for eid, key in session.execute(ins.returning(Event.id, Event.dedupe_key), rows).all()
-    }
+    new_keys = insert_events(session, [_event_row(ev) for ev in unique.values()], now)
     result.duplicates += len(unique) - len(new_keys)
     fresh = sorted(
         (ev for key, ev in unique.items() if key in new_keys), key=lambda e: e.observed_at
@@ -130,7 +127,15 @@ def ingest(
         return result
 
     names = {ev.node for ev in fresh}
-    nodes = {n.name: n for n in session.scalars(select(Node).where(Node.name.in_(names)).with_for_update())}
+    # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
+    # (ORM objects would flush one statement shape per changed-column set, hundreds per batch).
+    nodes = {
+        name: NodeRow(name, status, reason, updated, last)
+        for name, status, reason, updated, last in session.execute(
+            select(Node.name, Node.status, Node.status_reason, Node.updated_at, Node.last_event_at)
+            .where(among(session, Node.name, names)).with_for_update()
+        )
+    }
     open_by_node = open_remediations_for(session, names)
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
     windows = latest_windows(session, names)
@@ -176,9 +181,24 @@ def ingest(
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
         todo = deferred
-    session.execute(update(Event), updates)
+    set_decisions(session, updates)
+    update_nodes(session, [
+        {"name": n.name, "status": n.status, "status_reason": n.status_reason, "updated_at": n.updated_at,
+         "last_event_at": n.last_event_at} for n in nodes.values()
+    ])
     result.decisions = dict(counts)
     return result
+
+
+@dataclass(slots=True)
+class NodeRow:
+    """One locked ``nodes`` row as the batch changes it (status and last event)."""
+
+    name: str
+    status: str
+    status_reason: str
+    updated_at: datetime
+    last_event_at: datetime | None
 
 
 def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent],
@@ -207,7 +227,7 @@ def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, An
             "remediation_id": rid}
 
 
-def _apply_record(ev: NodeEvent, node: Node, decision: Decision, now: datetime) -> None:
+def _apply_record(ev: NodeEvent, node: NodeRow, decision: Decision, now: datetime) -> None:
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
@@ -247,7 +267,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     return opened
 
 
-def _event_row(ev: NodeEvent, now: datetime) -> dict[str, object]:
+def _event_row(ev: NodeEvent) -> dict[str, object]:
     return {
         "dedupe_key": ev.dedupe_key,
         "source": ev.source.value,
@@ -258,20 +278,12 @@ def _event_row(ev: NodeEvent, now: datetime) -> dict[str, object]:
         "reason_user": ev.reason_user,
         "observed_at": ev.observed_at,
         "published_at": ev.published_at,
-        "received_at": now,
-        "decision": "",
-        "decision_reason": "",
     }
 
 
 def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
     """Watchers observe real nodes, so an event's node joins the inventory (and the breaker's pool)."""
-    ins = _dialect_insert(session)(Node).on_conflict_do_nothing(index_elements=["name"])
-    session.execute(
-        ins,
-        [{"name": n, "status": NodeStatus.HEALTHY.value, "status_reason": "", "first_seen_at": now,
-          "updated_at": now} for n in sorted(names)],
-    )
+    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now)
 
 
 def ingest_batch(

@@ -154,8 +154,12 @@ def _translate(exc: Exception, vm: VMRef) -> Exception:
         return error_for_status(status, exc.message, vm=vm, retry_after=headers.get("Retry-After"))
     if isinstance(exc, requests.exceptions.RequestException | gexc.RetryError):
         return TransientError(f"cannot reach Compute Engine: {exc}")
-    if isinstance(exc, auth_exc.RefreshError):
-        if getattr(exc, "retryable", False):
-            return TransientError(f"Google token refresh failed: {exc}")
+    if isinstance(exc, auth_exc.TransportError) or (
+        isinstance(exc, auth_exc.RefreshError) and getattr(exc, "retryable", False)
+    ):
+        return TransientError(f"Google token refresh failed: {exc}")
+    if isinstance(exc, auth_exc.GoogleAuthError):
+        # A rejected refresh, no default credentials, or credentials that cannot refresh at all (the
+        # session refreshes on a 401; anonymous ones raise InvalidOperation): ours to fix, never the node's.
         return CredentialError(f"Google credentials rejected: {exc}", component="cloud")
     return exc

@@ -123,6 +123,24 @@ def test_forbidden_is_the_systems_fault_with_the_message(gce_fake: GceFake, gce_
     assert not isinstance(caught.value, NotFound) and caught.value.status == 403
 
 
+@pytest.mark.parametrize("where", ["/reset", "/operations/"])
+def test_unauthenticated_is_the_systems_fault_however_the_client_meets_it(
+    gce_fake: GceFake, gce_settings: VMSettings, where: str
+) -> None:
+    # On a 401 the authorized session may try to refresh its credentials first; credentials that
+    # cannot refresh (anonymous here, revoked in production) then fail in google-auth, not with the
+    # 401. Either way it is ours to fix: CredentialError, never an unmapped error held against the node.
+    provider = GCEProvider(gce_settings)
+    op = provider.start(vm(), VMAction.RESTART, "rem-12:vm_restart:1") if where != "/reset" else None
+    gce_fake.faults.fail_next(3, 401, match=where)
+    with pytest.raises(CredentialError) as caught:
+        if op is None:
+            provider.start(vm(), VMAction.RESTART, "rem-12:vm_restart:1")
+        else:
+            provider.poll(op)
+    assert caught.value.component == "cloud"
+
+
 def test_reimage_is_not_supported(gce_settings: VMSettings) -> None:
     with pytest.raises(NotSupported, match="stop_start"):
         GCEProvider(gce_settings).start(vm(), VMAction.REIMAGE, "rem-11:vm_restart:2")
