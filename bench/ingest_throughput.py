@@ -35,12 +35,12 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from bench.common import percentile, scratch_database, scratch_dir
+from remediation.adapters.bus import RedisEventBus
 from remediation.db.models import Event
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.redisproc import PrivateRedis
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 STATES = [("FAIL", "xid 79"), ("DOWN", "Not responding"), ("DRAIN", "ecc errors"), ("DRAIN", "maintenance: fw")]

@@ -46,13 +46,14 @@ from typing import Any
 import redis
 
 from bench.common import REDIS_URL, percentile
-from remediation.events import EventKind, NodeEvent
+from remediation.adapters.bus import RedisEventBus
+from remediation.adapters.kube.client import kube_client
+from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from simulator.kube_api import KubeAPIServer
 from watchers import kube as kube_watcher
+from watchers.kube_stream import NodeStream
 from watchers.runtime import Stopper
-from workers.adapters.kube import kube_client
-from workers.bus import RedisEventBus
 
 GOAL_P99_MS = 200.0
 EVENT_TIMEOUT_S = 5.0
@@ -226,7 +227,7 @@ def measure_relist(count: int, repeats: int) -> Relist:
         )
         api = kube_client(settings.kube)
         items: queue.Queue[Any] = queue.Queue()
-        stream = kube_watcher.NodeStream(api, settings, items)
+        stream = NodeStream(api, settings, items)
         publisher = kube_watcher.Publisher(settings, bus=None)  # type: ignore[arg-type]  # handle() only
         raw: Any = api.list_node(_preload_content=False)  # an urllib3 response, not a V1NodeList
         size = len(raw.data)  # this first list also warms the connection pool

@@ -30,13 +30,13 @@ from pathlib import Path
 import redis
 
 from bench._cluster import RELEASES, slurm_cluster
-from remediation.events import EventKind, NodeEvent
-from remediation.hostlist import expand
+from remediation.adapters.bus import RedisEventBus
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.domain.events import EventKind, NodeEvent
+from remediation.domain.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper
-from workers.adapters.slurm_cli import CliSlurm
-from workers.bus import RedisEventBus
 
 NODES = 16
 

@@ -20,7 +20,8 @@ import subprocess
 import time
 
 from bench._cluster import slurm_cluster
-from remediation.slurm_json import NodesParser, diff, parse_nodes_json
+from remediation.adapters.slurm.diff import diff
+from remediation.adapters.slurm.parse import NodesParser, parse_nodes_json
 
 SEP = "\n    },\n    {\n"
 OPEN = '\n  "nodes": [\n    {\n'

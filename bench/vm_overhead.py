@@ -36,13 +36,13 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from bench.common import REDIS_URL, percentile, scratch_database, scratch_dir
+from remediation.adapters.bus import RedisEventBus
 from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from simulator.cluster import SimCluster
 from tests.integration.workerproc import Worker, wait_for, worker_env
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 

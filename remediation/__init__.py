@@ -1,1 +1,2 @@
-"""node-remediation: the domain (events, policy, workflow, storage, interfaces, CLI/API)."""
+"""node-remediation's core, in layers (docs/architecture.md): ``cli`` and ``api`` (entry points),
+``services``, ``adapters`` and ``db``, ``domain``, ``ports``, and under them ``settings`` and ``clock``."""

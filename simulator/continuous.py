@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from remediation.domain.trace import PAPER_DAYS, read_mix
 from simulator import replay
 from simulator.slurmctld import SlurmError
 
@@ -34,8 +35,8 @@ MAINTENANCE_PREFIX = "maintenance:"  # what FaultInjector.apply puts in front of
 
 def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
     """The speedup that spaces a round's faults ``mean_gap_s`` apart on average."""
-    faults = max(1, sum(replay.scaled_counts(replay.read_trace(trace_csv), nodes).values()))
-    return replay.PAPER_DAYS * 86400 / (faults * mean_gap_s)
+    faults = max(1, sum(replay.scaled_counts(read_mix(trace_csv), nodes).values()))
+    return PAPER_DAYS * 86400 / (faults * mean_gap_s)
 
 
 class ContinuousReplay:
@@ -56,7 +57,7 @@ class ContinuousReplay:
         self.cluster = cluster
         self.trace_csv = trace_csv
         self.speedup = speedup or default_speedup(trace_csv, len(cluster.names), mean_gap_s)
-        self.round_s = replay.PAPER_DAYS * 86400 / self.speedup
+        self.round_s = PAPER_DAYS * 86400 / self.speedup
         self.storm_every_s = storm_every_s
         self.storm_fraction = storm_fraction
         self.maintenance_s = maintenance_s
@@ -81,7 +82,7 @@ class ContinuousReplay:
             return
         pool = [n for n in self.cluster.names if n not in self.in_maintenance]
         planned = replay.plan(
-            replay.read_trace(self.trace_csv), pool, scale_nodes=len(self.cluster.names),
+            read_mix(self.trace_csv), pool, scale_nodes=len(self.cluster.names),
             speedup=self.speedup, seed=self.seed + self.rounds,
         )  # fmt: skip
         self.rounds += 1

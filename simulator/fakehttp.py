@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socket import socket
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 
@@ -38,19 +38,28 @@ class LoggedRequest:
     at: float = 0.0  # time.time() when the answer was ready
 
 
-class RequestLog:
-    """Thread-safe list of the requests a fake answered."""
+class Answered(Protocol):
+    method: str
+    path: str
+    status: int
+
+
+R = TypeVar("R", bound=Answered)
+
+
+class RequestLog(Generic[R]):
+    """Thread-safe list of the requests a fake answered (every fake's, the kube-apiserver's included)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._items: list[LoggedRequest] = []
+        self._items: list[R] = []
 
-    def add(self, item: LoggedRequest) -> None:
+    def add(self, item: R) -> None:
         with self._lock:
             self._items.append(item)
 
     @property
-    def items(self) -> list[LoggedRequest]:
+    def items(self) -> list[R]:
         with self._lock:
             return list(self._items)
 
@@ -101,16 +110,6 @@ class Hold:
     def wait(self) -> None:
         self.held.set()
         self.release.wait(self.seconds)
-
-
-def take_hold(holds: list[Hold], lock: threading.Lock, method: str, path: str) -> Hold | None:
-    """The first armed hold matching the request, with one use consumed."""
-    with lock:
-        for hold in holds:
-            if hold.remaining > 0 and hold.matches(method, path):
-                hold.remaining -= 1
-                return hold
-    return None
 
 
 @dataclass
@@ -175,7 +174,13 @@ class Faults:
         return hold
 
     def take_hold(self, method: str, path: str) -> Hold | None:
-        return take_hold(self._holds, self._lock, method, path)
+        """The first armed hold matching the request, with one use consumed."""
+        with self._lock:
+            for hold in self._holds:
+                if hold.remaining > 0 and hold.matches(method, path):
+                    hold.remaining -= 1
+                    return hold
+        return None
 
     def take(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -231,7 +236,7 @@ class FakeServer:
     Request header names reach ``dispatch`` in lower case."""
 
     def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
-        self.log = RequestLog()
+        self.log: RequestLog[LoggedRequest] = RequestLog()
         self.faults = Faults()
         outer = self
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from remediation.domain.trace import read_mix
 from simulator import replay as trace
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ class FaultInjector:
         """Schedule a trace's faults (scaled to ``scale_nodes``, default the cluster size) on the
         cluster's clock, among ``nodes`` (default all); returns the plan."""
         planned = trace.plan(
-            trace.read_trace(trace_csv), nodes or self.names,
+            read_mix(trace_csv), nodes or self.names,
             scale_nodes=scale_nodes if scale_nodes is not None else len(self.names),
             speedup=speedup, seed=seed, until_s=until_s,
         )  # fmt: skip

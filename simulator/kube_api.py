@@ -24,13 +24,12 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from simulator.fakehttp import Hold, _Server, take_hold
+from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube_http import Handler, Request
 from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
 from simulator.kube_select import to_label_selector
@@ -40,21 +39,6 @@ from simulator.kube_tls import write_cluster_pki
 __all__ = ["KubeAPIServer", "Request"]
 
 NODE_LEASE_NAMESPACE = "kube-node-lease"
-
-
-@dataclass
-class Fault:
-    code: int
-    count: int
-    retry_after: int | None = None
-    method: str | None = None
-    path: str | None = None  # substring of the request path
-
-
-@dataclass
-class _Log:
-    items: list[Request] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class _TLSServer(_Server):
@@ -99,9 +83,9 @@ class KubeAPIServer:
         self.bookmark_interval_s = bookmark_interval_s
         self.evict_grace_s = evict_grace_s
         self.default_watch_timeout_s = default_watch_timeout_s
-        self._faults: list[Fault] = []
-        self._holds: list[Hold] = []
-        self._log = _Log()
+        # Injected failures and held answers, and the request log: the same machinery as every fake.
+        self.faults = Faults()
+        self._log: RequestLog[Request] = RequestLog()
         self._httpd: _TLSServer | None = None
         self._closing = threading.Event()
         self.url = ""
@@ -332,39 +316,27 @@ class KubeAPIServer:
         path: str | None = None,
     ) -> None:
         """Answer the next ``count`` matching requests with ``code`` (after auth, before routing)."""
-        with self._log.lock:
-            self._faults.append(Fault(code, count, retry_after, method, path))
+        self.faults.fail_next(count, code, retry_after=retry_after, match=path, method=method)
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
-        with self._log.lock:
-            for fault in self._faults:
-                if fault.count > 0 and fault.method in (None, method) and (fault.path or "") in path:
-                    fault.count -= 1
-                    return fault
-        return None
+        return self.faults.take(method, path)
 
     def delay_next(
         self, count: int, seconds: float, *, method: str | None = None, path: str | None = None
     ) -> Hold:
         """Hold the answers to the next ``count`` matching requests (``path`` a substring) for up to
         ``seconds`` after they acted; the returned :class:`~simulator.fakehttp.Hold` tells when."""
-        hold = Hold(seconds, count, path.lower() if path else None, method)
-        with self._log.lock:
-            self._holds.append(hold)
-        return hold
+        return self.faults.delay_next(count, seconds, match=path, method=method)
 
     def _take_hold(self, method: str, path: str) -> Hold | None:
-        return take_hold(self._holds, self._log.lock, method, path)
+        return self.faults.take_hold(method, path)
 
     @property
     def requests(self) -> list[Request]:
-        with self._log.lock:
-            return list(self._log.items)
+        return self._log.items
 
     def clear_requests(self) -> None:
-        with self._log.lock:
-            self._log.items.clear()
+        self._log.clear()
 
     def _record(self, request: Request) -> None:
-        with self._log.lock:
-            self._log.items.append(request)
+        self._log.add(request)

@@ -104,8 +104,8 @@ class Handler(BaseHTTPRequestHandler):
             if fault is not None:
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
-                reason = REASONS.get(fault.code, "Unknown")
-                raise ApiError(status(fault.code, reason, f"injected {reason}", details), headers)
+                reason = REASONS.get(fault.status, "Unknown")
+                raise ApiError(status(fault.status, reason, f"injected {reason}", details), headers)
             _route(self, method, url.path.rstrip("/"), query, body, content_type)
         except ApiError as exc:
             self._send(exc.code, exc.body, exc.headers)

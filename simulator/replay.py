@@ -1,6 +1,7 @@
 """Turn a published failure trace into a timed list of faults for a simulated cluster.
 
-The input is a CSV like ``llama3-405b-interruptions.csv`` (Meta's Llama 3 405B pre-training: 419
+The input is the rows of a CSV like ``llama3-405b-interruptions.csv`` (read by
+:func:`remediation.domain.trace.read_mix`, the one reader of that format) (Meta's Llama 3 405B pre-training: 419
 unexpected interruptions in 54 days on 2,048 nodes of 8 GPUs), one row per root-cause category with
 ``count``, ``component``, ``suggested_signal`` and ``remediable_by_vm_restart``. :func:`plan`:
 
@@ -22,25 +23,13 @@ does not depend on the seed at all.
 
 from __future__ import annotations
 
-import csv
 import random
 from dataclasses import dataclass
-from pathlib import Path
 
-PAPER_NODES = 2048
-PAPER_DAYS = 54.0
+from remediation.domain.trace import PAPER_DAYS, PAPER_NODES, MixRow
 
 #: Fault kinds a plan can hold; each is a SimCluster method of the same name, except "none".
 KINDS = ("gpu_condition", "researcher_fail", "slurmd_stop", "node_not_ready", "human_drain", "none")
-
-
-@dataclass(frozen=True)
-class TraceRow:
-    category: str
-    count: int
-    component: str
-    signal: str
-    remediable: bool
 
 
 @dataclass(frozen=True)
@@ -53,21 +42,7 @@ class PlannedFault:
     component: str
 
 
-def read_trace(path: str | Path) -> list[TraceRow]:
-    with open(path, newline="", encoding="utf-8") as fh:
-        return [
-            TraceRow(
-                row["category"],
-                int(row["count"]),
-                row["component"],
-                row["suggested_signal"],
-                row["remediable_by_vm_restart"].strip().lower().startswith("yes"),
-            )
-            for row in csv.DictReader(fh)
-        ]
-
-
-def scaled_counts(rows: list[TraceRow], scale_nodes: int) -> dict[str, int]:
+def scaled_counts(rows: list[MixRow], scale_nodes: int) -> dict[str, int]:
     """Each category's count scaled from the paper's 2,048 nodes to ``scale_nodes`` (largest remainder)."""
     exact = {r.category: r.count * scale_nodes / PAPER_NODES for r in rows}
     total = round(sum(exact.values()))
@@ -78,7 +53,7 @@ def scaled_counts(rows: list[TraceRow], scale_nodes: int) -> dict[str, int]:
     return counts
 
 
-def kind_for(row: TraceRow, rng: random.Random) -> str:
+def kind_for(row: MixRow, rng: random.Random) -> str:
     signal = row.signal.lower()
     if "job failure only" in signal:
         return "none"
@@ -98,7 +73,7 @@ def kind_for(row: TraceRow, rng: random.Random) -> str:
 
 
 def plan(
-    rows: list[TraceRow],
+    rows: list[MixRow],
     nodes: list[str],
     *,
     scale_nodes: int | None = None,

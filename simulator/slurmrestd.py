@@ -2,7 +2,7 @@
 
 Served by the standard library (:class:`simulator.fakehttp.FakeServer`, 127.0.0.1, a free port) from a
 :class:`simulator.slurmctld.SlurmCtld` node table. What it answers is what
-``workers/adapters/slurm_rest.py`` sends, in the shapes a real slurmrestd answers (observed on 22.05.8
+``remediation/adapters/slurm/rest.py`` sends, in the shapes a real slurmrestd answers (observed on 22.05.8
 for v0.0.38, and on 24.11.5 for v0.0.40, v0.0.41 and v0.0.42; v0.0.39 from Slurm's OpenAPI documents).
 tests/integration/slurm/test_slurmrestd_contract.py sends the same requests to it and to the real
 slurmrestd of each release and requires the same answers; it is kept for what a real server cannot do

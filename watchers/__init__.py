@@ -1,1 +1,2 @@
-"""Watchers: processes that turn slurmctld and the Kubernetes API into NodeEvents on Redis."""
+"""Watchers: processes that turn slurmctld and the Kubernetes API into NodeEvents on Redis. Adapters
+come from ``remediation.adapters``; nothing here imports ``workers``."""

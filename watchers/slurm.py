@@ -1,7 +1,7 @@
 """The Slurm watcher: turns slurmctld's node table into NodeEvents on the Redis stream.
 
 Every ``slurm.poll_interval_s`` it reads all nodes and diffs them against the previous snapshot
-(:func:`remediation.slurm_json.diff`). It publishes transitions only:
+(:func:`remediation.adapters.slurm.diff.diff`). It publishes transitions only:
 
 - into DOWN, DRAIN, FAIL or NOT_RESPONDING (or any state in ``policy.slurm_states``), or from one bad
   condition to another (a new reason, DRAIN turning DOWN): ``UNHEALTHY``, state = the bad state;
@@ -34,14 +34,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from remediation.errors import RemediationError
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.interfaces import SlurmControl
+from remediation.adapters.bus import BusUnavailable, RedisEventBus
+from remediation.adapters.factory import make_bus, make_lock, slurm_backend
+from remediation.adapters.lock import LeaderLock
+from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_key, diff
+from remediation.adapters.slurm.parse import NodeRecord
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.ports.cluster import SlurmControl
+from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
-from remediation.slurm_json import BAD_PRIORITY, NodeStatus, bad_state, condition_key, diff
-from watchers.leader import LeaderLock
-from watchers.runtime import Stopper, make_bus, make_lock
-from workers.bus import BusUnavailable, RedisEventBus
+from watchers.runtime import Stopper
 
 log = logging.getLogger("watchers.slurm")
 
@@ -50,9 +52,9 @@ log = logging.getLogger("watchers.slurm")
 class SnapshotSource(Protocol):
     """What the watcher reads. ``poll`` may answer None for "nothing changed since last time"."""
 
-    def snapshot(self) -> dict[str, NodeStatus]: ...
+    def snapshot(self) -> dict[str, NodeRecord]: ...
 
-    def poll(self) -> dict[str, NodeStatus] | None: ...
+    def poll(self) -> dict[str, NodeRecord] | None: ...
 
 
 class ListNodesSource:
@@ -61,14 +63,14 @@ class ListNodesSource:
     def __init__(self, slurm: SlurmControl) -> None:
         self.slurm = slurm
 
-    def snapshot(self) -> dict[str, NodeStatus]:
+    def snapshot(self) -> dict[str, NodeRecord]:
         out = {}
         for node in self.slurm.list_nodes():
             stamp = int(node.reason_time.timestamp()) if node.reason_time else 0
-            out[node.name] = NodeStatus(node.name, node.state, node.flags, node.reason, node.reason_user, stamp)
+            out[node.name] = NodeRecord(node.name, node.state, node.flags, node.reason, node.reason_user, stamp)
         return out
 
-    def poll(self) -> dict[str, NodeStatus] | None:
+    def poll(self) -> dict[str, NodeRecord] | None:
         return self.snapshot()
 
 
@@ -92,7 +94,7 @@ class SlurmWatcher:
         self.bad = watched_states(settings)
         self.resync_interval = settings.slurm.resync_interval_s
         self.grace = settings.slurm.not_responding_grace_s
-        self.previous: dict[str, NodeStatus] | None = None
+        self.previous: dict[str, NodeRecord] | None = None
         self.next_resync = 0.0
         self._not_responding_since: dict[str, float] = {}
         self._kept_reasons: dict[str, str] = {}  # node -> the reason it kept while in service
@@ -156,7 +158,7 @@ class SlurmWatcher:
             log.info("node %s is no longer in Slurm", name)
         return published
 
-    def _without_kept_reasons(self, current: dict[str, NodeStatus]) -> dict[str, NodeStatus]:
+    def _without_kept_reasons(self, current: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
         """Slurm 24.11 keeps a node's last reason after it is resumed (22.05 clears it), and when that
         node later stops responding slurmctld shows the old reason (NOT_RESPONDING), then appends its
         own to it (DOWN: "OLD : Not responding"; seen on 24.11.5). A reason seen while the node was in
@@ -185,13 +187,13 @@ class SlurmWatcher:
                 del self._kept_reasons[name]
         return current
 
-    def _within_grace(self, status: NodeStatus, state: str, now: float) -> bool:
+    def _within_grace(self, status: NodeRecord, state: str, now: float) -> bool:
         if state != "NOT_RESPONDING" or self.grace <= 0 or (status.states & self.bad) != {"NOT_RESPONDING"}:
             return False
         since = self._not_responding_since.setdefault(status.name, now)
         return now - since < self.grace
 
-    def _event(self, kind: EventKind, status: NodeStatus, state: str, key: str, observed: datetime) -> NodeEvent:
+    def _event(self, kind: EventKind, status: NodeRecord, state: str, key: str, observed: datetime) -> NodeEvent:
         return NodeEvent(
             source=Source.SLURM,
             node=status.name,
@@ -204,7 +206,7 @@ class SlurmWatcher:
             published_at=datetime.now(UTC),
         )
 
-    def _inventory(self, status: NodeStatus, observed: datetime) -> NodeEvent:
+    def _inventory(self, status: NodeRecord, observed: datetime) -> NodeEvent:
         state = bad_state(status, self.bad) or status.state
         stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
         key = f"slurm:{status.name}:inventory:{state}:{stamp}"
@@ -259,9 +261,7 @@ def run(
 ) -> None:
     """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes."""
     if slurm is None:
-        from workers.adapters.slurm import make_slurm
-
-        slurm = make_slurm(settings)
+        slurm = slurm_backend(settings)
     bus = bus or make_bus(settings)
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.

@@ -1,1 +1,2 @@
-"""Workers: the Celery app, its thin tasks and the adapters that act on Slurm, Kubernetes and clouds."""
+"""Workers: the Celery app and its thin tasks, and the embedded (in-process) worker. Adapters come from
+``remediation.adapters``; nothing here imports ``watchers``."""

@@ -1,4 +1,4 @@
-"""Per-process resources of a worker: database engine, adapters, the workflow engine, Redis.
+"""Per-process resources of a worker: database engine, adapters, the workflow, Redis.
 
 Built lazily on first use *in the process that uses them* (Celery's prefork children must not inherit
 their parent's sockets), and rebuilt if the pid changes.
@@ -15,12 +15,12 @@ import redis
 from sqlalchemy import Engine as SAEngine
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.bus import Keys
+from remediation.adapters.factory import make_adapters
 from remediation.clock import SystemClock
 from remediation.db.session import make_engine, make_session_factory
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.workflow import Engine
-from workers.adapters.factory import make_adapters
-from workers.bus import Keys
 
 
 @dataclass
@@ -36,8 +36,8 @@ class Runtime:
         return make_session_factory(self.db)
 
     @cached_property
-    def engine(self) -> Engine:
-        return Engine(
+    def workflow(self) -> Workflow:
+        return Workflow(
             self.sessions, make_adapters(self.settings), self.settings, SystemClock(),
             worker=f"{socket.gethostname()}:{os.getpid()}",
         )
@@ -48,7 +48,7 @@ class Runtime:
 
     @property
     def embedded(self) -> bool:
-        """Events live in process memory (workers.memstream), not in Redis."""
+        """Events live in process memory (remediation.adapters.memstream), not in Redis."""
         return self.settings.broker.redis_url.startswith("memory://")
 
     @property

@@ -2,12 +2,12 @@
 
 - **Database**: SQLite (migrated with the same Alembic scripts as Postgres).
 - **Broker**: Celery's ``memory://`` transport, with a real Celery worker (threads pool) running the
-  real tasks in a background thread, plus an in-process event bus (workers.memstream).
-- **Cluster**: whatever the settings point at; the demo (workers.demo) points them at the wire-protocol
+  real tasks in a background thread, plus an in-process event bus (remediation.adapters.memstream).
+- **Cluster**: whatever the settings point at; the demo (simulator.demo) points them at the wire-protocol
   simulator (simulator.cluster), the tests at the in-memory world of remediation.adapters.memory.
 
 ``configure_environment`` must run before ``workers.celery_app`` is first imported, because the Celery
-app reads its settings at import. The demo scenario lives in workers.demo.
+app reads its settings at import. The demo scenario lives in simulator.demo.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class Embedded:
 
 def start(concurrency: int = 4) -> Embedded:
     """Migrate the database, then start a Celery worker thread and the periodic sweeper/ingest."""
+    from remediation.adapters.celery import INGEST_QUEUE, INGEST_TASK, SWEEP_TASK, WORKFLOW_QUEUE
     from remediation.db.migrate import upgrade
-    from workers.celery_app import INGEST_QUEUE, WORKFLOW_QUEUE, app, settings
+    from workers.celery_app import app, settings
 
     if not settings.broker.celery_url.startswith("memory://"):
         raise RuntimeError("embedded mode needs the memory:// broker (call configure_environment first)")
@@ -77,9 +78,9 @@ def start(concurrency: int = 4) -> Embedded:
         # The periodic duties Celery beat has in production: sweeper and ingest safety net.
         next_sweep = 0.0
         while not emb.stop_event.wait(1.0):
-            app.send_task("remediation.ingest", queue=INGEST_QUEUE)
+            app.send_task(INGEST_TASK, queue=INGEST_QUEUE)
             if time.monotonic() >= next_sweep:
-                app.send_task("remediation.sweep", queue=WORKFLOW_QUEUE)
+                app.send_task(SWEEP_TASK, queue=WORKFLOW_QUEUE)
                 next_sweep = time.monotonic() + settings.workflow.sweep_interval_s
 
     emb.threads.append(threading.Thread(target=beat, name="beat", daemon=True))

@@ -1,4 +1,4 @@
-"""The beat-driven notification task: one outbox pass over the audit log (see remediation.notify).
+"""The beat-driven notification task: one outbox pass over the audit log (see remediation.services.notify).
 
 Thin on purpose: the pass owns its transaction and the cursor lock, so overlapping runs (a slow
 webhook, two beat ticks) simply queue behind each other and never post the same row twice.
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 
-from remediation.notify import run_pass
+from remediation.adapters.celery import NOTIFY_TASK
+from remediation.services.notify import run_pass
 from workers.celery_app import app, settings
 from workers.context import runtime
 from workers.tasks import DomainTask
@@ -16,7 +17,7 @@ from workers.tasks import DomainTask
 log = logging.getLogger(__name__)
 
 
-@app.task(name="remediation.notify", base=DomainTask, bind=True, ignore_result=True)
+@app.task(name=NOTIFY_TASK, base=DomainTask, bind=True, ignore_result=True)
 def notify(self: DomainTask) -> int:
     result = run_pass(runtime(settings).sessions, settings.notify)
     if result.sent or result.failed:

@@ -1,35 +1,36 @@
 """Thin Celery tasks: each takes plain ids, calls the domain, and enqueues follow-ups after the commit.
 
-One base class owns what every task shares: late acks, the runtime (database, adapters), counting
-started/succeeded/retried/failed, and turning the engine's ``RetryLater`` into Celery's own retry
-(honouring Retry-After). Tasks never commit; the domain's unit of work does, before the task enqueues
+One base class owns what every task shares: late acks and the runtime (database, adapters, the
+workflow); the step tasks turn the workflow's ``RetryLater`` into Celery's own retry (honouring
+Retry-After). Task outcomes are not counted here: a per-process counter no endpoint served was dead
+code, and what on-call needs (steps, waits, errors) is read from the database by the API's /metrics. Tasks never commit; the domain's unit of work does, before the task enqueues
 anything, so a follow-up never runs against uncommitted state.
 
-Every workflow step is its own task (``remediation.step.<name>``), so queues, Flower and metrics show
-where remediations stand.
+Every workflow step is its own task (``remediation.step.<name>``), so queues and Flower show where
+remediations stand.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 from celery import Task
 from sqlalchemy.exc import OperationalError
 
-from remediation.audit import audit
+from remediation.adapters import memstream
+from remediation.adapters.celery import INGEST_TASK, RELEASE_TASK, SWEEP_TASK, CeleryDispatcher, step_task
+from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
-from remediation.errors import TransientError
-from remediation.ingest import ingest_batch
-from remediation.states import Step
-from remediation.steps import release_node
-from remediation.workflow import FollowUp, RetryLater
-from workers import memstream
-from workers.celery_app import WORKFLOW_QUEUE, app, settings
+from remediation.domain.statemachine import Step
+from remediation.domain.step_bodies import release_node
+from remediation.ports.dispatch import FollowUp
+from remediation.ports.errors import TransientError
+from remediation.services.audit import audit
+from remediation.services.ingest import ingest_batch
+from remediation.services.workflow import RetryLater
+from workers.celery_app import app, settings
 from workers.context import Runtime, runtime
-from workers.metrics import TASKS
-from workers.stream import drain
 
 log = logging.getLogger(__name__)
 
@@ -43,37 +44,13 @@ class DomainTask(Task):  # type: ignore[misc]
     def rt(self) -> Runtime:
         return runtime(settings)
 
-    def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
-        TASKS.labels(self.name, "started").inc()
-
-    def on_success(self, retval: Any, task_id: str, args: Any, kwargs: Any) -> None:
-        TASKS.labels(self.name, "succeeded").inc()
-
-    def on_retry(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        TASKS.labels(self.name, "retried").inc()
-
-    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
-        TASKS.labels(self.name, "failed").inc()
-
 
 def enqueue(followups: Sequence[FollowUp | None]) -> None:
-    for f in followups:
-        if f is not None:
-            app.send_task(f"remediation.step.{f.step}", args=[f.remediation_id],
-                          countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
+    """Queue follow-up steps on this worker's own app (the same broker the clients send to)."""
+    CeleryDispatcher(app).steps(followups)
 
 
-class CeleryDispatcher:
-    """The dispatcher the console script and the API install (see remediation.dispatch)."""
-
-    def steps(self, followups: Sequence[FollowUp | None]) -> None:
-        enqueue(followups)
-
-    def release(self, node: str) -> None:
-        app.send_task("remediation.release", args=[node], queue=WORKFLOW_QUEUE)
-
-
-@app.task(name="remediation.ingest", base=DomainTask, bind=True,
+@app.task(name=INGEST_TASK, base=DomainTask, bind=True,
           autoretry_for=(OperationalError, ConnectionError), retry_backoff=True, retry_backoff_max=60,
           max_retries=None)
 def ingest(self: DomainTask) -> int:
@@ -93,28 +70,28 @@ def ingest(self: DomainTask) -> int:
     return n
 
 
-@app.task(name="remediation.release", base=DomainTask, bind=True,
+@app.task(name=RELEASE_TASK, base=DomainTask, bind=True,
           autoretry_for=(TransientError,), retry_backoff=True, retry_backoff_max=300, max_retries=10)
 def release(self: DomainTask, node: str) -> str:
     """Undo our quarantine in Slurm and Kubernetes after a human released the node."""
     rt = self.rt
-    outcome = release_node(rt.engine.adapters, node, rt.settings.policy.our_reason_prefix)
+    outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
         audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome)
     return outcome
 
 
-@app.task(name="remediation.sweep", base=DomainTask, bind=True)
+@app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
 def sweep(self: DomainTask) -> int:
-    self.rt.engine.probe()  # a self-healing system pause is lifted after enough answers in a row
-    followups = self.rt.engine.sweep()
+    self.rt.workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
+    followups = self.rt.workflow.sweep()
     enqueue(followups)
     return len(followups)
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
     try:
-        followup = task.rt.engine.run(remediation_id, step)
+        followup = task.rt.workflow.run(remediation_id, step)
     except RetryLater as exc:
         # The engine decided on its own persisted counter that this error is worth another try; Celery
         # only delivers it after the countdown (its own retry count decides nothing).
@@ -123,7 +100,7 @@ def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
 
 
 def _register(step: Step) -> None:
-    @app.task(name=f"remediation.step.{step}", base=DomainTask, bind=True,
+    @app.task(name=step_task(step), base=DomainTask, bind=True,
               autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
     def run_step(self: DomainTask, remediation_id: int) -> None:
         _run_step(self, step.value, remediation_id)

@@ -27,8 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from remediation.errors import NotFound, PermanentError, UnknownNode
-from remediation.interfaces import (
+from remediation.ports.cluster import (
     EvictionProgress,
     KubeNode,
     Operation,
@@ -37,6 +36,7 @@ from remediation.interfaces import (
     VMAction,
     VMRef,
 )
+from remediation.ports.errors import NotFound, PermanentError, UnknownNode
 
 
 def _node(name: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from remediation.interfaces import (
+from remediation.ports.cluster import (
     EvictionProgress,
     KubeNode,
     KubeNodes,

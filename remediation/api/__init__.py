@@ -1,4 +1,4 @@
-"""The on-call web API and dashboard. ``create_app(settings, sessions=None, queue_depth=None)``."""
+"""The on-call web API and dashboard: ``create_app(settings, sessions, queue_depth, clock, dispatcher)``."""
 
 from remediation.api.app import create_app
 

@@ -1,9 +1,9 @@
 """The FastAPI application: JSON API, dashboard, ``/healthz`` and ``/metrics``.
 
 :func:`create_app` is a factory with its dependencies passed in (settings, a session factory, an
-optional queue-depth callable, a clock); it creates no global state, so tests build as many apps as
-they like and the composition root (``remediation api serve`` in ``workers.cli``) decides where the
-dispatcher and the broker's queue depth come from.
+optional queue-depth callable, a clock, the dispatcher levers hand their follow-up work to); it creates
+no global state, so tests build as many apps as they like and the entry point (``remediation api`` in
+:mod:`remediation.cli.ops`, or the demo) decides where the dispatcher and the queue depth come from.
 
 Errors map the same way everywhere: a bad filter is 422, an unknown node or remediation 404, a
 refused lever 409, an unreachable database 503. On ``/api`` paths the body is JSON; elsewhere it is
@@ -30,17 +30,20 @@ from remediation.api.auth import browser_principal, identify
 from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
-from remediation.levers import LeverError
-from remediation.metrics import make_registry
-from remediation.policy import Clock
+from remediation.domain.policy import Clock
+from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.lever_service import LeverService
+from remediation.services.levers import LeverError
+from remediation.services.metrics import make_registry
+from remediation.services.readmodels import ReadModelError, RecordNotFound, ago, human_duration
 from remediation.settings import Settings
-from remediation.views import NotFound, ViewError, ago, human_duration
 
 HERE = Path(__file__).parent
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None,
-               queue_depth: Callable[[], dict[str, int]] | None = None, clock: Clock | None = None) -> FastAPI:
+               queue_depth: Callable[[], dict[str, int]] | None = None, clock: Clock | None = None,
+               dispatcher: Dispatcher | None = None) -> FastAPI:
     app = FastAPI(
         title="node-remediation",
         version="1",
@@ -55,6 +58,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.sessions = sessions
     app.state.queue_depth = queue_depth
     app.state.clock = clock or SystemClock()
+    # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
+    app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock)
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["dur"] = human_duration
@@ -97,12 +102,12 @@ def _errors(app: FastAPI) -> None:
             "status": status, "message": message, "who": browser_principal(request), "path": request.url.path},
             status_code=status)
 
-    @app.exception_handler(NotFound)
-    def not_found(request: Request, exc: NotFound) -> Response:
+    @app.exception_handler(RecordNotFound)
+    def not_found(request: Request, exc: RecordNotFound) -> Response:
         return respond(request, 404, str(exc))
 
-    @app.exception_handler(ViewError)
-    def bad_request(request: Request, exc: ViewError) -> Response:
+    @app.exception_handler(ReadModelError)
+    def bad_request(request: Request, exc: ReadModelError) -> Response:
         return respond(request, 422, str(exc))
 
     @app.exception_handler(LeverError)

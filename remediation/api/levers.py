@@ -1,8 +1,9 @@
-"""The levers as the API and the dashboard pull them: one transaction, then dispatch after commit.
+"""The levers as the API and the dashboard pull them: the one lever service, formatted for HTTP.
 
-Both the JSON routes and the dashboard's forms go through :func:`pull`, so a release from the browser
-and one from ``curl`` write the same audit row and queue the same follow-up work. The node is looked up
-first so an unknown node is a 404 rather than a refused lever.
+Both the JSON routes and the dashboard's forms go through :func:`pull`, which calls
+:class:`remediation.services.lever_service.LeverService` (the CLI calls the same service), so a release
+from the browser and one from ``curl`` write the same audit row and queue the same follow-up work. The
+node is looked up first so an unknown node is a 404 rather than a refused lever.
 """
 
 from __future__ import annotations
@@ -12,11 +13,8 @@ from typing import Literal
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
-from remediation.clock import SystemClock
-from remediation.dispatch import dispatcher
-from remediation.settings import Settings
-from remediation.views import get_node, get_remediation
+from remediation.services.lever_service import LeverService, Undo
+from remediation.services.readmodels import get_node, get_remediation
 
 Lever = Literal["quarantine", "release", "report", "cancel", "pause", "resume", "breaker_close"]
 
@@ -30,48 +28,41 @@ class LeverResult:
     queued: bool = True  # false when the follow-up work could not be handed to the workers
 
 
-def pull(sessions: sessionmaker[Session], settings: Settings, lever: Lever, actor: str, reason: str,
+def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, actor: str, reason: str,
          node: str | None = None, remediation_id: int | None = None, give_back: bool = False) -> LeverResult:
-    now = SystemClock().now()
-    with sessions() as s, s.begin():
+    with sessions() as s:  # an unknown node or remediation is a 404, not a refused lever
         if node is not None:
             get_node(s, node)
         if remediation_id is not None:
             get_remediation(s, remediation_id)
-        if lever == "quarantine":
-            f = levers.quarantine(s, node or "", actor, reason, now)
-            result = LeverResult(lever, f"{node} is being quarantined", node, f.remediation_id)
-            followups = [f]
-        elif lever == "release":
-            levers.release(s, node or "", actor, reason, now)
-            result, followups = LeverResult(lever, f"{node} released", node), []
-        elif lever == "report":
-            followups = list(levers.report(s, node or "", actor, reason, now, settings.policy))
-            opened = followups[0].remediation_id if followups else None
-            msg = f"remediation #{opened} opened" if opened else "recorded; no new remediation opened"
-            result = LeverResult(lever, f"{node} reported: {msg}", node, opened)
-        elif lever == "cancel":
-            rem = levers.cancel(s, remediation_id or 0, actor, reason, now, give_back=give_back)
-            given = "; giving back our drain, cordon and taint" if give_back else ""
-            result = LeverResult(lever, f"remediation #{rem.id} cancelled at {rem.step}{given}", rem.node, rem.id)
-            followups = []
-            if give_back:
-                node = rem.node
-        elif lever == "breaker_close":
-            followups = levers.close_breaker(s, actor, reason, now)
-            result = LeverResult(lever, f"storm breaker closed; {len(followups)} held remediation(s) re-check "
-                                        "their trigger now")
-        else:
-            was = levers.set_paused(s, lever == "pause", actor, reason, now)
-            verb = "paused" if lever == "pause" else "resumed"
-            result, followups = LeverResult(lever, f"automation {verb}" + (" (no change)" if was == (
-                lever == "pause") else "")), []
-    dispatcher().steps(followups)
-    if lever == "release" or (lever == "cancel" and give_back):
-        try:
-            dispatcher().release(node or "")
-        except Exception as exc:  # committed; say plainly that Slurm/Kubernetes were not touched
-            result.queued = False
-            result.message = (f"{node} released in the database, but the release actions could not be "
-                              f"queued ({type(exc).__name__}); resume it in Slurm by hand")
+    undo: Undo | None = None
+    if lever == "quarantine":
+        f = service.quarantine(node or "", actor, reason)
+        result = LeverResult(lever, f"{node} is being quarantined", node, f.remediation_id)
+    elif lever == "release":
+        undo = service.release(node or "", actor, reason)
+        result = LeverResult(lever, f"{node} released", node)
+    elif lever == "report":
+        followups = service.report(node or "", actor, reason)
+        opened = followups[0].remediation_id if followups else None
+        msg = f"remediation #{opened} opened" if opened else "recorded; no new remediation opened"
+        result = LeverResult(lever, f"{node} reported: {msg}", node, opened)
+    elif lever == "cancel":
+        done = service.cancel(remediation_id or 0, actor, reason, give_back=give_back)
+        given = "; giving back our drain, cordon and taint" if give_back else ""
+        result = LeverResult(lever, f"remediation #{done.remediation_id} cancelled at {done.step}{given}",
+                             done.node, done.remediation_id)
+        undo = done.undo
+    elif lever == "breaker_close":
+        followups = service.close_breaker(actor, reason)
+        result = LeverResult(lever, f"storm breaker closed; {len(followups)} held remediation(s) re-check "
+                                    "their trigger now")
+    else:
+        was = service.set_paused(lever == "pause", actor, reason)
+        verb = "paused" if lever == "pause" else "resumed"
+        result = LeverResult(lever, f"automation {verb}" + (" (no change)" if was == (lever == "pause") else ""))
+    if undo is not None and undo.error is not None:  # committed; say plainly Slurm/Kubernetes were not touched
+        result.queued = False
+        result.message = (f"{undo.node} released in the database, but the release actions could not be "
+                          f"queued ({type(undo.error).__name__}); resume it in Slurm by hand")
     return result

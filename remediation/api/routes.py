@@ -1,4 +1,4 @@
-"""The JSON API under ``/api/v1``: the same read models as the CLI (:mod:`remediation.views`) and the
+"""The JSON API under ``/api/v1``: the same read models as the CLI (:mod:`remediation.services.readmodels`) and the
 levers as POST endpoints with validated JSON bodies.
 
 Inputs are constrained in the schema itself (node-name pattern, id and limit ranges, single-line
@@ -15,13 +15,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from remediation import levers
 from remediation.api.auth import Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
-from remediation.events import NODE_NAME
-from remediation.stats import Stats
-from remediation.stats import stats as compute_stats
-from remediation.views import (
+from remediation.domain.events import NODE_NAME
+from remediation.services.readmodels import (
     AuditRow,
     EventRow,
     NodeDetail,
@@ -39,7 +36,9 @@ from remediation.views import (
     overview,
     quarantined,
 )
-from remediation.views import get_remediation as get_rem
+from remediation.services.readmodels import get_remediation as get_rem
+from remediation.services.stats import Stats
+from remediation.services.stats import stats as compute_stats
 
 MAX_ID = 2**63 - 1
 NodeName = Annotated[str, Path(pattern=NODE_NAME.pattern, max_length=253, examples=["gpu-node-7"])]
@@ -100,7 +99,7 @@ def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node:
           remediation_id: int | None = None) -> LeverResult:
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
-    return pull(st.sessions, st.settings, lever, who.actor(body.actor), body.reason, node, remediation_id,
+    return pull(st.levers, st.sessions, lever, who.actor(body.actor), body.reason, node, remediation_id,
                 give_back)
 
 
@@ -199,8 +198,7 @@ def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: Cance
 
 @router.get("/breaker", response_model=BreakerState, summary="The storm breaker: open, why, since when")
 def get_breaker(request: Request, _: Reader) -> BreakerState:
-    with request.app.state.sessions() as s:
-        latch = levers.breaker_status(s)
+    latch = request.app.state.levers.breaker_status()
     return BreakerState(open=bool(latch.get("open")), reason=latch.get("reason"), since=latch.get("at"),
                         closed_at=latch.get("closed_at"), closed_by=latch.get("closed_by"),
                         close_reason=latch.get("close_reason"))

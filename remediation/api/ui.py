@@ -17,9 +17,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import Lever, pull
-from remediation.levers import LeverError
-from remediation.views import (
-    NotFound,
+from remediation.services.levers import LeverError
+from remediation.services.readmodels import (
+    RecordNotFound,
     list_audit,
     list_events,
     list_nodes,
@@ -28,7 +28,7 @@ from remediation.views import (
     overview,
     quarantined,
 )
-from remediation.views import get_remediation as get_rem
+from remediation.services.readmodels import get_remediation as get_rem
 
 router = APIRouter(include_in_schema=False)
 
@@ -154,7 +154,7 @@ def remediations(request: Request, who: Viewer, status: str | None = "open") -> 
 @router.get("/remediations/{remediation_id}")
 def remediation(request: Request, who: Viewer, remediation_id: int) -> HTMLResponse:
     if not 0 < remediation_id < 2**63:
-        raise NotFound(f"no remediation #{remediation_id}")
+        raise RecordNotFound(f"no remediation #{remediation_id}")
     with request.app.state.sessions() as s:
         d = get_rem(s, remediation_id)
     return _page(request, who, "remediation.html", d=d)
@@ -191,7 +191,7 @@ def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: 
     check_csrf(who, f.get("csrf"))
     st = request.app.state
     try:
-        result = pull(st.sessions, st.settings, lever, who.actor(request.cookies.get(USER_COOKIE)),
+        result = pull(st.levers, st.sessions, lever, who.actor(request.cookies.get(USER_COOKIE)),
                       f.get("reason", "")[:1000], node, remediation_id, give_back=f.get("give_back") == "1")
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)

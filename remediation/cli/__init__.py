@@ -1,2 +1,2 @@
-"""The on-call CLI (typer + rich). ``remediation.cli.main.app`` is the Typer app; the console script's
-composition root (``workers.cli``) extends it with the operational commands."""
+"""The on-call CLI (typer + rich). ``remediation.cli.main.app`` holds the on-call commands;
+``remediation.cli.ops`` adds the process commands and is the console script."""

@@ -24,9 +24,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
-from remediation.levers import LeverError
+from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.lever_service import LeverService
+from remediation.services.levers import LeverError
+from remediation.services.readmodels import ReadModelError
 from remediation.settings import ConfigError, Settings, load_settings
-from remediation.views import ViewError
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +48,20 @@ def default_actor() -> str:
     return os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
 
 
+DispatcherFactory = Callable[[Settings], Dispatcher]
+
+
+def no_broker(settings: Settings) -> Dispatcher:
+    """Where levers' follow-ups go when nobody passed a broker: to the sweeper (see SweeperOnly)."""
+    return SweeperOnly()
+
+
 @dataclass
 class State:
     """Per-invocation state hung on the click context (``ctx.obj``)."""
 
     actor: str
+    dispatcher_factory: DispatcherFactory = no_broker
     _settings: Settings | None = None
     _engine: Engine | None = None
     _sessions: sessionmaker[Session] | None = None
@@ -73,6 +84,11 @@ class State:
 
     def now(self) -> datetime:
         return self.clock.now()
+
+    def levers(self) -> LeverService:
+        """The lever service, with the dispatcher the console script passed in (built after --config)."""
+        settings = self.settings()
+        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock)
 
     def close(self) -> None:
         if self._engine is not None:
@@ -112,7 +128,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except CliError as exc:
             raise fail(str(exc), exc.code) from None
-        except (ViewError, LeverError) as exc:
+        except (ReadModelError, LeverError) as exc:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:
             raise fail(str(exc), EXIT_DATABASE) from None

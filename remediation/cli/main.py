@@ -5,11 +5,11 @@ NODE``), a table by default, ``-o wide`` / ``-o json`` on every read, ``--help``
 error one line ``error: ...`` on stderr with a non-zero exit. Exit codes: 1 the request cannot be done
 (unknown node, bad filter, a lever refused), 2 bad configuration or usage, 3 database unavailable.
 
-Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``) call
-:mod:`remediation.levers` in one transaction, which writes the audit row with ``--actor``; follow-up
-work is handed to :func:`remediation.dispatch.dispatcher` only after the commit. The console script's
-composition root (``workers.cli``) imports :data:`app`, installs the Celery dispatcher and adds the
-operational commands (worker, watch, db, demo, api); nothing here imports a broker.
+Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``, ``breaker close``)
+call the one :class:`remediation.services.lever_service.LeverService`, which runs each in one transaction
+(writing the audit row with ``--actor``) and hands follow-up work to its dispatcher only after the commit.
+The dispatcher is passed in, never looked up: the console script (:func:`remediation.cli.ops.main`)
+passes the Celery one as the click context's ``obj``; without one, follow-ups wait for the sweeper.
 """
 
 from __future__ import annotations
@@ -27,18 +27,11 @@ from remediation.cli.context import (
     State,
     cli_errors,
     default_actor,
+    no_broker,
     state,
 )
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
-from remediation.dispatch import dispatcher
-from remediation.levers import breaker_status as breaker_status_lever
-from remediation.levers import cancel as cancel_lever
-from remediation.levers import close_breaker as close_breaker_lever
-from remediation.levers import quarantine as quarantine_lever
-from remediation.levers import release as release_lever
-from remediation.levers import report as report_lever
-from remediation.levers import set_paused
 from remediation.settings import CONFIG_ENV
 
 app = typer.Typer(
@@ -77,7 +70,8 @@ def main(
     actor = (actor or default_actor()).strip()
     if not actor or len(actor) > 128 or any(not c.isprintable() for c in actor):
         raise CliError("--actor must be 1-128 printable characters")
-    st = State(actor=actor)
+    # The console script passes how to reach the workers (a DispatcherFactory); tests pass their own.
+    st = State(actor=actor, dispatcher_factory=ctx.obj if callable(ctx.obj) else no_broker)
     ctx.obj = st
     ctx.call_on_close(st.close)
 
@@ -92,9 +86,7 @@ def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
                reason: str = REASON) -> None:
     """Take NODE out of service until a human releases it (drain in Slurm, taint in Kubernetes)."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        followup = quarantine_lever(s, node, st.actor, reason, st.now())
-    dispatcher().steps([followup])
+    followup = st.levers().quarantine(node, st.actor, reason)
     _done(f"node/{node} quarantining (remediation #{followup.remediation_id})")
 
 
@@ -104,14 +96,11 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
             reason: str = REASON) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        actions = release_lever(s, node, st.actor, reason, st.now())
-    try:
-        dispatcher().release(actions.node)
-    except Exception as exc:  # committed, but the Slurm/Kubernetes undo could not be queued
+    undo = st.levers().release(node, st.actor, reason)
+    if undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
         raise CliError(f"node/{node} released in the database, but the release actions could not be "
-                       f"queued ({exc}); resume it by hand (scontrol update nodename={node} state=resume)",
-                       EXIT_REQUEST) from None
+                       f"queued ({undo.error}); resume it by hand (scontrol update nodename={node} state=resume)",
+                       EXIT_REQUEST)
     _done(f"node/{node} released")
 
 
@@ -124,18 +113,15 @@ def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar
     """Stop one remediation where it stands; the node is left as it is for a human to decide, or with
     --give-back, what is ours on it is undone."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        rem = cancel_lever(s, remediation_id, st.actor, reason, st.now(), give_back=give_back)
-        node, step = rem.node, rem.step
-    if not give_back:
+    done = st.levers().cancel(remediation_id, st.actor, reason, give_back=give_back)
+    node, step = done.node, done.step
+    if done.undo is None:
         _done(f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)")
         return
-    try:
-        dispatcher().release(node)
-    except Exception as exc:  # committed, but the Slurm/Kubernetes undo could not be queued
+    if done.undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
         raise CliError(f"remediation/{remediation_id} cancelled, but giving back node/{node} could not be "
-                       f"queued ({exc}); resume it by hand (scontrol update nodename={node} state=resume)",
-                       EXIT_REQUEST) from None
+                       f"queued ({done.undo.error}); resume it by hand (scontrol update nodename={node} "
+                       "state=resume)", EXIT_REQUEST)
     _done(f"remediation/{remediation_id} cancelled at {step}; giving back node/{node} (our drain, cordon, taint)")
 
 
@@ -149,8 +135,7 @@ app.add_typer(breaker_app, name="breaker")
 def breaker_status(ctx: typer.Context) -> None:
     """Open or closed, why, and since when."""
     st = state(ctx)
-    with st.sessions()() as s:
-        latch = breaker_status_lever(s)
+    latch = st.levers().breaker_status()
     if latch.get("open"):
         _done(f"storm breaker OPEN since {latch.get('at')}: {latch.get('reason')}\n"
               "VM actions and evictions are held; close it with: remediation breaker close -r REASON")
@@ -167,9 +152,7 @@ def breaker_close(ctx: typer.Context, reason: str = REASON) -> None:
     """Close the storm breaker. Each held remediation re-checks its trigger before its next action:
     nodes healthy again are cancelled with our drain and cordon given back; the rest proceed."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        followups = close_breaker_lever(s, st.actor, reason, st.now())
-    dispatcher().steps(followups)
+    followups = st.levers().close_breaker(st.actor, reason)
     _done(f"storm breaker closed; {len(followups)} held remediation(s) re-check their trigger now")
 
 
@@ -178,8 +161,7 @@ def breaker_close(ctx: typer.Context, reason: str = REASON) -> None:
 def pause(ctx: typer.Context, reason: str = REASON) -> None:
     """Pause all automation: running remediations wait at their next step."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        was = set_paused(s, True, st.actor, reason, st.now())
+    was = st.levers().set_paused(True, st.actor, reason)
     _done("automation paused" + (" (it already was)" if was else ""))
 
 
@@ -189,8 +171,7 @@ def resume(ctx: typer.Context, reason: str = REASON) -> None:
     """Resume all automation after a pause (a human's, or the system's on a fault of its own), and let
     every remediation held on an unmapped error go on."""
     st = state(ctx)
-    with st.sessions()() as s, s.begin():
-        was = set_paused(s, False, st.actor, reason, st.now())
+    was = st.levers().set_paused(False, st.actor, reason)
     _done("automation resumed" + ("" if was else " (it was not paused)"))
 
 
@@ -200,10 +181,7 @@ def report(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node 
            reason: str = REASON) -> None:
     """Report NODE as bad (for users without scontrol rights); decided like a watcher's event."""
     st = state(ctx)
-    policy = st.settings().policy
-    with st.sessions()() as s, s.begin():
-        followups = report_lever(s, node, st.actor, reason, st.now(), policy)
-    dispatcher().steps(followups)
+    followups = st.levers().report(node, st.actor, reason)
     if followups:
         _done(f"node/{node} reported: remediation #{followups[0].remediation_id} opened")
     else:

@@ -1,6 +1,6 @@
 """Read commands: ``nodes``, ``events``, ``remediations``, ``rejected``, ``audit`` and ``stats``.
 
-Each command is a thin shell over :mod:`remediation.views` (the API uses the same functions) and has
+Each command is a thin shell over :mod:`remediation.services.readmodels` (the API uses the same functions) and has
 the same three outputs: a table, ``-o wide`` with more columns, and ``-o json``.
 """
 
@@ -15,8 +15,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.context import cli_errors, state
-from remediation.stats import stats as compute_stats
-from remediation.views import (
+from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
     RemediationDetail,
@@ -30,6 +29,7 @@ from remediation.views import (
     list_remediations,
     node_detail,
 )
+from remediation.services.stats import stats as compute_stats
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
 

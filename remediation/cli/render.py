@@ -1,5 +1,5 @@
 """Output for the CLI: kubectl-like tables (plain columns, upper-case headers, greppable), ``-o wide``
-for the extra columns, and ``-o json`` that prints :func:`remediation.views.jsonable` verbatim, so a
+for the extra columns, and ``-o json`` that prints :func:`remediation.services.readmodels.jsonable` verbatim, so a
 script sees exactly what the API returns.
 
 Colour is rich's: on for a terminal, off when piped. When piped, lines are not wrapped at 80 columns
@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 
 from remediation.cli.context import CliError
-from remediation.views import ago, human_duration, jsonable
+from remediation.services.readmodels import ago, human_duration, jsonable
 
 FORMATS = ("table", "wide", "json")
 

@@ -1,6 +1,6 @@
 """`remediation simulate --trace FILE`: rehearse the policy on a failure trace before turning it on.
 
-Loads the settings (``--config`` as everywhere), replays the trace through remediation.simulate and
+Loads the settings (``--config`` as everywhere), replays the trace through remediation.services.simulate and
 prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which
 is also the format to replay a site's own history.
 """
@@ -15,8 +15,8 @@ import typer
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
-from remediation.simulate import simulate as run_simulation
-from remediation.trace import TraceError, dump_events, load
+from remediation.domain.trace import TraceError, dump_events, load
+from remediation.services.simulate import simulate as run_simulation
 
 
 @cli_errors

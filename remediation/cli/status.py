@@ -17,8 +17,8 @@ from sqlalchemy import select
 from remediation.cli import render as r
 from remediation.cli.context import cli_errors, state
 from remediation.db.models import Remediation
-from remediation.states import OPEN_STATUSES
-from remediation.views import overview
+from remediation.domain.statemachine import OPEN_STATUSES
+from remediation.services.readmodels import overview
 
 OUTPUT = typer.Option("table", "--output", "-o", help="table, wide or json.")
 

@@ -34,7 +34,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from remediation.states import OPEN_STATUSES
+from remediation.domain.statemachine import OPEN_STATUSES
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")

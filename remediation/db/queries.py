@@ -15,11 +15,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from remediation.attribution import Condition, Window, healthy_observations
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
-from remediation.policy import ClusterView
-from remediation.states import OPEN_STATUSES, Step
+from remediation.domain.attribution import Condition, Window, healthy_observations
+from remediation.domain.policy import ClusterView
+from remediation.domain.statemachine import OPEN_STATUSES, Step
 
 PAUSED = "paused"
 BREAKER = "breaker"
@@ -123,7 +123,7 @@ def latest_healthy(
     session: Session, nodes: Iterable[str], since: datetime, slurm_bad: frozenset[str]
 ) -> dict[str, dict[Condition, datetime]]:
     """Per node, the latest healthy observation of each condition recorded at or after ``since``
-    (see :func:`remediation.attribution.healthy_observations`)."""
+    (see :func:`remediation.domain.attribution.healthy_observations`)."""
     rows = session.execute(
         select(Event.node, Event.source, Event.kind, Event.state, Event.observed_at).where(
             among(session, Event.node, nodes), Event.observed_at >= since, Event.kind.in_(("healthy", "inventory"))
@@ -141,7 +141,7 @@ def latest_healthy(
 def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None) -> ClusterView:
     pool = session.scalar(select(func.count()).select_from(Node)) or 0
     # The breaker counts real failures since the window's start or its last close, whichever is
-    # later: a human's close is not undone by the storm they just looked at (remediation.breaker).
+    # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
     latch = control_get(session, BREAKER)
     since = now - breaker_window
     if not latch.get("open") and isinstance(latch.get("closed_at"), str):

@@ -1,5 +1,5 @@
 """A realistic on-call history, built the way production builds it: watcher events go through
-``ingest`` and the workflow ``Engine`` drives every step against the in-memory world.
+``ingest`` and the workflow ``Workflow`` drives every step against the in-memory world.
 
 Shared by the CLI, API, metrics and notification tests so they all look at the same story:
 
@@ -28,12 +28,12 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.clock import FakeClock
 from remediation.db.models import Remediation
 from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import Dispatcher, FollowUp, SweeperOnly
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 
 NODES = [f"gpu-node-{i}" for i in range(10)]
 
@@ -63,7 +63,7 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
-def drive(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 2000) -> None:
+def drive(engine: Workflow, clock: FakeClock, todo: list[FollowUp], limit: int = 2000) -> None:
     queue = deque(todo)
     for _ in range(limit):
         if not queue:
@@ -87,7 +87,7 @@ def build(sessions: sessionmaker[Session], settings: Settings | None = None) -> 
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
     clock = FakeClock(start)
     world = MemoryWorld(nodes=NODES)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     for node in NODES:
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)
     with sessions() as s, s.begin():
@@ -141,8 +141,15 @@ def history(sessions: sessionmaker[Session]) -> History:
 
 
 @pytest.fixture
-def dispatch() -> Iterator[RecordingDispatcher]:
-    rec = RecordingDispatcher()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(SweeperOnly())
+def dispatch() -> RecordingDispatcher:
+    return RecordingDispatcher()
+
+
+@pytest.fixture
+def dispatcher(request: pytest.FixtureRequest) -> Dispatcher:
+    """What the app or CLI under test is given to hand follow-up work to: the test's recorder when the
+    test asks for ``dispatch``, otherwise no broker at all (as without the console script)."""
+    if "dispatch" in request.fixturenames:
+        rec: RecordingDispatcher = request.getfixturevalue("dispatch")
+        return rec
+    return SweeperOnly()

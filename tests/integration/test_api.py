@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.api import create_app
 from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.queries import BREAKER, control_set
+from remediation.ports.dispatch import Dispatcher
 from remediation.settings import Settings
-from tests.integration.history import History, RecordingDispatcher, dispatch, history, sessions  # noqa: F401  (fixtures)
+from tests.integration.history import History, RecordingDispatcher, dispatch, dispatcher, history, sessions  # noqa: F401  (fixtures)
 
 ADMIN, READ = "admin-token-0123456789", "read-token-0123456789"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
@@ -22,9 +23,9 @@ AS_READER = {"Authorization": f"Bearer {READ}"}
 
 
 @pytest.fixture
-def client(pg_url: str, sessions: sessionmaker[Session]) -> Iterator[TestClient]:
+def client(pg_url: str, sessions: sessionmaker[Session], dispatcher: Dispatcher) -> Iterator[TestClient]:
     settings = Settings(database={"url": pg_url}, api={"admin_tokens": [ADMIN], "read_tokens": [READ]})
-    app = create_app(settings, sessions, queue_depth=lambda: {"workflow": 7, "ingest": 2})
+    app = create_app(settings, sessions, queue_depth=lambda: {"workflow": 7, "ingest": 2}, dispatcher=dispatcher)
     with TestClient(app) as c:
         yield c
 

@@ -20,7 +20,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
 from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
 from remediation.settings import DatabaseSettings, Settings
 from tests.conftest import _db_url, _drop, _pg_admin
 from tests.integration.history import RecordingDispatcher, build
@@ -40,7 +39,7 @@ class SessionsProxy:
 
 proxy = SessionsProxy()
 app = create_app(Settings(api={"admin_tokens": [ADMIN]}), proxy,  # type: ignore[arg-type]
-                 queue_depth=lambda: {"workflow": 0})
+                 queue_depth=lambda: {"workflow": 0}, dispatcher=RecordingDispatcher())
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 
 
@@ -60,9 +59,7 @@ def database(module_pg_url: str) -> Iterator[None]:
     engine = make_engine(DatabaseSettings(url=module_pg_url))
     proxy.target = make_session_factory(engine)
     build(proxy.target)
-    set_dispatcher(RecordingDispatcher())
     yield
-    set_dispatcher(SweeperOnly())
     proxy.target = None
     engine.dispose()
 

@@ -29,8 +29,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
 from remediation.db.models import AuditLog, Node
+from remediation.ports.dispatch import Dispatcher
 from remediation.settings import Settings
-from tests.integration.history import History, RecordingDispatcher, dispatch, history, sessions  # noqa: F401  (fixtures)
+from tests.integration.history import History, RecordingDispatcher, dispatch, dispatcher, history, sessions  # noqa: F401  (fixtures)
 
 ADMIN = "admin-token-browser-0123456789"
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
@@ -39,9 +40,10 @@ REASON = "GPU swapped under RMA 4711; burn-in passed"
 
 
 @pytest.fixture
-def base_url(pg_url: str, sessions: sessionmaker[Session], history: History) -> Iterator[str]:
+def base_url(pg_url: str, sessions: sessionmaker[Session], history: History,
+             dispatcher: Dispatcher) -> Iterator[str]:
     settings = Settings(database={"url": pg_url}, api={"admin_tokens": [ADMIN], "read_tokens": []})
-    app = create_app(settings, sessions)
+    app = create_app(settings, sessions, dispatcher=dispatcher)
     # Bind first and hand uvicorn the socket: no window in which another process can take the port.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

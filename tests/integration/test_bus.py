@@ -11,9 +11,9 @@ from typing import Any
 
 import redis
 
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.adapters.bus import Keys, RedisEventBus
+from remediation.domain.events import EventKind, NodeEvent, Source
 from tests.conftest import REDIS_URL
-from workers.bus import Keys, RedisEventBus
 
 
 class CountingPipeline(redis.client.Pipeline):  # type: ignore[misc]

@@ -17,13 +17,13 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, RejectedEvent, Remediation, RemediationStep
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from remediation.cli.main import app
 from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.session import make_engine, make_session_factory
-from remediation.dispatch import SweeperOnly, set_dispatcher
+from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.settings import DatabaseSettings
 from tests.integration.history import History, RecordingDispatcher, build
 
@@ -36,22 +36,29 @@ def history(db: tuple[str, sessionmaker[Session]]) -> History:
 
 
 @pytest.fixture
-def dispatch() -> Iterator[RecordingDispatcher]:
-    rec = RecordingDispatcher()
-    set_dispatcher(rec)
-    yield rec
-    set_dispatcher(SweeperOnly())
+def dispatch() -> RecordingDispatcher:
+    return RecordingDispatcher()
 
 
 @pytest.fixture
-def run(db: tuple[str, sessionmaker[Session]], monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def dispatcher(request: pytest.FixtureRequest) -> Dispatcher:
+    """The test's recorder when it asks for ``dispatch``; otherwise no broker (as without the console
+    script, which passes the Celery dispatcher)."""
+    if "dispatch" in request.fixturenames:
+        rec: RecordingDispatcher = request.getfixturevalue("dispatch")
+        return rec
+    return SweeperOnly()
+
+
+@pytest.fixture
+def run(db: tuple[str, sessionmaker[Session]], monkeypatch: pytest.MonkeyPatch, dispatcher: Dispatcher):  # noqa: ANN201
     # Recorded so that the CLI's own `--config` (which sets it, by design) is undone after the test.
     monkeypatch.setenv("REMEDIATION_CONFIG", "")
     runner = CliRunner()
 
     def invoke(*args: str, url: str | None = None):  # noqa: ANN202
         env = {"REMEDIATION_DATABASE__URL": url or db[0], "USER": "oncall-tester", "COLUMNS": "250"}
-        return runner.invoke(app, list(args), env=env)
+        return runner.invoke(app, list(args), env=env, obj=lambda settings: dispatcher)
 
     return invoke
 
@@ -219,8 +226,8 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
     import threading
 
     from remediation.clock import SystemClock
-    from remediation.events import EventKind, NodeEvent, Source
-    from remediation.ingest import ingest
+    from remediation.domain.events import EventKind, NodeEvent, Source
+    from remediation.services.ingest import ingest
     from tests.integration.history import engine_settings
 
     env = {**os.environ, "REMEDIATION_DATABASE__URL": db[0], "REMEDIATION_CONFIG": ""}
@@ -244,14 +251,14 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
 
 
 def test_status_names_a_system_pause_its_error_and_who_lifts_it(run, db, history) -> None:
-    from remediation.holds import Fault, pause
+    from remediation.services.holds import PagedError, pause
 
     res = run("status")
     assert res.exit_code == 0 and "running" in res.stdout
     with db[1]() as s, s.begin():
         rem = s.scalars(select(Remediation).where(Remediation.status.in_(("running", "waiting")))).first()
         assert rem is not None
-        pause(s, rem.opened_at, Fault("CredentialError", "not authenticated: HTTP 401 token expired", True,
+        pause(s, rem.opened_at, PagedError("CredentialError", "not authenticated: HTTP 401 token expired", True,
                                       False, "cloud"), rem.node, rem.id)
     res = run("status")
     assert res.exit_code == 0, res.stdout

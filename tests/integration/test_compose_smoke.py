@@ -28,7 +28,7 @@ import httpx
 import yaml
 from sqlalchemy import create_engine, text
 
-from remediation.states import HAPPY_PATH, Step
+from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,17 +20,18 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_get, recent_failure_counts
-from remediation.errors import ControllerUnreachable, CredentialError, QuotaError, SystemicError
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.ports.errors import ControllerUnreachable, CredentialError, QuotaError, SystemicError
+from remediation.services import levers
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 from tests.integration.test_workflow_engine import clock  # noqa: F401  (fixture)
 
 NODES = [f"gpu-node-{i}" for i in range(8)]
@@ -88,7 +89,7 @@ def open_for(
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
-def run(engine: Engine, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
+def run(engine: Workflow, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
     """Run follow-ups (time advancing by their countdowns) until each is waiting at a gate for the same
     reason twice, or done. Returns the follow-ups still pending."""
     queue = deque(todo)
@@ -132,7 +133,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock, error: Any
 ) -> None:
     vm = FailingVM(world, error)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
     pending = run(engine, clock, open_for(sessions, settings, clock, NODES[:6], world))
 
     pause = control_get_now(sessions)
@@ -169,7 +170,7 @@ def test_an_unreachable_controller_pauses_and_the_probe_resumes_after_three_answ
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> None:
     slurm = ReachableAgainSlurm(world)
-    engine = Engine(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock)
     todo = open_for(sessions, settings, clock, NODES[:4], world)
     slurm.down = True
     pending = run(engine, clock, todo)
@@ -202,7 +203,7 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise Surprise(f"credential plugin exploded for {vm.name}")
 
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock)
     (first,) = open_for(sessions, settings, clock, NODES[:1], world)
     f = first
     while f.step != "vm_restart":
@@ -231,7 +232,14 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
 
 
 def test_errors_carry_one_scope_each() -> None:
-    from remediation.errors import ConfigError, NotFound, NotSupported, PermanentError, Scope, TransientError
+    from remediation.ports.errors import (
+        ConfigError,
+        NotFound,
+        NotSupported,
+        PermanentError,
+        Scope,
+        TransientError,
+    )
 
     assert issubclass(NotSupported, ConfigError) and issubclass(ConfigError, SystemicError)
     assert {c.scope for c in (CredentialError, QuotaError, ConfigError, ControllerUnreachable)} == {Scope.SYSTEM}
@@ -253,6 +261,6 @@ def test_errors_carry_one_scope_each() -> None:
     ids=["unreachable", "munge", "version-mismatch", "denied", "unknown-node", "refused", "busy"],
 )
 def test_the_slurm_table_gives_each_message_its_scope(message: str, kind: str) -> None:
-    from remediation.errors import error_for_slurm
+    from remediation.ports.errors import error_for_slurm
 
     assert error_for_slurm(message).kind == kind

@@ -12,14 +12,14 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import BusUnavailable, Keys, RedisEventBus
+from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RemediationStep
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.services.ingest import ingest
 from remediation.settings import DatabaseSettings, Settings
-from workers.bus import BusUnavailable, Keys, RedisEventBus
-from workers.stream import drain
 
 
 def event(node: str = "gpu-node-1") -> NodeEvent:
@@ -76,11 +76,12 @@ EXPECTED_WOULD = ["drain", "cordon", "evict pods", "restart", "untaint", "uncord
 
 
 def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[Session]) -> None:
+    from remediation.adapters.factory import make_adapters
     from remediation.adapters.memory import MemoryWorld
     from remediation.adapters.noop import NoopKube, NoopSlurm
     from remediation.clock import FakeClock
-    from remediation.workflow import Engine, FollowUp
-    from workers.adapters.factory import make_adapters
+    from remediation.ports.dispatch import FollowUp
+    from remediation.services.workflow import Workflow
 
     settings = Settings(dry_run=True, slurm={"backend": "memory"}, kube={"backend": "memory"},
                         vm={"backend": "memory"}, policy={"min_restart_gap_s": 0})
@@ -90,7 +91,7 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     clock = FakeClock()
     with sessions() as s, s.begin():
         opened = ingest(s, [event("gpu-node-5").to_json()], settings.policy, clock).opened
-    engine = Engine(sessions, adapters, settings, clock)
+    engine = Workflow(sessions, adapters, settings, clock)
     todo = [FollowUp(rid, step) for rid, step in opened]
     while todo:
         f = todo.pop()
@@ -112,9 +113,9 @@ def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str
     otherwise that batch would be claimed and refused forever, blocking every event behind it."""
     from sqlalchemy.exc import DataError
 
-    import remediation.ingest as ingest_module
+    import remediation.services.ingest as ingest_module
     from remediation.db.models import RejectedEvent
-    from remediation.ingest import ingest_batch
+    from remediation.services.ingest import ingest_batch
 
     real = ingest_module.ingest
 

@@ -1,6 +1,6 @@
 """/metrics after a scripted scenario: every series the on-call issue lists, with its exact value.
 
-The scenario runs the production path (watcher events through ``ingest``, the workflow ``Engine``
+The scenario runs the production path (watcher events through ``ingest``, the workflow ``Workflow``
 against the in-memory world, the levers) on a fake clock, so every number below is known in advance:
 
 - 8 nodes in the inventory (8 slurm/inventory events) and one malformed payload;
@@ -32,18 +32,19 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.api import create_app
 from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
 from remediation.db.session import make_engine, make_session_factory
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
-from remediation.metrics import STEP_BUCKETS, make_registry
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.ingest import ingest
+from remediation.services.metrics import STEP_BUCKETS, make_registry
+from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 from tests.integration.history import drive  # the same settle loop as the shared history
 
 NODES = [f"gpu-{i}" for i in range(8)]
@@ -56,7 +57,7 @@ SCRAPE_DELAY_S = 300  # the scrape happens this long after the last step ran
 class Scenario:
     sessions: sessionmaker[Session]
     clock: FakeClock
-    engine: Engine
+    engine: Workflow
     lag_s: float  # how overdue the most overdue open remediation is at scrape time
 
 
@@ -89,7 +90,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     )
     clock = FakeClock(START)
     world = MemoryWorld(nodes=NODES, op_polls=3)
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     slurm, kube = Source.SLURM, Source.KUBERNETES
 
     for node in NODES:

@@ -8,19 +8,20 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM, Recorder
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
-from remediation.notify import run_pass
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters, give_back
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.ingest import ingest
+from remediation.services.notify import run_pass
+from remediation.services.readmodels import node_detail
+from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings, Settings
-from remediation.steps import Adapters, give_back
-from remediation.views import node_detail
-from remediation.workflow import Engine, FollowUp
 from tests.integration.history import drive
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
@@ -45,8 +46,8 @@ def make_settings(dry_run: bool = False, **workflow: object) -> Settings:
     )
 
 
-def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
-    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
 def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
@@ -246,7 +247,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     repeat-offender count and the breaker do not move; notifications are marked DRY-RUN."""
     settings = make_settings(dry_run=True)
     recorder = Recorder()
-    dry = Engine(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
+    dry = Workflow(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
                                     NoopVM(recorder)), settings, clock)
     names = [f"gpu-node-{i}" for i in range(10, 15)]  # 5 of 20 = 25%: would trip a 10% breaker
     with sessions() as s:
@@ -274,7 +275,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
 
 
 def test_dry_run_notifications_are_marked(sessions, clock) -> None:
-    from remediation.audit import audit
+    from remediation.services.audit import audit
 
     with sessions() as s, s.begin():
         audit(s, clock.now(), "remediation", "escalate", "gpu-node-1", "verify failed", {"remediation": 1},

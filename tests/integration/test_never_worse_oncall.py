@@ -21,12 +21,13 @@ from remediation.api import create_app
 from remediation.cli.main import app as cli_app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import Dispatcher
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine
-from tests.integration.history import dispatch, drive, sessions  # noqa: F401  (fixtures)
+from tests.integration.history import dispatch, dispatcher, drive, sessions  # noqa: F401  (fixtures)
 from tests.integration.test_never_worse import publish
 
 ADMIN, READ = "admin-token-0123456789", "read-token-0123456789"
@@ -48,14 +49,14 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     clock, world = FakeClock(datetime.now(UTC) - timedelta(hours=2)), MemoryWorld(nodes=nodes)
     settings = Settings(policy={"min_restart_gap_s": 0, "breaker_max_fraction": 0.10},
                         workflow={"poll_interval_s": 5})
-    engine = Engine(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     with db() as s, s.begin():  # the watchers' resync: every node is in the pool
         ingest(s, [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE",
                              observed_at=clock.now()).to_json() for n in nodes], settings.policy, clock)
     clock.advance(1)
     # First a rehearsal: one node fails while the service runs in dry-run.
     dry_settings = Settings(dry_run=True, policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5})
-    dry = Engine(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopVM()), dry_settings,
+    dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopVM()), dry_settings,
                  clock)
     (f,) = publish(db, dry_settings, clock, "gpu-node-19")
     drive(dry, clock, [f])
@@ -71,20 +72,20 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
 
 
 @pytest.fixture
-def client(pg_url: str, sessions: sessionmaker[Session]) -> Iterator[TestClient]:  # noqa: F811
+def client(pg_url: str, sessions: sessionmaker[Session], dispatcher: Dispatcher) -> Iterator[TestClient]:  # noqa: F811
     settings = Settings(database={"url": pg_url}, api={"admin_tokens": [ADMIN], "read_tokens": [READ]})
-    with TestClient(create_app(settings, sessions, queue_depth=lambda: {})) as c:
+    with TestClient(create_app(settings, sessions, queue_depth=lambda: {}, dispatcher=dispatcher)) as c:
         yield c
 
 
 @pytest.fixture
-def run(pg_url: str, monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+def run(pg_url: str, monkeypatch: pytest.MonkeyPatch, dispatcher: Dispatcher):  # noqa: ANN201
     monkeypatch.setenv("REMEDIATION_CONFIG", "")
     runner = CliRunner()
 
     def invoke(*args: str):  # noqa: ANN202
         return runner.invoke(cli_app, list(args), env={"REMEDIATION_DATABASE__URL": pg_url, "USER": "oncall",
-                                                       "COLUMNS": "250"})
+                                                       "COLUMNS": "250"}, obj=lambda settings: dispatcher)
 
     return invoke
 

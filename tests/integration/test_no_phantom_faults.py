@@ -34,12 +34,12 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import GROUP, Keys
 from remediation.db.models import Event, Node, Remediation
 from simulator.cluster import SimCluster
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import worker_env
 from tests.reliability.phantoms import start_stack, wait_for
-from workers.bus import GROUP, Keys
 
 NODES = 16
 LEMON = "gpu-node-16"

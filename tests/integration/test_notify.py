@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.audit import audit
 from remediation.clock import FakeClock
 from remediation.db.queries import control_get
 from remediation.db.session import make_engine, make_session_factory
-from remediation.notify import CURSOR, run_pass
+from remediation.services.audit import audit
+from remediation.services.notify import CURSOR, run_pass
 from remediation.settings import DatabaseSettings, NotifySettings
 from tests.integration.history import build
 

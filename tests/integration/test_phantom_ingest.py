@@ -15,16 +15,17 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.factory import make_adapters
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock
 from remediation.db.models import Event, Node, Remediation, RemediationStep
 from remediation.db.queries import recent_failure_counts
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.ports.dispatch import FollowUp
+from remediation.services.ingest import ingest
+from remediation.services.readmodels import node_detail
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.views import node_detail
-from remediation.workflow import Engine, FollowUp
-from workers.adapters.factory import make_adapters
 
 NODE = "gpu-node-8"
 T0 = datetime(2026, 11, 23, 6, 20, 43, tzinfo=UTC)
@@ -41,7 +42,7 @@ def ev(source: Source, kind: EventKind, state: str, at: datetime, reason: str = 
 def remediate(sessions: sessionmaker[Session], clock: FakeClock, payload: str) -> int:
     """Ingest the trigger and run its remediation to the end; returns its id."""
     world = MemoryWorld(nodes=[NODE])
-    engine = Engine(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
+    engine = Workflow(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
     with sessions() as s, s.begin():
         (rid, step), = ingest(s, [payload], SETTINGS.policy, clock).opened
     todo = [FollowUp(rid, step)]

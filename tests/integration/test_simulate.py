@@ -2,7 +2,7 @@
 
 Live: the events go through Redis to real Celery worker processes and Postgres, batch by batch, each
 batch after the previous one settled. Rehearsal: the same events, one simulated hour apart, through
-remediation.simulate on SQLite. The decision recorded for every event must match.
+remediation.services.simulate on SQLite. The decision recorded for every event must match.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, Remediation
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.statemachine import OPEN_STATUSES
+from remediation.domain.trace import Fault
+from remediation.services.simulate import simulate
 from remediation.settings import Settings, load_settings
-from remediation.simulate import simulate
-from remediation.states import OPEN_STATUSES
-from remediation.trace import Fault
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
@@ -93,7 +93,7 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
 
 def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
-    env_cmd = [sys.executable, "-c", "from workers.cli import main; main()", "simulate", "--trace", str(trace),
+    env_cmd = [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
                "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl")]
     proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -111,7 +111,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
 def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("what,ever\n")
-    proc = subprocess.run([sys.executable, "-c", "from workers.cli import main; main()", "simulate", "--trace",
+    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace",
                            str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr

@@ -20,16 +20,17 @@ from typing import Any
 
 import pytest
 
-from remediation.errors import CredentialError, UnknownNode
-from remediation.interfaces import VMAction
-from remediation.providerid import parse_provider_id
+from remediation.adapters.cloud.router import make_vm_provider
+from remediation.adapters.kube.adapter import make_kube
+from remediation.adapters.slurm.rest import RestSlurm
+from remediation.domain.providerid import parse_provider_id
+from remediation.domain.trace import read_mix
+from remediation.ports.cluster import VMAction
+from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.settings import ConfigError, Settings, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster
 from simulator.continuous import ContinuousReplay
-from workers.adapters.kube import make_kube
-from workers.adapters.slurm_rest import RestSlurm
-from workers.adapters.vm import make_vm_provider
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 
@@ -214,7 +215,7 @@ def test_storm_hits_the_requested_fraction(cluster: SimCluster, slurm: RestSlurm
 
 
 def test_trace_scaled_to_the_paper_size_is_the_published_mix() -> None:
-    rows = replay.read_trace(TRACE)
+    rows = read_mix(TRACE)
     nodes = [f"n{i}" for i in range(2048)]
     plan = replay.plan(rows, nodes, speedup=1e6, seed=1)
     by_category = Counter(f.category for f in plan)
@@ -231,7 +232,7 @@ def test_trace_scaled_to_the_paper_size_is_the_published_mix() -> None:
 
 
 def test_trace_scaled_to_32_nodes_is_deterministic() -> None:
-    rows = replay.read_trace(TRACE)
+    rows = read_mix(TRACE)
     nodes = [f"gpu-node-{i}" for i in range(32)]
     counts = replay.scaled_counts(rows, 32)
     assert sum(counts.values()) == round(419 * 32 / 2048) == 7

@@ -13,17 +13,18 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.breaker import state as breaker_state
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.ingest import ingest
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.breaker import state as breaker_state
+from remediation.services.ingest import ingest
+from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp, RetryLater
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
 
@@ -53,8 +54,8 @@ def settings() -> Settings:
 @pytest.fixture
 def engine(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
-) -> Engine:
-    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+) -> Workflow:
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
 def publish(
@@ -75,7 +76,7 @@ def publish(
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
-def drive(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 500) -> None:
+def drive(engine: Workflow, clock: FakeClock, todo: list[FollowUp], limit: int = 500) -> None:
     queue = deque(todo)
     for _ in range(limit):
         if not queue:
@@ -225,7 +226,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
     claimed = engine._claim(f.remediation_id, engine_step("vm_restart"), token="dead-worker")
     inp, _row = claimed
     world_vm = MemoryVM(world)
-    from remediation.providerid import parse_provider_id
+    from remediation.domain.providerid import parse_provider_id
 
     world_vm.start(parse_provider_id(inp.context["provider_id"]), "restart", inp.key)
     # Its message is redelivered at once: the lease is still held, so nothing runs.
@@ -241,7 +242,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
 
 
 def engine_step(name: str):  # noqa: ANN201
-    from remediation.states import Step
+    from remediation.domain.statemachine import Step
 
     return Step(name)
 
@@ -283,7 +284,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
     remediation re-confirm: nodes resumed meanwhile are cancelled with our cordon given back, the rest
     proceed."""
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
-    engine = Engine(
+    engine = Workflow(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
     todo = []
@@ -339,7 +340,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
 
 def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, clock) -> None:
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600, breaker_auto_close_s=900)
-    engine = Engine(
+    engine = Workflow(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
     todo = []
@@ -368,7 +369,7 @@ def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, cloc
 def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(max_concurrent=1, breaker_max_fraction=1.0)
     world.op_polls = 3
-    engine = Engine(
+    engine = Workflow(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
     queue = deque(
@@ -396,7 +397,7 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
 
 def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(min_restart_gap_s=300, breaker_max_fraction=1.0)
-    engine = Engine(
+    engine = Workflow(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
     drive(
@@ -452,13 +453,13 @@ def test_human_cordon_is_never_undone(sessions, engine, world, settings, clock) 
 
 
 def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, settings, clock) -> None:
-    from remediation.errors import TransientError
+    from remediation.ports.errors import TransientError
 
     class Flaky(MemoryVM):
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise TransientError("503 Service Unavailable", retry_after=7)
 
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock)
     (f,) = publish(sessions, settings, clock, "gpu-node-17")
     for _ in range(3):
         f = engine.run(f.remediation_id, f.step)
@@ -480,7 +481,7 @@ class SlowNoisyVM(MemoryVM):
         self.errors, self.calls, self.answered = errors, 0, 0
 
     def poll(self, op):  # noqa: ANN001, ANN201
-        from remediation.errors import TransientError
+        from remediation.ports.errors import TransientError
 
         self.calls += 1
         if self.calls in self.errors:
@@ -489,7 +490,7 @@ class SlowNoisyVM(MemoryVM):
         return super().poll(op)
 
 
-def run_to_end(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 1000) -> list[str]:
+def run_to_end(engine: Workflow, clock: FakeClock, todo: list[FollowUp], limit: int = 1000) -> list[str]:
     """Like ``drive``, but a transient error is retried after its countdown, as the Celery task does.
     Returns the steps run, in order."""
     queue, ran = deque(todo), []
@@ -512,7 +513,7 @@ def test_transient_errors_spread_over_a_long_operation_do_not_escalate(sessions,
     """20 errors among 80 polls (more than twice transient_retries in all, never more than one in a
     row): the restart that was going well completes, and nothing climbs the ladder."""
     vm = SlowNoisyVM(world, polls=60, errors={i for i in range(1, 81) if i % 4 == 2})
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
     run_to_end(engine, clock, publish(sessions, settings, clock, "gpu-node-17"))
     rem = rem_for(sessions, "gpu-node-17")
     assert (vm.calls, vm.answered) == (80, 60)
@@ -529,7 +530,7 @@ def test_transient_retries_plus_one_errors_in_a_row_escalate(sessions, world, se
     wf = settings.workflow
     assert (wf.transient_retries, wf.transient_budget_s, wf.backoff_base_s, wf.max_wait_s) == (8, 240, 2, 60)
     vm = SlowNoisyVM(world, polls=1, errors=set(range(1, 100)))
-    engine = Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
     f = publish(sessions, settings, clock, "gpu-node-17")[0]
     while f.step != "vm_restart":
         f = engine.run(f.remediation_id, f.step)

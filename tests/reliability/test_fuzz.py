@@ -22,14 +22,14 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.slurm.parse import SlurmFormatError, parse_nodes_json, parse_scontrol_line
 from remediation.clock import FakeClock
 from remediation.db.models import Event, RejectedEvent
-from remediation.events import InvalidEvent, NodeEvent
-from remediation.hostlist import HostlistError, expand
-from remediation.ingest import ingest
-from remediation.providerid import InvalidProviderID, parse_provider_id
+from remediation.domain.events import InvalidEvent, NodeEvent
+from remediation.domain.hostlist import HostlistError, expand
+from remediation.domain.providerid import InvalidProviderID, parse_provider_id
+from remediation.services.ingest import ingest
 from remediation.settings import ConfigError, Settings, load_settings
-from remediation.slurm_json import SlurmFormatError, parse_nodes_json, parse_scontrol_line
 
 EXAMPLES = 300
 tried: Counter[str] = Counter()

@@ -30,15 +30,17 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from remediation import levers
+from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.memory import MemoryWorld
-from remediation.breaker import state as breaker_state
 from remediation.db.models import AuditLog, Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.notify import run_pass
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.breaker import state as breaker_state
+from remediation.services.notify import run_pass
+from remediation.services.workflow import RetryLater
 from remediation.settings import NotifySettings, load_settings
-from remediation.workflow import FollowUp, RetryLater
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
 from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixture)
@@ -51,7 +53,6 @@ from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixtur
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_storm import Receiver, receiver  # noqa: F401  (fixture)
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 CHECKS_WHILE_RUNNING = 5

@@ -1,6 +1,6 @@
 """Scenarios 6-8: flapping nodes, human overrides and stale replays, on Postgres with simulated time.
 
-The workflow runs through the real ingest and Engine against the in-memory world; the fake clock makes
+The workflow runs through the real ingest and Workflow against the in-memory world; the fake clock makes
 ten minutes of flapping or a week of history instant. Each scenario records its figures.
 """
 
@@ -16,13 +16,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.flap import Condition, FlapFilter
-from remediation.ingest import ingest
-from remediation.levers import release
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.flap import Condition, FlapFilter
+from remediation.domain.step_bodies import Adapters, release_node
+from remediation.ports.dispatch import FollowUp
+from remediation.services.ingest import ingest
+from remediation.services.levers import release
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.steps import Adapters, release_node
-from remediation.workflow import Engine, FollowUp
 
 NODES = [f"gpu-node-{i}" for i in range(16)]
 
@@ -46,8 +47,8 @@ def settings() -> Settings:
 
 
 @pytest.fixture
-def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Engine:
-    return Engine(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +65,7 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     return [FollowUp(rid, step) for rid, step in opened]
 
 
-def settle(engine: Engine, clock: FakeClock, todo: list[FollowUp], limit: int = 3000) -> None:
+def settle(engine: Workflow, clock: FakeClock, todo: list[FollowUp], limit: int = 3000) -> None:
     queue = deque(todo)
     for _ in range(limit):
         if not queue:

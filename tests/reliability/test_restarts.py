@@ -39,16 +39,16 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import GROUP, BusUnavailable, RedisEventBus
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.migrate import upgrade
 from remediation.db.models import Event, RejectedEvent, Remediation, RemediationStep
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.redisproc import PrivateRedis, RedisMissing
 from tests.reliability.conftest import Recorder, scale
-from workers.bus import GROUP, BusUnavailable, RedisEventBus
 from workers.celery_app import make_app
 
 

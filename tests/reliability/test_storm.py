@@ -36,15 +36,15 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import AuditLog, Node, Remediation, RemediationStep
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.notify import run_pass
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.reliability.conftest import Recorder, scale
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 MAX_CONCURRENT = 4

@@ -26,23 +26,23 @@ import redis
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
 from remediation.adapters.memory import MemoryKube
+from remediation.adapters.slurm.cli import CliSlurm
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Remediation
 from remediation.db.queries import PAUSED, control_get
-from remediation.notify import run_pass
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.notify import run_pass
+from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings
-from remediation.steps import Adapters
-from remediation.workflow import Engine as WorkflowEngine
-from remediation.workflow import FollowUp
 from tests.integration.cloud.test_cloud_workflow import CloudRig, db, make_rig  # noqa: F401  (fixture)
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
 from tests.integration.slurm.test_slurm_workflow import Pipeline, pipeline  # noqa: F401  (fixture)
 from tests.integration.workerproc import wait_for
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_storm import Receiver, receiver  # noqa: F401  (fixture)
-from workers.adapters.slurm_cli import CliSlurm
 
 
 def audit_rows(db: Engine, action: str) -> list[AuditLog]:
@@ -140,7 +140,7 @@ def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answer
     conf.write_text("\n".join("SlurmctldPort=1" if x.startswith("SlurmctldPort=") else x for x in lines) + "\n")
     down = Adapters(CliSlurm(p.settings.slurm.model_copy(update={"slurm_conf": str(conf), "command_timeout_s": 20})),
                     MemoryKube(p.world), p.vm)
-    engine = WorkflowEngine(p.sessions, down, p.settings, p.clock)
+    engine = Workflow(p.sessions, down, p.settings, p.clock)
     with p.watching():
         for node in nodes:
             slurm.scontrol("update", f"nodename={node}", "state=fail", "reason=xid 79")

@@ -1,29 +1,124 @@
-"""The layers hold: the domain imports no broker, cluster or cloud SDK (import-linter contracts in
-pyproject.toml), and the domain type-checks under mypy --strict."""
+"""The house holds: the import-linter contracts in pyproject.toml (layers; watchers and workers never
+import each other; no SDK below the adapters) pass and are live, every module of the core sits in a
+layer, and no import cycle joins the top-level packages or the modules of workers/."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+import grimp
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+TOP = ("remediation", "watchers", "workers", "simulator")
+LAYER_PACKAGES = {"cli", "api", "services", "adapters", "db", "domain", "ports", "data"}
+LAYER_MODULES = {"__init__.py", "settings.py", "clock.py", "py.typed"}
+
+
+def lint_imports() -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@contextmanager
+def probe(relpath: str, source: str) -> Iterator[None]:
+    bad = ROOT / relpath
+    bad.write_text(source)
+    try:
+        yield
+    finally:
+        bad.unlink()
 
 
 def test_import_contracts_hold() -> None:
-    proc = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = lint_imports()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Contracts: " in proc.stdout and " broken" in proc.stdout and "0 broken" in proc.stdout
+    for contract in ("Layers: entry points > services > adapters > domain > ports > settings",
+                     "Watchers and workers share infrastructure only through remediation.adapters"):
+        assert contract in proc.stdout.replace("\n", " ")
 
 
-def test_contract_catches_a_forbidden_import(tmp_path: Path) -> None:
-    """Prove the contract is live: a domain module importing celery must break it."""
-    bad = ROOT / "remediation" / "_contract_probe.py"
-    bad.write_text("import celery  # noqa: F401\n")
-    try:
-        proc = subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    finally:
-        bad.unlink()
+@pytest.mark.parametrize(
+    ("relpath", "source", "expected"),
+    [
+        ("remediation/domain/_contract_probe.py", "import celery  # noqa: F401\n",
+         "remediation.domain._contract_probe -> celery"),
+        ("remediation/domain/_contract_probe.py", "import remediation.services.workflow  # noqa: F401\n",
+         "remediation.domain._contract_probe -> remediation.services.workflow"),
+        ("remediation/adapters/_contract_probe.py", "import remediation.services.levers  # noqa: F401\n",
+         "remediation.adapters._contract_probe -> remediation.services.levers"),
+        ("watchers/_contract_probe.py", "import workers.tasks  # noqa: F401\n",
+         "watchers._contract_probe -> workers.tasks"),
+        ("workers/_contract_probe.py", "import watchers.kube  # noqa: F401\n",
+         "workers._contract_probe -> watchers.kube"),
+        ("remediation/services/_contract_probe.py", "import redis  # noqa: F401\n",
+         "remediation.services._contract_probe -> redis"),
+    ],
+    ids=["domain-imports-celery", "domain-imports-a-service", "adapter-imports-a-service",
+         "watcher-imports-workers", "worker-imports-watchers", "service-imports-redis"],
+)
+def test_contracts_catch_a_wrong_import(relpath: str, source: str, expected: str) -> None:
+    """Prove each contract is live: the wrong import must break it, naming the import."""
+    with probe(relpath, source):
+        proc = lint_imports()
     assert proc.returncode != 0
-    assert "remediation._contract_probe -> celery" in proc.stdout
+    assert expected in proc.stdout
+
+
+def test_every_core_module_sits_in_a_layer() -> None:
+    """A module dropped straight into remediation/ would escape every layer contract."""
+    stray = [p.name for p in (ROOT / "remediation").iterdir()
+             if p.name not in LAYER_PACKAGES | LAYER_MODULES and p.name != "__pycache__"]
+    assert stray == []
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph, or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*TOP, cache_dir=None)
+
+
+def test_no_cycle_among_top_level_packages(graph: grimp.ImportGraph) -> None:
+    edges = {a: {b for b in TOP if a != b and graph.direct_import_exists(importer=a, imported=b, as_packages=True)}
+             for a in TOP}
+    assert _cycle(edges) is None
+    assert edges["remediation"] == set()  # the core imports none of the processes
+
+
+def test_no_cycle_within_workers(graph: grimp.ImportGraph) -> None:
+    modules = {m for m in graph.find_descendants("workers")} | {"workers"}
+    edges = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
+    assert _cycle(edges) is None
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None

@@ -1,6 +1,6 @@
 """Every signal explained before it is counted: own-caused signals, superseded edges, different faults.
 
-Table-driven over :func:`remediation.policy.decide`, with a remediation window whose VM action started
+Table-driven over :func:`remediation.domain.policy.decide`, with a remediation window whose VM action started
 at T0+100 s. ``settle`` is 600 s. Times are seconds after T0."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.attribution import Window, healthy_observations, own_cause
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.policy import DecisionKind, NodeView, decide
+from remediation.domain.attribution import Window, healthy_observations, own_cause
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.policy import DecisionKind, NodeView, decide
+from remediation.domain.statemachine import NodeStatus
 from remediation.settings import PolicySettings
-from remediation.states import NodeStatus
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = PolicySettings(repeat_offender_count=2, settle_s=600)

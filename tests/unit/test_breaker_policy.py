@@ -1,4 +1,4 @@
-"""The latching storm breaker's pure decisions (remediation.policy), table-driven."""
+"""The latching storm breaker's pure decisions (remediation.domain.policy), table-driven."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.policy import ClusterView, breaker_holds, breaker_may_auto_close, gate
+from remediation.domain.policy import ClusterView, breaker_holds, breaker_may_auto_close, gate
+from remediation.domain.statemachine import Step
 from remediation.settings import PolicySettings
-from remediation.states import Step
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from remediation.clock import FakeClock
-from remediation.events import EventKind
-from remediation.flap import Condition, FlapFilter, parse_bad
+from remediation.domain.events import EventKind
+from remediation.domain.flap import Condition, FlapFilter, parse_bad
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 BAD = ["Ready=False", "Ready=Unknown", "GpuXidError=True"]
@@ -203,7 +203,7 @@ class Bus:
         self.down = False
 
     def publish(self, events: Any) -> int:
-        from workers.bus import BusUnavailable
+        from remediation.adapters.bus import BusUnavailable
 
         if self.down:
             raise BusUnavailable("redis down")
@@ -222,7 +222,7 @@ class NoPods:
 
 def publisher(mapping: str, clock: FakeClock) -> tuple[Any, Bus]:
     from remediation.settings import load_settings
-    from watchers.kube import Publisher
+    from watchers.kube_publisher import Publisher
 
     bus = Bus()
     pub = Publisher(load_settings(kube={"mapping": mapping, "min_condition_s": HOLD}), bus, api=NoPods())  # type: ignore[arg-type]

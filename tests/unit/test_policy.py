@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from remediation.clock import FakeClock
-from remediation.events import EventKind, NodeEvent, Source
-from remediation.policy import (
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.policy import (
     ClusterView,
     DecisionKind,
     NodeView,
@@ -17,8 +17,8 @@ from remediation.policy import (
     decide,
     gate,
 )
+from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
-from remediation.states import NodeStatus, Step
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = PolicySettings(repeat_offender_count=3, repeat_offender_window_s=7 * 86400)
@@ -173,7 +173,7 @@ def test_breaker_opens_and_closes_as_the_window_slides() -> None:
 
 @pytest.mark.parametrize("name", ["n1\n", "n1\nrm", "", "-n1", "n 1", "n1;ls", "a" * 254], ids=repr)
 def test_node_names_are_matched_whole(name: str) -> None:
-    from remediation.events import InvalidEvent
+    from remediation.domain.events import InvalidEvent
 
     with pytest.raises(InvalidEvent, match="node"):
         NodeEvent.parse({"source": "slurm", "node": name, "kind": "unhealthy", "state": "DOWN",

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.errors import PermanentError
-from remediation.interfaces import VMRef
-from remediation.providerid import InvalidProviderID, parse_provider_id
+from remediation.domain.providerid import InvalidProviderID, parse_provider_id
+from remediation.ports.cluster import VMRef
+from remediation.ports.errors import PermanentError
 
 SUB = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
 

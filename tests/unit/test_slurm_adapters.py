@@ -12,21 +12,26 @@ import json
 import httpx
 import pytest
 
-from remediation.errors import ConfigError, PermanentError, TransientError, UnknownNode
+from remediation.adapters.factory import slurm_backend
+from remediation.adapters.slurm.args import InvalidSlurmArgument, check_node_name, check_reason
+from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.pyslurm_backend import PyslurmUnavailable, load_pyslurm
+from remediation.adapters.slurm.rest import RestSlurm
+from remediation.ports.errors import ConfigError, PermanentError, TransientError, UnknownNode
 from remediation.settings import SlurmSettings, load_settings
-from workers.adapters.slurm import make_slurm
-from workers.adapters.slurm_args import InvalidSlurmArgument, check_node_name, check_reason
-from workers.adapters.slurm_cli import CliSlurm
-from workers.adapters.slurm_pyslurm import PyslurmUnavailable, load_pyslurm
-from workers.adapters.slurm_rest import RestSlurm
 
 
 def test_factory_picks_the_configured_backend(tmp_path: object) -> None:
     assert isinstance(make_slurm(load_settings(slurm={"backend": "cli"})), CliSlurm)
     rest = make_slurm(load_settings(slurm={"backend": "rest", "rest_url": "unix:/nonexistent.sock"}))
     assert isinstance(rest, RestSlurm)
-    assert type(make_slurm(load_settings(slurm={"backend": "noop"}))).__name__ == "NoopSlurm"
-    assert type(make_slurm(load_settings(slurm={"backend": "memory"}))).__name__ == "MemorySlurm"
+    # The simulated and no-op backends come from the one adapter factory, not from make_slurm.
+    assert type(slurm_backend(load_settings(slurm={"backend": "noop"}))).__name__ == "NoopSlurm"
+    assert type(slurm_backend(load_settings(slurm={"backend": "memory"}))).__name__ == "MemorySlurm"
+    assert isinstance(slurm_backend(load_settings(slurm={"backend": "cli"})), CliSlurm)
+    with pytest.raises(ValueError, match="not a real Slurm backend"):
+        make_slurm(load_settings(slurm={"backend": "noop"}))
 
 
 def test_pyslurm_backend_without_pyslurm_is_a_clear_startup_error() -> None:
@@ -121,7 +126,7 @@ def test_reasons() -> None:
 def test_pyslurm_is_refused_for_a_slurm_it_is_not_built_for(
     pyslurm_version: str, slurm: tuple[int, int, int], ok: bool
 ) -> None:
-    from workers.adapters.slurm_pyslurm import check_release
+    from remediation.adapters.slurm.pyslurm_backend import check_release
 
     if ok:
         check_release(pyslurm_version, slurm)
@@ -131,8 +136,8 @@ def test_pyslurm_is_refused_for_a_slurm_it_is_not_built_for(
 
 
 def test_slurm_versions_and_libslurm_abis() -> None:
-    from workers.adapters.slurm_cli import parse_version
-    from workers.adapters.slurm_probe import matches
+    from remediation.adapters.slurm.cli import parse_version
+    from remediation.adapters.slurm.probe import matches
 
     assert parse_version("slurm 22.05.8\n") == (22, 5, 8)
     assert parse_version("slurm-wlm 24.11.5\n") == (24, 11, 5)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from remediation.hostlist import expand
-from workers.adapters.slurm_delta import DeltaReader
+from remediation.adapters.slurm.delta import DeltaReader
+from remediation.domain.hostlist import expand
 
 BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from remediation.adapters.cloud.aws import AWSProvider
+from remediation.adapters.cloud.azure import AzureProvider
+from remediation.adapters.cloud.gce import GCEProvider
+from remediation.adapters.cloud.router import VMRouter, make_vm_provider
+from remediation.adapters.factory import vm_backend
 from remediation.adapters.memory import MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopVM
-from remediation.errors import NotSupported
-from remediation.interfaces import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.ports.errors import NotSupported
 from remediation.settings import Settings
-from workers.adapters.aws import AWSProvider
-from workers.adapters.azure import AzureProvider
-from workers.adapters.gce import GCEProvider
-from workers.adapters.vm import VMRouter, make_vm_provider
 
 
 class Recording:
@@ -76,18 +77,18 @@ def test_router_names_an_unconfigured_provider() -> None:
     ids=["gce", "azure", "aws", "auto", "noop"],
 )
 def test_factory_picks_the_backend(backend: str, expected: type) -> None:
-    assert isinstance(make_vm_provider(Settings(vm={"backend": backend})), expected)
+    assert isinstance(vm_backend(Settings(vm={"backend": backend})), expected)
 
 
 def test_factory_memory_uses_the_given_world() -> None:
     world = MemoryWorld(nodes=["gpu-node-0"])
-    provider = make_vm_provider(Settings(vm={"backend": "memory"}), world=world)
+    provider = vm_backend(Settings(vm={"backend": "memory"}), world=world)
     assert isinstance(provider, MemoryVM)
 
 
 def test_auto_routes_memory_vms_when_a_world_is_given() -> None:
     world = MemoryWorld(nodes=["gpu-node-0"])
-    router = make_vm_provider(Settings(), world=world)
+    router = vm_backend(Settings(), world=world)
     op = router.start(
         VMRef("memory", "gpu-node-0", provider_id="memory:///gpu-node-0"), VMAction.RESTART, "k1"
     )

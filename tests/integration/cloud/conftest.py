@@ -23,7 +23,7 @@ from azure.core.credentials import AccessToken
 from botocore.awsrequest import AWSResponse
 from moto.server import ThreadedMotoServer
 
-from remediation.interfaces import Operation, OperationStatus, VMProvider
+from remediation.ports.cluster import Operation, OperationStatus, VMProvider
 from remediation.settings import VMSettings
 from simulator.azure_api import AzureFake, make_self_signed_cert
 from simulator.gce_api import GceFake

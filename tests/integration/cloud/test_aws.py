@@ -14,12 +14,12 @@ from typing import Any
 import boto3
 import pytest
 
-from remediation.errors import CredentialError, NotFound, NotSupported, TransientError
-from remediation.interfaces import Operation, VMAction, VMRef
+from remediation.adapters.cloud.aws import AWSProvider, region_of
+from remediation.adapters.cloud.common import MARKER_TAG, marker_for, marker_value
+from remediation.ports.cluster import Operation, VMAction, VMRef
+from remediation.ports.errors import CredentialError, NotFound, NotSupported, TransientError
 from remediation.settings import VMSettings
 from tests.integration.cloud.conftest import wait_done
-from workers.adapters.aws import AWSProvider, region_of
-from workers.adapters.cloud_common import MARKER_TAG, marker_for, marker_value
 
 Counter = Callable[[boto3.Session, str], list[dict[str, Any]]]
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.errors import CredentialError, NotFound, PermanentError, TransientError
-from remediation.interfaces import Operation, VMAction, VMRef
+from remediation.adapters.cloud.azure import AzureProvider
+from remediation.adapters.cloud.common import MARKER_TAG
+from remediation.ports.cluster import Operation, VMAction, VMRef
+from remediation.ports.errors import CredentialError, NotFound, PermanentError, TransientError
 from remediation.settings import VMSettings
 from simulator.azure_api import AzureFake
 from tests.integration.cloud.conftest import RG, SUB, StaticToken, wait_done
-from workers.adapters.azure import AzureProvider
-from workers.adapters.cloud_common import MARKER_TAG
 
 VM_PATH = "/virtualMachines/gpu-vm-1"
 

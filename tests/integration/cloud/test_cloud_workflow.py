@@ -35,15 +35,15 @@ from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import RedisEventBus
 from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from simulator.cluster import SimCluster
 from simulator.fakehttp import LoggedRequest
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import Worker, wait_for, worker_env
-from workers.bus import RedisEventBus
 from workers.celery_app import make_app
 
 # Short timings so that a workflow takes seconds; verify_timeout_s is at its floor (30 s). The lease must

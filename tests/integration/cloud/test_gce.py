@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.errors import CredentialError, NotFound, NotSupported, TransientError
-from remediation.interfaces import Operation, VMAction, VMRef
+from remediation.adapters.cloud.gce import GCEProvider
+from remediation.ports.cluster import Operation, VMAction, VMRef
+from remediation.ports.errors import CredentialError, NotFound, NotSupported, TransientError
 from remediation.settings import VMSettings
 from simulator.gce_api import GceFake
 from tests.integration.cloud.conftest import PROJECT, ZONE, wait_done
-from workers.adapters.gce import GCEProvider
 
 RESET = "/instances/gpu-1/reset"
 

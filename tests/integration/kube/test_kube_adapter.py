@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import (
+from remediation.adapters.kube.adapter import KubeAdapter, make_kube
+from remediation.domain.providerid import InvalidProviderID, parse_provider_id
+from remediation.ports.cluster import KubeNodes
+from remediation.ports.errors import (
     ConfigError,
     CredentialError,
     NotFound,
@@ -19,12 +22,9 @@ from remediation.errors import (
     TransientError,
     UnknownNode,
 )
-from remediation.interfaces import KubeNodes
-from remediation.providerid import InvalidProviderID, parse_provider_id
 from remediation.settings import ConfigError as SettingsError
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
-from workers.adapters.kube import KubeAdapter, make_kube
 
 OURS = "remediation.gpu.io/cordoned-by"
 TAINT = "remediation.gpu.io/quarantined"
@@ -401,14 +401,17 @@ def test_static_mapping_without_a_readable_file_is_a_config_error(
 
 
 def test_factory_backends(make_settings: Callable[..., Settings], kube_api: KubeAPIServer) -> None:
+    from remediation.adapters.factory import kube_backend, make_adapters
     from remediation.adapters.memory import MemoryKube
     from remediation.adapters.noop import NoopKube
 
-    assert isinstance(make_kube(make_settings(kube={"backend": "memory"})), MemoryKube)
-    assert isinstance(make_kube(make_settings(kube={"backend": "noop"})), NoopKube)
+    assert isinstance(kube_backend(make_settings(kube={"backend": "memory"})), MemoryKube)
+    assert isinstance(kube_backend(make_settings(kube={"backend": "noop"})), NoopKube)
+    assert isinstance(make_kube(make_settings(kube={"mapping": "node"})), KubeAdapter)
     kube_api.add_node("n1")
-    dry = make_kube(make_settings(dry_run=True, kube={"mapping": "node"}))
+    dry = make_adapters(make_settings(dry_run=True, kube={"mapping": "node"})).kube
     assert isinstance(dry, NoopKube)
+    assert isinstance(dry.reader, KubeAdapter)  # wrapped once, around the real adapter
     assert dry.node_for("n1") == "n1"  # reads go to the real API
     dry.cordon("n1", "remediation: x")
     assert not kube_api.node("n1")["spec"].get("unschedulable")  # writes are only recorded

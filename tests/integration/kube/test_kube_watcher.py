@@ -21,13 +21,13 @@ import pytest
 import redis
 from kubernetes import client
 
-from remediation.events import EventKind, NodeEvent, Source
+from remediation.adapters.bus import RedisEventBus
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from watchers import kube as kube_watcher
 from watchers.runtime import Stopper
-from workers.bus import RedisEventBus
 
 HOLD = 1.0
 ROOT = Path(__file__).resolve().parents[3]

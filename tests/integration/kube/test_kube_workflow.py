@@ -26,16 +26,17 @@ import pytest
 from kubernetes import client
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.kube.adapter import KubeAdapter, make_kube
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.clock import FakeClock
-from remediation.errors import NotFound
-from remediation.interfaces import Operation, OperationStatus, VMAction, VMRef
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.dispatch import FollowUp
+from remediation.ports.errors import NotFound
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from remediation.steps import Adapters
-from remediation.workflow import Engine, FollowUp
 from simulator.kube_api import KubeAPIServer, Request
 from tests.integration.test_workflow_engine import drive, publish, rem_for, steps_of
-from workers.adapters.kube import KubeAdapter, make_kube
 
 SLURM = "gpu-node-7"
 SLURMD_LABEL = "app.kubernetes.io/component=slurmd"
@@ -158,7 +159,7 @@ class Cluster:
     api: KubeAPIServer
     world: MemoryWorld
     vm: RebootingVM
-    engine: Engine
+    engine: Workflow
     settings: Settings
     clock: FakeClock
     sessions: sessionmaker[Session]
@@ -267,7 +268,7 @@ def build(
         vm = RebootingVM(kube_api, world, {vm_ref.name: (node, SLURM)}, reboot=reboot)
         kube = make_kube(settings)
         assert isinstance(kube, KubeAdapter)  # the real adapter over the official client
-        engine = Engine(sessions, Adapters(MemorySlurm(world), kube, vm), settings, clock)
+        engine = Workflow(sessions, Adapters(MemorySlurm(world), kube, vm), settings, clock)
         boot_id = kube_api.node(node)["status"]["nodeInfo"]["bootID"]
         kube_api.clear_requests()
         return Cluster(kube_api, world, vm, engine, settings, clock, sessions, node, boot_id)

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
+from remediation.adapters.kube.adapter import make_kube
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
 from simulator.kube_discovery import RESOURCES
-from workers.adapters.kube import make_kube
 
 KUBECTL = shutil.which("kubectl")
 SLURMD = {"app.kubernetes.io/component": "slurmd"}

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from remediation.hostlist import expand
+from remediation.adapters.slurm.parse import parse_nodes_json
+from remediation.domain.hostlist import expand
 from remediation.settings import SlurmSettings
-from remediation.slurm_json import parse_nodes_json
 from tests.ports import free_port, free_port_range
 
 ROOT = Path(__file__).resolve().parents[3]

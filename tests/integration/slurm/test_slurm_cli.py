@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from remediation.errors import ControllerUnreachable, Scope, TransientError, UnknownNode
+from remediation.adapters.slurm.args import MAX_REASON, InvalidSlurmArgument
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.rest import RestSlurm
+from remediation.ports.errors import ControllerUnreachable, Scope, TransientError, UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
-from workers.adapters.slurm_args import MAX_REASON, InvalidSlurmArgument
-from workers.adapters.slurm_cli import CliSlurm
-from workers.adapters.slurm_rest import RestSlurm
 
 pytestmark = pytest.mark.slurm
 

@@ -8,9 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.delta import DeltaReader
 from tests.integration.slurm.conftest import SlurmCluster
-from workers.adapters.slurm_cli import CliSlurm
-from workers.adapters.slurm_delta import DeltaReader
 
 BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
 
@@ -19,7 +19,7 @@ BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
 # process may already have probed another of the suite's clusters.
 PROBE_SCRIPT = r"""
 import json, subprocess, sys, time
-from workers.adapters.slurm_probe import NodeTableProbe
+from remediation.adapters.slurm.probe import NodeTableProbe
 
 conf, release, scontrol = sys.argv[1], tuple(int(x) for x in sys.argv[2].split(".")), sys.argv[3:]
 probe = NodeTableProbe.open(conf, release=release)

@@ -12,10 +12,10 @@ import types
 
 import pytest
 
+from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.pyslurm_backend import PyslurmUnavailable
 from remediation.settings import load_settings
 from tests.integration.slurm.conftest import SlurmCluster
-from workers.adapters.slurm import make_slurm
-from workers.adapters.slurm_pyslurm import PyslurmUnavailable
 
 pytestmark = pytest.mark.slurm
 

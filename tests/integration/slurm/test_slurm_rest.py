@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from remediation.errors import ConfigError, NotSupported, Scope, UnknownNode
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.rest import RestSlurm, SlurmRestError
+from remediation.ports.errors import ConfigError, NotSupported, Scope, UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
-from workers.adapters.slurm_cli import CliSlurm
-from workers.adapters.slurm_rest import RestSlurm, SlurmRestError
 
 pytestmark = pytest.mark.slurm
 

@@ -15,15 +15,16 @@ from pathlib import Path
 import pytest
 import redis
 
-from remediation.events import EventKind, NodeEvent
+from remediation.adapters.bus import RedisEventBus
+from remediation.adapters.factory import make_lock
+from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
 from watchers import slurm as slurm_watcher
-from watchers.runtime import Stopper, make_lock
-from workers.adapters.slurm import make_slurm
-from workers.adapters.slurm_cli import CliSlurm
-from workers.bus import RedisEventBus
+from watchers.runtime import Stopper
 
 # Each test once per Slurm release and backend (cli, rest): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]

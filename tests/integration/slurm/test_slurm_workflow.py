@@ -33,24 +33,25 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation import levers
+from remediation.adapters.bus import Keys, RedisEventBus
 from remediation.adapters.memory import MemoryKube, MemoryWorld
+from remediation.adapters.slurm.args import InvalidSlurmArgument
+from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
-from remediation.ingest import ingest
-from remediation.interfaces import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.domain.step_bodies import Adapters, release_node
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.ports.dispatch import FollowUp
+from remediation.services import levers
+from remediation.services.ingest import ingest
+from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
-from remediation.steps import Adapters, release_node
-from remediation.workflow import Engine, FollowUp, RetryLater
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper
-from workers.adapters.slurm import make_slurm
-from workers.adapters.slurm_args import InvalidSlurmArgument
-from workers.adapters.slurm_cli import CliSlurm
-from workers.bus import Keys, RedisEventBus
-from workers.stream import drain
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -155,8 +156,8 @@ class Pipeline:
         return Adapters(make_slurm(self.settings), MemoryKube(self.world), self.vm)
 
     @property
-    def engine(self) -> Engine:
-        return Engine(self.sessions, self.adapters, self.settings, self.clock)
+    def engine(self) -> Workflow:
+        return Workflow(self.sessions, self.adapters, self.settings, self.clock)
 
     @contextmanager
     def watching(self) -> Iterator[None]:

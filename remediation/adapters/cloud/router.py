@@ -1,0 +1,85 @@
+"""Choose the VM provider from settings, the way warehouse picks its mail backend from config.
+
+``vm.backend``:
+- ``gce`` / ``azure`` / ``aws``: that cloud only; a VM of another cloud is a permanent error.
+- ``auto`` (default): a :class:`VMRouter` that sends each call to the cloud a Node's providerID names
+  (``VMRef.provider`` for ``start``, ``Operation.provider`` for ``poll``). Each cloud's provider is built
+  on first use, so a cluster that only runs on Azure never needs Google or AWS credentials.
+- ``memory`` / ``noop``: built by :mod:`remediation.adapters.factory`, which also applies dry-run,
+  once for all adapters.
+
+SDK imports stay inside the builders: importing this module costs nothing, and a worker that never
+touches GCE never loads google-cloud-compute.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from functools import partial
+
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.ports.errors import NotSupported
+from remediation.settings import Settings, VMSettings
+
+ProviderFactory = Callable[[], VMProvider]
+
+
+class VMRouter:
+    """A VMProvider that delegates to one provider per cloud, each built lazily by its factory."""
+
+    def __init__(self, factories: Mapping[str, ProviderFactory]) -> None:
+        self._factories = dict(factories)
+        self._providers: dict[str, VMProvider] = {}
+        self._lock = threading.Lock()
+
+    def _provider(self, name: str) -> VMProvider:
+        with self._lock:
+            if name not in self._providers:
+                factory = self._factories.get(name)
+                if factory is None:
+                    raise NotSupported(
+                        f"no VM provider for {name!r} VMs (configured: {', '.join(sorted(self._factories))})"
+                    )
+                self._providers[name] = factory()
+            return self._providers[name]
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        return self._provider(vm.provider).start(vm, action, idempotency_key)
+
+    def poll(self, op: Operation) -> OperationStatus:
+        return self._provider(op.provider).poll(op)
+
+
+def _gce(settings: VMSettings) -> VMProvider:
+    from remediation.adapters.cloud.gce import GCEProvider
+
+    return GCEProvider(settings)
+
+
+def _azure(settings: VMSettings) -> VMProvider:
+    from remediation.adapters.cloud.azure import AzureProvider
+
+    return AzureProvider(settings)
+
+
+def _aws(settings: VMSettings) -> VMProvider:
+    from remediation.adapters.cloud.aws import AWSProvider
+
+    return AWSProvider(settings)
+
+
+_CLOUDS: dict[str, Callable[[VMSettings], VMProvider]] = {"gce": _gce, "azure": _azure, "aws": _aws}
+
+
+def make_vm_provider(settings: Settings, extra: Mapping[str, ProviderFactory] | None = None) -> VMProvider:
+    """The real VMProvider ``settings.vm.backend`` names; ``extra`` adds routes to ``auto`` (the factory
+    routes the simulated cluster's ``memory:///`` VMs this way)."""
+    vm = settings.vm
+    if vm.backend == "auto":
+        factories: dict[str, ProviderFactory] = {name: partial(build, vm) for name, build in _CLOUDS.items()}
+        factories.update(extra or {})
+        return VMRouter(factories)
+    if vm.backend not in _CLOUDS:
+        raise ValueError(f"{vm.backend!r} is not a real VM backend (see remediation.adapters.factory)")
+    return _CLOUDS[vm.backend](vm)

@@ -1,0 +1,128 @@
+"""The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
+
+Each kind of adapter has one selector here: :func:`slurm_backend`, :func:`kube_backend`,
+:func:`vm_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
+the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend;
+the real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
+which know nothing of the others.
+
+Dry-run is applied in exactly one place, :func:`make_adapters`: every writer is swapped for its no-op
+twin, which still reads through the chosen backend (a dry run sees the real cluster) and writes into
+one shared :class:`Recorder`. The ``memory`` backends of a process share one simulated world
+(optionally a journal file shared across worker processes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM, Recorder
+from remediation.domain.hostlist import expand
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.settings import Settings
+
+if TYPE_CHECKING:
+    import redis
+
+    from remediation.adapters.bus import RedisEventBus
+    from remediation.adapters.lock import LeaderLock
+
+_worlds: dict[str, MemoryWorld] = {}
+
+
+def make_world(settings: Settings) -> MemoryWorld:
+    """The simulated world. Without a journal it lives in this process, and every caller in the
+    process (worker threads, watchers, the demo's scenario) gets the same one."""
+    if settings.sim.journal is None and settings.sim.nodes in _worlds:
+        return _worlds[settings.sim.nodes]
+    world = MemoryWorld(
+        nodes=expand(settings.sim.nodes),
+        journal=settings.sim.journal,
+        op_polls=settings.sim.op_polls,
+        call_delay_s=settings.sim.call_delay_s,
+    )
+    if settings.sim.journal is None:
+        _worlds[settings.sim.nodes] = world
+    return world
+
+
+def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapters:
+    """All three adapters the workflow drives; under ``dry_run`` every writer records instead."""
+    slurm = slurm_backend(settings, world)
+    kube = kube_backend(settings, world)
+    vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
+    if settings.dry_run:
+        recorder = Recorder()
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder))
+    return Adapters(slurm, kube, vm)
+
+
+def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> SlurmControl:
+    """The SlurmControl ``slurm.backend`` names (the watcher reads through this one directly)."""
+    if settings.slurm.backend == "memory":
+        return MemorySlurm(world or make_world(settings))
+    if settings.slurm.backend == "noop":
+        return NoopSlurm()
+    from remediation.adapters.slurm.backend import make_slurm
+
+    return make_slurm(settings)
+
+
+def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNodes:
+    """The KubeNodes ``kube.backend`` names."""
+    if settings.kube.backend == "memory":
+        return MemoryKube(world or make_world(settings))
+    if settings.kube.backend == "noop":
+        return NoopKube()
+    from remediation.adapters.kube.adapter import make_kube
+
+    return make_kube(settings)
+
+
+def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvider:
+    """The VMProvider ``vm.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
+    VMs (the simulated cluster) to it."""
+    if settings.vm.backend == "memory":
+        return MemoryVM(world or make_world(settings))
+    if settings.vm.backend == "noop":
+        return NoopVM()
+    from remediation.adapters.cloud.router import make_vm_provider
+
+    if world is None:
+        return make_vm_provider(settings)
+    simulated = world
+    return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)})
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    import redis
+
+    return redis.Redis.from_url(settings.broker.redis_url, socket_timeout=5, socket_connect_timeout=5)
+
+
+def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
+    """The bus watchers publish to; new events kick the ingest task. ``memory://`` (embedded mode)
+    gives the in-process bus with the same contract."""
+    from remediation.adapters.celery import CeleryDispatcher, client_app
+
+    kick = CeleryDispatcher(client_app(settings)).kick_ingest
+    if settings.broker.redis_url.startswith("memory://"):
+        from remediation.adapters.memstream import MemoryEventBus
+
+        return MemoryEventBus(kick=kick)  # type: ignore[return-value]
+    from remediation.adapters.bus import RedisEventBus
+
+    return RedisEventBus(client or redis_client(settings), settings.broker.key_prefix, kick=kick)
+
+
+def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0) -> LeaderLock:
+    """The leader lock of one kind of watcher (only the holder publishes)."""
+    if settings.broker.redis_url.startswith("memory://"):
+        from remediation.adapters.memstream import LocalLock
+
+        return LocalLock()  # type: ignore[return-value]
+    from remediation.adapters.lock import LeaderLock
+
+    return LeaderLock(client or redis_client(settings), f"{settings.broker.key_prefix}:leader:{kind}", ttl_s)

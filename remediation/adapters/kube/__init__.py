@@ -1,0 +1,2 @@
+"""Kubernetes: the adapter (cordon, taint, evict, read), the Slurm-node-to-Node ``mapping`` and the
+``client`` configuration with its error translation."""

@@ -1,0 +1,260 @@
+"""KubeNodes over the official ``kubernetes`` client: cordon, taint, evict, read, and name mapping.
+
+Acting the way a careful controller does:
+
+- **Ownership.** A cordon we make carries ``<domain>/cordoned-by`` (and the reason). A Node that is
+  already unschedulable without that mark is a human's: ``cordon`` leaves it as it is, and
+  ``uncordon`` only ever lifts a cordon that carries our mark. Both writes are strategic merge patches
+  that carry the ``resourceVersion`` we read, so the server refuses them (409) if anyone changed the
+  Node in between; we re-read and decide again rather than overwrite a human's concurrent change.
+- **Taints.** ``spec.taints`` has no merge key, so any patch replaces the whole list. We read the list,
+  add or remove only our ``<domain>/quarantined:NoSchedule`` entry, and write it back with a JSON patch
+  whose first op tests ``/metadata/resourceVersion``: another controller's taint added meanwhile makes
+  the test fail (422) and we start over, instead of silently dropping it.
+- **Eviction** goes through the Eviction API only, which enforces PodDisruptionBudgets. One call is one
+  pass: DaemonSet and mirror pods are skipped (they cannot leave), terminating pods are counted but not
+  evicted again, a 429 with a ``DisruptionBudget`` cause is reported as blocked with a retry delay, a
+  404 means the pod is already gone. Waiting and escalation belong to the workflow; nothing here
+  deletes a pod.
+
+Every SDK error is translated at this boundary: 429, 5xx, conflicts and connection errors are
+transient (keeping Retry-After); 401/403 and other 4xx are permanent; 404 is NotFound. The client
+configuration and that translation live in :mod:`remediation.adapters.kube.client`, the
+Slurm-node-to-Node mapping in :mod:`remediation.adapters.kube.mapping`.
+
+RBAC this module needs: nodes get+patch, pods list (all namespaces, and the slurmd namespace for the
+``pod`` mapping), pods/eviction create.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from remediation.adapters.kube.client import (
+    api_errors,
+    is_budget_refusal,
+    kube_client,
+    retry_after,
+    translate,
+)
+from remediation.adapters.kube.mapping import NodeMapping
+from remediation.ports.cluster import EvictionProgress, KubeNode
+from remediation.ports.errors import (
+    TransientError,
+)
+from remediation.settings import KubeSettings, Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CONFLICT_RETRIES = 5
+
+
+# ----------------------------------------------------------------------------------- adapter
+
+
+class KubeAdapter:
+    def __init__(
+        self,
+        api: client.CoreV1Api,
+        settings: KubeSettings,
+        *,
+        actor: str = "remediation",
+        condition_types: Iterable[str] = (),
+    ) -> None:
+        self.api = api
+        self.s = settings
+        self.actor = actor
+        self.condition_types = {"Ready", *(c.split("=", 1)[0] for c in condition_types)}
+        self.cordoned_by = f"{settings.annotation_domain}/cordoned-by"
+        self.cordon_reason = f"{settings.annotation_domain}/cordon-reason"
+        self.taint_key = f"{settings.annotation_domain}/quarantined"
+        self._mapping = NodeMapping(api, settings, self._read)
+
+    # ---------------------------------------------------------------------------- reading
+    def _read(self, name: str) -> client.V1Node:
+        with api_errors(f"read Node {name}"):
+            return self.api.read_node(name, _request_timeout=self.s.request_timeout_s)
+
+    def get(self, name: str) -> KubeNode:
+        node = self._read(name)
+        conditions = {c.type: c.status for c in (node.status.conditions or []) if node.status}
+        info = node.status.node_info if node.status else None
+        annotations = node.metadata.annotations or {}
+        unschedulable = bool(node.spec.unschedulable) if node.spec else False
+        return KubeNode(
+            name=name,
+            ready=conditions.get("Ready", "Unknown"),
+            boot_id=info.boot_id if info else "",
+            provider_id=(node.spec.provider_id if node.spec else None) or "",
+            unschedulable=unschedulable,
+            cordoned_by_us=unschedulable and self.cordoned_by in annotations,
+            quarantine_tainted=any(self._is_ours(t) for t in (node.spec.taints or []))
+            if node.spec
+            else False,
+            conditions={k: v for k, v in conditions.items() if k in self.condition_types},
+        )
+
+    def _is_ours(self, taint: client.V1Taint) -> bool:
+        return taint.key == self.taint_key and taint.effect == "NoSchedule"
+
+    # ----------------------------------------------------------------------------- cordon
+    def _with_conflicts(self, name: str, attempt: Callable[[client.V1Node], T]) -> T:
+        """Run read-decide-write until the write lands on the version it read."""
+        for _ in range(CONFLICT_RETRIES):
+            node = self._read(name)
+            try:
+                return attempt(node)
+            except ApiException as exc:
+                if exc.status not in (409, 422) or (exc.status == 422 and "test" not in (exc.body or "")):
+                    raise translate(exc, f"patch Node {name}") from exc
+                log.info("Node %s changed while we patched it; re-reading", name)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise translate(exc, f"patch Node {name}") from exc
+        raise TransientError(f"Node {name} kept changing under us ({CONFLICT_RETRIES} conflicts)", status=409)
+
+    def _patch(self, name: str, body: Any) -> None:
+        self.api.patch_node(name, body, _request_timeout=self.s.request_timeout_s)
+
+    def cordon(self, name: str, reason: str) -> None:
+        def attempt(node: client.V1Node) -> None:
+            if node.spec and node.spec.unschedulable:
+                return  # already cordoned: ours (idempotent) or a human's (never claim it)
+            self._patch(
+                name,
+                {
+                    "metadata": {
+                        "resourceVersion": node.metadata.resource_version,
+                        "annotations": {self.cordoned_by: self.actor, self.cordon_reason: reason[:1024]},
+                    },
+                    "spec": {"unschedulable": True},
+                },
+            )
+
+        self._with_conflicts(name, attempt)
+
+    def uncordon(self, name: str) -> bool:
+        def attempt(node: client.V1Node) -> bool:
+            ours = self.cordoned_by in (node.metadata.annotations or {})
+            cordoned = bool(node.spec and node.spec.unschedulable)
+            if not ours:
+                return False  # a human's cordon, or none: not ours to lift
+            patch: dict[str, Any] = {
+                "metadata": {
+                    "resourceVersion": node.metadata.resource_version,
+                    "annotations": {self.cordoned_by: None, self.cordon_reason: None},
+                }
+            }
+            if cordoned:
+                patch["spec"] = {"unschedulable": False}
+            # A human uncordoned meanwhile: drop our stale mark so a later human cordon is not
+            # mistaken for ours, and report that we lifted nothing.
+            self._patch(name, patch)
+            return cordoned
+
+        return self._with_conflicts(name, attempt)
+
+    def set_quarantine_taint(self, name: str, on: bool) -> None:
+        def attempt(node: client.V1Node) -> None:
+            raw = self.api.api_client.sanitize_for_serialization(
+                (node.spec.taints if node.spec else None) or []
+            )
+            present = any(t.get("key") == self.taint_key and t.get("effect") == "NoSchedule" for t in raw)
+            if present == on:
+                return
+            if on:
+                taints = [*raw, {"key": self.taint_key, "value": self.actor, "effect": "NoSchedule"}]
+            else:
+                taints = [
+                    t for t in raw if not (t.get("key") == self.taint_key and t.get("effect") == "NoSchedule")
+                ]
+            self._patch(
+                name,
+                [
+                    {
+                        "op": "test",
+                        "path": "/metadata/resourceVersion",
+                        "value": node.metadata.resource_version,
+                    },
+                    {"op": "add", "path": "/spec/taints", "value": taints},
+                ],
+            )
+
+        self._with_conflicts(name, attempt)
+
+    # --------------------------------------------------------------------------- eviction
+    def _slurmd_pods(self, name: str) -> set[tuple[str, str]]:
+        """The slurmd pods on this Node (mapping=pod). They are the Slurm nodes being remediated: Slurm
+        has drained them, and evicting one would let its controller (a StatefulSet, Slinky's NodeSet...)
+        recreate the Slurm node on another Node, so verify could never see it come back here."""
+        if self.s.mapping != "pod":
+            return set()
+        with api_errors(f"list slurmd pods on Node {name}"):
+            pods = self.api.list_namespaced_pod(
+                self.s.pod_namespace, label_selector=self.s.pod_label_selector,
+                field_selector=f"spec.nodeName={name}", _request_timeout=self.s.request_timeout_s,
+            ).items
+        return {(p.metadata.namespace, p.metadata.name) for p in pods}
+
+    def evict_pods(self, name: str) -> EvictionProgress:
+        with api_errors(f"list pods on Node {name}"):
+            pods = self.api.list_pod_for_all_namespaces(
+                field_selector=f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed",
+                _request_timeout=self.s.request_timeout_s,
+            ).items
+        slurmd = self._slurmd_pods(name)
+        remaining, blocked, delay = 0, [], 0.0
+        for pod in pods:
+            meta = pod.metadata
+            if (meta.namespace, meta.name) in slurmd:
+                continue  # the Slurm node itself: drained already, it restarts with the VM (see below)
+            if MIRROR_ANNOTATION in (meta.annotations or {}):
+                continue  # a static pod's mirror: the kubelet owns it, the API cannot remove it
+            if any(ref.kind == "DaemonSet" and ref.controller for ref in meta.owner_references or []):
+                continue  # the DaemonSet would recreate it; it tolerates the cordon by design
+            remaining += 1
+            if meta.deletion_timestamp is not None:
+                continue  # already leaving; evicting again changes nothing
+            try:
+                self.api.create_namespaced_pod_eviction(
+                    meta.name,
+                    meta.namespace,
+                    client.V1Eviction(
+                        api_version="policy/v1",
+                        kind="Eviction",
+                        metadata=client.V1ObjectMeta(name=meta.name, namespace=meta.namespace),
+                    ),
+                    _request_timeout=self.s.request_timeout_s,
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    remaining -= 1  # gone already: that is what we wanted
+                elif exc.status == 429 and is_budget_refusal(exc):
+                    blocked.append(f"{meta.namespace}/{meta.name}")
+                    delay = max(delay, retry_after(exc) or self.s.evict_backoff_s)
+                else:
+                    raise translate(exc, f"evict pod {meta.namespace}/{meta.name}") from exc
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise translate(exc, f"evict pod {meta.namespace}/{meta.name}") from exc
+        return EvictionProgress(remaining, tuple(blocked), delay if blocked else None)
+
+    # ---------------------------------------------------------------------------- mapping
+    def node_for(self, slurm_node: str) -> str:
+        return self._mapping.node_for(slurm_node)
+
+
+def make_kube(settings: Settings) -> KubeAdapter:
+    """The real Kubernetes adapter (backend selection and dry-run: :mod:`remediation.adapters.factory`)."""
+    return KubeAdapter(
+        kube_client(settings.kube),
+        settings.kube,
+        actor=settings.actor,
+        condition_types=settings.policy.kube_conditions,
+    )

@@ -1,0 +1,66 @@
+"""The embedded event bus: the Redis stream's contract, in process memory.
+
+Used when ``broker.redis_url`` is ``memory://`` (the embedded default and the demo), together with
+Celery's ``memory://`` transport. Same semantics as remediation.adapters.bus + remediation.adapters.stream: publish appends and
+kicks the ingest task; ``drain`` hands batches to a handler and drops them only after it returned (a
+handler that raises leaves them queued). One process only, which is all the embedded mode promises.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+
+from remediation.domain.events import NodeEvent
+
+_queue: deque[bytes] = deque()
+_lock = threading.Lock()
+
+
+class MemoryEventBus:
+    def __init__(self, kick: Callable[[], None] | None = None) -> None:
+        self._kick = kick
+        self.client = None  # watchers build no Redis lock from it (see LocalLock)
+
+    def publish(self, events: Iterable[NodeEvent]) -> int:
+        batch = [e.to_json().encode() for e in events]
+        with _lock:
+            _queue.extend(batch)
+        if batch and self._kick is not None:
+            self._kick()
+        return len(batch)
+
+    def publish_raw(self, payload: str) -> None:
+        with _lock:
+            _queue.append(payload.encode())
+        if self._kick is not None:
+            self._kick()
+
+
+def drain(handle: Callable[[Sequence[bytes]], None], batch: int) -> int:
+    total = 0
+    with _lock:  # one drainer at a time keeps per-node order
+        while _queue:
+            chunk = [_queue[i] for i in range(min(batch, len(_queue)))]
+            handle(chunk)
+            for _ in chunk:
+                _queue.popleft()
+            total += len(chunk)
+    return total
+
+
+def pending() -> int:
+    return len(_queue)
+
+
+class LocalLock:
+    """A leader lock for a single process: always held."""
+
+    held = True
+
+    def acquire_or_renew(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass

@@ -1,0 +1,2 @@
+"""Slurm: scontrol argv (``cli``), slurmrestd (``rest``) and pyslurm backends, and Slurm's wire formats
+(``parse``, ``diff``). ``backend.make_slurm`` builds the configured real one."""

@@ -1,0 +1,63 @@
+"""Checks on what we hand to Slurm, shared by every Slurm backend and done before anything runs.
+
+A node name reaches ``scontrol`` (as ``nodename=NAME``), a URL path (slurmrestd) or the Slurm API.
+Slurm reads that field as a hostlist, and ``nodename=ALL`` means every node (checked on 22.05: it
+drains the whole cluster). So a name must be one plain node: letters, digits, ``.``, ``_``, ``-``, no
+brackets or commas, and not ``ALL``.
+
+A reason is free text written by us (with our prefix) or passed on from a human. It travels as one
+argv element, so shell metacharacters are harmless; what is refused is what would corrupt Slurm's
+one-line outputs (newlines, NUL and other control characters) and unbounded length.
+"""
+
+from __future__ import annotations
+
+import re
+
+from remediation.domain.events import NODE_NAME
+from remediation.ports.errors import PermanentError
+
+#: Longer reasons are refused rather than cut, so that what Slurm shows is what we meant.
+MAX_REASON = 1024
+
+# Words Slurm treats as a node set rather than a node. (fullmatch below: NODE_NAME ends in "$",
+# which re.match lets match before a trailing newline.)
+_RESERVED = frozenset({"ALL"})
+
+
+class InvalidSlurmArgument(PermanentError, ValueError):
+    """A node name or reason we refuse to pass to Slurm."""
+
+
+def check_node_name(name: object) -> str:
+    if not isinstance(name, str) or not NODE_NAME.fullmatch(name):
+        raise InvalidSlurmArgument(
+            f"invalid Slurm node name {name!r:.80}: expected one plain node name (letters, digits, "
+            "'.', '_', '-'; no hostlist brackets, commas, spaces or shell characters)"
+        )
+    if name.upper() in _RESERVED:
+        raise InvalidSlurmArgument(f"invalid Slurm node name {name!r}: Slurm reads it as every node")
+    return name
+
+
+def check_reason(reason: object) -> str:
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidSlurmArgument("a Slurm reason must be a non-empty string")
+    if len(reason) > MAX_REASON:
+        raise InvalidSlurmArgument(f"Slurm reason is {len(reason)} characters; the limit is {MAX_REASON}")
+    if not reason.isprintable():
+        bad = next(c for c in reason if not c.isprintable())
+        raise InvalidSlurmArgument(
+            f"Slurm reason contains the control character {bad!r}; newlines, tabs and NUL are refused"
+        )
+    return reason
+
+
+# A job id as squeue prints it: 12345, or 12345_7 for one task of an array job.
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")
+
+
+def check_job_id(job: object) -> str:
+    if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
+        raise InvalidSlurmArgument(f"invalid Slurm job id {job!r:.80}: expected digits, e.g. 12345 or 12345_7")
+    return job

@@ -1,0 +1,245 @@
+"""SlurmControl over the Slurm commands: ``sinfo --json`` to read, ``scontrol update`` to write.
+
+Every command is an argument list run without a shell, so nothing in a node name or reason is ever
+interpreted by one. Names and reasons are still checked first (:mod:`slurm_args`), because Slurm
+itself interprets some of them: ``nodename=`` takes a hostlist (``ALL`` is every node), and scontrol
+strips one leading and one trailing double quote from ``reason=``. We therefore always wrap the reason
+in quotes, so that exactly what we pass is what Slurm stores.
+
+Slurm's messages are mapped to typed errors, keeping its text:
+
+- "Unable to contact slurm controller", socket errors, munge failures -> :class:`ControllerUnreachable`
+  (the system's fault: automation pauses until slurmctld answers again);
+- "Access/permission denied" -> :class:`CredentialError` (the service's user lacks the operator role);
+- "Invalid node name specified" / "Node X not found" -> :class:`UnknownNode`;
+- a command timeout -> :class:`TransientError`; a missing binary -> :class:`ConfigError`;
+- everything else -> :class:`SlurmCommandError` (Slurm refused this node's command).
+
+The markers are the one Slurm table in :mod:`remediation.ports.errors`, shared with slurmrestd and pyslurm.
+
+The whole table is read by version, detected once from ``scontrol --version``: 22.05 reads
+``sinfo --json`` (one object per node, openapi v0.0.38). From 23.02 ``sinfo --json`` groups nodes by
+state and lists no node objects, so 23.02+ (24.11 is tested) reads ``scontrol show node --json``, whose
+states are lists (``["IDLE", "DRAIN"]``) and numbers ``{"set": true, "number": N}``; both documents go
+through the same parser. ``sinfo --json`` in 22.05 exits 0 when slurmctld is unreachable and prints an
+``errors`` entry "Unspecified error" with no nodes; that is a transient error here, never "the cluster
+has no nodes". It also ignores ``-n``, so one node is read with ``scontrol show node -o NAME`` (on
+every version).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Iterable
+from typing import Literal
+
+from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason
+from remediation.adapters.slurm.delta import DeltaReader
+from remediation.adapters.slurm.parse import (
+    NodeRecord,
+    NodesParser,
+    SlurmFormatError,
+    SlurmReportedError,
+    parse_scontrol_nodes,
+)
+from remediation.adapters.slurm.probe import NodeTableProbe
+from remediation.ports.cluster import SlurmNode
+from remediation.ports.errors import (
+    ConfigError,
+    PermanentError,
+    RemediationError,
+    TransientError,
+    UnknownNode,
+    error_for_slurm,
+)
+from remediation.settings import SlurmSettings
+
+_ALREADY_RESUMED = "invalid node state specified"
+#: What scontrol requeue / scancel say about a job that has already ended.
+_JOB_GONE = ("already completing or completed", "job has already finished", "invalid job id", "job is no longer")
+
+#: Job states that still hold a node's resources: running, completing, configuring, suspended, stopped.
+JOB_STATES = "R,CG,CF,S,ST"
+#: The first release whose ``sinfo --json`` no longer lists node objects (read ``scontrol show node --json``).
+SCONTROL_JSON_FROM = (23, 2)
+_VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``slurm 22.05.8`` / ``slurm-wlm 24.11.5`` -> (22, 5, 8)."""
+    match = _VERSION.search(text)
+    if match is None:
+        raise SlurmCommandError(f"cannot tell the Slurm version from {text.strip()[:100]!r}")
+    major, minor, micro = (int(p) for p in match.groups())
+    return major, minor, micro
+
+
+class SlurmCommandError(PermanentError):
+    """A Slurm command failed for a reason retrying will not fix; carries the command's stderr."""
+
+
+class CliSlurm:
+    """The ``cli`` backend (default)."""
+
+    def __init__(self, settings: SlurmSettings) -> None:
+        self.settings = settings
+        self.timeout = settings.command_timeout_s
+        self.env = dict(os.environ)
+        if settings.slurm_conf:
+            self.env["SLURM_CONF"] = settings.slurm_conf
+        self._parser = NodesParser()
+        self._parser_lock = threading.Lock()
+        self._version: tuple[int, int, int] | None = None
+
+    @property
+    def version(self) -> tuple[int, int, int]:
+        """The Slurm release of the configured commands, asked once (``scontrol --version``)."""
+        if self._version is None:
+            self._version = parse_version(self._run([self.settings.scontrol, "--version"]))
+        return self._version
+
+    # ----------------------------------------------------------------------------------- reads
+
+    def snapshot(self) -> dict[str, NodeRecord]:
+        """Every node, as the watcher wants it (memoised parse, see :class:`NodesParser`)."""
+        if self.version[:2] >= SCONTROL_JSON_FROM:
+            argv = [self.settings.scontrol, "show", "node", "--json"]
+        else:
+            argv = [self.settings.sinfo, "--json"]
+        what = " ".join(argv[1:])
+        out = self._run(argv)
+        try:
+            with self._parser_lock:
+                return self._parser.parse(out)
+        except SlurmReportedError as exc:
+            raise _classify(str(exc), what) from None
+        except SlurmFormatError as exc:
+            raise SlurmCommandError(f"{what} printed something unexpected: {exc}") from None
+
+    def delta_source(self, bad: Iterable[str]) -> DeltaReader | None:
+        """The watcher's reader for ``slurm.read_strategy = delta`` (see remediation.adapters.slurm.delta)."""
+        if self.settings.read_strategy != "delta":
+            return None
+        probe = None
+        if self.settings.change_probe:
+            probe = NodeTableProbe.open(self.settings.slurm_conf, self.settings.libslurm, self.version)
+        return DeltaReader(self._run, self.settings.sinfo, self.settings.scontrol, bad,
+                           probe.changed if probe is not None else None)
+
+    def poll(self) -> dict[str, NodeRecord] | None:
+        """Watcher hook; sinfo cannot tell "unchanged", so every poll is a full read."""
+        return self.snapshot()
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return [status.to_slurm_node() for status in self.snapshot().values()]
+
+    def status(self, name: str) -> NodeRecord:
+        check_node_name(name)
+        out = self._run([self.settings.scontrol, "show", "node", "-o", name])
+        try:
+            nodes = parse_scontrol_nodes(out)
+        except SlurmFormatError as exc:
+            raise SlurmCommandError(f"scontrol show node printed something unexpected: {exc}") from None
+        if name not in nodes:
+            raise UnknownNode(f"Slurm does not know node {name!r}")
+        return nodes[name]
+
+    def get_node(self, name: str) -> SlurmNode:
+        return self.status(name).to_slurm_node()
+
+    def running_jobs(self, name: str) -> int:
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
+        check_node_name(name)
+        out = self._run([self.settings.squeue, "-h", "-w", name, "-t", JOB_STATES, "-o", "%i"])
+        return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        for job in job_ids:  # one call each: one job that already ended must not hide the others
+            self._job_command([self.settings.scontrol, "requeue", check_job_id(job)])
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        for job in job_ids:
+            self._job_command([self.settings.scancel, check_job_id(job)])
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def drain(self, name: str, reason: str) -> None:
+        check_node_name(name)
+        check_reason(reason)
+        current = self.status(name)
+        if "DRAIN" in current.flags and current.reason == reason:
+            return  # already done; re-draining would restamp the reason time and look like news
+        self._update(name, "drain", reason)
+
+    def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
+        check_node_name(name)
+        check_reason(reason)
+        if state not in ("DOWN", "FAIL"):
+            raise PermanentError(f"set_state supports DOWN and FAIL, not {state!r}")
+        current = self.status(name)
+        if state in current.states and current.reason == reason:
+            return
+        self._update(name, state.lower(), reason)
+
+    def resume(self, name: str) -> None:
+        check_node_name(name)
+        try:
+            self._update(name, "resume", None)
+        except SlurmCommandError as exc:
+            if _ALREADY_RESUMED not in exc.message.lower():
+                raise
+            # Slurm refuses to resume a node that is already in service; that is our goal reached.
+            # Any other refusal (a node still DOWN, say) is passed on.
+            current = self.status(name)
+            if current.states & {"DRAIN", "DOWN", "FAIL"}:
+                raise SlurmCommandError(
+                    f"Slurm refused to resume {name} ({'+'.join(sorted(current.states))}): {exc.message}"
+                ) from None
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _job_command(self, argv: list[str]) -> None:
+        try:
+            self._run(argv)
+        except SlurmCommandError as exc:
+            # The job left between our squeue and this call: what we wanted has happened.
+            if not any(m in exc.message.lower() for m in _JOB_GONE):
+                raise
+
+    def _update(self, name: str, state: str, reason: str | None) -> None:
+        argv = [self.settings.scontrol, "update", f"nodename={name}", f"state={state}"]
+        if reason is not None:
+            argv.append(f'reason="{reason}"')  # scontrol strips exactly these two quotes
+        self._run(argv)
+
+    def _run(self, argv: list[str]) -> str:
+        what = " ".join(argv[:2])
+        try:
+            # An argument list and no shell: nothing in argv is interpreted by anyone but Slurm.
+            proc = subprocess.run(  # noqa: S603
+                argv,
+                capture_output=True,
+                env=self.env,
+                timeout=self.timeout,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise TransientError(f"{what} timed out after {self.timeout:g}s") from None
+        except OSError as exc:  # missing binary, permission denied
+            raise ConfigError(f"cannot run {argv[0]}: {exc}", component="slurm") from None
+        # Reasons are whatever humans typed; one undecodable byte must not blind the watcher.
+        stdout = proc.stdout.decode("utf-8", "replace")
+        if proc.returncode != 0:
+            message = (proc.stderr.decode("utf-8", "replace").strip() or stdout.strip())[:2000]
+            raise _classify(message or f"exit status {proc.returncode}", what)
+        return stdout
+
+
+def _classify(message: str, what: str) -> RemediationError:
+    return error_for_slurm(f"{what}: {message}", node_error=SlurmCommandError)

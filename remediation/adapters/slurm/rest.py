@@ -1,0 +1,292 @@
+"""SlurmControl over slurmrestd, for deployments where the service runs without munge.
+
+Transport: ``rest_url`` is ``http(s)://host:port`` or ``unix:/path/to.sock`` (httpx's UDS transport).
+Auth: JWT via ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN`` when configured; on a unix socket
+slurmrestd may instead authenticate the peer (``rest_auth/local``).
+
+Reads work on every API version (``GET /slurm/vX/nodes`` has the ``sinfo --json`` shape, parsed by
+:mod:`remediation.adapters.slurm.parse`). Node updates exist from v0.0.39 (``POST /slurm/vX/node/NAME``); on
+v0.0.38, the only version Slurm 22.05 offers, every write raises :class:`NotSupported`.
+
+Change detection: ``GET nodes?update_time=T`` answers ``304 Not Modified`` when no node changed since
+T, so an idle poll costs one empty response. When something did change, 22.05 and 24.11 answer ``500``
+instead of the nodes (observed on 22.05.8 and 24.11.5), so any answer but 304 is followed by a plain
+full read. 24.11's v0.0.40 and v0.0.41 cannot parse a Unix time there at all (errno 9202); after the
+first such answer the backend stops asking and every poll is a full read (v0.0.42 keeps the 304 path).
+
+Versions: v0.0.38 (22.05) reads only. v0.0.40, v0.0.41 and v0.0.42 (24.11) read and write with the
+same node document and the same ``POST /slurm/vX/node/NAME`` body, checked against the real server
+(tests/integration/slurm/test_slurm_rest.py); a version the server does not serve is a configuration
+error. slurmrestd's refusals arrive as 500 with ``errors[]`` carrying Slurm's errno and are classified
+by the one Slurm table (:func:`remediation.ports.errors.error_for_slurm`); 401/403 by the one HTTP table
+(:func:`remediation.ports.errors.error_for_status`): a systemic fault that pauses automation, never a node's.
+
+Token auth (``rest_token``/``rest_user``, sent as ``X-SLURM-USER-TOKEN``/``X-SLURM-USER-NAME``) is for
+a slurmrestd run with ``rest_auth/jwt``; the README says how a site issues and rotates the token. T is the start of our last full read minus one second: Slurm stamps changes in
+whole seconds, and a change in the same second as our read must not be taken as already seen.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Literal
+
+import httpx
+
+from remediation.adapters.slurm.args import check_node_name, check_reason
+from remediation.adapters.slurm.parse import NodeRecord, NodesParser, SlurmFormatError, SlurmReportedError
+from remediation.domain.hostlist import HostlistError, expand
+from remediation.ports.cluster import SlurmNode
+from remediation.ports.errors import (
+    ConfigError,
+    NotSupported,
+    PermanentError,
+    RemediationError,
+    TransientError,
+    UnknownNode,
+    error_for_slurm,
+    error_for_status,
+)
+from remediation.settings import SlurmSettings
+
+_VERSION = re.compile(r"^v(\d+)\.(\d+)\.(\d+)$")
+_FIRST_WRITABLE = (0, 0, 39)
+#: errno 9202 "Unable to convert Data type": 24.11's v0.0.40 and v0.0.41 parsers refuse a Unix time in
+#: ``update_time`` (v0.0.42 takes it); such a server is then polled with plain full reads.
+_CANNOT_PARSE_TIME = 9202
+_ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
+
+
+class RestSlurm:
+    """The ``rest`` backend."""
+
+    def __init__(self, settings: SlurmSettings, transport: httpx.BaseTransport | None = None) -> None:
+        if not settings.rest_url:
+            raise ConfigError("slurm.rest_url must be set for the rest backend", component="slurm")
+        match = _VERSION.match(settings.rest_api_version)
+        if match is None:
+            raise ConfigError(f"slurm.rest_api_version {settings.rest_api_version!r} is not like v0.0.38",
+                              component="slurm")
+        self.version = settings.rest_api_version
+        self._version_tuple = tuple(int(p) for p in match.groups())
+        headers = {"Accept": "application/json"}
+        if settings.rest_user:
+            headers["X-SLURM-USER-NAME"] = settings.rest_user
+        if settings.rest_token is not None:
+            headers["X-SLURM-USER-TOKEN"] = settings.rest_token.get_secret_value()
+        url = settings.rest_url
+        if url.startswith("unix:"):
+            transport = transport or httpx.HTTPTransport(uds=url[len("unix:") :])
+            url = "http://slurmrestd"
+        self.client = httpx.Client(
+            base_url=url, headers=headers, timeout=settings.command_timeout_s, transport=transport
+        )
+        self._parser = NodesParser()
+        self._since: int | None = None
+        self._conditional = True  # False once the server refuses update_time
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ----------------------------------------------------------------------------------- reads
+
+    def snapshot(self) -> dict[str, NodeRecord]:
+        started = int(time.time())
+        response = self._request("GET", f"/slurm/{self.version}/nodes")
+        result = self._parse_nodes(response)
+        self._since = started - 1
+        return result
+
+    def poll(self) -> dict[str, NodeRecord] | None:
+        """Watcher hook: None when slurmctld says no node changed since our last full read."""
+        if self._since is not None and self._conditional:
+            response = self._request(
+                "GET", f"/slurm/{self.version}/nodes", params={"update_time": self._since}, allow={304, 500}
+            )
+            if response.status_code == 304:
+                return None
+            if any(errno == _CANNOT_PARSE_TIME for _, errno in _errors(response)):
+                self._conditional = False  # this API version cannot take update_time (24.11's v0.0.40/41)
+        return self.snapshot()
+
+    def list_nodes(self) -> list[SlurmNode]:
+        return [status.to_slurm_node() for status in self.snapshot().values()]
+
+    def get_node(self, name: str) -> SlurmNode:
+        check_node_name(name)
+        response = self._request("GET", f"/slurm/{self.version}/node/{name}")
+        nodes = self._parse_nodes(response, NodesParser())
+        if name not in nodes:
+            raise UnknownNode(f"slurmrestd does not know node {name!r}")
+        return nodes[name].to_slurm_node()
+
+    def running_jobs(self, name: str) -> int:
+        return len(self.jobs_on(name))
+
+    def jobs_on(self, name: str) -> list[str]:
+        check_node_name(name)
+        self.get_node(name)  # an unknown node is an error, not "no jobs"
+        body = self._json(self._request("GET", f"/slurm/{self.version}/jobs"))
+        found: set[str] = set()
+        for job in body.get("jobs") or []:
+            state = job.get("job_state")
+            states = set(state) if isinstance(state, list) else {state}
+            if not states & _ACTIVE_JOB_STATES:
+                continue
+            try:
+                if name in expand(job.get("nodes") or ""):
+                    found.add(str(job.get("job_id")))
+            except HostlistError as exc:
+                raise PermanentError(f"job {job.get('job_id')}: bad node list: {exc}") from None
+        return sorted(found)
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported(
+            "slurmrestd has no job requeue; set workflow.on_jobs_timeout to hold or cancel, or use the "
+            "cli or pyslurm backend"
+        )
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        raise NotSupported(
+            "job cancellation through slurmrestd is not implemented; set workflow.on_jobs_timeout to "
+            "hold, or use the cli backend"
+        )
+
+    # ---------------------------------------------------------------------------------- writes
+
+    def drain(self, name: str, reason: str) -> None:
+        self._update(name, {"state": ["DRAIN"], "reason": check_reason(reason)})
+
+    def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
+        if state not in ("DOWN", "FAIL"):
+            raise PermanentError(f"set_state supports DOWN and FAIL, not {state!r}")
+        self._update(name, {"state": [state], "reason": check_reason(reason)})
+
+    def resume(self, name: str) -> None:
+        try:
+            self._update(name, {"state": ["RESUME"]})
+        except RemediationError as exc:
+            # slurmctld refuses to resume a node that is already in service (errno 2028, sent as a 500):
+            # the goal is reached, as the cli backend also treats it.
+            if "Invalid node state specified" not in exc.message:
+                raise
+
+    # ------------------------------------------------------------------------------- internals
+
+    def _update(self, name: str, body: dict[str, Any]) -> None:
+        check_node_name(name)
+        if self._version_tuple < _FIRST_WRITABLE:
+            raise NotSupported(
+                f"node updates are not supported by this slurmrestd ({self.version}); they need "
+                "v0.0.39 or later (Slurm 23.02+). Use the cli or pyslurm backend for writes."
+            )
+        response = self._request("POST", f"/slurm/{self.version}/node/{name}", json=body)
+        self._json(response)
+
+    def _request(
+        self, method: str, path: str, *, allow: set[int] | None = None, **kwargs: Any
+    ) -> httpx.Response:
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise TransientError(f"slurmrestd {method} {path} timed out: {exc}") from None
+        except httpx.TransportError as exc:  # connection refused, socket missing, reset
+            raise TransientError(f"slurmrestd {method} {path}: {exc}") from None
+        if allow and response.status_code in allow:
+            return response
+        if response.status_code < 400:
+            return response
+        raise self._error(method, path, response)
+
+    def _error(self, method: str, path: str, response: httpx.Response) -> RemediationError:
+        """slurmrestd's answer as a typed error (checked on 22.05 and 24.11's v0.0.40-42):
+
+        - a bare 404 ("Unable find requested URL") is a path this slurmrestd does not serve, i.e. an
+          API version or plugin it was not started with: a configuration fault, never the node's;
+        - 401/403 (token missing, expired or not allowed) are the system's fault (the one HTTP table);
+        - with ``errors[]`` (24.11 sends slurmctld's refusals as 500 + errors[] with Slurm's errno),
+          the one Slurm table decides: unreachable controller -> system, "Invalid node name" -> the
+          node is unknown, any other refusal carrying a Slurm errno -> this node's request is refused;
+        - anything else falls to the HTTP table (5xx and 429 transient, other 4xx refused).
+        """
+        status = response.status_code
+        errors = _errors(response)
+        message = "; ".join(text for text, _ in errors) or _text(response)
+        where = f"slurmrestd {method} {path}: HTTP {status}: {message}"
+        if status == 404 and not errors and "requested url" in message.lower():
+            return ConfigError(
+                f"{where} (is slurm.rest_api_version {self.version} served by this slurmrestd? 22.05 "
+                "serves v0.0.38; 24.11 serves v0.0.40, v0.0.41 and v0.0.42 with -s openapi/slurmctld)",
+                component="slurm",
+            )
+        retry = _seconds(response.headers.get("Retry-After"))
+        if status in (401, 403) or not errors:
+            return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
+        refused = any(errno for _, errno in errors) or status < 500
+        from_slurm = error_for_slurm(where, node_error=SlurmRestError)
+        if refused or type(from_slurm) is not SlurmRestError:  # Slurm's errno, or a message the table knows
+            return from_slurm
+        return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
+
+    def _parse_nodes(
+        self, response: httpx.Response, parser: NodesParser | None = None
+    ) -> dict[str, NodeRecord]:
+        try:
+            return (parser or self._parser).parse(response.text)
+        except SlurmReportedError as exc:
+            # 24.11 answers a GET of an unknown node 200 with errors[] "Failure to query node X".
+            texts = [text.lower() for text, _ in _errors(response)] + [e.lower() for e in exc.errors]
+            if any("invalid node name" in t or "failure to query node" in t for t in texts):
+                raise UnknownNode(f"slurmrestd: {'; '.join(t for t, _ in _errors(response))}") from None
+            raise error_for_slurm(f"slurmrestd: {exc}", node_error=TransientError) from None
+        except SlurmFormatError as exc:
+            raise PermanentError(f"slurmrestd answered something unexpected: {exc}") from None
+
+    @staticmethod
+    def _json(response: httpx.Response) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            raise PermanentError(f"slurmrestd answered non-JSON: {response.text[:200]!r}") from None
+        if not isinstance(body, dict):
+            raise PermanentError("slurmrestd answered JSON that is not an object")
+        errors = _errors(response)
+        if errors:
+            raise error_for_slurm("slurmrestd: " + "; ".join(text for text, _ in errors), node_error=SlurmRestError)
+        return body
+
+
+class SlurmRestError(PermanentError):
+    """slurmctld, through slurmrestd, refused this node's request; carries Slurm's errors[]."""
+
+
+def _errors(response: httpx.Response) -> list[tuple[str, int]]:
+    """slurmrestd's ``errors[]`` as (text, Slurm errno): "error: description" (24.11 puts the Slurm
+    message in ``error`` and what it was doing in ``description``; 22.05 may send either alone)."""
+    try:
+        body = response.json()
+    except ValueError:
+        return []
+    found: list[tuple[str, int]] = []
+    for entry in (body.get("errors") or []) if isinstance(body, dict) else []:
+        if not isinstance(entry, dict):
+            continue
+        error, description = str(entry.get("error") or ""), str(entry.get("description") or "")
+        if error.lower() == "no error":
+            error = ""
+        text = ": ".join(part for part in (error, description) if part) or "unspecified error"
+        errno = entry.get("error_number", entry.get("errno"))
+        found.append((text, errno if isinstance(errno, int) and not isinstance(errno, bool) else 0))
+    return found
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text.strip()[:500] or response.reason_phrase
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,115 @@
+"""The `remediation` console script: the on-call CLI plus the commands that start processes.
+
+``worker``, ``beat``, ``watch`` and ``demo`` hand the process over to its own entry point by name
+(``celery -A workers.celery_app``, ``python -m watchers.slurm``, ``python -m simulator.demo``), the way
+``celery`` itself is started: the CLI never imports the workers, the watchers or the simulator, so the
+packages stay a straight line (see docs/architecture.md) and each process loads only what it runs.
+``api`` and ``db`` run here. :func:`main` passes the Celery dispatcher to the lever commands.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from remediation.cli.main import app
+from remediation.ports.dispatch import Dispatcher
+from remediation.settings import ConfigError, Settings, load_settings
+
+
+def _settings_or_exit() -> Settings:
+    try:
+        return load_settings()
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+def _exec_module(module: str, *args: str) -> None:
+    """Replace this process with ``python -m module args`` (same interpreter, same environment)."""
+    os.execvp(sys.executable, [sys.executable, "-m", module, *args])
+
+
+@app.command("demo")
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where the demo's SQLite database goes.")] = None,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
+    port: Annotated[int, typer.Option(help="Dashboard port on 127.0.0.1 while the demo runs (0: any free port).")] = 8080,
+) -> None:
+    """Run the whole loop on a simulated 32-node cluster (kube-apiserver, GCE, Azure and slurmrestd
+    endpoints on 127.0.0.1): SQLite, an in-process broker, the dashboard, no servers to install."""
+    args = ["--timeout", str(timeout), "--port", str(port)]
+    _exec_module("simulator.demo", *(["--workdir", str(workdir)] if workdir else []), *args)
+
+
+@app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(ctx: typer.Context) -> None:
+    """Start a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -B)."""
+    _settings_or_exit()
+    _exec_module("celery", "-A", "workers.celery_app", "worker", "-Q", "ingest,workflow", *ctx.args)
+
+
+@app.command("beat", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def beat(ctx: typer.Context) -> None:
+    """Start Celery beat (sweeper, ingest safety net, notifications)."""
+    _settings_or_exit()
+    _exec_module("celery", "-A", "workers.celery_app", "beat", *ctx.args)
+
+
+@app.command("watch")
+def watch(kind: Annotated[str, typer.Argument(help="slurm or kube")]) -> None:
+    """Run a watcher (only the leader publishes; SIGTERM stops it cleanly)."""
+    if kind not in ("slurm", "kube"):
+        typer.echo(f"error: unknown watcher {kind!r}: choose slurm or kube", err=True)
+        raise typer.Exit(2)
+    _settings_or_exit()
+    _exec_module(f"watchers.{kind}")
+
+
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from remediation.db.migrate import upgrade
+
+    settings = _settings_or_exit()
+    try:
+        upgrade(settings.database.url, revision)
+    except Exception as exc:
+        typer.echo(f"error: migration failed: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"database at {revision}")
+
+
+@app.command("api")
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default: api.bind).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: api.port).")] = None,
+) -> None:
+    """Serve the dashboard, the JSON API and /metrics."""
+    import uvicorn
+
+    from remediation.adapters.queues import queue_depth
+    from remediation.api.app import create_app
+
+    settings = _settings_or_exit()
+    uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=celery_dispatcher(settings)),
+                host=host or settings.api.bind, port=port or settings.api.port, log_level="info")
+
+
+def celery_dispatcher(settings: Settings) -> Dispatcher:
+    """Levers' follow-up work goes to the workers over the broker (built after --config took effect)."""
+    from remediation.adapters.celery import CeleryDispatcher, client_app
+
+    return CeleryDispatcher(client_app(settings))
+
+
+def main() -> None:
+    app(obj=celery_dispatcher)

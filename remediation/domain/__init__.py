@@ -1,0 +1,2 @@
+"""The domain: pure rules and value types (events, policy, flap filter, attribution, the state machine
+and the step bodies). No database, no broker, no SDK, not even through another module."""

@@ -1,0 +1,178 @@
+"""Flap suppression for Kubernetes Node conditions: publish a bad condition only once it has held.
+
+A Node whose Ready condition blinks False for ten seconds during a kubelet restart is not broken, and
+opening a remediation for it would drain a healthy GPU node. So a bad condition (one of the configured
+``Type=Status`` pairs, e.g. ``Ready=False``) becomes an *episode* when first seen, and is published
+once the episode has lasted ``min_hold_s``. An episode ends when the condition type returns to a status
+that is not bad; if it was published, its end is published as a recovery. One episode is published
+once, however many MODIFIED events or resyncs repeat it; changing between bad statuses (Ready
+False -> Unknown) continues the same episode.
+
+When did an episode start? The condition's ``lastTransitionTime`` says so, but it comes from another
+machine's clock with one-second resolution. We trust it only when it is clearly older than our first
+sighting (by more than ``skew_s``), which is the case that matters: after a watcher restart or a missed
+watch, a condition that has been bad for ten minutes is published at once instead of waiting another
+full hold. Otherwise the hold counts from our own first sighting, so skew can never shorten it.
+
+A held condition is published only if it is still bad when its hold ends: an episode that ended
+before (healthy again, or the Node gone) publishes nothing, not even its end. Each change carries the
+moment it was decided (``at``) and the episode's start (``since``), so the ingest can order a bad
+edge against the healthy observation that ended it and tell whether our own reboot caused it.
+
+The module is pure: the clock is injected, nothing here does I/O, and the watcher turns the returned
+:class:`Change` values into NodeEvents. The dedupe key names the condition instance
+(``k8s:NODE:Type=Status:lastTransitionTime``), so re-publishing an episode yields the same key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from remediation.domain.events import EventKind
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One entry of a Node's ``status.conditions``."""
+
+    type: str
+    status: str
+    message: str = ""
+    last_transition: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Change:
+    """Something to publish: a bad condition that held (UNHEALTHY) or its end (HEALTHY)."""
+
+    node: str
+    kind: EventKind
+    state: str  # "Ready=False"
+    message: str
+    key: str
+    since: datetime  # start of the episode (UNHEALTHY) or the moment it ended (HEALTHY)
+    at: datetime | None = None  # when the filter decided it: the hold ended, or the end was seen
+
+
+@dataclass
+class _Episode:
+    status: str
+    message: str
+    last_transition: datetime | None
+    since: datetime
+    published: Change | None = None
+
+
+def parse_bad(conditions: Iterable[str]) -> dict[str, frozenset[str]]:
+    """``["Ready=False", "Ready=Unknown"]`` -> ``{"Ready": {"False", "Unknown"}}``."""
+    bad: dict[str, set[str]] = {}
+    for item in conditions:
+        type_, _, status = item.partition("=")
+        if not type_ or not status:
+            raise ValueError(f"condition {item!r} must look like Type=Status")
+        bad.setdefault(type_.strip(), set()).add(status.strip())
+    return {k: frozenset(v) for k, v in bad.items()}
+
+
+def _key(node: str, type_: str, status: str, at: datetime | None, fallback: datetime) -> str:
+    return f"k8s:{node}:{type_}={status}:{(at or fallback).isoformat()}"
+
+
+class FlapFilter:
+    def __init__(
+        self,
+        bad: Iterable[str],
+        min_hold_s: float,
+        clock: Callable[[], datetime],
+        skew_s: float = 5.0,
+    ) -> None:
+        self.bad = parse_bad(bad)
+        self.hold = timedelta(seconds=min_hold_s)
+        self.skew = timedelta(seconds=skew_s)
+        self.clock = clock
+        self._episodes: dict[tuple[str, str], _Episode] = {}
+
+    def observe(self, node: str, conditions: Iterable[Condition]) -> list[Change]:
+        """Take a Node's current conditions; return what is due now (for this node)."""
+        now = self.clock()
+        current = {c.type: c for c in conditions if c.type in self.bad}
+        changes: list[Change] = []
+        for type_ in self.bad:
+            cond = current.get(type_)
+            episode = self._episodes.get((node, type_))
+            if cond is not None and cond.status in self.bad[type_]:
+                if episode is None:
+                    since = now
+                    if cond.last_transition is not None and cond.last_transition < now - self.skew:
+                        since = cond.last_transition
+                    self._episodes[(node, type_)] = _Episode(
+                        cond.status, cond.message, cond.last_transition, since
+                    )
+                else:
+                    episode.status, episode.message = cond.status, cond.message
+                    episode.last_transition = cond.last_transition
+            elif episode is not None:
+                del self._episodes[(node, type_)]
+                if episode.published is not None:
+                    status = cond.status if cond is not None else "Absent"
+                    at = cond.last_transition if cond is not None else None
+                    changes.append(
+                        Change(
+                            node,
+                            EventKind.HEALTHY,
+                            f"{type_}={status}",
+                            cond.message if cond is not None else "",
+                            _key(node, type_, status, at, now),
+                            now,
+                            now,
+                        )
+                    )
+        return changes + self._due(now, node)
+
+    def forget(self, node: str) -> None:
+        """The Node is gone: drop its episodes without publishing anything."""
+        for key in [k for k in self._episodes if k[0] == node]:
+            del self._episodes[key]
+
+    def relist(self, nodes: Mapping[str, Iterable[Condition]]) -> list[Change]:
+        """A full list replaces what we knew: observe every Node, forget the ones that vanished."""
+        for node in {n for n, _ in self._episodes} - set(nodes):
+            self.forget(node)
+        changes: list[Change] = []
+        for node, conditions in nodes.items():
+            changes.extend(self.observe(node, conditions))
+        return changes
+
+    def due(self) -> list[Change]:
+        """Episodes whose hold has elapsed by now and that are not yet published."""
+        return self._due(self.clock(), None)
+
+    def next_due(self) -> datetime | None:
+        pending = [e.since + self.hold for e in self._episodes.values() if e.published is None]
+        return min(pending, default=None)
+
+    def published(self) -> list[Change]:
+        """The bad conditions currently published (re-published on resync; same dedupe keys)."""
+        return [e.published for e in self._episodes.values() if e.published is not None]
+
+    def _due(self, now: datetime, node: str | None) -> list[Change]:
+        changes = []
+        for (name, type_), episode in self._episodes.items():
+            if (
+                episode.published is None
+                and (node is None or name == node)
+                and now - episode.since >= self.hold
+            ):
+                episode.published = Change(
+                    name,
+                    EventKind.UNHEALTHY,
+                    f"{type_}={episode.status}",
+                    episode.message,
+                    _key(name, type_, episode.status, episode.last_transition, episode.since),
+                    episode.since,
+                    now,
+                )
+                changes.append(episode.published)
+        return changes

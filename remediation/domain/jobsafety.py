@@ -1,0 +1,75 @@
+"""Job safety: nothing destructive happens while Slurm shows jobs on the node.
+
+A node has jobs if ``squeue -w NODE`` lists any (always asked), or if Slurm's state still says so:
+ALLOCATED, MIXED or COMPLETING, or the FAILING or DRAINING flag. A FAIL on an allocated node (a
+researcher's ``scontrol update state=fail`` on a busy node, the everyday case) shows as FAILING or
+MIXED/ALLOCATED+FAIL: its jobs are still there. ``slurm_drain`` waits for them (waiting is not
+blocking), and the eviction and VM steps check again before acting (:func:`no_jobs_left`).
+
+After ``workflow.drain_timeout_s``, ``workflow.on_jobs_timeout`` decides (:func:`jobs_timed_out`):
+hold (stay drained, page once, keep waiting), requeue or cancel, each audited with the job ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
+from remediation.ports.cluster import SlurmNode
+from remediation.settings import Settings
+
+# Slurm states and flags that mean jobs may still hold the node. A FAIL on an allocated node shows
+# as FAILING or MIXED/ALLOCATED+FAIL: its jobs are still there. squeue is always asked as well; the
+# state is only a hint (a DOWN node whose slurmd is gone has had its jobs ended by Slurm, but squeue
+# is still what says so).
+BUSY_SLURM = frozenset({"ALLOCATED", "MIXED", "COMPLETING", "FAILING", "DRAINING"})
+
+
+def jobs_text(jobs: list[str]) -> str:
+    """"1 job (12345)", "3 jobs (1, 2, 3)", at most five ids."""
+    shown = ", ".join(jobs[:5]) + (f", +{len(jobs) - 5} more" if len(jobs) > 5 else "")
+    return f"{len(jobs)} job{'' if len(jobs) == 1 else 's'} ({shown})"
+
+
+def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
+    """The jobs on the node, and why it counts as busy (None: free). Busy if squeue lists jobs or
+    Slurm's state still says allocated, mixed, completing, failing or draining."""
+    jobs = ad.slurm.jobs_on(node.name)
+    if jobs:
+        return jobs, jobs_text(jobs)
+    if node.states & BUSY_SLURM:
+        return [], f"Slurm still shows the node {'+'.join(sorted(node.states))} (squeue lists no job yet)"
+    return [], None
+
+
+def jobs_timed_out(inp: StepInput, ad: Adapters, cfg: Settings, jobs: list[str], busy: str,
+                   detail: dict[str, Any]) -> Wait:
+    """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
+    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node."""
+    timeout, policy = cfg.workflow.drain_timeout_s, cfg.workflow.on_jobs_timeout
+    # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
+    # refused to go, and is waited for like under hold, never acted on (and paged about) again.
+    acted = list(inp.detail.get("jobs_acted") or [])
+    todo = [j for j in jobs if j not in acted]
+    ids = {"jobs": todo, "policy": policy, "node": inp.node}
+    detail = {**detail, "jobs_acted": acted + todo}
+    if policy in ("requeue", "cancel") and todo:
+        (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
+        verb = "requeued" if policy == "requeue" else "cancelled"
+        why = f"{verb} {jobs_text(todo)} still on {inp.node} {timeout}s after the drain"
+        return wait(cfg, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
+    why = (f"{busy} still on {inp.node} {timeout}s after the drain; on_jobs_timeout={policy}: the node stays "
+           "drained and nothing destructive happens until the jobs leave or a human decides")
+    paged = bool(inp.detail.get("jobs_timeout_paged"))
+    return wait(cfg, f"held: {why}", detail={**detail, "jobs_timeout_paged": True},
+                 note=None if paged else Note("jobs_timeout", why, ids))
+
+
+def no_jobs_left(inp: StepInput, ad: Adapters, cfg: Settings, what: str) -> Wait | None:
+    """Guard of every destructive step: nothing is evicted or restarted while Slurm shows jobs on the
+    node (they can only be back if someone resumed it in Slurm); wait instead."""
+    jobs, busy = jobs_holding(ad, ad.slurm.get_node(inp.node))
+    if busy is None:
+        return None
+    return wait(cfg, f"no {what} while jobs remain: waiting for {busy} to leave" if jobs
+                 else f"no {what} while jobs may remain: {busy}", detail={"jobs": jobs, "job_count": len(jobs)})

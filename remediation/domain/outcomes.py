@@ -1,0 +1,99 @@
+"""What a workflow step gets and what it returns: the adapters, a frozen snapshot of its remediation,
+and the outcomes the engine persists (see :mod:`remediation.domain.step_bodies` for the steps themselves).
+
+Kept apart from the step bodies so that the helpers each step family uses (job safety in
+:mod:`remediation.domain.jobsafety`) share them without importing one another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.settings import Settings
+
+
+@dataclass(frozen=True)
+class Adapters:
+    slurm: SlurmControl
+    kube: KubeNodes
+    vm: VMProvider
+
+
+@dataclass(frozen=True)
+class StepInput:
+    remediation_id: int
+    node: str
+    cause: str
+    ladder: int
+    context: dict[str, Any]
+    key: str  # idempotency key of this attempt
+    attempt: int
+    started_at: datetime  # when this attempt started (timeouts count from here)
+    checks: int
+    provider_op: dict[str, Any] | None
+    detail: dict[str, Any]
+    source: str = ""  # where the opening event came from: slurm, kubernetes or manual
+
+
+@dataclass(frozen=True)
+class Note:
+    """An audit row the engine writes with the outcome (and so pages through notify when the action
+    is notifiable): what a step did or decided that on-call must hear about, such as jobs requeued."""
+
+    action: str
+    reason: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Done:
+    outcome: str
+    context: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+    note: Note | None = None
+
+
+@dataclass(frozen=True)
+class Wait:
+    reason: str
+    countdown: float
+    provider_op: dict[str, Any] | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    note: Note | None = None
+
+
+@dataclass(frozen=True)
+class Escalate:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Quarantine:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop, undo nothing: a human took the node back (e.g. uncordoned it mid-remediation), or the
+    signal that opened the remediation no longer holds (``node_healthy``)."""
+
+    reason: str
+    node_healthy: bool = False
+
+
+Outcome = Done | Wait | Escalate | Quarantine | Cancel
+StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
+
+
+def elapsed(inp: StepInput, now: datetime) -> float:
+    return (now - inp.started_at).total_seconds()
+
+
+def wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
+    """Check again after the poll interval (or the hint, e.g. a Retry-After), never past max_wait_s."""
+    countdown = min(max(hint or 0.0, cfg.workflow.poll_interval_s), cfg.workflow.max_wait_s)
+    return Wait(reason, countdown, **kw)

@@ -1,0 +1,239 @@
+"""Policy: pure decisions, with the clock and every fact passed in.
+
+Two questions are answered here and nowhere else:
+
+1. ``decide``: what does one event mean for its node? Record it only, attribute it to the remediation
+   whose own action caused it, call it superseded (a newer healthy observation of the same condition
+   exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
+   unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
+2. ``gate``: may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
+   (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
+   minimum gap throttle VM actions.
+
+Nothing here touches a database or a network, so the table-driven tests run in microseconds and the
+same functions drive the trace replay (``remediation simulate``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from functools import lru_cache
+from typing import Protocol
+
+from remediation.domain.attribution import Condition, Window, own_cause, superseded
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.statemachine import NodeStatus, Step
+from remediation.settings import PolicySettings
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class DecisionKind(StrEnum):
+    RECORD = "record"  # keep the event, do nothing
+    OPEN = "open"  # open a remediation
+    QUARANTINE = "quarantine"  # repeat offender: open straight into quarantine
+    RECOVERED = "recovered"  # an unhealthy (not remediating) node is healthy again
+    ATTRIBUTED = "attributed"  # caused by our own remediation: recorded, never opens, never counts
+    SUPERSEDED = "superseded"  # a newer healthy observation of the same condition: acts on nothing
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: DecisionKind
+    reason: str
+    remediation: int | None = None  # the remediation the event is evidence of (attributed, or under it)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What ``decide`` needs to know about the event's node."""
+
+    status: NodeStatus = NodeStatus.HEALTHY
+    open_remediation: int | None = None
+    # Fault episodes of this node since max(now - W, last human release), this failure excluded.
+    recent_failures: int = 0
+    # The node's latest remediation (open, or closed): what its own actions may explain.
+    window: Window | None = None
+    # The latest healthy observation of each condition (source, type) the node has reported.
+    healthy: Mapping[Condition, datetime] = field(default_factory=dict)
+
+
+DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+# Slurm states that are never "healthy", whether or not the policy remediates them.
+SLURM_BAD = frozenset({"FAIL", "FAILING", "DOWN", "NOT_RESPONDING"}) | DRAIN_STATES
+
+
+def slurm_bad_states(policy: PolicySettings) -> frozenset[str]:
+    """A Slurm state holding any of these is not a healthy observation (see attribution)."""
+    return SLURM_BAD | {s.upper() for s in policy.slurm_states}
+OUR_OWN = "our own drain"  # the echo of our own action: never changes what we think of the node
+
+
+@lru_cache(maxsize=64)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern[str], ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+def ignored_reason(reason: str, policy: PolicySettings) -> str | None:
+    """The ignore-list pattern a human's reason matches, if any."""
+    for pattern in _compiled(tuple(policy.ignore_reasons)):
+        if pattern.search(reason):
+            return pattern.pattern
+    return None
+
+
+def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision:
+    if event.kind is EventKind.INVENTORY:
+        return Decision(DecisionKind.RECORD, "inventory")
+    if event.kind is EventKind.HEALTHY:
+        return _decide_healthy(node)
+    if node.status is NodeStatus.QUARANTINED:
+        return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
+    ours = own_cause(event, node.window, policy.our_reason_prefix, timedelta(seconds=policy.settle_s))
+    if ours is not None:
+        return Decision(DecisionKind.ATTRIBUTED, ours, node.window.id if node.window else None)
+    if node.open_remediation is not None:
+        return Decision(DecisionKind.RECORD, f"already under remediation #{node.open_remediation}",
+                        node.open_remediation)
+    if event.reason.startswith(policy.our_reason_prefix):
+        return Decision(DecisionKind.RECORD, OUR_OWN)
+    if not _remediable_state(event, policy):
+        return Decision(DecisionKind.RECORD, f"{event.source} state {event.state} is not remediated")
+    if event.source is not Source.MANUAL and (pattern := ignored_reason(event.reason, policy)):
+        return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
+    if (why := superseded(event, node.healthy)) is not None:
+        return Decision(DecisionKind.SUPERSEDED, why)
+    failures = node.recent_failures + 1
+    if failures >= policy.repeat_offender_count:
+        return Decision(
+            DecisionKind.QUARANTINE,
+            f"repeat offender: {failures} failures within "
+            f"{_human(policy.repeat_offender_window)} (limit {policy.repeat_offender_count})",
+        )
+    return Decision(DecisionKind.OPEN, _cause(event))
+
+
+def _decide_healthy(node: NodeView) -> Decision:
+    if node.status is NodeStatus.QUARANTINED:
+        return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
+    if node.open_remediation is not None:
+        return Decision(DecisionKind.RECORD, "under remediation; verify decides when it is healthy",
+                        node.open_remediation)
+    if node.status is NodeStatus.UNHEALTHY:
+        return Decision(DecisionKind.RECOVERED, "node reported healthy")
+    return Decision(DecisionKind.RECORD, "healthy")
+
+
+def _remediable_state(event: NodeEvent, policy: PolicySettings) -> bool:
+    if event.source is Source.MANUAL:
+        return True
+    if event.source is Source.SLURM:
+        wanted = {s.upper() for s in policy.slurm_states}
+        states = {s for s in re.split(r"[+\s,]+", event.state_upper) if s}
+        if "DRAIN" in wanted:
+            wanted |= DRAIN_STATES
+        if "FAIL" in wanted:
+            wanted.add("FAILING")
+        return bool(states & wanted)
+    return event.state in policy.kube_conditions
+
+
+def _cause(event: NodeEvent) -> str:
+    text = f"{event.source} {event.state}"
+    return f"{text}: {event.reason}" if event.reason else text
+
+
+def _human(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    return f"{seconds}s"
+
+
+# ------------------------------------------------------------------------------------------- gating
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """Cluster-wide facts for gating, read in the same transaction as the step."""
+
+    paused: bool
+    pool_size: int
+    failed_in_window: int  # distinct nodes with a remediation opened within the breaker window
+    vm_active: int  # remediations (other than this one) with a VM action in flight or verifying
+    last_vm_action_at: datetime | None
+    pause_reason: str = ""  # who paused automation and why (a human, or the system on a fault of ours)
+    breaker_latched: bool = False  # the storm breaker is open until a human closes it (remediation.services.breaker)
+    breaker_reason: str = ""  # why it opened
+    last_failure_at: datetime | None = None  # the latest real (not dry-run) remediation opened
+
+
+@dataclass(frozen=True)
+class Gate:
+    ok: bool
+    reason: str = ""
+
+
+def breaker_open(view: ClusterView, policy: PolicySettings) -> bool:
+    """Does the window trip the breaker now? (Once tripped it latches; see :func:`breaker_holds`.)"""
+    if view.failed_in_window < policy.breaker_min_failures or view.pool_size <= 0:
+        return False
+    return view.failed_in_window / view.pool_size > policy.breaker_max_fraction
+
+
+def breaker_holds(view: ClusterView, policy: PolicySettings) -> bool:
+    """Latched open, or tripped by the window right now."""
+    return view.breaker_latched or breaker_open(view, policy)
+
+
+def breaker_may_auto_close(view: ClusterView, policy: PolicySettings, now: datetime) -> bool:
+    """Opt-in (``policy.breaker_auto_close_s``): the window no longer trips it and no node has failed
+    for that long. Off by default: only a human can tell a storm that is over from a quiet fault."""
+    quiet = policy.breaker_auto_close_s
+    if quiet is None or not view.breaker_latched or breaker_open(view, policy):
+        return False
+    return view.last_failure_at is None or (now - view.last_failure_at).total_seconds() >= quiet
+
+
+def breaker_text(view: ClusterView, policy: PolicySettings) -> str:
+    if view.breaker_latched:
+        return (f"storm breaker open ({view.breaker_reason}); it stays open until a human closes it: "
+                "remediation breaker close -r REASON")
+    return (f"storm breaker open: {view.failed_in_window}/{view.pool_size} nodes failed within "
+            f"{_human(policy.breaker_window)} (limit {policy.breaker_max_fraction:.0%})")
+
+
+# Disruptive steps: stopped by the breaker. Draining in Slurm and cordoning stay allowed (safe).
+BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
+
+
+def gate(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Gate:
+    """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
+    (polling an operation already started is always allowed, or a restart could never finish)."""
+    if view.paused:
+        return Gate(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
+    if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
+        if breaker_holds(view, policy):
+            return Gate(False, breaker_text(view, policy))
+    if step is Step.VM_RESTART and new_vm_action:
+        if view.vm_active >= policy.max_concurrent:
+            return Gate(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
+        if view.last_vm_action_at is not None:
+            due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
+            if now < due:
+                return Gate(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
+    return Gate(True)
+
+
+def count_in_window(times: Sequence[datetime], now: datetime, window: timedelta) -> int:
+    """How many of ``times`` fall within (now - window, now]."""
+    start = now - window
+    return sum(1 for t in times if start < t <= now)

@@ -1,0 +1,329 @@
+"""The body of each workflow step: one look at the world, at most one action, and a verdict.
+
+Each function gets a frozen snapshot of its remediation (``StepInput``) and the adapters, calls outside
+at most once or twice, and returns an outcome: ``Done`` (advance), ``Wait`` (check again after a
+countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the VM
+ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
+functions never touch the database, which is what makes them safe to run twice.
+
+Ownership rules live here: we resume a Slurm node only while its reason still carries our prefix and
+uncordon only a cordon we marked, so a human's drain or cordon placed mid-remediation is never undone.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
+from remediation.domain.outcomes import Adapters as Adapters
+from remediation.domain.outcomes import Cancel as Cancel
+from remediation.domain.outcomes import Done as Done
+from remediation.domain.outcomes import Escalate as Escalate
+from remediation.domain.outcomes import Note as Note
+from remediation.domain.outcomes import Outcome as Outcome
+from remediation.domain.outcomes import Quarantine as Quarantine
+from remediation.domain.outcomes import StepFn as StepFn
+from remediation.domain.outcomes import StepInput as StepInput
+from remediation.domain.outcomes import Wait as Wait
+from remediation.domain.outcomes import elapsed, wait
+from remediation.domain.policy import ignored_reason
+from remediation.domain.providerid import parse_provider_id
+from remediation.domain.statemachine import Step
+from remediation.ports.cluster import (
+    KubeNode,
+    Operation,
+    SlurmControl,
+    SlurmNode,
+    VMAction,
+)
+from remediation.ports.errors import NotFound, UnknownNode
+from remediation.settings import Settings
+
+
+def slurm_reason(text: str) -> str:
+    """One printable line of at most 1,000 characters: slurmctld's reason is a single line, and the
+    adapters refuse control characters. Causes and provider messages (Azure's span three lines) are
+    not, and a refused reason would fail the drain or the quarantine itself."""
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:1000]
+
+
+def human_hold(node: SlurmNode, cfg: Settings) -> bool:
+    """A human's drain whose reason matches the ignore list (maintenance): it already keeps the node
+    out of the pool, and taking it over would let ``return`` resume a node under maintenance."""
+    return (
+        "DRAIN" in node.flags
+        and not node.reason_is_ours(cfg.policy.our_reason_prefix)
+        and ignored_reason(node.reason, cfg.policy) is not None
+    )
+
+
+BAD_SLURM = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING"})
+
+
+def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: Settings, now: datetime) -> Cancel | None:
+    """Confirm an old event against the world before the first action: an event can be stale (replayed
+    after a restart, queued through an outage) and the node healthy again; then nothing is done. A
+    fresh event is the watcher's own recent observation and is acted on at once. Our own drain counts
+    as bad, so a step re-run after we drained is never mistaken for a recovery."""
+    if inp.checks > 0 or inp.source not in ("slurm", "kubernetes"):
+        return None
+    observed = inp.context.get("observed_at")
+    if observed and (now - datetime.fromisoformat(observed)).total_seconds() < cfg.workflow.stale_event_s:
+        return None
+    if inp.source == "slurm":
+        if node.states & BAD_SLURM:
+            return None
+        return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
+                      node_healthy=True)
+    cond_type, _, cond_status = str(inp.context.get("event_state", "")).partition("=")
+    knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & BAD_SLURM:
+        return None
+    return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
+                  node_healthy=True)
+
+
+def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    prefix = cfg.policy.our_reason_prefix
+    node = ad.slurm.get_node(inp.node)
+    if stale := still_bad(inp, ad, node, cfg, now):
+        return stale
+    if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
+        ad.slurm.drain(inp.node, slurm_reason(f"{prefix} {inp.cause}"))
+        node = ad.slurm.get_node(inp.node)  # ALLOCATED+DRAIN now reads DRAINING: decide on that
+    jobs, busy = jobs_holding(ad, node)
+    if busy is None:
+        if node.states & {"DOWN", "FAIL"}:
+            return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
+        return Done("drained; no jobs running")
+    detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
+    if elapsed(inp, now) <= cfg.workflow.drain_timeout_s:
+        return wait(cfg, f"waiting for {busy} to leave" if jobs else f"waiting: {busy}", detail=detail)
+    return jobs_timed_out(inp, ad, cfg, jobs, busy, detail)
+
+
+def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+    knode = ad.kube.get(k8s_name)
+    ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    ours = ad.kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
+    return Done(
+        f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
+        context={"k8s_node": k8s_name, "boot_id_before": knode.boot_id, "provider_id": knode.provider_id,
+                 "we_cordoned": ours},
+    )
+
+
+def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+    """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
+    we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
+    node in service."""
+    if not inp.context.get("we_cordoned"):
+        return None
+    knode = ad.kube.get(inp.context["k8s_node"])
+    if knode.unschedulable:
+        return None
+    ad.kube.uncordon(knode.name)  # nothing to lift: this drops our now-stale "cordoned by us" mark
+    slurm_note = resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix)
+    return Cancel(f"a human uncordoned {knode.name} during the remediation; stopped ({slurm_note})")
+
+
+def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode: SlurmNode,
+                    cfg: Settings) -> str | None:
+    """What still shows the fault that opened this remediation (None: it has cleared).
+
+    Slurm: DOWN, FAIL or FAILING is the fault unless the reason is our own (our drain keeps a DOWN
+    node DOWN after slurmd is back). Kubernetes: the condition that opened it must be reported again,
+    and healthy; not reported yet is not proof. A manual report has nothing to re-check."""
+    if snode.states & {"DOWN", "FAIL", "FAILING"} and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+        return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
+    if inp.source == "kubernetes":
+        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
+        knode = knode or ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        if now_status is None or now_status == bad:
+            return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
+    return None  # a manual report has no signal to re-check: the reboot and registration are the proof
+
+
+def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+    """After the storm breaker closes, every held remediation re-confirms its trigger against the
+    live state before its next disruptive action (``context.reconfirm``, set by the close). A node
+    that is healthy again (a human resumed it in Slurm, its condition cleared) is cancelled and what
+    is ours (drain, cordon, taint) is given back; a node still bad goes on."""
+    if not inp.context.get("reconfirm") or inp.source == "manual":
+        return None
+    snode = ad.slurm.get_node(inp.node)
+    if inp.source == "slurm":
+        if snode.states & BAD_SLURM:
+            return None
+        why = f"Slurm reports {'+'.join(sorted(snode.states))}"
+    else:
+        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
+        knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        if now_status is None or now_status == bad:
+            return None
+        why = f"{cond_type} is {now_status} on {knode.name}"
+    given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
+    return Cancel(f"re-confirmed after the storm breaker closed: healthy again ({why}); cancelled, gave back "
+                  f"what was ours ({given})", node_healthy=True)
+
+
+def before_disruption(inp: StepInput, ad: Adapters, cfg: Settings, what: str) -> Outcome | None:
+    """The checks before an eviction or a VM action, in order: a human took the node back, it is
+    healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
+    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg, what)
+
+
+def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if stop := before_disruption(inp, ad, cfg, "eviction"):
+        return stop
+    progress = ad.kube.evict_pods(inp.context["k8s_node"])
+    if progress.done:
+        return Done("all pods evicted", context={"reconfirm": False} if inp.context.get("reconfirm") else {})
+    if elapsed(inp, now) > cfg.workflow.evict_timeout_s:
+        blocked = ", ".join(progress.blocked) or f"{progress.remaining} pod(s)"
+        return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
+    return wait(
+        cfg, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
+        progress.retry_after, detail={"remaining": progress.remaining, "blocked": list(progress.blocked)},
+    )
+
+
+# Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
+# or EC2 VM to a fresh host, which is what redeploy does on Azure.
+_HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
+_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
+
+
+def vm_action(inp: StepInput, cfg: Settings, provider: str | None = None) -> VMAction:
+    action = VMAction(cfg.workflow.ladder[min(inp.ladder, len(cfg.workflow.ladder) - 1)])
+    if provider in _NATIVE and action not in _NATIVE[provider]:
+        return _HEAVIER.get(action, action)
+    return action
+
+
+def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if inp.provider_op is None:
+        if stop := before_disruption(inp, ad, cfg, "VM action"):
+            return stop
+        vm = parse_provider_id(inp.context.get("provider_id", ""))
+        op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
+        return wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+    op = Operation.from_dict(inp.provider_op)
+    status = ad.vm.poll(op)
+    if status.error:
+        return Escalate(f"{op.action} failed at the provider: {status.error}")
+    if status.done:
+        # The attempt's start is written before the provider is called: any slurmd start or boot
+        # after it is proof the action happened (verify).
+        return Done(f"{op.action} completed ({op.ref})", context={
+            "vm_action_at": inp.started_at.isoformat(), "vm_op_ref": op.ref, "reconfirm": False})
+    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
+        return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
+    current = status.replace or op
+    return wait(cfg, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
+
+
+def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
+    later than the VM action), slurmd registered after the action as its start time shows (a missing
+    NOT_RESPONDING flag is not enough: a pre-reboot state satisfies it), and the trigger cleared. A
+    node whose trigger is still there climbs the ladder at the timeout; it never returns."""
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
+    if str(inp.context.get("vm_op_ref", "")).startswith("dry-run:"):
+        return Done("nothing was restarted (dry-run), so recovery is not checked")
+    knode = ad.kube.get(inp.context["k8s_node"])
+    snode = ad.slurm.get_node(inp.node)
+    action_at = inp.context.get("vm_action_at")
+    since = datetime.fromisoformat(action_at) if action_at else inp.started_at
+    # Slurm stamps the start in whole seconds: a start in the action's own second counts as after it.
+    started = snode.slurmd_start_time
+    slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
+    before = inp.context.get("boot_id_before")
+    rebooted = knode.boot_id != before if before else slurmd_after
+    responding = "NOT_RESPONDING" not in snode.flags
+    trigger = trigger_present(inp, ad, knode, snode, cfg)
+    ready = knode.ready == "True" or not before
+    facts = (f"Ready={knode.ready}, new bootID={rebooted}, slurmd started after the action="
+             f"{slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs {since:%Y-%m-%d %H:%M:%S})" if started else
+             f"Ready={knode.ready}, new bootID={rebooted}, slurmd start time unknown")
+    if ready and rebooted and slurmd_after and responding and trigger is None:
+        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the "
+                    f"action at {since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id})
+    still = f"; trigger still present: {trigger}" if trigger else ""
+    if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
+                        f"{', slurmd not responding' if not responding else ''}{still}")
+    return wait(cfg, f"waiting for proof of recovery: {facts}{still}")
+
+
+def return_to_service(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    notes = []
+    k8s_name = inp.context.get("k8s_node")
+    if k8s_name:
+        ad.kube.set_quarantine_taint(k8s_name, False)
+        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
+    notes.append(resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix))
+    return Done("; ".join(notes))
+
+
+def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
+    node = slurm.get_node(name)
+    if not node.reason_is_ours(prefix):
+        if node.flags & {"DRAIN", "FAIL"} or node.state == "DOWN":
+            return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
+        return "already in service"
+    slurm.resume(name)
+    return "resumed in Slurm"
+
+
+def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    prefix = cfg.policy.our_reason_prefix
+    why = inp.context.get("quarantine_reason") or inp.cause
+    node = ad.slurm.get_node(inp.node)
+    reason = slurm_reason(f"{prefix} quarantined: {why}")
+    if node.reason != reason and not human_hold(node, cfg):
+        ad.slurm.drain(inp.node, reason)
+    notes = ["kept out of the Slurm pool"]
+    try:
+        k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+        ad.kube.set_quarantine_taint(k8s_name, True)
+        notes.append(f"tainted {k8s_name}")
+    except (UnknownNode, NotFound) as exc:
+        notes.append(f"no Kubernetes Node to taint ({exc.message})")
+    return Done("; ".join(notes), context={"quarantine_reason": why})
+
+
+STEPS: dict[Step, StepFn] = {
+    Step.SLURM_DRAIN: slurm_drain,
+    Step.K8S_CORDON: k8s_cordon,
+    Step.K8S_EVICT: k8s_evict,
+    Step.VM_RESTART: vm_restart,
+    Step.VERIFY: verify,
+    Step.RETURN: return_to_service,
+    Step.QUARANTINE: quarantine,
+}
+
+
+def give_back(ad: Adapters, node: str, prefix: str) -> str:
+    """Undo what is ours on a node we stop remediating: resume our drain (only while the reason is
+    still ours), remove our cordon and our taint. A human's drain or cordon is left alone."""
+    return release_node(ad, node, prefix)
+
+
+def release_node(ad: Adapters, node: str, prefix: str) -> str:
+    """Carry out a human release: remove our taint and our cordon, resume the node in Slurm if the
+    drain is ours (a human's own drain placed meanwhile is left alone)."""
+    notes = []
+    try:
+        k8s_name = ad.kube.node_for(node)
+        ad.kube.set_quarantine_taint(k8s_name, False)
+        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
+    except (UnknownNode, NotFound) as exc:
+        notes.append(f"no Kubernetes Node ({exc.message})")
+    notes.append(resume_if_ours(ad.slurm, node, prefix))
+    return "; ".join(notes)

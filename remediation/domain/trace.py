@@ -1,0 +1,150 @@
+"""Failure traces: read them, or synthesise one from a published failure mix, as timed NodeEvents.
+
+Two formats:
+
+- **events** (``.jsonl``): one NodeEvent per line (what `remediation events tail -o json` prints, or what
+  a site exports from slurmctld logs). Replayed as they are.
+- **mix** (``.csv`` with ``category,count,...,suggested_signal,remediable_by_vm_restart`` columns, such
+  as the Llama 3 405B interruption table): each category's count is scaled from the paper's cluster
+  (2,048 nodes over 54 days) to ``nodes`` over ``days`` and spread at random (seeded) over that time.
+  The ``suggested_signal`` column says how a fault shows itself; faults with no node signal (software
+  bugs, NCCL timeouts) produce no event at all, correlated network faults hit several nodes at once, host
+  maintenance is a human drain. ``remediable_by_vm_restart = no`` marks the fault as one a restart does
+  not fix (the simulation keeps such a node broken until it is repaired by hand).
+
+Everything is deterministic for a given seed, so a rehearsal can be repeated after changing a threshold.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
+
+#: The published trace's cluster (Llama 3 405B pre-training): 2,048 nodes over 54 days. Scaling to
+#: another cluster keeps the per-node rate. The simulator's replay reads the same CSV through here.
+PAPER_NODES = 2048
+PAPER_DAYS = 54.0
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: datetime
+    event: NodeEvent
+    fixed_by_restart: bool = True
+    category: str = ""
+
+
+def load(path: Path, *, nodes: int, days: float, start: datetime, seed: int = 1) -> list[Fault]:
+    if not path.is_file():
+        raise TraceError(f"{path}: no such trace file")
+    if path.suffix == ".jsonl":
+        return _load_events(path)
+    if path.suffix == ".csv":
+        return synthesise(read_mix(path), nodes=nodes, days=days, start=start, seed=seed)
+    raise TraceError(f"{path}: a trace is .jsonl (events) or .csv (a failure mix)")
+
+
+def _load_events(path: Path) -> list[Fault]:
+    out = []
+    for no, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ev = NodeEvent.parse(line)
+        except InvalidEvent as exc:
+            raise TraceError(f"{path}:{no}: {exc}") from None
+        out.append(Fault(ev.observed_at, ev))
+    return sorted(out, key=lambda f: f.at)
+
+
+@dataclass(frozen=True)
+class MixRow:
+    """One root-cause category of a failure mix."""
+
+    category: str
+    count: int
+    signal: str  # suggested_signal, lower-cased: how the fault shows itself
+    remediable: bool  # remediable_by_vm_restart
+    component: str = ""
+
+
+def read_mix(path: str | Path) -> list[MixRow]:
+    """The rows of a failure-mix CSV (the one reader of that format: the simulator's replay uses it too)."""
+    path = Path(path)
+    rows = []
+    with path.open(newline="", encoding="utf-8") as fh:
+        reader = csv.DictReader(fh)
+        needed = {"category", "count", "suggested_signal", "remediable_by_vm_restart"}
+        if not reader.fieldnames or not needed <= set(reader.fieldnames):
+            raise TraceError(f"{path}: a failure mix needs the columns {sorted(needed)}")
+        for no, rec in enumerate(reader, 2):
+            try:
+                count = int(rec["count"])
+            except ValueError:
+                raise TraceError(f"{path}:{no}: count {rec['count']!r} is not a number") from None
+            if count < 0:
+                raise TraceError(f"{path}:{no}: count must not be negative")
+            rows.append(MixRow(rec["category"], count, rec["suggested_signal"].lower(),
+                               rec["remediable_by_vm_restart"].strip().lower().startswith("yes"),
+                               rec.get("component") or ""))
+    return rows
+
+
+def _kind_of(signal: str) -> tuple[Source, str, str] | None:
+    """(source, state, reason) for a suggested signal, or None when the fault leaves nodes healthy."""
+    if "job failure only" in signal:
+        return None
+    if "maintenance" in signal:
+        return Source.SLURM, "DRAIN", "maintenance: host repair"
+    if "not responding" in signal or "down" in signal:
+        return Source.SLURM, "DOWN", "Not responding"
+    if "researcher" in signal and "condition" not in signal:
+        return Source.SLURM, "FAIL", "xid"
+    if "gpu condition" in signal:
+        return Source.KUBERNETES, "GpuXidError=True", "GPU fault"
+    if "notready" in signal:
+        return Source.KUBERNETES, "Ready=False", "KubeletNotReady"
+    if "node condition" in signal:
+        return Source.KUBERNETES, "KernelDeadlock=True", "host fault"
+    return Source.KUBERNETES, "Ready=False", signal[:80]
+
+
+def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, seed: int = 1) -> list[Fault]:
+    """Scale a failure mix to ``nodes`` over ``days`` and place each fault at random (seeded)."""
+    if nodes < 1 or days <= 0:
+        raise TraceError("nodes must be at least 1 and days positive")
+    rng = random.Random(seed)
+    span = timedelta(days=days).total_seconds()
+    scale = (nodes / PAPER_NODES) * (days / PAPER_DAYS)
+    out: list[Fault] = []
+    for row in mix:
+        kind = _kind_of(row.signal)
+        expected = row.count * scale
+        n = int(expected) + (1 if rng.random() < expected - int(expected) else 0)
+        for i in range(n):
+            at = start + timedelta(seconds=rng.uniform(0, span))
+            if kind is None:
+                continue
+            source, state, reason = kind
+            width = max(2, nodes // 32) if "correlated" in row.signal or "several" in row.signal else 1
+            for node in rng.sample(range(nodes), min(width, nodes)):
+                name = f"gpu-node-{node}"
+                ev = NodeEvent(source=source, node=name, kind=EventKind.UNHEALTHY, state=state,
+                               reason=f"{reason} ({row.category})", observed_at=at,
+                               dedupe_key=f"trace:{seed}:{row.category}:{i}:{name}")
+                out.append(Fault(at, ev, row.remediable, row.category))
+    return sorted(out, key=lambda f: (f.at, f.event.node))
+
+
+def dump_events(faults: list[Fault], path: Path) -> None:
+    path.write_text("".join(json.dumps(json.loads(f.event.to_json())) + "\n" for f in faults))

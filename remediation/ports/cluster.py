@@ -1,0 +1,222 @@
+"""The three small interfaces the workflow acts through, and the value types they exchange.
+
+These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
+slurmrestd or pyslurm; the kubernetes client; the GCE, Azure and AWS SDKs), and besides each real
+backend there are two more: ``remediation.adapters.noop`` (dry-run: records what would have happened,
+changes nothing) and ``remediation.adapters.memory`` (a simulated world for unit and integration
+tests). :mod:`remediation.adapters.factory` picks one from the settings.
+
+Contracts every implementation keeps:
+- Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
+  idempotency key already used, all succeed without acting twice.
+- Errors are the typed errors of :mod:`remediation.ports.errors`, carrying the provider's own message.
+- Nothing blocks for long: waiting is the workflow's job (it reschedules); adapters answer one question
+  or start one operation per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+# --------------------------------------------------------------------------------------------- Slurm
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """One node as slurmctld reports it. ``state`` is the upper-case base state (IDLE, ALLOCATED,
+    MIXED, DOWN, ...); ``flags`` the upper-case state flags (DRAIN, FAIL, NOT_RESPONDING, ...)."""
+
+    name: str
+    state: str
+    flags: frozenset[str] = frozenset()
+    reason: str = ""
+    reason_user: str | None = None
+    reason_time: datetime | None = None
+    slurmd_start_time: datetime | None = None  # when the node's slurmd last started (it registers then)
+
+    @property
+    def states(self) -> frozenset[str]:
+        """Base state and flags together, e.g. {"IDLE", "DRAIN"}."""
+        return self.flags | {self.state}
+
+    def reason_is_ours(self, prefix: str) -> bool:
+        return self.reason.startswith(prefix)
+
+
+@runtime_checkable
+class SlurmControl(Protocol):
+    def list_nodes(self) -> list[SlurmNode]:
+        """Every node slurmctld knows."""
+        ...
+
+    def get_node(self, name: str) -> SlurmNode:
+        """One node; raises UnknownNode."""
+        ...
+
+    def running_jobs(self, name: str) -> int:
+        """Number of jobs running (or completing) on the node."""
+        ...
+
+    def jobs_on(self, name: str) -> list[str]:
+        """Ids of the jobs that still hold the node (running, completing, configuring, suspended),
+        as ``squeue -w NAME`` lists them; sorted."""
+        ...
+
+    def requeue_jobs(self, job_ids: list[str]) -> None:
+        """``scontrol requeue`` these jobs; a job that already ended is not an error."""
+        ...
+
+    def cancel_jobs(self, job_ids: list[str]) -> None:
+        """``scancel`` these jobs; a job that already ended is not an error."""
+        ...
+
+    def drain(self, name: str, reason: str) -> None:
+        """``scontrol update nodename=NAME state=drain reason=REASON``. The caller passes the full
+        reason (with our prefix)."""
+        ...
+
+    def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
+        """Mark the node DOWN or FAIL with a reason."""
+        ...
+
+    def resume(self, name: str) -> None:
+        """Return the node to service. Ownership is checked by the caller (see slurm_ops)."""
+        ...
+
+
+# ---------------------------------------------------------------------------------------- Kubernetes
+
+
+@dataclass(frozen=True)
+class KubeNode:
+    """What the workflow needs of a Kubernetes Node."""
+
+    name: str
+    ready: str  # "True", "False" or "Unknown"
+    boot_id: str
+    provider_id: str = ""
+    unschedulable: bool = False
+    cordoned_by_us: bool = False
+    quarantine_tainted: bool = False
+    conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+
+
+@dataclass(frozen=True)
+class EvictionProgress:
+    """The result of one eviction pass over a Node's pods."""
+
+    remaining: int  # pods that still need to leave (DaemonSet and mirror pods excluded)
+    blocked: tuple[str, ...] = ()  # "namespace/name" refused by a PodDisruptionBudget this pass
+    retry_after: float | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.remaining == 0
+
+
+@runtime_checkable
+class KubeNodes(Protocol):
+    def node_for(self, slurm_node: str) -> str:
+        """Resolve a Slurm node name to its Kubernetes Node name (mapping strategy); UnknownNode."""
+        ...
+
+    def get(self, name: str) -> KubeNode:
+        ...
+
+    def cordon(self, name: str, reason: str) -> None:
+        """Mark unschedulable and annotate the cordon as ours. A Node a human already cordoned is
+        left as it is (and not marked ours)."""
+        ...
+
+    def uncordon(self, name: str) -> bool:
+        """Remove the cordon only if it is ours; return whether it did."""
+        ...
+
+    def evict_pods(self, name: str) -> EvictionProgress:
+        """One pass of the Eviction API over the Node's pods; never force-deletes."""
+        ...
+
+    def set_quarantine_taint(self, name: str, on: bool) -> None:
+        """Add or remove our NoSchedule quarantine taint."""
+        ...
+
+
+# ----------------------------------------------------------------------------------------------- VMs
+
+
+class VMAction(StrEnum):
+    RESTART = "restart"
+    REIMAGE = "reimage"
+    REDEPLOY = "redeploy"
+    STOP_START = "stop_start"
+
+
+@dataclass(frozen=True)
+class VMRef:
+    """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
+
+    provider: Literal["gce", "azure", "aws", "memory"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id
+    zone: str = ""  # GCE zone, AWS availability zone
+    account: str = ""  # GCE project, Azure subscription
+    group: str = ""  # Azure resource group
+    scale_set: str | None = None  # Azure VMSS name
+    provider_id: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VMRef:
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A started provider operation, persisted in remediation_steps before anyone waits on it."""
+
+    provider: str
+    ref: str  # GCE operation name, Azure-AsyncOperation URL, AWS request id
+    action: VMAction
+    vm: VMRef
+    data: dict[str, Any] = field(default_factory=dict)  # provider extras (phase, zone, state...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "ref": self.ref,
+            "action": str(self.action),
+            "vm": self.vm.to_dict(),
+            "data": dict(self.data),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Operation:
+        return cls(
+            provider=data["provider"],
+            ref=data["ref"],
+            action=VMAction(data["action"]),
+            vm=VMRef.from_dict(data["vm"]),
+            data=dict(data.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    done: bool
+    error: str | None = None  # set when the operation finished with an error (provider's message)
+    replace: Operation | None = None  # a multi-phase action moved on (e.g. stop done -> start issued)
+
+
+@runtime_checkable
+class VMProvider(Protocol):
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        """Start an action. Calling again with the same key must not act twice."""
+        ...
+
+    def poll(self, op: Operation) -> OperationStatus:
+        """Check an operation once."""
+        ...

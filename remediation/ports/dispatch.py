@@ -1,0 +1,43 @@
+"""Where work goes after a lever or an ingest commits: the port the entry points fill.
+
+The services never import a broker. Whoever builds a :class:`remediation.services.lever_service.LeverService`
+(the CLI, the API, the demo) passes it a dispatcher: the Celery one
+(:class:`remediation.adapters.celery.CeleryDispatcher`) in production, :class:`SweeperOnly` where there is
+no broker. Without a broker, step follow-ups are still safe: they were committed with ``next_run_at``
+set, so the sweeper resumes them; only a release's undo in Slurm and Kubernetes cannot wait for it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FollowUp:
+    """A step to enqueue after the commit."""
+
+    remediation_id: int
+    step: str
+    countdown: float = 0.0
+
+
+class Dispatcher(Protocol):
+    def steps(self, followups: Sequence[FollowUp | None]) -> None: ...
+
+    def release(self, node: str) -> None: ...
+
+
+class SweeperOnly:
+    """No broker: steps wait for the sweeper; a release cannot be carried out."""
+
+    def steps(self, followups: Sequence[FollowUp | None]) -> None:
+        if any(followups):
+            log.info("no dispatcher installed; the sweeper will pick up %d step(s)", len(followups))
+
+    def release(self, node: str) -> None:
+        raise RuntimeError("no dispatcher installed: cannot queue release actions")

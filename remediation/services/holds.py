@@ -1,0 +1,157 @@
+"""Errors that are not the node's fault: pause automation, hold the remediation, page, charge nothing.
+
+The engine sends here every error whose scope is not ``node`` or ``transient`` (see
+:mod:`remediation.ports.errors`):
+
+- A **systemic** error (an expired credential, a revoked role, an exhausted quota, a configuration the
+  backend cannot serve, an unreachable slurmctld) pauses all automation with the reason, exactly once
+  however many workers meet it at the same moment (they queue on the ``paused`` control row), and that one
+  pause writes the one audit row that pages on-call. The step is left ``started`` with the error on it, so
+  it runs again, with the same idempotency key, when automation resumes.
+- An **unmapped** exception (a type no adapter translated) holds its own remediation with a page: the node
+  stays drained, nothing counts against it, and nothing else stops. The same unmapped error on a second
+  node is no longer a coincidence: it pauses automation like a systemic error.
+
+Neither path ever quarantines a node or closes its remediation, so neither counts toward the
+repeat-offender rule or the storm breaker.
+
+Automation resumes by a human (``remediation resume``, which also lifts every hold), or, when the fault
+heals by itself (an unreachable controller), by :func:`probe`: the beat task calls it, and after
+``policy.probe_successes`` answers in a row from the component that failed it resumes automation, audited
+as the system's own action.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from remediation.db.models import Remediation, RemediationStep
+from remediation.db.queries import PAUSED, control_get, control_set, lock_control
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.ports.errors import SystemicError
+from remediation.services.audit import audit
+
+UNMAPPED = "unmapped_errors"  # control row: error kind -> the nodes it held
+SYSTEM_ACTOR = "system"
+
+
+@dataclass(frozen=True)
+class PagedError:
+    """An error the engine will not hold against the node, as it is recorded and paged."""
+
+    kind: str  # "CredentialError", or "unmapped ValueError"
+    message: str
+    systemic: bool
+    self_healing: bool = False
+    component: str = ""
+
+    @classmethod
+    def of(cls, exc: BaseException) -> PagedError:
+        if isinstance(exc, SystemicError):
+            return cls(exc.kind, exc.message, True, exc.self_healing, exc.component)
+        text = str(exc) or repr(exc)
+        return cls(f"unmapped {type(exc).__module__}.{type(exc).__qualname__}", text[:2000], False)
+
+    @property
+    def summary(self) -> str:
+        return f"{self.kind}: {self.message}"[:2000]
+
+
+def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | None) -> bool:
+    """Pause automation for ``fault``; returns False when it was already paused (nothing recorded, so
+    on-call is paged once per outage, not once per node)."""
+    current = lock_control(s, PAUSED, now)
+    if current.get("paused"):
+        return False
+    value = {
+        "paused": True, "by": SYSTEM_ACTOR, "reason": fault.summary, "at": now.isoformat(),
+        "error_kind": fault.kind, "self_healing": fault.self_healing, "component": fault.component,
+        "node": node, "remediation": rid, "probe_ok": 0,
+    }
+    control_set(s, PAUSED, value, now)
+    audit(s, now, SYSTEM_ACTOR, "pause", "", f"automation paused by a fault in our own plumbing: {fault.summary}",
+          {"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
+    return True
+
+
+def hold(
+    s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: PagedError, poll_s: float
+) -> float:
+    """Record ``fault`` on the step at once and park the remediation; returns the countdown to the next
+    look (it waits at the gate, which a pause or a hold keeps shut)."""
+    if row is not None:
+        row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
+        detail = {k: v for k, v in (row.detail or {}).items() if k not in ("streak", "failing_since", "retry_at")}
+        row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat()}
+    rem.lease_owner = rem.lease_until = None
+    rem.status, rem.updated_at = RemediationStatus.WAITING, now
+    rem.next_run_at = now + timedelta(seconds=poll_s)
+    if fault.systemic:
+        rem.wait_reason = f"automation paused: {fault.summary}"[:2000]
+        pause(s, now, fault, rem.node, rem.id)
+        return poll_s
+    rem.context = {**(rem.context or {}), "held": {"kind": fault.kind, "error": fault.message[:1000],
+                                                   "at": now.isoformat(), "step": rem.step}}
+    rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
+    audit(s, now, SYSTEM_ACTOR, "hold", rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
+          {"remediation": rem.id, "error_kind": fault.kind})
+    seen = lock_control(s, UNMAPPED, now)
+    nodes = sorted(set(seen.get(fault.kind, [])) | {rem.node})
+    control_set(s, UNMAPPED, {**seen, fault.kind: nodes}, now)
+    if len(nodes) >= 2:
+        pause(s, now, PagedError(fault.kind, f"the same error on {', '.join(nodes[:5])}: {fault.message}", True),
+              rem.node, rem.id)
+    return poll_s
+
+
+def held_reason(rem: Remediation) -> str | None:
+    held = (rem.context or {}).get("held")
+    return f"held: {held.get('kind')}: {held.get('error')}" if held else None
+
+
+def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
+    """A human resumed automation: every held remediation goes on at its next look."""
+    lifted = []
+    rows = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).with_for_update()).all()
+    for rem in rows:
+        if (rem.context or {}).get("held"):
+            rem.context = {k: v for k, v in rem.context.items() if k != "held"}
+            rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
+            lifted.append(rem.id)
+            audit(s, now, actor, "unhold", rem.node, reason, {"remediation": rem.id})
+    control_set(s, UNMAPPED, {}, now)
+    return lifted
+
+
+def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: int) -> dict[str, Any]:
+    """One health probe of a self-healing system pause. ``check(component, node)`` raises while the
+    component still fails. Returns the pause state after the probe."""
+    state = lock_control(s, PAUSED, now)
+    if not (state.get("paused") and state.get("by") == SYSTEM_ACTOR and state.get("self_healing")):
+        return state
+    try:
+        check(str(state.get("component") or ""), str(state.get("node") or ""))
+    except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
+        state = {**state, "probe_ok": 0, "probe_error": str(exc)[:500], "probed_at": now.isoformat()}
+        control_set(s, PAUSED, state, now)
+        return state
+    ok = int(state.get("probe_ok", 0)) + 1
+    if ok < needed:
+        state = {**state, "probe_ok": ok, "probed_at": now.isoformat()}
+        control_set(s, PAUSED, state, now)
+        return state
+    reason = f"health probe: {state.get('component')} answered {ok} times in a row after: {state.get('reason')}"
+    state = {"paused": False, "by": SYSTEM_ACTOR, "reason": reason[:2000], "at": now.isoformat()}
+    control_set(s, PAUSED, state, now)
+    audit(s, now, SYSTEM_ACTOR, "resume", "", reason[:2000], {"system": True})
+    return state
+
+
+def pause_state(s: Session) -> dict[str, Any]:
+    return control_get(s, PAUSED)

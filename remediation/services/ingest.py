@@ -1,0 +1,323 @@
+"""Ingest: record a batch of published events and apply the domain's decision to each, in one transaction.
+
+Per batch (not per event) the ingest makes a fixed number of round trips: one INSERT ... ON CONFLICT DO
+NOTHING RETURNING for the events (the RETURNING set is exactly the events never seen before, race-free
+against a concurrent ingest), one SELECT of the nodes involved, one of their open remediations, one of
+their recent failure counts (episodes), two for their latest remediation (what its own actions may
+explain) and one for their latest healthy observations, then the decisions, written back in one
+executemany UPDATE.
+
+Decisions are level-triggered: an unhealthy edge is decided against the node's latest observation of
+the same condition, from the database *and* from the rest of the batch (a watcher may flush a stale
+edge together with the healthy observation that ended it), and against the remediation that may
+have caused it (:mod:`remediation.domain.attribution`). New
+remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
+losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
+
+Payloads that do not parse are stored in ``rejected_events`` with the parser's message. Nothing
+published is ever dropped silently.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
+from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
+from remediation.db.queries import (
+    among,
+    latest_healthy,
+    latest_windows,
+    open_remediations_for,
+    recent_failure_counts,
+)
+from remediation.domain.attribution import Condition, Window, healthy_observations
+from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
+from remediation.domain.policy import (
+    OUR_OWN,
+    Clock,
+    Decision,
+    DecisionKind,
+    NodeView,
+    decide,
+    slurm_bad_states,
+)
+from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
+from remediation.services.audit import would
+from remediation.settings import PolicySettings
+
+
+@dataclass
+class IngestResult:
+    recorded: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    opened: list[tuple[int, str]] = field(default_factory=list)  # (remediation id, first step)
+    decisions: dict[str, int] = field(default_factory=dict)
+
+
+def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
+    return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+
+
+def storable(text: str, limit: int = 65536) -> str:
+    """Text as Postgres can keep it: NUL is the one character a text column refuses, and one
+    unstorable payload must never fail (and so block) the batch it arrived in."""
+    return text[:limit].replace("\x00", "\\u0000")
+
+
+def parse_payloads(payloads: Sequence[str | bytes]) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
+    events: list[NodeEvent] = []
+    rejected: list[tuple[str, str]] = []
+    for raw in payloads:
+        try:
+            events.append(NodeEvent.parse(raw))
+        except InvalidEvent as exc:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            rejected.append((storable(text), storable(str(exc), 4000)))
+    return events, rejected
+
+
+def reject(session: Session, payload: str | bytes, error: str, now: datetime) -> None:
+    """Keep a payload that could not be recorded (the last resort of the ingest task)."""
+    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload)
+    session.add(RejectedEvent(received_at=now, payload=storable(text), error=storable(error, 4000)))
+
+
+def ingest(
+    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    dry_run: bool = False,
+) -> IngestResult:
+    """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
+    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted, issue 11)."""
+    now = clock.now()
+    result = IngestResult()
+    events, rejected = parse_payloads(payloads)
+    if rejected:
+        session.execute(
+            insert(RejectedEvent),
+            [{"received_at": now, "payload": p, "error": e} for p, e in rejected],
+        )
+        result.rejected = len(rejected)
+    if not events:
+        return result
+    # Within one batch the same key may appear twice (edge + resync); keep the first.
+    unique: dict[str, NodeEvent] = {}
+    for ev in events:
+        unique.setdefault(ev.dedupe_key, ev)
+    result.duplicates = len(events) - len(unique)
+
+    _ensure_nodes(session, {ev.node for ev in unique.values()}, now)
+    new_keys = insert_events(session, [_event_row(ev) for ev in unique.values()], now)
+    result.duplicates += len(unique) - len(new_keys)
+    fresh = sorted(
+        (ev for key, ev in unique.items() if key in new_keys), key=lambda e: e.observed_at
+    )
+    result.recorded = len(fresh)
+    if not fresh:
+        return result
+
+    names = {ev.node for ev in fresh}
+    # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
+    # (ORM objects would flush one statement shape per changed-column set, hundreds per batch).
+    nodes = {
+        name: NodeRow(name, status, reason, updated, last)
+        for name, status, reason, updated, last in session.execute(
+            select(Node.name, Node.status, Node.status_reason, Node.updated_at, Node.last_event_at)
+            .where(among(session, Node.name, names)).with_for_update()
+        )
+    }
+    open_by_node = open_remediations_for(session, names)
+    failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
+    windows = latest_windows(session, names)
+    healthy = _healthy(session, fresh, unique.values(), policy)
+    counts: dict[str, int] = defaultdict(int)
+    updates: list[dict[str, Any]] = []
+    todo = fresh
+    while todo:
+        # One round decides every event up to (and including) the first one that opens a remediation
+        # on its node; the node's later events wait for the next round, when the new remediation has
+        # its id. All of a round's remediations are inserted together.
+        deferred: list[NodeEvent] = []
+        opens: dict[str, tuple[NodeEvent, Decision]] = {}
+        for ev in todo:
+            if ev.node in opens:
+                deferred.append(ev)
+                continue
+            node = nodes[ev.node]
+            view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0),
+                            windows.get(ev.node), healthy.get(ev.node, {}))
+            decision = decide(ev, view, policy)
+            node.last_event_at = ev.observed_at
+            if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
+                opens[ev.node] = (ev, decision)
+                continue
+            _apply_record(ev, node, decision, now)
+            counts[decision.kind] += 1
+            updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
+        opened = _open(session, opens, new_keys, now, dry_run)
+        for name, (ev, decision) in opens.items():
+            rid = opened.get(name)
+            if rid is None:  # a concurrent ingest opened one first: this event is recorded only
+                decision = Decision(DecisionKind.RECORD, "a remediation was opened concurrently")
+                open_by_node.update(open_remediations_for(session, [name]))
+            else:
+                open_by_node[name] = rid
+                windows[name] = Window(rid, now, dry_run=dry_run)
+                failures[name] = failures.get(name, 0) + 1
+                node = nodes[name]
+                node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
+                first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
+                result.opened.append((rid, first.value))
+            counts[decision.kind] += 1
+            updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
+        todo = deferred
+    set_decisions(session, updates)
+    update_nodes(session, [
+        {"name": n.name, "status": n.status, "status_reason": n.status_reason, "updated_at": n.updated_at,
+         "last_event_at": n.last_event_at} for n in nodes.values()
+    ])
+    result.decisions = dict(counts)
+    return result
+
+
+@dataclass(slots=True)
+class NodeRow:
+    """One locked ``nodes`` row as the batch changes it (status and last event)."""
+
+    name: str
+    status: str
+    status_reason: str
+    updated_at: datetime
+    last_event_at: datetime | None
+
+
+def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent],
+             policy: PolicySettings) -> dict[str, dict[Condition, datetime]]:
+    """The latest healthy observation per node and condition, at or after the oldest unhealthy edge
+    of the batch: recorded ones and the batch's own (a later event in the batch counts too)."""
+    edges = [ev.observed_at for ev in fresh if ev.kind is EventKind.UNHEALTHY]
+    if not edges:
+        return {}
+    bad = slurm_bad_states(policy)
+    names = {ev.node for ev in fresh if ev.kind is EventKind.UNHEALTHY}
+    out = latest_healthy(session, names, min(edges), bad)
+    mine = healthy_observations(
+        ((ev.node, ev.source.value, ev.kind.value, ev.state, ev.observed_at) for ev in batch if ev.node in names),
+        {"slurm": bad},
+    )
+    for (node, cond), at in mine.items():
+        seen = out.setdefault(node, {})
+        if cond not in seen or at > seen[cond]:
+            seen[cond] = at
+    return out
+
+
+def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, Any]:
+    return {"id": event_id, "decision": decision.kind.value, "decision_reason": decision.reason[:2000],
+            "remediation_id": rid}
+
+
+def _apply_record(ev: NodeEvent, node: NodeRow, decision: Decision, now: datetime) -> None:
+    if decision.kind is DecisionKind.RECOVERED:
+        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
+    elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
+          and decision.kind is DecisionKind.RECORD and decision.reason != OUR_OWN):
+        node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
+
+
+def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
+          now: datetime, dry_run: bool = False) -> dict[str, int]:
+    """Insert a round's remediations at once. The partial unique index (one open per node) is the
+    arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
+    if not opens:
+        return {}
+    rows = []
+    for name, (ev, decision) in opens.items():
+        quarantine = decision.kind is DecisionKind.QUARANTINE
+        context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason,
+                                   "observed_at": ev.observed_at.isoformat()}
+        if quarantine:
+            context["quarantine_reason"] = decision.reason
+        rows.append({
+            "node": name, "cause": decision.reason, "source": ev.source.value,
+            "status": RemediationStatus.RUNNING.value,
+            "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
+            "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
+            "context": context, "dry_run": dry_run,
+        })
+    ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
+        index_elements=["node"], index_where=OPEN_PREDICATE
+    )
+    opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
+    session.execute(insert(AuditLog), [
+        {"at": now, "actor": "remediation", "action": "open", "target": name,
+         "reason": would(opens[name][1].reason) if dry_run else opens[name][1].reason,
+         "detail": {"remediation": rid}, "dry_run": dry_run} for name, rid in opened.items()
+    ])
+    return opened
+
+
+def _event_row(ev: NodeEvent) -> dict[str, object]:
+    return {
+        "dedupe_key": ev.dedupe_key,
+        "source": ev.source.value,
+        "node": ev.node,
+        "kind": ev.kind.value,
+        "state": ev.state,
+        "reason": ev.reason,
+        "reason_user": ev.reason_user,
+        "observed_at": ev.observed_at,
+        "published_at": ev.published_at,
+    }
+
+
+def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
+    """Watchers observe real nodes, so an event's node joins the inventory (and the breaker's pool)."""
+    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now)
+
+
+def ingest_batch(
+    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    dry_run: bool = False,
+) -> IngestResult:
+    """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
+    not an outage), record the payloads one by one and keep any that still fail in rejected_events.
+    One poisonous payload therefore costs one row, never the stream behind it. Outages
+    (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
+    try:
+        with sessions() as s, s.begin():
+            return ingest(s, payloads, policy, clock, dry_run)
+    except (OperationalError, InterfaceError):
+        raise
+    except SQLAlchemyError:
+        pass
+    total = IngestResult()
+    for payload in payloads:
+        try:
+            with sessions() as s, s.begin():
+                one = ingest(s, [payload], policy, clock, dry_run)
+        except (OperationalError, InterfaceError):
+            raise
+        except SQLAlchemyError as exc:
+            with sessions() as s, s.begin():
+                reject(s, payload, f"could not be recorded: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
+                       clock.now())
+            total.rejected += 1
+            continue
+        total.recorded += one.recorded
+        total.duplicates += one.duplicates
+        total.rejected += one.rejected
+        total.opened += one.opened
+        for k, v in one.decisions.items():
+            total.decisions[k] = total.decisions.get(k, 0) + v
+    return total

@@ -1,0 +1,97 @@
+"""The one lever service: every on-call lever, one transaction each, then the follow-up work.
+
+The CLI and the API (JSON routes and dashboard forms alike) call this class and only format what it
+returns, so a release from the terminal, from ``curl`` and from the browser write the same audit row
+and queue the same work. The transactional rules live in :mod:`remediation.services.levers`; this class
+adds what every caller needs around them: the session, the clock, and the dispatcher it was given
+(never a global), used only after the commit so a follow-up never runs against uncommitted state.
+
+A release (and a cancel with ``give_back``) is committed even when its undo in Slurm and Kubernetes
+cannot be queued; the result says so (``undo_error``) and the caller tells the human what is left.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.domain.policy import Clock
+from remediation.ports.dispatch import Dispatcher, FollowUp
+from remediation.services import levers
+from remediation.settings import PolicySettings
+
+
+@dataclass(frozen=True)
+class Undo:
+    """A lever that hands our drain, cordon and taint back: which node, and whether that was queued."""
+
+    node: str
+    error: Exception | None = None
+
+    @property
+    def queued(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    remediation_id: int
+    node: str
+    step: str
+    undo: Undo | None  # only with give_back
+
+
+class LeverService:
+    def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
+                 clock: Clock) -> None:
+        self._sessions = sessions
+        self._dispatcher = dispatcher
+        self._policy = policy
+        self._clock = clock
+
+    def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
+        with self._sessions() as s, s.begin():
+            followup = levers.quarantine(s, node, actor, reason, self._clock.now())
+        self._dispatcher.steps([followup])
+        return followup
+
+    def release(self, node: str, actor: str, reason: str) -> Undo:
+        with self._sessions() as s, s.begin():
+            actions = levers.release(s, node, actor, reason, self._clock.now())
+        return self._undo(actions.node)
+
+    def cancel(self, remediation_id: int, actor: str, reason: str, give_back: bool = False) -> Cancelled:
+        with self._sessions() as s, s.begin():
+            rem = levers.cancel(s, remediation_id, actor, reason, self._clock.now(), give_back=give_back)
+            rid, node, step = rem.id, rem.node, rem.step
+        return Cancelled(rid, node, step, self._undo(node) if give_back else None)
+
+    def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
+        with self._sessions() as s, s.begin():
+            followups = levers.report(s, node, actor, reason, self._clock.now(), self._policy)
+        self._dispatcher.steps(followups)
+        return followups
+
+    def set_paused(self, paused: bool, actor: str, reason: str) -> bool:
+        """Pause or resume all automation; returns whether it was paused before."""
+        with self._sessions() as s, s.begin():
+            return levers.set_paused(s, paused, actor, reason, self._clock.now())
+
+    def breaker_status(self) -> dict[str, Any]:
+        with self._sessions() as s:
+            return levers.breaker_status(s)
+
+    def close_breaker(self, actor: str, reason: str) -> list[FollowUp]:
+        with self._sessions() as s, s.begin():
+            followups = levers.close_breaker(s, actor, reason, self._clock.now())
+        self._dispatcher.steps(followups)
+        return followups
+
+    def _undo(self, node: str) -> Undo:
+        try:
+            self._dispatcher.release(node)
+        except Exception as exc:  # committed; the caller says plainly that Slurm/Kubernetes were not touched
+            return Undo(node, exc)
+        return Undo(node)

@@ -1,0 +1,170 @@
+"""Prometheus metrics read from the database at scrape time.
+
+Workers are many processes (Celery prefork, several hosts); counters kept in process memory would each
+tell part of the story and reset on restart. The database is the one place that knows the whole
+truth, so this collector runs a handful of aggregate queries per scrape and reports what is there. The
+"counters" are counts of append-only rows (events, closed remediations, finished steps), so they only
+go up, as Prometheus expects.
+
+Series (no per-node labels: a cluster of thousands of nodes must not become thousands of series):
+
+- ``remediation_events_total{source,kind}`` and ``remediation_event_decisions_total{decision}``
+- ``remediation_remediations_total{outcome}`` (closed, by final status) and
+  ``remediation_remediations_open{status,step}`` (in flight, where they stand)
+- ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
+- ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
+- ``remediation_breaker_open``, ``remediation_breaker_open_info{reason,since}`` (why, while open), ``remediation_paused``
+- ``remediation_workflow_lag_seconds``: how overdue the most overdue open remediation is (work nobody
+  has picked up), and ``remediation_queue_depth{queue}`` when the composition root injects the
+  broker's queue lengths
+- ``remediation_rejected_events_total``, ``remediation_database_up``
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import SystemClock, aware
+from remediation.db.models import Event, Node, RejectedEvent, Remediation, RemediationStep
+from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.domain.policy import Clock
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+
+log = logging.getLogger(__name__)
+
+# Steps range from sub-second (cordon) to tens of minutes (a drain waiting on jobs, a reimage).
+STEP_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0)
+QueueDepth = Callable[[], dict[str, int]]
+
+
+class DatabaseCollector(Collector):
+    def __init__(self, sessions: sessionmaker[Session], queue_depth: QueueDepth | None = None,
+                 clock: Clock | None = None) -> None:
+        self.sessions = sessions
+        self.queue_depth = queue_depth
+        self.clock = clock or SystemClock()
+
+    def collect(self) -> Iterable[Metric]:
+        up = GaugeMetricFamily("remediation_database_up", "1 if the last scrape could read the database")
+        try:
+            with self.sessions() as s:
+                metrics = list(self._from_db(s, self.clock.now()))
+        except Exception as exc:  # a scrape must answer even when the database is down
+            log.warning("metrics: cannot read the database: %s", type(exc).__name__)
+            metrics = []
+            up.add_metric([], 0)
+        else:
+            up.add_metric([], 1)
+        yield up
+        yield from metrics
+        if self.queue_depth is not None:
+            depth = GaugeMetricFamily("remediation_queue_depth", "Tasks waiting in each broker queue",
+                                      labels=["queue"])
+            try:
+                for queue, n in sorted(self.queue_depth().items()):
+                    depth.add_metric([queue], n)
+            except Exception as exc:
+                log.warning("metrics: cannot read the queue depth: %s", type(exc).__name__)
+            yield depth
+
+    def _from_db(self, s: Session, now: datetime) -> Iterable[Metric]:
+        events = CounterMetricFamily("remediation_events", "Events recorded, by source and kind",
+                                     labels=["source", "kind"])
+        for source, kind, n in s.execute(select(Event.source, Event.kind, func.count())
+                                         .group_by(Event.source, Event.kind)):
+            events.add_metric([source, kind], n)
+        yield events
+        decisions = CounterMetricFamily("remediation_event_decisions", "Events by the decision taken",
+                                        labels=["decision"])
+        for decision, n in s.execute(select(Event.decision, func.count()).group_by(Event.decision)):
+            decisions.add_metric([decision or "pending"], n)
+        yield decisions
+        rejected = CounterMetricFamily("remediation_rejected_events", "Payloads that could not be ingested")
+        rejected.add_metric([], s.scalar(select(func.count()).select_from(RejectedEvent)) or 0)
+        yield rejected
+
+        closed = CounterMetricFamily("remediation_remediations", "Closed remediations by outcome",
+                                     labels=["outcome"])
+        opened = GaugeMetricFamily("remediation_remediations_open", "Open remediations by status and step",
+                                   labels=["status", "step"])
+        counts = {st.value: 0 for st in RemediationStatus if st not in OPEN_STATUSES}
+        for status, step, n in s.execute(select(Remediation.status, Remediation.step, func.count())
+                                         .group_by(Remediation.status, Remediation.step)):
+            if status in OPEN_STATUSES:
+                opened.add_metric([status, step], n)
+            else:
+                counts[status] = counts.get(status, 0) + n
+        for outcome, n in counts.items():
+            closed.add_metric([outcome], n)
+        yield closed
+        yield opened
+        yield self._step_histogram(s)
+
+        nodes = GaugeMetricFamily("remediation_nodes", "Nodes by status", labels=["status"])
+        by_status = {st.value: 0 for st in NodeStatus}
+        for status, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
+            by_status[status] = n
+        for status, n in by_status.items():
+            nodes.add_metric([status], n)
+        yield nodes
+        yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
+                                value=by_status[NodeStatus.QUARANTINED.value])
+        latch = control_get(s, BREAKER)
+        yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds VM actions "
+                                "(it latches: open until a human closes it)", value=1 if latch.get("open") else 0)
+        why = GaugeMetricFamily("remediation_breaker_open_info", "Why the storm breaker is open (1 while open)",
+                                labels=["reason", "since"])
+        if latch.get("open"):
+            why.add_metric([str(latch.get("reason") or "")[:200], str(latch.get("at") or "")], 1)
+        yield why
+        yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the system on a fault in its own plumbing)",
+                                value=1 if control_get(s, PAUSED).get("paused") else 0)
+        oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(
+            Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now))
+        lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0  # type: ignore[operator]
+        yield GaugeMetricFamily("remediation_workflow_lag_seconds",
+                                "How overdue the most overdue open remediation step is", value=lag)
+
+    def _step_histogram(self, s: Session) -> HistogramMetricFamily:
+        hist = HistogramMetricFamily("remediation_step_duration_seconds",
+                                     "Duration of finished step attempts (started to done/failed)",
+                                     labels=["step"])
+        dur = _seconds_between(s, RemediationStep.started_at, RemediationStep.finished_at)
+        cols = [func.sum(case((dur <= b, 1), else_=0)) for b in STEP_BUCKETS]
+        q = (select(RemediationStep.step, func.count(), func.coalesce(func.sum(dur), 0.0), *cols)
+             .where(RemediationStep.finished_at.is_not(None)).group_by(RemediationStep.step))
+        for step, count, total, *cumulative in s.execute(q):
+            buckets = [(_le(b), int(c or 0)) for b, c in zip(STEP_BUCKETS, cumulative, strict=True)]
+            buckets.append(("+Inf", int(count)))
+            hist.add_metric([step], buckets, float(total))
+        return hist
+
+
+def _seconds_between(s: Session, start: Any, end: Any) -> Any:
+    if s.get_bind().dialect.name == "postgresql":
+        return func.extract("epoch", end - start)
+    # julianday() is a float of days since 4714 BC: at today's magnitude a difference carries tens of
+    # microseconds of rounding noise, enough to push a 30 s step past the le="30" bucket. Round to the
+    # millisecond, which is below any step's real resolution.
+    return func.round((func.julianday(end) - func.julianday(start)) * 86400.0, 3)
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
+
+
+def make_registry(sessions: sessionmaker[Session], queue_depth: QueueDepth | None = None,
+                  clock: Clock | None = None) -> CollectorRegistry:
+    """A registry of its own per app, so tests and several apps in one process never collide."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DatabaseCollector(sessions, queue_depth, clock))
+    return registry

@@ -1,0 +1,213 @@
+"""Slack-compatible webhook notifications, with the audit log as a durable outbox.
+
+Everything worth telling on-call is already written to ``audit_log`` in the same transaction as the
+change itself (a quarantine, the breaker opening, an escalation). So instead of sending from inside
+the workflow (and losing the message when a process dies between commit and send), one periodic pass
+reads audit rows after a cursor kept in the ``control`` table (``notify_cursor``) and posts them.
+
+A pass has three phases, so that no HTTP call is made while a database row is locked (a slow webhook
+would otherwise hold the cursor row, and a connection, for as long as it takes):
+
+1. **plan**, in one short transaction holding the cursor row: read up to ``batch`` audit rows after the
+   cursor, keep the notifiable actions, skip rows older than ``notify.max_age_s`` (stale news after an
+   outage is not worth a page); drop repeats (at most one message per (action, node) within
+   ``notify.min_interval_s``; the last-sent times live in the cursor row too, so the limit survives
+   restarts); keep at most ``notify.max_per_pass`` messages and collapse the rest into one summary, so
+   a storm of 500 escalations pages a handful of times and one "...and 495 more" line. The plan takes
+   a lease on the cursor row (``lease_until``) and commits: an overlapping pass sees the lease and
+   leaves these rows alone, so two workers never send the same rows;
+2. **post**, with no transaction open (:mod:`remediation.adapters.webhook`);
+3. **record**, in a second short transaction: advance the cursor past what was posted and give the
+   lease back. A failed post stops the pass and leaves the cursor before the failed message, so it is
+   retried on the next pass (delivery is at-least-once: a crash between the post and the record
+   repeats that message once the lease has expired, it never loses it).
+
+A row written in dry-run (``audit_log.dry_run``) is posted marked ``[DRY-RUN] ... (nothing was changed)``,
+so a rehearsal never reads like a real action.
+
+Without ``notify.webhook_url`` a pass only advances the cursor. The webhook URL is a secret (it is the
+credential) and is never logged: errors are reported by type and status code only.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.webhook import NotifyError, Post
+from remediation.clock import SystemClock, aware
+from remediation.db.models import AuditLog, Control
+from remediation.db.queries import control_set
+from remediation.domain.hostlist import compress
+from remediation.domain.policy import Clock
+from remediation.settings import NotifySettings
+
+log = logging.getLogger(__name__)
+
+CURSOR = "notify_cursor"
+LEASE_MARGIN_S = 30.0  # beyond the posts' own timeouts, before a crashed pass's rows are taken over
+
+# action -> (emoji, headline)
+NOTIFIABLE: dict[str, tuple[str, str]] = {
+    "breaker_open": (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
+    "breaker_closed": (":white_check_mark:", "Storm breaker closed: VM actions resume"),
+    "escalate": (":arrow_double_up:", "Escalated"),
+    "remediation_quarantined": (":no_entry:", "Quarantined"),
+    "remediation_failed": (":x:", "Remediation FAILED"),
+    "quarantine": (":no_entry:", "Quarantined by hand"),
+    "release": (":unlock:", "Released from quarantine"),
+    "pause": (":double_vertical_bar:", "Automation PAUSED"),
+    "resume": (":arrow_forward:", "Automation resumed"),
+    "hold": (":warning:", "Remediation HELD on an error nobody mapped"),
+    "jobs_timeout": (":hourglass:", "Jobs still on a drained node after drain_timeout_s: held, waiting for a human"),
+    "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
+    "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
+}
+
+
+@dataclass
+class PassResult:
+    scanned: int = 0
+    sent: int = 0
+    suppressed: int = 0  # repeats within min_interval_s
+    collapsed: int = 0  # folded into a summary message
+    stale: int = 0
+    failed: bool = False
+    cursor: int = 0
+    messages: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class _Msg:
+    first_id: int
+    last_id: int
+    payload: dict[str, Any]
+    keys: list[str]
+
+
+def run_pass(sessions: sessionmaker[Session], cfg: NotifySettings, post: Post | None = None,
+             clock: Clock | None = None, batch: int = 1000) -> PassResult:
+    now = (clock or SystemClock()).now()
+    url = cfg.webhook_url.get_secret_value() if cfg.webhook_url else None
+    if post is None:
+        from remediation.adapters.webhook import httpx_post
+
+        post = httpx_post(cfg.timeout_s)
+    with sessions() as s, s.begin():
+        state = _lock_cursor(s, now)
+        cursor = int(state.get("id", 0))
+        result = PassResult(cursor=cursor)
+        if _leased(state, now):  # another pass is posting these rows right now
+            return result
+        rows = s.scalars(select(AuditLog).where(AuditLog.id > cursor).order_by(AuditLog.id).limit(batch)).all()
+        result.scanned = len(rows)
+        if not rows:
+            return result
+        if url is None:  # notifications off: just keep up, so enabling them later does not replay history
+            result.cursor = rows[-1].id
+            control_set(s, CURSOR, {**state, "id": result.cursor}, now)
+            return result
+        sent = _fresh_sent(state.get("sent", {}), now, cfg.min_interval_s)
+        messages = _plan(rows, sent, now, cfg, result)
+        result.cursor = rows[-1].id
+        # The lease outlives every post's timeout; the posts run after this commit, with no row locked.
+        lease = now + timedelta(seconds=(len(messages) + 1) * cfg.timeout_s + LEASE_MARGIN_S)
+        control_set(s, CURSOR, {**state, "lease_until": lease.isoformat()}, now)
+    for msg in messages:
+        try:
+            post(url, msg.payload)
+        except Exception as exc:  # includes NotifyError; str(exc) of other clients may carry the URL
+            detail = str(exc) if isinstance(exc, NotifyError) else type(exc).__name__
+            log.warning("notify: post failed (%s); will retry from audit row %d", detail, msg.first_id)
+            result.failed, result.cursor = True, msg.first_id - 1
+            break
+        result.sent += 1
+        result.messages.append(msg.payload)
+        for key in msg.keys:
+            sent[key] = now.isoformat()
+    with sessions() as s, s.begin():
+        _lock_cursor(s, now)
+        control_set(s, CURSOR, {"id": result.cursor, "sent": sent}, now)  # and the lease is given back
+    return result
+
+
+def _leased(state: dict[str, Any], now: datetime) -> bool:
+    until = state.get("lease_until")
+    return until is not None and datetime.fromisoformat(until) > now
+
+
+def _lock_cursor(s: Session, now: datetime) -> dict[str, Any]:
+    row = s.get(Control, CURSOR, with_for_update=True)
+    if row is None:
+        control_set(s, CURSOR, {"id": 0, "sent": {}}, now)
+        s.flush()
+        row = s.get(Control, CURSOR, with_for_update=True)
+    return dict(row.value) if row is not None else {}
+
+
+def _fresh_sent(sent: dict[str, str], now: datetime, interval: float) -> dict[str, str]:
+    horizon = now - timedelta(seconds=interval)
+    return {k: v for k, v in sent.items() if datetime.fromisoformat(v) > horizon}
+
+
+def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: NotifySettings,
+          result: PassResult) -> list[_Msg]:
+    horizon = now - timedelta(seconds=cfg.max_age_s)
+    keep: list[AuditLog] = []
+    seen: set[str] = set(sent)
+    for row in rows:
+        if row.action not in NOTIFIABLE:
+            continue
+        if aware(row.at) < horizon:  # type: ignore[operator]
+            result.stale += 1
+            continue
+        key = f"{row.action}|{row.target}"
+        if key in seen:
+            result.suppressed += 1
+            continue
+        seen.add(key)
+        keep.append(row)
+    direct, rest = keep[: cfg.max_per_pass], keep[cfg.max_per_pass:]
+    msgs = [_Msg(r.id, r.id, {"text": _format(r, cfg)}, [f"{r.action}|{r.target}"]) for r in direct]
+    if rest:
+        result.collapsed = len(rest)
+        msgs.append(_Msg(rest[0].id, rest[-1].id, {"text": _summary(rest)},
+                         [f"{r.action}|{r.target}" for r in rest]))
+    return msgs
+
+
+def _format(row: AuditLog, cfg: NotifySettings) -> str:
+    emoji, headline = NOTIFIABLE[row.action]
+    if row.dry_run:  # nothing was done: the page must not read like it was
+        emoji, headline = ":test_tube:", f"[DRY-RUN] {headline} (nothing was changed)"
+    target = row.target
+    if target and cfg.dashboard_url:
+        target = f"<{cfg.dashboard_url.rstrip('/')}/nodes/{target}|{target}>"
+    parts = [f"{emoji} *{headline}*" + (f" `{row.target}`" if row.target and not cfg.dashboard_url else
+                                         f" {target}" if target else "")]
+    if row.reason:
+        parts.append(f"> {row.reason[:500]}")
+    remediation = (row.detail or {}).get("remediation")
+    tail = f"by {row.actor} at {aware(row.at):%Y-%m-%d %H:%M:%S} UTC"
+    parts.append(tail + (f" · remediation #{remediation}" if remediation else ""))
+    return "\n".join(parts)
+
+
+def _summary(rows: list[AuditLog]) -> str:
+    by_action = Counter(r.action for r in rows)
+    lines = [f":bell: *…and {len(rows)} more* (collapsed to avoid a page storm)"]
+    for action, n in by_action.most_common():
+        nodes = sorted({r.target for r in rows if r.action == action and r.target})
+        where = f" on {compress(nodes)}" if nodes else ""
+        dry = sum(1 for r in rows if r.action == action and r.dry_run)
+        mark = f" ({dry} DRY-RUN, nothing changed)" if dry else ""
+        lines.append(f"• {NOTIFIABLE[action][1]}: {n}{mark}{where}"[:400])
+    lines.append("See `remediation audit list` or the dashboard's audit log.")
+    return "\n".join(lines)

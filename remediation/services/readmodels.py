@@ -1,0 +1,447 @@
+"""On-call read models: the queries behind the CLI, the JSON API and the dashboard.
+
+Every on-call surface reads through this module so that ``remediation nodes show gpu-node-7``, the
+``/api/v1/nodes/gpu-node-7`` JSON and the dashboard's node page can never disagree. Functions take a
+session and plain arguments and return plain dataclasses (no ORM objects escape, so nothing lazy-loads
+after the session closes); :func:`jsonable` turns them into JSON-ready dicts and FastAPI uses the same
+dataclasses as its response models, which is what the OpenAPI spec documents.
+
+Queries are bounded (``limit``) and ride the indexes the on-call questions need: nodes by status,
+events by (node, observed_at), remediations by (node, opened_at) and audit rows by target and time.
+Aggregates for ``stats`` live in :mod:`remediation.services.stats`.
+
+Bad input (an unknown status, an unknown node) raises :class:`ReadModelError` / :class:`RecordNotFound` with one
+readable sentence; the CLI prints it as ``error: ...`` and the API maps it to 422 / 404.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from remediation.clock import aware
+from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
+from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.domain.episodes import EpisodeRow, episodes
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.settings import PolicySettings
+
+# Audit actions that change whether a node is in quarantine: its quarantine history.
+QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "release_done")
+MAX_LIMIT = 1000
+
+
+class ReadModelError(ValueError):
+    """A bad on-call request (unknown filter value...); the message is one readable sentence."""
+
+
+class RecordNotFound(ReadModelError):
+    """The node or remediation asked for does not exist."""
+
+
+# ------------------------------------------------------------------------------------------ rows
+
+
+@dataclass
+class NodeRow:
+    name: str
+    status: str
+    status_reason: str
+    updated_at: datetime
+    last_event_at: datetime | None
+    quarantined_at: datetime | None
+    quarantine_reason: str | None
+    released_at: datetime | None
+    open_remediation: int | None = None
+    step: str | None = None
+    wait_reason: str | None = None
+
+
+@dataclass
+class EventRow:
+    id: int
+    observed_at: datetime
+    received_at: datetime
+    source: str
+    node: str
+    kind: str
+    state: str
+    reason: str
+    reason_user: str | None
+    decision: str
+    decision_reason: str
+    remediation_id: int | None
+
+
+@dataclass
+class StepRow:
+    id: int
+    step: str
+    attempt: int
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    duration_s: float | None
+    checks: int
+    retries: int
+    outcome: str | None
+    error: str | None
+    error_kind: str | None
+    provider_op: dict[str, Any] | None
+
+
+@dataclass
+class RemediationRow:
+    id: int
+    node: str
+    status: str
+    step: str
+    cause: str
+    source: str
+    ladder: int
+    opened_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None
+    next_run_at: datetime | None
+    duration_s: float | None
+    wait_reason: str | None
+    outcome: str | None
+
+
+@dataclass
+class RemediationDetail(RemediationRow):
+    context: dict[str, Any] = field(default_factory=dict)
+    steps: list[StepRow] = field(default_factory=list)
+    event: EventRow | None = None
+
+
+@dataclass
+class AuditRow:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    detail: dict[str, Any]
+
+
+@dataclass
+class RejectedRow:
+    id: int
+    received_at: datetime
+    error: str
+    payload: str
+
+
+@dataclass
+class TimelineEntry:
+    """One line of a node's story, in time order: an event, a remediation opening or closing, a step,
+    or a human/automated action from the audit log."""
+
+    at: datetime
+    kind: str  # event | remediation | step | audit
+    title: str
+    detail: str
+    remediation_id: int | None = None
+    duration_s: float | None = None
+    error: str | None = None
+    status: str | None = None
+
+
+@dataclass
+class NodeDetail:
+    node: NodeRow
+    remediations: list[RemediationDetail]
+    events: list[EventRow]
+    quarantine_history: list[AuditRow]
+    audit: list[AuditRow]
+    timeline: list[TimelineEntry]
+    episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
+
+
+@dataclass
+class Overview:
+    nodes_by_status: dict[str, int]
+    remediations_by_status: dict[str, int]
+    in_flight: int
+    quarantined: int
+    paused: bool
+    paused_detail: dict[str, Any]
+    breaker_open: bool
+    breaker_detail: dict[str, Any]
+    last_event_at: datetime | None
+    queue_depth: dict[str, int] | None = None
+
+
+# ------------------------------------------------------------------------------------ validation
+
+
+def parse_node_status(value: str | None) -> NodeStatus | None:
+    if value is None or value == "":
+        return None
+    try:
+        return NodeStatus(value.lower())
+    except ValueError:
+        raise ReadModelError(
+            f"unknown node status {value!r} (choose from {', '.join(s.value for s in NodeStatus)})"
+        ) from None
+
+
+def parse_remediation_status(value: str | None) -> frozenset[str] | None:
+    """A remediation status, or ``open`` (running + waiting) / ``closed``."""
+    if value is None or value == "":
+        return None
+    v = value.lower()
+    if v == "open":
+        return frozenset(OPEN_STATUSES)
+    if v == "closed":
+        return frozenset(RemediationStatus) - OPEN_STATUSES
+    try:
+        return frozenset({RemediationStatus(v)})
+    except ValueError:
+        choices = ", ".join(["open", "closed", *(s.value for s in RemediationStatus)])
+        raise ReadModelError(f"unknown remediation status {value!r} (choose from {choices})") from None
+
+
+def _limit(limit: int) -> int:
+    if limit < 1 or limit > MAX_LIMIT:
+        raise ReadModelError(f"limit must be between 1 and {MAX_LIMIT} (got {limit})")
+    return limit
+
+
+# ----------------------------------------------------------------------------------- converters
+
+
+def _seconds(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None or end is None:
+        return None
+    return round((aware(end) - aware(start)).total_seconds(), 3)  # type: ignore[operator]
+
+
+def _event(e: Event) -> EventRow:
+    return EventRow(
+        id=e.id, observed_at=aware(e.observed_at), received_at=aware(e.received_at),  # type: ignore[arg-type]
+        source=e.source, node=e.node, kind=e.kind, state=e.state, reason=e.reason,
+        reason_user=e.reason_user, decision=e.decision, decision_reason=e.decision_reason,
+        remediation_id=e.remediation_id,
+    )
+
+
+def _step(r: RemediationStep) -> StepRow:
+    return StepRow(
+        id=r.id, step=r.step, attempt=r.attempt, status=r.status, started_at=aware(r.started_at),  # type: ignore[arg-type]
+        finished_at=aware(r.finished_at), duration_s=_seconds(r.started_at, r.finished_at),
+        checks=r.checks, retries=r.retries, outcome=r.outcome, error=r.error, error_kind=r.error_kind,
+        provider_op=dict(r.provider_op) if r.provider_op else None,
+    )
+
+
+def _rem_fields(r: Remediation) -> dict[str, Any]:
+    return dict(
+        id=r.id, node=r.node, status=r.status, step=r.step, cause=r.cause, source=r.source,
+        ladder=r.ladder, opened_at=aware(r.opened_at), updated_at=aware(r.updated_at),
+        closed_at=aware(r.closed_at), next_run_at=aware(r.next_run_at),
+        duration_s=_seconds(r.opened_at, r.closed_at), wait_reason=r.wait_reason, outcome=r.outcome,
+    )
+
+
+def _audit(a: AuditLog) -> AuditRow:
+    return AuditRow(id=a.id, at=aware(a.at), actor=a.actor, action=a.action, target=a.target,  # type: ignore[arg-type]
+                    reason=a.reason, detail=dict(a.detail or {}))
+
+
+def _node(n: Node, rem: Remediation | None) -> NodeRow:
+    return NodeRow(
+        name=n.name, status=n.status, status_reason=n.status_reason, updated_at=aware(n.updated_at),  # type: ignore[arg-type]
+        last_event_at=aware(n.last_event_at), quarantined_at=aware(n.quarantined_at),
+        quarantine_reason=n.quarantine_reason, released_at=aware(n.released_at),
+        open_remediation=rem.id if rem else None, step=rem.step if rem else None,
+        wait_reason=rem.wait_reason if rem else None,
+    )
+
+
+def jsonable(obj: Any) -> Any:
+    """Dataclasses, datetimes and containers to JSON-ready values (ISO 8601 times, UTC)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, datetime | date):
+        return obj.isoformat()
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+# -------------------------------------------------------------------------------------- queries
+
+
+def list_nodes(s: Session, status: str | None = None) -> list[NodeRow]:
+    wanted = parse_node_status(status)
+    q = select(Node, Remediation).outerjoin(
+        Remediation, (Remediation.node == Node.name) & Remediation.status.in_(OPEN_STATUSES)
+    )
+    if wanted is not None:
+        q = q.where(Node.status == wanted.value)
+    return [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
+
+
+def get_node(s: Session, name: str) -> NodeRow:
+    n = s.get(Node, name)
+    if n is None:
+        raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
+    rem = s.scalars(
+        select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
+    ).first()
+    return _node(n, rem)
+
+
+def list_events(s: Session, node: str | None = None, after_id: int | None = None,
+                limit: int = 50) -> list[EventRow]:
+    """The newest ``limit`` events (after ``after_id`` when following), returned oldest first."""
+    q = select(Event)
+    if node:
+        q = q.where(Event.node == node)
+    if after_id is not None:
+        q = q.where(Event.id > after_id).order_by(Event.id).limit(_limit(limit))
+        return [_event(e) for e in s.scalars(q)]
+    rows = s.scalars(q.order_by(Event.id.desc()).limit(_limit(limit))).all()
+    return [_event(e) for e in reversed(rows)]
+
+
+def list_remediations(s: Session, status: str | None = None, node: str | None = None,
+                      limit: int = 100) -> list[RemediationRow]:
+    wanted = parse_remediation_status(status)
+    q = select(Remediation)
+    if wanted is not None:
+        q = q.where(Remediation.status.in_(sorted(wanted)))
+    if node:
+        q = q.where(Remediation.node == node)
+    rows = s.scalars(q.order_by(Remediation.id.desc()).limit(_limit(limit)))
+    return [RemediationRow(**_rem_fields(r)) for r in rows]
+
+
+def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
+    r = s.get(Remediation, remediation_id)
+    if r is None:
+        raise RecordNotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
+    ev = s.get(Event, r.event_id) if r.event_id is not None else None
+    return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}),
+                             steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None)
+
+
+def list_audit(s: Session, target: str | None = None, action: str | None = None,
+               limit: int = 100) -> list[AuditRow]:
+    q = select(AuditLog)
+    if target:
+        q = q.where(AuditLog.target == target)
+    if action:
+        q = q.where(AuditLog.action == action)
+    return [_audit(a) for a in s.scalars(q.order_by(AuditLog.id.desc()).limit(_limit(limit)))]
+
+
+def list_rejected(s: Session, limit: int = 50) -> list[RejectedRow]:
+    rows = s.scalars(select(RejectedEvent).order_by(RejectedEvent.id.desc()).limit(_limit(limit)))
+    return [RejectedRow(id=r.id, received_at=aware(r.received_at), error=r.error,  # type: ignore[arg-type]
+                        payload=r.payload[:2000]) for r in rows]
+
+
+def quarantined(s: Session) -> list[NodeRow]:
+    return list_nodes(s, NodeStatus.QUARANTINED.value)
+
+
+def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings | None = None,
+                now: datetime | None = None) -> NodeDetail:
+    """Everything on-call needs about one node, newest first in each list and merged into one
+    timeline (oldest first, the way a story reads), and its fault episodes with their evidence
+    (settle period and window from ``policy``)."""
+    node = get_node(s, name)
+    rem_ids = s.scalars(
+        select(Remediation.id).where(Remediation.node == name).order_by(Remediation.opened_at.desc())
+        .limit(_limit(limit))
+    ).all()
+    rems = [get_remediation(s, rid) for rid in rem_ids]
+    events = list(reversed(list_events(s, node=name, limit=limit)))
+    audit_rows = list_audit(s, target=name, limit=limit)
+    history = [a for a in audit_rows if a.action in QUARANTINE_ACTIONS]
+    policy = policy or PolicySettings()
+    found = episodes(rems, events, now or datetime.now(UTC), timedelta(seconds=policy.settle_s),
+                     policy.repeat_offender_window, node.released_at)
+    return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
+                      audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found)
+
+
+def _timeline(rems: list[RemediationDetail], events: list[EventRow],
+              audit_rows: list[AuditRow]) -> list[TimelineEntry]:
+    out: list[TimelineEntry] = []
+    for e in events:
+        out.append(TimelineEntry(e.observed_at, "event", f"{e.source} {e.kind} {e.state}",
+                                 f"{e.reason} → {e.decision or 'pending'}: {e.decision_reason}".strip(),
+                                 e.remediation_id, status=e.decision))
+    for r in rems:
+        out.append(TimelineEntry(r.opened_at, "remediation", f"remediation #{r.id} opened", r.cause, r.id,
+                                 status="running"))
+        for st in r.steps:
+            title = f"#{r.id} {st.step}" + (f" (attempt {st.attempt})" if st.attempt > 1 else "")
+            out.append(TimelineEntry(st.started_at, "step", title, st.outcome or "", r.id, st.duration_s,
+                                     st.error, st.status))
+        if r.closed_at is not None:
+            out.append(TimelineEntry(r.closed_at, "remediation", f"remediation #{r.id} {r.status}",
+                                     r.outcome or "", r.id, r.duration_s, status=r.status))
+    for a in audit_rows:
+        if a.action == "open" or a.action.startswith("remediation_"):
+            continue  # already told by the remediation rows above
+        out.append(TimelineEntry(a.at, "audit", f"{a.action} by {a.actor}", a.reason,
+                                 a.detail.get("remediation"), status=a.action))
+    out.sort(key=lambda t: (t.at, {"event": 0, "remediation": 1, "step": 2, "audit": 3}[t.kind]))
+    return out
+
+
+def overview(s: Session) -> Overview:
+    by_node = {st.value: 0 for st in NodeStatus}
+    for status, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
+        by_node[status] = int(n)
+    by_rem = {st.value: 0 for st in RemediationStatus}
+    for status, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
+        by_rem[status] = int(n)
+    paused = control_get(s, PAUSED)
+    breaker = control_get(s, BREAKER)
+    return Overview(
+        nodes_by_status=by_node, remediations_by_status=by_rem,
+        in_flight=sum(by_rem[st.value] for st in OPEN_STATUSES),
+        quarantined=by_node[NodeStatus.QUARANTINED.value],
+        paused=bool(paused.get("paused")), paused_detail=paused,
+        breaker_open=bool(breaker.get("open")), breaker_detail=breaker,
+        last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),
+    )
+
+
+# ----------------------------------------------------------------------------------- formatting
+
+
+def ago(at: datetime | None, now: datetime) -> str:
+    """"3m ago" / "in 20s": the form a tired reader parses fastest."""
+    if at is None:
+        return "-"
+    secs = (now - aware(at)).total_seconds()  # type: ignore[operator]
+    text = human_duration(abs(secs))
+    return f"{text} ago" if secs >= 0 else f"in {text}"
+
+
+def human_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s" if s or seconds == 0 else f"{seconds:.1f}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"

@@ -1,0 +1,123 @@
+"""Failure statistics for on-call and capacity reviews: by node, by cause, by day, time to recovery,
+and the repeat offenders that are about to be (or already are) quarantined.
+
+Aggregates run in SQL where they are portable (counts grouped by a column); bucketing by UTC day is
+done in Python over one narrow column so the same code serves Postgres and the SQLite default. The
+window is bounded by ``days`` so the query cost does not grow with the age of the database.
+
+"Cause" is the class of the signal that opened the remediation (``slurm FAIL``, ``kubernetes
+Ready=False``, ``manual REPORTED``), not its free-text reason, so that a thousand distinct XID
+messages still group into a handful of rows. A remediation opened by hand without an event (a manual
+quarantine) counts as ``manual quarantine``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from remediation.clock import aware
+from remediation.db.models import Event, Node, Remediation
+from remediation.domain.statemachine import RemediationStatus
+from remediation.services.readmodels import ReadModelError
+
+
+@dataclass
+class Count:
+    key: str
+    count: int
+
+
+@dataclass
+class Offender:
+    node: str
+    failures: int
+    status: str
+    last_failure_at: datetime
+
+
+@dataclass
+class Stats:
+    since: datetime
+    days: int
+    total: int
+    by_node: list[Count]
+    by_cause: list[Count]
+    by_day: list[Count]
+    outcomes: dict[str, int]
+    mttr_s: float | None  # mean opened -> closed of succeeded remediations
+    mttr_samples: int
+    repeat_window_s: int
+    offenders: list[Offender]
+    dry_run: int = 0  # dry-run remediations in the window (counted above only with include_dry_run)
+    include_dry_run: bool = False
+
+
+def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
+          repeat_window: timedelta = timedelta(days=7), include_dry_run: bool = False) -> Stats:
+    """Real history by default; ``include_dry_run`` adds what dry-run recorded. Repeat offenders are
+    always counted as the policy counts them, without dry-run."""
+    if days < 1 or days > 3650:
+        raise ReadModelError(f"--days must be between 1 and 3650 (got {days})")
+    if top < 1 or top > 1000:
+        raise ReadModelError(f"--top must be between 1 and 1000 (got {top})")
+    since = now - timedelta(days=days)
+    opened = Remediation.opened_at > since
+    in_window = opened if include_dry_run else and_(opened, Remediation.dry_run.is_(False))
+    dry = int(s.scalar(select(func.count()).where(opened, Remediation.dry_run.is_(True))) or 0)
+
+    by_node = [Count(n, int(c)) for n, c in s.execute(
+        select(Remediation.node, func.count()).where(in_window).group_by(Remediation.node)
+        .order_by(func.count().desc(), Remediation.node).limit(top))]
+
+    causes: Counter[str] = Counter()
+    rows = s.execute(
+        select(Event.source, Event.state, func.count()).select_from(Remediation)
+        .outerjoin(Event, Event.id == Remediation.event_id).where(in_window)
+        .group_by(Event.source, Event.state))
+    for source, state, n in rows:
+        causes["manual quarantine" if source is None else f"{source} {state}"] += int(n)
+    by_cause = [Count(k, v) for k, v in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
+
+    days_count: Counter[str] = Counter(
+        aware(at).date().isoformat()  # type: ignore[union-attr]
+        for at in s.scalars(select(Remediation.opened_at).where(in_window)))
+    by_day = [Count(d, n) for d, n in sorted(days_count.items())]
+
+    outcomes = {st.value: 0 for st in RemediationStatus}
+    for status, n in s.execute(select(Remediation.status, func.count()).where(in_window)
+                               .group_by(Remediation.status)):
+        outcomes[status] = int(n)
+
+    durations = [
+        (aware(closed) - aware(opened)).total_seconds()  # type: ignore[operator]
+        for opened, closed in s.execute(
+            select(Remediation.opened_at, Remediation.closed_at).where(
+                in_window, Remediation.status == RemediationStatus.SUCCEEDED,
+                Remediation.closed_at.is_not(None)))
+    ]
+    mttr = round(sum(durations) / len(durations), 3) if durations else None
+
+    return Stats(since=since, days=days, total=sum(outcomes.values()), by_node=by_node,
+                 by_cause=by_cause, by_day=by_day, outcomes=outcomes, mttr_s=mttr,
+                 mttr_samples=len(durations), repeat_window_s=int(repeat_window.total_seconds()),
+                 offenders=offenders(s, now, repeat_window, top), dry_run=dry, include_dry_run=include_dry_run)
+
+
+def offenders(s: Session, now: datetime, window: timedelta, top: int = 10) -> list[Offender]:
+    """Nodes with two or more failures in the repeat-offender window, counted the way the policy
+    counts them (failures before a human release are forgiven), worst first."""
+    n = func.count().label("n")
+    rows = s.execute(
+        select(Remediation.node, n, func.max(Remediation.opened_at), Node.status)
+        .join(Node, Node.name == Remediation.node)
+        .where(Remediation.opened_at > now - window, Remediation.dry_run.is_(False),
+               or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at))
+        .group_by(Remediation.node, Node.status)
+        .having(func.count() >= 2)
+        .order_by(n.desc(), Remediation.node).limit(top))
+    return [Offender(node, int(c), status, aware(last)) for node, c, last, status in rows]  # type: ignore[arg-type]

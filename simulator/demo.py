@@ -1,0 +1,213 @@
+"""`remediation demo`: the whole loop against a simulated cluster that speaks the real wire protocols.
+
+In one process, in about a minute, with no servers to install:
+
+- **the cluster** is :class:`simulator.cluster.SimCluster`: a kube-apiserver subset, GCE and Azure
+  endpoints (HTTPS for Azure) and a slurmrestd stand-in, linked the way Slurm-on-Kubernetes links
+  them (32 Slurm nodes, slurmd pods on Nodes whose providerIDs name GCE and Azure VMs);
+- **the service** is the production code: the Slurm watcher (``rest`` backend) and the Kubernetes
+  watcher (list+watch) publish to the in-process bus, a real Celery worker (``memory://`` broker) runs
+  ingest and the workflow with the real adapters (httpx to slurmrestd, the ``kubernetes`` client, the
+  GCE and Azure SDKs), SQLite records everything, and the dashboard is served while it runs.
+
+The scenario follows the fault mix of the Llama 3 405B interruption trace (docs/policy.md), spaced so
+that each safety rule shows once:
+
+- t=1 s: a researcher marks gpu-node-7 FAIL; slurmd on gpu-node-3 stops answering (DOWN "Not
+  responding"); an admin drains gpu-node-12 for maintenance (recorded, never touched); gpu-node-5's
+  Ready flaps (shorter than the hold time: no remediation);
+- t=2 s: gpu-node-9 is a lemon: its VM is broken, the restart does not fix it, verify times out and it
+  is quarantined (the demo's ladder is one restart, so this takes ``verify_timeout_s``, 30 s);
+- t=17 s: a GPU Xid condition on gpu-node-4's Node;
+- t=20 s: a switch failure takes 20% of the pool at once: the storm breaker opens, nodes are drained
+  and cordoned but no VM is restarted until the breaker closes (it latches; the unattended demo opts in
+  to ``policy.breaker_auto_close_s``, 15 s without a new failure, where production waits for a human);
+- t=37 s: a 12-second segment of the Llama 3 trace, scaled to 32 nodes and sped up 78,000x.
+
+Three faults at most open remediations within any 15 s before the storm, so only the storm trips the
+breaker (more than 10% of 32 nodes). Summaries are read back from the database
+(:mod:`simulator.demo_report`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+NODES = 32
+TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
+DEMO_ENV = {
+    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.5",
+    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "2",
+    "REMEDIATION_WORKFLOW__LEASE_S": "15",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": "30",
+    "REMEDIATION_WORKFLOW__LADDER": '["restart"]',
+    "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0.5",
+    "REMEDIATION_POLICY__BREAKER_WINDOW_S": "15",
+    # The breaker latches until a human closes it; the unattended demo opts in to closing by itself.
+    "REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S": "15",
+    "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
+    "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
+    "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
+}
+LEMON, STORM_AT, REPLAY_AT = "gpu-node-9", 20.0, 37.0
+FEATURED = ("gpu-node-3", "gpu-node-4", "gpu-node-5", "gpu-node-7", LEMON, "gpu-node-12")
+REPLAY_NODES = [f"gpu-node-{i}" for i in (13, 14, 15, 26, 27, 28, 29, 30, 31)]
+
+
+def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
+    """(seconds after start, what, action)."""
+    return [
+        (1.0, "researcher: scontrol update nodename=gpu-node-7 state=fail reason='xid 79'",
+         lambda: cluster.researcher_fail("gpu-node-7", "xid 79: GPU fell off the bus")),
+        (1.0, "gpu-node-3: slurmd stops answering (NIC)", lambda: cluster.slurmd_stop("gpu-node-3")),
+        (1.0, "admin: drain gpu-node-12 reason='maintenance: PSU swap'",
+         lambda: cluster.human_drain("gpu-node-12", "maintenance: PSU swap")),
+        (1.5, "gpu-node-5: Ready flapping every 0.2s for 4s", lambda: cluster.flap("gpu-node-5", 0.4, 4.0)),
+        (2.0, f"{LEMON}: lemon (broken VM), xid 48", lambda: cluster.repeat_offender(LEMON)),
+        (17.0, "gpu-node-4: GpuXidError=True on its Node", lambda: cluster.gpu_condition("gpu-node-4")),
+        (STORM_AT, "switch failure: 20% of the pool loses slurmd",
+         lambda: cluster.storm(0.2, exclude=(*FEATURED, *REPLAY_NODES))),
+        (REPLAY_AT, "Llama 3 trace: 12 s segment, scaled to 32 nodes",
+         lambda: cluster.replay(TRACE, speedup=54 * 86400 / 60, seed=7, until_s=12, nodes=REPLAY_NODES)),
+    ]  # fmt: skip
+
+
+def run_demo(
+    workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
+) -> dict[str, Any]:
+    """Run the scenario; returns the summary read back from the database (see simulator.demo_report)."""
+    from simulator.cluster import SimCluster
+    from workers.embedded import configure_environment
+
+    console = console or Console()
+    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0).start()
+    admin_token = secrets.token_urlsafe(16)
+    configure_environment(workdir, DEMO_ENV)
+    os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
+    os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
+    _quiet()
+    from remediation.adapters.factory import make_bus
+    from remediation.settings import load_settings
+    from simulator.demo_report import Progress, read_summary
+    from watchers.kube import run as run_kube_watcher
+    from watchers.runtime import Stopper
+    from watchers.slurm import run as run_slurm_watcher
+    from workers.embedded import start
+
+    settings = load_settings()
+    emb = start()
+    stopper = Stopper(install=False)
+    for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher")):
+        threading.Thread(
+            target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True
+        ).start()
+    server, url = _serve_dashboard(settings, port)
+    dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
+    console.print(
+        f"[bold]node-remediation demo[/]: {NODES} simulated nodes (GCE + Azure), database "
+        f"{settings.database.url}"
+    )
+    console.print(f"dashboard: {url}  (admin token: {admin_token})")
+    progress = Progress(settings, console)
+    started = time.monotonic()
+    try:
+        for at, what, action in scenario(cluster):
+            while time.monotonic() - started < at:
+                progress.poll(time.monotonic() - started)
+                time.sleep(0.25)
+            action()
+            console.print(f"[{time.monotonic() - started:5.1f}s] [yellow]fault[/] {what}")
+        deadline = started + timeout_s
+        while time.monotonic() < deadline and not (
+            time.monotonic() - started > REPLAY_AT + 8 and progress.settled(min_remediations=10)
+        ):
+            progress.poll(time.monotonic() - started)
+            if time.monotonic() - started > REPLAY_AT + 15 and dashboard["status"] == 200:
+                dashboard["status_late"] = _check_dashboard(url, admin_token)
+            time.sleep(0.5)
+        progress.poll(time.monotonic() - started)
+        dashboard["status_end"] = _check_dashboard(url, admin_token)
+        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline)
+    finally:
+        stopper.stop()
+        emb.stop()
+        server.should_exit = True
+        cluster.stop()
+    summary["dashboard"] = dashboard
+    progress.print_summary(summary)
+    return summary
+
+
+def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str]:
+    """uvicorn in a thread on 127.0.0.1 (port 0 = any free port); returns the server and its URL."""
+    import uvicorn
+
+    from remediation.adapters.queues import queue_depth
+    from remediation.api.app import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
+    from remediation.adapters.celery import CeleryDispatcher, client_app
+
+    app = create_app(settings, queue_depth=lambda: queue_depth(settings),
+                     dispatcher=CeleryDispatcher(client_app(settings)))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True).start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return server, f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _check_dashboard(url: str, token: str) -> int:
+    """The dashboard's JSON overview, as on-call would fetch it; the HTTP status (0 if unreachable)."""
+    import httpx
+
+    try:
+        return httpx.get(
+            f"{url}/api/v1/overview", headers={"Authorization": f"Bearer {token}"}, timeout=5
+        ).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+def _quiet() -> None:
+    """The demo prints its own story; keep library chatter (Celery's start-up notices, the cloud
+    SDKs' request logs) out of it."""
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore", module="celery.platforms")
+    for name in ("celery", "kombu", "amqp", "azure", "urllib3", "httpx", "watchers", "workers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``remediation demo`` execs this (``python -m simulator.demo``); exit 1 if the scenario timed out."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="remediation demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, default=None, help="Where the demo's SQLite database goes.")
+    parser.add_argument("--timeout", type=float, default=180.0, help="Give up after this many seconds.")
+    parser.add_argument("--port", type=int, default=8080, help="Dashboard port on 127.0.0.1 (0: any free port).")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="remediation-demo-"))
+    summary = run_demo(workdir, timeout_s=args.timeout, port=args.port)
+    return 1 if summary["timed_out"] else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())
