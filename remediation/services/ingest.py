@@ -130,7 +130,7 @@ def ingest(
     # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
     # (ORM objects would flush one statement shape per changed-column set, hundreds per batch).
     nodes = {
-        name: NodeRow(name, status, reason, updated, last)
+        name: LockedNode(name, status, reason, updated, last)
         for name, status, reason, updated, last in session.execute(
             select(Node.name, Node.status, Node.status_reason, Node.updated_at, Node.last_event_at)
             .where(among(session, Node.name, names)).with_for_update()
@@ -191,7 +191,7 @@ def ingest(
 
 
 @dataclass(slots=True)
-class NodeRow:
+class LockedNode:
     """One locked ``nodes`` row as the batch changes it (status and last event)."""
 
     name: str
@@ -227,7 +227,7 @@ def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, An
             "remediation_id": rid}
 
 
-def _apply_record(ev: NodeEvent, node: NodeRow, decision: Decision, now: datetime) -> None:
+def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: datetime) -> None:
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
