@@ -301,7 +301,7 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
           and not latch.get("open") and untouched)
     scenario_figures.record(
         "14 honest dry-run (Postgres, real workers)", runs=len(failing), passed=len(failing) if ok else 0,
-        duplicate_actions=0,
+        duplicate_actions=len(world.calls(effect=True)),  # dry-run: any real action is one too many
         notes=(f"{len(failing)}/{pool} nodes failed in {took:.1f}s; {len(say_would)}/{len(steps)} step rows and {len(audit_would)}/{len(logged)} audit rows say "
                f"'would' with dry_run=true; repeat-offender counts {offenders or 'unchanged (none)'}; breaker "
                f"count {view.failed_in_window}, open={bool(latch.get('open'))}; world untouched={untouched}; "
