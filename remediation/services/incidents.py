@@ -246,6 +246,9 @@ def resolve(session: Session, incident_id: int, actor: str, reason: str, now: da
     return _close(session, inc, RESOLVED, actor, reason, now)
 
 
+UNREACHABLE = ("", "not responding")  # the Slurm reasons of a node that stopped answering
+
+
 def member_recovered(states: frozenset[str], flags: frozenset[str], reason_ours: bool) -> bool:
     """A member node answers again: not NOT_RESPONDING, not FAIL, and DOWN or drained only by us."""
     if "NOT_RESPONDING" in flags or states & {"FAIL", "FAILING"}:
@@ -253,25 +256,39 @@ def member_recovered(states: frozenset[str], flags: frozenset[str], reason_ours:
     return reason_ours or not states & {"DOWN", "DRAIN", "DRAINED", "DRAINING"}
 
 
+def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:
+    """Has the signal that made this member fail cleared? Slurm can show it for a node that stopped
+    answering (it answers again); a Kubernetes condition is read again. A DOWN or FAIL a human set
+    with a reason of their own is not something Slurm can show ended once our drain replaced that
+    reason: such an incident waits for a human's resolve."""
+    ctx = rem.context or {}
+    if rem.source == "kubernetes":
+        cond_type, _, bad = str(ctx.get("event_state", "")).partition("=")
+        knode = ad.kube.get(ctx.get("k8s_node") or ad.kube.node_for(rem.node))
+        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        return now_status is not None and now_status != bad
+    if rem.source != "slurm" or str(ctx.get("reason", "")).strip().lower() not in UNREACHABLE:
+        return False
+    node = ad.slurm.get_node(rem.node)
+    return member_recovered(node.states, node.flags, node.reason_is_ours(prefix))
+
+
 def check_recovery(sessions: sessionmaker[Session], adapters: Adapters, settings: Settings,
                    clock: Clock) -> list[FollowUp]:
     """Close each open incident whose members all answer again (the sweeper runs this). A read error
     skips the incident this pass: an unreachable controller is never a verdict on the nodes."""
     with sessions() as s:
-        todo = [(i.id, list(i.nodes or [])) for i in s.scalars(select(Incident).where(Incident.status == OPEN))]
+        todo = [(i.id, list(i.nodes or []), [r for r in s.scalars(select(Remediation).where(
+                    Remediation.incident_id == i.id, Remediation.status.in_(OPEN_STATUSES)))])
+                for i in s.scalars(select(Incident).where(Incident.status == OPEN))]
     out: list[FollowUp] = []
     prefix = settings.policy.our_reason_prefix
-    for iid, nodes in todo:
-        bad: list[str] = []
+    for iid, nodes, members in todo:
         try:
-            for name in nodes:
-                node = adapters.slurm.get_node(name)
-                if not member_recovered(node.states, node.flags, node.reason_is_ours(prefix)):
-                    bad.append(name)
+            if not all(_recovered(rem, adapters, prefix) for rem in members):
+                continue
         except RemediationError as exc:
             log.warning("incident #%s: cannot read its nodes (%s); looking again next pass", iid, exc)
-            continue
-        if bad:
             continue
         with sessions() as s, s.begin():
             inc = s.get(Incident, iid, with_for_update=True)

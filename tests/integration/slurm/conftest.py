@@ -35,6 +35,7 @@ from tests.ports import free_port, free_port_range
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
 NODES = 4
+LEAVES = 2  # leaf switches of the session cluster's topology.conf
 #: The Slurm releases under test; the first is the one tests outside this directory borrow.
 ALL_VERSIONS = ("22.05", "24.11")
 VERSIONS = tuple(
@@ -208,6 +209,9 @@ def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         SLURM_CI_NODES=str(NODES),
         SLURM_CI_CTLD_PORT=str(free_port()),
         SLURM_CI_PORT_BASE=str(free_port_range(NODES)),
+        # topology/tree with two leaf switches (gpu-node-[0-1], gpu-node-[2-3]) under one spine: the
+        # incident tests read it back; a job may still span every node, so nothing else notices.
+        SLURM_CI_LEAVES=str(LEAVES),
     )
     if root is not None:
         env["SLURM_CI_ROOT"] = str(root)
