@@ -36,7 +36,7 @@ from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
@@ -62,7 +62,11 @@ HELD_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
 class IncidentError(ValueError):
-    """An incident lever that cannot be pulled as asked (unknown id, already closed)."""
+    """An incident lever that cannot be pulled as asked (already closed) or a bad filter."""
+
+
+class IncidentNotFound(IncidentError):
+    """No incident has this id."""
 
 
 # ------------------------------------------------------------------------------------- domains
@@ -76,7 +80,7 @@ def record_domains(session: Session, events: Iterable[NodeEvent], now: datetime)
             key = (ev.node, ev.source.value)
             if key not in latest or ev.observed_at >= latest[key].observed_at:
                 latest[key] = ev
-    for (node, source), ev in latest.items():
+    for node, source in latest:
         session.execute(delete(NodeDomain).where(NodeDomain.node == node, NodeDomain.source == source))
     rows = [{"node": node, "source": source, "kind": kind, "name": name, "updated_at": now}
             for (node, source), ev in latest.items() for kind, name in sorted((ev.domains or {}).items())]
@@ -240,7 +244,7 @@ def resolve(session: Session, incident_id: int, actor: str, reason: str, now: da
     """A human closes an open incident (audited); its members go on on their own."""
     inc = session.get(Incident, incident_id, with_for_update=True)
     if inc is None:
-        raise IncidentError(f"no incident #{incident_id}")
+        raise IncidentNotFound(f"no incident #{incident_id}")
     if inc.status != OPEN:
         raise IncidentError(f"incident #{incident_id} is already {inc.status}")
     return _close(session, inc, RESOLVED, actor, reason, now)
@@ -332,7 +336,7 @@ def list_incidents(session: Session, status: str | None = None, limit: int = 200
 def show(session: Session, incident_id: int) -> dict[str, Any]:
     inc = session.get(Incident, incident_id)
     if inc is None:
-        raise IncidentError(f"no incident #{incident_id}")
+        raise IncidentNotFound(f"no incident #{incident_id}")
     members = list(session.scalars(
         select(Remediation).where(Remediation.incident_id == incident_id).order_by(Remediation.id)))
     out = as_dict(inc, members)
@@ -342,5 +346,6 @@ def show(session: Session, incident_id: int) -> dict[str, Any]:
 
 def counts(session: Session) -> dict[str, int]:
     """For /metrics: open incidents now, and every incident ever opened (real ones only)."""
-    rows = session.execute(select(Incident.status).where(Incident.dry_run.is_(False))).scalars().all()
-    return {"open": sum(1 for r in rows if r == OPEN), "total": len(rows)}
+    rows = dict(session.execute(select(Incident.status, func.count()).where(Incident.dry_run.is_(False))
+                                .group_by(Incident.status)).all())
+    return {"open": int(rows.get(OPEN, 0)), "total": int(sum(rows.values()))}
