@@ -571,16 +571,20 @@ class IncidentSettings(_Section):
         "it into an incident first. Set it at least window_s: a remediation older than the window "
         "can no longer be part of a new incident. 0 turns the wait off.",
     )
+    min_nodes_by_kind: dict[str, int] = Field(
+        default_factory=dict,
+        description="K for one kind of domain (a label key, or leaf-switch, switch, block), e.g. "
+        '{"topology.kubernetes.io/zone": 64}: a zone holds thousands of nodes, and four of them failing '
+        "in the same two minutes is chance, not the zone. Kinds not named use min_nodes.",
+    )
     label_keys: list[str] = Field(
-        default_factory=lambda: [
-            "topology.kubernetes.io/zone",
-            "cloud.google.com/gce-topology-block",
-            "cloud.google.com/gce-topology-subblock",
-            "nvidia.com/gpu.clique",
-        ],
-        description="Node label keys whose values are failure domains (the Kubernetes watcher carries "
-        "them to the service). Defaults: the well-known zone label, GKE's reserved block and sub-block "
-        "(on A4X the sub-block is the NVL72 NVLink domain) and the NVIDIA GPU operator's NVLink clique.",
+        default_factory=list,
+        description="Node label keys whose values are failure domains; the Kubernetes watcher carries "
+        "them to the service. Empty by default (only the Slurm topology is learnt): name the ones your "
+        "cloud sets, e.g. nvidia.com/gpu.clique (NVIDIA GPU operator/DRA driver: the NVLink clique), "
+        "cloud.google.com/gce-topology-subblock (GKE: the sub-block, the NVL72 domain on A4X), "
+        "cloud.google.com/gce-topology-block (GKE: the reserved block) or topology.kubernetes.io/zone "
+        "(well-known; give it a larger K in min_nodes_by_kind). See docs/policy.md.",
     )
     slurm_topology: bool = Field(
         True,

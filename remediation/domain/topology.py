@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from remediation.domain.hostlist import HostlistError, expand
@@ -120,6 +120,10 @@ class Rule:
     min_nodes: int
     min_fraction: float
     window_s: float
+    min_nodes_by_kind: Mapping[str, int] = field(default_factory=dict)  # K per domain kind (a zone's is larger)
+
+    def k(self, kind: str) -> int:
+        return self.min_nodes_by_kind.get(kind, self.min_nodes)
 
 
 @dataclass(frozen=True)
@@ -140,11 +144,11 @@ class Correlated:
         return likely_cause(self.kind)
 
 
-def qualifies(failed: int, size: int, rule: Rule) -> bool:
-    """K nodes, or a fraction F of the domain, and never fewer than two."""
+def qualifies(failed: int, size: int, rule: Rule, kind: str = "") -> bool:
+    """K nodes (K of this kind of domain), or a fraction F of the domain, and never fewer than two."""
     if failed < 2 or size <= 0:
         return False
-    return failed >= rule.min_nodes or failed / size >= rule.min_fraction
+    return failed >= rule.k(kind) or failed / size >= rule.min_fraction
 
 
 def correlate(
@@ -166,7 +170,7 @@ def correlate(
     out: list[Correlated] = []
     for kind, name, nodes in ranked:
         failing = sorted((recent & nodes) - taken)
-        if qualifies(len(failing), len(nodes), rule):
+        if qualifies(len(failing), len(nodes), rule, kind):
             out.append(Correlated(kind, name, tuple(failing), len(nodes)))
             taken.update(failing)
     return out

@@ -119,7 +119,7 @@ def _members(session: Session, domains: set[tuple[str, str]]) -> dict[tuple[str,
 
 
 def rule_of(cfg: IncidentSettings) -> Rule:
-    return Rule(cfg.min_nodes, cfg.min_fraction, cfg.window_s)
+    return Rule(cfg.min_nodes, cfg.min_fraction, cfg.window_s, dict(cfg.min_nodes_by_kind))
 
 
 def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSettings, actor: str,

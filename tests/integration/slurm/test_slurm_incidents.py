@@ -1,7 +1,8 @@
 """Topology-correlated incidents on the real slurmctld: topology.conf -> domains -> one incident.
 
-The session cluster has ``TopologyPlugin=topology/tree`` with two leaf switches, leaf0 =
-gpu-node-[0-1] and leaf1 = gpu-node-[2-3] (conftest.py, ``scripts/slurm-up.sh SLURM_CI_LEAVES``).
+The topology cluster (conftest.py ``slurm_topo``; ``scripts/slurm-up.sh`` SLURM_CI_LEAVES) has
+``TopologyPlugin=topology/tree`` with two leaf switches, leaf0 = gpu-node-[0-1] and leaf1 =
+gpu-node-[2-3], under one spine.
 The real Slurm watcher reads ``scontrol show topology`` and publishes each node's domains; the real
 ingest records them and, when both nodes of leaf0 go DOWN at once, opens ONE incident: both are
 drained in Slurm, neither gets a VM action, on-call is paged once, and neither counts as a repeat
@@ -47,16 +48,16 @@ ALONE = "gpu-node-2"  # on leaf1
 
 @pytest.fixture
 def pipeline(
-    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str, sessions: sessionmaker[Session]
+    slurm_topo: SlurmCluster, redis_client: redis.Redis, redis_prefix: str, sessions: sessionmaker[Session]
 ) -> Iterator[Callable[..., Pipeline]]:
     made: list[SlurmdRestartVM] = []
 
     def make(**incident: Any) -> Pipeline:
-        world = MemoryWorld(nodes=slurm.nodes)
-        made.append(SlurmdRestartVM(world, slurm))
-        settings = make_settings(slurm, redis_prefix)
+        world = MemoryWorld(nodes=slurm_topo.nodes)
+        made.append(SlurmdRestartVM(world, slurm_topo))
+        settings = make_settings(slurm_topo, redis_prefix)
         settings = settings.model_copy(update={"incidents": settings.incidents.model_copy(update=incident)})
-        return Pipeline(slurm, settings, redis_client, sessions, world, made[-1])
+        return Pipeline(slurm_topo, settings, redis_client, sessions, world, made[-1])
 
     yield make
     for provider in made:
@@ -86,8 +87,9 @@ def rem(p: Pipeline, rid: int) -> Remediation:
 
 
 def test_a_whole_leaf_down_is_one_incident_and_a_lone_node_is_remediated(
-    slurm: SlurmCluster, pipeline: Callable[..., Pipeline]
+    slurm_topo: SlurmCluster, pipeline: Callable[..., Pipeline]
 ) -> None:
+    slurm = slurm_topo
     p = pipeline(min_fraction=1.0, window_s=30, vm_grace_s=1)
     with p.watching():
         # The watcher publishes the topology it read; the ingest keeps it.
