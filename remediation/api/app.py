@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import incidents, ui
+from remediation.api import incidents, incidents_ui, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.routes import router
 from remediation.clock import SystemClock
@@ -70,6 +70,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.include_router(router)
     app.include_router(incidents.router)
     app.include_router(ui.router)
+    app.include_router(incidents_ui.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     _errors(app)
     app.add_exception_handler(ui.LoginRequired, ui.login_redirect)

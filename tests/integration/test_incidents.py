@@ -12,6 +12,7 @@ gpu-node-2 failing next joins it (no second page). A node of c2 failing alone op
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -222,3 +223,27 @@ def test_api_reads_resolves_and_counts_incidents(committed) -> None:
             m["id"] for m in detail["remediations"])
         assert c.post(path, json={"reason": "again"}, headers=admin).status_code == 409
         assert "remediation_incidents_open 0.0" in c.get("/metrics").text
+
+
+def test_dashboard_lists_incidents_and_resolves_with_admin_and_csrf(committed) -> None:
+    url, sessions, _ = committed
+    settings = Settings(database={"url": url}, api={"admin_tokens": [ADMIN], "read_tokens": [READ]})
+    with TestClient(create_app(settings, sessions, dispatcher=RecordingDispatcher())) as c:
+        assert c.get("/incidents", follow_redirects=False).headers["location"] == "/login?next=%2Fincidents"
+        c.post("/login", data={"token": READ, "name": "dana", "next": "/incidents"})
+        page = c.get("/incidents").text
+        assert "NVLink domain" in page and "gpu-node-1" in page and "Resolve</button>" not in page
+        c.post("/logout")
+        c.post("/login", data={"token": ADMIN, "name": "dana", "next": "/incidents"})
+        page = c.get("/incidents").text
+        incident = re.search(r'action="/incidents/(\d+)/resolve"', page).group(1)  # type: ignore[union-attr]
+        csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page).group(1)  # type: ignore[union-attr]
+        path = f"/incidents/{incident}/resolve"
+        assert c.post(path, data={"reason": "x", "csrf": "0" * 32}).status_code == 403
+        res = c.post(path, data={"reason": "tray swapped", "csrf": csrf}, follow_redirects=False)
+        assert res.status_code == 303 and "msg=incident%20%23" in res.headers["location"]
+        again = c.post(path, data={"reason": "x", "csrf": csrf}, follow_redirects=False)
+        assert "already%20resolved" in again.headers["location"]
+    with sessions() as s:
+        row = s.scalars(select(AuditLog).where(AuditLog.action == "incident_resolved")).one()
+        assert row.actor.startswith("dana") and row.reason.endswith("tray swapped")
