@@ -137,3 +137,44 @@ def test_nodes_already_in_an_incident_are_not_counted_again() -> None:
     failed = {n: at(5) for n in LEAF0}
     assert correlate(failed, MEMBERS, LEAF0, NOW, RULE) == []
     assert [c.nodes for c in correlate(failed, MEMBERS, {"n0", "n1"}, NOW, RULE)] == [("n2", "n3")]
+
+
+# ------------------------------------------------------------------- the Slurm watcher's publisher
+
+
+class Bus:
+    def __init__(self) -> None:
+        self.published: list[NodeEvent] = []
+
+    def publish(self, events: list[NodeEvent]) -> int:
+        self.published.extend(events)
+        return len(events)
+
+
+def publisher(read):  # type: ignore[no-untyped-def]
+    from remediation.settings import Settings
+    from watchers.slurm_topology import TopologyPublisher
+
+    bus = Bus()
+    pub = TopologyPublisher(Settings(incidents={"topology_refresh_s": 0.001}), bus, read)  # type: ignore[arg-type]
+    return pub, bus
+
+
+def test_publisher_sends_only_what_changed_and_keeps_the_last_on_bad_output() -> None:
+    outputs = [TREE_2205, TREE_2205, "SwitchName=leaf0 Nodes=gpu-node-[0-\n",
+               TREE_2205.replace("gpu-node-[2-3]", "gpu-node-2")]
+    pub, bus = publisher(lambda: parse_topology(outputs.pop(0)))
+    assert pub.step() == 4 and {e.node for e in bus.published} == {f"gpu-node-{i}" for i in range(4)}
+    assert all(e.kind is EventKind.DOMAINS and e.source.value == "slurm" for e in bus.published)
+    pub.due = 0.0
+    assert pub.step() == 0  # the same topology again: nothing new
+    pub.due = 0.0
+    assert pub.step() == 0 and len(bus.published) == 4  # unreadable: logged, the last domains stand
+    pub.due = 0.0
+    assert pub.step() == 1  # gpu-node-3 left leaf1
+    assert (bus.published[-1].node, bus.published[-1].domains) == ("gpu-node-3", {SWITCH: "spine"})
+
+
+def test_no_topology_plugin_publishes_nothing() -> None:
+    pub, bus = publisher(lambda: [])
+    assert pub.step() == 0 and bus.published == []
