@@ -41,7 +41,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import Incident, Node, NodeDomain, Remediation
-from remediation.db.queries import among
+from remediation.db.queries import among, lock_control
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.hostlist import compress
 from remediation.domain.policy import Clock
@@ -59,6 +59,7 @@ OPEN = "open"
 RECOVERED = "recovered"
 RESOLVED = "resolved"
 HELD_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
+INCIDENTS_LOCK = "incidents"  # the control row correlations queue on
 
 
 class IncidentError(ValueError):
@@ -133,13 +134,15 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
     members = _members(session, wanted)
     if not members:
         return []
+    # Two ingests correlating at once would each see no incident and open one each: take turns.
+    lock_control(session, INCIDENTS_LOCK, now)
     everyone = set().union(*members.values())
     start = now - timedelta(seconds=cfg.window_s)
     open_rems = session.execute(
         select(Remediation.id, Remediation.node, Remediation.opened_at, Remediation.incident_id).where(
             among(session, Remediation.node, everyone), Remediation.status.in_(OPEN_STATUSES),
             Remediation.step != Step.QUARANTINE, Remediation.dry_run.is_(dry_run),
-        ).with_for_update()
+        )
     ).all()
     claimed = {r.node for r in open_rems if r.incident_id is not None}
     failed_at = {r.node: aware(r.opened_at) for r in open_rems
@@ -149,7 +152,7 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
     for inc in session.scalars(select(Incident).where(
             Incident.status == OPEN, Incident.dry_run.is_(dry_run),
             among(session, Incident.kind, {k for k, _ in members}),
-            among(session, Incident.name, {n for _, n in members})).with_for_update()):
+            among(session, Incident.name, {n for _, n in members}))):
         joining = sorted((members.get((inc.kind, inc.name), set()) & set(failed_at)) - claimed)
         if joining:
             _link(session, inc, joining, rem_of, now)
