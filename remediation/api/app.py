@@ -32,7 +32,7 @@ from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
 from remediation.domain.policy import Clock
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
-from remediation.services.incidents import IncidentError, IncidentNotFound
+from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
 from remediation.services.metrics import make_registry
@@ -112,10 +112,6 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(ReadModelError)
     def bad_request(request: Request, exc: ReadModelError) -> Response:
         return respond(request, 422, str(exc))
-
-    @app.exception_handler(IncidentNotFound)
-    def no_incident(request: Request, exc: IncidentNotFound) -> Response:
-        return respond(request, 404, str(exc))
 
     @app.exception_handler(IncidentError)
     def incident_refused(request: Request, exc: IncidentError) -> Response:

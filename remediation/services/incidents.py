@@ -51,6 +51,7 @@ from remediation.domain.topology import Correlated, Rule, correlate, domain_key,
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError
 from remediation.services.audit import audit
+from remediation.services.readmodels import RecordNotFound
 from remediation.settings import IncidentSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,8 @@ class IncidentError(ValueError):
     """An incident lever that cannot be pulled as asked (already closed) or a bad filter."""
 
 
-class IncidentNotFound(IncidentError):
-    """No incident has this id."""
+class IncidentNotFound(RecordNotFound, IncidentError):
+    """No incident has this id (a 404 in the API, like any record not found)."""
 
 
 # ------------------------------------------------------------------------------------- domains
