@@ -128,6 +128,35 @@ def test_late_failure_folds_the_first_into_one_incident_before_any_vm_action(ses
         assert counted == {"gpu-node-4": 1}
 
 
+def test_incident_closes_when_its_nodes_answer_again_and_gives_them_back(sessions) -> None:
+    story = Story(sessions, story_settings())
+    opened = []
+    for node in ("gpu-node-0", "gpu-node-1"):  # the switch dies: both stop answering
+        story.world.set_slurm(node, state="DOWN", flags=["NOT_RESPONDING"], reason="Not responding")
+        opened += story.publish(NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="DOWN",
+                                          reason="Not responding", observed_at=story.clock.now()))
+    members = [story.run_to(f, "k8s_evict") for f in opened]
+    # Still unreachable: the sweeper's check leaves the incident open.
+    assert story.engine.sweep() == []
+    with sessions() as s:
+        (inc,) = s.scalars(select(Incident)).all()
+        assert inc.status == "open"
+    for node in ("gpu-node-0", "gpu-node-1"):  # the switch is back: DOWN with our drain, answering
+        story.world.set_slurm(node, flags=["DRAIN"])
+    released = story.engine.sweep()
+    assert sorted(f.remediation_id for f in released) == sorted(f.remediation_id for f in members)
+    drive(story.engine, story.clock, released)
+    with sessions() as s:
+        inc = s.get(Incident, inc.id)
+        assert (inc.status, inc.closed_by) == ("recovered", "remediation")  # type: ignore[union-attr]
+        for f in members:
+            rem = s.get(Remediation, f.remediation_id)
+            assert rem.status == "cancelled" and "incident" in (rem.outcome or ""), rem.outcome  # type: ignore[union-attr]
+    for node in ("gpu-node-0", "gpu-node-1"):  # given back: our drain lifted, no VM action taken
+        assert "DRAIN" not in story.engine.adapters.slurm.get_node(node).flags
+    assert vm_ops(story.world) == 0
+
+
 def test_dry_run_incidents_are_marked_and_read_would(sessions) -> None:
     story = Story(sessions, story_settings(), dry_run=True)
     story.fail("gpu-node-0")
