@@ -6,8 +6,8 @@ the spine above it, its zone). Domains come from two places, both as ``kind -> n
 
 - Slurm's topology, as ``scontrol show topology`` prints it. topology/tree prints one switch per line,
   ``SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]`` (22.05 ends each line with a space;
-  23.02+ do not, and add nothing else), a higher switch adding ``Switches=leaf[0-1]``. topology/block
-  (23.02+) prints ``BlockName=b1 BlockIndex=0 Nodes=...``. A cluster without a topology plugin prints
+  24.11 does not, and adds nothing else: both seen on the test clusters), a higher switch adding
+  ``Switches=leaf[0-1]``. topology/block (newer releases) prints ``BlockName=b1 BlockIndex=0 Nodes=...``. A cluster without a topology plugin prints
   nothing on stdout (``No topology information available`` on stderr): no domains, not an error.
   Level-0 switches are ``leaf-switch`` domains, higher ones ``switch``, blocks ``block``.
 - Node labels (``incidents.label_keys``): the label key is the kind, its value the name.

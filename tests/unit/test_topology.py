@@ -26,13 +26,13 @@ TREE_2205 = (
     "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-node-[2-3] \n"
     "SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu-node-[0-3] Switches=leaf[0-1] \n"
 )
-# Slurm 24.11 (topology_tree.c's _print_topo_record): the same fields, no trailing space.
+# Slurm 24.11.5 (the cached test root), the same topology.conf: the same fields, no trailing space.
 TREE_2411 = (
-    "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[1-4]\n"
-    "SwitchName=s2 Level=0 LinkSpeed=1 Nodes=node[5-8]\n"
-    "SwitchName=s3 Level=1 LinkSpeed=1 Nodes=node[1-8] Switches=s[1-2]\n"
+    "SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]\n"
+    "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-node-[2-3]\n"
+    "SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu-node-[0-3] Switches=leaf[0-1]\n"
 )
-# topology/block (23.02+): BlockName=... BlockIndex=... Nodes=...
+# topology/block (newer releases), as src/plugins/topology/block prints it: BlockName=... BlockIndex=... Nodes=...
 BLOCKS_2411 = "BlockName=b1 BlockIndex=0 Nodes=node[01-18]\nBlockName=b2 BlockIndex=1 Nodes=node[19-36]\n"
 
 
