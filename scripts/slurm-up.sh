@@ -14,6 +14,8 @@
 #   SLURM_CI_REST       1 = also start slurmrestd on DIR/run/slurmrestd.sock (default 1)
 #   SLURM_CI_TIMEOUT_S  seconds to wait for every node to be idle (default 60)
 #   SLURM_CI_ROOT       run the Slurm of this root (scripts/slurm-root.sh) with chroot (default: the host's)
+#   SLURM_CI_LEAVES     0 = no topology; L >= 1 = TopologyPlugin=topology/tree with the nodes split in
+#                       order over L leaf switches leaf[0..L-1] under one spine switch (default 0)
 # Needs root on Debian 12 (bookworm); installs slurmctld, slurmd, slurm-client, munge and slurmrestd
 # with apt-get when they are missing. Prints "SLURM_CONF=<path>" on its last line.
 #
@@ -30,6 +32,8 @@ CTLD_PORT=${SLURM_CI_CTLD_PORT:-6817}
 PORT_BASE=${SLURM_CI_PORT_BASE:-17000}
 REST=${SLURM_CI_REST:-1}
 TIMEOUT_S=${SLURM_CI_TIMEOUT_S:-60}
+LEAVES=${SLURM_CI_LEAVES:-0}
+case "$LEAVES" in ''|*[!0-9]*) echo "SLURM_CI_LEAVES must be a non-negative integer" >&2; exit 2;; esac
 case "$N" in ''|*[!0-9]*) echo "SLURM_CI_NODES must be a positive integer" >&2; exit 2;; esac
 [ "$N" -ge 1 ] || { echo "SLURM_CI_NODES must be at least 1" >&2; exit 2; }
 LAST=$((N - 1))
@@ -120,6 +124,20 @@ NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$POR
 PartitionName=gpu Nodes=gpu-node-[0-$LAST] Default=YES MaxTime=INFINITE State=UP
 CONF
 echo "NodeName=gpu-node-[0-$LAST] Name=gpu File=$D/dev/nvidia[0-7]" > "$D/gres.conf"
+if [ "$LEAVES" -gt 0 ]; then
+  # topology.conf (Slurm's topology/tree): leaf switches over consecutive nodes, one spine above them,
+  # so a job may still span every node. The service reads it back with `scontrol show topology`.
+  echo "TopologyPlugin=topology/tree" >> "$SLURM_CONF"
+  : > "$D/topology.conf"
+  per=$(( (N + LEAVES - 1) / LEAVES ))
+  for l in $(seq 0 $((LEAVES - 1))); do
+    first=$((l * per)); last=$(( (l + 1) * per - 1 )); [ "$last" -le "$LAST" ] || last=$LAST
+    [ "$first" -le "$LAST" ] || break
+    echo "SwitchName=leaf$l Nodes=gpu-node-[$first-$last]" >> "$D/topology.conf"
+  done
+  made=$(grep -c "^SwitchName=leaf" "$D/topology.conf")
+  echo "SwitchName=spine Switches=leaf[0-$((made - 1))]" >> "$D/topology.conf"
+fi
 # A chroot has no cgroup tree of its own (24.11's slurmd reads cgroup.conf even with task/none).
 [ -n "$ROOT" ] && echo "CgroupPlugin=disabled" > "$D/cgroup.conf"
 

@@ -44,6 +44,7 @@ from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
 from watchers.runtime import Stopper
+from watchers.slurm_topology import TopologyPublisher
 
 log = logging.getLogger("watchers.slurm")
 
@@ -268,6 +269,7 @@ def run(
     lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
     watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
     pace = Pace(poll, settings.slurm.cpu_budget)
+    topology = TopologyPublisher(settings, bus, getattr(slurm, "topology", None))
     leading = False
     log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
     try:
@@ -278,9 +280,11 @@ def run(
                 if not leading:
                     log.info("slurm watcher is the leader")
                     watcher.reset()
+                    topology.reset()
                     leading = True
                 try:
                     watcher.step()
+                    topology.step()
                 except BusUnavailable as exc:
                     log.warning("cannot publish, will retry the same transitions: %s", exc)
                 except RemediationError as exc:

@@ -58,7 +58,8 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
-        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run)
+        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
+                              rt.settings.incidents)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:

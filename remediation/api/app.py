@@ -25,13 +25,14 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import ui
+from remediation.api import incidents, incidents_ui, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
 from remediation.domain.policy import Clock
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
 from remediation.services.metrics import make_registry
@@ -67,7 +68,9 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.templates = templates
 
     app.include_router(router)
+    app.include_router(incidents.router)
     app.include_router(ui.router)
+    app.include_router(incidents_ui.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     _errors(app)
     app.add_exception_handler(ui.LoginRequired, ui.login_redirect)
@@ -109,6 +112,10 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(ReadModelError)
     def bad_request(request: Request, exc: ReadModelError) -> Response:
         return respond(request, 422, str(exc))
+
+    @app.exception_handler(IncidentError)
+    def incident_refused(request: Request, exc: IncidentError) -> Response:
+        return respond(request, 409, str(exc))
 
     @app.exception_handler(LeverError)
     def refused(request: Request, exc: LeverError) -> Response:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
 from remediation.services.readmodels import ReadModelError
@@ -128,7 +129,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except CliError as exc:
             raise fail(str(exc), exc.code) from None
-        except (ReadModelError, LeverError) as exc:
+        except (ReadModelError, LeverError, IncidentError) as exc:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:
             raise fail(str(exc), EXIT_DATABASE) from None

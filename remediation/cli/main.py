@@ -5,7 +5,8 @@ NODE``), a table by default, ``-o wide`` / ``-o json`` on every read, ``--help``
 error one line ``error: ...`` on stderr with a non-zero exit. Exit codes: 1 the request cannot be done
 (unknown node, bad filter, a lever refused), 2 bad configuration or usage, 3 database unavailable.
 
-Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``, ``breaker close``)
+Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``, ``breaker close``,
+``incidents resolve``)
 call the one :class:`remediation.services.lever_service.LeverService`, which runs each in one transaction
 (writing the audit row with ``--actor``) and hands follow-up work to its dispatcher only after the commit.
 The dispatcher is passed in, never looked up: the console script (:func:`remediation.cli.ops.main`)
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from remediation.cli import read
+from remediation.cli import incidents, read
 from remediation.cli.context import (
     EXIT_CONFIG,
     EXIT_REQUEST,
@@ -48,6 +49,7 @@ app.add_typer(read.events, name="events")
 app.add_typer(read.remediations, name="remediations")
 app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
+app.add_typer(incidents.app, name="incidents")
 app.command("stats")(read.stats)
 app.command("status")(status)
 app.command("simulate")(simulate)

@@ -13,6 +13,8 @@ Tables and why they exist:
   finished after it, with the idempotency key and the provider operation.
 - ``audit_log``: every human lever and every automated action, with actor and reason.
 - ``control``: small cluster-wide state (paused, breaker open, last VM action time).
+- ``node_domains``: each node's failure domains (switch, zone, NVLink clique), per source.
+- ``incidents``: one row per topology-correlated incident; its remediations point at it.
 """
 
 from __future__ import annotations
@@ -125,6 +127,8 @@ class Remediation(Base):
     context: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Opened while the service ran in dry-run: never counted by the repeat-offender rule or the breaker.
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # Folded into a topology-correlated incident: no VM action, never a repeat-offender count.
+    incident_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("incidents.id"), index=True)
 
     steps: Mapped[list[RemediationStep]] = relationship(
         back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"
@@ -174,3 +178,38 @@ class Control(Base):
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[dict[str, Any]] = mapped_column(default=dict)
     updated_at: Mapped[datetime]
+
+
+class NodeDomain(Base):
+    """A node's failure domain as one source reports it (``slurm``: topology.conf switches;
+    ``kubernetes``: Node labels). A source's report replaces its earlier rows for that node."""
+
+    __tablename__ = "node_domains"
+    __table_args__ = (Index("ix_node_domains_domain", "kind", "name"),)
+
+    node: Mapped[str] = mapped_column(String(253), primary_key=True)
+    source: Mapped[str] = mapped_column(String(16), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(253), primary_key=True)
+    name: Mapped[str] = mapped_column(String(253))
+    updated_at: Mapped[datetime]
+
+
+class Incident(Base):
+    """Nodes of one failure domain that failed together (see remediation.services.incidents)."""
+
+    __tablename__ = "incidents"
+    __table_args__ = (Index("ix_incidents_status_domain", "status", "kind", "name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(253))
+    cause: Mapped[str] = mapped_column(Text)  # the likely cause on-call is told (leaf switch, zone...)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # open, recovered, resolved
+    nodes: Mapped[list[str]] = mapped_column(Json, default=list)
+    domain_size: Mapped[int] = mapped_column(Integer, default=0)
+    opened_at: Mapped[datetime] = mapped_column(index=True)
+    updated_at: Mapped[datetime]
+    closed_at: Mapped[datetime | None]
+    closed_by: Mapped[str | None] = mapped_column(String(128))
+    close_reason: Mapped[str | None] = mapped_column(Text)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))

@@ -90,6 +90,7 @@ def recent_failure_counts(
             Remediation.opened_at > start,
             or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
             Remediation.dry_run.is_(False),  # dry-run history never counts (issue 11)
+            Remediation.incident_id.is_(None),  # nor does a node's part in a correlated incident
         )
         .group_by(Remediation.node)
     )
@@ -147,8 +148,10 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
     if not latch.get("open") and isinstance(latch.get("closed_at"), str):
         since = max(since, datetime.fromisoformat(latch["closed_at"]))
     real = Remediation.dry_run.is_(False)
+    # A correlated incident is local and expected: its nodes are one fault, not a storm.
     failed = session.scalar(
-        select(func.count(func.distinct(Remediation.node))).where(Remediation.opened_at > since, real)
+        select(func.count(func.distinct(Remediation.node))).where(
+            Remediation.opened_at > since, real, Remediation.incident_id.is_(None))
     ) or 0
     last_failure = session.scalar(select(func.max(Remediation.opened_at)).where(real))
     in_flight = select(func.count(func.distinct(Remediation.id))).where(

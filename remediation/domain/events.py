@@ -41,6 +41,7 @@ class EventKind(StrEnum):
     UNHEALTHY = "unhealthy"  # the node entered a bad state or condition
     HEALTHY = "healthy"  # the node is back to a good state
     INVENTORY = "inventory"  # the node exists (resync); keeps the pool size true
+    DOMAINS = "domains"  # the node's failure domains from one source (``domains``); never a fault
 
 
 class NodeEvent(BaseModel):
@@ -61,6 +62,9 @@ class NodeEvent(BaseModel):
     # When the reported condition began, if the source knows: a Kubernetes condition's episode start
     # (the watcher publishes it only after it held). Attribution compares it with our own actions.
     since: datetime | None = None
+    # kind -> name of the node's failure domains as this source sees them (kind DOMAINS only), e.g.
+    # {"leaf-switch": "leaf0"} or {"nvidia.com/gpu.clique": "uuid.1"}: see remediation.domain.topology.
+    domains: dict[str, str] | None = None
 
     @field_validator("node")
     @classmethod
@@ -86,6 +90,19 @@ class NodeEvent(BaseModel):
             raise ValueError("must not contain NUL")
         return value
 
+    @field_validator("domains")
+    @classmethod
+    def _domains(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > 32:
+            raise ValueError("at most 32 failure domains per node")
+        for kind, name in value.items():
+            for text in (kind, name):
+                if not text or len(text) > 253 or any(not c.isprintable() for c in text):
+                    raise ValueError(f"{kind!r}={name!r}: kinds and names are 1-253 printable characters")
+        return value
+
     @field_validator("observed_at", "published_at", "since")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -97,6 +114,12 @@ class NodeEvent(BaseModel):
     def _default_key(self) -> NodeEvent:
         if not self.dedupe_key:
             object.__setattr__(self, "dedupe_key", default_dedupe_key(self))
+        return self
+
+    @model_validator(mode="after")
+    def _domains_only_on_domains(self) -> NodeEvent:
+        if (self.domains is not None) != (self.kind is EventKind.DOMAINS):
+            raise ValueError("domains is given with kind=domains, and only then")
         return self
 
     @property

@@ -91,6 +91,8 @@ def ignored_reason(reason: str, policy: PolicySettings) -> str | None:
 def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision:
     if event.kind is EventKind.INVENTORY:
         return Decision(DecisionKind.RECORD, "inventory")
+    if event.kind is EventKind.DOMAINS:
+        return Decision(DecisionKind.RECORD, "failure domains learnt")
     if event.kind is EventKind.HEALTHY:
         return _decide_healthy(node)
     if node.status is NodeStatus.QUARANTINED:

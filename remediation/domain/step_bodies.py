@@ -156,7 +156,12 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
         return None
     snode = ad.slurm.get_node(inp.node)
     if inp.source == "slurm":
-        if snode.states & BAD_SLURM:
+        bad = snode.states & BAD_SLURM
+        if inp.context.get("incident_closed") and snode.reason_is_ours(cfg.policy.our_reason_prefix):
+            # A member of a closed incident kept our drain (and DOWN, which our reason replaced
+            # "Not responding" on): what counts is whether it answers again.
+            bad -= {"DRAIN", "DRAINED", "DRAINING"} | ({"DOWN"} if "NOT_RESPONDING" not in snode.flags else set())
+        if bad:
             return None
         why = f"Slurm reports {'+'.join(sorted(snode.states))}"
     else:
@@ -167,7 +172,9 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
             return None
         why = f"{cond_type} is {now_status} on {knode.name}"
     given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
-    return Cancel(f"re-confirmed after the storm breaker closed: healthy again ({why}); cancelled, gave back "
+    after = (f"incident #{inp.context['incident_closed']} closed" if inp.context.get("incident_closed")
+             else "the storm breaker closed")
+    return Cancel(f"re-confirmed after {after}: healthy again ({why}); cancelled, gave back "
                   f"what was ours ({given})", node_healthy=True)
 
 

@@ -53,7 +53,8 @@ from remediation.domain.policy import (
 )
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
-from remediation.settings import PolicySettings
+from remediation.services.incidents import correlate_opened, record_domains
+from remediation.settings import IncidentSettings, PolicySettings
 
 
 @dataclass
@@ -95,10 +96,11 @@ def reject(session: Session, payload: str | bytes, error: str, now: datetime) ->
 
 def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False,
+    dry_run: bool = False, incidents: IncidentSettings | None = None,
 ) -> IngestResult:
     """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
-    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted, issue 11)."""
+    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted, issue 11).
+    ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents)."""
     now = clock.now()
     result = IngestResult()
     events, rejected = parse_payloads(payloads)
@@ -125,6 +127,7 @@ def ingest(
     result.recorded = len(fresh)
     if not fresh:
         return result
+    record_domains(session, fresh, now)
 
     names = {ev.node for ev in fresh}
     # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
@@ -142,6 +145,7 @@ def ingest(
     healthy = _healthy(session, fresh, unique.values(), policy)
     counts: dict[str, int] = defaultdict(int)
     updates: list[dict[str, Any]] = []
+    failed_now: set[str] = set()  # nodes whose remediation opened in this batch (incident candidates)
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
@@ -178,6 +182,8 @@ def ingest(
                 node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
                 first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
                 result.opened.append((rid, first.value))
+                if first is Step.SLURM_DRAIN:
+                    failed_now.add(name)
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
         todo = deferred
@@ -186,6 +192,8 @@ def ingest(
         {"name": n.name, "status": n.status, "status_reason": n.status_reason, "updated_at": n.updated_at,
          "last_event_at": n.last_event_at} for n in nodes.values()
     ])
+    if failed_now:
+        correlate_opened(session, failed_now, incidents or IncidentSettings(), "remediation", now, dry_run)
     result.decisions = dict(counts)
     return result
 
@@ -288,7 +296,7 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False,
+    dry_run: bool = False, incidents: IncidentSettings | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -296,7 +304,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run)
+            return ingest(s, payloads, policy, clock, dry_run, incidents)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -305,7 +313,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run)
+                one = ingest(s, [payload], policy, clock, dry_run, incidents)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

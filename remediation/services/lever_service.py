@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.domain.policy import Clock
 from remediation.ports.dispatch import Dispatcher, FollowUp
-from remediation.services import levers
+from remediation.services import incidents, levers
 from remediation.settings import PolicySettings
 
 
@@ -86,6 +86,13 @@ class LeverService:
     def close_breaker(self, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
             followups = levers.close_breaker(s, actor, reason, self._clock.now())
+        self._dispatcher.steps(followups)
+        return followups
+
+    def resolve_incident(self, incident_id: int, actor: str, reason: str) -> list[FollowUp]:
+        """A human closes a correlated incident; its members re-check their trigger and go on alone."""
+        with self._sessions() as s, s.begin():
+            followups = incidents.resolve(s, incident_id, actor, levers.checked_reason(reason), self._clock.now())
         self._dispatcher.steps(followups)
         return followups
 

@@ -58,6 +58,9 @@ def _reason(reason: str) -> str:
     return reason
 
 
+checked_reason = _reason  # for the levers that live beside this module (incidents)
+
+
 def set_paused(session: Session, paused: bool, actor: str, reason: str, now: datetime) -> bool:
     """Pause or resume all automation; returns the previous state."""
     reason = _reason(reason)

@@ -13,6 +13,7 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   ``remediation_remediations_open{status,step}`` (in flight, where they stand)
 - ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
 - ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
+- ``remediation_incidents_open`` and ``remediation_incidents_total``: correlated incidents (services.incidents)
 - ``remediation_breaker_open``, ``remediation_breaker_open_info{reason,since}`` (why, while open), ``remediation_paused``
 - ``remediation_workflow_lag_seconds``: how overdue the most overdue open remediation is (work nobody
   has picked up), and ``remediation_queue_depth{queue}`` when the composition root injects the
@@ -38,6 +39,7 @@ from remediation.db.models import Event, Node, RejectedEvent, Remediation, Remed
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.services import incidents
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +128,11 @@ class DatabaseCollector(Collector):
         if latch.get("open"):
             why.add_metric([str(latch.get("reason") or "")[:200], str(latch.get("at") or "")], 1)
         yield why
+        seen = incidents.counts(s)
+        yield GaugeMetricFamily("remediation_incidents_open", "Topology-correlated incidents open now "
+                                "(one failure domain, many nodes; dry-run ones excluded)", value=seen["open"])
+        yield CounterMetricFamily("remediation_incidents", "Topology-correlated incidents ever opened "
+                                  "(dry-run ones excluded)", value=seen["total"])
         yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the system on a fault in its own plumbing)",
                                 value=1 if control_get(s, PAUSED).get("paused") else 0)
         oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(

@@ -58,6 +58,9 @@ LEASE_MARGIN_S = 30.0  # beyond the posts' own timeouts, before a crashed pass's
 NOTIFIABLE: dict[str, tuple[str, str]] = {
     "breaker_open": (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
     "breaker_closed": (":white_check_mark:", "Storm breaker closed: VM actions resume"),
+    "incident_opened": (":zap:", "Correlated INCIDENT: one failure domain, many nodes; no VM actions"),
+    "incident_recovered": (":white_check_mark:", "Incident closed: its nodes answer again"),
+    "incident_resolved": (":white_check_mark:", "Incident resolved by a human: its nodes go on on their own"),
     "escalate": (":arrow_double_up:", "Escalated"),
     "remediation_quarantined": (":no_entry:", "Quarantined"),
     "remediation_failed": (":x:", "Remediation FAILED"),

@@ -63,7 +63,7 @@ from remediation.domain.step_bodies import (
 )
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker
+from remediation.services import breaker, incidents
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.settings import Settings
@@ -176,6 +176,7 @@ class Workflow:
                 rem.next_run_at = now + grace
                 out.append(FollowUp(rem.id, rem.step))
             self._note_breaker(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None)
+        out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
         return out
@@ -214,6 +215,9 @@ class Workflow:
             view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
             view = self._note_breaker(s, view, now, exclude=rem.id)
             verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
+            if verdict.ok and (why := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
+                                                            new_vm_action=row is None)):
+                verdict = replace(verdict, ok=False, reason=why)
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason

@@ -46,6 +46,7 @@ from remediation.adapters.slurm.parse import (
     parse_scontrol_nodes,
 )
 from remediation.adapters.slurm.probe import NodeTableProbe
+from remediation.domain.topology import Switch, parse_topology
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import (
     ConfigError,
@@ -135,6 +136,18 @@ class CliSlurm:
 
     def list_nodes(self) -> list[SlurmNode]:
         return [status.to_slurm_node() for status in self.snapshot().values()]
+
+    def topology(self) -> list[Switch]:
+        """The switches (topology/tree) or blocks (topology/block) ``scontrol show topology`` prints;
+        none when no topology plugin is configured (it then says so on stderr, with exit status 0 on
+        22.05). Malformed output raises :class:`~remediation.domain.topology.TopologyError`."""
+        try:
+            out = self._run([self.settings.scontrol, "show", "topology"])
+        except RemediationError as exc:
+            if "No topology information" in exc.message:
+                return []
+            raise
+        return parse_topology(out)
 
     def status(self, name: str) -> NodeRecord:
         check_node_name(name)

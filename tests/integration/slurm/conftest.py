@@ -35,6 +35,8 @@ from tests.ports import free_port, free_port_range
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
 NODES = 4
+#: Leaf switches in the topology.conf of ``slurm_topo_cluster`` (gpu-node-[0-1] and gpu-node-[2-3]).
+LEAVES = 2
 #: The Slurm releases under test; the first is the one tests outside this directory borrow.
 ALL_VERSIONS = ("22.05", "24.11")
 VERSIONS = tuple(
@@ -171,6 +173,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             ("slurm_cluster", "rest_api"), pairs, indirect=["slurm_cluster"], scope="session",
             ids=[f"slurm{v}-{api}" for v, api in pairs],
         )
+    elif "slurm_topo_cluster" in metafunc.fixturenames:
+        metafunc.parametrize(
+            "slurm_topo_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
+        )
     elif "slurm_cluster" in metafunc.fixturenames:
         metafunc.parametrize(
             "slurm_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
@@ -199,15 +205,35 @@ def _root(release: str) -> Path | None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    release: str = getattr(request, "param", ALL_VERSIONS[0])
+    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=0)
+
+
+@pytest.fixture(scope="session")
+def slurm_topo_cluster(request: pytest.FixtureRequest,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A second cluster of the same release with ``TopologyPlugin=topology/tree``: LEAVES leaf switches
+    under one spine (``scripts/slurm-up.sh`` SLURM_CI_LEAVES). Its own cluster, so that the switch
+    domains (and the incident rule they feed) never reach the tests of the plain one."""
+    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=LEAVES)
+
+
+@pytest.fixture
+def slurm_topo(slurm_topo_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+    """The topology cluster, restored to all-IDLE after the test."""
+    yield slurm_topo_cluster
+    slurm_topo_cluster.restore()
+
+
+def _cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
     root = _root(release)
-    directory = tmp_path_factory.mktemp(f"slurm{release}")
+    directory = tmp_path_factory.mktemp(f"slurm{release}-leaves{leaves}" if leaves else f"slurm{release}")
     env = dict(os.environ)
     env.update(
         SLURM_CI_DIR=str(directory),
         SLURM_CI_NODES=str(NODES),
         SLURM_CI_CTLD_PORT=str(free_port()),
         SLURM_CI_PORT_BASE=str(free_port_range(NODES)),
+        SLURM_CI_LEAVES=str(leaves),
     )
     if root is not None:
         env["SLURM_CI_ROOT"] = str(root)

@@ -1,0 +1,83 @@
+"""``/api/v1/incidents``: topology-correlated incidents, read and resolved over JSON.
+
+The same functions as ``remediation incidents list|show|resolve`` (:mod:`remediation.services.incidents`
+for reads, the lever service for the resolve), so the terminal and the API write the same audit row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel
+
+from remediation.api.routes import Admin, LeverBody, Reader
+from remediation.services import incidents as svc
+
+IncidentId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+class IncidentMember(BaseModel):
+    id: int
+    node: str
+    status: str
+    step: str
+    wait_reason: str | None = None
+    opened_at: datetime
+    dry_run: bool
+
+
+class IncidentRow(BaseModel):
+    id: int
+    domain: str
+    kind: str
+    name: str
+    cause: str
+    status: str
+    nodes: list[str]
+    node_count: int
+    domain_size: int
+    opened_at: datetime
+    closed_at: datetime | None = None
+    closed_by: str | None = None
+    close_reason: str | None = None
+    dry_run: bool
+
+
+class IncidentDetail(IncidentRow):
+    likely_cause: str
+    remediations: list[IncidentMember]
+
+
+class IncidentResolved(BaseModel):
+    lever: str = "incident_resolve"
+    message: str
+    incident: int
+    released: list[int]
+
+
+router = APIRouter(prefix="/api/v1", tags=["incidents"])
+
+
+@router.get("/incidents", response_model=list[IncidentRow], summary="Correlated incidents, newest first")
+def get_incidents(request: Request, _: Reader,
+                  status: Annotated[str | None, Query(pattern="^(open|closed|recovered|resolved)$")] = None,
+                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+    with request.app.state.sessions() as s:
+        return svc.list_incidents(s, status, limit)
+
+
+@router.get("/incidents/{incident_id}", response_model=IncidentDetail, summary="One incident and its members")
+def get_incident(request: Request, _: Reader, incident_id: IncidentId) -> dict[str, Any]:
+    with request.app.state.sessions() as s:
+        return svc.show(s, incident_id)
+
+
+@router.post("/incidents/{incident_id}/resolve", response_model=IncidentResolved, tags=["levers"])
+def post_resolve(request: Request, who: Admin, incident_id: IncidentId, body: LeverBody) -> IncidentResolved:
+    """Close an open incident: each member re-checks its trigger (healthy: given back; bad: remediated alone)."""
+    followups = request.app.state.levers.resolve_incident(incident_id, who.actor(body.actor), body.reason)
+    return IncidentResolved(message=f"incident #{incident_id} resolved; {len(followups)} member "
+                                    "remediation(s) re-check their trigger now",
+                            incident=incident_id, released=[f.remediation_id for f in followups])

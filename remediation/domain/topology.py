@@ -1,0 +1,176 @@
+"""Failure domains and the rule that turns simultaneous failures in one domain into one incident.
+
+A **failure domain** is a set of nodes that one broken part takes down together: a leaf switch, an
+NVLink domain (clique), a reserved block or a zone. A node belongs to several at once (its leaf switch,
+the spine above it, its zone). Domains come from two places, both as ``kind -> name`` per node:
+
+- Slurm's topology, as ``scontrol show topology`` prints it. topology/tree prints one switch per line,
+  ``SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]`` (22.05 ends each line with a space;
+  24.11 does not, and adds nothing else: both seen on the test clusters), a higher switch adding
+  ``Switches=leaf[0-1]``. topology/block (newer releases) prints ``BlockName=b1 BlockIndex=0 Nodes=...``. A cluster without a topology plugin prints
+  nothing on stdout (``No topology information available`` on stderr): no domains, not an error.
+  Level-0 switches are ``leaf-switch`` domains, higher ones ``switch``, blocks ``block``.
+- Node labels (``incidents.label_keys``): the label key is the kind, its value the name.
+
+:func:`correlate` is the rule, pure so that the ingest and the rehearsal (``remediation simulate``)
+share it. Given the nodes that failed within the window, the domains' members and the nodes already
+in an incident, it returns the domains whose *unclaimed* failures reach ``min_nodes`` or
+``min_fraction`` of the domain (and at least two). Domains are tried in order of the fraction that
+failed (highest first), then size (largest first): when a spine's every node fails, the spine is the
+incident and its leaves have nothing left to claim; when one leaf fails, the leaf (all of it) beats
+the spine (half of it). A node is claimed by one incident at most.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from remediation.domain.hostlist import HostlistError, expand
+
+LEAF_SWITCH = "leaf-switch"
+SWITCH = "switch"
+BLOCK = "block"
+
+# What on-call should suspect first when a domain of this kind fails at once.
+_CAUSES = {
+    LEAF_SWITCH: "leaf switch",
+    SWITCH: "switch (spine or aggregation)",
+    BLOCK: "network block",
+    "topology.kubernetes.io/zone": "zone",
+    "failure-domain.beta.kubernetes.io/zone": "zone",
+    "cloud.google.com/gce-topology-block": "reserved block's network",
+    "cloud.google.com/gce-topology-subblock": "sub-block (rack; the NVLink domain on A4X)",
+    "nvidia.com/gpu.clique": "NVLink domain",
+}
+
+
+class TopologyError(ValueError):
+    """``scontrol show topology`` output that cannot be read; the message names the line."""
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One record of ``scontrol show topology``."""
+
+    kind: str  # leaf-switch, switch or block
+    name: str
+    nodes: tuple[str, ...]
+    level: int = 0
+
+
+_PAIR = re.compile(r"(\w+)=(\S*)")
+
+
+def parse_topology(text: str) -> list[Switch]:
+    """Parse ``scontrol show topology`` (every Slurm release since 22.05; tree and block plugins)."""
+    out: list[Switch] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#") or "No topology information" in line:
+            continue
+        fields = dict(_PAIR.findall(line))
+        leftover = _PAIR.sub("", line).strip()
+        if leftover or not fields:
+            raise TopologyError(f"scontrol show topology line {number}: cannot read {line[:200]!r}")
+        try:
+            nodes = tuple(expand(fields["Nodes"])) if fields.get("Nodes") else ()
+        except HostlistError as exc:
+            raise TopologyError(f"scontrol show topology line {number}: Nodes: {exc}") from None
+        if "SwitchName" in fields:
+            level = fields.get("Level", "0")
+            if not level.isdigit():
+                raise TopologyError(f"scontrol show topology line {number}: Level={level!r} is not a number")
+            kind = LEAF_SWITCH if int(level) == 0 else SWITCH
+            out.append(Switch(kind, fields["SwitchName"], nodes, int(level)))
+        elif "BlockName" in fields:
+            out.append(Switch(BLOCK, fields["BlockName"], nodes))
+        else:
+            raise TopologyError(f"scontrol show topology line {number}: no SwitchName or BlockName in {line[:200]!r}")
+    return out
+
+
+def slurm_domains(switches: Collection[Switch]) -> dict[str, dict[str, str]]:
+    """node -> {kind: name}. A node under two switches of one kind (a leaf and a spine are two kinds)
+    keeps the one of lower level, the one closer to it."""
+    out: dict[str, dict[str, str]] = {}
+    for sw in sorted(switches, key=lambda s: -s.level):
+        for node in sw.nodes:
+            out.setdefault(node, {})[sw.kind] = sw.name
+    return out
+
+
+def label_domains(labels: Mapping[str, str], keys: Collection[str]) -> dict[str, str]:
+    """The configured label keys a Node carries, with a non-empty value: kind -> name."""
+    return {k: str(labels[k]) for k in keys if labels.get(k)}
+
+
+def domain_key(kind: str, name: str) -> str:
+    return f"{kind}={name}"
+
+
+def likely_cause(kind: str) -> str:
+    return _CAUSES.get(kind, f"shared {kind}")
+
+
+@dataclass(frozen=True)
+class Rule:
+    min_nodes: int
+    min_fraction: float
+    window_s: float
+    min_nodes_by_kind: Mapping[str, int] = field(default_factory=dict)  # K per domain kind (a zone's is larger)
+
+    def k(self, kind: str) -> int:
+        return self.min_nodes_by_kind.get(kind, self.min_nodes)
+
+
+@dataclass(frozen=True)
+class Correlated:
+    """A domain whose failures are one incident, and the nodes it claims."""
+
+    kind: str
+    name: str
+    nodes: tuple[str, ...]
+    size: int
+
+    @property
+    def key(self) -> str:
+        return domain_key(self.kind, self.name)
+
+    @property
+    def cause(self) -> str:
+        return likely_cause(self.kind)
+
+
+def qualifies(failed: int, size: int, rule: Rule, kind: str = "") -> bool:
+    """K nodes (K of this kind of domain), or a fraction F of the domain, and never fewer than two."""
+    if failed < 2 or size <= 0:
+        return False
+    return failed >= rule.k(kind) or failed / size >= rule.min_fraction
+
+
+def correlate(
+    failed_at: Mapping[str, datetime],
+    members: Mapping[tuple[str, str], Collection[str]],
+    claimed: Collection[str],
+    now: datetime,
+    rule: Rule,
+) -> list[Correlated]:
+    """The domains (``(kind, name) -> member nodes``) that fail as one, given when each failing node
+    failed; nodes in ``claimed`` (already in an incident) are not counted again."""
+    start = now - timedelta(seconds=rule.window_s)
+    recent = {n for n, at in failed_at.items() if start < at <= now}
+    taken = set(claimed)
+    ranked = sorted(
+        ((kind, name, frozenset(nodes)) for (kind, name), nodes in members.items() if nodes),
+        key=lambda d: (-len(recent & d[2]) / len(d[2]), -len(d[2]), d[0], d[1]),
+    )
+    out: list[Correlated] = []
+    for kind, name, nodes in ranked:
+        failing = sorted((recent & nodes) - taken)
+        if qualifies(len(failing), len(nodes), rule, kind):
+            out.append(Correlated(kind, name, tuple(failing), len(nodes)))
+            taken.update(failing)
+    return out

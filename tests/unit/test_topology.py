@@ -1,0 +1,180 @@
+"""The topology parser on real ``scontrol show topology`` output, and the incident rule."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
+from remediation.domain.topology import (
+    BLOCK,
+    LEAF_SWITCH,
+    SWITCH,
+    Rule,
+    TopologyError,
+    correlate,
+    label_domains,
+    parse_topology,
+    qualifies,
+    slurm_domains,
+)
+
+# Slurm 22.05.8 (Debian 12), topology/tree, as the test cluster prints it: each line ends in a space.
+TREE_2205 = (
+    "SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1] \n"
+    "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-node-[2-3] \n"
+    "SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu-node-[0-3] Switches=leaf[0-1] \n"
+)
+# Slurm 24.11.5 (the cached test root), the same topology.conf: the same fields, no trailing space.
+TREE_2411 = (
+    "SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]\n"
+    "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-node-[2-3]\n"
+    "SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu-node-[0-3] Switches=leaf[0-1]\n"
+)
+# topology/block (newer releases), as src/plugins/topology/block prints it: BlockName=... BlockIndex=... Nodes=...
+BLOCKS_2411 = "BlockName=b1 BlockIndex=0 Nodes=node[01-18]\nBlockName=b2 BlockIndex=1 Nodes=node[19-36]\n"
+
+
+@pytest.mark.parametrize("text", [TREE_2205, TREE_2411], ids=["22.05", "24.11"])
+def test_tree_output_gives_each_node_its_leaf_and_the_switch_above(text: str) -> None:
+    switches = parse_topology(text)
+    assert [(s.kind, s.level) for s in switches] == [(LEAF_SWITCH, 0), (LEAF_SWITCH, 0), (SWITCH, 1)]
+    domains = slurm_domains(switches)
+    first, spine = switches[0], switches[2]
+    assert domains[first.nodes[0]] == {LEAF_SWITCH: first.name, SWITCH: spine.name}
+    assert len(domains) == len(spine.nodes) == 2 * len(first.nodes)
+
+
+def test_block_output_gives_blocks() -> None:
+    switches = parse_topology(BLOCKS_2411)
+    assert [(s.kind, s.name, len(s.nodes)) for s in switches] == [(BLOCK, "b1", 18), (BLOCK, "b2", 18)]
+    assert slurm_domains(switches)["node19"] == {BLOCK: "b2"}
+
+
+@pytest.mark.parametrize("text", ["", "\n", "No topology information available\n"], ids=["empty", "blank", "none"])
+def test_no_topology_plugin_means_no_domains(text: str) -> None:
+    assert parse_topology(text) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("SwitchName=s1 Level=0 LinkSpeed=1 Nodes=node[1-\n", "line 1: Nodes"),
+        ("SwitchName=s1 Level=x Nodes=n1\n", "Level='x'"),
+        ("SwitchName=s1 Nodes=n1\nsomething odd\n", "line 2: cannot read"),
+        ("Foo=bar\n", "no SwitchName or BlockName"),
+    ],
+    ids=["bad-hostlist", "bad-level", "garbage", "unknown-record"],
+)
+def test_malformed_output_is_a_clear_error(text: str, fragment: str) -> None:
+    with pytest.raises(TopologyError, match=r".*") as err:
+        parse_topology(text)
+    assert fragment in str(err.value)
+
+
+def test_label_domains_keep_only_configured_non_empty_labels() -> None:
+    labels = {"topology.kubernetes.io/zone": "us-central1-a", "nvidia.com/gpu.clique": "", "other": "x"}
+    assert label_domains(labels, ["topology.kubernetes.io/zone", "nvidia.com/gpu.clique"]) == {
+        "topology.kubernetes.io/zone": "us-central1-a"}
+
+
+def test_domains_ride_only_on_domains_events() -> None:
+    now = datetime.now(UTC)
+    ok = NodeEvent(source="slurm", node="n1", kind=EventKind.DOMAINS, state="topology",
+                   domains={LEAF_SWITCH: "s1"}, observed_at=now)
+    assert NodeEvent.parse(ok.to_json()).domains == {LEAF_SWITCH: "s1"}
+    with pytest.raises(InvalidEvent, match="domains"):
+        NodeEvent.parse({"source": "slurm", "node": "n1", "kind": "inventory", "state": "IDLE",
+                         "domains": {"x": "y"}, "observed_at": now.isoformat()})
+
+
+# ------------------------------------------------------------------------------------------ the rule
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+RULE = Rule(min_nodes=4, min_fraction=0.5, window_s=60)
+LEAF0 = {f"n{i}" for i in range(4)}
+LEAF1 = {f"n{i}" for i in range(4, 8)}
+MEMBERS = {(LEAF_SWITCH, "leaf0"): LEAF0, (LEAF_SWITCH, "leaf1"): LEAF1, (SWITCH, "spine"): LEAF0 | LEAF1}
+
+
+def at(seconds_ago: float) -> datetime:
+    return NOW - timedelta(seconds=seconds_ago)
+
+
+@pytest.mark.parametrize(
+    ("failed", "size", "expected"),
+    [(1, 1, False), (2, 4, True), (2, 5, False), (4, 100, True), (3, 100, False)],
+    ids=["one-node-never", "half", "under-half", "k-nodes", "under-k"],
+)
+def test_k_nodes_or_a_fraction_and_never_one(failed: int, size: int, expected: bool) -> None:
+    assert qualifies(failed, size, RULE) is expected
+
+
+def test_a_whole_leaf_is_one_incident_and_the_spine_adds_nothing() -> None:
+    found = correlate({n: at(5) for n in LEAF0}, MEMBERS, (), NOW, RULE)
+    assert [(c.kind, c.name, c.nodes, c.size, c.cause) for c in found] == [
+        (LEAF_SWITCH, "leaf0", tuple(sorted(LEAF0)), 4, "leaf switch")]
+
+
+def test_a_whole_spine_is_one_incident_not_two_leaves() -> None:
+    found = correlate({n: at(5) for n in LEAF0 | LEAF1}, MEMBERS, (), NOW, RULE)
+    assert [(c.name, len(c.nodes)) for c in found] == [("spine", 8)]
+
+
+def test_one_node_alone_is_no_incident() -> None:
+    assert correlate({"n5": at(1)}, MEMBERS, (), NOW, RULE) == []
+
+
+def test_failures_outside_the_window_do_not_count() -> None:
+    failed = {"n0": at(5), "n1": at(70), "n2": at(90)}
+    assert correlate(failed, MEMBERS, (), NOW, RULE) == []
+    failed["n1"] = at(59)
+    assert [c.nodes for c in correlate(failed, MEMBERS, (), NOW, RULE)] == [("n0", "n1")]
+
+
+def test_nodes_already_in_an_incident_are_not_counted_again() -> None:
+    failed = {n: at(5) for n in LEAF0}
+    assert correlate(failed, MEMBERS, LEAF0, NOW, RULE) == []
+    assert [c.nodes for c in correlate(failed, MEMBERS, {"n0", "n1"}, NOW, RULE)] == [("n2", "n3")]
+
+
+# ------------------------------------------------------------------- the Slurm watcher's publisher
+
+
+class Bus:
+    def __init__(self) -> None:
+        self.published: list[NodeEvent] = []
+
+    def publish(self, events: list[NodeEvent]) -> int:
+        self.published.extend(events)
+        return len(events)
+
+
+def publisher(read):  # type: ignore[no-untyped-def]
+    from remediation.settings import Settings
+    from watchers.slurm_topology import TopologyPublisher
+
+    bus = Bus()
+    pub = TopologyPublisher(Settings(incidents={"topology_refresh_s": 0.001}), bus, read)  # type: ignore[arg-type]
+    return pub, bus
+
+
+def test_publisher_sends_only_what_changed_and_keeps_the_last_on_bad_output() -> None:
+    outputs = [TREE_2205, TREE_2205, "SwitchName=leaf0 Nodes=gpu-node-[0-\n",
+               TREE_2205.replace("gpu-node-[2-3]", "gpu-node-2")]
+    pub, bus = publisher(lambda: parse_topology(outputs.pop(0)))
+    assert pub.step() == 4 and {e.node for e in bus.published} == {f"gpu-node-{i}" for i in range(4)}
+    assert all(e.kind is EventKind.DOMAINS and e.source.value == "slurm" for e in bus.published)
+    pub.due = 0.0
+    assert pub.step() == 0  # the same topology again: nothing new
+    pub.due = 0.0
+    assert pub.step() == 0 and len(bus.published) == 4  # unreadable: logged, the last domains stand
+    pub.due = 0.0
+    assert pub.step() == 1  # gpu-node-3 left leaf1
+    assert (bus.published[-1].node, bus.published[-1].domains) == ("gpu-node-3", {SWITCH: "spine"})
+
+
+def test_no_topology_plugin_publishes_nothing() -> None:
+    pub, bus = publisher(lambda: [])
+    assert pub.step() == 0 and bus.published == []

@@ -1,0 +1,70 @@
+"""The Kubernetes watcher's failure domains: configured Node labels in, DOMAINS events out.
+
+Each Node's values of ``incidents.label_keys`` (say ``topology.kubernetes.io/zone``,
+``cloud.google.com/gce-topology-subblock``, ``nvidia.com/gpu.clique``) are that Node's failure
+domains. Whenever they change (and for every Node on the watcher's first list) one ``DOMAINS`` event
+is published per Slurm node running on it, translated with the same Node -> Slurm node map as the
+conditions (:class:`watchers.kube_mapping.SlurmNames`); until the map can be read the change waits
+here. The ingest keeps them in ``node_domains`` for the incident rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.topology import label_domains
+from watchers.kube_mapping import SlurmNames
+
+log = logging.getLogger("watchers.kube")
+
+
+class DomainLabels:
+    def __init__(self, keys: list[str], enabled: bool = True) -> None:
+        self.keys = list(keys) if enabled else []
+        self.sent: dict[str, dict[str, str]] = {}  # Node -> domains published
+        self.pending: dict[str, tuple[dict[str, str], float]] = {}  # Node -> (domains, since)
+
+    def observe(self, node: dict[str, Any]) -> None:
+        if not self.keys:
+            return
+        name = node["metadata"]["name"]
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        domains = label_domains(labels, self.keys)
+        before = self.sent.get(name)
+        if before == domains or (before is None and not domains):  # nothing new (a Node without any)
+            self.pending.pop(name, None)
+        elif self.pending.get(name, ({}, 0.0))[0] != domains or name not in self.pending:
+            self.pending[name] = (domains, time.monotonic())
+
+    def forget(self, name: str) -> None:
+        self.sent.pop(name, None)
+        self.pending.pop(name, None)
+
+    def events(self, names: SlurmNames) -> list[NodeEvent]:
+        """DOMAINS events for the changes whose Slurm nodes are known now (the rest keep waiting)."""
+        out: list[NodeEvent] = []
+        now = datetime.now(UTC)
+        for node, (domains, since) in list(self.pending.items()):
+            slurm_nodes = names.on(node, since)
+            if slurm_nodes is None:
+                continue
+            del self.pending[node]
+            self.sent[node] = domains
+            digest = hashlib.sha256(json.dumps(domains, sort_keys=True).encode()).hexdigest()[:16]
+            for slurm_node in slurm_nodes:
+                try:
+                    out.append(NodeEvent(
+                        source=Source.KUBERNETES, node=slurm_node, kind=EventKind.DOMAINS, state="labels",
+                        domains=domains, observed_at=now, published_at=now,
+                        reason=f"Node {node}: " + (", ".join(f"{k}={v}" for k, v in sorted(domains.items()))
+                                                   or "no domain labels"),
+                        dedupe_key=f"k8s:{slurm_node}@{node}:domains:{digest}:{now.isoformat()}"))
+                except ValueError as exc:  # a label value no event can carry: say which, keep the rest
+                    log.warning("Node %s: cannot publish its failure domains for %r: %s", node, slurm_node, exc)
+        return out

@@ -1,0 +1,88 @@
+"""The Slurm watcher's topology half: topology.conf switches in, DOMAINS events out.
+
+Every ``incidents.topology_refresh_s`` (and when the watcher becomes the leader) it reads
+``scontrol show topology`` through the Slurm adapter, turns it into each node's failure domains
+(:func:`remediation.domain.topology.slurm_domains`: its leaf switch, the switch above, or its block)
+and publishes one ``DOMAINS`` event per node whose domains changed since the last publish (a node
+that left every switch gets an empty set). The ingest keeps them in ``node_domains``, where the
+incident rule finds them.
+
+A cluster without a topology plugin has no switch domains: nothing is published, nothing is wrong.
+Output that cannot be read is logged with the line at fault and the last published domains stand
+(nothing is lost); a backend without a topology reader (rest, pyslurm) is logged once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from remediation.adapters.bus import BusUnavailable, RedisEventBus
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.topology import Switch, TopologyError, slurm_domains
+from remediation.ports.errors import RemediationError
+from remediation.settings import Settings
+
+log = logging.getLogger("watchers.slurm")
+
+
+class TopologyPublisher:
+    def __init__(self, settings: Settings, bus: RedisEventBus, read: Callable[[], list[Switch]] | None) -> None:
+        self.enabled = settings.incidents.enabled and settings.incidents.slurm_topology and read is not None
+        if settings.incidents.slurm_topology and read is None:
+            log.info("this Slurm backend cannot read the topology; no switch domains (use the cli backend)")
+        self.read = read
+        self.bus = bus
+        self.every = settings.incidents.topology_refresh_s
+        self.published: dict[str, dict[str, str]] = {}
+        self.due = 0.0
+
+    def reset(self) -> None:
+        """A new leader publishes the whole topology again."""
+        self.published = {}
+        self.due = 0.0
+
+    def step(self) -> int:
+        if not self.enabled or self.read is None or time.monotonic() < self.due:
+            return 0
+        self.due = time.monotonic() + self.every
+        try:
+            domains = slurm_domains(self.read())
+        except TopologyError as exc:
+            log.error("cannot read the Slurm topology, keeping the domains last published: %s", exc)
+            return 0
+        except RemediationError as exc:
+            log.warning("cannot read the Slurm topology (%s); trying again in %.0fs", exc, self.every)
+            return 0
+        now = datetime.now(UTC)
+        changed = {n: d for n, d in domains.items() if self.published.get(n) != d}
+        changed.update({n: {} for n in self.published if n not in domains})
+        events = [self._event(node, doms, now) for node, doms in sorted(changed.items())]
+        if not events:
+            return 0
+        try:
+            self.bus.publish(events)
+        except BusUnavailable as exc:
+            log.warning("cannot publish the Slurm topology, will retry: %s", exc)
+            self.due = 0.0
+            return 0
+        for node, doms in changed.items():
+            if doms:
+                self.published[node] = doms
+            else:
+                self.published.pop(node, None)
+        log.info("published the failure domains of %d node(s) from the Slurm topology", len(events))
+        return len(events)
+
+    @staticmethod
+    def _event(node: str, domains: dict[str, str], now: datetime) -> NodeEvent:
+        digest = hashlib.sha256(json.dumps(domains, sort_keys=True).encode()).hexdigest()[:16]
+        return NodeEvent(
+            source=Source.SLURM, node=node, kind=EventKind.DOMAINS, state="topology", domains=domains,
+            reason=", ".join(f"{k}={v}" for k, v in sorted(domains.items())) or "in no switch",
+            observed_at=now, published_at=now, dedupe_key=f"slurm:{node}:domains:{digest}:{now.isoformat()}",
+        )
