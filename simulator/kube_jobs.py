@@ -126,8 +126,12 @@ class JobRunner:
             if code is not None:
                 state = {"terminated": {"exitCode": code, "reason": reason or ("Completed" if code == 0 else "Error"),
                                         "finishedAt": now_rfc3339()}}
-            obj["status"]["containerStatuses"] = [{"name": obj["spec"]["containers"][0]["name"], "state": state,
-                                                   "ready": phase == "Running", "restartCount": 0}]
+            container = obj["spec"]["containers"][0]
+            image = container.get("image", "")
+            obj["status"]["containerStatuses"] = [{
+                "name": container["name"], "state": state, "ready": phase == "Running", "restartCount": 0,
+                "image": image, "imageID": f"{image.split(':')[0]}@sha256:{'0' * 64}", "started": phase == "Running",
+            }]
 
         try:
             self.store.mutate("pods", (namespace, pod), change)
