@@ -97,10 +97,18 @@ def verdict(check: dict[str, Any], result: GateResult, now: datetime, limit: int
     return outcome, record(check, result, outcome, now, limit)
 
 
+def last_line(output: str) -> str:
+    """The check's last word: its last non-empty line (the Slurm gate's own exit marker skipped)."""
+    for line in reversed(output.splitlines()):
+        if line.strip() and not line.startswith("nr-gate-exit:"):
+            return line.strip()
+    return ""
+
+
 def describe(rec: dict[str, Any]) -> str:
     cmd = " ".join(rec["command"])
-    last = next((line for line in reversed(rec["output"].splitlines()) if line.strip()), "")
-    said = f": {last.strip()[:200]}" if last else ""
+    last = last_line(rec["output"])
+    said = f": {last[:200]}" if last else ""
     return f"`{cmd}` on {rec['node']} ({rec['cause_class']}) exit {rec['exit_code']} after {rec['duration_s']:.1f}s{said}"
 
 

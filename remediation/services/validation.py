@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.clock import aware
 from remediation.db.models import Node, Remediation, RemediationStep, Validation
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
@@ -129,9 +131,31 @@ def run_check(
     return {**rec, "gate": taken_down}
 
 
-def latest(s: Session, node: str, limit: int = 5) -> list[Validation]:
-    return list(s.scalars(select(Validation).where(Validation.node == node)
-                          .order_by(Validation.started_at.desc()).limit(limit)))
+@dataclass(frozen=True)
+class ValidationRow:
+    """One check as ``nodes show``, the API and the dashboard show it."""
+
+    id: int
+    remediation_id: int | None
+    started_at: datetime
+    backend: str
+    cause_class: str
+    command: str
+    outcome: str
+    exit_code: int | None
+    duration_s: float
+    actor: str
+    output_tail: str
+    dry_run: bool
+
+
+def node_validations(s: Session, node: str, limit: int = 10) -> list[ValidationRow]:
+    """The node's latest checks, newest first."""
+    rows = s.scalars(select(Validation).where(Validation.node == node)
+                     .order_by(Validation.started_at.desc(), Validation.id.desc()).limit(limit))
+    return [ValidationRow(v.id, v.remediation_id, aware(v.started_at) or v.started_at, v.backend, v.cause_class,
+                          v.command, v.outcome, v.exit_code, v.duration_s, v.actor, v.output_tail, v.dry_run)
+            for v in rows]
 
 
 def summary(s: Session) -> dict[str, Any]:

@@ -220,3 +220,65 @@ def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, gate_dir: Pat
         assert row.status == "failed" and "GPU check failed" in (row.error or "")
         assert "result: exit 3" in row.detail["validation"]["output"]
     assert (v.outcome, v.exit_code) == ("failed", 3)
+
+
+def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, gate_dir: Path, pg_url: str,
+                                                         tmp_path: Path) -> None:
+    """``remediation validate NODE`` on a drained node, and ``release NODE --validate``: a failing check
+    keeps the node quarantined; a passing one releases it. The drain the node had is put back after each
+    check (the check never returns a node by itself)."""
+    import yaml
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    from typer.testing import CliRunner
+
+    from remediation.cli.main import app
+    from tests.integration.history import RecordingDispatcher
+
+    node = slurm.nodes[0]
+    cue = gate_dir / "cue"
+    cfg = settings_for(slurm, gate_dir, cue)
+    config = tmp_path / "remediation.yaml"
+    config.write_text(yaml.safe_dump({"slurm": cfg.slurm.model_dump(exclude_none=True, mode="json"),
+                                      "validation": cfg.validation.model_dump(mode="json")}))
+    engine = create_engine(pg_url, poolclass=NullPool)
+    db = sessionmaker(bind=engine)
+    now = datetime.now(UTC)
+    reason = f"{PREFIX} quarantined: VM ladder exhausted"
+    with db() as s, s.begin():
+        s.add(Node(name=node, status="quarantined", status_reason=reason, first_seen_at=now, updated_at=now,
+                   quarantined_at=now, quarantine_reason=reason))
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{reason}"')
+    runner = CliRunner()
+    dispatched = RecordingDispatcher()
+
+    def cli(*args: str) -> tuple[int, str]:
+        result = runner.invoke(app, ["--config", str(config), "--actor", "oncall", *args],
+                               env={"REMEDIATION_DATABASE__URL": pg_url, "COLUMNS": "200"},
+                               obj=lambda settings: dispatched)
+        return result.exit_code, result.output
+
+    cue.write_text("0")
+    code, out = cli("validate", node)
+    assert code == 0 and "GPU check PASSED" in out and "result: exit 0" in out, out
+    assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)  # still out: validate returns nothing
+
+    cue.write_text("1")
+    code, out = cli("release", node, "-r", "HBM swapped", "--validate")
+    assert code == 1 and "GPU check FAILED" in out and "stays quarantined" in out, out
+    with db() as s:
+        assert s.get(Node, node).status == "quarantined"  # type: ignore[union-attr]
+    assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)
+
+    cue.write_text("0")
+    code, out = cli("release", node, "-r", "HBM swapped", "--validate")
+    assert code == 0 and "released" in out, out
+    with db() as s:
+        assert s.get(Node, node).status == "healthy"  # type: ignore[union-attr]
+        checks = s.scalars(select(Validation).where(Validation.node == node).order_by(Validation.id)).all()
+    assert [(v.outcome, v.actor, v.remediation_id) for v in checks] == [
+        ("passed", "oncall", None), ("failed", "oncall", None), ("passed", "oncall", None)]
+    assert dispatched.released == [node]  # the release actions (resume, uncordon) went to the workers
+    code, out = cli("nodes", "show", node)
+    assert code == 0 and "GPU checks" in out and "check.sh" in out, out
+    engine.dispose()
