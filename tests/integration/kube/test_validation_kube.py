@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from prometheus_client import generate_latest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,6 +25,8 @@ from remediation.adapters.memory import MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Node, Remediation, RemediationStep, Validation
 from remediation.domain.step_bodies import Adapters
+from remediation.services.metrics import make_registry
+from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
@@ -113,6 +116,12 @@ def test_pass_binds_tolerates_and_returns_the_node(settings: Settings, kube_api:
         v = s.scalars(select(Validation).where(Validation.remediation_id == rid)).one()
     assert (v.outcome, v.exit_code, v.backend, v.cause_class) == ("passed", 0, "kubernetes", "gpu-memory")
     assert "Memory | Pass" in v.output_tail and v.command == "dcgmi diag -r 3"
+    with sessions() as s:
+        shown = node_detail(s, NODE).validations  # what nodes show, the API and the dashboard render
+    assert [(x.outcome, x.remediation_id, x.exit_code) for x in shown] == [("passed", rid, 0)]
+    text = metrics(sessions)
+    assert 'remediation_validations_total{backend="kubernetes",outcome="passed"} 1.0' in text
+    assert "remediation_validation_pass_rate 1.0" in text
 
 
 def test_fail_climbs_the_ladder_with_the_log_on_the_step(settings: Settings, kube_api: KubeAPIServer,
@@ -131,6 +140,14 @@ def test_fail_climbs_the_ladder_with_the_log_on_the_step(settings: Settings, kub
         assert row.status == "failed" and "exit 226" in (row.error or "")
         assert "row remapping failure" in row.detail["validation"]["output"]
     assert (v.outcome, v.exit_code) == ("failed", 226)
+    text = metrics(sessions)
+    assert 'remediation_validations_total{backend="kubernetes",outcome="failed"} 1.0' in text
+    assert "remediation_validation_pass_rate 0.0" in text
+    assert 'remediation_validation_duration_seconds_count{outcome="failed"} 1.0' in text
+
+
+def metrics(sessions: sessionmaker[Session]) -> str:
+    return generate_latest(make_registry(sessions)).decode()
 
 
 def test_timeout_holds_the_node_and_pages_once(settings: Settings, kube_api: KubeAPIServer,
