@@ -125,6 +125,12 @@ def validate(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outc
     if inp.provider_op is None:
         if cancel := human_took_back(inp, ad, cfg):
             return cancel
+        if gate.backend == "slurm":
+            snode = ad.slurm.get_node(inp.node)
+            if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+                # The Slurm gate resumes the node into its reservation; a human's drain is theirs.
+                return Done(f"no GPU check: a human drained {inp.node} meanwhile ({snode.reason!r}); the node "
+                            "stays out for its owner")
         check = check_for(vcfg, inp.node, gate_name(inp.key), cause_class(inp.context))
         ref = gate.start(check)
         op = {**ref, "backend": gate.backend, "name": check.name, "node": inp.node, "command": list(check.command),

@@ -141,6 +141,15 @@ def test_dry_run_records_what_it_would_run_and_judges_nothing() -> None:
     assert [a["would"] for a in gate.recorder.actions] == ["validate"]
 
 
+def test_a_humans_drain_placed_meanwhile_is_not_resumed_for_the_check() -> None:
+    gate = ScriptedGate([])
+    gate.backend = "slurm"
+    ad = adapters(gate)
+    ad.slurm.drain("gpu-node-3", "maintenance: HBM reseat")
+    out = validate(inp(), ad, cfg(), T0)
+    assert isinstance(out, Done) and "a human drained" in out.outcome and gate.calls == []
+
+
 def test_without_a_gate_the_step_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError):
         validate(inp(), adapters(None), cfg(), T0)

@@ -29,6 +29,36 @@ UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
 
 
+def job_manifest(check: GateCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
+    """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": check.name}
+    resources = {"limits": {"nvidia.com/gpu": str(cfg.kube_gpus)}} if cfg.kube_gpus else {}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": check.name, "namespace": cfg.kube_namespace, "labels": labels,
+                     "annotations": {"node-remediation/slurm-node": check.node,
+                                     "node-remediation/cause-class": check.cause_class}},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(check.timeout_s)),
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeName": k8s_node,
+                    "restartPolicy": "Never",
+                    "tolerations": [
+                        {"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
+                    ],
+                    "containers": [{"name": "check", "image": cfg.kube_image,
+                                    "command": list(check.command), "resources": resources}],
+                },
+            },
+        },
+    }
+
+
 class KubeGate:
     backend = "kubernetes"
 
@@ -42,33 +72,7 @@ class KubeGate:
         self.node_for = node_for
 
     def job(self, check: GateCheck, k8s_node: str) -> dict[str, Any]:
-        """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
-        labels = {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": check.name}
-        resources = {"limits": {"nvidia.com/gpu": str(self.cfg.kube_gpus)}} if self.cfg.kube_gpus else {}
-        return {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": check.name, "namespace": self.namespace, "labels": labels,
-                         "annotations": {"node-remediation/slurm-node": check.node,
-                                         "node-remediation/cause-class": check.cause_class}},
-            "spec": {
-                "backoffLimit": 0,
-                "activeDeadlineSeconds": max(1, int(check.timeout_s)),
-                "ttlSecondsAfterFinished": 86400,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "nodeName": k8s_node,
-                        "restartPolicy": "Never",
-                        "tolerations": [
-                            {"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"},
-                            {"key": self.taint_key, "operator": "Exists", "effect": "NoSchedule"},
-                        ],
-                        "containers": [{"name": "check", "image": self.cfg.kube_image,
-                                        "command": list(check.command), "resources": resources}],
-                    },
-                },
-            },
-        }
+        return job_manifest(check, k8s_node, self.cfg, self.taint_key)
 
     def start(self, check: GateCheck) -> dict[str, Any]:
         k8s_node = self.node_for(check.node)
