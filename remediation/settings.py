@@ -573,7 +573,9 @@ class ValidationSettings(_Section):
         "normally takes about 2 minutes and level 3 about 15 (DCGM's documentation): the defaults allow "
         "several times that before the gate holds the node and pages.",
     )
-    poll_interval_s: float = Field(5.0, gt=0, description="How often a running check is looked at, seconds.")
+    poll_interval_s: float = Field(
+        2.0, gt=0, description="How often a running check is looked at, seconds: one scontrol show job or one Job "
+        "read per validating node; half of it is, on average, added to every gate (bench/gate_overhead.py).")
     output_bytes: int = Field(4096, ge=256, le=65536, description="Bytes of the check's output kept (its end).")
     slurm_user: str | None = Field(
         None, description="The only user the maintenance reservation admits (slurm backend); unset = the "
