@@ -6,8 +6,10 @@ creating a Job (POST, 409 AlreadyExists on a name in use) makes one pod ``NAME-x
 (our gate binds by nodeName); the pod runs, then terminates with an exit code and a log, and the Job gets
 ``status.succeeded`` or ``status.failed`` and a ``Complete``/``Failed`` condition. A pod still running at
 ``activeDeadlineSeconds`` is killed and the Job fails with reason ``DeadlineExceeded``, as the real
-controller does. A pod on a Node whose taints it does not tolerate (NoExecute, or NoSchedule for a pod
-that is scheduled, not bound) never starts, which is how a missing toleration shows.
+controller does. Stricter than a kubelet on purpose: a pod that does not tolerate every NoSchedule and
+NoExecute taint of its Node, and the cordon (``node.kubernetes.io/unschedulable``), never starts (a real
+kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the gate's tolerations
+are there for a scheduler that would look at them.
 
 What the check does on a node is decided by ``outcome(k8s_node, argv)`` (the fault injector's: see
 :meth:`simulator.faults.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
