@@ -18,6 +18,9 @@ that each safety rule shows once:
   Ready flaps (shorter than the hold time: no remediation);
 - t=2 s: gpu-node-9 is a lemon: its VM is broken, the restart does not fix it, verify times out and it
   is quarantined (the demo's ladder is one restart, so this takes ``verify_timeout_s``, 30 s);
+- t=3 s: gpu-node-6 has a bad HBM row: the restart "works" (new bootID, slurmd back, verify passes),
+  but the health gate's memory check (a Kubernetes Job on its Node) fails, so the ladder climbs and,
+  the demo's ladder being one restart, it is quarantined; every other recovered node passes its check;
 - t=17 s: a GPU Xid condition on gpu-node-4's Node;
 - t=20 s: a switch failure takes 20% of the pool at once: the storm breaker opens, nodes are drained
   and cordoned but no VM is restarted until the breaker closes (it latches; the unattended demo opts in
@@ -57,9 +60,12 @@ DEMO_ENV = {
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
     "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
+    # A real gate: each node's check runs as a batch/v1 Job on its Node (simulator.kube_jobs).
+    "REMEDIATION_VALIDATION__BACKEND": "kubernetes",
+    "REMEDIATION_VALIDATION__POLL_INTERVAL_S": "0.5",
 }
-LEMON, STORM_AT, REPLAY_AT = "gpu-node-9", 20.0, 37.0
-FEATURED = ("gpu-node-3", "gpu-node-4", "gpu-node-5", "gpu-node-7", LEMON, "gpu-node-12")
+LEMON, HBM, STORM_AT, REPLAY_AT = "gpu-node-9", "gpu-node-6", 20.0, 37.0
+FEATURED = ("gpu-node-3", "gpu-node-4", "gpu-node-5", HBM, "gpu-node-7", LEMON, "gpu-node-12")
 REPLAY_NODES = [f"gpu-node-{i}" for i in (13, 14, 15, 26, 27, 28, 29, 30, 31)]
 
 
@@ -73,6 +79,7 @@ def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
          lambda: cluster.human_drain("gpu-node-12", "maintenance: PSU swap")),
         (1.5, "gpu-node-5: Ready flapping every 0.2s for 4s", lambda: cluster.flap("gpu-node-5", 0.4, 4.0)),
         (2.0, f"{LEMON}: lemon (broken VM), xid 48", lambda: cluster.repeat_offender(LEMON)),
+        (3.0, f"{HBM}: bad HBM row (xid 48); a reboot does not cure it", lambda: cluster.bad_hbm(HBM)),
         (17.0, "gpu-node-4: GpuXidError=True on its Node", lambda: cluster.gpu_condition("gpu-node-4")),
         (STORM_AT, "switch failure: 20% of the pool loses slurmd",
          lambda: cluster.storm(0.2, exclude=(*FEATURED, *REPLAY_NODES))),

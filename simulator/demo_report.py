@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from remediation.db.models import AuditLog, Event, Remediation
+from remediation.db.models import AuditLog, Event, Remediation, Validation
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.settings import Settings
@@ -49,7 +49,7 @@ class Progress:
             audit = s.execute(
                 select(AuditLog.id, AuditLog.action, AuditLog.target, AuditLog.reason)
                 .where(AuditLog.id > self._audit_id)
-                .where(AuditLog.action.in_(("breaker_open", "breaker_closed", "escalate")))
+                .where(AuditLog.action.in_(("breaker_open", "breaker_closed", "escalate", "validation_held")))
                 .order_by(AuditLog.id)
             ).all()
         self._total = len(rows)
@@ -81,6 +81,10 @@ class Progress:
         c.print(f"succeeded: {summary['succeeded']}, quarantined: {summary['quarantined']}, "
                 f"VM actions at the clouds: {sum(summary['vm_actions'].values())}, breaker opened "
                 f"{summary['breaker_opened']}x / closed {summary['breaker_closed']}x")  # fmt: skip
+        gate = summary.get("gate") or {}
+        if gate:
+            c.print(f"health gate: {summary['gate_checks']} GPU check(s); "
+                    + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in gate.items()))
         for node, why in summary["ignored"].items():
             c.print(f"left alone: {node}: {why}")
         det, rec = summary["detection_s"], summary["recovery_s"]
@@ -103,6 +107,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         events = s.execute(select(Event.node, Event.kind, Event.decision, Event.decision_reason,
                                   Event.received_at).order_by(Event.id)).all()  # fmt: skip
         audit = list(s.scalars(select(AuditLog.action)).all())
+        checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
         remediations = [
             {
                 "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
@@ -140,5 +145,8 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "detection_s": detection,
         "recovery_s": [r["recovery_s"] for r in remediations if r["recovery_s"] is not None],
         "ignored": ignored,
+        "gate": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
+                 for outcome in sorted({c.outcome for c in checks})},
+        "gate_checks": len(checks),
         "timed_out": timed_out,
     }

@@ -10,6 +10,8 @@ show, put where the real system keeps it.
 - ``repeat_offender``: a "lemon": its VM is broken, so a restart brings the Node back with a new bootID
   but the GPU fault returns and slurmd never registers (verify must fail), and it fails now; or, with
   ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
+- ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the health gate's check
+  Job (``simulator.kube_jobs``) fails on it every time.
 - ``storm``: a fraction of the pool loses slurmd at once (a switch or a bad roll-out).
 - ``human_drain``: an admin's drain with a maintenance reason, which the service must leave alone.
 - ``replay``: a published trace (see :mod:`simulator.replay`) scheduled on the cluster's clock.
@@ -131,6 +133,14 @@ class FaultInjector:
             self.links[node].relapse_after_s = relapse_after_s
         self.researcher_fail(node, reason, user="bob")
         self._log(node, "repeat_offender", f"broken VM ({'relapses' if relapse_after_s is not None else 'fails verify'})")
+
+    def bad_hbm(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
+        """A GPU with a failing HBM row: the restart brings the node back with a new bootID, slurmd
+        registers and verify passes, but the health gate's memory check fails on it every time (see
+        :meth:`simulator.cluster.SimCluster.gate_outcome`). It fails now, as a researcher reports it."""
+        self.links[node].bad_hbm = True
+        self.researcher_fail(node, reason, user="carol")
+        self._log(node, "bad_hbm", "HBM row failure: passes verify, fails the GPU check")
 
     # ------------------------------------------------------------------------------- at scale
 

@@ -1,4 +1,4 @@
-"""A small, faithful kube-apiserver for tests and the demo: nodes, pods, pods/eviction and node watches.
+"""A small, faithful kube-apiserver for tests and the demo: nodes, pods, pods/eviction, jobs and node watches.
 
 Run it in-process (``KubeAPIServer().start()`` binds 127.0.0.1 on a free port and returns its
 ``https://`` URL) and point a client at it with :attr:`KubeAPIServer.ca_file` as its CA, or hand any
@@ -31,6 +31,7 @@ import yaml
 
 from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube_http import Handler, Request
+from simulator.kube_jobs import JobRunner
 from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
 from simulator.kube_select import to_label_selector
 from simulator.kube_store import Obj, Store, now_micro, now_rfc3339
@@ -80,6 +81,7 @@ class KubeAPIServer:
         self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ssl_context.load_cert_chain(self.pki.cert_file, self.pki.key_file)
         self.store = Store(history)
+        self.jobs = JobRunner(self.store)  # batch/v1 Jobs; what a check does: ``jobs.outcome``
         self.bookmark_interval_s = bookmark_interval_s
         self.evict_grace_s = evict_grace_s
         self.default_watch_timeout_s = default_watch_timeout_s
@@ -101,6 +103,7 @@ class KubeAPIServer:
 
     def stop(self) -> None:
         self._closing.set()
+        self.jobs.stop()
         with self.store.lock:
             self.store.changed.notify_all()
         if self._httpd is not None:

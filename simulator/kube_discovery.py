@@ -66,12 +66,13 @@ RESOURCES: tuple[Resource, ...] = (
     ),
     Resource(
         "pods", "Pod", "", "v1", True, ("get", "list", "watch"), ("po",), ("all",),
-        subresources=(("eviction", "policy", "v1", "Eviction", ("create",)),),
+        subresources=(("eviction", "policy", "v1", "Eviction", ("create",)), ("log", "", "v1", "Pod", ("get",))),
     ),
     Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),
     Resource("daemonsets", "DaemonSet", "apps", "v1", True, ("get", "list", "watch"), ("ds",), ("all",)),
     Resource("poddisruptionbudgets", "PodDisruptionBudget", "policy", "v1", True, ("get", "list", "watch"), ("pdb",)),
     Resource("leases", "Lease", "coordination.k8s.io", "v1", True, ("get", "list", "watch")),
+    Resource("jobs", "Job", "batch", "v1", True, ("create", "delete", "get", "list", "watch"), (), ("all",)),
 )  # fmt: skip
 
 BY_NAME = {r.name: r for r in RESOURCES}

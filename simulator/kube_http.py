@@ -305,6 +305,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
         selected = [view(o) for o in items if match(o)]
         h._send(200, table(res, selected, str(rv), include) if as_table else _list(res, selected, rv))
         return
+    if len(rest) == 1 and method == "POST" and kind == "jobs" and namespace is not None:
+        h._send(201, api.jobs.create(namespace, body))
+        return
     if len(rest) >= 2 and res.namespaced and namespace is None:
         raise ApiError(status(404, "NotFound", NOT_FOUND))
     key: Any = (
@@ -323,6 +326,12 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
             h._send(200, store.get(kind, rest[1]))
         else:
             h._send(200, store.patch_node(rest[1], body, content_type, subresource="status"))
+        return
+    if len(rest) == 2 and method == "DELETE" and kind == "jobs":
+        h._send(200, api.jobs.delete(namespace or "", rest[1]))
+        return
+    if len(rest) == 3 and kind == "pods" and rest[2] == "log" and method == "GET":
+        h._send_raw(200, api.jobs.log(namespace or "", rest[1]).encode(), "text/plain")
         return
     if len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST":
         if not isinstance(body, dict) or body.get("kind") != "Eviction":

@@ -31,8 +31,10 @@ from remediation.cli.context import (
     no_broker,
     state,
 )
+from remediation.cli.gate import run_gate, validate, verdict_line
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
+from remediation.services.readmodels import get_node
 from remediation.settings import CONFIG_ENV
 
 app = typer.Typer(
@@ -53,6 +55,7 @@ app.add_typer(incidents.app, name="incidents")
 app.command("stats")(read.stats)
 app.command("status")(status)
 app.command("simulate")(simulate)
+app.command("validate")(validate)
 
 REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
 
@@ -95,9 +98,20 @@ def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 @app.command()
 @cli_errors
 def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-            reason: str = REASON) -> None:
+            reason: str = REASON,
+            gated: bool = typer.Option(False, "--validate", help="Run the GPU check first (the health gate) "
+                                       "and release only if it passes.")) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
     st = state(ctx)
+    if gated:
+        with st.sessions()() as s:
+            status = get_node(s, node).status
+        if status != "quarantined":
+            raise CliError(f"{node} is not quarantined (status: {status}); nothing to release", EXIT_REQUEST)
+        rec = run_gate(st, node, "release_validate")
+        typer.echo(verdict_line(node, rec))
+        if rec["outcome"] != "passed":
+            raise CliError(f"node/{node} stays quarantined: its GPU check did not pass", EXIT_REQUEST)
     undo = st.levers().release(node, st.actor, reason)
     if undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
         raise CliError(f"node/{node} released in the database, but the release actions could not be "

@@ -15,6 +15,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.context import cli_errors, state
+from remediation.domain.validation import last_line
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
@@ -115,9 +116,27 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
                       [[r.stamp(a.at), r.status(a.action), a.actor, a.reason] for a in d.quarantine_history],
                       title="Quarantine history")
     parts: list[object] = [head, "", episodes, "", timeline] if d.episodes else [head, "", timeline]
+    if d.validations:
+        parts += ["", gate_table(d, now, wide)]
     if d.quarantine_history or wide:
         parts += ["", history]
     r.show(*parts)
+
+
+def gate_table(d: NodeDetail, now: datetime, wide: bool) -> object:
+    """The health gate's latest checks: what ran, how it ended, and the last line of its output (all
+    of the kept output with ``-o wide``)."""
+    def said(text: str) -> str:
+        if wide:
+            return text
+        return last_line(text)
+
+    return r.table(
+        ["time (utc)", "remediation", "backend", "class", "command", "outcome", "exit", "took", "output"],
+        [[r.stamp(v.started_at), f"#{v.remediation_id}" if v.remediation_id else f"by {v.actor}", v.backend,
+          v.cause_class, v.command, r.status(v.outcome), "-" if v.exit_code is None else str(v.exit_code),
+          r.dur(v.duration_s), said(v.output_tail)] for v in d.validations],
+        title="GPU checks (the health gate, newest first)")
 
 
 @events.command("tail")

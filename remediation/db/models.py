@@ -212,4 +212,25 @@ class Incident(Base):
     closed_at: Mapped[datetime | None]
     closed_by: Mapped[str | None] = mapped_column(String(128))
     close_reason: Mapped[str | None] = mapped_column(Text)
+class Validation(Base):
+    """One GPU check run by the health gate (the ``validate`` step, or a human's ``remediation validate``
+    / ``release --validate``): what ran, how it ended, and the end of its output."""
+
+    __tablename__ = "validations"
+    __table_args__ = (Index("ix_validations_node_started", "node", "started_at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    remediation_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"), index=True)
+    node: Mapped[str] = mapped_column(String(253))
+    backend: Mapped[str] = mapped_column(String(16))
+    name: Mapped[str] = mapped_column(String(128))  # reservation / job / Job name
+    cause_class: Mapped[str] = mapped_column(String(32), default="unknown")
+    command: Mapped[str] = mapped_column(Text)  # the argument list, joined by spaces for display
+    outcome: Mapped[str] = mapped_column(String(16), index=True)  # passed, failed, timeout, cannot_run
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = mapped_column(index=True)
+    finished_at: Mapped[datetime]
+    duration_s: Mapped[float] = mapped_column(default=0.0)
+    output_tail: Mapped[str] = mapped_column(Text, default="")  # the last validation.output_bytes
+    actor: Mapped[str] = mapped_column(String(128), default="")
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.ports.gate import HealthGate
 from remediation.settings import Settings
 
 
@@ -21,6 +22,7 @@ class Adapters:
     slurm: SlurmControl
     kube: KubeNodes
     vm: VMProvider
+    gate: HealthGate | None = None  # validation.backend none: no gate
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,18 @@ class Wait:
 @dataclass(frozen=True)
 class Escalate:
     reason: str
+    detail: dict[str, Any] = field(default_factory=dict)  # recorded on the failed step row
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Keep the node out and stop here until a human decides (``resume`` lifts it, ``cancel`` ends
+    it), paging once: the outcome nobody can read as a verdict on the node, such as a GPU check that
+    never finished."""
+
+    reason: str
+    kind: str
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -85,7 +99,7 @@ class Cancel:
     node_healthy: bool = False
 
 
-Outcome = Done | Wait | Escalate | Quarantine | Cancel
+Outcome = Done | Wait | Escalate | Quarantine | Cancel | Hold
 StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
 
 

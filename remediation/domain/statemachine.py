@@ -2,9 +2,11 @@
 
 The workflow is linear with branches:
 
-    slurm_drain -> k8s_cordon -> k8s_evict -> vm_restart -> verify -> return -> (succeeded)
-                                                  ^            |
-                                                  +-- escalate-+   (verify failed: next ladder action)
+    slurm_drain -> k8s_cordon -> k8s_evict -> vm_restart -> verify -> validate -> return -> (succeeded)
+                                                  ^            |          |
+                                                  +-- escalate-+----------+   (verify or the GPU check
+                                                                               failed: next ladder action)
+    validate is skipped (verify -> return) when ``validation.backend`` is ``none``.
     any step --permanent error / ladder exhausted--> quarantine -> (quarantined)
     any step --human cancel--------------------------------------> (cancelled)
     quarantine step failing --------------------------------------> (failed)
@@ -44,6 +46,7 @@ class Step(StrEnum):
     K8S_EVICT = "k8s_evict"
     VM_RESTART = "vm_restart"
     VERIFY = "verify"
+    VALIDATE = "validate"  # the GPU health gate (remediation.domain.validation)
     RETURN = "return"
     QUARANTINE = "quarantine"
     DONE = "done"  # terminal marker
@@ -58,6 +61,7 @@ HAPPY_PATH = (
     Step.K8S_EVICT,
     Step.VM_RESTART,
     Step.VERIFY,
+    Step.VALIDATE,
     Step.RETURN,
     Step.DONE,
 )
@@ -67,7 +71,8 @@ TRANSITIONS: dict[Step, frozenset[Step]] = {
     Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.QUARANTINE}),
     Step.K8S_EVICT: frozenset({Step.VM_RESTART, Step.QUARANTINE}),
     Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.QUARANTINE}),
-    Step.VERIFY: frozenset({Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
+    Step.VERIFY: frozenset({Step.VALIDATE, Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
+    Step.VALIDATE: frozenset({Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
     Step.RETURN: frozenset({Step.DONE, Step.QUARANTINE}),
     Step.QUARANTINE: frozenset({Step.DONE}),
     Step.DONE: frozenset(),
@@ -83,5 +88,8 @@ def check_transition(current: Step, nxt: Step) -> None:
         raise InvalidTransition(f"{current} -> {nxt} is not an allowed transition")
 
 
-def next_on_success(step: Step) -> Step:
-    return HAPPY_PATH[HAPPY_PATH.index(step) + 1]
+def next_on_success(step: Step, gate: bool = True) -> Step:
+    """The step after ``step`` succeeds; without a health gate (``validation.backend: none``) verify
+    leads straight to return."""
+    nxt = HAPPY_PATH[HAPPY_PATH.index(step) + 1]
+    return HAPPY_PATH[HAPPY_PATH.index(nxt) + 1] if nxt is Step.VALIDATE and not gate else nxt

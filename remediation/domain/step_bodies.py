@@ -305,12 +305,19 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     return Done("; ".join(notes), context={"quarantine_reason": why})
 
 
+def _validate(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    from remediation.domain.validation import validate
+
+    return validate(inp, ad, cfg, now)
+
+
 STEPS: dict[Step, StepFn] = {
     Step.SLURM_DRAIN: slurm_drain,
     Step.K8S_CORDON: k8s_cordon,
     Step.K8S_EVICT: k8s_evict,
     Step.VM_RESTART: vm_restart,
     Step.VERIFY: verify,
+    Step.VALIDATE: _validate,
     Step.RETURN: return_to_service,
     Step.QUARANTINE: quarantine,
 }

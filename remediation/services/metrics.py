@@ -19,6 +19,8 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   has picked up), and ``remediation_queue_depth{queue}`` when the composition root injects the
   broker's queue lengths
 - ``remediation_rejected_events_total``, ``remediation_database_up``
+- the health gate's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
+  and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.services.validation_metrics`)
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
 from remediation.services import incidents
+from remediation.services.validation_metrics import validation_metrics
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +143,7 @@ class DatabaseCollector(Collector):
         lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0  # type: ignore[operator]
         yield GaugeMetricFamily("remediation_workflow_lag_seconds",
                                 "How overdue the most overdue open remediation step is", value=lag)
+        yield from validation_metrics(s)
 
     def _step_histogram(self, s: Session) -> HistogramMetricFamily:
         hist = HistogramMetricFamily("remediation_step_duration_seconds",

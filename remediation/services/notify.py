@@ -72,6 +72,7 @@ NOTIFIABLE: dict[str, tuple[str, str]] = {
     "jobs_timeout": (":hourglass:", "Jobs still on a drained node after drain_timeout_s: held, waiting for a human"),
     "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
     "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
+    "validation_held": (":stopwatch:", "GPU check gave no verdict (timeout, no result, cannot run): node HELD for a human"),
 }
 
 

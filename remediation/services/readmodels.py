@@ -29,6 +29,8 @@ from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediat
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.episodes import EpisodeRow, episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.services.validation import ValidationRow, node_validations
+from remediation.services.validation import summary as gate_summary
 from remediation.settings import PolicySettings
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
@@ -163,6 +165,7 @@ class NodeDetail:
     audit: list[AuditRow]
     timeline: list[TimelineEntry]
     episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
+    validations: list[ValidationRow] = field(default_factory=list)  # the health gate's latest checks
 
 
 @dataclass
@@ -177,6 +180,7 @@ class Overview:
     breaker_detail: dict[str, Any]
     last_event_at: datetime | None
     queue_depth: dict[str, int] | None = None
+    gate: dict[str, Any] = field(default_factory=dict)  # the health gate's summary (services.validation)
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -374,7 +378,8 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
     found = episodes(rems, events, now or datetime.now(UTC), timedelta(seconds=policy.settle_s),
                      policy.repeat_offender_window, node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
-                      audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found)
+                      audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found,
+                      validations=node_validations(s, name))
 
 
 def _timeline(rems: list[RemediationDetail], events: list[EventRow],
@@ -419,6 +424,7 @@ def overview(s: Session) -> Overview:
         paused=bool(paused.get("paused")), paused_detail=paused,
         breaker_open=bool(breaker.get("open")), breaker_detail=breaker,
         last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),
+        gate=gate_summary(s),
     )
 
 

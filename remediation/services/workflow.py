@@ -41,6 +41,7 @@ from remediation.db.queries import (
     control_set,
     lock_control,
 )
+from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
@@ -66,6 +67,7 @@ from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, held_reason, hold, probe
+from remediation.services.validation import hold_for_human, record_validation
 from remediation.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -312,6 +314,10 @@ class Workflow:
                 outcome = self._dry(outcome)
                 if row is not None:
                     row.dry_run = True
+            if step is Step.VALIDATE:
+                record_validation(s, rem, outcome, now, self.settings.actor, dry)
+            if isinstance(outcome, Hold):
+                return hold_for_human(s, rem, row, outcome, now, self.settings)
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
@@ -326,12 +332,14 @@ class Workflow:
                     row.detail = {**(row.detail or {}), **outcome.detail}
                 else:
                     row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
+                    if isinstance(outcome, Escalate) and outcome.detail:
+                        row.detail = {**(row.detail or {}), **outcome.detail}
             if isinstance(outcome, Done):
                 rem.context = {**(rem.context or {}), **outcome.context}
                 if step is Step.QUARANTINE:
                     self._close(s, rem, RemediationStatus.QUARANTINED, now)
                     return None
-                nxt = next_on_success(step)
+                nxt = next_on_success(step, gate=self.settings.validation.backend != "none")
                 if nxt is Step.DONE:
                     self._close(s, rem, RemediationStatus.SUCCEEDED, now)
                     return None
@@ -340,7 +348,7 @@ class Workflow:
                 self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
                 return None
             reason = outcome.reason
-            if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY):
+            if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
                 if rem.ladder + 1 < len(self.settings.workflow.ladder):
                     rem.ladder += 1
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
@@ -397,7 +405,7 @@ class Workflow:
         """Dry-run rows say "would ...": nothing outside was changed (see remediation.services.audit.would)."""
         if isinstance(outcome, Done):
             return replace(outcome, outcome=would(outcome.outcome))
-        if isinstance(outcome, (Cancel, Escalate, Quarantine)):
+        if isinstance(outcome, (Cancel, Escalate, Quarantine, Hold)):
             return replace(outcome, reason=would(outcome.reason))
         return outcome
 

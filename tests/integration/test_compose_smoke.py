@@ -33,7 +33,8 @@ from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
+# docker-compose runs without a health gate (validation.backend none): verify leads to return.
+HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a
 # researcher's state=fail (the Slurm watcher's) at 7 s, then a fabric fault on four nodes at 24 s.

@@ -29,6 +29,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from referencing import Registry, Resource
 
+from remediation.adapters.kube.gate import job_manifest
+from remediation.ports.gate import GateCheck
+from remediation.settings import ValidationSettings
 from simulator.kube_api import KubeAPIServer
 from simulator.kube_discovery import AGGREGATED, GROUPS, RESOURCES
 
@@ -97,6 +100,9 @@ def _populate(api: KubeAPIServer) -> None:
     api.add_pdb("training", "llama", "app=llama,tier notin (debug)", min_available=2)
     api.add_pdb("slurm", "slurmd", "app", max_unavailable=1)
     api.add_event("gke-a3-0", "Rebooted", "Node gke-a3-0 has been rebooted", type_="Warning")
+    # A health-gate check Job as KubeGate creates it; the simulator runs its pod on gke-a3-0.
+    check = GateCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
+    api.jobs.create("node-remediation", job_manifest(check, "gke-a3-0", ValidationSettings(), "example.com/quarantined"))
 
 
 def test_every_read_answer_validates(kube_api: KubeAPIServer, http: httpx.Client) -> None:

@@ -87,7 +87,7 @@ class SlurmCluster:
             apis = REST_APIS[f"{self.release[0]}.{self.release[1]:02d}"]
             values.update(backend="rest", rest_url=f"unix:{self.rest_socket}", rest_api_version=apis[-1])
         if self.bin is not None:
-            values.update({cmd: str(self.bin / cmd) for cmd in ("scontrol", "sinfo", "squeue", "scancel")})
+            values.update({cmd: str(self.bin / cmd) for cmd in ("scontrol", "sinfo", "squeue", "scancel", "sbatch")})
         values.update(overrides)
         return values
 

@@ -1,0 +1,131 @@
+"""The health gate through Kubernetes: a ``batch/v1`` Job bound to the Node, read through BatchV1Api.
+
+For a site where Kubernetes, not Slurm, places the check (or whose slurmd pod should not run it): the
+Job's pod is bound with ``spec.nodeName`` (no scheduler, so our cordon cannot keep it off), tolerates
+our cordon (``node.kubernetes.io/unschedulable``) and our quarantine taint (so the kubelet admits it),
+requests the node's GPUs, runs ``validation.kube_image`` with the configured argument list as its
+command, never restarts (``restartPolicy: Never``, ``backoffLimit: 0``: one run, one verdict) and has
+``activeDeadlineSeconds``: the Job controller kills it at the deadline and says ``DeadlineExceeded``.
+
+The Job's name comes from the caller (the remediation id and attempt): a second ``start`` finds the
+first one's Job (409 AlreadyExists) instead of running the check twice. ``finish`` deletes the Job with
+its pod (``propagationPolicy: Background``); 404 is done. User pods cannot land meanwhile: the Node stays
+cordoned until the return step, which runs only after a pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from remediation.adapters.kube.client import api_errors
+from remediation.ports.gate import GateCheck, GateResult
+from remediation.settings import KubeSettings, ValidationSettings
+
+UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
+
+
+def job_manifest(check: GateCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
+    """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": check.name}
+    resources = {"limits": {"nvidia.com/gpu": str(cfg.kube_gpus)}} if cfg.kube_gpus else {}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": check.name, "namespace": cfg.kube_namespace, "labels": labels,
+                     "annotations": {"node-remediation/slurm-node": check.node,
+                                     "node-remediation/cause-class": check.cause_class}},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(1, int(check.timeout_s)),
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeName": k8s_node,
+                    "restartPolicy": "Never",
+                    "tolerations": [
+                        {"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"},
+                        {"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
+                    ],
+                    "containers": [{"name": "check", "image": cfg.kube_image,
+                                    "command": list(check.command), "resources": resources}],
+                },
+            },
+        },
+    }
+
+
+class KubeGate:
+    backend = "kubernetes"
+
+    def __init__(self, core: client.CoreV1Api, kube: KubeSettings, validation: ValidationSettings,
+                 node_for: Callable[[str], str]) -> None:
+        self.core = core
+        self.batch = client.BatchV1Api(core.api_client)
+        self.cfg = validation
+        self.namespace = validation.kube_namespace
+        self.taint_key = f"{kube.annotation_domain}/quarantined"
+        self.node_for = node_for
+
+    def job(self, check: GateCheck, k8s_node: str) -> dict[str, Any]:
+        return job_manifest(check, k8s_node, self.cfg, self.taint_key)
+
+    def start(self, check: GateCheck) -> dict[str, Any]:
+        k8s_node = self.node_for(check.node)
+        with api_errors(f"create Job {self.namespace}/{check.name}"):
+            try:
+                self.batch.create_namespaced_job(self.namespace, self.job(check, k8s_node))
+            except ApiException as exc:
+                if exc.status != 409:  # AlreadyExists: the first delivery's Job; use it
+                    raise
+        return {"job": check.name, "namespace": self.namespace, "k8s_node": k8s_node}
+
+    def poll(self, ref: dict[str, Any]) -> GateResult:
+        name, ns = ref["job"], ref["namespace"]
+        with api_errors(f"read Job {ns}/{name}"):
+            job = self.batch.read_namespaced_job(name, ns)
+            pods = self.core.list_namespaced_pod(ns, label_selector=f"job-name={name}").items
+        conditions = {c.type: c for c in (job.status.conditions or []) if c.status == "True"}
+        pod = pods[-1] if pods else None
+        code, output = None, ""
+        if pod is not None:
+            for cs in (pod.status.container_statuses or []):
+                if cs.state is not None and cs.state.terminated is not None:
+                    code = cs.state.terminated.exit_code
+            if code is not None or "Failed" in conditions:
+                output = self._log(pod.metadata.name, ns)
+        if "Complete" in conditions:
+            return GateResult(done=True, exit_code=code if code is not None else 0, output=output, state="Complete")
+        if "Failed" in conditions:
+            reason = conditions["Failed"].reason or "Failed"
+            timed_out = reason == "DeadlineExceeded"
+            return GateResult(done=True, exit_code=None if timed_out else code, output=output, state=reason,
+                              timed_out=timed_out)
+        phase = pod.status.phase if pod is not None else "no pod yet"
+        return GateResult(done=False, state=str(phase).upper(),
+                          waiting=f"pod {phase}" if phase != "Running" else "")
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        name, ns = ref["job"], ref["namespace"]
+        with api_errors(f"delete Job {ns}/{name}"):
+            try:
+                self.batch.delete_namespaced_job(name, ns, propagation_policy="Background")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return f"Job {ns}/{name} deleted"
+
+    def _log(self, pod: str, ns: str) -> str:
+        with api_errors(f"read log of {ns}/{pod}"):
+            try:
+                text = self.core.read_namespaced_pod_log(pod, ns, container="check",
+                                                         limit_bytes=self.cfg.output_bytes * 4)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return ""
+                raise
+        return str(text or "")

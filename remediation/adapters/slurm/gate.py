@@ -1,0 +1,237 @@
+"""The health gate through Slurm itself: a maintenance reservation only the service's user may use.
+
+Where Slurm owns the node, the check must be one Slurm accounts for, and no user job may land on the
+node before it ends. :class:`SlurmGate` therefore, all with argument lists (never a shell string):
+
+1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
+   Duration=MIN Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run there;
+2. resumes the node (it is drained by us, or by the human who asked for the check) and remembers the
+   drain reason it had, in ``WORKDIR/NAME.state.json``;
+3. ``sbatch --parsable --job-name=NAME --reservation=NAME --nodelist=NODE --exclusive --time=MIN
+   --output=WORKDIR/NAME.out WORKDIR/nr-gate-exec.sh ARGV...``: the script runs its arguments (the
+   configured check) and prints ``nr-gate-exit: N`` last, so the exit code survives even when
+   slurmctld has forgotten the job (MinJobAge) and there is no accounting storage to ask;
+4. polls ``scontrol show job -o ID`` (JobState, ExitCode, Start/EndTime) and reads the output file;
+5. on finish: cancels a check still running, drains the node again with the reason it had (unless
+   someone drained it meanwhile: theirs stays), and only then deletes the reservation, so the node is
+   never open to users between the check and the return step.
+
+Names come from the caller (derived from the remediation id and attempt), and every step looks before
+it acts: an existing reservation is reused, a job of that name (``squeue --name NAME -t all``) is not
+submitted again, a deleted reservation is not an error. A worker killed anywhere in ``start`` resumes
+without submitting twice.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from remediation.adapters.slurm.args import check_node_name
+from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
+from remediation.ports.errors import ConfigError, PermanentError, TransientError
+from remediation.ports.gate import GateCheck, GateResult
+from remediation.settings import SlurmSettings, ValidationSettings
+
+EXEC_SCRIPT = "nr-gate-exec.sh"
+_SCRIPT = """#!/bin/sh
+# node-remediation health gate: runs the configured check, which arrives as this script's arguments
+# (an argument list: nothing here is parsed by a shell), and records its exit code last.
+"$@"
+rc=$?
+echo "nr-gate-exit: $rc"
+exit $rc
+"""
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_EXIT_MARK = re.compile(r"^nr-gate-exit: (\d+)\s*$", re.MULTILINE)
+ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"})
+_GONE = ("invalid job id", "job id not found", "no jobs")
+_NO_RESERVATION = ("not found", "invalid reservation", "reservation_not_found")
+
+
+def parse_job(text: str) -> dict[str, str]:
+    """``scontrol show job -o ID``: one line of Key=Value pairs (values without spaces, except the
+    last fields, which we do not read)."""
+    out: dict[str, str] = {}
+    for token in text.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    return out
+
+
+def exit_code(field: str) -> int | None:
+    """``ExitCode=1:0`` -> 1; killed by signal N (``0:9``) -> 128+N, as a shell reports it."""
+    code, _, signal = field.partition(":")
+    try:
+        rc, sig = int(code), int(signal or 0)
+    except ValueError:
+        return None
+    return 128 + sig if sig and not rc else rc
+
+
+class SlurmGate:
+    backend = "slurm"
+
+    def __init__(self, slurm: SlurmSettings, validation: ValidationSettings, prefix: str = "remediation:") -> None:
+        self.cli = CliSlurm(slurm)
+        self.slurm = slurm
+        self.cfg = validation
+        self.user = validation.slurm_user or getpass.getuser()
+        self.workdir = Path(validation.slurm_workdir)
+        self.prefix = prefix
+
+    # --------------------------------------------------------------------------------- the port
+
+    def start(self, check: GateCheck) -> dict[str, Any]:
+        name, node = self._name(check.name), check_node_name(check.node)
+        self._prepare()
+        minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
+        if not self._reservation_exists(name):
+            self._run([self.slurm.scontrol, "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
+                       f"Users={self.user}", "StartTime=now", f"Duration={minutes}", "Flags=maint,ignore_jobs"])
+        state_file = self.workdir / f"{name}.state.json"
+        if not state_file.exists():
+            current = self.cli.status(node)
+            prior = {"drained": "DRAIN" in current.flags, "reason": current.reason}
+            state_file.write_text(json.dumps(prior))
+        current = self.cli.status(node)
+        if "DRAIN" in current.flags:
+            self.cli.resume(node)
+        job = self._job_named(name)
+        if job is None:
+            argv = [self.slurm.sbatch, "--parsable", f"--job-name={name}", f"--reservation={name}",
+                    f"--nodelist={node}", "--nodes=1", "--exclusive", f"--time={max(1, math.ceil(check.timeout_s / 60))}",
+                    f"--output={self.workdir / (name + '.out')}", f"--chdir={self.workdir}"]
+            if self.cfg.slurm_partition:
+                argv.append(f"--partition={self.cfg.slurm_partition}")
+            out = self._run([*argv, str(self.workdir / EXEC_SCRIPT), *check.command])
+            job = out.strip().split(";")[0]
+            if not job.isdigit():
+                raise SlurmCommandError(f"sbatch printed no job id: {out.strip()[:200]!r}")
+        return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
+                "user": self.user}
+
+    def poll(self, ref: dict[str, Any]) -> GateResult:
+        job = str(ref["job_id"])
+        try:
+            info = parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
+        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
+            if not any(m in exc.message.lower() for m in _GONE):
+                raise
+            info = {}
+        output = self._output(ref)
+        state = info.get("JobState", "")
+        if state in ACTIVE:
+            reason = info.get("Reason", "")
+            return GateResult(done=False, state=state, output=output,
+                              waiting=reason if state == "PENDING" and reason not in ("None", "") else "")
+        if not info:  # slurmctld forgot it (MinJobAge): the script's own last line tells
+            mark = _EXIT_MARK.findall(output)
+            return GateResult(done=True, exit_code=int(mark[-1]) if mark else None, output=output,
+                              state="COMPLETED" if mark else "GONE")
+        code = exit_code(info.get("ExitCode", ""))
+        if state in ("CANCELLED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
+            code = None  # the check did not run to its end: no verdict on the GPUs
+        return GateResult(done=True, exit_code=code, output=output, state=state,
+                          timed_out=state in ("TIMEOUT", "DEADLINE"), run_s=_run_s(info))
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        name, job = self._name(ref["reservation"]), str(ref["job_id"])
+        notes = []
+        info = self._job_info(job)
+        if info.get("JobState") in ACTIVE:
+            self._run([self.slurm.scancel, job])
+            notes.append(f"cancelled check job {job}")
+        node = check_node_name(ref["node"])
+        state_file = self.workdir / f"{name}.state.json"
+        prior = json.loads(state_file.read_text()) if state_file.exists() else {"drained": True, "reason": ""}
+        current = self.cli.status(node)
+        if "DRAIN" in current.flags and current.reason != prior.get("reason"):
+            notes.append(f"left the drain someone placed meanwhile ({current.reason!r})")
+        elif prior.get("drained"):
+            reason = str(prior.get("reason") or f"{self.prefix} health gate {name}")
+            self.cli.drain(node, reason)
+            notes.append(f"drained again ({reason!r})")
+        if self._reservation_exists(name):
+            try:
+                self._run([self.slurm.scontrol, "delete", f"ReservationName={name}"])
+            except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
+                if "busy" in exc.message.lower():  # the cancelled job is still completing
+                    raise TransientError(f"reservation {name} is still in use: {exc.message}") from None
+                if not any(m in exc.message.lower() for m in _NO_RESERVATION):
+                    raise
+        notes.append(f"reservation {name} deleted")
+        state_file.unlink(missing_ok=True)
+        return "; ".join(notes)
+
+    # -------------------------------------------------------------------------------- internals
+
+    def _name(self, name: str) -> str:
+        if not _NAME.fullmatch(name):
+            raise ConfigError(f"invalid gate name {name!r}", component="validation")
+        return name
+
+    def _prepare(self) -> None:
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            script = self.workdir / EXEC_SCRIPT
+            if not script.exists() or script.read_text() != _SCRIPT:
+                script.write_text(_SCRIPT)
+                script.chmod(0o755)
+        except OSError as exc:
+            raise ConfigError(f"validation.slurm_workdir {self.workdir}: {exc.strerror or exc}",
+                              component="validation") from None
+
+    def _reservation_exists(self, name: str) -> bool:
+        try:
+            out = self._run([self.slurm.scontrol, "show", "reservation", name])
+        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
+            if any(m in exc.message.lower() for m in _NO_RESERVATION):
+                return False
+            raise
+        return f"ReservationName={name} " in out or out.startswith(f"ReservationName={name}")
+
+    def _job_named(self, name: str) -> str | None:
+        out = self._run([self.slurm.squeue, "-h", f"--name={name}", "-t", "all", "-o", "%i"])
+        ids = [line.strip() for line in out.splitlines() if line.strip()]
+        return ids[-1] if ids else None
+
+    def _job_info(self, job: str) -> dict[str, str]:
+        try:
+            return parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
+        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
+            if any(m in exc.message.lower() for m in _GONE):
+                return {}
+            raise
+
+    def _output(self, ref: dict[str, Any]) -> str:
+        path = Path(ref["output"])
+        try:
+            with path.open("rb") as fh:
+                fh.seek(0, 2)
+                size = fh.tell()
+                fh.seek(max(0, size - self.cfg.output_bytes))
+                return fh.read().decode("utf-8", "replace")
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            return f"(output {path} not readable here: {exc.strerror or exc})"
+
+    def _run(self, argv: list[str]) -> str:
+        return self.cli._run(argv)  # noqa: SLF001 - the one runner: argv, no shell, Slurm's errors typed
+
+
+def _run_s(info: dict[str, str]) -> float | None:
+    """RunTime=HH:MM:SS or D-HH:MM:SS, in seconds."""
+    text = info.get("RunTime", "")
+    days, _, clock = text.rpartition("-")
+    parts = clock.split(":")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        return None
+    h, m, s = (int(p) for p in parts)
+    return (int(days) if days.isdigit() else 0) * 86400 + h * 3600 + m * 60 + s

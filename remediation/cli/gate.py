@@ -1,0 +1,50 @@
+"""``remediation validate NODE``: run the health gate on demand, on a node already out of the pool.
+
+The same gate the workflow's ``validate`` step uses (``validation.backend``), run from this process:
+it waits for the check (printing where it stands), takes the gate down, records the check in the
+database and the audit log with ``--actor``, and exits 0 on a pass and 1 otherwise. ``release NODE
+--validate`` (:mod:`remediation.cli.main`) runs it first and releases only on a pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from remediation.adapters.factory import gate_backend, slurm_backend
+from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
+from remediation.domain.validation import last_line
+from remediation.services.validation import ValidationRefused, run_check
+
+
+def run_gate(st: State, node: str, purpose: str) -> dict[str, Any]:
+    settings = st.settings()
+    gate = gate_backend(settings)
+    if gate is None:
+        raise CliError("validation.backend is none: there is no health gate to run (set it to slurm or "
+                       "kubernetes)", EXIT_CONFIG)
+    typer.echo(f"node/{node}: running the GPU check through {gate.backend} ...", err=True)
+    try:
+        return run_check(st.sessions(), gate, slurm_backend(settings), settings, node, st.actor, st.now,
+                         purpose=purpose)
+    except ValidationRefused as exc:
+        raise CliError(str(exc), EXIT_REQUEST) from None
+
+
+def verdict_line(node: str, rec: dict[str, Any]) -> str:
+    last = last_line(rec["output"])
+    code = "-" if rec["exit_code"] is None else rec["exit_code"]
+    return (f"node/{node} GPU check {rec['outcome'].upper()}: `{' '.join(rec['command'])}` exit {code} in "
+            f"{rec['duration_s']:.1f}s{f' ({last[:200]})' if last else ''}")
+
+
+@cli_errors
+def validate(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name (drained).")) -> None:
+    """Run the GPU check the node's last cause picks, now, through the configured gate; the node must be
+    drained (it stays drained: a pass returns nothing by itself). Exit 0 on a pass, 1 otherwise."""
+    st = state(ctx)
+    rec = run_gate(st, node, "validate")
+    typer.echo(verdict_line(node, rec))
+    if rec["outcome"] != "passed":
+        raise typer.Exit(EXIT_REQUEST)

@@ -1,0 +1,165 @@
+"""The ``validate`` step: a GPU check chosen by the cause runs on the node before it returns.
+
+Verify proves the VM restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
+a degraded NVLink or a flaky InfiniBand port passes verify and kills the next job. So between verify and
+return the node runs a check through the configured :class:`~remediation.ports.gate.HealthGate`, picked
+by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
+
+- the first look starts it (the gate's names come from the step's idempotency key, so a redelivered
+  task finds the check the first delivery started) and records the gate's reference on the step before
+  anyone waits on it;
+- later looks poll it; when it ends the gate is taken down (reservation deleted, drain put back);
+- exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the VM ladder within
+  the same remediation with the check's output on the step; a check that does not end by its deadline
+  (or that the backend's own limit ended) is neither: the node is **held** and on-call paged once; so
+  is a check that ended without a result (cancelled by someone, its node failed). A
+  command that could not run at all (exit 126 or 127: not executable, not found) is also held: it says
+  the check is missing from the node or image, not that the GPUs are bad.
+
+This module does no I/O itself; the engine persists the outcome, and the record of the check (command,
+exit code, duration, the end of the output) travels in the outcome's ``detail["validation"]``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, Outcome, StepInput, Wait, elapsed
+from remediation.ports.errors import ConfigError
+from remediation.ports.gate import GateCheck, GateResult, HealthGate
+from remediation.settings import Settings, ValidationSettings
+
+#: Exit codes a shell gives a command it could not run: not executable, not found.
+CANNOT_RUN = frozenset({126, 127})
+#: Slack over the check's own deadline before the step gives up on a backend that never ended it.
+DEADLINE_SLACK_S = 30.0
+
+
+def gate_name(key: str) -> str:
+    """Reservation, job and Job name from an idempotency key: ``r12:validate:1`` -> ``nr-gate-r12-a1``.
+    Lower case letters, digits and dashes only, so it is valid in Slurm and as a Kubernetes name."""
+    rid, _, attempt = key.partition(":validate:")
+    return _slug(f"nr-gate-{rid}-a{attempt or '1'}")
+
+
+def manual_gate_name(node: str, stamp: str) -> str:
+    """The names of a check a human asked for (``remediation validate``)."""
+    return _slug(f"nr-gate-{node}-{stamp}")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+
+
+def cause_class(context: dict[str, Any]) -> str:
+    """The remediation's cause class, as the fault classifier recorded it; ``unknown`` without one."""
+    value = context.get("cause_class") or context.get("fault_class") or "unknown"
+    return str(value)
+
+
+def tail(text: str, limit: int) -> str:
+    """The last ``limit`` bytes of ``text`` (UTF-8), cut on a character boundary."""
+    data = text.encode("utf-8", "replace")
+    return text if len(data) <= limit else data[-limit:].decode("utf-8", "ignore")
+
+
+def check_for(cfg: ValidationSettings, node: str, name: str, cls: str) -> GateCheck:
+    return GateCheck(node=node, name=name, command=tuple(cfg.check_for(cls)), timeout_s=cfg.timeout_for(cls),
+                     cause_class=cls)
+
+
+def record(check: dict[str, Any], result: GateResult, outcome: str, now: datetime, limit: int) -> dict[str, Any]:
+    """What the database keeps of one check (remediation.services.validation writes it)."""
+    started = datetime.fromisoformat(check["started_at"])
+    return {
+        "backend": check.get("backend", ""), "name": check.get("name", ""), "node": check.get("node", ""),
+        "cause_class": check.get("cause_class", "unknown"), "command": list(check.get("command", [])),
+        "started_at": check["started_at"], "finished_at": now.isoformat(), "outcome": outcome,
+        "exit_code": result.exit_code, "state": result.state,
+        "duration_s": round((now - started).total_seconds(), 3), "output": tail(result.output, limit),
+    }
+
+
+def verdict(check: dict[str, Any], result: GateResult, now: datetime, limit: int) -> tuple[str, dict[str, Any]]:
+    """passed / failed / timeout / no_result / cannot_run / dry_run, and the record to keep."""
+    if result.state == "DRY-RUN":
+        outcome = "dry_run"
+    elif result.timed_out:
+        outcome = "timeout"
+    elif result.exit_code is None:
+        outcome = "no_result"  # cancelled, node failure, or the record and its output both gone
+    elif result.exit_code in CANNOT_RUN:
+        outcome = "cannot_run"
+    else:
+        outcome = "passed" if result.exit_code == 0 else "failed"
+    return outcome, record(check, result, outcome, now, limit)
+
+
+def last_line(output: str) -> str:
+    """The check's last word: its last non-empty line (the Slurm gate's own exit marker skipped)."""
+    for line in reversed(output.splitlines()):
+        if line.strip() and not line.startswith("nr-gate-exit:"):
+            return line.strip()
+    return ""
+
+
+def describe(rec: dict[str, Any]) -> str:
+    cmd = " ".join(rec["command"])
+    last = last_line(rec["output"])
+    said = f": {last[:200]}" if last else ""
+    return f"`{cmd}` on {rec['node']} ({rec['cause_class']}) exit {rec['exit_code']} after {rec['duration_s']:.1f}s{said}"
+
+
+def validate(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    from remediation.domain.step_bodies import human_took_back  # its module imports this one
+
+    gate: HealthGate | None = ad.gate
+    if gate is None:
+        raise ConfigError("the validate step ran without a health gate (validation.backend)", component="validation")
+    if str(inp.context.get("vm_op_ref", "")).startswith("dry-run:"):
+        return Done("nothing was restarted (dry-run), so no GPU check is run")
+    vcfg = cfg.validation
+    poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)
+    if inp.provider_op is None:
+        if cancel := human_took_back(inp, ad, cfg):
+            return cancel
+        if gate.backend == "slurm":
+            snode = ad.slurm.get_node(inp.node)
+            if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+                # The Slurm gate resumes the node into its reservation; a human's drain is theirs.
+                return Done(f"no GPU check: a human drained {inp.node} meanwhile ({snode.reason!r}); the node "
+                            "stays out for its owner")
+        check = check_for(vcfg, inp.node, gate_name(inp.key), cause_class(inp.context))
+        ref = gate.start(check)
+        op = {**ref, "backend": gate.backend, "name": check.name, "node": inp.node, "command": list(check.command),
+              "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": now.isoformat()}
+        return Wait(f"GPU check started on {inp.node} ({gate.backend}): {' '.join(check.command)}", poll,
+                    provider_op=op)
+    op = inp.provider_op
+    result = gate.poll(op)
+    if not result.done:
+        if elapsed(inp, now) <= float(op["timeout_s"]) + DEADLINE_SLACK_S:
+            why = f"pending: {result.waiting}" if result.waiting else (result.state or "running").lower()
+            return Wait(f"GPU check on {inp.node} {why}: {' '.join(op['command'])}", poll)
+        result = GateResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
+                            timed_out=True)
+    taken_down = gate.finish(op)
+    outcome, rec = verdict(op, result, now, vcfg.output_bytes)
+    detail = {"validation": rec, "gate": taken_down}
+    what = describe(rec)
+    if outcome == "dry_run":
+        return Done(f"would run the GPU check {' '.join(op['command'])} on {inp.node}", detail=detail)
+    if outcome == "passed":
+        return Done(f"GPU check passed: {what}; {taken_down}", detail=detail)
+    if outcome == "failed":
+        return Escalate(f"GPU check failed: {what}", detail=detail)
+    if outcome == "timeout":
+        return Hold(f"GPU check did not finish within {op['timeout_s']:g}s: {what}; node held until a human "
+                    f"decides (resume runs it again, cancel gives the node back)", "ValidationTimeout", detail)
+    if outcome == "no_result":
+        return Hold(f"GPU check ended without a result ({rec['state'] or 'unknown'}): {what}; node held",
+                    "ValidationNoResult", detail)
+    return Hold(f"GPU check could not run (exit {rec['exit_code']}: is it installed on the node or in the image?): "
+                f"{what}; node held", "ValidationCannotRun", detail)

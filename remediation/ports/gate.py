@@ -1,0 +1,64 @@
+"""The health gate's port: run one check on one node before anyone else's job can land there.
+
+Two implementations: :mod:`remediation.adapters.slurm.gate` (a maintenance reservation only the
+service's user may use, the node resumed into it, the check submitted as a job pinned to the node in
+that reservation) and :mod:`remediation.adapters.kube.gate` (a ``batch/v1`` Job bound to the Node,
+tolerating our cordon and taint, with a deadline). Plus ``NoopGate`` (:mod:`remediation.adapters.noop`) for dry-run.
+
+Contract, as for the other ports: every call is idempotent and never blocks for long. ``start`` with a
+name already used finds the check that name started (a killed worker resumes without submitting twice);
+``poll`` looks once; ``finish`` undoes the gate (deletes the reservation or the Job, puts back the drain
+the node had) and is harmless to repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class GateCheck:
+    """One check to run: ``name`` is derived from the remediation (or the human's request) and names
+    the reservation, the job and the Job, so that a repeat finds what the first call made."""
+
+    node: str
+    name: str
+    command: tuple[str, ...]
+    timeout_s: float
+    cause_class: str = "unknown"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What one look at a running check saw. ``done`` with ``exit_code`` 0 is a pass."""
+
+    done: bool
+    exit_code: int | None = None
+    output: str = ""  # the end of the check's output (the caller keeps the last validation.output_bytes)
+    state: str = ""  # the backend's word for it: RUNNING, COMPLETED, FAILED, TIMEOUT, DeadlineExceeded...
+    timed_out: bool = False  # the backend's own deadline ended it
+    waiting: str = ""  # why it has not started yet (pending reason), for on-call
+    run_s: float | None = None  # the check's own run time as the backend measured it, when it says
+
+    @property
+    def passed(self) -> bool:
+        return self.done and not self.timed_out and self.exit_code == 0
+
+
+@runtime_checkable
+class HealthGate(Protocol):
+    backend: str
+
+    def start(self, check: GateCheck) -> dict[str, Any]:
+        """Put the gate up and start the check; returns what ``poll`` and ``finish`` need (recorded on
+        the step before anyone waits on it)."""
+        ...
+
+    def poll(self, ref: dict[str, Any]) -> GateResult:
+        ...
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        """Take the gate down (stop a check still running); returns what was done, for the step row."""
+        ...
+

@@ -1,0 +1,172 @@
+"""The health gate's records and its human uses.
+
+- :func:`record_validation`: the engine calls it when a ``validate`` step ends; one ``validations`` row
+  per check (command, exit code, duration, the last ``validation.output_bytes`` of output).
+- :func:`hold_for_human`: a check that never ended (or could not run) holds its remediation: the node
+  stays out, one audit row pages on-call, and only a human's ``resume`` (run it again) or ``cancel``
+  moves it on.
+- :func:`run_check`: ``remediation validate NODE`` and ``release NODE --validate`` run the same gate on
+  demand, from the CLI process, on a node already out of the pool, and record it the same way.
+- :func:`summary`: pass rate and durations for ``/metrics`` and the dashboard.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import aware
+from remediation.db.models import Node, Remediation, RemediationStep, Validation
+from remediation.domain.outcomes import Outcome
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.validation import (
+    DEADLINE_SLACK_S,
+    cause_class,
+    check_for,
+    describe,
+    manual_gate_name,
+    verdict,
+)
+from remediation.ports.cluster import SlurmControl
+from remediation.ports.dispatch import FollowUp
+from remediation.ports.gate import GateResult, HealthGate
+from remediation.services.audit import audit
+from remediation.settings import Settings
+
+OUTCOMES = ("passed", "failed", "timeout", "no_result", "cannot_run")
+
+
+class ValidationRefused(ValueError):
+    """An on-demand check that cannot be run as asked; the message says why."""
+
+
+def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
+    row = Validation(
+        remediation_id=remediation_id, node=rec["node"], backend=rec["backend"], name=rec["name"],
+        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=rec["outcome"],
+        exit_code=rec["exit_code"], started_at=datetime.fromisoformat(rec["started_at"]),
+        finished_at=datetime.fromisoformat(rec["finished_at"]), duration_s=float(rec["duration_s"]),
+        output_tail=rec["output"], actor=actor, dry_run=dry_run,
+    )
+    s.add(row)
+    return row
+
+
+def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
+    """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
+    rec = (getattr(outcome, "detail", None) or {}).get("validation")
+    if rec and rec.get("outcome") != "dry_run":
+        add_row(s, rec, rem.id, actor, dry)
+
+
+def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, outcome: Any, now: datetime,
+                   settings: Settings) -> FollowUp:
+    """Park ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
+    step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
+    if row is not None:
+        row.status, row.finished_at = "failed", now
+        row.error, row.error_kind = outcome.reason[:4000], outcome.kind[:64]
+        row.detail = {**(row.detail or {}), **outcome.detail}
+    rem.context = {**(rem.context or {}), "held": {"kind": outcome.kind, "error": outcome.reason[:1000],
+                                                   "at": now.isoformat(), "step": rem.step}}
+    rem.status, rem.updated_at = RemediationStatus.WAITING, now
+    rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
+    wait = settings.workflow.max_wait_s
+    rem.next_run_at = now + timedelta(seconds=wait)
+    audit(s, now, settings.actor, "validation_held", rem.node, outcome.reason[:2000],
+          {"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
+    return FollowUp(rem.id, rem.step, wait)
+
+
+def run_check(
+    sessions: sessionmaker[Session], gate: HealthGate, slurm: SlurmControl, settings: Settings, node: str,
+    actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
+    purpose: str = "validate",
+) -> dict[str, Any]:
+    """Run the gate once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
+    record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
+    with sessions() as s, s.begin():
+        if s.get(Node, node) is None:
+            raise ValidationRefused(f"unknown node {node!r}: it is not in the inventory")
+        open_rem = s.scalar(select(Remediation.id).where(Remediation.node == node,
+                                                         Remediation.status.in_(OPEN_STATUSES)))
+        if open_rem is not None:
+            raise ValidationRefused(f"{node} is under remediation #{open_rem}; its own validate step runs the check")
+        # The cause of the node's last remediation picks the check (a quarantined node's, say).
+        last = s.scalar(select(Remediation.context).where(Remediation.node == node)
+                        .order_by(Remediation.id.desc()).limit(1))
+        cls = cause_class(last or {})
+    snode = slurm.get_node(node)
+    if "DRAIN" not in snode.flags:
+        raise ValidationRefused(f"{node} is {'+'.join(sorted(snode.states))} in Slurm: drain it first (the "
+                                "check runs only on a node out of the pool)")
+    started = now()
+    check = check_for(settings.validation, node, manual_gate_name(node, started.strftime("%Y%m%d%H%M%S")), cls)
+    ref = gate.start(check)
+    op = {**ref, "backend": gate.backend, "name": check.name, "node": node, "command": list(check.command),
+          "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": started.isoformat()}
+    with sessions() as s, s.begin():
+        audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({gate.backend})",
+              {"name": check.name})
+    result: GateResult = gate.poll(op)
+    while not result.done:
+        if (now() - started).total_seconds() > check.timeout_s + DEADLINE_SLACK_S:
+            result = GateResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
+                                timed_out=True)
+            break
+        sleep(min(settings.validation.poll_interval_s, 5.0))
+        result = gate.poll(op)
+    taken_down = gate.finish(op)
+    outcome, rec = verdict(op, result, now(), settings.validation.output_bytes)
+    with sessions() as s, s.begin():
+        add_row(s, rec, None, actor, settings.dry_run)
+        audit(s, now(), actor, f"{purpose}_{outcome}", node, f"{describe(rec)}; {taken_down}"[:2000],
+              {"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
+    return {**rec, "gate": taken_down}
+
+
+@dataclass(frozen=True)
+class ValidationRow:
+    """One check as ``nodes show``, the API and the dashboard show it."""
+
+    id: int
+    remediation_id: int | None
+    started_at: datetime
+    backend: str
+    cause_class: str
+    command: str
+    outcome: str
+    exit_code: int | None
+    duration_s: float
+    actor: str
+    output_tail: str
+    dry_run: bool
+
+
+def node_validations(s: Session, node: str, limit: int = 10) -> list[ValidationRow]:
+    """The node's latest checks, newest first."""
+    rows = s.scalars(select(Validation).where(Validation.node == node)
+                     .order_by(Validation.started_at.desc(), Validation.id.desc()).limit(limit))
+    return [ValidationRow(v.id, v.remediation_id, aware(v.started_at) or v.started_at, v.backend, v.cause_class,
+                          v.command, v.outcome, v.exit_code, v.duration_s, v.actor, v.output_tail, v.dry_run)
+            for v in rows]
+
+
+def summary(s: Session) -> dict[str, Any]:
+    """Checks by outcome, the pass rate and the durations, over every real (non-dry-run) check."""
+    rows = s.execute(select(Validation.outcome, func.count(), func.sum(Validation.duration_s))
+                     .where(Validation.dry_run.is_(False)).group_by(Validation.outcome)).all()
+    counts = {outcome: 0 for outcome in OUTCOMES}
+    seconds = {outcome: 0.0 for outcome in OUTCOMES}
+    for outcome, n, total in rows:
+        counts[outcome] = int(n)
+        seconds[outcome] = float(total or 0.0)
+    ended = counts["passed"] + counts["failed"]
+    return {"counts": counts, "seconds": seconds,
+            "pass_rate": (counts["passed"] / ended) if ended else None, "total": sum(counts.values())}

@@ -1,0 +1,284 @@
+"""The health gate on the real slurmctld (22.05 and 24.11): reservation, check job, verdict, cleanup.
+
+The check is a tiny script that waits for a cue file and exits with the code written in it, so each
+test decides when the "GPU check" ends and how. Nothing stands in for Slurm: the gate runs the real
+``scontrol create reservation``, ``sbatch``, ``scontrol show job`` and ``scontrol delete``.
+
+- a user job submitted while the check runs stays PENDING on that node (after the scheduler has
+  looked at it: its pending reason is set), and starts there only once the gate is gone and the node is
+  returned;
+- the ``validate`` step driven by the real engine: a pass moves on to ``return`` (which resumes the node)
+  and records the check in ``validations``; a fail leaves the node drained with our reason, climbs the
+  ladder within the same remediation, and keeps the check's output on the step;
+- a worker killed after submitting (the step re-run with the same key) does not submit twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.memory import MemoryKube, MemoryVM, MemoryWorld
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.gate import SlurmGate, parse_job
+from remediation.clock import SystemClock
+from remediation.db.models import Node, Remediation, RemediationStep, Validation
+from remediation.domain.step_bodies import Adapters
+from remediation.domain.validation import gate_name
+from remediation.ports.gate import GateCheck
+from remediation.services.workflow import Workflow
+from remediation.settings import Settings, load_settings
+from tests.integration.slurm.conftest import SlurmCluster
+
+pytestmark = pytest.mark.slurm
+
+PREFIX = "remediation:"
+CHECK = """#!/bin/sh
+echo "dcgm stand-in: checking GPUs on $SLURMD_NODENAME in reservation $SLURM_JOB_RESERVATION"
+while [ ! -f "$1" ]; do sleep 0.1; done
+code=$(cat "$1")
+echo "result: exit $code"
+exit "$code"
+"""
+
+
+@pytest.fixture
+def gate_dir(slurm: SlurmCluster) -> Iterator[Path]:
+    """A directory slurmd (chroot included) and the test both see, with the cue-driven check."""
+    path = slurm.workdir / f"gate-{time.monotonic_ns()}"
+    path.mkdir()
+    (path / "check.sh").write_text(CHECK)
+    (path / "check.sh").chmod(0o755)
+    yield path
+    # A check job a failed assertion left behind must not hold the node for the next test.
+    slurm.run("scancel", "--quiet", "--name", "nr-gate", check=False)
+    out = slurm.scontrol("show", "reservation", check=False).stdout
+    for line in out.splitlines():
+        if line.startswith("ReservationName="):
+            slurm.scontrol("delete", line.split()[0], check=False)
+
+
+def settings_for(cluster: SlurmCluster, workdir: Path, cue: Path, timeout_s: float = 60) -> Settings:
+    return load_settings(
+        slurm=cluster.slurm_options(),
+        workflow={"poll_interval_s": 0.2, "max_wait_s": 1.0, "lease_s": 30},
+        validation={"backend": "slurm", "slurm_workdir": str(workdir), "poll_interval_s": 0.2,
+                    "checks": {"unknown": ["/bin/sh", str(workdir / "check.sh"), str(cue)]},
+                    "timeout_s": {"default": timeout_s}},
+    )
+
+
+def wait_for(ok: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def job(cluster: SlurmCluster, job_id: str) -> dict[str, str]:
+    return parse_job(cluster.scontrol("show", "job", "-o", job_id).stdout)
+
+
+def reservations(cluster: SlurmCluster) -> str:
+    return cluster.scontrol("show", "reservation", check=False).stdout
+
+
+def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, gate_dir: Path) -> None:
+    node = slurm.nodes[1]
+    cue = gate_dir / "cue"
+    cfg = settings_for(slurm, gate_dir, cue)
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+    gate = SlurmGate(cfg.slurm, cfg.validation)
+    check = GateCheck(node, "nr-gate-r901-a1", tuple(cfg.validation.check_for("unknown")), 60)
+    ref = gate.start(check)
+    ref = {**ref, "node": node}
+    wait_for(lambda: job(slurm, ref["job_id"]).get("JobState") == "RUNNING", 30, "the check job to run")
+    info = job(slurm, ref["job_id"])
+    assert info["Reservation"] == check.name and info["NodeList"] == node
+    assert f"ReservationName={check.name}" in reservations(slurm)
+
+    (gate_dir / "user.sh").write_text("#!/bin/sh\necho user job on $SLURMD_NODENAME\n")
+    user = slurm.run("sbatch", "--parsable", "-w", node, "-o", str(gate_dir / "user.out"),
+                     "-D", str(gate_dir), str(gate_dir / "user.sh")).stdout.strip()
+    # Barrier: the scheduler has considered the job (its pending reason is no longer "None").
+    wait_for(lambda: job(slurm, user).get("Reason") not in (None, "None"), 30, "the scheduler to look at the user job")
+    assert job(slurm, user)["JobState"] == "PENDING", job(slurm, user)
+    assert gate.poll(ref).done is False
+
+    cue.write_text("0")
+    wait_for(lambda: gate.poll(ref).done, 30, "the check to end")
+    result = gate.poll(ref)
+    assert result.passed and result.exit_code == 0 and "result: exit 0" in result.output
+    assert f"reservation {check.name}" in result.output
+    note = gate.finish(ref)
+    assert "drained again" in note and f"reservation {check.name} deleted" in note
+    assert check.name not in reservations(slurm)
+    state, flags, reason = slurm.nodes_now()[node]
+    assert "DRAIN" in flags and reason == f"{PREFIX} xid 79"  # back as it was: the return step decides
+    assert job(slurm, user)["JobState"] == "PENDING"
+    assert gate.finish(ref).endswith(f"reservation {check.name} deleted")  # a repeat is harmless
+
+    slurm.scontrol("update", f"nodename={node}", "state=resume")  # what the return step does
+    wait_for(lambda: job(slurm, user).get("JobState") == "COMPLETED", 30, "the user job to run once returned")
+    assert job(slurm, user)["NodeList"] == node
+
+
+def open_at_validate(sessions: sessionmaker[Session], node: str, now: datetime) -> int:
+    with sessions() as s, s.begin():
+        if s.get(Node, node) is None:
+            s.add(Node(name=node, status="remediating", first_seen_at=now, updated_at=now))
+        rem = Remediation(node=node, cause="xid 79: GPU fell off the bus", source="slurm", status="running",
+                          step="validate", ladder=0, opened_at=now, updated_at=now, next_run_at=now,
+                          context={"cause_class": "unknown"})
+        s.add(rem)
+        s.flush()
+        return rem.id
+
+
+def drive(engine: Workflow, rid: int, step: str, until: Callable[[], bool], timeout: float = 40) -> None:
+    """Run the engine as the worker would (countdowns slept, sub-second) until ``until()``."""
+    deadline = time.monotonic() + timeout
+    current: str | None = step
+    while not until():
+        assert time.monotonic() < deadline, "the workflow did not get there in time"
+        follow = engine.run(rid, current or step)
+        if follow is None:
+            return
+        current = follow.step
+        time.sleep(min(follow.countdown or 0, 0.3))
+
+
+def engine_for(cfg: Settings, sessions: sessionmaker[Session], cluster: SlurmCluster) -> Workflow:
+    world = MemoryWorld(nodes=list(cluster.nodes))
+    gate = SlurmGate(cfg.slurm, cfg.validation)
+    adapters = Adapters(CliSlurm(cfg.slurm), MemoryKube(world), MemoryVM(world), gate)
+    return Workflow(sessions, adapters, cfg, SystemClock())
+
+
+def status(sessions: sessionmaker[Session], rid: int) -> tuple[str, str, int]:
+    with sessions() as s:
+        rem = s.get(Remediation, rid)
+        assert rem is not None
+        return rem.status, rem.step, rem.ladder
+
+
+def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, gate_dir: Path,
+                                             sessions: sessionmaker[Session]) -> None:
+    node = slurm.nodes[2]
+    cue = gate_dir / "cue"
+    cfg = settings_for(slurm, gate_dir, cue)
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+    rid = open_at_validate(sessions, node, datetime.now(UTC))
+    engine = engine_for(cfg, sessions, slurm)
+    follow = engine.run(rid, "validate")  # starts the gate
+    assert follow is not None and follow.step == "validate"
+    with sessions() as s:
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
+        op = dict(row.provider_op or {})
+    assert op["reservation"] == gate_name(row.idempotency_key) and op["job_id"]
+    # A redelivered first look (the worker died after sbatch, before recording) submits nothing new.
+    again = SlurmGate(cfg.slurm, cfg.validation).start(GateCheck(node, op["name"], tuple(op["command"]), 60))
+    assert again["job_id"] == op["job_id"]
+    cue.write_text("0")
+    drive(engine, rid, "validate", lambda: status(sessions, rid)[0] == "succeeded")
+    assert status(sessions, rid) == ("succeeded", "done", 0)
+    state, flags, _ = slurm.nodes_now()[node]
+    assert not flags - {"NOT_RESPONDING"}, (state, flags)  # returned to service by the return step
+    assert op["reservation"] not in reservations(slurm)
+    with sessions() as s:
+        v = s.scalars(select(Validation).where(Validation.remediation_id == rid)).one()
+    assert (v.outcome, v.exit_code, v.backend) == ("passed", 0, "slurm")
+    assert v.command.endswith(f"check.sh {cue}") and "result: exit 0" in v.output_tail
+    assert v.duration_s > 0
+
+
+def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, gate_dir: Path,
+                                              sessions: sessionmaker[Session]) -> None:
+    node = slurm.nodes[3]
+    cue = gate_dir / "cue"
+    cue.write_text("3")  # the HBM row is still bad: the check fails at once
+    cfg = settings_for(slurm, gate_dir, cue)
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+    rid = open_at_validate(sessions, node, datetime.now(UTC))
+    engine = engine_for(cfg, sessions, slurm)
+    drive(engine, rid, "validate", lambda: status(sessions, rid)[1] != "validate")
+    assert status(sessions, rid) == ("running", "vm_restart", 1)  # same remediation, next rung
+    _, flags, reason = slurm.nodes_now()[node]
+    assert "DRAIN" in flags and reason == f"{PREFIX} xid 79"  # not returned
+    assert "nr-gate" not in reservations(slurm)
+    with sessions() as s:
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid,
+                                                      RemediationStep.step == "validate")).one()
+        v = s.scalars(select(Validation).where(Validation.remediation_id == rid)).one()
+        assert row.status == "failed" and "GPU check failed" in (row.error or "")
+        assert "result: exit 3" in row.detail["validation"]["output"]
+    assert (v.outcome, v.exit_code) == ("failed", 3)
+
+
+def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, gate_dir: Path, pg_url: str,
+                                                         tmp_path: Path) -> None:
+    """``remediation validate NODE`` on a drained node, and ``release NODE --validate``: a failing check
+    keeps the node quarantined; a passing one releases it. The drain the node had is put back after each
+    check (the check never returns a node by itself)."""
+    import yaml
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+    from typer.testing import CliRunner
+
+    from remediation.cli.main import app
+    from tests.integration.history import RecordingDispatcher
+
+    node = slurm.nodes[0]
+    cue = gate_dir / "cue"
+    cfg = settings_for(slurm, gate_dir, cue)
+    config = tmp_path / "remediation.yaml"
+    config.write_text(yaml.safe_dump({"slurm": cfg.slurm.model_dump(exclude_none=True, mode="json"),
+                                      "validation": cfg.validation.model_dump(mode="json")}))
+    engine = create_engine(pg_url, poolclass=NullPool)
+    db = sessionmaker(bind=engine)
+    now = datetime.now(UTC)
+    reason = f"{PREFIX} quarantined: VM ladder exhausted"
+    with db() as s, s.begin():
+        s.add(Node(name=node, status="quarantined", status_reason=reason, first_seen_at=now, updated_at=now,
+                   quarantined_at=now, quarantine_reason=reason))
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{reason}"')
+    runner = CliRunner()
+    dispatched = RecordingDispatcher()
+
+    def cli(*args: str) -> tuple[int, str]:
+        result = runner.invoke(app, ["--config", str(config), "--actor", "oncall", *args],
+                               env={"REMEDIATION_DATABASE__URL": pg_url, "COLUMNS": "200"},
+                               obj=lambda settings: dispatched)
+        return result.exit_code, result.output
+
+    cue.write_text("0")
+    code, out = cli("validate", node)
+    assert code == 0 and "GPU check PASSED" in out and "result: exit 0" in out, out
+    assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)  # still out: validate returns nothing
+
+    cue.write_text("1")
+    code, out = cli("release", node, "-r", "HBM swapped", "--validate")
+    assert code == 1 and "GPU check FAILED" in out and "stays quarantined" in out, out
+    with db() as s:
+        assert s.get(Node, node).status == "quarantined"  # type: ignore[union-attr]
+    assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)
+
+    cue.write_text("0")
+    code, out = cli("release", node, "-r", "HBM swapped", "--validate")
+    assert code == 0 and "released" in out, out
+    with db() as s:
+        assert s.get(Node, node).status == "healthy"  # type: ignore[union-attr]
+        checks = s.scalars(select(Validation).where(Validation.node == node).order_by(Validation.id)).all()
+    assert [(v.outcome, v.actor, v.remediation_id) for v in checks] == [
+        ("passed", "oncall", None), ("failed", "oncall", None), ("passed", "oncall", None)]
+    assert dispatched.released == [node]  # the release actions (resume, uncordon) went to the workers
+    code, out = cli("nodes", "show", node)
+    assert code == 0 and "GPU checks" in out and "check.sh" in out, out
+    engine.dispose()

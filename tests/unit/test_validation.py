@@ -1,0 +1,184 @@
+"""The validate step's decisions, with a scripted gate at our own port: names, the check by cause,
+pass / fail / timeout / no result / cannot run, idempotent start, dry-run, and the settings' checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.noop import NoopGate
+from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, Wait
+from remediation.domain.statemachine import Step, check_transition, next_on_success
+from remediation.domain.validation import gate_name, last_line, tail, validate
+from remediation.ports.errors import ConfigError
+from remediation.ports.gate import GateCheck, GateResult
+from remediation.settings import ConfigError as SettingsError
+from remediation.settings import Settings, load_settings
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+@dataclass
+class ScriptedGate:
+    """A gate whose polls answer from a script; records every call."""
+
+    results: list[GateResult]
+    backend: str = "scripted"
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def start(self, check: GateCheck) -> dict[str, Any]:
+        self.calls.append(("start", check))
+        return {"job_id": "42"}
+
+    def poll(self, ref: dict[str, Any]) -> GateResult:
+        self.calls.append(("poll", ref["name"]))
+        return self.results.pop(0)
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        self.calls.append(("finish", ref["name"]))
+        return "gate taken down"
+
+
+def cfg(**validation: Any) -> Settings:
+    return load_settings(validation={"backend": "slurm", "poll_interval_s": 2, **validation})
+
+
+def inp(op: dict[str, Any] | None = None, cls: str | None = "gpu-memory", started: datetime = T0) -> StepInput:
+    ctx = {"cause_class": cls} if cls else {}
+    return StepInput(remediation_id=7, node="gpu-node-3", cause="xid 48", ladder=0, context=ctx,
+                     key="r7:validate:2", attempt=2, started_at=started, checks=0 if op is None else 1,
+                     provider_op=op, detail={})
+
+
+def adapters(gate: Any) -> Adapters:
+    world = MemoryWorld(nodes=["gpu-node-3"])
+    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), gate)
+
+
+def started_op(settings: Settings, gate: ScriptedGate, cls: str | None = "gpu-memory") -> dict[str, Any]:
+    out = validate(inp(cls=cls), adapters(gate), settings, T0)
+    assert isinstance(out, Wait) and out.provider_op is not None
+    return out.provider_op
+
+
+def test_names_are_derived_from_the_key_and_valid_everywhere() -> None:
+    assert gate_name("r7:validate:2") == "nr-gate-r7-a2"
+    assert gate_name("R12:validate:10") == "nr-gate-r12-a10"
+
+
+def test_first_look_starts_the_check_the_cause_picks_and_records_it_before_waiting() -> None:
+    settings, gate = cfg(), ScriptedGate([])
+    op = started_op(settings, gate)
+    (_, check), = gate.calls
+    assert check == GateCheck("gpu-node-3", "nr-gate-r7-a2", ("dcgmi", "diag", "-r", "3"), 1800.0, "gpu-memory")
+    assert op["job_id"] == "42" and op["command"] == ["dcgmi", "diag", "-r", "3"] and op["timeout_s"] == 1800.0
+    assert op["started_at"] == T0.isoformat()
+
+
+@pytest.mark.parametrize(("cls", "argv"), [
+    ("nvlink", ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]),
+    ("gpu-transient", ["dcgmi", "diag", "-r", "2"]),
+    (None, ["dcgmi", "diag", "-r", "2"]),  # unclassified: unknown
+], ids=["nvlink-nccl", "gpu-dcgm-2", "unknown"])
+def test_the_check_depends_on_the_cause_class(cls: str | None, argv: list[str]) -> None:
+    gate = ScriptedGate([])
+    assert started_op(cfg(), gate, cls)["command"] == argv
+
+
+def finish(settings: Settings, result: GateResult, at: datetime) -> tuple[Any, ScriptedGate]:
+    gate = ScriptedGate([result])
+    op = started_op(settings, ScriptedGate([]))
+    return validate(inp(op), adapters(gate), settings, at), gate
+
+
+def test_pass_is_done_with_the_record_and_the_gate_taken_down() -> None:
+    out, gate = finish(cfg(), GateResult(True, 0, "Memory | Pass\n"), T0 + timedelta(seconds=90))
+    assert isinstance(out, Done) and "passed" in out.outcome
+    rec = out.detail["validation"]
+    assert (rec["outcome"], rec["exit_code"], rec["duration_s"], rec["cause_class"]) == ("passed", 0, 90.0, "gpu-memory")
+    assert gate.calls[-1] == ("finish", "nr-gate-r7-a2")
+
+
+def test_fail_escalates_with_the_output_and_keeps_only_its_end() -> None:
+    noisy = "x" * 10_000 + "\nMemory | Fail: row remap failure GPU 3\n"
+    out, _ = finish(cfg(output_bytes=512), GateResult(True, 226, noisy), T0 + timedelta(seconds=60))
+    assert isinstance(out, Escalate) and "exit 226" in out.reason and "row remap failure" in out.reason
+    assert len(out.detail["validation"]["output"].encode()) == 512
+
+
+@pytest.mark.parametrize(("result", "kind"), [
+    (GateResult(True, None, "", state="DeadlineExceeded", timed_out=True), "ValidationTimeout"),
+    (GateResult(True, None, "", state="CANCELLED"), "ValidationNoResult"),
+    (GateResult(True, 127, "sh: dcgmi: not found"), "ValidationCannotRun"),
+], ids=["backend-deadline", "cancelled", "not-installed"])
+def test_no_verdict_holds_the_node_for_a_human(result: GateResult, kind: str) -> None:
+    out, gate = finish(cfg(), result, T0 + timedelta(seconds=5))
+    assert isinstance(out, Hold) and out.kind == kind
+    assert gate.calls[-1][0] == "finish"
+
+
+def test_running_waits_then_our_own_deadline_holds_and_stops_it() -> None:
+    settings = cfg(timeout_s={"default": 60})
+    op = started_op(settings, ScriptedGate([]), cls="nvlink")
+    running = GateResult(False, state="PENDING", waiting="Reservation")
+    out = validate(inp(op), adapters(ScriptedGate([running])), settings, T0 + timedelta(seconds=60))
+    assert isinstance(out, Wait) and "pending: Reservation" in out.reason and out.countdown == 2
+    gate = ScriptedGate([GateResult(False, state="RUNNING")])
+    out = validate(inp(op), adapters(gate), settings, T0 + timedelta(seconds=91))
+    assert isinstance(out, Hold) and out.kind == "ValidationTimeout" and gate.calls[-1][0] == "finish"
+
+
+def test_dry_run_records_what_it_would_run_and_judges_nothing() -> None:
+    settings, gate = cfg(), NoopGate()
+    out = validate(inp(), adapters(gate), settings, T0)
+    assert isinstance(out, Wait) and out.provider_op is not None
+    out = validate(inp(out.provider_op), adapters(gate), settings, T0 + timedelta(seconds=1))
+    assert isinstance(out, Done) and out.outcome.startswith("would run the GPU check dcgmi diag -r 3")
+    assert [a["would"] for a in gate.recorder.actions] == ["validate"]
+
+
+def test_a_humans_drain_placed_meanwhile_is_not_resumed_for_the_check() -> None:
+    gate = ScriptedGate([])
+    gate.backend = "slurm"
+    ad = adapters(gate)
+    ad.slurm.drain("gpu-node-3", "maintenance: HBM reseat")
+    out = validate(inp(), ad, cfg(), T0)
+    assert isinstance(out, Done) and "a human drained" in out.outcome and gate.calls == []
+
+
+def test_without_a_gate_the_step_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigError):
+        validate(inp(), adapters(None), cfg(), T0)
+
+
+def test_validate_sits_between_verify_and_return_and_is_skipped_without_a_gate() -> None:
+    assert next_on_success(Step.VERIFY) is Step.VALIDATE
+    assert next_on_success(Step.VERIFY, gate=False) is Step.RETURN
+    assert next_on_success(Step.VALIDATE) is Step.RETURN
+    for nxt in (Step.RETURN, Step.VM_RESTART, Step.QUARANTINE):
+        check_transition(Step.VALIDATE, nxt)
+
+
+def test_output_helpers() -> None:
+    assert tail("héllo", 3) == "llo" and tail("abc", 10) == "abc"
+    assert last_line("a\nMemory | Pass\n\nnr-gate-exit: 0\n") == "Memory | Pass"
+
+
+@pytest.mark.parametrize("bad", [
+    {"checks": {"gpu": ["dcgmi"], "unknown": ["dcgmi"]}},
+    {"checks": {"nvlink": ["all_reduce_perf"]}},
+    {"checks": {"unknown": []}},
+    {"timeout_s": {"gpu-memory": 10}},
+    {"backend": "ssh"},
+], ids=["unknown-class", "no-unknown", "empty-argv", "no-default-timeout", "bad-backend"])
+def test_bad_validation_settings_fail_loudly(bad: dict[str, Any]) -> None:
+    with pytest.raises(SettingsError, match="validation"):
+        load_settings(validation=bad)
+
+
+def test_default_is_no_gate() -> None:
+    assert load_settings().validation.backend == "none"
