@@ -212,6 +212,9 @@ class Incident(Base):
     closed_at: Mapped[datetime | None]
     closed_by: Mapped[str | None] = mapped_column(String(128))
     close_reason: Mapped[str | None] = mapped_column(Text)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
 class Validation(Base):
     """One GPU check run by the health gate (the ``validate`` step, or a human's ``remediation validate``
     / ``release --validate``): what ran, how it ended, and the end of its output."""
