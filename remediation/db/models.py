@@ -125,6 +125,11 @@ class Remediation(Base):
     context: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Opened while the service ran in dry-run: never counted by the repeat-offender rule or the breaker.
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # Issue 12: the fault's class (remediation.domain.causes), why, and the action now chosen for it
+    # (restart, move-host, reimage, none, quarantine). NULL on rows from before classification.
+    fault_class: Mapped[str | None] = mapped_column(String(32))
+    fault_evidence: Mapped[str | None] = mapped_column(Text)
+    action: Mapped[str | None] = mapped_column(String(32))
 
     steps: Mapped[list[RemediationStep]] = relationship(
         back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"
