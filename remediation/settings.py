@@ -162,9 +162,10 @@ class LemonSettings(_Section):
 
     enabled: bool = Field(True, description="Quarantine on the lemon score as well as on N-in-W.")
     threshold: float = Field(
-        3.0, gt=0, description="Quarantine when the score (this failure included) reaches this. With "
-        "the defaults: four unit-weight failures within two weeks, or three of different classes "
-        "within a week.",
+        2.5, gt=0, description="Quarantine when the score (this failure included) reaches this. With "
+        "the defaults: four unit-weight failures a week apart (2.7), or a second GPU memory or "
+        "hardware fault within a few days of the first (2.9); three unit-weight failures two weeks "
+        "apart (1.75) are not a lemon.",
     )
     half_life_s: float = Field(
         14 * 86400.0, gt=0, description="Seconds after which a failure counts half (14 days)."

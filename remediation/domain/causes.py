@@ -135,7 +135,9 @@ def table(faults: FaultSettings) -> CauseTable:
 _KERNEL = re.compile(r"xid\s*\(\s*(?:pci:)?[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-9a-f])?\s*\)\s*:?\s*(\d{1,3})\b",
                      re.IGNORECASE)
 # As people and tools write it: "xid 79", "Xid48", "XID=48", "xid: 79", "xid#79", "NvidiaXID79Error".
-_WRITTEN = re.compile(r"(?<![a-z0-9])(?:nvidia)?xids?\s*[:=#_-]?\s*(\d{1,3})(?!\d)", re.IGNORECASE)
+# A list counts too: "xids 13 and 79", "xid 48/63".
+_WRITTEN = re.compile(r"(?<![a-z0-9])(?:nvidia)?xids?\s*[:=#_-]?\s*(\d{1,3}(?:\s*(?:,|/|&|and)\s*\d{1,3}(?!\d))*)(?!\d)",
+                      re.IGNORECASE)
 # NVSentinel's XID condition message: "ErrorCode:79 PCI:0000:3b:00 ..." (read only on XID conditions).
 _ERROR_CODE = re.compile(r"\berrorcode\s*[:=]\s*(\d{1,3})\b", re.IGNORECASE)
 
@@ -144,7 +146,8 @@ def xids_in(text: str, error_codes: bool = False) -> list[int]:
     """Every XID code the text names, in order of appearance, without repeats."""
     found: list[tuple[int, int]] = []
     for pattern in (_KERNEL, _WRITTEN, *((_ERROR_CODE,) if error_codes else ())):
-        found += [(m.start(), int(m.group(1))) for m in pattern.finditer(text)]
+        found += [(m.start(1) + i, int(code)) for m in pattern.finditer(text)
+                  for i, code in enumerate(re.findall(r"\d+", m.group(1)))]
     out: list[int] = []
     for _, code in sorted(found):
         if code not in out:
