@@ -163,12 +163,17 @@ class LemonSettings(_Section):
     enabled: bool = Field(True, description="Quarantine on the lemon score as well as on N-in-W.")
     threshold: float = Field(
         2.5, gt=0, description="Quarantine when the score (this failure included) reaches this. With "
-        "the defaults: four unit-weight failures a week apart (2.7), or a second GPU memory or "
-        "hardware fault within a few days of the first (2.9); three unit-weight failures two weeks "
-        "apart (1.75) are not a lemon.",
+        "the defaults: four unit-weight failures a week apart (2.7), or three GPU memory or "
+        "hardware faults within three weeks (3.3); three unit-weight failures a week apart (2.2) "
+        "are not a lemon.",
     )
     half_life_s: float = Field(
         14 * 86400.0, gt=0, description="Seconds after which a failure counts half (14 days)."
+    )
+    min_failures: int = Field(
+        3, ge=1, description="A node is never a lemon on fewer counted failures than this, whatever "
+        "their weight: two failures are N-in-W's business (and after a move-host the second may be on "
+        "new hardware); the score is for the node that keeps coming back.",
     )
     horizon_s: float = Field(
         90 * 86400.0, gt=0, description="Failures older than this are not read at all (90 days: "

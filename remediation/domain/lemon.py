@@ -15,7 +15,8 @@ and found worth finding and repairing. The score:
 - distinct causes counted: a node failing in several different ways is likelier a lemon than one
   with one known recurring cause.
 
-A node at or over ``policy.lemon.threshold`` is quarantined like a repeat offender. Only real
+A node at or over ``policy.lemon.threshold``, with at least ``policy.lemon.min_failures`` failures
+counted, is quarantined like a repeat offender. Only real
 (not dry-run) failures after the node's last human release count, as for N-in-W. Every number is an
 assumption, documented in docs/policy.md ("Lemons").
 
@@ -42,12 +43,12 @@ class Failure:
 @dataclass(frozen=True)
 class LemonScore:
     score: float
-    failures: int  # failures read (within the horizon)
+    failures: int  # failures counted (within the horizon, of a class with weight)
     distinct: int  # distinct classes among them
     explanation: str
 
     def over(self, cfg: LemonSettings) -> bool:
-        return cfg.enabled and self.failures > 0 and self.score >= cfg.threshold
+        return cfg.enabled and self.failures >= cfg.min_failures and self.score >= cfg.threshold
 
 
 def weight_of(fault_class: str | None, cfg: LemonSettings) -> float:
@@ -80,5 +81,7 @@ def score(history: Iterable[Failure], now: datetime, cfg: LemonSettings) -> Lemo
                       for cls, n in sorted(by_class.items(), key=lambda kv: (-decayed[kv[0]], kv[0])))
     days = cfg.half_life_s / 86400
     why = (f"{len(kept)} failure(s) decayed with a {days:g}-day half-life: {parts}; "
-           f"{distinct} distinct cause(s) x{factor:.2f} = {total:.2f} (quarantine at {cfg.threshold:g})")
-    return LemonScore(round(total, 3), len(kept), distinct, why)
+           f"{distinct} distinct cause(s) x{factor:.2f} = {total:.2f} (quarantine at {cfg.threshold:g} "
+           f"with {cfg.min_failures}+ failures)")
+    counted = sum(n for cls, n in by_class.items() if weight_of(cls, cfg) > 0)
+    return LemonScore(round(total, 3), counted, distinct, why)

@@ -53,8 +53,14 @@ def test_explanation_names_each_class_its_count_and_the_threshold() -> None:
     s = score([Failure(NOW - 2 * DAY, "gpu-memory"), Failure(NOW - DAY, "gpu-memory"), Failure(NOW, "host")],
               NOW, CFG)
     assert "gpu-memory x2" in s.explanation and "host x1" in s.explanation
-    assert "2 distinct cause(s)" in s.explanation and "quarantine at 2.5" in s.explanation
+    assert "2 distinct cause(s)" in s.explanation and "quarantine at 2.5 with 3+ failures" in s.explanation
     assert s.over(CFG)
+
+
+def test_two_failures_are_never_a_lemon_however_heavy() -> None:
+    two = score([Failure(NOW - DAY, "gpu-hardware"), Failure(NOW, "gpu-memory")], NOW, CFG)
+    assert two.score >= CFG.threshold and not two.over(CFG)  # N-in-W's business, not the lemon score's
+    assert not score([Failure(NOW, "fabric")] * 4 + [Failure(NOW, "host")], NOW, CFG).over(CFG)
 
 
 def _event(reason: str) -> NodeEvent:
