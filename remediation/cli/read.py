@@ -15,6 +15,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.context import State, cli_errors, state
+from remediation.services.faults import lemons as compute_lemons
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
@@ -29,7 +30,6 @@ from remediation.services.readmodels import (
     list_remediations,
     node_detail,
 )
-from remediation.services.faults import lemons as compute_lemons
 from remediation.services.stats import stats as compute_stats
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")

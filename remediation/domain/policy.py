@@ -26,8 +26,8 @@ from typing import Protocol
 
 from remediation.domain.attribution import Condition, Window, own_cause, superseded
 from remediation.domain.causes import Cause, classify, table
-from remediation.domain.lemon import Failure, score
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.lemon import Failure, score
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
 

@@ -43,8 +43,8 @@ from remediation.db.queries import (
 )
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
-from remediation.domain.lemon import Failure
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
+from remediation.domain.lemon import Failure
 from remediation.domain.policy import (
     OUR_OWN,
     Clock,

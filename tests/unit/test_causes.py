@@ -171,11 +171,27 @@ def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, objec
 
 
 def test_the_shipped_table_cites_its_sources() -> None:
-    import yaml
     from importlib import resources
+
+    import yaml
 
     raw = yaml.safe_load(resources.files("remediation").joinpath("data/causes.yaml").read_text())
     assert raw["sources"]["nvidia_xid_catalog"].startswith("https://docs.nvidia.com/")
     assert all(c["source"] in raw["sources"] or c["source"] in ("kubernetes", "this project")
                for c in raw["conditions"].values())
     assert T.xids[48].nvidia == "WORKFLOW_XID_48" and T.xids[79].nvidia == "RESTART_BM"
+
+
+def test_naive_ladder_policy_turns_fault_intelligence_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "deploy/policies/naive-ladder.yaml"
+    for key in ("REMEDIATION_POLICY__FAULTS__CLASSIFY", "REMEDIATION_POLICY__LEMON__ENABLED"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("REMEDIATION_CONFIG", str(path))
+    cfg = load_settings()
+    assert not cfg.policy.faults.classify and not cfg.policy.lemon.enabled
+    assert ladder("gpu-memory", cfg) == ("restart", "reimage")
+    monkeypatch.delenv("REMEDIATION_CONFIG")
+    shipped_cfg = load_settings()
+    assert shipped_cfg.policy.faults.classify and shipped_cfg.policy.lemon.enabled  # the shipped defaults
