@@ -186,6 +186,8 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: Settings) -> Outcome | 
     cls = inp.context.get("fault_class")
     if vm_rungs(cls, cfg):
         return None
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
     if first_action(cls, cfg) == "quarantine":
         return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg) else ''}: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
@@ -211,7 +213,7 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: Settings) -> str | None
 
 
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
-    if stop := human_took_back(inp, ad, cfg) or without_vm_action(inp, ad, cfg):
+    if stop := without_vm_action(inp, ad, cfg):
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop

@@ -143,8 +143,11 @@ def ingest(
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
     windows = latest_windows(session, names)
     healthy = _healthy(session, fresh, unique.values(), policy)
-    app_xids = app_xid_counts(session, names, now, timedelta(seconds=policy.faults.app_xid_repeat_window_s))
-    history = failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s))
+    # Issue 12, only when switched on: application-level XIDs seen (repeats) and each node's history.
+    app_xids = app_xid_counts(session, names, now, timedelta(seconds=policy.faults.app_xid_repeat_window_s)) \
+        if policy.faults.classify else {}
+    history = failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s)) \
+        if policy.lemon.enabled else {}
     counts: dict[str, int] = defaultdict(int)
     updates: list[dict[str, Any]] = []
     todo = fresh

@@ -5,22 +5,14 @@ older tests turn them off; see tests/conftest.py)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.clock import FakeClock
+from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import AuditLog, Event, Remediation
 from remediation.domain.events import Source
-from remediation.domain.step_bodies import Adapters
-from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from tests.integration.test_workflow_engine import drive, publish, rem_for, steps_of
-
-NODES = [f"gpu-node-{i}" for i in range(12)]
+from tests.integration.test_workflow_engine import clock, drive, engine, publish, rem_for, steps_of, world  # noqa: F401  (fixtures)
 
 
 def fault_settings(**policy: object) -> Settings:
@@ -32,23 +24,10 @@ def fault_settings(**policy: object) -> Settings:
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 3, 1, tzinfo=UTC))
-
-
-@pytest.fixture
-def world() -> MemoryWorld:
-    return MemoryWorld(nodes=NODES)
-
-
-@pytest.fixture
 def settings() -> Settings:
+    """Overrides the engine's settings (the `engine`, `world` and `clock` fixtures are the workflow
+    engine tests')."""
     return fault_settings()
-
-
-@pytest.fixture
-def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
 
 
 def vm_calls(world: MemoryWorld) -> list[str]:

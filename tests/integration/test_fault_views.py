@@ -19,21 +19,14 @@ from typer.testing import CliRunner
 from remediation.api import create_app
 from remediation.cli.main import app as cli
 from remediation.db.models import Remediation
-from remediation.db.session import make_engine, make_session_factory
 from remediation.ports.dispatch import SweeperOnly
-from remediation.settings import DatabaseSettings, Settings
+from remediation.settings import Settings
 from tests.integration.history import History, build, engine_settings
+from tests.integration.test_cli import db  # noqa: F401  (fixture)
 
 ON = {"faults": {"classify": True}, "lemon": {"enabled": True}}
 ENV_ON = {"REMEDIATION_POLICY__FAULTS__CLASSIFY": "true", "REMEDIATION_POLICY__LEMON__ENABLED": "true"}
 READ = "read-token-0123456789"
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[tuple[str, sessionmaker[Session]]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield pg_url, make_session_factory(engine)
-    engine.dispose()
 
 
 @pytest.fixture
