@@ -268,8 +268,14 @@ class PolicySettings(_Section):
     min_restart_gap_s: float = Field(
         10.0, ge=0, description="Minimum seconds between two VM actions anywhere in the cluster."
     )
-    faults: FaultSettings = Field(default_factory=FaultSettings)
-    lemon: LemonSettings = Field(default_factory=LemonSettings)
+    faults: FaultSettings = Field(
+        default_factory=FaultSettings,
+        description="Cause classification: the class of each fault picks its first action and ladder.",
+    )
+    lemon: LemonSettings = Field(
+        default_factory=LemonSettings,
+        description="Lemon scoring: quarantine a node whose decayed, class-weighted failures add up.",
+    )
     probe_successes: int = Field(
         3,
         ge=1,
