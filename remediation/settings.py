@@ -85,6 +85,119 @@ class BrokerSettings(_Section):
         return self.celery_broker_url or self.redis_url
 
 
+FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
+                 "unknown")
+# restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none (drain, page, hold
+# for a human; only on its own), quarantine (the end of a ladder; RMA for hardware classes).
+FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
+
+
+class FaultSettings(_Section):
+    """Cause classification (issue 12): the signal names the cause, the cause's class picks the first
+    action and the ladder. Defaults ship as data with their sources in ``remediation/data/causes.yaml``;
+    each field here overrides part of that table (docs/policy.md, "Fault classes")."""
+
+    classify: bool = Field(
+        True,
+        description="Read the cause from each signal and use its class's ladder. Off: every fault is "
+        "`unknown` and climbs workflow.ladder, and application-level XIDs are remediated like any "
+        "other fault (the behaviour before issue 12).",
+    )
+    ladders: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="Per class, the actions tried in order, replacing the shipped ladder, e.g. "
+        "{'gpu-memory': ['move-host', 'quarantine']}. Actions: restart, move-host, reimage, none "
+        "(only on its own: drain, no VM action, page on-call, hold for a human), quarantine (only "
+        "last; implied after the last action anyway). Class `unknown` follows workflow.ladder.",
+    )
+    xids: dict[int, str] = Field(
+        default_factory=dict,
+        description="XID code -> class (or 'app': application-level, recorded and not remediated "
+        "unless it repeats), overriding NVIDIA's catalogue as shipped.",
+    )
+    conditions: dict[str, str] = Field(
+        default_factory=dict,
+        description="Kubernetes condition type -> class: aliases for a site's own detectors (a "
+        "condition must also be listed in policy.kube_conditions to open anything).",
+    )
+    app_xid_repeat_count: int = Field(
+        3,
+        ge=1,
+        description="An application-level XID (NVIDIA: RESTART_APP or IGNORE, e.g. 13, 31, 43, 45) is "
+        "remediated only when it is this node's Nth within app_xid_repeat_window_s (this one "
+        "included); before that it is recorded with decision `app_xid`. 1 = always remediate.",
+    )
+    app_xid_repeat_window_s: int = Field(
+        24 * 3600, ge=60, description="Seconds: the window of app_xid_repeat_count (24 h)."
+    )
+
+    @field_validator("ladders")
+    @classmethod
+    def _ladders(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, ladder in value.items():
+            if name not in FAULT_CLASSES:
+                raise ValueError(f"unknown fault class {name!r}; choose from {list(FAULT_CLASSES)}")
+            bad = [a for a in ladder if a not in FAULT_ACTIONS]
+            if bad or not ladder:
+                raise ValueError(f"{name}: unknown action(s) {bad}; choose from {list(FAULT_ACTIONS)}")
+            if "none" in ladder and ladder != ["none"]:
+                raise ValueError(f"{name}: 'none' holds for a human, so it must be the only action")
+            if "quarantine" in ladder[:-1]:
+                raise ValueError(f"{name}: 'quarantine' ends a ladder, so it can only be last")
+        return value
+
+    @field_validator("xids", "conditions")
+    @classmethod
+    def _classes(cls, value: dict[Any, str]) -> dict[Any, str]:
+        for key, name in value.items():
+            if name not in (*FAULT_CLASSES, "app"):
+                raise ValueError(f"{key}: unknown fault class {name!r}; choose from {[*FAULT_CLASSES, 'app']}")
+        return value
+
+
+class LemonSettings(_Section):
+    """Lemon scoring (issue 12; Meta's RSC study, 2024, names such nodes "lemons"): a node's failures,
+    decayed over time, weighted by class, with distinct causes counted. A score at or over the threshold
+    quarantines the node as N-in-W does. Every number here is an assumption (docs/policy.md, "Lemons")."""
+
+    enabled: bool = Field(True, description="Quarantine on the lemon score as well as on N-in-W.")
+    threshold: float = Field(
+        2.5, gt=0, description="Quarantine when the score (this failure included) reaches this. With "
+        "the defaults: four unit-weight failures a week apart (2.7), or three GPU memory or "
+        "hardware faults within three weeks (3.3); three unit-weight failures a week apart (2.2) "
+        "are not a lemon.",
+    )
+    half_life_s: float = Field(
+        14 * 86400.0, gt=0, description="Seconds after which a failure counts half (14 days)."
+    )
+    min_failures: int = Field(
+        3, ge=1, description="A node is never a lemon on fewer counted failures than this, whatever "
+        "their weight: two failures are N-in-W's business (and after a move-host the second may be on "
+        "new hardware); the score is for the node that keeps coming back.",
+    )
+    horizon_s: float = Field(
+        90 * 86400.0, gt=0, description="Failures older than this are not read at all (90 days: "
+        "under 1/80 of their weight is left with the default half-life).",
+    )
+    distinct_bonus: float = Field(
+        0.25, ge=0, description="Each distinct class beyond the first multiplies the score by (1 + "
+        "this): a node failing in several ways is likelier a lemon than one with a known recurring cause.",
+    )
+    weights: dict[str, float] = Field(
+        default_factory=dict,
+        description="Class -> weight, overriding the shipped lemon_weight of each class "
+        "(remediation/data/causes.yaml; fabric 0: a shared switch is not the node's fault).",
+    )
+
+    @field_validator("weights")
+    @classmethod
+    def _weights(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, w in value.items():
+            if name not in FAULT_CLASSES or w < 0:
+                raise ValueError(f"{name}: weights need a known class and a weight >= 0")
+        return value
+
+
 class PolicySettings(_Section):
     """Which signals open a remediation and how much automation may do at once."""
 
@@ -154,6 +267,14 @@ class PolicySettings(_Section):
     )
     min_restart_gap_s: float = Field(
         10.0, ge=0, description="Minimum seconds between two VM actions anywhere in the cluster."
+    )
+    faults: FaultSettings = Field(
+        default_factory=FaultSettings,
+        description="Cause classification: the class of each fault picks its first action and ladder.",
+    )
+    lemon: LemonSettings = Field(
+        default_factory=LemonSettings,
+        description="Lemon scoring: quarantine a node whose decayed, class-weighted failures add up.",
     )
     probe_successes: int = Field(
         3,

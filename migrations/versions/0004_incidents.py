@@ -5,7 +5,7 @@ values); ``incidents`` one row per domain that failed as one; a remediation fold
 points at it (no VM action, never a repeat-offender count). Existing remediations belong to none.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-23
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0004"
-down_revision = "0002"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remediation.api.auth import Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
 from remediation.domain.events import NODE_NAME
+from remediation.services.faults import LemonRow
+from remediation.services.faults import lemons as compute_lemons
 from remediation.services.readmodels import (
     AuditRow,
     EventRow,
@@ -114,8 +116,9 @@ def get_overview(request: Request, _: Reader) -> Overview:
 
 @router.get("/nodes", response_model=list[NodeRow])
 def get_nodes(request: Request, _: Reader, status: StatusFilter = None) -> list[NodeRow]:
-    with request.app.state.sessions() as s:
-        return list_nodes(s, status)
+    st = request.app.state
+    with st.sessions() as s:
+        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now())
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
@@ -174,6 +177,15 @@ def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3
     st = request.app.state
     with st.sessions() as s:
         return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run)
+
+
+@router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")
+def get_lemons(request: Request, _: Reader, top: Annotated[int, Query(ge=1, le=1000)] = 10) -> list[LemonRow]:
+    """Decayed, class-weighted failures with distinct causes counted, each with its explanation; a
+    node at or over ``policy.lemon.threshold`` is quarantined on its next failure (issue 12)."""
+    st = request.app.state
+    with st.sessions() as s:
+        return compute_lemons(s, st.clock.now(), st.settings.policy.lemon, top)
 
 
 @router.post("/nodes/{node}/quarantine", response_model=LeverResult, tags=["levers"])

@@ -131,9 +131,11 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
 
 @router.get("/nodes")
 def nodes(request: Request, who: Viewer, status: str | None = None) -> HTMLResponse:
-    with request.app.state.sessions() as s:
-        rows = list_nodes(s, status or None)
-    return _page(request, who, "nodes.html", rows=rows, status=status or "")
+    st = request.app.state
+    with st.sessions() as s:
+        rows = list_nodes(s, status or None, st.settings.policy.lemon, st.clock.now())
+    return _page(request, who, "nodes.html", rows=rows, status=status or "",
+                 lemon_threshold=st.settings.policy.lemon.threshold)
 
 
 @router.get("/nodes/{node}")

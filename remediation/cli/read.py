@@ -14,8 +14,9 @@ from datetime import datetime
 import typer
 
 from remediation.cli import render as r
-from remediation.cli.context import cli_errors, state
+from remediation.cli.context import State, cli_errors, state
 from remediation.domain.validation import last_line
+from remediation.services.faults import lemons as compute_lemons
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
@@ -52,24 +53,28 @@ def nodes_list(ctx: typer.Context, status: str = typer.Option(
     fmt = r.check_format(output)
     st = state(ctx)
     with st.sessions()() as s:
-        rows = list_nodes(s, status)
+        rows = list_nodes(s, status, st.settings().policy.lemon, st.now())
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
         return r.empty("nodes")
     now = st.now()
-    headers = ["name", "status", "remediation", "step", "updated", "last event", "reason"]
+    headers = ["name", "status", "remediation", "step", "updated", "last event", "lemon", "reason"]
     if fmt == "wide":
-        headers += ["waiting on", "quarantined"]
+        headers += ["waiting on", "quarantined", "lemon score explained"]
     out = []
     for n in rows:
         row = [n.name, r.status(n.status), f"#{n.open_remediation}" if n.open_remediation else "-",
-               n.step or "-", r.when(n.updated_at, now), r.when(n.last_event_at, now),
+               n.step or "-", r.when(n.updated_at, now), r.when(n.last_event_at, now), _lemon(n.lemon_score),
                n.quarantine_reason or n.status_reason or "-"]
         if fmt == "wide":
-            row += [n.wait_reason or "-", r.when(n.quarantined_at, now)]
+            row += [n.wait_reason or "-", r.when(n.quarantined_at, now), n.lemon or "-"]
         out.append(row)
     r.show(r.table(headers, out))
+
+
+def _lemon(score: float) -> str:
+    return f"{score:.2f}" if score else "-"
 
 
 @nodes.command("show")
@@ -96,6 +101,7 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
         ("Waiting on", n.wait_reason), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
         ("Quarantine reason", n.quarantine_reason), ("Last released", r.stamp(n.released_at)),
         ("Last event", r.when(n.last_event_at, now)),
+        ("Lemon score", f"{n.lemon_score:.2f}: {n.lemon}" if n.lemon else "0 (no failures counted)"),
     ])
     rows = []
     for t in d.timeline:
@@ -214,15 +220,16 @@ def remediations_list(
     if not rows:
         return r.empty("remediations")
     now = st.now()
-    headers = ["id", "node", "status", "step", "opened", "took", "cause"]
+    headers = ["id", "node", "status", "step", "opened", "took", "class", "action", "cause"]
     if fmt == "wide":
-        headers += ["ladder", "source", "waiting on", "outcome"]
+        headers += ["ladder", "source", "waiting on", "outcome", "evidence"]
     out = []
     for x in rows:
         took = x.duration_s if x.closed_at else (now - x.opened_at).total_seconds()
-        row = [str(x.id), x.node, r.status(x.status), x.step, r.when(x.opened_at, now), r.dur(took), x.cause]
+        row = [str(x.id), x.node, r.status(x.status), x.step, r.when(x.opened_at, now), r.dur(took),
+               x.fault_class or "-", x.action or "-", x.cause]
         if fmt == "wide":
-            row += [str(x.ladder), x.source, x.wait_reason or "-", x.outcome or "-"]
+            row += [str(x.ladder), x.source, x.wait_reason or "-", x.outcome or "-", x.fault_evidence or "-"]
         out.append(row)
     r.show(r.table(headers, out))
 
@@ -244,7 +251,8 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
 def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
     head = r.fields([
         ("Remediation", f"#{d.id}"), ("Node", d.node), ("Status", r.status(d.status)), ("Step", d.step),
-        ("Cause", d.cause), ("Source", d.source), ("Ladder", d.ladder),
+        ("Cause", d.cause), ("Class", d.fault_class or "-"), ("Why this class", d.fault_evidence),
+        ("Action", d.action or "-"), ("Source", d.source), ("Ladder", d.ladder),
         ("Opened", f"{r.stamp(d.opened_at)} ({r.when(d.opened_at, now)})"),
         ("Closed", f"{r.stamp(d.closed_at)} (took {r.dur(d.duration_s)})" if d.closed_at else None),
         ("Next run", r.when(d.next_run_at, now) if d.next_run_at else None),
@@ -306,11 +314,16 @@ def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help
 def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Window, in days."),
           top: int = typer.Option(10, "--top", help="Rows per ranking."), output: str = OUTPUT,
           dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run",
-                                       help="Include what dry-run recorded (hidden by default).")) -> None:
-    """Failures by node, by cause and by day; mean time to recovery; repeat offenders."""
+                                       help="Include what dry-run recorded (hidden by default)."),
+          lemons: bool = typer.Option(False, "--lemons", help="Nodes by lemon score instead: decayed, "
+                                      "class-weighted failures with distinct causes counted.")) -> None:
+    """Failures by node, by cause and by day; mean time to recovery; repeat offenders. With --lemons:
+    the nodes by lemon score, each with its explanation."""
     fmt = r.check_format(output)
     st = state(ctx)
     settings = st.settings()
+    if lemons:
+        return _lemons(st, top, fmt)
     with st.sessions()() as s:
         result = compute_stats(s, st.now(), days, top, settings.policy.repeat_offender_window, dry_run)
     if fmt == "json":
@@ -335,3 +348,22 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
                            for o in result.offenders], title="Repeat offenders")]
     r.show(*parts)
 
+
+
+def _lemons(st: State, top: int, fmt: str) -> None:
+    cfg = st.settings().policy.lemon
+    with st.sessions()() as s:
+        rows = compute_lemons(s, st.now(), cfg, top)
+    if fmt == "json":
+        return r.print_json(rows)
+    state_ = "on" if cfg.enabled else "off (policy.lemon.enabled=false: scored, never quarantined)"
+    head = r.fields([
+        ("Lemon quarantine", f"{state_}; threshold {cfg.threshold:g}, half-life {r.dur(cfg.half_life_s)}, "
+                             f"distinct-cause bonus x{1 + cfg.distinct_bonus:g}"),
+    ])
+    if not rows:
+        return r.show(head, "", "no node has a counted failure")
+    table = r.table(["node", "status", "score", "failures", "causes", "over", "why"],
+                    [[x.node, r.status(x.status), f"{x.score:.2f}", str(x.failures), str(x.distinct_causes),
+                      "yes" if x.over_threshold else "no", x.explanation] for x in rows], title="Lemons")
+    r.show(head, "", table)

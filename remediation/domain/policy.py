@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from functools import lru_cache
 from typing import Protocol
 
 from remediation.domain.attribution import Condition, Window, own_cause, superseded
+from remediation.domain.causes import Cause, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.lemon import Failure, score
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
 
@@ -41,6 +43,7 @@ class DecisionKind(StrEnum):
     RECOVERED = "recovered"  # an unhealthy (not remediating) node is healthy again
     ATTRIBUTED = "attributed"  # caused by our own remediation: recorded, never opens, never counts
     SUPERSEDED = "superseded"  # a newer healthy observation of the same condition: acts on nothing
+    APP_XID = "app_xid"  # an application-level XID, not (yet) a node fault: recorded, counted for repeats
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class Decision:
     kind: DecisionKind
     reason: str
     remediation: int | None = None  # the remediation the event is evidence of (attributed, or under it)
+    cause: Cause | None = None  # the fault's class and why (open, quarantine, app_xid), issue 12
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,10 @@ class NodeView:
     window: Window | None = None
     # The latest healthy observation of each condition (source, type) the node has reported.
     healthy: Mapping[Condition, datetime] = field(default_factory=dict)
+    # Application-level XIDs recorded on this node within policy.faults.app_xid_repeat_window_s.
+    app_xids: int = 0
+    # Real failures since the last human release, for the lemon score (remediation.domain.lemon).
+    history: Sequence[Failure] = ()
 
 
 DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
@@ -111,14 +119,27 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
     if (why := superseded(event, node.healthy)) is not None:
         return Decision(DecisionKind.SUPERSEDED, why)
+    cause = classify(event.source, event.state, event.reason, table(policy.faults)) if policy.faults.classify else None
+    if cause is not None and cause.app_level and event.source is not Source.MANUAL:
+        seen, limit = node.app_xids + 1, policy.faults.app_xid_repeat_count
+        within = _human(timedelta(seconds=policy.faults.app_xid_repeat_window_s))
+        if seen < limit:
+            return Decision(DecisionKind.APP_XID, f"not a node fault: {cause.evidence} ({seen} of {limit} within "
+                            f"{within} before it is remediated)", cause=cause)
+        cause = replace(cause, evidence=f"{cause.evidence}, {seen} times within {within}")
     failures = node.recent_failures + 1
     if failures >= policy.repeat_offender_count:
         return Decision(
             DecisionKind.QUARANTINE,
             f"repeat offender: {failures} failures within "
-            f"{_human(policy.repeat_offender_window)} (limit {policy.repeat_offender_count})",
+            f"{_human(policy.repeat_offender_window)} (limit {policy.repeat_offender_count})", cause=cause,
         )
-    return Decision(DecisionKind.OPEN, _cause(event))
+    if policy.lemon.enabled:
+        mine = Failure(event.observed_at, cause.fault_class if cause else None)
+        lemon = score([*node.history, mine], event.observed_at, policy.lemon)
+        if lemon.over(policy.lemon):
+            return Decision(DecisionKind.QUARANTINE, f"lemon: {lemon.explanation}", cause=cause)
+    return Decision(DecisionKind.OPEN, _cause(event), cause=cause)
 
 
 def _decide_healthy(node: NodeView) -> Decision:

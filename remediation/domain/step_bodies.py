@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from remediation.domain.causes import first_action, needs_rma, to_vm_action, vm_rungs
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -184,7 +185,43 @@ def before_disruption(inp: StepInput, ad: Adapters, cfg: Settings, what: str) ->
     return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg, what)
 
 
+def without_vm_action(inp: StepInput, ad: Adapters, cfg: Settings) -> Outcome | None:
+    """A class whose ladder has no VM action (issue 12): ``quarantine`` at once (hardware to return),
+    or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
+    once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
+    (then what is ours is given back). None: the class has VM actions; go on."""
+    cls = inp.context.get("fault_class")
+    if vm_rungs(cls, cfg):
+        return None
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
+    if first_action(cls, cfg) == "quarantine":
+        return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg) else ''}: {inp.cause}")
+    if (still := fault_still_there(inp, ad, cfg)) is None:
+        given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
+        return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
+                      node_healthy=True)
+    why = (f"held for a human: class {cls} takes no VM action; drained and cordoned, on-call paged "
+           f"({still}); cancel or release when fixed")
+    note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
+    return wait(cfg, why, note=note)
+
+
+def fault_still_there(inp: StepInput, ad: Adapters, cfg: Settings) -> str | None:
+    """What still shows a held fault (None: cleared). Unlike :func:`trigger_present`, our own drain
+    does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault."""
+    if inp.source == "manual":
+        return "reported by hand"
+    snode = ad.slurm.get_node(inp.node)
+    bad = snode.states & {"DOWN", "NOT_RESPONDING", "FAIL", "FAILING"}
+    if inp.source == "slurm":
+        return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
+    return trigger_present(inp, ad, None, snode, cfg)
+
+
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+    if stop := without_vm_action(inp, ad, cfg):
+        return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
     progress = ad.kube.evict_pods(inp.context["k8s_node"])
@@ -206,7 +243,10 @@ _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.REST
 
 
 def vm_action(inp: StepInput, cfg: Settings, provider: str | None = None) -> VMAction:
-    action = VMAction(cfg.workflow.ladder[min(inp.ladder, len(cfg.workflow.ladder) - 1)])
+    """The VM action of the remediation's ladder rung: its fault class's ladder (issue 12; class
+    unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
+    rungs = vm_rungs(inp.context.get("fault_class"), cfg) or tuple(cfg.workflow.ladder)
+    action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -32,6 +32,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
+from remediation.db.faults import app_xid_counts, failure_history
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
 from remediation.db.queries import (
     among,
@@ -41,7 +42,9 @@ from remediation.db.queries import (
     recent_failure_counts,
 )
 from remediation.domain.attribution import Condition, Window, healthy_observations
+from remediation.domain.causes import planned_action
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
+from remediation.domain.lemon import Failure
 from remediation.domain.policy import (
     OUR_OWN,
     Clock,
@@ -143,6 +146,11 @@ def ingest(
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
     windows = latest_windows(session, names)
     healthy = _healthy(session, fresh, unique.values(), policy)
+    # Issue 12, only when switched on: application-level XIDs seen (repeats) and each node's history.
+    app_xids = app_xid_counts(session, names, now, timedelta(seconds=policy.faults.app_xid_repeat_window_s)) \
+        if policy.faults.classify else {}
+    history = failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s)) \
+        if policy.lemon.enabled else {}
     counts: dict[str, int] = defaultdict(int)
     updates: list[dict[str, Any]] = []
     failed_now: set[str] = set()  # nodes whose remediation opened in this batch (incident candidates)
@@ -159,16 +167,19 @@ def ingest(
                 continue
             node = nodes[ev.node]
             view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0),
-                            windows.get(ev.node), healthy.get(ev.node, {}))
+                            windows.get(ev.node), healthy.get(ev.node, {}), app_xids.get(ev.node, 0),
+                            history.get(ev.node, ()))
             decision = decide(ev, view, policy)
             node.last_event_at = ev.observed_at
+            if decision.kind is DecisionKind.APP_XID:
+                app_xids[ev.node] = app_xids.get(ev.node, 0) + 1
             if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
                 opens[ev.node] = (ev, decision)
                 continue
             _apply_record(ev, node, decision, now)
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
-        opened = _open(session, opens, new_keys, now, dry_run)
+        opened = _open(session, opens, new_keys, now, dry_run, policy)
         for name, (ev, decision) in opens.items():
             rid = opened.get(name)
             if rid is None:  # a concurrent ingest opened one first: this event is recorded only
@@ -178,6 +189,9 @@ def ingest(
                 open_by_node[name] = rid
                 windows[name] = Window(rid, now, dry_run=dry_run)
                 failures[name] = failures.get(name, 0) + 1
+                if not dry_run:
+                    cls = decision.cause.fault_class if decision.cause else None
+                    history[name] = [*history.get(name, ()), Failure(ev.observed_at, cls)]
                 node = nodes[name]
                 node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
                 first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
@@ -239,12 +253,12 @@ def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: date
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
-          and decision.kind is DecisionKind.RECORD and decision.reason != OUR_OWN):
+          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and decision.reason != OUR_OWN):
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime, dry_run: bool = False) -> dict[str, int]:
+          now: datetime, dry_run: bool = False, policy: PolicySettings | None = None) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
     arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
     if not opens:
@@ -256,12 +270,17 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
                                    "observed_at": ev.observed_at.isoformat()}
         if quarantine:
             context["quarantine_reason"] = decision.reason
+        cause = decision.cause
+        if cause is not None:
+            context["fault_class"] = cause.fault_class
         rows.append({
             "node": name, "cause": decision.reason, "source": ev.source.value,
             "status": RemediationStatus.RUNNING.value,
             "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
             "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
             "context": context, "dry_run": dry_run,
+            "fault_class": cause.fault_class if cause else None, "fault_evidence": cause.evidence if cause else None,
+            "action": "quarantine" if quarantine else planned_action(cause, policy.faults) if policy else None,
         })
     ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
         index_elements=["node"], index_where=OPEN_PREDICATE

@@ -11,6 +11,8 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
 - ``remediation_events_total{source,kind}`` and ``remediation_event_decisions_total{decision}``
 - ``remediation_remediations_total{outcome}`` (closed, by final status) and
   ``remediation_remediations_open{status,step}`` (in flight, where they stand)
+- ``remediation_remediations_by_class_total{fault_class,action}``: by the cause's class and the action
+  its ladder chose (issue 12; ``unset`` on rows from before classification)
 - ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
 - ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
 - ``remediation_incidents_open`` and ``remediation_incidents_total``: correlated incidents (services.incidents)
@@ -112,6 +114,14 @@ class DatabaseCollector(Collector):
             closed.add_metric([outcome], n)
         yield closed
         yield opened
+        by_class = CounterMetricFamily(
+            "remediation_remediations_by_class", "Remediations opened (dry-run excluded) by the fault class "
+            "read from the signal and the action its ladder chose (now, or last)", labels=["fault_class", "action"])
+        for cls, action, n in s.execute(select(Remediation.fault_class, Remediation.action, func.count())
+                                        .where(Remediation.dry_run.is_(False))
+                                        .group_by(Remediation.fault_class, Remediation.action)):
+            by_class.add_metric([cls or "unset", action or "unset"], n)
+        yield by_class
         yield self._step_histogram(s)
 
         nodes = GaugeMetricFamily("remediation_nodes", "Nodes by status", labels=["status"])

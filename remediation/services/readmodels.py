@@ -29,9 +29,10 @@ from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediat
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.episodes import EpisodeRow, episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.services.faults import lemon_scores
 from remediation.services.validation import ValidationRow, node_validations
 from remediation.services.validation import summary as gate_summary
-from remediation.settings import PolicySettings
+from remediation.settings import LemonSettings, PolicySettings
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
 QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "release_done")
@@ -62,6 +63,8 @@ class NodeRow:
     open_remediation: int | None = None
     step: str | None = None
     wait_reason: str | None = None
+    lemon_score: float = 0.0  # issue 12: decayed, class-weighted failures (remediation.domain.lemon)
+    lemon: str = ""  # the score's explanation
 
 
 @dataclass
@@ -113,6 +116,9 @@ class RemediationRow:
     duration_s: float | None
     wait_reason: str | None
     outcome: str | None
+    fault_class: str | None = None  # issue 12: the cause's class, why, and the action its ladder chose
+    fault_evidence: str | None = None
+    action: str | None = None
 
 
 @dataclass
@@ -252,6 +258,7 @@ def _rem_fields(r: Remediation) -> dict[str, Any]:
         ladder=r.ladder, opened_at=aware(r.opened_at), updated_at=aware(r.updated_at),
         closed_at=aware(r.closed_at), next_run_at=aware(r.next_run_at),
         duration_s=_seconds(r.opened_at, r.closed_at), wait_reason=r.wait_reason, outcome=r.outcome,
+        fault_class=r.fault_class, fault_evidence=r.fault_evidence, action=r.action,
     )
 
 
@@ -286,24 +293,36 @@ def jsonable(obj: Any) -> Any:
 # -------------------------------------------------------------------------------------- queries
 
 
-def list_nodes(s: Session, status: str | None = None) -> list[NodeRow]:
+def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | None = None,
+               now: datetime | None = None) -> list[NodeRow]:
     wanted = parse_node_status(status)
     q = select(Node, Remediation).outerjoin(
         Remediation, (Remediation.node == Node.name) & Remediation.status.in_(OPEN_STATUSES)
     )
     if wanted is not None:
         q = q.where(Node.status == wanted.value)
-    return [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
+    rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
+    return _with_lemon(s, rows, lemon, now, None if wanted is None else [r.name for r in rows])
 
 
-def get_node(s: Session, name: str) -> NodeRow:
+def get_node(s: Session, name: str, lemon: LemonSettings | None = None, now: datetime | None = None) -> NodeRow:
     n = s.get(Node, name)
     if n is None:
         raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
     rem = s.scalars(
         select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
     ).first()
-    return _node(n, rem)
+    return _with_lemon(s, [_node(n, rem)], lemon, now, [name])[0]
+
+
+def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, now: datetime | None,
+                names: list[str] | None) -> list[NodeRow]:
+    """Each node's lemon score and its explanation (issue 12), one query for all of them."""
+    scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), names)
+    for row in rows:
+        if (sc := scores.get(row.name)) is not None:
+            row.lemon_score, row.lemon = sc.score, sc.explanation
+    return rows
 
 
 def list_events(s: Session, node: str | None = None, after_id: int | None = None,
@@ -365,7 +384,8 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
     """Everything on-call needs about one node, newest first in each list and merged into one
     timeline (oldest first, the way a story reads), and its fault episodes with their evidence
     (settle period and window from ``policy``)."""
-    node = get_node(s, name)
+    policy = policy or PolicySettings()
+    node = get_node(s, name, policy.lemon, now)
     rem_ids = s.scalars(
         select(Remediation.id).where(Remediation.node == name).order_by(Remediation.opened_at.desc())
         .limit(_limit(limit))
@@ -374,7 +394,6 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
     events = list(reversed(list_events(s, node=name, limit=limit)))
     audit_rows = list_audit(s, target=name, limit=limit)
     history = [a for a in audit_rows if a.action in QUARANTINE_ACTIONS]
-    policy = policy or PolicySettings()
     found = episodes(rems, events, now or datetime.now(UTC), timedelta(seconds=policy.settle_s),
                      policy.repeat_offender_window, node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,

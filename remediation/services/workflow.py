@@ -41,6 +41,7 @@ from remediation.db.queries import (
     control_set,
     lock_control,
 )
+from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.domain.statemachine import (
@@ -225,6 +226,9 @@ class Workflow:
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
                 rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
                 return FollowUp(rid, step, countdown)
+            if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
+                rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
+                    (rem.context or {}).get("fault_class"), self.settings, rem.ladder)
             if row is None:
                 attempt = 1 + (
                     s.scalar(
@@ -348,13 +352,18 @@ class Workflow:
                 self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
                 return None
             reason = outcome.reason
+            cls = (rem.context or {}).get("fault_class")
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if rem.ladder + 1 < len(self.settings.workflow.ladder):
+                if rem.ladder + 1 < len(vm_rungs(cls, self.settings)):
                     rem.ladder += 1
+                    rem.action = action_at(cls, self.settings, rem.ladder)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return self._move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
+            rem.action = "quarantine"
+            if needs_rma(cls, self.settings) and "RMA" not in reason:
+                reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.context = {**(rem.context or {}), "quarantine_reason": reason}
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
             return self._move(rem, step, Step.QUARANTINE, now)

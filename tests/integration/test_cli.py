@@ -68,7 +68,8 @@ def test_nodes_list_table_shows_every_node_with_status(run, history) -> None:
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
     assert lines[0].split()[:4] == ["NAME", "STATUS", "REMEDIATION", "STEP"]
-    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    # A long reason wraps onto continuation lines (indented): one row per line that starts a row.
+    rows = {line.split()[0]: line.split() for line in lines[1:] if not line[:1].isspace()}
     assert set(rows) == {f"gpu-node-{i}" for i in range(10)}
     assert rows["gpu-node-8"][1] == "quarantined"
     assert rows["gpu-node-4"][1:4] == ["remediating", f"#{history.waiting}", "slurm_drain"]

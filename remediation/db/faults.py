@@ -1,0 +1,46 @@
+"""The reads behind cause classification and lemon scoring (issue 12), one query each.
+
+- :func:`app_xid_counts`: application-level XIDs recorded per node within the repeat window (the
+  events the policy decided ``app_xid``), so a repeat is remediated and a one-off is not.
+- :func:`failure_history`: each node's real failures since its last human release within the lemon
+  horizon, with their class: what :func:`remediation.domain.lemon.score` reads. Counted the way the
+  repeat-offender rule counts (one remediation is one failure; dry-run never counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.orm import Session
+
+from remediation.clock import aware
+from remediation.db.models import Event, Node, Remediation
+from remediation.db.queries import among
+from remediation.domain.lemon import Failure
+
+
+def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, window: timedelta) -> dict[str, int]:
+    rows = session.execute(
+        select(Event.node, func.count()).where(
+            among(session, Event.node, nodes), Event.decision == "app_xid", Event.observed_at > now - window)
+        .group_by(Event.node))
+    return {node: int(n) for node, n in rows}
+
+
+def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime,
+                    horizon: timedelta) -> dict[str, list[Failure]]:
+    """Per node (all nodes when ``nodes`` is None), oldest first."""
+    q = (select(Remediation.node, Remediation.opened_at, Remediation.fault_class)
+         .join(Node, Node.name == Remediation.node)
+         .where(Remediation.opened_at > now - horizon, Remediation.dry_run.is_(False),
+                Remediation.incident_id.is_(None),  # a node's part in a correlated incident is not its fault
+                or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at))
+         .order_by(Remediation.opened_at))
+    if nodes is not None:
+        q = q.where(among(session, Remediation.node, nodes))
+    out: dict[str, list[Failure]] = {}
+    for node, opened, cls in session.execute(q):
+        out.setdefault(node, []).append(Failure(aware(opened), cls))  # type: ignore[arg-type]
+    return out

@@ -1,0 +1,248 @@
+"""Cause classification: read the fault's cause from the signal itself, and pick the class's ladder.
+
+A restart cannot fix a GPU whose memory has a double-bit error, nor a switch shared by many nodes;
+climbing the same restart-reimage ladder for every fault wastes VM actions and hours. So every signal
+is classified before its remediation opens:
+
+1. XID codes in the text, in the forms people and tools write them: a researcher's Slurm reason
+   (``xid 79``, ``Xid48``, ``XID=48``), a kernel line (``NVRM: Xid (PCI:0000:3b:00): 79, pid=...``),
+   an EKS reason (``NvidiaXID79Error``), NVSentinel's ``ErrorCode:79`` on its XID condition. Several
+   codes: the most severe class wins.
+2. The Kubernetes condition type (NVSentinel's, node-problem-detector's, GKE's, AKS's, EKS's, or a
+   site's alias).
+3. Well-known words in the text (``double-bit ECC``, ``fallen off the bus``, ``leaf switch``...).
+4. A Slurm state without a reason (DOWN, NOT_RESPONDING) is the host not answering: ``host``.
+5. Anything else is ``unknown`` and keeps the site's ``workflow.ladder``.
+
+The table is data (``remediation/data/causes.yaml``, shipped with its sources: NVIDIA's Xid catalogue
+and each tool's documentation), merged with the site's overrides (``policy.faults``). Application-level
+XIDs (NVIDIA: RESTART_APP, IGNORE) come back with ``app_level``: the policy records them and acts only
+when they repeat (:func:`remediation.domain.policy.decide`).
+
+Pure: the shipped table is package data read once; nothing here touches a database or a network.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from remediation.ports.cluster import VMAction
+from remediation.settings import FAULT_CLASSES, FaultSettings, Settings
+
+UNKNOWN = "unknown"
+APP = "app"
+# The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
+SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
+            UNKNOWN, APP)
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    ladder: tuple[str, ...] | None  # None: follow workflow.ladder (class unknown)
+    lemon_weight: float
+    rma: bool
+    why: str
+
+
+@dataclass(frozen=True)
+class XidInfo:
+    fault_class: str
+    nvidia: str  # NVIDIA's resolution bucket (immediate action)
+    name: str
+    repeat_class: str | None = None
+
+
+@dataclass(frozen=True)
+class Cause:
+    """What a signal says about its fault."""
+
+    fault_class: str
+    evidence: str  # why this class, in words on-call can check against the signal
+    xid: int | None = None
+    app_level: bool = False  # an application-level XID: not a node fault unless it repeats
+    repeat_class: str | None = None  # the class a repeated application-level XID is remediated as
+
+
+@dataclass(frozen=True)
+class CauseTable:
+    classes: Mapping[str, ClassInfo]
+    xids: Mapping[int, XidInfo]
+    conditions: Mapping[str, tuple[str, bool]]  # type -> (class, the message carries the XID)
+    messages: tuple[tuple[re.Pattern[str], str], ...] = field(default=())
+
+
+@lru_cache(maxsize=1)
+def shipped() -> CauseTable:
+    """The table as shipped in the package (parsed once)."""
+    raw: dict[str, Any] = yaml.safe_load(
+        resources.files("remediation").joinpath("data/causes.yaml").read_text(encoding="utf-8"))
+    classes = {
+        name: ClassInfo(None if c["ladder"] == "workflow" else tuple(c["ladder"]), float(c["lemon_weight"]),
+                        bool(c.get("rma")), " ".join(str(c.get("why", "")).split()))
+        for name, c in raw["classes"].items()
+    }
+    xids = {int(code): XidInfo(x["class"], x["nvidia"], x["name"], x.get("repeat_class"))
+            for code, x in raw["xids"].items()}
+    conditions = {t: (c["class"], bool(c.get("xid_in_message"))) for t, c in raw["conditions"].items()}
+    messages = tuple((re.compile(m["pattern"], re.IGNORECASE), m["class"]) for m in raw["messages"])
+    table = CauseTable(classes, xids, conditions, messages)
+    _check(table)
+    return table
+
+
+def _check(table: CauseTable) -> None:
+    known = set(FAULT_CLASSES)
+    assert set(table.classes) == known, f"causes.yaml classes {sorted(table.classes)} != {sorted(known)}"
+    for code, x in table.xids.items():
+        assert x.fault_class in known | {APP}, f"xid {code}: class {x.fault_class}"
+        assert x.repeat_class is None or x.repeat_class in known, f"xid {code}: repeat_class {x.repeat_class}"
+    for t, (c, _) in table.conditions.items():
+        assert c in known, f"condition {t}: class {c}"
+    for _, c in table.messages:
+        assert c in known, f"message class {c}"
+
+
+def table(faults: FaultSettings) -> CauseTable:
+    """The shipped table with the site's overrides (``policy.faults``) on top."""
+    base = shipped()
+    if not (faults.ladders or faults.xids or faults.conditions):
+        return base
+    classes = dict(base.classes)
+    for name, ladder in faults.ladders.items():
+        info = classes[name]
+        classes[name] = ClassInfo(tuple(ladder), info.lemon_weight, info.rma, info.why)
+    xids = dict(base.xids)
+    for code, cls in faults.xids.items():
+        old = xids.get(code)
+        xids[code] = XidInfo(cls, old.nvidia if old else "site", old.name if old else f"XID {code}",
+                             (old.repeat_class if old else None) or ("software" if cls == APP else None))
+    conditions = dict(base.conditions)
+    for ctype, cls in faults.conditions.items():
+        conditions[ctype] = (cls, base.conditions.get(ctype, (cls, False))[1])
+    return CauseTable(classes, xids, conditions, base.messages)
+
+
+# ------------------------------------------------------------------------------------ classify
+
+# A kernel line: "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, ..." (also with a function: 3b:00.0).
+_KERNEL = re.compile(r"xid\s*\(\s*(?:pci:)?[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}(?:\.[0-9a-f])?\s*\)\s*:?\s*(\d{1,3})\b",
+                     re.IGNORECASE)
+# As people and tools write it: "xid 79", "Xid48", "XID=48", "xid: 79", "xid#79", "NvidiaXID79Error".
+# A list counts too: "xids 13 and 79", "xid 48/63".
+_WRITTEN = re.compile(r"(?<![a-z0-9])(?:nvidia)?xids?\s*[:=#_-]?\s*(\d{1,3}(?:\s*(?:,|/|&|and)\s*\d{1,3}(?!\d))*)(?!\d)",
+                      re.IGNORECASE)
+# NVSentinel's XID condition message: "ErrorCode:79 PCI:0000:3b:00 ..." (read only on XID conditions).
+_ERROR_CODE = re.compile(r"\berrorcode\s*[:=]\s*(\d{1,3})\b", re.IGNORECASE)
+
+
+def xids_in(text: str, error_codes: bool = False) -> list[int]:
+    """Every XID code the text names, in order of appearance, without repeats."""
+    found: list[tuple[int, int]] = []
+    for pattern in (_KERNEL, _WRITTEN, *((_ERROR_CODE,) if error_codes else ())):
+        found += [(m.start(1) + i, int(code)) for m in pattern.finditer(text)
+                  for i, code in enumerate(re.findall(r"\d+", m.group(1)))]
+    out: list[int] = []
+    for _, code in sorted(found):
+        if code not in out:
+            out.append(code)
+    return out
+
+
+def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
+    """The cause of one unhealthy signal (``source`` slurm, kubernetes or manual; ``state`` a Slurm
+    state or ``Type=Status``; ``reason`` the Slurm reason or the condition's message)."""
+    cond_type = state.partition("=")[0] if source == "kubernetes" else ""
+    cond = tbl.conditions.get(cond_type)
+    codes = xids_in(reason, error_codes=bool(cond and cond[1]))
+    if codes:
+        return _from_xids(codes, tbl)
+    if cond is not None and not cond[1] and cond[0] != UNKNOWN:
+        return Cause(cond[0], f"condition {cond_type}")
+    text = reason
+    if source == "kubernetes" and text.startswith("Node ") and ": " in text:
+        text = text.split(": ", 1)[1]  # the watcher's "Node <name>: " prefix names no cause
+    for pattern, cls in tbl.messages:
+        if m := pattern.search(text):
+            return Cause(cls, f"reason mentions {m.group(0).strip()!r}")
+    if cond is not None:  # an XID condition whose message named no code
+        return Cause(cond[0], f"condition {cond_type} without a named cause")
+    upper = {s for s in re.split(r"[+\s,]+", state.upper()) if s}
+    if source == "slurm" and upper & {"DOWN", "NOT_RESPONDING"} and not reason.strip():
+        return Cause("host", f"Slurm {'+'.join(sorted(upper))} without a reason: the host stopped answering")
+    return Cause(UNKNOWN, "nothing in the signal names a cause")
+
+
+def _from_xids(codes: list[int], tbl: CauseTable) -> Cause:
+    def rank(code: int) -> int:
+        info = tbl.xids.get(code)
+        return SEVERITY.index(info.fault_class if info else UNKNOWN)
+
+    code = min(codes, key=rank)
+    info = tbl.xids.get(code)
+    if info is None:
+        return Cause(UNKNOWN, f"xid {code} (not in the catalogue)", xid=code)
+    text = f"xid {code} ({info.name}; NVIDIA: {info.nvidia})"
+    if info.fault_class == APP:
+        return Cause(info.repeat_class or "software", f"{text}: application-level", xid=code, app_level=True,
+                     repeat_class=info.repeat_class or "software")
+    return Cause(info.fault_class, text, xid=code)
+
+
+# ------------------------------------------------------------------------------------- ladders
+
+
+def ladder(fault_class: str | None, cfg: Settings) -> tuple[str, ...]:
+    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder)."""
+    if not fault_class or not cfg.policy.faults.classify:
+        return tuple(cfg.workflow.ladder)
+    info = table(cfg.policy.faults).classes.get(fault_class)
+    return tuple(cfg.workflow.ladder) if info is None or info.ladder is None else info.ladder
+
+
+def vm_rungs(fault_class: str | None, cfg: Settings) -> tuple[str, ...]:
+    """The ladder's VM actions: what vm_restart climbs; quarantine follows the last one."""
+    return tuple(a for a in ladder(fault_class, cfg) if a not in ("none", "quarantine"))
+
+
+def first_action(fault_class: str | None, cfg: Settings) -> str:
+    return ladder(fault_class, cfg)[0]
+
+
+def action_at(fault_class: str | None, cfg: Settings, rung: int) -> str:
+    """The action of ladder rung ``rung`` (past the VM actions: quarantine)."""
+    rungs = vm_rungs(fault_class, cfg)
+    if not rungs:
+        return first_action(fault_class, cfg)
+    return rungs[rung] if rung < len(rungs) else "quarantine"
+
+
+def planned_action(cause: Cause | None, faults: FaultSettings) -> str | None:
+    """The first action of the cause's class when the class has a ladder of its own (None: class
+    unknown, the site's workflow.ladder decides when the workflow starts)."""
+    if cause is None or not faults.classify:
+        return None
+    info = table(faults).classes.get(cause.fault_class)
+    return info.ladder[0] if info is not None and info.ladder else None
+
+
+def needs_rma(fault_class: str | None, cfg: Settings) -> bool:
+    info = table(cfg.policy.faults).classes.get(fault_class or UNKNOWN)
+    return bool(info and info.rma and cfg.policy.faults.classify)
+
+
+# A move to fresh hardware, per cloud: Azure redeploys; a GCE or EC2 stop and start lands on a new host.
+_MOVE_HOST = {"azure": VMAction.REDEPLOY}
+
+
+def to_vm_action(action: str, provider: str | None) -> VMAction:
+    """A ladder action as the VM provider's action (``move-host`` depends on the cloud)."""
+    if action == "move-host":
+        return _MOVE_HOST.get(provider or "", VMAction.STOP_START)
+    return VMAction(action)
