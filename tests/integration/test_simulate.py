@@ -47,10 +47,12 @@ BATCHES = [
     [ev(7, "gpu-node-1", "FAIL", "xid 48"),
      ev(8, "gpu-node-6", "Ready=False", "KubeletNotReady", source=Source.KUBERNETES),
      ev(9, "gpu-node-0", "MemoryPressure=True", source=Source.KUBERNETES)],
-    [ev(10, "gpu-node-1", "FAIL", "xid 31")],
+    [ev(10, "gpu-node-1", "FAIL", "xid 62")],
     [ev(11, "gpu-node-1", "FAIL", "xid 79 again"), ev(12, "gpu-node-3", "DOWN", "Not responding again")],
 ]
-POLICY = {"breaker_max_fraction": 1.0, "min_restart_gap_s": 0, "repeat_offender_count": 3}
+# The worker processes run the shipped defaults (fault classes and the lemon score on); so does the rehearsal.
+POLICY = {"breaker_max_fraction": 1.0, "min_restart_gap_s": 0, "repeat_offender_count": 3,
+          "faults": {"classify": True}, "lemon": {"enabled": True}}
 
 
 def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis.Redis, redis_prefix: str,
