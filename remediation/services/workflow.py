@@ -218,7 +218,8 @@ class Workflow:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
                 rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
-                return FollowUp(rid, step, countdown)
+                new_vm = row is None and step is Step.VM_RESTART
+                return FollowUp(rid, step, countdown, "gate:new_vm" if new_vm else "gate")
             if row is None:
                 attempt = 1 + (
                     s.scalar(
@@ -408,7 +409,7 @@ class Workflow:
             row.detail = {**(row.detail or {}), **w.detail}
         rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
         rem.next_run_at = now + timedelta(seconds=w.countdown)
-        return FollowUp(rem.id, rem.step, w.countdown)
+        return FollowUp(rem.id, rem.step, w.countdown, "wait")
 
     @staticmethod
     def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
