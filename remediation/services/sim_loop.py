@@ -104,10 +104,14 @@ class Rehearsal:
     def _unschedule(self, rid: int) -> None:
         self.version[rid] = self.version.get(rid, 0) + 1
 
-    def run(self, faults: list[Fault], progress: Callable[[datetime, Tally], None] | None = None) -> None:
+    def run(self, faults: list[Fault], until: datetime,
+            progress: Callable[[datetime, Tally], None] | None = None) -> None:
+        """Replay until nothing is left to do or the clock reaches ``until`` (a remediation held by a
+        latched breaker would otherwise keep the polling loop going for ever); the clock ends at
+        ``until`` either way, so both loops report on the same moment."""
         for i, f in enumerate(faults):
             self._push(f.at, FAULT, i, f)
-        while self.queue:
+        while self.queue and self.queue[0][0] < until:
             at, kind, ident, _, payload = heapq.heappop(self.queue)
             self.clock.set(at)
             key = (at, kind, ident)
@@ -125,6 +129,7 @@ class Rehearsal:
                 self._after(key, ident, step, self.engine.run(ident, step))
             if progress is not None:
                 progress(at, self.tally)
+        self.clock.set(until)
 
     # ------------------------------------------------------------------------------------ handlers
 

@@ -55,9 +55,12 @@ class Report:
     ignored: dict[str, int] = field(default_factory=dict)
     per_event: list[tuple[str, str, str]] = field(default_factory=list)  # (dedupe key, decision, reason)
     runs: int = 0  # workflow steps run (claims included): the rehearsal's cost
+    # Every remediation in id order: (node, cause, status, outcome, opened, closed, ladder, steps), each step
+    # (step, attempt, status, started, finished, outcome, error); times as ISO text.
+    history: list[tuple[Any, ...]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "per_event"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,11 +75,12 @@ def _migrated_template() -> Path:
 
 
 def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
-             repair_s: float = 4 * 3600.0, loop: Loop = "events",
+             repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
              progress: Callable[[datetime, Tally], None] | None = None) -> Report:
     """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
     event loop (default) or the original polling loop (see :mod:`remediation.services.sim_loop`); the
-    two decide the same. ``progress`` is called after each event with the simulated time and a tally."""
+    two decide the same. ``progress`` is called after each event with the simulated time and a tally.
+    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so."""
     # A throw-away database in memory: durability buys nothing here.
     db = memory_engine(_migrated_template())
     sessions = make_session_factory(db)
@@ -87,7 +91,9 @@ def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
     rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, strike=_strike, repair=_repair,
                           repair_s=repair_s)
-    rehearsal.run(faults, progress)
+    # Long enough after the last fault for its repair and the remediations after it to finish.
+    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
+    rehearsal.run(faults, until, progress)
     report = _report(sessions, len(faults), clock.now())
     report.runs = rehearsal.tally.runs
     db.dispose()
@@ -143,7 +149,10 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
         r.per_event = [(k, d, why) for k, d, why in events]
         r.decisions = dict(Counter(d for _, d, _ in events))
         r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
-        rems = s.scalars(select(Remediation)).all()
+        rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
+        r.history = [(x.node, x.cause, x.status, x.outcome, _iso(x.opened_at), _iso(x.closed_at), x.ladder,
+                      [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
+                        st.error) for st in x.steps]) for x in rems]
         r.outcomes = dict(Counter(x.status for x in rems))
         r.quarantined = [(x.node, (x.context or {}).get("quarantine_reason") or x.cause) for x in rems
                          if x.status == "quarantined"]
@@ -164,7 +173,13 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
         elif opened_at is not None:
             r.breaker_open_s += (aware(at) - opened_at).total_seconds()  # type: ignore[operator]
             opened_at = None
+    if opened_at is not None:  # still open at the end
+        r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
     return r
+
+
+def _iso(at: datetime | None) -> str | None:
+    return aware(at).isoformat() if at is not None else None  # type: ignore[union-attr]
 
 
 def _max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
