@@ -89,7 +89,7 @@ def test_event_loop_decides_like_the_polling_loop(trace: Any, policy: dict[str, 
     assert sum(1 for h in polled.history for st in h[7] if st[0] == "vm_restart") > 0
     if policy.get("breaker_max_fraction", 1) < 0.5:
         assert polled.breaker_openings == 1  # the case reaches the latched breaker
-    if trace is burst:
+    elif trace is burst:
         assert polled.quarantined and polled.outcomes.get("succeeded")  # the ladder climbed, others returned
     assert masked(evented) == masked(polled)
     assert evented.runs < polled.runs, (evented.runs, polled.runs)
