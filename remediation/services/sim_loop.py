@@ -42,7 +42,7 @@ from remediation.clock import FakeClock, aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import cluster_view
 from remediation.domain.policy import ClusterView, breaker_open, gate
-from remediation.domain.statemachine import Step
+from remediation.domain.statemachine import VM_STEPS, Step
 from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp
 from remediation.services.ingest import ingest
@@ -151,13 +151,14 @@ class Rehearsal:
     def _after(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
         at = key[0]
         if nxt is None:
-            self._view_changed(key)
+            if _left_vm_phase(step, None):
+                self._view_changed(key)
             return
         period = timedelta(seconds=nxt.countdown)
         if not self.skip or nxt.countdown <= 0 or self._auto_close_pending():
             self._step(rid, nxt.step, at + period)
-            if nxt.step != step or not nxt.hint:
-                self._view_changed(key)
+            if _left_vm_phase(step, nxt.step) or not nxt.hint and nxt.countdown > 0:
+                self._view_changed(key)  # a VM action slot freed, or a hold may have paused automation
             return
         if nxt.hint.startswith("gate"):
             self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint == "gate:new_vm")
@@ -165,16 +166,14 @@ class Rehearsal:
             self._wake_parked(key, rid, view)
             return
         if nxt.hint == "wait" and (until := self._wait_until(rid, nxt.step)) is not None:
-            if nxt.step == Step.VM_RESTART:
-                self._view_changed(key)  # a VM action started: in flight, and the gap starts again
-            elif self.view is None:
+            if self.view is None:
                 self._view_changed(key, force=True)  # know the view a sleeper went to sleep under
             idle = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
             self.idle[rid] = idle
             self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid))
             return
         self._step(rid, nxt.step, at + period)
-        if nxt.step != step:
+        if _left_vm_phase(step, nxt.step) or not nxt.hint:
             self._view_changed(key)
 
     # -------------------------------------------------------------------------------- wake rules
@@ -285,3 +284,10 @@ class Rehearsal:
             with self.sessions() as s:
                 self.nodes[rid] = s.scalar(select(Remediation.node).where(Remediation.id == rid)) or ""
         return self.nodes[rid]
+
+
+def _left_vm_phase(step: str, nxt: str | None) -> bool:
+    """Did a remediation leave its VM phase (the only way a slot under ``max_concurrent`` frees up)?
+    Other changes a gate depends on come from ingest (pool, breaker window) or close gates (a new VM
+    action); a view read later than it could be only costs a poll that would have been skipped."""
+    return step in VM_STEPS and not (step == Step.VM_RESTART and nxt == Step.VERIFY)
