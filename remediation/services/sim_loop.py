@@ -162,8 +162,7 @@ class Rehearsal:
             return
         if nxt.hint.startswith("gate"):
             self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint == "gate:new_vm")
-            view = self._view_changed(key)  # the claim may have latched the breaker
-            self._wake_parked(key, rid, view)
+            self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return
         if nxt.hint == "wait" and (until := self._wait_until(rid, nxt.step)) is not None:
             if self.view is None:
@@ -211,49 +210,72 @@ class Rehearsal:
             if not idle.gated and idle.node == node:
                 self._step(rid, idle.step, self._next_grid(idle, key, rid))
 
-    def _view_changed(self, key: Key, force: bool = False) -> ClusterView | None:
-        """Something that may change a gate happened: re-read the cluster view, and if it changed, tell
-        every parked remediation (and, on a pause or breaker change, every sleeping one). With nobody
-        idle there is nobody to tell: the view is read again when someone goes idle."""
+    def _view_changed(self, key: Key, force: bool = False, rank: bool = False) -> None:
+        """Something that may change a gate happened: re-read the cluster view, and if it changed (or
+        ``rank``: someone was just parked), tell every parked remediation (and, on a pause or breaker
+        change, every sleeping one). With nobody idle there is nobody to tell: the view is read again
+        when someone goes idle."""
         if not self.skip or not self.idle and not force:
             self.view = None
-            return None
+            return
         view = self._current_view()
         fp = (view.paused, view.pause_reason, view.breaker_latched, view.vm_active, view.last_vm_action_at,
               breaker_open(view, self.settings.policy))
-        if fp == self.view:
-            return view
+        if fp == self.view and not rank:
+            return
         global_change = self.view is not None and fp[:3] != self.view[:3]
         self.view = fp
-        for rid, idle in list(self.idle.items()):
-            if idle.gated:
-                self._wake_parked(key, rid, view)
-            elif global_change:
-                self._step(rid, idle.step, self._next_grid(idle, key, rid))
-        return view
+        if global_change:
+            for rid, idle in list(self.idle.items()):
+                if not idle.gated:
+                    self._step(rid, idle.step, self._next_grid(idle, key, rid))
+        self._rank_parked(key, view)
+
+    def _rank_parked(self, key: Key, view: ClusterView) -> None:
+        """Schedule the parked remediations that can get through, and no more: when a VM action slot
+        frees, every parked one sees an open gate, but only the first ``max_concurrent - vm_active`` to
+        poll (in the loop's order) can take a slot; the rest would poll into a full gate again. If one of
+        the first is turned away after all (the gap, a newcomer took the slot), its claim ranks again."""
+        slots = self.settings.policy.max_concurrent - view.vm_active
+        contenders: list[tuple[datetime, int]] = []
+        for rid, idle in self.idle.items():
+            if not idle.gated:
+                continue
+            at, exact = self._admissible(key, rid, idle, view)
+            if at is None:
+                self._unschedule(rid)  # shut until the view changes
+            elif idle.new_vm and exact:
+                contenders.append((at, rid))
+            else:
+                self._step(rid, idle.step, at)
+        contenders.sort()
+        for i, (at, rid) in enumerate(contenders):
+            if i < slots:
+                self._step(rid, self.idle[rid].step, at)
+            else:
+                self._unschedule(rid)
 
     def _current_view(self) -> ClusterView:
         with self.sessions() as s:
             return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, None)
 
-    def _wake_parked(self, key: Key, rid: int, view: ClusterView | None) -> None:
-        """Schedule a parked remediation at the first grid point at which its gate can let it through."""
-        idle = self.idle[rid]
-        view = view or self._current_view()
+    def _admissible(self, key: Key, rid: int, idle: Idle, view: ClusterView) -> tuple[datetime | None, bool]:
+        """The first grid point at which the parked remediation's gate can let it through under ``view``
+        (None: not before the view changes), and whether that is the gate's verdict (False: its claim may
+        change the breaker, so it runs whatever the gate says)."""
         policy = self.settings.policy
         nxt = self._next_grid(idle, key, rid)
         step = Step(idle.step)
         if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
-                not view.breaker_latched and breaker_open(view, policy)) or gate(
-                step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
-            self._step(rid, idle.step, nxt)  # open now, or a claim may change the breaker: run it
-            return
+                not view.breaker_latched and breaker_open(view, policy)):
+            return nxt, False
+        if gate(step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
+            return nxt, True
         if view.last_vm_action_at is not None:
             due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if due > nxt and gate(step, view, policy, due, new_vm_action=idle.new_vm).ok:
-                self._step(rid, idle.step, self._grid_at_or_after(idle, due, key, rid))  # only the gap holds it
-                return
-        self._unschedule(rid)  # shut until the view changes
+                return self._grid_at_or_after(idle, due, key, rid), True  # only the gap holds it
+        return None, True
 
     def _auto_close_pending(self) -> bool:
         """Opt-in auto-close: any claim may close a latched breaker once it has been quiet long enough,

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, lazyload, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import Node, Remediation, RemediationStep
@@ -80,6 +80,9 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
+# A step locks and reads the remediation row only: its step history (a selectin relationship, for the
+# read models) is not loaded with it.
+_ROW_ONLY = (lazyload(Remediation.steps),)
 _EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
 
 
@@ -186,7 +189,7 @@ class Workflow:
         now = self.clock.now()
         wf = self.settings.workflow
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
                 return None  # closed, or a stale/duplicate delivery for a step already passed
             lease_until = aware(rem.lease_until)
@@ -273,7 +276,7 @@ class Workflow:
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
                                 f"{(now - since).total_seconds():.0f}s: {exc.message}")
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + timedelta(seconds=countdown)
@@ -283,7 +286,7 @@ class Workflow:
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
@@ -353,7 +356,7 @@ class Workflow:
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
                 return None
