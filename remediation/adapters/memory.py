@@ -7,7 +7,8 @@ a worker killed with SIGKILL loses nothing already written. Every call is append
 log is how tests prove each external action happened exactly once.
 
 The world behaves like the real systems in the ways the workflow depends on: a restart completes after
-``op_polls`` polls, gives the Node a new bootID and brings slurmd back (a DOWN node returns to service
+``op_polls`` polls (or, given a ``clock``, once ``op_seconds`` have passed on it, however often it was
+polled: the rehearsal's event loop polls an operation only when it can have finished), gives the Node a new bootID and brings slurmd back (a DOWN node returns to service
 but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a node busy until
 ``finish_jobs``; evictions blocked by a budget answer "blocked" until ``unblock_pods``.
 ``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
@@ -22,8 +23,8 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -61,10 +62,17 @@ class MemoryWorld:
     """The simulated cluster. ``mutate()`` is the single way to read-modify-write its state."""
 
     def __init__(self, nodes: list[str] | None = None, journal: str | Path | None = None,
-                 op_polls: int = 1, call_delay_s: dict[str, float] | None = None) -> None:
+                 op_polls: int = 1, call_delay_s: dict[str, float] | None = None,
+                 clock: Callable[[], datetime] | None = None, op_seconds: float | None = None,
+                 restart_clears_conditions: bool = False) -> None:
         self.journal = Path(journal) if journal else None
         self._state: dict[str, Any] = {"nodes": {}, "ops": {}, "keys": {}, "calls": []}
         self.op_polls = op_polls
+        self.clock = clock  # the simulated clock; None: wall time, and operations count polls
+        self.op_seconds = op_seconds if clock is not None else None
+        # A restart that fixes the VM also clears its problem conditions (the rehearsal's faults); off,
+        # conditions stay as a test set them.
+        self.restart_clears_conditions = restart_clears_conditions
         self.call_delay_s = call_delay_s or {}
         if self.journal and self.journal.exists():
             with self.mutate():
@@ -103,6 +111,22 @@ class MemoryWorld:
 
     def _log(self, st: dict[str, Any], op: str, node: str, effect: bool = True, **kw: Any) -> None:
         st["calls"].append({"at": time.time(), "op": op, "node": node, "effect": effect, "pid": os.getpid(), **kw})
+
+    def now_s(self) -> float:
+        return self.clock().timestamp() if self.clock is not None else time.time()
+
+    def op_done_at(self, ref: str) -> datetime | None:
+        """When a time-based operation finishes (None: it counts polls, or is unknown)."""
+        rec = self._state["ops"].get(ref)
+        issued = rec and rec["data"].get("issued_at")
+        if not issued or self.op_seconds is None:
+            return None
+        return datetime.fromisoformat(issued) + timedelta(seconds=self.op_seconds)
+
+    def _op_finished(self, data: dict[str, Any]) -> bool:
+        if self.clock is not None and self.op_seconds is not None and data.get("issued_at"):
+            return self.clock() >= datetime.fromisoformat(data["issued_at"]) + timedelta(seconds=self.op_seconds)
+        return bool(data["polls"] >= self.op_polls)
 
     def _get(self, st: dict[str, Any], name: str) -> dict[str, Any]:
         try:
@@ -290,7 +314,10 @@ class MemoryVM:
             if node["vm"].get("gone"):
                 raise NotFound(f"VM {vm.name} not found")
             ref = f"op-{uuid.uuid4().hex[:10]}"
-            op = Operation("memory", ref, action, vm, {"polls": 0})
+            data: dict[str, Any] = {"polls": 0}
+            if self.w.clock is not None:
+                data["issued_at"] = self.w.clock().isoformat()
+            op = Operation("memory", ref, action, vm, data)
             st["ops"][ref] = op.to_dict()
             st["keys"][idempotency_key] = ref
             node["k8s"]["ready"] = "Unknown"
@@ -304,7 +331,7 @@ class MemoryVM:
             if rec is None:
                 raise PermanentError(f"operation {op.ref} not found")
             rec["data"]["polls"] += 1
-            if rec["data"]["polls"] < self.w.op_polls or rec["data"].get("done"):
+            if not self.w._op_finished(rec["data"]) or rec["data"].get("done"):
                 return OperationStatus(done=bool(rec["data"].get("done")))
             rec["data"]["done"] = True
             node = st["nodes"][op.vm.name]
@@ -312,9 +339,11 @@ class MemoryVM:
                 return OperationStatus(done=True)  # the VM restarts but stays unhealthy
             node["vm"]["boots"] += 1
             node["k8s"].update(ready="True", boot_id=uuid.uuid4().hex)
+            if self.w.restart_clears_conditions:
+                node["k8s"]["conditions"] = {c: "False" for c in node["k8s"].get("conditions", {})}
             node["jobs"] = []
             s = node["slurm"]
-            s["slurmd_start"] = time.time()  # the VM booted: its slurmd started (and registered) now
+            s["slurmd_start"] = self.w.now_s()  # the VM booted: its slurmd started (and registered) now
             s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
             # ReturnToService=1: slurmctld returns a DOWN node to service when slurmd registers only
             # while the reason is still its own "Not responding"; our drain reason keeps it DOWN.

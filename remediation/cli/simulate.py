@@ -2,21 +2,54 @@
 
 Loads the settings (``--config`` as everywhere), replays the trace through remediation.services.simulate and
 prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which
-is also the format to replay a site's own history.
+is also the format to replay a site's own history. On a terminal a progress bar on stderr shows the
+simulated days done and the faults handled; ``-o json`` carries the wall time it took (``wall_s``).
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 import typer
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
-from remediation.domain.trace import TraceError, dump_events, load
+from remediation.domain.trace import Fault, TraceError, dump_events, load
+from remediation.services.sim_loop import Tally
 from remediation.services.simulate import simulate as run_simulation
+
+
+def progress_bar(faults: list[Fault], out: TextIO, every_s: float = 0.2,
+                 tick: Callable[[], float] = time.monotonic) -> tuple[Callable[[datetime, Tally], None],
+                                                                      Callable[[], None]]:
+    """A one-line bar (simulated days done, faults handled), redrawn at most every ``every_s`` of wall
+    time, and the function that clears it. The caller only installs it when ``out`` is a terminal."""
+    first, last = (faults[0].at, faults[-1].at) if faults else (None, None)
+    span_days = max((last - first).total_seconds() / 86400, 1e-9) if first and last else 1e-9
+    shown = [float("-inf")]
+
+    def draw(now: datetime, tally: Tally) -> None:
+        t = tick()
+        if t - shown[0] < every_s or first is None:
+            return
+        shown[0] = t
+        done = min(max((now - first).total_seconds() / 86400, 0.0), span_days)
+        filled = int(30 * done / span_days)
+        out.write(f"\r[{'#' * filled}{'.' * (30 - filled)}] day {done:.1f}/{span_days:.1f}  "
+                  f"faults {tally.faults_handled}/{len(faults)}")
+        out.flush()
+
+    def clear() -> None:
+        if shown[0] != float("-inf"):
+            out.write("\r" + " " * 72 + "\r")
+            out.flush()
+
+    return draw, clear
 
 
 @cli_errors
@@ -42,11 +75,16 @@ def simulate(
     if dump_events_to is not None:
         dump_events(faults, dump_events_to)
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
+    draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     t0 = time.monotonic()
-    report = run_simulation(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600)
+    try:
+        report = run_simulation(faults, settings, names, reboot_s=reboot_minutes * 60,
+                                repair_s=repair_hours * 3600, progress=draw)
+    finally:
+        clear()
     took = time.monotonic() - t0
     if fmt == "json":
-        print_json({**report.as_dict(), "simulated_in_s": round(took, 2)})
+        print_json({**report.as_dict(), "wall_s": round(took, 2)})
         return
     p = settings.policy
     rows = [

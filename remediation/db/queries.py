@@ -31,6 +31,13 @@ def control_get(session: Session, key: str) -> dict[str, Any]:
     return dict(value) if value else {}
 
 
+def controls_get(session: Session, *keys: str) -> dict[str, dict[str, Any]]:
+    """Several control rows in one statement (the gate reads three per step); a missing one is {}."""
+    found = session.execute(select(Control.key, Control.value).where(Control.key.in_(keys))).tuples().all()
+    rows: dict[str, Any] = dict(found)
+    return {k: dict(rows[k]) if rows.get(k) else {} for k in keys}
+
+
 def control_set(session: Session, key: str, value: dict[str, Any], now: datetime) -> None:
     """Upsert: two workers noticing the same change at once must not collide on the key."""
     dialect = session.get_bind().dialect.name
@@ -143,7 +150,8 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
     pool = session.scalar(select(func.count()).select_from(Node)) or 0
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
-    latch = control_get(session, BREAKER)
+    controls = controls_get(session, BREAKER, LAST_VM_ACTION, PAUSED)
+    latch = controls[BREAKER]
     since = now - breaker_window
     if not latch.get("open") and isinstance(latch.get("closed_at"), str):
         since = max(since, datetime.fromisoformat(latch["closed_at"]))
@@ -170,8 +178,8 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
             ),
         ),
     )
-    last = control_get(session, LAST_VM_ACTION).get("at")
-    pause = control_get(session, PAUSED)
+    last = controls[LAST_VM_ACTION].get("at")
+    pause = controls[PAUSED]
     return ClusterView(
         paused=bool(pause.get("paused")),
         pause_reason=": ".join(str(pause[k]) for k in ("by", "reason") if pause.get(k)) if pause.get("paused") else "",

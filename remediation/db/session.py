@@ -7,11 +7,14 @@ not a crashed worker. ``DatabaseUnavailable`` turns "connection refused" into on
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
 
 from remediation.settings import DatabaseSettings
 
@@ -31,6 +34,21 @@ def make_engine(cfg: DatabaseSettings) -> Engine:
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin_immediate)
+    return engine
+
+
+def memory_engine(template: Path) -> Engine:
+    """A private in-memory SQLite database holding a copy of ``template`` (a migrated database file).
+
+    For throw-away work where durability buys nothing (the rehearsal): no file, no fsync, no WAL. One
+    connection serves every session (StaticPool), so the database lives exactly as long as the engine.
+    """
+    conn = sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None)
+    with sqlite3.connect(template) as src:
+        src.backup(conn)
+    conn.execute("PRAGMA foreign_keys=ON")
+    engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
+    event.listen(engine, "begin", _sqlite_begin_immediate)
     return engine
 
 

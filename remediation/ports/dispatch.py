@@ -24,6 +24,10 @@ class FollowUp:
     remediation_id: int
     step: str
     countdown: float = 0.0
+    # Why the step waits, for a scheduler that can do better than a countdown (the rehearsal's event
+    # loop; Celery ignores it): "gate" (a gate refused the step; "gate:new_vm" when it would start a VM
+    # action), "wait" (the step body asked to look again), "" (anything else).
+    hint: str = ""
 
 
 class Dispatcher(Protocol):

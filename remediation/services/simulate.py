@@ -1,8 +1,9 @@
 """Rehearse a policy: replay a failure trace through the real ingest and workflow, on a simulated clock.
 
 Nothing here is a model of the service: the trace's events go through the same ``ingest`` and the same
-``Workflow`` as live processing, against a throw-away SQLite database and the in-memory world, with a
-fake clock that jumps from one due task to the next. The decisions are therefore exactly the ones the
+``Workflow`` as live processing, against a throw-away in-memory SQLite database and the in-memory world,
+with a fake clock that jumps from one due task to the next, skipping the polls that cannot decide
+anything (:mod:`remediation.services.sim_loop`). The decisions are therefore exactly the ones the
 service would take for the same events under the same settings (a test holds the two side by side).
 
 The world reacts as a cluster would: a fault makes its node bad in Slurm or Kubernetes; a VM action
@@ -13,31 +14,31 @@ many VM actions were taken, who was quarantined, and how long the storm breaker 
 
 from __future__ import annotations
 
-import heapq
-import itertools
-import math
+import atexit
+import functools
+import shutil
 import statistics
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import event, select
+from sqlalchemy import insert, select
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.migrate import upgrade
-from remediation.db.models import AuditLog, Event, Remediation, RemediationStep
-from remediation.db.session import make_engine, make_session_factory
+from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
+from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain.events import Source
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.trace import Fault
-from remediation.ports.dispatch import FollowUp
-from remediation.services.ingest import ingest
+from remediation.services.sim_loop import Loop, Rehearsal, Tally
 from remediation.services.workflow import Workflow
-from remediation.settings import DatabaseSettings, Settings
+from remediation.settings import Settings
 
 
 @dataclass
@@ -53,52 +54,58 @@ class Report:
     recovery_p50_s: float | None = None
     ignored: dict[str, int] = field(default_factory=dict)
     per_event: list[tuple[str, str, str]] = field(default_factory=list)  # (dedupe key, decision, reason)
+    runs: int = 0  # workflow steps run (claims included): the rehearsal's cost
+    # Every remediation in id order: (node, cause, status, outcome, opened, closed, ladder, steps), each step
+    # (step, attempt, status, started, finished, outcome, error); times as ISO text.
+    history: list[tuple[Any, ...]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "per_event"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
+
+
+@functools.lru_cache(maxsize=1)
+def _migrated_template() -> Path:
+    """One migrated SQLite file per process: each rehearsal copies it into memory (a second policy or
+    another seed costs no second migration)."""
+    root = Path(tempfile.mkdtemp(prefix="remediation-simulate-"))
+    atexit.register(shutil.rmtree, root, True)
+    path = root / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
 
 
 def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
-             repair_s: float = 4 * 3600.0, workdir: Path | None = None) -> Report:
-    tmp = tempfile.TemporaryDirectory(prefix="remediation-simulate-") if workdir is None else None
-    root = Path(tmp.name) if tmp else workdir
-    assert root is not None
-    url = f"sqlite:///{root / 'simulate.db'}"
-    upgrade(url)
-    db = make_engine(DatabaseSettings(url=url))
-    # A throw-away database: durability buys nothing here, and fsync per step would dominate.
-    event.listen(db, "connect", lambda conn, _rec: conn.execute("PRAGMA synchronous=OFF"))
+             repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
+             progress: Callable[[datetime, Tally], None] | None = None) -> Report:
+    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
+    event loop (default) or the original polling loop (see :mod:`remediation.services.sim_loop`); the
+    two decide the same. ``progress`` is called after each event with the simulated time and a tally.
+    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so."""
+    # A throw-away database in memory: durability buys nothing here.
+    db = memory_engine(_migrated_template())
     sessions = make_session_factory(db)
-    world = MemoryWorld(nodes=nodes, op_polls=max(1, math.ceil(reboot_s / settings.workflow.poll_interval_s)))
     start = faults[0].at if faults else datetime.now().astimezone()
     clock = FakeClock(start - timedelta(seconds=1))
+    _inventory(sessions, nodes, clock.now())
+    world = MemoryWorld(nodes=nodes, clock=clock.now, op_seconds=reboot_s, restart_clears_conditions=True)
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
-    seq = itertools.count()
-    queue: list[tuple[datetime, int, str, Any]] = []
-    for f in faults:
-        heapq.heappush(queue, (f.at, next(seq), "fault", f))
-    while queue:
-        at, _, kind, item = heapq.heappop(queue)
-        clock.set(at)
-        if kind == "fault":
-            _strike(world, item)
-            if not item.fixed_by_restart:
-                heapq.heappush(queue, (at + timedelta(seconds=repair_s), next(seq), "repair", item.event.node))
-            with sessions() as s, s.begin():
-                opened = ingest(s, [item.event.to_json()], settings.policy, clock).opened
-            for rid, step in opened:
-                heapq.heappush(queue, (at, next(seq), "step", FollowUp(rid, step)))
-        elif kind == "repair":
-            _repair(world, item)
-        else:
-            nxt = engine.run(item.remediation_id, item.step)
-            if nxt is not None:
-                heapq.heappush(queue, (at + timedelta(seconds=nxt.countdown), next(seq), "step", nxt))
+    rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, strike=_strike, repair=_repair,
+                          repair_s=repair_s)
+    # Long enough after the last fault for its repair and the remediations after it to finish.
+    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
+    rehearsal.run(faults, until, progress)
     report = _report(sessions, len(faults), clock.now())
+    report.runs = rehearsal.tally.runs
     db.dispose()
-    if tmp:
-        tmp.cleanup()
     return report
+
+
+def _inventory(sessions: Any, nodes: list[str], at: datetime) -> None:
+    """The whole fleet is known before the first fault, as the watchers' first resync makes it live: the
+    storm breaker's pool is the cluster, not the few nodes that have failed so far."""
+    with sessions() as s, s.begin():
+        s.execute(insert(Node), [{"name": n, "status": "healthy", "status_reason": "", "first_seen_at": at,
+                                  "updated_at": at} for n in nodes])
 
 
 def _strike(world: MemoryWorld, fault: Fault) -> None:
@@ -116,6 +123,9 @@ def _strike(world: MemoryWorld, fault: Fault) -> None:
             s["reason"], s["reason_user"] = ev.reason, ev.reason_user or "user"
         elif ev.state.startswith("Ready="):
             node["k8s"]["ready"] = ev.state.split("=", 1)[1]
+        else:  # a problem condition (GpuXidError=True): the Node reports it until a restart or a repair
+            cond, _, status = ev.state.partition("=")
+            node["k8s"].setdefault("conditions", {})[cond] = status
         if not fault.fixed_by_restart:
             node["vm"]["broken"] = True
 
@@ -125,6 +135,7 @@ def _repair(world: MemoryWorld, name: str) -> None:
         node = st["nodes"][name]
         node["vm"]["broken"] = False
         node["k8s"]["ready"] = "True"
+        node["k8s"]["conditions"] = {c: "False" for c in node["k8s"].get("conditions", {})}
         s = node["slurm"]
         s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
         if s["state"] == "DOWN":
@@ -138,7 +149,10 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
         r.per_event = [(k, d, why) for k, d, why in events]
         r.decisions = dict(Counter(d for _, d, _ in events))
         r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
-        rems = s.scalars(select(Remediation)).all()
+        rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
+        r.history = [(x.node, x.cause, x.status, x.outcome, _iso(x.opened_at), _iso(x.closed_at), x.ladder,
+                      [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
+                        st.error) for st in x.steps]) for x in rems]
         r.outcomes = dict(Counter(x.status for x in rems))
         r.quarantined = [(x.node, (x.context or {}).get("quarantine_reason") or x.cause) for x in rems
                          if x.status == "quarantined"]
@@ -159,7 +173,13 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
         elif opened_at is not None:
             r.breaker_open_s += (aware(at) - opened_at).total_seconds()  # type: ignore[operator]
             opened_at = None
+    if opened_at is not None:  # still open at the end
+        r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
     return r
+
+
+def _iso(at: datetime | None) -> str | None:
+    return aware(at).isoformat() if at is not None else None  # type: ignore[union-attr]
 
 
 def _max_overlap(spans: list[tuple[datetime, datetime]]) -> int:

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, or_, select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, lazyload, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import Node, Remediation, RemediationStep
@@ -83,6 +83,9 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
+# A step locks and reads the remediation row only: its step history (a selectin relationship, for the
+# read models) is not loaded with it.
+_ROW_ONLY = (lazyload(Remediation.steps),)
 _EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
 
 
@@ -190,7 +193,7 @@ class Workflow:
         now = self.clock.now()
         wf = self.settings.workflow
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
                 return None  # closed, or a stale/duplicate delivery for a step already passed
             lease_until = aware(rem.lease_until)
@@ -218,14 +221,20 @@ class Workflow:
             view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
             view = self._note_breaker(s, view, now, exclude=rem.id)
             verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
+            held_by_incident = False
             if verdict.ok and (why := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
                                                             new_vm_action=row is None)):
                 verdict = replace(verdict, ok=False, reason=why)
+                held_by_incident = rem.incident_id is not None
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
                 rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
-                return FollowUp(rid, step, countdown)
+                new_vm = row is None and step is Step.VM_RESTART
+                # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
+                # change with the cluster view; an incident's hold only when the incident closes.
+                hint = "incident" if held_by_incident else "gate:new_vm" if new_vm else "gate"
+                return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
                     (rem.context or {}).get("fault_class"), self.settings, rem.ladder)
@@ -282,7 +291,7 @@ class Workflow:
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
                                 f"{(now - since).total_seconds():.0f}s: {exc.message}")
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + timedelta(seconds=countdown)
@@ -292,7 +301,7 @@ class Workflow:
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
@@ -373,7 +382,7 @@ class Workflow:
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True)
+            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
                 return None
@@ -429,7 +438,7 @@ class Workflow:
             row.detail = {**(row.detail or {}), **w.detail}
         rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
         rem.next_run_at = now + timedelta(seconds=w.countdown)
-        return FollowUp(rem.id, rem.step, w.countdown)
+        return FollowUp(rem.id, rem.step, w.countdown, "wait")
 
     @staticmethod
     def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:

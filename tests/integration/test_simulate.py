@@ -101,6 +101,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["faults"] == len((tmp_path / "t.jsonl").read_text().splitlines()) > 0
+    assert out["wall_s"] > 0 and out["runs"] > 0
     assert out["max_vm_in_flight"] <= 4
     assert sum(out["outcomes"].values()) == out["decisions"].get("open", 0) + out["decisions"].get("quarantine", 0)
     # The dumped events replay to the same decisions.

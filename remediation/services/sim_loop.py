@@ -1,0 +1,315 @@
+"""The rehearsal's discrete-event loop: cost follows decisions, not waiting time.
+
+Both loops run the real ``ingest`` and the real ``Workflow.run`` on a simulated clock; they differ only in
+which of a waiting remediation's polls they actually run.
+
+- **polling** (the original loop, kept for comparison): every follow-up runs after its countdown, exactly as
+  Celery would deliver it. A remediation held by a gate or waiting on a 10-minute reboot is polled every
+  ``poll_interval_s``, and each poll is several database transactions.
+- **events**: a poll that cannot decide anything new is not run. Only the polls that *can* see something
+  new run, at the very instant the polling loop would have run them (the next point of the same poll
+  grid), so every decision, timestamp and audit row comes out the same:
+
+  - a remediation a gate refused (``FollowUp.hint`` "gate") is *parked*. The gate's inputs are the cluster
+    view (pause, breaker latch, VM actions in flight, the last VM action); after anything that changed
+    that view the loop re-evaluates ``gate`` (the pure domain function the workflow uses) for each parked
+    remediation and schedules its next grid point at which the gate can let it through: at once, after
+    the minimum gap, or never until the view changes again;
+  - a step that waits on the world (``hint`` "wait": a provider operation, a reboot to verify, jobs or pods
+    to leave) *sleeps* until the first grid point at which its answer can differ: the operation's
+    completion time, the step's timeout, or a change the loop makes to its node (a fault strikes, a
+    repair lands), or a change of pause or breaker;
+  - with ``policy.breaker_auto_close_s`` set, any claim may close a latched breaker once the quiet period
+    can have passed; from then until it closes nothing is skipped.
+
+Ties at one instant are ordered by kind (faults, then repairs, then steps) and then by remediation id,
+in both loops, so the order never depends on how many polls ran before (a global sequence number would).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.memory import MemoryWorld
+from remediation.clock import FakeClock, aware
+from remediation.db.models import Remediation, RemediationStep
+from remediation.db.queries import cluster_view
+from remediation.domain.policy import ClusterView, breaker_open, gate
+from remediation.domain.statemachine import VM_STEPS, Step
+from remediation.domain.trace import Fault
+from remediation.ports.dispatch import FollowUp
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
+from remediation.settings import Settings
+
+Loop = Literal["events", "polling"]
+FAULT, REPAIR, STEP = 0, 1, 2
+Key = tuple[datetime, int, int]
+
+
+@dataclass
+class Idle:
+    """A remediation whose polls are skipped: its poll grid (last real poll, period) and why."""
+
+    step: str
+    last: datetime
+    period: timedelta
+    gated: bool  # True: parked at a gate; False: asleep in a step's wait
+    new_vm: bool = False  # the gate would admit a new VM action
+    node: str = ""
+
+
+@dataclass
+class Tally:
+    """What the loop did, for the progress bar and the benchmark."""
+
+    faults_handled: int = 0
+    runs: int = 0  # Workflow.run calls (each several transactions)
+
+
+class Rehearsal:
+    def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
+                 settings: Settings, clock: FakeClock, *, loop: Loop = "events",
+                 strike: Callable[[MemoryWorld, Fault], None], repair: Callable[[MemoryWorld, str], None],
+                 repair_s: float) -> None:
+        self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
+        self.skip = loop == "events"
+        self.strike, self.repair, self.repair_td = strike, repair, timedelta(seconds=repair_s)
+        self.queue: list[tuple[datetime, int, int, int, Any]] = []
+        self.version: dict[int, int] = {}
+        self.idle: dict[int, Idle] = {}
+        self.nodes: dict[int, str] = {}
+        self.view: tuple[Any, ...] | None = None
+        self.tally = Tally()
+        self._seq = 0
+
+    # ------------------------------------------------------------------------------------------ queue
+
+    def _push(self, at: datetime, kind: int, ident: int, payload: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self.queue, (at, kind, ident, self._seq, payload))
+
+    def _step(self, rid: int, step: str, at: datetime) -> None:
+        """Schedule ``rid``'s one outstanding step (replacing any earlier schedule of it)."""
+        v = self.version[rid] = self.version.get(rid, 0) + 1
+        self._push(at, STEP, rid, (v, step))
+
+    def _unschedule(self, rid: int) -> None:
+        self.version[rid] = self.version.get(rid, 0) + 1
+
+    def run(self, faults: list[Fault], until: datetime,
+            progress: Callable[[datetime, Tally], None] | None = None) -> None:
+        """Replay until nothing is left to do or the clock reaches ``until`` (a remediation held by a
+        latched breaker would otherwise keep the polling loop going for ever); the clock ends at
+        ``until`` either way, so both loops report on the same moment."""
+        for i, f in enumerate(faults):
+            self._push(f.at, FAULT, i, f)
+        while self.queue and self.queue[0][0] < until:
+            at, kind, ident, _, payload = heapq.heappop(self.queue)
+            self.clock.set(at)
+            key = (at, kind, ident)
+            if kind == FAULT:
+                self._fault(key, payload)
+            elif kind == REPAIR:
+                self.repair(self.world, payload)
+                self._world_changed(key, payload)
+            else:
+                version, step = payload
+                if version != self.version.get(ident):
+                    continue  # superseded by a later schedule of the same remediation
+                self.idle.pop(ident, None)
+                self.tally.runs += 1
+                self._after(key, ident, step, self.engine.run(ident, step))
+            if progress is not None:
+                progress(at, self.tally)
+        self.clock.set(until)
+
+    # ------------------------------------------------------------------------------------ handlers
+
+    def _fault(self, key: Key, fault: Fault) -> None:
+        at = key[0]
+        self.strike(self.world, fault)
+        self.tally.faults_handled += 1
+        if not fault.fixed_by_restart:
+            self._push(at + self.repair_td, REPAIR, key[2], fault.event.node)
+        with self.sessions() as s, s.begin():
+            opened = ingest(s, [fault.event.to_json()], self.settings.policy, self.clock).opened
+        for rid, step in opened:
+            self.nodes[rid] = fault.event.node
+            self._step(rid, step, at)
+        self._world_changed(key, fault.event.node)
+        if opened:
+            self._view_changed(key)
+
+    def _after(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
+        at = key[0]
+        if nxt is None:
+            if _left_vm_phase(step, None):
+                self._view_changed(key)
+            return
+        period = timedelta(seconds=nxt.countdown)
+        if not self.skip or nxt.countdown <= 0 or self._auto_close_pending():
+            self._step(rid, nxt.step, at + period)
+            if _left_vm_phase(step, nxt.step) or not nxt.hint and nxt.countdown > 0:
+                self._view_changed(key)  # a VM action slot freed, or a hold may have paused automation
+            return
+        if nxt.hint.startswith("gate"):
+            self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint == "gate:new_vm")
+            self._view_changed(key, rank=True)  # the claim may have latched the breaker
+            return
+        if nxt.hint == "wait" and (until := self._wait_until(rid, nxt.step)) is not None:
+            if self.view is None:
+                self._view_changed(key, force=True)  # know the view a sleeper went to sleep under
+            idle = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
+            self.idle[rid] = idle
+            self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid))
+            return
+        self._step(rid, nxt.step, at + period)
+        if _left_vm_phase(step, nxt.step) or not nxt.hint:
+            self._view_changed(key)
+
+    # -------------------------------------------------------------------------------- wake rules
+
+    def _wait_until(self, rid: int, step: str) -> datetime | None:
+        """The first moment a waiting step's answer can change by time alone (its operation finishing,
+        its timeout), or None when the loop cannot tell (then it is polled as before)."""
+        wf = self.settings.workflow
+        timeout = {Step.SLURM_DRAIN: wf.drain_timeout_s, Step.K8S_EVICT: wf.evict_timeout_s,
+                   Step.VM_RESTART: wf.vm_operation_timeout_s, Step.VERIFY: wf.verify_timeout_s}.get(Step(step))
+        if timeout is None:
+            return None
+        with self.sessions() as s:
+            row = s.execute(
+                select(RemediationStep.started_at, RemediationStep.provider_op)
+                .where(RemediationStep.remediation_id == rid, RemediationStep.step == step,
+                       RemediationStep.status.in_(("started", "waiting")))
+                .order_by(RemediationStep.id.desc()).limit(1)
+            ).first()
+        started = aware(row.started_at) if row is not None else None
+        if row is None or started is None:
+            return None
+        until = started + timedelta(seconds=timeout)
+        if Step(step) is Step.VM_RESTART:
+            ref = (row.provider_op or {}).get("ref")
+            done_at = self.world.op_done_at(ref) if ref else None
+            if done_at is None:
+                return None
+            until = min(until, done_at)
+        return until
+
+    def _world_changed(self, key: Key, node: str) -> None:
+        """A fault or a repair changed ``node``: a step asleep on it must look at its next poll."""
+        for rid, idle in list(self.idle.items()):
+            if not idle.gated and idle.node == node:
+                self._step(rid, idle.step, self._next_grid(idle, key, rid))
+
+    def _view_changed(self, key: Key, force: bool = False, rank: bool = False) -> None:
+        """Something that may change a gate happened: re-read the cluster view, and if it changed (or
+        ``rank``: someone was just parked), tell every parked remediation (and, on a pause or breaker
+        change, every sleeping one). With nobody idle there is nobody to tell: the view is read again
+        when someone goes idle."""
+        if not self.skip or not self.idle and not force:
+            self.view = None
+            return
+        view = self._current_view()
+        fp = (view.paused, view.pause_reason, view.breaker_latched, view.vm_active, view.last_vm_action_at,
+              breaker_open(view, self.settings.policy))
+        if fp == self.view and not rank:
+            return
+        global_change = self.view is not None and fp[:3] != self.view[:3]
+        self.view = fp
+        if global_change:
+            for rid, idle in list(self.idle.items()):
+                if not idle.gated:
+                    self._step(rid, idle.step, self._next_grid(idle, key, rid))
+        self._rank_parked(key, view)
+
+    def _rank_parked(self, key: Key, view: ClusterView) -> None:
+        """Schedule the parked remediations that can get through, and no more: when a VM action slot
+        frees, every parked one sees an open gate, but only the first ``max_concurrent - vm_active`` to
+        poll (in the loop's order) can take a slot; the rest would poll into a full gate again. If one of
+        the first is turned away after all (the gap, a newcomer took the slot), its claim ranks again."""
+        slots = self.settings.policy.max_concurrent - view.vm_active
+        contenders: list[tuple[datetime, int]] = []
+        for rid, idle in self.idle.items():
+            if not idle.gated:
+                continue
+            at, exact = self._admissible(key, rid, idle, view)
+            if at is None:
+                self._unschedule(rid)  # shut until the view changes
+            elif idle.new_vm and exact:
+                contenders.append((at, rid))
+            else:
+                self._step(rid, idle.step, at)
+        contenders.sort()
+        for i, (at, rid) in enumerate(contenders):
+            if i < slots:
+                self._step(rid, self.idle[rid].step, at)
+            else:
+                self._unschedule(rid)
+
+    def _current_view(self) -> ClusterView:
+        with self.sessions() as s:
+            return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, None)
+
+    def _admissible(self, key: Key, rid: int, idle: Idle, view: ClusterView) -> tuple[datetime | None, bool]:
+        """The first grid point at which the parked remediation's gate can let it through under ``view``
+        (None: not before the view changes), and whether that is the gate's verdict (False: its claim may
+        change the breaker, so it runs whatever the gate says)."""
+        policy = self.settings.policy
+        nxt = self._next_grid(idle, key, rid)
+        step = Step(idle.step)
+        if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
+                not view.breaker_latched and breaker_open(view, policy)):
+            return nxt, False
+        if gate(step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
+            return nxt, True
+        if view.last_vm_action_at is not None:
+            due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
+            if due > nxt and gate(step, view, policy, due, new_vm_action=idle.new_vm).ok:
+                return self._grid_at_or_after(idle, due, key, rid), True  # only the gap holds it
+        return None, True
+
+    def _auto_close_pending(self) -> bool:
+        """Opt-in auto-close: any claim may close a latched breaker once it has been quiet long enough,
+        so while it is latched every poll runs, as in the polling loop."""
+        if self.settings.policy.breaker_auto_close_s is None:
+            return False
+        return self._current_view().breaker_latched
+
+    # ------------------------------------------------------------------------------------ the grid
+
+    @staticmethod
+    def _after_key(at: datetime, rid: int, key: Key) -> bool:
+        return (at, STEP, rid) > key
+
+    def _next_grid(self, idle: Idle, key: Key, rid: int) -> datetime:
+        """The remediation's first poll-grid point later (in the loop's order) than ``key``."""
+        return self._grid_at_or_after(idle, key[0], key, rid)
+
+    def _grid_at_or_after(self, idle: Idle, when: datetime, key: Key, rid: int) -> datetime:
+        n = max(1, -((idle.last - when) // idle.period))  # ceil((when - last) / period), at least one
+        at = idle.last + n * idle.period
+        while not self._after_key(at, rid, key):
+            at += idle.period
+        return at
+
+    def _node(self, rid: int) -> str:
+        if rid not in self.nodes:
+            with self.sessions() as s:
+                self.nodes[rid] = s.scalar(select(Remediation.node).where(Remediation.id == rid)) or ""
+        return self.nodes[rid]
+
+
+def _left_vm_phase(step: str, nxt: str | None) -> bool:
+    """Did a remediation leave its VM phase (the only way a slot under ``max_concurrent`` frees up)?
+    Other changes a gate depends on come from ingest (pool, breaker window) or close gates (a new VM
+    action); a view read later than it could be only costs a poll that would have been skipped."""
+    return step in VM_STEPS and not (step == Step.VM_RESTART and nxt == Step.VERIFY)
