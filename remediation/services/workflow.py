@@ -225,7 +225,7 @@ class Workflow:
             if verdict.ok and (why := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
                                                             new_vm_action=row is None)):
                 verdict = replace(verdict, ok=False, reason=why)
-                held_by_incident = rem.incident_id is not None
+                held_by_incident = why.startswith("held by incident")
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
