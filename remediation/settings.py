@@ -19,6 +19,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -919,3 +920,26 @@ def _non_json_env() -> list[str]:
                     kind = "a JSON list, e.g. [\"a\", \"b\"]" if origin is list else "a JSON object"
                     out.append(f"{'.'.join(path)}: {key} must be {kind} (got {value[:60]!r})")
     return out
+
+
+def overlay(base: Settings, path: Path) -> Settings:
+    """``base`` with a second config file laid over it (a rehearsal's baseline policy): the file's
+    sections replace the base's field by field, the rest stays as ``base`` has it."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    if path.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"{path}: a policy file must end in .yaml or .yml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a policy file is a mapping of settings sections")
+
+    def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+        out = dict(a)
+        for key, value in b.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        return out
+
+    return load_settings(**merge(base.model_dump(), data))

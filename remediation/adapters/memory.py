@@ -11,7 +11,9 @@ The world behaves like the real systems in the ways the workflow depends on: a r
 polled: the rehearsal's event loop polls an operation only when it can have finished), gives the Node a new bootID and brings slurmd back (a DOWN node returns to service
 but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a node busy until
 ``finish_jobs``; evictions blocked by a budget answer "blocked" until ``unblock_pods``.
-``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
+A broken VM (``vm.broken``) stays unhealthy through any action, unless its ``vm.fault`` names the action
+kinds that fix it (``fixed_by``; the rehearsal's outcome model); each completed operation records whether
+it ``fixed`` the node. ``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
 in which to kill the worker mid-step.
 """
 
@@ -38,6 +40,11 @@ from remediation.ports.cluster import (
     VMRef,
 )
 from remediation.ports.errors import NotFound, PermanentError, UnknownNode
+
+
+#: What a VM action does to the hardware under it, for a fault's ``fixed_by`` (see the rehearsal's
+#: outcome model): a stop/start or a redeploy lands the VM on another host.
+ACTION_KIND = {"restart": "restart", "reimage": "reimage", "stop_start": "move", "redeploy": "move"}
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -314,7 +321,8 @@ class MemoryVM:
             if node["vm"].get("gone"):
                 raise NotFound(f"VM {vm.name} not found")
             ref = f"op-{uuid.uuid4().hex[:10]}"
-            data: dict[str, Any] = {"polls": 0}
+            fault = node["vm"].get("fault") or {}
+            data: dict[str, Any] = {"polls": 0, "category": fault.get("category"), "fabric": bool(fault.get("fabric"))}
             if self.w.clock is not None:
                 data["issued_at"] = self.w.clock().isoformat()
             op = Operation("memory", ref, action, vm, data)
@@ -336,7 +344,12 @@ class MemoryVM:
             rec["data"]["done"] = True
             node = st["nodes"][op.vm.name]
             if node["vm"]["broken"]:
-                return OperationStatus(done=True)  # the VM restarts but stays unhealthy
+                fault = node["vm"].get("fault") or {}
+                if ACTION_KIND.get(str(op.action)) not in fault.get("fixed_by", ()):
+                    rec["data"]["fixed"] = False
+                    return OperationStatus(done=True)  # the VM restarts but stays unhealthy
+                node["vm"].update(broken=False, fault=None)  # the action this fault needed
+            rec["data"]["fixed"] = True
             node["vm"]["boots"] += 1
             node["k8s"].update(ready="True", boot_id=uuid.uuid4().hex)
             if self.w.restart_clears_conditions:

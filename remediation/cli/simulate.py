@@ -4,6 +4,10 @@ Loads the settings (``--config`` as everywhere), replays the trace through remed
 prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which
 is also the format to replay a site's own history. On a terminal a progress bar on stderr shows the
 simulated days done and the faults handled; ``-o json`` carries the wall time it took (``wall_s``).
+
+``--truth`` is the outcome model (what really fixes each kind of fault; default the shipped
+``truth-llama3.yaml``), and ``--baseline`` runs the same trace under a second policy (a YAML file laid over
+the current settings, e.g. ``deploy/policies/naive-ladder.yaml``) and prints both with the ratios.
 """
 
 from __future__ import annotations
@@ -12,16 +16,39 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import typer
+import yaml
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
 from remediation.domain.trace import Fault, TraceError, dump_events, load
+from remediation.domain.truth import OutcomeModel, TruthError, parse_model
+from remediation.services.rehearsal import figures, ratios
 from remediation.services.sim_loop import Tally
 from remediation.services.simulate import simulate as run_simulation
+from remediation.settings import ConfigError, Settings, overlay
+
+SHIPPED_TRUTH = "truth-llama3.yaml"
+
+
+def outcome_model(path: Path | None) -> OutcomeModel:
+    """The ``--truth`` file, or the shipped one (remediation/data/truth-llama3.yaml)."""
+    try:
+        if path is None:
+            text, name = resources.files("remediation.data").joinpath(SHIPPED_TRUTH).read_text(), SHIPPED_TRUTH
+        else:
+            text, name = path.read_text(), str(path)
+        return parse_model(name, yaml.safe_load(text))
+    except OSError as exc:
+        raise CliError(f"{path}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+    except TruthError as exc:
+        raise CliError(f"{path or SHIPPED_TRUTH}: {exc}") from None
 
 
 def progress_bar(faults: list[Fault], out: TextIO, every_s: float = 0.2,
@@ -60,43 +87,87 @@ def simulate(
     days: float = typer.Option(54.0, help="Period a failure mix is spread over, in days."),
     seed: int = typer.Option(1, help="Random seed for a failure mix (same seed, same trace)."),
     reboot_minutes: float = typer.Option(10.0, help="How long a simulated VM action takes."),
-    repair_hours: float = typer.Option(4.0, help="When a fault a restart cannot fix is repaired by hand."),
+    repair_hours: float = typer.Option(4.0, help="How long a repair by hand takes, once a human has the node "
+                                       "(a quarantine, a page) or, for the fabric, after it broke."),
+    truth: Path = typer.Option(None, "--truth", help="Outcome model (YAML): per category, the chance a restart, "
+                               "a host move or a reimage fixes it. Default: the shipped truth-llama3.yaml."),
+    baseline: Path = typer.Option(None, "--baseline", help="A second policy (YAML laid over the current "
+                                  "settings, e.g. deploy/policies/naive-ladder.yaml) run on the same trace."),
+    leaf_size: int = typer.Option(16, help="Nodes per leaf switch in a synthesised trace (a fabric fault "
+                                  "takes one leaf's nodes down at once)."),
     dump_events_to: Path = typer.Option(None, "--dump-events", help="Also write the trace's events as JSONL."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Replay a failure trace through the real decision and workflow code on a simulated clock, and
-    report what the service would have done with the current settings."""
+    report what the service would have done with the current settings (and, with --baseline, with a
+    second policy on the same trace, side by side)."""
     fmt = check_format(output)
     settings = state(ctx).settings()
+    second: Settings | None = None
+    if baseline is not None:
+        try:
+            second = overlay(settings, baseline)
+        except ConfigError as exc:
+            raise CliError(str(exc), 2) from None
+    model = outcome_model(truth)
     try:
-        faults = load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed)
+        faults = load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                      model=model, leaf_size=leaf_size)
     except TraceError as exc:
         raise CliError(str(exc)) from None
     if dump_events_to is not None:
         dump_events(faults, dump_events_to)
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
-    draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
+    leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
     t0 = time.monotonic()
-    try:
-        report = run_simulation(faults, settings, names, reboot_s=reboot_minutes * 60,
-                                repair_s=repair_hours * 3600, progress=draw)
-    finally:
-        clear()
+    report = _run(faults, settings, names, reboot_minutes, repair_hours, leaves)
+    base = _run(faults, second, names, reboot_minutes, repair_hours, leaves) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
-        print_json({**report.as_dict(), "wall_s": round(took, 2)})
+        doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
+        if base is not None:
+            doc = {"policy": report, "baseline": {**base, "config": str(baseline)}, "ratios": ratios(report, base),
+                   "wall_s": round(took, 2), "truth": model.name, "seed": seed, "nodes": nodes}
+        print_json(doc)
         return
     p = settings.policy
+    columns = [report] + ([base] if base is not None else [])
     rows = [
-        ("faults replayed", report.faults),
-        ("events decided", ", ".join(f"{k}: {v}" for k, v in sorted(report.decisions.items())) or "-"),
-        ("remediations", ", ".join(f"{k}: {v}" for k, v in sorted(report.outcomes.items())) or "-"),
-        ("VM actions", ", ".join(f"{k}: {v}" for k, v in sorted(report.vm_actions.items())) or "none"),
-        ("most VM actions at once", f"{report.max_vm_in_flight} (max_concurrent {p.max_concurrent})"),
-        ("storm breaker", f"opened {report.breaker_openings}x, open {report.breaker_open_s / 3600:.1f} h in all"),
-        ("median time to recover", f"{report.recovery_p50_s / 60:.1f} min" if report.recovery_p50_s else "-"),
-        ("quarantined", ", ".join(n for n, _ in report.quarantined) or "none"),
+        ("faults replayed", *[r["faults"] for r in columns]),
+        ("events decided", *[", ".join(f"{k}: {v}" for k, v in sorted(r["decisions"].items())) or "-" for r in columns]),
+        ("remediations", *[", ".join(f"{k}: {v}" for k, v in sorted(r["outcomes"].items())) or "-" for r in columns]),
+        ("VM actions", *[", ".join(f"{k}: {v}" for k, v in sorted(r["vm_actions"].items())) or "none" for r in columns]),
+        ("VM actions that fixed nothing", *[r["wasted_vm_actions"] for r in columns]),
+        ("VM actions · quarantines on fabric faults", *[f"{r['fabric_vm_actions']} · {r['fabric_quarantines']}"
+                                                       for r in columns]),
+        ("faults fixed automatically", *[r["auto_fixed"] for r in columns]),
+        ("node-hours out of service", *[f"{r['node_hours_out']:.1f}" for r in columns]),
+        ("incidents · pages", *[f"{r['incidents']} · {r['pages']}" for r in columns]),
+        ("most VM actions at once", *[f"{r['max_vm_in_flight']} (max_concurrent {p.max_concurrent})" for r in columns]),
+        ("storm breaker", *[f"opened {r['breaker_openings']}x, open {r['breaker_open_s'] / 3600:.1f} h in all"
+                            for r in columns]),
+        ("median time to recover", *[f"{r['recovery_p50_s'] / 60:.1f} min" if r["recovery_p50_s"] else "-"
+                                     for r in columns]),
+        ("quarantined", *[len(r["quarantined"]) for r in columns]),
     ]
-    show(table(["", "with these settings"], rows, title=f"simulated {trace.name} ({took:.1f}s)"))
-    if report.ignored:
-        show(table(["recorded, not acted on", "events"], sorted(report.ignored.items())))
+    heads = ["", "with these settings"] + ([f"baseline ({baseline.name})"] if base is not None else [])
+    show(table(heads, rows, title=f"simulated {trace.name} ({took:.1f}s, outcomes: {model.name})"))
+    if base is not None:
+        cand, ref = figures(report), figures(base)
+        show(table(["figure", "these settings", "baseline", "ratio"],
+                   [(k, cand[k] if not isinstance(cand[k], float) else f"{cand[k]:.1f}",
+                     ref[k] if not isinstance(ref[k], float) else f"{ref[k]:.1f}", "-" if v is None else f"{v:.2f}")
+                    for k, v in ratios(report, base).items()]))
+    if report["ignored"]:
+        show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
+
+
+def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float,
+         repair_hours: float, leaf_size: int | None) -> dict[str, Any]:
+    """One rehearsal, with the progress bar on a terminal."""
+    draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
+    try:
+        return run_simulation(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
+                              progress=draw, leaf_size=leaf_size).as_dict()
+    finally:
+        clear()

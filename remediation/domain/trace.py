@@ -12,6 +12,11 @@ Two formats:
   maintenance is a human drain. ``remediable_by_vm_restart = no`` marks the fault as one a restart does
   not fix (the simulation keeps such a node broken until it is repaired by hand).
 
+With an outcome model (:mod:`remediation.domain.truth`, ``--truth``) the mix gains what a policy that
+reads causes needs: every fault carries its cause in its signal (an XID in a researcher's reason or a
+kernel ``NVRM: Xid`` line, a GPU condition's message), each fault draws what would fix it, and nodes sit
+in leaf-switch groups of ``leaf_size``: a fabric fault takes one whole group down at once.
+
 Everything is deterministic for a given seed, so a rehearsal can be repeated after changing a threshold.
 """
 
@@ -25,6 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
+from remediation.domain.truth import Outcome, OutcomeModel
 
 #: The published trace's cluster (Llama 3 405B pre-training): 2,048 nodes over 54 days. Scaling to
 #: another cluster keeps the per-node rate. The simulator's replay reads the same CSV through here.
@@ -42,15 +48,25 @@ class Fault:
     event: NodeEvent
     fixed_by_restart: bool = True
     category: str = ""
+    # From an outcome model: which actions fix it (None: the mix's remediable_by_vm_restart column).
+    outcome: Outcome | None = None
+    group: int = 0  # the fault's number in the trace: the nodes of one fabric fault share it
 
 
-def load(path: Path, *, nodes: int, days: float, start: datetime, seed: int = 1) -> list[Fault]:
+def leaf_of(node: int, leaf_size: int) -> str:
+    """The leaf switch a synthesised node hangs off (``leaf-3``): nodes are cabled in order."""
+    return f"leaf-{node // leaf_size}"
+
+
+def load(path: Path, *, nodes: int, days: float, start: datetime, seed: int = 1,
+         model: OutcomeModel | None = None, leaf_size: int = 16) -> list[Fault]:
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     if path.suffix == ".jsonl":
         return _load_events(path)
     if path.suffix == ".csv":
-        return synthesise(read_mix(path), nodes=nodes, days=days, start=start, seed=seed)
+        return synthesise(read_mix(path), nodes=nodes, days=days, start=start, seed=seed, model=model,
+                          leaf_size=leaf_size)
     raise TraceError(f"{path}: a trace is .jsonl (events) or .csv (a failure mix)")
 
 
@@ -119,14 +135,42 @@ def _kind_of(signal: str) -> tuple[Source, str, str] | None:
     return Source.KUBERNETES, "Ready=False", signal[:80]
 
 
-def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, seed: int = 1) -> list[Fault]:
-    """Scale a failure mix to ``nodes`` over ``days`` and place each fault at random (seeded)."""
+def _cause_signal(kind: tuple[Source, str, str], row: MixRow, model: OutcomeModel | None,
+                  rng: random.Random) -> tuple[Source, str, str]:
+    """The signal with the fault's cause in it, the way the source would show it."""
+    source, state, reason = kind
+    if model is None or row.category not in model.categories:
+        return source, state, f"{reason} ({row.category})"
+    truth = model.truth(row.category)
+    if "or researcher" in row.signal and truth.xids and rng.random() < 0.5:
+        source, state = Source.SLURM, "FAIL"  # "a GPU condition or a researcher's state=fail"
+    if source is Source.KUBERNETES and state != "Ready=False" and truth.conditions:
+        ctype, _, message = rng.choice(truth.conditions).partition(":")
+        return source, f"{ctype.strip()}=True", message.strip()
+    if source is Source.SLURM and state == "FAIL" and truth.xids:
+        xid = rng.choice(truth.xids)
+        styles = (f"xid {xid}", f"Xid {xid}", f"XID {xid} on gpu {rng.randrange(8)}",
+                  f"NVRM: Xid (PCI:0000:{rng.randrange(16, 240):02x}:00): {xid}, pid={rng.randrange(1000, 99999)}")
+        return source, state, rng.choice(styles)
+    return source, state, f"{reason} ({row.category})"
+
+
+def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, seed: int = 1,
+               model: OutcomeModel | None = None, leaf_size: int = 16) -> list[Fault]:
+    """Scale a failure mix to ``nodes`` over ``days`` and place each fault at random (seeded).
+
+    With ``model``, faults carry their causes and their outcomes, and a fabric fault hits one whole
+    leaf group of ``leaf_size`` nodes (see the module docstring)."""
     if nodes < 1 or days <= 0:
         raise TraceError("nodes must be at least 1 and days positive")
+    if leaf_size < 1:
+        raise TraceError("leaf_size must be at least 1")
     rng = random.Random(seed)
+    fate = random.Random(seed * 7919 + 1)  # outcomes and causes: the placement stream stays as it was
     span = timedelta(days=days).total_seconds()
     scale = (nodes / PAPER_NODES) * (days / PAPER_DAYS)
     out: list[Fault] = []
+    group = 0
     for row in mix:
         kind = _kind_of(row.signal)
         expected = row.count * scale
@@ -135,14 +179,24 @@ def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, s
             at = start + timedelta(seconds=rng.uniform(0, span))
             if kind is None:
                 continue
-            source, state, reason = kind
-            width = max(2, nodes // 32) if "correlated" in row.signal or "several" in row.signal else 1
-            for node in rng.sample(range(nodes), min(width, nodes)):
+            group += 1
+            correlated = "correlated" in row.signal or "several" in row.signal
+            fabric = model is not None and row.category in model.categories and model.truth(row.category).fabric
+            if fabric:
+                leaf = rng.randrange(0, max(1, -(-nodes // leaf_size)))
+                targets = list(range(leaf * leaf_size, min(nodes, (leaf + 1) * leaf_size)))
+            else:
+                width = max(2, nodes // 32) if correlated else 1
+                targets = rng.sample(range(nodes), min(width, nodes))
+            for node in targets:
                 name = f"gpu-node-{node}"
+                source, state, reason = _cause_signal(kind, row, model, fate)
+                outcome = model.roll(row.category, fate) if model is not None and row.category in model.categories \
+                    else None
                 ev = NodeEvent(source=source, node=name, kind=EventKind.UNHEALTHY, state=state,
-                               reason=f"{reason} ({row.category})", observed_at=at,
-                               dedupe_key=f"trace:{seed}:{row.category}:{i}:{name}")
-                out.append(Fault(at, ev, row.remediable, row.category))
+                               reason=reason, observed_at=at, dedupe_key=f"trace:{seed}:{row.category}:{i}:{name}")
+                fixed = bool(outcome.fixed_by & {"restart"}) if outcome is not None else row.remediable
+                out.append(Fault(at, ev, fixed, row.category, outcome, group))
     return sorted(out, key=lambda f: (f.at, f.event.node))
 
 

@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 OPEN = "open"
 RECOVERED = "recovered"
 RESOLVED = "resolved"
-HELD_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
+HELD_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART, Step.QUARANTINE})
 INCIDENTS_LOCK = "incidents"  # the control row correlations queue on
 
 
@@ -142,9 +142,12 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
     open_rems = session.execute(
         select(Remediation.id, Remediation.node, Remediation.opened_at, Remediation.incident_id).where(
             among(session, Remediation.node, everyone), Remediation.status.in_(OPEN_STATUSES),
-            Remediation.step != Step.QUARANTINE, Remediation.dry_run.is_(dry_run),
-        )
+            Remediation.dry_run.is_(dry_run),
+        ).add_columns(Remediation.step, Remediation.context)
     ).all()
+    # A quarantine decided on this very failure (N-in-W, lemon) has not happened yet (held for the
+    # grace): a failure the incident explains never counts, so it may be folded in and taken back.
+    open_rems = [r for r in open_rems if r.step != Step.QUARANTINE or (r.context or {}).get("quarantine_decided")]
     claimed = {r.node for r in open_rems if r.incident_id is not None}
     failed_at = {r.node: aware(r.opened_at) for r in open_rems
                  if r.incident_id is None and aware(r.opened_at) > start}  # type: ignore[operator]
@@ -193,6 +196,14 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             continue
         rem.incident_id = inc.id
         rem.context = {**(rem.context or {}), "incident": inc.id}
+        if rem.step == Step.QUARANTINE and rem.context.get("quarantine_decided"):
+            # The failure that tipped the count is the domain's, not the node's: no quarantine for it.
+            ctx = {k: v for k, v in rem.context.items() if k not in ("quarantine_reason", "quarantine_decided")}
+            rem.context = {**ctx, "quarantine_taken_back": rem.cause}
+            rem.step, rem.action, rem.next_run_at, rem.updated_at = Step.SLURM_DRAIN, None, now, now
+            audit(session, now, "remediation", "quarantine_taken_back", node,
+                  f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
+                  {"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
         n = session.get(Node, node)
         if n is not None:
             n.status_reason = f"incident #{inc.id}: {inc.cause} {inc.name}"
@@ -213,10 +224,12 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
         if inc is not None and inc.status == OPEN:
             return (f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it is open; it "
                     "closes when its nodes recover or a human resolves it")
-    if step is Step.VM_RESTART and new_vm_action and cfg.enabled and cfg.vm_grace_s > 0:
+    decided = step is Step.QUARANTINE and bool((rem.context or {}).get("quarantine_decided"))
+    if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
         due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)  # type: ignore[operator]
         if now < due and domains_of(session, [rem.node]):
-            return (f"waiting until {due:%H:%M:%S} before the first VM action (incidents.vm_grace_s): "
+            what = "quarantining" if decided else "the first VM action"
+            return (f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
                     "other nodes of its failure domains may be failing too")
     return None
 

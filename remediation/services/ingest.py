@@ -269,7 +269,9 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
         context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason,
                                    "observed_at": ev.observed_at.isoformat()}
         if quarantine:
-            context["quarantine_reason"] = decision.reason
+            # Decided on this failure (N-in-W, the lemon score): an incident that takes the failure in
+            # within incidents.vm_grace_s takes the quarantine back (services.incidents).
+            context["quarantine_reason"], context["quarantine_decided"] = decision.reason, True
         cause = decision.cause
         if cause is not None:
             context["fault_class"] = cause.fault_class

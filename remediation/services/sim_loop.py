@@ -39,13 +39,16 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
-from remediation.db.models import Remediation, RemediationStep
+from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view
 from remediation.domain.policy import ClusterView, breaker_open, gate
-from remediation.domain.statemachine import VM_STEPS, Step
+from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
+from remediation.domain.step_bodies import release_node
 from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp
+from remediation.services import incidents
 from remediation.services.ingest import ingest
+from remediation.services.levers import release
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 
@@ -72,12 +75,46 @@ class Tally:
 
     faults_handled: int = 0
     runs: int = 0  # Workflow.run calls (each several transactions)
+    hand_repairs: int = 0  # nodes a human repaired after the service handed them over
+
+
+OUT_FLAGS = frozenset({"DRAIN", "FAIL", "NOT_RESPONDING"})
+
+
+def in_service(node: dict[str, Any]) -> bool:
+    """A node a job could land on: nothing broken, not drained, failed or down, Ready and schedulable."""
+    s, k = node["slurm"], node["k8s"]
+    return (not node["vm"]["broken"] and s["state"] != "DOWN" and not OUT_FLAGS & set(s["flags"])
+            and k["ready"] == "True" and not k["unschedulable"])
+
+
+class Fleet:
+    """Time out of service per node, read from the world after every simulated moment that touched it."""
+
+    def __init__(self) -> None:
+        self.out_since: dict[str, datetime] = {}
+        self.hours = 0.0
+
+    def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
+        with world.mutate() as st:
+            for name in names:
+                node = st["nodes"].get(name)
+                if node is None:
+                    continue
+                up = in_service(node)
+                if not up and name not in self.out_since:
+                    self.out_since[name] = now
+                elif up and name in self.out_since:
+                    self.hours += (now - self.out_since.pop(name)).total_seconds() / 3600
+
+    def close(self, now: datetime) -> float:
+        return self.hours + sum((now - t).total_seconds() for t in self.out_since.values()) / 3600
 
 
 class Rehearsal:
     def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
                  settings: Settings, clock: FakeClock, *, loop: Loop = "events",
-                 strike: Callable[[MemoryWorld, Fault], None], repair: Callable[[MemoryWorld, str], None],
+                 strike: Callable[[MemoryWorld, Fault], None], repair: Callable[..., None],
                  repair_s: float) -> None:
         self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
         self.skip = loop == "events"
@@ -88,6 +125,9 @@ class Rehearsal:
         self.nodes: dict[int, str] = {}
         self.view: tuple[Any, ...] | None = None
         self.tally = Tally()
+        self.fleet = Fleet()
+        self.handed: set[str] = set()
+        self.groups: dict[int, list[str]] = {}  # a fabric fault's group -> the nodes it hit
         self._seq = 0
 
     # ------------------------------------------------------------------------------------------ queue
@@ -117,9 +157,9 @@ class Rehearsal:
             key = (at, kind, ident)
             if kind == FAULT:
                 self._fault(key, payload)
+                touched = [payload.event.node]
             elif kind == REPAIR:
-                self.repair(self.world, payload)
-                self._world_changed(key, payload)
+                touched = self._repair(key, *payload)
             else:
                 version, step = payload
                 if version != self.version.get(ident):
@@ -127,6 +167,8 @@ class Rehearsal:
                 self.idle.pop(ident, None)
                 self.tally.runs += 1
                 self._after(key, ident, step, self.engine.run(ident, step))
+                touched = [self._node(ident)]
+            self.fleet.observe(self.world, touched, at)
             if progress is not None:
                 progress(at, self.tally)
         self.clock.set(until)
@@ -137,10 +179,17 @@ class Rehearsal:
         at = key[0]
         self.strike(self.world, fault)
         self.tally.faults_handled += 1
-        if not fault.fixed_by_restart:
-            self._push(at + self.repair_td, REPAIR, key[2], fault.event.node)
+        node = fault.event.node
+        if fault.outcome is not None and fault.outcome.fabric:
+            # The fabric is repaired by hand, once for all the nodes it took down, whatever the policy did.
+            if fault.group not in self.groups:
+                self._push(at + self.repair_td, REPAIR, key[2], ("fabric", fault.group))
+            self.groups.setdefault(fault.group, []).append(node)
+        elif fault.event.state_upper == "DRAIN" or (fault.outcome is None and not fault.fixed_by_restart):
+            self._push(at + self.repair_td, REPAIR, key[2], ("node", node))  # a human's own maintenance
         with self.sessions() as s, s.begin():
-            opened = ingest(s, [fault.event.to_json()], self.settings.policy, self.clock).opened
+            opened = ingest(s, [fault.event.to_json()], self.settings.policy, self.clock,
+                            incidents=self.settings.incidents).opened
         for rid, step in opened:
             self.nodes[rid] = fault.event.node
             self._step(rid, step, at)
@@ -148,8 +197,65 @@ class Rehearsal:
         if opened:
             self._view_changed(key)
 
+    def _repair(self, key: Key, what: str, arg: Any) -> list[str]:
+        """A repair by hand lands: one node's, the fabric's (every node of its group), or a node the
+        service handed over (repaired, then released if quarantined). Incidents whose nodes all answer
+        again close, as the sweeper would close them."""
+        if what == "fabric":
+            names = list(self.groups.get(arg, ()))
+            for name in names:
+                self.repair(self.world, name, fabric_only=True)
+        elif what == "hands":
+            names = [arg]
+            self._hand_repair(arg)
+        else:
+            names = [arg]
+            self.repair(self.world, arg)
+        for name in names:
+            self._world_changed(key, name)
+        if self.settings.incidents.enabled:
+            for f in incidents.check_recovery(self.sessions, self.engine.adapters, self.settings, self.clock):
+                self.idle.pop(f.remediation_id, None)
+                self._step(f.remediation_id, f.step, key[0])
+        return names
+
+    def _hand_repair(self, name: str) -> None:
+        """A human replaced the part and let the node back in. A fabric fault is not the node's: the
+        fabric's own repair brings it back, and only a quarantine still needs the human's release."""
+        self.handed.discard(name)
+        self.tally.hand_repairs += 1
+        with self.world.mutate() as st:
+            fault = st["nodes"][name]["vm"].get("fault") or {}
+        if not fault.get("fabric"):
+            self.repair(self.world, name)
+        with self.sessions() as s, s.begin():
+            node = s.get(Node, name)
+            if node is not None and node.status == NodeStatus.QUARANTINED:
+                release(s, name, "rehearsal", "repaired by hand", self.clock.now())
+        release_node(self.engine.adapters, name, self.settings.policy.our_reason_prefix)
+
+    def _hand_over(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
+        """The service is done with the node (quarantined, failed, cancelled) or holds it for a human
+        (class action ``none``) while it is still broken: a human repairs it ``repair_s`` later."""
+        name = self._node(rid)
+        if name in self.handed or (nxt is not None and step != Step.K8S_EVICT):
+            return
+        with self.sessions() as s:
+            rem = s.get(Remediation, rid)
+            if rem is None or rem.status == RemediationStatus.SUCCEEDED:
+                return
+            if nxt is not None and not (rem.action == "none" and rem.status in OPEN_STATUSES):
+                return
+        with self.world.mutate() as st:
+            node = st["nodes"].get(name)
+            if node is None or in_service(node):
+                return
+        self.handed.add(name)
+        self._push(key[0] + self.repair_td, REPAIR, rid, ("hands", name))
+
     def _after(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
         at = key[0]
+        self._hand_over(key, rid, step, nxt)
         if nxt is None:
             if _left_vm_phase(step, None):
                 self._view_changed(key)
@@ -159,6 +265,10 @@ class Rehearsal:
             self._step(rid, nxt.step, at + period)
             if _left_vm_phase(step, nxt.step) or not nxt.hint and nxt.countdown > 0:
                 self._view_changed(key)  # a VM action slot freed, or a hold may have paused automation
+            return
+        if nxt.hint == "incident":
+            # Held until its incident closes: the repair that closes it wakes it (see _repair).
+            self.idle[rid] = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
             return
         if nxt.hint.startswith("gate"):
             self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint == "gate:new_vm")

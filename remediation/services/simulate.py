@@ -7,9 +7,17 @@ anything (:mod:`remediation.services.sim_loop`). The decisions are therefore exa
 service would take for the same events under the same settings (a test holds the two side by side).
 
 The world reacts as a cluster would: a fault makes its node bad in Slurm or Kubernetes; a VM action
-takes ``reboot_s`` and fixes the node unless the fault is one a restart cannot fix, which stays until
-``repair_s`` after it struck (a switch replaced, a part swapped). The report says what was decided, how
-many VM actions were taken, who was quarantined, and how long the storm breaker was open.
+takes ``reboot_s``. Whether it fixes the node is the world's business, never the policy's: with an
+outcome model (:mod:`remediation.domain.truth`) each fault knows which action kinds fix it (restart,
+move to other hardware, reimage); without one, the mix's ``remediable_by_vm_restart`` column decides
+and a fault a restart cannot fix stays until ``repair_s`` after it struck. A node the service hands to
+a human (quarantined, or held with a page) is repaired by hand ``repair_s`` later and released; a
+fabric fault is repaired ``repair_s`` after it struck, for every node of its leaf at once, and an
+incident over those nodes closes as the sweeper would close it.
+
+The report says what was decided, how many VM actions were taken, who was quarantined, how long the
+storm breaker was open, and what the policy cost as the world saw it: VM actions that fixed nothing,
+faults fixed automatically, VM actions on fabric faults, node-hours out of service, incidents, pages.
 """
 
 from __future__ import annotations
@@ -26,16 +34,18 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.migrate import upgrade
-from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
+from remediation.db.models import AuditLog, Event, Incident, Node, Remediation, RemediationStep
 from remediation.db.session import make_session_factory, memory_engine
-from remediation.domain.events import Source
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
-from remediation.domain.trace import Fault
+from remediation.domain.trace import Fault, leaf_of
+from remediation.services.ingest import ingest
+from remediation.services.notify import NOTIFIABLE
 from remediation.services.sim_loop import Loop, Rehearsal, Tally
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
@@ -58,9 +68,21 @@ class Report:
     # Every remediation in id order: (node, cause, status, outcome, opened, closed, ladder, steps), each step
     # (step, attempt, status, started, finished, outcome, error); times as ISO text.
     history: list[tuple[Any, ...]] = field(default_factory=list)
+    # What the policy cost, judged by the world (the outcome model), never by the policy's own records:
+    wasted_vm_actions: int = 0  # completed VM actions that left the node broken
+    auto_fixed: int = 0  # faults ended by one of our VM actions
+    fabric_vm_actions: int = 0  # VM actions on a node whose fault was the fabric's
+    node_hours_out: float = 0.0  # sum over nodes of the time out of service (faulted, drained, quarantined)
+    hand_repairs: int = 0  # nodes handed to a human (a quarantine, a hold with a page) and repaired by hand
+    pages: int = 0  # audit rows that page on-call
+    incidents: int = 0  # correlated-fault incidents opened
+    fabric_quarantines: int = 0  # quarantines of remediations a fabric fault opened
 
     def as_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
+        d["vm_actions_total"] = sum(self.vm_actions.values())
+        d["node_hours_out"] = round(self.node_hours_out, 1)
+        return d
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,7 +98,7 @@ def _migrated_template() -> Path:
 
 def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
              repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
-             progress: Callable[[datetime, Tally], None] | None = None) -> Report:
+             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None) -> Report:
     """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
     event loop (default) or the original polling loop (see :mod:`remediation.services.sim_loop`); the
     two decide the same. ``progress`` is called after each event with the simulated time and a tally.
@@ -89,6 +111,11 @@ def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     _inventory(sessions, nodes, clock.now())
     world = MemoryWorld(nodes=nodes, clock=clock.now, op_seconds=reboot_s, restart_clears_conditions=True)
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    if leaf_size:
+        # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
+        with sessions() as s, s.begin():
+            ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
+                   settings.policy, clock, incidents=settings.incidents)
     rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, strike=_strike, repair=_repair,
                           repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
@@ -96,6 +123,10 @@ def simulate(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     rehearsal.run(faults, until, progress)
     report = _report(sessions, len(faults), clock.now())
     report.runs = rehearsal.tally.runs
+    report.fabric_quarantines = _fabric_quarantines(sessions, faults)
+    report.node_hours_out = rehearsal.fleet.close(clock.now())
+    report.hand_repairs = rehearsal.tally.hand_repairs
+    _world_figures(world, report)
     db.dispose()
     return report
 
@@ -106,6 +137,32 @@ def _inventory(sessions: Any, nodes: list[str], at: datetime) -> None:
     with sessions() as s, s.begin():
         s.execute(insert(Node), [{"name": n, "status": "healthy", "status_reason": "", "first_seen_at": at,
                                   "updated_at": at} for n in nodes])
+
+
+def _domains_event(name: str, leaf_size: int, now: datetime) -> NodeEvent:
+    """What the Slurm watcher publishes for a node cabled to a synthesised leaf switch."""
+    leaf = leaf_of(int(name.rsplit("-", 1)[1]), leaf_size)
+    return NodeEvent(source=Source.SLURM, node=name, kind=EventKind.DOMAINS, state="topology",
+                     domains={"leaf-switch": leaf}, reason=f"leaf-switch={leaf}", observed_at=now,
+                     dedupe_key=f"rehearsal:{name}:domains")
+
+
+def _fabric_quarantines(sessions: Any, faults: list[Fault]) -> int:
+    keys = {f.event.dedupe_key for f in faults if f.outcome is not None and f.outcome.fabric}
+    if not keys:
+        return 0
+    with sessions() as s:
+        rows = s.execute(select(Event.dedupe_key).join(Remediation, Remediation.event_id == Event.id)
+                         .where(Remediation.status == "quarantined")).scalars().all()
+    return sum(1 for k in rows if k in keys)
+
+
+def _world_figures(world: MemoryWorld, r: Report) -> None:
+    ops = world.snapshot()["ops"].values()
+    done = [o["data"] for o in ops if o["data"].get("done")]
+    r.wasted_vm_actions = sum(1 for d in done if d.get("fixed") is False)
+    r.auto_fixed = sum(1 for d in done if d.get("fixed") is True)
+    r.fabric_vm_actions = sum(1 for o in ops if o["data"].get("fabric"))
 
 
 def _strike(world: MemoryWorld, fault: Fault) -> None:
@@ -126,26 +183,41 @@ def _strike(world: MemoryWorld, fault: Fault) -> None:
         else:  # a problem condition (GpuXidError=True): the Node reports it until a restart or a repair
             cond, _, status = ev.state.partition("=")
             node["k8s"].setdefault("conditions", {})[cond] = status
-        if not fault.fixed_by_restart:
+        if fault.outcome is not None:
+            # The outcome model decides what fixes it: the actions in fixed_by, else hands.
+            o = fault.outcome
+            node["vm"]["broken"] = True
+            node["vm"]["fault"] = {"category": o.category, "fixed_by": sorted(o.fixed_by), "fabric": o.fabric}
+        elif not fault.fixed_by_restart:
             node["vm"]["broken"] = True
 
 
-def _repair(world: MemoryWorld, name: str) -> None:
+def _repair(world: MemoryWorld, name: str, fabric_only: bool = False) -> None:
+    """The hand repair of ``name`` (``fabric_only``: the fabric's repair, which fixes a node only if
+    the fabric was what it was waiting for)."""
     with world.mutate() as st:
         node = st["nodes"][name]
+        fault = node["vm"].get("fault") or {}
+        if fabric_only and not fault.get("fabric"):
+            return
         node["vm"]["broken"] = False
+        node["vm"]["fault"] = None
         node["k8s"]["ready"] = "True"
         node["k8s"]["conditions"] = {c: "False" for c in node["k8s"].get("conditions", {})}
         s = node["slurm"]
         s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
         if s["state"] == "DOWN":
             s["state"] = "IDLE"
+        if s["reason"].startswith("maintenance"):  # the human who drained it for maintenance resumes it
+            s["flags"] = [f for f in s["flags"] if f != "DRAIN"]
+            s["reason"] = ""
 
 
 def _report(sessions: Any, faults: int, end: datetime) -> Report:
     r = Report(faults=faults)
     with sessions() as s:
-        events = s.execute(select(Event.dedupe_key, Event.decision, Event.decision_reason).order_by(Event.id)).all()
+        events = s.execute(select(Event.dedupe_key, Event.decision, Event.decision_reason)
+                           .where(Event.kind != EventKind.DOMAINS.value).order_by(Event.id)).all()
         r.per_event = [(k, d, why) for k, d, why in events]
         r.decisions = dict(Counter(d for _, d, _ in events))
         r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
@@ -163,6 +235,8 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
         r.vm_actions = dict(Counter((row.provider_op or {}).get("action", "?") for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
         r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
+        r.incidents = s.scalar(select(func.count()).select_from(Incident)) or 0
+        r.pages = s.scalar(select(func.count()).select_from(AuditLog).where(AuditLog.action.in_(NOTIFIABLE))) or 0
         audit = s.execute(select(AuditLog.action, AuditLog.at).where(
             AuditLog.action.in_(("breaker_open", "breaker_closed"))).order_by(AuditLog.id)).all()
     opened_at = None

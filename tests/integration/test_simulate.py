@@ -8,12 +8,14 @@ remediation.services.simulate on SQLite. The decision recorded for every event m
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import redis
+import yaml
 from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
@@ -23,7 +25,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.domain.trace import Fault
+from remediation.domain.trace import Fault, read_mix
 from remediation.services.simulate import simulate
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
@@ -95,8 +97,13 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
 
 def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
+    # An events trace carries signals, not what fixes them: for the replay of the dumped events to be
+    # the same world, every fault here is one a restart fixes and none is the fabric's.
+    (tmp_path / "restart-fixes.yaml").write_text(yaml.safe_dump({"categories": {
+        r.category: {"p_restart": 1.0, "p_move": 1.0, "source": "test"} for r in read_mix(trace)}}))
     env_cmd = [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
-               "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl")]
+               "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl"),
+               "--truth", str(tmp_path / "restart-fixes.yaml")]
     proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -105,7 +112,8 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     assert out["max_vm_in_flight"] <= 4
     assert sum(out["outcomes"].values()) == out["decisions"].get("open", 0) + out["decisions"].get("quarantine", 0)
     # The dumped events replay to the same decisions.
-    again = subprocess.run(env_cmd[:5] + [str(tmp_path / "t.jsonl"), "-o", "json"], cwd=ROOT, capture_output=True,
+    again = subprocess.run(env_cmd[:5] + [str(tmp_path / "t.jsonl"), "--nodes", "32", "-o", "json"], cwd=ROOT,
+                           capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["decisions"] == out["decisions"]
@@ -119,3 +127,25 @@ def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_side_by_side_rehearsal_shows_what_fault_intelligence_changes(tmp_path: Path) -> None:
+    """The default policy against deploy/policies/naive-ladder.yaml on one trace, judged by the world:
+    the fabric's nodes get no VM action and no quarantine, far fewer VM actions are wasted."""
+    trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
+    proc = subprocess.run(
+        [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
+         "--nodes", "256", "--days", "54", "--seed", "3", "--baseline",
+         str(ROOT / "deploy" / "policies" / "naive-ladder.yaml"), "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")})  # the shipped defaults
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    policy, base, ratios = out["policy"], out["baseline"], out["ratios"]
+    assert out["truth"] == "truth-llama3.yaml" and out["wall_s"] > 0
+    assert base["fabric_vm_actions"] > 0, base  # the naive ladder restarts the fabric's nodes...
+    assert policy["fabric_vm_actions"] == 0 and policy["fabric_quarantines"] == 0  # ...one incident does not
+    assert policy["incidents"] >= 1 and base["incidents"] == 0
+    assert policy["wasted_vm_actions"] <= 0.25 * base["wasted_vm_actions"], ratios
+    assert policy["auto_fixed"] >= base["auto_fixed"], ratios
+    assert ratios["wasted_vm_actions"] == round(policy["wasted_vm_actions"] / base["wasted_vm_actions"], 3)
