@@ -196,8 +196,7 @@ def ingest(
                 node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
                 first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
                 result.opened.append((rid, first.value))
-                if first is Step.SLURM_DRAIN:
-                    failed_now.add(name)
+                failed_now.add(name)  # a quarantine decided on this failure too: an incident may take it back
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
         todo = deferred

@@ -26,7 +26,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.api import create_app
 from remediation.cli.main import app as cli
 from remediation.clock import FakeClock
-from remediation.db.models import AuditLog, Incident, Remediation
+from remediation.db.models import AuditLog, Incident, Node, Remediation
 from remediation.db.queries import recent_failure_counts
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -126,6 +126,30 @@ def test_late_failure_folds_the_first_into_one_incident_before_any_vm_action(ses
         assert s.get(Incident, inc.id).nodes == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]  # type: ignore[union-attr]
         counted = recent_failure_counts(s, NODES, story.clock.now(), story.settings.policy.repeat_offender_window)
         assert counted == {"gpu-node-4": 1}
+
+
+def test_a_quarantine_decided_on_a_failure_the_incident_explains_is_taken_back(sessions) -> None:
+    """A policy that quarantines on the first failure (repeat_offender_count 1) stands in for a node with
+    its N-1 failures behind it: gpu-node-0's failure is the first of its NVLink domain's. The quarantine
+    waits out the grace, and the incident that forms takes it back."""
+    settings = story_settings()
+    story = Story(sessions, settings.model_copy(update={
+        "policy": settings.policy.model_copy(update={"repeat_offender_count": 1})}))
+    third = story.fail("gpu-node-0")
+    assert third.step == "quarantine"
+    held = story.engine.run(third.remediation_id, third.step)
+    assert held is not None and held.step == "quarantine"
+    assert "before quarantining" in (story.rem(third.remediation_id).wait_reason or "")
+    story.clock.advance(5)
+    story.fail("gpu-node-1")
+    rem = story.rem(third.remediation_id)
+    assert rem.incident_id is not None and rem.step == "slurm_drain" and rem.status in ("running", "waiting")
+    assert "quarantine_reason" not in rem.context and rem.context["quarantine_taken_back"]
+    with sessions() as s:
+        assert s.get(Node, "gpu-node-0").status != "quarantined"  # type: ignore[union-attr]
+        taken = s.scalars(select(AuditLog.reason).where(AuditLog.action == "quarantine_taken_back")).all()
+        # Both nodes' quarantines were decided on failures the incident explains.
+        assert len(taken) == 2 and all("incident #" in t for t in taken)
 
 
 def test_incident_closes_when_its_nodes_answer_again_and_gives_them_back(sessions) -> None:
