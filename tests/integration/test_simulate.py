@@ -52,7 +52,7 @@ BATCHES = [
     [ev(10, "gpu-node-1", "FAIL", "xid 62")],
     [ev(11, "gpu-node-1", "FAIL", "xid 79 again"), ev(12, "gpu-node-3", "DOWN", "Not responding again")],
 ]
-# The worker processes run the shipped defaults (fault classes and the lemon score on); so does the rehearsal.
+# The shipped defaults (fault classes and the lemon score on), in the worker processes and the rehearsal.
 POLICY = {"breaker_max_fraction": 1.0, "min_restart_gap_s": 0, "repeat_offender_count": 3,
           "faults": {"classify": True}, "lemon": {"enabled": True}}
 
@@ -61,7 +61,8 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
                                                 tmp_path: Path) -> None:
     MemoryWorld(nodes=NODES, journal=tmp_path / "world.json")
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
-                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_SIM__NODES="gpu-node-[0-7]")
+                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_SIM__NODES="gpu-node-[0-7]",
+                     REMEDIATION_POLICY__FAULTS__CLASSIFY="true", REMEDIATION_POLICY__LEMON__ENABLED="true")
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(redis_client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(pg_url, poolclass=NullPool)

@@ -13,8 +13,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+SUITE_SWITCHES = ("REMEDIATION_POLICY__FAULTS__CLASSIFY", "REMEDIATION_POLICY__LEMON__ENABLED")
+
+
 def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+    # The suite's policy switches (tests/conftest.py: fault classes and the lemon score off unless a test
+    # turns them on), so worker processes decide as the in-process engines of the same tests do.
+    env.update({k: os.environ[k] for k in SUITE_SWITCHES if k in os.environ})
     env.update(
         {
             "REMEDIATION_DATABASE__URL": pg_url,
