@@ -12,7 +12,10 @@ and links them the way Slurm-on-Kubernetes (Slinky, SUNK, Slonk) does: Slurm nod
 the slurmd pod ``slurm/gpu-node-i`` (label ``app.kubernetes.io/component=slurmd``, owned by a
 DaemonSet, so an eviction leaves it in place as kubelet-managed slurmd pods are), which runs on
 Kubernetes Node ``gke-a3-pool-i`` or ``aks-ndv4-i``, whose ``spec.providerID`` names a VM at GCE (even
-i) or Azure (odd i). Each Node also runs one training pod that an eviction really removes.
+i) or Azure (odd i). Each Node also runs one training pod that an eviction really removes. GKE Nodes
+carry GKE's topology labels: one ``cloud.google.com/gce-topology-block`` for all, and a
+``cloud.google.com/gce-topology-subblock`` (``sb-0``, ``sb-1``...) per four consecutive GKE Nodes, the
+rack behind one leaf switch (``subblocks`` lists each one's Slurm nodes).
 
 **The link is causal, not scripted.** A clock thread (every ``tick_s``) reads each VM's state from
 its cloud fake. While a provider operation runs (or the VM is stopped) the Node goes
@@ -61,6 +64,11 @@ from simulator.slurmrestd import SlurmRestd
 PROJECT, ZONE = "sim-project", "us-central1-a"
 SUBSCRIPTION, GROUP = "00000000-0000-4000-8000-00000000c0de", "sim-gpu-rg"
 SLURM_NAMESPACE, SLURMD_LABEL = "slurm", ("app.kubernetes.io/component", "slurmd")
+# GKE's compact-placement labels: every GKE Node of the reservation is in one block, and each run of
+# SUBBLOCK_SIZE consecutive GKE Nodes shares a sub-block (one rack, one leaf switch).
+BLOCK_LABEL = "cloud.google.com/gce-topology-block"
+SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
+SUBBLOCK_SIZE = 4
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -193,6 +201,7 @@ class SimCluster(FaultInjector):
             if (bind, base_port) != ("127.0.0.1", 0):
                 _rebind(server._httpd, bind, base_port + offset if base_port else 0)
         self.links: dict[str, Link] = {}
+        self.subblocks: dict[str, list[str]] = {}  # GKE sub-block label value -> its Slurm nodes
         self.lock = threading.RLock()
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -242,16 +251,20 @@ class SimCluster(FaultInjector):
         self.stop()
 
     def _add_node(self, i: int, name: str) -> None:
+        topology: dict[str, str] = {}
         if i % 2 == 0:
             k8s = f"gke-a3-pool-{i}"
             self.gce.add_instance(PROJECT, ZONE, k8s)
             link = Link(name, k8s, "gce", (PROJECT, ZONE, k8s), f"gce://{PROJECT}/{ZONE}/{k8s}")
+            subblock = f"sb-{i // 2 // SUBBLOCK_SIZE}"
+            topology = {BLOCK_LABEL: "block-0", SUBBLOCK_LABEL: subblock}
+            self.subblocks.setdefault(subblock, []).append(name)
         else:
             k8s = f"aks-ndv4-{i}"
             self.azure.add_vm(SUBSCRIPTION, GROUP, k8s)
             rid = f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{GROUP}/providers/Microsoft.Compute/virtualMachines/{k8s}"
             link = Link(name, k8s, "azure", (SUBSCRIPTION, GROUP, k8s), f"azure://{rid}")
-        labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": k8s}
+        labels = {"nvidia.com/gpu.present": "true", "kubernetes.io/hostname": k8s, **topology}
         self.kube.add_node(k8s, provider_id=link.provider_id, labels=labels)
         self.kube.add_pod(
             SLURM_NAMESPACE, name, node_name=k8s, labels=dict([SLURMD_LABEL]), owner_kind="DaemonSet",

@@ -11,7 +11,7 @@
   resumed ``maintenance_s`` later, as the admin would, if the node still carries that drain.
   Otherwise a long run would leave the whole pool drained by humans, which the service rightly
   never touches.
-- **Storms.** Every ``storm_every_s`` a switch failure takes ``storm_fraction`` of the pool at once,
+- **Storms.** Every ``storm_every_s`` a mass failure takes ``storm_fraction`` of the pool at once,
   which trips the service's storm breaker.
 
 New faults avoid nodes under maintenance. Repeat offenders (broken VMs) are not injected: each would

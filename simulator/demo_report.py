@@ -3,9 +3,16 @@
 - :class:`Progress` polls the remediations and the breaker's audit rows and prints each change as
   it happens (a live log of the workflow moving through its steps).
 - :func:`read_summary` collects the facts the demo promises: remediations succeeded (with every step
-  of the happy path recorded ``done``), the quarantined node, the breaker opening and closing, the
-  VM actions the cloud endpoints answered, and detection (fault injected -> event recorded) and
-  recovery (remediation opened -> closed) times.
+  of the happy path recorded ``done``), each one's fault class and action and the VM actions it took,
+  the quarantined nodes, the breaker opening and closing, each correlated incident (its domain, likely
+  cause, nodes, pages, the VM actions on its nodes and whether they are back in service), the VM
+  actions the cloud endpoints answered, and detection (fault injected -> event recorded) and recovery
+  (remediation opened -> closed) times.
+
+VM actions are counted twice, independently: from the simulated clouds' request logs
+(``SimCluster.vm_actions``) and from the workflow's ``vm_restart`` steps that recorded a provider
+operation. "Back in service" is read from the simulated cluster itself at the end: slurmctld has the
+node neither DOWN nor drained nor failed, and its Kubernetes Node is not cordoned.
 """
 
 from __future__ import annotations
@@ -18,16 +25,34 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import select
 
-from remediation.db.models import AuditLog, Event, Remediation, Validation
+from remediation.db.models import AuditLog, Event, Incident, Remediation, Validation
 from remediation.db.session import make_engine, make_session_factory
+from remediation.domain.hostlist import compress
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
+from remediation.domain.topology import domain_key
 from remediation.settings import Settings
 
-DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready"})
+DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready", "switch_down"})
+LIVE_AUDIT = ("breaker_open", "breaker_closed", "escalate", "validation_held", "incident_opened",
+              "incident_joined", "incident_recovered", "incident_resolved")
 
 
 def _ts(value: datetime) -> float:
     return (value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp()
+
+
+def _natural(node: str) -> tuple[str, int]:
+    """gpu-node-9 before gpu-node-16."""
+    head, _, num = node.rpartition("-")
+    return (head, int(num)) if num.isdigit() else (node, -1)
+
+
+def _in_service(cluster: Any, node: str) -> bool:
+    """In the simulated world now: slurmctld has it up (not DOWN, drained, failed or silent) and its
+    Kubernetes Node takes pods (not cordoned)."""
+    base, flags, _ = cluster.slurm_state(node)
+    cordoned = bool(cluster.kube.node(cluster.link(node).k8s)["spec"].get("unschedulable"))
+    return base != "DOWN" and not flags & {"DRAIN", "FAIL", "NOT_RESPONDING"} and not cordoned
 
 
 class Progress:
@@ -49,7 +74,7 @@ class Progress:
             audit = s.execute(
                 select(AuditLog.id, AuditLog.action, AuditLog.target, AuditLog.reason)
                 .where(AuditLog.id > self._audit_id)
-                .where(AuditLog.action.in_(("breaker_open", "breaker_closed", "escalate", "validation_held")))
+                .where(AuditLog.action.in_(LIVE_AUDIT))
                 .order_by(AuditLog.id)
             ).all()
         self._total = len(rows)
@@ -61,26 +86,39 @@ class Progress:
                 self.console.print(f"[{elapsed:5.1f}s] #{rid} {node}: [{color}]{status}[/] {step}")
         for aid, action, target, reason in audit:
             self._audit_id = aid
-            color = "red" if action == "breaker_open" else "magenta"
-            self.console.print(f"[{elapsed:5.1f}s] [{color}]{action}[/] {target} {reason[:100]}")
+            color = "red" if action in ("breaker_open", "incident_opened") else "magenta"
+            page = action == "incident_opened"  # on-call's one page for the incident: print it whole
+            self.console.print(f"[{elapsed:5.1f}s] [{color}]{action}[/] {target} {reason if page else reason[:160]}")
 
     def settled(self, min_remediations: int) -> bool:
         return self._total >= min_remediations and self._open == 0
 
     def print_summary(self, summary: dict[str, Any]) -> None:
         table = Table(title="Remediations")
-        for col in ("#", "node", "outcome", "cause", "steps done", "time to recover"):
+        for col in ("#", "node", "outcome", "class", "action", "VM actions", "cause", "steps done", "time to recover"):
             table.add_column(col)
         for r in summary["remediations"]:
             took = f"{r['recovery_s']:.1f}s" if r["recovery_s"] is not None else "-"
             color = {"succeeded": "green", "quarantined": "red"}.get(r["status"], "yellow")
-            table.add_row(str(r["id"]), r["node"], f"[{color}]{r['status']}[/]", r["cause"][:50],
+            outcome = r["status"] + (f" (incident #{r['incident']})" if r["incident"] else "")
+            table.add_row(str(r["id"]), r["node"], f"[{color}]{outcome}[/]", r["fault_class"] or "-",
+                          r["action"] or "-", ", ".join(r["vm_steps"]) or "none", r["cause"][:44],
                           str(len(r["steps_done"])), took)  # fmt: skip
         self.console.print(table)
         c = self.console
+        for inc in summary["incidents"]:
+            took = f" after {inc['open_s']:.1f}s" if inc["open_s"] is not None else ""
+            c.print(f"[bold]incident #{inc['id']}[/] {inc['domain']} (likely cause: {inc['cause']}): "
+                    f"{len(inc['nodes'])} of its {inc['domain_size']} nodes, {compress(inc['nodes'])}; {inc['status']}{took}")
+            c.print(f"  VM actions on its nodes: {inc['vm_actions']} (clouds' logs), {inc['vm_steps']} (workflow "
+                    f"steps); pages: {inc['pages']}; back in service: {len(inc['in_service'])}/{len(inc['nodes'])} "
+                    "(Slurm up and not drained, Node uncordoned)")  # fmt: skip
         c.print(f"succeeded: {summary['succeeded']}, quarantined: {summary['quarantined']}, "
-                f"VM actions at the clouds: {sum(summary['vm_actions'].values())}, breaker opened "
+                f"incidents: {len(summary['incidents'])}, VM actions at the clouds: "
+                f"{sum(summary['vm_actions'].values())}, breaker opened "
                 f"{summary['breaker_opened']}x / closed {summary['breaker_closed']}x")  # fmt: skip
+        for node in summary["quarantined"]:
+            c.print(f"quarantined {node} after {summary['vm_actions'].get(node, 0)} VM action(s) at its cloud")
         gate = summary.get("gate") or {}
         if gate:
             c.print(f"health gate: {summary['gate_checks']} GPU check(s); "
@@ -106,16 +144,35 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
         events = s.execute(select(Event.node, Event.kind, Event.decision, Event.decision_reason,
                                   Event.received_at).order_by(Event.id)).all()  # fmt: skip
-        audit = list(s.scalars(select(AuditLog.action)).all())
+        audit_rows = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)).all()
+        audit = [a.action for a in audit_rows]
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
-        remediations = [
+        remediations: list[dict[str, Any]] = [
             {
                 "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
+                "fault_class": r.fault_class, "action": r.action, "incident": r.incident_id,
+                "vm_steps": [str(st.provider_op.get("action", "?")) for st in sorted(r.steps, key=lambda st: st.id)
+                             if st.step == Step.VM_RESTART and st.provider_op],
                 "steps_done": sorted({st.step for st in r.steps if st.status == "done"}),
                 "recovery_s": _ts(r.closed_at) - _ts(r.opened_at) if r.closed_at and r.status == "succeeded" else None,
             }
             for r in rems
         ]  # fmt: skip
+        incidents: list[dict[str, Any]] = [
+            {
+                "id": i.id, "domain": domain_key(i.kind, i.name), "cause": i.cause, "status": i.status,
+                "nodes": sorted(i.nodes or [], key=_natural), "domain_size": i.domain_size,
+                "open_s": _ts(i.closed_at) - _ts(i.opened_at) if i.closed_at else None,
+                "pages": sum(1 for a in audit_rows
+                             if a.action == "incident_opened" and (a.detail or {}).get("incident") == i.id),
+            }
+            for i in s.scalars(select(Incident).order_by(Incident.id))
+        ]  # fmt: skip
+    for inc in incidents:
+        members = set(inc["nodes"])
+        inc["vm_actions"] = sum(cluster.vm_actions(n) for n in members)
+        inc["vm_steps"] = sum(len(r["vm_steps"]) for r in remediations if r["node"] in members)
+        inc["in_service"] = [n for n in inc["nodes"] if _in_service(cluster, n)]
     happy = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
     detection = []
     for inj in cluster.injections:
@@ -138,7 +195,8 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "succeeded_all_steps": sum(
             1 for r in remediations if r["status"] == "succeeded" and happy <= set(r["steps_done"])
         ),
-        "quarantined": sorted({r["node"] for r in remediations if r["status"] == "quarantined"}),
+        "quarantined": sorted({r["node"] for r in remediations if r["status"] == "quarantined"}, key=_natural),
+        "incidents": incidents,
         "breaker_opened": audit.count("breaker_open"),
         "breaker_closed": audit.count("breaker_closed"),
         "vm_actions": {n: k for n in cluster.names if (k := cluster.vm_actions(n))},

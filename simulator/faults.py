@@ -12,7 +12,11 @@ show, put where the real system keeps it.
   ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
 - ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the health gate's check
   Job (``simulator.kube_jobs``) fails on it every time.
-- ``storm``: a fraction of the pool loses slurmd at once (a switch or a bad roll-out).
+- ``storm``: a fraction of the pool, drawn at random across racks and clouds, loses slurmd at once (a
+  bad slurmd roll-out, a control-plane partition): a mass failure no one part explains.
+- ``switch_down`` / ``switch_up``: a leaf switch dies, and every node behind it (its sub-block, say)
+  loses slurmd at the same instant; once the switch is replaced their slurmds answer again. Nothing on
+  the nodes themselves is broken: no restart can help, and none is needed afterwards.
 - ``human_drain``: an admin's drain with a maintenance reason, which the service must leave alone.
 - ``replay``: a published trace (see :mod:`simulator.replay`) scheduled on the cluster's clock.
 
@@ -151,8 +155,22 @@ class FaultInjector:
         hit = sorted(self.rng.sample(pool, count), key=self.names.index)
         for node in hit:
             self.ctld.slurmd_stop(node)
-            self._log(node, "storm", f"switch failure: {count} nodes lost slurmd at once")
+            self._log(node, "storm", f"mass failure: {count} nodes lost slurmd at once")
         return hit
+
+    def switch_down(self, nodes: list[str], switch: str) -> None:
+        """The leaf switch ``switch`` dies: slurmd on every node behind it stops answering at once."""
+        for node in nodes:
+            self.ctld.slurmd_stop(node)
+            self._log(node, "switch_down", f"leaf switch {switch} down: {len(nodes)} nodes unreachable")
+
+    def switch_up(self, nodes: list[str], switch: str) -> None:
+        """``switch`` is replaced: the nodes behind it are reachable again and their slurmds (which never
+        stopped) register with slurmctld. Nodes a VM action has taken down meanwhile stay down."""
+        for node in nodes:
+            if not self.links[node].vm_down:
+                self.ctld.slurmd_start(node, restarted=False)
+            self._log(node, "switch_up", f"leaf switch {switch} replaced")
 
     def replay(
         self,

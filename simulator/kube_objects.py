@@ -139,6 +139,8 @@ def gpu_node_object(
             "cloud.google.com/gce-topology-block": f"block-{h % 4}", "cloud.google.com/gce-topology-subblock": f"sb-{h % 16}",
             "cloud.google.com/gce-topology-host": f"host-{h % 4096:04x}",
         }  # fmt: skip
+    # The caller's values (a topology, say) are the ones GKE applied.
+    cloud = {k: str(labels.get(k, v)) for k, v in cloud.items()}
     all_labels = {**base, **cloud, **gpu, **nfd, **labels}
     all_annotations = {
         "node.alpha.kubernetes.io/ttl": "0",

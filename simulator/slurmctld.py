@@ -164,8 +164,9 @@ class SlurmCtld:
                 node.silent_since = self.clock()
                 node.ping_due = None
 
-    def slurmd_start(self, name: str, *, booted: bool = False) -> None:
-        """slurmd (re)starts and registers with slurmctld."""
+    def slurmd_start(self, name: str, *, booted: bool = False, restarted: bool = True) -> None:
+        """slurmd (re)starts and registers with slurmctld; ``restarted=False``: a slurmd that kept
+        running answers again (its network is back), so its start time stays."""
         with self.lock:
             node = self._get(name)
             now = self.clock()
@@ -173,7 +174,8 @@ class SlurmCtld:
             node.silent_since = None
             node.ping_due = None
             node.flags.discard("NOT_RESPONDING")
-            node.slurmd_start_time = int(now)
+            if restarted or booted:
+                node.slurmd_start_time = int(now)
             if booted:
                 node.boot_time = int(now)
             if node.down and node.reason == "Not responding":  # ReturnToService=1

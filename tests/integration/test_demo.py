@@ -11,6 +11,7 @@ download); the project's own packages come only from the wheel, which the test c
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -32,6 +33,9 @@ from tests.conftest import _db_url, _drop, _pg_admin
 ROOT = Path(__file__).resolve().parents[2]
 HAPPY_STEPS = {"slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "validate", "return"}
 OURS = ("remediation", "watchers", "workers", "simulator", "migrations")
+SUBBLOCK = ("cloud.google.com/gce-topology-subblock", "sb-2")  # the demo's leaf switch fails behind it
+SWITCHED = ["gpu-node-16", "gpu-node-18", "gpu-node-20", "gpu-node-22"]
+XID48 = ("gpu-node-6", "gpu-node-9")
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +161,39 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     sources = {s for (s,) in db.execute("select distinct source from events")}
     assert {"slurm", "kubernetes"} <= sources  # both real watchers published
     assert "Traceback" not in "".join(lines)
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    # The leaf switch: ONE incident for its sub-block (learnt from the Nodes' labels), with its four
+    # nodes, and no other incident (the storm's nodes are scattered, gpu-node-4 is alone).
+    incidents = db.execute("select id, kind, name, status, nodes from incidents").fetchall()
+    assert [(kind, name, json.loads(nodes)) for _, kind, name, _, nodes in incidents] == [(*SUBBLOCK, SWITCHED)]
+    ((incident, _, _, status, _),) = incidents
+    assert status == "recovered"  # closed by itself once the switch was replaced
+    # One page: one incident_opened audit row (the notification outbox's source), for that incident.
+    opened = [json.loads(d)["incident"] for (d,) in db.execute(
+        "select detail from audit_log where action = 'incident_opened'")]  # fmt: skip
+    assert opened == [incident]
+    # No VM action on its nodes: none in the workflow's steps, none in the clouds' request logs.
+    members = db.execute(
+        f"select id, node, status, incident_id from remediations where node in ({','.join('?' * 4)})", SWITCHED
+    ).fetchall()
+    assert sorted(node for _, node, _, _ in members) == SWITCHED
+    assert {(status, inc) for _, _, status, inc in members} == {("cancelled", incident)}  # handed back
+    assert not db.execute(
+        f"select 1 from remediation_steps where step = 'vm_restart' and remediation_id in ({','.join('?' * 4)})",
+        [rid for rid, *_ in members],
+    ).fetchall()
+    assert not set(SWITCHED) & set(summary["vm_actions"]), summary["vm_actions"]
+    # Back in service: the service says so, and so does the simulated cluster (Slurm up and not
+    # drained, Node not cordoned) at the end of the run.
+    assert {s for (s,) in db.execute(
+        f"select status from nodes where name in ({','.join('?' * 4)})", SWITCHED)} == {"healthy"}  # fmt: skip
+    (reported,) = summary["incidents"]
+    assert reported["in_service"] == SWITCHED and reported["pages"] == 1 and reported["vm_actions"] == 0
+    # Xid 48 (gpu-memory): exactly one VM action (a host move) each, then quarantine.
+    for node in XID48:
+        steps = db.execute(
+            "select s.provider_op from remediation_steps s join remediations r on r.id = s.remediation_id "
+            "where r.node = ? and s.step = 'vm_restart'", (node,)).fetchall()  # fmt: skip
+        assert len(steps) == 1 and json.loads(steps[0][0])["action"] in ("stop_start", "redeploy"), steps
+        assert summary["vm_actions"][node] == 1, summary["vm_actions"]
