@@ -4,7 +4,8 @@
   events the policy decided ``app_xid``), so a repeat is remediated and a one-off is not.
 - :func:`failure_history`: each node's real failures since its last human release within the lemon
   horizon, with their class: what :func:`remediation.domain.lemon.score` reads. Counted the way the
-  repeat-offender rule counts (one remediation is one failure; dry-run never counts).
+  repeat-offender rule counts (one remediation is one failure; dry-run never counts), plus each GPU
+  check the health gate failed (issue 24).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
-from remediation.db.models import Event, Node, Remediation
+from remediation.db.models import Event, Node, Remediation, Validation
 from remediation.db.queries import among
 from remediation.domain.lemon import Failure
 
@@ -43,4 +44,18 @@ def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime
     out: dict[str, list[Failure]] = {}
     for node, opened, cls in session.execute(q):
         out.setdefault(node, []).append(Failure(aware(opened), cls))  # type: ignore[arg-type]
+    # A GPU check that failed after the node looked recovered (the health gate, issue 24) is evidence
+    # against the node as much as the failure that opened its remediation: it weighs as one more.
+    v = (select(Validation.node, Validation.finished_at, Remediation.fault_class)
+         .join(Remediation, Remediation.id == Validation.remediation_id)
+         .join(Node, Node.name == Validation.node)
+         .where(Validation.outcome == "failed", Validation.dry_run.is_(False),
+                Validation.finished_at > now - horizon, Remediation.incident_id.is_(None),
+                or_(Node.released_at.is_(None), Validation.finished_at > Node.released_at)))
+    if nodes is not None:
+        v = v.where(among(session, Validation.node, nodes))
+    for node, finished, cls in session.execute(v):
+        out.setdefault(node, []).append(Failure(aware(finished), cls))  # type: ignore[arg-type]
+    for failures in out.values():
+        failures.sort(key=lambda f: f.at)
     return out

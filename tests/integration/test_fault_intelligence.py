@@ -5,6 +5,8 @@ older tests turn them off; see tests/conftest.py)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from sqlalchemy import select
 
@@ -143,3 +145,26 @@ def test_kubernetes_condition_is_classified_from_its_message(sessions, engine, w
     with sessions() as s:
         rem = s.get(Remediation, followups[0].remediation_id)
         assert (rem.fault_class, rem.action) == ("gpu-hardware", "move-host")
+
+
+def test_a_failed_gpu_check_weighs_on_the_lemon_score(sessions, clock) -> None:
+    """Issue 24: a check the health gate failed counts as one more failure in the node's history."""
+    from remediation.db.faults import failure_history
+    from remediation.db.models import Node, Validation
+
+    now = clock.now()
+    with sessions() as s, s.begin():
+        s.add(Node(name="gpu-node-3", status="remediating", status_reason="", first_seen_at=now, updated_at=now))
+        s.flush()
+        rem = Remediation(node="gpu-node-3", cause="xid 48", source="slurm", status="running", step="validate",
+                          opened_at=now, updated_at=now, fault_class="gpu-memory")
+        s.add(rem)
+        s.flush()
+        for outcome in ("failed", "passed"):
+            s.add(Validation(remediation_id=rem.id, node="gpu-node-3", backend="slurm", name=f"gate-{outcome}",
+                             cause_class="gpu-memory", command="dcgmi diag -r 3", outcome=outcome, exit_code=1,
+                             started_at=now, finished_at=now, duration_s=1.0))
+    with sessions() as s:
+        history = failure_history(s, ["gpu-node-3"], now, timedelta(days=90))
+    # The remediation, and its failed check (the passed one is no evidence against the node).
+    assert [f.fault_class for f in history["gpu-node-3"]] == ["gpu-memory", "gpu-memory"]
