@@ -223,7 +223,7 @@ def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, gate_dir: Pat
 
 
 def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, gate_dir: Path, pg_url: str,
-                                                         tmp_path: Path) -> None:
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``remediation validate NODE`` on a drained node, and ``release NODE --validate``: a failing check
     keeps the node quarantined; a passing one releases it. The drain the node had is put back after each
     check (the check never returns a node by itself)."""
@@ -241,6 +241,9 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ga
     config = tmp_path / "remediation.yaml"
     config.write_text(yaml.safe_dump({"slurm": cfg.slurm.model_dump(exclude_none=True, mode="json"),
                                       "validation": cfg.validation.model_dump(mode="json")}))
+    # `--config` points the process at the file (REMEDIATION_CONFIG), as the console script must; in this
+    # in-process run the test owns that variable, so it is gone again for the tests after it.
+    monkeypatch.setenv("REMEDIATION_CONFIG", str(config))
     engine = create_engine(pg_url, poolclass=NullPool)
     db = sessionmaker(bind=engine)
     now = datetime.now(UTC)
