@@ -158,7 +158,9 @@ def test_killed_slurmd_is_detected_and_its_return_too(
             lambda e: e.node == "gpu-node-3" and e.kind == EventKind.UNHEALTHY and e.state == "DOWN",
             60.0,
         )
-        assert down.reason == "Not responding"
+        # 24.11 keeps earlier reasons: the watcher cuts a kept "Not responding" (an earlier test's) to "".
+        expected = ("Not responding", "") if slurm.keeps_reason_on_resume else ("Not responding",)
+        assert down.reason in expected, down.reason
         assert time.monotonic() - killed < 45
         states = [e.state for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
         assert states[0] in ("NOT_RESPONDING", "DOWN")  # idle* (~13 s) first, then DOWN (~26 s)
