@@ -130,7 +130,9 @@ def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, eng
     assert total == settings.policy.repeat_offender_count
     restarts = len(world.calls("vm.restart", effect=True))
     assert restarts == settings.policy.repeat_offender_count - 1
-    scenario_figures.record("6 flapping node (10 min fast, 72 min slow)", runs=1, passed=1,
+    quarantined = count(sessions, Remediation.status == "quarantined")
+    scenario_figures.record("6 flapping node (10 min fast, 72 min slow)", runs=1,
+                            passed=int(quarantined == 1 and restarts == total - 1),
                             duplicate_actions=duplicate_vm_actions(world),
                             notes=f"fast flaps: 0 remediations; slow flaps: {total} opened, "
                                   f"{restarts} restarts, then quarantined (no loop)")
