@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import String, and_, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, lazyload
 
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
@@ -33,7 +33,7 @@ def control_get(session: Session, key: str) -> dict[str, Any]:
 
 def controls_get(session: Session, *keys: str) -> dict[str, dict[str, Any]]:
     """Several control rows in one statement (the gate reads three per step); a missing one is {}."""
-    found = session.execute(select(Control.key, Control.value).where(Control.key.in_(keys))).tuples().all()
+    found = session.execute(select(Control.key, Control.value).where(Control.key.in_(keys))).all()
     rows: dict[str, Any] = dict(found)
     return {k: dict(rows[k]) if rows.get(k) else {} for k in keys}
 
@@ -60,10 +60,36 @@ def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
     """Lock one ``control`` row until the transaction ends (creating it empty if missing) and return
     its value as committed by whoever held the lock before. On SQLite, BEGIN IMMEDIATE already
     serialises the transaction."""
-    insert = postgresql.insert if s.get_bind().dialect.name == "postgresql" else sqlite.insert
-    s.execute(insert(Control).values(key=key, value={}, updated_at=now).on_conflict_do_nothing(index_elements=["key"]))
-    value = s.execute(select(Control.value).where(Control.key == key).with_for_update()).scalar_one()
+    s.execute(_ENSURE_CONTROL[s.get_bind().dialect.name == "postgresql"], {"key": key, "value": {}, "now": now})
+    value = s.execute(_CONTROL_LOCKED, {"key": key}).scalar_one()
     return dict(value or {})
+
+
+# Built once: every VM admission and every correlation takes this lock.
+_ENSURE_CONTROL = {
+    postgres: (postgresql.insert if postgres else sqlite.insert)(Control)
+    .values(key=bindparam("key"), value=bindparam("value", type_=Control.value.type), updated_at=bindparam("now"))
+    .on_conflict_do_nothing(index_elements=["key"])
+    for postgres in (False, True)
+}
+_CONTROL_LOCKED = select(Control.value).where(Control.key == bindparam("key")).with_for_update()
+
+
+# A remediation's own row, locked, without its steps (lazy="selectin" would load them all): the claim and
+# the record of every step read it, so the statement is built once rather than by ``Session.get``.
+_REMEDIATION_LOCKED = (
+    select(Remediation).options(lazyload(Remediation.steps)).where(Remediation.id == bindparam("id")).with_for_update()
+)
+_STEP_ROW = select(RemediationStep).where(RemediationStep.id == bindparam("id"))
+
+
+def remediation_locked(session: Session, rid: int) -> Remediation | None:
+    """The remediation's row, locked until the transaction ends (its steps are not loaded)."""
+    return session.scalars(_REMEDIATION_LOCKED, {"id": rid}).first()
+
+
+def step_row(session: Session, row_id: int) -> RemediationStep | None:
+    return session.scalars(_STEP_ROW, {"id": row_id}).first()
 
 
 def is_paused(session: Session) -> bool:
@@ -146,46 +172,62 @@ def latest_healthy(
     return out
 
 
-def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None) -> ClusterView:
-    pool = session.scalar(select(func.count()).select_from(Node)) or 0
-    # The breaker counts real failures since the window's start or its last close, whichever is
-    # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
-    controls = controls_get(session, BREAKER, LAST_VM_ACTION, PAUSED)
-    latch = controls[BREAKER]
-    since = now - breaker_window
-    if not latch.get("open") and isinstance(latch.get("closed_at"), str):
-        since = max(since, datetime.fromisoformat(latch["closed_at"]))
-    real = Remediation.dry_run.is_(False)
+_REAL = Remediation.dry_run.is_(False)
+_VIEW_CONTROLS = select(Control.key, Control.value).where(
+    or_(*(Control.key == k for k in (BREAKER, LAST_VM_ACTION, PAUSED))))
+# One statement for the four counts the gate needs, built once: the gate reads the view on every claim
+# and every sweep, and building five statements per read was most of a claim's cost.
+_VIEW_COUNTS = select(
+    select(func.count()).select_from(Node).scalar_subquery(),
     # A correlated incident is local and expected: its nodes are one fault, not a storm.
-    failed = session.scalar(
-        select(func.count(func.distinct(Remediation.node))).where(
-            Remediation.opened_at > since, real, Remediation.incident_id.is_(None))
-    ) or 0
-    last_failure = session.scalar(select(func.max(Remediation.opened_at)).where(real))
-    in_flight = select(func.count(func.distinct(Remediation.id))).where(
+    select(func.count(func.distinct(Remediation.node)))
+    .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None))
+    .scalar_subquery(),
+    select(func.max(Remediation.opened_at)).where(_REAL).scalar_subquery(),
+    # VM actions in flight: verifying, or restarting with the restart's step row still open (looked up
+    # per open remediation through the steps' (remediation_id, step) index, not by scanning every step).
+    select(func.count(Remediation.id))
+    .where(
         Remediation.status.in_(OPEN_STATUSES),
-        Remediation.id != (exclude if exclude is not None else -1),
+        Remediation.id != bindparam("exclude"),
         or_(
             Remediation.step == Step.VERIFY,
             and_(
                 Remediation.step == Step.VM_RESTART,
-                Remediation.id.in_(
-                    select(RemediationStep.remediation_id).where(
-                        RemediationStep.step == Step.VM_RESTART,
-                        RemediationStep.status.in_(("started", "waiting")),
-                    )
-                ),
+                select(RemediationStep.id)
+                .where(
+                    RemediationStep.remediation_id == Remediation.id,
+                    RemediationStep.step == Step.VM_RESTART,
+                    RemediationStep.status.in_(("started", "waiting")),
+                )
+                .exists(),
             ),
         ),
     )
+    .scalar_subquery(),
+)
+
+
+def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None) -> ClusterView:
+    found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())
+    controls = {k: dict(found[k]) if found.get(k) else {} for k in (BREAKER, LAST_VM_ACTION, PAUSED)}
+    # The breaker counts real failures since the window's start or its last close, whichever is
+    # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
+    latch = controls[BREAKER]
+    since = now - breaker_window
+    if not latch.get("open") and isinstance(latch.get("closed_at"), str):
+        since = max(since, datetime.fromisoformat(latch["closed_at"]))
+    pool, failed, last_failure, vm_active = session.execute(
+        _VIEW_COUNTS, {"since": since, "exclude": exclude if exclude is not None else -1}
+    ).one()
     last = controls[LAST_VM_ACTION].get("at")
     pause = controls[PAUSED]
     return ClusterView(
         paused=bool(pause.get("paused")),
         pause_reason=": ".join(str(pause[k]) for k in ("by", "reason") if pause.get(k)) if pause.get("paused") else "",
-        pool_size=int(pool),
-        failed_in_window=int(failed),
-        vm_active=int(session.scalar(in_flight) or 0),
+        pool_size=int(pool or 0),
+        failed_in_window=int(failed or 0),
+        vm_active=int(vm_active or 0),
         last_vm_action_at=aware(datetime.fromisoformat(last)) if last else None,
         breaker_latched=bool(latch.get("open")),
         breaker_reason=str(latch.get("reason") or "") if latch.get("open") else "",

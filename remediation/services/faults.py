@@ -39,7 +39,7 @@ def lemon_scores(s: Session, now: datetime, cfg: LemonSettings,
 def lemons(s: Session, now: datetime, cfg: LemonSettings, top: int = 10) -> list[LemonRow]:
     """Nodes by lemon score, worst first (only nodes with counted failures)."""
     scores = lemon_scores(s, now, cfg)
-    status = dict(s.execute(select(Node.name, Node.status).where(Node.name.in_(list(scores)))).tuples().all())
+    status = dict(s.execute(select(Node.name, Node.status).where(Node.name.in_(list(scores)))).all())
     rows = [LemonRow(node, status.get(node, "-"), sc.score, sc.failures, sc.distinct, sc.over(cfg), sc.explanation)
             for node, sc in scores.items() if sc.failures]
     return sorted(rows, key=lambda r: (-r.score, r.node))[:top]

@@ -241,7 +241,7 @@ class Rehearsal:
         if name in self.handed or (nxt is not None and step != Step.K8S_EVICT):
             return
         with self.sessions() as s:
-            rem = s.get(Remediation, rid)
+            rem = s.execute(select(Remediation.status, Remediation.action).where(Remediation.id == rid)).first()
             if rem is None or rem.status == RemediationStatus.SUCCEEDED:
                 return
             if nxt is not None and not (rem.action == "none" and rem.status in OPEN_STATUSES):

@@ -29,8 +29,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
-from sqlalchemy.orm import Session, lazyload, sessionmaker
+from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import Node, Remediation, RemediationStep
@@ -40,6 +40,8 @@ from remediation.db.queries import (
     cluster_view,
     control_set,
     lock_control,
+    remediation_locked,
+    step_row,
 )
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.outcomes import Hold
@@ -85,7 +87,6 @@ class RetryLater(Exception):
 
 # A step locks and reads the remediation row only: its step history (a selectin relationship, for the
 # read models) is not loaded with it.
-_ROW_ONLY = (lazyload(Remediation.steps),)
 _EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
 
 
@@ -112,6 +113,19 @@ def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: 
 
 def _gave_up(outcome: Outcome) -> bool:
     return isinstance(outcome, Escalate) and outcome.reason.startswith("gave up after")
+
+
+# The open attempt of a remediation's current step; built once, as every claim reads it.
+_CURRENT_ROW = (
+    select(RemediationStep)
+    .where(
+        RemediationStep.remediation_id == bindparam("rid"),
+        RemediationStep.step == bindparam("step"),
+        RemediationStep.status.in_(("started", "waiting")),
+    )
+    .order_by(RemediationStep.id.desc())
+    .limit(1)
+)
 
 
 class Workflow:
@@ -193,7 +207,7 @@ class Workflow:
         now = self.clock.now()
         wf = self.settings.workflow
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
+            rem = remediation_locked(s, rid)
             if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
                 return None  # closed, or a stale/duplicate delivery for a step already passed
             lease_until = aware(rem.lease_until)
@@ -274,7 +288,7 @@ class Workflow:
         now = self.clock.now()
         wf = self.settings.workflow
         with self.sessions() as s, s.begin():
-            row = s.get(RemediationStep, row_id)
+            row = step_row(s, row_id)
             detail = dict(row.detail or {}) if row is not None else {}
             streak = int(detail.get("streak", 0)) + 1
             since = datetime.fromisoformat(detail["failing_since"]) if detail.get("failing_since") else now
@@ -291,7 +305,7 @@ class Workflow:
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
                                 f"{(now - since).total_seconds():.0f}s: {exc.message}")
-            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
+            rem = remediation_locked(s, rid)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + timedelta(seconds=countdown)
@@ -301,11 +315,11 @@ class Workflow:
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
+            rem = remediation_locked(s, rid)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
-            row = s.get(RemediationStep, row_id) if row_id is not None else None
+            row = step_row(s, row_id) if row_id is not None else None
             if row is not None and (row.detail or {}).get("streak") and not _gave_up(outcome):
                 # The step's call answered: a failure streak ends with any success.
                 row.detail = {k: v for k, v in row.detail.items() if k not in ("streak", "failing_since")}
@@ -382,11 +396,11 @@ class Workflow:
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():
-            rem = s.get(Remediation, rid, with_for_update=True, options=_ROW_ONLY)
+            rem = remediation_locked(s, rid)
             if rem is None or rem.lease_owner != token or rem.status not in OPEN_STATUSES:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
                 return None
-            row = s.get(RemediationStep, row_id)
+            row = step_row(s, row_id)
             countdown = hold(s, now, rem, row, fault, min(self.settings.workflow.poll_interval_s,
                                                           self.settings.workflow.max_wait_s))
             return FollowUp(rid, rem.step, countdown)
@@ -407,16 +421,7 @@ class Workflow:
 
     @staticmethod
     def _current_row(s: Session, rem: Remediation) -> RemediationStep | None:
-        return s.scalars(
-            select(RemediationStep)
-            .where(
-                RemediationStep.remediation_id == rem.id,
-                RemediationStep.step == rem.step,
-                RemediationStep.status.in_(("started", "waiting")),
-            )
-            .order_by(RemediationStep.id.desc())
-            .limit(1)
-        ).first()
+        return s.scalars(_CURRENT_ROW, {"rid": rem.id, "step": rem.step}).first()
 
     @staticmethod
     def _dry(outcome: Outcome) -> Outcome:
