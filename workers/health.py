@@ -101,13 +101,17 @@ def broker_connected() -> None:
         _worker.turned()
 
 
+def _remove_if_main(path: str, main: int) -> None:
+    if os.getpid() == main:  # never from a forked pool child
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _multiprocess_dir() -> str:
     path = os.environ.get(MULTIPROC_ENV)
     if not path:
         path = tempfile.mkdtemp(prefix="remediation-worker-metrics-")
         os.environ[MULTIPROC_ENV] = path
-        main = os.getpid()
-        atexit.register(lambda: os.getpid() == main and shutil.rmtree(path, ignore_errors=True))
+        atexit.register(_remove_if_main, path, os.getpid())
     for stale in Path(path).glob("*.db"):
         stale.unlink()
     return path
