@@ -257,6 +257,11 @@ def test_compose_long_running_services_have_health_checks() -> None:
     assert not missing, f"no healthcheck: {missing}"
     gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
     assert {"worker", "beat", "watcher-slurm", "watcher-kube", "api"} <= gated
+    # The processes' checks ask their own health endpoint (the one the Kubernetes probes use), on the
+    # port the shared environment sets.
+    for name in ("worker", "beat", "watcher-slurm", "watcher-kube"):
+        port = services[name]["environment"]["REMEDIATION_HEALTH__PORT"]
+        assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"]), name
 
 
 CLUSTER_SERVICES = {"worker", "beat", "watcher-slurm", "watcher-kube", "api"}
