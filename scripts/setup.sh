@@ -57,8 +57,9 @@ bash scripts/slurm-root.sh
 apt_install chromium chromium-driver
 
 # --- promtool, for tests/unit/test_alerts.py (`promtool check rules` and `promtool test rules` on
-# deploy/base/prometheus-rules.yaml). Debian packages it with the Prometheus server; the package's
-# service is not started where policy-rc.d forbids it (containers), and the tests start no server.
+# deploy/base/prometheus-rules.yaml). Debian packages it with the Prometheus server, whose service the
+# package starts on :9090 where services may start (not under a policy-rc.d that forbids it, as in
+# containers); the tests use only promtool.
 apt_install prometheus
 
 # --- kubectl, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py (skipped without it).
