@@ -43,7 +43,7 @@ from remediation.clock import SystemClock, aware
 from remediation.db.models import Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.policy import Clock
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.services import incidents
 from remediation.services.validation_metrics import validation_metrics
 
@@ -156,9 +156,12 @@ class DatabaseCollector(Collector):
                                 "How overdue the most overdue open remediation step is", value=lag)
         age = GaugeMetricFamily("remediation_oldest_open_seconds", "Age of the oldest open remediation, by the "
                                 "step it stands at (one past every step timeout is stuck)", labels=["step"])
+        ages = {st.value: 0.0 for st in Step if st is not Step.DONE}  # 0: none open there (a series, not a gap)
         for step, opened in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
                                       .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
-            age.add_metric([step], max(0.0, (now - aware(opened)).total_seconds()))  # type: ignore[operator]
+            ages[step] = max(0.0, (now - aware(opened)).total_seconds())  # type: ignore[operator]
+        for step, seconds in ages.items():
+            age.add_metric([step], seconds)
         yield age
         yield from validation_metrics(s)
 

@@ -76,7 +76,9 @@ def test_the_rules_are_a_prometheus_rule() -> None:
 def test_promtool_accepts_the_rules(tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": rule()["spec"]["groups"]}))
-    out = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, check=False
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"SUCCESS: {len(ALERTS)} rules found" in out.stdout
 
@@ -113,7 +115,9 @@ def _with(changes: dict[str, str]) -> list[tuple[str, str]]:
 
 CASES: dict[str, tuple[list[tuple[str, str]], list[dict[str, str]]]] = {
     "RemediationWatcherStale": (
-        _with({'remediation_watcher_last_success_timestamp_seconds{watcher="kube",pod="k1"}': "0+60x5 300x35"}),
+        _with(
+            {'remediation_watcher_last_success_timestamp_seconds{watcher="kube",pod="k1"}': "0+60x5 300x35"}
+        ),
         [{"watcher": "kube", "severity": "critical"}],
     ),
     "RemediationBreakerOpen": (
@@ -137,13 +141,17 @@ CASES: dict[str, tuple[list[tuple[str, str]], list[dict[str, str]]]] = {
         [{"severity": "warning"}],
     ),
     "RemediationTasksFailing": (
-        _with({'remediation_worker_tasks_total{task="remediation.ingest",outcome="failed",pod="w1"}': "0+1x40"}),
+        _with(
+            {'remediation_worker_tasks_total{task="remediation.ingest",outcome="failed",pod="w1"}': "0+1x40"}
+        ),
         [{"task": "remediation.ingest", "severity": "warning"}],
     ),
 }
 
 
-def _promtool_test(tmp_path: Path, series: list[tuple[str, str]], expected: dict[str, list[dict[str, str]]]) -> None:
+def _promtool_test(
+    tmp_path: Path, series: list[tuple[str, str]], expected: dict[str, list[dict[str, str]]]
+) -> None:
     groups = rule()["spec"]["groups"]
     for group in groups:
         for r in group["rules"]:
@@ -157,7 +165,11 @@ def _promtool_test(tmp_path: Path, series: list[tuple[str, str]], expected: dict
                 "interval": "1m",
                 "input_series": [{"series": s, "values": v} for s, v in series],
                 "alert_rule_test": [
-                    {"eval_time": "30m", "alertname": name, "exp_alerts": [{"exp_labels": labels} for labels in exp]}
+                    {
+                        "eval_time": "30m",
+                        "alertname": name,
+                        "exp_alerts": [{"exp_labels": labels} for labels in exp],
+                    }
                     for name, exp in expected.items()
                 ],
             }
