@@ -3,8 +3,8 @@ watcher, a Celery worker (prefork) and beat, each started as in production (``py
 ``celery -A workers.celery_app worker|beat``) with ``health.port`` set, and queried over HTTP.
 
 Also: the worker's liveness holds through a Redis outage while its readiness says the broker is gone,
-and every series the alert rules (deploy/base/prometheus-rules.yaml) read is one these endpoints or
-the API's /metrics export."""
+and every series the alert rules (deploy/base/prometheus-rules.yaml) and the Grafana dashboard read is
+one these endpoints or the API's /metrics export."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from remediation.adapters.queues import queue_depth
 from remediation.api.app import create_app
 from remediation.settings import load_settings
 from simulator.kube_api import KubeAPIServer
@@ -58,6 +59,20 @@ def samples(text: str) -> dict[str, float]:
 
 def names(text: str) -> set[str]:
     return {key.split("{", 1)[0] for key in samples(text)}
+
+
+SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
+
+
+def families(text: str) -> set[str]:
+    """The series names a /metrics declares (``# TYPE``), samples or not: a labelled family with no
+    row yet (no events recorded) still exports its name."""
+    out = set()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split()
+            out |= {name.removesuffix("_total") + suffix for suffix in SUFFIXES.get(kind, ("",))}
+    return out
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = str) -> Any:
@@ -269,7 +284,8 @@ def test_beat_reports_its_ticks(stack: Stack) -> None:
 
 
 def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_session_db: str) -> None:
-    exported: set[str] = set()
+    exported: set[str] = set()  # series with samples now
+    declared: set[str] = set()  # families declared, with samples or not
     wait_for(
         lambda: all(
             get(p.port, "/metrics")[0] == 200 for p in (stack.slurm[1], stack.kube, stack.worker, stack.beat)
@@ -278,14 +294,33 @@ def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_session_db: s
         "every endpoint",
     )
     for proc in (stack.slurm[1], stack.kube, stack.worker, stack.beat):
-        exported |= names(get(proc.port, "/metrics")[1])
-    settings = load_settings(database={"url": pg_session_db})
-    with TestClient(create_app(settings)) as api:
+        text = get(proc.port, "/metrics")[1]
+        exported |= names(text)
+        declared |= families(text)
+    settings = load_settings(database={"url": pg_session_db}, broker={"redis_url": REDIS_URL})
+    # As `remediation api` builds it (remediation/cli/ops.py), with the broker's queue depth.
+    with TestClient(create_app(settings, queue_depth=lambda: queue_depth(settings))) as api:
         resp = api.get("/metrics")
         assert resp.status_code == 200
         exported |= names(resp.text)
+        declared |= families(resp.text)
     read = {name for alert in alerts() for name in series_names(alert["expr"])}
     assert read and read <= exported, sorted(read - exported)
+    # The Grafana dashboard likewise reads only exported series, the processes' new ones included.
+    dashboard = json.loads((ROOT / "deploy/grafana/node-remediation.json").read_text())
+    charted = {
+        name
+        for panel in dashboard["panels"]
+        for t in panel.get("targets", [])
+        for name in series_names(t["expr"])
+    }
+    assert charted <= declared, sorted(charted - declared)
+    assert {
+        "remediation_watcher_last_success_timestamp_seconds",
+        "remediation_worker_tasks_total",
+        "remediation_beat_last_tick_timestamp_seconds",
+        "remediation_watcher_leader",
+    } <= charted
 
 
 def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(

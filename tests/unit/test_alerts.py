@@ -28,7 +28,7 @@ ALERTS = {
 }
 PROMQL_WORDS = {
     "time", "max", "sum", "by", "without", "or", "and", "unless", "increase", "rate", "absent",
-    "label_replace", "on", "ignoring",
+    "label_replace", "on", "ignoring", "histogram_quantile", "min",
 }  # fmt: skip
 
 
