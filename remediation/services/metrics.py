@@ -157,9 +157,9 @@ class DatabaseCollector(Collector):
         age = GaugeMetricFamily("remediation_oldest_open_seconds", "Age of the oldest open remediation, by the "
                                 "step it stands at (one past every step timeout is stuck)", labels=["step"])
         ages = {st.value: 0.0 for st in Step if st is not Step.DONE}  # 0: none open there (a series, not a gap)
-        for step, opened in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
-                                      .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
-            ages[step] = max(0.0, (now - aware(opened)).total_seconds())  # type: ignore[operator]
+        for step, first in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
+                                     .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
+            ages[step] = max(0.0, (now - aware(first)).total_seconds())  # type: ignore[operator]
         for step, seconds in ages.items():
             age.add_metric([step], seconds)
         yield age

@@ -203,7 +203,7 @@ def test_no_watcher_leader_is_stale_too(tmp_path: Path) -> None:
         for s, v in HEALTHY
         if 'watcher="kube"' not in s
     ]
-    expected = {name: [] for name in ALERTS}
+    expected: dict[str, list[dict[str, str]]] = {name: [] for name in ALERTS}
     expected["RemediationWatcherStale"] = [
         {"watcher": "slurm", "severity": "critical"},
         {"watcher": "kube", "severity": "critical"},
