@@ -17,11 +17,12 @@ Each watcher owns a registry of its own (tests run several in one process).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-from remediation.adapters.health import HealthServer, Heartbeat
+from remediation.adapters.health import HealthServer
 from remediation.settings import Settings
 
 # A change probe is sub-millisecond, a full read of thousands of nodes seconds; a Node list likewise.
@@ -29,8 +30,9 @@ POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 
 
 class WatcherHealth:
-    def __init__(self, watcher: str, settings: Settings) -> None:
+    def __init__(self, watcher: str, settings: Settings, clock: Callable[[], float] = time.monotonic) -> None:
         self.watcher = watcher
+        self.clock = clock
         self.s = settings.health
         self.settings = settings
         self.registry = CollectorRegistry()
@@ -53,31 +55,31 @@ class WatcherHealth:
             buckets=POLL_BUCKETS,
             registry=self.registry,
         ).labels(watcher)
-        self.loop = Heartbeat()
+        self._turned = clock()
         self.leader = False
-        self._since = time.monotonic()  # last success, or when we took the lead
+        self._since = clock()  # last success, or when we took the lead
         self._leader_gauge.set(0)
         self._success_gauge.set(0)
 
     def turned(self) -> None:
         """The main loop went round once."""
-        self.loop.touch()
+        self._turned = self.clock()
 
     def leading(self, leader: bool) -> None:
         if leader and not self.leader:
-            self._since = time.monotonic()
+            self._since = self.clock()
         self.leader = leader
         self._leader_gauge.set(1 if leader else 0)
 
     def succeeded(self, duration_s: float | None = None) -> None:
         """A poll, list or watch response came back; ``duration_s`` for polls and lists."""
-        self._since = time.monotonic()
+        self._since = self.clock()
         self._success_gauge.set(time.time())
         if duration_s is not None:
             self._poll.observe(duration_s)
 
     def live(self) -> tuple[bool, dict[str, Any]]:
-        age = self.loop.age()
+        age = self.clock() - self._turned
         return age < self.s.liveness_stale_s, {
             "watcher": self.watcher,
             "role": self._role(),
@@ -88,7 +90,7 @@ class WatcherHealth:
         body: dict[str, Any] = {"watcher": self.watcher, "role": self._role()}
         if not self.leader:
             return True, body
-        age = time.monotonic() - self._since
+        age = self.clock() - self._since
         body["last_success_age_s"] = round(age, 3)
         return age < self.s.readiness_stale_s, body
 

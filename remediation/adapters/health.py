@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,19 +28,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 log = logging.getLogger(__name__)
 
 Check = Callable[[], tuple[bool, dict[str, Any]]]
-
-
-class Heartbeat:
-    """A monotonic timestamp a loop touches each turn, and how old it is."""
-
-    def __init__(self) -> None:
-        self._at = time.monotonic()
-
-    def touch(self) -> None:
-        self._at = time.monotonic()
-
-    def age(self) -> float:
-        return time.monotonic() - self._at
 
 
 class HealthServer:
