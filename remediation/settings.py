@@ -810,6 +810,28 @@ class ValidationSettings(_Section):
         return self.timeout_s.get(cause_class or "unknown", self.timeout_s["default"])
 
 
+class HealthSettings(_Section):
+    """The small HTTP endpoint every long-running process other than the API serves (watchers, workers,
+    beat): ``/livez`` (the process's own loop still turns: restart it if not), ``/readyz`` (it does its
+    job: a watcher's leader polls successfully, a standby waits; a worker holds its broker connection)
+    and ``/metrics``. Off unless ``port`` is set; deploy/ and docker-compose.yml set it."""
+    bind: str = Field(
+        "127.0.0.1", description="Address of the health endpoint (0.0.0.0 in a pod: kubelet and Prometheus)."
+    )
+    port: int | None = Field(
+        None, ge=0, le=65535, description="Port of the health endpoint; unset = no endpoint (0: any free port)."
+    )
+    liveness_stale_s: float = Field(
+        120.0, gt=0, description="/livez fails once the process's own loop has not turned for this long."
+    )
+    readiness_stale_s: float = Field(
+        600.0,
+        gt=0,
+        description="/readyz of a leading watcher fails once its last successful poll or watch response "
+        "is older than this (above kube.watch_timeout_s: a quiet watch answers once per request).",
+    )
+
+
 class Settings(BaseSettings):
     """All settings of node-remediation. See the class docstrings of each section."""
 
@@ -839,6 +861,7 @@ class Settings(BaseSettings):
     sim: SimSettings = Field(default_factory=SimSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    health: HealthSettings = Field(default_factory=HealthSettings)
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:

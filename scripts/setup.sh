@@ -3,6 +3,7 @@
 #   - PostgreSQL and Redis from Debian's packages, started if they are not answering;
 #   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
 #   - Slurm 24.11 in a cached Debian trixie root (scripts/slurm-root.sh), the second real Slurm;
+#   - promtool (Debian's prometheus package) for the alert-rule tests;
 #   - a Python 3.11 virtualenv in .venv with the project and its test extras.
 # Safe to run again: every step checks before it acts. Needs root for the apt and service steps.
 set -euo pipefail
@@ -54,6 +55,12 @@ bash scripts/slurm-root.sh
 
 # --- Debian's Chromium and its matching chromedriver, for the headless browser test (Selenium).
 apt_install chromium chromium-driver
+
+# --- promtool, for tests/unit/test_alerts.py (`promtool check rules` and `promtool test rules` on
+# deploy/base/prometheus-rules.yaml). Debian packages it with the Prometheus server, whose service the
+# package starts on :9090 where services may start (not under a policy-rc.d that forbids it, as in
+# containers); the tests use only promtool.
+apt_install prometheus
 
 # --- kubectl, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py (skipped without it).
 # Not installed from apt on purpose: Debian 12's only package, kubernetes-client, is kubectl 1.20, whose

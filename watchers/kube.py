@@ -55,6 +55,7 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.kube.client import kube_client
 from remediation.settings import Settings, load_settings
+from watchers.health import WatcherHealth
 from watchers.kube_publisher import Publisher
 from watchers.kube_stream import Item, NodeStream
 from watchers.runtime import Stopper
@@ -62,16 +63,19 @@ from watchers.runtime import Stopper
 log = logging.getLogger("watchers.kube")
 
 
-def _lead(settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any) -> None:
+def _lead(
+    settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any, health: WatcherHealth
+) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
     items: queue.Queue[Item] = queue.Queue()
-    stream = NodeStream(api, settings, items)
+    stream = NodeStream(api, settings, items, health)
     publisher = Publisher(settings, bus, api)
     renew_every = settings.kube.leader_ttl_s / 3
     renew_at = time.monotonic() + renew_every
     stream.start()
     try:
         while not stopper.stopped:
+            health.turned()
             due = publisher.flap.next_due()
             wait = min(renew_at - time.monotonic(), 0.5)  # 0.5 s bounds the SIGTERM latency
             if due is not None:
@@ -98,20 +102,31 @@ def run(
     stopper: Stopper,
     bus: RedisEventBus | None = None,
     api: client.CoreV1Api | None = None,
+    health: WatcherHealth | None = None,
 ) -> None:
-    """Run until ``stopper`` is set: wait for the leader lock, then watch and publish."""
+    """Run until ``stopper`` is set: wait for the leader lock, then watch and publish. ``health`` (made
+    here, and served on ``health.port``, unless given) hears of every turn, lead and list or watch response."""
     bus = bus or make_bus(settings)
     api = api or kube_client(settings.kube)
     lock = make_lock(settings, "kube", client=bus.client, ttl_s=settings.kube.leader_ttl_s)
+    health = health or WatcherHealth("kube", settings)
+    server = health.serve()
     try:
         while not stopper.stopped:
+            health.turned()
             if lock.acquire_or_renew():
                 log.info("leader lock acquired; watching Nodes")
-                _lead(settings, stopper, bus, api, lock)
+                health.leading(True)
+                try:
+                    _lead(settings, stopper, bus, api, lock, health)
+                finally:
+                    health.leading(False)
             else:
                 stopper.wait(min(1.0, settings.kube.leader_ttl_s / 3))
     finally:
         lock.release()
+        if server is not None:
+            server.stop()
         log.info("kube watcher stopped")
 
 

@@ -20,6 +20,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
 from remediation.settings import Settings
+from watchers.health import WatcherHealth
 
 log = logging.getLogger("watchers.kube")
 
@@ -29,9 +30,12 @@ Item = tuple[str, Any]  # ("RELIST", [node, ...]) or ("ADDED"|"MODIFIED"|"DELETE
 class NodeStream(threading.Thread):
     """list+watch of Nodes, queueing RELIST snapshots and watch events for the main loop."""
 
-    def __init__(self, api: client.CoreV1Api, settings: Settings, out: queue.Queue[Item]) -> None:
+    def __init__(
+        self, api: client.CoreV1Api, settings: Settings, out: queue.Queue[Item], health: WatcherHealth | None = None
+    ) -> None:
         super().__init__(name="kube-node-stream", daemon=True)
         self.api, self.s, self.out = api, settings.kube, out
+        self.health = health
         self._halt = threading.Event()
         self._watch: watch.Watch | None = None
 
@@ -42,10 +46,14 @@ class NodeStream(threading.Thread):
 
     def _list(self) -> str:
         # Raw JSON: deserializing 10,000 V1Node models costs seconds; we need a few fields of each.
+        started = time.monotonic()
         resp = self.api.list_node(_preload_content=False, _request_timeout=self.s.request_timeout_s)
         body = json.loads(resp.data)
         self.out.put(("RELIST", body.get("items") or []))
-        return str(body["metadata"]["resourceVersion"])
+        rv = str(body["metadata"]["resourceVersion"])
+        if self.health is not None:
+            self.health.succeeded(time.monotonic() - started)
+        return rv
 
     def run(self) -> None:
         backoff = 0.5
@@ -85,6 +93,10 @@ class NodeStream(threading.Thread):
             rv = str(obj["metadata"]["resourceVersion"])
             if event["type"] != "BOOKMARK":
                 self.out.put((event["type"], obj))
+            if self.health is not None:
+                self.health.succeeded()
             if self._halt.is_set():
                 break
+        if self.health is not None and not self._halt.is_set():
+            self.health.succeeded()  # a quiet watch that ran its timeout out answered too
         return rv

@@ -43,6 +43,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
+from watchers.health import WatcherHealth
 from watchers.runtime import Stopper
 from watchers.slurm_topology import TopologyPublisher
 
@@ -259,8 +260,10 @@ def run(
     bus: RedisEventBus | None = None,
     slurm: SlurmControl | None = None,
     lock: LeaderLock | None = None,
+    health: WatcherHealth | None = None,
 ) -> None:
-    """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes."""
+    """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes. ``health`` (made
+    here, and served on ``health.port``, unless given) hears of every turn, lead and successful poll."""
     if slurm is None:
         slurm = slurm_backend(settings)
     bus = bus or make_bus(settings)
@@ -271,10 +274,13 @@ def run(
     pace = Pace(poll, settings.slurm.cpu_budget)
     topology = TopologyPublisher(settings, bus, getattr(slurm, "topology", None))
     leading = False
+    health = health or WatcherHealth("slurm", settings)
+    server = health.serve()
     log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
     try:
         while not stopper.stopped:
             started = time.monotonic()
+            health.turned()
             pace.start()
             if lock.acquire_or_renew():
                 if not leading:
@@ -282,9 +288,12 @@ def run(
                     watcher.reset()
                     topology.reset()
                     leading = True
+                    health.leading(True)
                 try:
+                    polled = time.monotonic()
                     watcher.step()
                     topology.step()
+                    health.succeeded(time.monotonic() - polled)
                 except BusUnavailable as exc:
                     log.warning("cannot publish, will retry the same transitions: %s", exc)
                 except RemediationError as exc:
@@ -292,9 +301,13 @@ def run(
             elif leading:
                 log.info("slurm watcher lost the leader lock")
                 leading = False
+                health.leading(False)
             stopper.wait(max(0.0, pace.interval() - (time.monotonic() - started)))
     finally:
         lock.release()
+        health.leading(False)
+        if server is not None:
+            server.stop()
         log.info("slurm watcher stopped")
 
 

@@ -13,6 +13,7 @@ naming the field.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
 from celery.worker.consumer import Consumer as _CeleryConsumer
@@ -20,6 +21,7 @@ from celery.worker.consumer import Consumer as _CeleryConsumer
 from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.settings import Settings, load_settings
+from workers import health
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ def make_app(settings: Settings) -> Celery:
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
     )
+    health.install(app, settings)
     return app
 
 
@@ -57,7 +60,15 @@ class Consumer(_CeleryConsumer):  # type: ignore[misc]
     visibility timeout.
     """
 
+    def ensure_connected(self, conn: Any) -> Any:
+        """Celery's connect-with-retries, telling the health endpoint where the broker stands."""
+        health.broker_connecting()
+        conn = super().ensure_connected(conn)
+        health.broker_connected()
+        return conn
+
     def on_connection_error_after_connected(self, exc: Exception) -> None:
+        health.broker_connecting()
         connection = self.connection
         transport = getattr(connection, "_transport", None)
 

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy import create_engine, text
 
 SCRIPT_LOCATION = "migrations:"
+# The advisory lock key migrations hold (any constant no other code of this database uses: "remediat").
+MIGRATION_LOCK = int.from_bytes(b"remediat", "big") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def alembic_config(url: str) -> Config:
@@ -21,7 +24,22 @@ def alembic_config(url: str) -> Config:
 
 
 def upgrade(url: str, revision: str = "head") -> None:
-    command.upgrade(alembic_config(url), revision)
+    """Migrate to ``revision``. On Postgres, under a session advisory lock: every API and worker pod runs
+    this in an init container on start (deploy/README.md, "Upgrades"), so several may race; the first
+    migrates, the others wait for it and then find nothing to do."""
+    engine = create_engine(url)
+    try:
+        if engine.dialect.name != "postgresql":
+            command.upgrade(alembic_config(url), revision)
+            return
+        with engine.connect() as lock:
+            lock.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            try:
+                command.upgrade(alembic_config(url), revision)
+            finally:
+                lock.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+    finally:
+        engine.dispose()
 
 
 def downgrade(url: str, revision: str) -> None:

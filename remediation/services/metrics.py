@@ -18,7 +18,8 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
 - ``remediation_incidents_open`` and ``remediation_incidents_total``: correlated incidents (services.incidents)
 - ``remediation_breaker_open``, ``remediation_breaker_open_info{reason,since}`` (why, while open), ``remediation_paused``
 - ``remediation_workflow_lag_seconds``: how overdue the most overdue open remediation is (work nobody
-  has picked up), and ``remediation_queue_depth{queue}`` when the composition root injects the
+  has picked up), ``remediation_oldest_open_seconds{step}`` (the oldest open remediation's age by
+  the step it stands at), and ``remediation_queue_depth{queue}`` when the composition root injects the
   broker's queue lengths
 - ``remediation_rejected_events_total``, ``remediation_database_up``
 - the health gate's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
@@ -42,7 +43,7 @@ from remediation.clock import SystemClock, aware
 from remediation.db.models import Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.policy import Clock
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.services import incidents
 from remediation.services.validation_metrics import validation_metrics
 
@@ -153,6 +154,15 @@ class DatabaseCollector(Collector):
         lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0  # type: ignore[operator]
         yield GaugeMetricFamily("remediation_workflow_lag_seconds",
                                 "How overdue the most overdue open remediation step is", value=lag)
+        age = GaugeMetricFamily("remediation_oldest_open_seconds", "Age of the oldest open remediation, by the "
+                                "step it stands at (one past every step timeout is stuck)", labels=["step"])
+        ages = {st.value: 0.0 for st in Step if st is not Step.DONE}  # 0: none open there (a series, not a gap)
+        for step, first in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
+                                     .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
+            ages[step] = max(0.0, (now - aware(first)).total_seconds())  # type: ignore[operator]
+        for step, seconds in ages.items():
+            age.add_metric([step], seconds)
+        yield age
         yield from validation_metrics(s)
 
     def _step_histogram(self, s: Session) -> HistogramMetricFamily:

@@ -167,6 +167,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
     stack = Stack(tmp_path)
     facts: dict[str, Any] = {}
     health: list[int] = []
+    checks: dict[str, int] = {}
     try:
         # The simulator, as its service runs it, on loopback with free ports and a temp state dir.
         sim = services["simulator"]
@@ -194,11 +195,13 @@ def test_compose_services_run_the_loop_against_the_simulator(
         )  # fmt: skip
         assert done.returncode == 0 and "database at head" in done.stdout, done.stdout + done.stderr
 
+        # Each container has its own loopback; here they share one, so each gets a health port of its own.
+        health_ports = {name: _free_port() for name in LONG_RUNNING}
         for name in LONG_RUNNING:
             svc = services[name]
             assert "simulator" in svc["depends_on"], name
-            stack.start(name, _local_argv(svc, state_dir, tmp_path, api_port),
-                        _environment(svc, pg_url, redis_prefix))  # fmt: skip
+            env = _environment(svc, pg_url, redis_prefix) | {"REMEDIATION_HEALTH__PORT": str(health_ports[name])}
+            stack.start(name, _local_argv(svc, state_dir, tmp_path, api_port), env)
 
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
@@ -208,6 +211,16 @@ def test_compose_services_run_the_loop_against_the_simulator(
                 break
             time.sleep(1)
         health.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
+        # The compose health checks of the processes, run as Docker would run them (their CMD argv).
+        for name in ("worker", "beat", "watcher-slurm", "watcher-kube"):
+            svc = services[name]
+            port = svc["environment"]["REMEDIATION_HEALTH__PORT"]
+            check = svc["healthcheck"]["test"]
+            assert check[0] == "CMD", name
+            argv = [a.replace(f":{port}/", f":{health_ports[name]}/") for a in check[1:]]
+            argv = [sys.executable if a == "python" else a for a in argv]
+            ran = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+            checks[name] = ran.returncode
         admin = yaml.safe_load(services["api"]["environment"]["REMEDIATION_API__ADMIN_TOKENS"])[0]
         health.append(
             httpx.get(
@@ -221,6 +234,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
     assert {"slurm", "kubernetes"} <= facts.get("sources", set()), (facts, stack.tails())
     assert facts["succeeded"], (facts, stack.tails())
     assert health == [200, 200]
+    assert checks == {"worker": 0, "beat": 0, "watcher-slurm": 0, "watcher-kube": 0}, (checks, stack.tails())
     # 0, or death by the SIGTERM itself after a graceful shutdown (uvicorn re-raises it); never SIGKILL.
     assert all(code in (0, -signal.SIGTERM) for code in codes.values()), (codes, stack.tails())
     assert not env_file.exists(), "the simulator leaves no stale tokens behind"

@@ -38,6 +38,7 @@ from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.statemachine import Step
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services import levers
@@ -59,6 +60,7 @@ class Scenario:
     clock: FakeClock
     engine: Workflow
     lag_s: float  # how overdue the most overdue open remediation is at scrape time
+    storm_at: datetime  # when the three storm remediations opened (the open ones at scrape time)
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
@@ -128,6 +130,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     drive(engine, clock, [manual])
 
     clock.advance(3600)  # the storm: three nodes within a minute, past the breaker's limit
+    storm_at = clock.now()
     storm = [f for node in ("gpu-5", "gpu-6", "gpu-7")
              for f in _publish(sessions, settings, clock, node, slurm, EventKind.UNHEALTHY, "FAIL", "xid 48")]
     first_gated: datetime | None = None
@@ -141,7 +144,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     assert first_gated is not None
     due = first_gated + timedelta(seconds=10)  # gated steps are checked again after one poll interval
     clock.advance(SCRAPE_DELAY_S)
-    return Scenario(sessions, clock, engine, lag_s=(clock.now() - due).total_seconds())
+    return Scenario(sessions, clock, engine, lag_s=(clock.now() - due).total_seconds(), storm_at=storm_at)
 
 
 def _scrape(scenario: Scenario) -> dict[str, float]:
@@ -227,6 +230,14 @@ def test_nodes_breaker_and_queue(scenario: Scenario) -> None:
     assert scenario.lag_s > SCRAPE_DELAY_S - 10  # the first gated check is overdue since then
     assert samples["remediation_workflow_lag_seconds"] == scenario.lag_s
     assert samples["remediation_database_up"] == 1
+
+
+def test_oldest_open_remediation_by_step(scenario: Scenario) -> None:
+    """The storm's three remediations are the open ones, all at k8s_evict; every other step has a series
+    at 0, so an alert on it reads a value rather than a gap."""
+    ages = _series(_scrape(scenario), "remediation_oldest_open_seconds")
+    assert ages.pop('{step="k8s_evict"}') == (scenario.clock.now() - scenario.storm_at).total_seconds()
+    assert ages == {f'{{step="{step.value}"}}': 0 for step in Step if step not in (Step.DONE, Step.K8S_EVICT)}
 
 
 def test_breaker_and_pause_follow_the_database(scenario: Scenario) -> None:

@@ -257,6 +257,11 @@ def test_compose_long_running_services_have_health_checks() -> None:
     assert not missing, f"no healthcheck: {missing}"
     gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
     assert {"worker", "beat", "watcher-slurm", "watcher-kube", "api"} <= gated
+    # The processes' checks ask their own health endpoint (the one the Kubernetes probes use), on the
+    # port the shared environment sets.
+    for name in ("worker", "beat", "watcher-slurm", "watcher-kube"):
+        port = services[name]["environment"]["REMEDIATION_HEALTH__PORT"]
+        assert f"http://127.0.0.1:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"]), name
 
 
 CLUSTER_SERVICES = {"worker", "beat", "watcher-slurm", "watcher-kube", "api"}
@@ -362,27 +367,65 @@ IDENTITY_ANNOTATION = {
 }
 NAMESPACE = "node-remediation"
 # Custom resources: not in the Kubernetes schemas; checked structurally instead.
-CRD_KINDS = {"ServiceMonitor"}
+CRD_KINDS = {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
 # The oldest Kubernetes these manifests target, and the newest the schema package ships.
 SCHEMA_VERSIONS = ["1.27", "latest"]
 # What each workload's containers probe. A change here is a decision: say why in the manifest.
 PROBES = {
     "remediation-api": {"readinessProbe", "livenessProbe"},
-    "remediation-worker": {"livenessProbe"},
-    "remediation-beat": set(),
-    "remediation-watcher-slurm": set(),
-    "remediation-watcher-kube": set(),
-    "remediation-migrate": set(),
+    "remediation-worker": {"readinessProbe", "livenessProbe"},
+    "remediation-beat": {"readinessProbe", "livenessProbe"},
+    "remediation-watcher-slurm": {"readinessProbe", "livenessProbe"},
+    "remediation-watcher-kube": {"readinessProbe", "livenessProbe"},
 }
-# The whole of the RBAC: (apiGroup, resource, verb).
-ALLOWED_RBAC = {
-    ("", "nodes", "get"),
-    ("", "nodes", "list"),
-    ("", "nodes", "watch"),
-    ("", "nodes", "patch"),
-    ("", "pods", "list"),
-    ("", "pods/eviction", "create"),
+# The processes that serve /livez, /readyz and /metrics on the health port (workers/health.py,
+# watchers/health.py); the API serves its own /healthz and /metrics.
+HEALTH_SERVERS = {
+    "remediation-worker",
+    "remediation-beat",
+    "remediation-watcher-slurm",
+    "remediation-watcher-kube",
 }
+# Each component's RBAC, (apiGroup, resource, verb), by its ServiceAccount: exactly what its code calls
+# (remediation/adapters/kube for the workers; watchers/kube*.py for the Kubernetes watcher).
+RBAC = {
+    "remediation-worker": {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "pods", "list"),
+        ("", "pods/eviction", "create"),
+    },
+    "remediation-watcher-kube": {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list")},
+}
+ALLOWED_RBAC = set().union(*RBAC.values())
+# Each component's Secret and the keys it holds: the settings its process reads (watchers/*.py,
+# workers/, remediation/api; the Slurm watcher and the workers talk to slurmrestd, only the workers
+# notify, only the API checks tokens, nobody but the workers and the API opens the database). The
+# init containers' migration reads remediation-migrate, which may name a database role allowed DDL.
+SECRET_KEYS = {
+    "remediation-worker": {
+        "REMEDIATION_DATABASE__URL",
+        "REMEDIATION_BROKER__REDIS_URL",
+        "REMEDIATION_SLURM__REST_TOKEN",
+        "REMEDIATION_SLURM__REST_USER",
+        "REMEDIATION_NOTIFY__WEBHOOK_URL",
+    },
+    "remediation-watcher-slurm": {
+        "REMEDIATION_BROKER__REDIS_URL",
+        "REMEDIATION_SLURM__REST_TOKEN",
+        "REMEDIATION_SLURM__REST_USER",
+    },
+    "remediation-watcher-kube": {"REMEDIATION_BROKER__REDIS_URL"},
+    "remediation-beat": {"REMEDIATION_BROKER__REDIS_URL"},
+    "remediation-api": {
+        "REMEDIATION_DATABASE__URL",
+        "REMEDIATION_BROKER__REDIS_URL",
+        "REMEDIATION_API__ADMIN_TOKENS",
+        "REMEDIATION_API__READ_TOKENS",
+    },
+    "remediation-migrate": {"REMEDIATION_DATABASE__URL"},
+}
+OPTIONAL_SECRET_KEYS = {("remediation-worker", "REMEDIATION_NOTIFY__WEBHOOK_URL")}
 
 
 @functools.cache
@@ -439,12 +482,13 @@ def test_overlay_renders(overlay: str) -> None:
         "ClusterRole",
         "ClusterRoleBinding",
         "ConfigMap",
-        "Job",
         "Deployment",
         "Service",
         "PodDisruptionBudget",
         "NetworkPolicy",
         "ServiceMonitor",
+        "PodMonitor",
+        "PrometheusRule",
     } <= kinds
     assert {o["metadata"]["name"] for o in _workloads(objs)} == set(PROBES)
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
@@ -490,6 +534,19 @@ def test_service_monitor_scrapes_the_api_metrics(overlay: str) -> None:
     port_names = {p["name"] for p in services[0]["spec"]["ports"]}
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["port"] in port_names and endpoint["path"] == "/metrics"
+    # The processes' own /metrics (watchers, workers, beat) through their pods' health port.
+    (pods,) = _of(objs, "PodMonitor")
+    assert set(pods["spec"]) <= {"selector", "podMetricsEndpoints", "namespaceSelector", "jobLabel"}
+    scraped = {
+        w["metadata"]["name"] for w in _workloads(objs) if _selects(pods["spec"]["selector"], _pod_labels(w))
+    }
+    assert scraped == HEALTH_SERVERS
+    for workload in _workloads(objs):
+        if workload["metadata"]["name"] in scraped:
+            (container,) = _pod_spec(workload)["containers"]
+            ports = {p["name"] for p in container.get("ports", [])}
+            for endpoint in pods["spec"]["podMetricsEndpoints"]:
+                assert endpoint["port"] in ports and endpoint["path"] == "/metrics"
 
 
 def _rbac_grants(rules: list[dict[str, Any]]) -> set[tuple[str, ...]]:
@@ -542,14 +599,81 @@ def test_rbac_check_catches_extra_grants(extra: dict[str, Any]) -> None:
 def test_rbac_grants_exactly_what_the_adapters_use(overlay: str) -> None:
     objs = _render(overlay)
     assert _all_rbac(objs) == ALLOWED_RBAC
-    roles = {(r["kind"], r["metadata"]["name"]) for r in _of(objs, "ClusterRole") + _of(objs, "Role")}
+    roles = {(r["kind"], r["metadata"]["name"]): r for r in _of(objs, "ClusterRole") + _of(objs, "Role")}
+    granted: dict[str, set[tuple[str, ...]]] = {}
     for binding in _of(objs, "ClusterRoleBinding") + _of(objs, "RoleBinding"):
-        assert (binding["roleRef"]["kind"], binding["roleRef"]["name"]) in roles, (
-            "binds a role we do not ship"
-        )
-        assert binding["subjects"] == [
-            {"kind": "ServiceAccount", "name": "node-remediation", "namespace": NAMESPACE}
-        ]
+        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
+        assert role is not None, "binds a role we do not ship"
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, subject
+            granted.setdefault(subject["name"], set()).update(_rbac_grants(role.get("rules", [])))
+    assert granted == RBAC
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_component_has_its_own_service_account(overlay: str) -> None:
+    objs = _render(overlay)
+    accounts = {sa["metadata"]["name"] for sa in _of(objs, "ServiceAccount")}
+    used = {w["metadata"]["name"]: _pod_spec(w).get("serviceAccountName") for w in _workloads(objs)}
+    assert all(used.values()), f"a workload runs as the namespace's default ServiceAccount: {used}"
+    assert len(set(used.values())) == len(used), f"components share a ServiceAccount: {used}"
+    assert set(used.values()) == accounts, "a ServiceAccount nobody uses, or one we do not ship"
+    # Each runs as the account named for it (so RBAC and the cloud identity read plainly).
+    assert all(account == name for name, account in used.items()), used
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_component_reads_only_its_own_secret_keys(overlay: str) -> None:
+    objs = _render(overlay)
+    read: dict[str, set[str]] = {}
+    for workload in _workloads(objs):
+        name, pod = workload["metadata"]["name"], _pod_spec(workload)
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            # No envFrom: a Secret loaded whole would hand a process keys it does not use.
+            assert not any("secretRef" in e for e in c.get("envFrom", [])), f"{name}/{c['name']}: envFrom"
+            for env in c.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref is None:
+                    continue
+                assert env["name"] == ref["key"], f"{name}/{c['name']}: {env['name']} from key {ref['key']}"
+                read.setdefault(ref["name"], set()).add(ref["key"])
+                assert bool(ref.get("optional")) == ((ref["name"], ref["key"]) in OPTIONAL_SECRET_KEYS), ref
+                # A component's own Secret, or the migration's (in the migrate init container only).
+                own = f"remediation-{c['name']}" if c["name"] == "migrate" else name
+                assert ref["name"] == own, f"{name}/{c['name']} reads Secret {ref['name']}"
+    assert read == SECRET_KEYS
+
+
+def test_readme_creates_exactly_the_secrets_the_manifests_read() -> None:
+    """deploy/README.md's `kubectl create secret` commands make each Secret with exactly its keys."""
+    text = (ROOT / "deploy/README.md").read_text()
+    made: dict[str, set[str]] = {}
+    for block in re.findall(
+        r"kubectl -n node-remediation create secret generic (\S+)((?:[^\n]*\\\n)*[^\n]*)", text
+    ):
+        name, rest = block
+        keys = set(re.findall(r"--from-literal=(REMEDIATION_[A-Z_]+)=", rest))
+        keys |= set(re.findall(r"--from-file=(REMEDIATION_[A-Z_]+)=", rest))
+        made[name] = keys
+    optional = {(n, k) for n, k in OPTIONAL_SECRET_KEYS}
+    required = {name: {k for k in keys if (name, k) not in optional} for name, keys in SECRET_KEYS.items()}
+    assert set(made) == set(SECRET_KEYS)
+    for name, keys in made.items():
+        assert required[name] <= keys <= SECRET_KEYS[name], (name, keys)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_images_are_pinned_by_digest(overlay: str) -> None:
+    images = [
+        c["image"]
+        for w in _workloads(_render(overlay))
+        for c in _pod_spec(w).get("initContainers", []) + _pod_spec(w)["containers"]
+    ]
+    assert images
+    unpinned = [i for i in images if not re.fullmatch(r"[^@\s]+@sha256:[0-9a-f]{64}", i)]
+    assert not unpinned, f"not pinned by digest: {unpinned}"
+    # The shipped digest is a placeholder, and deploy/README.md says how to set the real one.
+    assert "kustomize edit set image node-remediation=" in (ROOT / "deploy/README.md").read_text()
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -583,7 +707,7 @@ def test_every_container_has_resources_probes_and_a_hardened_security_context(ov
             if not (tmp and "emptyDir" in volumes[tmp[0]["name"]]):
                 problems.append(f"{where}: no emptyDir on /tmp under a read-only root filesystem")
             probes = {p for p in ("livenessProbe", "readinessProbe", "startupProbe") if p in c}
-            if probes != PROBES[name]:
+            if c in pod["containers"] and probes != PROBES[name]:
                 problems.append(f"{where}: probes {sorted(probes)}, expected {sorted(PROBES[name])}")
     assert not problems, "\n".join(problems)
 
@@ -598,9 +722,19 @@ def test_probes_point_at_real_endpoints(overlay: str) -> None:
     assert "httpGet" not in container["livenessProbe"]
     port_names = {p["name"] for p in container["ports"]}
     assert container["readinessProbe"]["httpGet"]["port"] in port_names
-    (worker,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker"]
-    command = " ".join(_pod_spec(worker)["containers"][0]["livenessProbe"]["exec"]["command"])
-    assert "-A workers.celery_app inspect ping -d celery@$HOSTNAME" in command
+    # The processes probe their own health endpoint: /livez for liveness, /readyz for readiness, on the
+    # port the shipped config serves it on (health.port), never through the broker.
+    (cm,) = [o for o in _of(objs, "ConfigMap") if o["metadata"]["name"] == "remediation-config"]
+    health = yaml.safe_load(cm["data"]["config.yaml"])["health"]
+    assert health["bind"] == "0.0.0.0"  # kubelet and Prometheus reach the pod IP
+    for workload in _workloads(objs):
+        if workload["metadata"]["name"] not in HEALTH_SERVERS:
+            continue
+        (container,) = _pod_spec(workload)["containers"]
+        ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+        for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+            get = container[probe]["httpGet"]
+            assert (get["path"], ports[get["port"]]) == (path, health["port"]), workload["metadata"]["name"]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -631,18 +765,20 @@ def test_network_policy(overlay: str) -> None:
         assert any(_selects(p["spec"]["podSelector"], _pod_labels(workload)) for p in defaults), workload[
             "metadata"
         ]["name"]
-    # Ingress is opened only to the API pods, only on the API's container port.
-    (api,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-api"]
-    api_ports = {p["containerPort"] for c in _pod_spec(api)["containers"] for p in c.get("ports", [])}
+    # Ingress is opened only to the API pods on the API's port, and to the processes' health port (their
+    # /metrics) from the monitoring namespace.
     for policy in policies:
         for rule in policy["spec"].get("ingress", []):
-            targets = [
-                w["metadata"]["name"]
-                for w in _workloads(objs)
-                if _selects(policy["spec"]["podSelector"], _pod_labels(w))
-            ]
-            assert targets == ["remediation-api"], policy["metadata"]["name"]
-            assert {p["port"] for p in rule["ports"]} <= api_ports
+            targets = [w for w in _workloads(objs) if _selects(policy["spec"]["podSelector"], _pod_labels(w))]
+            names = {w["metadata"]["name"] for w in targets}
+            assert names in ({"remediation-api"}, HEALTH_SERVERS), policy["metadata"]["name"]
+            for w in targets:
+                ports = {p["containerPort"] for c in _pod_spec(w)["containers"] for p in c.get("ports", [])}
+                assert {p["port"] for p in rule["ports"]} <= ports, policy["metadata"]["name"]
+            if names == HEALTH_SERVERS:
+                assert rule["from"] == [
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+                ]
     egress_ports = {
         p["port"] for pol in policies for rule in pol["spec"].get("egress", []) for p in rule.get("ports", [])
     }
@@ -657,12 +793,23 @@ def test_overlay_picks_its_cloud(overlay: str) -> None:
             e["name"]: e.get("value") for c in _pod_spec(deployment)["containers"] for e in c.get("env", [])
         }
         assert env.get("REMEDIATION_VM__BACKEND") == VM_BACKEND[overlay], deployment["metadata"]["name"]
-    (sa,) = _of(objs, "ServiceAccount")
-    value = sa["metadata"].get("annotations", {}).get(IDENTITY_ANNOTATION[overlay])
+    identities = {
+        sa["metadata"]["name"]: value
+        for sa in _of(objs, "ServiceAccount")
+        for key, value in (sa["metadata"].get("annotations") or {}).items()
+        if key in IDENTITY_ANNOTATION.values()
+    }
+    # The cloud identity (which can restart VMs) is on the workers' ServiceAccount alone.
+    assert list(identities) == ["remediation-worker"], identities
+    value = identities["remediation-worker"]
     assert value and "REPLACE_ME" in value, "the identity placeholder must be clearly marked"
     if overlay == "azure":
-        (worker,) = [d for d in _of(objs, "Deployment") if d["metadata"]["name"] == "remediation-worker"]
-        assert _pod_labels(worker).get("azure.workload.identity/use") == "true"
+        opted = {
+            d["metadata"]["name"]
+            for d in _of(objs, "Deployment")
+            if _pod_labels(d).get("azure.workload.identity/use")
+        }
+        assert opted == {"remediation-worker"}
     # Only pods that call the Kubernetes API carry its token.
     with_token = {
         w["metadata"]["name"]
