@@ -8,15 +8,23 @@ queues keep a storm of events from starving running workflows: ``ingest`` and ``
 
 Settings are read once, at import, and a bad configuration stops the worker at start-up with a message
 naming the field.
+
+Logging is ours, not Celery's: a receiver of Celery's ``setup_logging`` signal hands the worker and beat
+to :func:`remediation.adapters.logs.configure` (settings' ``log_level`` and ``log_format``, so Celery's
+``--loglevel`` is not used), which is how the worker's INFO lines (task received, succeeded, retried)
+reach stderr in the same format as every other process.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery import Celery
+from celery.signals import setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
+from remediation.adapters import logs
 from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.settings import Settings, load_settings
@@ -79,4 +87,10 @@ class Consumer(_CeleryConsumer):  # type: ignore[misc]
 
 settings = load_settings()
 app = make_app(settings)
+
+
+@setup_logging.connect
+def _our_logging(**_: Any) -> None:
+    """Celery's logging set-up, replaced by the one every process shares."""
+    logs.configure_from(settings)
 

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters import logs
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
@@ -74,6 +75,7 @@ class State:
                 self._settings = load_settings()
             except ConfigError as exc:
                 raise CliError(str(exc), EXIT_CONFIG) from None
+            logs.configure_from(self._settings)
         return self._settings
 
     def sessions(self) -> sessionmaker[Session]:

@@ -16,6 +16,7 @@ from typing import Annotated
 
 import typer
 
+from remediation.adapters import logs
 from remediation.cli.main import app
 from remediation.ports.dispatch import Dispatcher
 from remediation.settings import ConfigError, Settings, load_settings
@@ -23,10 +24,12 @@ from remediation.settings import ConfigError, Settings, load_settings
 
 def _settings_or_exit() -> Settings:
     try:
-        return load_settings()
+        settings = load_settings()
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    logs.configure_from(settings)  # this process's logging (a process exec'd from here sets up its own)
+    return settings
 
 
 def _exec_module(module: str, *args: str) -> None:
@@ -100,8 +103,10 @@ def api(
     from remediation.api.app import create_app
 
     settings = _settings_or_exit()
+    # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
     uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=celery_dispatcher(settings)),
-                host=host or settings.api.bind, port=port or settings.api.port, log_level="info")
+                host=host or settings.api.bind, port=port or settings.api.port,
+                log_config=None, log_level=settings.log_level.lower())
 
 
 def celery_dispatcher(settings: Settings) -> Dispatcher:
