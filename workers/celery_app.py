@@ -25,7 +25,7 @@ from celery.signals import setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
 from remediation.adapters import logs
-from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, SWEEP_TASK
+from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.settings import Settings, load_settings
 
@@ -46,6 +46,9 @@ def make_app(settings: Settings) -> Celery:
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
     )
+    if settings.retention.prune_interval_s > 0:  # retention: old unlinked events (remediation db prune)
+        app.conf.beat_schedule["prune-events"] = {"task": PRUNE_TASK,
+                                                  "schedule": settings.retention.prune_interval_s}
     return app
 
 
