@@ -26,6 +26,7 @@ from remediation.adapters import logs
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.audit import VIA
 from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
@@ -64,6 +65,9 @@ class State:
 
     actor: str
     dispatcher_factory: DispatcherFactory = no_broker
+    server: str | None = None  # --server: reads and levers go through the API (remediation.cli.remote)
+    token: str | None = None  # the bearer token for --server
+    remote: Any = None  # the API client, once built (closed with the state)
     _settings: Settings | None = None
     _engine: Engine | None = None
     _sessions: sessionmaker[Session] | None = None
@@ -83,6 +87,7 @@ class State:
             self._engine = make_engine(self.settings().database)
             check_database(self._engine)
             self._sessions = make_session_factory(self._engine)
+            self._sessions.configure(info={VIA: "db"})  # audit rows written from here say via=db
         return self._sessions
 
     def now(self) -> datetime:
@@ -91,9 +96,12 @@ class State:
     def levers(self) -> LeverService:
         """The lever service, with the dispatcher the console script passed in (built after --config)."""
         settings = self.settings()
-        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock)
+        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock,
+                            via="db")
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
         if self._engine is not None:
             self._engine.dispose()
 

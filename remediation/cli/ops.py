@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from remediation.adapters import logs
+from remediation.cli.completion import PROG
 from remediation.cli.main import app
 from remediation.ports.dispatch import Dispatcher
 from remediation.settings import ConfigError, Settings, load_settings, parse_duration
@@ -152,7 +153,7 @@ def celery_dispatcher(settings: Settings) -> Dispatcher:
 
 
 def main() -> None:
-    app(obj=celery_dispatcher)
+    app(obj=celery_dispatcher, prog_name=PROG)
 
 
 if __name__ == "__main__":  # python -m remediation.cli.ops: the console script without installing it

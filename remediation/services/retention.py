@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, cast
 
-from sqlalchemy import delete, exists, func, select
+from sqlalchemy import CursorResult, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -61,7 +62,8 @@ def prune_events(sessions: sessionmaker[Session], older_than: timedelta, now: da
     while True:
         with sessions() as s, s.begin():
             ids = select(Event.id).where(_old(cutoff), _unlinked()).limit(batch).with_for_update(skip_locked=True)
-            done = s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery()))).rowcount or 0
+            result = cast(CursorResult[Any], s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery()))))
+            done = result.rowcount or 0
         pruned += done
         if done < batch:
             break
