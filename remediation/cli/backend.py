@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State
+from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.services import incidents as inc
 from remediation.services.faults import LemonRow, lemons
 from remediation.services.holds import automation_status
@@ -79,13 +79,6 @@ def backend(st: State) -> Backend:
         st.remote = Remote(st.server, st.token or "")
     remote: Backend = st.remote
     return remote
-
-
-def direct_only(st: State, what: str) -> None:
-    """Refuse, with the reason, a command that runs here against Slurm and the database."""
-    if st.server is not None:
-        raise CliError(f"{what} runs the GPU check from this machine through Slurm and writes the database "
-                       "directly: run it on the database host without --server", EXIT_CONFIG)
 
 
 class Direct:
