@@ -21,7 +21,7 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import setup_logging
+from celery.signals import celeryd_init, setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
 from remediation.adapters import logs
@@ -95,5 +95,11 @@ app = make_app(settings)
 @setup_logging.connect
 def _our_logging(**_: Any) -> None:
     """Celery's logging set-up, replaced by the one every process shares."""
+    logs.configure_from(settings)
+
+
+@celeryd_init.connect
+def _early_logging(**_: Any) -> None:
+    """The worker warns (running as root, say) before it sets logging up: be in place by then."""
     logs.configure_from(settings)
 

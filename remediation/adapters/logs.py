@@ -49,6 +49,7 @@ def configure(level: str, log_format: str, stream: TextIO | None = None) -> None
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warnings.warn() is a log record too, not a raw stderr line
     for name in _LIBRARY_LOGGERS:
         lib = logging.getLogger(name)
         lib.handlers = []
