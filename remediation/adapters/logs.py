@@ -26,8 +26,15 @@ from pythonjsonlogger.json import JsonFormatter
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # Loggers that carry their own handlers or levels by default; they are reset to propagate to the root.
-_LIBRARY_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi", "celery", "celery.task",
-                    "celery.redirected")
+_LIBRARY_LOGGERS = (
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+    "uvicorn.asgi",
+    "celery",
+    "celery.task",
+    "celery.redirected",
+)
 
 
 def formatter(log_format: str) -> logging.Formatter:
@@ -60,4 +67,3 @@ def configure(level: str, log_format: str, stream: TextIO | None = None) -> None
 def configure_from(settings: Any) -> None:
     """:func:`configure` with a :class:`remediation.settings.Settings`'s ``log_level`` and ``log_format``."""
     configure(settings.log_level, settings.log_format)
-

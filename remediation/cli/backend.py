@@ -125,7 +125,9 @@ class Direct:
 
     def stats(self, days: int, top: int, dry_run: bool) -> Stats:
         with self.st.sessions()() as s:
-            return stats(s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run)
+            return stats(
+                s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run
+            )
 
     def lemons(self, top: int) -> list[LemonRow]:
         with self.st.sessions()() as s:
@@ -158,9 +160,12 @@ class Direct:
     def release(self, node: str, reason: str) -> str:
         undo = self.st.levers().release(node, self.st.actor, reason)
         if undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
-            raise CliError(f"node/{node} released in the database, but the release actions could not be "
-                           f"queued ({undo.error}); resume it by hand (scontrol update nodename={node} "
-                           "state=resume)", EXIT_REQUEST)
+            raise CliError(
+                f"node/{node} released in the database, but the release actions could not be "
+                f"queued ({undo.error}); resume it by hand (scontrol update nodename={node} "
+                "state=resume)",
+                EXIT_REQUEST,
+            )
         return f"node/{node} released"
 
     def cancel(self, remediation_id: int, reason: str, give_back: bool) -> str:
@@ -169,9 +174,12 @@ class Direct:
         if done.undo is None:
             return f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)"
         if done.undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
-            raise CliError(f"remediation/{remediation_id} cancelled, but giving back node/{node} could not be "
-                           f"queued ({done.undo.error}); resume it by hand (scontrol update nodename={node} "
-                           "state=resume)", EXIT_REQUEST)
+            raise CliError(
+                f"remediation/{remediation_id} cancelled, but giving back node/{node} could not be "
+                f"queued ({done.undo.error}); resume it by hand (scontrol update nodename={node} "
+                "state=resume)",
+                EXIT_REQUEST,
+            )
         return f"remediation/{remediation_id} cancelled at {step}; giving back node/{node} (our drain, cordon, taint)"
 
     def set_paused(self, paused: bool, reason: str) -> str:

@@ -52,8 +52,9 @@ def read_token(token_file: str | None, token_env: str | None) -> str:
         return token
     if token_env and token_env.strip():
         return token_env.strip()
-    raise CliError("--server needs a token: --token-file PATH, REMEDIATION_TOKEN_FILE or REMEDIATION_TOKEN",
-                   EXIT_CONFIG)
+    raise CliError(
+        "--server needs a token: --token-file PATH, REMEDIATION_TOKEN_FILE or REMEDIATION_TOKEN", EXIT_CONFIG
+    )
 
 
 class Remote:
@@ -64,7 +65,9 @@ class Remote:
     def __init__(self, server: str, token: str, client: httpx.Client | None = None) -> None:
         url = server.rstrip("/")
         if not url.startswith(("http://", "https://")):
-            raise CliError(f"--server {server}: give a URL, e.g. https://remediation.example:8080", EXIT_CONFIG)
+            raise CliError(
+                f"--server {server}: give a URL, e.g. https://remediation.example:8080", EXIT_CONFIG
+            )
         self.server = url
         self._client = client or httpx.Client(base_url=url, timeout=TIMEOUT_S)
         self._headers = {"Authorization": f"Bearer {token}"}
@@ -74,13 +77,18 @@ class Remote:
 
     # ------------------------------------------------------------------------------------- HTTP
 
-    def _call(self, method: str, path: str, params: dict[str, Any] | None = None,
-              body: dict[str, Any] | None = None) -> Any:
+    def _call(
+        self, method: str, path: str, params: dict[str, Any] | None = None, body: dict[str, Any] | None = None
+    ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
-            resp = self._client.request(method, f"/api/v1{path}", params=query, json=body, headers=self._headers)
+            resp = self._client.request(
+                method, f"/api/v1{path}", params=query, json=body, headers=self._headers
+            )
         except httpx.HTTPError as exc:
-            raise CliError(f"cannot reach {self.server}: {type(exc).__name__}: {exc}", EXIT_DATABASE) from None
+            raise CliError(
+                f"cannot reach {self.server}: {type(exc).__name__}: {exc}", EXIT_DATABASE
+            ) from None
         if resp.is_success:
             return resp.json()
         detail = _detail(resp)

@@ -44,8 +44,13 @@ def _unlinked() -> ColumnElement[bool]:
     return Event.remediation_id.is_(None) & ~opened_one
 
 
-def prune_events(sessions: sessionmaker[Session], older_than: timedelta, now: datetime, batch: int = 10000,
-                 dry_run: bool = False) -> PruneResult:
+def prune_events(
+    sessions: sessionmaker[Session],
+    older_than: timedelta,
+    now: datetime,
+    batch: int = 10000,
+    dry_run: bool = False,
+) -> PruneResult:
     """Delete (or with ``dry_run`` only count) unlinked events observed before ``now - older_than``."""
     if older_than <= timedelta(0):
         raise ValueError("older_than must be a positive duration")
@@ -55,18 +60,33 @@ def prune_events(sessions: sessionmaker[Session], older_than: timedelta, now: da
         audit_rows = s.scalar(select(func.count()).select_from(AuditLog)) or 0
         if dry_run:
             would = s.scalar(select(func.count()).select_from(Event).where(_old(cutoff), _unlinked())) or 0
-            log.info("prune (dry-run): would delete %d event(s) observed before %s; %d linked kept",
-                     would, cutoff.isoformat(), kept)
+            log.info(
+                "prune (dry-run): would delete %d event(s) observed before %s; %d linked kept",
+                would,
+                cutoff.isoformat(),
+                kept,
+            )
             return PruneResult(cutoff, True, would, kept, audit_rows)
     pruned = 0
     while True:
         with sessions() as s, s.begin():
-            ids = select(Event.id).where(_old(cutoff), _unlinked()).limit(batch).with_for_update(skip_locked=True)
-            result = cast(CursorResult[Any], s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery()))))
+            ids = (
+                select(Event.id)
+                .where(_old(cutoff), _unlinked())
+                .limit(batch)
+                .with_for_update(skip_locked=True)
+            )
+            result = cast(
+                CursorResult[Any], s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery())))
+            )
             done = result.rowcount or 0
         pruned += done
         if done < batch:
             break
-    log.info("prune: deleted %d event(s) observed before %s; %d linked kept; audit log untouched",
-             pruned, cutoff.isoformat(), kept)
+    log.info(
+        "prune: deleted %d event(s) observed before %s; %d linked kept; audit log untouched",
+        pruned,
+        cutoff.isoformat(),
+        kept,
+    )
     return PruneResult(cutoff, False, pruned, kept, audit_rows)

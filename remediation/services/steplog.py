@@ -18,9 +18,22 @@ log = logging.getLogger("remediation.workflow")
 
 
 def decided(remediation_id: int, node: str, step: str, attempt: int, outcome: str, why: str) -> None:
-    log.info("remediation %s %s attempt %s on %s: %s (%s)", remediation_id, step, attempt, node, outcome,
-             why[:300], extra={"remediation_id": remediation_id, "node": node, "step": step,
-                               "attempt": attempt, "outcome": outcome})
+    log.info(
+        "remediation %s %s attempt %s on %s: %s (%s)",
+        remediation_id,
+        step,
+        attempt,
+        node,
+        outcome,
+        why[:300],
+        extra={
+            "remediation_id": remediation_id,
+            "node": node,
+            "step": step,
+            "attempt": attempt,
+            "outcome": outcome,
+        },
+    )
 
 
 def name(outcome: Outcome) -> str:

@@ -32,15 +32,29 @@ class ApiProcess:
         self.log = log
         self._err = log.open("wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "remediation.cli.ops", "api", "--host", "127.0.0.1", "--port", str(self.port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=self._err, cwd=ROOT,
+            [
+                sys.executable,
+                "-m",
+                "remediation.cli.ops",
+                "api",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=self._err,
+            cwd=ROOT,
         )
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise AssertionError(f"the API exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+                raise AssertionError(
+                    f"the API exited with {self.proc.returncode}: {self.log.read_text()[-2000:]}"
+                )
             try:
                 if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
                     return

@@ -23,7 +23,11 @@ from remediation.settings import DatabaseSettings
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
 from tests.integration.history import History, build
 
-ALICE, BOB, LEGACY = "alice-admin-token-0123456789", "bob-read-token-0123456789", "legacy-admin-token-0123456789"
+ALICE, BOB, LEGACY = (
+    "alice-admin-token-0123456789",
+    "bob-read-token-0123456789",
+    "legacy-admin-token-0123456789",
+)
 
 
 @pytest.fixture
@@ -49,13 +53,24 @@ def tokens(tmp_path: Path) -> dict[str, Path]:
 
 
 @pytest.fixture
-def api(pg_url: str, history: History, tokens: dict[str, Path], tmp_path: Path,
-        redis_prefix: str) -> Iterator[ApiProcess]:
+def api(
+    pg_url: str, history: History, tokens: dict[str, Path], tmp_path: Path, redis_prefix: str
+) -> Iterator[ApiProcess]:
     config = tmp_path / "api.json"
-    config.write_text(json.dumps([{"name": "alice", "role": "admin", "token_file": str(tokens["alice"])},
-                                  {"name": "bob", "role": "read", "token_file": str(tokens["bob"])}]))
-    env = base_env(pg_url, REMEDIATION_API__TOKENS=config.read_text(),
-                   REMEDIATION_API__ADMIN_TOKENS=json.dumps([LEGACY]), REMEDIATION_BROKER__KEY_PREFIX=redis_prefix)
+    config.write_text(
+        json.dumps(
+            [
+                {"name": "alice", "role": "admin", "token_file": str(tokens["alice"])},
+                {"name": "bob", "role": "read", "token_file": str(tokens["bob"])},
+            ]
+        )
+    )
+    env = base_env(
+        pg_url,
+        REMEDIATION_API__TOKENS=config.read_text(),
+        REMEDIATION_API__ADMIN_TOKENS=json.dumps([LEGACY]),
+        REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
+    )
     proc = ApiProcess(env, tmp_path / "api.log")
     try:
         proc.wait_ready()
@@ -66,10 +81,18 @@ def api(pg_url: str, history: History, tokens: dict[str, Path], tmp_path: Path,
 
 def cli(pg_url: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """The console script as its own process; ``pg_url`` None: this machine has no database URL."""
-    full = base_env(pg_url or "postgresql+psycopg://nobody@127.0.0.1:1/none", USER="laptop-user", COLUMNS="250",
-                    **env)
-    return subprocess.run([sys.executable, "-m", "remediation.cli.ops", *args], env=full, capture_output=True,
-                          text=True, timeout=120, check=False, cwd=ROOT)
+    full = base_env(
+        pg_url or "postgresql+psycopg://nobody@127.0.0.1:1/none", USER="laptop-user", COLUMNS="250", **env
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "remediation.cli.ops", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
 
 
 def audit_rows(sessions: sessionmaker[Session], action: str) -> list[tuple[str, str | None]]:
@@ -77,20 +100,38 @@ def audit_rows(sessions: sessionmaker[Session], action: str) -> list[tuple[str, 
         return [(a.actor, a.via) for a in s.scalars(select(AuditLog).where(AuditLog.action == action))]
 
 
-def test_a_read_token_cannot_pull_a_lever(api: ApiProcess, tokens: dict[str, Path],
-                                          sessions: sessionmaker[Session]) -> None:
-    out = cli(None, "--server", api.url, "--token-file", str(tokens["bob"]), "quarantine", "gpu-node-1",
-              "-r", "looks bad")
+def test_a_read_token_cannot_pull_a_lever(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    out = cli(
+        None,
+        "--server",
+        api.url,
+        "--token-file",
+        str(tokens["bob"]),
+        "quarantine",
+        "gpu-node-1",
+        "-r",
+        "looks bad",
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert out.stderr.strip().startswith("error: refused by")
     assert "read-only" in out.stderr and out.stderr.count("\n") == 1
     assert audit_rows(sessions, "quarantine") == []
 
 
-def test_an_admin_token_named_alice_is_the_audit_actor(api: ApiProcess, tokens: dict[str, Path],
-                                                       sessions: sessionmaker[Session]) -> None:
-    out = cli(None, "quarantine", "gpu-node-1", "-r", "xid 79 again",
-              REMEDIATION_SERVER=api.url, REMEDIATION_TOKEN_FILE=str(tokens["alice"]))
+def test_an_admin_token_named_alice_is_the_audit_actor(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    out = cli(
+        None,
+        "quarantine",
+        "gpu-node-1",
+        "-r",
+        "xid 79 again",
+        REMEDIATION_SERVER=api.url,
+        REMEDIATION_TOKEN_FILE=str(tokens["alice"]),
+    )
     assert out.returncode == 0, out.stderr
     assert "gpu-node-1 is being quarantined" in out.stdout
     assert audit_rows(sessions, "quarantine") == [("alice", "api")]
@@ -103,8 +144,9 @@ def test_an_admin_token_named_alice_is_the_audit_actor(api: ApiProcess, tokens: 
     assert audit_rows(sessions, "pause") == []
 
 
-def test_a_direct_database_lever_is_marked_via_db(pg_url: str, history: History,
-                                                  sessions: sessionmaker[Session]) -> None:
+def test_a_direct_database_lever_is_marked_via_db(
+    pg_url: str, history: History, sessions: sessionmaker[Session]
+) -> None:
     out = cli(pg_url, "--actor", "carol", "pause", "-r", "maintenance window")
     assert out.returncode == 0, out.stderr
     assert audit_rows(sessions, "pause") == [("carol", "db")]
@@ -112,33 +154,46 @@ def test_a_direct_database_lever_is_marked_via_db(pg_url: str, history: History,
     assert [(a["actor"], a["via"]) for a in json.loads(out.stdout)] == [("carol", "db")]
 
 
-def test_an_unnamed_legacy_token_still_works(api: ApiProcess, tokens: dict[str, Path],
-                                             sessions: sessionmaker[Session]) -> None:
+def test_an_unnamed_legacy_token_still_works(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
     out = cli(None, "--server", api.url, "--token-file", str(tokens["legacy"]), "pause", "-r", "storm")
     assert out.returncode == 0, out.stderr
     ((actor, via),) = audit_rows(sessions, "pause")
     assert via == "api" and actor.startswith("api (token ")
 
 
-@pytest.mark.parametrize("args", [
-    ["nodes", "list", "-o", "json"], ["nodes", "show", "gpu-node-8", "-o", "json"],
-    ["remediations", "list", "-o", "json"], ["events", "tail", "-n", "5", "-o", "json"],
-    ["rejected", "list", "-o", "json"], ["audit", "list", "-o", "json"], ["status", "-o", "json"],
-    ["stats", "-o", "json"], ["stats", "--lemons", "-o", "json"], ["incidents", "list", "-o", "json"],
-    ["breaker", "status"], ["remediations", "list", "--status", "open", "-o", "json"],
-], ids=lambda a: "-".join(x for x in a if not x.startswith("-") and x != "json"))
-def test_every_read_answers_the_same_through_the_api(api: ApiProcess, tokens: dict[str, Path], pg_url: str,
-                                                     args: list[str]) -> None:
-    direct = cli(pg_url, *args)
-    remote = cli(None, "--server", api.url, "--token-file", str(tokens["bob"]), *args)
-    assert direct.returncode == 0 and remote.returncode == 0, direct.stderr + remote.stderr
-    assert remote.stdout.strip()
-    if args[0] == "stats" and "--lemons" not in args:  # its window starts at "now", which moved on between the runs
-        mine, theirs = json.loads(direct.stdout), json.loads(remote.stdout)
-        assert mine.pop("since") <= theirs.pop("since")
-        assert mine == theirs
-    else:
-        assert remote.stdout == direct.stdout
+READS = [
+    ["nodes", "list", "-o", "json"],
+    ["nodes", "show", "gpu-node-8", "-o", "json"],
+    ["remediations", "list", "-o", "json"],
+    ["remediations", "list", "--status", "open", "-o", "json"],
+    ["events", "tail", "-n", "5", "-o", "json"],
+    ["rejected", "list", "-o", "json"],
+    ["audit", "list", "-o", "json"],
+    ["status", "-o", "json"],
+    ["stats", "-o", "json"],
+    ["stats", "--lemons", "-o", "json"],
+    ["incidents", "list", "-o", "json"],
+    ["breaker", "status"],
+]
+
+
+def test_every_read_answers_the_same_through_the_api(
+    api: ApiProcess, tokens: dict[str, Path], pg_url: str
+) -> None:
+    """One API process for every read command (each runs twice: direct, then through the API)."""
+    for args in READS:
+        direct = cli(pg_url, *args)
+        remote = cli(None, "--server", api.url, "--token-file", str(tokens["bob"]), *args)
+        assert direct.returncode == 0 and remote.returncode == 0, (args, direct.stderr + remote.stderr)
+        assert remote.stdout.strip(), args
+        if args[0] == "stats" and "--lemons" not in args:  # its window starts at "now", which moved on
+            mine, theirs = json.loads(direct.stdout), json.loads(remote.stdout)
+            assert mine.pop("since") <= theirs.pop("since")
+            assert mine == theirs
+        else:
+            assert remote.stdout == direct.stdout, args
 
 
 def test_token_and_server_errors_are_one_line(api: ApiProcess, tmp_path: Path) -> None:
@@ -160,7 +215,11 @@ def test_token_and_server_errors_are_one_line(api: ApiProcess, tmp_path: Path) -
 
 def test_help_labels_the_two_modes_and_completion_completes() -> None:
     out = cli(None, "--help")
-    assert "Direct database mode" in out.stdout and "--server" in out.stdout and "REMEDIATION_SERVER" in out.stdout
+    assert (
+        "Direct database mode" in out.stdout
+        and "--server" in out.stdout
+        and "REMEDIATION_SERVER" in out.stdout
+    )
     script = cli(None, "completion", "bash")
     assert script.returncode == 0 and "_REMEDIATION_COMPLETE=complete_bash" in script.stdout
     assert "complete -o default -F" in script.stdout and script.stdout.rstrip().endswith("remediation")

@@ -54,8 +54,9 @@ class Proc:
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
         self.log = log
         self._err = log.open("wb")
-        self.proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._err,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            args, env=env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=self._err, start_new_session=True
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -87,8 +88,9 @@ def said(text: str) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda recs: any(text in r["message"] for r in recs)
 
 
-def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(pg_url: str, redis_prefix: str,
-                                                                     tmp_path: Path) -> None:
+def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(
+    pg_url: str, redis_prefix: str, tmp_path: Path
+) -> None:
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, **JSON)
     engine = make_engine(DatabaseSettings(url=pg_url))
     sessions: sessionmaker[Session] = make_session_factory(engine)
@@ -96,14 +98,50 @@ def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(pg_url: str
     with sessions() as s, s.begin():
         s.add(Node(name="gpu-node-1", status="healthy", first_seen_at=now, updated_at=now))
     engine.dispose()
-    worker = Proc([sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker", "-Q", "ingest,workflow",
-                   "-c", "1", "--pool", "prefork", "-n", f"w{time.monotonic_ns()}@%h", "--without-gossip",
-                   "--without-mingle", "--without-heartbeat"], env, tmp_path / "worker.err")
+    worker = Proc(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "-Q",
+            "ingest,workflow",
+            "-c",
+            "1",
+            "--pool",
+            "prefork",
+            "-n",
+            f"w{time.monotonic_ns()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ],
+        env,
+        tmp_path / "worker.err",
+    )
     try:
         worker.wait_for(said(" ready."), "worker ready line")
-        cli = subprocess.run([sys.executable, "-m", "remediation.cli.ops", "--actor", "tester", "report", "gpu-node-1",
-                              "-r", "xid 79 on the bench"], env=env, cwd=ROOT, capture_output=True, text=True,
-                             timeout=120, check=False)
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "remediation.cli.ops",
+                "--actor",
+                "tester",
+                "report",
+                "gpu-node-1",
+                "-r",
+                "xid 79 on the bench",
+            ],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert cli.returncode == 0, cli.stderr
         records(cli.stderr)
         worker.wait_for(lambda recs: any("outcome" in r for r in recs), "step decision line")
@@ -120,8 +158,20 @@ def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(pg_url: str
 
 def test_beat_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, **JSON)
-    beat = Proc([sys.executable, "-m", "celery", "-A", "workers.celery_app", "beat", "-s",
-                 str(tmp_path / "beat-schedule")], env, tmp_path / "beat.err")
+    beat = Proc(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers.celery_app",
+            "beat",
+            "-s",
+            str(tmp_path / "beat-schedule"),
+        ],
+        env,
+        tmp_path / "beat.err",
+    )
     try:
         beat.wait_for(said("Sending due task"), "beat's due-task line")
     finally:
@@ -143,9 +193,16 @@ def test_slurm_watcher_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path)
 def test_kube_watcher_logs_json(redis_prefix: str, tmp_path: Path) -> None:
     api = KubeAPIServer(token="test-token", bookmark_interval_s=0.2)
     api.start()
-    env = base_env("sqlite://", REMEDIATION_KUBE__HOST=api.url, REMEDIATION_KUBE__TOKEN=api.token,
-                   REMEDIATION_KUBE__CA_FILE=str(api.ca_file), REMEDIATION_KUBE__MAPPING="node",
-                   REMEDIATION_BROKER__REDIS_URL=REDIS_URL, REMEDIATION_BROKER__KEY_PREFIX=redis_prefix, **JSON)
+    env = base_env(
+        "sqlite://",
+        REMEDIATION_KUBE__HOST=api.url,
+        REMEDIATION_KUBE__TOKEN=api.token,
+        REMEDIATION_KUBE__CA_FILE=str(api.ca_file),
+        REMEDIATION_KUBE__MAPPING="node",
+        REMEDIATION_BROKER__REDIS_URL=REDIS_URL,
+        REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
+        **JSON,
+    )
     watcher = Proc([sys.executable, "-m", "watchers.kube"], env, tmp_path / "kube.err")
     try:
         watcher.wait_for(said("leader lock acquired"), "leader line")
@@ -169,9 +226,15 @@ def test_api_logs_json_with_uvicorn_in_it(pg_url: str, tmp_path: Path) -> None:
 
 def test_cli_logs_json_and_honours_log_level(pg_url: str) -> None:
     def prune(**extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "remediation.cli.ops", "db", "prune", "--older-than", "30d"],
-                              env=base_env(pg_url, **JSON, **extra), cwd=ROOT, capture_output=True, text=True,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-m", "remediation.cli.ops", "db", "prune", "--older-than", "30d"],
+            env=base_env(pg_url, **JSON, **extra),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     out = prune()
     assert out.returncode == 0, out.stderr

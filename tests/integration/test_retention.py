@@ -35,8 +35,17 @@ def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
 
 
 def _event(key: str, at: datetime, remediation_id: int | None = None) -> Event:
-    return Event(dedupe_key=key, source="slurm", node="gpu-node-1", kind="unhealthy", state="FAIL", reason="xid 79",
-                 observed_at=at, received_at=at, remediation_id=remediation_id)
+    return Event(
+        dedupe_key=key,
+        source="slurm",
+        node="gpu-node-1",
+        kind="unhealthy",
+        state="FAIL",
+        reason="xid 79",
+        observed_at=at,
+        received_at=at,
+        remediation_id=remediation_id,
+    )
 
 
 @pytest.fixture
@@ -47,16 +56,41 @@ def seeded(sessions: sessionmaker[Session]) -> dict[str, int]:
         s.add(Node(name="gpu-node-1", status="healthy", first_seen_at=OLD, updated_at=OLD))
         s.flush()
         opener = _event("old-opener", OLD)
-        s.add_all([opener, _event("old-1", OLD), _event("old-2", OLD - timedelta(days=30)),
-                   _event("recent", NOW - timedelta(days=10))])
+        s.add_all(
+            [
+                opener,
+                _event("old-1", OLD),
+                _event("old-2", OLD - timedelta(days=30)),
+                _event("recent", NOW - timedelta(days=10)),
+            ]
+        )
         s.flush()
-        rem = Remediation(node="gpu-node-1", cause="xid 79", source="slurm", status="succeeded", step="done",
-                          ladder=0, opened_at=OLD, updated_at=OLD, closed_at=OLD, event_id=opener.id, context={})
+        rem = Remediation(
+            node="gpu-node-1",
+            cause="xid 79",
+            source="slurm",
+            status="succeeded",
+            step="done",
+            ladder=0,
+            opened_at=OLD,
+            updated_at=OLD,
+            closed_at=OLD,
+            event_id=opener.id,
+            context={},
+        )
         s.add(rem)
         s.flush()
         s.add(_event("old-attributed", OLD, remediation_id=rem.id))
-        s.add(AuditLog(at=OLD - timedelta(days=400), actor="alice", action="release", target="gpu-node-1",
-                       reason="fixed", detail={}))
+        s.add(
+            AuditLog(
+                at=OLD - timedelta(days=400),
+                actor="alice",
+                action="release",
+                target="gpu-node-1",
+                reason="fixed",
+                detail={},
+            )
+        )
         return {"remediation": rem.id}
 
 
@@ -68,11 +102,19 @@ def _keys(sessions: sessionmaker[Session]) -> set[str]:
 def _cli(pg_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env.update({"REMEDIATION_DATABASE__URL": pg_url, "PYTHONPATH": str(ROOT)})
-    return subprocess.run([sys.executable, "-m", "remediation.cli.ops", *args], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "remediation.cli.ops", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
-def test_dry_run_counts_and_deletes_nothing(pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int]) -> None:
+def test_dry_run_counts_and_deletes_nothing(
+    pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int]
+) -> None:
     before = _keys(sessions)
     out = _cli(pg_url, "db", "prune", "--older-than", "90d", "--dry-run")
     assert out.returncode == 0, out.stderr
@@ -82,7 +124,8 @@ def test_dry_run_counts_and_deletes_nothing(pg_url: str, sessions: sessionmaker[
 
 
 def test_prune_removes_old_unlinked_events_only_and_never_audit_rows(
-        pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int]) -> None:
+    pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int]
+) -> None:
     out = _cli(pg_url, "db", "prune", "--older-than", "90d")
     assert out.returncode == 0, out.stderr
     assert "deleted 2 event(s)" in out.stdout
@@ -98,8 +141,9 @@ def test_prune_removes_old_unlinked_events_only_and_never_audit_rows(
 
 
 @pytest.mark.parametrize("bad", ["90x", "-3d", "soon", "0h"], ids=["unit", "negative", "word", "zero"])
-def test_bad_age_is_a_clear_error_and_deletes_nothing(pg_url: str, sessions: sessionmaker[Session],
-                                                     seeded: dict[str, int], bad: str) -> None:
+def test_bad_age_is_a_clear_error_and_deletes_nothing(
+    pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int], bad: str
+) -> None:
     before = _keys(sessions)
     out = _cli(pg_url, "db", "prune", "--older-than", bad)
     assert out.returncode == 2

@@ -11,23 +11,38 @@ from remediation.api.auth import identify
 from remediation.settings import ConfigError, load_settings, parse_duration
 
 
-@pytest.mark.parametrize(("text", "seconds"), [
-    ("90d", 90 * 86400), ("12h", 43200), ("30m", 1800), ("45s", 45), ("2w", 14 * 86400), ("600", 600),
-    (" 1.5h ", 5400), ("7D", 7 * 86400),
-], ids=["days", "hours", "minutes", "seconds", "weeks", "bare", "fraction", "upper"])
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90d", 90 * 86400),
+        ("12h", 43200),
+        ("30m", 1800),
+        ("45s", 45),
+        ("2w", 14 * 86400),
+        ("600", 600),
+        (" 1.5h ", 5400),
+        ("7D", 7 * 86400),
+    ],
+    ids=["days", "hours", "minutes", "seconds", "weeks", "bare", "fraction", "upper"],
+)
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
 
 
-@pytest.mark.parametrize("text", ["", "d", "90x", "-1d", "0", "nanh", "infd"],
-                         ids=["empty", "unit-only", "bad-unit", "negative", "zero", "nan", "inf"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "d", "90x", "-1d", "0", "nanh", "infd"],
+    ids=["empty", "unit-only", "bad-unit", "negative", "zero", "nan", "inf"],
+)
 def test_bad_durations_say_what_a_duration_is(text: str) -> None:
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
 
 
 def test_retention_age_from_config_and_its_errors() -> None:
-    assert load_settings(retention={"events_older_than": "12h"}).retention.events_older_than == timedelta(hours=12)
+    assert load_settings(retention={"events_older_than": "12h"}).retention.events_older_than == timedelta(
+        hours=12
+    )
     with pytest.raises(ConfigError, match="retention.events_older_than"):
         load_settings(retention={"events_older_than": "soon"})
 
@@ -42,8 +57,12 @@ def test_log_level_and_format_are_checked() -> None:
 
 def test_named_tokens_from_files_and_their_errors(tmp_path: Path) -> None:
     (tmp_path / "alice").write_text("alice-token-0123456789\n")
-    cfg = load_settings(api={"tokens": [{"name": "alice", "role": "admin", "token_file": str(tmp_path / "alice")}],
-                             "read_tokens": ["legacy-read-token-0123"]}).api
+    cfg = load_settings(
+        api={
+            "tokens": [{"name": "alice", "role": "admin", "token_file": str(tmp_path / "alice")}],
+            "read_tokens": ["legacy-read-token-0123"],
+        }
+    ).api
     alice = identify("alice-token-0123456789", cfg)
     assert alice is not None and (alice.name, alice.role, alice.named) == ("alice", "admin", True)
     assert alice.actor("mallory") == "alice"  # the request cannot rename a named token
@@ -60,5 +79,11 @@ def test_named_tokens_from_files_and_their_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigError, match=message):
             load_settings(api={"tokens": [entry]})
     with pytest.raises(ConfigError, match="unique"):
-        load_settings(api={"tokens": [{"name": "a", "role": "read", "token": "x" * 20},
-                                      {"name": "a", "role": "admin", "token": "y" * 20}]})
+        load_settings(
+            api={
+                "tokens": [
+                    {"name": "a", "role": "read", "token": "x" * 20},
+                    {"name": "a", "role": "admin", "token": "y" * 20},
+                ]
+            }
+        )
