@@ -596,6 +596,36 @@ class VMSettings(_Section):
         return self
 
 
+class ApiToken(_Section):
+    """One named bearer token. Its ``name`` is the actor every lever pulled with it is audited as."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w.@-]*$",
+                      description="Who holds the token (a person or a team), recorded as the audit actor.")
+    role: Literal["read", "admin"] = Field(description="read: every read; admin: reads and levers.")
+    token_file: Path | None = Field(None, description="File holding the token (a mounted Secret); read at "
+                                    "start-up, surrounding whitespace stripped.")
+    token: SecretStr | None = Field(None, description="The token itself, when no file is used (e.g. "
+                                    "from the environment); give exactly one of token and token_file.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiToken:
+        if (self.token is None) == (self.token_file is None):
+            raise ValueError(f"token {self.name!r}: give exactly one of token and token_file")
+        if self.token_file is not None:
+            try:
+                secret = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"token {self.name!r}: cannot read token_file {self.token_file}: "
+                                 f"{exc.strerror}") from None
+            self.token = SecretStr(secret)
+        if len(self.secret()) < 16:
+            raise ValueError(f"token {self.name!r}: a token must be at least 16 characters")
+        return self
+
+    def secret(self) -> str:
+        return self.token.get_secret_value() if self.token is not None else ""
+
+
 class ApiSettings(_Section):
     """The dashboard, JSON API and /metrics, and who may use them."""
     bind: str = Field("127.0.0.1", description="Address the API and dashboard listen on.")
@@ -604,12 +634,73 @@ class ApiSettings(_Section):
         default_factory=list, description="Bearer tokens allowed to read and to act (levers)."
     )
     read_tokens: list[SecretStr] = Field(default_factory=list, description="Read-only bearer tokens.")
+    tokens: list[ApiToken] = Field(
+        default_factory=list,
+        description="Named tokens with a role ({name, role, token_file}): the audit actor of a lever is "
+        "the token's name. The unnamed admin_tokens and read_tokens stay accepted; their names are "
+        "derived (admin-<first 8 hex digits of the token's sha256>, read-<...>).",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
         "/metrics carries only cluster-wide counts (no node names) and Prometheus scrapes it; turn it "
         "on when the port is reachable beyond the monitoring network.",
     )
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> ApiSettings:
+        names = [t.name for t in self.tokens]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"api.tokens: each name must be unique (repeated: {', '.join(dup)})")
+        return self
+
+
+class RetentionSettings(_Section):
+    """How long observed events are kept (``remediation db prune``, run by beat).
+
+    Only events no remediation points to are pruned: every remediation keeps its own events, and
+    audit rows are never pruned at all."""
+
+    events_older_than: timedelta = Field(
+        timedelta(days=90),
+        description="Prune unlinked events observed longer ago than this (e.g. 90d, 12h, or seconds). "
+        "90 days outlasts the repeat-offender and lemon windows, so no decision loses its evidence.",
+    )
+    prune_interval_s: float = Field(
+        86400.0, ge=0, description="How often beat runs the prune, in seconds (default daily; 0: never).",
+    )
+    batch: int = Field(10000, ge=1, le=1_000_000,
+                       description="Rows deleted per transaction, so a first prune of a big table "
+                       "never holds one long lock.")
+
+    @field_validator("events_older_than", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("events_older_than")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``45s``, ``2w`` or a bare number of seconds, as a timedelta."""
+    raw = text.strip().lower()
+    number, unit = (raw[:-1], raw[-1]) if raw and raw[-1] in _UNITS else (raw, "s")
+    try:
+        value = float(number)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration: use a number and a unit, e.g. 90d, 12h, 30m") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(f"{text!r}: a duration must be a positive number")
+    return timedelta(seconds=value * _UNITS[unit])
 
 
 class NotifySettings(_Section):
@@ -848,7 +939,12 @@ class Settings(BaseSettings):
         "is changed in Slurm, Kubernetes or the cloud.",
     )
     actor: str = Field("remediation", description="Name recorded as the actor of automated actions.")
-    log_level: str = Field("INFO", description="Python logging level.")
+    log_level: str = Field("INFO", description="Python logging level of every process (DEBUG, INFO, "
+                           "WARNING, ERROR); Celery's --loglevel and uvicorn's are this one.")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text: one readable line per record; json: one JSON object per line "
+        "(level, message, logger, time and the record's fields), for a log pipeline.",
+    )
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     broker: BrokerSettings = Field(default_factory=BrokerSettings)
     policy: PolicySettings = Field(default_factory=PolicySettings)
@@ -862,6 +958,15 @@ class Settings(BaseSettings):
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"):
+            raise ValueError("choose DEBUG, INFO, WARNING, ERROR or CRITICAL")
+        return level
 
     @model_validator(mode="after")
     def _cross_checks(self) -> Settings:

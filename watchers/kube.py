@@ -51,6 +51,7 @@ from typing import Any
 
 from kubernetes import client
 
+from remediation.adapters import logs
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.kube.client import kube_client
@@ -132,7 +133,7 @@ def run(
 
 def main() -> None:
     settings = load_settings()
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure_from(settings)
     run(settings, Stopper())
 
 

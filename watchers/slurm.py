@@ -34,6 +34,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
+from remediation.adapters import logs
 from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock, slurm_backend
 from remediation.adapters.lock import LeaderLock
@@ -313,9 +314,7 @@ def run(
 
 def main() -> int:
     settings = load_settings()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    logs.configure_from(settings)
     run(settings, Stopper())
     return 0
 

@@ -8,6 +8,11 @@ queues keep a storm of events from starving running workflows: ``ingest`` and ``
 
 Settings are read once, at import, and a bad configuration stops the worker at start-up with a message
 naming the field.
+
+Logging is ours, not Celery's: a receiver of Celery's ``setup_logging`` signal hands the worker and beat
+to :func:`remediation.adapters.logs.configure` (settings' ``log_level`` and ``log_format``, so Celery's
+``--loglevel`` is not used), which is how the worker's INFO lines (task received, succeeded, retried)
+reach stderr in the same format as every other process.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import logging
 from typing import Any
 
 from celery import Celery
+from celery.signals import celeryd_init, setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
-from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, SWEEP_TASK
+from remediation.adapters import logs
+from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.settings import Settings, load_settings
 from workers import health
@@ -40,6 +47,9 @@ def make_app(settings: Settings) -> Celery:
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
     )
+    if settings.retention.prune_interval_s > 0:  # retention: old unlinked events (remediation db prune)
+        app.conf.beat_schedule["prune-events"] = {"task": PRUNE_TASK,
+                                                  "schedule": settings.retention.prune_interval_s}
     health.install(app, settings)
     return app
 
@@ -90,4 +100,16 @@ class Consumer(_CeleryConsumer):  # type: ignore[misc]
 
 settings = load_settings()
 app = make_app(settings)
+
+
+@setup_logging.connect
+def _our_logging(**_: Any) -> None:
+    """Celery's logging set-up, replaced by the one every process shares."""
+    logs.configure_from(settings)
+
+
+@celeryd_init.connect
+def _early_logging(**_: Any) -> None:
+    """The worker warns (running as root, say) before it sets logging up: be in place by then."""
+    logs.configure_from(settings)
 

@@ -19,7 +19,14 @@ from celery import Task
 from sqlalchemy.exc import OperationalError
 
 from remediation.adapters import memstream
-from remediation.adapters.celery import INGEST_TASK, RELEASE_TASK, SWEEP_TASK, CeleryDispatcher, step_task
+from remediation.adapters.celery import (
+    INGEST_TASK,
+    PRUNE_TASK,
+    RELEASE_TASK,
+    SWEEP_TASK,
+    CeleryDispatcher,
+    step_task,
+)
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.domain.statemachine import Step
@@ -28,6 +35,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
 from remediation.services.ingest import ingest_batch
+from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
 from workers.celery_app import app, settings
 from workers.context import Runtime, runtime
@@ -88,6 +96,13 @@ def sweep(self: DomainTask) -> int:
     followups = self.rt.workflow.sweep()
     enqueue(followups)
     return len(followups)
+
+
+@app.task(name=PRUNE_TASK, base=DomainTask, bind=True)
+def prune(self: DomainTask) -> int:
+    """Retention (beat, every retention.prune_interval_s): old events no remediation owns; never audit rows."""
+    cfg = self.rt.settings.retention
+    return prune_events(self.rt.sessions, cfg.events_older_than, SystemClock().now(), cfg.batch).events_pruned
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:

@@ -24,6 +24,7 @@ INGEST_TASK = "remediation.ingest"
 RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"
 NOTIFY_TASK = "remediation.notify"
+PRUNE_TASK = "remediation.prune"
 
 
 def step_task(step: str) -> str:

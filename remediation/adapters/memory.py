@@ -41,7 +41,6 @@ from remediation.ports.cluster import (
 )
 from remediation.ports.errors import NotFound, PermanentError, UnknownNode
 
-
 #: What a VM action does to the hardware under it, for a fault's ``fixed_by`` (see the rehearsal's
 #: outcome model): a stop/start or a redeploy lands the VM on another host.
 ACTION_KIND = {"restart": "restart", "reimage": "reimage", "stop_start": "move", "redeploy": "move"}

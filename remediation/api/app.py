@@ -60,7 +60,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.queue_depth = queue_depth
     app.state.clock = clock or SystemClock()
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
-    app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock)
+    app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
+                                    via="api")
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["dur"] = human_duration

@@ -1,6 +1,11 @@
 """Authentication for the API and the dashboard: bearer tokens from settings, two roles.
 
-- ``read_tokens`` may read everything; ``admin_tokens`` may also pull levers. Every write needs admin.
+- A ``read`` token may read everything; an ``admin`` token may also pull levers. Every write needs admin.
+- Tokens have names. ``api.tokens`` lists named ones (``{name, role, token_file}``): a lever pulled with
+  one is audited with the token's name as the actor, whatever the request claims. The unnamed lists
+  ``admin_tokens`` and ``read_tokens`` stay accepted; their names are derived from the token's
+  fingerprint (``admin-1a2b3c4d``), and, as before, a request may add a human name, recorded with the
+  fingerprint (``alice (token 1a2b3c4d)``).
 - The JSON API takes ``Authorization: Bearer <token>`` only. It never reads the cookie, so a browser
   cannot be tricked into pulling a lever through it (no CSRF surface).
 - The dashboard takes the token once in a login form and keeps it in an HttpOnly, SameSite=Strict
@@ -33,12 +38,16 @@ class Principal:
     role: Literal["admin", "read"]
     fingerprint: str  # first 8 hex digits of sha256(token): identifies, never reveals
     token: str  # kept in memory only to derive the CSRF value
+    name: str = ""  # the token's name from api.tokens; derived (admin-<fingerprint>) for the unnamed lists
+    named: bool = False  # from api.tokens: the name is the actor, nothing the request says replaces it
 
     @property
     def admin(self) -> bool:
         return self.role == "admin"
 
     def actor(self, name: str | None) -> str:
+        if self.named:
+            return self.name
         who = (name or "").strip() or "api"
         return f"{who} (token {self.fingerprint})"[:128]
 
@@ -52,14 +61,21 @@ def identify(token: str | None, cfg: ApiSettings) -> Principal | None:
         return None
     given = token.encode()
     admin = read = False
+    named: tuple[str, Literal["admin", "read"]] | None = None
+    for entry in cfg.tokens:  # every entry is compared: no early exit that would time-leak the match
+        if hmac.compare_digest(given, entry.secret().encode()):
+            named = named or (entry.name, entry.role)
     for secret in cfg.admin_tokens:
         admin |= hmac.compare_digest(given, secret.get_secret_value().encode())
     for secret in cfg.read_tokens:
         read |= hmac.compare_digest(given, secret.get_secret_value().encode())
+    fp = hashlib.sha256(given).hexdigest()[:8]
+    if named is not None:
+        return Principal(named[1], fp, token, named[0], named=True)
     if not (admin or read):
         return None
-    fp = hashlib.sha256(given).hexdigest()[:8]
-    return Principal("admin" if admin else "read", fp, token)
+    role: Literal["admin", "read"] = "admin" if admin else "read"
+    return Principal(role, fp, token, f"{role}-{fp}")
 
 
 def _unauthorized(detail: str) -> HTTPException:

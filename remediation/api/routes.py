@@ -9,7 +9,7 @@ thread pool, which is right for blocking SQLAlchemy sessions.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
@@ -20,6 +20,7 @@ from remediation.api.levers import Lever, LeverResult, pull
 from remediation.domain.events import NODE_NAME
 from remediation.services.faults import LemonRow
 from remediation.services.faults import lemons as compute_lemons
+from remediation.services.holds import automation_status
 from remediation.services.readmodels import (
     AuditRow,
     EventRow,
@@ -112,6 +113,27 @@ def get_overview(request: Request, _: Reader) -> Overview:
     qd = request.app.state.queue_depth
     result.queue_depth = qd() if qd is not None else None
     return result
+
+
+class Identity(BaseModel):
+    """Who the server takes this token for: its name (the audit actor of a named token) and role."""
+
+    name: str
+    role: str
+    named: bool = Field(description="From api.tokens (true) or an unnamed legacy list (false).")
+
+
+@router.get("/whoami", response_model=Identity, summary="The token's name and role")
+def get_whoami(who: Reader) -> Identity:
+    return Identity(name=who.name, role=who.role, named=who.named)
+
+
+@router.get("/status", summary="Automation, breaker, counts, and remediations held for a human")
+def get_status(request: Request, _: Reader) -> dict[str, Any]:
+    """What ``remediation status`` shows: the pause (by whom, why), the storm breaker, remediations and
+    nodes by status, and each remediation held on an error nobody mapped."""
+    with request.app.state.sessions() as s:
+        return automation_status(s)
 
 
 @router.get("/nodes", response_model=list[NodeRow])

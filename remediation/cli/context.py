@@ -22,9 +22,11 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters import logs
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.services.audit import VIA
 from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
@@ -63,6 +65,9 @@ class State:
 
     actor: str
     dispatcher_factory: DispatcherFactory = no_broker
+    server: str | None = None  # --server: reads and levers go through the API (remediation.cli.remote)
+    token: str | None = None  # the bearer token for --server
+    remote: Any = None  # the API client, once built (closed with the state)
     _settings: Settings | None = None
     _engine: Engine | None = None
     _sessions: sessionmaker[Session] | None = None
@@ -74,6 +79,7 @@ class State:
                 self._settings = load_settings()
             except ConfigError as exc:
                 raise CliError(str(exc), EXIT_CONFIG) from None
+            logs.configure_from(self._settings)
         return self._settings
 
     def sessions(self) -> sessionmaker[Session]:
@@ -81,6 +87,7 @@ class State:
             self._engine = make_engine(self.settings().database)
             check_database(self._engine)
             self._sessions = make_session_factory(self._engine)
+            self._sessions.configure(info={VIA: "db"})  # audit rows written from here say via=db
         return self._sessions
 
     def now(self) -> datetime:
@@ -89,9 +96,12 @@ class State:
     def levers(self) -> LeverService:
         """The lever service, with the dispatcher the console script passed in (built after --config)."""
         settings = self.settings()
-        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock)
+        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock,
+                            via="db")
 
     def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
         if self._engine is not None:
             self._engine.dispose()
 

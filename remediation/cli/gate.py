@@ -19,6 +19,10 @@ from remediation.services.validation import ValidationRefused, run_check
 
 
 def run_gate(st: State, node: str, purpose: str) -> dict[str, Any]:
+    if st.server is not None:
+        raise CliError(f"{'release --validate' if purpose == 'release_validate' else 'validate'} runs the GPU "
+                       "check from this machine through Slurm and writes the database directly: run it on the "
+                       "database host without --server", EXIT_CONFIG)
     settings = st.settings()
     gate = gate_backend(settings)
     if gate is None:

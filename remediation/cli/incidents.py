@@ -3,8 +3,8 @@
 An incident is one failure domain (a leaf switch, an NVLink domain, a zone) whose nodes failed
 together: they are drained, get no VM action, and wait for the incident to close. ``resolve`` is the
 human's way to close it once the part is fixed; each member then re-checks its own trigger (healthy
-ones are given back, bad ones are remediated on their own). Reads share
-:mod:`remediation.services.incidents` with the API.
+ones are given back, bad ones are remediated on their own). Reads go through the CLI's backend
+(:mod:`remediation.services.incidents` directly, or the API with ``--server``).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import typer
 
 from remediation.cli import render as r
+from remediation.cli.backend import backend
 from remediation.cli.context import cli_errors, state
 from remediation.domain.hostlist import compress
-from remediation.services import incidents as svc
 
 app = typer.Typer(help="Correlated incidents: one failure domain, many nodes, one page.", no_args_is_help=True)
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
@@ -31,8 +31,7 @@ def incidents_list(
     """List incidents, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        rows = svc.list_incidents(s, status, limit)
+    rows = backend(st).incidents(status, limit)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -59,8 +58,7 @@ def incidents_show(ctx: typer.Context, incident_id: int = typer.Argument(..., me
     """One incident: its domain, likely cause, nodes, and each member's remediation."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        d = svc.show(s, incident_id)
+    d = backend(st).incident(incident_id)
     if fmt == "json":
         return r.print_json(d)
     now = st.now()
@@ -83,6 +81,4 @@ def incidents_resolve(ctx: typer.Context, incident_id: int = typer.Argument(...,
                       ) -> None:
     """Close an open incident (the part is fixed). Each member re-checks its trigger: healthy nodes
     are given back, nodes still bad are remediated on their own."""
-    st = state(ctx)
-    followups = st.levers().resolve_incident(incident_id, st.actor, reason)
-    typer.echo(f"incident/{incident_id} resolved; {len(followups)} member remediation(s) re-check their trigger now")
+    typer.echo(backend(state(ctx)).resolve_incident(incident_id, reason))

@@ -16,17 +16,21 @@ from typing import Annotated
 
 import typer
 
+from remediation.adapters import logs
+from remediation.cli.completion import PROG
 from remediation.cli.main import app
 from remediation.ports.dispatch import Dispatcher
-from remediation.settings import ConfigError, Settings, load_settings
+from remediation.settings import ConfigError, Settings, load_settings, parse_duration
 
 
 def _settings_or_exit() -> Settings:
     try:
-        return load_settings()
+        settings = load_settings()
     except ConfigError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    logs.configure_from(settings)  # this process's logging (a process exec'd from here sets up its own)
+    return settings
 
 
 def _exec_module(module: str, *args: str) -> None:
@@ -88,6 +92,41 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     typer.echo(f"database at {revision}")
 
 
+@db_app.command("prune")
+def db_prune(
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", help="Prune events observed longer ago than this: 90d, 12h, 30m, 2w or seconds "
+        "(default: retention.events_older_than).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
+) -> None:
+    """Delete old events that no remediation owns (direct database access). Every remediation keeps
+    its own events; audit rows are never pruned. Beat runs this every retention.prune_interval_s."""
+    from remediation.clock import SystemClock
+    from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
+    from remediation.services.retention import prune_events
+
+    settings = _settings_or_exit()
+    try:
+        age = parse_duration(older_than) if older_than is not None else settings.retention.events_older_than
+    except ValueError as exc:
+        typer.echo(f"error: --older-than {exc}", err=True)
+        raise typer.Exit(2) from None
+    engine = make_engine(settings.database)
+    try:
+        check_database(engine)
+        result = prune_events(make_session_factory(engine), age, SystemClock().now(), settings.retention.batch,
+                              dry_run=dry_run)
+    except DatabaseUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+    finally:
+        engine.dispose()
+    verb = "would delete" if result.dry_run else "deleted"
+    typer.echo(f"{verb} {result.events_pruned} event(s) observed before {result.cutoff:%Y-%m-%d %H:%M:%S} UTC; "
+               f"kept {result.events_kept_linked} older event(s) a remediation owns; "
+               f"audit log untouched ({result.audit_rows} row(s))" + (" (dry-run: nothing deleted)" if dry_run else ""))
+
+
 @app.command("api")
 def api(
     host: Annotated[str | None, typer.Option(help="Bind address (default: api.bind).")] = None,
@@ -100,8 +139,10 @@ def api(
     from remediation.api.app import create_app
 
     settings = _settings_or_exit()
+    # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
     uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=celery_dispatcher(settings)),
-                host=host or settings.api.bind, port=port or settings.api.port, log_level="info")
+                host=host or settings.api.bind, port=port or settings.api.port,
+                log_config=None, log_level=settings.log_level.lower())
 
 
 def celery_dispatcher(settings: Settings) -> Dispatcher:
@@ -112,4 +153,8 @@ def celery_dispatcher(settings: Settings) -> Dispatcher:
 
 
 def main() -> None:
-    app(obj=celery_dispatcher)
+    app(obj=celery_dispatcher, prog_name=PROG)
+
+
+if __name__ == "__main__":  # python -m remediation.cli.ops: the console script without installing it
+    main()

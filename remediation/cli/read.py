@@ -1,7 +1,8 @@
 """Read commands: ``nodes``, ``events``, ``remediations``, ``rejected``, ``audit`` and ``stats``.
 
-Each command is a thin shell over :mod:`remediation.services.readmodels` (the API uses the same functions) and has
-the same three outputs: a table, ``-o wide`` with more columns, and ``-o json``.
+Each command is a thin shell over the CLI's backend (:mod:`remediation.cli.backend`): the read models
+of :mod:`remediation.services.readmodels` in direct database mode, the API (which serves the same
+functions) with ``--server``. Every command has the same three outputs: a table, ``-o wide`` with more columns, and ``-o json``.
 """
 
 from __future__ import annotations
@@ -14,24 +15,15 @@ from datetime import datetime
 import typer
 
 from remediation.cli import render as r
+from remediation.cli.backend import backend
 from remediation.cli.context import State, cli_errors, state
 from remediation.domain.validation import last_line
-from remediation.services.faults import lemons as compute_lemons
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
     RemediationDetail,
-    get_node,
-    get_remediation,
     jsonable,
-    list_audit,
-    list_events,
-    list_nodes,
-    list_rejected,
-    list_remediations,
-    node_detail,
 )
-from remediation.services.stats import stats as compute_stats
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
 
@@ -52,8 +44,7 @@ def nodes_list(ctx: typer.Context, status: str = typer.Option(
     """List nodes with their status and open remediation."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        rows = list_nodes(s, status, st.settings().policy.lemon, st.now())
+    rows = backend(st).nodes(status)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -86,8 +77,7 @@ def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
     quarantine history."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        detail = node_detail(s, node, limit, st.settings().policy, st.now())
+    detail = backend(st).node_detail(node, limit)
     if fmt == "json":
         return r.print_json(detail)
     _show_node(detail, st.now(), wide=fmt == "wide")
@@ -158,11 +148,10 @@ def events_tail(
     """The latest events, oldest first; with -o json and --follow, one JSON object per line."""
     fmt = r.check_format(output)
     st = state(ctx)
-    sessions = st.sessions()
-    with sessions() as s:
-        if node:
-            get_node(s, node)  # an unknown node is an error, not an empty tail
-        batch = list_events(s, node=node, limit=lines)
+    source = backend(st)
+    if node:
+        source.node(node)  # an unknown node is an error, not an empty tail
+    batch = source.events(node, None, lines)
     if fmt == "json" and not follow:
         return r.print_json(batch)
     header = fmt != "json"
@@ -171,8 +160,7 @@ def events_tail(
     last = _emit(batch, fmt, 0)
     while follow:
         time.sleep(interval)
-        with sessions() as s:
-            last = _emit(list_events(s, node=node, after_id=last, limit=1000), fmt, last)
+        last = _emit(source.events(node, last, 1000), fmt, last)
 
 
 def _emit(batch: list[EventRow], fmt: str, last: int) -> int:
@@ -211,10 +199,9 @@ def remediations_list(
     """List remediations, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        if node:
-            get_node(s, node)
-        rows = list_remediations(s, status, node, limit)
+    if node:
+        backend(st).node(node)
+    rows = backend(st).remediations(status, node, limit)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -241,8 +228,7 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
     """One remediation: where it stands, and every step attempt with its duration and error."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        d = get_remediation(s, remediation_id)
+    d = backend(st).remediation(remediation_id)
     if fmt == "json":
         return r.print_json(d)
     _show_remediation(d, st.now(), fmt == "wide")
@@ -278,8 +264,7 @@ def rejected_list(ctx: typer.Context, limit: int = typer.Option(50, "--limit"), 
     """Rejected payloads with the parser's error, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        rows = list_rejected(s, limit)
+    rows = backend(st).rejected(limit)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -297,8 +282,7 @@ def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help
     """Audit log rows, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        rows = list_audit(s, node, action, limit)
+    rows = backend(st).audit(node, action, limit)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -321,11 +305,9 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
     the nodes by lemon score, each with its explanation."""
     fmt = r.check_format(output)
     st = state(ctx)
-    settings = st.settings()
     if lemons:
         return _lemons(st, top, fmt)
-    with st.sessions()() as s:
-        result = compute_stats(s, st.now(), days, top, settings.policy.repeat_offender_window, dry_run)
+    result = backend(st).stats(days, top, dry_run)
     if fmt == "json":
         return r.print_json(result)
     outcomes = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v) or "none"
@@ -351,16 +333,17 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
 
 
 def _lemons(st: State, top: int, fmt: str) -> None:
-    cfg = st.settings().policy.lemon
-    with st.sessions()() as s:
-        rows = compute_lemons(s, st.now(), cfg, top)
+    rows = backend(st).lemons(top)
     if fmt == "json":
         return r.print_json(rows)
-    state_ = "on" if cfg.enabled else "off (policy.lemon.enabled=false: scored, never quarantined)"
-    head = r.fields([
-        ("Lemon quarantine", f"{state_}; threshold {cfg.threshold:g}, half-life {r.dur(cfg.half_life_s)}, "
-                             f"distinct-cause bonus x{1 + cfg.distinct_bonus:g}"),
-    ])
+    cfg = backend(st).lemon_policy()
+    if cfg is None:  # through the API: the server's policy decides; "over" says who is over its threshold
+        policy = "the server's policy.lemon (the column \"over\" says who is at or over its threshold)"
+    else:
+        state_ = "on" if cfg.enabled else "off (policy.lemon.enabled=false: scored, never quarantined)"
+        policy = (f"{state_}; threshold {cfg.threshold:g}, half-life {r.dur(cfg.half_life_s)}, "
+                  f"distinct-cause bonus x{1 + cfg.distinct_bonus:g}")
+    head = r.fields([("Lemon quarantine", policy)])
     if not rows:
         return r.show(head, "", "no node has a counted failure")
     table = r.table(["node", "status", "score", "failures", "causes", "over", "why"],

@@ -1,6 +1,7 @@
 """``remediation status``: is automation running, and if not, who or what stopped it and why.
 
-The first command to type at 3 a.m. It reads the same overview as the dashboard (``views.overview``):
+The first command to type at 3 a.m. It reads the same overview as the dashboard
+(:func:`remediation.services.holds.automation_status`, served as ``GET /api/v1/status``):
 whether automation is paused (by a human, or by the system on a fault in its own plumbing, with the
 error and whether the health probe will lift it), the storm breaker, remediations by status and the ones
 held on an error nobody mapped, each with what it waits on.
@@ -12,13 +13,10 @@ from datetime import datetime
 from typing import Any
 
 import typer
-from sqlalchemy import select
 
 from remediation.cli import render as r
+from remediation.cli.backend import backend
 from remediation.cli.context import cli_errors, state
-from remediation.db.models import Remediation
-from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.services.readmodels import overview
 
 OUTPUT = typer.Option("table", "--output", "-o", help="table, wide or json.")
 
@@ -39,24 +37,18 @@ def status(ctx: typer.Context, output: str = OUTPUT) -> None:
     """Automation, breaker and remediations at a glance: what is stopped, by whom, and why."""
     fmt = r.check_format(output)
     st = state(ctx)
-    with st.sessions()() as s:
-        ov = overview(s)
-        open_rems = s.scalars(
-            select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id)
-        ).all()
-        held = [(x.id, x.node, x.step, x.wait_reason or "") for x in open_rems if (x.context or {}).get("held")]
+    report = backend(st).status()
     if fmt == "json":
-        return r.print_json({"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
-                             "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status,
-                             "held": [{"id": i, "node": n, "step": p, "reason": w} for i, n, p, w in held]})
-    breaker = ov.breaker_detail
+        return r.print_json(report)
+    paused, breaker = report["automation"], report["breaker"]
+    held = [(h["id"], h["node"], h["step"], h["reason"]) for h in report["held"]]
     head = r.fields([
-        ("Automation", _pause_line(ov.paused_detail)),
-        ("Since", r.when(_at(ov.paused_detail), st.now()) if ov.paused else "-"),
+        ("Automation", _pause_line(paused)),
+        ("Since", r.when(_at(paused), st.now()) if paused.get("paused") else "-"),
         ("Storm breaker", "OPEN: " + str(breaker.get("reason") or f"{breaker.get('failed')}/{breaker.get('pool')} "
-                                         "nodes failed within the window") if ov.breaker_open else "closed"),
-        ("Remediations", ", ".join(f"{k} {v}" for k, v in ov.remediations_by_status.items() if v) or "none"),
-        ("Nodes", ", ".join(f"{k} {v}" for k, v in ov.nodes_by_status.items() if v) or "none"),
+                                         "nodes failed within the window") if breaker.get("open") else "closed"),
+        ("Remediations", ", ".join(f"{k} {v}" for k, v in report["remediations"].items() if v) or "none"),
+        ("Nodes", ", ".join(f"{k} {v}" for k, v in report["nodes"].items() if v) or "none"),
     ])
     parts: list[object] = [head]
     if held:

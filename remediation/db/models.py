@@ -175,6 +175,9 @@ class AuditLog(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+    # Which door: api (a named token's lever), db (the CLI in direct database mode), service (automation);
+    # NULL on rows written before migration 0006.
+    via: Mapped[str | None] = mapped_column(String(8))
 
 
 class Control(Base):

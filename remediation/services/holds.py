@@ -36,6 +36,7 @@ from remediation.db.queries import PAUSED, control_get, control_set, lock_contro
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.ports.errors import SystemicError
 from remediation.services.audit import audit
+from remediation.services.readmodels import overview
 
 UNMAPPED = "unmapped_errors"  # control row: error kind -> the nodes it held
 SYSTEM_ACTOR = "system"
@@ -155,3 +156,14 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
 
 def pause_state(s: Session) -> dict[str, Any]:
     return control_get(s, PAUSED)
+
+
+def automation_status(s: Session) -> dict[str, Any]:
+    """``remediation status`` (and ``GET /api/v1/status``): pause, breaker, counts, and the remediations
+    held for a human, each with why."""
+    ov = overview(s)
+    open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
+    held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
+            for x in open_rems if (x.context or {}).get("held")]
+    return {"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
+            "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status, "held": held}

@@ -6,6 +6,10 @@ and queue the same work. The transactional rules live in :mod:`remediation.servi
 adds what every caller needs around them: the session, the clock, and the dispatcher it was given
 (never a global), used only after the commit so a follow-up never runs against uncommitted state.
 
+Every audit row it writes records the door the lever came through (``via``, see
+:mod:`remediation.services.audit`): the API builds it with ``via="api"``, the CLI in direct database mode
+with ``via="db"``.
+
 A release (and a cancel with ``give_back``) is committed even when its undo in Slurm and Kubernetes
 cannot be queued; the result says so (``undo_error``) and the caller tells the human what is left.
 """
@@ -20,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.domain.policy import Clock
 from remediation.ports.dispatch import Dispatcher, FollowUp
 from remediation.services import incidents, levers
+from remediation.services.audit import Via, through
 from remediation.settings import PolicySettings
 
 
@@ -45,8 +50,9 @@ class Cancelled:
 
 class LeverService:
     def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
-                 clock: Clock) -> None:
-        self._sessions = sessions
+                 clock: Clock, via: Via) -> None:
+        self._factory = sessions
+        self._via: Via = via
         self._dispatcher = dispatcher
         self._policy = policy
         self._clock = clock
@@ -95,6 +101,9 @@ class LeverService:
             followups = incidents.resolve(s, incident_id, actor, levers.checked_reason(reason), self._clock.now())
         self._dispatcher.steps(followups)
         return followups
+
+    def _sessions(self) -> Session:
+        return through(self._factory(), self._via)
 
     def _undo(self, node: str) -> Undo:
         try:

@@ -137,6 +137,7 @@ class AuditRow:
     target: str
     reason: str
     detail: dict[str, Any]
+    via: str | None = None  # api, db or service (None: written before the door was recorded)
 
 
 @dataclass
@@ -264,7 +265,7 @@ def _rem_fields(r: Remediation) -> dict[str, Any]:
 
 def _audit(a: AuditLog) -> AuditRow:
     return AuditRow(id=a.id, at=aware(a.at), actor=a.actor, action=a.action, target=a.target,  # type: ignore[arg-type]
-                    reason=a.reason, detail=dict(a.detail or {}))
+                    reason=a.reason, detail=dict(a.detail or {}), via=a.via)
 
 
 def _node(n: Node, rem: Remediation | None) -> NodeRow:

@@ -19,6 +19,8 @@ Transient errors are recorded on the step row (with the time the retry is due) a
 ``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. The step row
 is the one retry counter: its failure streak (errors in a row since the last success) sets the backoff
 and decides when to give up (:func:`failing_too_long`); Celery's own retry count plays no part.
+
+Every step's decision is logged with its five fields (:mod:`remediation.services.steplog`).
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ from remediation.domain.step_bodies import (
 )
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker, incidents
+from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.services.validation import hold_for_human, record_validation
@@ -151,27 +153,37 @@ class Workflow:
         if isinstance(claimed, FollowUp) or claimed is None:
             return claimed
         inp, row_id = claimed
+
+        def said(outcome: str, why: str) -> None:
+            steplog.decided(inp.remediation_id, inp.node, step, inp.attempt, outcome, why)
+
         try:
             outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.settings, self.clock.now())
         except TransientError as exc:
             retry = self._transient(remediation_id, row_id, token, exc)
             if isinstance(retry, RetryLater):
+                said("retry", str(retry))
                 raise retry from exc
             if Step(step) is not Step.VM_RESTART:
+                said("held", retry.reason)
                 # Minutes of errors from Slurm or the Kubernetes API say the dependency is down, not
                 # that this node is bad: pause (lifted by the health probe), never quarantine.
                 return self._hold(remediation_id, row_id, token, PagedError(
                     "TransientErrorsPersisted", retry.reason, True, True,
                     "kubernetes" if Step(step) in (Step.K8S_CORDON, Step.K8S_EVICT) else "slurm"))
+            said("escalate", retry.reason)
             return self._record(remediation_id, row_id, token, retry)
         except RemediationError as exc:
             if exc.scope is Scope.SYSTEM:
+                said("held", f"{exc.kind}: {exc.message}")
                 return self._hold(remediation_id, row_id, token, PagedError.of(exc))
             # A permanent error about this node: retrying or climbing the ladder cannot fix it.
             outcome = Quarantine(f"{exc.kind}: {exc.message}")
         except Exception as exc:  # noqa: BLE001 - nobody mapped it: hold with a page, never a verdict
             log.exception("remediation %s: %s raised an error no adapter mapped", remediation_id, step)
+            said("held", f"unmapped {type(exc).__name__}")
             return self._hold(remediation_id, row_id, token, PagedError.of(exc))
+        said(steplog.name(outcome), steplog.why(outcome))
         return self._record(remediation_id, row_id, token, outcome)
 
     def sweep(self) -> list[FollowUp]:
@@ -248,19 +260,14 @@ class Workflow:
                 # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
                 hint = "incident" if held_by_incident else "gate:new_vm" if new_vm else "gate"
+                attempt = row.attempt if row is not None else self._next_attempt(s, rid, step)
+                steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
                     (rem.context or {}).get("fault_class"), self.settings, rem.ladder)
             if row is None:
-                attempt = 1 + (
-                    s.scalar(
-                        select(func.count()).where(
-                            RemediationStep.remediation_id == rid, RemediationStep.step == step
-                        )
-                    )
-                    or 0
-                )
+                attempt = self._next_attempt(s, rid, step)
                 row = RemediationStep(
                     remediation_id=rid, step=step, attempt=attempt,
                     idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
@@ -418,6 +425,12 @@ class Workflow:
             return probe(s, self.clock.now(), check, self.settings.policy.probe_successes)
 
     # ------------------------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _next_attempt(s: Session, rid: int, step: Step) -> int:
+        done = s.scalar(select(func.count()).where(RemediationStep.remediation_id == rid,
+                                                   RemediationStep.step == step))
+        return 1 + (done or 0)
 
     @staticmethod
     def _current_row(s: Session, rem: Remediation) -> RemediationStep | None:

@@ -1,0 +1,203 @@
+"""Where the CLI's reads and levers go: straight to the database, or through the API.
+
+Every command asks its :class:`Backend` and only renders what comes back, so the two modes print the
+same tables:
+
+- :class:`Direct` (no ``--server``): the read models and the lever service over a database session,
+  for an admin on the database host. Its audit rows say ``via=db`` and the actor is ``--actor`` or
+  ``$USER``: whoever holds the database URL can claim any name, which is why this mode is for admins.
+- :class:`remediation.cli.remote.Remote` (``--server URL`` with a token): the JSON API. The server
+  authenticates the token and audits the lever with the token's name, ``via=api``.
+
+A lever returns the one line to print; a lever that was refused, or committed but could not queue its
+follow-up work, raises :class:`remediation.cli.context.CliError` with what is left to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from remediation.cli.context import EXIT_REQUEST, CliError, State
+from remediation.services import incidents as inc
+from remediation.services.faults import LemonRow, lemons
+from remediation.services.holds import automation_status
+from remediation.services.readmodels import (
+    AuditRow,
+    EventRow,
+    NodeDetail,
+    NodeRow,
+    RejectedRow,
+    RemediationDetail,
+    RemediationRow,
+    get_node,
+    get_remediation,
+    list_audit,
+    list_events,
+    list_nodes,
+    list_rejected,
+    list_remediations,
+    node_detail,
+)
+from remediation.services.stats import Stats, stats
+from remediation.settings import LemonSettings
+
+
+class Backend(Protocol):
+    mode: str  # "db" or "api": how the CLI reaches the service, as the audit log records it
+
+    def nodes(self, status: str | None) -> list[NodeRow]: ...
+    def node(self, name: str) -> NodeRow: ...
+    def node_detail(self, name: str, limit: int) -> NodeDetail: ...
+    def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]: ...
+    def remediations(self, status: str | None, node: str | None, limit: int) -> list[RemediationRow]: ...
+    def remediation(self, remediation_id: int) -> RemediationDetail: ...
+    def rejected(self, limit: int) -> list[RejectedRow]: ...
+    def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]: ...
+    def stats(self, days: int, top: int, dry_run: bool) -> Stats: ...
+    def lemons(self, top: int) -> list[LemonRow]: ...
+    def lemon_policy(self) -> LemonSettings | None: ...
+    def status(self) -> dict[str, Any]: ...
+    def incidents(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
+    def incident(self, incident_id: int) -> dict[str, Any]: ...
+    def breaker(self) -> dict[str, Any]: ...
+    def quarantine(self, node: str, reason: str) -> str: ...
+    def release(self, node: str, reason: str) -> str: ...
+    def cancel(self, remediation_id: int, reason: str, give_back: bool) -> str: ...
+    def set_paused(self, paused: bool, reason: str) -> str: ...
+    def report(self, node: str, reason: str) -> str: ...
+    def close_breaker(self, reason: str) -> str: ...
+    def resolve_incident(self, incident_id: int, reason: str) -> str: ...
+
+
+def backend(st: State) -> Backend:
+    """The API client with ``--server``, else the database (built once per invocation)."""
+    if st.server is None:
+        return Direct(st)
+    if st.remote is None:
+        from remediation.cli.remote import Remote  # httpx only where the API mode needs it
+
+        st.remote = Remote(st.server, st.token or "")
+    remote: Backend = st.remote
+    return remote
+
+
+class Direct:
+    """Reads and levers over this machine's database connection (``via=db``)."""
+
+    mode = "db"
+
+    def __init__(self, st: State) -> None:
+        self.st = st
+
+    # ------------------------------------------------------------------------------------ reads
+
+    def nodes(self, status: str | None) -> list[NodeRow]:
+        with self.st.sessions()() as s:
+            return list_nodes(s, status, self.st.settings().policy.lemon, self.st.now())
+
+    def node(self, name: str) -> NodeRow:
+        with self.st.sessions()() as s:
+            return get_node(s, name)
+
+    def node_detail(self, name: str, limit: int) -> NodeDetail:
+        with self.st.sessions()() as s:
+            return node_detail(s, name, limit, self.st.settings().policy, self.st.now())
+
+    def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]:
+        with self.st.sessions()() as s:
+            return list_events(s, node=node, after_id=after, limit=limit)
+
+    def remediations(self, status: str | None, node: str | None, limit: int) -> list[RemediationRow]:
+        with self.st.sessions()() as s:
+            return list_remediations(s, status, node, limit)
+
+    def remediation(self, remediation_id: int) -> RemediationDetail:
+        with self.st.sessions()() as s:
+            return get_remediation(s, remediation_id)
+
+    def rejected(self, limit: int) -> list[RejectedRow]:
+        with self.st.sessions()() as s:
+            return list_rejected(s, limit)
+
+    def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]:
+        with self.st.sessions()() as s:
+            return list_audit(s, target, action, limit)
+
+    def stats(self, days: int, top: int, dry_run: bool) -> Stats:
+        with self.st.sessions()() as s:
+            return stats(
+                s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run
+            )
+
+    def lemons(self, top: int) -> list[LemonRow]:
+        with self.st.sessions()() as s:
+            return lemons(s, self.st.now(), self.st.settings().policy.lemon, top)
+
+    def lemon_policy(self) -> LemonSettings | None:
+        return self.st.settings().policy.lemon
+
+    def status(self) -> dict[str, Any]:
+        with self.st.sessions()() as s:
+            return automation_status(s)
+
+    def incidents(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        with self.st.sessions()() as s:
+            return inc.list_incidents(s, status, limit)
+
+    def incident(self, incident_id: int) -> dict[str, Any]:
+        with self.st.sessions()() as s:
+            return inc.show(s, incident_id)
+
+    def breaker(self) -> dict[str, Any]:
+        return self.st.levers().breaker_status()
+
+    # ----------------------------------------------------------------------------------- levers
+
+    def quarantine(self, node: str, reason: str) -> str:
+        followup = self.st.levers().quarantine(node, self.st.actor, reason)
+        return f"node/{node} quarantining (remediation #{followup.remediation_id})"
+
+    def release(self, node: str, reason: str) -> str:
+        undo = self.st.levers().release(node, self.st.actor, reason)
+        if undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
+            raise CliError(
+                f"node/{node} released in the database, but the release actions could not be "
+                f"queued ({undo.error}); resume it by hand (scontrol update nodename={node} "
+                "state=resume)",
+                EXIT_REQUEST,
+            )
+        return f"node/{node} released"
+
+    def cancel(self, remediation_id: int, reason: str, give_back: bool) -> str:
+        done = self.st.levers().cancel(remediation_id, self.st.actor, reason, give_back=give_back)
+        node, step = done.node, done.step
+        if done.undo is None:
+            return f"remediation/{remediation_id} cancelled at {step} (node/{node} left as it is)"
+        if done.undo.error is not None:  # committed, but the Slurm/Kubernetes undo could not be queued
+            raise CliError(
+                f"remediation/{remediation_id} cancelled, but giving back node/{node} could not be "
+                f"queued ({done.undo.error}); resume it by hand (scontrol update nodename={node} "
+                "state=resume)",
+                EXIT_REQUEST,
+            )
+        return f"remediation/{remediation_id} cancelled at {step}; giving back node/{node} (our drain, cordon, taint)"
+
+    def set_paused(self, paused: bool, reason: str) -> str:
+        was = self.st.levers().set_paused(paused, self.st.actor, reason)
+        if paused:
+            return "automation paused" + (" (it already was)" if was else "")
+        return "automation resumed" + ("" if was else " (it was not paused)")
+
+    def report(self, node: str, reason: str) -> str:
+        followups = self.st.levers().report(node, self.st.actor, reason)
+        if followups:
+            return f"node/{node} reported: remediation #{followups[0].remediation_id} opened"
+        return f"node/{node} reported and recorded (no new remediation: see `remediation nodes show {node}`)"
+
+    def close_breaker(self, reason: str) -> str:
+        followups = self.st.levers().close_breaker(self.st.actor, reason)
+        return f"storm breaker closed; {len(followups)} held remediation(s) re-check their trigger now"
+
+    def resolve_incident(self, incident_id: int, reason: str) -> str:
+        followups = self.st.levers().resolve_incident(incident_id, self.st.actor, reason)
+        return f"incident/{incident_id} resolved; {len(followups)} member remediation(s) re-check their trigger now"

@@ -1,0 +1,92 @@
+"""Retention: prune old observed events, never a remediation's own and never the audit log.
+
+The events table is append-only and grows with every watcher observation. An event older than
+``retention.events_older_than`` is deleted only when nothing points at it: no remediation was opened by
+it (``remediations.event_id``) and it was not attributed to one (``events.remediation_id``). So every
+remediation keeps its whole evidence, and the audit log (``audit_log``) is not touched at all, whatever
+its age. Deletes go in batches of ``retention.batch`` rows, one transaction each, so a first prune of a
+large table never holds a long lock and a crash mid-way loses nothing that should stay.
+
+A dry run counts exactly what a real run would delete (the same predicate), and deletes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, delete, exists, func, select
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.sql.elements import ColumnElement
+
+from remediation.db.models import AuditLog, Event, Remediation
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    cutoff: datetime
+    dry_run: bool
+    events_pruned: int  # deleted, or with dry_run, that would be deleted
+    events_kept_linked: int  # older than the cutoff, kept because a remediation owns them
+    audit_rows: int  # audit rows in the table (never pruned), for the report
+
+
+def _old(cutoff: datetime) -> ColumnElement[bool]:
+    return Event.observed_at < cutoff
+
+
+def _unlinked() -> ColumnElement[bool]:
+    opened_one = exists().where(Remediation.event_id == Event.id)
+    return Event.remediation_id.is_(None) & ~opened_one
+
+
+def prune_events(
+    sessions: sessionmaker[Session],
+    older_than: timedelta,
+    now: datetime,
+    batch: int = 10000,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Delete (or with ``dry_run`` only count) unlinked events observed before ``now - older_than``."""
+    if older_than <= timedelta(0):
+        raise ValueError("older_than must be a positive duration")
+    cutoff = now - older_than
+    with sessions() as s:
+        kept = s.scalar(select(func.count()).select_from(Event).where(_old(cutoff), ~_unlinked())) or 0
+        audit_rows = s.scalar(select(func.count()).select_from(AuditLog)) or 0
+        if dry_run:
+            would = s.scalar(select(func.count()).select_from(Event).where(_old(cutoff), _unlinked())) or 0
+            log.info(
+                "prune (dry-run): would delete %d event(s) observed before %s; %d linked kept",
+                would,
+                cutoff.isoformat(),
+                kept,
+            )
+            return PruneResult(cutoff, True, would, kept, audit_rows)
+    pruned = 0
+    while True:
+        with sessions() as s, s.begin():
+            ids = (
+                select(Event.id)
+                .where(_old(cutoff), _unlinked())
+                .limit(batch)
+                .with_for_update(skip_locked=True)
+            )
+            result = cast(
+                CursorResult[Any], s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery())))
+            )
+            done = result.rowcount or 0
+        pruned += done
+        if done < batch:
+            break
+    log.info(
+        "prune: deleted %d event(s) observed before %s; %d linked kept; audit log untouched",
+        pruned,
+        cutoff.isoformat(),
+        kept,
+    )
+    return PruneResult(cutoff, False, pruned, kept, audit_rows)

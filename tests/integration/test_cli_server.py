@@ -1,0 +1,231 @@
+"""The on-call CLI in API mode against a running API process (`remediation api`) on real Postgres.
+
+Tokens are named in config (``api.tokens``): ``alice`` (admin) and ``bob`` (read), each from a token
+file, plus one token from the old unnamed ``admin_tokens`` list. The CLI runs as its own process
+(`python -m remediation.cli.ops --server URL --token-file ...`), as on an on-call laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.db.models import AuditLog
+from remediation.db.session import make_engine, make_session_factory
+from remediation.settings import DatabaseSettings
+from tests.integration.apiproc import ROOT, ApiProcess, base_env
+from tests.integration.history import History, build
+
+ALICE, BOB, LEGACY = (
+    "alice-admin-token-0123456789",
+    "bob-read-token-0123456789",
+    "legacy-admin-token-0123456789",
+)
+
+
+@pytest.fixture
+def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(DatabaseSettings(url=pg_url))
+    yield make_session_factory(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def history(sessions: sessionmaker[Session]) -> History:
+    return build(sessions)
+
+
+@pytest.fixture
+def tokens(tmp_path: Path) -> dict[str, Path]:
+    out = {}
+    for name, secret in (("alice", ALICE), ("bob", BOB), ("legacy", LEGACY)):
+        out[name] = tmp_path / f"{name}.token"
+        out[name].write_text(secret + "\n")
+        out[name].chmod(0o600)
+    return out
+
+
+@pytest.fixture
+def api(
+    pg_url: str, history: History, tokens: dict[str, Path], tmp_path: Path, redis_prefix: str
+) -> Iterator[ApiProcess]:
+    config = tmp_path / "api.json"
+    config.write_text(
+        json.dumps(
+            [
+                {"name": "alice", "role": "admin", "token_file": str(tokens["alice"])},
+                {"name": "bob", "role": "read", "token_file": str(tokens["bob"])},
+            ]
+        )
+    )
+    env = base_env(
+        pg_url,
+        REMEDIATION_API__TOKENS=config.read_text(),
+        REMEDIATION_API__ADMIN_TOKENS=json.dumps([LEGACY]),
+        REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
+    )
+    proc = ApiProcess(env, tmp_path / "api.log")
+    try:
+        proc.wait_ready()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def cli(pg_url: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The console script as its own process; ``pg_url`` None: this machine has no database URL."""
+    full = base_env(
+        pg_url or "postgresql+psycopg://nobody@127.0.0.1:1/none", USER="laptop-user", COLUMNS="250", **env
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "remediation.cli.ops", *args],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=ROOT,
+    )
+
+
+def audit_rows(sessions: sessionmaker[Session], action: str) -> list[tuple[str, str | None]]:
+    with sessions() as s:
+        return [(a.actor, a.via) for a in s.scalars(select(AuditLog).where(AuditLog.action == action))]
+
+
+def test_a_read_token_cannot_pull_a_lever(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    out = cli(
+        None,
+        "--server",
+        api.url,
+        "--token-file",
+        str(tokens["bob"]),
+        "quarantine",
+        "gpu-node-1",
+        "-r",
+        "looks bad",
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.strip().startswith("error: refused by")
+    assert "read-only" in out.stderr and out.stderr.count("\n") == 1
+    assert audit_rows(sessions, "quarantine") == []
+
+
+def test_an_admin_token_named_alice_is_the_audit_actor(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    out = cli(
+        None,
+        "quarantine",
+        "gpu-node-1",
+        "-r",
+        "xid 79 again",
+        REMEDIATION_SERVER=api.url,
+        REMEDIATION_TOKEN_FILE=str(tokens["alice"]),
+    )
+    assert out.returncode == 0, out.stderr
+    assert "gpu-node-1 is being quarantined" in out.stdout
+    assert audit_rows(sessions, "quarantine") == [("alice", "api")]
+    # The token from the environment works the same way; whoami says whom the server takes it for.
+    out = cli(None, "--server", api.url, "whoami", REMEDIATION_TOKEN=ALICE)
+    assert out.returncode == 0 and "alice (admin, named token)" in out.stdout, out.stderr
+    # A self-asserted name is not accepted in API mode.
+    out = cli(None, "--server", api.url, "--actor", "mallory", "pause", "-r", "x", REMEDIATION_TOKEN=ALICE)
+    assert out.returncode == 2 and "--actor is for direct database mode" in out.stderr
+    assert audit_rows(sessions, "pause") == []
+
+
+def test_a_direct_database_lever_is_marked_via_db(
+    pg_url: str, history: History, sessions: sessionmaker[Session]
+) -> None:
+    out = cli(pg_url, "--actor", "carol", "pause", "-r", "maintenance window")
+    assert out.returncode == 0, out.stderr
+    assert audit_rows(sessions, "pause") == [("carol", "db")]
+    out = cli(pg_url, "audit", "list", "--action", "pause", "-o", "json")
+    assert [(a["actor"], a["via"]) for a in json.loads(out.stdout)] == [("carol", "db")]
+
+
+def test_an_unnamed_legacy_token_still_works(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    out = cli(None, "--server", api.url, "--token-file", str(tokens["legacy"]), "pause", "-r", "storm")
+    assert out.returncode == 0, out.stderr
+    ((actor, via),) = audit_rows(sessions, "pause")
+    assert via == "api" and actor.startswith("api (token ")
+
+
+READS = [
+    ["nodes", "list", "-o", "json"],
+    ["nodes", "show", "gpu-node-8", "-o", "json"],
+    ["remediations", "list", "-o", "json"],
+    ["remediations", "list", "--status", "open", "-o", "json"],
+    ["events", "tail", "-n", "5", "-o", "json"],
+    ["rejected", "list", "-o", "json"],
+    ["audit", "list", "-o", "json"],
+    ["status", "-o", "json"],
+    ["stats", "-o", "json"],
+    ["stats", "--lemons", "-o", "json"],
+    ["incidents", "list", "-o", "json"],
+    ["breaker", "status"],
+]
+
+
+def test_every_read_answers_the_same_through_the_api(
+    api: ApiProcess, tokens: dict[str, Path], pg_url: str
+) -> None:
+    """One API process for every read command (each runs twice: direct, then through the API)."""
+    for args in READS:
+        direct = cli(pg_url, *args)
+        remote = cli(None, "--server", api.url, "--token-file", str(tokens["bob"]), *args)
+        assert direct.returncode == 0 and remote.returncode == 0, (args, direct.stderr + remote.stderr)
+        assert remote.stdout.strip(), args
+        if args[0] == "stats" and "--lemons" not in args:  # its window starts at "now", which moved on
+            mine, theirs = json.loads(direct.stdout), json.loads(remote.stdout)
+            assert mine.pop("since") <= theirs.pop("since")
+            assert mine == theirs
+        else:
+            assert remote.stdout == direct.stdout, args
+
+
+def test_token_and_server_errors_are_one_line(api: ApiProcess, tmp_path: Path) -> None:
+    wrong = tmp_path / "wrong.token"
+    wrong.write_text("not-a-token-of-this-server")
+    out = cli(None, "--server", api.url, "--token-file", str(wrong), "nodes", "list")
+    assert out.returncode == 2 and out.stderr.startswith("error:") and "refused the token" in out.stderr
+    out = cli(None, "--server", api.url, "nodes", "list")
+    assert out.returncode == 2 and "needs a token" in out.stderr
+    out = cli(None, "--server", api.url, "--token-file", str(tmp_path / "missing"), "nodes", "list")
+    assert out.returncode == 2 and "--token-file" in out.stderr
+    out = cli(None, "--server", "http://127.0.0.1:1", "nodes", "list", REMEDIATION_TOKEN=BOB)
+    assert out.returncode == 3 and "cannot reach" in out.stderr
+    out = cli(None, "--server", api.url, "nodes", "show", "no-such-node", REMEDIATION_TOKEN=BOB)
+    assert out.returncode == 1 and "no-such-node" in out.stderr
+    out = cli(None, "--server", api.url, "validate", "gpu-node-1", REMEDIATION_TOKEN=ALICE)
+    assert out.returncode == 2 and "without --server" in out.stderr
+
+
+def test_help_labels_the_two_modes_and_completion_completes() -> None:
+    out = cli(None, "--help")
+    assert (
+        "Direct database mode" in out.stdout
+        and "--server" in out.stdout
+        and "REMEDIATION_SERVER" in out.stdout
+    )
+    script = cli(None, "completion", "bash")
+    assert script.returncode == 0 and "_REMEDIATION_COMPLETE=complete_bash" in script.stdout
+    assert "complete -o default -F" in script.stdout and script.stdout.rstrip().endswith("remediation")
+    # What the script runs on <TAB>: the shell's words in, the candidates out.
+    done = cli(None, _REMEDIATION_COMPLETE="complete_bash", COMP_WORDS="remediation no", COMP_CWORD="1")
+    assert done.stdout.split() == ["nodes"], done.stdout + done.stderr
+    done = cli(None, _REMEDIATION_COMPLETE="complete_bash", COMP_WORDS="remediation breaker ", COMP_CWORD="2")
+    assert set(done.stdout.split()) == {"status", "close"}, done.stdout + done.stderr
+    assert cli(None, "completion", "tcsh").returncode == 2
