@@ -57,12 +57,14 @@ from remediation.adapters.kube.client import kube_client
 from remediation.settings import Settings, load_settings
 from watchers.kube_publisher import Publisher
 from watchers.kube_stream import Item, NodeStream
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 
 log = logging.getLogger("watchers.kube")
 
 
-def _lead(settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any) -> None:
+def _lead(
+    settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any, polls: Polls
+) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
     items: queue.Queue[Item] = queue.Queue()
     stream = NodeStream(api, settings, items)
@@ -82,7 +84,9 @@ def _lead(settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.
                     publisher.handle(items.get_nowait())
             except queue.Empty:
                 pass
+            decided = publisher.flap.clock()  # flush decides at this moment or later
             publisher.flush()
+            polls.tick(decided)
             if time.monotonic() >= renew_at:
                 if not lock.acquire_or_renew():
                     log.warning("lost the leader lock; standing by")
@@ -98,8 +102,11 @@ def run(
     stopper: Stopper,
     bus: RedisEventBus | None = None,
     api: client.CoreV1Api | None = None,
+    polls: Polls | None = None,
 ) -> None:
-    """Run until ``stopper`` is set: wait for the leader lock, then watch and publish."""
+    """Run until ``stopper`` is set: wait for the leader lock, then watch and publish. ``polls`` counts
+    the leader's passes, each stamped with the clock its flap filter decided with."""
+    polls = polls or Polls()
     bus = bus or make_bus(settings)
     api = api or kube_client(settings.kube)
     lock = make_lock(settings, "kube", client=bus.client, ttl_s=settings.kube.leader_ttl_s)
@@ -107,8 +114,9 @@ def run(
         while not stopper.stopped:
             if lock.acquire_or_renew():
                 log.info("leader lock acquired; watching Nodes")
-                _lead(settings, stopper, bus, api, lock)
+                _lead(settings, stopper, bus, api, lock, polls)
             else:
+                polls.tick(datetime.now(UTC))  # a standby's pass: it asked for the lock and was refused
                 stopper.wait(min(1.0, settings.kube.leader_ttl_s / 3))
     finally:
         lock.release()

@@ -43,7 +43,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 from watchers.slurm_topology import TopologyPublisher
 
 log = logging.getLogger("watchers.slurm")
@@ -259,8 +259,11 @@ def run(
     bus: RedisEventBus | None = None,
     slurm: SlurmControl | None = None,
     lock: LeaderLock | None = None,
+    polls: Polls | None = None,
 ) -> None:
-    """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes."""
+    """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes; ``polls`` counts
+    the loop's passes (a standby's passes too: each is a chance it had to publish, and did not)."""
+    polls = polls or Polls()
     if slurm is None:
         slurm = slurm_backend(settings)
     bus = bus or make_bus(settings)
@@ -274,7 +277,7 @@ def run(
     log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
     try:
         while not stopper.stopped:
-            started = time.monotonic()
+            started, decided = time.monotonic(), datetime.now(UTC)
             pace.start()
             if lock.acquire_or_renew():
                 if not leading:
@@ -292,6 +295,7 @@ def run(
             elif leading:
                 log.info("slurm watcher lost the leader lock")
                 leading = False
+            polls.tick(decided)
             stopper.wait(max(0.0, pace.interval() - (time.monotonic() - started)))
     finally:
         lock.release()

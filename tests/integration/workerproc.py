@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from remediation.adapters.celery import SWEEP_TASK as SWEEP
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +109,10 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def acknowledged(self, task: str) -> int:
+        """How many runs of ``task`` this worker finished and acknowledged (late acks: after it ran)."""
+        return len(re.findall(rf"Task {re.escape(task)}\[[^\]]+\] succeeded", self.output()))
+
     def ready(self) -> bool:
         """Celery logged ``celery@... ready.``: the pool is up and the worker consumes its queues."""
         return " ready." in self.output()
@@ -121,3 +129,20 @@ def wait_for(
         time.sleep(0.1)
     tail = worker.output()[-4000:] if worker else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
+
+
+def broker_idle(client: Any, prefix: str) -> bool:
+    """No task is queued, and none is reserved without its ack (a step waiting on its countdown is)."""
+    keys = [f"{prefix}:celery:{q}" for q in ("ingest", "workflow")]
+    return all(client.llen(k) == 0 for k in keys) and client.hlen(f"{prefix}:celery:unacked") == 0
+
+
+def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, timeout: float = 30) -> None:
+    """The barrier before a "nothing more happens" check: the broker holds no task, and then the
+    workers acknowledged ``sweeps`` more sweeps, each of which could have acted on a leftover step
+    (a late duplicate would come from a redelivered task or a sweep)."""
+    wait_for(lambda: broker_idle(client, prefix), timeout, "every task to be acknowledged", workers[0])
+    mark = sum(w.acknowledged(SWEEP) for w in workers)
+    wait_for(lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps, timeout,
+             f"{sweeps} more sweeps to be acknowledged", workers[0])
+    wait_for(lambda: broker_idle(client, prefix), timeout, "every task to be acknowledged", workers[0])
