@@ -65,3 +65,7 @@ class Polls:
 
         with self._cond:
             return self._cond.wait_for(done, timeout)
+
+    def advance(self, passes: int, timeout: float, at: datetime | None = None) -> bool:
+        """Wait for ``passes`` more passes from now (see :meth:`wait`)."""
+        return self.wait(self.count + passes, timeout, at)

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from remediation.adapters.celery import SWEEP_TASK as SWEEP
+from remediation.adapters.celery import make_app
+from remediation.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -131,18 +133,33 @@ def wait_for(
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
 
 
-def broker_idle(client: Any, prefix: str) -> bool:
-    """No task is queued, and none is reserved without its ack (a step waiting on its countdown is)."""
-    keys = [f"{prefix}:celery:{q}" for q in ("ingest", "workflow")]
-    return all(client.llen(k) == 0 for k in keys) and client.hlen(f"{prefix}:celery:unacked") == 0
+
+def broker_idle(client: Any, prefix: str, live: int | None = None) -> bool:
+    """No task is queued, and no live worker holds one: running, reserved, or waiting for its countdown
+    (asked of the workers themselves; a worker that was SIGKILLed holds nothing any more, and the
+    messages it had reserved come back only after the broker's visibility timeout)."""
+    queues = [f"{prefix}:celery:{q}" for q in ("ingest", "workflow")]
+    if any(client.llen(k) for k in queues):
+        return False
+    url = client.connection_pool.connection_kwargs
+    app = make_app(load_settings(broker={
+        "redis_url": f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}",
+        "key_prefix": prefix}))
+    inspect = app.control.inspect(timeout=2.0, limit=live)  # answers as soon as ``live`` workers did
+    held = [inspect.active(), inspect.reserved(), inspect.scheduled()]
+    return all(answer is not None and (live is None or len(answer) >= live) and not any(answer.values())
+               for answer in held)
 
 
 def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, timeout: float = 30) -> None:
-    """The barrier before a "nothing more happens" check: the broker holds no task, and then the
-    workers acknowledged ``sweeps`` more sweeps, each of which could have acted on a leftover step
-    (a late duplicate would come from a redelivered task or a sweep)."""
-    wait_for(lambda: broker_idle(client, prefix), timeout, "every task to be acknowledged", workers[0])
+    """The barrier before a "nothing more happens" check: no task is queued or held by a live worker,
+    and then the workers acknowledged ``sweeps`` more sweeps, each of which could have acted on a
+    leftover step (a late duplicate would come from a redelivered task or a sweep)."""
+    def idle() -> bool:
+        return broker_idle(client, prefix, live=sum(w.proc.poll() is None for w in workers))
+
+    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])
     mark = sum(w.acknowledged(SWEEP) for w in workers)
     wait_for(lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps, timeout,
-             f"{sweeps} more sweeps to be acknowledged", workers[0])
-    wait_for(lambda: broker_idle(client, prefix), timeout, "every task to be acknowledged", workers[0])
+             f"{sweeps} more sweeps to be acknowledged", workers[-1])
+    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])

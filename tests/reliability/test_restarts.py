@@ -305,7 +305,12 @@ def test_redis_restart_during_a_storm_loses_no_event(
         unrecorded_at_kill = publisher.published - keys_recorded(db, tag)
         assert steps_at_kill, "no workflow step was in flight when Redis was killed"
         assert unrecorded_at_kill >= 1, "no published event was waiting to be recorded when Redis was killed"
-        wait_for(lambda: publisher.refusals > 0, 30, "the publisher to find Redis down")
+        # Redis stays down until the outage was felt on both sides: the publisher was refused, and every
+        # worker lost its broker connection.
+        lost_before = [w.output().count("Connection to broker lost") for w in workers]
+        wait_for(lambda: publisher.refusals > 0 and all(
+            w.output().count("Connection to broker lost") > n for w, n in zip(workers, lost_before, strict=True)),
+            30, "the publisher and every worker to find Redis down", workers[0])
         up_at = private_redis.start()
         seen_at_restart = publisher.observed  # everything the watchers saw up to Redis coming back
 

@@ -56,8 +56,7 @@ class Watcher:
     def had_its_chance(self, passes: int = 3, at: datetime | None = None, timeout: float = 10) -> None:
         """The barrier before asserting that nothing was published: ``passes`` more passes of the loop
         (and, with ``at``, one that decided at or after ``at`` on the watcher's clock)."""
-        mark = self.polls.count
-        assert self.polls.wait(mark + passes, timeout, at), f"the watcher made no {passes} passes in {timeout}s"
+        assert self.polls.advance(passes, timeout, at), f"the watcher made no {passes} passes in {timeout}s"
 
     def stop(self) -> None:
         self.stopper.stop()
