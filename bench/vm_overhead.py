@@ -13,8 +13,7 @@ cordon, evict, restart, verify, return). Overhead = ``closed_at - opened_at`` (t
 records) minus the provider's operation time (the fakes' operation durations, zero here, plus the
 reboot delay, also zero). ``--in-flight`` remediations (default: one per pool process) are kept open at once (a new node fails
 as one closes), so throughput is measured without the storm breaker or max_concurrent capping it.
-More in flight than pool processes measures queueing on the machine as well: on two cores, 10 in
-flight gave p50 2.2 s, p99 3.3 s at 4.1 remediations/s.
+More in flight than pool processes measures queueing on the machine as well (figures: bench/RESULTS.md).
 
 Waiting steps re-check every ``workflow.poll_interval_s`` (``--poll``): after ``vm_restart`` issues
 the operation it polls once, and ``verify`` checks the Node and Slurm; so the poll interval is part of

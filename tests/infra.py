@@ -21,5 +21,7 @@ def missing(what: str) -> NoReturn:
     """Fail (CI) or skip (local run) a test whose binary ``what`` names is not installed."""
     message = f"{what} is not installed"
     if in_ci():
-        pytest.fail(f"{message}: in CI a test that needs it fails, it is never skipped (scripts/setup.sh installs it)")
+        pytest.fail(
+            f"{message}: in CI a test that needs it fails, it is never skipped (scripts/setup.sh installs it)"
+        )
     pytest.skip(message)

@@ -223,5 +223,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section("reliability table")
     for row in table.rows():
         verdict = "; ".join(row.problems) or "ok"
-        terminalreporter.line(f"{row.scenario}: {row.passed}/{row.runs} passed, lost "
-                              f"{'-' if row.lost_events is None else row.lost_events}, {verdict}")
+        terminalreporter.line(
+            f"{row.scenario}: {row.passed}/{row.runs} passed, lost "
+            f"{'-' if row.lost_events is None else row.lost_events}, {verdict}"
+        )
