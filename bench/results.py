@@ -97,7 +97,7 @@ def git_revision() -> str:
 
     rev = git("rev-parse", "--short=12", "HEAD") or "unknown"
     return rev + (
-        " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no") else ""
+        " (with uncommitted changes)" if git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/RESULTS.md") else ""
     )
 
 
