@@ -307,10 +307,14 @@ def test_redis_restart_during_a_storm_loses_no_event(
         assert unrecorded_at_kill >= 1, "no published event was waiting to be recorded when Redis was killed"
         # Redis stays down until the outage was felt on both sides: the publisher was refused, and every
         # worker lost its broker connection.
-        lost_before = [w.output().count("Connection to broker lost") for w in workers]
+        def broker_errors(w: Worker) -> int:
+            out = w.output()
+            return out.count("Connection to broker lost") + out.count("consumer: Cannot connect to")
+
+        lost_before = [broker_errors(w) for w in workers]
         wait_for(lambda: publisher.refusals > 0 and all(
-            w.output().count("Connection to broker lost") > n for w, n in zip(workers, lost_before, strict=True)),
-            30, "the publisher and every worker to find Redis down", workers[0])
+            broker_errors(w) > n for w, n in zip(workers, lost_before, strict=True)),
+            30, "the publisher and every worker to find Redis down", workers[1])
         up_at = private_redis.start()
         seen_at_restart = publisher.observed  # everything the watchers saw up to Redis coming back
 
