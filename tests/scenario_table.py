@@ -8,7 +8,8 @@ made of:
   its own verdict into the table.
 - **lost events**: every event the test process published on the Redis stream
   (``RedisEventBus.publish``, wrapped while the test runs) or handed to the ingest itself
-  (:meth:`Figures.sent`), counted against the dedupe keys Postgres holds (``record(db=...)``).
+  (:meth:`Figures.sent`), counted against the dedupe keys Postgres holds (``record(db=...)``, or at
+  the end of a test that failed first, ``count_in(db)``).
   "-" when the scenario published nothing.
 - **duplicate actions**, **recovery** and the notes: what the test measured and passed to
   :meth:`Figures.record` (duplicate actions come from the endpoints' request logs or the world's call
@@ -55,10 +56,15 @@ class Figures:
     notes: str = ""
     examples: Counter[str] = field(default_factory=Counter)
     extra: dict[str, object] = field(default_factory=dict)
+    db: Engine | sessionmaker[Session] | None = None
 
     def sent(self, events: Iterable[NodeEvent]) -> None:
         """Events this test handed to the ingest itself (the bus's publishes are tracked already)."""
         self.published.update(e.dedupe_key for e in events)
+
+    def count_in(self, db: Engine | sessionmaker[Session]) -> None:
+        """Count the lost events in ``db`` when the test ends, even if it fails before :meth:`record`."""
+        self.db = db
 
     def example(self, target: str) -> None:
         """One example of a property-based test ran its body."""
@@ -200,6 +206,8 @@ def scenario_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
     monkeypatch.setattr(RedisEventBus, "publish", publish)
     yield figures
+    if figures.lost_events is None and figures.db is not None and figures.published:
+        figures.lost_events = figures.lost(figures.db)  # the test failed before it recorded
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -127,6 +127,7 @@ def test_kill_9_inside_every_step_completes_with_one_restart_per_vm(
     chaos: CloudRig, scenario_figures: Recorder
 ) -> None:
     runs, passed, duplicates, recovery, failures = 0, 0, 0, [], []
+    scenario_figures.count_in(chaos.db)
     worker = chaos.worker()
     nodes = iter(chaos.cluster.names)
     for step in STEPS:
@@ -173,6 +174,7 @@ def test_cloud_faults_on_30_percent_of_calls_every_remediation_completes(
     faulty: CloudRig, scenario_figures: Recorder
 ) -> None:
     nodes = faulty.cluster.names
+    scenario_figures.count_in(faulty.db)
     for seed, fake in ((8, faulty.cluster.gce), (14, faulty.cluster.azure)):
         fake.faults.fail_randomly(0.3, FAULTS_30, seed=seed)
     worker = faulty.worker()

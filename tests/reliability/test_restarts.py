@@ -281,6 +281,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
     app = make_app(load_settings(broker={"redis_url": private_redis.url, "key_prefix": prefix}))
     bus = RedisEventBus(client, prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(pg_url, poolclass=NullPool)
+    scenario_figures.count_in(db)
     workers = [Worker(env, tmp_path, concurrency=3), Worker(env, tmp_path, concurrency=3, beat=False)]
     events = storm_events(tag, total, opens)
     publisher = Publisher(bus, events, rate)
@@ -385,6 +386,7 @@ def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(private_pg.url, poolclass=NullPool)
+    scenario_figures.count_in(db)
 
     def steps_now() -> dict[str, str]:
         with Session(db) as s:

@@ -126,6 +126,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(pg_url, poolclass=NullPool)
+    scenario_figures.count_in(db)
 
     def count(model: type, *where: Any) -> int:
         with Session(db) as s:
