@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,8 +174,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    report: pytest.TestReport = yield
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's report: a failure in setup, call or teardown fails the run; a skip is no run."""
+    report = yield
     table = item.config.stash[TABLE]
     if item.nodeid in table.scenario_of:
         before = table.outcome.get(item.nodeid)
@@ -185,7 +188,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             table.outcome[item.nodeid] = "failed"
         elif report.when == "call" and report.passed and before is None:
             table.outcome[item.nodeid] = "passed"
-    return report  # type: ignore[return-value]
+    return report
 
 
 @pytest.fixture
