@@ -44,3 +44,19 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     idx = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
     return ordered[idx]
+
+
+#: Fewer samples than this and a p99 is just the maximum: it is printed as "max", never as a p99.
+P99_MIN_SAMPLES = 200
+
+
+def tail(values: list[float], fmt: str = "{:.2f}", unit: str = "") -> str:
+    """``p99 X`` from at least 200 samples, else ``max X``."""
+    if len(values) >= P99_MIN_SAMPLES:
+        return f"p99 {fmt.format(percentile(values, 99))}{unit}"
+    return f"max {fmt.format(max(values))}{unit}"
+
+
+def tail_value(values: list[float]) -> float:
+    """The value :func:`tail` prints: the p99, or the maximum of too few samples."""
+    return percentile(values, 99) if len(values) >= P99_MIN_SAMPLES else max(values)

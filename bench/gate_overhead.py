@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from bench._cluster import RELEASES, slurm_cluster
+from bench.common import tail
 from remediation.adapters.slurm.gate import SlurmGate
 from remediation.ports.gate import GateCheck
 from remediation.settings import ValidationSettings, load_settings
@@ -39,9 +40,8 @@ echo "check-end $(date +%s.%N)"
 
 
 def summary(name: str, values: list[float]) -> str:
-    tail = f"p99 {sorted(values)[round(0.99 * (len(values) - 1))]:.2f}s" if len(values) >= 200 else \
-        f"max {max(values):.2f}s"
-    return f"  {name:<34} p50 {statistics.median(values):5.2f}s  mean {statistics.fmean(values):5.2f}s  {tail}"
+    return (f"  {name:<34} p50 {statistics.median(values):5.2f}s  mean {statistics.fmean(values):5.2f}s  "
+            f"{tail(values, unit='s')}")
 
 
 def measure(release: str, cycles: int, poll: float, check_s: float) -> None:

@@ -34,7 +34,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from bench.common import percentile, scratch_database, scratch_dir
+from bench.common import percentile, scratch_database, scratch_dir, tail
 from remediation.adapters.bus import RedisEventBus
 from remediation.db.models import Event
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -79,13 +79,6 @@ class Run:
     @property
     def end_to_end(self) -> float:
         return self.events / self.total_s
-
-
-def tail(values: list[float]) -> str:
-    """p99, or the maximum when there are too few samples for a p99 to mean anything."""
-    if len(values) >= 200:
-        return f"p99 {percentile(values, 99):,.0f} ms"
-    return f"max {max(values):,.0f} ms"
 
 
 def batches(events: list[NodeEvent], args: argparse.Namespace) -> list[tuple[float, list[NodeEvent]]]:
@@ -158,7 +151,7 @@ def main() -> None:
     for run in runs:
         lat = run.latencies_ms
         print(f"{run.persistence + ' (' + run.redis_config + ')':<48} {run.publish_rate:>10,.0f} e/s "
-              f"{run.end_to_end:>10,.0f} e/s  p50 {percentile(lat, 50):,.0f} ms, {tail(lat)} "
+              f"{run.end_to_end:>10,.0f} e/s  p50 {percentile(lat, 50):,.0f} ms, {tail(lat, '{:,.0f}', ' ms')} "
               f"({len(lat):,} samples, {run.total_s:.2f} s)")
     by_mode = {run.persistence: run for run in runs}
     if "durable" in by_mode and "volatile" in by_mode:

@@ -45,7 +45,7 @@ from typing import Any
 
 import redis
 
-from bench.common import REDIS_URL, percentile
+from bench.common import REDIS_URL, percentile, tail, tail_value
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
@@ -270,7 +270,7 @@ def measure_relist(count: int, repeats: int) -> Relist:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=200, help="Nodes on the API server for the latency run")
-    ap.add_argument("--flips", type=int, default=100, help="condition changes to time")
+    ap.add_argument("--flips", type=int, default=200, help="condition changes to time")
     ap.add_argument("--relist-nodes", type=int, default=10_000, help="Nodes in the relist measurement")
     ap.add_argument("--relist-repeats", type=int, default=5)
     args = ap.parse_args()
@@ -286,19 +286,19 @@ def main() -> None:
         f"({args.flips} flips, {args.nodes} Nodes, min_condition_s=0)"
     )
     if lat.ms:
-        p99 = percentile(lat.ms, 99)
-        verdict = "met" if p99 <= GOAL_P99_MS and not lat.missed else "MISSED"
+        # With fewer than 200 samples the goal is judged on the maximum, which is what a p99 would be.
+        verdict = "met" if tail_value(lat.ms) <= GOAL_P99_MS and not lat.missed else "MISSED"
 
         def line(label: str, values: list[float]) -> None:
             print(
-                f"  {label:30} p50 {percentile(values, 50):6.1f} ms   p99 {percentile(values, 99):6.1f} ms"
+                f"  {label:30} p50 {percentile(values, 50):6.1f} ms   {tail(values, '{:6.1f}', ' ms')}"
                 f"   max {max(values):6.1f} ms   mean {statistics.mean(values):6.1f} ms"
             )
 
         line("published (XADD, 1 ms res.)", lat.ms)
         line("read back by the bench", lat.read_ms)
         print(f"  events {len(lat.ms)}/{args.flips}   missed {lat.missed}   unexpected {lat.wrong}")
-        print(f"  goal p99 <= {GOAL_P99_MS:.0f} ms: {verdict}")
+        print(f"  goal p99 <= {GOAL_P99_MS:.0f} ms ({tail(lat.ms, '{:.1f}', ' ms')}): {verdict}")
     else:
         print(f"  no event arrived (missed {lat.missed}, unexpected {lat.wrong}); goal MISSED")
     print()

@@ -2,9 +2,12 @@
 
     .venv/bin/python -m bench.reliability [--full] [pytest args...]
 
-Runs ``tests/reliability`` against the real servers (the same tests CI runs, at CI scale unless
-``--full``), collects the figures each scenario records and prints: scenario, runs, passed, lost events,
-duplicate actions, recovery time.
+Runs ``tests/reliability`` and the API's schemathesis run (``tests/integration/test_api_schemathesis.py``)
+against the real servers, the same tests CI runs (at CI scale unless ``--full``), and prints the table
+the suite's plugin (tests/scenario_table.py) built from what happened: runs and passed are the tests'
+own outcomes, lost events are published events that Postgres does not hold, duplicate actions come from
+the endpoints' request logs, and the fuzzing row counts the examples actually executed. A scenario whose
+tests did not run has an empty row, and that fails the run, as does any failed test.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+SUITE = ["tests/reliability", "tests/integration/test_api_schemathesis.py"]
+
+
+def dash(value: object, fmt: str = "{}") -> str:
+    return "-" if value is None else fmt.format(value)
 
 
 def main() -> int:
@@ -25,18 +33,39 @@ def main() -> int:
     args = [a for a in args if a != "--full"]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.jsonl"
-        env = {**os.environ, "REMEDIATION_RELIABILITY_OUT": str(out),
-               "REMEDIATION_RELIABILITY_SCALE": "full" if full else "ci"}
-        code = subprocess.call([sys.executable, "-m", "pytest", "-q", "tests/reliability", *args], cwd=ROOT, env=env)
+        env = {
+            **os.environ,
+            "REMEDIATION_RELIABILITY_OUT": str(out),
+            "REMEDIATION_RELIABILITY_SCALE": "full" if full else "ci",
+        }
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=sys.stderr,
+        )
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
-    head = f"{'scenario':<44} {'runs':>5} {'passed':>6} {'lost events':>11} {'dup. actions':>12} {'recovery':>10}"
-    print("\n" + head + "\n" + "-" * len(head))
+    head = (
+        f"{'scenario':<46} {'runs':>5} {'passed':>6} {'lost events':>11} {'dup. actions':>12} "
+        f"{'recovery':>9} {'examples':>8}"
+    )
+    print(f"Reliability suite ({'full' if full else 'CI'} scale)\n\n" + head + "\n" + "-" * len(head))
     for r in rows:
-        rec = "-" if r["recovery_s"] is None else f"{r['recovery_s']:.2f}s"
-        print(f"{r['scenario']:<44} {r['runs']:>5} {r['passed']:>6} {r['lost_events']:>11} "
-              f"{r['duplicate_actions']:>12} {rec:>10}")
-        if r.get("notes"):
-            print(f"    {r['notes']}")
+        print(
+            f"{r['scenario']:<46} {r['runs']:>5} {r['passed']:>6} {dash(r['lost_events']):>11} "
+            f"{dash(r['duplicate_actions']):>12} {dash(r['recovery_s'], '{:.2f}s'):>9} "
+            f"{r['examples'] or '-':>8}"
+        )
+        for note in r["notes"]:
+            print(f"    {note}")
+        for problem in r["problems"]:
+            print(f"    FAILED: {problem}")
+    if not rows:
+        print("no rows: the suite did not run")
+        return code or 1
+    print(
+        f"\nruns and passed are pytest's outcomes; '-' = not measured by that scenario; pytest exit status {code}"
+    )
     return code
 
 

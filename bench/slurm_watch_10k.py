@@ -39,7 +39,7 @@ from pathlib import Path
 
 import redis
 
-from bench.common import REDIS_URL, percentile
+from bench.common import REDIS_URL, percentile, tail
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import SlurmSettings
 from tests.ports import free_port
@@ -240,9 +240,9 @@ def main() -> None:
     for r in rows:
         lat = r["lat"]
         assert isinstance(lat, list)
-        tail = f"p99 {percentile(lat, 99):.3f}" if len(lat) >= 200 else f"max {max(lat):.3f}"
+        tail99 = tail(lat, "{:.3f}")
         rpcs = ", ".join(f"{k} {v / float(r['quiet_s']):.2f}" for k, v in sorted(r["rpcs"].items()))  # type: ignore[union-attr]
-        print(f"{r['strategy']:<12} {percentile(lat, 50):>9.3f}s {tail:>11}s {r['missed']:>6} "
+        print(f"{r['strategy']:<12} {percentile(lat, 50):>9.3f}s {tail99:>11}s {r['missed']:>6} "
               f"{float(r['quiet_cpu']):>8.1%} {float(r['busy_cpu']):>8.1%} {float(r['rss']):>7.0f}MB "
               f"{float(r['ctld_cpu']):>8.1%}  {rpcs or 'none'}  (peak memory in the {r['rss_phase']})")
     if len(rows) == 2:

@@ -14,6 +14,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+# The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py.
+pytest_plugins = ["tests.scenario_table"]
+
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # The suite's tests of the workflow's mechanics (steps, gates, crashes, clouds, Slurm releases) were

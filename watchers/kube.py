@@ -59,13 +59,14 @@ from remediation.settings import Settings, load_settings
 from watchers.health import WatcherHealth
 from watchers.kube_publisher import Publisher
 from watchers.kube_stream import Item, NodeStream
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 
 log = logging.getLogger("watchers.kube")
 
 
 def _lead(
-    settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any, health: WatcherHealth
+    settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any,
+    health: WatcherHealth, polls: Polls,
 ) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
     items: queue.Queue[Item] = queue.Queue()
@@ -87,7 +88,9 @@ def _lead(
                     publisher.handle(items.get_nowait())
             except queue.Empty:
                 pass
+            decided = publisher.flap.clock()  # flush decides at this moment or later
             publisher.flush()
+            polls.tick(decided)
             if time.monotonic() >= renew_at:
                 if not lock.acquire_or_renew():
                     log.warning("lost the leader lock; standing by")
@@ -104,9 +107,12 @@ def run(
     bus: RedisEventBus | None = None,
     api: client.CoreV1Api | None = None,
     health: WatcherHealth | None = None,
+    polls: Polls | None = None,
 ) -> None:
     """Run until ``stopper`` is set: wait for the leader lock, then watch and publish. ``health`` (made
-    here, and served on ``health.port``, unless given) hears of every turn, lead and list or watch response."""
+    here, and served on ``health.port``, unless given) hears of every turn, lead and list or watch response.
+    ``polls`` counts the leader's passes, each stamped with the clock its flap filter decided with."""
+    polls = polls or Polls()
     bus = bus or make_bus(settings)
     api = api or kube_client(settings.kube)
     lock = make_lock(settings, "kube", client=bus.client, ttl_s=settings.kube.leader_ttl_s)
@@ -119,10 +125,11 @@ def run(
                 log.info("leader lock acquired; watching Nodes")
                 health.leading(True)
                 try:
-                    _lead(settings, stopper, bus, api, lock, health)
+                    _lead(settings, stopper, bus, api, lock, health, polls)
                 finally:
                     health.leading(False)
             else:
+                polls.tick(datetime.now(UTC))  # a standby's pass: it asked for the lock and was refused
                 stopper.wait(min(1.0, settings.kube.leader_ttl_s / 3))
     finally:
         lock.release()

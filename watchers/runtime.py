@@ -1,15 +1,21 @@
-"""What every watcher process shares: clean shutdown (its bus and leader lock come from
-:mod:`remediation.adapters.factory`).
+"""What every watcher process shares: clean shutdown and a count of its polls (its bus and leader lock
+come from :mod:`remediation.adapters.factory`).
 
 A watcher's loop is: wait for the leader lock, observe, publish, sleep until the next poll or until
 SIGTERM/SIGINT. ``Stopper.wait`` is an interruptible sleep, so a signal ends the process within one
 poll at most, after it has released its lock.
+
+``Polls`` counts the passes of the loop and keeps the clock reading each pass decided with. A watcher
+that stopped polling shows as a count that no longer moves; and a check that something was *not*
+published can wait until the watcher provably had its chance (N polls after the change, or a pass
+whose clock is past a flap window) instead of sleeping and hoping.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from datetime import datetime
 from types import FrameType
 
 
@@ -35,3 +41,31 @@ class Stopper:
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds; True if asked to stop."""
         return self._event.wait(timeout)
+
+
+class Polls:
+    """How many passes the watcher loop completed, and the clock it last decided with (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.count = 0
+        self.last_at: datetime | None = None
+
+    def tick(self, at: datetime) -> None:
+        """One pass done: everything it saw has been decided on (published, held or queued)."""
+        with self._cond:
+            self.count += 1
+            self.last_at = at
+            self._cond.notify_all()
+
+    def wait(self, count: int, timeout: float, at: datetime | None = None) -> bool:
+        """Wait until ``count`` passes are done (and, with ``at``, one decided at or after ``at``)."""
+        def done() -> bool:
+            return self.count >= count and (at is None or (self.last_at is not None and self.last_at >= at))
+
+        with self._cond:
+            return self._cond.wait_for(done, timeout)
+
+    def advance(self, passes: int, timeout: float, at: datetime | None = None) -> bool:
+        """Wait for ``passes`` more passes from now (see :meth:`wait`)."""
+        return self.wait(self.count + passes, timeout, at)

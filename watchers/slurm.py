@@ -45,7 +45,7 @@ from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
 from watchers.health import WatcherHealth
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 from watchers.slurm_topology import TopologyPublisher
 
 log = logging.getLogger("watchers.slurm")
@@ -262,9 +262,13 @@ def run(
     slurm: SlurmControl | None = None,
     lock: LeaderLock | None = None,
     health: WatcherHealth | None = None,
+    polls: Polls | None = None,
 ) -> None:
     """Watch until ``stopper`` is set. Only the leader-lock holder polls and publishes. ``health`` (made
-    here, and served on ``health.port``, unless given) hears of every turn, lead and successful poll."""
+    here, and served on ``health.port``, unless given) hears of every turn, lead and successful poll;
+    ``polls`` counts the loop's passes (a standby's passes too: each is a chance it had to publish, and
+    did not)."""
+    polls = polls or Polls()
     if slurm is None:
         slurm = slurm_backend(settings)
     bus = bus or make_bus(settings)
@@ -280,7 +284,7 @@ def run(
     log.info("slurm watcher started (poll %.2fs, resync %.0fs)", poll, settings.slurm.resync_interval_s)
     try:
         while not stopper.stopped:
-            started = time.monotonic()
+            started, decided = time.monotonic(), datetime.now(UTC)
             health.turned()
             pace.start()
             if lock.acquire_or_renew():
@@ -303,6 +307,7 @@ def run(
                 log.info("slurm watcher lost the leader lock")
                 leading = False
                 health.leading(False)
+            polls.tick(decided)
             stopper.wait(max(0.0, pace.interval() - (time.monotonic() - started)))
     finally:
         lock.release()

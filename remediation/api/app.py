@@ -76,7 +76,9 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     _errors(app)
     app.add_exception_handler(ui.LoginRequired, ui.login_redirect)
 
-    @app.get("/healthz", tags=["ops"], summary="Liveness and database reachability (no auth)")
+    @app.get("/healthz", tags=["ops"], summary="Liveness and database reachability (no auth)",
+             responses={200: {"description": "Alive, and the database answers"},
+                        503: {"description": "Alive, but the database does not answer"}})
     def healthz() -> JSONResponse:
         try:
             with sessions() as s:
@@ -85,7 +87,11 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
             return JSONResponse({"status": "error", "database": type(exc).__name__}, status_code=503)
         return JSONResponse({"status": "ok", "database": "ok"})
 
-    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics, read from the database")
+    @app.get("/metrics", tags=["ops"], summary="Prometheus metrics, read from the database",
+             response_class=PlainTextResponse,
+             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}, "description": "The metrics"},
+                        401: {"content": {"text/plain": {}},
+                              "description": "No known token (when metrics_require_token is set)"}})
     def metrics(request: Request) -> Response:
         if settings.api.metrics_require_token:
             header = request.headers.get("authorization", "")

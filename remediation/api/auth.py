@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from remediation.settings import ApiSettings
 
@@ -104,3 +105,27 @@ def browser_principal(request: Request) -> Principal | None:
 def check_csrf(who: Principal, value: str | None) -> None:
     if not value or not hmac.compare_digest(value.encode(), who.csrf.encode()):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "stale or missing form token: reload the page")
+
+
+class ErrorBody(BaseModel):
+    """Every refusal of the JSON API: ``{"detail": "what was wrong"}`` (a request that fails validation
+    gets FastAPI's list of the fields at fault instead)."""
+
+    detail: str | list[dict[str, Any]]
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": ErrorBody, "description": description}
+
+
+#: The refusals every ``/api/v1`` operation can answer, documented in the OpenAPI spec so that a client
+#: (and the schemathesis conformance run) knows every status it may see and the body that comes with it.
+API_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error("A body that is not JSON"),
+    401: _error("No bearer token, or one the service does not know"),
+    403: _error("A read-only token on a lever (levers need an admin token)"),
+    404: _error("No such record"),
+    409: _error("The lever or incident action was refused in the record's current state"),
+    422: _error("A parameter or body the service cannot use"),
+    503: _error("The database is unreachable"),
+}

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel
 
+from remediation.api.auth import API_ERRORS
 from remediation.api.routes import Admin, LeverBody, Reader
 from remediation.services import incidents as svc
 
@@ -57,7 +58,7 @@ class IncidentResolved(BaseModel):
     released: list[int]
 
 
-router = APIRouter(prefix="/api/v1", tags=["incidents"])
+router = APIRouter(prefix="/api/v1", tags=["incidents"], responses=API_ERRORS)
 
 
 @router.get("/incidents", response_model=list[IncidentRow], summary="Correlated incidents, newest first")

@@ -15,7 +15,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from remediation.api.auth import Principal, api_reader, bearer, require_admin
+from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
 from remediation.domain.events import NODE_NAME
 from remediation.services.faults import LemonRow
@@ -62,7 +62,7 @@ def admin(who: Annotated[Principal, Depends(reader)]) -> Principal:
 Reader = Annotated[Principal, Depends(reader)]
 Admin = Annotated[Principal, Depends(admin)]
 
-router = APIRouter(prefix="/api/v1", tags=["on-call"])
+router = APIRouter(prefix="/api/v1", tags=["on-call"], responses=API_ERRORS)
 
 
 class LeverBody(BaseModel):

@@ -1,5 +1,12 @@
 """Property-based test of the JSON API against its own OpenAPI spec: whatever schemathesis generates
-(odd node names, huge ids, unicode reasons, missing fields), the API answers without a server error.
+(odd node names, huge ids, unicode reasons, missing fields), the API answers without a server error,
+and every answer conforms to the spec: a documented status code, the documented content type and a
+body that validates against the response schema.
+
+Two runs: each operation on its own, and a stateful run that follows the links schemathesis infers
+between operations (a remediation or incident listed, then fetched and acted on by its id). Both
+count the examples they executed (a row of the reliability table, scenario 10, with the fuzzers of
+tests/reliability/test_fuzz.py).
 
 It runs with an admin token on a database holding a realistic history, so the levers really act
 (and refuse) instead of stopping at 401. The app is built once at import (schemathesis reads its
@@ -15,7 +22,12 @@ from collections.abc import Iterator
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
-from schemathesis.checks import not_a_server_error
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
@@ -23,8 +35,12 @@ from remediation.db.session import make_engine, make_session_factory
 from remediation.settings import DatabaseSettings, Settings
 from tests.conftest import _db_url, _drop, _pg_admin
 from tests.integration.history import RecordingDispatcher, build
+from tests.scenario_table import Figures
 
 ADMIN = "admin-token-schemathesis-0123"
+AUTH = {"Authorization": f"Bearer {ADMIN}"}
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+SCENARIO = pytest.mark.scenario("10 fuzzing (hypothesis; API by schemathesis)")
 
 
 class SessionsProxy:
@@ -64,7 +80,26 @@ def database(module_pg_url: str) -> Iterator[None]:
     engine.dispose()
 
 
+@SCENARIO
 @schema.parametrize()
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
-def test_no_server_errors(case: schemathesis.Case) -> None:
-    case.call_and_validate(headers={"Authorization": f"Bearer {ADMIN}"}, checks=[not_a_server_error])
+def test_every_answer_conforms_to_the_spec(scenario_figures: Figures, case: schemathesis.Case) -> None:
+    scenario_figures.example("API operations (schemathesis)")
+    case.call_and_validate(headers=AUTH, checks=CHECKS)
+
+
+@SCENARIO
+def test_stateful_sequences_conform_to_the_spec(scenario_figures: Figures) -> None:
+    """Sequences of calls along the inferred links; every call's answer is checked as above."""
+
+    class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        def get_call_kwargs(self, case: schemathesis.Case) -> dict[str, object]:
+            return {"headers": AUTH}
+
+        def validate_response(self, response: object, case: schemathesis.Case, **kwargs: object) -> None:
+            scenario_figures.example("API call sequences (schemathesis, stateful)")
+            case.validate_response(response, checks=CHECKS)  # type: ignore[arg-type]
+
+    Workflow.run(settings=settings(max_examples=15, stateful_step_count=5, deadline=None,
+                                   suppress_health_check=list(HealthCheck)))
+    assert scenario_figures.examples["API call sequences (schemathesis, stateful)"] > 0

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from remediation.adapters.celery import SWEEP_TASK as SWEEP
+from remediation.adapters.celery import make_app
+from remediation.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,6 +111,10 @@ class Worker:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
+    def acknowledged(self, task: str) -> int:
+        """How many runs of ``task`` this worker finished and acknowledged (late acks: after it ran)."""
+        return len(re.findall(rf"Task {re.escape(task)}\[[^\]]+\] succeeded", self.output()))
+
     def ready(self) -> bool:
         """Celery logged ``celery@... ready.``: the pool is up and the worker consumes its queues."""
         return " ready." in self.output()
@@ -121,3 +131,35 @@ def wait_for(
         time.sleep(0.1)
     tail = worker.output()[-4000:] if worker else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
+
+
+
+def broker_idle(client: Any, prefix: str, live: int | None = None) -> bool:
+    """No task is queued, and no live worker holds one: running, reserved, or waiting for its countdown
+    (asked of the workers themselves; a worker that was SIGKILLed holds nothing any more, and the
+    messages it had reserved come back only after the broker's visibility timeout)."""
+    queues = [f"{prefix}:celery:{q}" for q in ("ingest", "workflow")]
+    if any(client.llen(k) for k in queues):
+        return False
+    url = client.connection_pool.connection_kwargs
+    app = make_app(load_settings(broker={
+        "redis_url": f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}",
+        "key_prefix": prefix}))
+    inspect = app.control.inspect(timeout=2.0, limit=live)  # answers as soon as ``live`` workers did
+    held = [inspect.active(), inspect.reserved(), inspect.scheduled()]
+    return all(answer is not None and (live is None or len(answer) >= live) and not any(answer.values())
+               for answer in held)
+
+
+def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, timeout: float = 30) -> None:
+    """The barrier before a "nothing more happens" check: no task is queued or held by a live worker,
+    and then the workers acknowledged ``sweeps`` more sweeps, each of which could have acted on a
+    leftover step (a late duplicate would come from a redelivered task or a sweep)."""
+    def idle() -> bool:
+        return broker_idle(client, prefix, live=sum(w.proc.poll() is None for w in workers))
+
+    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])
+    mark = sum(w.acknowledged(SWEEP) for w in workers)
+    wait_for(lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps, timeout,
+             f"{sweeps} more sweeps to be acknowledged", workers[-1])
+    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])

@@ -51,7 +51,7 @@ from tests.integration.cloud.test_cloud_workflow import (
     retry_after_violations,
     step_record_violations,
 )
-from tests.integration.workerproc import Worker, wait_for
+from tests.integration.workerproc import Worker, settled, wait_for
 from tests.reliability.conftest import Recorder, scale
 
 STEPS = ["slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"]
@@ -122,10 +122,12 @@ def _kill_inside(rig: CloudRig, victim: Worker, node: str, step: str) -> float:
         hold.release.set()
 
 
+@pytest.mark.scenario("1 kill -9 at every step")
 def test_kill_9_inside_every_step_completes_with_one_restart_per_vm(
     chaos: CloudRig, scenario_figures: Recorder
 ) -> None:
     runs, passed, duplicates, recovery, failures = 0, 0, 0, [], []
+    scenario_figures.count_in(chaos.db)
     worker = chaos.worker()
     nodes = iter(chaos.cluster.names)
     for step in STEPS:
@@ -149,28 +151,30 @@ def test_kill_9_inside_every_step_completes_with_one_restart_per_vm(
                 failures.append(
                     f"{step} on {node}: {restarts} restarts, {[(r.step, r.status) for r in rows]}"
                 )
-    time.sleep(2)  # let the sweeper run over the finished workflows (sweep_interval_s is 1)
+    # The sweeper had its chance over the finished workflows: every task acknowledged, two more sweeps.
+    settled([worker], chaos.bus.client, chaos.bus.keys.prefix)
     orphans = chaos.open_steps()
-    scenario_figures.record(
-        "kill -9 at every step",
-        runs=runs,
-        passed=passed,
+    lost = scenario_figures.record(
+        db=chaos.db,
         duplicate_actions=duplicates,
         recovery_s=round(max(recovery), 2) if recovery else None,
-        notes=f"{KILLS_PER_STEP} SIGKILL(s) inside each of {len(STEPS)} steps (answer held after the call acted); "
+        notes=f"{passed}/{runs} kills recovered; {KILLS_PER_STEP} SIGKILL(s) inside each of {len(STEPS)} steps (answer held after the call acted); "
         f"recovery = kill to succeeded, mean {statistics.mean(recovery) if recovery else 0:.1f}s, "
         f"max shown (lease 6 s); orphaned steps after the sweeper: {len(orphans)}",
     )
+    assert lost == 0, f"{lost} published events are not in Postgres"
     assert failures == []
     assert passed == runs == len(STEPS) * KILLS_PER_STEP
     assert duplicates == 0
     assert orphans == []
 
 
+@pytest.mark.scenario("4 cloud faults (30% 429/503)")
 def test_cloud_faults_on_30_percent_of_calls_every_remediation_completes(
     faulty: CloudRig, scenario_figures: Recorder
 ) -> None:
     nodes = faulty.cluster.names
+    scenario_figures.count_in(faulty.db)
     for seed, fake in ((8, faulty.cluster.gce), (14, faulty.cluster.azure)):
         fake.faults.fail_randomly(0.3, FAULTS_30, seed=seed)
     worker = faulty.worker()
@@ -186,16 +190,16 @@ def test_cloud_faults_on_30_percent_of_calls_every_remediation_completes(
     checked, log_bad = retry_after_violations(faulty.cluster, dict(FAULTS_30))
     retried, record_bad = step_record_violations(faulty, nodes)
     retries = sum(r.retries for n in nodes for r in faulty.steps(n))
-    scenario_figures.record(
-        "cloud faults (30% 429/503)",
-        runs=len(nodes),
-        passed=sum(faulty.status(n) == "succeeded" for n in nodes),
+    done = sum(faulty.status(n) == "succeeded" for n in nodes)
+    lost = scenario_figures.record(
+        db=faulty.db,
         duplicate_actions=duplicates,
         recovery_s=round(elapsed, 2),
-        notes=f"{injected}/{calls} cloud calls failed; {retries} retries in {retried} step rows; "
+        notes=f"{done}/{len(nodes)} remediated; {injected}/{calls} cloud calls failed; {retries} retries in {retried} step rows; "
         f"{checked} retries checked against Retry-After, {len(log_bad) + len(record_bad)} too early; "
         f"recovery = all {len(nodes)} remediations done",
     )
+    assert lost == 0, f"{lost} published events are not in Postgres"
     assert injected > 0 and retried > 0 and checked > 0
     assert log_bad == [] and record_bad == []
     assert duplicates == 0 and all(faulty.restarts(n) == 1 for n in nodes)

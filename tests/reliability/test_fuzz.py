@@ -3,15 +3,15 @@
 Targets: event payloads (parsed and ingested into Postgres in batches: a bad payload lands in
 rejected_events with its error, the good ones around it are recorded), `sinfo --json` documents,
 `scontrol show node -o` lines, hostlists, providerIDs and settings. The API's inputs are fuzzed by
-schemathesis in tests/integration/test_api_schemathesis.py. Each target counts its examples so the
-suite's table can say how much was tried.
+schemathesis in tests/integration/test_api_schemathesis.py (the same row of the table). Each target
+counts the examples its body actually ran (``scenario_figures.example``), so the table says how much
+was tried, not how much was allowed; runs and passed are the five tests' own outcomes.
 """
 
 from __future__ import annotations
 
 import json
 import string
-from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,9 +30,10 @@ from remediation.domain.hostlist import HostlistError, expand
 from remediation.domain.providerid import InvalidProviderID, parse_provider_id
 from remediation.services.ingest import ingest
 from remediation.settings import ConfigError, Settings, load_settings
+from tests.scenario_table import Figures
 
 EXAMPLES = 300
-tried: Counter[str] = Counter()
+SCENARIO = pytest.mark.scenario("10 fuzzing (hypothesis; API by schemathesis)")
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                              HealthCheck.too_slow])
 
@@ -62,10 +63,11 @@ def payloads(draw: Any) -> str:
     return json.dumps(doc)
 
 
+@SCENARIO
 @FUZZ
 @given(st.lists(payloads(), min_size=1, max_size=8))
-def test_event_payloads_never_crash_the_ingest(pg_url_module: str, batch: list[str]) -> None:
-    tried["event payloads (ingested into Postgres)"] += 1
+def test_event_payloads_never_crash_the_ingest(scenario_figures: Figures, pg_url_module: str, batch: list[str]) -> None:
+    scenario_figures.example("event payloads (ingested into Postgres)")
     expected_ok = 0
     keys = set()
     for raw in batch:
@@ -103,10 +105,11 @@ def pg_url_module(pg_session_db: str) -> str:
     return pg_session_db
 
 
+@SCENARIO
 @FUZZ
 @given(st.text(max_size=300) | st.binary(max_size=300).map(lambda b: b.decode("latin-1")))
-def test_slurm_readers_reject_garbage_clearly(text: str) -> None:
-    tried["sinfo --json documents and scontrol lines"] += 1
+def test_slurm_readers_reject_garbage_clearly(scenario_figures: Figures, text: str) -> None:
+    scenario_figures.example("sinfo --json documents and scontrol lines")
     for parse in (parse_nodes_json, parse_scontrol_line):
         try:
             parse(text)
@@ -114,10 +117,11 @@ def test_slurm_readers_reject_garbage_clearly(text: str) -> None:
             assert str(exc)
 
 
+@SCENARIO
 @FUZZ
 @given(st.text(alphabet="gpu-node[]0123456789,-_.x ", max_size=40))
-def test_hostlists_expand_or_reject_clearly(expr: str) -> None:
-    tried["hostlist expressions"] += 1
+def test_hostlists_expand_or_reject_clearly(scenario_figures: Figures, expr: str) -> None:
+    scenario_figures.example("hostlist expressions")
     try:
         names = expand(expr)
     except HostlistError as exc:
@@ -126,11 +130,12 @@ def test_hostlists_expand_or_reject_clearly(expr: str) -> None:
         assert all(n and "[" not in n and "]" not in n for n in names)
 
 
+@SCENARIO
 @FUZZ
 @given(st.one_of(st.text(max_size=120), st.sampled_from(["gce://", "azure:///", "aws:///"]).flatmap(
     lambda p: st.text(alphabet=string.ascii_letters + string.digits + "/-_.", max_size=120).map(lambda t: p + t))))
-def test_provider_ids_parse_or_reject_clearly(raw: str) -> None:
-    tried["providerIDs"] += 1
+def test_provider_ids_parse_or_reject_clearly(scenario_figures: Figures, raw: str) -> None:
+    scenario_figures.example("providerIDs")
     try:
         vm = parse_provider_id(raw)
     except InvalidProviderID as exc:
@@ -147,11 +152,12 @@ SETTINGS_FIELDS = [
 ]
 
 
+@SCENARIO
 @FUZZ
 @given(st.dictionaries(st.sampled_from(SETTINGS_FIELDS), st.text(max_size=40) | json_values.map(json.dumps),
                        min_size=1, max_size=4))
-def test_settings_load_or_name_the_bad_field(env: dict[str, str]) -> None:
-    tried["settings (environment values)"] += 1
+def test_settings_load_or_name_the_bad_field(scenario_figures: Figures, env: dict[str, str]) -> None:
+    scenario_figures.example("settings (environment values)")
     with pytest.MonkeyPatch.context() as mp:
         for key in list(__import__("os").environ):
             if key.startswith("REMEDIATION_"):
@@ -165,11 +171,3 @@ def test_settings_load_or_name_the_bad_field(env: dict[str, str]) -> None:
             named = [k.removeprefix("REMEDIATION_").lower().replace("__", ".") for k in env]
             assert any(n in message or n.split(".")[-1] in message for n in named), message
 
-
-def test_zz_record_fuzz_figures(scenario_figures: Any) -> None:
-    """Runs last in this module: one row for the suite's table."""
-    total = sum(tried.values())
-    assert total >= EXAMPLES  # the targets above ran
-    scenario_figures.record(
-        "10 fuzzing (hypothesis; API by schemathesis)", runs=total, passed=total,
-        notes=", ".join(f"{k}: {v}" for k, v in tried.items()) + "; 0 crashes")

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import redis
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -79,6 +80,7 @@ def wait_running(slurm: SlurmCluster, job: str, node: str) -> None:
         time.sleep(0.1)
 
 
+@pytest.mark.scenario("11 job safety: researcher FAIL on a busy node")
 def test_no_vm_action_under_a_running_job_then_it_proceeds_after_scancel(
     slurm: SlurmCluster,  # noqa: F811
     pipeline: Callable[..., Pipeline],  # noqa: F811
@@ -112,13 +114,14 @@ def test_no_vm_action_under_a_running_job_then_it_proceeds_after_scancel(
         took = time.monotonic() - cancelled
     (rem,) = rems_of(p.sessions, node)
     rows = steps_of(p.sessions, rem.id)
-    scenario_figures.record(
-        "11 job safety: researcher FAIL on a busy node", runs=1, passed=int(rem.status == "succeeded"),
+    lost = scenario_figures.record(
+        db=p.sessions,
         duplicate_actions=len(p.vm.by_key) - 1, recovery_s=round(took, 2),  # type: ignore[attr-defined]
         notes=(f"event {event.state}; slurm_drain checked {rows[0].checks}x, {CHECKS_WHILE_RUNNING} of them while "
                f"job {job} was R; {vm_calls_while_running} VM actions while it ran; node seen as "
                f"{', '.join(sorted(states_seen))}; recovery = scancel to remediation succeeded"),
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert rem.status == "succeeded", [(r.step, r.status, r.outcome, r.error) for r in rows]
     assert [r.step for r in rows][-3:] == ["vm_restart", "verify", "return"]
     assert len(p.vm.by_key) == 1  # type: ignore[attr-defined]
@@ -126,6 +129,7 @@ def test_no_vm_action_under_a_running_job_then_it_proceeds_after_scancel(
     wait_idle(slurm, node)
 
 
+@pytest.mark.scenario("11 job safety: on_jobs_timeout=requeue")
 def test_on_jobs_timeout_requeue_requeues_the_job(
     slurm: SlurmCluster,  # noqa: F811
     pipeline: Callable[..., Pipeline],  # noqa: F811
@@ -150,13 +154,13 @@ def test_on_jobs_timeout_requeue_requeues_the_job(
         requeued = s.scalars(select(AuditLog).where(AuditLog.action == "jobs_requeued")).all()
     restarts = int(job_field(slurm, job, "Restarts"))
     state, where = job_field(slurm, job, "JobState"), job_field(slurm, job, "NodeList")
-    scenario_figures.record(
-        "11 job safety: on_jobs_timeout=requeue", runs=1,
-        passed=int(rem.status == "succeeded" and restarts == 1), duplicate_actions=len(requeued) - 1,
+    lost = scenario_figures.record(
+        db=p.sessions, duplicate_actions=len(requeued) - 1,
         recovery_s=round(took, 2),
         notes=f"job {job} requeued after drain_timeout_s=3 (Restarts={restarts}, now {state} on {where}); "
               f"{len(requeued)} jobs_requeued audit row(s) naming it; remediation {rem.status}",
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert rem.status == "succeeded"
     assert [(a.target, a.detail["jobs"]) for a in requeued] == [(node, [job])]
     assert restarts == 1 and where != node  # requeued: pending again, or running elsewhere
@@ -164,6 +168,7 @@ def test_on_jobs_timeout_requeue_requeues_the_job(
     wait_idle(slurm, node)
 
 
+@pytest.mark.scenario("12 latching breaker: storm on the real slurmctld")
 def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmctld(
     slurm: SlurmCluster,  # noqa: F811
     pipeline: Callable[..., Pipeline],  # noqa: F811
@@ -217,18 +222,17 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
     status = {n: rems_of(p.sessions, n)[-1] for n in failing}
     vm_nodes = sorted(op.vm.name for op in p.vm.by_key.values())  # type: ignore[attr-defined]
     kube0 = p.world.node("gpu-node-0")["k8s"]
-    ok = (status["gpu-node-0"].status == "cancelled" and not kube0["unschedulable"]
-          and all(status[n].status == "succeeded" for n in failing[1:]) and vm_nodes == failing[1:])
     with p.sessions() as s:
         opened = len(s.scalars(select(AuditLog).where(AuditLog.action == "breaker_open")).all())
-    scenario_figures.record(
-        "12 latching breaker: storm on the real slurmctld", runs=len(failing), passed=int(ok) * len(failing),
+    lost = scenario_figures.record(
+        db=p.sessions,
         duplicate_actions=len(vm_nodes) - len(set(vm_nodes)), recovery_s=round(recovery, 2),
         notes=(f"3/4 nodes failed ('leaf switch lost'); breaker held {held_for:.1f}s, window {window}s; "
                f"{sum(looks_after_slide.values())} looks after the slide, 0 VM actions while open; "
                f"after close: 1 resumed node cancelled (cordon given back), {len(vm_nodes)} proceeded; "
                f"{opened} breaker_open row; recovery = close to last remediation done"),
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert status["gpu-node-0"].status == "cancelled" and "healthy again" in (status["gpu-node-0"].outcome or "")
     assert not kube0["unschedulable"]
     assert [status[n].status for n in failing[1:]] == ["succeeded", "succeeded"]
@@ -238,6 +242,7 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
         wait_idle(slurm, node)
 
 
+@pytest.mark.scenario("14 honest dry-run (Postgres, real workers)")
 def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
     pg_url: str, redis_prefix: str, tmp_path: Path, receiver: Receiver, scenario_figures: Recorder,  # noqa: F811
 ) -> None:
@@ -295,18 +300,15 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
     pages = receiver.posts
     dry_pages = [p for p in pages if "[DRY-RUN]" in str(p.get("text", ""))]
     untouched = world.snapshot()["nodes"] == before and not world.calls()
-    ok = (len(say_would) == len(steps) and busy.status in ("waiting", "running") and all(r.dry_run for r in steps)
-          and all(r.dry_run for r in rems)
-          and len(audit_would) == len(logged) and offenders == {} and view.failed_in_window == 0
-          and not latch.get("open") and untouched)
-    scenario_figures.record(
-        "14 honest dry-run (Postgres, real workers)", runs=len(failing), passed=len(failing) if ok else 0,
+    lost = scenario_figures.record(
+        db=db,
         duplicate_actions=len(world.calls(effect=True)),  # dry-run: any real action is one too many
         notes=(f"{len(failing)}/{pool} nodes failed in {took:.1f}s; {len(say_would)}/{len(steps)} step rows and {len(audit_would)}/{len(logged)} audit rows say "
                f"'would' with dry_run=true; repeat-offender counts {offenders or 'unchanged (none)'}; breaker "
                f"count {view.failed_in_window}, open={bool(latch.get('open'))}; world untouched={untouched}; "
                f"{len(dry_pages)}/{len(pages)} pages marked DRY-RUN; busy node: {busy_drain.outcome!r}"),
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert len(steps) == (len(failing) - 1) * 6 + 1 and len(say_would) == len(steps), [
         (r.step, r.outcome) for r in steps if r not in say_would]
     assert all(r.dry_run for r in steps) and all(r.dry_run for r in rems)

@@ -24,6 +24,7 @@ from remediation.services.ingest import ingest
 from remediation.services.levers import release
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from tests.scenario_table import Figures
 
 NODES = [f"gpu-node-{i}" for i in range(16)]
 
@@ -65,7 +66,11 @@ def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeCl
     ])
 
 
-def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, events: list[NodeEvent]) -> list[FollowUp]:
+def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, events: list[NodeEvent],
+            figures: Figures | None = None) -> list[FollowUp]:
+    """Hand ``events`` to the ingest, as the worker does; ``figures`` counts them as published."""
+    if figures is not None:
+        figures.sent(events)
     with sessions() as s, s.begin():
         opened = ingest(s, [e.to_json() for e in events], settings.policy, clock).opened
     return [FollowUp(rid, step) for rid, step in opened]
@@ -95,6 +100,7 @@ def slurm_event(node: str, state: str, reason: str, at: datetime, key: str | Non
                      dedupe_key=key or f"slurm:{node}:{state}:{at.isoformat()}")
 
 
+@pytest.mark.scenario("6 flapping node (10 min fast, 72 min slow)")
 def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, engine, world, settings, clock,
                                                                    scenario_figures) -> None:
     flap = FlapFilter(settings.policy.kube_conditions, settings.kube.min_condition_s, clock.now)
@@ -106,7 +112,7 @@ def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, eng
                             observed_at=clock.now(), dedupe_key=c.key) for c in changes]
         if status == "False":
             world.set_k8s(node, ready="False")
-        return publish(sessions, settings, clock, events)
+        return publish(sessions, settings, clock, events, scenario_figures)
 
     # Ready flips every 10 s for 10 minutes: never holds 5 minutes, so nothing is published or opened.
     opened = []
@@ -130,29 +136,28 @@ def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, eng
     assert total == settings.policy.repeat_offender_count
     restarts = len(world.calls("vm.restart", effect=True))
     assert restarts == settings.policy.repeat_offender_count - 1
-    quarantined = count(sessions, Remediation.status == "quarantined")
-    scenario_figures.record("6 flapping node (10 min fast, 72 min slow)", runs=1,
-                            passed=int(quarantined == 1 and restarts == total - 1),
-                            duplicate_actions=duplicate_vm_actions(world),
+    lost = scenario_figures.record(db=sessions, duplicate_actions=duplicate_vm_actions(world),
                             notes=f"fast flaps: 0 remediations; slow flaps: {total} opened, "
                                   f"{restarts} restarts, then quarantined (no loop)")
+    assert lost == 0, f"{lost} published events are not in Postgres"
 
 
+@pytest.mark.scenario("7 human overrides (drain, uncordon, release)")
 def test_human_overrides_are_never_undone(sessions, engine, world, settings, clock, scenario_figures) -> None:
     now = clock.now()
     # A maintenance drain: recorded, and even a manual report on the node leaves the human's drain alone.
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
-    assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)]) == []
+    assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)], scenario_figures) == []
     report = NodeEvent(source=Source.MANUAL, node="gpu-node-2", kind=EventKind.UNHEALTHY, state="REPORTED",
                        reason="gpu looks slow", observed_at=now)
-    settle(engine, clock, publish(sessions, settings, clock, [report]))
+    settle(engine, clock, publish(sessions, settings, clock, [report], scenario_figures))
     checks = {"maintenance drain kept": world.node("gpu-node-2")["slurm"]["reason"] == "maintenance: PSU swap"
               and "DRAIN" in world.node("gpu-node-2")["slurm"]["flags"]}
     assert checks["maintenance drain kept"], world.node("gpu-node-2")
     # A human uncordon mid-remediation cancels ours cleanly; we never cordon again.
     world.set_k8s("gpu-node-3", pods=1, blocked=1)
     world.set_slurm("gpu-node-3", flags=["FAIL"], reason="xid 79", user="bob")
-    (f,) = publish(sessions, settings, clock, [slurm_event("gpu-node-3", "FAIL", "xid 79", clock.now())])
+    (f,) = publish(sessions, settings, clock, [slurm_event("gpu-node-3", "FAIL", "xid 79", clock.now())], scenario_figures)
     while f and f.step != "k8s_evict":
         f = engine.run(f.remediation_id, f.step)
     world.set_k8s("gpu-node-3", unschedulable=False)
@@ -169,7 +174,7 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
         world.set_slurm(node, flags=["FAIL"], reason=f"xid {i}", user="carol")
         ev = slurm_event(node, "FAIL", f"xid {i}", clock.now())
         history.append(ev)
-        settle(engine, clock, publish(sessions, settings, clock, [ev]))
+        settle(engine, clock, publish(sessions, settings, clock, [ev], scenario_figures))
         clock.advance(3600)
     assert count(sessions, Remediation.node == node, Remediation.status == "quarantined") == 1
     our_drain = world.node(node)["slurm"]["reason"]
@@ -179,46 +184,48 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     release_node(engine.adapters, node, settings.policy.our_reason_prefix)
     # A watcher that lagged re-publishes the old failures and our quarantine drain (late edge events).
     resync = history + [slurm_event(node, "DRAIN", our_drain, clock.now(), "late-edge-of-our-drain")]
-    assert publish(sessions, settings, clock, resync) == []
+    assert publish(sessions, settings, clock, resync, scenario_figures) == []
     with sessions() as s:
         assert s.get(Node, node).status == "healthy"
         assert s.scalars(select(AuditLog.actor).where(AuditLog.action == "release")).all() == ["dave"]
     assert world.node(node)["slurm"]["flags"] == []
     # After the release the count starts again: one new failure is remediated, not quarantined.
     world.set_slurm(node, flags=["FAIL"], reason="xid 9", user="carol")
-    settle(engine, clock, publish(sessions, settings, clock, [slurm_event(node, "FAIL", "xid 9", clock.now())]))
+    settle(engine, clock, publish(sessions, settings, clock, [slurm_event(node, "FAIL", "xid 9", clock.now())], scenario_figures))
     assert count(sessions, Remediation.node == node, Remediation.status == "succeeded") == 3
     with sessions() as s:
         checks["release stuck through resync"] = (
             s.scalars(select(AuditLog.actor).where(AuditLog.action == "release")).all() == ["dave"]
             and count(sessions, Remediation.node == node, Remediation.status == "quarantined") == 1)
-    scenario_figures.record("7 human overrides (drain, uncordon, release)", runs=len(checks),
-                            passed=sum(checks.values()), duplicate_actions=duplicate_vm_actions(world),
+    lost = scenario_figures.record(db=sessions, duplicate_actions=duplicate_vm_actions(world),
                             notes="; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
+    assert lost == 0, f"{lost} published events are not in Postgres"
+    assert all(checks.values()), checks
 
 
+@pytest.mark.scenario("8 stale replay after restart")
 def test_stale_replay_after_a_restart_takes_no_action(sessions, engine, world, settings, clock,
                                                       scenario_figures) -> None:
     node = "gpu-node-5"
     down_at = clock.now()
     world.set_slurm(node, state="DOWN", flags=["NOT_RESPONDING"], reason="Not responding", user="slurm")
     first = slurm_event(node, "DOWN", "Not responding", down_at, key="slurm:gpu-node-5:DOWN:t0")
-    settle(engine, clock, publish(sessions, settings, clock, [first]))
+    settle(engine, clock, publish(sessions, settings, clock, [first], scenario_figures))
     assert count(sessions, Remediation.status == "succeeded") == 1
     calls = len(world.calls(effect=True))
     clock.advance(1800)
     # After a restart the same event comes again (same key): recorded once, nothing happens.
-    replays = {"same key deduped": publish(sessions, settings, clock, [first]) == []}
+    replays = {"same key deduped": publish(sessions, settings, clock, [first], scenario_figures) == []}
     # An old DOWN for the node (a backlog replayed under a new key) observed during the first episode:
     # it is explained by that remediation (attributed, never a second fault), so nothing opens.
     during = slurm_event(node, "DOWN", "Not responding", down_at + timedelta(seconds=1), key="replayed-from-backlog")
-    replays["backlog event of the first episode attributed"] = publish(sessions, settings, clock, [during]) == []
+    replays["backlog event of the first episode attributed"] = publish(sessions, settings, clock, [during], scenario_figures) == []
     # An old DOWN observed well after that episode settled, replayed now that the node is healthy
     # again: the remediation confirms the live state first and stops without acting.
     later = down_at + timedelta(seconds=settings.policy.settle_s + 300)
     assert (clock.now() - later).total_seconds() > settings.workflow.stale_event_s
     old = slurm_event(node, "DOWN", "Not responding", later, key="replayed-from-backlog-2")
-    settle(engine, clock, publish(sessions, settings, clock, [old]))
+    settle(engine, clock, publish(sessions, settings, clock, [old], scenario_figures))
     with sessions() as s:
         rem = s.scalars(select(Remediation).order_by(Remediation.id.desc())).first()
         assert rem.status == "cancelled" and rem.outcome.startswith("stale: Slurm reports gpu-node-5 IDLE")
@@ -227,9 +234,9 @@ def test_stale_replay_after_a_restart_takes_no_action(sessions, engine, world, s
         assert count(sessions, Remediation.node == node) == 2
         replays["later one confirmed stale"] = rem.status == "cancelled"
     acted = len(world.calls(effect=True)) - calls
-    scenario_figures.record("8 stale replay after restart", runs=len(replays), passed=sum(replays.values()),
-                            duplicate_actions=acted,
+    lost = scenario_figures.record(db=sessions, duplicate_actions=acted,
                             notes="; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in replays.items())
                                   + f"; actions after the replays: {acted}")
+    assert lost == 0, f"{lost} published events are not in Postgres"
     assert all(replays.values()), replays
     assert acted == 0  # no drain, cordon or restart

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from simulator.kube_api import KubeAPIServer
 from tests.integration.kube.conftest import kube_api, make_settings  # noqa: F401  (fixtures)
 from tests.integration.kube.test_kube_workflow import (  # noqa: F401  (fixtures)
@@ -21,13 +23,13 @@ from tests.integration.kube.test_kube_workflow import (
 )
 
 
+@pytest.mark.scenario("9 PDB deadlock")
 def test_pdb_deadlock_escalates_and_forces_nothing(build: Callable[..., Any], kube_api: KubeAPIServer,  # noqa: F811
                                                    scenario_figures: Any) -> None:
     deadlock(build, kube_api)
     refused = [r for r in kube_api.requests if r.path.endswith("/eviction") and r.status == 429]
     deletes = [r for r in kube_api.requests if r.method == "DELETE"]
-    assert refused and not deletes
     scenario_figures.record(
-        "9 PDB deadlock", runs=1, passed=1,
         notes=f"{len(refused)} evictions refused (429 DisruptionBudget) over {EVICT_TIMEOUT_S}s, then "
               f"quarantined; DELETE requests: {len(deletes)}")
+    assert refused and not deletes

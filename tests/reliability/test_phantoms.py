@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.conftest import REDIS_URL
@@ -17,15 +18,13 @@ from tests.reliability.conftest import FULL, Recorder, scale
 from tests.reliability.phantoms import soak
 
 
+@pytest.mark.scenario("false quarantines (phantom-fault soak)")
 def test_no_quarantine_without_its_faults_behind_it(
     pg_url: str, redis_client: redis.Redis, redis_prefix: str, tmp_path: Path, scenario_figures: Recorder
 ) -> None:
     r = soak(scale(16, 32), scale(90, 600), pg_url, REDIS_URL, redis_prefix, tmp_path,
              mean_gap_s=20.0 if FULL else 4.0, storm_every_s=240.0 if FULL else 45.0, seed=22)
     scenario_figures.record(
-        "false quarantines",
-        runs=r.quarantines,
-        passed=r.quarantines - len(r.false_quarantines),
         duplicate_actions=r.extra_remediations,
         notes=f"{len(r.false_quarantines)} false quarantine(s) of {r.quarantines}; {r.faults} faults injected on "
         f"{r.faulted_nodes}/{r.nodes} nodes in {r.duration_s:.0f}s ({r.by_kind}); {r.remediations} remediations; "

@@ -43,7 +43,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, load_settings
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import Worker, wait_for, worker_env
+from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.reliability.conftest import Recorder, scale
 from workers.celery_app import make_app
 
@@ -103,6 +103,7 @@ def max_in_flight(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
+@pytest.mark.scenario("5 Storm: 50% of the nodes fail")
 def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     pg_url: str, redis_prefix: str, tmp_path: Path, receiver: Receiver, scenario_figures: Recorder
 ) -> None:
@@ -125,6 +126,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(pg_url, poolclass=NullPool)
+    scenario_figures.count_in(db)
 
     def count(model: type, *where: Any) -> int:
         with Session(db) as s:
@@ -149,7 +151,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
         wait_for(lambda: audit_times(db, "breaker_open"), 30, "the breaker to open", workers[0])
         wait_for(all_closed, window_s + 60, "every remediation to complete", workers[0])
         wait_for(lambda: audit_times(db, "breaker_closed"), 10, "the breaker to close", workers[0])
-        time.sleep(1.0)  # a late duplicate (a redelivered task, a sweep) would act now
+        settled(workers, client, redis_prefix)  # a late duplicate (a redelivered task, a sweep) had its chance
     finally:
         for w in workers:
             w.stop()
@@ -186,16 +188,16 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     pages_open, pages_closed = receiver.count("Storm breaker OPEN"), receiver.count("Storm breaker closed")
     succeeded = [node for _, node, status, _ in rems if status == "succeeded"]
     last_closed = max(c.timestamp() for *_, c in rems if c is not None)
-    scenario_figures.record(
-        "5 Storm: 50% of the nodes fail", runs=len(failing), passed=len(succeeded), lost_events=0,
-        duplicate_actions=dups, recovery_s=round(last_closed - closed_at, 2),
-        notes=(f"{len(failing)}/{pool} nodes failed over {spread_s}s; breaker open {closed_at - open_at:.1f}s "
+    lost = scenario_figures.record(
+        db=db, duplicate_actions=dups, recovery_s=round(last_closed - closed_at, 2),
+        notes=(f"{len(succeeded)}/{len(failing)} remediated; {len(failing)}/{pool} nodes failed over {spread_s}s; breaker open {closed_at - open_at:.1f}s "
                f"(window {window_s}s), {len(after_open)} drains while open, 0 VM actions while open; "
                f"peak {peak} VM actions in flight (max {MAX_CONCURRENT}); on-call paged {pages_open}x "
                f"open, {pages_closed}x closed; recovery = breaker closed to last remediation done"),
         extra={"breaker_open_rows": len(opened), "breaker_closed_rows": len(closed), "peak_vm": peak,
                "pages": [p.get("text", "")[:120] for p in receiver.posts]},
     )
+    assert lost == 0, f"{lost} published events are not in Postgres"
     assert len(opened) == 1 and len(closed) == 1 and open_at < closed_at, (opened, closed)
     assert sorted(succeeded) == sorted(failing)
     assert 0 < peak <= MAX_CONCURRENT, f"VM actions in flight at the busiest moment: {busiest_spans}"

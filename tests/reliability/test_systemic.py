@@ -63,6 +63,7 @@ def rig(
                         REMEDIATION_NOTIFY__WEBHOOK_URL=receiver.url)
 
 
+@pytest.mark.scenario("13 systemic fault: cloud 401 mid-storm")
 def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once(
     rig: CloudRig, db: Engine, receiver: Receiver, scenario_figures: Recorder
 ) -> None:
@@ -108,13 +109,13 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     with Session(db) as s:
         charged = {n: len(s.scalars(select(Remediation.id).where(Remediation.node == n)).all()) for n in nodes}
 
-    scenario_figures.record(
-        "systemic fault: cloud 401 mid-storm",
-        runs=len(storm), passed=sum(rig.status(n) == "succeeded" for n in storm),
+    lost = scenario_figures.record(
+        db=db,
         duplicate_actions=sum(max(0, rig.restarts(n) - 1) for n in nodes), recovery_s=round(recovery, 2),
         notes=f"paused {paused_after:.1f}s after the storm began; {refused} step(s) met the 401; "
               f"{len(quarantined)} quarantined; {pages} page(s); recovery = human resume to all succeeded",
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert state["by"] == "system" and "CredentialError" in state["reason"] and "401" in state["reason"]
     assert state["self_healing"] is False
     assert refused >= 1 and quarantined == []
@@ -124,6 +125,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     assert all(rig.restarts(n) == 1 for n in nodes)
 
 
+@pytest.mark.scenario("13 systemic fault: slurmctld unreachable")
 def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answers(
     slurm: SlurmCluster,  # noqa: F811
     pipeline: Callable[..., Pipeline],  # noqa: F811
@@ -170,12 +172,12 @@ def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answer
         pages_rows = len(s.scalars(select(AuditLog).where(AuditLog.action == "pause")).all())
     run_pass(p.sessions, NotifySettings(webhook_url=receiver.url))
     final = [r.status for r in rems(p, nodes)]
-    scenario_figures.record(
-        "systemic fault: slurmctld unreachable",
-        runs=len(nodes), passed=final.count("succeeded"), recovery_s=round(recovery, 2),
+    lost = scenario_figures.record(
+        db=p.sessions, recovery_s=round(recovery, 2),
         notes=f"{final.count('quarantined')} quarantined; {receiver.count('Automation PAUSED')} page(s); "
               f"{probes_down} failed probes kept it paused; resumed by the probe after 3 answers",
     )
+    assert not lost, f"{lost} published events are not in Postgres"
     assert state["paused"] and state["by"] == "system" and state["self_healing"] and state["component"] == "slurm"
     assert "Unable to contact slurm controller" in state["reason"]
     assert all(status == "waiting" and "paused" in (why or "") for status, why in rows), rows

@@ -27,7 +27,7 @@ from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from watchers import kube as kube_watcher
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 
 HOLD = 1.0
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,9 +48,15 @@ class Watcher:
 
     def __init__(self, settings: Settings, bus: RedisEventBus, api: client.CoreV1Api) -> None:
         self.stopper = Stopper(install=False)
+        self.polls = Polls()
         self.thread = threading.Thread(
-            target=kube_watcher.run, args=(settings, self.stopper, bus, api), daemon=True
+            target=kube_watcher.run, args=(settings, self.stopper, bus, api, self.polls), daemon=True
         )
+
+    def had_its_chance(self, passes: int = 3, at: datetime | None = None, timeout: float = 10) -> None:
+        """The barrier before asserting that nothing was published: ``passes`` more passes of the loop
+        (and, with ``at``, one that decided at or after ``at`` on the watcher's clock)."""
+        assert self.polls.advance(passes, timeout, at), f"the watcher made no {passes} passes in {timeout}s"
 
     def stop(self) -> None:
         self.stopper.stop()
@@ -108,7 +114,7 @@ def test_not_ready_held_for_the_minimum_is_published_exactly_once(
 ) -> None:
     kube_api.add_node("n1")
     kube_api.add_node("n2")
-    start()
+    watcher = start()
     wait_for(lambda: watching(kube_api))
     changed = time.monotonic()
     node = kube_api.set_condition("n1", "Ready", "False", message="Kubelet stopped posting node status.")
@@ -127,7 +133,8 @@ def test_not_ready_held_for_the_minimum_is_published_exactly_once(
     # Heartbeats keep modifying the Node; the held condition is not published again.
     for _ in range(3):
         kube_api.set_condition("n1", "Ready", "False", message="Kubelet stopped posting node status.")
-        time.sleep(0.3)
+        watcher.had_its_chance(passes=1)
+    watcher.had_its_chance()
     assert len(events(redis_client, redis_prefix)) == 1
 
 
@@ -135,15 +142,21 @@ def test_a_flap_shorter_than_the_minimum_is_not_published(
     kube_api: KubeAPIServer, start: Callable[..., Watcher], redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     kube_api.add_node("n1")
-    start()
+    kube_api.add_node("n2")
+    watcher = start()
     wait_for(lambda: watching(kube_api))
     for _ in range(3):
         kube_api.set_condition("n1", "Ready", "False")
-        time.sleep(HOLD / 4)
+        last_bad = datetime.now(UTC)
+        time.sleep(HOLD / 4)  # the flap's length: shorter than the hold
         kube_api.set_condition("n1", "Ready", "True")
-        time.sleep(HOLD / 8)
-    time.sleep(HOLD + 0.5)
-    assert events(redis_client, redis_prefix) == []
+    # Barrier: a sentinel condition on n2, later in the same watch stream, is published once it held, so
+    # the watcher has handled every flap of n1 before it; and a pass decided after the last flap's
+    # window ran out on the watcher's clock. A flap that was going to be published has been by then.
+    kube_api.set_condition("n2", "Ready", "False")
+    sentinel = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 4)
+    watcher.had_its_chance(passes=1, at=last_bad + timedelta(seconds=HOLD))
+    assert [e.node for e in events(redis_client, redis_prefix)] == ["n2"], sentinel
 
 
 def test_problem_condition_and_recovery_are_published(
@@ -252,8 +265,8 @@ def test_only_the_leader_watches_and_publishes(
     redis_client.set(lock_key, "another-watcher", px=60_000)
     kube_api.add_node("n1")
     kube_api.set_condition("n1", "Ready", "False")
-    start()
-    time.sleep(HOLD + 1)
+    standby = start()
+    standby.had_its_chance(passes=3)  # three tries for the lock, each refused
     assert kube_api.requests == [] and events(redis_client, redis_prefix) == []
     redis_client.delete(lock_key)  # the other leader is gone
     (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 4)
@@ -267,11 +280,12 @@ def test_a_second_watcher_stands_by_while_the_first_leads(
     kube_api.add_node("n1")
     leader = start()
     wait_for(lambda: watching(kube_api))
-    start()
-    time.sleep(0.5)
+    standby = start()
+    standby.had_its_chance(passes=1)  # it is running, and refused the lock
     kube_api.set_condition("n1", "Ready", "False")
     wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
-    time.sleep(0.5)
+    standby.had_its_chance(passes=2)
+    leader.had_its_chance(passes=2)
     assert len(events(redis_client, redis_prefix)) == 1 and lists(kube_api) == 1
     leader.stop()  # releases the lock; the standby takes over and relists
     wait_for(lambda: lists(kube_api) == 2, timeout=4)
@@ -372,14 +386,14 @@ def test_pod_mapping_skips_a_node_that_hosts_no_slurmd_pod(
     kube_api.add_pod("kube-system", "gpu-node-9", node_name="system-pool-1", labels=SLURMD)  # other namespace
     slurmd_pod(kube_api, "gpu-node-1", "gpu-1")
     caplog.set_level("INFO", logger="watchers.kube")
-    start(pod_settings)
+    watcher = start(pod_settings)
     wait_for(lambda: watching(kube_api))
     kube_api.set_condition("system-pool-1", "Ready", "False")
     wait_for(lambda: "Node system-pool-1 hosts no Slurm node" in caplog.text, timeout=HOLD + 3)
     kube_api.set_condition("system-pool-1", "KernelDeadlock", "True")
     kube_api.set_condition("gpu-1", "Ready", "False")  # published: the watcher is not just slow
     (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 4)
-    time.sleep(0.3)
+    watcher.had_its_chance()
     assert event.node == "gpu-node-1" and len(events(redis_client, redis_prefix)) == 1
     assert caplog.text.count("Node system-pool-1 hosts no Slurm node") == 1  # once per Node
 
@@ -422,7 +436,7 @@ def test_pod_mapping_follows_a_slurmd_pod_recreated_on_another_node(
         kube_api.add_node(name)
     slurmd_pod(kube_api, "gpu-node-1", "node-a")
     slurmd_pod(kube_api, "gpu-node-3", "node-c")
-    start(pod_settings)
+    watcher = start(pod_settings)
     wait_for(lambda: watching(kube_api))
     kube_api.set_condition("node-c", "Ready", "False")  # the watcher now holds a map: gpu-node-1 on node-a
     wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
@@ -434,7 +448,7 @@ def test_pod_mapping_follows_a_slurmd_pod_recreated_on_another_node(
     found = wait_for(
         lambda: (e := events(redis_client, redis_prefix)) and len(e) >= 2 and e, timeout=HOLD + 4
     )
-    time.sleep(0.3)
+    watcher.had_its_chance()
     assert [(e.node, e.reason) for e in events(redis_client, redis_prefix)][1:] == [
         ("gpu-node-1", "Node node-b: Ready=False")
     ]
@@ -455,14 +469,14 @@ def test_static_mapping_inverts_the_mapping_file(
     kube = settings.kube.model_copy(update={"mapping": "static", "static_map_file": str(mapping)})
     for name in ("aks-gpu-0", "aks-gpu-1", "aks-system-0"):
         kube_api.add_node(name)
-    start(settings.model_copy(update={"kube": kube}))
+    watcher = start(settings.model_copy(update={"kube": kube}))
     wait_for(lambda: watching(kube_api))
     kube_api.set_condition("aks-system-0", "Ready", "False")  # not in the file: not ours
     kube_api.set_condition("aks-gpu-0", "Ready", "Unknown")
     found = wait_for(
         lambda: (e := events(redis_client, redis_prefix)) and len(e) == 2 and e, timeout=HOLD + 3
     )
-    time.sleep(0.3)
+    watcher.had_its_chance()
     assert len(events(redis_client, redis_prefix)) == 2
     assert sorted((e.node, e.state) for e in found) == [
         ("gpu-node-1", "Ready=Unknown"),

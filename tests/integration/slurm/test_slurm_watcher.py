@@ -24,7 +24,7 @@ from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
 from watchers import slurm as slurm_watcher
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 
 # Each test once per Slurm release and backend (cli, rest): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -55,19 +55,36 @@ def wait_for(
         time.sleep(0.02)
 
 
+class Running:
+    """A watcher thread: stop it, or wait until it had its chance to publish (``polls`` passes)."""
+
+    def __init__(self) -> None:
+        self.stopper, self.polls = Stopper(install=False), Polls()
+
+    def stop(self) -> None:
+        self.stopper.stop()
+
+    def had_its_chance(self, passes: int = 3, timeout: float = 15) -> None:
+        """The barrier before asserting that nothing was published: ``passes`` more polls."""
+        assert self.polls.advance(passes, timeout), f"the watcher made no {passes} polls in {timeout}s"
+
+
 @contextmanager
-def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iterator[Stopper]:
+def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iterator[Running]:
     """A watcher thread publishing to ``stream_prefix``; its lock key follows settings' prefix."""
-    stopper = Stopper(install=False)
+    running = Running()
     bus = RedisEventBus(client, stream_prefix, kick=None)
     thread = threading.Thread(
-        target=slurm_watcher.run, args=(settings, stopper, bus, make_slurm(settings)), daemon=True
+        target=slurm_watcher.run,
+        args=(settings, running.stopper, bus, make_slurm(settings)),
+        kwargs={"polls": running.polls},
+        daemon=True,
     )
     thread.start()
     try:
-        yield stopper
+        yield running
     finally:
-        stopper.stop()
+        running.stop()
         thread.join(timeout=10)
         assert not thread.is_alive(), "watcher did not stop"
 
@@ -84,7 +101,7 @@ def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
     settings = settings_for(slurm, redis_prefix)
-    with watcher(settings, redis_client, redis_prefix):
+    with watcher(settings, redis_client, redis_prefix) as running:
         started(redis_client, redis_prefix, slurm.nodes)
         t0 = time.monotonic()
         slurm.scontrol("update", "nodename=gpu-node-1", "state=fail", "reason=xid 79")
@@ -100,8 +117,13 @@ def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
         )
         assert healthy.state == "IDLE"
         assert healthy.dedupe_key == event.dedupe_key.replace(":FAIL:", ":healthy:FAIL:", 1)
-        # The resume's NOT_RESPONDING blip (until slurmctld pings the node) was not published.
-        time.sleep(1.5)
+        # The resume's NOT_RESPONDING blip (until slurmctld pings the node) was not published: once
+        # Slurm shows it over, the watcher polled a few more times.
+        deadline = time.monotonic() + 15
+        while "NOT_RESPONDING" in slurm.nodes_now()["gpu-node-1"][1]:
+            assert time.monotonic() < deadline, slurm.nodes_now()["gpu-node-1"]
+            time.sleep(0.2)
+        running.had_its_chance()
         unhealthy = [e for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
         assert [e.state for e in unhealthy] == ["FAIL"]
 
@@ -109,12 +131,12 @@ def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
 def test_maintenance_drain_is_published_with_its_reason(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
-    with watcher(settings_for(slurm, redis_prefix), redis_client, redis_prefix):
+    with watcher(settings_for(slurm, redis_prefix), redis_client, redis_prefix) as running:
         started(redis_client, redis_prefix, slurm.nodes)
         slurm.scontrol("update", "nodename=gpu-node-2", "state=drain", "reason=maintenance: PSU swap")
         event = wait_for(redis_client, redis_prefix, lambda e: e.kind == EventKind.UNHEALTHY, 3.0)
         assert (event.node, event.state, event.reason) == ("gpu-node-2", "DRAIN", "maintenance: PSU swap")
-        time.sleep(2.5)  # several more polls: the unchanged drain is not published again
+        running.had_its_chance(passes=5)  # several more polls: the unchanged drain is not published again
         drains = [e for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
         assert len(drains) == 1
 
@@ -204,10 +226,10 @@ def test_only_the_leader_publishes(slurm: SlurmCluster, redis_client: redis.Redi
     leader_stream, standby_stream = f"{redis_prefix}:a", f"{redis_prefix}:b"
     with watcher(settings, redis_client, leader_stream) as leader:
         started(redis_client, leader_stream, slurm.nodes)
-        with watcher(settings, redis_client, standby_stream):
+        with watcher(settings, redis_client, standby_stream) as standby:
             slurm.scontrol("update", "nodename=gpu-node-1", "state=drain", "reason=maintenance: fans")
             wait_for(redis_client, leader_stream, lambda e: e.kind == EventKind.UNHEALTHY, 3.0)
-            time.sleep(1.5)
+            standby.had_its_chance()  # it polled for the lock three times since, and published nothing
             assert events(redis_client, standby_stream) == []
             # The leader stops and releases the lock: the standby takes over with a full resync.
             leader.stop()

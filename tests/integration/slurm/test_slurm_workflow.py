@@ -51,7 +51,7 @@ from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
 from watchers import slurm as slurm_watcher
-from watchers.runtime import Stopper
+from watchers.runtime import Polls, Stopper
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -160,20 +160,21 @@ class Pipeline:
         return Workflow(self.sessions, self.adapters, self.settings, self.clock)
 
     @contextmanager
-    def watching(self) -> Iterator[None]:
+    def watching(self) -> Iterator[Polls]:
         """A watcher thread (the real ``watchers.slurm.run``); waits until its first resync is in
-        Postgres, so every node is in the inventory."""
-        stopper = Stopper(install=False)
+        Postgres, so every node is in the inventory. Yields the watcher's poll count."""
+        stopper, polls = Stopper(install=False), Polls()
         bus = RedisEventBus(self.client, self.prefix, kick=None)
         thread = threading.Thread(
             target=slurm_watcher.run,
             args=(self.settings, stopper, bus, make_slurm(self.settings)),
+            kwargs={"polls": polls},
             daemon=True,
         )
         thread.start()
         try:
             self.wait_until(lambda: self.inventory() == set(self.cluster.nodes), 10, "first resync")
-            yield
+            yield polls
         finally:
             stopper.stop()
             thread.join(timeout=10)
@@ -439,12 +440,12 @@ def test_human_maintenance_drain_is_recorded_and_never_remediated_or_resumed(
         event = p.wait_event(node, 3.0)
         assert (event.state, event.reason, event.decision) == ("DRAIN", "maintenance: PSU swap", "record")
         assert "ignore list" in event.decision_reason
-        # Resyncs re-publish it (same key: one row); the sweeper finds nothing to resume.
-        deadline = time.monotonic() + 2.5
-        while time.monotonic() < deadline:
-            p.ingest()
+        # Resyncs re-publish it (same key: one row); the sweeper finds nothing to resume. Barrier: two
+        # full resyncs (an inventory event per node and the drain, each) ingested, a sweep after each.
+        for _ in range(2):
+            mark = p.handled
+            p.wait_until(lambda: p.handled >= mark + len(slurm.nodes) + 1, 10, "a resync")  # noqa: B023
             p.settle(p.engine.sweep())
-            time.sleep(0.2)
         seen = events_of(p.sessions, node, "unhealthy")
         assert len(seen) == 1, [(e.dedupe_key, e.state, e.reason, e.observed_at) for e in seen]
         assert p.take_opened() == [] and rems_of(p.sessions, node) == []
@@ -466,7 +467,7 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
 ) -> None:
     p = pipeline(repeat_offender_count=2)
     node = "gpu-node-1"
-    with p.watching():
+    with p.watching() as polls:
         slurm.scontrol("update", f"nodename={node}", "state=fail", "reason=xid 79")
         assert p.wait_event(node, 3.0).decision == "open"
         p.settle(p.take_opened())
@@ -490,9 +491,9 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
             3.0,
             "quarantine drain seen by the watcher",
         )
-        for _ in range(4):
+        for _ in range(4):  # each sweep, then polls of the watcher that could publish what it did
             p.settle(p.engine.sweep())
-            time.sleep(0.3)
+            assert polls.advance(2, 10), "the watcher stopped polling"
             p.ingest()
         assert p.take_opened() == []
         assert slurm.nodes_now()[node][2] == quarantined
@@ -521,9 +522,8 @@ def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(
     with p.watching():
         slurm.scontrol("update", f"nodename={bad}", "state=fail", "reason=xid 63")
         first = p.wait_event(bad, 3.0)
-    # The watcher is gone; the node stays bad; nothing is published meanwhile.
+    # The watcher is gone (its thread joined); the node stays bad; nothing is published meanwhile.
     p.ingest()
-    time.sleep(0.5)
     assert p.ingest() == 0
     handled = p.handled
     with p.watching():
@@ -547,8 +547,9 @@ def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(
         # The periodic resync publishes it again, and it is recorded once, with its decision.
         event = p.wait_event(later, 5.0)
         assert (event.state, event.reason, event.decision) == ("DRAIN", "ecc errors", "open")
-        time.sleep(2.5)  # one more resync: still one row each
-        p.ingest()
+        handled = p.handled
+        p.wait_until(lambda: p.handled >= handled + len(slurm.nodes) + 1, 10, "one more resync")
+        p.ingest()  # still one row each
         assert len(events_of(p.sessions, later, "unhealthy")) == 1
         assert len(events_of(p.sessions, bad, "unhealthy")) == 1
     assert [f.remediation_id for f in p.take_opened()] == [first.remediation_id, event.remediation_id]

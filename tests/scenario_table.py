@@ -1,0 +1,240 @@
+"""The reliability table, built from what happened: a pytest plugin (loaded by tests/conftest.py).
+
+A test that measures a row of the table carries ``@pytest.mark.scenario("name")``. Its row is then
+made of:
+
+- **runs** and **passed**: the outcomes pytest reported for the scenario's tests (a test that failed in
+  setup, call or teardown is a run that did not pass; a skipped test is no run). A test cannot write
+  its own verdict into the table.
+- **lost events**: every event the test process published on the Redis stream
+  (``RedisEventBus.publish``, wrapped while the test runs) or handed to the ingest itself
+  (:meth:`Figures.sent`), counted against the dedupe keys Postgres holds (``record(db=...)``, or at
+  the end of a test that failed first, ``count_in(db)``).
+  "-" when the scenario published nothing.
+- **duplicate actions**, **recovery** and the notes: what the test measured and passed to
+  :meth:`Figures.record` (duplicate actions come from the endpoints' request logs or the world's call
+  journal, never from the code under test).
+- **examples**: the property-based tests count each example their body actually ran
+  (:meth:`Figures.example`), not ``max_examples``.
+
+At the end of the session every scenario collected for this run must have a row with at least one
+run, and a test that passed must have recorded its figures: otherwise the session fails and says
+which. The rows go to ``$REMEDIATION_RELIABILITY_OUT`` (JSON lines) for ``python -m bench.reliability``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Generator, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.bus import RedisEventBus
+from remediation.db.models import Event
+from remediation.domain.events import NodeEvent
+
+MARK = "scenario"
+
+
+@dataclass
+class Figures:
+    """What one test measured for its scenario's row."""
+
+    scenario: str
+    published: set[str] = field(default_factory=set)
+    recorded: bool = False
+    lost_events: int | None = None
+    duplicate_actions: int | None = None
+    recovery_s: float | None = None
+    notes: str = ""
+    examples: Counter[str] = field(default_factory=Counter)
+    extra: dict[str, object] = field(default_factory=dict)
+    db: Engine | sessionmaker[Session] | None = None
+
+    def sent(self, events: Iterable[NodeEvent]) -> None:
+        """Events this test handed to the ingest itself (the bus's publishes are tracked already)."""
+        self.published.update(e.dedupe_key for e in events)
+
+    def count_in(self, db: Engine | sessionmaker[Session]) -> None:
+        """Count the lost events in ``db`` when the test ends, even if it fails before :meth:`record`."""
+        self.db = db
+
+    def example(self, target: str) -> None:
+        """One example of a property-based test ran its body."""
+        self.examples[target] += 1
+
+    def lost(self, db: Engine | sessionmaker[Session]) -> int:
+        """Published dedupe keys that Postgres does not hold."""
+        keys = sorted(self.published)
+        held: set[str] = set()
+        with db() if isinstance(db, sessionmaker) else Session(db) as s:
+            for i in range(0, len(keys), 5000):
+                chunk = keys[i : i + 5000]
+                held.update(s.scalars(select(Event.dedupe_key).where(Event.dedupe_key.in_(chunk))).all())
+        return len(self.published - held)
+
+    def record(
+        self,
+        *,
+        db: Engine | sessionmaker[Session] | None = None,
+        duplicate_actions: int | None = None,
+        recovery_s: float | None = None,
+        notes: str = "",
+        extra: dict[str, object] | None = None,
+    ) -> int | None:
+        """Store the test's measurements; with ``db``, count the lost events now. Returns them."""
+        if db is not None and self.published:
+            self.lost_events = self.lost(db)
+        self.duplicate_actions, self.recovery_s, self.notes = duplicate_actions, recovery_s, notes
+        self.extra = extra or {}
+        self.recorded = True
+        return self.lost_events
+
+
+@dataclass
+class Row:
+    scenario: str
+    runs: int = 0
+    passed: int = 0
+    lost_events: int | None = None
+    duplicate_actions: int | None = None
+    recovery_s: float | None = None
+    examples: int = 0
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _add(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else a + b
+
+
+class Table:
+    """Collects outcomes and figures per scenario over the session."""
+
+    def __init__(self) -> None:
+        self.scenario_of: dict[str, str] = {}  # nodeid -> scenario
+        self.outcome: dict[str, str] = {}  # nodeid -> passed / failed / skipped
+        self.figures: dict[str, Figures] = {}
+
+    def rows(self) -> list[Row]:
+        rows: dict[str, Row] = {}
+        for nodeid, scenario in self.scenario_of.items():
+            row = rows.setdefault(scenario, Row(scenario))
+            outcome = self.outcome.get(nodeid)
+            if outcome in ("passed", "failed"):
+                row.runs += 1
+                row.passed += outcome == "passed"
+            fig = self.figures.get(nodeid)
+            if fig is None:
+                if outcome == "passed":
+                    row.problems.append(f"{nodeid} passed without measuring anything")
+                continue
+            if outcome == "passed" and not fig.recorded and not fig.examples:
+                row.problems.append(f"{nodeid} passed without recording its figures")
+            row.lost_events = _add(row.lost_events, fig.lost_events)
+            row.duplicate_actions = _add(row.duplicate_actions, fig.duplicate_actions)
+            if fig.recovery_s is not None:
+                row.recovery_s = max(row.recovery_s or 0.0, fig.recovery_s)
+            row.examples += sum(fig.examples.values())
+            if fig.examples:
+                row.notes.append(", ".join(f"{k}: {v} examples" for k, v in fig.examples.items()))
+            if fig.notes:
+                row.notes.append(fig.notes)
+        for row in rows.values():
+            if row.runs == 0:
+                row.problems.append("no test of this scenario ran: the row is empty")
+            elif row.passed < row.runs:
+                row.problems.append(f"{row.runs - row.passed} of {row.runs} runs failed")
+            if row.lost_events:
+                row.problems.append(f"{row.lost_events} events lost")
+        return sorted(rows.values(), key=lambda r: r.scenario)
+
+
+TABLE = pytest.StashKey[Table]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{MARK}(name): the reliability-table row this test measures")
+    config.stash[TABLE] = Table()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    table = session.config.stash[TABLE]
+    for item in session.items:
+        mark = item.get_closest_marker(MARK)
+        if mark is not None:
+            table.scenario_of[item.nodeid] = str(mark.args[0])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Each phase's report: a failure in setup, call or teardown fails the run; a skip is no run."""
+    report = yield
+    table = item.config.stash[TABLE]
+    if item.nodeid in table.scenario_of:
+        before = table.outcome.get(item.nodeid)
+        if report.skipped and before is None:
+            table.outcome[item.nodeid] = "skipped"
+        elif report.failed:
+            table.outcome[item.nodeid] = "failed"
+        elif report.when == "call" and report.passed and before is None:
+            table.outcome[item.nodeid] = "passed"
+    return report
+
+
+@pytest.fixture
+def scenario_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[Figures]:
+    """This test's figures; every event it publishes on the bus is remembered for the lost count."""
+    mark = request.node.get_closest_marker(MARK)
+    if mark is None:
+        raise pytest.UsageError(f"{request.node.nodeid} uses scenario_figures without @pytest.mark.scenario")
+    figures = Figures(str(mark.args[0]))
+    request.config.stash[TABLE].figures[request.node.nodeid] = figures
+    original = RedisEventBus.publish
+
+    def publish(self: RedisEventBus, events: Iterable[NodeEvent]) -> int:
+        batch = list(events)
+        sent = original(self, batch)  # raises BusUnavailable: nothing is counted as published
+        figures.sent(batch)
+        return sent
+
+    monkeypatch.setattr(RedisEventBus, "publish", publish)
+    yield figures
+    if figures.lost_events is None and figures.db is not None and figures.published:
+        figures.lost_events = figures.lost(figures.db)  # the test failed before it recorded
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    table = session.config.stash[TABLE]
+    if not table.scenario_of:
+        return
+    rows = table.rows()
+    out = os.environ.get("REMEDIATION_RELIABILITY_OUT")
+    if out:
+        with Path(out).open("w") as fh:
+            for row in rows:
+                fh.write(json.dumps(row.__dict__, default=str) + "\n")
+    if any(r.problems for r in rows) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    table = config.stash[TABLE]
+    if not table.scenario_of:
+        return
+    terminalreporter.section("reliability table")
+    for row in table.rows():
+        verdict = "; ".join(row.problems) or "ok"
+        terminalreporter.line(
+            f"{row.scenario}: {row.passed}/{row.runs} passed, lost "
+            f"{'-' if row.lost_events is None else row.lost_events}, {verdict}"
+        )
