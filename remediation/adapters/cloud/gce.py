@@ -158,6 +158,10 @@ def _translate(exc: Exception, vm: VMRef) -> Exception:
         isinstance(exc, auth_exc.RefreshError) and getattr(exc, "retryable", False)
     ):
         return TransientError(f"Google token refresh failed: {exc}")
+    if isinstance(exc, auth_exc.InvalidOperation):
+        # The session refreshes credentials only when Compute Engine answers 401; these cannot refresh.
+        return CredentialError(f"Google credentials rejected: Compute Engine answered 401 and {exc}",
+                               component="cloud")
     if isinstance(exc, auth_exc.GoogleAuthError):
         # A rejected refresh, no default credentials, or credentials that cannot refresh at all (the
         # session refreshes on a 401; anonymous ones raise InvalidOperation): ours to fix, never the node's.

@@ -50,7 +50,8 @@ class Watcher:
         self.stopper = Stopper(install=False)
         self.polls = Polls()
         self.thread = threading.Thread(
-            target=kube_watcher.run, args=(settings, self.stopper, bus, api, self.polls), daemon=True
+            target=kube_watcher.run, args=(settings, self.stopper, bus, api), kwargs={"polls": self.polls},
+            daemon=True,
         )
 
     def had_its_chance(self, passes: int = 3, at: datetime | None = None, timeout: float = 10) -> None:
