@@ -104,6 +104,17 @@ def pg_url(pg_template: str) -> Iterator[str]:
     _drop(name)
 
 
+@pytest.fixture(scope="module")
+def pg_module_db(pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database for one module's long-lived processes (workers, watchers, beat):
+    what they commit must not leak into ``pg_session_db``, which other tests expect clean."""
+    name = f"remmod_{uuid.uuid4().hex[:10]}"
+    with _pg_admin() as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{pg_template}"')
+    yield _db_url(name)
+    _drop(name)
+
+
 @pytest.fixture(scope="session")
 def pg_session_db(pg_template: str) -> Iterator[str]:
     name = f"remsess_{uuid.uuid4().hex[:10]}"

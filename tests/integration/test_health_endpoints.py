@@ -128,10 +128,10 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(pg_session_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("health")
     prefix = f"health-{os.getpid()}-{time.monotonic_ns()}"
-    env = worker_env(pg_session_db, REDIS_URL, prefix, tmp, REMEDIATION_SLURM__POLL_INTERVAL_S="0.5")
+    env = worker_env(pg_module_db, REDIS_URL, prefix, tmp, REMEDIATION_SLURM__POLL_INTERVAL_S="0.5")
     kube_api = KubeAPIServer(token="test-token", bookmark_interval_s=0.2)
     kube_api.start()
     kube_api.add_node("n1")
@@ -283,7 +283,7 @@ def test_beat_reports_its_ticks(stack: Stack) -> None:
     )
 
 
-def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_session_db: str) -> None:
+def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_module_db: str) -> None:
     exported: set[str] = set()  # series with samples now
     declared: set[str] = set()  # families declared, with samples or not
     wait_for(
@@ -297,7 +297,7 @@ def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_session_db: s
         text = get(proc.port, "/metrics")[1]
         exported |= names(text)
         declared |= families(text)
-    settings = load_settings(database={"url": pg_session_db}, broker={"redis_url": REDIS_URL})
+    settings = load_settings(database={"url": pg_module_db}, broker={"redis_url": REDIS_URL})
     # As `remediation api` builds it (remediation/cli/ops.py), with the broker's queue depth.
     with TestClient(create_app(settings, queue_depth=lambda: queue_depth(settings))) as api:
         resp = api.get("/metrics")
