@@ -445,9 +445,10 @@ class SlurmSettings(_Section):
     read_strategy: Literal["delta", "sinfo_json"] = Field(
         "delta",
         description="How the cli backend's watcher reads slurmctld. 'delta': each poll reads only the "
-        "bad set (sinfo -t down,drain,fail,no_respond, aggregated by slurmctld) and details only the "
-        "nodes that changed (scontrol show node -o LIST); the whole table (scontrol show node -o) only "
-        "at resync. 'sinfo_json': the whole table as sinfo --json every poll, which at 10,000 nodes "
+        "bad set (sinfo -t down,drain,fail,no_respond -O ...StateComplete..., aggregated by slurmctld) "
+        "and publishes new faults from its lines; nodes a line cannot describe (recoveries, a bare "
+        "NOT_RESPONDING) are read in detail at once after (scontrol show node -o LIST); the whole table "
+        "(scontrol show node -o) only at resync. 'sinfo_json': the whole table as sinfo --json every poll, which at 10,000 nodes "
         "costs ~0.45 s CPU and ~200 MB per call (kept to compare; see bench/slurm_watch_10k.py).",
     )
     change_probe: bool = Field(
