@@ -176,3 +176,53 @@ def test_the_pace_stretches_dear_polls_to_the_cpu_budget_and_no_further() -> Non
     assert busy == sorted(busy) and 0.44 < busy[-1] <= 0.45  # 90 ms at 20% of a core: 0.45 s
     assert poll(5.0) == 8 * 0.25  # never slower than 8x the base
     assert [poll(0.0005) for _ in range(15)][-1] == 0.25  # quiet again: back to the base
+
+
+def test_sinfo_lines_parse_as_scontrol_would_and_refuse_what_is_not_one() -> None:
+    from remediation.adapters.slurm.parse import SlurmFormatError, parse_sinfo_line
+
+    line = parse_sinfo_line("gpu-node-[1-2]|down+cloud+drain+powered_down|dead|2026-11-23T08:00:00|root|\n")
+    assert (line.nodes, line.state, line.flags) == ("gpu-node-[1-2]", "DOWN", {"CLOUD", "DRAIN", "POWERED_DOWN"})
+    assert line.reason_user == "root" and line.reason_changed_at > 0
+    bare = parse_sinfo_line("gpu-node-1|idle+not_responding|none|Unknown|Unk|")
+    assert bare.reason_changed_at == 0 and bare.reason_user is None
+    # A time printed in another format (SLURM_TIME_FORMAT) is no time: the reader asks scontrol.
+    assert parse_sinfo_line("gpu-node-1|idle+drain|x|Nov 23 08:00|root|").reason_changed_at == 0
+    with pytest.raises(SlurmFormatError):
+        parse_sinfo_line("gpu-node-1|idle+drain|x")
+    with pytest.raises(SlurmFormatError):
+        parse_sinfo_line("gpu-node-1||x|Unknown|Unk|")
+
+
+def test_while_the_bad_set_changes_the_probe_is_skipped_and_asked_again_once_it_settles() -> None:
+    """slurmctld's "changed since" has one-second resolution: right after a change it says "changed"
+    and loads the whole table, for nothing. Until the bad set has stayed the same for SETTLE_S the reader
+    goes straight to sinfo; then it asks the probe again, which answers for everything since it last did."""
+    from remediation.adapters.slurm.delta import SETTLE_S
+
+    fake = FakeSlurm(50)
+    now = [100.0]
+    asked: list[bool] = []
+    answers = iter([True, True, True, False])
+
+    def probe() -> bool:
+        asked.append(True)
+        return next(answers)
+
+    r = DeltaReader(fake.run, "sinfo", "scontrol", BAD, probe=probe, clock=lambda: now[0])
+    r.snapshot()
+    r.poll()  # the first read of the bad set after a full read: nothing changed, nothing skipped after
+    fake.nodes["gpu-node-1"] = ("IDLE+DRAIN", "one", "2026-11-23T08:00:00")
+    now[0] += 0.25
+    assert "DRAIN" in r.poll()["gpu-node-1"].flags and len(asked) == 2  # probe: changed; bad set read
+    fake.calls.clear()
+    now[0] += 0.25
+    fake.nodes["gpu-node-2"] = ("IDLE+DRAIN", "two", "2026-11-23T08:00:01")
+    assert "DRAIN" in r.poll()["gpu-node-2"].flags and len(asked) == 2  # no probe: straight to sinfo
+    now[0] += SETTLE_S - 0.1
+    r.poll()
+    assert len(asked) == 2 and [c[0] for c in fake.calls] == ["sinfo", "sinfo"]
+    now[0] += 0.2  # settled: the probe first again
+    assert r.poll() is not None and len(asked) == 3  # its first answer is "changed" (since its last look)...
+    now[0] += 0.25
+    assert r.poll() is None and len(asked) == 4  # ...then quiet polls cost the probe alone

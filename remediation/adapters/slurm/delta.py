@@ -4,8 +4,13 @@ At 10,000 nodes ``sinfo --json`` costs about 0.45 s of CPU and 200 MB per call: 
 twice a second needs a whole core. Slurm offers cheaper reads, and the watcher only needs transitions of
 the *bad* set (DOWN, DRAIN, FAIL, NOT_RESPONDING and their kin) plus an inventory now and then:
 
-0. **Every poll, first:** slurmctld's own "changed since?" answer (:mod:`remediation.adapters.slurm.probe`,
-   through libslurm when it can be loaded): on a quiet cluster nothing else runs.
+0. **Every poll of a quiet cluster, first:** slurmctld's own "changed since?" answer
+   (:mod:`remediation.adapters.slurm.probe`, through libslurm when it can be loaded): on a quiet cluster
+   nothing else runs. slurmctld answers it to the second, so for up to a second after any change it
+   answers "changed" and loads the whole table into the watcher, only for the bad set to be read again
+   after it. While the bad set is changing (until it has stayed the same for :data:`SETTLE_S`) the
+   reader therefore skips the probe and reads the bad set straight away; the first probe after that
+   still asks "since" the last time it answered, so nothing that changed in between is missed.
 1. **When the node table changed:** the bad set, aggregated by slurmctld's own grouping,
    ``sinfo -h -t down,drain,fail,no_respond -O NodeList,StateComplete,Reason,Timestamp,User`` (``|``
    after each field): one line per (state, reason, time, user) with a hostlist, a few lines even with
@@ -36,6 +41,7 @@ which is correct, only dearer; the watcher logs it once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
 from remediation.adapters.slurm.parse import (
@@ -64,14 +70,26 @@ SINFO_FILTER = {
 
 Run = Callable[[list[str]], str]
 
+#: Seconds the bad set must stay the same before polls go back to asking the probe first: slurmctld's
+#: "changed since" has one-second resolution, so within a second of a change the probe cannot save a
+#: read, only add one.
+SETTLE_S = 1.0
+
 
 class DeltaReader:
     """The full table once, then the bad set's changes; see the module docstring."""
 
     def __init__(
-        self, run: Run, sinfo: str, scontrol: str, bad: Iterable[str], probe: Callable[[], bool] | None = None
+        self,
+        run: Run,
+        sinfo: str,
+        scontrol: str,
+        bad: Iterable[str],
+        probe: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.run, self.sinfo, self.scontrol, self.probe = run, sinfo, scontrol, probe
+        self.run, self.sinfo, self.scontrol, self.probe, self.clock = run, sinfo, scontrol, probe, clock
+        self._active_until = 0.0  # clock time until which polls read the bad set without the probe
         wanted = {s.upper() for s in bad}
         unknown = sorted(wanted - SINFO_FILTER.keys())
         self.filter = ",".join(sorted({SINFO_FILTER[s] for s in wanted if s in SINFO_FILTER}))
@@ -115,13 +133,16 @@ class DeltaReader:
             names, self._pending = self._pending, set()
             self._refresh(names)
             return dict(self.latest)
-        if self.probe is not None and not self.probe():
+        started = self.clock()
+        if self.probe is not None and started >= self._active_until and not self.probe():
             self.probe_skips += 1  # slurmctld: no node changed since our last look
             return None
         text = self.run([self.sinfo, "-h", "-t", self.filter, "-O", SINFO_LINE_FORMAT])
         self.delta_reads += 1
         if text == self._bad_text:
             return dict(self.latest)
+        if self._bad_text is not None:  # (None: the first read after a full one, no change seen)
+            self._active_until = started + SETTLE_S
         bad = self._parse_bad_set(text)
         for name in bad.keys() | self._bad.keys():
             line = bad.get(name)

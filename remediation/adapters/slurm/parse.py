@@ -337,14 +337,18 @@ class SinfoLine(NamedTuple):
 
 def parse_sinfo_line(line: str) -> SinfoLine:
     """Parse one line; a reason may itself hold ``|`` (every other field cannot), so the reason is what
-    lies between the state and the last two fields."""
+    lies between the state and the last two fields. A reason time that cannot be read is 0, as for a
+    node with no reason: the delta reader then reads such a node with scontrol, which is authoritative."""
     body = line.rstrip("\n")
     if not body.endswith("|") or body.count("|") < 5:
         raise SlurmFormatError(f"sinfo printed a line without its five fields: {line!r:.80}")
     nodes, state_text, rest = body[:-1].split("|", 2)
     reason, when, user = rest.rsplit("|", 2)
     state, flags = _complete_state(state_text.strip(), f"sinfo state of {nodes.strip()!r:.40}")
-    changed = _local_time(when.strip(), f"sinfo reason time of {nodes.strip()!r:.40}")
+    try:
+        changed = _local_time(when.strip(), f"sinfo reason time of {nodes.strip()!r:.40}")
+    except SlurmFormatError:
+        changed = 0  # a time sinfo prints otherwise (SLURM_TIME_FORMAT): the caller asks scontrol instead
     user = user.strip()
     if not reason or user in _NO_USER:
         user = ""
