@@ -139,9 +139,14 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.pid, self.peak, self.stop, self.phase, self.peak_phase = pid, 0.0, threading.Event(), "start", ""
         self.peak_parts = ""
+        self.loads: list[float] = []  # the 1-minute load average, once a second: the machine is shared
 
     def run(self) -> None:
+        ticks = 0
         while not self.stop.wait(0.05):
+            ticks += 1
+            if ticks % 20 == 0:
+                self.loads.append(os.getloadavg()[0])
             total, parts = tree_pss_mb(self.pid)
             if total > self.peak:
                 self.peak, self.peak_phase = total, self.phase
@@ -217,7 +222,8 @@ def measure(strategy: str, args: argparse.Namespace, client: redis.Redis) -> dic
                 client.delete(*keys)
     lat = list(latencies.values())
     return {"strategy": strategy, "quiet_cpu": quiet_cpu, "busy_cpu": busy_cpu, "ctld_cpu": ctld_cpu,
-            "rpcs": rpcs, "rss": sampler.peak, "rss_phase": f"{sampler.peak_phase} phase: {sampler.peak_parts}", "lat": lat, "missed": len(started) - len(lat), "quiet_s": span}
+            "rpcs": rpcs, "rss": sampler.peak, "rss_phase": f"{sampler.peak_phase} phase: {sampler.peak_parts}", "lat": lat, "missed": len(started) - len(lat), "quiet_s": span,
+            "load": (min(sampler.loads), sum(sampler.loads) / len(sampler.loads), max(sampler.loads))}
 
 
 def main() -> None:
@@ -235,16 +241,18 @@ def main() -> None:
     print(f"\nSlurm watcher on a real slurmctld with {args.nodes:,} nodes, shipped settings (poll "
           f"{shipped.poll_interval_s:g} s, CPU budget {shipped.cpu_budget:.0%}), {os.cpu_count()} cores, "
           f"load average {os.getloadavg()[0]:.1f} at the end, {datetime.now():%Y-%m-%d}")
+    print("(the load average is the machine's, other work included; 2 cores are saturated at 2.0)")
     print(f"{'strategy':<12} {'detect p50':>10} {'p99/max':>12} {'missed':>6} {'CPU quiet':>9} {'CPU busy':>9} "
           f"{'peak RSS':>9} {'ctld CPU':>9}  RPCs/s while quiet")
     for r in rows:
-        lat = r["lat"]
-        assert isinstance(lat, list)
+        lat, load = r["lat"], r["load"]
+        assert isinstance(lat, list) and isinstance(load, tuple)
         tail99 = tail(lat, "{:.3f}")
         rpcs = ", ".join(f"{k} {v / float(r['quiet_s']):.2f}" for k, v in sorted(r["rpcs"].items()))  # type: ignore[union-attr]
         print(f"{r['strategy']:<12} {percentile(lat, 50):>9.3f}s {tail99:>11}s {r['missed']:>6} "
               f"{float(r['quiet_cpu']):>8.1%} {float(r['busy_cpu']):>8.1%} {float(r['rss']):>7.0f}MB "
-              f"{float(r['ctld_cpu']):>8.1%}  {rpcs or 'none'}  (peak memory in the {r['rss_phase']})")
+              f"{float(r['ctld_cpu']):>8.1%}  {rpcs or 'none'}  (peak memory in the {r['rss_phase']}; load "
+              f"average during the run {load[1]:.1f}, {load[0]:.1f}-{load[2]:.1f})")
     if len(rows) == 2:
         a, b = rows
         print(f"{b['strategy']} / {a['strategy']}: quiet CPU x{float(b['quiet_cpu']) / max(float(a['quiet_cpu']), 1e-9):.1f}, "
