@@ -301,7 +301,7 @@ def run(
                     polled = time.monotonic()
                     watcher.step()
                     # The delta reader published what its lines told and owes a detail read: do it now.
-                    again = bool(getattr(watcher.source, "pending", False))
+                    again = getattr(watcher.source, "pending", False) is True
                     topology.step()
                     health.succeeded(time.monotonic() - polled)
                 except BusUnavailable as exc:
