@@ -20,8 +20,8 @@ slurmctld marks every node it resumes as not responding until its next ping.
 
 With the cli backend's delta reader a new fault is published from slurmctld's aggregated bad-set line,
 before any detail read; what a line cannot tell (a recovery, a node keyed by slurmd's start time) is read
-in detail on the poll right after, which runs at once. Backends that can tell "nothing changed" cheaply (slurmrestd's ``update_time`` answers 304) make an
-idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
+in detail on the poll right after, which runs at once. Backends that can tell "nothing changed" cheaply
+(slurmrestd's ``update_time`` answers 304) make an idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
 Only the holder of the ``slurm`` leader lock publishes; SIGTERM stops the loop within one poll and
 releases the lock.
 """
