@@ -20,7 +20,7 @@ slurmctld marks every node it resumes as not responding until its next ping.
 
 With the cli backend's delta reader a new fault is published from slurmctld's aggregated bad-set line,
 before any detail read; what a line cannot tell (a recovery, a node keyed by slurmd's start time) is read
-in detail on the poll right after, which runs at once. Backends that can tell "nothing changed" cheaply
+in detail right after, within the same turn of the loop. Backends that can tell "nothing changed" cheaply
 (slurmrestd's ``update_time`` answers 304) make an idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
 Only the holder of the ``slurm`` leader lock publishes; SIGTERM stops the loop within one poll and
 releases the lock.
@@ -289,7 +289,6 @@ def run(
             started, decided = time.monotonic(), datetime.now(UTC)
             health.turned()
             pace.start()
-            again = False  # poll again at once (only after a poll that worked: no busy loop on errors)
             if lock.acquire_or_renew():
                 if not leading:
                     log.info("slurm watcher is the leader")
@@ -300,8 +299,10 @@ def run(
                 try:
                     polled = time.monotonic()
                     watcher.step()
-                    # The delta reader published what its lines told and owes a detail read: do it now.
-                    again = getattr(watcher.source, "pending", False) is True
+                    if getattr(watcher.source, "pending", False) is True:
+                        # The delta reader published what its lines told and owes a detail read: it is
+                        # done now, as part of this poll, so its cost counts against the CPU budget.
+                        watcher.step()
                     topology.step()
                     health.succeeded(time.monotonic() - polled)
                 except BusUnavailable as exc:
@@ -313,10 +314,7 @@ def run(
                 leading = False
                 health.leading(False)
             polls.tick(decided)
-            interval = pace.interval()
-            if again:
-                continue
-            stopper.wait(max(0.0, interval - (time.monotonic() - started)))
+            stopper.wait(max(0.0, pace.interval() - (time.monotonic() - started)))
     finally:
         lock.release()
         health.leading(False)

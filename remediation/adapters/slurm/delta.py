@@ -25,7 +25,7 @@ the *bad* set (DOWN, DRAIN, FAIL, NOT_RESPONDING and their kin) plus an inventor
    describe: those that left the bad set (their healthy state and kept reason), those whose line has no
    reason time (a bare NOT_RESPONDING, keyed by slurmd's start time), and nodes new to the reader.
    Until read, such a node keeps its previous status; :attr:`DeltaReader.pending` tells the watcher
-   not to wait a whole interval for that read.
+   to poll again at once, within the same turn of its loop (its CPU budget counts both polls).
 4. **Every resync** (``slurm.resync_interval_s``, and on start): the whole table with ``scontrol show
    node -o``, a tenth of the CPU of ``sinfo --json`` and no JSON document in memory.
 
