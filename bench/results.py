@@ -57,7 +57,7 @@ BENCHES = (
     ),
     Bench(
         "slurm_watch_10k",
-        "Slurm watcher at 10,000 nodes: detection, CPU quiet and busy",
+        "Slurm watcher at 1,000 and 10,000 nodes: detection, CPU quiet and busy, slurmctld's RPCs",
         (),
         ("--nodes", "1000", "--changes", "50", "--quiet-s", "5", "--busy-s", "5", "--baseline-s", "3"),
     ),

@@ -427,7 +427,8 @@ class SlurmSettings(_Section):
         0.25,
         gt=0,
         description="Watcher poll interval, seconds (the shortest; see cpu_budget). Detection waits half "
-        "of it on average plus the reads of what changed (~0.1 s at 10,000 nodes). With the delta read "
+        "of it on average plus the read of the bad set (one or two loads of the node table, ~30-60 ms "
+        "at 10,000 nodes on an idle host). With the delta read "
         "strategy and its change probe a quiet poll costs under a millisecond of CPU and next to nothing "
         "in slurmctld, so 0.25 s is cheap; the sinfo_json strategy needs 2 s or more at 10,000 nodes.",
     )
@@ -445,9 +446,10 @@ class SlurmSettings(_Section):
     read_strategy: Literal["delta", "sinfo_json"] = Field(
         "delta",
         description="How the cli backend's watcher reads slurmctld. 'delta': each poll reads only the "
-        "bad set (sinfo -t down,drain,fail,no_respond, aggregated by slurmctld) and details only the "
-        "nodes that changed (scontrol show node -o LIST); the whole table (scontrol show node -o) only "
-        "at resync. 'sinfo_json': the whole table as sinfo --json every poll, which at 10,000 nodes "
+        "bad set (sinfo -t down,drain,fail,no_respond -O ...StateComplete..., aggregated by slurmctld) "
+        "and publishes new faults from its lines; nodes a line cannot describe (recoveries, a bare "
+        "NOT_RESPONDING) are read in detail at once after (scontrol show node -o LIST); the whole table "
+        "(scontrol show node -o) only at resync. 'sinfo_json': the whole table as sinfo --json every poll, which at 10,000 nodes "
         "costs ~0.45 s CPU and ~200 MB per call (kept to compare; see bench/slurm_watch_10k.py).",
     )
     change_probe: bool = Field(

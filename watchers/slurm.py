@@ -18,8 +18,10 @@ If publishing fails the snapshot is not advanced, so the same transitions are fo
 the next poll. A bare NOT_RESPONDING must last ``slurm.not_responding_grace_s`` before it counts:
 slurmctld marks every node it resumes as not responding until its next ping.
 
-Backends that can tell "nothing changed" cheaply (slurmrestd's ``update_time`` answers 304) make an
-idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
+With the cli backend's delta reader a new fault is published from slurmctld's aggregated bad-set line,
+before any detail read; what a line cannot tell (a recovery, a node keyed by slurmd's start time) is read
+in detail right after, within the same turn of the loop. Backends that can tell "nothing changed" cheaply
+(slurmrestd's ``update_time`` answers 304) make an idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
 Only the holder of the ``slurm`` leader lock publishes; SIGTERM stops the loop within one poll and
 releases the lock.
 """
@@ -297,6 +299,10 @@ def run(
                 try:
                     polled = time.monotonic()
                     watcher.step()
+                    if getattr(watcher.source, "pending", False) is True:
+                        # The delta reader published what its lines told and owes a detail read: it is
+                        # done now, as part of this poll, so its cost counts against the CPU budget.
+                        watcher.step()
                     topology.step()
                     health.succeeded(time.monotonic() - polled)
                 except BusUnavailable as exc:

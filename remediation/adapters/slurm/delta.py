@@ -4,21 +4,35 @@ At 10,000 nodes ``sinfo --json`` costs about 0.45 s of CPU and 200 MB per call: 
 twice a second needs a whole core. Slurm offers cheaper reads, and the watcher only needs transitions of
 the *bad* set (DOWN, DRAIN, FAIL, NOT_RESPONDING and their kin) plus an inventory now and then:
 
-0. **Every poll, first:** slurmctld's own "changed since?" answer (:mod:`remediation.adapters.slurm.probe`,
-   through libslurm when it can be loaded): on a quiet cluster nothing else runs.
+0. **Every poll of a quiet cluster, first:** slurmctld's own "changed since?" answer
+   (:mod:`remediation.adapters.slurm.probe`, through libslurm when it can be loaded): on a quiet cluster
+   nothing else runs. slurmctld answers it to the second, so for up to a second after any change it
+   answers "changed" and loads the whole table into the watcher, only for the bad set to be read again
+   after it. While the bad set is changing (until it has stayed the same for :data:`SETTLE_S`) the
+   reader therefore skips the probe and reads the bad set straight away; the first probe after that
+   still asks "since" the last time it answered, so nothing that changed in between is missed.
 1. **When the node table changed:** the bad set, aggregated by slurmctld's own grouping,
-   ``sinfo -h -t down,drain,fail,no_respond -o '%N|%T|%E|%H|%u'``: one line per (state, reason, time,
-   user) with a hostlist, a few lines even with hundreds of bad nodes. Identical text to the last poll
-   means the bad set did not change: nothing else is read.
-2. **When it changed:** ``scontrol show node -o LIST`` for just the nodes that entered, left or changed
-   within the bad set (one call, a compressed hostlist), which gives the full detail the events carry
-   (flags, reason, who set it and when, slurmd's start time).
-3. **Every resync** (``slurm.resync_interval_s``, and on start): the whole table with ``scontrol show
+   ``sinfo -h -t down,drain,fail,no_respond -O NodeList,StateComplete,Reason,Timestamp,User`` (``|``
+   after each field): one line per (state, reason, time, user) with a hostlist, a few lines even with
+   hundreds of bad nodes. Identical text to the last poll means the bad set did not change: nothing else
+   is read.
+2. **When it changed, at once:** a node that entered the bad set or changed within it is taken from its
+   line. The line carries everything the watcher's events and condition keys use: the complete state
+   (``IDLE+DRAIN+...``, exactly as ``scontrol`` prints it), the reason, who set it and when. Its
+   slurmd start time (used only when a condition has no reason time) is carried over from the last
+   detail read. So a new fault is published after two reads of the table, not three.
+3. **Right after, on the next poll:** ``scontrol show node -o LIST`` for just the nodes a line cannot
+   describe: those that left the bad set (their healthy state and kept reason), those whose line has no
+   reason time (a bare NOT_RESPONDING, keyed by slurmd's start time), and nodes new to the reader.
+   Until read, such a node keeps its previous status; :attr:`DeltaReader.pending` tells the watcher
+   to poll again at once, within the same turn of its loop (its CPU budget counts both polls).
+4. **Every resync** (``slurm.resync_interval_s``, and on start): the whole table with ``scontrol show
    node -o``, a tenth of the CPU of ``sinfo --json`` and no JSON document in memory.
 
 The reader keeps the latest status of every node and hands the watcher a copy in which unchanged nodes
-are the *same objects* as before, so the watcher's diff skips them by identity. Both reads parse
-``scontrol`` output, so a node read by either is equal to itself: no phantom transitions between them.
+are the *same objects* as before, so the watcher's diff skips them by identity. A line's record and
+``scontrol``'s record of the same node agree on every field the diff compares (state, flags, reason, its
+time and user), so moving between the two reads never looks like a transition.
 
 A configured bad state sinfo cannot filter on (``-t`` knows no such state) makes every poll a full read,
 which is correct, only dearer; the watcher logs it once.
@@ -27,9 +41,17 @@ which is correct, only dearer; the watcher logs it once.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 
-from remediation.adapters.slurm.parse import NodeRecord, SlurmFormatError, parse_scontrol_nodes
+from remediation.adapters.slurm.parse import (
+    SINFO_LINE_FORMAT,
+    NodeRecord,
+    SinfoLine,
+    SlurmFormatError,
+    parse_scontrol_nodes,
+    parse_sinfo_line,
+)
 from remediation.domain.hostlist import HostlistError, compress, expand
 from remediation.ports.errors import UnknownNode
 
@@ -45,18 +67,29 @@ SINFO_FILTER = {
     "FAILING": "fail",
     "NOT_RESPONDING": "no_respond",
 }
-BAD_SET_FORMAT = "%N|%T|%E|%H|%u"
 
 Run = Callable[[list[str]], str]
+
+#: Seconds the bad set must stay the same before polls go back to asking the probe first: slurmctld's
+#: "changed since" has one-second resolution, so within a second of a change the probe cannot save a
+#: read, only add one.
+SETTLE_S = 1.0
 
 
 class DeltaReader:
     """The full table once, then the bad set's changes; see the module docstring."""
 
     def __init__(
-        self, run: Run, sinfo: str, scontrol: str, bad: Iterable[str], probe: Callable[[], bool] | None = None
+        self,
+        run: Run,
+        sinfo: str,
+        scontrol: str,
+        bad: Iterable[str],
+        probe: Callable[[], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.run, self.sinfo, self.scontrol, self.probe = run, sinfo, scontrol, probe
+        self.run, self.sinfo, self.scontrol, self.probe, self.clock = run, sinfo, scontrol, probe, clock
+        self._active_until = 0.0  # clock time until which polls read the bad set without the probe
         wanted = {s.upper() for s in bad}
         unknown = sorted(wanted - SINFO_FILTER.keys())
         self.filter = ",".join(sorted({SINFO_FILTER[s] for s in wanted if s in SINFO_FILTER}))
@@ -65,9 +98,16 @@ class DeltaReader:
             log.warning("sinfo cannot filter on %s: every poll reads the whole node table", ", ".join(unknown))
         self.latest: dict[str, NodeRecord] = {}
         self._bad_text: str | None = None
-        self._bad: dict[str, str] = {}  # node -> its line's "state|reason|time|user"
-        # What it cost, for metrics and tests: polls the probe answered alone, and each kind of read.
-        self.probe_skips = self.full_reads = self.delta_reads = self.detail_reads = 0
+        self._bad: dict[str, SinfoLine] = {}  # node -> the bad-set line it was printed in
+        self._pending: set[str] = set()  # nodes whose detail the next poll reads (see the module docstring)
+        # What it cost, for metrics and tests: polls the probe answered alone, each kind of read, and
+        # nodes taken from their bad-set line without a detail read.
+        self.probe_skips = self.full_reads = self.delta_reads = self.detail_reads = self.from_lines = 0
+
+    @property
+    def pending(self) -> bool:
+        """Some nodes' detail is still to be read: poll again now rather than after a whole interval."""
+        return bool(self._pending)
 
     def snapshot(self) -> dict[str, NodeRecord]:
         """The whole table (resync)."""
@@ -75,6 +115,7 @@ class DeltaReader:
         self.full_reads += 1
         self.latest = nodes
         self._bad_text = None  # the next poll re-reads the bad set against this table
+        self._pending.clear()
         return dict(nodes)
 
     def current(self) -> dict[str, NodeRecord]:
@@ -86,26 +127,51 @@ class DeltaReader:
         says no node changed (the watcher then has nothing to diff)."""
         if not self.latest or not self.exact:
             return self.snapshot()
-        if self.probe is not None and not self.probe():
+        if self._pending:
+            # The previous poll's leftovers, read right after it. What changed since is left to the next
+            # poll: the probe's own "changed since" time has not moved, so nothing is missed.
+            names, self._pending = self._pending, set()
+            self._refresh(names)
+            return dict(self.latest)
+        started = self.clock()
+        if self.probe is not None and started >= self._active_until and not self.probe():
             self.probe_skips += 1  # slurmctld: no node changed since our last look
             return None
-        text = self.run([self.sinfo, "-h", "-t", self.filter, "-o", BAD_SET_FORMAT])
+        text = self.run([self.sinfo, "-h", "-t", self.filter, "-O", SINFO_LINE_FORMAT])
         self.delta_reads += 1
         if text == self._bad_text:
             return dict(self.latest)
+        if self._bad_text is not None:  # (None: the first read after a full one, no change seen)
+            self._active_until = started + SETTLE_S
         bad = self._parse_bad_set(text)
-        changed = (bad.keys() ^ self._bad.keys()) | {n for n, line in bad.items() if self._bad.get(n) != line}
-        if changed:
-            self._refresh(changed)
+        for name in bad.keys() | self._bad.keys():
+            line = bad.get(name)
+            if line == self._bad.get(name):
+                continue
+            known = self.latest.get(name)
+            if line is None or known is None or line.reason_changed_at in (0, known.reason_changed_at):
+                # Left the set, new to us, or a reason not stamped anew: its condition may be keyed by
+                # slurmd's start time (a bare NOT_RESPONDING; on 24.11 a reason kept from before,
+                # which the watcher cuts off), which only the detail read has.
+                self._pending.add(name)
+                continue
+            status = line.record(name, known.slurmd_start_time)
+            if status != known:
+                self.latest[name] = status
+                self.from_lines += 1
         self._bad, self._bad_text = bad, text
         return dict(self.latest)
 
     def _refresh(self, names: set[str]) -> None:
+        """Read these nodes in detail."""
         try:
             text = self.run([self.scontrol, "show", "node", "-o", compress(sorted(names))])
         except UnknownNode:
             self.snapshot()  # a node left Slurm while in the bad set: read everything once
             return
+        except Exception:
+            self._pending |= names  # not read: the next poll tries again
+            raise
         self.detail_reads += 1
         fresh = parse_scontrol_nodes(text)
         for name in names:
@@ -114,18 +180,16 @@ class DeltaReader:
                 self.latest[name] = status
 
     @staticmethod
-    def _parse_bad_set(text: str) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def _parse_bad_set(text: str) -> dict[str, SinfoLine]:
+        out: dict[str, SinfoLine] = {}
         for line in text.splitlines():
             if not line.strip():
                 continue
-            nodes, sep, rest = line.partition("|")
-            if not sep:
-                raise SlurmFormatError(f"sinfo printed a line without fields: {line!r:.80}")
+            parsed = parse_sinfo_line(line)
             try:
-                names = expand(nodes)
+                names = expand(parsed.nodes)
             except HostlistError as exc:
                 raise SlurmFormatError(f"sinfo printed a bad node list: {exc}") from None
             for name in names:
-                out[name] = rest  # a node in several partitions prints the same fields twice
+                out[name] = parsed  # a node in several partitions prints the same fields twice
         return out

@@ -276,10 +276,7 @@ def parse_scontrol_line(line: str) -> NodeRecord:
     state_match = _STATE.search(line)
     if state_match is None:
         raise SlurmFormatError(f"{name}: no State= in scontrol line")
-    # "IDLE+DRAIN+NOT_RESPONDING"; strip sinfo-style suffix marks in case a version adds them.
-    parts = [p.rstrip("*~#!%$@^-") for p in state_match.group(1).upper().split("+")]
-    if not parts[0]:
-        raise SlurmFormatError(f"{name}: empty State= in scontrol line")
+    state, flags = _complete_state(state_match.group(1), f"{name}: State= in scontrol line")
     reason, user, changed = "", None, 0
     reason_match = _REASON.search(line)
     if reason_match is not None:
@@ -292,7 +289,16 @@ def parse_scontrol_line(line: str) -> NodeRecord:
             reason = bare.group(1).strip()
     start_match = _START.search(line)
     started = _local_time(start_match.group(1), f"{name}: SlurmdStartTime") if start_match else 0
-    return NodeRecord(name, parts[0], frozenset(p for p in parts[1:] if p), reason, user, changed, started)
+    return NodeRecord(name, state, flags, reason, user, changed, started)
+
+
+def _complete_state(text: str, where: str) -> tuple[str, frozenset[str]]:
+    """``IDLE+DRAIN+NOT_RESPONDING`` (scontrol) or ``idle+drain+not_responding`` (sinfo's StateComplete)
+    -> the base state and the flags; sinfo-style suffix marks are stripped in case a version adds them."""
+    parts = [p.rstrip("*~#!%$@^-") for p in text.upper().split("+")]
+    if not parts[0]:
+        raise SlurmFormatError(f"{where}: empty state")
+    return parts[0], frozenset(p for p in parts[1:] if p)
 
 
 def parse_scontrol_nodes(text: str) -> dict[str, NodeRecord]:
@@ -304,8 +310,53 @@ def parse_scontrol_nodes(text: str) -> dict[str, NodeRecord]:
     return out
 
 
+# ------------------------------------------------- sinfo -O NodeList,StateComplete,Reason,Timestamp,User
+
+#: The bad set's ``sinfo -O`` fields, each closed by ``|``. Size 0: printed in full, never cut or padded.
+SINFO_LINE_FORMAT = "NodeList:0|,StateComplete:0|,Reason:0|,Timestamp:0|,User:0|"
+#: What sinfo prints for "no user" / "no time", where scontrol prints nothing.
+_NO_USER = frozenset({"", "Unk", "Unknown", "N/A", "(null)"})
+
+
+class SinfoLine(NamedTuple):
+    """One line of ``sinfo -O`` in :data:`SINFO_LINE_FORMAT`: every node of ``nodes`` (a hostlist) has
+    these fields. ``record`` gives what ``scontrol show node -o`` would say of one of them, bar the
+    slurmd start time, which sinfo cannot print (the caller supplies the last one it knew)."""
+
+    nodes: str
+    state: str
+    flags: frozenset[str]
+    reason: str
+    reason_user: str | None
+    reason_changed_at: int
+
+    def record(self, name: str, slurmd_start_time: int) -> NodeRecord:
+        return NodeRecord(name, self.state, self.flags, self.reason, self.reason_user, self.reason_changed_at,
+                          slurmd_start_time)
+
+
+def parse_sinfo_line(line: str) -> SinfoLine:
+    """Parse one line; a reason may itself hold ``|`` (every other field cannot), so the reason is what
+    lies between the state and the last two fields. A reason time that cannot be read is 0, as for a
+    node with no reason: the delta reader then reads such a node with scontrol, which is authoritative."""
+    body = line.rstrip("\n")
+    if not body.endswith("|") or body.count("|") < 5:
+        raise SlurmFormatError(f"sinfo printed a line without its five fields: {line!r:.80}")
+    nodes, state_text, rest = body[:-1].split("|", 2)
+    reason, when, user = rest.rsplit("|", 2)
+    state, flags = _complete_state(state_text.strip(), f"sinfo state of {nodes.strip()!r:.40}")
+    try:
+        changed = _local_time(when.strip(), f"sinfo reason time of {nodes.strip()!r:.40}")
+    except SlurmFormatError:
+        changed = 0  # a time sinfo prints otherwise (SLURM_TIME_FORMAT): the caller asks scontrol instead
+    user = user.strip()
+    if not reason or user in _NO_USER:
+        user = ""
+    return SinfoLine(nodes.strip(), state, flags, reason, user or None, changed)
+
+
 def _local_time(text: str, where: str) -> int:
-    if text in ("Unknown", "None", "(null)", "n/a"):
+    if text in ("Unknown", "None", "(null)", "n/a", "N/A"):
         return 0
     try:
         return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")))

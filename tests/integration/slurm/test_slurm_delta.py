@@ -68,11 +68,24 @@ def test_the_delta_reader_sees_what_a_full_read_sees(slurm: SlurmCluster) -> Non
         assert reader.probe is None  # 24.11 in a chroot: no libslurm of its own
     reader.snapshot()
     slurm.scontrol("update", "nodename=gpu-node-3", "state=drain", "reason=delta test")
+    slurm.scontrol("update", "nodename=gpu-node-[0-1]", "state=down", "reason=xid|79 : two  spaces")
+    slurm.scontrol("update", "nodename=gpu-node-2", "state=fail", "reason=fail test")
     try:
         now = reader.poll()
+        # Taken from sinfo's bad-set lines, no detail read: each equal to what scontrol says of it.
+        assert reader.from_lines == 4 and reader.detail_reads == 0 and not reader.pending
         full = CliSlurm(slurm.settings()).delta_source(BAD).snapshot()  # type: ignore[union-attr]
         assert now["gpu-node-3"] == full["gpu-node-3"] and "DRAIN" in now["gpu-node-3"].flags
-        assert now["gpu-node-3"].reason == "delta test" and reader.detail_reads == 1
+        assert now["gpu-node-3"].reason == "delta test"
+        assert now["gpu-node-0"].reason == "xid|79 : two  spaces" and now["gpu-node-0"].state == "DOWN"
+        assert "FAIL" in now["gpu-node-2"].flags
         assert {n: s for n, s in now.items()} == full
     finally:
-        slurm.scontrol("update", "nodename=gpu-node-3", "state=resume")
+        slurm.scontrol("update", "nodename=gpu-node-[0-3]", "state=resume")
+    # Leaving the bad set is read in detail by the poll right after.
+    reader.poll()
+    assert reader.pending
+    now = reader.poll()
+    assert reader.detail_reads == 1 and not reader.pending
+    for n in ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"):  # resumed (perhaps NOT_RESPONDING a moment)
+        assert not now[n].states & {"DOWN", "DRAIN", "FAIL"}, now[n]
