@@ -410,7 +410,17 @@ def test_killed_slurmd_goes_down_is_remediated_and_returns_when_slurmd_is_back(
         # 24.11 keeps earlier reasons: the watcher cuts a kept "Not responding" (an earlier test's) to "".
         expected = ("Not responding", "") if slurm.keeps_reason_on_resume else ("Not responding",)
         assert (event.state, event.decision) == ("DOWN", "open") and event.reason in expected, event.reason
-        (f,) = p.take_opened()
+        opened = p.take_opened()
+        with p.sessions() as s:
+            where = {f.remediation_id: s.get(Remediation, f.remediation_id) for f in opened}
+        # Only this node's remediation is this test's: on a loaded machine slurmctld may also find another
+        # slurmd slow to answer (a real "Not responding" of its own), which is no phantom of ours.
+        mine = [f for f in opened if where[f.remediation_id].node == node]
+        assert len(mine) == 1, [(r.id, r.node, r.cause, r.opened_at, r.event_id) for r in where.values()] + [
+            (e.id, e.kind, e.state, e.reason, e.observed_at, e.decision, e.decision_reason)
+            for e in events_of(p.sessions, node)
+        ]
+        (f,) = mine
         f = p.engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "k8s_cordon"  # DOWN: nothing to wait for
         p.settle([f])
