@@ -289,21 +289,26 @@ def test_redis_restart_during_a_storm_loses_no_event(
         wait_for(lambda: all(w.ready() for w in workers), 60, "the workers to consume", workers[0])
         publisher.start()
 
+        waiting = [0]  # events Redis acknowledged that Postgres did not hold, at the last look
+
         def mid_storm_and_mid_step() -> bool:
             assert publisher.error is None, repr(publisher.error)
             assert publisher.observed < total, "the storm ended before a workflow step was in flight"
-            return publisher.observed >= total // 2 and bool(steps_in_flight(db))
+            if publisher.observed < total // 2 or not steps_in_flight(db):
+                return False
+            waiting[0] = publisher.published - keys_recorded(db, tag)
+            return waiting[0] >= 1
 
         wait_for(mid_storm_and_mid_step, 60, "half of the storm with a workflow step in flight")
         steps_before = steps_in_flight(db)
         private_redis.kill()  # mid-storm, mid-batch (some XADDs of a pipeline may have landed), mid-step
         killed_at = time.monotonic()
-        # What was in flight at the kill: steps started before it and still unfinished after it, and
-        # events Redis had acknowledged that Postgres did not hold yet (counted after the kill, when no
-        # publish can succeed, so both figures are lower bounds).
+        # What was in flight at the kill: steps started before it and still unfinished after it (a lower
+        # bound), and the events Redis had acknowledged that Postgres did not hold at the look just
+        # before the kill (a worker may still record some it had read: they were in its hands, unacked).
         steps_at_kill = steps_before & steps_in_flight(db)
         killed_at_event = publisher.observed
-        unrecorded_at_kill = publisher.published - keys_recorded(db, tag)
+        unrecorded_at_kill = waiting[0]
         assert steps_at_kill, "no workflow step was in flight when Redis was killed"
         assert unrecorded_at_kill >= 1, "no published event was waiting to be recorded when Redis was killed"
         # Redis stays down until the outage was felt on both sides: the publisher was refused, and every
