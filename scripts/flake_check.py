@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                         "beside two busy-loop processes (1)")
     parser.add_argument("--all", action="store_true", help="run the whole suite instead of the "
                         "timing-sensitive selection")
+    parser.add_argument("--workers", type=int, default=None, help="pytest-xdist workers per run (0 = one "
+                        "process); default: with --all, as scripts/test.sh ($REMEDIATION_TEST_WORKERS or 3), "
+                        "else 0")
     parser.add_argument("paths", nargs="*", help="test paths or node ids instead of the default selection")
     args, extra = parser.parse_known_args(argv)
     if args.runs < 1 or not 0 <= args.loaded <= args.runs:
@@ -97,8 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     paths = ["tests"] if args.all else (args.paths or TIMING_SENSITIVE)
     if not args.all and not args.paths and "-k" not in extra:
         extra = ["-k", DESELECT, *extra]
+    workers = args.workers if args.workers is not None else (
+        int(os.environ.get("REMEDIATION_TEST_WORKERS", "3")) if args.all else 0)
+    if workers:  # split like CI: a module per worker at a time
+        extra = ["-n", str(workers), "--dist", "loadscope", *extra]
     print(f"flake check: {args.runs} run(s) of {' '.join(paths)}, the last {args.loaded} under load, "
-          f"{os.cpu_count()} cores", flush=True)
+          f"{os.cpu_count()} cores, {workers or 'no'} xdist workers", flush=True)
     failures: Counter[str] = Counter()
     loaded_failures: Counter[str] = Counter()
     broken_runs = 0

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-# The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py.
-pytest_plugins = ["tests.scenario_table"]
+# The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py; the line
+# naming the Slurm versions the run tested against: tests/slurm_versions.py.
+pytest_plugins = ["tests.scenario_table", "tests.slurm_versions"]
 
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -27,6 +28,33 @@ REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379
 # on explicitly, with the shipped defaults.
 os.environ.setdefault("REMEDIATION_POLICY__FAULTS__CLASSIFY", "false")
 os.environ.setdefault("REMEDIATION_POLICY__LEMON__ENABLED", "false")
+
+
+#: Directories and modules holding the long workflows (real processes, Slurm timeouts, soaks): they run
+#: first, so that a run split over xdist workers (scripts/test.sh) ends on short modules rather than on
+#: one worker finishing a long one while the others idle. A stale entry only costs balance.
+LONG_FIRST = (
+    "tests/reliability/", "tests/integration/slurm/", "tests/integration/cloud/",
+    "tests/integration/test_no_phantom_faults.py", "tests/integration/test_demo.py",
+    "tests/integration/test_cli_server.py", "tests/integration/test_compose_smoke.py",
+    "tests/integration/kube/", "tests/integration/test_celery_pipeline.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Give every test a node id of its own, and put the long modules first.
+
+    schemathesis's per-operation tests carry their operation in their name ("test_x[GET /api/v1/nodes]")
+    but, under this pytest, all share the function's node id; pytest-xdist schedules by node id and
+    would run one operation of the 26."""
+    for item in items:
+        if item.parent is not None and item.nodeid.rpartition("::")[2] != item.name:
+            item._id = item.parent.id.child(item.name)  # pytest's own rule for a child's node id
+
+    def rank(item: pytest.Item) -> int:
+        return next((i for i, d in enumerate(LONG_FIRST) if item.nodeid.startswith(d)), len(LONG_FIRST))
+
+    items.sort(key=rank)  # stable: the order inside each group is the collection's
 
 
 @pytest.fixture

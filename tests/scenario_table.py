@@ -20,6 +20,11 @@ made of:
 At the end of the session every scenario collected for this run must have a row with at least one
 run, and a test that passed must have recorded its figures: otherwise the session fails and says
 which. The rows go to ``$REMEDIATION_RELIABILITY_OUT`` (JSON lines) for ``python -m bench.reliability``.
+
+The table is built from test reports, not from the test process's memory: each report of a scenario's
+test carries the scenario's name, and its teardown report the test's figures (``user_properties``). So
+the same table comes out of one pytest process and of a run split over xdist workers, whose reports
+reach the controller: only the process that reports (the controller, or the only process) builds it.
 """
 
 from __future__ import annotations
@@ -70,6 +75,17 @@ class Figures:
         """One example of a property-based test ran its body."""
         self.examples[target] += 1
 
+    def summary(self) -> dict[str, Any]:
+        """What the report carries to the table: plain values, computed in the test's own process."""
+        return {
+            "recorded": self.recorded,
+            "lost_events": self.lost_events,
+            "duplicate_actions": self.duplicate_actions,
+            "recovery_s": self.recovery_s,
+            "notes": self.notes,
+            "examples": dict(self.examples),
+        }
+
     def lost(self, db: Engine | sessionmaker[Session]) -> int:
         """Published dedupe keys that Postgres does not hold."""
         keys = sorted(self.published)
@@ -115,13 +131,35 @@ def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
+#: The ``user_properties`` names a scenario's reports carry.
+SCENARIO, FIGURES = "scenario", "scenario_figures"
+
+
 class Table:
-    """Collects outcomes and figures per scenario over the session."""
+    """Collects outcomes and figures per scenario over the session, from the tests' reports."""
 
     def __init__(self) -> None:
         self.scenario_of: dict[str, str] = {}  # nodeid -> scenario
         self.outcome: dict[str, str] = {}  # nodeid -> passed / failed / skipped
-        self.figures: dict[str, Figures] = {}
+        self.figures: dict[str, dict[str, Any]] = {}  # nodeid -> Figures.summary()
+
+    def add(self, report: pytest.TestReport) -> None:
+        """One phase's report: a failure in setup, call or teardown fails the run; a skip is no run."""
+        props: dict[str, Any] = dict(report.user_properties)
+        scenario = props.get(SCENARIO)
+        if scenario is None:
+            return
+        nodeid = report.nodeid
+        self.scenario_of[nodeid] = str(scenario)
+        before = self.outcome.get(nodeid)
+        if report.skipped and before is None:
+            self.outcome[nodeid] = "skipped"
+        elif report.failed:
+            self.outcome[nodeid] = "failed"
+        elif report.when == "call" and report.passed and before is None:
+            self.outcome[nodeid] = "passed"
+        if FIGURES in props:
+            self.figures[nodeid] = props[FIGURES]
 
     def rows(self) -> list[Row]:
         rows: dict[str, Row] = {}
@@ -136,17 +174,18 @@ class Table:
                 if outcome == "passed":
                     row.problems.append(f"{nodeid} passed without measuring anything")
                 continue
-            if outcome == "passed" and not fig.recorded and not fig.examples:
+            examples: dict[str, int] = fig["examples"]
+            if outcome == "passed" and not fig["recorded"] and not examples:
                 row.problems.append(f"{nodeid} passed without recording its figures")
-            row.lost_events = _add(row.lost_events, fig.lost_events)
-            row.duplicate_actions = _add(row.duplicate_actions, fig.duplicate_actions)
-            if fig.recovery_s is not None:
-                row.recovery_s = max(row.recovery_s or 0.0, fig.recovery_s)
-            row.examples += sum(fig.examples.values())
-            if fig.examples:
-                row.notes.append(", ".join(f"{k}: {v} examples" for k, v in fig.examples.items()))
-            if fig.notes:
-                row.notes.append(fig.notes)
+            row.lost_events = _add(row.lost_events, fig["lost_events"])
+            row.duplicate_actions = _add(row.duplicate_actions, fig["duplicate_actions"])
+            if fig["recovery_s"] is not None:
+                row.recovery_s = max(row.recovery_s or 0.0, fig["recovery_s"])
+            row.examples += sum(examples.values())
+            if examples:
+                row.notes.append(", ".join(f"{k}: {v} examples" for k, v in examples.items()))
+            if fig["notes"]:
+                row.notes.append(fig["notes"])
         for row in rows.values():
             if row.runs == 0:
                 row.problems.append("no test of this scenario ran: the row is empty")
@@ -158,36 +197,47 @@ class Table:
 
 
 TABLE = pytest.StashKey[Table]()
+#: Figures of the tests running in this process, until their teardown report takes them.
+LIVE = pytest.StashKey[dict[str, Figures]]()
+
+
+def _reports(config: pytest.Config) -> bool:
+    """Whether this process builds the table: not an xdist worker, whose reports go to the controller."""
+    return not hasattr(config, "workerinput")
+
+
+class _Collector:
+    """Feeds every report this process receives to the table."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.table.add(report)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARK}(name): the reliability-table row this test measures")
     config.stash[TABLE] = Table()
-
-
-def pytest_collection_finish(session: pytest.Session) -> None:
-    table = session.config.stash[TABLE]
-    for item in session.items:
-        mark = item.get_closest_marker(MARK)
-        if mark is not None:
-            table.scenario_of[item.nodeid] = str(mark.args[0])
+    config.stash[LIVE] = {}
+    if _reports(config):
+        config.pluginmanager.register(_Collector(config.stash[TABLE]), "scenario-table-collector")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """Each phase's report: a failure in setup, call or teardown fails the run; a skip is no run."""
+    """Each phase's report of a scenario's test names the scenario; the teardown's adds the figures
+    (the fixture's own teardown, which counts lost events, has run by then)."""
     report = yield
-    table = item.config.stash[TABLE]
-    if item.nodeid in table.scenario_of:
-        before = table.outcome.get(item.nodeid)
-        if report.skipped and before is None:
-            table.outcome[item.nodeid] = "skipped"
-        elif report.failed:
-            table.outcome[item.nodeid] = "failed"
-        elif report.when == "call" and report.passed and before is None:
-            table.outcome[item.nodeid] = "passed"
+    mark = item.get_closest_marker(MARK)
+    if mark is not None:
+        props = [*report.user_properties, (SCENARIO, str(mark.args[0]))]
+        figures = item.config.stash[LIVE].pop(item.nodeid, None) if report.when == "teardown" else None
+        if figures is not None:
+            props.append((FIGURES, figures.summary()))
+        report.user_properties = props  # a new list: the item's own must not collect these
     return report
 
 
@@ -198,7 +248,7 @@ def scenario_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
     if mark is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses scenario_figures without @pytest.mark.scenario")
     figures = Figures(str(mark.args[0]))
-    request.config.stash[TABLE].figures[request.node.nodeid] = figures
+    request.config.stash[LIVE][request.node.nodeid] = figures
     original = RedisEventBus.publish
 
     def publish(self: RedisEventBus, events: Iterable[NodeEvent]) -> int:
@@ -215,7 +265,7 @@ def scenario_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     table = session.config.stash[TABLE]
-    if not table.scenario_of:
+    if not _reports(session.config) or not table.scenario_of:
         return
     rows = table.rows()
     out = os.environ.get("REMEDIATION_RELIABILITY_OUT")

@@ -30,6 +30,7 @@ import pytest
 from remediation.adapters.slurm.parse import parse_nodes_json
 from remediation.domain.hostlist import expand
 from remediation.settings import SlurmSettings
+from tests import slurm_versions
 from tests.ports import free_port, free_port_range
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,8 +43,6 @@ ALL_VERSIONS = ("22.05", "24.11")
 VERSIONS = tuple(
     v for v in (os.environ.get("SLURM_TEST_VERSIONS") or ",".join(ALL_VERSIONS)).split(",") if v.strip()
 )
-#: Exact versions of the clusters this session started ("22.05.8"), for the run's closing line.
-STARTED: dict[str, str] = {}
 
 pytestmark = pytest.mark.slurm
 
@@ -183,12 +182,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if STARTED:
-        versions = ", ".join(STARTED[v] for v in sorted(STARTED))
-        terminalreporter.write_line(f"slurm versions under test: {versions}")
-
-
 def _root(release: str) -> Path | None:
     """None for the host's Slurm; else the cached root of that release (built now if missing)."""
     if release == "22.05":
@@ -254,7 +247,7 @@ def _cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int
         found = re.search(r"(\d+\.\d+\.\d+)", reported)
         assert found is not None and found.group(1).startswith(release + "."), (release, reported)
         cluster.version = found.group(1)
-        STARTED[release] = cluster.version
+        slurm_versions.record(release, cluster.version)  # for the run's closing line
         yield cluster
     finally:
         subprocess.run(  # noqa: S603
