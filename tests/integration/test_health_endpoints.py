@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from remediation.api.app import create_app
 from remediation.settings import load_settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import ROOT, Worker, worker_env
+from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
 from tests.ports import free_port
 from tests.redisproc import PrivateRedis
 from tests.unit.test_alerts import alerts, series_names
@@ -73,16 +73,6 @@ def families(text: str) -> set[str]:
             _, _, name, kind = line.split()
             out |= {name.removesuffix("_total") + suffix for suffix in SUFFIXES.get(kind, ("",))}
     return out
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{logs()[-3000:]}")
 
 
 @dataclass
@@ -139,9 +129,9 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     try:
         procs.append(start(["-m", "watchers.slurm"], env, tmp, "slurm-1"))
         # The second starts once the first leads, so which one is the standby is known.
-        wait_for(lambda: get(procs[0].port, "/readyz")[1], 30, "the first Slurm watcher", procs[0].output)
+        wait_for(lambda: get(procs[0].port, "/readyz")[1], 30, "the first Slurm watcher", procs[0])
         wait_for(
-            lambda: get(procs[0].port, "/readyz")[1]["role"] == "leader", 30, "a leader", procs[0].output
+            lambda: get(procs[0].port, "/readyz")[1]["role"] == "leader", 30, "a leader", procs[0]
         )
         procs.append(start(["-m", "watchers.slurm"], env, tmp, "slurm-2"))
         kube_env = env | {
@@ -200,7 +190,7 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 def test_slurm_watchers_report_leader_and_a_healthy_standby(stack: Stack) -> None:
     leader, standby = stack.slurm
-    wait_for(lambda: get(standby.port, "/livez")[0] == 200, 30, "the standby's endpoint", standby.output)
+    wait_for(lambda: get(standby.port, "/livez")[0] == 200, 30, "the standby's endpoint", standby)
     status, body = get(standby.port, "/readyz")
     assert (status, body["ok"], body["role"]) == (200, True, "standby")
     status, body = get(standby.port, "/livez")
@@ -218,7 +208,7 @@ def test_slurm_watchers_report_leader_and_a_healthy_standby(stack: Stack) -> Non
 
     # The leader goes (SIGTERM releases the lock): the standby takes over and says so.
     leader.stop()
-    wait_for(lambda: get(standby.port, "/readyz")[1]["role"] == "leader", 30, "the takeover", standby.output)
+    wait_for(lambda: get(standby.port, "/readyz")[1]["role"] == "leader", 30, "the takeover", standby)
     taken = samples(get(standby.port, "/metrics")[1])
     assert taken['remediation_watcher_leader{watcher="slurm"}'] == 1
 
@@ -229,7 +219,7 @@ def test_kube_watcher_reports_its_list_and_watch(stack: Stack) -> None:
         lambda: (get(port, "/readyz")[1] or {}).get("role") == "leader",
         30,
         "the kube leader",
-        stack.kube.output,
+        stack.kube,
     )
     assert get(port, "/livez")[0] == 200
     metrics = samples(get(port, "/metrics")[1])
@@ -251,7 +241,7 @@ def test_kube_watcher_reports_its_list_and_watch(stack: Stack) -> None:
 
 def test_worker_reports_liveness_readiness_and_counts_tasks_in_its_pool(stack: Stack) -> None:
     port = stack.worker.port
-    wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "the worker's readiness", stack.worker.output)
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "the worker's readiness", stack.worker)
     status, body = get(port, "/livez")
     assert status == 200 and body["broker"] == "connected"
     # Beat queues the ingest safety net every 5 s; the prefork children run it and count it.
@@ -260,7 +250,7 @@ def test_worker_reports_liveness_readiness_and_counts_tasks_in_its_pool(stack: S
         lambda: samples(get(port, "/metrics")[1]).get(key, 0) >= 2,
         60,
         "two counted ingests",
-        stack.worker.output,
+        stack.worker,
     )
     metrics = samples(get(port, "/metrics")[1])
     assert metrics['remediation_worker_tasks_total{outcome="failed",task="remediation.ingest"}'] == 0
@@ -270,7 +260,7 @@ def test_worker_reports_liveness_readiness_and_counts_tasks_in_its_pool(stack: S
 
 def test_beat_reports_its_ticks(stack: Stack) -> None:
     port = stack.beat.port
-    wait_for(lambda: get(port, "/readyz")[0] == 200, 30, "beat's readiness", stack.beat.output)
+    wait_for(lambda: get(port, "/readyz")[0] == 200, 30, "beat's readiness", stack.beat)
     status, body = get(port, "/readyz")
     assert body["last_send"] == "ok" and body["tick_age_s"] < 10
     first = samples(get(port, "/metrics")[1])["remediation_beat_last_tick_timestamp_seconds"]
@@ -279,7 +269,7 @@ def test_beat_reports_its_ticks(stack: Stack) -> None:
         lambda: samples(get(port, "/metrics")[1])["remediation_beat_last_tick_timestamp_seconds"] > first,
         15,
         "the next tick",
-        stack.beat.output,
+        stack.beat,
     )
 
 
@@ -340,9 +330,9 @@ def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(
     )
     worker = Worker(env, tmp_path, concurrency=1, beat=False)
     try:
-        wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "the worker's readiness", worker.output)
+        wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "the worker's readiness", worker)
         redis.stop()
-        wait_for(lambda: get(port, "/readyz")[0] == 503, 30, "readiness to see the outage", worker.output)
+        wait_for(lambda: get(port, "/readyz")[0] == 503, 30, "readiness to see the outage", worker)
         status, body = get(port, "/readyz")
         assert body["broker"] == "connecting"
         # Past the liveness threshold (2 s) with the broker still gone: the worker is alive throughout.
@@ -353,7 +343,7 @@ def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(
             time.sleep(0.25)
         assert set(seen) == {200}, seen
         redis.start()
-        wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "readiness after Redis is back", worker.output)
+        wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "readiness after Redis is back", worker)
     finally:
         worker.stop()
         redis.stop()

@@ -10,7 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from remediation.adapters.celery import SWEEP_TASK as SWEEP
 from remediation.adapters.celery import make_app
@@ -120,9 +120,15 @@ class Worker:
         return " ready." in self.output()
 
 
-def wait_for(
-    predicate: Callable[[], object], timeout: float, what: str, worker: Worker | None = None
-) -> object:
+class HasOutput(Protocol):
+    """A process whose output a timed-out wait shows (a :class:`Worker`, a watcher, beat)."""
+
+    def output(self) -> str: ...
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, worker: HasOutput | None = None) -> Any:
+    """Poll ``predicate`` until it returns something true, and return that; on timeout fail with the
+    tail of ``worker``'s output."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
