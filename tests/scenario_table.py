@@ -163,8 +163,10 @@ class Table:
 
     def rows(self) -> list[Row]:
         rows: dict[str, Row] = {}
+        examples_of: dict[str, Counter[str]] = {}  # scenario -> examples per target, over its tests
         for nodeid, scenario in self.scenario_of.items():
             row = rows.setdefault(scenario, Row(scenario))
+            row_examples = examples_of.setdefault(scenario, Counter())
             outcome = self.outcome.get(nodeid)
             if outcome in ("passed", "failed"):
                 row.runs += 1
@@ -182,11 +184,11 @@ class Table:
             if fig["recovery_s"] is not None:
                 row.recovery_s = max(row.recovery_s or 0.0, fig["recovery_s"])
             row.examples += sum(examples.values())
-            if examples:
-                row.notes.append(", ".join(f"{k}: {v} examples" for k, v in examples.items()))
+            row_examples.update(examples)
             if fig["notes"]:
                 row.notes.append(fig["notes"])
         for row in rows.values():
+            row.notes += [f"{k}: {v} examples" for k, v in examples_of[row.scenario].items()]
             if row.runs == 0:
                 row.problems.append("no test of this scenario ran: the row is empty")
             elif row.passed < row.runs:
