@@ -48,6 +48,7 @@ from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
 from watchers.health import WatcherHealth
 from watchers.runtime import Polls, Stopper
+from watchers.slurm_reasons import KeptReasons
 from watchers.slurm_topology import TopologyPublisher
 
 log = logging.getLogger("watchers.slurm")
@@ -79,10 +80,6 @@ class ListNodesSource:
         return self.snapshot()
 
 
-#: States a human or we set with a reason of our own: a reason shown with them is never a kept one.
-_VERDICTS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
-
-
 class SlurmWatcher:
     """One watcher's memory between polls. ``step`` is one poll; the loop is in :func:`run`."""
 
@@ -102,7 +99,7 @@ class SlurmWatcher:
         self.previous: dict[str, NodeRecord] | None = None
         self.next_resync = 0.0
         self._not_responding_since: dict[str, float] = {}
-        self._kept_reasons: dict[str, str] = {}  # node -> the reason it kept while in service
+        self.kept_reasons = KeptReasons()  # each node's reason from an earlier episode
 
     def reset(self) -> None:
         """Forget the snapshot: the next step is a full resync (start, regained leadership)."""
@@ -120,7 +117,7 @@ class SlurmWatcher:
             current = getattr(self.source, "current", self.source.snapshot)()
         if current is None:
             return 0
-        current = self._without_kept_reasons(current)
+        current = self.kept_reasons.strip(current)
         previous = self.previous or {}
         changes = diff(previous, current, self.bad)
         effective = current  # a fresh dict per read; nodes held back by the grace are swapped in
@@ -162,35 +159,6 @@ class SlurmWatcher:
         for name in changes.removed:
             log.info("node %s is no longer in Slurm", name)
         return published
-
-    def _without_kept_reasons(self, current: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
-        """Slurm 24.11 keeps a node's last reason after it is resumed (22.05 clears it), and when that
-        node later stops responding slurmctld shows the old reason (NOT_RESPONDING), then appends its
-        own to it (DOWN: "OLD : Not responding"; seen on 24.11.5). A reason seen while the node was in
-        service is not the reason of such a new fault: it is cut off, so that an old ``remediation:``
-        reason never makes a new fault look like our own action and an old human reason never puts it
-        on the ignore list. A DRAIN or FAIL is a new verdict (a human's or ours) and keeps its reason
-        as set. A watcher started while such a node is already bad has no history and publishes the
-        reason as read."""
-        for name, status in current.items():
-            if bad_state(status, self.bad) is None:
-                if status.reason:
-                    self._kept_reasons[name] = status.reason
-                else:
-                    self._kept_reasons.pop(name, None)
-                continue
-            kept = self._kept_reasons.get(name)
-            if kept is None:
-                continue
-            if status.states & _VERDICTS:
-                del self._kept_reasons[name]
-            elif status.reason == kept:
-                current[name] = status._replace(reason="", reason_user=None, reason_changed_at=0)
-            elif status.reason.startswith(kept + " : "):
-                current[name] = status._replace(reason=status.reason[len(kept) + 3 :])
-            else:
-                del self._kept_reasons[name]
-        return current
 
     def _within_grace(self, status: NodeRecord, state: str, now: float) -> bool:
         if state != "NOT_RESPONDING" or self.grace <= 0 or (status.states & self.bad) != {"NOT_RESPONDING"}:

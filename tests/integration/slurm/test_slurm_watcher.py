@@ -165,6 +165,35 @@ def test_an_old_reason_kept_after_resume_is_not_the_reason_of_a_new_fault(
             assert slurm.nodes_now()[node][2] == "remediation: old episode"
 
 
+def test_a_watcher_started_while_a_node_only_stops_responding_learns_its_kept_reason(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    """The order-dependent case: a node kept "Not responding" from an earlier outage (24.11), its slurmd
+    dies, and the watcher's first read sees it idle* before DOWN. slurmctld then writes "Not responding :
+    Not responding"; the watcher publishes only the new fault's reason, on every release."""
+    node = "gpu-node-1"
+    slurm.scontrol("update", f"nodename={node}", "state=down", "reason=Not responding")
+    slurm.scontrol("update", f"nodename={node}", "state=resume")
+    slurm.wait_all_idle()
+    pid = slurm.slurmd_pid(node)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 40
+    while (now := slurm.nodes_now()[node])[1] != {"NOT_RESPONDING"} or now[0] != "IDLE":
+        assert time.monotonic() < deadline, now
+        time.sleep(0.2)
+    assert now[2] == ("Not responding" if slurm.keeps_reason_on_resume else "")
+    with watcher(settings_for(slurm, redis_prefix), redis_client, redis_prefix):
+        started(redis_client, redis_prefix, slurm.nodes)
+        down = wait_for(
+            redis_client, redis_prefix,
+            lambda e: e.node == node and e.kind == EventKind.UNHEALTHY and e.state == "DOWN", 60.0,
+        )  # fmt: skip
+        assert down.reason == "Not responding", down.reason
+        if slurm.keeps_reason_on_resume:  # what slurmctld itself shows: the kept reason and its own
+            assert slurm.nodes_now()[node][2] == "Not responding : Not responding"
+
+
 def test_killed_slurmd_is_detected_and_its_return_too(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
