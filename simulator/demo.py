@@ -145,16 +145,18 @@ def run_demo(
     from watchers.kube import run as run_kube_watcher
     from watchers.runtime import Stopper
     from watchers.slurm import run as run_slurm_watcher
-    from workers.embedded import start
+    from workers.embedded import join_all, start
 
     settings = load_settings()
     emb = start()
     stopper = Stopper(install=False)
-    for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher")):
-        threading.Thread(
-            target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True
-        ).start()
-    server, url = _serve_dashboard(settings, port)
+    watchers = [
+        threading.Thread(target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True)
+        for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher"))
+    ]
+    for thread in watchers:
+        thread.start()
+    server, url, serving = _serve_dashboard(settings, port)
     dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
     console.print(
         f"[bold]node-remediation demo[/]: {NODES} simulated nodes (GCE + Azure), database "
@@ -182,17 +184,23 @@ def run_demo(
         dashboard["status_end"] = _check_dashboard(url, admin_token)
         summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline)
     finally:
+        # Everything started here ends here, in the order data flows, before the interpreter exits: a
+        # thread still writing a log line or holding a connection while Python finalizes aborts the
+        # process (SIGABRT) after the report has printed.
         stopper.stop()
-        emb.stop()
+        join_all(watchers, 30.0, "the demo's watchers")
         server.should_exit = True
+        join_all([serving], 30.0, "the dashboard")
+        emb.stop()
         cluster.stop()
     summary["dashboard"] = dashboard
     progress.print_summary(summary)
     return summary
 
 
-def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str]:
-    """uvicorn in a thread on 127.0.0.1 (port 0 = any free port); returns the server and its URL."""
+def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str, threading.Thread]:
+    """uvicorn in a thread on 127.0.0.1 (port 0 = any free port); returns the server, its URL and the
+    thread serving it."""
     import uvicorn
 
     from remediation.adapters.queues import queue_depth
@@ -206,11 +214,12 @@ def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str]:
     app = create_app(settings, queue_depth=lambda: queue_depth(settings),
                      dispatcher=CeleryDispatcher(client_app(settings)))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True).start()
+    serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True)
+    serving.start()
     deadline = time.monotonic() + 10
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
-    return server, f"http://127.0.0.1:{sock.getsockname()[1]}"
+    return server, f"http://127.0.0.1:{sock.getsockname()[1]}", serving
 
 
 def _check_dashboard(url: str, token: str) -> int:
@@ -240,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     """``remediation demo`` execs this (``python -m simulator.demo``); exit 1 if the scenario timed out."""
     import argparse
     import json
+    import sys
     import tempfile
 
     parser = argparse.ArgumentParser(prog="remediation demo", description=__doc__.splitlines()[0])
@@ -252,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_demo(workdir, timeout_s=args.timeout, port=args.port)
     # What was printed, as data beside the database (the cluster's logs die with the process).
     (workdir / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+    if running := [t.name for t in threading.enumerate() if t is not threading.main_thread()]:
+        # Nothing may run while the interpreter finalizes (see run_demo): say so rather than risk it.
+        print(f"remediation demo: threads still running at exit: {', '.join(running)}", file=sys.stderr)
+        return 1
     return 1 if summary["timed_out"] else 0
 
 

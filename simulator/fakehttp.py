@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from socket import socket
+from socket import SHUT_RDWR, socket
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
@@ -216,8 +216,48 @@ class Faults:
 
 
 class _Server(ThreadingHTTPServer):
+    """One thread per connection, every one of them ended by ``server_close``.
+
+    A keep-alive connection's thread waits in ``recv`` for as long as the client keeps its pool open. Left
+    running at interpreter exit, such a thread wakes when the client's sockets are collected and may
+    write to stderr (an error report) while Python finalizes, which aborts the process. So the server
+    keeps its open connections, and closing it shuts each one down and waits for its thread."""
+
     daemon_threads = True
     ssl_context: ssl.SSLContext | None = None
+    #: How long ``server_close`` waits for the connection threads, all together.
+    close_timeout_s = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._open: dict[Any, threading.Thread] = {}
+        self._open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(target=self._serve_connection, args=(request, client_address), daemon=True)
+        with self._open_lock:
+            self._open[request] = thread
+        thread.start()
+
+    def _serve_connection(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._open_lock:
+                self._open.pop(request, None)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._open_lock:
+            open_now = dict(self._open)
+        for request in open_now:
+            try:
+                request.shutdown(SHUT_RDWR)  # wakes the thread's recv; it then closes the socket itself
+            except OSError:
+                pass  # already closed by its client
+        deadline = time.monotonic() + self.close_timeout_s
+        for thread in open_now.values():
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def get_request(self) -> tuple[socket, Any]:
         sock, addr = super().get_request()

@@ -46,13 +46,25 @@ class Embedded:
     stop_event: threading.Event = field(default_factory=threading.Event)
     worker: Any = None
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the worker (its running tasks finish first) and the periodic duties, and wait for their
+        threads: the process may exit only once nothing of ours runs."""
         self.stop_event.set()
         if self.worker is not None:
             try:
                 self.worker.stop(in_sighandler=False)
             except Exception:  # pragma: no cover - best effort at shutdown
                 logging.getLogger(__name__).debug("worker stop", exc_info=True)
+        join_all(self.threads, timeout_s, "the embedded service")
+
+
+def join_all(threads: list[threading.Thread], timeout_s: float, what: str) -> None:
+    """Wait for each thread to end; one still running after ``timeout_s`` (all together) is an error."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+    if stuck := [t.name for t in threads if t.is_alive()]:
+        raise RuntimeError(f"{what} could not stop: {', '.join(stuck)} still running after {timeout_s:g} s")
 
 
 def start(concurrency: int = 4) -> Embedded:
