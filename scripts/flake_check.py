@@ -6,6 +6,11 @@ work from landing. Timing-sensitive tests (watchers, Kubernetes and cloud integr
 suite) are where flakes hide, and many show only on a loaded machine, so one run (by default the last)
 has two busy-loop processes competing for the cores.
 
+With ``--fresh-clone`` each run is CI's own: a clean clone of HEAD with ``shared/`` beside it, running
+``bash .ci/run`` (set-up and the whole suite, split over workers as CI splits it). Which worker gets
+which module, and so which test ran before which, differs from run to run, so an order-dependent
+failure shows there, and so does a missing install step.
+
 Each run writes a JUnit XML report; failures and errors are read from those reports, so the counts are
 what pytest saw, not what its summary line happened to print.
 """
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,11 +46,16 @@ TIMING_SENSITIVE = [
     "tests/integration/slurm/test_slurm_watcher.py",
     "tests/integration/cloud/test_cloud_workflow.py",
     "tests/integration/test_celery_pipeline.py",
+    # Once flaky: the installed demo's exit (threads alive while Python finalized) and the killed-slurmd
+    # watcher test on 24.11 (a kept reason, depending on which test ran before).
+    "tests/integration/test_demo.py::test_demo_runs_the_whole_loop_against_the_simulator",
 ]
 # The kill -9 tests keep one kill point each (the VM step's, the riskiest); the others kill at fixed
 # points of the same code and stay in --all.
 DESELECT = ("not ladder and not killed_slurmd and not slurm24 and not 05-rest and not while_operation_runs "
             "and not k8s_cordon] and not slurm_drain] and not gce-killed")
+# Kept whatever DESELECT says: the tests that once failed one CI run in two.
+ALWAYS = "(slurm24 and cli and (killed_slurmd_is_detected or learns_its_kept_reason)) or test_demo_runs_the_whole"
 BUSY_LOOP = "while True:\n    pass\n"
 
 
@@ -61,15 +72,34 @@ def failed_tests(report: Path) -> tuple[int, list[str]]:
     return ran, failed
 
 
-def run_once(index: int, paths: list[str], loaded: bool, workdir: Path, extra: list[str]) -> tuple[int, list[str], int]:
+def fresh_clone(index: int, workdir: Path) -> Path:
+    """A clone of this checkout's HEAD with a copy of ``shared/`` beside it, as CI lays them out."""
+    where = workdir / f"clone-{index}"
+    where.mkdir()
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(where / "main")], check=True)
+    shared = ROOT.parent / "shared"
+    if shared.is_dir():
+        shutil.copytree(shared, where / "shared", symlinks=True)
+    return where / "main"
+
+
+def run_once(
+    index: int, paths: list[str], loaded: bool, workdir: Path, extra: list[str], clone: bool = False
+) -> tuple[int, list[str], int]:
     report = workdir / f"run-{index}.xml"
     hogs = [subprocess.Popen([sys.executable, "-c", BUSY_LOOP]) for _ in range(2 if loaded else 0)]
     started = time.monotonic()
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *extra, *paths],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, check=False,
-        )
+        if clone:  # CI's own command, in a clean clone: set-up included, the whole suite as test.sh splits it
+            cwd = fresh_clone(index, workdir)
+            argv = ["bash", ".ci/run", "-p", "no:cacheprovider", f"--junitxml={report}", *extra]
+            env = {**os.environ, "CI": "true"}
+        else:
+            cwd, env = ROOT, dict(os.environ)
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *extra,
+                    *paths]  # fmt: skip
+        proc = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              check=False)  # fmt: skip
     finally:
         for hog in hogs:
             hog.kill()
@@ -90,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                         "beside two busy-loop processes (1)")
     parser.add_argument("--all", action="store_true", help="run the whole suite instead of the "
                         "timing-sensitive selection")
+    parser.add_argument("--fresh-clone", action="store_true", help="each run clones HEAD (with shared/ "
+                        "beside it) and runs CI's own `bash .ci/run` there: set-up and the whole suite, so that a "
+                        "missing install step or an order-dependent failure shows (uncommitted changes are not "
+                        "in the clone)")
     parser.add_argument("--workers", type=int, default=None, help="pytest-xdist workers per run (0 = one "
                         "process); default: with --all, as scripts/test.sh ($REMEDIATION_TEST_WORKERS or 3), "
                         "else 0")
@@ -97,14 +131,20 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if args.runs < 1 or not 0 <= args.loaded <= args.runs:
         parser.error("need --runs >= 1 and 0 <= --loaded <= --runs")
-    paths = ["tests"] if args.all else (args.paths or TIMING_SENSITIVE)
-    if not args.all and not args.paths and "-k" not in extra:
-        extra = ["-k", DESELECT, *extra]
+    if args.fresh_clone and args.paths:
+        parser.error("--fresh-clone runs the whole suite; it takes no paths")
+    whole = args.all or args.fresh_clone
+    paths = ["tests"] if whole else (args.paths or TIMING_SENSITIVE)
+    if not whole and not args.paths and "-k" not in extra:
+        extra = ["-k", f"({DESELECT}) or {ALWAYS}", *extra]
     workers = args.workers if args.workers is not None else (
-        int(os.environ.get("REMEDIATION_TEST_WORKERS", "3")) if args.all else 0)
-    if workers:  # split like CI: a module per worker at a time
+        int(os.environ.get("REMEDIATION_TEST_WORKERS", "3")) if whole else 0)
+    if args.fresh_clone:  # scripts/test.sh passes -n and --dist itself
+        os.environ["REMEDIATION_TEST_WORKERS"] = str(workers)
+    elif workers:  # split like CI: a module per worker at a time
         extra = ["-n", str(workers), "--dist", "loadscope", *extra]
-    print(f"flake check: {args.runs} run(s) of {' '.join(paths)}, the last {args.loaded} under load, "
+    what = "fresh clones running .ci/run" if args.fresh_clone else " ".join(paths)
+    print(f"flake check: {args.runs} run(s) of {what}, the last {args.loaded} under load, "
           f"{os.cpu_count()} cores, {workers or 'no'} xdist workers", flush=True)
     failures: Counter[str] = Counter()
     loaded_failures: Counter[str] = Counter()
@@ -112,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="flake-check-") as tmp:
         for i in range(1, args.runs + 1):
             loaded = i > args.runs - args.loaded
-            ran, failed, code = run_once(i, paths, loaded, Path(tmp), extra)
+            ran, failed, code = run_once(i, paths, loaded, Path(tmp), extra, clone=args.fresh_clone)
             if ran == 0 or (code != 0 and not failed):
                 broken_runs += 1  # pytest could not run the tests at all: not a flake, a broken run
             failures.update(failed)
