@@ -29,6 +29,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from remediation.vocabulary import APP, FAULT_ACTIONS, FAULT_CLASSES
+
 CONFIG_ENV = "REMEDIATION_CONFIG"
 
 
@@ -84,13 +86,6 @@ class BrokerSettings(_Section):
     @property
     def celery_url(self) -> str:
         return self.celery_broker_url or self.redis_url
-
-
-FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
-                 "unknown")
-# restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none (drain, page, hold
-# for a human; only on its own), quarantine (the end of a ladder; RMA for hardware classes).
-FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
 
 
 class FaultSettings(_Section):
@@ -151,8 +146,8 @@ class FaultSettings(_Section):
     @classmethod
     def _classes(cls, value: dict[Any, str]) -> dict[Any, str]:
         for key, name in value.items():
-            if name not in (*FAULT_CLASSES, "app"):
-                raise ValueError(f"{key}: unknown fault class {name!r}; choose from {[*FAULT_CLASSES, 'app']}")
+            if name not in (*FAULT_CLASSES, APP):
+                raise ValueError(f"{key}: unknown fault class {name!r}; choose from {[*FAULT_CLASSES, APP]}")
         return value
 
 
@@ -810,9 +805,6 @@ class IncidentSettings(_Section):
     topology_refresh_s: float = Field(
         600.0, gt=0, description="How often the Slurm watcher re-reads the topology, seconds."
     )
-#: Cause classes (the fault-intelligence classes; ``unknown`` when a remediation has none).
-CAUSE_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host",
-                 "software", "unknown")
 _DCGM_2 = ["dcgmi", "diag", "-r", "2"]  # "medium", about 2 minutes (DCGM's dcgmi diag reference)
 _DCGM_3 = ["dcgmi", "diag", "-r", "3"]  # "long", about 15 minutes: the memory tests
 _NCCL = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]  # nccl-tests, one node, 8 GPUs
@@ -876,8 +868,8 @@ class ValidationSettings(_Section):
     @classmethod
     def _checks_are_argv(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
         for name, argv in value.items():
-            if name not in CAUSE_CLASSES:
-                raise ValueError(f"{name!r} is not a cause class (one of {', '.join(CAUSE_CLASSES)})")
+            if name not in FAULT_CLASSES:
+                raise ValueError(f"{name!r} is not a cause class (one of {', '.join(FAULT_CLASSES)})")
             if not argv or not all(isinstance(a, str) and a for a in argv):
                 raise ValueError(f"the check of {name!r} must be a non-empty argument list")
         if "unknown" not in value:
@@ -888,7 +880,7 @@ class ValidationSettings(_Section):
     @classmethod
     def _timeouts(cls, value: dict[str, float]) -> dict[str, float]:
         for name, seconds in value.items():
-            if name != "default" and name not in CAUSE_CLASSES:
+            if name != "default" and name not in FAULT_CLASSES:
                 raise ValueError(f"{name!r} is not a cause class or 'default'")
             if not seconds > 0:
                 raise ValueError(f"timeout of {name!r} must be positive seconds")

@@ -34,10 +34,9 @@ from typing import Any
 import yaml
 
 from remediation.ports.cluster import VMAction
-from remediation.settings import FAULT_CLASSES, FaultSettings, Settings
+from remediation.settings import FaultSettings, Settings
+from remediation.vocabulary import APP, FAULT_CLASSES, UNKNOWN
 
-UNKNOWN = "unknown"
-APP = "app"
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
 SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
             UNKNOWN, APP)

@@ -18,7 +18,8 @@ from remediation.domain.causes import (
     xids_in,
 )
 from remediation.ports.cluster import VMAction
-from remediation.settings import FAULT_CLASSES, ConfigError, FaultSettings, Settings, load_settings
+from remediation.settings import ConfigError, FaultSettings, Settings, load_settings
+from remediation.vocabulary import FAULT_CLASSES
 
 T = shipped()
 
