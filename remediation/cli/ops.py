@@ -20,13 +20,13 @@ from remediation.adapters import logs
 from remediation.cli.completion import PROG
 from remediation.cli.main import app
 from remediation.ports.dispatch import Dispatcher
-from remediation.settings import ConfigError, Settings, load_settings, parse_duration
+from remediation.settings import Settings, SettingsError, load_settings, parse_duration
 
 
 def _settings_or_exit() -> Settings:
     try:
         settings = load_settings()
-    except ConfigError as exc:
+    except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     logs.configure_from(settings)  # this process's logging (a process exec'd from here sets up its own)

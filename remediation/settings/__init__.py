@@ -12,7 +12,7 @@ as much as for :func:`load_settings`. The names below are the package's public f
 """
 
 from remediation.settings.api import ApiSettings, ApiToken
-from remediation.settings.base import ConfigError, Section
+from remediation.settings.base import Section, SettingsError
 from remediation.settings.broker import BrokerSettings
 from remediation.settings.database import DatabaseSettings
 from remediation.settings.faults import FaultSettings
@@ -35,7 +35,7 @@ __all__ = [
     "ApiSettings",
     "ApiToken",
     "BrokerSettings",
-    "ConfigError",
+    "SettingsError",
     "DatabaseSettings",
     "FaultSettings",
     "HealthSettings",

@@ -8,7 +8,7 @@ Every default is chosen to be safe on a production GPU cluster: when in doubt th
 and asks a human rather than restarting VMs. The reasons for the policy defaults are in ``docs/policy.md``
 (drawn from the published failure traces of large GPU clusters).
 
-Bad config fails at start-up with :class:`ConfigError`, whose message names the offending field and
+Bad config fails at start-up with :class:`SettingsError`, whose message names the offending field and
 never echoes a secret's value. The sections themselves live in the modules beside this one.
 """
 
@@ -30,7 +30,7 @@ from pydantic_settings import (
 )
 
 from remediation.settings.api import ApiSettings
-from remediation.settings.base import ConfigError
+from remediation.settings.base import SettingsError
 from remediation.settings.broker import BrokerSettings
 from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
@@ -120,16 +120,16 @@ class Settings(BaseSettings):
 
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
     if not path.is_file():
-        raise ConfigError(f"{CONFIG_ENV}={path}: no such config file")
+        raise SettingsError(f"{CONFIG_ENV}={path}: no such config file")
     if path.suffix in (".yaml", ".yml"):
         return YamlConfigSettingsSource(settings_cls, yaml_file=path)
     if path.suffix == ".toml":
         return TomlConfigSettingsSource(settings_cls, toml_file=path)
-    raise ConfigError(f"{CONFIG_ENV}={path}: config file must end in .yaml, .yml or .toml")
+    raise SettingsError(f"{CONFIG_ENV}={path}: config file must end in .yaml, .yml or .toml")
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Load and validate settings, turning pydantic's report into one readable ConfigError."""
+    """Load and validate settings, turning pydantic's report into one readable SettingsError."""
     try:
         return Settings(**overrides)
     except ValidationError as exc:
@@ -140,14 +140,14 @@ def load_settings(**overrides: Any) -> Settings:
             # A section-level check's input is the whole section, tokens included: never echo it.
             got = "" if isinstance(value, dict) else f" (got {value!r})"
             lines.append(f"{field}: {err['msg']}{got}")
-        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines)) from None
+        raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
     except Exception as exc:  # YAML/TOML syntax errors and non-JSON list values surface here
-        if isinstance(exc, ConfigError):
+        if isinstance(exc, SettingsError):
             raise
         bad = _non_json_env()
         if bad:
-            raise ConfigError("invalid configuration:\n  " + "\n  ".join(bad)) from None
-        raise ConfigError(f"cannot read configuration: {exc}") from exc
+            raise SettingsError("invalid configuration:\n  " + "\n  ".join(bad)) from None
+        raise SettingsError(f"cannot read configuration: {exc}") from exc
 
 
 def _non_json_env() -> list[str]:
@@ -179,15 +179,15 @@ def overlay(base: Settings, path: Path) -> Settings:
     """``base`` with a second config file laid over it (a rehearsal's baseline policy): the file's
     sections replace the base's field by field, the rest stays as ``base`` has it."""
     if not path.is_file():
-        raise ConfigError(f"{path}: no such config file")
+        raise SettingsError(f"{path}: no such config file")
     if path.suffix not in (".yaml", ".yml"):
-        raise ConfigError(f"{path}: a policy file must end in .yaml or .yml")
+        raise SettingsError(f"{path}: a policy file must end in .yaml or .yml")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
+        raise SettingsError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a policy file is a mapping of settings sections")
+        raise SettingsError(f"{path}: a policy file is a mapping of settings sections")
 
     def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         out = dict(a)

@@ -18,7 +18,7 @@ from remediation.domain.causes import (
     xids_in,
 )
 from remediation.ports.cluster import VMAction
-from remediation.settings import ConfigError, FaultSettings, Settings, load_settings
+from remediation.settings import FaultSettings, Settings, SettingsError, load_settings
 from remediation.vocabulary import FAULT_CLASSES
 
 T = shipped()
@@ -166,7 +166,7 @@ def test_site_overrides_merge_over_the_shipped_table() -> None:
     ({"xids": {48: "memory"}}, "unknown fault class 'memory'"),
 ], ids=["none-not-alone", "quarantine-not-last", "class-typo", "action-typo", "xid-class-typo"])
 def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, object], fragment: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(SettingsError) as err:
         load_settings(policy={"faults": faults})
     assert "policy.faults" in str(err.value) and fragment in str(err.value)
 

@@ -16,8 +16,7 @@ from remediation.domain.statemachine import Step, check_transition, next_on_succ
 from remediation.domain.validation import gate_name, last_line, tail, validate
 from remediation.ports.errors import ConfigError
 from remediation.ports.gate import GateCheck, GateResult
-from remediation.settings import ConfigError as SettingsError
-from remediation.settings import Settings, load_settings
+from remediation.settings import Settings, SettingsError, load_settings
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
