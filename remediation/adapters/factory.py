@@ -131,9 +131,9 @@ def redis_client(settings: Settings) -> redis.Redis:
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
     """The bus watchers publish to; new events kick the ingest task. ``memory://`` (embedded mode)
     gives the in-process bus with the same contract."""
-    from remediation.adapters.celery import CeleryDispatcher, client_app
+    from remediation.adapters.celery import celery_dispatcher
 
-    kick = CeleryDispatcher(client_app(settings)).kick_ingest
+    kick = celery_dispatcher(settings).kick_ingest
     if settings.broker.redis_url.startswith("memory://"):
         from remediation.adapters.memstream import MemoryEventBus
 
