@@ -209,10 +209,9 @@ def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str, threading.Thre
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", port))
-    from remediation.adapters.celery import CeleryDispatcher, client_app
+    from remediation.adapters.celery import celery_dispatcher
 
-    app = create_app(settings, queue_depth=lambda: queue_depth(settings),
-                     dispatcher=CeleryDispatcher(client_app(settings)))
+    app = create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=celery_dispatcher(settings))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     serving = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="dashboard", daemon=True)
     serving.start()

@@ -16,7 +16,7 @@ from sqlalchemy import Engine as SAEngine
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import Keys
-from remediation.adapters.factory import make_adapters
+from remediation.adapters.factory import make_adapters, redis_client
 from remediation.clock import SystemClock
 from remediation.db.session import make_engine, make_session_factory
 from remediation.services.workflow import Workflow
@@ -44,7 +44,7 @@ class Runtime:
 
     @cached_property
     def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(self.settings.broker.redis_url, socket_timeout=10)
+        return redis_client(self.settings, timeout=10.0)  # a batch read of the stream, never a blocking one
 
     @property
     def embedded(self) -> bool:

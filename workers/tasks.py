@@ -24,7 +24,7 @@ from remediation.adapters.celery import (
     PRUNE_TASK,
     RELEASE_TASK,
     SWEEP_TASK,
-    CeleryDispatcher,
+    celery_dispatcher,
     step_task,
 )
 from remediation.adapters.stream import drain
@@ -55,7 +55,7 @@ class DomainTask(Task):  # type: ignore[misc]
 
 def enqueue(followups: Sequence[FollowUp | None]) -> None:
     """Queue follow-up steps on this worker's own app (the same broker the clients send to)."""
-    CeleryDispatcher(app).steps(followups)
+    celery_dispatcher(settings, app).steps(followups)
 
 
 @app.task(name=INGEST_TASK, base=DomainTask, bind=True,

@@ -89,3 +89,10 @@ class CeleryDispatcher:
     def kick_ingest(self) -> None:
         """Ask a worker to drain the event stream (publishers call this after XADD)."""
         self._app.send_task(INGEST_TASK, queue=INGEST_QUEUE)
+
+
+def celery_dispatcher(settings: Settings, app: Celery | None = None) -> CeleryDispatcher:
+    """The one way a process gets its dispatcher: over the process's sending app for these broker
+    settings, or, in a worker, over the worker's own ``app`` (its tasks queue their follow-up work on
+    the connection they already hold; broker, queues and routes are the same by construction)."""
+    return CeleryDispatcher(app or client_app(settings))

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 _worlds: dict[str, MemoryWorld] = {}
 
+# How long a watcher's publish and its leader lock wait on Redis before they take it as unreachable
+# (the publisher keeps its events and retries).
+WATCHER_REDIS_TIMEOUT_S = 5.0
+
 
 def make_world(settings: Settings) -> MemoryWorld:
     """The simulated world. Without a journal it lives in this process, and every caller in the
@@ -122,25 +126,30 @@ def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvid
     return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)})
 
 
-def redis_client(settings: Settings) -> redis.Redis:
+def redis_client(settings: Settings, timeout: float) -> redis.Redis:
+    """A client of the broker's Redis (``broker.redis_url``) that gives up on a connect or a reply
+    after ``timeout`` seconds, so an unreachable Redis is an error the caller handles, never a hang.
+    Each caller picks the bound its work can wait: a watcher's publish, a page's queue depth, a
+    worker's stream read."""
     import redis
 
-    return redis.Redis.from_url(settings.broker.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    return redis.Redis.from_url(settings.broker.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
     """The bus watchers publish to; new events kick the ingest task. ``memory://`` (embedded mode)
     gives the in-process bus with the same contract."""
-    from remediation.adapters.celery import CeleryDispatcher, client_app
+    from remediation.adapters.celery import celery_dispatcher
 
-    kick = CeleryDispatcher(client_app(settings)).kick_ingest
+    kick = celery_dispatcher(settings).kick_ingest
     if settings.broker.redis_url.startswith("memory://"):
         from remediation.adapters.memstream import MemoryEventBus
 
         return MemoryEventBus(kick=kick)  # type: ignore[return-value]
     from remediation.adapters.bus import RedisEventBus
 
-    return RedisEventBus(client or redis_client(settings), settings.broker.key_prefix, kick=kick)
+    client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
+    return RedisEventBus(client, settings.broker.key_prefix, kick=kick)
 
 
 def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0) -> LeaderLock:
@@ -151,4 +160,5 @@ def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, 
         return LocalLock()  # type: ignore[return-value]
     from remediation.adapters.lock import LeaderLock
 
-    return LeaderLock(client or redis_client(settings), f"{settings.broker.key_prefix}:leader:{kind}", ttl_s)
+    client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
+    return LeaderLock(client, f"{settings.broker.key_prefix}:leader:{kind}", ttl_s)

@@ -6,6 +6,7 @@ import redis
 
 from remediation.adapters.bus import GROUP, Keys
 from remediation.adapters.celery import INGEST_QUEUE, WORKFLOW_QUEUE
+from remediation.adapters.factory import redis_client
 from remediation.settings import Settings
 
 
@@ -14,7 +15,7 @@ def queue_depth(settings: Settings) -> dict[str, int]:
         from remediation.adapters import memstream
 
         return {"events": memstream.pending()}
-    client = redis.Redis.from_url(settings.broker.redis_url, socket_timeout=2, socket_connect_timeout=2)
+    client = redis_client(settings, timeout=2.0)  # a page renders without queue depths rather than wait
     keys = Keys(settings.broker.key_prefix)
     prefix = f"{settings.broker.key_prefix}:celery:"
     try:

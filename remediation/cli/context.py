@@ -31,7 +31,7 @@ from remediation.services.incidents import IncidentError
 from remediation.services.lever_service import LeverService
 from remediation.services.levers import LeverError
 from remediation.services.readmodels import ReadModelError
-from remediation.settings import ConfigError, Settings, load_settings
+from remediation.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class State:
         if self._settings is None:
             try:
                 self._settings = load_settings()
-            except ConfigError as exc:
+            except SettingsError as exc:
                 raise CliError(str(exc), EXIT_CONFIG) from None
             logs.configure_from(self._settings)
         return self._settings

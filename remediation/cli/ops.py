@@ -20,13 +20,13 @@ from remediation.adapters import logs
 from remediation.cli.completion import PROG
 from remediation.cli.main import app
 from remediation.ports.dispatch import Dispatcher
-from remediation.settings import ConfigError, Settings, load_settings, parse_duration
+from remediation.settings import Settings, SettingsError, load_settings, parse_duration
 
 
 def _settings_or_exit() -> Settings:
     try:
         settings = load_settings()
-    except ConfigError as exc:
+    except SettingsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     logs.configure_from(settings)  # this process's logging (a process exec'd from here sets up its own)
@@ -140,20 +140,21 @@ def api(
 
     settings = _settings_or_exit()
     # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
-    uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=celery_dispatcher(settings)),
+    uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
                 host=host or settings.api.bind, port=port or settings.api.port,
                 log_config=None, log_level=settings.log_level.lower())
 
 
-def celery_dispatcher(settings: Settings) -> Dispatcher:
-    """Levers' follow-up work goes to the workers over the broker (built after --config took effect)."""
-    from remediation.adapters.celery import CeleryDispatcher, client_app
+def broker_dispatcher(settings: Settings) -> Dispatcher:
+    """Levers' follow-up work goes to the workers over the broker (built after --config took effect;
+    celery is imported only by a command that needs it)."""
+    from remediation.adapters.celery import celery_dispatcher
 
-    return CeleryDispatcher(client_app(settings))
+    return celery_dispatcher(settings)
 
 
 def main() -> None:
-    app(obj=celery_dispatcher, prog_name=PROG)
+    app(obj=broker_dispatcher, prog_name=PROG)
 
 
 if __name__ == "__main__":  # python -m remediation.cli.ops: the console script without installing it

@@ -30,7 +30,7 @@ from remediation.domain.truth import OutcomeModel, TruthError, parse_model
 from remediation.services.rehearsal import figures, ratios
 from remediation.services.sim_loop import Tally
 from remediation.services.simulate import simulate as run_simulation
-from remediation.settings import ConfigError, Settings, overlay
+from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
 
@@ -107,7 +107,7 @@ def simulate(
     if baseline is not None:
         try:
             second = overlay(settings, baseline)
-        except ConfigError as exc:
+        except SettingsError as exc:
             raise CliError(str(exc), 2) from None
     model = outcome_model(truth)
     try:

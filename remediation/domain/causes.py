@@ -34,10 +34,9 @@ from typing import Any
 import yaml
 
 from remediation.ports.cluster import VMAction
-from remediation.settings import FAULT_CLASSES, FaultSettings, Settings
+from remediation.settings import FaultSettings, WorkflowSettings
+from remediation.vocabulary import APP, FAULT_CLASSES, UNKNOWN
 
-UNKNOWN = "unknown"
-APP = "app"
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
 SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
             UNKNOWN, APP)
@@ -198,28 +197,28 @@ def _from_xids(codes: list[int], tbl: CauseTable) -> Cause:
 # ------------------------------------------------------------------------------------- ladders
 
 
-def ladder(fault_class: str | None, cfg: Settings) -> tuple[str, ...]:
+def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
     """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder)."""
-    if not fault_class or not cfg.policy.faults.classify:
-        return tuple(cfg.workflow.ladder)
-    info = table(cfg.policy.faults).classes.get(fault_class)
-    return tuple(cfg.workflow.ladder) if info is None or info.ladder is None else info.ladder
+    if not fault_class or not faults.classify:
+        return tuple(workflow.ladder)
+    info = table(faults).classes.get(fault_class)
+    return tuple(workflow.ladder) if info is None or info.ladder is None else info.ladder
 
 
-def vm_rungs(fault_class: str | None, cfg: Settings) -> tuple[str, ...]:
+def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
     """The ladder's VM actions: what vm_restart climbs; quarantine follows the last one."""
-    return tuple(a for a in ladder(fault_class, cfg) if a not in ("none", "quarantine"))
+    return tuple(a for a in ladder(fault_class, faults, workflow) if a not in ("none", "quarantine"))
 
 
-def first_action(fault_class: str | None, cfg: Settings) -> str:
-    return ladder(fault_class, cfg)[0]
+def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> str:
+    return ladder(fault_class, faults, workflow)[0]
 
 
-def action_at(fault_class: str | None, cfg: Settings, rung: int) -> str:
+def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int) -> str:
     """The action of ladder rung ``rung`` (past the VM actions: quarantine)."""
-    rungs = vm_rungs(fault_class, cfg)
+    rungs = vm_rungs(fault_class, faults, workflow)
     if not rungs:
-        return first_action(fault_class, cfg)
+        return first_action(fault_class, faults, workflow)
     return rungs[rung] if rung < len(rungs) else "quarantine"
 
 
@@ -232,9 +231,9 @@ def planned_action(cause: Cause | None, faults: FaultSettings) -> str | None:
     return info.ladder[0] if info is not None and info.ladder else None
 
 
-def needs_rma(fault_class: str | None, cfg: Settings) -> bool:
-    info = table(cfg.policy.faults).classes.get(fault_class or UNKNOWN)
-    return bool(info and info.rma and cfg.policy.faults.classify)
+def needs_rma(fault_class: str | None, faults: FaultSettings) -> bool:
+    info = table(faults).classes.get(fault_class or UNKNOWN)
+    return bool(info and info.rma and faults.classify)
 
 
 # A move to fresh hardware, per cloud: Azure redeploys; a GCE or EC2 stop and start lands on a new host.

@@ -16,7 +16,7 @@ from typing import Any
 
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
 from remediation.ports.cluster import SlurmNode
-from remediation.settings import Settings
+from remediation.settings import WorkflowSettings
 
 # Slurm states and flags that mean jobs may still hold the node. A FAIL on an allocated node shows
 # as FAILING or MIXED/ALLOCATED+FAIL: its jobs are still there. squeue is always asked as well; the
@@ -42,11 +42,11 @@ def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
     return [], None
 
 
-def jobs_timed_out(inp: StepInput, ad: Adapters, cfg: Settings, jobs: list[str], busy: str,
+def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
                    detail: dict[str, Any]) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
     the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node."""
-    timeout, policy = cfg.workflow.drain_timeout_s, cfg.workflow.on_jobs_timeout
+    timeout, policy = workflow.drain_timeout_s, workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.
     acted = list(inp.detail.get("jobs_acted") or [])
@@ -57,19 +57,19 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, cfg: Settings, jobs: list[str],
         (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
         verb = "requeued" if policy == "requeue" else "cancelled"
         why = f"{verb} {jobs_text(todo)} still on {inp.node} {timeout}s after the drain"
-        return wait(cfg, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
+        return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
     why = (f"{busy} still on {inp.node} {timeout}s after the drain; on_jobs_timeout={policy}: the node stays "
            "drained and nothing destructive happens until the jobs leave or a human decides")
     paged = bool(inp.detail.get("jobs_timeout_paged"))
-    return wait(cfg, f"held: {why}", detail={**detail, "jobs_timeout_paged": True},
+    return wait(workflow, f"held: {why}", detail={**detail, "jobs_timeout_paged": True},
                  note=None if paged else Note("jobs_timeout", why, ids))
 
 
-def no_jobs_left(inp: StepInput, ad: Adapters, cfg: Settings, what: str) -> Wait | None:
+def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str) -> Wait | None:
     """Guard of every destructive step: nothing is evicted or restarted while Slurm shows jobs on the
     node (they can only be back if someone resumed it in Slurm); wait instead."""
     jobs, busy = jobs_holding(ad, ad.slurm.get_node(inp.node))
     if busy is None:
         return None
-    return wait(cfg, f"no {what} while jobs remain: waiting for {busy} to leave" if jobs
+    return wait(workflow, f"no {what} while jobs remain: waiting for {busy} to leave" if jobs
                  else f"no {what} while jobs may remain: {busy}", detail={"jobs": jobs, "job_count": len(jobs)})

@@ -14,7 +14,7 @@ from typing import Any
 
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
 from remediation.ports.gate import HealthGate
-from remediation.settings import Settings
+from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,21 @@ class Adapters:
     kube: KubeNodes
     vm: VMProvider
     gate: HealthGate | None = None  # validation.backend none: no gate
+
+
+@dataclass(frozen=True)
+class StepSettings:
+    """The sections a step body reads, and nothing else: the steps decide on the policy (our reason
+    prefix, the fault classes' ladders), the workflow's timeouts and the GPU check's, never on where the
+    database or the broker is. A step is tested with these three sections alone."""
+
+    policy: PolicySettings
+    workflow: WorkflowSettings
+    validation: ValidationSettings
+
+    @classmethod
+    def of(cls, settings: Settings) -> StepSettings:
+        return cls(settings.policy, settings.workflow, settings.validation)
 
 
 @dataclass(frozen=True)
@@ -100,14 +115,14 @@ class Cancel:
 
 
 Outcome = Done | Wait | Escalate | Quarantine | Cancel | Hold
-StepFn = Callable[[StepInput, Adapters, Settings, datetime], Outcome]
+StepFn = Callable[[StepInput, Adapters, StepSettings, datetime], Outcome]
 
 
 def elapsed(inp: StepInput, now: datetime) -> float:
     return (now - inp.started_at).total_seconds()
 
 
-def wait(cfg: Settings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
+def wait(workflow: WorkflowSettings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
     """Check again after the poll interval (or the hint, e.g. a Retry-After), never past max_wait_s."""
-    countdown = min(max(hint or 0.0, cfg.workflow.poll_interval_s), cfg.workflow.max_wait_s)
+    countdown = min(max(hint or 0.0, workflow.poll_interval_s), workflow.max_wait_s)
     return Wait(reason, countdown, **kw)

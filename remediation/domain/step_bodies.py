@@ -26,6 +26,7 @@ from remediation.domain.outcomes import Outcome as Outcome
 from remediation.domain.outcomes import Quarantine as Quarantine
 from remediation.domain.outcomes import StepFn as StepFn
 from remediation.domain.outcomes import StepInput as StepInput
+from remediation.domain.outcomes import StepSettings as StepSettings
 from remediation.domain.outcomes import Wait as Wait
 from remediation.domain.outcomes import elapsed, wait
 from remediation.domain.policy import ignored_reason
@@ -39,7 +40,6 @@ from remediation.ports.cluster import (
     VMAction,
 )
 from remediation.ports.errors import NotFound, UnknownNode
-from remediation.settings import Settings
 
 
 def slurm_reason(text: str) -> str:
@@ -49,7 +49,7 @@ def slurm_reason(text: str) -> str:
     return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:1000]
 
 
-def human_hold(node: SlurmNode, cfg: Settings) -> bool:
+def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
     """A human's drain whose reason matches the ignore list (maintenance): it already keeps the node
     out of the pool, and taking it over would let ``return`` resume a node under maintenance."""
     return (
@@ -62,7 +62,7 @@ def human_hold(node: SlurmNode, cfg: Settings) -> bool:
 BAD_SLURM = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING"})
 
 
-def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: Settings, now: datetime) -> Cancel | None:
+def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
     """Confirm an old event against the world before the first action: an event can be stale (replayed
     after a restart, queued through an outage) and the node healthy again; then nothing is done. A
     fresh event is the watcher's own recent observation and is acted on at once. Our own drain counts
@@ -85,7 +85,7 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: Settings, now:
                   node_healthy=True)
 
 
-def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     node = ad.slurm.get_node(inp.node)
     if stale := still_bad(inp, ad, node, cfg, now):
@@ -100,11 +100,11 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> O
         return Done("drained; no jobs running")
     detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
     if elapsed(inp, now) <= cfg.workflow.drain_timeout_s:
-        return wait(cfg, f"waiting for {busy} to leave" if jobs else f"waiting: {busy}", detail=detail)
-    return jobs_timed_out(inp, ad, cfg, jobs, busy, detail)
+        return wait(cfg.workflow, f"waiting for {busy} to leave" if jobs else f"waiting: {busy}", detail=detail)
+    return jobs_timed_out(inp, ad, cfg.workflow, jobs, busy, detail)
 
 
-def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
     knode = ad.kube.get(k8s_name)
     ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
@@ -116,7 +116,7 @@ def k8s_cordon(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     )
 
 
-def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | None:
     """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
     we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
     node in service."""
@@ -131,7 +131,7 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | Non
 
 
 def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode: SlurmNode,
-                    cfg: Settings) -> str | None:
+                    cfg: StepSettings) -> str | None:
     """What still shows the fault that opened this remediation (None: it has cleared).
 
     Slurm: DOWN, FAIL or FAILING is the fault unless the reason is our own (our drain keeps a DOWN
@@ -148,7 +148,7 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
 
 
-def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
+def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | None:
     """After the storm breaker closes, every held remediation re-confirms its trigger against the
     live state before its next disruptive action (``context.reconfirm``, set by the close). A node
     that is healthy again (a human resumed it in Slurm, its condition cleared) is cancelled and what
@@ -179,24 +179,24 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: Settings) -> Cancel | None:
                   f"what was ours ({given})", node_healthy=True)
 
 
-def before_disruption(inp: StepInput, ad: Adapters, cfg: Settings, what: str) -> Outcome | None:
+def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str) -> Outcome | None:
     """The checks before an eviction or a VM action, in order: a human took the node back, it is
     healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
-    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg, what)
+    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg.workflow, what)
 
 
-def without_vm_action(inp: StepInput, ad: Adapters, cfg: Settings) -> Outcome | None:
+def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """A class whose ladder has no VM action (issue 12): ``quarantine`` at once (hardware to return),
     or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.get("fault_class")
-    if vm_rungs(cls, cfg):
+    if vm_rungs(cls, cfg.policy.faults, cfg.workflow):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if first_action(cls, cfg) == "quarantine":
-        return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg) else ''}: {inp.cause}")
+    if first_action(cls, cfg.policy.faults, cfg.workflow) == "quarantine":
+        return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg.policy.faults) else ''}: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
         return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
@@ -204,10 +204,10 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: Settings) -> Outcome | 
     why = (f"held for a human: class {cls} takes no VM action; drained and cordoned, on-call paged "
            f"({still}); cancel or release when fixed")
     note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
-    return wait(cfg, why, note=note)
+    return wait(cfg.workflow, why, note=note)
 
 
-def fault_still_there(inp: StepInput, ad: Adapters, cfg: Settings) -> str | None:
+def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | None:
     """What still shows a held fault (None: cleared). Unlike :func:`trigger_present`, our own drain
     does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault."""
     if inp.source == "manual":
@@ -219,7 +219,7 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: Settings) -> str | None
     return trigger_present(inp, ad, None, snode, cfg)
 
 
-def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     if stop := without_vm_action(inp, ad, cfg):
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
@@ -231,7 +231,7 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Out
         blocked = ", ".join(progress.blocked) or f"{progress.remaining} pod(s)"
         return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
     return wait(
-        cfg, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
+        cfg.workflow, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
         progress.retry_after, detail={"remaining": progress.remaining, "blocked": list(progress.blocked)},
     )
 
@@ -242,23 +242,23 @@ _HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.S
 _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
 
 
-def vm_action(inp: StepInput, cfg: Settings, provider: str | None = None) -> VMAction:
+def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
     """The VM action of the remediation's ladder rung: its fault class's ladder (issue 12; class
     unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
-    rungs = vm_rungs(inp.context.get("fault_class"), cfg) or tuple(cfg.workflow.ladder)
+    rungs = vm_rungs(inp.context.get("fault_class"), cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
     action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action
 
 
-def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
         vm = parse_provider_id(inp.context.get("provider_id", ""))
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
-        return wait(cfg, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+        return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
     status = ad.vm.poll(op)
     if status.error:
@@ -271,10 +271,10 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
-    return wait(cfg, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
+    return wait(cfg.workflow, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
 
 
-def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
     later than the VM action), slurmd registered after the action as its start time shows (a missing
     NOT_RESPONDING flag is not enough: a pre-reboot state satisfies it), and the trigger cleared. A
@@ -305,10 +305,10 @@ def verify(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcom
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
                         f"{', slurmd not responding' if not responding else ''}{still}")
-    return wait(cfg, f"waiting for proof of recovery: {facts}{still}")
+    return wait(cfg.workflow, f"waiting for proof of recovery: {facts}{still}")
 
 
-def return_to_service(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     notes = []
     k8s_name = inp.context.get("k8s_node")
     if k8s_name:
@@ -328,7 +328,7 @@ def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
     return "resumed in Slurm"
 
 
-def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     why = inp.context.get("quarantine_reason") or inp.cause
     node = ad.slurm.get_node(inp.node)
@@ -345,7 +345,7 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Ou
     return Done("; ".join(notes), context={"quarantine_reason": why})
 
 
-def _validate(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     from remediation.domain.validation import validate
 
     return validate(inp, ad, cfg, now)

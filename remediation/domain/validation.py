@@ -26,10 +26,20 @@ import re
 from datetime import datetime
 from typing import Any
 
-from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, Outcome, StepInput, Wait, elapsed
+from remediation.domain.outcomes import (
+    Adapters,
+    Done,
+    Escalate,
+    Hold,
+    Outcome,
+    StepInput,
+    StepSettings,
+    Wait,
+    elapsed,
+)
 from remediation.ports.errors import ConfigError
 from remediation.ports.gate import GateCheck, GateResult, HealthGate
-from remediation.settings import Settings, ValidationSettings
+from remediation.settings import ValidationSettings
 
 #: Exit codes a shell gives a command it could not run: not executable, not found.
 CANNOT_RUN = frozenset({126, 127})
@@ -112,7 +122,7 @@ def describe(rec: dict[str, Any]) -> str:
     return f"`{cmd}` on {rec['node']} ({rec['cause_class']}) exit {rec['exit_code']} after {rec['duration_s']:.1f}s{said}"
 
 
-def validate(inp: StepInput, ad: Adapters, cfg: Settings, now: datetime) -> Outcome:
+def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     from remediation.domain.step_bodies import human_took_back  # its module imports this one
 
     gate: HealthGate | None = ad.gate

@@ -94,7 +94,8 @@ class QuotaError(SystemicError):
 
 class ConfigError(SystemicError):
     """The service is configured for something its backend cannot do (a missing binary, a read-only
-    API version, an action a cloud does not offer)."""
+    API version, an action a cloud does not offer), found while acting. Settings that do not load at
+    all are :class:`remediation.settings.SettingsError`, raised at start-up."""
 
 
 class NotSupported(ConfigError):

@@ -46,7 +46,7 @@ from remediation.db.queries import (
     step_row,
 )
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
-from remediation.domain.outcomes import Hold
+from remediation.domain.outcomes import Hold, StepSettings
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
@@ -142,6 +142,7 @@ class Workflow:
         self.sessions = sessions
         self.adapters = adapters
         self.settings = settings
+        self.step_settings = StepSettings.of(settings)  # all a step body may read
         self.clock = clock
         self.worker = worker
 
@@ -158,7 +159,7 @@ class Workflow:
             steplog.decided(inp.remediation_id, inp.node, step, inp.attempt, outcome, why)
 
         try:
-            outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.settings, self.clock.now())
+            outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.step_settings, self.clock.now())
         except TransientError as exc:
             retry = self._transient(remediation_id, row_id, token, exc)
             if isinstance(retry, RetryLater):
@@ -265,7 +266,8 @@ class Workflow:
                 return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    (rem.context or {}).get("fault_class"), self.settings, rem.ladder)
+                    (rem.context or {}).get("fault_class"), self.settings.policy.faults, self.settings.workflow,
+                    rem.ladder)
             if row is None:
                 attempt = self._next_attempt(s, rid, step)
                 row = RemediationStep(
@@ -384,15 +386,15 @@ class Workflow:
             reason = outcome.reason
             cls = (rem.context or {}).get("fault_class")
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if rem.ladder + 1 < len(vm_rungs(cls, self.settings)):
+                if rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
                     rem.ladder += 1
-                    rem.action = action_at(cls, self.settings, rem.ladder)
+                    rem.action = action_at(cls, self.settings.policy.faults, self.settings.workflow, rem.ladder)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return self._move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
-            if needs_rma(cls, self.settings) and "RMA" not in reason:
+            if needs_rma(cls, self.settings.policy.faults) and "RMA" not in reason:
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.context = {**(rem.context or {}), "quarantine_reason": reason}
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)

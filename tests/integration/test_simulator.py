@@ -27,7 +27,7 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.trace import read_mix
 from remediation.ports.cluster import VMAction
 from remediation.ports.errors import CredentialError, UnknownNode
-from remediation.settings import ConfigError, Settings, load_settings
+from remediation.settings import Settings, SettingsError, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster
 from simulator.continuous import ContinuousReplay
@@ -67,7 +67,7 @@ def test_settings_point_the_real_adapters_at_the_simulator(cluster: SimCluster, 
     assert settings.vm.azure_test_token is not None and settings.vm.azure_endpoint.startswith(
         "https://127.0.0.1"
     )
-    with pytest.raises(ConfigError, match="azure_test_token"):
+    with pytest.raises(SettingsError, match="azure_test_token"):
         load_settings(vm={"azure_endpoint": "https://management.azure.com", "azure_test_token": "x"})
 
 
@@ -316,7 +316,7 @@ def test_azure_test_token_needs_loopback_or_the_named_simulator_host(
     if allowed:
         assert load_settings(vm=vm).vm.azure_test_token is not None
     else:
-        with pytest.raises(ConfigError, match="azure_test"):
+        with pytest.raises(SettingsError, match="azure_test"):
             load_settings(vm=vm)
 
 

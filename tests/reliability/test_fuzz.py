@@ -29,7 +29,7 @@ from remediation.domain.events import InvalidEvent, NodeEvent
 from remediation.domain.hostlist import HostlistError, expand
 from remediation.domain.providerid import InvalidProviderID, parse_provider_id
 from remediation.services.ingest import ingest
-from remediation.settings import ConfigError, Settings, load_settings
+from remediation.settings import Settings, SettingsError, load_settings
 from tests.scenario_table import Figures
 
 EXAMPLES = 300
@@ -166,7 +166,7 @@ def test_settings_load_or_name_the_bad_field(scenario_figures: Figures, env: dic
             mp.setenv(key, value.replace("\x00", ""))
         try:
             load_settings()
-        except ConfigError as exc:
+        except SettingsError as exc:
             message = str(exc)
             named = [k.removeprefix("REMEDIATION_").lower().replace("__", ".") for k in env]
             assert any(n in message or n.split(".")[-1] in message for n in named), message

@@ -18,7 +18,8 @@ from remediation.domain.causes import (
     xids_in,
 )
 from remediation.ports.cluster import VMAction
-from remediation.settings import FAULT_CLASSES, ConfigError, FaultSettings, Settings, load_settings
+from remediation.settings import FaultSettings, Settings, SettingsError, load_settings
+from remediation.vocabulary import FAULT_CLASSES
 
 T = shipped()
 
@@ -128,15 +129,16 @@ def test_a_slurm_state_without_a_reason_is_the_host() -> None:
 def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
     cfg = Settings(policy={"faults": {"classify": True}}, workflow={"ladder": ["restart", "redeploy"]})
     assert set(T.classes) == set(FAULT_CLASSES)
-    assert ladder("unknown", cfg) == ("restart", "redeploy")
-    assert ladder(None, cfg) == ("restart", "redeploy")
-    assert first_action("gpu-memory", cfg) == "move-host"
-    assert vm_rungs("fabric", cfg) == () and first_action("fabric", cfg) == "none"
-    assert action_at("gpu-transient", cfg, 0) == "restart"
-    assert action_at("gpu-transient", cfg, 1) == "move-host"
-    assert action_at("gpu-transient", cfg, 2) == "quarantine"
+    on = (cfg.policy.faults, cfg.workflow)
+    assert ladder("unknown", *on) == ("restart", "redeploy")
+    assert ladder(None, *on) == ("restart", "redeploy")
+    assert first_action("gpu-memory", *on) == "move-host"
+    assert vm_rungs("fabric", *on) == () and first_action("fabric", *on) == "none"
+    assert action_at("gpu-transient", *on, 0) == "restart"
+    assert action_at("gpu-transient", *on, 1) == "move-host"
+    assert action_at("gpu-transient", *on, 2) == "quarantine"
     off = Settings(policy={"faults": {"classify": False}}, workflow={"ladder": ["restart", "reimage"]})
-    assert ladder("gpu-memory", off) == ("restart", "reimage")
+    assert ladder("gpu-memory", off.policy.faults, off.workflow) == ("restart", "reimage")
 
 
 @pytest.mark.parametrize(("provider", "want"), [("gce", VMAction.STOP_START), ("aws", VMAction.STOP_START),
@@ -165,7 +167,7 @@ def test_site_overrides_merge_over_the_shipped_table() -> None:
     ({"xids": {48: "memory"}}, "unknown fault class 'memory'"),
 ], ids=["none-not-alone", "quarantine-not-last", "class-typo", "action-typo", "xid-class-typo"])
 def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, object], fragment: str) -> None:
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(SettingsError) as err:
         load_settings(policy={"faults": faults})
     assert "policy.faults" in str(err.value) and fragment in str(err.value)
 
@@ -191,7 +193,7 @@ def test_naive_ladder_policy_turns_fault_intelligence_off(monkeypatch: pytest.Mo
     monkeypatch.setenv("REMEDIATION_CONFIG", str(path))
     cfg = load_settings()
     assert not cfg.policy.faults.classify and not cfg.policy.lemon.enabled
-    assert ladder("gpu-memory", cfg) == ("restart", "reimage")
+    assert ladder("gpu-memory", cfg.policy.faults, cfg.workflow) == ("restart", "reimage")
     monkeypatch.delenv("REMEDIATION_CONFIG")
     shipped_cfg = load_settings()
     assert shipped_cfg.policy.faults.classify and shipped_cfg.policy.lemon.enabled  # the shipped defaults

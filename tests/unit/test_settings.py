@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from remediation.settings import CONFIG_ENV, ConfigError, Settings, load_settings
+from remediation.settings import CONFIG_ENV, Settings, SettingsError, load_settings
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
@@ -83,7 +83,7 @@ BAD = [
 def test_bad_config_names_the_field(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], field: str) -> None:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    with pytest.raises(ConfigError) as info:
+    with pytest.raises(SettingsError) as info:
         load_settings()
     assert field in str(info.value)
 
@@ -92,7 +92,7 @@ def test_unknown_key_in_file_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path:
     path = tmp_path / "c.yaml"
     path.write_text("policy:\n  max_concurent: 3\n")
     monkeypatch.setenv(CONFIG_ENV, str(path))
-    with pytest.raises(ConfigError, match="policy.max_concurent"):
+    with pytest.raises(SettingsError, match="policy.max_concurent"):
         load_settings()
 
 
@@ -107,5 +107,5 @@ def test_unreadable_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     if text is not None:
         path.write_text(text)
     monkeypatch.setenv(CONFIG_ENV, str(path))
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(SettingsError, match=message):
         load_settings()

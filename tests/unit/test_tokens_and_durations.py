@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from remediation.api.auth import identify
-from remediation.settings import ConfigError, load_settings, parse_duration
+from remediation.settings import SettingsError, load_settings, parse_duration
 
 
 @pytest.mark.parametrize(
@@ -43,15 +43,15 @@ def test_retention_age_from_config_and_its_errors() -> None:
     assert load_settings(retention={"events_older_than": "12h"}).retention.events_older_than == timedelta(
         hours=12
     )
-    with pytest.raises(ConfigError, match="retention.events_older_than"):
+    with pytest.raises(SettingsError, match="retention.events_older_than"):
         load_settings(retention={"events_older_than": "soon"})
 
 
 def test_log_level_and_format_are_checked() -> None:
     assert load_settings(log_level="debug", log_format="json").log_level == "DEBUG"
-    with pytest.raises(ConfigError, match="log_level"):
+    with pytest.raises(SettingsError, match="log_level"):
         load_settings(log_level="loud")
-    with pytest.raises(ConfigError, match="log_format"):
+    with pytest.raises(SettingsError, match="log_format"):
         load_settings(log_format="xml")
 
 
@@ -76,9 +76,9 @@ def test_named_tokens_from_files_and_their_errors(tmp_path: Path) -> None:
         ({"name": "a", "role": "root", "token": "x" * 20}, "role"),
     ]
     for entry, message in bad:
-        with pytest.raises(ConfigError, match=message):
+        with pytest.raises(SettingsError, match=message):
             load_settings(api={"tokens": [entry]})
-    with pytest.raises(ConfigError, match="unique"):
+    with pytest.raises(SettingsError, match="unique"):
         load_settings(
             api={
                 "tokens": [

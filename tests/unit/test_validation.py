@@ -11,13 +11,12 @@ import pytest
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopGate
-from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, Wait
+from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Step, check_transition, next_on_success
 from remediation.domain.validation import gate_name, last_line, tail, validate
 from remediation.ports.errors import ConfigError
 from remediation.ports.gate import GateCheck, GateResult
-from remediation.settings import ConfigError as SettingsError
-from remediation.settings import Settings, load_settings
+from remediation.settings import SettingsError, load_settings
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -43,8 +42,8 @@ class ScriptedGate:
         return "gate taken down"
 
 
-def cfg(**validation: Any) -> Settings:
-    return load_settings(validation={"backend": "slurm", "poll_interval_s": 2, **validation})
+def cfg(**validation: Any) -> StepSettings:
+    return StepSettings.of(load_settings(validation={"backend": "slurm", "poll_interval_s": 2, **validation}))
 
 
 def inp(op: dict[str, Any] | None = None, cls: str | None = "gpu-memory", started: datetime = T0) -> StepInput:
@@ -59,7 +58,7 @@ def adapters(gate: Any) -> Adapters:
     return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), gate)
 
 
-def started_op(settings: Settings, gate: ScriptedGate, cls: str | None = "gpu-memory") -> dict[str, Any]:
+def started_op(settings: StepSettings, gate: ScriptedGate, cls: str | None = "gpu-memory") -> dict[str, Any]:
     out = validate(inp(cls=cls), adapters(gate), settings, T0)
     assert isinstance(out, Wait) and out.provider_op is not None
     return out.provider_op
@@ -89,7 +88,7 @@ def test_the_check_depends_on_the_cause_class(cls: str | None, argv: list[str]) 
     assert started_op(cfg(), gate, cls)["command"] == argv
 
 
-def finish(settings: Settings, result: GateResult, at: datetime) -> tuple[Any, ScriptedGate]:
+def finish(settings: StepSettings, result: GateResult, at: datetime) -> tuple[Any, ScriptedGate]:
     gate = ScriptedGate([result])
     op = started_op(settings, ScriptedGate([]))
     return validate(inp(op), adapters(gate), settings, at), gate

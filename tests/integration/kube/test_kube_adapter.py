@@ -22,8 +22,7 @@ from remediation.ports.errors import (
     TransientError,
     UnknownNode,
 )
-from remediation.settings import ConfigError as SettingsError
-from remediation.settings import Settings
+from remediation.settings import Settings, SettingsError
 from simulator.kube_api import KubeAPIServer
 
 OURS = "remediation.gpu.io/cordoned-by"

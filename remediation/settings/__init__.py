@@ -1,0 +1,58 @@
+"""Typed settings, one module per section.
+
+Each section (``database``, ``broker``, ``policy`` with its ``faults`` and ``lemon``, ``workflow``,
+``slurm``, ``kube``, ``vm``, ``api``, ``notify``, ``sim``, ``incidents``, ``validation``, ``health``,
+``retention``) is a pydantic model in a module of its own, with every field's unit and the reason its
+default is safe. :mod:`remediation.settings.loader` puts them together as :class:`Settings` and is the
+one place that maps the environment and the config file onto them.
+
+A pure function takes only the sections it uses, so this package is imported for its section classes
+as much as for :func:`load_settings`. The names below are the package's public face:
+``from remediation.settings import PolicySettings`` works for every one of them.
+"""
+
+from remediation.settings.api import ApiSettings, ApiToken
+from remediation.settings.base import Section, SettingsError
+from remediation.settings.broker import BrokerSettings
+from remediation.settings.database import DatabaseSettings
+from remediation.settings.faults import FaultSettings
+from remediation.settings.health import HealthSettings
+from remediation.settings.incidents import IncidentSettings
+from remediation.settings.kube import KubeSettings
+from remediation.settings.lemon import LemonSettings
+from remediation.settings.loader import CONFIG_ENV, Settings, load_settings, overlay
+from remediation.settings.notify import NotifySettings
+from remediation.settings.policy import PolicySettings
+from remediation.settings.retention import RetentionSettings, parse_duration
+from remediation.settings.sim import SimSettings
+from remediation.settings.slurm import SlurmSettings
+from remediation.settings.validation import ValidationSettings
+from remediation.settings.vm import VMSettings
+from remediation.settings.workflow import WorkflowSettings
+
+__all__ = [
+    "CONFIG_ENV",
+    "ApiSettings",
+    "ApiToken",
+    "BrokerSettings",
+    "SettingsError",
+    "DatabaseSettings",
+    "FaultSettings",
+    "HealthSettings",
+    "IncidentSettings",
+    "KubeSettings",
+    "LemonSettings",
+    "NotifySettings",
+    "PolicySettings",
+    "RetentionSettings",
+    "Section",
+    "Settings",
+    "SimSettings",
+    "SlurmSettings",
+    "ValidationSettings",
+    "VMSettings",
+    "WorkflowSettings",
+    "load_settings",
+    "overlay",
+    "parse_duration",
+]

@@ -1,0 +1,71 @@
+"""``api``: the dashboard, the JSON API and /metrics, and its bearer tokens (``REMEDIATION_API__*``).
+A token's value is never echoed in an error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+
+from remediation.settings.base import Section
+
+
+class ApiToken(Section):
+    """One named bearer token. Its ``name`` is the actor every lever pulled with it is audited as."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w.@-]*$",
+                      description="Who holds the token (a person or a team), recorded as the audit actor.")
+    role: Literal["read", "admin"] = Field(description="read: every read; admin: reads and levers.")
+    token_file: Path | None = Field(None, description="File holding the token (a mounted Secret); read at "
+                                    "start-up, surrounding whitespace stripped.")
+    token: SecretStr | None = Field(None, description="The token itself, when no file is used (e.g. "
+                                    "from the environment); give exactly one of token and token_file.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ApiToken:
+        if (self.token is None) == (self.token_file is None):
+            raise ValueError(f"token {self.name!r}: give exactly one of token and token_file")
+        if self.token_file is not None:
+            try:
+                secret = self.token_file.read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"token {self.name!r}: cannot read token_file {self.token_file}: "
+                                 f"{exc.strerror}") from None
+            self.token = SecretStr(secret)
+        if len(self.secret()) < 16:
+            raise ValueError(f"token {self.name!r}: a token must be at least 16 characters")
+        return self
+
+    def secret(self) -> str:
+        return self.token.get_secret_value() if self.token is not None else ""
+
+
+class ApiSettings(Section):
+    """The dashboard, JSON API and /metrics, and who may use them."""
+    bind: str = Field("127.0.0.1", description="Address the API and dashboard listen on.")
+    port: int = Field(8080, ge=1, le=65535, description="Port of the API and dashboard.")
+    admin_tokens: list[SecretStr] = Field(
+        default_factory=list, description="Bearer tokens allowed to read and to act (levers)."
+    )
+    read_tokens: list[SecretStr] = Field(default_factory=list, description="Read-only bearer tokens.")
+    tokens: list[ApiToken] = Field(
+        default_factory=list,
+        description="Named tokens with a role ({name, role, token_file}): the audit actor of a lever is "
+        "the token's name. The unnamed admin_tokens and read_tokens stay accepted; their names are "
+        "derived (admin-<first 8 hex digits of the token's sha256>, read-<...>).",
+    )
+    metrics_require_token: bool = Field(
+        False,
+        description="Require a read or admin bearer token on /metrics. Off by default because "
+        "/metrics carries only cluster-wide counts (no node names) and Prometheus scrapes it; turn it "
+        "on when the port is reachable beyond the monitoring network.",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> ApiSettings:
+        names = [t.name for t in self.tokens]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"api.tokens: each name must be unique (repeated: {', '.join(dup)})")
+        return self

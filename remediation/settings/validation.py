@@ -1,0 +1,99 @@
+"""``validation``: the GPU check between verify and return (``REMEDIATION_VALIDATION__*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from remediation.settings.base import Section
+from remediation.vocabulary import FAULT_CLASSES
+
+_DCGM_2 = ["dcgmi", "diag", "-r", "2"]  # "medium", about 2 minutes (DCGM's dcgmi diag reference)
+_DCGM_3 = ["dcgmi", "diag", "-r", "3"]  # "long", about 15 minutes: the memory tests
+_NCCL = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]  # nccl-tests, one node, 8 GPUs
+
+
+def _default_checks() -> dict[str, list[str]]:
+    return {
+        "gpu-transient": _DCGM_2, "gpu-hardware": _DCGM_2, "host": _DCGM_2, "software": _DCGM_2,
+        "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL, "fabric": _NCCL,
+    }
+
+
+class ValidationSettings(Section):
+    """The GPU health gate between verify and return (docs/policy.md, "Validate before return").
+
+    The check runs on the node before any user job can land there: as a Slurm job in a maintenance
+    reservation only the service's user may use (``slurm``), or as a Kubernetes Job bound to the Node
+    that tolerates our cordon and taint (``kubernetes``). ``none`` returns a verified node at once."""
+
+    backend: Literal["none", "slurm", "kubernetes"] = Field(
+        "none",
+        description="Where the check runs. Default none: a new install does not yet know whether its "
+        "nodes carry dcgmi and nccl-tests (or which image does), and a check that cannot run must never "
+        "be read as a verdict on every node; see docs/policy.md for when to turn it on.",
+    )
+    checks: dict[str, list[str]] = Field(
+        default_factory=_default_checks,
+        description="The check per cause class, an argument list (no shell). A class not listed uses "
+        "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory), nccl-tests "
+        "all_reduce_perf (nvlink, ib-link, fabric).",
+    )
+    timeout_s: dict[str, float] = Field(
+        default_factory=lambda: {"default": 600.0, "gpu-memory": 1800.0},
+        description="Deadline of the check per cause class, seconds ('default' for the rest). Level 2 "
+        "normally takes about 2 minutes and level 3 about 15 (DCGM's documentation): the defaults allow "
+        "several times that before the gate holds the node and pages.",
+    )
+    poll_interval_s: float = Field(
+        2.0, gt=0, description="How often a running check is looked at, seconds: one scontrol show job or one Job "
+        "read per validating node; half of it is, on average, added to every gate (bench/gate_overhead.py).")
+    output_bytes: int = Field(4096, ge=256, le=65536, description="Bytes of the check's output kept (its end).")
+    slurm_user: str | None = Field(
+        None, description="The only user the maintenance reservation admits (slurm backend); unset = the "
+        "user the service runs as, which submits the check.",
+    )
+    slurm_workdir: str = Field(
+        "/var/lib/node-remediation/gate",
+        description="Directory for the check job's script and output (slurm backend): on a file system "
+        "the compute nodes write and the workers read.",
+    )
+    slurm_partition: str | None = Field(None, description="Partition of the check job (slurm backend); unset = "
+                                        "the cluster's default.")
+    kube_namespace: str = Field("node-remediation", description="Namespace of the check Jobs (kubernetes backend).")
+    kube_image: str = Field(
+        "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
+        description="Image of the check Job (kubernetes backend): it must hold the configured commands.",
+    )
+    kube_gpus: int = Field(8, ge=0, description="nvidia.com/gpu the check Job requests (kubernetes backend).")
+
+    @field_validator("checks")
+    @classmethod
+    def _checks_are_argv(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, argv in value.items():
+            if name not in FAULT_CLASSES:
+                raise ValueError(f"{name!r} is not a cause class (one of {', '.join(FAULT_CLASSES)})")
+            if not argv or not all(isinstance(a, str) and a for a in argv):
+                raise ValueError(f"the check of {name!r} must be a non-empty argument list")
+        if "unknown" not in value:
+            raise ValueError("checks must name a check for 'unknown' (the class of an unclassified cause)")
+        return value
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeouts(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, seconds in value.items():
+            if name != "default" and name not in FAULT_CLASSES:
+                raise ValueError(f"{name!r} is not a cause class or 'default'")
+            if not seconds > 0:
+                raise ValueError(f"timeout of {name!r} must be positive seconds")
+        if "default" not in value:
+            raise ValueError("timeout_s must have a 'default'")
+        return value
+
+    def check_for(self, cause_class: str | None) -> list[str]:
+        return list(self.checks.get(cause_class or "unknown") or self.checks["unknown"])
+
+    def timeout_for(self, cause_class: str | None) -> float:
+        return self.timeout_s.get(cause_class or "unknown", self.timeout_s["default"])

@@ -1,0 +1,99 @@
+"""``workflow``: the timeouts and retry budget of the remediation state machine
+(``REMEDIATION_WORKFLOW__*``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from remediation.settings.base import Section
+
+
+class WorkflowSettings(Section):
+    """Timeouts and retry budget of the remediation state machine."""
+
+    drain_timeout_s: int = Field(
+        3600, ge=0, description="Seconds slurm_drain waits for the node's jobs to leave before "
+        "workflow.on_jobs_timeout applies. Nothing destructive happens while jobs remain, however long.",
+    )
+    on_jobs_timeout: Literal["hold", "requeue", "cancel"] = Field(
+        "hold",
+        description="What slurm_drain does when jobs are still on the node after drain_timeout_s. "
+        "hold (default): keep the node drained, page once and keep waiting for the jobs or a human; "
+        "requeue: `scontrol requeue` the jobs; cancel: `scancel` them. Each is audited with the job "
+        "ids. hold is the safe default: a researcher's job is never ended by the service unless a "
+        "site chooses so.",
+    )
+    evict_timeout_s: int = Field(
+        900,
+        ge=0,
+        description="How long k8s_evict retries PDB-blocked evictions before escalating (never force).",
+    )
+    vm_operation_timeout_s: int = Field(
+        1800,
+        ge=60,
+        description="How long to wait on a provider operation (cloud reboots typically finish in <25 min).",
+    )
+    verify_timeout_s: int = Field(
+        1200, ge=30, description="How long verify waits for Ready with a new bootID before escalating."
+    )
+    poll_interval_s: float = Field(
+        15.0, gt=0, description="Countdown between two checks of a waiting step."
+    )
+    max_wait_s: float = Field(
+        60.0,
+        gt=0,
+        description="Upper bound of any countdown; keeps every task well under the broker's "
+        "visibility timeout.",
+    )
+    transient_retries: int = Field(
+        8,
+        ge=0,
+        description="Transient errors (429, 5xx, timeouts) a step may meet back to back: the count "
+        "restarts at every successful call, so a long operation polled through a noisy API never "
+        "exhausts it. The step gives up only past this many consecutive errors *and* "
+        "transient_budget_s of failing (see docs/policy.md, 'Transient errors').",
+    )
+    transient_budget_s: float = Field(
+        240.0,
+        ge=0,
+        description="Seconds a step must have been failing without a single success before it gives "
+        "up (together with more than transient_retries errors in a row). 240 s is what the default "
+        "backoff takes for 8 errors in a row (2+4+8+16+32+60+60+60 s), so with defaults both bounds "
+        "are reached together; the time bound is what stops a quick burst (a short Retry-After, "
+        "several calls per attempt) from ending a step that a few more seconds would have finished.",
+    )
+    backoff_base_s: float = Field(
+        2.0, gt=0, description="First retry delay; doubles with each consecutive transient error."
+    )
+    backoff_max_s: float = Field(300.0, gt=0, description="Retry delay cap.")
+    lease_s: float = Field(
+        300.0,
+        gt=0,
+        description="A step holds its remediation for this long; a worker that dies mid-step is "
+        "superseded once its lease expires.",
+    )
+    sweep_interval_s: float = Field(30.0, gt=0, description="How often the sweeper looks for stuck work.")
+    stale_event_s: float = Field(
+        120.0,
+        ge=0,
+        description="An event older than this when its remediation starts is confirmed against the live "
+        "Slurm/Kubernetes state first, and nothing is done if the node is healthy again (a replay after "
+        "an outage must not drain a good node). Younger events are the watchers' fresh observations.",
+    )
+    ladder: list[str] = Field(
+        ["restart", "reimage"],
+        description="VM actions tried in order when verify fails; after the last one the node is "
+        "quarantined. Values: restart, reimage, redeploy, stop_start. On GCE and AWS, which have no "
+        "reimage or redeploy, those rungs become stop_start (a move to fresh hardware).",
+    )
+
+    @field_validator("ladder")
+    @classmethod
+    def _known_actions(cls, value: list[str]) -> list[str]:
+        known = {"restart", "reimage", "redeploy", "stop_start"}
+        bad = [v for v in value if v not in known]
+        if bad or not value:
+            raise ValueError(f"unknown VM action(s) {bad}; choose from {sorted(known)}")
+        return value

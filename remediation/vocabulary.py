@@ -1,0 +1,24 @@
+"""The fault vocabulary: the names of fault classes and ladder actions, spelled once.
+
+These are the domain's words (:mod:`remediation.domain.causes` classifies into them, the workflow
+climbs their ladders), but the settings check a site's overrides against them at start-up, and the
+settings sit below the domain. So the words live here, at the bottom of the house beside the settings
+and the clock, where both can import them: pure names, no rules.
+"""
+
+from __future__ import annotations
+
+UNKNOWN = "unknown"
+#: A pseudo-class for application-level XIDs (NVIDIA: RESTART_APP, IGNORE): recorded, and remediated
+#: only when they repeat. Never a remediation's class.
+APP = "app"
+
+#: Fault classes (``unknown`` when nothing in the signal names a cause). ``remediation/data/causes.yaml``
+#: describes each one and must list exactly these.
+FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
+                 UNKNOWN)
+
+#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none
+#: (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA for hardware
+#: classes).
+FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
