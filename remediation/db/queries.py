@@ -31,13 +31,6 @@ def control_get(session: Session, key: str) -> dict[str, Any]:
     return dict(value) if value else {}
 
 
-def controls_get(session: Session, *keys: str) -> dict[str, dict[str, Any]]:
-    """Several control rows in one statement (the gate reads three per step); a missing one is {}."""
-    found = session.execute(select(Control.key, Control.value).where(Control.key.in_(keys))).all()
-    rows: dict[str, Any] = dict(found)
-    return {k: dict(rows[k]) if rows.get(k) else {} for k in keys}
-
-
 def control_set(session: Session, key: str, value: dict[str, Any], now: datetime) -> None:
     """Upsert: two workers noticing the same change at once must not collide on the key."""
     dialect = session.get_bind().dialect.name
