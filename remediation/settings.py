@@ -94,7 +94,7 @@ FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
 
 
 class FaultSettings(_Section):
-    """Cause classification (issue 12): the signal names the cause, the cause's class picks the first
+    """Cause classification: the signal names the cause, the cause's class picks the first
     action and the ladder. Defaults ship as data with their sources in ``remediation/data/causes.yaml``;
     each field here overrides part of that table (docs/policy.md, "Fault classes")."""
 
@@ -102,7 +102,7 @@ class FaultSettings(_Section):
         True,
         description="Read the cause from each signal and use its class's ladder. Off: every fault is "
         "`unknown` and climbs workflow.ladder, and application-level XIDs are remediated like any "
-        "other fault (the behaviour before issue 12).",
+        "other fault (the behaviour before cause classification).",
     )
     ladders: dict[str, list[str]] = Field(
         default_factory=dict,
@@ -157,7 +157,7 @@ class FaultSettings(_Section):
 
 
 class LemonSettings(_Section):
-    """Lemon scoring (issue 12; Meta's RSC study, 2024, names such nodes "lemons"): a node's failures,
+    """Lemon scoring (Meta's RSC study, 2024, names such nodes "lemons"): a node's failures,
     decayed over time, weighted by class, with distinct causes counted. A score at or over the threshold
     quarantines the node as N-in-W does. Every number here is an assumption (docs/policy.md, "Lemons")."""
 

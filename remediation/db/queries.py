@@ -115,7 +115,7 @@ def recent_failure_counts(
             among(session, Remediation.node, nodes),
             Remediation.opened_at > start,
             or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
-            Remediation.dry_run.is_(False),  # dry-run history never counts (issue 11)
+            Remediation.dry_run.is_(False),  # dry-run history never counts (honest dry-run)
             Remediation.incident_id.is_(None),  # nor does a node's part in a correlated incident
         )
         .group_by(Remediation.node)
