@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -80,10 +81,23 @@ class BrokerSettings(_Section):
         description="Seconds an event may sit read-but-unacknowledged (its consumer died) before "
         "another ingest task claims it.",
     )
+    beat_state_dir: str | None = Field(
+        None,
+        description="Directory of Celery beat's schedule state (when each periodic task last ran), "
+        "for `remediation beat` and `worker -B`; created if missing. Unset: node-remediation-KEY_PREFIX "
+        "under the system's temporary directory, never the directory the process started in. Losing "
+        "it is safe: each periodic task then first runs one interval after start.",
+    )
 
     @property
     def celery_url(self) -> str:
         return self.celery_broker_url or self.redis_url
+
+    @property
+    def beat_schedule_file(self) -> Path:
+        """The file beat keeps its state in (``celerybeat-schedule`` under :attr:`beat_state_dir`)."""
+        state_dir = self.beat_state_dir or Path(tempfile.gettempdir()) / f"node-remediation-{self.key_prefix}"
+        return Path(state_dir) / "celerybeat-schedule"
 
 
 FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
