@@ -84,3 +84,24 @@ def test_what_is_not_ours_is_passed_over(tmp_path: Path) -> None:
     (tmp_path / "img.png").write_bytes(b"\x89PNG\xff\xfe " + WORD.encode() + b" 1")
     (tmp_path / "mod.py").write_text("# a site issues the token; 3 tissues 4\n")
     assert ticket_numbers(tmp_path) == []
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+
+
+@pytest.mark.parametrize(
+    "doc",
+    sorted(
+        str(p.relative_to(ROOT))
+        for p in [*ROOT.glob("*.md"), *ROOT.glob("docs/*.md"), *ROOT.glob("deploy/*.md"), *ROOT.glob("bench/*.md")]
+    ),
+)
+def test_every_relative_link_in_the_docs_resolves(doc: str) -> None:
+    """The manual lives in several files under docs/; a link that points nowhere is a manual that lies."""
+    path = ROOT / doc
+    missing = [
+        target
+        for target in LINK.findall(path.read_text())
+        if "://" not in target and not target.startswith("mailto:") and not (path.parent / target).exists()
+    ]
+    assert not missing, f"{doc} links to files that do not exist: {missing}"
