@@ -1,4 +1,4 @@
-"""Issue 12's rehearsal: the default policy against deploy/policies/naive-ladder.yaml, side by side.
+"""Fault intelligence rehearsed: the default policy against deploy/policies/naive-ladder.yaml, side by side.
 
     python -m bench.fault_intelligence [--nodes 2048] [--seeds 1 2 3 4 5] [--truth FILE ...] [--jobs 2]
 

@@ -1,4 +1,4 @@
-"""The phantom-fault soak of issue 22: continuous fault replay on 32 simulated nodes for 10 minutes.
+"""The phantom-fault soak: continuous fault replay on 32 simulated nodes for 10 minutes.
 
     .venv/bin/python -m bench.phantom_soak [--nodes 32] [--minutes 10] [--seed 22]
 

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from sqlalchemy import select
 
@@ -94,18 +95,8 @@ class Progress:
         return self._total >= min_remediations and self._open == 0
 
     def print_summary(self, summary: dict[str, Any]) -> None:
-        table = Table(title="Remediations")
-        for col in ("#", "node", "outcome", "class", "action", "VM actions", "cause", "steps done", "time to recover"):
-            table.add_column(col)
-        for r in summary["remediations"]:
-            took = f"{r['recovery_s']:.1f}s" if r["recovery_s"] is not None else "-"
-            color = {"succeeded": "green", "quarantined": "red"}.get(r["status"], "yellow")
-            outcome = r["status"] + (f" (incident #{r['incident']})" if r["incident"] else "")
-            table.add_row(str(r["id"]), r["node"], f"[{color}]{outcome}[/]", r["fault_class"] or "-",
-                          r["action"] or "-", ", ".join(r["vm_steps"]) or "none", r["cause"][:44],
-                          str(len(r["steps_done"])), took)  # fmt: skip
-        self.console.print(table)
         c = self.console
+        c.print(remediations_table(summary["remediations"], c))
         for inc in summary["incidents"]:
             took = f" after {inc['open_s']:.1f}s" if inc["open_s"] is not None else ""
             c.print(f"[bold]incident #{inc['id']}[/] {inc['domain']} (likely cause: {inc['cause']}): "
@@ -136,6 +127,44 @@ class Progress:
         c.print(f"dashboard {dash.get('url')}: /api/v1/overview answered {dash.get('status')} during the run")
         if summary["timed_out"]:
             c.print("[red]the demo timed out before every remediation settled[/]")
+
+
+def remediations_table(remediations: list[dict[str, Any]], console: Console) -> Table:
+    """One row per remediation, fitted to ``console``'s width: a column per fact where the whole table
+    fits, otherwise the node and its outcome whole beside the rest stacked in one cell, so that no node
+    name or status is ever cut short."""
+    wide = Table(title="Remediations")
+    columns = ("#", "node", "outcome", "class", "action", "VM actions", "cause", "steps done", "time to recover")
+    for col in columns:
+        wide.add_column(col)
+    for r in remediations:
+        wide.add_row(str(r["id"]), r["node"], _outcome(r), r["fault_class"] or "-", r["action"] or "-",
+                     ", ".join(r["vm_steps"]) or "none", r["cause"][:44], str(len(r["steps_done"])),
+                     _took(r))  # fmt: skip
+    if Measurement.get(console, console.options.update_width(10_000), wide).maximum <= console.width:
+        return wide
+    stacked = Table(title="Remediations", show_lines=True)
+    stacked.add_column("#", no_wrap=True)
+    stacked.add_column("node", no_wrap=True)
+    stacked.add_column("outcome", no_wrap=True)
+    stacked.add_column("what happened")
+    for r in remediations:
+        vm = ", ".join(r["vm_steps"]) or "none"
+        took = f"recovered in {_took(r)}" if r["recovery_s"] is not None else "not recovered"
+        detail = (f"{r['fault_class'] or '-'} -> {r['action'] or '-'}; VM actions: {vm}\n"
+                  f"cause: {r['cause'][:80]}\n{len(r['steps_done'])} steps done; {took}")  # fmt: skip
+        stacked.add_row(str(r["id"]), r["node"], _outcome(r, "\n"), detail)
+    return stacked
+
+
+def _outcome(r: dict[str, Any], sep: str = " ") -> str:
+    color = {"succeeded": "green", "quarantined": "red"}.get(r["status"], "yellow")
+    incident = f"{sep}(incident #{r['incident']})" if r["incident"] else ""
+    return f"[{color}]{r['status']}[/]{incident}"
+
+
+def _took(r: dict[str, Any]) -> str:
+    return f"{r['recovery_s']:.1f}s" if r["recovery_s"] is not None else "-"
 
 
 def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[str, Any]:

@@ -22,7 +22,7 @@ REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379
 
 # The suite's tests of the workflow's mechanics (steps, gates, crashes, clouds, Slurm releases) were
 # written against one ladder for every fault and open faults with reasons such as "xid 79". They keep
-# that ladder: cause classification and lemon scoring (issue 12) are off for them, in every process
+# that ladder: cause classification and lemon scoring are off for them, in every process
 # they start, as in `deploy/policies/naive-ladder.yaml`. The tests of fault intelligence
 # (tests/unit/test_causes.py, test_lemon.py, tests/integration/test_fault_intelligence.py) turn both
 # on explicitly, with the shipped defaults.

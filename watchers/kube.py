@@ -1,44 +1,14 @@
-"""The Kubernetes watcher: Node conditions in, NodeEvents out (``python -m watchers.kube``).
+"""The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m watchers.kube``).
 
-Two threads, so that no wait can starve another:
+Only the leader watches. :func:`run` waits for the leader lock; while it holds it, :func:`_lead` starts
+the list+watch thread (:mod:`watchers.kube_stream`) and, on this thread, hands what it queues to the
+:class:`~watchers.kube_publisher.Publisher` (flap filter, Node -> Slurm node names from
+:mod:`watchers.kube_mapping`, outbox). Two threads, so that no wait can starve another: the main loop
+wakes at least every half second, for the flap filter's next deadline, the lock renewal (every
+``kube.leader_ttl_s / 3``) or SIGTERM, even when the watch is silent.
 
-- the **stream** thread does list+watch of Nodes, the way an informer does: list, then watch from the
-  list's resourceVersion, resume each timed-out watch from the last resourceVersion seen (bookmarks
-  included), relist on 410 Expired (the history moved past us) and relist every
-  ``kube.resync_interval_s`` (a periodic level check, so a missed event costs latency, not
-  correctness). Errors back off and relist. It only parses and queues; it publishes nothing.
-- the **main** thread holds the leader lock, feeds the queued Nodes through the pure
-  :class:`~remediation.domain.flap.FlapFilter`, and wakes on its own for the next hold deadline, the lock
-  renewal or SIGTERM, even when the watch is silent. A condition that has held for
-  ``kube.min_condition_s`` is published once; its end is published as HEALTHY. Each relist also
-  re-publishes the bad conditions already published (same dedupe keys, so the ingest records them
-  once): that covers an event lost to a Redis outage.
-
-Only the leader watches. A standby waits for the lock; a leader that cannot renew stops its stream
-and goes back to waiting. On SIGTERM the main loop returns within a fraction of a second, stops the
-stream (closing its socket) and releases the lock. Events that could not be published (Redis down)
-stay in an outbox and are retried on the next wake-up.
-
-**Node names become Slurm node names before anything is published.** The rest of the service keys
-everything on the Slurm node (it drains it, and resolves its Node again through ``kube.mapping``), so
-a condition on Node ``gke-pool-abc-1`` is published once per Slurm node running there, with the Node
-named in the reason. :class:`SlurmNames` holds the Node -> Slurm nodes map of the configured strategy:
-``node`` is the identity, ``static`` inverts the mapping file (read by the adapter's
-:class:`~remediation.adapters.kube.mapping.StaticMap`, so both sides agree), and ``pod`` inverts the slurmd pods'
-``spec.nodeName``. A Node that hosts no Slurm node is none of our business: it is logged once, counted
-and skipped (a later resync re-offers its condition, so a slurmd pod scheduled later is picked up).
-
-For ``pod`` we LIST the slurmd pods (one request, namespace + label selector) on demand rather than
-watch them: the RBAC we ask for grants pods ``list`` only, a healthy cluster then costs no pod
-requests at all, and a pod watch would be a second stream to keep in sync for a map we read only
-when a condition has held. The rule that makes the LIST trustworthy: a *new* condition is translated
-only with a map listed after that condition became due, so a slurmd pod re-created on another Node
-can never send a Node's problem to the wrong Slurm node (the workflow would then drain the wrong
-node, and the adapter would restart the pod's new Node). LISTs are rate-limited to one per
-``POD_LIST_INTERVAL_S``; what waits for one stays queued, as does everything while the map cannot be
-read (API error, bad mapping file). An episode keeps the Slurm nodes it was first published for: its
-re-publishes and its recovery go to them even after the remediation evicted the pod elsewhere, so
-the dedupe keys (``k8s:SLURM_NODE@NODE:Type=Status:lastTransitionTime``) stay stable.
+A leader that cannot renew stops its stream and stands by again. On SIGTERM the loop returns within a
+fraction of a second, stops the stream (closing its socket) and releases the lock.
 """
 
 from __future__ import annotations

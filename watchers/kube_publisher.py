@@ -3,8 +3,14 @@
 :class:`Publisher` feeds queued Nodes through the pure :class:`~remediation.domain.flap.FlapFilter`,
 translates Node names to Slurm node names (:mod:`watchers.kube_mapping`), publishes a condition once
 it has held ``kube.min_condition_s`` and its end as HEALTHY, re-publishes the bad conditions already
-published on every relist (same dedupe keys), and keeps what Redis refused in an outbox for the next
-wake-up.
+published on every relist (same dedupe keys, so the ingest records them once: that covers an event
+lost to a Redis outage), and keeps what Redis refused in an outbox for the next wake-up.
+
+An episode keeps the Slurm nodes it was first published for (``sent``): its re-publishes and its end go
+to them even after the remediation evicted the pod elsewhere, so the dedupe keys
+(``k8s:SLURM_NODE@NODE:Type=Status:lastTransitionTime``) stay stable. A Node that hosts no Slurm node is
+none of our business: it is logged once, counted and skipped, and a later resync re-offers its
+condition, so a slurmd pod scheduled later is picked up.
 """
 
 from __future__ import annotations

@@ -41,6 +41,7 @@ def make_app(settings: Settings) -> Celery:
         include=["workers.tasks", "workers.notify_task"],
         worker_hijack_root_logger=False,
         worker_consumer="workers.celery_app:Consumer",
+        beat_schedule_filename=str(settings.broker.beat_schedule_file),  # `-s FILE` still overrides
         beat_schedule={
             "sweep": {"task": SWEEP_TASK, "schedule": settings.workflow.sweep_interval_s},
             "ingest-safety-net": {"task": INGEST_TASK, "schedule": 5.0},

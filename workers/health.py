@@ -209,6 +209,11 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         self._started = False
         self._tick_gauge: Any = None
 
+    def setup_schedule(self) -> None:
+        # The state directory (broker.beat_state_dir) need not exist yet; shelve creates only the files.
+        Path(self.schedule_filename).parent.mkdir(parents=True, exist_ok=True)
+        super().setup_schedule()
+
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if not self._started:
             self._started = True

@@ -1,4 +1,4 @@
-"""fault class, its evidence and the chosen action on every remediation (issue 12)
+"""fault class, its evidence and the chosen action on every remediation (cause classification)
 
 Each remediation records the class its cause was read as (gpu-memory, host, fabric...), why (the
 XID, the condition, the words in the reason) and the action its class's ladder chose (restart,

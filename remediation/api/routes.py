@@ -204,7 +204,7 @@ def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3
 @router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")
 def get_lemons(request: Request, _: Reader, top: Annotated[int, Query(ge=1, le=1000)] = 10) -> list[LemonRow]:
     """Decayed, class-weighted failures with distinct causes counted, each with its explanation; a
-    node at or over ``policy.lemon.threshold`` is quarantined on its next failure (issue 12)."""
+    node at or over ``policy.lemon.threshold`` is quarantined on its next failure."""
     st = request.app.state
     with st.sessions() as s:
         return compute_lemons(s, st.clock.now(), st.settings.policy.lemon, top)

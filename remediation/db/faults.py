@@ -1,11 +1,11 @@
-"""The reads behind cause classification and lemon scoring (issue 12), one query each.
+"""The reads behind cause classification and lemon scoring, one query each.
 
 - :func:`app_xid_counts`: application-level XIDs recorded per node within the repeat window (the
   events the policy decided ``app_xid``), so a repeat is remediated and a one-off is not.
 - :func:`failure_history`: each node's real failures since its last human release within the lemon
   horizon, with their class: what :func:`remediation.domain.lemon.score` reads. Counted the way the
   repeat-offender rule counts (one remediation is one failure; dry-run never counts), plus each GPU
-  check the health gate failed (issue 24).
+  check that failed after the node looked recovered.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime
     out: dict[str, list[Failure]] = {}
     for node, opened, cls in session.execute(q):
         out.setdefault(node, []).append(Failure(aware(opened), cls))  # type: ignore[arg-type]
-    # A GPU check that failed after the node looked recovered (the health gate, issue 24) is evidence
+    # A GPU check that failed after the node looked recovered (validate before return) is evidence
     # against the node as much as the failure that opened its remediation: it weighs as one more.
     v = (select(Validation.node, Validation.finished_at, Remediation.fault_class)
          .join(Remediation, Remediation.id == Validation.remediation_id)

@@ -129,7 +129,7 @@ class Remediation(Base):
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
     # Folded into a topology-correlated incident: no VM action, never a repeat-offender count.
     incident_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("incidents.id"), index=True)
-    # Issue 12: the fault's class (remediation.domain.causes), why, and the action now chosen for it
+    # The fault's class (remediation.domain.causes), why, and the action now chosen for it
     # (restart, move-host, reimage, none, quarantine). NULL on rows from before classification.
     fault_class: Mapped[str | None] = mapped_column(String(32))
     fault_evidence: Mapped[str | None] = mapped_column(Text)

@@ -31,13 +31,6 @@ def control_get(session: Session, key: str) -> dict[str, Any]:
     return dict(value) if value else {}
 
 
-def controls_get(session: Session, *keys: str) -> dict[str, dict[str, Any]]:
-    """Several control rows in one statement (the gate reads three per step); a missing one is {}."""
-    found = session.execute(select(Control.key, Control.value).where(Control.key.in_(keys))).all()
-    rows: dict[str, Any] = dict(found)
-    return {k: dict(rows[k]) if rows.get(k) else {} for k in keys}
-
-
 def control_set(session: Session, key: str, value: dict[str, Any], now: datetime) -> None:
     """Upsert: two workers noticing the same change at once must not collide on the key."""
     dialect = session.get_bind().dialect.name
@@ -122,7 +115,7 @@ def recent_failure_counts(
             among(session, Remediation.node, nodes),
             Remediation.opened_at > start,
             or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
-            Remediation.dry_run.is_(False),  # dry-run history never counts (issue 11)
+            Remediation.dry_run.is_(False),  # dry-run history never counts (honest dry-run)
             Remediation.incident_id.is_(None),  # nor does a node's part in a correlated incident
         )
         .group_by(Remediation.node)

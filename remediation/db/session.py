@@ -72,24 +72,39 @@ def make_session_factory(engine: Engine) -> sessionmaker[Session]:
 
 
 def check_database(engine: Engine) -> None:
-    """Fail with one clear sentence when the database is down or not migrated."""
+    """Fail with one clear sentence when the database is down or not migrated.
+
+    A SQLite file that does not exist is not migrated, and is said so without connecting: SQLite
+    creates the file it is asked to open, and a read (``remediation nodes show X`` in an empty
+    directory) must leave nothing behind."""
+    if _sqlite_file_missing(engine):
+        raise DatabaseUnavailable(_not_migrated(engine))
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1 FROM remediations WHERE 1 = 0"))
     except OperationalError as exc:
         msg = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
         if "no such table" in msg or "does not exist" in msg and "relation" in msg:
-            raise DatabaseUnavailable(
-                f"database {engine.url.render_as_string(hide_password=True)} is not migrated: "
-                "run `remediation db upgrade`"
-            ) from None
+            raise DatabaseUnavailable(_not_migrated(engine)) from None
         raise DatabaseUnavailable(
             f"cannot reach database {engine.url.render_as_string(hide_password=True)}: {msg}"
         ) from None
     except Exception as exc:  # ProgrammingError for a missing table on Postgres
         if "remediations" in str(exc):
-            raise DatabaseUnavailable(
-                f"database {engine.url.render_as_string(hide_password=True)} is not migrated: "
-                "run `remediation db upgrade`"
-            ) from None
+            raise DatabaseUnavailable(_not_migrated(engine)) from None
         raise
+
+
+def _not_migrated(engine: Engine) -> str:
+    url = engine.url.render_as_string(hide_password=True)
+    return f"database {url} is not migrated: run `remediation db upgrade`"
+
+
+def _sqlite_file_missing(engine: Engine) -> bool:
+    """A SQLite URL naming a file (not ``:memory:``, not a ``file:`` URI) that is not there."""
+    url = engine.url
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return False
+    if url.query.get("uri") or url.database.startswith("file:"):
+        return False
+    return not Path(url.database).exists()

@@ -51,7 +51,7 @@ class Decision:
     kind: DecisionKind
     reason: str
     remediation: int | None = None  # the remediation the event is evidence of (attributed, or under it)
-    cause: Cause | None = None  # the fault's class and why (open, quarantine, app_xid), issue 12
+    cause: Cause | None = None  # the fault's class and why (open, quarantine, app_xid)
 
 
 @dataclass(frozen=True)

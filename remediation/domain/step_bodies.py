@@ -186,7 +186,7 @@ def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str
 
 
 def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
-    """A class whose ladder has no VM action (issue 12): ``quarantine`` at once (hardware to return),
+    """A class whose ladder has no VM action: ``quarantine`` at once (hardware to return),
     or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
@@ -243,7 +243,7 @@ _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.REST
 
 
 def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung: its fault class's ladder (issue 12; class
+    """The VM action of the remediation's ladder rung: its fault class's ladder (class
     unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
     rungs = vm_rungs(inp.context.get("fault_class"), cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
     action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)

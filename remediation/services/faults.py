@@ -1,7 +1,7 @@
-"""On-call reads of fault intelligence (issue 12): each node's lemon score with its explanation, and
-the ``stats --lemons`` ranking. The score is computed on read from the remediations table (one query
-for every node), the same way the policy computes it when it decides, so the number on-call sees is
-the number the next failure will be judged by."""
+"""On-call reads of fault intelligence (cause classification, lemon scoring): each node's lemon
+score with its explanation, and the ``stats --lemons`` ranking. The score is computed on read from the
+remediations table (one query for every node), the same way the policy computes it when it decides, so
+the number on-call sees is the number the next failure will be judged by."""
 
 from __future__ import annotations
 

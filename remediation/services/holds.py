@@ -32,7 +32,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation, RemediationStep
-from remediation.db.queries import PAUSED, control_get, control_set, lock_control
+from remediation.db.queries import PAUSED, control_set, lock_control
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.ports.errors import SystemicError
 from remediation.services.audit import audit
@@ -152,10 +152,6 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
     control_set(s, PAUSED, state, now)
     audit(s, now, SYSTEM_ACTOR, "resume", "", reason[:2000], {"system": True})
     return state
-
-
-def pause_state(s: Session) -> dict[str, Any]:
-    return control_get(s, PAUSED)
 
 
 def automation_status(s: Session) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def ingest(
     dry_run: bool = False, incidents: IncidentSettings | None = None,
 ) -> IngestResult:
     """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
-    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted, issue 11).
+    ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents)."""
     now = clock.now()
     result = IngestResult()
@@ -146,7 +146,7 @@ def ingest(
     failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
     windows = latest_windows(session, names)
     healthy = _healthy(session, fresh, unique.values(), policy)
-    # Issue 12, only when switched on: application-level XIDs seen (repeats) and each node's history.
+    # Cause classification, when switched on: application-level XIDs seen (repeats), each node's history.
     app_xids = app_xid_counts(session, names, now, timedelta(seconds=policy.faults.app_xid_repeat_window_s)) \
         if policy.faults.classify else {}
     history = failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s)) \

@@ -12,7 +12,7 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
 - ``remediation_remediations_total{outcome}`` (closed, by final status) and
   ``remediation_remediations_open{status,step}`` (in flight, where they stand)
 - ``remediation_remediations_by_class_total{fault_class,action}``: by the cause's class and the action
-  its ladder chose (issue 12; ``unset`` on rows from before classification)
+  its ladder chose (``unset`` on rows from before cause classification)
 - ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
 - ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
 - ``remediation_incidents_open`` and ``remediation_incidents_total``: correlated incidents (services.incidents)

@@ -63,7 +63,7 @@ class NodeRow:
     open_remediation: int | None = None
     step: str | None = None
     wait_reason: str | None = None
-    lemon_score: float = 0.0  # issue 12: decayed, class-weighted failures (remediation.domain.lemon)
+    lemon_score: float = 0.0  # decayed, class-weighted failures (remediation.domain.lemon)
     lemon: str = ""  # the score's explanation
 
 
@@ -116,7 +116,7 @@ class RemediationRow:
     duration_s: float | None
     wait_reason: str | None
     outcome: str | None
-    fault_class: str | None = None  # issue 12: the cause's class, why, and the action its ladder chose
+    fault_class: str | None = None  # the cause's class, why, and the action its ladder chose
     fault_evidence: str | None = None
     action: str | None = None
 
@@ -318,7 +318,7 @@ def get_node(s: Session, name: str, lemon: LemonSettings | None = None, now: dat
 
 def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, now: datetime | None,
                 names: list[str] | None) -> list[NodeRow]:
-    """Each node's lemon score and its explanation (issue 12), one query for all of them."""
+    """Each node's lemon score and its explanation, one query for all of them."""
     scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), names)
     for row in rows:
         if (sc := scores.get(row.name)) is not None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from pydantic import Field
 
 from remediation.settings.base import Section
@@ -36,7 +39,20 @@ class BrokerSettings(Section):
         description="Seconds an event may sit read-but-unacknowledged (its consumer died) before "
         "another ingest task claims it.",
     )
+    beat_state_dir: str | None = Field(
+        None,
+        description="Directory of Celery beat's schedule state (when each periodic task last ran), "
+        "for `remediation beat` and `worker -B`; created if missing. Unset: node-remediation-KEY_PREFIX "
+        "under the system's temporary directory, never the directory the process started in. Losing "
+        "it is safe: each periodic task then first runs one interval after start.",
+    )
 
     @property
     def celery_url(self) -> str:
         return self.celery_broker_url or self.redis_url
+
+    @property
+    def beat_schedule_file(self) -> Path:
+        """The file beat keeps its state in (``celerybeat-schedule`` under :attr:`beat_state_dir`)."""
+        state_dir = self.beat_state_dir or Path(tempfile.gettempdir()) / f"node-remediation-{self.key_prefix}"
+        return Path(state_dir) / "celerybeat-schedule"

@@ -1,4 +1,4 @@
-"""Fault intelligence (issue 12) on real Postgres with the in-memory world: the cause picks the first
+"""Fault intelligence on real Postgres with the in-memory world: the cause picks the first
 action, application-level XIDs wait for a repeat, a class with no VM action holds for a human, and the
 lemon score quarantines. Classification and lemon scoring run with the shipped defaults (the suite's
 older tests turn them off; see tests/conftest.py)."""
@@ -66,7 +66,7 @@ def test_unknown_cause_keeps_the_sites_ladder(sessions, engine, world, settings,
           limit=2000)
     rem = rem_for(sessions, "gpu-node-3")
     assert rem.fault_class == "unknown" and rem.status == "quarantined"
-    assert vm_calls(world) == ["vm.restart", "vm.reimage"]  # workflow.ladder, as before issue 12
+    assert vm_calls(world) == ["vm.restart", "vm.reimage"]  # workflow.ladder, as before cause classification
 
 
 def test_gpu_transient_restarts_then_moves_host(sessions, engine, world, settings, clock) -> None:
@@ -148,7 +148,7 @@ def test_kubernetes_condition_is_classified_from_its_message(sessions, engine, w
 
 
 def test_a_failed_gpu_check_weighs_on_the_lemon_score(sessions, clock) -> None:
-    """Issue 24: a check the health gate failed counts as one more failure in the node's history."""
+    """A GPU check that failed counts as one more failure in the node's history."""
     from remediation.db.faults import failure_history
     from remediation.db.models import Node, Validation
 

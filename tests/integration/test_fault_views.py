@@ -1,4 +1,4 @@
-"""Fault class, chosen action and lemon score on every on-call surface (issue 12): the CLI (`nodes
+"""Fault class, chosen action and lemon score on every on-call surface: the CLI (`nodes
 list/show`, `remediations list/show`, `stats --lemons`), the JSON API, the dashboard and /metrics,
 over the shared test history (tests/integration/history.py) built with classification and lemon
 scoring on, as shipped."""

@@ -1,4 +1,4 @@
-"""Issue 11 on Postgres with the in-memory world: job safety, proven recovery, cancel --give-back and
+"""Never worse, on Postgres with the in-memory world: job safety, proven recovery, cancel --give-back and
 honest dry-run. (The real-slurmctld cases are in tests/integration/slurm/test_job_safety.py; the
 latching breaker in test_workflow_engine.py and the reliability suite.)"""
 

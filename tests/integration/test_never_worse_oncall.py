@@ -1,4 +1,4 @@
-"""Issue 11 as on-call sees it: the latched breaker in the CLI, the API, the dashboard and /metrics;
+"""Never worse, as on-call sees it: the latched breaker in the CLI, the API, the dashboard and /metrics;
 cancel --give-back through the CLI and the API; dry-run history shown or hidden in stats. Real
 Postgres; the workflow runs on the in-memory world to make the history these read."""
 

@@ -1,4 +1,4 @@
-"""Issue 22 as a user met it: one fault per node, one restart each, and no phantom afterwards.
+"""No phantom faults, as a user met them: one fault per node, one restart each, and no phantom afterwards.
 
 The project's own simulated cluster (:class:`simulator.cluster.SimCluster`, GCE and Azure VMs under
 Slurm-on-Kubernetes) with the real processes a deployment runs: ``remediation worker -c 2 -B``,

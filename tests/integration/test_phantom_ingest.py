@@ -1,4 +1,4 @@
-"""Issue 22 at the ingest, on real Postgres: the service's own reboot never makes a node a repeat
+"""No phantom faults at the ingest, on real Postgres: the service's own reboot never makes a node a repeat
 offender, and a stale edge superseded by a newer healthy observation acts on nothing.
 
 The remediation runs for real (the workflow engine over the in-memory world, an injected clock), then

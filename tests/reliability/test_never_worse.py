@@ -1,4 +1,4 @@
-"""Scenarios 11, 12 and 14: the service never makes a bad day worse (issue 11).
+"""Scenarios 11, 12 and 14: the service never makes a bad day worse.
 
 - **11, job safety on the real slurmctld.** A job runs (``sbatch -w NODE --wrap "sleep 600"``, state R)
   and a researcher sets the node FAIL. Nothing destructive happens while the job is R: the barrier is

@@ -12,7 +12,7 @@ What must hold:
 - every failed node is still drained in Slurm, those that failed after the breaker opened while it
   was open;
 - on-call gets one "breaker open" message;
-- the breaker latches (issue 11); this scenario opts in to ``breaker_auto_close_s`` (as long as the
+- the breaker latches; this scenario opts in to ``breaker_auto_close_s`` (as long as the
   short ``breaker_window_s``), so it closes once the window has slid past the failures and the pool
   has been quiet that long, and then every remediation completes, each action exactly once. (The
   human close of a latched breaker on the real slurmctld is scenario 12.)

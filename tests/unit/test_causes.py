@@ -1,6 +1,6 @@
 """Cause classification on real message formats: Slurm reasons as researchers type them, kernel
 ``NVRM: Xid`` lines, and Kubernetes conditions as NVSentinel, node-problem-detector, GKE, AKS and EKS
-set them; the per-class ladders and the site's overrides (issue 12)."""
+set them; the per-class ladders and the site's overrides."""
 
 from __future__ import annotations
 

@@ -253,7 +253,7 @@ def test_hold_that_ends_healthy_publishes_nothing() -> None:
 
 
 def test_held_edge_waiting_for_its_slurm_names_is_dropped_when_the_condition_ends() -> None:
-    """The phantom of issue 22: Ready=Unknown held, but the pod map could not be read; Ready=True
+    """A phantom fault: Ready=Unknown held, but the pod map could not be read; Ready=True
     came before it could be published. Neither goes out (they used to leave in one flush)."""
     clock = FakeClock(T0)
     pub, bus = publisher("pod", clock)

@@ -1,5 +1,5 @@
 """Lemon scoring: decayed, class-weighted failures with distinct causes counted, and the policy
-quarantining on the score as well as on N-in-W (issue 12)."""
+quarantining on the score as well as on N-in-W."""
 
 from __future__ import annotations
 

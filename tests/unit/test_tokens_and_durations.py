@@ -1,4 +1,4 @@
-"""Settings of issue 16 part B: named API tokens, durations for retention, log level and format."""
+"""Settings for on-call and retention: named API tokens, durations for retention, log level and format."""
 
 from __future__ import annotations
 

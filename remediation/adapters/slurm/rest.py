@@ -22,7 +22,7 @@ by the one Slurm table (:func:`remediation.ports.errors.error_for_slurm`); 401/4
 (:func:`remediation.ports.errors.error_for_status`): a systemic fault that pauses automation, never a node's.
 
 Token auth (``rest_token``/``rest_user``, sent as ``X-SLURM-USER-TOKEN``/``X-SLURM-USER-NAME``) is for
-a slurmrestd run with ``rest_auth/jwt``; the README says how a site issues and rotates the token. T is the start of our last full read minus one second: Slurm stamps changes in
+a slurmrestd run with ``rest_auth/jwt``; docs/running.md says how a site issues and rotates the token. T is the start of our last full read minus one second: Slurm stamps changes in
 whole seconds, and a change in the same second as our read must not be taken as already seen.
 """
 

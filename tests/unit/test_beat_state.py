@@ -1,0 +1,70 @@
+"""Beat keeps its schedule state under ``broker.beat_state_dir``, never in the directory it started in.
+
+Beat (standalone, or embedded in a worker with ``-B``) runs on the in-memory broker, so no server is
+needed, from an empty directory; it must leave that directory empty.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from remediation.settings import Settings
+from workers.celery_app import make_app
+
+BIN = Path(sys.executable).parent
+
+
+def run_until_state(args: list[str], cwd: Path, env: dict[str, str], state_dir: Path) -> None:
+    """Start ``remediation ARGS`` in ``cwd``, wait for beat's state file in ``state_dir``, stop it."""
+    proc = subprocess.Popen(
+        [str(BIN / "remediation"), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not list(state_dir.glob("celerybeat-schedule*")):
+            assert proc.poll() is None, proc.communicate()[0].decode()
+            assert time.monotonic() < deadline, "beat wrote no state"
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["beat"], ["worker", "-B", "-P", "solo", "--without-heartbeat", "--without-mingle", "--without-gossip"]],
+    ids=["beat", "worker-B"],
+)
+def test_beat_leaves_the_directory_it_started_in_empty(tmp_path: Path, args: list[str]) -> None:
+    cwd, state = tmp_path / "cwd", tmp_path / "state"
+    cwd.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+    env |= {
+        "REMEDIATION_BROKER__CELERY_BROKER_URL": "memory://",
+        "REMEDIATION_BROKER__BEAT_STATE_DIR": str(state),
+    }
+    run_until_state(args, cwd, env, state)
+    assert list(cwd.iterdir()) == []
+    assert list(state.glob("celerybeat-schedule*"))
+
+
+def test_the_default_state_dir_is_under_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # what gettempdir() answers
+    app = make_app(Settings(broker={"key_prefix": "site-a"}))
+    assert (
+        Path(app.conf.beat_schedule_filename) == tmp_path / "node-remediation-site-a" / "celerybeat-schedule"
+    )

@@ -1,0 +1,57 @@
+"""The demo's closing table fits the terminal it is printed on: node names and outcomes always whole."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from simulator.demo_report import remediations_table
+
+
+def remediation(rid: int, node: str, status: str, incident: int | None = None, **over: Any) -> dict[str, Any]:
+    return {
+        "id": rid, "node": node, "status": status, "incident": incident, "fault_class": "gpu-memory",
+        "action": "move-host", "vm_steps": ["stop", "start"], "cause": "slurm FAIL: xid 48 double-bit ECC error on GPU 3",
+        "steps_done": ["slurm_drain", "kube_cordon", "evict", "vm_restart", "verify"], "recovery_s": 12.3,
+    } | over  # fmt: skip
+
+
+ROWS = [
+    remediation(1, "gpu-node-7", "succeeded"),
+    remediation(2, "gpu-node-9", "quarantined", recovery_s=None),
+    remediation(3, "gpu-node-16", "succeeded", incident=1, fault_class="fabric", action="none", vm_steps=[]),
+    remediation(4, "gpu-node-22", "cancelled", recovery_s=None),
+]
+
+
+def render(width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), color_system=None, record=True)
+    console.print(remediations_table(ROWS, console))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [80, 100, 200], ids=["80-columns", "100-columns", "200-columns"])
+def test_node_names_and_outcomes_appear_whole(width: int) -> None:
+    text = render(width)
+    assert "…" not in text
+    for r in ROWS:
+        assert r["node"] in text
+        assert r["status"] in text
+    assert "incident #1" in text
+    assert max(len(line) for line in text.splitlines()) <= width
+
+
+def test_a_wide_terminal_gets_a_column_per_fact() -> None:
+    header = next(line for line in render(200).splitlines() if "node" in line)
+    for col in ("outcome", "class", "action", "VM actions", "cause", "steps done", "time to recover"):
+        assert col in header
+
+
+def test_a_narrow_terminal_gets_the_facts_stacked() -> None:
+    text = render(80)
+    assert "what happened" in text and "time to recover" not in text
+    assert "gpu-memory -> move-host; VM actions:" in text
+    assert "recovered in 12.3s" in text and "not recovered" in text
