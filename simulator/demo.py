@@ -59,6 +59,8 @@ from simulator.cluster import SUBBLOCK_LABEL
 NODES = 32
 TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 DEMO_ENV = {
+    # The demo prints its own story; the worker's per-task log lines would bury it (set INFO to see them).
+    "REMEDIATION_LOG_LEVEL": "WARNING",
     "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.5",
     "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "2",
     "REMEDIATION_WORKFLOW__LEASE_S": "15",

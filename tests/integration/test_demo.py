@@ -161,6 +161,8 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     sources = {s for (s,) in db.execute("select distinct source from events")}
     assert {"slurm", "kubernetes"} <= sources  # both real watchers published
     assert "Traceback" not in "".join(lines)
+    # The story, not the worker's log: no per-task INFO lines between the scenes.
+    assert not [line for line in lines if " INFO " in line], [line for line in lines if " INFO " in line][:5]
 
     summary = json.loads((tmp_path / "summary.json").read_text())
     # The leaf switch: ONE incident for its sub-block (learnt from the Nodes' labels), with its four
