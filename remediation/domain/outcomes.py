@@ -87,6 +87,9 @@ class Wait:
 class Escalate:
     reason: str
     detail: dict[str, Any] = field(default_factory=dict)  # recorded on the failed step row
+    # The engine gave up on transient errors (not the step's verdict on the node): the failure streak
+    # on the step row is kept as the record of why, where any other outcome ends it.
+    gave_up: bool = False
 
 
 @dataclass(frozen=True)

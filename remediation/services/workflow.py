@@ -114,7 +114,7 @@ def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: 
 
 
 def _gave_up(outcome: Outcome) -> bool:
-    return isinstance(outcome, Escalate) and outcome.reason.startswith("gave up after")
+    return isinstance(outcome, Escalate) and outcome.gave_up
 
 
 # The open attempt of a remediation's current step; built once, as every claim reads it.
@@ -313,7 +313,7 @@ class Workflow:
             if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
-                                f"{(now - since).total_seconds():.0f}s: {exc.message}")
+                                f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
             rem = remediation_locked(s, rid)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
