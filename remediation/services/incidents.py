@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -213,8 +214,18 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
 # ------------------------------------------------------------------------------------ the gate
 
 
+@dataclass(frozen=True)
+class IncidentHold:
+    """Why a remediation may not take its next disruptive step yet."""
+
+    reason: str  # for people: the wait reason and the step log
+    # Held by an open incident (it lasts until the incident closes), not by the grace period that lets
+    # an incident form (it ends at a known time).
+    by_incident: bool
+
+
 def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, cfg: IncidentSettings,
-                new_vm_action: bool) -> str | None:
+                new_vm_action: bool) -> IncidentHold | None:
     """Why this remediation may not take its next disruptive step yet, or None: its node is in an
     open incident, or (first VM action only) an incident of its domain may still form."""
     if step not in HELD_STEPS:
@@ -222,15 +233,15 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
         if inc is not None and inc.status == OPEN:
-            return (f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it is open; it "
-                    "closes when its nodes recover or a human resolves it")
+            return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it "
+                                "is open; it closes when its nodes recover or a human resolves it", True)
     decided = step is Step.QUARANTINE and bool((rem.context or {}).get("quarantine_decided"))
     if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
         due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)  # type: ignore[operator]
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first VM action"
-            return (f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
-                    "other nodes of its failure domains may be failing too")
+            return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
+                                "other nodes of its failure domains may be failing too", False)
     return None
 
 

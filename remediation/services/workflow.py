@@ -67,7 +67,7 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
-from remediation.ports.dispatch import FollowUp
+from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
@@ -249,10 +249,10 @@ class Workflow:
             view = self._note_breaker(s, view, now, exclude=rem.id)
             verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
             held_by_incident = False
-            if verdict.ok and (why := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
-                                                            new_vm_action=row is None)):
-                verdict = replace(verdict, ok=False, reason=why)
-                held_by_incident = why.startswith("held by incident")
+            if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
+                                                              new_vm_action=row is None)):
+                verdict = replace(verdict, ok=False, reason=waits.reason)
+                held_by_incident = waits.by_incident
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
@@ -260,7 +260,7 @@ class Workflow:
                 new_vm = row is None and step is Step.VM_RESTART
                 # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = "incident" if held_by_incident else "gate:new_vm" if new_vm else "gate"
+                hint = Hint.INCIDENT if held_by_incident else Hint.GATE_NEW_VM if new_vm else Hint.GATE
                 attempt = row.attempt if row is not None else self._next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
@@ -458,7 +458,7 @@ class Workflow:
             row.detail = {**(row.detail or {}), **w.detail}
         rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
         rem.next_run_at = now + timedelta(seconds=w.countdown)
-        return FollowUp(rem.id, rem.step, w.countdown, "wait")
+        return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
 
     @staticmethod
     def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
