@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from remediation.domain.causes import first_action, needs_rma, to_vm_action, vm_rungs
+from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -196,7 +196,8 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
     if first_action(cls, cfg.policy.faults, cfg.workflow) == "quarantine":
-        return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg.policy.faults) else ''}: {inp.cause}")
+        # The engine adds the RMA note to every quarantine of a class with hardware to return.
+        return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
         return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",

@@ -394,7 +394,7 @@ class Workflow:
                     return self._move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
-            if needs_rma(cls, self.settings.policy.faults) and "RMA" not in reason:
+            if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.context = {**(rem.context or {}), "quarantine_reason": reason}
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
