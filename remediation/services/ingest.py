@@ -46,7 +46,6 @@ from remediation.domain.causes import planned_action
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
 from remediation.domain.lemon import Failure
 from remediation.domain.policy import (
-    OUR_OWN,
     Clock,
     Decision,
     DecisionKind,
@@ -252,7 +251,7 @@ def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: date
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
-          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and decision.reason != OUR_OWN):
+          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and not decision.our_own):
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
 
 
