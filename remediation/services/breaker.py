@@ -20,6 +20,7 @@ While open, nodes are still drained and cordoned (safe steps); eviction and VM a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -62,7 +63,7 @@ def close_latch(s: Session, now: datetime, actor: str, reason: str) -> list[int]
         .with_for_update()
     ))
     for rem in held:
-        rem.context = {**(rem.context or {}), "reconfirm": True}
+        rem.ctx = replace(rem.ctx, reconfirm=True)
         rem.next_run_at, rem.updated_at = now, now
     value = {"open": False, "closed_at": now.isoformat(), "closed_by": actor, "close_reason": reason,
              "opened_at": current.get("at"), "open_reason": current.get("reason")}

@@ -24,7 +24,7 @@ as the system's own action.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set, lock_control
+from remediation.domain.context import Held
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.ports.errors import SystemicError
 from remediation.services.audit import audit
@@ -97,8 +98,7 @@ def hold(
         rem.wait_reason = f"automation paused: {fault.summary}"[:2000]
         pause(s, now, fault, rem.node, rem.id)
         return poll_s
-    rem.context = {**(rem.context or {}), "held": {"kind": fault.kind, "error": fault.message[:1000],
-                                                   "at": now.isoformat(), "step": rem.step}}
+    rem.ctx = replace(rem.ctx, held=Held(fault.kind, fault.message[:1000], now.isoformat(), rem.step))
     rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
     audit(s, now, SYSTEM_ACTOR, "hold", rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
           {"remediation": rem.id, "error_kind": fault.kind})
@@ -112,8 +112,8 @@ def hold(
 
 
 def held_reason(rem: Remediation) -> str | None:
-    held = (rem.context or {}).get("held")
-    return f"held: {held.get('kind')}: {held.get('error')}" if held else None
+    held = rem.ctx.held
+    return f"held: {held.kind}: {held.error}" if held else None
 
 
 def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
@@ -121,8 +121,8 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
     lifted = []
     rows = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).with_for_update()).all()
     for rem in rows:
-        if (rem.context or {}).get("held"):
-            rem.context = {k: v for k, v in rem.context.items() if k != "held"}
+        if rem.ctx.held:
+            rem.ctx = replace(rem.ctx, held=None)
             rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
             lifted.append(rem.id)
             audit(s, now, actor, "unhold", rem.node, reason, {"remediation": rem.id})
@@ -160,6 +160,6 @@ def automation_status(s: Session) -> dict[str, Any]:
     ov = overview(s)
     open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
     held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
-            for x in open_rems if (x.context or {}).get("held")]
+            for x in open_rems if x.ctx.held]
     return {"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
             "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status, "held": held}

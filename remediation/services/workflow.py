@@ -266,8 +266,7 @@ class Workflow:
                 return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    (rem.context or {}).get("fault_class"), self.settings.policy.faults, self.settings.workflow,
-                    rem.ladder)
+                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
             if row is None:
                 attempt = self._next_attempt(s, rid, step)
                 row = RemediationStep(
@@ -284,7 +283,7 @@ class Workflow:
             rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
             inp = StepInput(
                 remediation_id=rid, node=rem.node, cause=rem.cause, ladder=rem.ladder,
-                context=dict(rem.context or {}), key=row.idempotency_key, attempt=row.attempt,
+                context=rem.ctx, key=row.idempotency_key, attempt=row.attempt,
                 started_at=aware(row.started_at) or now, checks=row.checks,
                 provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
                 source=rem.source,
@@ -371,7 +370,7 @@ class Workflow:
                     if isinstance(outcome, Escalate) and outcome.detail:
                         row.detail = {**(row.detail or {}), **outcome.detail}
             if isinstance(outcome, Done):
-                rem.context = {**(rem.context or {}), **outcome.context}
+                rem.ctx = rem.ctx.merged(outcome.context)
                 if step is Step.QUARANTINE:
                     self._close(s, rem, RemediationStatus.QUARANTINED, now)
                     return None
@@ -384,7 +383,7 @@ class Workflow:
                 self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
                 return None
             reason = outcome.reason
-            cls = (rem.context or {}).get("fault_class")
+            cls = rem.ctx.fault_class
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
                 if rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
                     rem.ladder += 1
@@ -396,7 +395,7 @@ class Workflow:
             rem.action = "quarantine"
             if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
-            rem.context = {**(rem.context or {}), "quarantine_reason": reason}
+            rem.ctx = replace(rem.ctx, quarantine_reason=reason)
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
             return self._move(rem, step, Step.QUARANTINE, now)
 
@@ -471,7 +470,7 @@ class Workflow:
         node_healthy: bool = False,
     ) -> None:
         rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
-        why = (rem.context or {}).get("quarantine_reason") or rem.cause
+        why = rem.ctx.quarantine_reason or rem.cause
         rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
         node = s.get(Node, rem.node, with_for_update=True)
         if node is not None:
