@@ -35,6 +35,7 @@ from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set, lock_control
 from remediation.domain.context import Held
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.stepdetail import RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services.audit import audit
 from remediation.services.readmodels import overview
@@ -89,7 +90,7 @@ def hold(
     look (it waits at the gate, which a pause or a hold keeps shut)."""
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
-        detail = {k: v for k, v in (row.detail or {}).items() if k not in ("streak", "failing_since", "retry_at")}
+        detail = RetryState.cleared(row.detail)
         row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat()}
     rem.lease_owner = rem.lease_until = None
     rem.status, rem.updated_at = RemediationStatus.WAITING, now

@@ -67,6 +67,7 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
+from remediation.domain.stepdetail import RetryState
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
@@ -94,8 +95,8 @@ _EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ET
 
 def _too_early(row: RemediationStep, now: datetime) -> bool:
     """The step's last transient error set a retry time that has not come yet."""
-    retry_at = (row.detail or {}).get("retry_at")
-    return isinstance(retry_at, str) and datetime.fromisoformat(retry_at) - _EARLY_SLACK > now
+    retry_at = RetryState.load(row.detail).retry_at
+    return retry_at is not None and retry_at - _EARLY_SLACK > now
 
 
 def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
@@ -298,17 +299,16 @@ class Workflow:
         with self.sessions() as s, s.begin():
             row = step_row(s, row_id)
             detail = dict(row.detail or {}) if row is not None else {}
-            streak = int(detail.get("streak", 0)) + 1
-            since = datetime.fromisoformat(detail["failing_since"]) if detail.get("failing_since") else now
+            prior = RetryState.load(detail)
+            streak, since = prior.streak + 1, prior.failing_since or now
             countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
             if exc.retry_after:
                 countdown = max(countdown, exc.retry_after)
             if row is not None:
                 row.retries = (row.retries or 0) + 1  # history: every transient error this attempt met
                 row.error, row.error_kind = exc.message[:4000], exc.kind
-                row.detail = {**detail, "streak": streak, "failing_since": since.isoformat(),
-                              "retry_after": exc.retry_after,
-                              "retry_at": (now + timedelta(seconds=countdown)).isoformat()}
+                retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
+                row.detail = {**detail, **retry.dump()}
             if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
@@ -328,9 +328,9 @@ class Workflow:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
             row = step_row(s, row_id) if row_id is not None else None
-            if row is not None and (row.detail or {}).get("streak") and not _gave_up(outcome):
+            if row is not None and RetryState.load(row.detail).streak and not _gave_up(outcome):
                 # The step's call answered: a failure streak ends with any success.
-                row.detail = {k: v for k, v in row.detail.items() if k not in ("streak", "failing_since")}
+                row.detail = RetryState.cleared(row.detail, keep_retry_record=True)
             rem.lease_owner = rem.lease_until = None
             rem.updated_at = now
             step = Step(rem.step)
