@@ -4,10 +4,8 @@ The ``remediations.context`` JSON column used to be a free-form dict whose keys 
 module and read in another. Every key is declared here, with its type and who writes it; the column
 keeps the same JSON, so rows written before this module existed read as they were.
 
-Reading is tolerant (:meth:`RemediationContext.load`): a missing key is None, a value of the wrong
-type is dropped rather than failing a step, and a key this version does not know is kept in ``extra``
-and written back unchanged, so a row written by a newer version survives an older worker touching it.
-Writing (:meth:`RemediationContext.dump`) leaves out what is None, as the dict did.
+Reading is tolerant and writing leaves out what is None, as the dict did (see
+:class:`remediation.domain.record.JsonRecord`).
 
 A step returns the keys it learnt as a partial context (``Done.context``): the fields it sets
 replace the stored ones (:meth:`RemediationContext.merged`); the rest, which others may have written
@@ -19,29 +17,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any, get_args, get_type_hints
+from typing import Any
+
+from remediation.domain.record import JsonRecord
 
 
 @dataclass(frozen=True)
-class Held:
+class Held(JsonRecord):
     """An error nobody mapped (or a GPU check that never ended) holds the remediation until a human
     resumes or cancels it (services.holds, services.validation)."""
 
-    kind: str  # the error's kind, e.g. "unmapped builtins.ValueError" or "ValidationTimeout"
-    error: str  # its message, for people
-    at: str = ""  # ISO time it was held
-    step: str = ""  # the step it was held at
-
-    @classmethod
-    def load(cls, raw: object) -> Held | None:
-        if not isinstance(raw, Mapping) or not raw:
-            return None
-        return cls(str(raw.get("kind", "")), str(raw.get("error", "")), str(raw.get("at", "")),
-                   str(raw.get("step", "")))
+    kind: str | None = None  # the error's kind, e.g. "unmapped builtins.ValueError" or "ValidationTimeout"
+    error: str | None = None  # its message, for people
+    at: str | None = None  # ISO time it was held
+    step: str | None = None  # the step it was held at
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class RemediationContext:
+class RemediationContext(JsonRecord):
     # -- the opening event (services.ingest)
     event_state: str | None = None  # the event's state: a Slurm state, or "Type=Status" for a Node condition
     reason: str | None = None  # the event's reason (what Slurm or the condition said)
@@ -68,34 +62,6 @@ class RemediationContext:
     # Keys this version does not know, kept as they were.
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    @classmethod
-    def load(cls, raw: Mapping[str, Any] | None) -> RemediationContext:
-        raw = raw or {}
-        known: dict[str, Any] = {}
-        for f in fields(cls):
-            if f.name == "extra" or f.name not in raw or raw[f.name] is None:
-                continue
-            value = raw[f.name]
-            if f.name == "held":
-                known["held"] = Held.load(value)
-            elif _TYPES[f.name] is bool:
-                known[f.name] = bool(value)
-            elif isinstance(value, _TYPES[f.name]) and not isinstance(value, bool):
-                known[f.name] = value
-            elif _TYPES[f.name] is str and isinstance(value, int | float):
-                known[f.name] = str(value)
-        extra = {k: v for k, v in raw.items() if k not in _TYPES}
-        return cls(**known, extra=extra)
-
-    def dump(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(self.extra)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "extra" or value is None:
-                continue
-            out[f.name] = value.__dict__.copy() if isinstance(value, Held) else value
-        return out
-
     def merged(self, patch: RemediationContext) -> RemediationContext:
         """This context with every field ``patch`` sets (not None) replaced."""
         changes = {f.name: getattr(patch, f.name) for f in fields(patch)
@@ -111,10 +77,3 @@ class RemediationContext:
         """The Node condition that opened it and its bad status ("Ready=False": Ready, False)."""
         cond_type, _, bad = (self.event_state or "").partition("=")
         return cond_type, bad
-
-
-# Each declared key's type, from the annotations above (``X | None`` gives X).
-_TYPES: dict[str, type] = {
-    name: next(a for a in get_args(hint) if a is not type(None))
-    for name, hint in get_type_hints(RemediationContext).items() if name != "extra"
-}
