@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set, lock_control
 from remediation.domain.context import Held
+from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.stepdetail import RetryState
 from remediation.ports.errors import SystemicError
@@ -69,15 +70,13 @@ class PagedError:
 def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | None) -> bool:
     """Pause automation for ``fault``; returns False when it was already paused (nothing recorded, so
     on-call is paged once per outage, not once per node)."""
-    current = lock_control(s, PAUSED, now)
-    if current.get("paused"):
+    if PauseState.load(lock_control(s, PAUSED, now)).paused:
         return False
-    value = {
-        "paused": True, "by": SYSTEM_ACTOR, "reason": fault.summary, "at": now.isoformat(),
-        "error_kind": fault.kind, "self_healing": fault.self_healing, "component": fault.component,
-        "node": node, "remediation": rid, "probe_ok": 0,
-    }
-    control_set(s, PAUSED, value, now)
+    value = PauseState(
+        paused=True, by=SYSTEM_ACTOR, reason=fault.summary, at=now.isoformat(), error_kind=fault.kind,
+        self_healing=fault.self_healing, component=fault.component, node=node, remediation=rid, probe_ok=0,
+    )
+    control_set(s, PAUSED, value.dump(), now)
     audit(s, now, SYSTEM_ACTOR, "pause", "", f"automation paused by a fault in our own plumbing: {fault.summary}",
           {"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
     return True
@@ -134,25 +133,25 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
 def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: int) -> dict[str, Any]:
     """One health probe of a self-healing system pause. ``check(component, node)`` raises while the
     component still fails. Returns the pause state after the probe."""
-    state = lock_control(s, PAUSED, now)
-    if not (state.get("paused") and state.get("by") == SYSTEM_ACTOR and state.get("self_healing")):
-        return state
+    state = PauseState.load(lock_control(s, PAUSED, now))
+    if not (state.paused and state.by == SYSTEM_ACTOR and state.self_healing):
+        return state.dump()
     try:
-        check(str(state.get("component") or ""), str(state.get("node") or ""))
+        check(state.component or "", state.node or "")
     except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
-        state = {**state, "probe_ok": 0, "probe_error": str(exc)[:500], "probed_at": now.isoformat()}
-        control_set(s, PAUSED, state, now)
-        return state
-    ok = int(state.get("probe_ok", 0)) + 1
+        state = replace(state, probe_ok=0, probe_error=str(exc)[:500], probed_at=now.isoformat())
+        control_set(s, PAUSED, state.dump(), now)
+        return state.dump()
+    ok = (state.probe_ok or 0) + 1
     if ok < needed:
-        state = {**state, "probe_ok": ok, "probed_at": now.isoformat()}
-        control_set(s, PAUSED, state, now)
-        return state
-    reason = f"health probe: {state.get('component')} answered {ok} times in a row after: {state.get('reason')}"
-    state = {"paused": False, "by": SYSTEM_ACTOR, "reason": reason[:2000], "at": now.isoformat()}
-    control_set(s, PAUSED, state, now)
+        state = replace(state, probe_ok=ok, probed_at=now.isoformat())
+        control_set(s, PAUSED, state.dump(), now)
+        return state.dump()
+    reason = f"health probe: {state.component} answered {ok} times in a row after: {state.reason}"
+    resumed = PauseState(paused=False, by=SYSTEM_ACTOR, reason=reason[:2000], at=now.isoformat()).dump()
+    control_set(s, PAUSED, resumed, now)
     audit(s, now, SYSTEM_ACTOR, "resume", "", reason[:2000], {"system": True})
-    return state
+    return resumed
 
 
 def automation_status(s: Session) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session
 from remediation.db.models import Node, Remediation
 from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.domain.context import RemediationContext
+from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.ports.dispatch import FollowUp
@@ -66,7 +67,7 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     """Pause or resume all automation; returns the previous state."""
     reason = _reason(reason)
     before = is_paused(session)
-    control_set(session, PAUSED, {"paused": paused, "by": actor, "reason": reason, "at": now.isoformat()}, now)
+    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now)
     audit(session, now, actor, "pause" if paused else "resume", "", reason)
     if not paused:
         lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too

@@ -46,6 +46,7 @@ from remediation.db.queries import (
     step_row,
 )
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
+from remediation.domain.controls import LastVMAction
 from remediation.domain.outcomes import Hold, StepSettings
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.domain.statemachine import (
@@ -277,7 +278,7 @@ class Workflow:
                 )
                 s.add(row)
                 if step is Step.VM_RESTART:
-                    control_set(s, LAST_VM_ACTION, {"at": now.isoformat(), "remediation": rid}, now)
+                    control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)
                 s.flush()
             rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=wf.lease_s)
             rem.next_run_at = rem.lease_until

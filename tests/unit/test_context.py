@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from remediation.domain.context import Held, RemediationContext
+from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
 
 # A row as the service wrote it before the context was typed, every key it used.
 OLD_ROW: dict[str, Any] = {
@@ -58,3 +59,15 @@ def test_a_step_sets_only_what_it_learnt() -> None:
     stored = RemediationContext(fault_class="nvlink", reconfirm=True, incident=3)
     learnt = RemediationContext(k8s_node="n", reconfirm=False)
     assert stored.merged(learnt) == RemediationContext(fault_class="nvlink", reconfirm=False, incident=3, k8s_node="n")
+
+
+def test_control_rows_read_as_the_service_wrote_them() -> None:
+    system = {"paused": True, "by": "system", "reason": "CredentialError: expired", "at": "2026-03-01T00:00:00",
+              "error_kind": "CredentialError", "self_healing": True, "component": "slurm", "node": "gpu-node-3",
+              "remediation": 7, "probe_ok": 0}
+    pause = PauseState.load(system)
+    assert (pause.paused, pause.self_healing, pause.probe_ok, pause.why) == (True, True, 0, "system: CredentialError: expired")
+    assert pause.dump() == system
+    closed = BreakerLatch.load({"open": False, "closed_at": "2026-03-01T00:00:00+00:00", "closed_by": "alice"})
+    assert closed.closed is not None and BreakerLatch.load({"open": True, "closed_at": "x"}).closed is None
+    assert LastVMAction.load({"at": "not a time"}).when is None and PauseState.load(None) == PauseState()
