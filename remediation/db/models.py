@@ -36,6 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from remediation.domain.context import RemediationContext
 from remediation.domain.statemachine import OPEN_STATUSES
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
@@ -124,6 +125,7 @@ class Remediation(Base):
     event_id: Mapped[int | None] = mapped_column(BigId)
     outcome: Mapped[str | None] = mapped_column(Text)
     wait_reason: Mapped[str | None] = mapped_column(Text)
+    # The JSON of a RemediationContext: read and write it through ``ctx``.
     context: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # Opened while the service ran in dry-run: never counted by the repeat-offender rule or the breaker.
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
@@ -138,6 +140,15 @@ class Remediation(Base):
     steps: Mapped[list[RemediationStep]] = relationship(
         back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"
     )
+
+    @property
+    def ctx(self) -> RemediationContext:
+        """The context, typed (rows written before it was typed read the same)."""
+        return RemediationContext.load(self.context)
+
+    @ctx.setter
+    def ctx(self, value: RemediationContext) -> None:
+        self.context = value.dump()
 
 
 class RemediationStep(Base):

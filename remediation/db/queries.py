@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, lazyload
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
 from remediation.domain.attribution import Condition, Window, healthy_observations
+from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
 from remediation.domain.policy import ClusterView
 from remediation.domain.statemachine import OPEN_STATUSES, Step
 
@@ -86,7 +87,7 @@ def step_row(session: Session, row_id: int) -> RemediationStep | None:
 
 
 def is_paused(session: Session) -> bool:
-    return bool(control_get(session, PAUSED).get("paused"))
+    return bool(PauseState.load(control_get(session, PAUSED)).paused)
 
 
 def open_remediations_for(session: Session, nodes: Iterable[str]) -> dict[str, int]:
@@ -203,26 +204,25 @@ _VIEW_COUNTS = select(
 
 def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None) -> ClusterView:
     found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())
-    controls = {k: dict(found[k]) if found.get(k) else {} for k in (BREAKER, LAST_VM_ACTION, PAUSED)}
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
-    latch = controls[BREAKER]
+    latch = BreakerLatch.load(found.get(BREAKER))
     since = now - breaker_window
-    if not latch.get("open") and isinstance(latch.get("closed_at"), str):
-        since = max(since, datetime.fromisoformat(latch["closed_at"]))
+    if (closed := latch.closed) is not None:
+        since = max(since, closed)
     pool, failed, last_failure, vm_active = session.execute(
         _VIEW_COUNTS, {"since": since, "exclude": exclude if exclude is not None else -1}
     ).one()
-    last = controls[LAST_VM_ACTION].get("at")
-    pause = controls[PAUSED]
+    last = LastVMAction.load(found.get(LAST_VM_ACTION)).when
+    pause = PauseState.load(found.get(PAUSED))
     return ClusterView(
-        paused=bool(pause.get("paused")),
-        pause_reason=": ".join(str(pause[k]) for k in ("by", "reason") if pause.get(k)) if pause.get("paused") else "",
+        paused=bool(pause.paused),
+        pause_reason=pause.why,
         pool_size=int(pool or 0),
         failed_in_window=int(failed or 0),
         vm_active=int(vm_active or 0),
-        last_vm_action_at=aware(datetime.fromisoformat(last)) if last else None,
-        breaker_latched=bool(latch.get("open")),
-        breaker_reason=str(latch.get("reason") or "") if latch.get("open") else "",
+        last_vm_action_at=aware(last),
+        breaker_latched=bool(latch.open),
+        breaker_reason=(latch.reason or "") if latch.open else "",
         last_failure_at=aware(last_failure),
     )

@@ -12,9 +12,11 @@ hold (stay drained, page once, keep waiting), requeue or cancel, each audited wi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
+from remediation.domain.stepdetail import JobsProgress
 from remediation.ports.cluster import SlurmNode
 from remediation.settings import WorkflowSettings
 
@@ -49,10 +51,11 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
     timeout, policy = workflow.drain_timeout_s, workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.
-    acted = list(inp.detail.get("jobs_acted") or [])
-    todo = [j for j in jobs if j not in acted]
+    progress = JobsProgress.load(inp.detail)
+    todo = [j for j in jobs if j not in progress.acted]
     ids = {"jobs": todo, "policy": policy, "node": inp.node}
-    detail = {**detail, "jobs_acted": acted + todo}
+    progress = replace(progress, acted=(*progress.acted, *todo))
+    detail = {**detail, **progress.dump()}
     if policy in ("requeue", "cancel") and todo:
         (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
         verb = "requeued" if policy == "requeue" else "cancelled"
@@ -60,9 +63,8 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
         return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
     why = (f"{busy} still on {inp.node} {timeout}s after the drain; on_jobs_timeout={policy}: the node stays "
            "drained and nothing destructive happens until the jobs leave or a human decides")
-    paged = bool(inp.detail.get("jobs_timeout_paged"))
-    return wait(workflow, f"held: {why}", detail={**detail, "jobs_timeout_paged": True},
-                 note=None if paged else Note("jobs_timeout", why, ids))
+    return wait(workflow, f"held: {why}", detail={**detail, **replace(progress, timeout_paged=True).dump()},
+                 note=None if progress.timeout_paged else Note("jobs_timeout", why, ids))
 
 
 def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str) -> Wait | None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from remediation.domain.context import RemediationContext
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
 from remediation.ports.gate import HealthGate
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
@@ -46,7 +47,7 @@ class StepInput:
     node: str
     cause: str
     ladder: int
-    context: dict[str, Any]
+    context: RemediationContext
     key: str  # idempotency key of this attempt
     attempt: int
     started_at: datetime  # when this attempt started (timeouts count from here)
@@ -69,7 +70,8 @@ class Note:
 @dataclass(frozen=True)
 class Done:
     outcome: str
-    context: dict[str, Any] = field(default_factory=dict)
+    # What the step learnt; the fields it sets replace the stored ones (RemediationContext.merged).
+    context: RemediationContext = field(default_factory=RemediationContext)
     detail: dict[str, Any] = field(default_factory=dict)
     note: Note | None = None
 
@@ -87,6 +89,9 @@ class Wait:
 class Escalate:
     reason: str
     detail: dict[str, Any] = field(default_factory=dict)  # recorded on the failed step row
+    # The engine gave up on transient errors (not the step's verdict on the node): the failure streak
+    # on the step row is kept as the record of why, where any other outcome ends it.
+    gave_up: bool = False
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ class Decision:
     reason: str
     remediation: int | None = None  # the remediation the event is evidence of (attributed, or under it)
     cause: Cause | None = None  # the fault's class and why (open, quarantine, app_xid)
+    # The echo of our own drain (a reason carrying our prefix): recorded, and never changes what we
+    # think of the node.
+    our_own: bool = False
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ SLURM_BAD = frozenset({"FAIL", "FAILING", "DOWN", "NOT_RESPONDING"}) | DRAIN_STA
 def slurm_bad_states(policy: PolicySettings) -> frozenset[str]:
     """A Slurm state holding any of these is not a healthy observation (see attribution)."""
     return SLURM_BAD | {s.upper() for s in policy.slurm_states}
-OUR_OWN = "our own drain"  # the echo of our own action: never changes what we think of the node
+OUR_OWN = "our own drain"  # the reason recorded for the echo of our own action (Decision.our_own)
 
 
 @lru_cache(maxsize=64)
@@ -112,7 +115,7 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, f"already under remediation #{node.open_remediation}",
                         node.open_remediation)
     if event.reason.startswith(policy.our_reason_prefix):
-        return Decision(DecisionKind.RECORD, OUR_OWN)
+        return Decision(DecisionKind.RECORD, OUR_OWN, our_own=True)
     if not _remediable_state(event, policy):
         return Decision(DecisionKind.RECORD, f"{event.source} state {event.state} is not remediated")
     if event.source is not Source.MANUAL and (pattern := ignored_reason(event.reason, policy)):

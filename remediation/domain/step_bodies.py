@@ -15,7 +15,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from remediation.domain.causes import first_action, needs_rma, to_vm_action, vm_rungs
+from remediation.domain.causes import first_action, to_vm_action, vm_rungs
+from remediation.domain.context import RemediationContext
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -69,16 +70,16 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
     as bad, so a step re-run after we drained is never mistaken for a recovery."""
     if inp.checks > 0 or inp.source not in ("slurm", "kubernetes"):
         return None
-    observed = inp.context.get("observed_at")
-    if observed and (now - datetime.fromisoformat(observed)).total_seconds() < cfg.workflow.stale_event_s:
+    observed = inp.context.observed
+    if observed and (now - observed).total_seconds() < cfg.workflow.stale_event_s:
         return None
     if inp.source == "slurm":
         if node.states & BAD_SLURM:
             return None
         return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
                       node_healthy=True)
-    cond_type, _, cond_status = str(inp.context.get("event_state", "")).partition("=")
-    knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+    cond_type, cond_status = inp.context.condition
+    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
     if knode.conditions.get(cond_type) in (None, cond_status) or node.states & BAD_SLURM:
         return None
     return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
@@ -105,14 +106,14 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
 
 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+    k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
     knode = ad.kube.get(k8s_name)
     ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
     ours = ad.kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
     return Done(
         f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
-        context={"k8s_node": k8s_name, "boot_id_before": knode.boot_id, "provider_id": knode.provider_id,
-                 "we_cordoned": ours},
+        context=RemediationContext(k8s_node=k8s_name, boot_id_before=knode.boot_id,
+                                   provider_id=knode.provider_id, we_cordoned=ours),
     )
 
 
@@ -120,9 +121,9 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel |
     """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
     we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
     node in service."""
-    if not inp.context.get("we_cordoned"):
+    if not inp.context.we_cordoned or not inp.context.k8s_node:
         return None
-    knode = ad.kube.get(inp.context["k8s_node"])
+    knode = ad.kube.get(inp.context.k8s_node)
     if knode.unschedulable:
         return None
     ad.kube.uncordon(knode.name)  # nothing to lift: this drops our now-stale "cordoned by us" mark
@@ -140,8 +141,8 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     if snode.states & {"DOWN", "FAIL", "FAILING"} and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
         return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
     if inp.source == "kubernetes":
-        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
-        knode = knode or ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        cond_type, bad = inp.context.condition
+        knode = knode or ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
         now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
         if now_status is None or now_status == bad:
             return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
@@ -153,12 +154,12 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
     live state before its next disruptive action (``context.reconfirm``, set by the close). A node
     that is healthy again (a human resumed it in Slurm, its condition cleared) is cancelled and what
     is ours (drain, cordon, taint) is given back; a node still bad goes on."""
-    if not inp.context.get("reconfirm") or inp.source == "manual":
+    if not inp.context.reconfirm or inp.source == "manual":
         return None
     snode = ad.slurm.get_node(inp.node)
     if inp.source == "slurm":
         bad = snode.states & BAD_SLURM
-        if inp.context.get("incident_closed") and snode.reason_is_ours(cfg.policy.our_reason_prefix):
+        if inp.context.incident_closed and snode.reason_is_ours(cfg.policy.our_reason_prefix):
             # A member of a closed incident kept our drain (and DOWN, which our reason replaced
             # "Not responding" on): what counts is whether it answers again.
             bad -= {"DRAIN", "DRAINED", "DRAINING"} | ({"DOWN"} if "NOT_RESPONDING" not in snode.flags else set())
@@ -166,14 +167,14 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
             return None
         why = f"Slurm reports {'+'.join(sorted(snode.states))}"
     else:
-        cond_type, _, bad = str(inp.context.get("event_state", "")).partition("=")
-        knode = ad.kube.get(inp.context.get("k8s_node") or ad.kube.node_for(inp.node))
+        cond_type, bad_status = inp.context.condition
+        knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
         now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
-        if now_status is None or now_status == bad:
+        if now_status is None or now_status == bad_status:
             return None
         why = f"{cond_type} is {now_status} on {knode.name}"
     given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
-    after = (f"incident #{inp.context['incident_closed']} closed" if inp.context.get("incident_closed")
+    after = (f"incident #{inp.context.incident_closed} closed" if inp.context.incident_closed
              else "the storm breaker closed")
     return Cancel(f"re-confirmed after {after}: healthy again ({why}); cancelled, gave back "
                   f"what was ours ({given})", node_healthy=True)
@@ -190,13 +191,14 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
     or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
-    cls = inp.context.get("fault_class")
+    cls = inp.context.fault_class
     if vm_rungs(cls, cfg.policy.faults, cfg.workflow):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
     if first_action(cls, cfg.policy.faults, cfg.workflow) == "quarantine":
-        return Quarantine(f"class {cls} is quarantined at once{' for RMA' if needs_rma(cls, cfg.policy.faults) else ''}: {inp.cause}")
+        # The engine adds the RMA note to every quarantine of a class with hardware to return.
+        return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
         return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
@@ -224,9 +226,9 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
-    progress = ad.kube.evict_pods(inp.context["k8s_node"])
+    progress = ad.kube.evict_pods(inp.context.k8s_node or ad.kube.node_for(inp.node))
     if progress.done:
-        return Done("all pods evicted", context={"reconfirm": False} if inp.context.get("reconfirm") else {})
+        return Done("all pods evicted", context=RemediationContext(reconfirm=False if inp.context.reconfirm else None))
     if elapsed(inp, now) > cfg.workflow.evict_timeout_s:
         blocked = ", ".join(progress.blocked) or f"{progress.remaining} pod(s)"
         return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
@@ -245,7 +247,7 @@ _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.REST
 def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
     """The VM action of the remediation's ladder rung: its fault class's ladder (class
     unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
-    rungs = vm_rungs(inp.context.get("fault_class"), cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
+    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
     action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
@@ -256,7 +258,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        vm = parse_provider_id(inp.context.get("provider_id", ""))
+        vm = parse_provider_id(inp.context.provider_id or "")
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
@@ -266,8 +268,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if status.done:
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
-        return Done(f"{op.action} completed ({op.ref})", context={
-            "vm_action_at": inp.started_at.isoformat(), "vm_op_ref": op.ref, "reconfirm": False})
+        return Done(f"{op.action} completed ({op.ref})", context=RemediationContext(
+            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False))
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
@@ -281,16 +283,16 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if str(inp.context.get("vm_op_ref", "")).startswith("dry-run:"):
+    if (inp.context.vm_op_ref or "").startswith("dry-run:"):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
-    knode = ad.kube.get(inp.context["k8s_node"])
+    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
     snode = ad.slurm.get_node(inp.node)
-    action_at = inp.context.get("vm_action_at")
+    action_at = inp.context.vm_action_at
     since = datetime.fromisoformat(action_at) if action_at else inp.started_at
     # Slurm stamps the start in whole seconds: a start in the action's own second counts as after it.
     started = snode.slurmd_start_time
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
-    before = inp.context.get("boot_id_before")
+    before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if before else slurmd_after
     responding = "NOT_RESPONDING" not in snode.flags
     trigger = trigger_present(inp, ad, knode, snode, cfg)
@@ -310,7 +312,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
 
 def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     notes = []
-    k8s_name = inp.context.get("k8s_node")
+    k8s_name = inp.context.k8s_node
     if k8s_name:
         ad.kube.set_quarantine_taint(k8s_name, False)
         notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
@@ -330,19 +332,19 @@ def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
 
 def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
-    why = inp.context.get("quarantine_reason") or inp.cause
+    why = inp.context.quarantine_reason or inp.cause
     node = ad.slurm.get_node(inp.node)
     reason = slurm_reason(f"{prefix} quarantined: {why}")
     if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
     notes = ["kept out of the Slurm pool"]
     try:
-        k8s_name = inp.context.get("k8s_node") or ad.kube.node_for(inp.node)
+        k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
         ad.kube.set_quarantine_taint(k8s_name, True)
         notes.append(f"tainted {k8s_name}")
     except (UnknownNode, NotFound) as exc:
         notes.append(f"no Kubernetes Node to taint ({exc.message})")
-    return Done("; ".join(notes), context={"quarantine_reason": why})
+    return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why))
 
 
 def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:

@@ -26,6 +26,7 @@ import re
 from datetime import datetime
 from typing import Any
 
+from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import (
     Adapters,
     Done,
@@ -63,10 +64,9 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
 
 
-def cause_class(context: dict[str, Any]) -> str:
+def cause_class(context: RemediationContext) -> str:
     """The remediation's cause class, as the fault classifier recorded it; ``unknown`` without one."""
-    value = context.get("cause_class") or context.get("fault_class") or "unknown"
-    return str(value)
+    return context.cause_class or context.fault_class or "unknown"
 
 
 def tail(text: str, limit: int) -> str:
@@ -128,7 +128,7 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     gate: HealthGate | None = ad.gate
     if gate is None:
         raise ConfigError("the validate step ran without a health gate (validation.backend)", component="validation")
-    if str(inp.context.get("vm_op_ref", "")).startswith("dry-run:"):
+    if (inp.context.vm_op_ref or "").startswith("dry-run:"):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
     poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)

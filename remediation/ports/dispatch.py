@@ -12,9 +12,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 log = logging.getLogger(__name__)
+
+
+class Hint(StrEnum):
+    """Why a step waits, for a scheduler that can do better than a countdown (the rehearsal's event
+    loop; Celery ignores it)."""
+
+    NONE = ""  # anything else: run it after its countdown
+    GATE = "gate"  # a gate refused the step; its verdict may change with the cluster view
+    GATE_NEW_VM = "gate:new_vm"  # a gate refused a step that would start a VM action
+    WAIT = "wait"  # the step body asked to look again (an operation, a reboot, jobs or pods leaving)
+    INCIDENT = "incident"  # held by an open incident: nothing changes until the incident closes
 
 
 @dataclass(frozen=True)
@@ -24,10 +36,7 @@ class FollowUp:
     remediation_id: int
     step: str
     countdown: float = 0.0
-    # Why the step waits, for a scheduler that can do better than a countdown (the rehearsal's event
-    # loop; Celery ignores it): "gate" (a gate refused the step; "gate:new_vm" when it would start a VM
-    # action), "wait" (the step body asked to look again), "" (anything else).
-    hint: str = ""
+    hint: Hint = Hint.NONE
 
 
 class Dispatcher(Protocol):

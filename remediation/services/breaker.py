@@ -20,6 +20,7 @@ While open, nodes are still drained and cordoned (safe steps); eviction and VM a
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,7 @@ from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation
 from remediation.db.queries import BREAKER, control_get, control_set, lock_control
+from remediation.domain.controls import BreakerLatch
 from remediation.domain.statemachine import OPEN_STATUSES, Step
 from remediation.services.audit import audit
 
@@ -43,35 +45,34 @@ def state(s: Session) -> dict[str, Any]:
 
 def open_latch(s: Session, now: datetime, actor: str, failed: int, pool: int, reason: str) -> bool:
     """Latch the breaker open; False when it already was (recorded once however many workers see it)."""
-    current = lock_control(s, BREAKER, now)
-    if current.get("open"):
+    current = BreakerLatch.load(lock_control(s, BREAKER, now))
+    if current.open:
         return False
-    value = {**current, "open": True, "reason": reason, "at": now.isoformat(), "failed": failed, "pool": pool}
-    control_set(s, BREAKER, value, now)
+    value = replace(current, open=True, reason=reason, at=now.isoformat(), failed=failed, pool=pool)
+    control_set(s, BREAKER, value.dump(), now)
     audit(s, now, actor, "breaker_open", "", reason, {"failed": failed, "pool": pool, "open": True})
     return True
 
 
 def close_latch(s: Session, now: datetime, actor: str, reason: str) -> list[int] | None:
     """Close the breaker and mark the held remediations to re-confirm; None when it was not open."""
-    current = lock_control(s, BREAKER, now)
-    if not current.get("open"):
+    current = BreakerLatch.load(lock_control(s, BREAKER, now))
+    if not current.open:
         return None
     held = list(s.scalars(
         select(Remediation).where(Remediation.status.in_(OPEN_STATUSES), Remediation.step.in_(HELD_STEPS))
         .with_for_update()
     ))
     for rem in held:
-        rem.context = {**(rem.context or {}), "reconfirm": True}
+        rem.ctx = replace(rem.ctx, reconfirm=True)
         rem.next_run_at, rem.updated_at = now, now
-    value = {"open": False, "closed_at": now.isoformat(), "closed_by": actor, "close_reason": reason,
-             "opened_at": current.get("at"), "open_reason": current.get("reason")}
-    control_set(s, BREAKER, value, now)
+    value = BreakerLatch(open=False, closed_at=now.isoformat(), closed_by=actor, close_reason=reason,
+                         opened_at=current.at, open_reason=current.reason)
+    control_set(s, BREAKER, value.dump(), now)
     audit(s, now, actor, "breaker_closed", "", reason,
-          {"open": False, "was": current.get("reason"), "reconfirm": [r.id for r in held]})
+          {"open": False, "was": current.reason, "reconfirm": [r.id for r in held]})
     return [r.id for r in held]
 
 
 def closed_at(value: dict[str, Any]) -> datetime | None:
-    at = value.get("closed_at")
-    return datetime.fromisoformat(at) if isinstance(at, str) and not value.get("open") else None
+    return BreakerLatch.load(value).closed

@@ -24,7 +24,7 @@ as the system's own action.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,7 +33,10 @@ from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set, lock_control
+from remediation.domain.context import Held
+from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.stepdetail import RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services.audit import audit
 from remediation.services.readmodels import overview
@@ -67,15 +70,13 @@ class PagedError:
 def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | None) -> bool:
     """Pause automation for ``fault``; returns False when it was already paused (nothing recorded, so
     on-call is paged once per outage, not once per node)."""
-    current = lock_control(s, PAUSED, now)
-    if current.get("paused"):
+    if PauseState.load(lock_control(s, PAUSED, now)).paused:
         return False
-    value = {
-        "paused": True, "by": SYSTEM_ACTOR, "reason": fault.summary, "at": now.isoformat(),
-        "error_kind": fault.kind, "self_healing": fault.self_healing, "component": fault.component,
-        "node": node, "remediation": rid, "probe_ok": 0,
-    }
-    control_set(s, PAUSED, value, now)
+    value = PauseState(
+        paused=True, by=SYSTEM_ACTOR, reason=fault.summary, at=now.isoformat(), error_kind=fault.kind,
+        self_healing=fault.self_healing, component=fault.component, node=node, remediation=rid, probe_ok=0,
+    )
+    control_set(s, PAUSED, value.dump(), now)
     audit(s, now, SYSTEM_ACTOR, "pause", "", f"automation paused by a fault in our own plumbing: {fault.summary}",
           {"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
     return True
@@ -88,7 +89,7 @@ def hold(
     look (it waits at the gate, which a pause or a hold keeps shut)."""
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
-        detail = {k: v for k, v in (row.detail or {}).items() if k not in ("streak", "failing_since", "retry_at")}
+        detail = RetryState.cleared(row.detail)
         row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat()}
     rem.lease_owner = rem.lease_until = None
     rem.status, rem.updated_at = RemediationStatus.WAITING, now
@@ -97,8 +98,7 @@ def hold(
         rem.wait_reason = f"automation paused: {fault.summary}"[:2000]
         pause(s, now, fault, rem.node, rem.id)
         return poll_s
-    rem.context = {**(rem.context or {}), "held": {"kind": fault.kind, "error": fault.message[:1000],
-                                                   "at": now.isoformat(), "step": rem.step}}
+    rem.ctx = replace(rem.ctx, held=Held(fault.kind, fault.message[:1000], now.isoformat(), rem.step))
     rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
     audit(s, now, SYSTEM_ACTOR, "hold", rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
           {"remediation": rem.id, "error_kind": fault.kind})
@@ -112,8 +112,8 @@ def hold(
 
 
 def held_reason(rem: Remediation) -> str | None:
-    held = (rem.context or {}).get("held")
-    return f"held: {held.get('kind')}: {held.get('error')}" if held else None
+    held = rem.ctx.held
+    return f"held: {held.kind}: {held.error}" if held else None
 
 
 def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
@@ -121,8 +121,8 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
     lifted = []
     rows = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).with_for_update()).all()
     for rem in rows:
-        if (rem.context or {}).get("held"):
-            rem.context = {k: v for k, v in rem.context.items() if k != "held"}
+        if rem.ctx.held:
+            rem.ctx = replace(rem.ctx, held=None)
             rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
             lifted.append(rem.id)
             audit(s, now, actor, "unhold", rem.node, reason, {"remediation": rem.id})
@@ -133,25 +133,25 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
 def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: int) -> dict[str, Any]:
     """One health probe of a self-healing system pause. ``check(component, node)`` raises while the
     component still fails. Returns the pause state after the probe."""
-    state = lock_control(s, PAUSED, now)
-    if not (state.get("paused") and state.get("by") == SYSTEM_ACTOR and state.get("self_healing")):
-        return state
+    state = PauseState.load(lock_control(s, PAUSED, now))
+    if not (state.paused and state.by == SYSTEM_ACTOR and state.self_healing):
+        return state.dump()
     try:
-        check(str(state.get("component") or ""), str(state.get("node") or ""))
+        check(state.component or "", state.node or "")
     except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
-        state = {**state, "probe_ok": 0, "probe_error": str(exc)[:500], "probed_at": now.isoformat()}
-        control_set(s, PAUSED, state, now)
-        return state
-    ok = int(state.get("probe_ok", 0)) + 1
+        state = replace(state, probe_ok=0, probe_error=str(exc)[:500], probed_at=now.isoformat())
+        control_set(s, PAUSED, state.dump(), now)
+        return state.dump()
+    ok = (state.probe_ok or 0) + 1
     if ok < needed:
-        state = {**state, "probe_ok": ok, "probed_at": now.isoformat()}
-        control_set(s, PAUSED, state, now)
-        return state
-    reason = f"health probe: {state.get('component')} answered {ok} times in a row after: {state.get('reason')}"
-    state = {"paused": False, "by": SYSTEM_ACTOR, "reason": reason[:2000], "at": now.isoformat()}
-    control_set(s, PAUSED, state, now)
+        state = replace(state, probe_ok=ok, probed_at=now.isoformat())
+        control_set(s, PAUSED, state.dump(), now)
+        return state.dump()
+    reason = f"health probe: {state.component} answered {ok} times in a row after: {state.reason}"
+    resumed = PauseState(paused=False, by=SYSTEM_ACTOR, reason=reason[:2000], at=now.isoformat()).dump()
+    control_set(s, PAUSED, resumed, now)
     audit(s, now, SYSTEM_ACTOR, "resume", "", reason[:2000], {"system": True})
-    return state
+    return resumed
 
 
 def automation_status(s: Session) -> dict[str, Any]:
@@ -160,6 +160,6 @@ def automation_status(s: Session) -> dict[str, Any]:
     ov = overview(s)
     open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
     held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
-            for x in open_rems if (x.context or {}).get("held")]
+            for x in open_rems if x.ctx.held]
     return {"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
             "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status, "held": held}

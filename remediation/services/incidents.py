@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,6 +43,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import aware
 from remediation.db.models import Incident, Node, NodeDomain, Remediation
 from remediation.db.queries import among, lock_control
+from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.hostlist import compress
 from remediation.domain.policy import Clock
@@ -147,7 +149,8 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
     ).all()
     # A quarantine decided on this very failure (N-in-W, lemon) has not happened yet (held for the
     # grace): a failure the incident explains never counts, so it may be folded in and taken back.
-    open_rems = [r for r in open_rems if r.step != Step.QUARANTINE or (r.context or {}).get("quarantine_decided")]
+    open_rems = [r for r in open_rems
+                 if r.step != Step.QUARANTINE or RemediationContext.load(r.context).quarantine_decided]
     claimed = {r.node for r in open_rems if r.incident_id is not None}
     failed_at = {r.node: aware(r.opened_at) for r in open_rems
                  if r.incident_id is None and aware(r.opened_at) > start}  # type: ignore[operator]
@@ -195,11 +198,11 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
         if rem is None:
             continue
         rem.incident_id = inc.id
-        rem.context = {**(rem.context or {}), "incident": inc.id}
-        if rem.step == Step.QUARANTINE and rem.context.get("quarantine_decided"):
+        rem.ctx = replace(rem.ctx, incident=inc.id)
+        if rem.step == Step.QUARANTINE and rem.ctx.quarantine_decided:
             # The failure that tipped the count is the domain's, not the node's: no quarantine for it.
-            ctx = {k: v for k, v in rem.context.items() if k not in ("quarantine_reason", "quarantine_decided")}
-            rem.context = {**ctx, "quarantine_taken_back": rem.cause}
+            rem.ctx = replace(rem.ctx, quarantine_reason=None, quarantine_decided=None,
+                              quarantine_taken_back=rem.cause)
             rem.step, rem.action, rem.next_run_at, rem.updated_at = Step.SLURM_DRAIN, None, now, now
             audit(session, now, "remediation", "quarantine_taken_back", node,
                   f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
@@ -213,8 +216,18 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
 # ------------------------------------------------------------------------------------ the gate
 
 
+@dataclass(frozen=True)
+class IncidentHold:
+    """Why a remediation may not take its next disruptive step yet."""
+
+    reason: str  # for people: the wait reason and the step log
+    # Held by an open incident (it lasts until the incident closes), not by the grace period that lets
+    # an incident form (it ends at a known time).
+    by_incident: bool
+
+
 def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, cfg: IncidentSettings,
-                new_vm_action: bool) -> str | None:
+                new_vm_action: bool) -> IncidentHold | None:
     """Why this remediation may not take its next disruptive step yet, or None: its node is in an
     open incident, or (first VM action only) an incident of its domain may still form."""
     if step not in HELD_STEPS:
@@ -222,15 +235,15 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
         if inc is not None and inc.status == OPEN:
-            return (f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it is open; it "
-                    "closes when its nodes recover or a human resolves it")
-    decided = step is Step.QUARANTINE and bool((rem.context or {}).get("quarantine_decided"))
+            return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it "
+                                "is open; it closes when its nodes recover or a human resolves it", True)
+    decided = step is Step.QUARANTINE and bool(rem.ctx.quarantine_decided)
     if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
         due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)  # type: ignore[operator]
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first VM action"
-            return (f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
-                    "other nodes of its failure domains may be failing too")
+            return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
+                                "other nodes of its failure domains may be failing too", False)
     return None
 
 
@@ -242,7 +255,7 @@ def _release(session: Session, inc: Incident, now: datetime) -> list[FollowUp]:
     out = []
     for rem in session.scalars(select(Remediation).where(
             Remediation.incident_id == inc.id, Remediation.status.in_(OPEN_STATUSES)).with_for_update()):
-        rem.context = {**(rem.context or {}), "reconfirm": True, "incident_closed": inc.id}
+        rem.ctx = replace(rem.ctx, reconfirm=True, incident_closed=inc.id)
         rem.next_run_at, rem.wait_reason, rem.updated_at = now, None, now
         out.append(FollowUp(rem.id, rem.step))
     return out
@@ -282,13 +295,13 @@ def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:
     answering (it answers again); a Kubernetes condition is read again. A DOWN or FAIL a human set
     with a reason of their own is not something Slurm can show ended once our drain replaced that
     reason: such an incident waits for a human's resolve."""
-    ctx = rem.context or {}
+    ctx = rem.ctx
     if rem.source == "kubernetes":
-        cond_type, _, bad = str(ctx.get("event_state", "")).partition("=")
-        knode = ad.kube.get(ctx.get("k8s_node") or ad.kube.node_for(rem.node))
+        cond_type, bad = ctx.condition
+        knode = ad.kube.get(ctx.k8s_node or ad.kube.node_for(rem.node))
         now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
         return now_status is not None and now_status != bad
-    if rem.source != "slurm" or str(ctx.get("reason", "")).strip().lower() not in UNREACHABLE:
+    if rem.source != "slurm" or (ctx.reason or "").strip().lower() not in UNREACHABLE:
         return False
     node = ad.slurm.get_node(rem.node)
     return member_recovered(node.states, node.flags, node.reason_is_ours(prefix))

@@ -43,10 +43,10 @@ from remediation.db.queries import (
 )
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
+from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
 from remediation.domain.lemon import Failure
 from remediation.domain.policy import (
-    OUR_OWN,
     Clock,
     Decision,
     DecisionKind,
@@ -252,7 +252,7 @@ def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: date
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
-          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and decision.reason != OUR_OWN):
+          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and not decision.our_own):
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
 
 
@@ -265,21 +265,20 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     rows = []
     for name, (ev, decision) in opens.items():
         quarantine = decision.kind is DecisionKind.QUARANTINE
-        context: dict[str, Any] = {"event_state": ev.state, "reason": ev.reason,
-                                   "observed_at": ev.observed_at.isoformat()}
-        if quarantine:
-            # Decided on this failure (N-in-W, the lemon score): an incident that takes the failure in
-            # within incidents.vm_grace_s takes the quarantine back (services.incidents).
-            context["quarantine_reason"], context["quarantine_decided"] = decision.reason, True
         cause = decision.cause
-        if cause is not None:
-            context["fault_class"] = cause.fault_class
+        # Quarantined on this failure (N-in-W, the lemon score): an incident that takes the failure in
+        # within incidents.vm_grace_s takes the quarantine back (services.incidents).
+        context = RemediationContext(
+            event_state=ev.state, reason=ev.reason, observed_at=ev.observed_at.isoformat(),
+            fault_class=cause.fault_class if cause is not None else None,
+            quarantine_reason=decision.reason if quarantine else None, quarantine_decided=True if quarantine else None,
+        )
         rows.append({
             "node": name, "cause": decision.reason, "source": ev.source.value,
             "status": RemediationStatus.RUNNING.value,
             "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
             "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
-            "context": context, "dry_run": dry_run,
+            "context": context.dump(), "dry_run": dry_run,
             "fault_class": cause.fault_class if cause else None, "fault_evidence": cause.evidence if cause else None,
             "action": "quarantine" if quarantine else planned_action(cause, policy.faults) if policy else None,
         })

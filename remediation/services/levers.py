@@ -12,7 +12,7 @@ and our cordon. Nothing the service does afterwards re-quarantines it until it f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,8 @@ from sqlalchemy.orm import Session
 
 from remediation.db.models import Node, Remediation
 from remediation.db.queries import PAUSED, control_set, is_paused
+from remediation.domain.context import RemediationContext
+from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.ports.dispatch import FollowUp
@@ -65,7 +67,7 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     """Pause or resume all automation; returns the previous state."""
     reason = _reason(reason)
     before = is_paused(session)
-    control_set(session, PAUSED, {"paused": paused, "by": actor, "reason": reason, "at": now.isoformat()}, now)
+    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now)
     audit(session, now, actor, "pause" if paused else "resume", "", reason)
     if not paused:
         lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too
@@ -86,12 +88,12 @@ def quarantine(session: Session, name: str, actor: str, reason: str, now: dateti
     if rem is None:
         rem = Remediation(node=name, cause=why, source=Source.MANUAL.value, status=RemediationStatus.RUNNING,
                           step=Step.QUARANTINE, ladder=0, opened_at=now, updated_at=now, next_run_at=now,
-                          context={"quarantine_reason": why})
+                          context=RemediationContext(quarantine_reason=why).dump())
         session.add(rem)
     else:
         rem.step, rem.status, rem.next_run_at, rem.updated_at = Step.QUARANTINE, RemediationStatus.RUNNING, now, now
         rem.lease_owner = rem.lease_until = None
-        rem.context = {**(rem.context or {}), "quarantine_reason": why}
+        rem.ctx = replace(rem.ctx, quarantine_reason=why)
     node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, why, now
     session.flush()
     audit(session, now, actor, "quarantine", name, reason, {"remediation": rem.id})

@@ -42,6 +42,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import SystemClock, aware
 from remediation.db.models import Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.services import incidents
@@ -134,13 +135,13 @@ class DatabaseCollector(Collector):
         yield nodes
         yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
                                 value=by_status[NodeStatus.QUARANTINED.value])
-        latch = control_get(s, BREAKER)
+        latch = BreakerLatch.load(control_get(s, BREAKER))
         yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds VM actions "
-                                "(it latches: open until a human closes it)", value=1 if latch.get("open") else 0)
+                                "(it latches: open until a human closes it)", value=1 if latch.open else 0)
         why = GaugeMetricFamily("remediation_breaker_open_info", "Why the storm breaker is open (1 while open)",
                                 labels=["reason", "since"])
-        if latch.get("open"):
-            why.add_metric([str(latch.get("reason") or "")[:200], str(latch.get("at") or "")], 1)
+        if latch.open:
+            why.add_metric([(latch.reason or "")[:200], latch.at or ""], 1)
         yield why
         seen = incidents.counts(s)
         yield GaugeMetricFamily("remediation_incidents_open", "Topology-correlated incidents open now "
@@ -148,7 +149,7 @@ class DatabaseCollector(Collector):
         yield CounterMetricFamily("remediation_incidents", "Topology-correlated incidents ever opened "
                                   "(dry-run ones excluded)", value=seen["total"])
         yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the system on a fault in its own plumbing)",
-                                value=1 if control_get(s, PAUSED).get("paused") else 0)
+                                value=1 if PauseState.load(control_get(s, PAUSED)).paused else 0)
         oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(
             Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now))
         lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0  # type: ignore[operator]

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import EpisodeRow, episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
 from remediation.services.faults import lemon_scores
@@ -441,8 +442,8 @@ def overview(s: Session) -> Overview:
         nodes_by_status=by_node, remediations_by_status=by_rem,
         in_flight=sum(by_rem[st.value] for st in OPEN_STATUSES),
         quarantined=by_node[NodeStatus.QUARANTINED.value],
-        paused=bool(paused.get("paused")), paused_detail=paused,
-        breaker_open=bool(breaker.get("open")), breaker_detail=breaker,
+        paused=bool(PauseState.load(paused).paused), paused_detail=paused,
+        breaker_open=bool(BreakerLatch.load(breaker).open), breaker_detail=breaker,
         last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),
         gate=gate_summary(s),
     )

@@ -10,13 +10,13 @@ which of a waiting remediation's polls they actually run.
   new run, at the very instant the polling loop would have run them (the next point of the same poll
   grid), so every decision, timestamp and audit row comes out the same:
 
-  - a remediation a gate refused (``FollowUp.hint`` "gate") is *parked*. The gate's inputs are the cluster
-    view (pause, breaker latch, VM actions in flight, the last VM action); after anything that changed
-    that view the loop re-evaluates ``gate`` (the pure domain function the workflow uses) for each parked
-    remediation and schedules its next grid point at which the gate can let it through: at once, after
-    the minimum gap, or never until the view changes again;
-  - a step that waits on the world (``hint`` "wait": a provider operation, a reboot to verify, jobs or pods
-    to leave) *sleeps* until the first grid point at which its answer can differ: the operation's
+  - a remediation a gate refused (``FollowUp.hint`` ``Hint.GATE``) is *parked*. The gate's inputs are the
+    cluster view (pause, breaker latch, VM actions in flight, the last VM action); after anything that
+    changed that view the loop re-evaluates ``gate`` (the pure domain function the workflow uses) for
+    each parked remediation and schedules its next grid point at which the gate can let it through: at
+    once, after the minimum gap, or never until the view changes again;
+  - a step that waits on the world (``Hint.WAIT``: a provider operation, a reboot to verify, jobs or
+    pods to leave) *sleeps* until the first grid point at which its answer can differ: the operation's
     completion time, the step's timeout, or a change the loop makes to its node (a fault strikes, a
     repair lands), or a change of pause or breaker;
   - with ``policy.breaker_auto_close_s`` set, any claim may close a latched breaker once the quiet period
@@ -45,7 +45,7 @@ from remediation.domain.policy import ClusterView, breaker_open, gate
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
 from remediation.domain.step_bodies import release_node
 from remediation.domain.trace import Fault
-from remediation.ports.dispatch import FollowUp
+from remediation.ports.dispatch import FollowUp, Hint
 from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.levers import release
@@ -263,18 +263,18 @@ class Rehearsal:
         period = timedelta(seconds=nxt.countdown)
         if not self.skip or nxt.countdown <= 0 or self._auto_close_pending():
             self._step(rid, nxt.step, at + period)
-            if _left_vm_phase(step, nxt.step) or not nxt.hint and nxt.countdown > 0:
+            if _left_vm_phase(step, nxt.step) or nxt.hint is Hint.NONE and nxt.countdown > 0:
                 self._view_changed(key)  # a VM action slot freed, or a hold may have paused automation
             return
-        if nxt.hint == "incident":
+        if nxt.hint is Hint.INCIDENT:
             # Held until its incident closes: the repair that closes it wakes it (see _repair).
             self.idle[rid] = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
             return
-        if nxt.hint.startswith("gate"):
-            self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint == "gate:new_vm")
+        if nxt.hint in (Hint.GATE, Hint.GATE_NEW_VM):
+            self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint is Hint.GATE_NEW_VM)
             self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return
-        if nxt.hint == "wait" and (until := self._wait_until(rid, nxt.step)) is not None:
+        if nxt.hint is Hint.WAIT and (until := self._wait_until(rid, nxt.step)) is not None:
             if self.view is None:
                 self._view_changed(key, force=True)  # know the view a sleeper went to sleep under
             idle = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
@@ -282,7 +282,7 @@ class Rehearsal:
             self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid))
             return
         self._step(rid, nxt.step, at + period)
-        if _left_vm_phase(step, nxt.step) or not nxt.hint:
+        if _left_vm_phase(step, nxt.step) or nxt.hint is Hint.NONE:
             self._view_changed(key)
 
     # -------------------------------------------------------------------------------- wake rules

@@ -226,7 +226,7 @@ def _report(sessions: Any, faults: int, end: datetime) -> Report:
                       [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
                         st.error) for st in x.steps]) for x in rems]
         r.outcomes = dict(Counter(x.status for x in rems))
-        r.quarantined = [(x.node, (x.context or {}).get("quarantine_reason") or x.cause) for x in rems
+        r.quarantined = [(x.node, x.ctx.quarantine_reason or x.cause) for x in rems
                          if x.status == "quarantined"]
         recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems  # type: ignore[operator]
                  if x.status == "succeeded" and x.closed_at]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import Node, Remediation, RemediationStep, Validation
+from remediation.domain.context import Held, RemediationContext
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.validation import (
@@ -73,8 +74,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
         row.status, row.finished_at = "failed", now
         row.error, row.error_kind = outcome.reason[:4000], outcome.kind[:64]
         row.detail = {**(row.detail or {}), **outcome.detail}
-    rem.context = {**(rem.context or {}), "held": {"kind": outcome.kind, "error": outcome.reason[:1000],
-                                                   "at": now.isoformat(), "step": rem.step}}
+    rem.ctx = replace(rem.ctx, held=Held(outcome.kind, outcome.reason[:1000], now.isoformat(), rem.step))
     rem.status, rem.updated_at = RemediationStatus.WAITING, now
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
     wait = settings.workflow.max_wait_s
@@ -101,7 +101,7 @@ def run_check(
         # The cause of the node's last remediation picks the check (a quarantined node's, say).
         last = s.scalar(select(Remediation.context).where(Remediation.node == node)
                         .order_by(Remediation.id.desc()).limit(1))
-        cls = cause_class(last or {})
+        cls = cause_class(RemediationContext.load(last))
     snode = slurm.get_node(node)
     if "DRAIN" not in snode.flags:
         raise ValidationRefused(f"{node} is {'+'.join(sorted(snode.states))} in Slurm: drain it first (the "

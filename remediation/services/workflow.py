@@ -46,6 +46,7 @@ from remediation.db.queries import (
     step_row,
 )
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
+from remediation.domain.controls import LastVMAction
 from remediation.domain.outcomes import Hold, StepSettings
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
 from remediation.domain.statemachine import (
@@ -67,7 +68,8 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
-from remediation.ports.dispatch import FollowUp
+from remediation.domain.stepdetail import RetryState
+from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
@@ -94,8 +96,8 @@ _EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ET
 
 def _too_early(row: RemediationStep, now: datetime) -> bool:
     """The step's last transient error set a retry time that has not come yet."""
-    retry_at = (row.detail or {}).get("retry_at")
-    return isinstance(retry_at, str) and datetime.fromisoformat(retry_at) - _EARLY_SLACK > now
+    retry_at = RetryState.load(row.detail).retry_at
+    return retry_at is not None and retry_at - _EARLY_SLACK > now
 
 
 def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
@@ -114,7 +116,7 @@ def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: 
 
 
 def _gave_up(outcome: Outcome) -> bool:
-    return isinstance(outcome, Escalate) and outcome.reason.startswith("gave up after")
+    return isinstance(outcome, Escalate) and outcome.gave_up
 
 
 # The open attempt of a remediation's current step; built once, as every claim reads it.
@@ -249,10 +251,10 @@ class Workflow:
             view = self._note_breaker(s, view, now, exclude=rem.id)
             verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
             held_by_incident = False
-            if verdict.ok and (why := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
-                                                            new_vm_action=row is None)):
-                verdict = replace(verdict, ok=False, reason=why)
-                held_by_incident = why.startswith("held by incident")
+            if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
+                                                              new_vm_action=row is None)):
+                verdict = replace(verdict, ok=False, reason=waits.reason)
+                held_by_incident = waits.by_incident
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
@@ -260,14 +262,13 @@ class Workflow:
                 new_vm = row is None and step is Step.VM_RESTART
                 # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = "incident" if held_by_incident else "gate:new_vm" if new_vm else "gate"
+                hint = Hint.INCIDENT if held_by_incident else Hint.GATE_NEW_VM if new_vm else Hint.GATE
                 attempt = row.attempt if row is not None else self._next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    (rem.context or {}).get("fault_class"), self.settings.policy.faults, self.settings.workflow,
-                    rem.ladder)
+                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
             if row is None:
                 attempt = self._next_attempt(s, rid, step)
                 row = RemediationStep(
@@ -277,14 +278,14 @@ class Workflow:
                 )
                 s.add(row)
                 if step is Step.VM_RESTART:
-                    control_set(s, LAST_VM_ACTION, {"at": now.isoformat(), "remediation": rid}, now)
+                    control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)
                 s.flush()
             rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=wf.lease_s)
             rem.next_run_at = rem.lease_until
             rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
             inp = StepInput(
                 remediation_id=rid, node=rem.node, cause=rem.cause, ladder=rem.ladder,
-                context=dict(rem.context or {}), key=row.idempotency_key, attempt=row.attempt,
+                context=rem.ctx, key=row.idempotency_key, attempt=row.attempt,
                 started_at=aware(row.started_at) or now, checks=row.checks,
                 provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
                 source=rem.source,
@@ -299,21 +300,20 @@ class Workflow:
         with self.sessions() as s, s.begin():
             row = step_row(s, row_id)
             detail = dict(row.detail or {}) if row is not None else {}
-            streak = int(detail.get("streak", 0)) + 1
-            since = datetime.fromisoformat(detail["failing_since"]) if detail.get("failing_since") else now
+            prior = RetryState.load(detail)
+            streak, since = prior.streak + 1, prior.failing_since or now
             countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
             if exc.retry_after:
                 countdown = max(countdown, exc.retry_after)
             if row is not None:
                 row.retries = (row.retries or 0) + 1  # history: every transient error this attempt met
                 row.error, row.error_kind = exc.message[:4000], exc.kind
-                row.detail = {**detail, "streak": streak, "failing_since": since.isoformat(),
-                              "retry_after": exc.retry_after,
-                              "retry_at": (now + timedelta(seconds=countdown)).isoformat()}
+                retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
+                row.detail = {**detail, **retry.dump()}
             if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
                 # The lease stays ours: the caller records the escalation at once.
                 return Escalate(f"gave up after {streak} transient errors in a row over "
-                                f"{(now - since).total_seconds():.0f}s: {exc.message}")
+                                f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
             rem = remediation_locked(s, rid)
             if rem is not None and rem.lease_owner == token:
                 rem.lease_owner = rem.lease_until = None
@@ -329,9 +329,9 @@ class Workflow:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
             row = step_row(s, row_id) if row_id is not None else None
-            if row is not None and (row.detail or {}).get("streak") and not _gave_up(outcome):
+            if row is not None and RetryState.load(row.detail).streak and not _gave_up(outcome):
                 # The step's call answered: a failure streak ends with any success.
-                row.detail = {k: v for k, v in row.detail.items() if k not in ("streak", "failing_since")}
+                row.detail = RetryState.cleared(row.detail, keep_retry_record=True)
             rem.lease_owner = rem.lease_until = None
             rem.updated_at = now
             step = Step(rem.step)
@@ -371,7 +371,7 @@ class Workflow:
                     if isinstance(outcome, Escalate) and outcome.detail:
                         row.detail = {**(row.detail or {}), **outcome.detail}
             if isinstance(outcome, Done):
-                rem.context = {**(rem.context or {}), **outcome.context}
+                rem.ctx = rem.ctx.merged(outcome.context)
                 if step is Step.QUARANTINE:
                     self._close(s, rem, RemediationStatus.QUARANTINED, now)
                     return None
@@ -384,7 +384,7 @@ class Workflow:
                 self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
                 return None
             reason = outcome.reason
-            cls = (rem.context or {}).get("fault_class")
+            cls = rem.ctx.fault_class
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
                 if rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
                     rem.ladder += 1
@@ -394,9 +394,9 @@ class Workflow:
                     return self._move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
-            if needs_rma(cls, self.settings.policy.faults) and "RMA" not in reason:
+            if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
-            rem.context = {**(rem.context or {}), "quarantine_reason": reason}
+            rem.ctx = replace(rem.ctx, quarantine_reason=reason)
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
             return self._move(rem, step, Step.QUARANTINE, now)
 
@@ -458,7 +458,7 @@ class Workflow:
             row.detail = {**(row.detail or {}), **w.detail}
         rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
         rem.next_run_at = now + timedelta(seconds=w.countdown)
-        return FollowUp(rem.id, rem.step, w.countdown, "wait")
+        return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
 
     @staticmethod
     def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
@@ -471,7 +471,7 @@ class Workflow:
         node_healthy: bool = False,
     ) -> None:
         rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
-        why = (rem.context or {}).get("quarantine_reason") or rem.cause
+        why = rem.ctx.quarantine_reason or rem.cause
         rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
         node = s.get(Node, rem.node, with_for_update=True)
         if node is not None:

@@ -228,7 +228,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
     world_vm = MemoryVM(world)
     from remediation.domain.providerid import parse_provider_id
 
-    world_vm.start(parse_provider_id(inp.context["provider_id"]), "restart", inp.key)
+    world_vm.start(parse_provider_id(inp.context.provider_id or ""), "restart", inp.key)
     # Its message is redelivered at once: the lease is still held, so nothing runs.
     assert engine.run(f.remediation_id, "vm_restart") is None
     clock.advance(31 + 30)  # the lease (30 s) expires, then the sweeper's grace: a live worker takes over

@@ -11,6 +11,7 @@ import pytest
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopGate
+from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Step, check_transition, next_on_success
 from remediation.domain.validation import gate_name, last_line, tail, validate
@@ -47,7 +48,7 @@ def cfg(**validation: Any) -> StepSettings:
 
 
 def inp(op: dict[str, Any] | None = None, cls: str | None = "gpu-memory", started: datetime = T0) -> StepInput:
-    ctx = {"cause_class": cls} if cls else {}
+    ctx = RemediationContext(cause_class=cls)
     return StepInput(remediation_id=7, node="gpu-node-3", cause="xid 48", ladder=0, context=ctx,
                      key="r7:validate:2", attempt=2, started_at=started, checks=0 if op is None else 1,
                      provider_op=op, detail={})

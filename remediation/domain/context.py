@@ -1,0 +1,79 @@
+"""A remediation's context: every fact its steps learn and later steps decide on, typed.
+
+The ``remediations.context`` JSON column used to be a free-form dict whose keys were written in one
+module and read in another. Every key is declared here, with its type and who writes it; the column
+keeps the same JSON, so rows written before this module existed read as they were.
+
+Reading is tolerant and writing leaves out what is None, as the dict did (see
+:class:`remediation.domain.record.JsonRecord`).
+
+A step returns the keys it learnt as a partial context (``Done.context``): the fields it sets
+replace the stored ones (:meth:`RemediationContext.merged`); the rest, which others may have written
+meanwhile (an incident, the breaker, a hold), stay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from datetime import datetime
+from typing import Any
+
+from remediation.domain.record import JsonRecord
+
+
+@dataclass(frozen=True)
+class Held(JsonRecord):
+    """An error nobody mapped (or a GPU check that never ended) holds the remediation until a human
+    resumes or cancels it (services.holds, services.validation)."""
+
+    kind: str | None = None  # the error's kind, e.g. "unmapped builtins.ValueError" or "ValidationTimeout"
+    error: str | None = None  # its message, for people
+    at: str | None = None  # ISO time it was held
+    step: str | None = None  # the step it was held at
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RemediationContext(JsonRecord):
+    # -- the opening event (services.ingest)
+    event_state: str | None = None  # the event's state: a Slurm state, or "Type=Status" for a Node condition
+    reason: str | None = None  # the event's reason (what Slurm or the condition said)
+    observed_at: str | None = None  # ISO time the watcher observed it (stale events are re-checked)
+    fault_class: str | None = None  # the fault's class (policy.faults); None: unknown, the default ladder
+    cause_class: str | None = None  # the health gate's class, where it differs from fault_class
+    # -- quarantine (ingest, the engine's escalation, levers)
+    quarantine_reason: str | None = None  # why the node is quarantined, for people
+    quarantine_decided: bool | None = None  # opened straight into quarantine on this failure (N-in-W, lemon)
+    quarantine_taken_back: str | None = None  # an incident explained that failure: the cause it took back
+    # -- k8s_cordon
+    k8s_node: str | None = None  # the Kubernetes Node of the Slurm node
+    boot_id_before: str | None = None  # its bootID before any VM action (verify wants a new one)
+    provider_id: str | None = None  # its providerID: which VM the VM actions act on
+    we_cordoned: bool | None = None  # the cordon is ours (a human's cordon placed first is never ours)
+    # -- vm_restart
+    vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
+    vm_op_ref: str | None = None  # the completed operation's reference
+    # -- gates and holds
+    reconfirm: bool | None = None  # re-confirm the trigger before the next disruptive step (breaker, incident)
+    incident: int | None = None  # the incident the remediation joined
+    incident_closed: int | None = None  # the incident whose close asked for the re-confirmation
+    held: Held | None = None  # held for a human; None: not held
+    # Keys this version does not know, kept as they were.
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def merged(self, patch: RemediationContext) -> RemediationContext:
+        """This context with every field ``patch`` sets (not None) replaced."""
+        changes = {f.name: getattr(patch, f.name) for f in fields(patch)
+                   if f.name != "extra" and getattr(patch, f.name) is not None}
+        return replace(self, **changes, extra={**self.extra, **patch.extra})
+
+    @property
+    def observed(self) -> datetime | None:
+        return datetime.fromisoformat(self.observed_at) if self.observed_at else None
+
+    @property
+    def condition(self) -> tuple[str, str]:
+        """The Node condition that opened it and its bad status ("Ready=False": Ready, False)."""
+        cond_type, _, bad = (self.event_state or "").partition("=")
+        return cond_type, bad

@@ -1,0 +1,79 @@
+"""The keys of a step row's ``detail`` that the engine and the step bodies decide on, typed.
+
+A step row's ``detail`` (JSON) is mostly a record for people: the jobs a drain waited for, the pods
+left, the GPU check's output. A few keys are state a later run of the same step reads back; they are
+declared here, each group with the module that owns it, and read tolerantly (a row written before
+they were typed, or by hand, reads as "nothing recorded" where a value is missing or malformed).
+Writing merges them into the rest of ``detail``, which stays free-form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+def _time(value: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+@dataclass(frozen=True)
+class RetryState:
+    """The engine's bookkeeping of transient errors on one attempt (services.workflow)."""
+
+    streak: int = 0  # errors in a row since the step's call last answered; 0: none
+    failing_since: datetime | None = None  # the first error of the streak
+    retry_after: float | None = None  # the server's Retry-After of the last error, seconds
+    retry_at: datetime | None = None  # the retry is due then; a delivery before it is dropped
+
+    @classmethod
+    def load(cls, detail: Mapping[str, Any] | None) -> RetryState:
+        detail = detail or {}
+        streak = _number(detail.get("streak"))
+        return cls(int(streak or 0), _time(detail.get("failing_since")), _number(detail.get("retry_after")),
+                   _time(detail.get("retry_at")))
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "streak": self.streak,
+            "failing_since": self.failing_since.isoformat() if self.failing_since else None,
+            "retry_after": self.retry_after,
+            "retry_at": self.retry_at.isoformat() if self.retry_at else None,
+        }
+
+    @classmethod
+    def cleared(cls, detail: Mapping[str, Any] | None, keep_retry_record: bool = False) -> dict[str, Any]:
+        """``detail`` without the streak (a success ended it, or a hold took over). The retry's own
+        record (the last Retry-After and when the retry was due) stays unless a hold replaces it."""
+        gone = ("streak", "failing_since") if keep_retry_record else ("streak", "failing_since", "retry_at")
+        return {k: v for k, v in (detail or {}).items() if k not in gone}
+
+
+@dataclass(frozen=True)
+class JobsProgress:
+    """What a drain that timed out on jobs did about them (domain.jobsafety)."""
+
+    acted: tuple[str, ...] = ()  # jobs requeued or cancelled once: never acted on (and paged) again
+    timeout_paged: bool = False  # on-call was paged about the jobs holding the node
+
+    @classmethod
+    def load(cls, detail: Mapping[str, Any] | None) -> JobsProgress:
+        detail = detail or {}
+        acted = detail.get("jobs_acted")
+        return cls(tuple(str(j) for j in acted) if isinstance(acted, list | tuple) else (),
+                   bool(detail.get("jobs_timeout_paged")))
+
+    def dump(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"jobs_acted": list(self.acted)}
+        if self.timeout_paged:
+            out["jobs_timeout_paged"] = True
+        return out

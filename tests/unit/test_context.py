@@ -1,0 +1,73 @@
+"""The typed remediation context reads every row the untyped dict wrote, and writes the same JSON."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+import pytest
+
+from remediation.domain.context import Held, RemediationContext
+from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
+
+# A row as the service wrote it before the context was typed, every key it used.
+OLD_ROW: dict[str, Any] = {
+    "event_state": "Ready=False", "reason": "kubelet stopped posting", "observed_at": "2026-03-01T00:00:00+00:00",
+    "fault_class": "gpu-memory", "cause_class": "gpu-memory", "quarantine_reason": "repeat offender",
+    "quarantine_decided": True, "quarantine_taken_back": "xid 79", "k8s_node": "gpu-node-3",
+    "boot_id_before": "b-1", "provider_id": "gce://p/z/gpu-node-3", "we_cordoned": False,
+    "vm_action_at": "2026-03-01T00:05:00+00:00", "vm_op_ref": "op-1", "reconfirm": True, "incident": 4,
+    "incident_closed": 4, "held": {"kind": "unmapped builtins.ValueError", "error": "boom",
+                                   "at": "2026-03-01T00:06:00+00:00", "step": "verify"},
+}
+
+
+def test_every_key_the_old_rows_carry_is_declared() -> None:
+    declared = {f.name for f in fields(RemediationContext)} - {"extra"}
+    assert declared == set(OLD_ROW)
+
+
+def test_an_old_row_reads_typed_and_writes_back_unchanged() -> None:
+    ctx = RemediationContext.load(OLD_ROW)
+    assert ctx.held == Held("unmapped builtins.ValueError", "boom", "2026-03-01T00:06:00+00:00", "verify")
+    assert ctx.condition == ("Ready", "False") and ctx.we_cordoned is False and ctx.incident == 4
+    assert ctx.extra == {}
+    assert ctx.dump() == OLD_ROW
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (None, RemediationContext()),
+    ({}, RemediationContext()),
+    ({"k8s_node": None}, RemediationContext()),
+    ({"incident": "not a number"}, RemediationContext()),
+    ({"incident": True}, RemediationContext()),
+    ({"held": {}}, RemediationContext()),
+    ({"reconfirm": 1}, RemediationContext(reconfirm=True)),
+    ({"boot_id_before": 12}, RemediationContext(boot_id_before="12")),
+], ids=["null", "empty", "null-value", "wrong-type", "bool-for-int", "empty-held", "truthy-flag", "number-as-text"])
+def test_reading_is_tolerant(raw: dict[str, Any] | None, expected: RemediationContext) -> None:
+    assert RemediationContext.load(raw) == expected
+
+
+def test_a_key_this_version_does_not_know_survives_a_write() -> None:
+    ctx = RemediationContext.load({"k8s_node": "n", "written_by_a_newer_version": [1, 2]})
+    assert ctx.merged(RemediationContext(reconfirm=True)).dump() == {
+        "written_by_a_newer_version": [1, 2], "k8s_node": "n", "reconfirm": True}
+
+
+def test_a_step_sets_only_what_it_learnt() -> None:
+    stored = RemediationContext(fault_class="nvlink", reconfirm=True, incident=3)
+    learnt = RemediationContext(k8s_node="n", reconfirm=False)
+    assert stored.merged(learnt) == RemediationContext(fault_class="nvlink", reconfirm=False, incident=3, k8s_node="n")
+
+
+def test_control_rows_read_as_the_service_wrote_them() -> None:
+    system = {"paused": True, "by": "system", "reason": "CredentialError: expired", "at": "2026-03-01T00:00:00",
+              "error_kind": "CredentialError", "self_healing": True, "component": "slurm", "node": "gpu-node-3",
+              "remediation": 7, "probe_ok": 0}
+    pause = PauseState.load(system)
+    assert (pause.paused, pause.self_healing, pause.probe_ok, pause.why) == (True, True, 0, "system: CredentialError: expired")
+    assert pause.dump() == system
+    closed = BreakerLatch.load({"open": False, "closed_at": "2026-03-01T00:00:00+00:00", "closed_by": "alice"})
+    assert closed.closed is not None and BreakerLatch.load({"open": True, "closed_at": "x"}).closed is None
+    assert LastVMAction.load({"at": "not a time"}).when is None and PauseState.load(None) == PauseState()
