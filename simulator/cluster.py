@@ -141,7 +141,7 @@ class Link:
     flapping_until: float = 0.0
     reboot_delay_s: float | None = None  # this VM's boot time, if not the cluster's reboot_delay_s
     relapse_after_s: float | None = None  # a lemon that boots fine, then faults again this much later
-    bad_hbm: bool = False  # a GPU memory fault a reboot does not cure: only the health gate's check sees it
+    bad_hbm: bool = False  # a GPU memory fault a reboot does not cure: only the validation's check sees it
 
 
 class SimCluster(FaultInjector):
@@ -220,7 +220,7 @@ class SimCluster(FaultInjector):
             server.start()
         for i, name in enumerate(self.names):
             self._add_node(i, name)
-        self.kube.jobs.outcome = self.gate_outcome
+        self.kube.jobs.outcome = self.check_outcome
         self._thread = threading.Thread(target=self._run, name="simcluster-clock", daemon=True)
         self._thread.start()
         return self
@@ -276,8 +276,8 @@ class SimCluster(FaultInjector):
         )  # fmt: skip
         self.links[name] = link
 
-    def gate_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
-        """What a health-gate check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
+    def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
+        """What a validation check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
         bad HBM row fails DCGM's memory test however often it reboots; every other node passes."""
         link = next((lk for lk in self.links.values() if lk.k8s == k8s_node), None)
         run = " ".join(argv)

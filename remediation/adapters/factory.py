@@ -17,12 +17,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopGate, NoopKube, NoopSlurm, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopSlurm, NoopValidator, NoopVM, Recorder
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
 from remediation.ports.errors import ConfigError
-from remediation.ports.gate import HealthGate
+from remediation.ports.validator import Validator
 from remediation.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,16 +59,16 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
     vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
-    gate = gate_backend(settings)
+    validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
-        noop_gate = NoopGate(recorder) if gate is not None else None
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_gate)
-    return Adapters(slurm, kube, vm, gate)
+        noop_validator = NoopValidator(recorder) if validator is not None else None
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_validator)
+    return Adapters(slurm, kube, vm, validator)
 
 
-def gate_backend(settings: Settings) -> HealthGate | None:
-    """The health gate ``validation.backend`` names (None: no gate, verify leads to return)."""
+def validator_backend(settings: Settings) -> Validator | None:
+    """The validation ``validation.backend`` names (None: no validation, verify leads to return)."""
     backend = settings.validation.backend
     if backend == "none":
         return None
@@ -76,17 +76,17 @@ def gate_backend(settings: Settings) -> HealthGate | None:
         if settings.slurm.backend in ("memory", "noop"):
             raise ConfigError("validation.backend=slurm runs sbatch and scontrol: it needs slurm.backend "
                               f"cli or rest, not {settings.slurm.backend}", component="validation")
-        from remediation.adapters.slurm.gate import SlurmGate
+        from remediation.adapters.slurm.validator import SlurmValidator
 
-        return SlurmGate(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
+        return SlurmValidator(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
     if settings.kube.backend in ("memory", "noop"):
         raise ConfigError("validation.backend=kubernetes creates Jobs: it needs kube.backend kubernetes, not "
                           f"{settings.kube.backend}", component="validation")
     from remediation.adapters.kube.adapter import make_kube
-    from remediation.adapters.kube.gate import KubeGate
+    from remediation.adapters.kube.validator import KubeValidator
 
     kube = make_kube(settings)
-    return KubeGate(kube.api, settings.kube, settings.validation, kube.node_for)
+    return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
 
 
 def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> SlurmControl:

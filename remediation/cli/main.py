@@ -38,10 +38,10 @@ from remediation.cli.context import (
     no_broker,
     state,
 )
-from remediation.cli.gate import run_gate, validate, verdict_line
 from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, read_token
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
+from remediation.cli.validate import run_validation, validate, verdict_line
 from remediation.settings import CONFIG_ENV
 
 app = typer.Typer(
@@ -123,15 +123,15 @@ def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 @cli_errors
 def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
             reason: str = REASON,
-            gated: bool = typer.Option(False, "--validate", help="Run the GPU check first (the health gate) "
+            validate_first: bool = typer.Option(False, "--validate", help="Run the GPU check first (the validation) "
                                        "and release only if it passes (direct database mode).")) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
     st = state(ctx)
-    if gated:
+    if validate_first:
         status = backend(st).node(node).status
         if status != "quarantined":
             raise CliError(f"{node} is not quarantined (status: {status}); nothing to release", EXIT_REQUEST)
-        rec = run_gate(st, node, "release_validate")
+        rec = run_validation(st, node, "release_validate")
         typer.echo(verdict_line(node, rec))
         if rec["outcome"] != "passed":
             raise CliError(f"node/{node} stays quarantined: its GPU check did not pass", EXIT_REQUEST)

@@ -6,7 +6,7 @@ Two questions are answered here and nowhere else:
    whose own action caused it, call it superseded (a newer healthy observation of the same condition
    exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
    unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
-2. ``gate``: may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
+2. ``admit`` (admission): may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
    (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
    minimum gap throttle VM actions.
 
@@ -203,7 +203,7 @@ class ClusterView:
 
 
 @dataclass(frozen=True)
-class Gate:
+class Admission:
     ok: bool
     reason: str = ""
 
@@ -241,22 +241,22 @@ def breaker_text(view: ClusterView, policy: PolicySettings) -> str:
 BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
-def gate(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Gate:
+def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Admission:
     """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
     (polling an operation already started is always allowed, or a restart could never finish)."""
     if view.paused:
-        return Gate(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
+        return Admission(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
     if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
         if breaker_holds(view, policy):
-            return Gate(False, breaker_text(view, policy))
+            return Admission(False, breaker_text(view, policy))
     if step is Step.VM_RESTART and new_vm_action:
         if view.vm_active >= policy.max_concurrent:
-            return Gate(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
+            return Admission(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
         if view.last_vm_action_at is not None:
             due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if now < due:
-                return Gate(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
-    return Gate(True)
+                return Admission(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
+    return Admission(True)
 
 
 def count_in_window(times: Sequence[datetime], now: datetime, window: timedelta) -> int:

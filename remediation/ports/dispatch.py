@@ -23,8 +23,8 @@ class Hint(StrEnum):
     loop; Celery ignores it)."""
 
     NONE = ""  # anything else: run it after its countdown
-    GATE = "gate"  # a gate refused the step; its verdict may change with the cluster view
-    GATE_NEW_VM = "gate:new_vm"  # a gate refused a step that would start a VM action
+    ADMISSION = "admission"  # admission refused the step; its verdict may change with the cluster view
+    ADMISSION_NEW_VM = "admission:new_vm"  # admission refused a step that would start a VM action
     WAIT = "wait"  # the step body asked to look again (an operation, a reboot, jobs or pods leaving)
     INCIDENT = "incident"  # held by an open incident: nothing changes until the incident closes
 

@@ -15,7 +15,7 @@ are healthy again are cancelled with our drain and cordon given back; nodes stil
 before the close no longer count toward the breaker (``closed_at`` bounds its window), so a human's close
 is not undone by the very storm they just looked at.
 
-While open, nodes are still drained and cordoned (safe steps); eviction and VM actions wait at the gate.
+While open, nodes are still drained and cordoned (safe steps); admission keeps eviction and VM actions waiting.
 """
 
 from __future__ import annotations

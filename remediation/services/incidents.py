@@ -213,7 +213,7 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             n.updated_at = now
 
 
-# ------------------------------------------------------------------------------------ the gate
+# ---------------------------------------------------------------------------- admission
 
 
 @dataclass(frozen=True)

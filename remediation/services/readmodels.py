@@ -32,7 +32,7 @@ from remediation.domain.episodes import EpisodeRow, episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
 from remediation.services.faults import lemon_scores
 from remediation.services.validation import ValidationRow, node_validations
-from remediation.services.validation import summary as gate_summary
+from remediation.services.validation import summary as validation_summary
 from remediation.settings import LemonSettings, PolicySettings
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
@@ -173,7 +173,7 @@ class NodeDetail:
     audit: list[AuditRow]
     timeline: list[TimelineEntry]
     episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
-    validations: list[ValidationRow] = field(default_factory=list)  # the health gate's latest checks
+    validations: list[ValidationRow] = field(default_factory=list)  # the validation's latest checks
 
 
 @dataclass
@@ -188,7 +188,8 @@ class Overview:
     breaker_detail: dict[str, Any]
     last_event_at: datetime | None
     queue_depth: dict[str, int] | None = None
-    gate: dict[str, Any] = field(default_factory=dict)  # the health gate's summary (services.validation)
+    validation: dict[str, Any] = field(default_factory=dict)  # the validation's summary (services.validation)
+    gate: dict[str, Any] = field(default_factory=dict)  # validation's old name in the API, kept for scrapers
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -445,7 +446,8 @@ def overview(s: Session) -> Overview:
         paused=bool(PauseState.load(paused).paused), paused_detail=paused,
         breaker_open=bool(BreakerLatch.load(breaker).open), breaker_detail=breaker,
         last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),
-        gate=gate_summary(s),
+        validation=(checked := validation_summary(s)),
+        gate=checked,
     )
 
 

@@ -1,7 +1,7 @@
 """The workflow engine: runs one step of one remediation, crash-safely, in three phases.
 
 1. **Claim** (transaction 1): lock the remediation row, check that it is still open and still at this
-   step (a stale or duplicate delivery stops here), check the gates (pause, storm breaker, concurrency,
+   step (a stale or duplicate delivery stops here), ask admission (pause, storm breaker, concurrency,
    gap), take a lease, and write the step row as ``started`` with its idempotency key. Commit.
 2. **Act** (no transaction): call the step function, which calls an adapter at most once or twice.
 3. **Record** (transaction 2): if the lease is still ours, write ``done``/``waiting``/``failed`` with
@@ -48,7 +48,7 @@ from remediation.db.queries import (
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
 from remediation.domain.outcomes import Hold, StepSettings
-from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
+from remediation.domain.policy import Clock, ClusterView, admit, breaker_may_auto_close, breaker_open
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
     NodeStatus,
@@ -249,7 +249,7 @@ class Workflow:
                 now = self.clock.now()
             view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
             view = self._note_breaker(s, view, now, exclude=rem.id)
-            verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
+            verdict = admit(step, view, self.settings.policy, now, new_vm_action=row is None)
             held_by_incident = False
             if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
                                                               new_vm_action=row is None)):
@@ -260,9 +260,9 @@ class Workflow:
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
                 rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
                 new_vm = row is None and step is Step.VM_RESTART
-                # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
+                # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = Hint.INCIDENT if held_by_incident else Hint.GATE_NEW_VM if new_vm else Hint.GATE
+                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_VM if new_vm else Hint.ADMISSION
                 attempt = row.attempt if row is not None else self._next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
@@ -375,7 +375,7 @@ class Workflow:
                 if step is Step.QUARANTINE:
                     self._close(s, rem, RemediationStatus.QUARANTINED, now)
                     return None
-                nxt = next_on_success(step, gate=self.settings.validation.backend != "none")
+                nxt = next_on_success(step, validation=self.settings.validation.backend != "none")
                 if nxt is Step.DONE:
                     self._close(s, rem, RemediationStatus.SUCCEEDED, now)
                     return None
@@ -495,7 +495,7 @@ class Workflow:
         """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period;
         see :mod:`remediation.services.breaker`. Exactly once however many workers notice: the common case (no
         change) costs no lock; a change queues the claims on the breaker row, and only the first records
-        it (one audit row, so on-call is paged once). Returns the view to gate on."""
+        it (one audit row, so on-call is paged once). Returns the view to admit on."""
         policy = self.settings.policy
         if not view.breaker_latched and breaker_open(view, policy):
             lock_control(s, BREAKER, now)

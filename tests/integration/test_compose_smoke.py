@@ -33,7 +33,7 @@ from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-# docker-compose runs without a health gate (validation.backend none): verify leads to return.
+# docker-compose runs without a validation (validation.backend none): verify leads to return.
 HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a

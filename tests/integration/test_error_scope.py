@@ -90,7 +90,7 @@ def open_for(
 
 
 def run(engine: Workflow, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
-    """Run follow-ups (time advancing by their countdowns) until each is waiting at a gate for the same
+    """Run follow-ups (time advancing by their countdowns) until each is refused by admission for the same
     reason twice, or done. Returns the follow-ups still pending."""
     queue = deque(todo)
     for _ in range(rounds):
@@ -142,7 +142,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert len(audits(sessions, "pause")) == 1  # one page, however many nodes met it
     assert all(r.status == "waiting" for r in rems(sessions)), [(r.node, r.status) for r in rems(sessions)]
     assert not [r for r in rems(sessions) if r.status == "quarantined"]
-    # The step that met it shows the error at once; the others never called the cloud (the gate held them).
+    # The step that met it shows the error at once; the others never called the cloud (admission held them).
     (failed_row,) = [r for r in vm_rows(sessions) if r.error]
     assert failed_row.status == "started" and failed_row.error_kind == type(error()).__name__
     assert vm.calls == 1

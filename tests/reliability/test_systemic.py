@@ -79,7 +79,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     started = time.monotonic()
     for node in storm:
         rig.fail(node)
-    # Barrier: every storm remediation has been claimed and parked at the gate by the pause (each had its
+    # Barrier: every storm remediation has been claimed and refused by admission while paused (each had its
     # chance to act), and the one that met the 401 recorded it on its step.
     wait_for(lambda: paused(db).get("paused") is True, 120, "automation to pause", worker)
     def parked() -> bool:

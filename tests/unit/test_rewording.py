@@ -1,7 +1,7 @@
 """Rewording every message the service writes for people changes nothing it decides.
 
 Each scenario runs twice: as shipped, and with every human-readable reason reworded (step outcomes and
-their notes, ingest decisions, gate verdicts, incident holds: a prefix, and every letter's case
+their notes, ingest decisions, admission verdicts, incident holds: a prefix, and every letter's case
 swapped, so that no ``startswith``, ``==`` or ``in`` on the old words can still match). Everything the
 service decides must come out the same: each remediation's status, ladder, times and steps (with the
 keys each step recorded), each event's decision, each node's status, the rehearsal's run count (what
@@ -55,7 +55,7 @@ def reworded(value: Any) -> Any:
 MESSAGES: list[tuple[type, str]] = [
     (outcomes.Note, "reason"), (outcomes.Done, "outcome"), (outcomes.Wait, "reason"),
     (outcomes.Escalate, "reason"), (outcomes.Hold, "reason"), (outcomes.Quarantine, "reason"),
-    (outcomes.Cancel, "reason"), (policy.Decision, "reason"), (policy.Gate, "reason"),
+    (outcomes.Cancel, "reason"), (policy.Decision, "reason"), (policy.Admission, "reason"),
 ]
 
 

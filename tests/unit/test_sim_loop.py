@@ -3,7 +3,7 @@
 Each case replays one trace through both loops (remediation.services.sim_loop) and compares every
 remediation (status, outcome, times, ladder) with every one of its steps (attempt, status, start and
 finish, outcome, error), every event's decision, and the report. Only ids the world makes up at random
-(boot ids, operation refs) are masked. The cases make remediations wait at each kind of gate: a burst
+(boot ids, operation refs) are masked. The cases make remediations wait at each kind of admission refusal: a burst
 larger than ``max_concurrent``, the minimum gap, a latched storm breaker (kept, or auto-closed), and
 faults a restart cannot fix (verify waits, then the ladder climbs).
 """
