@@ -24,6 +24,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Protocol
 
+from remediation.domain import slurm_states
 from remediation.domain.attribution import Condition, Window, own_cause, superseded
 from remediation.domain.causes import Cause, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -75,14 +76,11 @@ class NodeView:
     history: Sequence[Failure] = ()
 
 
-DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
-# Slurm states that are never "healthy", whether or not the policy remediates them.
-SLURM_BAD = frozenset({"FAIL", "FAILING", "DOWN", "NOT_RESPONDING"}) | DRAIN_STATES
 
 
 def slurm_bad_states(policy: PolicySettings) -> frozenset[str]:
     """A Slurm state holding any of these is not a healthy observation (see attribution)."""
-    return SLURM_BAD | {s.upper() for s in policy.slurm_states}
+    return slurm_states.BAD | {s.upper() for s in policy.slurm_states}
 OUR_OWN = "our own drain"  # the reason recorded for the echo of our own action (Decision.our_own)
 
 
@@ -163,7 +161,7 @@ def _remediable_state(event: NodeEvent, policy: PolicySettings) -> bool:
         wanted = {s.upper() for s in policy.slurm_states}
         states = {s for s in re.split(r"[+\s,]+", event.state_upper) if s}
         if "DRAIN" in wanted:
-            wanted |= DRAIN_STATES
+            wanted |= slurm_states.DRAINED
         if "FAIL" in wanted:
             wanted.add("FAILING")
         return bool(states & wanted)
