@@ -126,6 +126,7 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     403: _error("A read-only token on a lever (levers need an admin token)"),
     404: _error("No such record"),
     409: _error("The lever or incident action was refused in the record's current state"),
+    413: _error("A body larger than api.max_body_bytes (refused before it is read)"),
     422: _error("A parameter or body the service cannot use"),
     503: _error("The database is unreachable"),
 }

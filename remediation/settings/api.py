@@ -55,6 +55,12 @@ class ApiSettings(Section):
         "the token's name. The unnamed admin_tokens and read_tokens stay accepted; their names are "
         "derived (admin-<first 8 hex digits of the token's sha256>, read-<...>).",
     )
+    max_body_bytes: int = Field(
+        65536, ge=1024, le=16 * 1024 * 1024,
+        description="Largest request body accepted, in bytes; a larger one is refused (413) before it is "
+        "read. A lever's JSON body is under 2 KiB, so 64 KiB leaves room without letting a client make "
+        "the API hold megabytes.",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
