@@ -110,8 +110,12 @@ def _errors(app: FastAPI) -> None:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"detail": message}, status_code=status)
         templates: Jinja2Templates = request.app.state.templates
+        try:
+            who = browser_principal(request)
+        except (DatabaseUnavailable, SQLAlchemyError):  # the page may be about the database being down
+            who = None
         return templates.TemplateResponse(request, "error.html", {
-            "status": status, "message": message, "who": browser_principal(request), "path": request.url.path},
+            "status": status, "message": message, "who": who, "path": request.url.path},
             status_code=status)
 
     @app.exception_handler(RecordNotFound)

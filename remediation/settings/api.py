@@ -63,6 +63,11 @@ class ApiSettings(Section):
         "read. A lever's JSON body is under 2 KiB, so 64 KiB leaves room without letting a client make "
         "the API hold megabytes.",
     )
+    session_ttl_s: int = Field(
+        12 * 3600, ge=60, le=7 * 86400,
+        description="How long a dashboard login lasts, in seconds, before the token is asked again. A "
+        "session also ends at logout, and when its token is removed from this configuration.",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
