@@ -13,7 +13,7 @@ made of:
   "-" when the scenario published nothing.
 - **duplicate actions**, **recovery** and the notes: what the test measured and passed to
   :meth:`Figures.record` (duplicate actions come from the endpoints' request logs or the world's call
-  journal, never from the code under test).
+  journal, never from the code under test). A row with a lost event or a duplicate action fails the session.
 - **examples**: the property-based tests count each example their body actually ran
   (:meth:`Figures.example`), not ``max_examples``.
 
@@ -195,6 +195,8 @@ class Table:
                 row.problems.append(f"{row.runs - row.passed} of {row.runs} runs failed")
             if row.lost_events:
                 row.problems.append(f"{row.lost_events} events lost")
+            if row.duplicate_actions:
+                row.problems.append(f"{row.duplicate_actions} duplicate actions")
         return sorted(rows.values(), key=lambda r: r.scenario)
 
 
