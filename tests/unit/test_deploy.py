@@ -448,7 +448,7 @@ OPTIONAL_SECRET_KEYS = {("remediation-worker", "REMEDIATION_NOTIFY__WEBHOOK_URL"
 def _render(overlay: str) -> tuple[dict[str, Any], ...]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed (see scripts/setup.sh)")
+        pytest.fail("kubectl 1.21+ is not installed (scripts/setup.sh installs it, see scripts/kubectl.sh)")
     out = subprocess.run(
         [kubectl, "kustomize", str(ROOT / "deploy/overlays" / overlay)],
         capture_output=True,
