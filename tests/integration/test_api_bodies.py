@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.apiproc import ApiProcess, base_env
+from tests.scenario_table import OVERSIZE, BadInputs
 
 ADMIN = "admin-token-bodies-0123456789"
 BIG = 200 * 1024 * 1024
@@ -79,20 +80,26 @@ def post(api: ApiProcess, path: str, headers: dict[str, str], chunked: bool, tot
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_huge_body_without_a_token_is_refused_unread(api: ApiProcess, chunked: bool) -> None:
+def test_a_huge_body_without_a_token_is_refused_unread(api: ApiProcess, chunked: bool, bad_inputs: BadInputs) -> None:
     before = rss_kb(api.proc.pid)
-    assert post(api, "/api/v1/pause", {}, chunked) == 401
+    status = post(api, "/api/v1/pause", {}, chunked)
+    assert status == 401
     assert post(api, "/api/v1/pause", {"Authorization": "Bearer not-a-known-token-0123"}, chunked) == 401
     grew = rss_kb(api.proc.pid) - before
     assert grew < RSS_SLACK_KB, f"the API grew by {grew} KiB"
+    bad_inputs.tried(OVERSIZE, f"POST /api/v1/pause, {BIG // 2**20} MiB {'chunked ' if chunked else ''}body, no token",
+                     f"{status} unread, RSS +{grew} KiB", lost=None)
 
 
 @pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
-def test_a_huge_body_with_a_token_is_too_large(api: ApiProcess, chunked: bool) -> None:
+def test_a_huge_body_with_a_token_is_too_large(api: ApiProcess, chunked: bool, bad_inputs: BadInputs) -> None:
     before = rss_kb(api.proc.pid)
-    assert post(api, "/api/v1/pause", {"Authorization": f"Bearer {ADMIN}"}, chunked) == 413
+    status = post(api, "/api/v1/pause", {"Authorization": f"Bearer {ADMIN}"}, chunked)
+    assert status == 413
     grew = rss_kb(api.proc.pid) - before
     assert grew < RSS_SLACK_KB, f"the API grew by {grew} KiB"
+    bad_inputs.tried(OVERSIZE, f"POST /api/v1/pause, {BIG // 2**20} MiB {'chunked ' if chunked else ''}body, admin token",
+                     f"{status}, RSS +{grew} KiB", lost=None)
 
 
 def test_a_dashboard_form_without_a_session_is_not_read(api: ApiProcess) -> None:

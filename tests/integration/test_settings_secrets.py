@@ -23,6 +23,7 @@ from pydantic import BaseModel, SecretStr
 
 from remediation.settings import Settings
 from tests.integration.apiproc import base_env
+from tests.scenario_table import CONFIG_SECRET, BadInputs
 
 
 def _holds_secret(annotation: Any) -> bool:
@@ -86,7 +87,9 @@ def cases() -> list[Any]:
 
 
 @pytest.mark.parametrize(("field", "index"), cases())
-def test_a_bad_secret_is_never_echoed(pg_url: str, tmp_path: Path, field: str, index: int) -> None:
+def test_a_bad_secret_is_never_echoed(
+    pg_url: str, tmp_path: Path, field: str, index: int, bad_inputs: BadInputs
+) -> None:
     marker = "Mk" + uuid.uuid4().hex[:8]
     value = bad_values(field, marker)[index]
     env = base_env(pg_url) | {"REMEDIATION_" + field.upper().replace(".", "__"): value}
@@ -105,3 +108,5 @@ def test_a_bad_secret_is_never_echoed(pg_url: str, tmp_path: Path, field: str, i
         assert field in said or all(part in said for part in field.split(".")), said
     elif done.returncode != 0:
         assert field.split(".")[0] in said, said
+    bad_inputs.tried(CONFIG_SECRET, f"{field}, bad value #{index}", f"exit {done.returncode}, value not echoed",
+                     lost=None)
