@@ -60,3 +60,16 @@ def tail(values: list[float], fmt: str = "{:.2f}", unit: str = "") -> str:
 def tail_value(values: list[float]) -> float:
     """The value :func:`tail` prints: the p99, or the maximum of too few samples."""
     return percentile(values, 99) if len(values) >= P99_MIN_SAMPLES else max(values)
+
+
+def goal(what: str, measured: str, ok: bool) -> str:
+    """A goal's line: what it asks, what was measured, and its verdict, ``met`` or ``not met``.
+
+    Every goal a benchmark names is printed through this, so RESULTS.md never names a goal without
+    saying whether the run met it (tests/unit/test_bench_results.py checks the file).
+    """
+    return f"goal {what} ({measured}): {verdict(ok)}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "not met"

@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from bench.common import verdict
+
 ROOT = Path(__file__).resolve().parents[1]
 MIX = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
 NAIVE = ROOT / "deploy" / "policies" / "naive-ladder.yaml"
@@ -87,7 +89,7 @@ def main() -> None:
             ("auto_fixed >= baseline", d["auto_fixed"] >= n["auto_fixed"]),
         ]
         for name, ok in goals:
-            print(f"  goal {name}: {'met' if ok else 'NOT met'}")
+            print(f"  goal {name}: {verdict(ok)}")
     print(f"\nwall time {time.monotonic() - t0:.0f}s for {len(runs)} rehearsals ({args.jobs} at once)")
 
 

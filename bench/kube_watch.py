@@ -45,7 +45,7 @@ from typing import Any
 
 import redis
 
-from bench.common import REDIS_URL, percentile, tail, tail_value
+from bench.common import REDIS_URL, goal, percentile, tail, tail_value
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
@@ -287,7 +287,7 @@ def main() -> None:
     )
     if lat.ms:
         # With fewer than 200 samples the goal is judged on the maximum, which is what a p99 would be.
-        verdict = "met" if tail_value(lat.ms) <= GOAL_P99_MS and not lat.missed else "MISSED"
+        met = tail_value(lat.ms) <= GOAL_P99_MS and not lat.missed
 
         def line(label: str, values: list[float]) -> None:
             print(
@@ -298,9 +298,9 @@ def main() -> None:
         line("published (XADD, 1 ms res.)", lat.ms)
         line("read back by the bench", lat.read_ms)
         print(f"  events {len(lat.ms)}/{args.flips}   missed {lat.missed}   unexpected {lat.wrong}")
-        print(f"  goal p99 <= {GOAL_P99_MS:.0f} ms ({tail(lat.ms, '{:.1f}', ' ms')}): {verdict}")
+        print(f"  {goal(f'p99 <= {GOAL_P99_MS:.0f} ms, none missed', tail(lat.ms, '{:.1f}', ' ms'), met)}")
     else:
-        print(f"  no event arrived (missed {lat.missed}, unexpected {lat.wrong}); goal MISSED")
+        print(f"  {goal(f'p99 <= {GOAL_P99_MS:.0f} ms, none missed', f'no event arrived, missed {lat.missed}', False)}")
     print()
     r = relist
     print(

@@ -9,7 +9,8 @@ Each benchmark runs in its own process (``python -m bench.NAME ARGS``) and its o
 RESULTS.md verbatim, under the command that produced it, the date, the machine's core count and the git
 revision. With ``--only`` the other benchmarks' sections are kept as they were (each says when and at
 which revision it was measured). ``--quick`` runs reduced sizes for a check that the command works; its
-sections say QUICK in their heading, so a quick figure is never mistaken for one of record. A benchmark
+sections say QUICK in their heading, so a quick figure is never mistaken for one of record. Each goal a
+benchmark names comes with its verdict (``bench.common.goal``), and the section's heading counts them. A benchmark
 that fails is recorded as failed with its output, and the command exits non-zero.
 
 The README and docs quote no figures of their own: they link here.
@@ -136,6 +137,8 @@ def section(bench: Bench, quick: bool, output: str, code: int, took: float) -> s
     args = bench.quick if quick else bench.args
     label = " (QUICK: reduced sizes, not figures of record)" if quick else ""
     verdict = "" if code == 0 else f"\n**FAILED** (exit status {code}): the figures below are not valid.\n"
+    judged = re.findall(r": (met|not met)$", output, re.M)
+    goals = f"- goals: {judged.count('met')} met, {judged.count('not met')} not met\n" if judged else ""
     fence = "```"
     return (
         f"<!-- bench:{bench.name} -->\n"
@@ -144,7 +147,7 @@ def section(bench: Bench, quick: bool, output: str, code: int, took: float) -> s
         f"{bench.what}.\n\n"
         f"- command: `python -m bench.{' '.join((bench.runs, *args))}`\n"
         f"- measured: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}, {machine()}, git {git_revision()}, "
-        f"took {took:.0f} s\n{verdict}\n"
+        f"took {took:.0f} s\n{goals}{verdict}\n"
         f"{fence}text\n{output.rstrip()}\n{fence}\n"
         f"<!-- /bench:{bench.name} -->\n"
     )

@@ -26,12 +26,14 @@ import time
 from pathlib import Path
 
 from bench._cluster import RELEASES, slurm_cluster
-from bench.common import tail
+from bench.common import goal, tail
 from remediation.adapters.slurm.validator import SlurmValidator
 from remediation.ports.validator import ValidationCheck
 from remediation.settings import ValidationSettings, load_settings
 
 NODES = 4
+#: What validation may add to a remediation beyond the check's own run time (docs/policy.md).
+GOAL_S = 5.0
 CHECK = """#!/bin/sh
 echo "check-start $(date +%s.%N)"
 sleep "$1"
@@ -87,12 +89,14 @@ def measure(release: str, cycles: int, poll: float, check_s: float) -> None:
             parts["notice"].append(t_seen - c_end)
             parts["finish"].append(t_end - t_seen)
         print(f"Slurm {version}: {cycles} validation cycles, check sleeps {check_s:g}s, poll every {poll:g}s")
-        print(summary("validation overhead per remediation", parts["overhead"]) + "   (goal <= 5 s)")
+        print(summary("validation overhead per remediation", parts["overhead"]))
         print(summary("  set up (reservation, resume, sbatch)", parts["start"]))
         print(summary("  job waiting to start", parts["queue"]))
         print(summary("  noticing the end (poll)", parts["notice"]))
         print(summary("  taking it down (drain, delete)", parts["finish"]))
         print(summary("check's own run time", parts["run"]))
+        worst = max(parts["overhead"])  # per remediation: every one of them, so the worst decides
+        print("  " + goal(f"overhead <= {GOAL_S:g} s per remediation", f"max {worst:.2f}s", worst <= GOAL_S))
 
 
 def main() -> None:

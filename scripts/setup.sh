@@ -4,6 +4,7 @@
 #   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
 #   - Slurm 24.11 in a cached Debian trixie root (scripts/slurm-root.sh), the second real Slurm;
 #   - promtool (Debian's prometheus package) for the alert-rule tests;
+#   - kubectl 1.21+ (the machine's, or Debian's trixie package's binary) for the deploy tests;
 #   - a Python 3.11 virtualenv in .venv with the project and its test extras.
 # Safe to run again: every step checks before it acts. Needs root for the apt and service steps.
 set -euo pipefail
@@ -62,13 +63,10 @@ apt_install chromium chromium-driver
 # containers); the tests use only promtool.
 apt_install prometheus
 
-# --- kubectl, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py (skipped without it).
-# Not installed from apt on purpose: Debian 12's only package, kubernetes-client, is kubectl 1.20, whose
-# embedded kustomize (v2.0.3) cannot read the `patches:` field the overlays use. These machines ship a
-# current kubectl; elsewhere install kubectl 1.21+ from the Kubernetes project's own packages.
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "note: kubectl not found; the kustomize tests in tests/unit/test_deploy.py will be skipped" >&2
-fi
+# --- kubectl 1.21+, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py: the machine's
+# own when recent enough, else the binary of Debian's trixie package (Debian 12's kubernetes-client is 1.20,
+# too old for the overlays' `patches:`), fetched with the trixie root's apt. See scripts/kubectl.sh.
+bash scripts/kubectl.sh >/dev/null
 
 # --- Python 3.11 virtualenv with the project.
 bash scripts/venv.sh

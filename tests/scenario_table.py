@@ -13,13 +13,27 @@ made of:
   "-" when the scenario published nothing.
 - **duplicate actions**, **recovery** and the notes: what the test measured and passed to
   :meth:`Figures.record` (duplicate actions come from the endpoints' request logs or the world's call
-  journal, never from the code under test).
+  journal, never from the code under test). A row with a lost event or a duplicate action fails the session.
 - **examples**: the property-based tests count each example their body actually ran
   (:meth:`Figures.example`), not ``max_examples``.
 
 At the end of the session every scenario collected for this run must have a row with at least one
 run, and a test that passed must have recorded its figures: otherwise the session fails and says
 which. The rows go to ``$REMEDIATION_RELIABILITY_OUT`` (JSON lines) for ``python -m bench.reliability``.
+
+**The security section** lists the bad inputs the tests tried (oversize bodies, malformed and huge
+events, long and odd node names, secrets in bad config), with what each got and what was lost. Any test
+adds a row in a line, through the ``bad_inputs`` fixture, after it has checked the outcome::
+
+    def test_a_huge_body_is_refused(client, bad_inputs):
+        r = client.post("/events", content=b"x" * 2_000_000)
+        assert r.status_code == 413
+        bad_inputs.tried(OVERSIZE, "POST /events, 2 MB body", f"{r.status_code}, nothing recorded", lost=0)
+
+``kind`` is one of :data:`BAD_INPUT_KINDS`; ``got`` says what the input got, in words built from what
+the test observed; ``lost`` counts the good inputs sent beside it that were not kept (None: nothing was
+sent beside it). A row is shown with its test's outcome; a row that lost anything, or whose test failed,
+fails the session. A kind no test tried in this run is listed as such, never left out.
 
 The table is built from test reports, not from the test process's memory: each report of a scenario's
 test carries the scenario's name, and its teardown report the test's figures (``user_properties``). So
@@ -46,6 +60,12 @@ from remediation.db.models import Event
 from remediation.domain.events import NodeEvent
 
 MARK = "scenario"
+
+#: The security section's kinds of bad input, in the order it lists them.
+OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, CONFIG_SECRET = (
+    "oversize bodies", "malformed events", "huge events", "long and odd node names", "secrets in bad config",
+)
+BAD_INPUT_KINDS = (OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, CONFIG_SECRET)
 
 
 @dataclass
@@ -115,6 +135,19 @@ class Figures:
 
 
 @dataclass
+class BadInputs:
+    """The bad inputs one test tried, for the security section (the ``bad_inputs`` fixture)."""
+
+    item: pytest.Item
+
+    def tried(self, kind: str, what: str, got: str, lost: int | None = 0) -> None:
+        """One bad input: its ``kind``, what it was, what it got, and the good inputs lost beside it."""
+        if kind not in BAD_INPUT_KINDS:
+            raise pytest.UsageError(f"unknown kind of bad input {kind!r}; choose from {BAD_INPUT_KINDS}")
+        self.item.user_properties.append((BAD_INPUT, {"kind": kind, "what": what, "got": got, "lost": lost}))
+
+
+@dataclass
 class Row:
     scenario: str
     runs: int = 0
@@ -131,8 +164,8 @@ def _add(a: int | None, b: int | None) -> int | None:
     return b if a is None else a if b is None else a + b
 
 
-#: The ``user_properties`` names a scenario's reports carry.
-SCENARIO, FIGURES = "scenario", "scenario_figures"
+#: The ``user_properties`` names a scenario's reports carry, and a bad input's.
+SCENARIO, FIGURES, BAD_INPUT = "scenario", "scenario_figures", "bad_input"
 
 
 class Table:
@@ -142,9 +175,13 @@ class Table:
         self.scenario_of: dict[str, str] = {}  # nodeid -> scenario
         self.outcome: dict[str, str] = {}  # nodeid -> passed / failed / skipped
         self.figures: dict[str, dict[str, Any]] = {}  # nodeid -> Figures.summary()
+        self.bad_inputs: list[dict[str, Any]] = []  # BadInputs.tried() rows, with their test's outcome
 
     def add(self, report: pytest.TestReport) -> None:
         """One phase's report: a failure in setup, call or teardown fails the run; a skip is no run."""
+        if report.when == "call":
+            self.bad_inputs += [{**value, "test": report.nodeid, "passed": report.passed}
+                                for name, value in report.user_properties if name == BAD_INPUT]
         props: dict[str, Any] = dict(report.user_properties)
         scenario = props.get(SCENARIO)
         if scenario is None:
@@ -195,7 +232,22 @@ class Table:
                 row.problems.append(f"{row.runs - row.passed} of {row.runs} runs failed")
             if row.lost_events:
                 row.problems.append(f"{row.lost_events} events lost")
+            if row.duplicate_actions:
+                row.problems.append(f"{row.duplicate_actions} duplicate actions")
         return sorted(rows.values(), key=lambda r: r.scenario)
+
+    def security(self) -> tuple[list[str], list[str]]:
+        """The security section's lines, kind by kind, and its problems."""
+        lines, problems = [], []
+        for kind in BAD_INPUT_KINDS:
+            rows = [r for r in self.bad_inputs if r["kind"] == kind]
+            lines.append(f"{kind}: {len(rows)} tried" if rows else f"{kind}: none tried in this run")
+            for r in rows:
+                lost = "-" if r["lost"] is None else r["lost"]
+                lines.append(f"    {r['what']}: {r['got']}; lost {lost}{'' if r['passed'] else '; TEST FAILED'}")
+                if r["lost"] or not r["passed"]:
+                    problems.append(f"{kind}: {r['what']} ({r['test']})")
+        return lines, problems
 
 
 TABLE = pytest.StashKey[Table]()
@@ -265,9 +317,19 @@ def scenario_figures(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         figures.lost_events = figures.lost(figures.db)  # the test failed before it recorded
 
 
+@pytest.fixture
+def bad_inputs(request: pytest.FixtureRequest) -> BadInputs:
+    """Rows for the security section: ``bad_inputs.tried(kind, what, got, lost)``."""
+    return BadInputs(request.node)
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     table = session.config.stash[TABLE]
-    if not _reports(session.config) or not table.scenario_of:
+    if not _reports(session.config):
+        return
+    if table.security()[1] and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if not table.scenario_of:
         return
     rows = table.rows()
     out = os.environ.get("REMEDIATION_RELIABILITY_OUT")
@@ -281,6 +343,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     table = config.stash[TABLE]
+    if table.bad_inputs:
+        terminalreporter.section("security: bad inputs tried")
+        lines, problems = table.security()
+        for line in lines:
+            terminalreporter.line(line)
+        terminalreporter.line("; ".join(problems) or "nothing lost")
     if not table.scenario_of:
         return
     terminalreporter.section("reliability table")

@@ -4,7 +4,9 @@ Used by unit tests and by integration tests that run real Celery workers: with `
 world lives in a JSON file guarded by an exclusive file lock, so several worker *processes* share it and
 a worker killed with SIGKILL loses nothing already written. Every call is appended to ``calls`` with an
 ``effect`` flag; a VM start repeated with a used idempotency key is logged with ``effect: false``. That
-log is how tests prove each external action happened exactly once.
+log is how tests prove each external action happened exactly once: :meth:`MemoryWorld.double_vm_actions`
+counts the VM actions the world *performed* more than once for one remediation and rung, whatever key
+each came with (a retry its key deduplicated performed nothing, so it is no double).
 
 The world behaves like the real systems in the ways the workflow depends on: a restart completes after
 ``op_polls`` polls (or, given a ``clock``, once ``op_seconds`` have passed on it, however often it was
@@ -23,8 +25,10 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,6 +48,8 @@ from remediation.ports.errors import NotFound, PermanentError, UnknownNode
 #: What a VM action does to the hardware under it, for a fault's ``fixed_by`` (see the rehearsal's
 #: outcome model): a stop/start or a redeploy lands the VM on another host.
 ACTION_KIND = {"restart": "restart", "reimage": "reimage", "stop_start": "move", "redeploy": "move"}
+#: The remediation an idempotency key belongs to: the workflow's keys are ``r<id>:<step>:<attempt>``.
+REMEDIATION_IN_KEY = re.compile(r"r(\d+):")
 
 
 def _node(name: str) -> dict[str, Any]:
@@ -114,6 +120,21 @@ class MemoryWorld:
     def calls(self, op: str | None = None, effect: bool | None = None) -> list[dict[str, Any]]:
         return [c for c in self.snapshot()["calls"]
                 if (op is None or c["op"] == op) and (effect is None or c["effect"] == effect)]
+
+    def double_vm_actions(self) -> int:
+        """VM actions performed beyond the first for the same remediation, VM and rung.
+
+        The remediation is the ``r<id>:`` the workflow writes at the head of every idempotency key (a key
+        without one counts for its VM alone, the strictest reading); the rung is told by the action it
+        performed, since the provider sees nothing else of the ladder. The key's attempt part plays no
+        part: a retry sent under a new key that acted again is a double action, one its key deduplicated
+        performed nothing and is not.
+        """
+        performed = Counter(
+            (m[1] if (m := REMEDIATION_IN_KEY.match(c["key"])) else None, c["node"], c["op"])
+            for c in self.calls(effect=True) if c["op"].startswith("vm.")
+        )
+        return sum(n - 1 for n in performed.values())
 
     def _log(self, st: dict[str, Any], op: str, node: str, effect: bool = True, **kw: Any) -> None:
         st["calls"].append({"at": time.time(), "op": op, "node": node, "effect": effect, "pid": os.getpid(), **kw})

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import incidents, incidents_ui, ui
 from remediation.api.auth import browser_principal, identify
+from remediation.api.guard import BodyGuard
 from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
@@ -74,6 +75,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.include_router(incidents_ui.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     _errors(app)
+    app.add_middleware(BodyGuard, max_bytes=settings.api.max_body_bytes)
     app.add_exception_handler(ui.LoginRequired, ui.login_redirect)
 
     @app.get("/healthz", tags=["ops"], summary="Liveness and database reachability (no auth)",
@@ -108,8 +110,12 @@ def _errors(app: FastAPI) -> None:
         if request.url.path.startswith("/api/"):
             return JSONResponse({"detail": message}, status_code=status)
         templates: Jinja2Templates = request.app.state.templates
+        try:
+            who = browser_principal(request)
+        except (DatabaseUnavailable, SQLAlchemyError):  # the page may be about the database being down
+            who = None
         return templates.TemplateResponse(request, "error.html", {
-            "status": status, "message": message, "who": browser_principal(request), "path": request.url.path},
+            "status": status, "message": message, "who": who, "path": request.url.path},
             status_code=status)
 
     @app.exception_handler(RecordNotFound)

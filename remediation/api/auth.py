@@ -8,9 +8,12 @@
   fingerprint (``alice (token 1a2b3c4d)``).
 - The JSON API takes ``Authorization: Bearer <token>`` only. It never reads the cookie, so a browser
   cannot be tricked into pulling a lever through it (no CSRF surface).
-- The dashboard takes the token once in a login form and keeps it in an HttpOnly, SameSite=Strict
-  cookie (Secure over https). Its forms also carry a CSRF value derived from the token (HMAC), which a
-  third-party page cannot compute.
+- The dashboard takes the token once in a login form and opens a server-side session
+  (:mod:`remediation.services.dashboard_sessions`): the HttpOnly, SameSite=Strict cookie (Secure over
+  https) holds a random session id, never the token. A session ends when it expires
+  (``api.session_ttl_s``), at logout, or when its token leaves the configuration: the SHA-256 of the
+  token it was made with is matched against the configured tokens on every request. Its forms also
+  carry a CSRF value derived from the session id (HMAC), which a third-party page cannot compute.
 - Tokens are compared with :func:`hmac.compare_digest` against every configured token (no early exit
   that would time-leak which list matched). They are never logged or echoed: the audit log records a
   short SHA-256 fingerprint so two admins' actions can be told apart without storing the secret.
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,6 +31,7 @@ from fastapi import HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
+from remediation.services.dashboard_sessions import session_token, sha256
 from remediation.settings import ApiSettings
 
 COOKIE = "remediation_session"
@@ -38,7 +43,7 @@ bearer = HTTPBearer(auto_error=False, description="An admin or read-only token f
 class Principal:
     role: Literal["admin", "read"]
     fingerprint: str  # first 8 hex digits of sha256(token): identifies, never reveals
-    token: str  # kept in memory only to derive the CSRF value
+    csrf_key: str  # kept in memory only to derive the CSRF value: the session id, or the bearer token
     name: str = ""  # the token's name from api.tokens; derived (admin-<fingerprint>) for the unnamed lists
     named: bool = False  # from api.tokens: the name is the actor, nothing the request says replaces it
 
@@ -54,29 +59,39 @@ class Principal:
 
     @property
     def csrf(self) -> str:
-        return hmac.new(self.token.encode(), b"remediation-csrf", hashlib.sha256).hexdigest()[:32]
+        return hmac.new(self.csrf_key.encode(), b"remediation-csrf", hashlib.sha256).hexdigest()[:32]
 
 
 def identify(token: str | None, cfg: ApiSettings) -> Principal | None:
     if not token:
         return None
     given = token.encode()
+    return _match(cfg, lambda secret: hmac.compare_digest(given, secret.encode()), sha256(token), token)
+
+
+def identify_sha256(digest: str, cfg: ApiSettings, csrf_key: str) -> Principal | None:
+    """The principal whose configured token has this SHA-256 (a session's), or None once it is gone."""
+    return _match(cfg, lambda secret: hmac.compare_digest(digest.encode(), sha256(secret).encode()), digest,
+                  csrf_key)
+
+
+def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, csrf_key: str) -> Principal | None:
     admin = read = False
     named: tuple[str, Literal["admin", "read"]] | None = None
     for entry in cfg.tokens:  # every entry is compared: no early exit that would time-leak the match
-        if hmac.compare_digest(given, entry.secret().encode()):
+        if same(entry.secret()):
             named = named or (entry.name, entry.role)
     for secret in cfg.admin_tokens:
-        admin |= hmac.compare_digest(given, secret.get_secret_value().encode())
+        admin |= same(secret.get_secret_value())
     for secret in cfg.read_tokens:
-        read |= hmac.compare_digest(given, secret.get_secret_value().encode())
-    fp = hashlib.sha256(given).hexdigest()[:8]
+        read |= same(secret.get_secret_value())
+    fp = digest[:8]
     if named is not None:
-        return Principal(named[1], fp, token, named[0], named=True)
+        return Principal(named[1], fp, csrf_key, named[0], named=True)
     if not (admin or read):
         return None
     role: Literal["admin", "read"] = "admin" if admin else "read"
-    return Principal(role, fp, token, f"{role}-{fp}")
+    return Principal(role, fp, csrf_key, f"{role}-{fp}")
 
 
 def _unauthorized(detail: str) -> HTTPException:
@@ -99,7 +114,14 @@ def require_admin(who: Principal) -> Principal:
 
 
 def browser_principal(request: Request) -> Principal | None:
-    return identify(request.cookies.get(COOKIE), request.app.state.settings.api)
+    """The dashboard session's principal: a live session whose token is still configured."""
+    session_id = request.cookies.get(COOKIE)
+    if not session_id or len(session_id) > 128:
+        return None
+    st = request.app.state
+    with st.sessions() as s:
+        digest = session_token(s, session_id, st.clock.now())
+    return None if digest is None else identify_sha256(digest, st.settings.api, session_id)
 
 
 def check_csrf(who: Principal, value: str | None) -> None:
@@ -126,6 +148,7 @@ API_ERRORS: dict[int | str, dict[str, Any]] = {
     403: _error("A read-only token on a lever (levers need an admin token)"),
     404: _error("No such record"),
     409: _error("The lever or incident action was refused in the record's current state"),
+    413: _error("A body larger than api.max_body_bytes (refused before it is read)"),
     422: _error("A parameter or body the service cannot use"),
     503: _error("The database is unreachable"),
 }

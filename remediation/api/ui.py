@@ -3,12 +3,14 @@
 Plain HTML from Jinja2 templates and one stylesheet; no JavaScript. Forms POST and redirect (303) back
 with a one-line message, so reloading a page never repeats a lever. Reading needs a read or admin
 token, acting needs admin plus the form's CSRF value (see :mod:`remediation.api.auth`). A browser
-without a valid session cookie is sent to ``/login``, which sets the cookie and returns to where the
-user was going (local paths only, so the login page cannot be used as an open redirect).
+without a live session is sent to ``/login``, which opens a server-side session (its random id in the
+cookie, never the token) and returns to where the user was going (local paths only, so the login page
+cannot be used as an open redirect). ``/logout`` ends the session on the server.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -17,6 +19,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import Lever, pull
+from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.levers import LeverError
 from remediation.services.readmodels import (
     RecordNotFound,
@@ -98,16 +101,24 @@ def login(request: Request, f: Fields) -> Response:
     token, name, nxt = f.get("token", "")[:4096], f.get("name", ""), _safe_next(f.get("next"))
     if identify(token, request.app.state.settings.api) is None:
         return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, 401)
+    st = request.app.state
+    ttl = st.settings.api.session_ttl_s
+    with st.sessions() as s, s.begin():
+        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl))
     resp = RedirectResponse(nxt, status_code=303)
     secure = request.url.scheme == "https"
-    resp.set_cookie(COOKIE, token, httponly=True, samesite="strict", secure=secure, max_age=12 * 3600)
+    resp.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", secure=secure, max_age=ttl)
     clean = "".join(c for c in name.strip() if c.isalnum() or c in "._@ -")[:64]
     resp.set_cookie(USER_COOKIE, clean, httponly=True, samesite="strict", secure=secure, max_age=30 * 86400)
     return resp
 
 
 @router.post("/logout")
-def logout() -> Response:
+def logout(request: Request) -> Response:
+    session_id = request.cookies.get(COOKIE)
+    if session_id:
+        with request.app.state.sessions() as s, s.begin():
+            end_session(s, session_id)
     resp = RedirectResponse("/login", status_code=303)
     resp.delete_cookie(COOKIE)
     return resp

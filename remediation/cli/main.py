@@ -38,7 +38,7 @@ from remediation.cli.context import (
     no_broker,
     state,
 )
-from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, read_token
+from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, check_transport, read_token
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
 from remediation.cli.validate import run_validation, validate, verdict_line
@@ -85,6 +85,8 @@ def main(
                                "by your token. Without it: direct database mode (admins on the database host)."),
     token_file: str | None = typer.Option(None, "--token-file", envvar=TOKEN_FILE_ENV, show_envvar=True,
                                    help=f"File holding your bearer token for --server (else ${TOKEN_ENV})."),
+    insecure: bool = typer.Option(False, "--insecure", help="Allow an http:// --server that is not on "
+                                  "loopback, though the token then crosses the network in clear."),
 ) -> None:
     if config is not None:
         if not Path(config).is_file():
@@ -96,6 +98,8 @@ def main(
     if not actor or len(actor) > 128 or any(not c.isprintable() for c in actor):
         raise CliError("--actor must be 1-128 printable characters")
     server = server.strip() if server else None  # REMEDIATION_SERVER="": direct database mode
+    if server is not None:
+        check_transport(server, insecure)
     token = read_token(token_file, os.environ.get(TOKEN_ENV)) if server is not None else None
     if server is not None and actor_given:
         raise CliError("--actor is for direct database mode: with --server the token's name is the actor",

@@ -14,9 +14,10 @@ and 422 (1, the request), 5xx and an unreachable server (3, the service unavaila
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic import TypeAdapter
@@ -55,6 +56,26 @@ def read_token(token_file: str | None, token_env: str | None) -> str:
     raise CliError(
         "--server needs a token: --token-file PATH, REMEDIATION_TOKEN_FILE or REMEDIATION_TOKEN", EXIT_CONFIG
     )
+
+
+def check_transport(server: str, insecure: bool) -> None:
+    """Refuse to send the bearer token in clear: ``http://`` only to this machine's loopback (an SSH
+    tunnel, a port-forward) or with ``--insecure``. Anyone on the path of a plain-HTTP request to
+    another host reads the token and can pull levers with it."""
+    parts = urlsplit(server.strip())
+    if parts.scheme != "http" or insecure:
+        return
+    host = (parts.hostname or "").lower()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise CliError(
+            f"--server {server}: http:// would send your token in clear to {host or 'the server'}; use "
+            "https://, a loopback address (an SSH tunnel or port-forward), or --insecure to send it anyway",
+            EXIT_CONFIG,
+        )
 
 
 class Remote:

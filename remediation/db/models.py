@@ -15,6 +15,8 @@ Tables and why they exist:
 - ``control``: small cluster-wide state (paused, breaker open, last VM action time).
 - ``node_domains``: each node's failure domains (switch, zone, NVLink clique), per source.
 - ``incidents``: one row per topology-correlated incident; its remediations point at it.
+- ``dashboard_sessions``: one row per dashboard login, so that every API replica knows it and logout
+  or a rotated token ends it (see :mod:`remediation.services.dashboard_sessions`).
 """
 
 from __future__ import annotations
@@ -256,3 +258,16 @@ class Validation(Base):
     output_tail: Mapped[str] = mapped_column(Text, default="")  # the last validation.output_bytes
     actor: Mapped[str] = mapped_column(String(128), default="")
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+class DashboardSession(Base):
+    """A dashboard login. The browser's cookie holds a random id; this row holds only its SHA-256, so a
+    copy of the table opens no session, and the SHA-256 of the token that logged in, checked against
+    the configured tokens on every request."""
+
+    __tablename__ = "dashboard_sessions"
+
+    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_sha256: Mapped[str] = mapped_column(String(64), index=True)
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime] = mapped_column(index=True)

@@ -6,9 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
 
 from remediation.settings.base import Section
+
+MIN_TOKEN_LENGTH = 16  # every bearer token, named or not: short enough to type, too long to guess
 
 
 class ApiToken(Section):
@@ -33,8 +35,8 @@ class ApiToken(Section):
                 raise ValueError(f"token {self.name!r}: cannot read token_file {self.token_file}: "
                                  f"{exc.strerror}") from None
             self.token = SecretStr(secret)
-        if len(self.secret()) < 16:
-            raise ValueError(f"token {self.name!r}: a token must be at least 16 characters")
+        if len(self.secret()) < MIN_TOKEN_LENGTH:
+            raise ValueError(f"token {self.name!r}: a token must be at least {MIN_TOKEN_LENGTH} characters")
         return self
 
     def secret(self) -> str:
@@ -55,12 +57,31 @@ class ApiSettings(Section):
         "the token's name. The unnamed admin_tokens and read_tokens stay accepted; their names are "
         "derived (admin-<first 8 hex digits of the token's sha256>, read-<...>).",
     )
+    max_body_bytes: int = Field(
+        65536, ge=1024, le=16 * 1024 * 1024,
+        description="Largest request body accepted, in bytes; a larger one is refused (413) before it is "
+        "read. A lever's JSON body is under 2 KiB, so 64 KiB leaves room without letting a client make "
+        "the API hold megabytes.",
+    )
+    session_ttl_s: int = Field(
+        12 * 3600, ge=60, le=7 * 86400,
+        description="How long a dashboard login lasts, in seconds, before the token is asked again. A "
+        "session also ends at logout, and when its token is removed from this configuration.",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
         "/metrics carries only cluster-wide counts (no node names) and Prometheus scrapes it; turn it "
         "on when the port is reachable beyond the monitoring network.",
     )
+
+    @field_validator("admin_tokens", "read_tokens")
+    @classmethod
+    def _long_enough(cls, value: list[SecretStr], info: ValidationInfo) -> list[SecretStr]:
+        for i, secret in enumerate(value):
+            if len(secret.get_secret_value()) < MIN_TOKEN_LENGTH:
+                raise ValueError(f"{info.field_name}[{i}]: a token must be at least {MIN_TOKEN_LENGTH} characters")
+        return value
 
     @model_validator(mode="after")
     def _distinct_names(self) -> ApiSettings:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import re
+
+from pydantic import Field, field_validator
 
 from remediation.settings.base import Section
 
@@ -16,3 +18,12 @@ class DatabaseSettings(Section):
     )
     pool_size: int = Field(5, ge=1, le=100, description="Connections kept open per process.")
     echo: bool = Field(False, description="Log every SQL statement (debugging only).")
+
+    @field_validator("url")
+    @classmethod
+    def _a_url(cls, value: str) -> str:
+        # Checked here so that a wrong value is named as this field at start-up (without its text,
+        # which may hold a password) rather than failing later as a database error.
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value.strip()):
+            raise ValueError("give an SQLAlchemy URL, e.g. postgresql+psycopg://user@host/dbname")
+        return value.strip()

@@ -9,18 +9,22 @@ and asks a human rather than restarting VMs. The reasons for the policy defaults
 (drawn from the published failure traces of large GPU clusters).
 
 Bad config fails at start-up with :class:`SettingsError`, whose message names the offending field and
-never echoes a secret's value. The sections themselves live in the modules beside this one.
+never echoes a secret's value: a value is quoted back only when the field it belongs to carries no
+secret (no ``SecretStr`` anywhere in its type, and not a URL, which may hold a password). A YAML
+syntax error names the file, line and column, not the text there. The sections themselves live in the
+modules beside this one.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -138,7 +142,8 @@ def load_settings(**overrides: Any) -> Settings:
             field = ".".join(str(p) for p in err["loc"]) or "settings"
             value = err.get("input")
             # A section-level check's input is the whole section, tokens included: never echo it.
-            got = "" if isinstance(value, dict) else f" (got {value!r})"
+            shown = not isinstance(value, dict) and not _secret(err["loc"])
+            got = f" (got {value!r})" if shown else ""
             lines.append(f"{field}: {err['msg']}{got}")
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(lines)) from None
     except Exception as exc:  # YAML/TOML syntax errors and non-JSON list values surface here
@@ -147,7 +152,43 @@ def load_settings(**overrides: Any) -> Settings:
         bad = _non_json_env()
         if bad:
             raise SettingsError("invalid configuration:\n  " + "\n  ".join(bad)) from None
-        raise SettingsError(f"cannot read configuration: {exc}") from exc
+        if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+            # PyYAML's own message quotes the lines around the error: a token may stand there.
+            mark = exc.problem_mark
+            raise SettingsError(f"cannot read configuration: {mark.name}, line {mark.line + 1}, column "
+                                f"{mark.column + 1}: {exc.problem}") from None
+        raise SettingsError(f"cannot read configuration: {type(exc).__name__}: {exc}") from None
+
+
+def _carries_secret(annotation: Any) -> bool:
+    """Whether a value of this type may hold a secret: a ``SecretStr`` in it, at any depth."""
+    if annotation is SecretStr:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return any(_carries_secret(f.annotation) for f in annotation.model_fields.values())
+    return any(_carries_secret(arg) for arg in get_args(annotation))
+
+
+def _secret(loc: Sequence[int | str]) -> bool:
+    """Whether the value at ``loc`` (a path such as ``api.tokens.0.token``) may hold a secret: the
+    field it reaches carries one in its type, or is a URL (``user:password@host``). A key that is no
+    field (a misspelt ``admin_token``) counts as secret: nothing says what its value is."""
+    model: Any = Settings
+    leaf: tuple[str, Any] | None = None
+    for part in loc:
+        if isinstance(part, int) or part.isdigit():
+            continue  # an index into a list: the element is judged by the list's field
+        fields = getattr(model, "model_fields", None)
+        if fields is None:
+            break  # inside a leaf's value (a mapping's key): judged by the leaf
+        if part not in fields:
+            return True
+        leaf = (part, fields[part].annotation)
+        models = [a for a in (leaf[1], *get_args(leaf[1])) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = models[0] if models else leaf[1]
+    if leaf is None:
+        return False
+    return _carries_secret(leaf[1]) or leaf[0].endswith("url")
 
 
 def _non_json_env() -> list[str]:
@@ -171,7 +212,8 @@ def _non_json_env() -> list[str]:
                     json.loads(value)
                 except ValueError:
                     kind = "a JSON list, e.g. [\"a\", \"b\"]" if origin is list else "a JSON object"
-                    out.append(f"{'.'.join(path)}: {key} must be {kind} (got {value[:60]!r})")
+                    got = "" if _secret(path) else f" (got {value[:60]!r})"
+                    out.append(f"{'.'.join(path)}: {key} must be {kind}{got}")
     return out
 
 

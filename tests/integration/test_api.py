@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
@@ -11,7 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
-from remediation.db.models import AuditLog, Node, Remediation
+from remediation.api.auth import COOKIE
+from remediation.clock import FakeClock
+from remediation.db.models import AuditLog, DashboardSession, Node, Remediation
 from remediation.db.queries import BREAKER, control_set
 from remediation.ports.dispatch import Dispatcher
 from remediation.settings import Settings
@@ -178,6 +181,44 @@ def test_dashboard_requires_login_then_renders(client, history) -> None:
     assert "Fault episodes" in node_page and f'href="/remediations/{history.quarantined}">#{history.quarantined}' in node_page
     assert "Release</button>" not in client.get("/quarantine").text  # read-only: no lever forms
     assert client.get("/nodes/ghost").status_code == 404
+
+
+def test_a_dashboard_session_holds_no_token_and_ends_at_logout(client, history, sessions) -> None:
+    _login(client, ADMIN)
+    session_id = client.cookies[COOKIE]
+    assert ADMIN not in session_id and len(session_id) >= 32
+    with sessions() as s:  # the database keeps hashes only: a copy of the table opens no session
+        (row,) = s.scalars(select(DashboardSession)).all()
+        assert session_id not in (row.id_sha256, row.token_sha256) and ADMIN != row.token_sha256
+    assert client.get("/quarantine", follow_redirects=False).status_code == 200
+    assert client.post("/logout", follow_redirects=False).headers["location"] == "/login"
+    client.cookies.set(COOKIE, session_id)  # the cookie as copied before the logout
+    assert client.get("/quarantine", follow_redirects=False).status_code == 303
+    assert client.post("/pause", data={"reason": "x"}, follow_redirects=False).status_code == 303
+
+
+def test_sessions_are_shared_expire_and_end_with_their_token(pg_url, sessions, history) -> None:
+    clock = FakeClock(datetime.now(UTC))
+    other = "other-admin-token-0123456789"
+
+    def replica(tokens: list[str]) -> TestClient:
+        settings = Settings(database={"url": pg_url}, api={"admin_tokens": tokens, "session_ttl_s": 3600})
+        return TestClient(create_app(settings, sessions, clock=clock))
+
+    with replica([ADMIN, other]) as one, replica([ADMIN, other]) as two, replica([other]) as rotated:
+        _login(one, ADMIN)
+        session_id = one.cookies[COOKIE]
+        two.cookies.set(COOKIE, session_id)
+        assert two.get("/quarantine", follow_redirects=False).status_code == 200  # every replica knows it
+        rotated.cookies.set(COOKIE, session_id)  # ADMIN removed from this replica's configuration
+        assert rotated.get("/quarantine", follow_redirects=False).status_code == 303
+        _login(rotated, other)
+        clock.advance(3599)
+        assert one.get("/quarantine", follow_redirects=False).status_code == 200
+        assert rotated.get("/quarantine", follow_redirects=False).status_code == 200
+        clock.advance(2)  # both sessions are now older than api.session_ttl_s
+        assert one.get("/quarantine", follow_redirects=False).status_code == 303
+        assert rotated.get("/quarantine", follow_redirects=False).status_code == 303
 
 
 def test_dashboard_release_form_needs_admin_and_csrf(client, history, sessions, dispatch) -> None:

@@ -213,6 +213,19 @@ def test_token_and_server_errors_are_one_line(api: ApiProcess, tmp_path: Path) -
     assert out.returncode == 2 and "without --server" in out.stderr
 
 
+def test_plain_http_carries_the_token_only_to_loopback() -> None:
+    # 0.0.0.0 is no loopback address, yet a connection to it reaches this machine: refused at once.
+    for server in ("http://0.0.0.0:1", "http://remediation.example:8080", "HTTP://10.0.0.7"):
+        out = cli(None, "--server", server, "nodes", "list", REMEDIATION_TOKEN=BOB)
+        assert out.returncode == 2 and "in clear" in out.stderr and "--insecure" in out.stderr, out.stderr
+        assert BOB not in out.stdout + out.stderr
+    out = cli(None, "--server", "http://0.0.0.0:1", "--insecure", "nodes", "list", REMEDIATION_TOKEN=BOB)
+    assert out.returncode == 3 and "cannot reach" in out.stderr, out.stderr
+    for server in ("http://localhost:1", "http://[::1]:1", "http://127.0.0.2:1"):
+        out = cli(None, "--server", server, "nodes", "list", REMEDIATION_TOKEN=BOB)
+        assert out.returncode == 3 and "cannot reach" in out.stderr, (server, out.stderr)
+
+
 def test_help_labels_the_two_modes_and_completion_completes() -> None:
     out = cli(None, "--help")
     assert (

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,11 +30,11 @@ import yaml
 from sqlalchemy import create_engine, text
 
 from remediation.domain.statemachine import HAPPY_PATH, Step
+from tests.composefile import compose
 from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPOSE = ROOT / "docker-compose.yml"
-# docker-compose runs without a validation (validation.backend none): verify leads to return.
+# docker-compose runs without validation (validation.backend none): verify leads to return.
 HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a
@@ -161,8 +162,8 @@ def _facts(pg_url: str) -> dict[str, Any]:
 def test_compose_services_run_the_loop_against_the_simulator(
     tmp_path: Path, pg_url: str, redis_prefix: str
 ) -> None:
-    (doc,) = [d for d in yaml.safe_load_all(COMPOSE.read_text()) if d]
-    services = doc["services"]
+    # The token compose requires (`${REMEDIATION_ADMIN_TOKEN:?...}`), chosen as an operator would.
+    services = compose({"REMEDIATION_ADMIN_TOKEN": secrets.token_urlsafe(24)})["services"]
     state_dir, api_port = tmp_path / "sim", _free_port()
     stack = Stack(tmp_path)
     facts: dict[str, Any] = {}

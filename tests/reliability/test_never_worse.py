@@ -96,10 +96,12 @@ def test_no_vm_action_under_a_running_job_then_it_proceeds_after_scancel(
         event = p.wait_event(node, 5.0)
         (f,) = p.take_opened()
         states_seen = set()
-        for _ in range(CHECKS_WHILE_RUNNING):
+        checks_while_running = 0
+        for i in range(CHECKS_WHILE_RUNNING):
             f = p.engine.run(f.remediation_id, f.step)
             assert f is not None and f.step == "slurm_drain"
-            assert job_field(slurm, job, "JobState") == "RUNNING"  # the job was R at this check
+            checks_while_running += job_field(slurm, job, "JobState") == "RUNNING"
+            assert checks_while_running == i + 1  # the job was R at this check
             states_seen.add("+".join(sorted(s for s in [slurm.nodes_now()[node][0], *slurm.nodes_now()[node][1]])))
             time.sleep(f.countdown)
         (rem,) = rems_of(p.sessions, node)
@@ -117,7 +119,7 @@ def test_no_vm_action_under_a_running_job_then_it_proceeds_after_scancel(
     lost = scenario_figures.record(
         db=p.sessions,
         duplicate_actions=len(p.vm.by_key) - 1, recovery_s=round(took, 2),  # type: ignore[attr-defined]
-        notes=(f"event {event.state}; slurm_drain checked {rows[0].checks}x, {CHECKS_WHILE_RUNNING} of them while "
+        notes=(f"event {event.state}; slurm_drain checked {rows[0].checks}x, {checks_while_running} of them while "
                f"job {job} was R; {vm_calls_while_running} VM actions while it ran; node seen as "
                f"{', '.join(sorted(states_seen))}; recovery = scancel to remediation succeeded"),
     )
@@ -157,7 +159,7 @@ def test_on_jobs_timeout_requeue_requeues_the_job(
     lost = scenario_figures.record(
         db=p.sessions, duplicate_actions=len(requeued) - 1,
         recovery_s=round(took, 2),
-        notes=f"job {job} requeued after drain_timeout_s=3 (Restarts={restarts}, now {state} on {where}); "
+        notes=f"job {job} requeued after drain_timeout_s={p.settings.workflow.drain_timeout_s} (Restarts={restarts}, now {state} on {where}); "
               f"{len(requeued)} jobs_requeued audit row(s) naming it; remediation {rem.status}",
     )
     assert not lost, f"{lost} published events are not in Postgres"
@@ -207,7 +209,8 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
             latch = breaker_state(s)
             waits = [r.wait_reason or "" for r in s.scalars(select(Remediation))]
         assert latch["open"] is True and "until a human closes it" in waits[0]
-        assert len(p.vm.by_key) == 0  # type: ignore[attr-defined]
+        vm_while_open = len(p.vm.by_key)  # type: ignore[attr-defined]
+        assert vm_while_open == 0
         drained = {n: slurm.nodes_now()[n] for n in failing}
         assert all("DRAIN" in flags and reason.startswith("remediation:") for _, flags, reason in drained.values())
         # The switch is fixed; a human resumes one node, looks, and closes the breaker.
@@ -222,14 +225,16 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
     status = {n: rems_of(p.sessions, n)[-1] for n in failing}
     vm_nodes = sorted(op.vm.name for op in p.vm.by_key.values())  # type: ignore[attr-defined]
     kube0 = p.world.node("gpu-node-0")["k8s"]
+    resumed_cancelled = [n for n in failing if status[n].status == "cancelled"]
     with p.sessions() as s:
         opened = len(s.scalars(select(AuditLog).where(AuditLog.action == "breaker_open")).all())
     lost = scenario_figures.record(
         db=p.sessions,
         duplicate_actions=len(vm_nodes) - len(set(vm_nodes)), recovery_s=round(recovery, 2),
-        notes=(f"3/4 nodes failed ('leaf switch lost'); breaker held {held_for:.1f}s, window {window}s; "
-               f"{sum(looks_after_slide.values())} looks after the slide, 0 VM actions while open; "
-               f"after close: 1 resumed node cancelled (cordon given back), {len(vm_nodes)} proceeded; "
+        notes=(f"{len(failing)}/{len(slurm.nodes_now())} nodes failed ('leaf switch lost'); breaker held "
+               f"{held_for:.1f}s, window {window}s; {sum(looks_after_slide.values())} looks after the slide, "
+               f"{vm_while_open} VM actions while open; after close: {len(resumed_cancelled)} resumed node "
+               f"cancelled (cordon given back: {not kube0['unschedulable']}), {len(vm_nodes)} proceeded; "
                f"{opened} breaker_open row; recovery = close to last remediation done"),
     )
     assert not lost, f"{lost} published events are not in Postgres"

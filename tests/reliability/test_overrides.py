@@ -19,20 +19,16 @@ from remediation.db.models import AuditLog, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.flap import Condition, FlapFilter
 from remediation.domain.step_bodies import Adapters, release_node
+from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
+from remediation.ports.errors import TransientError
 from remediation.services.ingest import ingest
 from remediation.services.levers import release
-from remediation.services.workflow import Workflow
+from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
-from tests.scenario_table import Figures
+from tests.scenario_table import Figures, Table
 
 NODES = [f"gpu-node-{i}" for i in range(16)]
-
-
-def duplicate_vm_actions(world: MemoryWorld) -> int:
-    """VM actions that repeated an idempotency key already acted on: what a double restart looks like."""
-    keys = [c["key"] for c in world.calls(effect=True) if c["op"].startswith("vm.")]
-    return len(keys) - len(set(keys))
 
 
 @pytest.fixture
@@ -119,7 +115,8 @@ def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, eng
     for i in range(60):
         opened += observe("False" if i % 2 == 0 else "True")
         clock.advance(10)
-    assert opened == [] and count(sessions) == 0
+    fast = count(sessions)
+    assert opened == [] and fast == 0
     # Then it flaps slowly (bad 6 min, good 6 min) for hours: every bad spell is published once, the
     # repeat-offender rule ends the loop after N, and the node stays quarantined.
     for _cycle in range(6):
@@ -132,13 +129,15 @@ def test_flapping_node_never_opens_before_the_hold_and_never_loops(sessions, eng
             settle(engine, clock, observe("True"))
             clock.advance(10)
     total = count(sessions)
-    assert count(sessions, Remediation.status == "quarantined") == 1
+    quarantined = count(sessions, Remediation.status == "quarantined")
+    assert quarantined == 1
     assert total == settings.policy.repeat_offender_count
     restarts = len(world.calls("vm.restart", effect=True))
     assert restarts == settings.policy.repeat_offender_count - 1
-    lost = scenario_figures.record(db=sessions, duplicate_actions=duplicate_vm_actions(world),
-                            notes=f"fast flaps: 0 remediations; slow flaps: {total} opened, "
-                                  f"{restarts} restarts, then quarantined (no loop)")
+    lost = scenario_figures.record(db=sessions, duplicate_actions=world.double_vm_actions(),
+                            notes=f"fast flaps: {fast} remediations; slow flaps: {total} opened "
+                                  f"(repeat-offender count {settings.policy.repeat_offender_count}), "
+                                  f"{restarts} restarts, {quarantined} quarantined")
     assert lost == 0, f"{lost} published events are not in Postgres"
 
 
@@ -197,7 +196,7 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
         checks["release stuck through resync"] = (
             s.scalars(select(AuditLog.actor).where(AuditLog.action == "release")).all() == ["dave"]
             and count(sessions, Remediation.node == node, Remediation.status == "quarantined") == 1)
-    lost = scenario_figures.record(db=sessions, duplicate_actions=duplicate_vm_actions(world),
+    lost = scenario_figures.record(db=sessions, duplicate_actions=world.double_vm_actions(),
                             notes="; ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in checks.items()))
     assert lost == 0, f"{lost} published events are not in Postgres"
     assert all(checks.values()), checks
@@ -240,3 +239,49 @@ def test_stale_replay_after_a_restart_takes_no_action(sessions, engine, world, s
     assert lost == 0, f"{lost} published events are not in Postgres"
     assert all(replays.values()), replays
     assert acted == 0  # no drain, cordon or restart
+
+
+class AnswerLostOnce(MemoryVM):
+    """The first VM action is performed but its answer is lost (a transient error), so the step retries;
+    with ``new_key`` the retry comes under a key the provider has not seen, as a workflow that minted a
+    fresh key per retry would send it."""
+
+    def __init__(self, world: MemoryWorld, new_key: bool) -> None:
+        super().__init__(world)
+        self.new_key, self.starts = new_key, 0
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        self.starts += 1
+        key = f"{idempotency_key}:retry" if self.new_key and self.starts > 1 else idempotency_key
+        op = super().start(vm, action, key)
+        if self.starts == 1:
+            raise TransientError("connection reset after the request was sent")
+        return op
+
+
+@pytest.mark.parametrize("new_key", [False, True], ids=["retry under its key", "retry under a new key"])
+def test_a_retry_that_acts_again_is_a_double_action_and_fails_the_row(sessions, world, settings, clock,
+                                                                     new_key) -> None:
+    vm = AnswerLostOnce(world, new_key)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    node = "gpu-node-6"
+    world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="eve")
+    todo = deque(publish(sessions, settings, clock, [slurm_event(node, "FAIL", "xid 79", clock.now())]))
+    while todo:
+        f = todo.popleft()
+        clock.advance(f.countdown)
+        try:
+            nxt = engine.run(f.remediation_id, f.step)
+        except RetryLater as retry:
+            clock.advance(retry.countdown)
+            nxt = f
+        if nxt:
+            todo.append(nxt)
+    assert vm.starts == 2 and count(sessions, Remediation.status == "succeeded") == 1
+    doubles = world.double_vm_actions()
+    assert doubles == (1 if new_key else 0)
+    table = Table()
+    table.scenario_of["t"], table.outcome["t"] = "retries", "passed"
+    table.figures["t"] = Figures("retries", recorded=True, duplicate_actions=doubles).summary()
+    (row,) = table.rows()
+    assert row.problems == (["1 duplicate actions"] if new_key else [])

@@ -191,7 +191,8 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     lost = scenario_figures.record(
         db=db, duplicate_actions=dups, recovery_s=round(last_closed - closed_at, 2),
         notes=(f"{len(succeeded)}/{len(failing)} remediated; {len(failing)}/{pool} nodes failed over {spread_s}s; breaker open {closed_at - open_at:.1f}s "
-               f"(window {window_s}s), {len(after_open)} drains while open, 0 VM actions while open; "
+               f"(window {window_s}s), {len(after_open)} drains while open, {len(vm_while_open)} VM actions "
+               f"and {len(claimed_while_open)} VM steps claimed while open; "
                f"peak {peak} VM actions in flight (max {MAX_CONCURRENT}); on-call paged {pages_open}x "
                f"open, {pages_closed}x closed; recovery = breaker closed to last remediation done"),
         extra={"breaker_open_rows": len(opened), "breaker_closed_rows": len(closed), "peak_vm": peak,

@@ -44,6 +44,8 @@ from tests.integration.workerproc import wait_for
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_storm import Receiver, receiver  # noqa: F401  (fixture)
 
+EXPIRED = 401  # what the clouds answer once the token has expired
+
 
 def audit_rows(db: Engine, action: str) -> list[AuditLog]:
     with Session(db) as s:
@@ -75,7 +77,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     rig.wait_status(before, "succeeded", 120, worker)
 
     for fake in (rig.cluster.gce, rig.cluster.azure):
-        fake.faults.fail_randomly(1.0, ((401, None),))  # the token expired: every cloud call is refused
+        fake.faults.fail_randomly(1.0, ((EXPIRED, None),))  # the token expired: every cloud call is refused
     started = time.monotonic()
     for node in storm:
         rig.fail(node)
@@ -112,7 +114,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     lost = scenario_figures.record(
         db=db,
         duplicate_actions=sum(max(0, rig.restarts(n) - 1) for n in nodes), recovery_s=round(recovery, 2),
-        notes=f"paused {paused_after:.1f}s after the storm began; {refused} step(s) met the 401; "
+        notes=f"paused {paused_after:.1f}s after the storm began; {refused} step(s) met the {EXPIRED}; "
               f"{len(quarantined)} quarantined; {pages} page(s); recovery = human resume to all succeeded",
     )
     assert not lost, f"{lost} published events are not in Postgres"
@@ -163,8 +165,10 @@ def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answer
         # slurmctld answers again (scontrol with the real configuration): three probes lift the pause.
         engine.adapters = p.adapters
         recovered = time.monotonic()
+        answers = 0
         for _ in range(3):
             engine.probe()
+            answers += 1
         lifted = control_get_pg(p)
         p.settle(waiting)
     recovery = time.monotonic() - recovered
@@ -175,7 +179,8 @@ def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answer
     lost = scenario_figures.record(
         db=p.sessions, recovery_s=round(recovery, 2),
         notes=f"{final.count('quarantined')} quarantined; {receiver.count('Automation PAUSED')} page(s); "
-              f"{probes_down} failed probes kept it paused; resumed by the probe after 3 answers",
+              f"{probes_down} failed probes, paused after them: {still['paused']}; "
+              f"after {answers} answers, paused: {lifted['paused']}",
     )
     assert not lost, f"{lost} published events are not in Postgres"
     assert state["paused"] and state["by"] == "system" and state["self_healing"] and state["component"] == "slurm"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,8 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from remediation.settings import Settings
+from remediation.settings import Settings, load_settings
+from tests.composefile import MissingVariable, compose
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZATIONS = sorted((ROOT / "deploy").rglob("kustomization.yaml"))
@@ -302,6 +304,20 @@ def test_compose_runs_against_the_simulated_cluster() -> None:
             assert not (key.endswith("__BACKEND") and value in ("memory", "noop")), (name, key, value)
 
 
+def test_compose_ships_no_token_and_publishes_on_loopback_only() -> None:
+    with pytest.raises(MissingVariable, match="REMEDIATION_ADMIN_TOKEN"):
+        compose({})  # `docker compose up` without a token stops here
+    token = "a-token-the-operator-chose"
+    services = compose({"REMEDIATION_ADMIN_TOKEN": token})["services"]
+    assert json.loads(services["api"]["environment"]["REMEDIATION_API__ADMIN_TOKENS"]) == [token]
+    assert load_settings(api={"admin_tokens": [token]}).api.admin_tokens  # long enough to load
+    for name, svc in services.items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), (name, port)
+        if name != "api":  # only the API holds a token
+            assert not [k for k in svc.get("environment") or {} if k.startswith("REMEDIATION_API__")], name
+
+
 def test_the_simulator_writes_only_real_settings() -> None:
     """What compose's services source is the simulator's settings_overrides: each a real setting, and
     together valid for the advertised, non-loopback host (vm.azure_test_host names it)."""
@@ -432,7 +448,7 @@ OPTIONAL_SECRET_KEYS = {("remediation-worker", "REMEDIATION_NOTIFY__WEBHOOK_URL"
 def _render(overlay: str) -> tuple[dict[str, Any], ...]:
     kubectl = shutil.which("kubectl")
     if kubectl is None:
-        pytest.skip("kubectl is not installed (see scripts/setup.sh)")
+        pytest.fail("kubectl 1.21+ is not installed (scripts/setup.sh installs it, see scripts/kubectl.sh)")
     out = subprocess.run(
         [kubectl, "kustomize", str(ROOT / "deploy/overlays" / overlay)],
         capture_output=True,

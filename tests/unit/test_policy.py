@@ -19,6 +19,7 @@ from remediation.domain.policy import (
 )
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
+from tests.scenario_table import NODE_NAME, BadInputs
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 POLICY = PolicySettings(repeat_offender_count=3, repeat_offender_window_s=7 * 86400)
@@ -172,9 +173,10 @@ def test_breaker_opens_and_closes_as_the_window_slides() -> None:
 
 
 @pytest.mark.parametrize("name", ["n1\n", "n1\nrm", "", "-n1", "n 1", "n1;ls", "a" * 254], ids=repr)
-def test_node_names_are_matched_whole(name: str) -> None:
+def test_node_names_are_matched_whole(name: str, bad_inputs: BadInputs) -> None:
     from remediation.domain.events import InvalidEvent
 
-    with pytest.raises(InvalidEvent, match="node"):
+    with pytest.raises(InvalidEvent, match="node") as refused:
         NodeEvent.parse({"source": "slurm", "node": name, "kind": "unhealthy", "state": "DOWN",
                          "observed_at": T0.isoformat()})
+    bad_inputs.tried(NODE_NAME, f"event node name {name!r:.40}", f"{type(refused.value).__name__}", lost=None)

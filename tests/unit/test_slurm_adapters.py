@@ -20,6 +20,7 @@ from remediation.adapters.slurm.pyslurm_backend import PyslurmUnavailable, load_
 from remediation.adapters.slurm.rest import RestSlurm
 from remediation.ports.errors import ConfigError, PermanentError, TransientError, UnknownNode
 from remediation.settings import SlurmSettings, load_settings
+from tests.scenario_table import NODE_NAME, BadInputs
 
 
 def test_factory_picks_the_configured_backend(tmp_path: object) -> None:
@@ -106,9 +107,10 @@ def test_plain_names_pass(name: str) -> None:
     ["ALL", "All", "n[1-2]", "a,b", "a b", "a\n", "", "-x", "a/b", "x" * 254, 7],
     ids=["ALL", "all-mixed", "hostlist", "comma", "space", "trailing-newline", "empty", "dash", "slash", "long", "int"],
 )
-def test_bad_names_are_refused(name: object) -> None:
-    with pytest.raises(InvalidSlurmArgument):
+def test_bad_names_are_refused(name: object, bad_inputs: BadInputs) -> None:
+    with pytest.raises(InvalidSlurmArgument) as refused:
         check_node_name(name)
+    bad_inputs.tried(NODE_NAME, f"Slurm command argument {name!r:.40}", f"refused before any command ran ({refused.value})"[:160], lost=None)
 
 
 def test_reasons() -> None:

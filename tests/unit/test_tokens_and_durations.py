@@ -87,3 +87,11 @@ def test_named_tokens_from_files_and_their_errors(tmp_path: Path) -> None:
                 ]
             }
         )
+
+
+@pytest.mark.parametrize("field", ["admin_tokens", "read_tokens"])
+def test_unnamed_tokens_are_held_to_the_named_tokens_minimum(field: str) -> None:
+    with pytest.raises(SettingsError, match=rf"api\.{field}: .*at least 16 characters") as err:
+        load_settings(api={field: ["long-enough-token-0123", "fifteen-chars-x"]})
+    assert "fifteen-chars-x" not in str(err.value)
+    assert len(load_settings(api={field: ["sixteen-chars-xx"]}).api.model_dump()[field]) == 1
