@@ -23,11 +23,11 @@ its cloud fake. While a provider operation runs (or the VM is stopped) the Node 
 When the operation has bumped the VM's boot count, ``reboot_delay_s`` later the Node gets a new
 ``bootID`` and ``Ready=True``, injected Node faults are gone, and slurmd registers again (clearing
 NOT_RESPONDING; a DRAIN we placed stays, as with ``ReturnToService=1``). A VM marked broken
-(:meth:`~simulator.faults.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
+(:meth:`~simulator.fault_injection.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
 slurmd never registers, so the workflow's verify step fails on it. Nothing else changes the world:
 the service under test must act through the endpoints for anything to recover.
 
-Fault injection and trace replay are in :mod:`simulator.faults`.
+Fault injection and trace replay are in :mod:`simulator.fault_injection`.
 
 ``python -m simulator.cluster`` serves a cluster until SIGTERM (:mod:`simulator.standalone`). For
 that, the cluster can listen on a chosen address and fixed ports (``bind``, ``base_port``), name
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.azure_api import AzureFake, make_self_signed_cert
-from simulator.faults import FaultInjector
+from simulator.fault_injection import FaultInjector
 from simulator.gce_api import GceFake
 from simulator.kube_api import KubeAPIServer
 from simulator.slurmctld import SlurmCtld

@@ -12,7 +12,7 @@ kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows 
 are there for a scheduler that would look at them.
 
 What the check does on a node is decided by ``outcome(k8s_node, argv)`` (the fault injector's: see
-:meth:`simulator.faults.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
+:meth:`simulator.fault_injection.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
 for a check that hangs.
 """
 

@@ -3,7 +3,7 @@
 The same validation the workflow's ``validate`` step uses (``validation.backend``), run from this process:
 it waits for the check (printing where it stands), takes its set-up down, records the check in the
 database and the audit log with ``--actor``, and exits 0 on a pass and 1 otherwise. ``release NODE
---validate`` (:mod:`remediation.cli.main`) runs it first and releases only on a pass.
+--validate`` (:mod:`remediation.cli.oncall`) runs it first and releases only on a pass.
 """
 
 from __future__ import annotations

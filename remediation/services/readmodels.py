@@ -30,7 +30,7 @@ from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import EpisodeRow, episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
-from remediation.services.faults import lemon_scores
+from remediation.services.lemons import lemon_scores
 from remediation.services.validation import ValidationRow, node_validations
 from remediation.services.validation import summary as validation_summary
 from remediation.settings import LemonSettings, PolicySettings

@@ -48,7 +48,7 @@ from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.services import incidents
 from remediation.services.ingest import ingest
-from remediation.services.levers import release
+from remediation.services.lever_rules import release
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 

@@ -28,7 +28,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import ControllerUnreachable, CredentialError, QuotaError, SystemicError
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
@@ -155,7 +155,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert control_get_now(sessions)["paused"] is True
     vm.failing = False
     with sessions() as s, s.begin():
-        levers.set_paused(s, False, "alice", "rotated the service account key", clock.now())
+        lever_rules.set_paused(s, False, "alice", "rotated the service account key", clock.now())
     assert run(engine, clock, pending) == []
     assert [r.status for r in rems(sessions)] == ["succeeded"] * 6
     assert len(world.calls("vm.restart", effect=True)) == 6  # the held step ran again once, not twice
@@ -226,7 +226,7 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
     assert len(audits(sessions, "pause")) == 1 and len(audits(sessions, "hold")) == 2
     assert not [r for r in rems(sessions) if r.status in ("quarantined", "failed", "succeeded")]
     with sessions() as s, s.begin():
-        levers.set_paused(s, False, "alice", "patched the plugin", clock.now())
+        lever_rules.set_paused(s, False, "alice", "patched the plugin", clock.now())
     assert len(audits(sessions, "unhold")) == 2
     assert all("held" not in (r.context or {}) for r in rems(sessions))
 

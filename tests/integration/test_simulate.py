@@ -102,7 +102,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     # the same world, every fault here is one a restart fixes and none is the fabric's.
     (tmp_path / "restart-fixes.yaml").write_text(yaml.safe_dump({"categories": {
         r.category: {"p_restart": 1.0, "p_move": 1.0, "source": "test"} for r in read_mix(trace)}}))
-    env_cmd = [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
+    env_cmd = [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
                "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl"),
                "--truth", str(tmp_path / "restart-fixes.yaml")]
     proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -123,7 +123,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
 def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("what,ever\n")
-    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace",
+    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace",
                            str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr
@@ -135,7 +135,7 @@ def test_side_by_side_rehearsal_shows_what_fault_intelligence_changes(tmp_path: 
     the fabric's nodes get no VM action and no quarantine, far fewer VM actions are wasted."""
     trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
     proc = subprocess.run(
-        [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
+        [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
          "--nodes", "256", "--days", "54", "--seed", "3", "--baseline",
          str(ROOT / "deploy" / "policies" / "naive-ladder.yaml"), "-o", "json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,

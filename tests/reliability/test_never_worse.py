@@ -37,7 +37,7 @@ from remediation.db.models import AuditLog, Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.breaker import state as breaker_state
 from remediation.services.notify import run_pass
 from remediation.services.workflow import RetryLater
@@ -218,7 +218,7 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
         p.wait_event("gpu-node-0", 5.0, kind="healthy")
         closed = time.monotonic()
         with p.sessions() as s, s.begin():
-            followups = levers.close_breaker(s, "oncall", "leaf switch replaced", datetime.now(UTC))
+            followups = lever_rules.close_breaker(s, "oncall", "leaf switch replaced", datetime.now(UTC))
         assert sorted(f.remediation_id for f in followups) == sorted(looks_after_slide)
         p.settle(followups, timeout=120)
         recovery = time.monotonic() - closed

@@ -89,7 +89,7 @@ def test_shipped_config_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 def test_manifests_run_only_real_commands() -> None:
     from typer.main import get_command
 
-    from remediation.cli.ops import app
+    from remediation.cli.main import app
 
     commands = set(get_command(app).commands)  # type: ignore[attr-defined]
     used: set[str] = set()
@@ -145,7 +145,7 @@ def _compose() -> dict[str, Any]:
 def _cli() -> Any:
     from typer.main import get_command
 
-    from remediation.cli.ops import app
+    from remediation.cli.main import app
 
     return get_command(app)
 

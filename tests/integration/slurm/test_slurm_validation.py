@@ -232,7 +232,7 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
     from sqlalchemy.pool import NullPool
     from typer.testing import CliRunner
 
-    from remediation.cli.main import app
+    from remediation.cli.oncall import app
     from tests.integration.history import RecordingDispatcher
 
     node = slurm.nodes[0]
