@@ -4,7 +4,8 @@
 acknowledged (that consumer died mid-batch), then it reads new ones. ``handle`` records a batch and
 commits; only then are the entries acknowledged and deleted (the database, not Redis, is the record).
 If ``handle`` raises (Postgres is down), nothing is acknowledged and the entries are claimed again
-later. See remediation.adapters.bus for the kick protocol that makes ``drain`` end without losing a late event.
+later. See remediation.adapters.bus for the kick protocol that makes ``drain`` end without losing a late
+event, and :func:`wait_for_new` and :func:`claim_kick` for the workers' side of it.
 """
 
 from __future__ import annotations
@@ -73,3 +74,27 @@ def _read(client: redis.Redis, keys: Keys, me: str, batch: int) -> list[tuple[by
 def _claim(client: redis.Redis, keys: Keys, me: str, batch: int, idle_ms: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
     _next, claimed, *_ = client.xautoclaim(keys.stream, GROUP, me, min_idle_time=idle_ms, start_id="0-0", count=batch)
     return [(eid, fields) for eid, fields in claimed if fields is not None]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+KICK_TTL_MS = 5000
+
+
+def claim_kick(client: redis.Redis, keys: Keys) -> bool:
+    """Set the kick key unless it is set: True when the caller must send the ingest task (a running
+    ingest deletes the key before its final read, so a kick it misses comes through here)."""
+    return bool(client.set(keys.kick, "1", nx=True, px=KICK_TTL_MS))
+
+
+def tail(client: redis.Redis, keys: Keys) -> str:
+    """The id of the stream's newest entry ("0-0" when there is none)."""
+    newest = client.xrevrange(keys.stream, count=1)
+    return _text(newest[0][0]) if newest else "0-0"
+
+
+def wait_for_new(client: redis.Redis, keys: Keys, after: str, block_ms: int) -> bool:
+    """Block up to ``block_ms`` until the stream holds an entry newer than ``after``."""
+    return bool(client.xread({keys.stream: after}, count=1, block=block_ms))

@@ -1,4 +1,9 @@
-"""``broker``: Redis, holding the event stream and the Celery queues (``REMEDIATION_BROKER__*``)."""
+"""``broker``: Redis, holding the event stream and the Celery queues (``REMEDIATION_BROKER__*``).
+
+Each component connects as its own Redis ACL user, named with its password in its URL
+(``redis://USER:PASSWORD@HOST:6379/0``); the users and what each may do are in
+``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before.
+"""
 
 from __future__ import annotations
 
