@@ -130,10 +130,13 @@ def redis_client(settings: Settings, timeout: float) -> redis.Redis:
     """A client of the broker's Redis (``broker.redis_url``) that gives up on a connect or a reply
     after ``timeout`` seconds, so an unreachable Redis is an error the caller handles, never a hang.
     Each caller picks the bound its work can wait: a watcher's publish, a page's queue depth, a
-    worker's stream read. The URL names the component's own ACL user."""
+    worker's stream read. The URL names the component's own ACL user; a ``rediss://`` URL speaks TLS
+    (``broker.ca_file``)."""
     import redis
 
-    return redis.Redis.from_url(settings.broker.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    b = settings.broker
+    return redis.Redis.from_url(b.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                **b.tls(b.redis_url))
 
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:

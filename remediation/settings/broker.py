@@ -2,13 +2,16 @@
 
 Each component connects as its own Redis ACL user, named with its password in its URL
 (``redis://USER:PASSWORD@HOST:6379/0``); the users and what each may do are in
-``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before.
+``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before. A
+``rediss://`` URL speaks TLS, verified against :attr:`BrokerSettings.ca_file`.
 """
 
 from __future__ import annotations
 
+import ssl
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -28,6 +31,12 @@ class BrokerSettings(Section):
     )
     celery_broker_url: str | None = Field(
         None, description="Celery broker URL. Defaults to redis_url; 'memory://' for the embedded mode."
+    )
+    ca_file: str | None = Field(
+        None,
+        description="PEM file of the CA that signed Redis's TLS certificate, for rediss:// URLs (the "
+        "event bus, the leader lock and Celery's broker). Unset: the system's trusted CAs; the "
+        "server's certificate is verified either way, never skipped.",
     )
     visibility_timeout_s: int = Field(
         900,
@@ -55,6 +64,13 @@ class BrokerSettings(Section):
     @property
     def celery_url(self) -> str:
         return self.celery_broker_url or self.redis_url
+
+    def tls(self, url: str) -> dict[str, Any]:
+        """redis-py's (and kombu's ``broker_use_ssl``) TLS keywords for ``url``: none for redis://;
+        for rediss://, a required and verified server certificate, signed by :attr:`ca_file` if set."""
+        if not url.startswith("rediss://"):
+            return {}
+        return {"ssl_cert_reqs": ssl.CERT_REQUIRED, **({"ssl_ca_certs": self.ca_file} if self.ca_file else {})}
 
     @property
     def beat_schedule_file(self) -> Path:

@@ -3,7 +3,7 @@
 A real redis-server loads the shipped ACL file; the real Slurm watcher, Celery worker processes (no
 beat until the storm is in: the workers' kick relay alone starts the ingest), beat and API process each
 connect as their own user, and a storm of events goes end to end. Nothing any of them did was refused (ACL LOG is empty), and the
-watcher's user cannot read, delete or trim the stream, nor touch Celery's queues.
+watcher's user cannot read, delete or trim the stream, nor touch Celery's queues. The same over TLS.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from remediation.adapters.celery import SWEEP_TASK
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.db.models import Remediation
 from remediation.settings import load_settings
+from simulator.kube_tls import write_cluster_pki
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
 from tests.redisproc import AclRedis
@@ -42,6 +43,15 @@ def plain(tmp_path: Path) -> Iterator[AclRedis]:
     server.stop()
 
 
+@pytest.fixture
+def tls(tmp_path: Path) -> Iterator[AclRedis]:
+    (tmp_path / "pki").mkdir()
+    pki = write_cluster_pki(tmp_path / "pki")
+    server = AclRedis(tmp_path, tls=(pki.ca_file, pki.cert_file, pki.key_file))
+    yield server
+    server.stop()
+
+
 def opened(pg_url: str) -> set[str]:
     engine = create_engine(pg_url, poolclass=NullPool)
     with Session(engine) as s:
@@ -50,12 +60,13 @@ def opened(pg_url: str) -> set[str]:
     return nodes
 
 
-def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path) -> None:
+def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path, ca: str | None = None) -> None:
     """Watcher, worker and API, each as its own user, through a storm; the ACL refused nothing."""
-    env = worker_env(pg_url, server.url("worker"), PREFIX, tmp_path)
+    tls = {"REMEDIATION_BROKER__CA_FILE": ca} if ca else {}
+    env = worker_env(pg_url, server.url("worker"), PREFIX, tmp_path, **tls)
     world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
     watcher_settings = load_settings(
-        broker={"redis_url": server.url("watcher-slurm"), "key_prefix": PREFIX},
+        broker={"redis_url": server.url("watcher-slurm"), "key_prefix": PREFIX, "ca_file": ca},
         slurm={"backend": "memory", "poll_interval_s": 0.2},
         sim={"journal": str(tmp_path / "world.json"), "nodes": "gpu-node-[0-7]"},
     )
@@ -66,6 +77,7 @@ def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path) -> None:
             REMEDIATION_BROKER__REDIS_URL=server.url("api"),
             REMEDIATION_BROKER__KEY_PREFIX=PREFIX,
             REMEDIATION_API__ADMIN_TOKENS=f'["{ADMIN_TOKEN}"]',
+            **tls,
         ),
         tmp_path / "api.log",
     )
@@ -169,3 +181,10 @@ def test_a_watcher_may_only_append(plain: AclRedis, command: tuple[str, ...]) ->
 def test_the_default_user_is_off(plain: AclRedis) -> None:
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=plain.port).ping()
+
+
+def test_components_speak_tls(tls: AclRedis, pg_url: str, tmp_path: Path) -> None:
+    with pytest.raises(redis.ConnectionError):  # TLS only: no plain-text port
+        redis.Redis(port=tls.port, socket_connect_timeout=2).ping()
+    assert tls.tls is not None
+    storm_end_to_end(tls, pg_url, tmp_path, ca=str(tls.tls[0]))
