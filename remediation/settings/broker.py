@@ -53,6 +53,21 @@ class BrokerSettings(Section):
         description="Seconds an event may sit read-but-unacknowledged (its consumer died) before "
         "another ingest task claims it.",
     )
+    stream_max_len: int = Field(
+        0,
+        ge=0,
+        description="Entries of acknowledged history the event stream keeps, for a look at what went "
+        "through (0: none; the database, not Redis, is the record). Entries some consumer group has "
+        "not read, or read but not acknowledged, are never trimmed, however many: "
+        "remediation_queue_depth{queue=\"events\"} counts the ingest group's, and an alert fires on it.",
+    )
+    max_event_bytes: int = Field(
+        65_536,
+        ge=1024,
+        description="Largest event payload, in bytes, the ingest records. A larger one is rejected "
+        "whole (a rejected_events row and a log line naming node and size), never cut to fit; 64 KiB "
+        "is far above any event a watcher writes (a Slurm reason is at most a few hundred bytes).",
+    )
     beat_state_dir: str | None = Field(
         None,
         description="Directory of Celery beat's schedule state (when each periodic task last ran), "
