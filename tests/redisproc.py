@@ -71,3 +71,59 @@ class PrivateRedis:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
+
+
+ACL_FILE = Path(__file__).resolve().parents[1] / "deploy" / "base" / "redis" / "users.acl"
+ADMIN = "test-admin"
+
+
+class AclRedis:
+    """redis-server on a free port with the shipped ACL users (deploy/base/redis/users.acl), plus an
+    all-powerful ``test-admin`` user for the test's own looks; TLS-only (``--port 0``) when given a
+    server certificate. ``url(user)`` is that component's URL, with the shipped placeholder password."""
+
+    def __init__(self, workdir: Path, tls: tuple[Path, Path, Path] | None = None) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RedisMissing("redis-server is not installed (scripts/setup.sh installs it)")
+        self.dir, self.port, self.tls = workdir, free_port(), tls
+        acl = workdir / "users.acl"
+        acl.write_text(ACL_FILE.read_text() + f"user {ADMIN} on >{ADMIN} ~* &* +@all\n")
+        args = [binary, "--bind", "127.0.0.1", "--dir", str(workdir), *PERSISTENCE["volatile"],
+                "--aclfile", str(acl), "--daemonize", "no", "--logfile", str(workdir / "redis.log")]
+        if tls is None:
+            args += ["--port", str(self.port)]
+        else:
+            ca, cert, key = tls
+            args += ["--port", "0", "--tls-port", str(self.port), "--tls-ca-cert-file", str(ca),
+                     "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-auth-clients", "no"]
+        self.proc = subprocess.Popen(args, start_new_session=True)
+        admin = self.client(ADMIN)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if admin.ping():
+                    admin.close()
+                    return
+            except (redis.ConnectionError, redis.AuthenticationError):
+                time.sleep(0.05)
+        raise AssertionError(f"redis-server did not start:\n{(workdir / 'redis.log').read_text()[-2000:]}")
+
+    def url(self, user: str) -> str:
+        password = ADMIN if user == ADMIN else f"change-me-{user}"
+        scheme = "rediss" if self.tls else "redis"
+        return f"{scheme}://{user}:{password}@127.0.0.1:{self.port}/0"
+
+    def client(self, user: str) -> redis.Redis:
+        extra = {"ssl_ca_certs": str(self.tls[0])} if self.tls else {}
+        return redis.Redis.from_url(self.url(user), socket_connect_timeout=2, **extra)
+
+    def denials(self) -> list[str]:
+        """What the ACL refused since start: ``user command key`` per ACL LOG entry."""
+        entries = self.client(ADMIN).acl_log(count=100)
+        return [f"{e['username']} {e['reason']} {e['object']}" for e in entries]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)

@@ -28,7 +28,7 @@ from remediation.adapters import logs
 from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.settings import Settings, load_settings
-from workers import health
+from workers import health, kick_relay
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ def make_app(settings: Settings) -> Celery:
         app.conf.beat_schedule["prune-events"] = {"task": PRUNE_TASK,
                                                   "schedule": settings.retention.prune_interval_s}
     health.install(app, settings)
+    kick_relay.install(app, settings)
     return app
 
 

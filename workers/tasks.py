@@ -67,14 +67,14 @@ def ingest(self: DomainTask) -> int:
 
     def handle(payloads: Sequence[bytes]) -> None:
         result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
-                              rt.settings.incidents)
+                              rt.settings.incidents, rt.settings.broker.max_event_bytes)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:
         n = memstream.drain(handle, rt.settings.broker.ingest_batch)
     else:
         n = drain(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
-                  rt.settings.broker.ingest_claim_idle_s * 1000)
+                  rt.settings.broker.ingest_claim_idle_s * 1000, keep=rt.settings.broker.stream_max_len)
     enqueue(opened)
     return n
 

@@ -7,12 +7,16 @@ recorded them commits; an ingest worker that dies leaves its entries pending, an
 them (XAUTOCLAIM) after ``broker.ingest_claim_idle_s``. Recording is idempotent (dedupe key), so a claim
 that repeats work changes nothing.
 
-Publishing is "XADD, then kick": the publisher sets a short-lived kick key and, if it was the one to set
-it, sends the ingest task. The ingest task deletes the key before its final read, so an event is either
-seen by the running ingest or triggers a new one. A periodic beat task covers anything else.
+Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to the stream
+and nothing else (deploy/base/redis/users.acl), so it cannot read, delete or trim events, nor put a task
+on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the stream's
+tail, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
+task. The ingest task deletes the key before its final read, so an event is either seen by the running
+ingest or triggers a new one. A periodic beat task covers anything else. (A ``kick`` callable given
+here, as tests and the embedded mode do, sets the key and kicks from the publisher instead.)
 
-A batch (whatever one poll or one watch burst produced) goes to Redis as **one pipeline**: every XADD and
-the kick's SET NX in one round trip. Production Redis runs with ``appendfsync always`` (see
+A batch (whatever one poll or one watch burst produced) goes to Redis as **one pipeline**: every XADD
+(and a kick's SET NX) in one round trip. Production Redis runs with ``appendfsync always`` (see
 docs/architecture.md), which fsyncs once per event-loop pass before it answers, so a pipelined batch pays
 one fsync, where one XADD per event paid one each and capped publishing at about 900 events/s. The
 outbox guarantee is unchanged: the caller drops its events only after this returns, i.e. after Redis

@@ -51,6 +51,8 @@ def make_app(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
+        broker_use_ssl=settings.broker.tls(settings.broker.celery_url) or None,
+        redis_backend_use_ssl=settings.broker.tls(settings.broker.celery_url) or None,
         broker_transport_options={
             "visibility_timeout": settings.broker.visibility_timeout_s,
             "global_keyprefix": f"{settings.broker.key_prefix}:celery:",
@@ -59,13 +61,13 @@ def make_app(settings: Settings) -> Celery:
     return app
 
 
-_clients: dict[tuple[str, float, str], Celery] = {}
+_clients: dict[tuple[str, float, str, str], Celery] = {}
 
 
 def client_app(settings: Settings) -> Celery:
     """The process's sending app for these broker settings (built once: an app holds a connection pool)."""
     b = settings.broker
-    key = (b.celery_url, b.visibility_timeout_s, b.key_prefix)
+    key = (b.celery_url, b.visibility_timeout_s, b.key_prefix, b.ca_file or "")
     if key not in _clients:
         _clients[key] = make_app(settings)
     return _clients[key]

@@ -130,26 +130,28 @@ def redis_client(settings: Settings, timeout: float) -> redis.Redis:
     """A client of the broker's Redis (``broker.redis_url``) that gives up on a connect or a reply
     after ``timeout`` seconds, so an unreachable Redis is an error the caller handles, never a hang.
     Each caller picks the bound its work can wait: a watcher's publish, a page's queue depth, a
-    worker's stream read."""
+    worker's stream read. The URL names the component's own ACL user; a ``rediss://`` URL speaks TLS
+    (``broker.ca_file``)."""
     import redis
 
-    return redis.Redis.from_url(settings.broker.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    b = settings.broker
+    return redis.Redis.from_url(b.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                **b.tls(b.redis_url))
 
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
-    """The bus watchers publish to; new events kick the ingest task. ``memory://`` (embedded mode)
-    gives the in-process bus with the same contract."""
-    from remediation.adapters.celery import celery_dispatcher
-
-    kick = celery_dispatcher(settings).kick_ingest
+    """The bus watchers publish to. On Redis a publisher only appends: its ACL user may XADD to the
+    stream and nothing else, and the workers' kick relay (workers.kick_relay) starts the ingest.
+    ``memory://`` (embedded mode) gives the in-process bus, which kicks the ingest task itself."""
     if settings.broker.redis_url.startswith("memory://"):
+        from remediation.adapters.celery import celery_dispatcher
         from remediation.adapters.memstream import MemoryEventBus
 
-        return MemoryEventBus(kick=kick)  # type: ignore[return-value]
+        return MemoryEventBus(kick=celery_dispatcher(settings).kick_ingest)  # type: ignore[return-value]
     from remediation.adapters.bus import RedisEventBus
 
     client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
-    return RedisEventBus(client, settings.broker.key_prefix, kick=kick)
+    return RedisEventBus(client, settings.broker.key_prefix)
 
 
 def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0) -> LeaderLock:

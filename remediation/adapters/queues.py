@@ -1,12 +1,18 @@
-"""Queue depth for the dashboard and /metrics: events waiting in the stream and tasks in each queue."""
+"""Queue depth for the dashboard and /metrics: events waiting in the stream and tasks in each queue.
+
+``events`` is the ingest consumer group's lag: entries it has not acknowledged, whether never
+delivered or read and still pending (``events_pending``). The stream may hold acknowledged history
+besides (``broker.stream_max_len``), which waits for nothing and is not counted.
+"""
 
 from __future__ import annotations
 
 import redis
 
-from remediation.adapters.bus import GROUP, Keys
+from remediation.adapters.bus import Keys
 from remediation.adapters.celery import INGEST_QUEUE, WORKFLOW_QUEUE
 from remediation.adapters.factory import redis_client
+from remediation.adapters.stream import ingest_lag
 from remediation.settings import Settings
 
 
@@ -20,16 +26,15 @@ def queue_depth(settings: Settings) -> dict[str, int]:
     prefix = f"{settings.broker.key_prefix}:celery:"
     try:
         pipe = client.pipeline(transaction=False)
-        pipe.xlen(keys.stream)
         pipe.llen(prefix + INGEST_QUEUE)
         pipe.llen(prefix + WORKFLOW_QUEUE)
-        events, ingest, workflow = pipe.execute()
+        ingest, workflow = pipe.execute()
         try:
-            pending = int(client.xpending(keys.stream, GROUP)["pending"])
-        except redis.ResponseError:
-            pending = 0
+            events, pending = ingest_lag(client, keys)
+        except redis.ResponseError:  # no stream yet
+            events, pending = 0, 0
     except redis.RedisError:
         return {}
     finally:
         client.close()
-    return {"events": int(events), "events_pending": pending, "ingest": int(ingest), "workflow": int(workflow)}
+    return {"events": events, "events_pending": pending, "ingest": int(ingest), "workflow": int(workflow)}

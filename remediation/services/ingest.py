@@ -20,6 +20,8 @@ published is ever dropped silently.
 
 from __future__ import annotations
 
+import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -59,6 +61,8 @@ from remediation.services.audit import would
 from remediation.services.incidents import correlate_opened, record_domains
 from remediation.settings import IncidentSettings, PolicySettings
 
+log = logging.getLogger(__name__)
+
 
 @dataclass
 class IngestResult:
@@ -79,10 +83,31 @@ def storable(text: str, limit: int = 65536) -> str:
     return text[:limit].replace("\x00", "\\u0000")
 
 
-def parse_payloads(payloads: Sequence[str | bytes]) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
+_NODE_FIELD = re.compile(rb'"node"\s*:\s*"([^"]{1,253})"')
+
+
+def oversize(raw: str | bytes, max_bytes: int | None) -> str | None:
+    """Why ``raw`` is too large to record (None: it is not). Rejected whole, never cut to fit: a log
+    line names the node and the size, and the rejected_events row says the same."""
+    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
+    if max_bytes is None or len(data) <= max_bytes:
+        return None
+    found = _NODE_FIELD.search(data[:4096])
+    node = found.group(1).decode("utf-8", "replace") if found else "unknown"
+    log.warning("rejected an event for node %s: %d bytes, over broker.max_event_bytes (%d)",
+                node, len(data), max_bytes)
+    return f"oversize: {len(data)} bytes for node {node}, over broker.max_event_bytes ({max_bytes})"
+
+
+def parse_payloads(payloads: Sequence[str | bytes], max_bytes: int | None = None
+                   ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
     events: list[NodeEvent] = []
     rejected: list[tuple[str, str]] = []
     for raw in payloads:
+        if (too_large := oversize(raw, max_bytes)) is not None:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            rejected.append((storable(text), too_large))
+            continue
         try:
             events.append(NodeEvent.parse(raw))
         except InvalidEvent as exc:
@@ -99,14 +124,15 @@ def reject(session: Session, payload: str | bytes, error: str, now: datetime) ->
 
 def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None,
+    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
 ) -> IngestResult:
     """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
-    ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents)."""
+    ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
+    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit)."""
     now = clock.now()
     result = IngestResult()
-    events, rejected = parse_payloads(payloads)
+    events, rejected = parse_payloads(payloads, max_bytes)
     if rejected:
         session.execute(
             insert(RejectedEvent),
@@ -315,7 +341,7 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None,
+    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -323,7 +349,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents)
+            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -332,7 +358,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents)
+                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

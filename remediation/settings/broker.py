@@ -1,9 +1,17 @@
-"""``broker``: Redis, holding the event stream and the Celery queues (``REMEDIATION_BROKER__*``)."""
+"""``broker``: Redis, holding the event stream and the Celery queues (``REMEDIATION_BROKER__*``).
+
+Each component connects as its own Redis ACL user, named with its password in its URL
+(``redis://USER:PASSWORD@HOST:6379/0``); the users and what each may do are in
+``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before. A
+``rediss://`` URL speaks TLS, verified against :attr:`BrokerSettings.ca_file`.
+"""
 
 from __future__ import annotations
 
+import ssl
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from pydantic import Field
 
@@ -24,6 +32,12 @@ class BrokerSettings(Section):
     celery_broker_url: str | None = Field(
         None, description="Celery broker URL. Defaults to redis_url; 'memory://' for the embedded mode."
     )
+    ca_file: str | None = Field(
+        None,
+        description="PEM file of the CA that signed Redis's TLS certificate, for rediss:// URLs (the "
+        "event bus, the leader lock and Celery's broker). Unset: the system's trusted CAs; the "
+        "server's certificate is verified either way, never skipped.",
+    )
     visibility_timeout_s: int = Field(
         900,
         ge=60,
@@ -39,6 +53,21 @@ class BrokerSettings(Section):
         description="Seconds an event may sit read-but-unacknowledged (its consumer died) before "
         "another ingest task claims it.",
     )
+    stream_max_len: int = Field(
+        0,
+        ge=0,
+        description="Entries of acknowledged history the event stream keeps, for a look at what went "
+        "through (0: none; the database, not Redis, is the record). Entries some consumer group has "
+        "not read, or read but not acknowledged, are never trimmed, however many: "
+        "remediation_queue_depth{queue=\"events\"} counts the ingest group's, and an alert fires on it.",
+    )
+    max_event_bytes: int = Field(
+        65_536,
+        ge=1024,
+        description="Largest event payload, in bytes, the ingest records. A larger one is rejected "
+        "whole (a rejected_events row and a log line naming node and size), never cut to fit; 64 KiB "
+        "is far above any event a watcher writes (a Slurm reason is at most a few hundred bytes).",
+    )
     beat_state_dir: str | None = Field(
         None,
         description="Directory of Celery beat's schedule state (when each periodic task last ran), "
@@ -50,6 +79,13 @@ class BrokerSettings(Section):
     @property
     def celery_url(self) -> str:
         return self.celery_broker_url or self.redis_url
+
+    def tls(self, url: str) -> dict[str, Any]:
+        """redis-py's (and kombu's ``broker_use_ssl``) TLS keywords for ``url``: none for redis://;
+        for rediss://, a required and verified server certificate, signed by :attr:`ca_file` if set."""
+        if not url.startswith("rediss://"):
+            return {}
+        return {"ssl_cert_reqs": ssl.CERT_REQUIRED, **({"ssl_ca_certs": self.ca_file} if self.ca_file else {})}
 
     @property
     def beat_schedule_file(self) -> Path:

@@ -4,7 +4,9 @@ There is no Docker engine on these machines, so this test reads docker-compose.y
 each service would run: the simulator's entrypoint and command, then `db upgrade` (the migrate
 service), then the worker, beat, both watchers and the API through the very `sh -c` entrypoint that
 sources the simulator's env file. Only what a container network provides is replaced: the `postgres`
-and `redis` hosts become this run's test database and Redis key prefix, the simulator listens on
+host becomes this run's test database, the `redis` host a private redis-server with the ACL users the
+compose Redis loads (each service keeps its own user from its URL; none may be refused a command),
+the simulator listens on
 127.0.0.1 on free ports and writes its state into a temp dir instead of the `sim` volume, the API
 gets a free port, and the trace is sped up (``--speedup``, ``--seed``) so the first faults land
 within seconds. The facts are read from Postgres: both watchers' events, and a remediation that went
@@ -31,7 +33,7 @@ from sqlalchemy import create_engine, text
 
 from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
-from tests.conftest import REDIS_URL
+from tests.redisproc import AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 # docker-compose runs without validation (validation.backend none): verify leads to return.
@@ -111,7 +113,7 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _environment(svc: dict[str, Any], pg_url: str, prefix: str) -> dict[str, str]:
+def _environment(svc: dict[str, Any], pg_url: str, redis: AclRedis) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `remediation`
     for key, value in (svc.get("environment") or {}).items():
@@ -119,8 +121,10 @@ def _environment(svc: dict[str, Any], pg_url: str, prefix: str) -> dict[str, str
     db, broker = env["REMEDIATION_DATABASE__URL"], env["REMEDIATION_BROKER__REDIS_URL"]
     assert urlsplit(db).hostname == "postgres" and urlsplit(broker).hostname == "redis", (db, broker)
     env["REMEDIATION_DATABASE__URL"] = pg_url
-    env["REMEDIATION_BROKER__REDIS_URL"] = REDIS_URL
-    env["REMEDIATION_BROKER__KEY_PREFIX"] = prefix
+    named = urlsplit(broker)
+    assert named.username and named.password, f"{broker}: each service names its own Redis user"
+    # Its user and password as compose gives them: a password users.acl does not hold fails here.
+    env["REMEDIATION_BROKER__REDIS_URL"] = f"redis://{named.username}:{named.password}@127.0.0.1:{redis.port}/0"
     return env
 
 
@@ -160,12 +164,14 @@ def _facts(pg_url: str) -> dict[str, Any]:
 
 
 def test_compose_services_run_the_loop_against_the_simulator(
-    tmp_path: Path, pg_url: str, redis_prefix: str
+    tmp_path: Path, pg_url: str
 ) -> None:
     # The token compose requires (`${REMEDIATION_ADMIN_TOKEN:?...}`), chosen as an operator would.
     services = compose({"REMEDIATION_ADMIN_TOKEN": secrets.token_urlsafe(24)})["services"]
     state_dir, api_port = tmp_path / "sim", _free_port()
     stack = Stack(tmp_path)
+    (tmp_path / "redis").mkdir()
+    redis = AclRedis(tmp_path / "redis")  # the users the compose Redis loads (deploy/base/redis)
     facts: dict[str, Any] = {}
     health: list[int] = []
     checks: dict[str, int] = {}
@@ -192,7 +198,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
         migrate = services["migrate"]
         done = subprocess.run(
             _local_argv(migrate, state_dir, tmp_path, api_port), cwd=ROOT, capture_output=True, text=True,
-            env=_environment(migrate, pg_url, redis_prefix), timeout=120, check=False,
+            env=_environment(migrate, pg_url, redis), timeout=120, check=False,
         )  # fmt: skip
         assert done.returncode == 0 and "database at head" in done.stdout, done.stdout + done.stderr
 
@@ -201,7 +207,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
         for name in LONG_RUNNING:
             svc = services[name]
             assert "simulator" in svc["depends_on"], name
-            env = _environment(svc, pg_url, redis_prefix) | {"REMEDIATION_HEALTH__PORT": str(health_ports[name])}
+            env = _environment(svc, pg_url, redis) | {"REMEDIATION_HEALTH__PORT": str(health_ports[name])}
             stack.start(name, _local_argv(svc, state_dir, tmp_path, api_port), env)
 
         deadline = time.monotonic() + DEADLINE_S
@@ -232,6 +238,9 @@ def test_compose_services_run_the_loop_against_the_simulator(
         )
     finally:
         codes = stack.stop()
+        denied = redis.denials()
+        redis.stop()
+    assert denied == [], denied
     assert {"slurm", "kubernetes"} <= facts.get("sources", set()), (facts, stack.tails())
     assert facts["succeeded"], (facts, stack.tails())
     assert health == [200, 200]

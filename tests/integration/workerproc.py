@@ -50,6 +50,11 @@ def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str
     return env
 
 
+def beat_argv(schedule: Path) -> list[str]:
+    """A standalone Celery beat of the workers' app, keeping its schedule state in ``schedule``."""
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", "beat", "-s", str(schedule)]
+
+
 class Worker:
     def __init__(
         self,

@@ -24,6 +24,7 @@ ALERTS = {
     "RemediationStuck",
     "RemediationQuarantineRateHigh",
     "RemediationRejectedEvents",
+    "RemediationEventLag",
     "RemediationTasksFailing",
 }
 PROMQL_WORDS = {
@@ -105,6 +106,7 @@ HEALTHY = [
     ('remediation_remediations_total{outcome="quarantined",pod="a1"}', "5x40"),
     ('remediation_rejected_events_total{pod="a1"}', "2x40"),
     ('remediation_worker_tasks_total{task="remediation.ingest",outcome="failed",pod="w1"}', "0x40"),
+    ('remediation_queue_depth{queue="events",pod="a1"}', "0 800 20 0 3000 0x36"),  # bursts, drained
     ('remediation_worker_tasks_total{task="remediation.ingest",outcome="succeeded",pod="w1"}', "0+10x40"),
 ]
 
@@ -138,6 +140,10 @@ CASES: dict[str, tuple[list[tuple[str, str]], list[dict[str, str]]]] = {
     ),
     "RemediationRejectedEvents": (
         _with({'remediation_rejected_events_total{pod="a1"}': "2+1x40"}),
+        [{"severity": "warning"}],
+    ),
+    "RemediationEventLag": (
+        _with({'remediation_queue_depth{queue="events",pod="a1"}': "0x10 1500+100x30"}),
         [{"severity": "warning"}],
     ),
     "RemediationTasksFailing": (

@@ -63,8 +63,11 @@ def test_kustomization_resources_exist(path: Path) -> None:
         assert (path.parent / res).exists(), f"{path}: missing resource {res}"
 
 
+COMPOSE_TLS = ROOT / "docker-compose.tls.yml"
+
+
 def manifests() -> list[Path]:
-    return sorted(p for p in (ROOT / "deploy").rglob("*.yaml")) + [ROOT / "docker-compose.yml"]
+    return sorted(p for p in (ROOT / "deploy").rglob("*.yaml")) + [ROOT / "docker-compose.yml", COMPOSE_TLS]
 
 
 @pytest.mark.parametrize("path", manifests(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -96,7 +99,7 @@ def test_manifests_run_only_real_commands() -> None:
     for path in manifests():
         for doc in _docs(path):
             # Kubernetes containers; compose services are resolved through their entrypoints below.
-            for node in _walk(doc) if path.name != "docker-compose.yml" else []:
+            for node in _walk(doc) if not path.name.startswith("docker-compose") else []:
                 args = node.get("args") or node.get("command")
                 if (
                     isinstance(args, list)
@@ -841,3 +844,17 @@ def test_the_image_installs_the_project_as_a_wheel_would() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert "pip install --no-cache-dir . " in text and " -e " not in text
     assert "rm -rf /src" in text
+
+
+def test_compose_tls_overlay_keeps_each_components_user() -> None:
+    """docker-compose.tls.yml moves every Redis client to rediss:// with the CA, as the same ACL user."""
+    (tls,) = _docs(COMPOSE_TLS)
+    for name, svc in _compose().items():
+        url = (svc.get("environment") or {}).get("REMEDIATION_BROKER__REDIS_URL")
+        if url is None or name == "migrate":  # migrate only upgrades the database
+            continue
+        env = tls["services"][name]["environment"]
+        assert env["REMEDIATION_BROKER__REDIS_URL"] == url.replace("redis://", "rediss://", 1), name
+        assert env["REMEDIATION_BROKER__CA_FILE"].startswith("/tls/"), name
+        assert "redis-tls:/tls:ro" in tls["services"][name]["volumes"], name
+    assert "--tls-port" in tls["services"]["redis"]["command"] and "0" in tls["services"]["redis"]["command"]

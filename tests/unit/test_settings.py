@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,17 @@ def test_unreadable_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
     monkeypatch.setenv(CONFIG_ENV, str(path))
     with pytest.raises(SettingsError, match=message):
         load_settings()
+
+
+@pytest.mark.parametrize(
+    ("url", "ca_file", "expected"),
+    [
+        ("redis://worker:pw@redis:6379/0", "/ca.pem", {}),
+        ("rediss://worker:pw@redis:6379/0", None, {"ssl_cert_reqs": ssl.CERT_REQUIRED}),
+        ("rediss://worker:pw@redis:6379/0", "/ca.pem", {"ssl_cert_reqs": ssl.CERT_REQUIRED, "ssl_ca_certs": "/ca.pem"}),
+    ],
+    ids=["plain", "tls-system-cas", "tls-own-ca"],
+)
+def test_redis_tls_always_verifies(url: str, ca_file: str | None, expected: dict[str, Any]) -> None:
+    """rediss:// verifies the server's certificate, against broker.ca_file when set; redis:// is plain."""
+    assert load_settings(broker={"redis_url": url, "ca_file": ca_file}).broker.tls(url) == expected

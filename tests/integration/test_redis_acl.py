@@ -1,0 +1,190 @@
+"""Least privilege on the bus: each component runs as its own Redis ACL user (deploy/base/redis/users.acl).
+
+A real redis-server loads the shipped ACL file; the real Slurm watcher, Celery worker processes (no
+beat until the storm is in: the workers' kick relay alone starts the ingest), beat and API process each
+connect as their own user, and a storm of events goes end to end. Nothing any of them did was refused (ACL LOG is empty), and the
+watcher's user cannot read, delete or trim the stream, nor touch Celery's queues. The same over TLS.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from sqlalchemy import create_engine, func, select
+from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
+
+from remediation.adapters.celery import SWEEP_TASK
+from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.db.models import Remediation
+from remediation.settings import load_settings
+from simulator.kube_tls import write_cluster_pki
+from tests.integration.apiproc import ApiProcess, base_env
+from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
+from tests.redisproc import AclRedis
+from watchers.runtime import Stopper
+from watchers.slurm import run as run_slurm_watcher
+
+PREFIX = "remediation"  # the ACL file's key prefix
+ADMIN_TOKEN = "acl-test-admin-token-0123456789abcdef"
+STORM = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+
+
+@pytest.fixture
+def plain(tmp_path: Path) -> Iterator[AclRedis]:
+    server = AclRedis(tmp_path)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> Iterator[AclRedis]:
+    (tmp_path / "pki").mkdir()
+    pki = write_cluster_pki(tmp_path / "pki")
+    server = AclRedis(tmp_path, tls=(pki.ca_file, pki.cert_file, pki.key_file))
+    yield server
+    server.stop()
+
+
+def opened(pg_url: str) -> set[str]:
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        nodes = set(s.scalars(select(Remediation.node)))
+    engine.dispose()
+    return nodes
+
+
+def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path, ca: str | None = None) -> None:
+    """Watcher, worker and API, each as its own user, through a storm; the ACL refused nothing."""
+    tls = {"REMEDIATION_BROKER__CA_FILE": ca} if ca else {}
+    env = worker_env(pg_url, server.url("worker"), PREFIX, tmp_path, **tls)
+    world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
+    watcher_settings = load_settings(
+        broker={"redis_url": server.url("watcher-slurm"), "key_prefix": PREFIX, "ca_file": ca},
+        slurm={"backend": "memory", "poll_interval_s": 0.2},
+        sim={"journal": str(tmp_path / "world.json"), "nodes": "gpu-node-[0-7]"},
+    )
+    worker = Worker(env, tmp_path, beat=False)  # no beat, no safety net: the relay kicks the ingest
+    api = ApiProcess(
+        base_env(
+            pg_url,
+            REMEDIATION_BROKER__REDIS_URL=server.url("api"),
+            REMEDIATION_BROKER__KEY_PREFIX=PREFIX,
+            REMEDIATION_API__ADMIN_TOKENS=f'["{ADMIN_TOKEN}"]',
+            **tls,
+        ),
+        tmp_path / "api.log",
+    )
+    stopper = Stopper(install=False)
+    beat: subprocess.Popen[bytes] | None = None
+    watcher = threading.Thread(
+        target=run_slurm_watcher,
+        args=(watcher_settings, stopper),
+        kwargs={"slurm": MemorySlurm(world)},
+        daemon=True,
+    )
+    try:
+        api.wait_ready()
+        wait_for(worker.ready, 60, "the worker", worker)
+        watcher.start()
+        for node in STORM:
+            world.set_slurm(node, flags=["FAIL"], reason="xid 79")
+        wait_for(lambda: set(STORM) <= opened(pg_url), 60, "the storm's remediations", worker)
+        beat = subprocess.Popen(
+            beat_argv(tmp_path / "beat-schedule"),
+            env={**env, "REMEDIATION_BROKER__REDIS_URL": server.url("beat")},
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        # A lever through the API: its follow-up work goes to the workers on the workflow queue.
+        r = httpx.post(
+            f"{api.url}/api/v1/nodes/gpu-node-6/quarantine",
+            json={"reason": "acl test"},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+            timeout=10,
+        )
+        assert r.status_code == 200, r.text
+        wait_for(lambda: "gpu-node-6" in opened(pg_url), 60, "the lever's remediation", worker)
+        wait_for(
+            lambda: " on gpu-node-6" in worker.output(), 60, "a worker to run the lever's first step", worker
+        )
+        sweeps = worker.acknowledged(SWEEP_TASK)
+        wait_for(lambda: worker.acknowledged(SWEEP_TASK) > sweeps + 1, 30, "beat's sweeps", worker)
+        metrics = httpx.get(f"{api.url}/metrics", timeout=10).text
+        assert 'remediation_queue_depth{queue="events"}' in metrics  # the API read the ingest group's lag
+    finally:
+        stopper.stop()
+        if watcher.is_alive():
+            watcher.join(10)
+        api.stop()
+        worker.stop()
+        if beat is not None:
+            beat.terminate()
+            beat.wait(15)
+    assert server.denials() == []
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        assert s.scalar(select(func.count()).select_from(Remediation)) >= len(STORM) + 1
+    engine.dispose()
+
+
+def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_path: Path) -> None:
+    storm_end_to_end(plain, pg_url, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("XRANGE", f"{PREFIX}:events", "-", "+"),
+        ("XREAD", "STREAMS", f"{PREFIX}:events", "0"),
+        ("XREADGROUP", "GROUP", "ingest", "me", "STREAMS", f"{PREFIX}:events", ">"),
+        ("XTRIM", f"{PREFIX}:events", "MAXLEN", "0"),
+        ("XDEL", f"{PREFIX}:events", "1-1"),
+        ("DEL", f"{PREFIX}:events"),
+        ("LPUSH", f"{PREFIX}:celery:ingest", "{}"),
+        ("LPUSH", f"{PREFIX}:celery:workflow", "{}"),
+        ("LRANGE", f"{PREFIX}:celery:workflow", "0", "-1"),
+        ("DEL", f"{PREFIX}:celery:workflow"),
+        ("SET", f"{PREFIX}:leader:kube", "x"),
+        ("KEYS", "*"),
+    ],
+    ids=[
+        "xrange",
+        "xread",
+        "xreadgroup",
+        "xtrim",
+        "xdel",
+        "del-stream",
+        "lpush-ingest",
+        "lpush-workflow",
+        "lrange-queue",
+        "del-queue",
+        "other-kinds-lock",
+        "keys",
+    ],
+)
+def test_a_watcher_may_only_append(plain: AclRedis, command: tuple[str, ...]) -> None:
+    watcher = plain.client("watcher-slurm")
+    assert watcher.xadd(f"{PREFIX}:events", {"e": "{}"})  # what it is for
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        watcher.execute_command(*command)
+
+
+def test_the_default_user_is_off(plain: AclRedis) -> None:
+    with pytest.raises(redis.AuthenticationError):
+        redis.Redis(port=plain.port).ping()
+
+
+def test_components_speak_tls(tls: AclRedis, pg_url: str, tmp_path: Path) -> None:
+    with pytest.raises(redis.ConnectionError):  # TLS only: no plain-text port
+        redis.Redis(port=tls.port, socket_connect_timeout=2).ping()
+    assert tls.tls is not None
+    storm_end_to_end(tls, pg_url, tmp_path, ca=str(tls.tls[0]))

@@ -1,0 +1,89 @@
+"""The workers' kick relay: it starts the ingest task when an event lands on the stream.
+
+A publisher's Redis user may only XADD to the stream (deploy/base/redis/users.acl): a user that could
+put messages on a Celery queue could run any task by name, so a watcher never sends the ingest task
+itself. The relay, a thread in each worker's main process, blocks on the stream's tail (``XREAD
+BLOCK``); on a new entry it sets the kick key and, if it was the one to set it, sends the ingest task.
+This is the kick protocol of remediation.adapters.bus, run where the Celery user is: the ingest
+deletes the key before its final read, so an entry either reaches the running ingest or kicks a new
+one. With several workers each runs a relay and the kick key lets one send. The beat's periodic
+ingest covers a relay that is down (Redis unreachable); the relay retries once a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+from celery import Celery, bootsteps
+
+from remediation.adapters.bus import Keys
+from remediation.adapters.celery import celery_dispatcher
+from remediation.adapters.factory import redis_client
+from remediation.adapters.stream import claim_kick, tail, wait_for_new
+from remediation.settings import Settings
+
+log = logging.getLogger(__name__)
+
+BLOCK_MS = 1000  # how long one XREAD waits; also how soon a stop request is seen
+
+
+class KickRelay:
+    def __init__(self, settings: Settings, app: Celery) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.broker.key_prefix)
+        self.dispatcher = celery_dispatcher(settings, app)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="kick-relay", daemon=True)
+
+    def run(self) -> None:
+        client = redis_client(self.settings, timeout=BLOCK_MS / 1000 + 5)
+        after: str | None = None
+        while not self.stopping.is_set():
+            try:
+                if after is None:
+                    after = tail(client, self.keys)
+                    self.kick(client)  # whatever waits from before this worker started
+                elif wait_for_new(client, self.keys, after, BLOCK_MS):
+                    after = tail(client, self.keys)
+                    self.kick(client)
+            except redis.RedisError as exc:
+                log.warning("kick relay cannot read the event stream, retrying: %s", exc)
+                after = None
+                self.stopping.wait(1.0)
+        client.close()
+
+    def kick(self, client: redis.Redis) -> None:
+        if claim_kick(client, self.keys):
+            self.dispatcher.kick_ingest()
+
+
+class KickRelayStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Run the relay in the worker's main process while the worker runs."""
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        self.relay: KickRelay | None = None
+
+    def start(self, w: Any) -> None:
+        assert _settings is not None, "install() adds the step"
+        self.relay = KickRelay(_settings, w.app)
+        self.relay.thread.start()
+
+    def stop(self, w: Any) -> None:
+        if self.relay is not None:
+            self.relay.stopping.set()
+            self.relay.thread.join(timeout=BLOCK_MS / 1000 + 2)
+
+
+_settings: Settings | None = None
+
+
+def install(app: Celery, settings: Settings) -> None:
+    """Give ``app``'s workers the relay, unless events live in process memory (the embedded bus kicks
+    the ingest itself)."""
+    global _settings
+    _settings = settings
+    if not settings.broker.redis_url.startswith("memory://"):
+        app.steps["worker"].add(KickRelayStep)
