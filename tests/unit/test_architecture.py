@@ -16,7 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TOP = ("remediation", "watchers", "workers", "simulator")
-LAYER_PACKAGES = {"cli", "api", "services", "adapters", "db", "domain", "ports", "settings", "data"}
+LAYER_PACKAGES = {"cli", "api", "rehearsal", "services", "adapters", "db", "domain", "ports", "settings", "data"}
 LAYER_MODULES = {"__init__.py", "clock.py", "vocabulary.py", "py.typed"}
 
 
