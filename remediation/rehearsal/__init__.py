@@ -2,8 +2,8 @@
 compare what it would cost.
 
 The rehearsal is a tool *about* the service, not part of it, so it sits above the services (it drives
-the real ``ingest`` and ``Workflow``) and below the CLI, in the import-linter layers of
-``pyproject.toml``. Its modules:
+the real ``ingest`` and ``Workflow``) and below the CLI, and no production module imports it (both are
+import-linter contracts in ``pyproject.toml``). Its modules:
 
 - :mod:`~remediation.rehearsal.trace`: fault traces, read from events or synthesised from a failure mix;
 - :mod:`~remediation.rehearsal.truth`: the outcome model, what really fixes each kind of fault;
