@@ -45,16 +45,16 @@ WATCHER_REDIS_TIMEOUT_S = 5.0
 def make_world(settings: Settings) -> MemoryWorld:
     """The simulated world. Without a journal it lives in this process, and every caller in the
     process (worker threads, watchers, the demo's scenario) gets the same one."""
-    if settings.sim.journal is None and settings.sim.nodes in _worlds:
-        return _worlds[settings.sim.nodes]
+    if settings.rehearsal.journal is None and settings.rehearsal.nodes in _worlds:
+        return _worlds[settings.rehearsal.nodes]
     world = MemoryWorld(
-        nodes=expand(settings.sim.nodes),
-        journal=settings.sim.journal,
-        op_polls=settings.sim.op_polls,
-        call_delay_s=settings.sim.call_delay_s,
+        nodes=expand(settings.rehearsal.nodes),
+        journal=settings.rehearsal.journal,
+        op_polls=settings.rehearsal.op_polls,
+        call_delay_s=settings.rehearsal.call_delay_s,
     )
-    if settings.sim.journal is None:
-        _worlds[settings.sim.nodes] = world
+    if settings.rehearsal.journal is None:
+        _worlds[settings.rehearsal.nodes] = world
     return world
 
 
