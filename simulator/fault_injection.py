@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remediation.domain.trace import read_mix
+from remediation.rehearsal.trace import read_mix
 from simulator import replay as trace
 
 if TYPE_CHECKING:

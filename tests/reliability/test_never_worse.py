@@ -259,7 +259,7 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
     world.set_jobs("gpu-node-1", ["4242"])  # a busy node: dry-run says it would wait for the job
     before = world.snapshot()["nodes"]
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
-                     REMEDIATION_DRY_RUN="true", REMEDIATION_SIM__NODES=f"gpu-node-[0-{pool - 1}]",
+                     REMEDIATION_DRY_RUN="true", REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",
                      REMEDIATION_WORKFLOW__DRAIN_TIMEOUT_S="2",  # the busy node pages (jobs_timeout)
                      REMEDIATION_NOTIFY__WEBHOOK_URL=receiver.url)
     client = redis.Redis.from_url(REDIS_URL)

@@ -115,8 +115,8 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
         world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="researcher")
     env = worker_env(
         pg_url, REDIS_URL, redis_prefix, tmp_path,
-        REMEDIATION_SIM__NODES=f"gpu-node-[0-{pool - 1}]",
-        REMEDIATION_SIM__OP_POLLS="3",  # a VM restart spans a few polls, so concurrent ones overlap
+        REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",
+        REMEDIATION_MEMORY__OP_POLLS="3",  # a VM restart spans a few polls, so concurrent ones overlap
         REMEDIATION_POLICY__MAX_CONCURRENT=str(MAX_CONCURRENT),
         REMEDIATION_POLICY__BREAKER_WINDOW_S=str(window_s),  # the window slides in seconds
         REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S=str(window_s),  # opt-in: closes after a quiet window

@@ -26,11 +26,12 @@ from remediation.db.models import Node, Remediation
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain import outcomes, policy
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.trace import Fault
 from remediation.ports.errors import TransientError
+from remediation.rehearsal.report import Report
+from remediation.rehearsal.run import _migrated_template, rehearse
+from remediation.rehearsal.trace import Fault
 from remediation.services import incidents
 from remediation.services.ingest import ingest
-from remediation.services.simulate import Report, _migrated_template, simulate
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
 
@@ -133,7 +134,7 @@ def test_rehearsal_decides_the_same_whatever_the_words(
     faults = trace()
 
     def run() -> Report:
-        return simulate(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
+        return rehearse(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
                         settle=timedelta(minutes=20), **extra)
 
     shipped = run()

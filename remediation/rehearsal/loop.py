@@ -44,8 +44,9 @@ from remediation.db.queries import cluster_view
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
 from remediation.domain.step_bodies import release_node
-from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp, Hint
+from remediation.rehearsal.trace import Fault
+from remediation.rehearsal.world import Fleet, in_service, repair, strike
 from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.lever_rules import release
@@ -78,47 +79,12 @@ class Tally:
     hand_repairs: int = 0  # nodes a human repaired after the service handed them over
 
 
-OUT_FLAGS = frozenset({"DRAIN", "FAIL", "NOT_RESPONDING"})
-
-
-def in_service(node: dict[str, Any]) -> bool:
-    """A node a job could land on: nothing broken, not drained, failed or down, Ready and schedulable."""
-    s, k = node["slurm"], node["k8s"]
-    return (not node["vm"]["broken"] and s["state"] != "DOWN" and not OUT_FLAGS & set(s["flags"])
-            and k["ready"] == "True" and not k["unschedulable"])
-
-
-class Fleet:
-    """Time out of service per node, read from the world after every simulated moment that touched it."""
-
-    def __init__(self) -> None:
-        self.out_since: dict[str, datetime] = {}
-        self.hours = 0.0
-
-    def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
-        with world.mutate() as st:
-            for name in names:
-                node = st["nodes"].get(name)
-                if node is None:
-                    continue
-                up = in_service(node)
-                if not up and name not in self.out_since:
-                    self.out_since[name] = now
-                elif up and name in self.out_since:
-                    self.hours += (now - self.out_since.pop(name)).total_seconds() / 3600
-
-    def close(self, now: datetime) -> float:
-        return self.hours + sum((now - t).total_seconds() for t in self.out_since.values()) / 3600
-
-
 class Rehearsal:
     def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
-                 settings: Settings, clock: FakeClock, *, loop: Loop = "events",
-                 strike: Callable[[MemoryWorld, Fault], None], repair: Callable[..., None],
-                 repair_s: float) -> None:
+                 settings: Settings, clock: FakeClock, *, loop: Loop = "events", repair_s: float) -> None:
         self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
         self.skip = loop == "events"
-        self.strike, self.repair, self.repair_td = strike, repair, timedelta(seconds=repair_s)
+        self.repair_td = timedelta(seconds=repair_s)
         self.queue: list[tuple[datetime, int, int, int, Any]] = []
         self.version: dict[int, int] = {}
         self.idle: dict[int, Idle] = {}
@@ -177,7 +143,7 @@ class Rehearsal:
 
     def _fault(self, key: Key, fault: Fault) -> None:
         at = key[0]
-        self.strike(self.world, fault)
+        strike(self.world, fault)
         self.tally.faults_handled += 1
         node = fault.event.node
         if fault.outcome is not None and fault.outcome.fabric:
@@ -204,13 +170,13 @@ class Rehearsal:
         if what == "fabric":
             names = list(self.groups.get(arg, ()))
             for name in names:
-                self.repair(self.world, name, fabric_only=True)
+                repair(self.world, name, fabric_only=True)
         elif what == "hands":
             names = [arg]
             self._hand_repair(arg)
         else:
             names = [arg]
-            self.repair(self.world, arg)
+            repair(self.world, arg)
         for name in names:
             self._world_changed(key, name)
         if self.settings.incidents.enabled:
@@ -227,7 +193,7 @@ class Rehearsal:
         with self.world.mutate() as st:
             fault = st["nodes"][name]["vm"].get("fault") or {}
         if not fault.get("fabric"):
-            self.repair(self.world, name)
+            repair(self.world, name)
         with self.sessions() as s, s.begin():
             node = s.get(Node, name)
             if node is not None and node.status == NodeStatus.QUARANTINED:
