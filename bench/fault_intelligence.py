@@ -35,9 +35,9 @@ def one(truth: str, seed: int, nodes: int, days: float, policy: str) -> dict[str
     """One rehearsal in this (child) process: figures of ``policy`` ("default" or "naive")."""
     for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
         del os.environ[key]  # the shipped defaults, not the caller's environment
-    from remediation.domain.trace import load
-    from remediation.domain.truth import parse_model
-    from remediation.services.simulate import simulate
+    from remediation.rehearsal.run import rehearse
+    from remediation.rehearsal.trace import load
+    from remediation.rehearsal.truth import parse_model
     from remediation.settings import Settings, overlay
 
     model = parse_model(truth, yaml.safe_load(Path(truth).read_text()))
@@ -45,7 +45,7 @@ def one(truth: str, seed: int, nodes: int, days: float, policy: str) -> dict[str
     names = [f"gpu-node-{i}" for i in range(nodes)]
     settings = Settings() if policy == "default" else overlay(Settings(), NAIVE)
     t0 = time.monotonic()
-    report = simulate(faults, settings, names, reboot_s=600, repair_s=4 * 3600, leaf_size=16).as_dict()
+    report = rehearse(faults, settings, names, reboot_s=600, repair_s=4 * 3600, leaf_size=16).as_dict()
     report["quarantined"] = len(report["quarantined"])
     return {"truth": Path(truth).name, "seed": seed, "policy": policy, "wall_s": time.monotonic() - t0,
             "faults": report["faults"], **{k: report[k] for k in FIGURES}}

@@ -9,7 +9,7 @@ One run measures, each in its own child process (so that its peak RSS is its own
 2. 2,048 nodes x 54 days (the paper's own cluster), event loop (goal: <= 60 s);
 3. 10,000 nodes x 54 days, event loop (goals: <= 5 min, peak RSS <= 1 GB).
 
-Every figure is measured here: wall time around ``simulate`` in the child, workflow runs counted by the
+Every figure is measured here: wall time around ``rehearse`` in the child, workflow runs counted by the
 loop, peak RSS from the kernel. The machine's load average is printed beside them, since a shared
 machine slows every figure.
 """
@@ -33,8 +33,8 @@ import json, resource, sys, time
 from datetime import UTC, datetime
 from pathlib import Path
 from remediation.cli.simulate import outcome_model
-from remediation.domain.trace import load
-from remediation.services.simulate import simulate
+from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.trace import load
 from remediation.settings import Settings
 mix, nodes, days, seed, loop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 # What `remediation simulate` runs: the shipped outcome model, nodes in leaf groups of 16.
@@ -42,7 +42,7 @@ faults = load(Path(mix), nodes=nodes, days=days, start=datetime(2026, 1, 1, tzin
               model=outcome_model(None), leaf_size=16)
 names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
 t0 = time.monotonic()
-r = simulate(faults, Settings(), names, loop=loop, leaf_size=16)
+r = rehearse(faults, Settings(), names, loop=loop, leaf_size=16)
 print(json.dumps({"wall_s": time.monotonic() - t0, "runs": r.runs, "faults": r.faults,
                   "outcomes": r.outcomes, "vm_actions": sum(r.vm_actions.values()),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

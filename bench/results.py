@@ -80,7 +80,7 @@ BENCHES = (
         (),
         ("--nodes", "1000", "--polls", "5"),
     ),
-    Bench("gate_overhead", "Validation gate overhead per cycle", (), ("--cycles", "5")),
+    Bench("validation_overhead", "Validation overhead per cycle", (), ("--cycles", "5")),
     Bench(
         "vm_overhead",
         "Workflow overhead per remediation (GCE and Azure over HTTPS)",

@@ -163,7 +163,7 @@ def measure(strategy: str, args: argparse.Namespace, client: redis.Redis) -> dic
         wenv = {**env, "REMEDIATION_SLURM__SLURM_CONF": env["SLURM_CONF"], "REMEDIATION_SLURM__READ_STRATEGY": strategy,
                 "REMEDIATION_BROKER__REDIS_URL": REDIS_URL, "REMEDIATION_BROKER__KEY_PREFIX": prefix,
                 "REMEDIATION_LOG_LEVEL": "WARNING"}
-        watcher = subprocess.Popen([sys.executable, "-c", "from remediation.cli.ops import main; main()", "watch", "slurm"],
+        watcher = subprocess.Popen([sys.executable, "-c", "from remediation.cli.main import main; main()", "watch", "slurm"],
                                    env=wenv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         sampler = Sampler(watcher.pid)
         sampler.start()

@@ -23,11 +23,11 @@ its cloud fake. While a provider operation runs (or the VM is stopped) the Node 
 When the operation has bumped the VM's boot count, ``reboot_delay_s`` later the Node gets a new
 ``bootID`` and ``Ready=True``, injected Node faults are gone, and slurmd registers again (clearing
 NOT_RESPONDING; a DRAIN we placed stays, as with ``ReturnToService=1``). A VM marked broken
-(:meth:`~simulator.faults.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
+(:meth:`~simulator.fault_injection.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
 slurmd never registers, so the workflow's verify step fails on it. Nothing else changes the world:
 the service under test must act through the endpoints for anything to recover.
 
-Fault injection and trace replay are in :mod:`simulator.faults`.
+Fault injection and trace replay are in :mod:`simulator.fault_injection`.
 
 ``python -m simulator.cluster`` serves a cluster until SIGTERM (:mod:`simulator.standalone`). For
 that, the cluster can listen on a chosen address and fixed ports (``bind``, ``base_port``), name
@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.azure_api import AzureFake, make_self_signed_cert
-from simulator.faults import FaultInjector
+from simulator.fault_injection import FaultInjector
 from simulator.gce_api import GceFake
 from simulator.kube_api import KubeAPIServer
 from simulator.slurmctld import SlurmCtld
@@ -141,7 +141,7 @@ class Link:
     flapping_until: float = 0.0
     reboot_delay_s: float | None = None  # this VM's boot time, if not the cluster's reboot_delay_s
     relapse_after_s: float | None = None  # a lemon that boots fine, then faults again this much later
-    bad_hbm: bool = False  # a GPU memory fault a reboot does not cure: only the health gate's check sees it
+    bad_hbm: bool = False  # a GPU memory fault a reboot does not cure: only the validation's check sees it
 
 
 class SimCluster(FaultInjector):
@@ -220,7 +220,7 @@ class SimCluster(FaultInjector):
             server.start()
         for i, name in enumerate(self.names):
             self._add_node(i, name)
-        self.kube.jobs.outcome = self.gate_outcome
+        self.kube.jobs.outcome = self.check_outcome
         self._thread = threading.Thread(target=self._run, name="simcluster-clock", daemon=True)
         self._thread.start()
         return self
@@ -276,8 +276,8 @@ class SimCluster(FaultInjector):
         )  # fmt: skip
         self.links[name] = link
 
-    def gate_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
-        """What a health-gate check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
+    def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
+        """What a validation check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
         bad HBM row fails DCGM's memory test however often it reboots; every other node passes."""
         link = next((lk for lk in self.links.values() if lk.k8s == k8s_node), None)
         run = " ".join(argv)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from remediation.domain.trace import PAPER_DAYS, read_mix
+from remediation.rehearsal.trace import PAPER_DAYS, read_mix
 from simulator import replay
 from simulator.slurmctld import SlurmError
 

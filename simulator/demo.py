@@ -20,7 +20,7 @@ that each safety rule shows once:
   it is quarantined (Xid 48 is ``gpu-memory``: one GCE stop/start or Azure redeploy, then quarantine;
   this takes ``verify_timeout_s``, 30 s);
 - t=3 s: gpu-node-6 has a bad HBM row (Xid 48): the host move "works" (new bootID, slurmd back, verify
-  passes), but the health gate's memory check (a Kubernetes Job on its Node) fails, so it is
+  passes), but the validation's memory check (a Kubernetes Job on its Node) fails, so it is
   quarantined after its one VM action; every other recovered node passes its check;
 - t=6 s: the leaf switch of GKE sub-block ``sb-2`` dies: its four nodes (gpu-node-16, -18, -20, -22)
   lose slurmd at the same instant. The Kubernetes watcher learnt their sub-block from their Nodes'
@@ -75,7 +75,7 @@ DEMO_ENV = {
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
     "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
-    # A real gate: each node's check runs as a batch/v1 Job on its Node (simulator.kube_jobs).
+    # A real validation: each node's check runs as a batch/v1 Job on its Node (simulator.kube_jobs).
     "REMEDIATION_VALIDATION__BACKEND": "kubernetes",
     "REMEDIATION_VALIDATION__POLL_INTERVAL_S": "0.5",
     # Failure domains from the GKE Nodes' sub-block label (simulator.cluster), on the demo's clock: a

@@ -110,10 +110,10 @@ class Progress:
                 f"{summary['breaker_opened']}x / closed {summary['breaker_closed']}x")  # fmt: skip
         for node in summary["quarantined"]:
             c.print(f"quarantined {node} after {summary['vm_actions'].get(node, 0)} VM action(s) at its cloud")
-        gate = summary.get("gate") or {}
-        if gate:
-            c.print(f"health gate: {summary['gate_checks']} GPU check(s); "
-                    + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in gate.items()))
+        validation = summary.get("validation") or {}
+        if validation:
+            c.print(f"validation: {summary['validation_checks']} GPU check(s); "
+                    + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in validation.items()))
         for node, why in summary["ignored"].items():
             c.print(f"left alone: {node}: {why}")
         det, rec = summary["detection_s"], summary["recovery_s"]
@@ -232,8 +232,8 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "detection_s": detection,
         "recovery_s": [r["recovery_s"] for r in remediations if r["recovery_s"] is not None],
         "ignored": ignored,
-        "gate": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
+        "validation": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
                  for outcome in sorted({c.outcome for c in checks})},
-        "gate_checks": len(checks),
+        "validation_checks": len(checks),
         "timed_out": timed_out,
     }

@@ -1,18 +1,18 @@
-"""batch/v1 Jobs for the fake kube-apiserver: the health gate's check Jobs and the pods they run.
+"""batch/v1 Jobs for the fake kube-apiserver: the validation's check Jobs and the pods they run.
 
 Only what a Job controller and a kubelet would show a client is simulated, per the real API's shapes:
 creating a Job (POST, 409 AlreadyExists on a name in use) makes one pod ``NAME-xxxxx`` labelled
 ``job-name`` and ``batch.kubernetes.io/job-name``, owned by the Job, bound to ``spec.template.spec.nodeName``
-(our gate binds by nodeName); the pod runs, then terminates with an exit code and a log, and the Job gets
+(our validator binds by nodeName); the pod runs, then terminates with an exit code and a log, and the Job gets
 ``status.succeeded`` or ``status.failed`` and a ``Complete``/``Failed`` condition. A pod still running at
 ``activeDeadlineSeconds`` is killed and the Job fails with reason ``DeadlineExceeded``, as the real
 controller does. Stricter than a kubelet on purpose: a pod that does not tolerate every NoSchedule and
 NoExecute taint of its Node, and the cordon (``node.kubernetes.io/unschedulable``), never starts (a real
-kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the gate's tolerations
+kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the check Job's tolerations
 are there for a scheduler that would look at them.
 
 What the check does on a node is decided by ``outcome(k8s_node, argv)`` (the fault injector's: see
-:meth:`simulator.faults.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
+:meth:`simulator.fault_injection.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
 for a check that hangs.
 """
 

@@ -1,7 +1,7 @@
 """Turn a published failure trace into a timed list of faults for a simulated cluster.
 
 The input is the rows of a CSV like ``llama3-405b-interruptions.csv`` (read by
-:func:`remediation.domain.trace.read_mix`, the one reader of that format) (Meta's Llama 3 405B pre-training: 419
+:func:`remediation.rehearsal.trace.read_mix`, the one reader of that format) (Meta's Llama 3 405B pre-training: 419
 unexpected interruptions in 54 days on 2,048 nodes of 8 GPUs), one row per root-cause category with
 ``count``, ``component``, ``suggested_signal`` and ``remediable_by_vm_restart``. :func:`plan`:
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from remediation.domain.trace import PAPER_DAYS, PAPER_NODES, MixRow
+from remediation.rehearsal.trace import PAPER_DAYS, PAPER_NODES, MixRow
 
 #: Fault kinds a plan can hold; each is a SimCluster method of the same name, except "none".
 KINDS = ("gpu_condition", "researcher_fail", "slurmd_stop", "node_not_ready", "human_drain", "none")

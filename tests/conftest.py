@@ -20,7 +20,7 @@ pytest_plugins = ["tests.scenario_table", "tests.slurm_versions"]
 
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-# The suite's tests of the workflow's mechanics (steps, gates, crashes, clouds, Slurm releases) were
+# The suite's tests of the workflow's mechanics (steps, admission, crashes, clouds, Slurm releases) were
 # written against one ladder for every fault and open faults with reasons such as "xid 79". They keep
 # that ladder: cause classification and lemon scoring are off for them, in every process
 # they start, as in `deploy/policies/naive-ladder.yaml`. The tests of fault intelligence

@@ -19,9 +19,8 @@ and takes the reason as read. Pure: no I/O.
 from __future__ import annotations
 
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.domain.slurm_states import VERDICTS, SlurmState
 
-#: States a human or we set with a reason of our own: a reason shown with them is never a kept one.
-VERDICTS = frozenset({"DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING"})
 #: What slurmctld writes between a kept reason and its own when it marks a node DOWN.
 APPENDED = " : "
 
@@ -29,7 +28,7 @@ APPENDED = " : "
 def _history_shown(status: NodeRecord) -> bool:
     """True when slurmctld has set no reason for the node's present state: in service, or only not
     responding (no verdict, not DOWN)."""
-    return status.states.isdisjoint(VERDICTS | {"DOWN"})
+    return status.states.isdisjoint(VERDICTS | {SlurmState.DOWN})
 
 
 class KeptReasons:
@@ -56,7 +55,7 @@ class KeptReasons:
                 self._kept.pop(name, None)
                 return status
             self._kept[name] = status.reason
-            if "NOT_RESPONDING" not in status.states:
+            if SlurmState.NOT_RESPONDING not in status.states:
                 return status  # in service: nothing is published about its reason
             return status._replace(reason="", reason_user=None, reason_changed_at=0)
         kept = self._kept.get(name)

@@ -1,4 +1,4 @@
-"""validations: the GPU health gate's checks
+"""validations: the GPU validation's checks
 
 One row per check the gate ran (the ``validate`` step, ``remediation validate``, ``release
 --validate``): command, cause class, outcome, exit code, duration and the last 4 KB of output. Nothing

@@ -9,20 +9,24 @@ which know nothing of the others.
 Dry-run is applied in exactly one place, :func:`make_adapters`: every writer is swapped for its no-op
 twin, which still reads through the chosen backend (a dry run sees the real cluster) and writes into
 one shared :class:`Recorder`. The ``memory`` backends of a process share one simulated world
-(optionally a journal file shared across worker processes).
+(optionally a journal file shared across worker processes). The policy rehearsal gets a private world
+of its own on its simulated clock (:func:`memory_world`) and the adapters over it
+(:func:`memory_adapters`), whatever backends the settings name: it replays a policy, it never acts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopGate, NoopKube, NoopSlurm, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopSlurm, NoopValidator, NoopVM, Recorder
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
 from remediation.ports.errors import ConfigError
-from remediation.ports.gate import HealthGate
+from remediation.ports.validator import Validator
 from remediation.settings import Settings
 
 if TYPE_CHECKING:
@@ -41,17 +45,30 @@ WATCHER_REDIS_TIMEOUT_S = 5.0
 def make_world(settings: Settings) -> MemoryWorld:
     """The simulated world. Without a journal it lives in this process, and every caller in the
     process (worker threads, watchers, the demo's scenario) gets the same one."""
-    if settings.sim.journal is None and settings.sim.nodes in _worlds:
-        return _worlds[settings.sim.nodes]
+    if settings.memory.journal is None and settings.memory.nodes in _worlds:
+        return _worlds[settings.memory.nodes]
     world = MemoryWorld(
-        nodes=expand(settings.sim.nodes),
-        journal=settings.sim.journal,
-        op_polls=settings.sim.op_polls,
-        call_delay_s=settings.sim.call_delay_s,
+        nodes=expand(settings.memory.nodes),
+        journal=settings.memory.journal,
+        op_polls=settings.memory.op_polls,
+        call_delay_s=settings.memory.call_delay_s,
     )
-    if settings.sim.journal is None:
-        _worlds[settings.sim.nodes] = world
+    if settings.memory.journal is None:
+        _worlds[settings.memory.nodes] = world
     return world
+
+
+def memory_world(nodes: list[str], clock: Callable[[], datetime], op_seconds: float) -> MemoryWorld:
+    """A private simulated world on ``clock`` (the rehearsal's): a VM action completes ``op_seconds``
+    after it started on that clock, and a restart clears the conditions a fault set. Nothing else in
+    the process shares it."""
+    return MemoryWorld(nodes=nodes, clock=clock, op_seconds=op_seconds, restart_clears_conditions=True)
+
+
+def memory_adapters(world: MemoryWorld) -> Adapters:
+    """The three adapters over ``world``, with no validation and no dry-run wrapping: the settings'
+    backends are not consulted, since whoever asks for these means the simulated world."""
+    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world))
 
 
 def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapters:
@@ -59,16 +76,16 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
     vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
-    gate = gate_backend(settings)
+    validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
-        noop_gate = NoopGate(recorder) if gate is not None else None
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_gate)
-    return Adapters(slurm, kube, vm, gate)
+        noop_validator = NoopValidator(recorder) if validator is not None else None
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_validator)
+    return Adapters(slurm, kube, vm, validator)
 
 
-def gate_backend(settings: Settings) -> HealthGate | None:
-    """The health gate ``validation.backend`` names (None: no gate, verify leads to return)."""
+def validator_backend(settings: Settings) -> Validator | None:
+    """The validation ``validation.backend`` names (None: no validation, verify leads to return)."""
     backend = settings.validation.backend
     if backend == "none":
         return None
@@ -76,17 +93,17 @@ def gate_backend(settings: Settings) -> HealthGate | None:
         if settings.slurm.backend in ("memory", "noop"):
             raise ConfigError("validation.backend=slurm runs sbatch and scontrol: it needs slurm.backend "
                               f"cli or rest, not {settings.slurm.backend}", component="validation")
-        from remediation.adapters.slurm.gate import SlurmGate
+        from remediation.adapters.slurm.validator import SlurmValidator
 
-        return SlurmGate(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
+        return SlurmValidator(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
     if settings.kube.backend in ("memory", "noop"):
         raise ConfigError("validation.backend=kubernetes creates Jobs: it needs kube.backend kubernetes, not "
                           f"{settings.kube.backend}", component="validation")
     from remediation.adapters.kube.adapter import make_kube
-    from remediation.adapters.kube.gate import KubeGate
+    from remediation.adapters.kube.validator import KubeValidator
 
     kube = make_kube(settings)
-    return KubeGate(kube.api, settings.kube, settings.validation, kube.node_for)
+    return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
 
 
 def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> SlurmControl:

@@ -26,7 +26,7 @@ from remediation.ports.cluster import (
     VMAction,
     VMRef,
 )
-from remediation.ports.gate import GateCheck, GateResult
+from remediation.ports.validator import ValidationCheck, ValidationResult
 
 log = logging.getLogger("remediation.dry_run")
 
@@ -120,19 +120,19 @@ class NoopVM:
 
 
 @dataclass
-class NoopGate:
-    """Dry-run's health gate: records the check it would run; reports it done with no exit code, which
+class NoopValidator:
+    """Dry-run's validation: records the check it would run; reports it done with no exit code, which
     the validate step records as "would validate" (never a pass or a fail, never a verdict)."""
 
     recorder: Recorder = field(default_factory=Recorder)
     backend: str = "noop"
 
-    def start(self, check: GateCheck) -> dict[str, Any]:
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
         self.recorder("validate", node=check.node, name=check.name, command=list(check.command))
         return {"backend": "noop", "name": check.name, "node": check.node, "dry_run": True}
 
-    def poll(self, ref: dict[str, Any]) -> GateResult:
-        return GateResult(done=True, exit_code=None, state="DRY-RUN")
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
+        return ValidationResult(done=True, exit_code=None, state="DRY-RUN")
 
     def finish(self, ref: dict[str, Any]) -> str:
         return "nothing to take down (dry-run)"

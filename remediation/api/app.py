@@ -3,7 +3,7 @@
 :func:`create_app` is a factory with its dependencies passed in (settings, a session factory, an
 optional queue-depth callable, a clock, the dispatcher levers hand their follow-up work to); it creates
 no global state, so tests build as many apps as they like and the entry point (``remediation api`` in
-:mod:`remediation.cli.ops`, or the demo) decides where the dispatcher and the queue depth come from.
+:mod:`remediation.cli.main`, or the demo) decides where the dispatcher and the queue depth come from.
 
 Errors map the same way everywhere: a bad filter is 422, an unknown node or remediation 404, a
 refused lever 409, an unreachable database 503. On ``/api`` paths the body is JSON; elsewhere it is
@@ -34,8 +34,8 @@ from remediation.db.session import DatabaseUnavailable, make_engine, make_sessio
 from remediation.domain.policy import Clock
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.services.incidents import IncidentError
-from remediation.services.lever_service import LeverService
-from remediation.services.levers import LeverError
+from remediation.services.lever_rules import LeverError
+from remediation.services.levers import LeverService
 from remediation.services.metrics import make_registry
 from remediation.services.readmodels import ReadModelError, RecordNotFound, ago, human_duration
 from remediation.settings import Settings

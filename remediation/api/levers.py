@@ -1,7 +1,7 @@
 """The levers as the API and the dashboard pull them: the one lever service, formatted for HTTP.
 
 Both the JSON routes and the dashboard's forms go through :func:`pull`, which calls
-:class:`remediation.services.lever_service.LeverService` (the CLI calls the same service), so a release
+:class:`remediation.services.levers.LeverService` (the CLI calls the same service), so a release
 from the browser and one from ``curl`` write the same audit row and queue the same follow-up work. The
 node is looked up first so an unknown node is a 404 rather than a refused lever.
 """
@@ -13,7 +13,7 @@ from typing import Literal
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.services.lever_service import LeverService, Undo
+from remediation.services.levers import LeverService, Undo
 from remediation.services.readmodels import get_node, get_remediation
 
 Lever = Literal["quarantine", "release", "report", "cancel", "pause", "resume", "breaker_close"]

@@ -18,9 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
 from remediation.domain.events import NODE_NAME
-from remediation.services.faults import LemonRow
-from remediation.services.faults import lemons as compute_lemons
 from remediation.services.holds import automation_status
+from remediation.services.lemons import LemonRow
+from remediation.services.lemons import lemons as compute_lemons
 from remediation.services.readmodels import (
     AuditRow,
     EventRow,

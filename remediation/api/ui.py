@@ -20,7 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import Lever, pull
 from remediation.services.dashboard_sessions import end_session, open_session
-from remediation.services.levers import LeverError
+from remediation.services.lever_rules import LeverError
 from remediation.services.readmodels import (
     RecordNotFound,
     list_audit,

@@ -1,2 +1,2 @@
-"""The on-call CLI (typer + rich). ``remediation.cli.main.app`` holds the on-call commands;
-``remediation.cli.ops`` adds the process commands and is the console script."""
+"""The on-call CLI (typer + rich). ``remediation.cli.oncall.app`` holds the on-call commands;
+``remediation.cli.main`` adds the process commands and is the console script."""

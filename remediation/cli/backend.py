@@ -19,8 +19,8 @@ from typing import Any, Protocol
 
 from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.services import incidents as inc
-from remediation.services.faults import LemonRow, lemons
 from remediation.services.holds import automation_status
+from remediation.services.lemons import LemonRow, lemons
 from remediation.services.readmodels import (
     AuditRow,
     EventRow,

@@ -28,8 +28,8 @@ from remediation.db.session import DatabaseUnavailable, check_database, make_eng
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.services.audit import VIA
 from remediation.services.incidents import IncidentError
-from remediation.services.lever_service import LeverService
-from remediation.services.levers import LeverError
+from remediation.services.lever_rules import LeverError
+from remediation.services.levers import LeverService
 from remediation.services.readmodels import ReadModelError
 from remediation.settings import Settings, SettingsError, load_settings
 

@@ -1,230 +1,161 @@
-"""The ``remediation`` on-call CLI: read commands and the audited levers.
+"""The `remediation` console script: the on-call CLI plus the commands that start processes.
 
-Conventions are kubectl's and scontrol's: ``noun verb`` for reads (``nodes list``, ``nodes show
-NODE``), a table by default, ``-o wide`` / ``-o json`` on every read, ``--help`` everywhere, and on any
-error one line ``error: ...`` on stderr with a non-zero exit. Exit codes: 1 the request cannot be done
-(unknown node, bad filter, a lever refused), 2 bad configuration or usage, 3 database unavailable.
-
-Two modes reach the service (:mod:`remediation.cli.backend`): with ``--server URL`` (or
-``REMEDIATION_SERVER``) and a token, every read and lever goes through the API, which audits each lever
-with the token's name (``via=api``); without it, the CLI opens the database itself (direct database
-mode, for admins on the database host), and the audit actor is ``--actor`` or ``$USER`` (``via=db``).
-
-Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``, ``breaker close``,
-``incidents resolve``) call the one :class:`remediation.services.lever_service.LeverService` (directly
-or behind the API), which runs each in one transaction and hands follow-up work to its dispatcher only
-after the commit. The dispatcher is passed in, never looked up: the console script
-(:func:`remediation.cli.ops.main`) passes the Celery one as the click context's ``obj``; without one,
-follow-ups wait for the sweeper.
+``worker``, ``beat``, ``watch`` and ``demo`` hand the process over to its own entry point by name
+(``celery -A workers.celery_app``, ``python -m watchers.slurm``, ``python -m simulator.demo``), the way
+``celery`` itself is started: the CLI never imports the workers, the watchers or the simulator, so the
+packages stay a straight line (see docs/architecture.md) and each process loads only what it runs.
+``api`` and ``db`` run here. :func:`main` passes the Celery dispatcher to the lever commands.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from remediation.cli import incidents, read
-from remediation.cli.backend import backend
-from remediation.cli.completion import completion_script
-from remediation.cli.context import (
-    EXIT_CONFIG,
-    EXIT_REQUEST,
-    CliError,
-    State,
-    cli_errors,
-    default_actor,
-    no_broker,
-    state,
-)
-from remediation.cli.gate import run_gate, validate, verdict_line
-from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, check_transport, read_token
-from remediation.cli.simulate import simulate
-from remediation.cli.status import status
-from remediation.settings import CONFIG_ENV
-
-app = typer.Typer(
-    name="remediation",
-    help="On-call tool for node-remediation: what is broken, what the service did, what it waits on, "
-    "what is quarantined and why, and the levers to act.\n\n"
-    "API mode (on-call): --server URL (or REMEDIATION_SERVER) with a token from --token-file, "
-    "REMEDIATION_TOKEN_FILE or REMEDIATION_TOKEN; levers are audited as the token's name.\n\n"
-    "Direct database mode (without --server): for admins on the database host; it reads the database "
-    "URL from the config, and levers are audited as --actor or $USER (via=db).\n\n"
-    "Exit codes: 1 the request cannot be done, 2 bad configuration or usage (a refused token), "
-    "3 the database or the API server is unavailable.",
-    no_args_is_help=True,
-    add_completion=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-app.add_typer(read.nodes, name="nodes")
-app.add_typer(read.events, name="events")
-app.add_typer(read.remediations, name="remediations")
-app.add_typer(read.rejected, name="rejected")
-app.add_typer(read.audit, name="audit")
-app.add_typer(incidents.app, name="incidents")
-app.command("stats")(read.stats)
-app.command("status")(status)
-app.command("simulate")(simulate)
-app.command("validate")(validate)
-
-REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
+from remediation.adapters import logs
+from remediation.cli.completion import PROG
+from remediation.cli.oncall import app
+from remediation.ports.dispatch import Dispatcher
+from remediation.settings import Settings, SettingsError, load_settings, parse_duration
 
 
-@app.callback()
-@cli_errors
-def main(
-    ctx: typer.Context,
-    config: str = typer.Option(None, "--config", "-c", help="YAML or TOML config file (sets REMEDIATION_CONFIG)."),
-    actor: str = typer.Option(None, "--actor", help="Direct database mode only: who is acting, for the audit "
-                              "log (default: $USER). With --server the token's name is the actor."),
-    server: str | None = typer.Option(None, "--server", envvar=SERVER_ENV, show_envvar=True,
-                               help="The API server's URL: every read and lever goes through it, authenticated "
-                               "by your token. Without it: direct database mode (admins on the database host)."),
-    token_file: str | None = typer.Option(None, "--token-file", envvar=TOKEN_FILE_ENV, show_envvar=True,
-                                   help=f"File holding your bearer token for --server (else ${TOKEN_ENV})."),
-    insecure: bool = typer.Option(False, "--insecure", help="Allow an http:// --server that is not on "
-                                  "loopback, though the token then crosses the network in clear."),
+def _settings_or_exit() -> Settings:
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    logs.configure_from(settings)  # this process's logging (a process exec'd from here sets up its own)
+    return settings
+
+
+def _exec_module(module: str, *args: str) -> None:
+    """Replace this process with ``python -m module args`` (same interpreter, same environment)."""
+    os.execvp(sys.executable, [sys.executable, "-m", module, *args])
+
+
+@app.command("demo")
+def demo(
+    workdir: Annotated[Path | None, typer.Option(help="Where the demo's SQLite database goes.")] = None,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 180.0,
+    port: Annotated[int, typer.Option(help="Dashboard port on 127.0.0.1 while the demo runs (0: any free port).")] = 8080,
 ) -> None:
-    if config is not None:
-        if not Path(config).is_file():
-            raise CliError(f"--config {config}: no such file", EXIT_CONFIG)
-        # The environment, not an argument: the composition root's Celery app reads the same file.
-        os.environ[CONFIG_ENV] = str(config)
-    actor_given = actor is not None
-    actor = (actor or default_actor()).strip()
-    if not actor or len(actor) > 128 or any(not c.isprintable() for c in actor):
-        raise CliError("--actor must be 1-128 printable characters")
-    server = server.strip() if server else None  # REMEDIATION_SERVER="": direct database mode
-    if server is not None:
-        check_transport(server, insecure)
-    token = read_token(token_file, os.environ.get(TOKEN_ENV)) if server is not None else None
-    if server is not None and actor_given:
-        raise CliError("--actor is for direct database mode: with --server the token's name is the actor",
-                       EXIT_CONFIG)
-    # The console script passes how to reach the workers (a DispatcherFactory); tests pass their own.
-    st = State(actor=actor, dispatcher_factory=ctx.obj if callable(ctx.obj) else no_broker, server=server,
-               token=token)
-    ctx.obj = st
-    ctx.call_on_close(st.close)
+    """Run the whole loop on a simulated 32-node cluster (kube-apiserver, GCE, Azure and slurmrestd
+    endpoints on 127.0.0.1): SQLite, an in-process broker, the dashboard, no servers to install."""
+    args = ["--timeout", str(timeout), "--port", str(port)]
+    _exec_module("simulator.demo", *(["--workdir", str(workdir)] if workdir else []), *args)
 
 
-def _done(message: str) -> None:
-    typer.echo(message)
+@app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def worker(ctx: typer.Context) -> None:
+    """Start a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -B)."""
+    _settings_or_exit()
+    _exec_module("celery", "-A", "workers.celery_app", "worker", "-Q", "ingest,workflow", *ctx.args)
 
 
-@app.command()
-@cli_errors
-def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-               reason: str = REASON) -> None:
-    """Take NODE out of service until a human releases it (drain in Slurm, taint in Kubernetes)."""
-    _done(backend(state(ctx)).quarantine(node, reason))
+@app.command("beat", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def beat(ctx: typer.Context) -> None:
+    """Start Celery beat (sweeper, ingest safety net, notifications)."""
+    _settings_or_exit()
+    _exec_module("celery", "-A", "workers.celery_app", "beat", *ctx.args)
 
 
-@app.command()
-@cli_errors
-def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-            reason: str = REASON,
-            gated: bool = typer.Option(False, "--validate", help="Run the GPU check first (the health gate) "
-                                       "and release only if it passes (direct database mode).")) -> None:
-    """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
-    st = state(ctx)
-    if gated:
-        status = backend(st).node(node).status
-        if status != "quarantined":
-            raise CliError(f"{node} is not quarantined (status: {status}); nothing to release", EXIT_REQUEST)
-        rec = run_gate(st, node, "release_validate")
-        typer.echo(verdict_line(node, rec))
-        if rec["outcome"] != "passed":
-            raise CliError(f"node/{node} stays quarantined: its GPU check did not pass", EXIT_REQUEST)
-    _done(backend(st).release(node, reason))
+@app.command("watch")
+def watch(kind: Annotated[str, typer.Argument(help="slurm or kube")]) -> None:
+    """Run a watcher (only the leader publishes; SIGTERM stops it cleanly)."""
+    if kind not in ("slurm", "kube"):
+        typer.echo(f"error: unknown watcher {kind!r}: choose slurm or kube", err=True)
+        raise typer.Exit(2)
+    _settings_or_exit()
+    _exec_module(f"watchers.{kind}")
 
 
-@app.command()
-@cli_errors
-def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="REMEDIATION_ID"),
-           reason: str = REASON,
-           give_back: bool = typer.Option(False, "--give-back", help="Also resume our drain (only if the "
-                                          "reason is still ours) and remove our cordon and taint.")) -> None:
-    """Stop one remediation where it stands; the node is left as it is for a human to decide, or with
-    --give-back, what is ours on it is undone."""
-    _done(backend(state(ctx)).cancel(remediation_id, reason, give_back))
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 
 
-breaker_app = typer.Typer(help="The storm breaker: once open it stays open until a human closes it.",
-                          no_args_is_help=True)
-app.add_typer(breaker_app, name="breaker")
+@db_app.command("upgrade")
+def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
+    """Apply migrations up to REVISION (default: head)."""
+    from remediation.db.migrate import upgrade
+
+    settings = _settings_or_exit()
+    try:
+        upgrade(settings.database.url, revision)
+    except Exception as exc:
+        typer.echo(f"error: migration failed: {str(exc).splitlines()[0]}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"database at {revision}")
 
 
-@breaker_app.command("status")
-@cli_errors
-def breaker_status(ctx: typer.Context) -> None:
-    """Open or closed, why, and since when."""
-    latch = backend(state(ctx)).breaker()
-    if latch.get("open"):
-        _done(f"storm breaker OPEN since {latch.get('at')}: {latch.get('reason')}\n"
-              "VM actions and evictions are held; close it with: remediation breaker close -r REASON")
-    elif latch.get("closed_at"):
-        _done(f"storm breaker closed at {latch.get('closed_at')} by {latch.get('closed_by')}: "
-              f"{latch.get('close_reason')}")
-    else:
-        _done("storm breaker closed (it has never opened)")
+@db_app.command("prune")
+def db_prune(
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", help="Prune events observed longer ago than this: 90d, 12h, 30m, 2w or seconds "
+        "(default: retention.events_older_than).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
+) -> None:
+    """Delete old events that no remediation owns (direct database access). Every remediation keeps
+    its own events; audit rows are never pruned. Beat runs this every retention.prune_interval_s."""
+    from remediation.clock import SystemClock
+    from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
+    from remediation.services.retention import prune_events
+
+    settings = _settings_or_exit()
+    try:
+        age = parse_duration(older_than) if older_than is not None else settings.retention.events_older_than
+    except ValueError as exc:
+        typer.echo(f"error: --older-than {exc}", err=True)
+        raise typer.Exit(2) from None
+    engine = make_engine(settings.database)
+    try:
+        check_database(engine)
+        result = prune_events(make_session_factory(engine), age, SystemClock().now(), settings.retention.batch,
+                              dry_run=dry_run)
+    except DatabaseUnavailable as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+    finally:
+        engine.dispose()
+    verb = "would delete" if result.dry_run else "deleted"
+    typer.echo(f"{verb} {result.events_pruned} event(s) observed before {result.cutoff:%Y-%m-%d %H:%M:%S} UTC; "
+               f"kept {result.events_kept_linked} older event(s) a remediation owns; "
+               f"audit log untouched ({result.audit_rows} row(s))" + (" (dry-run: nothing deleted)" if dry_run else ""))
 
 
-@breaker_app.command("close")
-@cli_errors
-def breaker_close(ctx: typer.Context, reason: str = REASON) -> None:
-    """Close the storm breaker. Each held remediation re-checks its trigger before its next action:
-    nodes healthy again are cancelled with our drain and cordon given back; the rest proceed."""
-    _done(backend(state(ctx)).close_breaker(reason))
+@app.command("api")
+def api(
+    host: Annotated[str | None, typer.Option(help="Bind address (default: api.bind).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: api.port).")] = None,
+) -> None:
+    """Serve the dashboard, the JSON API and /metrics."""
+    import uvicorn
+
+    from remediation.adapters.queues import queue_depth
+    from remediation.api.app import create_app
+
+    settings = _settings_or_exit()
+    # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
+    uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
+                host=host or settings.api.bind, port=port or settings.api.port,
+                log_config=None, log_level=settings.log_level.lower())
 
 
-@app.command()
-@cli_errors
-def pause(ctx: typer.Context, reason: str = REASON) -> None:
-    """Pause all automation: running remediations wait at their next step."""
-    _done(backend(state(ctx)).set_paused(True, reason))
+def broker_dispatcher(settings: Settings) -> Dispatcher:
+    """Levers' follow-up work goes to the workers over the broker (built after --config took effect;
+    celery is imported only by a command that needs it)."""
+    from remediation.adapters.celery import celery_dispatcher
+
+    return celery_dispatcher(settings)
 
 
-@app.command()
-@cli_errors
-def resume(ctx: typer.Context, reason: str = REASON) -> None:
-    """Resume all automation after a pause (a human's, or the system's on a fault of its own), and let
-    every remediation held on an unmapped error go on."""
-    _done(backend(state(ctx)).set_paused(False, reason))
+def main() -> None:
+    app(obj=broker_dispatcher, prog_name=PROG)
 
 
-@app.command()
-@cli_errors
-def report(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-           reason: str = REASON) -> None:
-    """Report NODE as bad (for users without scontrol rights); decided like a watcher's event."""
-    _done(backend(state(ctx)).report(node, reason))
-
-
-@app.command()
-@cli_errors
-def whoami(ctx: typer.Context) -> None:
-    """Which mode this CLI is in and whom levers are audited as (with --server: the token's name and role)."""
-    st = state(ctx)
-    if st.server is None:
-        _done(f"direct database mode: levers are audited as {st.actor!r} (via=db)")
-        return
-    me = backend(st).whoami()  # type: ignore[attr-defined]
-    kind = "named token" if me.get("named") else "unnamed legacy token"
-    _done(f"{st.server}: {me.get('name')} ({me.get('role')}, {kind}); levers are audited as "
-          f"{me.get('name') if me.get('named') else 'NAME (token fingerprint)'} (via=api)")
-
-
-@app.command("completion")
-@cli_errors
-def completion(shell: str = typer.Argument(..., help="bash, zsh or fish.")) -> None:
-    """Print the shell completion script: `eval "$(remediation completion bash)"` in ~/.bashrc, or
-    `remediation completion zsh > "${fpath[1]}/_remediation"`."""
-    _done(completion_script(shell))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    app()
+if __name__ == "__main__":  # python -m remediation.cli.main: the console script without installing it
+    main()

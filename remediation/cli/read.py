@@ -113,14 +113,14 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
                       title="Quarantine history")
     parts: list[object] = [head, "", episodes, "", timeline] if d.episodes else [head, "", timeline]
     if d.validations:
-        parts += ["", gate_table(d, now, wide)]
+        parts += ["", validation_table(d, now, wide)]
     if d.quarantine_history or wide:
         parts += ["", history]
     r.show(*parts)
 
 
-def gate_table(d: NodeDetail, now: datetime, wide: bool) -> object:
-    """The health gate's latest checks: what ran, how it ended, and the last line of its output (all
+def validation_table(d: NodeDetail, now: datetime, wide: bool) -> object:
+    """The validation's latest checks: what ran, how it ended, and the last line of its output (all
     of the kept output with ``-o wide``)."""
     def said(text: str) -> str:
         if wide:
@@ -132,7 +132,7 @@ def gate_table(d: NodeDetail, now: datetime, wide: bool) -> object:
         [[r.stamp(v.started_at), f"#{v.remediation_id}" if v.remediation_id else f"by {v.actor}", v.backend,
           v.cause_class, v.command, r.status(v.outcome), "-" if v.exit_code is None else str(v.exit_code),
           r.dur(v.duration_s), said(v.output_tail)] for v in d.validations],
-        title="GPU checks (the health gate, newest first)")
+        title="GPU checks (the validation, newest first)")
 
 
 @events.command("tail")

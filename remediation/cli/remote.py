@@ -23,7 +23,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from remediation.cli.context import EXIT_CONFIG, EXIT_DATABASE, EXIT_REQUEST, CliError
-from remediation.services.faults import LemonRow
+from remediation.services.lemons import LemonRow
 from remediation.services.readmodels import (
     AuditRow,
     EventRow,

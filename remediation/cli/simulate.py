@@ -1,6 +1,6 @@
 """`remediation simulate --trace FILE`: rehearse the policy on a failure trace before turning it on.
 
-Loads the settings (``--config`` as everywhere), replays the trace through remediation.services.simulate and
+Loads the settings (``--config`` as everywhere), replays the trace through remediation.rehearsal.run and
 prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which
 is also the format to replay a site's own history. On a terminal a progress bar on stderr shows the
 simulated days done and the faults handled; ``-o json`` carries the wall time it took (``wall_s``).
@@ -25,11 +25,11 @@ import yaml
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
-from remediation.domain.trace import Fault, TraceError, dump_events, load
-from remediation.domain.truth import OutcomeModel, TruthError, parse_model
-from remediation.services.rehearsal import figures, ratios
-from remediation.services.sim_loop import Tally
-from remediation.services.simulate import simulate as run_simulation
+from remediation.rehearsal.compare import figures, ratios
+from remediation.rehearsal.loop import Tally
+from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.trace import Fault, TraceError, dump_events, load
+from remediation.rehearsal.truth import OutcomeModel, TruthError, parse_model
 from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
@@ -167,7 +167,7 @@ def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minut
     """One rehearsal, with the progress bar on a terminal."""
     draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     try:
-        return run_simulation(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
+        return rehearse(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
                               progress=draw, leaf_size=leaf_size).as_dict()
     finally:
         clear()

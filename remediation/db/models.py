@@ -237,7 +237,7 @@ class Incident(Base):
 
 
 class Validation(Base):
-    """One GPU check run by the health gate (the ``validate`` step, or a human's ``remediation validate``
+    """One GPU check run by the validation (the ``validate`` step, or a human's ``remediation validate``
     / ``release --validate``): what ran, how it ended, and the end of its output."""
 
     __tablename__ = "validations"

@@ -169,7 +169,7 @@ def latest_healthy(
 _REAL = Remediation.dry_run.is_(False)
 _VIEW_CONTROLS = select(Control.key, Control.value).where(
     or_(*(Control.key == k for k in (BREAKER, LAST_VM_ACTION, PAUSED))))
-# One statement for the four counts the gate needs, built once: the gate reads the view on every claim
+# One statement for the four counts admission needs, built once: admission reads the view on every claim
 # and every sweep, and building five statements per read was most of a claim's cost.
 _VIEW_COUNTS = select(
     select(func.count()).select_from(Node).scalar_subquery(),

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.slurm_states import SlurmState
 
 # Timestamps come from several machines (watchers, workers, the kubelet). A signal we caused cannot
 # begin before our action did, except by this much clock skew between those machines.
@@ -118,7 +119,7 @@ def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, settle: 
     if window.closed_at is not None and began > window.closed_at + SKEW:
         # It began after we proved the node healthy and closed: a new fault. The one exception is
         # Slurm's bare NOT_RESPONDING, which slurmctld keeps on a node we resumed until its next ping.
-        if not (event.source is Source.SLURM and _slurm_states(event.state) == {"NOT_RESPONDING"}):
+        if not (event.source is Source.SLURM and _slurm_states(event.state) == {SlurmState.NOT_RESPONDING}):
             return None
     return _because(window, window.vm_action)
 

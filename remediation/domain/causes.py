@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import VMAction
 from remediation.settings import FaultSettings, WorkflowSettings
 from remediation.vocabulary import APP, FAULT_CLASSES, UNKNOWN
@@ -173,7 +174,7 @@ def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     if cond is not None:  # an XID condition whose message named no code
         return Cause(cond[0], f"condition {cond_type} without a named cause")
     upper = {s for s in re.split(r"[+\s,]+", state.upper()) if s}
-    if source == "slurm" and upper & {"DOWN", "NOT_RESPONDING"} and not reason.strip():
+    if source == "slurm" and upper & {SlurmState.DOWN, SlurmState.NOT_RESPONDING} and not reason.strip():
         return Cause("host", f"Slurm {'+'.join(sorted(upper))} without a reason: the host stopped answering")
     return Cause(UNKNOWN, "nothing in the signal names a cause")
 

@@ -41,7 +41,7 @@ class RemediationContext(JsonRecord):
     reason: str | None = None  # the event's reason (what Slurm or the condition said)
     observed_at: str | None = None  # ISO time the watcher observed it (stale events are re-checked)
     fault_class: str | None = None  # the fault's class (policy.faults); None: unknown, the default ladder
-    cause_class: str | None = None  # the health gate's class, where it differs from fault_class
+    cause_class: str | None = None  # the validation's class, where it differs from fault_class
     # -- quarantine (ingest, the engine's escalation, levers)
     quarantine_reason: str | None = None  # why the node is quarantined, for people
     quarantine_decided: bool | None = None  # opened straight into quarantine on this failure (N-in-W, lemon)
@@ -54,7 +54,7 @@ class RemediationContext(JsonRecord):
     # -- vm_restart
     vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
     vm_op_ref: str | None = None  # the completed operation's reference
-    # -- gates and holds
+    # -- admission and holds
     reconfirm: bool | None = None  # re-confirm the trigger before the next disruptive step (breaker, incident)
     incident: int | None = None  # the incident the remediation joined
     incident_closed: int | None = None  # the incident whose close asked for the re-confirmation

@@ -43,7 +43,7 @@ class PauseState(JsonRecord):
 
     @property
     def why(self) -> str:
-        """Who paused and why, for the gate's verdict."""
+        """Who paused and why, for admission's verdict."""
         return ": ".join(x for x in (self.by, self.reason) if x) if self.paused else ""
 
 

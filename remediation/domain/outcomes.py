@@ -14,7 +14,7 @@ from typing import Any
 
 from remediation.domain.context import RemediationContext
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
-from remediation.ports.gate import HealthGate
+from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 
 
@@ -23,7 +23,7 @@ class Adapters:
     slurm: SlurmControl
     kube: KubeNodes
     vm: VMProvider
-    gate: HealthGate | None = None  # validation.backend none: no gate
+    validator: Validator | None = None  # validation.backend none: no validation
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Two questions are answered here and nowhere else:
    whose own action caused it, call it superseded (a newer healthy observation of the same condition
    exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
    unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
-2. ``gate``: may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
+2. ``admit`` (admission): may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
    (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
    minimum gap throttle VM actions.
 
@@ -24,6 +24,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import Protocol
 
+from remediation.domain import slurm_states
 from remediation.domain.attribution import Condition, Window, own_cause, superseded
 from remediation.domain.causes import Cause, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -75,14 +76,11 @@ class NodeView:
     history: Sequence[Failure] = ()
 
 
-DRAIN_STATES = frozenset({"DRAIN", "DRAINING", "DRAINED"})
-# Slurm states that are never "healthy", whether or not the policy remediates them.
-SLURM_BAD = frozenset({"FAIL", "FAILING", "DOWN", "NOT_RESPONDING"}) | DRAIN_STATES
 
 
 def slurm_bad_states(policy: PolicySettings) -> frozenset[str]:
     """A Slurm state holding any of these is not a healthy observation (see attribution)."""
-    return SLURM_BAD | {s.upper() for s in policy.slurm_states}
+    return slurm_states.BAD | {s.upper() for s in policy.slurm_states}
 OUR_OWN = "our own drain"  # the reason recorded for the echo of our own action (Decision.our_own)
 
 
@@ -163,7 +161,7 @@ def _remediable_state(event: NodeEvent, policy: PolicySettings) -> bool:
         wanted = {s.upper() for s in policy.slurm_states}
         states = {s for s in re.split(r"[+\s,]+", event.state_upper) if s}
         if "DRAIN" in wanted:
-            wanted |= DRAIN_STATES
+            wanted |= slurm_states.DRAINED
         if "FAIL" in wanted:
             wanted.add("FAILING")
         return bool(states & wanted)
@@ -203,7 +201,7 @@ class ClusterView:
 
 
 @dataclass(frozen=True)
-class Gate:
+class Admission:
     ok: bool
     reason: str = ""
 
@@ -241,22 +239,22 @@ def breaker_text(view: ClusterView, policy: PolicySettings) -> str:
 BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
-def gate(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Gate:
+def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Admission:
     """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
     (polling an operation already started is always allowed, or a restart could never finish)."""
     if view.paused:
-        return Gate(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
+        return Admission(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
     if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
         if breaker_holds(view, policy):
-            return Gate(False, breaker_text(view, policy))
+            return Admission(False, breaker_text(view, policy))
     if step is Step.VM_RESTART and new_vm_action:
         if view.vm_active >= policy.max_concurrent:
-            return Gate(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
+            return Admission(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
         if view.last_vm_action_at is not None:
             due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if now < due:
-                return Gate(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
-    return Gate(True)
+                return Admission(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
+    return Admission(True)
 
 
 def count_in_window(times: Sequence[datetime], now: datetime, window: timedelta) -> int:

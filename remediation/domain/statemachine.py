@@ -29,7 +29,7 @@ class NodeStatus(StrEnum):
 
 class RemediationStatus(StrEnum):
     RUNNING = "running"  # a step is due or executing
-    WAITING = "waiting"  # a step is waiting (jobs draining, operation, gate)
+    WAITING = "waiting"  # a step is waiting (jobs draining, operation, admission)
     SUCCEEDED = "succeeded"
     QUARANTINED = "quarantined"
     CANCELLED = "cancelled"
@@ -46,7 +46,7 @@ class Step(StrEnum):
     K8S_EVICT = "k8s_evict"
     VM_RESTART = "vm_restart"
     VERIFY = "verify"
-    VALIDATE = "validate"  # the GPU health gate (remediation.domain.validation)
+    VALIDATE = "validate"  # the GPU validation (remediation.domain.validation)
     RETURN = "return"
     QUARANTINE = "quarantine"
     DONE = "done"  # terminal marker
@@ -88,8 +88,8 @@ def check_transition(current: Step, nxt: Step) -> None:
         raise InvalidTransition(f"{current} -> {nxt} is not an allowed transition")
 
 
-def next_on_success(step: Step, gate: bool = True) -> Step:
-    """The step after ``step`` succeeds; without a health gate (``validation.backend: none``) verify
+def next_on_success(step: Step, validation: bool = True) -> Step:
+    """The step after ``step`` succeeds; without a validation (``validation.backend: none``) verify
     leads straight to return."""
     nxt = HAPPY_PATH[HAPPY_PATH.index(step) + 1]
-    return HAPPY_PATH[HAPPY_PATH.index(nxt) + 1] if nxt is Step.VALIDATE and not gate else nxt
+    return HAPPY_PATH[HAPPY_PATH.index(nxt) + 1] if nxt is Step.VALIDATE and not validation else nxt

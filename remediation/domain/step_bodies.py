@@ -15,6 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.context import RemediationContext
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
@@ -32,6 +33,7 @@ from remediation.domain.outcomes import Wait as Wait
 from remediation.domain.outcomes import elapsed, wait
 from remediation.domain.policy import ignored_reason
 from remediation.domain.providerid import parse_provider_id
+from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
@@ -60,7 +62,6 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
     )
 
 
-BAD_SLURM = frozenset({"DOWN", "DRAIN", "DRAINING", "DRAINED", "FAIL", "FAILING", "NOT_RESPONDING"})
 
 
 def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
@@ -74,13 +75,13 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
     if observed and (now - observed).total_seconds() < cfg.workflow.stale_event_s:
         return None
     if inp.source == "slurm":
-        if node.states & BAD_SLURM:
+        if node.states & slurm_states.BAD:
             return None
         return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
                       node_healthy=True)
     cond_type, cond_status = inp.context.condition
     knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & BAD_SLURM:
+    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
         return None
     return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
                   node_healthy=True)
@@ -96,7 +97,7 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
         node = ad.slurm.get_node(inp.node)  # ALLOCATED+DRAIN now reads DRAINING: decide on that
     jobs, busy = jobs_holding(ad, node)
     if busy is None:
-        if node.states & {"DOWN", "FAIL"}:
+        if node.states & {SlurmState.DOWN, SlurmState.FAIL}:
             return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
         return Done("drained; no jobs running")
     detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
@@ -138,7 +139,7 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     Slurm: DOWN, FAIL or FAILING is the fault unless the reason is our own (our drain keeps a DOWN
     node DOWN after slurmd is back). Kubernetes: the condition that opened it must be reported again,
     and healthy; not reported yet is not proof. A manual report has nothing to re-check."""
-    if snode.states & {"DOWN", "FAIL", "FAILING"} and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+    if snode.states & (slurm_states.FAILED | {SlurmState.DOWN}) and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
         return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
     if inp.source == "kubernetes":
         cond_type, bad = inp.context.condition
@@ -158,11 +159,11 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
         return None
     snode = ad.slurm.get_node(inp.node)
     if inp.source == "slurm":
-        bad = snode.states & BAD_SLURM
+        bad = snode.states & slurm_states.BAD
         if inp.context.incident_closed and snode.reason_is_ours(cfg.policy.our_reason_prefix):
             # A member of a closed incident kept our drain (and DOWN, which our reason replaced
             # "Not responding" on): what counts is whether it answers again.
-            bad -= {"DRAIN", "DRAINED", "DRAINING"} | ({"DOWN"} if "NOT_RESPONDING" not in snode.flags else set())
+            bad -= slurm_states.DRAINED | ({SlurmState.DOWN} if SlurmState.NOT_RESPONDING not in snode.flags else set())
         if bad:
             return None
         why = f"Slurm reports {'+'.join(sorted(snode.states))}"
@@ -215,7 +216,7 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | 
     if inp.source == "manual":
         return "reported by hand"
     snode = ad.slurm.get_node(inp.node)
-    bad = snode.states & {"DOWN", "NOT_RESPONDING", "FAIL", "FAILING"}
+    bad = snode.states & slurm_states.UNSERVING
     if inp.source == "slurm":
         return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
     return trigger_present(inp, ad, None, snode, cfg)

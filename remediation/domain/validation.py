@@ -2,13 +2,13 @@
 
 Verify proves the VM restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
 a degraded NVLink or a flaky InfiniBand port passes verify and kills the next job. So between verify and
-return the node runs a check through the configured :class:`~remediation.ports.gate.HealthGate`, picked
+return the node runs a check through the configured :class:`~remediation.ports.validator.Validator`, picked
 by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
 
-- the first look starts it (the gate's names come from the step's idempotency key, so a redelivered
-  task finds the check the first delivery started) and records the gate's reference on the step before
+- the first look starts it (the check's names come from the step's idempotency key, so a redelivered
+  task finds the check the first delivery started) and records the check's reference on the step before
   anyone waits on it;
-- later looks poll it; when it ends the gate is taken down (reservation deleted, drain put back);
+- later looks poll it; when it ends the validator takes its set-up down (reservation deleted, drain put back);
 - exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the VM ladder within
   the same remediation with the check's output on the step; a check that does not end by its deadline
   (or that the backend's own limit ended) is neither: the node is **held** and on-call paged once; so
@@ -39,7 +39,7 @@ from remediation.domain.outcomes import (
     elapsed,
 )
 from remediation.ports.errors import ConfigError
-from remediation.ports.gate import GateCheck, GateResult, HealthGate
+from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
 from remediation.settings import ValidationSettings
 
 #: Exit codes a shell gives a command it could not run: not executable, not found.
@@ -48,14 +48,14 @@ CANNOT_RUN = frozenset({126, 127})
 DEADLINE_SLACK_S = 30.0
 
 
-def gate_name(key: str) -> str:
+def check_name(key: str) -> str:
     """Reservation, job and Job name from an idempotency key: ``r12:validate:1`` -> ``nr-gate-r12-a1``.
     Lower case letters, digits and dashes only, so it is valid in Slurm and as a Kubernetes name."""
     rid, _, attempt = key.partition(":validate:")
     return _slug(f"nr-gate-{rid}-a{attempt or '1'}")
 
 
-def manual_gate_name(node: str, stamp: str) -> str:
+def manual_check_name(node: str, stamp: str) -> str:
     """The names of a check a human asked for (``remediation validate``)."""
     return _slug(f"nr-gate-{node}-{stamp}")
 
@@ -75,12 +75,12 @@ def tail(text: str, limit: int) -> str:
     return text if len(data) <= limit else data[-limit:].decode("utf-8", "ignore")
 
 
-def check_for(cfg: ValidationSettings, node: str, name: str, cls: str) -> GateCheck:
-    return GateCheck(node=node, name=name, command=tuple(cfg.check_for(cls)), timeout_s=cfg.timeout_for(cls),
+def check_for(cfg: ValidationSettings, node: str, name: str, cls: str) -> ValidationCheck:
+    return ValidationCheck(node=node, name=name, command=tuple(cfg.check_for(cls)), timeout_s=cfg.timeout_for(cls),
                      cause_class=cls)
 
 
-def record(check: dict[str, Any], result: GateResult, outcome: str, now: datetime, limit: int) -> dict[str, Any]:
+def record(check: dict[str, Any], result: ValidationResult, outcome: str, now: datetime, limit: int) -> dict[str, Any]:
     """What the database keeps of one check (remediation.services.validation writes it)."""
     started = datetime.fromisoformat(check["started_at"])
     return {
@@ -92,7 +92,7 @@ def record(check: dict[str, Any], result: GateResult, outcome: str, now: datetim
     }
 
 
-def verdict(check: dict[str, Any], result: GateResult, now: datetime, limit: int) -> tuple[str, dict[str, Any]]:
+def verdict(check: dict[str, Any], result: ValidationResult, now: datetime, limit: int) -> tuple[str, dict[str, Any]]:
     """passed / failed / timeout / no_result / cannot_run / dry_run, and the record to keep."""
     if result.state == "DRY-RUN":
         outcome = "dry_run"
@@ -108,7 +108,7 @@ def verdict(check: dict[str, Any], result: GateResult, now: datetime, limit: int
 
 
 def last_line(output: str) -> str:
-    """The check's last word: its last non-empty line (the Slurm gate's own exit marker skipped)."""
+    """The check's last word: its last non-empty line (the Slurm validator's own exit marker skipped)."""
     for line in reversed(output.splitlines()):
         if line.strip() and not line.startswith("nr-gate-exit:"):
             return line.strip()
@@ -125,9 +125,9 @@ def describe(rec: dict[str, Any]) -> str:
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     from remediation.domain.step_bodies import human_took_back  # its module imports this one
 
-    gate: HealthGate | None = ad.gate
-    if gate is None:
-        raise ConfigError("the validate step ran without a health gate (validation.backend)", component="validation")
+    validator: Validator | None = ad.validator
+    if validator is None:
+        raise ConfigError("the validate step ran without a validation (validation.backend)", component="validation")
     if (inp.context.vm_op_ref or "").startswith("dry-run:"):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
@@ -135,29 +135,29 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     if inp.provider_op is None:
         if cancel := human_took_back(inp, ad, cfg):
             return cancel
-        if gate.backend == "slurm":
+        if validator.backend == "slurm":
             snode = ad.slurm.get_node(inp.node)
             if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
-                # The Slurm gate resumes the node into its reservation; a human's drain is theirs.
+                # The Slurm validator resumes the node into its reservation; a human's drain is theirs.
                 return Done(f"no GPU check: a human drained {inp.node} meanwhile ({snode.reason!r}); the node "
                             "stays out for its owner")
-        check = check_for(vcfg, inp.node, gate_name(inp.key), cause_class(inp.context))
-        ref = gate.start(check)
-        op = {**ref, "backend": gate.backend, "name": check.name, "node": inp.node, "command": list(check.command),
+        check = check_for(vcfg, inp.node, check_name(inp.key), cause_class(inp.context))
+        ref = validator.start(check)
+        op = {**ref, "backend": validator.backend, "name": check.name, "node": inp.node, "command": list(check.command),
               "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": now.isoformat()}
-        return Wait(f"GPU check started on {inp.node} ({gate.backend}): {' '.join(check.command)}", poll,
+        return Wait(f"GPU check started on {inp.node} ({validator.backend}): {' '.join(check.command)}", poll,
                     provider_op=op)
     op = inp.provider_op
-    result = gate.poll(op)
+    result = validator.poll(op)
     if not result.done:
         if elapsed(inp, now) <= float(op["timeout_s"]) + DEADLINE_SLACK_S:
             why = f"pending: {result.waiting}" if result.waiting else (result.state or "running").lower()
             return Wait(f"GPU check on {inp.node} {why}: {' '.join(op['command'])}", poll)
-        result = GateResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
+        result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
                             timed_out=True)
-    taken_down = gate.finish(op)
+    taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, vcfg.output_bytes)
-    detail = {"validation": rec, "gate": taken_down}
+    detail = {"validation": rec, "undone": taken_down}
     what = describe(rec)
     if outcome == "dry_run":
         return Done(f"would run the GPU check {' '.join(op['command'])} on {inp.node}", detail=detail)

@@ -1,6 +1,6 @@
 """Where work goes after a lever or an ingest commits: the port the entry points fill.
 
-The services never import a broker. Whoever builds a :class:`remediation.services.lever_service.LeverService`
+The services never import a broker. Whoever builds a :class:`remediation.services.levers.LeverService`
 (the CLI, the API, the demo) passes it a dispatcher: the Celery one
 (:class:`remediation.adapters.celery.CeleryDispatcher`) in production, :class:`SweeperOnly` where there is
 no broker. Without a broker, step follow-ups are still safe: they were committed with ``next_run_at``
@@ -23,8 +23,8 @@ class Hint(StrEnum):
     loop; Celery ignores it)."""
 
     NONE = ""  # anything else: run it after its countdown
-    GATE = "gate"  # a gate refused the step; its verdict may change with the cluster view
-    GATE_NEW_VM = "gate:new_vm"  # a gate refused a step that would start a VM action
+    ADMISSION = "admission"  # admission refused the step; its verdict may change with the cluster view
+    ADMISSION_NEW_VM = "admission:new_vm"  # admission refused a step that would start a VM action
     WAIT = "wait"  # the step body asked to look again (an operation, a reboot, jobs or pods leaving)
     INCIDENT = "incident"  # held by an open incident: nothing changes until the incident closes
 

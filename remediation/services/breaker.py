@@ -15,7 +15,7 @@ are healthy again are cancelled with our drain and cordon given back; nodes stil
 before the close no longer count toward the breaker (``closed_at`` bounds its window), so a human's close
 is not undone by the very storm they just looked at.
 
-While open, nodes are still drained and cordoned (safe steps); eviction and VM actions wait at the gate.
+While open, nodes are still drained and cordoned (safe steps); admission keeps eviction and VM actions waiting.
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation
-from remediation.db.queries import BREAKER, control_get, control_set, lock_control
+from remediation.db.queries import BREAKER, cluster_view, control_get, control_set, lock_control
 from remediation.domain.controls import BreakerLatch
+from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, Step
 from remediation.services.audit import audit
+from remediation.settings import PolicySettings
 
 # Steps at which a remediation has not yet acted disruptively (vm_restart only until its action starts,
 # which healthy_again checks by itself).
@@ -76,3 +78,25 @@ def close_latch(s: Session, now: datetime, actor: str, reason: str) -> list[int]
 
 def closed_at(value: dict[str, Any]) -> datetime | None:
     return BreakerLatch.load(value).closed
+
+
+def note(s: Session, view: ClusterView, now: datetime, exclude: int | None, policy: PolicySettings, actor: str,
+         clock: Clock) -> ClusterView:
+    """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period.
+    Exactly once however many workers notice: the common case (no change) costs no lock; a change
+    queues the claims on the breaker row, and only the first records it (one audit row, so on-call is
+    paged once). Returns the view to admit on; a claim leaves its own remediation out (``exclude``)."""
+    if not view.breaker_latched and breaker_open(view, policy):
+        lock_control(s, BREAKER, now)
+        now = clock.now()
+        view = cluster_view(s, now, policy.breaker_window, exclude)
+        if not view.breaker_latched and breaker_open(view, policy):
+            reason = (f"{view.failed_in_window}/{view.pool_size} nodes failed within "
+                      f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
+            open_latch(s, now, actor, view.failed_in_window, view.pool_size, reason)
+            view = cluster_view(s, now, policy.breaker_window, exclude)
+    elif breaker_may_auto_close(view, policy, now):
+        quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
+        close_latch(s, now, actor, f"auto-close: {quiet}")
+        view = cluster_view(s, now, policy.breaker_window, exclude)
+    return view

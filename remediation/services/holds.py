@@ -86,7 +86,7 @@ def hold(
     s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: PagedError, poll_s: float
 ) -> float:
     """Record ``fault`` on the step at once and park the remediation; returns the countdown to the next
-    look (it waits at the gate, which a pause or a hold keeps shut)."""
+    look (admission refuses it while a pause or a hold lasts)."""
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
         detail = RetryState.cleared(row.detail)

@@ -43,10 +43,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import aware
 from remediation.db.models import Incident, Node, NodeDomain, Remediation
 from remediation.db.queries import among, lock_control
+from remediation.domain import slurm_states
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.hostlist import compress
 from remediation.domain.policy import Clock
+from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, Step
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.topology import Correlated, Rule, correlate, domain_key, likely_cause
@@ -213,7 +215,7 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             n.updated_at = now
 
 
-# ------------------------------------------------------------------------------------ the gate
+# ---------------------------------------------------------------------------- admission
 
 
 @dataclass(frozen=True)
@@ -285,9 +287,9 @@ UNREACHABLE = ("", "not responding")  # the Slurm reasons of a node that stopped
 
 def member_recovered(states: frozenset[str], flags: frozenset[str], reason_ours: bool) -> bool:
     """A member node answers again: not NOT_RESPONDING, not FAIL, and DOWN or drained only by us."""
-    if "NOT_RESPONDING" in flags or states & {"FAIL", "FAILING"}:
+    if SlurmState.NOT_RESPONDING in flags or states & slurm_states.FAILED:
         return False
-    return reason_ours or not states & {"DOWN", "DRAIN", "DRAINED", "DRAINING"}
+    return reason_ours or not states & (slurm_states.DRAINED | {SlurmState.DOWN})
 
 
 def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:

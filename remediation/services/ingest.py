@@ -34,7 +34,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
-from remediation.db.faults import app_xid_counts, failure_history
+from remediation.db.fault_history import app_xid_counts, failure_history
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
 from remediation.db.queries import (
     among,

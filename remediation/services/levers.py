@@ -1,183 +1,113 @@
-"""On-call levers: pause/resume, quarantine, release, cancel and report. All audited with the actor.
+"""The one lever service: every on-call lever, one transaction each, then the follow-up work.
 
-The CLI and the API call these same functions; each runs inside the caller's transaction and returns
-the follow-ups to enqueue after the commit (the caller owns both). They validate first and raise
-:class:`LeverError` (a clear one-line message) on a bad request: an unknown node, releasing a node that
-is not quarantined, cancelling a closed remediation.
+The CLI and the API (JSON routes and dashboard forms alike) call this class and only format what it
+returns, so a release from the terminal, from ``curl`` and from the browser write the same audit row
+and queue the same work. The transactional rules live in :mod:`remediation.services.lever_rules`; this class
+adds what every caller needs around them: the session, the clock, and the dispatcher it was given
+(never a global), used only after the commit so a follow-up never runs against uncommitted state.
 
-A release is the one way a node leaves quarantine. It resets the repeat-offender count (failures before
-the release are forgiven) and queues ``release`` actions that resume the node in Slurm, remove our taint
-and our cordon. Nothing the service does afterwards re-quarantines it until it fails N more times.
+Every audit row it writes records the door the lever came through (``via``, see
+:mod:`remediation.services.audit`): the API builds it with ``via="api"``, the CLI in direct database mode
+with ``via="db"``.
+
+A release (and a cancel with ``give_back``) is committed even when its undo in Slurm and Kubernetes
+cannot be queued; the result says so (``undo_error``) and the caller tells the human what is left.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.db.models import Node, Remediation
-from remediation.db.queries import PAUSED, control_set, is_paused
-from remediation.domain.context import RemediationContext
-from remediation.domain.controls import PauseState
-from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
-from remediation.ports.dispatch import FollowUp
-from remediation.services import breaker
-from remediation.services.audit import audit
-from remediation.services.holds import lift_holds
-from remediation.services.ingest import ingest
+from remediation.domain.policy import Clock
+from remediation.ports.dispatch import Dispatcher, FollowUp
+from remediation.services import incidents, lever_rules
+from remediation.services.audit import Via, through
 from remediation.settings import PolicySettings
 
 
-class LeverError(ValueError):
-    """A lever that cannot be pulled as asked; the message says why."""
+@dataclass(frozen=True)
+class Undo:
+    """A lever that hands our drain, cordon and taint back: which node, and whether that was queued."""
+
+    node: str
+    error: Exception | None = None
+
+    @property
+    def queued(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True)
-class ReleaseActions:
-    """Follow-up for the workers: undo our quarantine on ``node`` in Slurm and Kubernetes."""
-
+class Cancelled:
+    remediation_id: int
     node: str
+    step: str
+    undo: Undo | None  # only with give_back
 
 
-def _node(session: Session, name: str, lock: bool = False) -> Node:
-    node = session.get(Node, name, with_for_update=lock)
-    if node is None:
-        raise LeverError(f"unknown node {name!r}: it is not in the inventory (has a watcher seen it?)")
-    return node
+class LeverService:
+    def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
+                 clock: Clock, via: Via) -> None:
+        self._factory = sessions
+        self._via: Via = via
+        self._dispatcher = dispatcher
+        self._policy = policy
+        self._clock = clock
 
+    def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
+        with self._sessions() as s, s.begin():
+            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now())
+        self._dispatcher.steps([followup])
+        return followup
 
-def _reason(reason: str) -> str:
-    reason = (reason or "").strip()
-    if not reason:
-        raise LeverError("a reason is required (it goes to the audit log)")
-    if len(reason) > 1000 or any(c in reason for c in "\n\r\x00"):
-        raise LeverError("the reason must be a single line of at most 1000 characters")
-    return reason
+    def release(self, node: str, actor: str, reason: str) -> Undo:
+        with self._sessions() as s, s.begin():
+            actions = lever_rules.release(s, node, actor, reason, self._clock.now())
+        return self._undo(actions.node)
 
+    def cancel(self, remediation_id: int, actor: str, reason: str, give_back: bool = False) -> Cancelled:
+        with self._sessions() as s, s.begin():
+            rem = lever_rules.cancel(s, remediation_id, actor, reason, self._clock.now(), give_back=give_back)
+            rid, node, step = rem.id, rem.node, rem.step
+        return Cancelled(rid, node, step, self._undo(node) if give_back else None)
 
-checked_reason = _reason  # for the levers that live beside this module (incidents)
+    def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
+        with self._sessions() as s, s.begin():
+            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy)
+        self._dispatcher.steps(followups)
+        return followups
 
+    def set_paused(self, paused: bool, actor: str, reason: str) -> bool:
+        """Pause or resume all automation; returns whether it was paused before."""
+        with self._sessions() as s, s.begin():
+            return lever_rules.set_paused(s, paused, actor, reason, self._clock.now())
 
-def set_paused(session: Session, paused: bool, actor: str, reason: str, now: datetime) -> bool:
-    """Pause or resume all automation; returns the previous state."""
-    reason = _reason(reason)
-    before = is_paused(session)
-    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now)
-    audit(session, now, actor, "pause" if paused else "resume", "", reason)
-    if not paused:
-        lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too
-    return before
+    def breaker_status(self) -> dict[str, Any]:
+        with self._sessions() as s:
+            return lever_rules.breaker_status(s)
 
+    def close_breaker(self, actor: str, reason: str) -> list[FollowUp]:
+        with self._sessions() as s, s.begin():
+            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now())
+        self._dispatcher.steps(followups)
+        return followups
 
-def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime) -> FollowUp:
-    """Quarantine a node by hand: an open remediation jumps to its quarantine step, otherwise one is
-    opened straight into it."""
-    reason = _reason(reason)
-    node = _node(session, name, lock=True)
-    if node.status == NodeStatus.QUARANTINED:
-        raise LeverError(f"{name} is already quarantined ({node.quarantine_reason})")
-    why = f"manual quarantine by {actor}: {reason}"
-    rem = session.scalars(
-        select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES)).with_for_update()
-    ).first()
-    if rem is None:
-        rem = Remediation(node=name, cause=why, source=Source.MANUAL.value, status=RemediationStatus.RUNNING,
-                          step=Step.QUARANTINE, ladder=0, opened_at=now, updated_at=now, next_run_at=now,
-                          context=RemediationContext(quarantine_reason=why).dump())
-        session.add(rem)
-    else:
-        rem.step, rem.status, rem.next_run_at, rem.updated_at = Step.QUARANTINE, RemediationStatus.RUNNING, now, now
-        rem.lease_owner = rem.lease_until = None
-        rem.ctx = replace(rem.ctx, quarantine_reason=why)
-    node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, why, now
-    session.flush()
-    audit(session, now, actor, "quarantine", name, reason, {"remediation": rem.id})
-    return FollowUp(rem.id, Step.QUARANTINE.value)
+    def resolve_incident(self, incident_id: int, actor: str, reason: str) -> list[FollowUp]:
+        """A human closes a correlated incident; its members re-check their trigger and go on alone."""
+        with self._sessions() as s, s.begin():
+            followups = incidents.resolve(s, incident_id, actor, lever_rules.checked_reason(reason), self._clock.now())
+        self._dispatcher.steps(followups)
+        return followups
 
+    def _sessions(self) -> Session:
+        return through(self._factory(), self._via)
 
-def release(session: Session, name: str, actor: str, reason: str, now: datetime) -> ReleaseActions:
-    reason = _reason(reason)
-    node = _node(session, name, lock=True)
-    if node.status != NodeStatus.QUARANTINED:
-        raise LeverError(f"{name} is not quarantined (status: {node.status}); nothing to release")
-    node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
-    node.released_at, node.updated_at = now, now
-    node.quarantined_at = None
-    audit(session, now, actor, "release", name, reason, {"was": node.quarantine_reason})
-    node.quarantine_reason = None
-    return ReleaseActions(name)
-
-
-def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: datetime,
-           give_back: bool = False) -> Remediation:
-    """Stop one remediation where it stands. By default the node is left as it is (drained/cordoned
-    by us, if we got that far) and marked unhealthy, so a human decides what comes next. With
-    ``give_back`` the caller also queues ``ReleaseActions(node)``, which resumes our drain (only while
-    the reason is still ours) and removes our cordon and taint; the node is then marked healthy."""
-    reason = _reason(reason)
-    rem = session.get(Remediation, remediation_id, with_for_update=True)
-    if rem is None:
-        raise LeverError(f"no remediation #{remediation_id}")
-    if rem.status not in OPEN_STATUSES:
-        raise LeverError(f"remediation #{remediation_id} is already {rem.status}")
-    rem.status, rem.closed_at, rem.updated_at, rem.next_run_at = RemediationStatus.CANCELLED, now, now, None
-    rem.outcome = f"cancelled by {actor}: {reason}"
-    rem.lease_owner = rem.lease_until = None
-    node = _node(session, rem.node, lock=True)
-    if give_back:
-        rem.outcome += " (our drain, cordon and taint given back)"
-        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, rem.outcome, now
-    else:
-        node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
-    audit(session, now, actor, "cancel", rem.node, reason,
-          {"remediation": rem.id, "step": rem.step, "give_back": give_back})
-    return rem
-
-
-def breaker_status(session: Session) -> dict[str, Any]:
-    """The storm breaker's latch: open or not, why, since when, and who closed it last."""
-    return breaker.state(session)
-
-
-def close_breaker(session: Session, actor: str, reason: str, now: datetime) -> list[FollowUp]:
-    """A human closes the latched storm breaker (audited). Every held remediation re-confirms its
-    trigger before its next disruptive action; the follow-ups run them now."""
-    reason = _reason(reason)
-    held = breaker.close_latch(session, now, actor, reason)
-    if held is None:
-        raise LeverError("the storm breaker is not open; nothing to close")
-    rems = session.scalars(select(Remediation).where(Remediation.id.in_(held))).all()
-    return [FollowUp(r.id, r.step) for r in rems]
-
-
-def report(session: Session, name: str, actor: str, reason: str, now: datetime,
-           policy: PolicySettings) -> list[FollowUp]:
-    """A manual report (for researchers without scontrol rights): recorded as an event and decided
-    exactly like a watcher's."""
-    reason = _reason(reason)
-    _node(session, name)
-    try:
-        event = NodeEvent(source=Source.MANUAL, node=name, kind=EventKind.UNHEALTHY, state="REPORTED",
-                          reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
-    except Exception as exc:  # pragma: no cover - the checks above make this unreachable
-        raise LeverError(str(exc)) from exc
-    result = ingest(session, [event.to_json()], policy, _Fixed(now))
-    audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
-    return [FollowUp(rid, step) for rid, step in result.opened]
-
-
-class _Fixed:
-    def __init__(self, now: datetime) -> None:
-        self._now = now
-
-    def now(self) -> datetime:
-        return self._now
-
-
-__all__ = ["LeverError", "ReleaseActions", "breaker_status", "cancel", "close_breaker", "quarantine", "release",
-           "report", "set_paused", "InvalidEvent"]
+    def _undo(self, node: str) -> Undo:
+        try:
+            self._dispatcher.release(node)
+        except Exception as exc:  # committed; the caller says plainly that Slurm/Kubernetes were not touched
+            return Undo(node, exc)
+        return Undo(node)

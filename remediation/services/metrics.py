@@ -22,7 +22,7 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   the step it stands at), and ``remediation_queue_depth{queue}`` when the composition root injects the
   broker's queue lengths
 - ``remediation_rejected_events_total``, ``remediation_database_up``
-- the health gate's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
+- the validation's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
   and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.services.validation_metrics`)
 """
 

@@ -3,7 +3,8 @@
 Every on-call surface reads through this module so that ``remediation nodes show gpu-node-7``, the
 ``/api/v1/nodes/gpu-node-7`` JSON and the dashboard's node page can never disagree. Functions take a
 session and plain arguments and return plain dataclasses (no ORM objects escape, so nothing lazy-loads
-after the session closes); :func:`jsonable` turns them into JSON-ready dicts and FastAPI uses the same
+after the session closes; the rows are in :mod:`remediation.services.read_rows`, and callers import
+them from here); :func:`jsonable` turns them into JSON-ready dicts and FastAPI uses the same
 dataclasses as its response models, which is what the OpenAPI spec documents.
 
 Queries are bounded (``limit``) and ride the indexes the on-call questions need: nodes by status,
@@ -16,9 +17,7 @@ readable sentence; the CLI prints it as ``error: ...`` and the API maps it to 42
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, select
@@ -28,12 +27,58 @@ from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.controls import BreakerLatch, PauseState
-from remediation.domain.episodes import EpisodeRow, episodes
+from remediation.domain.episodes import episodes
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
-from remediation.services.faults import lemon_scores
-from remediation.services.validation import ValidationRow, node_validations
-from remediation.services.validation import summary as gate_summary
+from remediation.services.lemons import lemon_scores
+from remediation.services.read_rows import (
+    AuditRow,
+    EventRow,
+    NodeDetail,
+    NodeRow,
+    Overview,
+    RejectedRow,
+    RemediationDetail,
+    RemediationRow,
+    StepRow,
+    TimelineEntry,
+    jsonable,
+)
+from remediation.services.validation import node_validations
+from remediation.services.validation import summary as validation_summary
 from remediation.settings import LemonSettings, PolicySettings
+
+# The rows live in read_rows; callers import them, with the queries, from here.
+__all__ = [
+    "ago",
+    "AuditRow",
+    "EventRow",
+    "get_node",
+    "get_remediation",
+    "human_duration",
+    "jsonable",
+    "list_audit",
+    "list_events",
+    "list_nodes",
+    "list_rejected",
+    "list_remediations",
+    "MAX_LIMIT",
+    "node_detail",
+    "NodeDetail",
+    "NodeRow",
+    "Overview",
+    "overview",
+    "parse_node_status",
+    "parse_remediation_status",
+    "QUARANTINE_ACTIONS",
+    "quarantined",
+    "ReadModelError",
+    "RecordNotFound",
+    "RejectedRow",
+    "RemediationDetail",
+    "RemediationRow",
+    "StepRow",
+    "TimelineEntry",
+]
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
 QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "release_done")
@@ -46,149 +91,6 @@ class ReadModelError(ValueError):
 
 class RecordNotFound(ReadModelError):
     """The node or remediation asked for does not exist."""
-
-
-# ------------------------------------------------------------------------------------------ rows
-
-
-@dataclass
-class NodeRow:
-    name: str
-    status: str
-    status_reason: str
-    updated_at: datetime
-    last_event_at: datetime | None
-    quarantined_at: datetime | None
-    quarantine_reason: str | None
-    released_at: datetime | None
-    open_remediation: int | None = None
-    step: str | None = None
-    wait_reason: str | None = None
-    lemon_score: float = 0.0  # decayed, class-weighted failures (remediation.domain.lemon)
-    lemon: str = ""  # the score's explanation
-
-
-@dataclass
-class EventRow:
-    id: int
-    observed_at: datetime
-    received_at: datetime
-    source: str
-    node: str
-    kind: str
-    state: str
-    reason: str
-    reason_user: str | None
-    decision: str
-    decision_reason: str
-    remediation_id: int | None
-
-
-@dataclass
-class StepRow:
-    id: int
-    step: str
-    attempt: int
-    status: str
-    started_at: datetime
-    finished_at: datetime | None
-    duration_s: float | None
-    checks: int
-    retries: int
-    outcome: str | None
-    error: str | None
-    error_kind: str | None
-    provider_op: dict[str, Any] | None
-
-
-@dataclass
-class RemediationRow:
-    id: int
-    node: str
-    status: str
-    step: str
-    cause: str
-    source: str
-    ladder: int
-    opened_at: datetime
-    updated_at: datetime
-    closed_at: datetime | None
-    next_run_at: datetime | None
-    duration_s: float | None
-    wait_reason: str | None
-    outcome: str | None
-    fault_class: str | None = None  # the cause's class, why, and the action its ladder chose
-    fault_evidence: str | None = None
-    action: str | None = None
-
-
-@dataclass
-class RemediationDetail(RemediationRow):
-    context: dict[str, Any] = field(default_factory=dict)
-    steps: list[StepRow] = field(default_factory=list)
-    event: EventRow | None = None
-
-
-@dataclass
-class AuditRow:
-    id: int
-    at: datetime
-    actor: str
-    action: str
-    target: str
-    reason: str
-    detail: dict[str, Any]
-    via: str | None = None  # api, db or service (None: written before the door was recorded)
-
-
-@dataclass
-class RejectedRow:
-    id: int
-    received_at: datetime
-    error: str
-    payload: str
-
-
-@dataclass
-class TimelineEntry:
-    """One line of a node's story, in time order: an event, a remediation opening or closing, a step,
-    or a human/automated action from the audit log."""
-
-    at: datetime
-    kind: str  # event | remediation | step | audit
-    title: str
-    detail: str
-    remediation_id: int | None = None
-    duration_s: float | None = None
-    error: str | None = None
-    status: str | None = None
-
-
-@dataclass
-class NodeDetail:
-    node: NodeRow
-    remediations: list[RemediationDetail]
-    events: list[EventRow]
-    quarantine_history: list[AuditRow]
-    audit: list[AuditRow]
-    timeline: list[TimelineEntry]
-    episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
-    validations: list[ValidationRow] = field(default_factory=list)  # the health gate's latest checks
-
-
-@dataclass
-class Overview:
-    nodes_by_status: dict[str, int]
-    remediations_by_status: dict[str, int]
-    in_flight: int
-    quarantined: int
-    paused: bool
-    paused_detail: dict[str, Any]
-    breaker_open: bool
-    breaker_detail: dict[str, Any]
-    last_event_at: datetime | None
-    queue_depth: dict[str, int] | None = None
-    gate: dict[str, Any] = field(default_factory=dict)  # the health gate's summary (services.validation)
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -277,19 +179,6 @@ def _node(n: Node, rem: Remediation | None) -> NodeRow:
         open_remediation=rem.id if rem else None, step=rem.step if rem else None,
         wait_reason=rem.wait_reason if rem else None,
     )
-
-
-def jsonable(obj: Any) -> Any:
-    """Dataclasses, datetimes and containers to JSON-ready values (ISO 8601 times, UTC)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-    if isinstance(obj, datetime | date):
-        return obj.isoformat()
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [jsonable(v) for v in obj]
-    return obj
 
 
 # -------------------------------------------------------------------------------------- queries
@@ -445,7 +334,8 @@ def overview(s: Session) -> Overview:
         paused=bool(PauseState.load(paused).paused), paused_detail=paused,
         breaker_open=bool(BreakerLatch.load(breaker).open), breaker_detail=breaker,
         last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),
-        gate=gate_summary(s),
+        validation=(checked := validation_summary(s)),
+        gate=checked,
     )
 
 

@@ -1,11 +1,11 @@
-"""The health gate's records and its human uses.
+"""The validation's records and its human uses.
 
 - :func:`record_validation`: the engine calls it when a ``validate`` step ends; one ``validations`` row
   per check (command, exit code, duration, the last ``validation.output_bytes`` of output).
 - :func:`hold_for_human`: a check that never ended (or could not run) holds its remediation: the node
   stays out, one audit row pages on-call, and only a human's ``resume`` (run it again) or ``cancel``
   moves it on.
-- :func:`run_check`: ``remediation validate NODE`` and ``release NODE --validate`` run the same gate on
+- :func:`run_check`: ``remediation validate NODE`` and ``release NODE --validate`` run the same validation on
   demand, from the CLI process, on a node already out of the pool, and record it the same way.
 - :func:`summary`: pass rate and durations for ``/metrics`` and the dashboard.
 """
@@ -31,12 +31,12 @@ from remediation.domain.validation import (
     cause_class,
     check_for,
     describe,
-    manual_gate_name,
+    manual_check_name,
     verdict,
 )
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.dispatch import FollowUp
-from remediation.ports.gate import GateResult, HealthGate
+from remediation.ports.validator import ValidationResult, Validator
 from remediation.services.audit import audit
 from remediation.settings import Settings
 
@@ -85,11 +85,11 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
 
 
 def run_check(
-    sessions: sessionmaker[Session], gate: HealthGate, slurm: SlurmControl, settings: Settings, node: str,
+    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, settings: Settings, node: str,
     actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
     purpose: str = "validate",
 ) -> dict[str, Any]:
-    """Run the gate once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
+    """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
     record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
     with sessions() as s, s.begin():
         if s.get(Node, node) is None:
@@ -107,28 +107,28 @@ def run_check(
         raise ValidationRefused(f"{node} is {'+'.join(sorted(snode.states))} in Slurm: drain it first (the "
                                 "check runs only on a node out of the pool)")
     started = now()
-    check = check_for(settings.validation, node, manual_gate_name(node, started.strftime("%Y%m%d%H%M%S")), cls)
-    ref = gate.start(check)
-    op = {**ref, "backend": gate.backend, "name": check.name, "node": node, "command": list(check.command),
+    check = check_for(settings.validation, node, manual_check_name(node, started.strftime("%Y%m%d%H%M%S")), cls)
+    ref = validator.start(check)
+    op = {**ref, "backend": validator.backend, "name": check.name, "node": node, "command": list(check.command),
           "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": started.isoformat()}
     with sessions() as s, s.begin():
-        audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({gate.backend})",
+        audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({validator.backend})",
               {"name": check.name})
-    result: GateResult = gate.poll(op)
+    result: ValidationResult = validator.poll(op)
     while not result.done:
         if (now() - started).total_seconds() > check.timeout_s + DEADLINE_SLACK_S:
-            result = GateResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
+            result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
                                 timed_out=True)
             break
         sleep(min(settings.validation.poll_interval_s, 5.0))
-        result = gate.poll(op)
-    taken_down = gate.finish(op)
+        result = validator.poll(op)
+    taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now(), settings.validation.output_bytes)
     with sessions() as s, s.begin():
         add_row(s, rec, None, actor, settings.dry_run)
         audit(s, now(), actor, f"{purpose}_{outcome}", node, f"{describe(rec)}; {taken_down}"[:2000],
               {"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
-    return {**rec, "gate": taken_down}
+    return {**rec, "undone": taken_down}
 
 
 @dataclass(frozen=True)

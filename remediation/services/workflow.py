@@ -1,7 +1,7 @@
 """The workflow engine: runs one step of one remediation, crash-safely, in three phases.
 
 1. **Claim** (transaction 1): lock the remediation row, check that it is still open and still at this
-   step (a stale or duplicate delivery stops here), check the gates (pause, storm breaker, concurrency,
+   step (a stale or duplicate delivery stops here), ask admission (pause, storm breaker, concurrency,
    gap), take a lease, and write the step row as ``started`` with its idempotency key. Commit.
 2. **Act** (no transaction): call the step function, which calls an adapter at most once or twice.
 3. **Record** (transaction 2): if the lease is still ours, write ``done``/``waiting``/``failed`` with
@@ -18,7 +18,8 @@ Transient errors are recorded on the step row (with the time the retry is due) a
 :class:`RetryLater` carrying the backoff (honouring Retry-After); the Celery task turns it into
 ``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. The step row
 is the one retry counter: its failure streak (errors in a row since the last success) sets the backoff
-and decides when to give up (:func:`failing_too_long`); Celery's own retry count plays no part.
+and decides when to give up (:mod:`remediation.services.retries`); Celery's own retry count plays no part.
+What each outcome writes to the step, remediation and node rows is :mod:`remediation.services.step_rows`.
 
 Every step's decision is logged with its five fields (:mod:`remediation.services.steplog`).
 """
@@ -28,16 +29,15 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
-from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import (
-    BREAKER,
     LAST_VM_ACTION,
     cluster_view,
     control_set,
@@ -48,13 +48,11 @@ from remediation.db.queries import (
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
 from remediation.domain.outcomes import Hold, StepSettings
-from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open, gate
+from remediation.domain.policy import Clock, admit
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
-    NodeStatus,
     RemediationStatus,
     Step,
-    check_transition,
     next_on_success,
 )
 from remediation.domain.step_bodies import (
@@ -74,6 +72,8 @@ from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, held_reason, hold, probe
+from remediation.services.retries import backoff, failing_too_long, gave_up, too_early
+from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
 from remediation.services.validation import hold_for_human, record_validation
 from remediation.settings import Settings
 
@@ -87,49 +87,6 @@ class RetryLater(Exception):
         super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
         self.cause = cause
         self.countdown = countdown
-
-
-# A step locks and reads the remediation row only: its step history (a selectin relationship, for the
-# read models) is not loaded with it.
-_EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
-
-
-def _too_early(row: RemediationStep, now: datetime) -> bool:
-    """The step's last transient error set a retry time that has not come yet."""
-    retry_at = RetryState.load(row.detail).retry_at
-    return retry_at is not None and retry_at - _EARLY_SLACK > now
-
-
-def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
-    """Exponential backoff, never shorter than the server's Retry-After."""
-    delay: float = min(cap, base * float(2 ** max(retries, 0)))
-    return max(delay, float(retry_after or 0.0))
-
-
-def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: float) -> bool:
-    """Give up on transient errors only when they come back to back: more than ``max_retries`` in a
-    row *and* ``budget_s`` seconds without a success. Counting every error a step ever met would make a
-    long operation polled through a noisy API climb the ladder while it was going well; counting only
-    errors in a row would let a quick burst (short Retry-After, several calls per attempt) end a step
-    that a few more seconds would have finished."""
-    return streak > max_retries and failing_s >= budget_s
-
-
-def _gave_up(outcome: Outcome) -> bool:
-    return isinstance(outcome, Escalate) and outcome.gave_up
-
-
-# The open attempt of a remediation's current step; built once, as every claim reads it.
-_CURRENT_ROW = (
-    select(RemediationStep)
-    .where(
-        RemediationStep.remediation_id == bindparam("rid"),
-        RemediationStep.step == bindparam("step"),
-        RemediationStep.status.in_(("started", "waiting")),
-    )
-    .order_by(RemediationStep.id.desc())
-    .limit(1)
-)
 
 
 class Workflow:
@@ -210,7 +167,8 @@ class Workflow:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
                 out.append(FollowUp(rem.id, rem.step))
-            self._note_breaker(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None)
+            breaker.note(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None,
+                         self.settings.policy, self.settings.actor, self.clock)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
@@ -235,8 +193,8 @@ class Workflow:
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, held[:2000]
                 rem.next_run_at = now + timedelta(seconds=wf.max_wait_s)
                 return FollowUp(rid, step, wf.max_wait_s)
-            row = self._current_row(s, rem)
-            if row is not None and _too_early(row, now):
+            row = current_row(s, rem)
+            if row is not None and too_early(row, now):
                 # A second delivery (the sweeper's, say, for a task that sat in a busy queue) must
                 # not retry before the Retry-After the provider asked for; the retry scheduled for
                 # then (or the sweeper after it) runs the step.
@@ -248,8 +206,8 @@ class Workflow:
                 lock_control(s, LAST_VM_ACTION, now)
                 now = self.clock.now()
             view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
-            view = self._note_breaker(s, view, now, exclude=rem.id)
-            verdict = gate(step, view, self.settings.policy, now, new_vm_action=row is None)
+            view = breaker.note(s, view, now, rem.id, self.settings.policy, self.settings.actor, self.clock)
+            verdict = admit(step, view, self.settings.policy, now, new_vm_action=row is None)
             held_by_incident = False
             if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
                                                               new_vm_action=row is None)):
@@ -260,17 +218,17 @@ class Workflow:
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
                 rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
                 new_vm = row is None and step is Step.VM_RESTART
-                # The hint is for the rehearsal's event loop (Celery ignores it): a gate's verdict may
+                # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = Hint.INCIDENT if held_by_incident else Hint.GATE_NEW_VM if new_vm else Hint.GATE
-                attempt = row.attempt if row is not None else self._next_attempt(s, rid, step)
+                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_VM if new_vm else Hint.ADMISSION
+                attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
                     rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
             if row is None:
-                attempt = self._next_attempt(s, rid, step)
+                attempt = next_attempt(s, rid, step)
                 row = RemediationStep(
                     remediation_id=rid, step=step, attempt=attempt,
                     idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
@@ -329,7 +287,7 @@ class Workflow:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, outcome)
                 return None
             row = step_row(s, row_id) if row_id is not None else None
-            if row is not None and RetryState.load(row.detail).streak and not _gave_up(outcome):
+            if row is not None and RetryState.load(row.detail).streak and not gave_up(outcome):
                 # The step's call answered: a failure streak ends with any success.
                 row.detail = RetryState.cleared(row.detail, keep_retry_record=True)
             rem.lease_owner = rem.lease_until = None
@@ -345,9 +303,9 @@ class Workflow:
                     outcome = replace(outcome, reason=would(outcome.reason))
                     if row is not None:
                         row.dry_run = True
-                return self._record_wait(rem, row, outcome, now)
+                return record_wait(rem, row, outcome, now)
             if dry:
-                outcome = self._dry(outcome)
+                outcome = as_dry_run(outcome)
                 if row is not None:
                     row.dry_run = True
             if step is Step.VALIDATE:
@@ -357,7 +315,7 @@ class Workflow:
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
-                self._close(s, rem, RemediationStatus.CANCELLED, now, error=outcome.reason,
+                close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
                             node_healthy=outcome.node_healthy)
                 return None
             if row is not None:
@@ -373,15 +331,15 @@ class Workflow:
             if isinstance(outcome, Done):
                 rem.ctx = rem.ctx.merged(outcome.context)
                 if step is Step.QUARANTINE:
-                    self._close(s, rem, RemediationStatus.QUARANTINED, now)
+                    close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
                     return None
-                nxt = next_on_success(step, gate=self.settings.validation.backend != "none")
+                nxt = next_on_success(step, validation=self.settings.validation.backend != "none")
                 if nxt is Step.DONE:
-                    self._close(s, rem, RemediationStatus.SUCCEEDED, now)
+                    close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
                     return None
-                return self._move(rem, step, nxt, now)
+                return move(rem, step, nxt, now)
             if step is Step.QUARANTINE:
-                self._close(s, rem, RemediationStatus.FAILED, now, error=outcome.reason)
+                close(s, rem, RemediationStatus.FAILED, now, self.settings.actor, error=outcome.reason)
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
@@ -391,14 +349,14 @@ class Workflow:
                     rem.action = action_at(cls, self.settings.policy.faults, self.settings.workflow, rem.ladder)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
-                    return self._move(rem, step, Step.VM_RESTART, now)
+                    return move(rem, step, Step.VM_RESTART, now)
                 reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
             if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.ctx = replace(rem.ctx, quarantine_reason=reason)
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
-            return self._move(rem, step, Step.QUARANTINE, now)
+            return move(rem, step, Step.QUARANTINE, now)
 
     def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, park the remediation (and pause
@@ -425,89 +383,3 @@ class Workflow:
 
         with self.sessions() as s, s.begin():
             return probe(s, self.clock.now(), check, self.settings.policy.probe_successes)
-
-    # ------------------------------------------------------------------------------------ helpers
-
-    @staticmethod
-    def _next_attempt(s: Session, rid: int, step: Step) -> int:
-        done = s.scalar(select(func.count()).where(RemediationStep.remediation_id == rid,
-                                                   RemediationStep.step == step))
-        return 1 + (done or 0)
-
-    @staticmethod
-    def _current_row(s: Session, rem: Remediation) -> RemediationStep | None:
-        return s.scalars(_CURRENT_ROW, {"rid": rem.id, "step": rem.step}).first()
-
-    @staticmethod
-    def _dry(outcome: Outcome) -> Outcome:
-        """Dry-run rows say "would ...": nothing outside was changed (see remediation.services.audit.would)."""
-        if isinstance(outcome, Done):
-            return replace(outcome, outcome=would(outcome.outcome))
-        if isinstance(outcome, (Cancel, Escalate, Quarantine, Hold)):
-            return replace(outcome, reason=would(outcome.reason))
-        return outcome
-
-    @staticmethod
-    def _record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
-        if row is not None:
-            row.status = "waiting"
-            row.checks += 1
-            row.outcome = w.reason[:4000]
-            if w.provider_op is not None:
-                row.provider_op = w.provider_op
-            row.detail = {**(row.detail or {}), **w.detail}
-        rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
-        rem.next_run_at = now + timedelta(seconds=w.countdown)
-        return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
-
-    @staticmethod
-    def _move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
-        check_transition(step, nxt)
-        rem.step, rem.status, rem.wait_reason, rem.next_run_at = nxt, RemediationStatus.RUNNING, None, now
-        return FollowUp(rem.id, nxt)
-
-    def _close(
-        self, s: Session, rem: Remediation, status: RemediationStatus, now: datetime, error: str | None = None,
-        node_healthy: bool = False,
-    ) -> None:
-        rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
-        why = rem.ctx.quarantine_reason or rem.cause
-        rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
-        node = s.get(Node, rem.node, with_for_update=True)
-        if node is not None:
-            node.updated_at = now
-            if status is RemediationStatus.SUCCEEDED:
-                node.status, node.status_reason = NodeStatus.HEALTHY, f"remediation #{rem.id} succeeded"
-            elif node_healthy:
-                node.status, node.status_reason = NodeStatus.HEALTHY, error or "healthy"
-            elif status is RemediationStatus.QUARANTINED:
-                node.status, node.status_reason = NodeStatus.QUARANTINED, why
-                node.quarantined_at, node.quarantine_reason = now, why
-            else:
-                node.status, node.status_reason = NodeStatus.UNHEALTHY, f"remediation #{rem.id} {status}: {error}"
-        dry = bool(rem.dry_run)
-        if dry:
-            rem.outcome = would(rem.outcome or "")
-        audit(s, now, self.settings.actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
-              {"remediation": rem.id}, dry_run=dry)
-
-    def _note_breaker(self, s: Session, view: ClusterView, now: datetime, exclude: int | None) -> ClusterView:
-        """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period;
-        see :mod:`remediation.services.breaker`. Exactly once however many workers notice: the common case (no
-        change) costs no lock; a change queues the claims on the breaker row, and only the first records
-        it (one audit row, so on-call is paged once). Returns the view to gate on."""
-        policy = self.settings.policy
-        if not view.breaker_latched and breaker_open(view, policy):
-            lock_control(s, BREAKER, now)
-            now = self.clock.now()
-            view = cluster_view(s, now, policy.breaker_window, exclude)
-            if not view.breaker_latched and breaker_open(view, policy):
-                reason = (f"{view.failed_in_window}/{view.pool_size} nodes failed within "
-                          f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
-                breaker.open_latch(s, now, self.settings.actor, view.failed_in_window, view.pool_size, reason)
-                view = cluster_view(s, now, policy.breaker_window, exclude)
-        elif breaker_may_auto_close(view, policy, now):
-            quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
-            breaker.close_latch(s, now, self.settings.actor, f"auto-close: {quiet}")
-            view = cluster_view(s, now, policy.breaker_window, exclude)
-        return view

@@ -2,7 +2,8 @@
 
 Precedence (highest first): constructor arguments, environment variables (``REMEDIATION_`` prefix,
 ``__`` between nested sections, e.g. ``REMEDIATION_POLICY__MAX_CONCURRENT=4``), the config file named
-by ``REMEDIATION_CONFIG`` (YAML or TOML), then the defaults below.
+by ``REMEDIATION_CONFIG`` (YAML or TOML), then the defaults below. A section that was renamed is still
+read under its old name, from every source (``RENAMED_SECTIONS``); the new name wins where both are set.
 
 Every default is chosen to be safe on a production GPU cluster: when in doubt the service waits, drains
 and asks a human rather than restarting VMs. The reasons for the policy defaults are in ``docs/policy.md``
@@ -27,6 +28,7 @@ import yaml
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     TomlConfigSettingsSource,
@@ -40,16 +42,20 @@ from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
 from remediation.settings.incidents import IncidentSettings
 from remediation.settings.kube import KubeSettings
+from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
 from remediation.settings.retention import RetentionSettings
-from remediation.settings.sim import SimSettings
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
 from remediation.settings.vm import VMSettings
 from remediation.settings.workflow import WorkflowSettings
 
 CONFIG_ENV = "REMEDIATION_CONFIG"
+
+#: Sections renamed, old name -> new name. Each source (arguments, environment, config file) reads the
+#: old name as the new one, so a site's configuration outlives the rename.
+RENAMED_SECTIONS = {"sim": "memory"}
 
 
 class Settings(BaseSettings):
@@ -83,7 +89,7 @@ class Settings(BaseSettings):
     vm: VMSettings = Field(default_factory=VMSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
-    sim: SimSettings = Field(default_factory=SimSettings)
+    memory: MemoryWorldSettings = Field(default_factory=MemoryWorldSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
@@ -115,11 +121,52 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # The old names' environment sits just below the new names', so the new name wins.
+        sources: list[PydanticBaseSettingsSource] = [
+            _Renamed(init_settings), env_settings, _Renamed(EnvSettingsSource(_OldNamesInEnv))]
         path = os.environ.get(CONFIG_ENV)
         if path:
-            sources.append(_file_source(settings_cls, Path(path)))
+            sources.append(_Renamed(_file_source(settings_cls, Path(path))))
         return tuple(sources)
+
+
+class _OldNamesInEnv(BaseSettings):
+    """The environment under the renamed sections' old names (``REMEDIATION_SIM__*``), parsed exactly
+    as the new names are (JSON for lists and mappings)."""
+
+    model_config = SettingsConfigDict(env_prefix="REMEDIATION_", env_nested_delimiter="__", extra="ignore")
+
+    sim: MemoryWorldSettings | None = None
+
+
+class _Renamed(PydanticBaseSettingsSource):
+    """A source whose renamed sections are read under their new names (``RENAMED_SECTIONS``)."""
+
+    def __init__(self, inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(inner.settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return new_names(self.inner())
+
+
+def new_names(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with every renamed section under its new name; where both names are given, the new
+    one's fields win and the old one's fill the rest."""
+    out = dict(data)
+    for old, new in RENAMED_SECTIONS.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        if isinstance(value, dict) and isinstance(out.get(new), dict):
+            value = {**value, **out[new]}
+        elif new in out:
+            value = out[new]
+        out[new] = value
+    return out
 
 
 def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
@@ -200,6 +247,7 @@ def _non_json_env() -> list[str]:
             continue
         model: Any = Settings
         path = key.removeprefix("REMEDIATION_").lower().split("__")
+        path[0] = RENAMED_SECTIONS.get(path[0], path[0])
         for part in path:
             field = getattr(model, "model_fields", {}).get(part)
             if field is None:
@@ -230,6 +278,7 @@ def overlay(base: Settings, path: Path) -> Settings:
         raise SettingsError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: a policy file is a mapping of settings sections")
+    data = new_names(data)
 
     def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         out = dict(a)

@@ -22,7 +22,7 @@ def _default_checks() -> dict[str, list[str]]:
 
 
 class ValidationSettings(Section):
-    """The GPU health gate between verify and return (docs/policy.md, "Validate before return").
+    """The GPU validation between verify and return (docs/policy.md, "Validate before return").
 
     The check runs on the node before any user job can land there: as a Slurm job in a maintenance
     reservation only the service's user may use (``slurm``), or as a Kubernetes Job bound to the Node
@@ -44,11 +44,11 @@ class ValidationSettings(Section):
         default_factory=lambda: {"default": 600.0, "gpu-memory": 1800.0},
         description="Deadline of the check per cause class, seconds ('default' for the rest). Level 2 "
         "normally takes about 2 minutes and level 3 about 15 (DCGM's documentation): the defaults allow "
-        "several times that before the gate holds the node and pages.",
+        "several times that before the validation holds the node and pages.",
     )
     poll_interval_s: float = Field(
         2.0, gt=0, description="How often a running check is looked at, seconds: one scontrol show job or one Job "
-        "read per validating node; half of it is, on average, added to every gate (bench/gate_overhead.py).")
+        "read per validating node; half of it is, on average, added to every validation (bench/validation_overhead.py).")
     output_bytes: int = Field(4096, ge=256, le=65536, description="Bytes of the check's output kept (its end).")
     slurm_user: str | None = Field(
         None, description="The only user the maintenance reservation admits (slurm backend); unset = the "

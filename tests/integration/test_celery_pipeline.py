@@ -101,7 +101,7 @@ def test_event_goes_through_every_step_in_a_real_worker(env, bus, db, tmp_path) 
     "step", ["vm.start", "k8s.cordon", "slurm.drain"], ids=["vm_restart", "k8s_cordon", "slurm_drain"]
 )
 def test_sigkill_mid_step_resumes_with_each_action_exactly_once(env, bus, db, tmp_path, step) -> None:  # noqa: ANN001
-    env = {**env, "REMEDIATION_SIM__CALL_DELAY_S": f'{{"{step}": 30}}'}
+    env = {**env, "REMEDIATION_MEMORY__CALL_DELAY_S": f'{{"{step}": 30}}'}
     world = MemoryWorld(nodes=["gpu-node-1"], journal=tmp_path / "world.json")
     op = {"vm.start": "vm.restart", "k8s.cordon": "k8s.cordon", "slurm.drain": "slurm.drain"}[step]
     first = Worker(env, tmp_path)
@@ -120,7 +120,7 @@ def test_sigkill_mid_step_resumes_with_each_action_exactly_once(env, bus, db, tm
             )
         ).one()
         assert row.status == "started" and row.finished_at is None
-    env2 = {**env, "REMEDIATION_SIM__CALL_DELAY_S": "{}"}
+    env2 = {**env, "REMEDIATION_MEMORY__CALL_DELAY_S": "{}"}
     second = Worker(env2, tmp_path)
     try:
         wait_for(

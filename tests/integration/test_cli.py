@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from remediation.cli.main import app
+from remediation.cli.oncall import app
 from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.session import make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
@@ -233,7 +233,7 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
 
     env = {**os.environ, "REMEDIATION_DATABASE__URL": db[0], "REMEDIATION_CONFIG": ""}
     proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
-        [sys.executable, "-c", "from remediation.cli.main import app; app()", "events", "tail", "-f", "-n", "1",
+        [sys.executable, "-c", "from remediation.cli.oncall import app; app()", "events", "tail", "-f", "-n", "1",
          "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()

@@ -36,7 +36,7 @@ from tests.composefile import compose
 from tests.redisproc import AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
-# docker-compose runs without a health gate (validation.backend none): verify leads to return.
+# docker-compose runs without validation (validation.backend none): verify leads to return.
 HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a

@@ -142,7 +142,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     ]
     assert len(succeeded) >= 5, rems
     assert sorted(node for node, status in rems.values() if status == "quarantined") == ["gpu-node-6", "gpu-node-9"]
-    # The health gate: gpu-node-6's bad HBM row fails its check (a reboot did not cure it); every
+    # The validation: gpu-node-6's bad HBM row fails its check (a reboot did not cure it); every
     # other node that came back passed its own before returning.
     checks = db.execute("select node, outcome from validations").fetchall()
     assert ("gpu-node-6", "failed") in checks and ("gpu-node-6", "passed") not in checks, checks

@@ -28,7 +28,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import ControllerUnreachable, CredentialError, QuotaError, SystemicError
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
@@ -90,7 +90,7 @@ def open_for(
 
 
 def run(engine: Workflow, clock: FakeClock, todo: list[FollowUp], rounds: int = 400) -> list[FollowUp]:
-    """Run follow-ups (time advancing by their countdowns) until each is waiting at a gate for the same
+    """Run follow-ups (time advancing by their countdowns) until each is refused by admission for the same
     reason twice, or done. Returns the follow-ups still pending."""
     queue = deque(todo)
     for _ in range(rounds):
@@ -142,7 +142,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert len(audits(sessions, "pause")) == 1  # one page, however many nodes met it
     assert all(r.status == "waiting" for r in rems(sessions)), [(r.node, r.status) for r in rems(sessions)]
     assert not [r for r in rems(sessions) if r.status == "quarantined"]
-    # The step that met it shows the error at once; the others never called the cloud (the gate held them).
+    # The step that met it shows the error at once; the others never called the cloud (admission held them).
     (failed_row,) = [r for r in vm_rows(sessions) if r.error]
     assert failed_row.status == "started" and failed_row.error_kind == type(error()).__name__
     assert vm.calls == 1
@@ -155,7 +155,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert control_get_now(sessions)["paused"] is True
     vm.failing = False
     with sessions() as s, s.begin():
-        levers.set_paused(s, False, "alice", "rotated the service account key", clock.now())
+        lever_rules.set_paused(s, False, "alice", "rotated the service account key", clock.now())
     assert run(engine, clock, pending) == []
     assert [r.status for r in rems(sessions)] == ["succeeded"] * 6
     assert len(world.calls("vm.restart", effect=True)) == 6  # the held step ran again once, not twice
@@ -226,7 +226,7 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
     assert len(audits(sessions, "pause")) == 1 and len(audits(sessions, "hold")) == 2
     assert not [r for r in rems(sessions) if r.status in ("quarantined", "failed", "succeeded")]
     with sessions() as s, s.begin():
-        levers.set_paused(s, False, "alice", "patched the plugin", clock.now())
+        lever_rules.set_paused(s, False, "alice", "patched the plugin", clock.now())
     assert len(audits(sessions, "unhold")) == 2
     assert all("held" not in (r.context or {}) for r in rems(sessions))
 

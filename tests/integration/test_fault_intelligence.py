@@ -149,7 +149,7 @@ def test_kubernetes_condition_is_classified_from_its_message(sessions, engine, w
 
 def test_a_failed_gpu_check_weighs_on_the_lemon_score(sessions, clock) -> None:
     """A GPU check that failed counts as one more failure in the node's history."""
-    from remediation.db.faults import failure_history
+    from remediation.db.fault_history import failure_history
     from remediation.db.models import Node, Validation
 
     now = clock.now()

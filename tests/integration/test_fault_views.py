@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from remediation.api import create_app
-from remediation.cli.main import app as cli
+from remediation.cli.oncall import app as cli
 from remediation.db.models import Remediation
 from remediation.ports.dispatch import SweeperOnly
 from remediation.settings import Settings

@@ -288,7 +288,7 @@ def test_every_series_the_alerts_read_is_exported(stack: Stack, pg_module_db: st
         exported |= names(text)
         declared |= families(text)
     settings = load_settings(database={"url": pg_module_db}, broker={"redis_url": REDIS_URL})
-    # As `remediation api` builds it (remediation/cli/ops.py), with the broker's queue depth.
+    # As `remediation api` builds it (remediation/cli/main.py), with the broker's queue depth.
     with TestClient(create_app(settings, queue_depth=lambda: queue_depth(settings))) as api:
         resp = api.get("/metrics")
         assert resp.status_code == 200

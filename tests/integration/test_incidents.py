@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.api import create_app
-from remediation.cli.main import app as cli
+from remediation.cli.oncall import app as cli
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Incident, Node, Remediation
 from remediation.db.queries import recent_failure_counts

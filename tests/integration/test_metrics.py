@@ -41,7 +41,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import Step
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.metrics import STEP_BUCKETS, make_registry
 from remediation.services.workflow import Workflow
@@ -120,13 +120,13 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
 
     clock.advance(3600)
     with sessions() as s, s.begin():
-        (report,) = levers.report(s, "gpu-4", "dana", "NCCL hangs", clock.now(), settings.policy)
+        (report,) = lever_rules.report(s, "gpu-4", "dana", "NCCL hangs", clock.now(), settings.policy)
     clock.advance(120)
     with sessions() as s, s.begin():
-        levers.cancel(s, report.remediation_id, "dana", "false alarm", clock.now())
+        lever_rules.cancel(s, report.remediation_id, "dana", "false alarm", clock.now())
     clock.advance(60)
     with sessions() as s, s.begin():
-        manual = levers.quarantine(s, "gpu-0", "dana", "fan failure", clock.now())
+        manual = lever_rules.quarantine(s, "gpu-0", "dana", "fan failure", clock.now())
     drive(engine, clock, [manual])
 
     clock.advance(3600)  # the storm: three nodes within a minute, past the breaker's limit
@@ -244,12 +244,12 @@ def test_breaker_and_pause_follow_the_database(scenario: Scenario) -> None:
     """The gauges are read at scrape time: a closed breaker and a pause show on the next scrape. The
     breaker latches: the window sliding past the storm leaves it open; a human's close closes it."""
     with scenario.sessions() as s, s.begin():
-        levers.set_paused(s, True, "dana", "maintenance window", scenario.clock.now())
+        lever_rules.set_paused(s, True, "dana", "maintenance window", scenario.clock.now())
     scenario.clock.advance(3600)  # the storm leaves the breaker window
     scenario.engine.sweep()
     assert _scrape(scenario)["remediation_breaker_open"] == 1
     with scenario.sessions() as s, s.begin():
-        levers.close_breaker(s, "dana", "switch replaced", scenario.clock.now())
+        lever_rules.close_breaker(s, "dana", "switch replaced", scenario.clock.now())
     samples = _scrape(scenario)
     assert samples["remediation_breaker_open"] == 0
     assert samples["remediation_paused"] == 1

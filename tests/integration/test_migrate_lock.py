@@ -41,7 +41,7 @@ def upgrade_process(url: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env |= {"REMEDIATION_DATABASE__URL": url, "PYTHONPATH": str(ROOT)}
     return subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
-        [sys.executable, "-c", "from remediation.cli.ops import main; main()", "db", "upgrade"],
+        [sys.executable, "-c", "from remediation.cli.main import main; main()", "db", "upgrade"],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -16,7 +16,7 @@ from remediation.db.queries import cluster_view, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters, give_back
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.notify import run_pass
 from remediation.services.readmodels import node_detail
@@ -216,7 +216,7 @@ def test_cancel_give_back_undoes_what_is_ours_and_only_that(sessions, world, clo
     f = engine.run(f.remediation_id, f.step)  # cordoned
     assert world.node("gpu-node-7")["k8s"]["unschedulable"] and "DRAIN" in world.node("gpu-node-7")["slurm"]["flags"]
     with sessions() as s, s.begin():
-        rem = levers.cancel(s, f.remediation_id, "bob", "false alarm", clock.now(), give_back=give)
+        rem = lever_rules.cancel(s, f.remediation_id, "bob", "false alarm", clock.now(), give_back=give)
         node = rem.node
     if give:  # what the release task does for the dispatcher
         note = give_back(Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), node, "remediation:")

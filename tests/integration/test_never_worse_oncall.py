@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM
 from remediation.api import create_app
-from remediation.cli.main import app as cli_app
+from remediation.cli.oncall import app as cli_app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source

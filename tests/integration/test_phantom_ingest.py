@@ -163,7 +163,7 @@ def test_nodes_show_lists_the_episodes_with_their_evidence(pg_url: str, monkeypa
 
     from typer.testing import CliRunner
 
-    from remediation.cli.main import app
+    from remediation.cli.oncall import app
 
     monkeypatch.setenv("REMEDIATION_CONFIG", "")
     env = {"REMEDIATION_DATABASE__URL": pg_url, "COLUMNS": "250", "REMEDIATION_POLICY__SETTLE_S": "600"}

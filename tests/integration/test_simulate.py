@@ -2,7 +2,7 @@
 
 Live: the events go through Redis to real Celery worker processes and Postgres, batch by batch, each
 batch after the previous one settled. Rehearsal: the same events, one simulated hour apart, through
-remediation.services.simulate on SQLite. The decision recorded for every event must match.
+remediation.rehearsal.run on SQLite. The decision recorded for every event must match.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.domain.trace import Fault, read_mix
-from remediation.services.simulate import simulate
+from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.trace import Fault, read_mix
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
@@ -61,7 +61,7 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
                                                 tmp_path: Path) -> None:
     MemoryWorld(nodes=NODES, journal=tmp_path / "world.json")
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
-                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_SIM__NODES="gpu-node-[0-7]",
+                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_MEMORY__NODES="gpu-node-[0-7]",
                      REMEDIATION_POLICY__FAULTS__CLASSIFY="true", REMEDIATION_POLICY__LEMON__ENABLED="true")
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(redis_client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
@@ -89,7 +89,7 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
 
     faults = [Fault(T0 + timedelta(hours=i), e.model_copy(update={"observed_at": T0 + timedelta(hours=i)}))
               for i, batch in enumerate(BATCHES) for e in batch]
-    report = simulate(faults, Settings(policy=POLICY), NODES, reboot_s=60)
+    report = rehearse(faults, Settings(policy=POLICY), NODES, reboot_s=60)
     rehearsed = {k: (d, r) for k, d, r in report.per_event}
     assert rehearsed == live
     assert live["case:10"][0] == "quarantine" and live["case:11"][0] == "record"
@@ -102,7 +102,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     # the same world, every fault here is one a restart fixes and none is the fabric's.
     (tmp_path / "restart-fixes.yaml").write_text(yaml.safe_dump({"categories": {
         r.category: {"p_restart": 1.0, "p_move": 1.0, "source": "test"} for r in read_mix(trace)}}))
-    env_cmd = [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
+    env_cmd = [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
                "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl"),
                "--truth", str(tmp_path / "restart-fixes.yaml")]
     proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -123,7 +123,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
 def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("what,ever\n")
-    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace",
+    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace",
                            str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr
@@ -135,7 +135,7 @@ def test_side_by_side_rehearsal_shows_what_fault_intelligence_changes(tmp_path: 
     the fabric's nodes get no VM action and no quarantine, far fewer VM actions are wasted."""
     trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
     proc = subprocess.run(
-        [sys.executable, "-c", "from remediation.cli.ops import main; main()", "simulate", "--trace", str(trace),
+        [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
          "--nodes", "256", "--days", "54", "--seed", "3", "--baseline",
          str(ROOT / "deploy" / "policies" / "naive-ladder.yaml"), "-o", "json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,

@@ -24,9 +24,9 @@ from remediation.adapters.cloud.router import make_vm_provider
 from remediation.adapters.kube.adapter import make_kube
 from remediation.adapters.slurm.rest import RestSlurm
 from remediation.domain.providerid import parse_provider_id
-from remediation.domain.trace import read_mix
 from remediation.ports.cluster import VMAction
 from remediation.ports.errors import CredentialError, UnknownNode
+from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster

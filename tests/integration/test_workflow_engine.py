@@ -20,7 +20,7 @@ from remediation.db.queries import PAUSED, control_set
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.breaker import state as breaker_state
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
@@ -320,7 +320,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
     for name in ("gpu-node-0", "gpu-node-1"):
         world.set_slurm(name, state="IDLE", flags=[], reason="")
     with sessions() as s, s.begin():
-        held = levers.close_breaker(s, "alice", "leaf switch replaced", clock.now())
+        held = lever_rules.close_breaker(s, "alice", "leaf switch replaced", clock.now())
     assert len(held) == 5
     drive(engine, clock, held, limit=2000)
     by_node = {f"gpu-node-{i}": rem_for(sessions, f"gpu-node-{i}") for i in range(5)}

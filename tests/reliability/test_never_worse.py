@@ -37,7 +37,7 @@ from remediation.db.models import AuditLog, Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.breaker import state as breaker_state
 from remediation.services.notify import run_pass
 from remediation.services.workflow import RetryLater
@@ -218,7 +218,7 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
         p.wait_event("gpu-node-0", 5.0, kind="healthy")
         closed = time.monotonic()
         with p.sessions() as s, s.begin():
-            followups = levers.close_breaker(s, "oncall", "leaf switch replaced", datetime.now(UTC))
+            followups = lever_rules.close_breaker(s, "oncall", "leaf switch replaced", datetime.now(UTC))
         assert sorted(f.remediation_id for f in followups) == sorted(looks_after_slide)
         p.settle(followups, timeout=120)
         recovery = time.monotonic() - closed
@@ -259,7 +259,7 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
     world.set_jobs("gpu-node-1", ["4242"])  # a busy node: dry-run says it would wait for the job
     before = world.snapshot()["nodes"]
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
-                     REMEDIATION_DRY_RUN="true", REMEDIATION_SIM__NODES=f"gpu-node-[0-{pool - 1}]",
+                     REMEDIATION_DRY_RUN="true", REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",
                      REMEDIATION_WORKFLOW__DRAIN_TIMEOUT_S="2",  # the busy node pages (jobs_timeout)
                      REMEDIATION_NOTIFY__WEBHOOK_URL=receiver.url)
     client = redis.Redis.from_url(REDIS_URL)

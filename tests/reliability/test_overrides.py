@@ -23,7 +23,7 @@ from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.ingest import ingest
-from remediation.services.levers import release
+from remediation.services.lever_rules import release
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
 from tests.scenario_table import Figures, Table

@@ -276,7 +276,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
     for node in opens:  # really failed, so the live check before the first action confirms them
         world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="researcher")
     # A VM restart call takes 2 s, so Redis can be killed while a worker holds an unacknowledged task.
-    env = worker_env(pg_url, private_redis.url, prefix, tmp_path, REMEDIATION_SIM__CALL_DELAY_S='{"vm.start": 2}')
+    env = worker_env(pg_url, private_redis.url, prefix, tmp_path, REMEDIATION_MEMORY__CALL_DELAY_S='{"vm.start": 2}')
     client = redis.Redis.from_url(private_redis.url, socket_connect_timeout=1, socket_timeout=5)
     app = make_app(load_settings(broker={"redis_url": private_redis.url, "key_prefix": prefix}))
     bus = RedisEventBus(client, prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
@@ -382,8 +382,8 @@ def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
     env = worker_env(
         private_pg.url, REDIS_URL, redis_prefix, tmp_path,
-        REMEDIATION_SIM__NODES="gpu-node-[0-5]",
-        REMEDIATION_SIM__OP_POLLS="8",  # a VM restart takes ~8 polls (~2.5 s): slow enough to be mid-op
+        REMEDIATION_MEMORY__NODES="gpu-node-[0-5]",
+        REMEDIATION_MEMORY__OP_POLLS="8",  # a VM restart takes ~8 polls (~2.5 s): slow enough to be mid-op
         REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0",  # six of six at once is the test, not a storm
         REMEDIATION_POLICY__MAX_CONCURRENT="6",
     )

@@ -8,7 +8,7 @@ What must hold:
 - the storm breaker opens, once (one ``breaker_open`` audit row);
 - no more than ``policy.max_concurrent`` VM actions are in flight at any time (a VM action is in
   flight from the provider call in the world's log to its ``verify`` result in the step rows, which
-  lies inside the span the gate counts), and none is admitted or called while the breaker is open;
+  lies inside the span admission counts), and none is admitted or called while the breaker is open;
 - every failed node is still drained in Slurm, those that failed after the breaker opened while it
   was open;
 - on-call gets one "breaker open" message;
@@ -115,8 +115,8 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
         world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="researcher")
     env = worker_env(
         pg_url, REDIS_URL, redis_prefix, tmp_path,
-        REMEDIATION_SIM__NODES=f"gpu-node-[0-{pool - 1}]",
-        REMEDIATION_SIM__OP_POLLS="3",  # a VM restart spans a few polls, so concurrent ones overlap
+        REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",
+        REMEDIATION_MEMORY__OP_POLLS="3",  # a VM restart spans a few polls, so concurrent ones overlap
         REMEDIATION_POLICY__MAX_CONCURRENT=str(MAX_CONCURRENT),
         REMEDIATION_POLICY__BREAKER_WINDOW_S=str(window_s),  # the window slides in seconds
         REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S=str(window_s),  # opt-in: closes after a quiet window
@@ -170,7 +170,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     calls = world.calls(effect=True)
     # A VM action is in flight from the provider call (logged by the world, after the claim that
     # admitted it committed) to its verification (stamped before that result commits): inside the span
-    # the gate counts, so an overlap above max_concurrent here is a real one, never clock jitter.
+    # admission counts, so an overlap above max_concurrent here is a real one, never clock jitter.
     node_of = {rid: node for rid, node, *_ in rems}
     called = {c["node"]: c["at"] for c in calls if c["op"] == "vm.restart"}
     spans = {rid: (called[node_of[rid]], verified[rid]) for rid in verified}

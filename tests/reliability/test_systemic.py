@@ -33,7 +33,7 @@ from remediation.db.models import AuditLog, Remediation
 from remediation.db.queries import PAUSED, control_get
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.notify import run_pass
 from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings
@@ -81,7 +81,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     started = time.monotonic()
     for node in storm:
         rig.fail(node)
-    # Barrier: every storm remediation has been claimed and parked at the gate by the pause (each had its
+    # Barrier: every storm remediation has been claimed and refused by admission while paused (each had its
     # chance to act), and the one that met the 401 recorded it on its step.
     wait_for(lambda: paused(db).get("paused") is True, 120, "automation to pause", worker)
     def parked() -> bool:
@@ -104,7 +104,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     for fake in (rig.cluster.gce, rig.cluster.azure):
         fake.faults.fail_randomly(0)
     with Session(db) as s, s.begin():
-        levers.set_paused(s, False, "alice", "rotated the service account key", SystemClock().now())
+        lever_rules.set_paused(s, False, "alice", "rotated the service account key", SystemClock().now())
     resumed = time.monotonic()
     rig.wait_status(storm, "succeeded", 120, worker)
     recovery = time.monotonic() - resumed

@@ -1,6 +1,7 @@
 """The house holds: the import-linter contracts in pyproject.toml (layers; watchers and workers never
-import each other; no SDK below the adapters) pass and are live, every module of the core sits in a
-layer, and no import cycle joins the top-level packages or the modules of workers/."""
+import each other; no SDK below the adapters; the core never imports the rehearsal) pass and are live,
+every module of the core sits in a layer, and no import cycle joins the top-level packages or the
+modules of workers/."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TOP = ("remediation", "watchers", "workers", "simulator")
-LAYER_PACKAGES = {"cli", "api", "services", "adapters", "db", "domain", "ports", "settings", "data"}
+LAYER_PACKAGES = {"cli", "api", "rehearsal", "services", "adapters", "db", "domain", "ports", "settings", "data"}
 LAYER_MODULES = {"__init__.py", "clock.py", "vocabulary.py", "py.typed"}
 
 
@@ -40,7 +41,8 @@ def test_import_contracts_hold() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Contracts: " in proc.stdout and " broken" in proc.stdout and "0 broken" in proc.stdout
     for contract in ("Layers: entry points > services > adapters > domain > ports > settings > vocabulary",
-                     "Watchers and workers share infrastructure only through remediation.adapters"):
+                     "Watchers and workers share infrastructure only through remediation.adapters",
+                     "The production core never imports the rehearsal"):
         assert contract in " ".join(proc.stdout.split())  # lint-imports wraps long names
 
 
@@ -51,8 +53,8 @@ def test_import_contracts_hold() -> None:
          "remediation.domain._contract_probe -> celery"),
         ("remediation/domain/_contract_probe.py", "import remediation.services.workflow  # noqa: F401\n",
          "remediation.domain._contract_probe -> remediation.services.workflow"),
-        ("remediation/adapters/_contract_probe.py", "import remediation.services.levers  # noqa: F401\n",
-         "remediation.adapters._contract_probe -> remediation.services.levers"),
+        ("remediation/adapters/_contract_probe.py", "import remediation.services.lever_rules  # noqa: F401\n",
+         "remediation.adapters._contract_probe -> remediation.services.lever_rules"),
         ("watchers/_contract_probe.py", "import workers.tasks  # noqa: F401\n",
          "watchers._contract_probe -> workers.tasks"),
         ("workers/_contract_probe.py", "import watchers.kube  # noqa: F401\n",
@@ -72,6 +74,22 @@ def test_contracts_catch_a_wrong_import(relpath: str, source: str, expected: str
         proc = lint_imports()
     assert proc.returncode != 0
     assert expected in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("relpath", "module"),
+    [("remediation/services/_contract_probe.py", "remediation.rehearsal.run"),
+     ("workers/_contract_probe.py", "remediation.rehearsal.trace")],
+    ids=["service-imports-the-rehearsal", "worker-imports-the-rehearsal"],
+)
+def test_the_core_never_imports_the_rehearsal(relpath: str, module: str) -> None:
+    """A production module that imports the rehearsal breaks its own contract, not only the layers."""
+    with probe(relpath, f"import {module}  # noqa: F401\n"):
+        proc = lint_imports()
+    assert proc.returncode != 0
+    assert "The production core never imports the rehearsal BROKEN" in " ".join(proc.stdout.split())
+    importer = relpath.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {module}" in proc.stdout
 
 
 def test_every_core_module_sits_in_a_layer() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.domain.policy import ClusterView, breaker_holds, breaker_may_auto_close, gate
+from remediation.domain.policy import ClusterView, admit, breaker_holds, breaker_may_auto_close
 from remediation.domain.statemachine import Step
 from remediation.settings import PolicySettings
 
@@ -42,12 +42,12 @@ def test_auto_close_is_opt_in_and_needs_quiet(auto: float | None, v: ClusterView
 
 @pytest.mark.parametrize("step,ok", [(Step.SLURM_DRAIN, True), (Step.K8S_CORDON, True), (Step.K8S_EVICT, False),
                                      (Step.VM_RESTART, False)], ids=["drain", "cordon", "evict", "vm"])
-def test_latched_gate_holds_disruptive_steps_and_says_how_to_close(step: Step, ok: bool) -> None:
-    verdict = gate(step, view(latched=True), PolicySettings(), NOW, new_vm_action=True)
+def test_a_latched_breaker_refuses_disruptive_steps_and_says_how_to_close(step: Step, ok: bool) -> None:
+    verdict = admit(step, view(latched=True), PolicySettings(), NOW, new_vm_action=True)
     assert verdict.ok is ok
     if not ok:
         assert "until a human closes it: remediation breaker close -r REASON" in verdict.reason
 
 
 def test_polling_a_started_vm_action_is_never_held() -> None:
-    assert gate(Step.VM_RESTART, view(latched=True), PolicySettings(), NOW, new_vm_action=False).ok
+    assert admit(Step.VM_RESTART, view(latched=True), PolicySettings(), NOW, new_vm_action=False).ok

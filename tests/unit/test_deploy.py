@@ -92,7 +92,7 @@ def test_shipped_config_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 def test_manifests_run_only_real_commands() -> None:
     from typer.main import get_command
 
-    from remediation.cli.ops import app
+    from remediation.cli.main import app
 
     commands = set(get_command(app).commands)  # type: ignore[attr-defined]
     used: set[str] = set()
@@ -129,7 +129,7 @@ def _walk(obj: Any) -> list[dict[str, Any]]:
 def test_setting_check_rejects_renamed_settings() -> None:
     # The env-var test above is only worth something if an unknown or renamed name fails it.
     assert _setting_exists("REMEDIATION_BROKER__REDIS_URL")
-    assert _setting_exists("REMEDIATION_SIM__JOURNAL")
+    assert _setting_exists("REMEDIATION_MEMORY__JOURNAL")
     assert not _setting_exists("REMEDIATION_BROKER__REDIS_URI")
     assert not _setting_exists("REMEDIATION_SIMULATOR__JOURNAL")
     assert not _setting_exists("REMEDIATION_SLURM__BACKEND__X")
@@ -148,7 +148,7 @@ def _compose() -> dict[str, Any]:
 def _cli() -> Any:
     from typer.main import get_command
 
-    from remediation.cli.ops import app
+    from remediation.cli.main import app
 
     return get_command(app)
 
@@ -303,7 +303,7 @@ def test_compose_runs_against_the_simulated_cluster() -> None:
 
     for name, svc in services.items():
         for key, value in (svc.get("environment") or {}).items():
-            assert not key.startswith("REMEDIATION_SIM__"), (name, key)
+            assert not key.startswith("REMEDIATION_MEMORY__"), (name, key)
             assert not (key.endswith("__BACKEND") and value in ("memory", "noop")), (name, key, value)
 
 

@@ -12,10 +12,10 @@ from remediation.domain.policy import (
     ClusterView,
     DecisionKind,
     NodeView,
+    admit,
     breaker_open,
     count_in_window,
     decide,
-    gate,
 )
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
@@ -123,7 +123,7 @@ def view(**kw: object) -> ClusterView:
     return ClusterView(**base)  # type: ignore[arg-type]
 
 
-GATE_POLICY = PolicySettings(
+ADMISSION_POLICY = PolicySettings(
     max_concurrent=2, breaker_max_fraction=0.10, breaker_min_failures=3, min_restart_gap_s=30
 )
 
@@ -151,8 +151,8 @@ GATE_CASES = [
 @pytest.mark.parametrize(
     ("step", "cluster", "new_action", "ok"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
 )
-def test_gate(step: Step, cluster: ClusterView, new_action: bool, ok: bool) -> None:
-    verdict = gate(step, cluster, GATE_POLICY, T0, new_vm_action=new_action)
+def test_admission(step: Step, cluster: ClusterView, new_action: bool, ok: bool) -> None:
+    verdict = admit(step, cluster, ADMISSION_POLICY, T0, new_vm_action=new_action)
     assert verdict.ok is ok, verdict.reason
     if not ok:
         assert verdict.reason
@@ -164,11 +164,11 @@ def test_breaker_opens_and_closes_as_the_window_slides() -> None:
     clock.advance(20)
 
     def state() -> bool:
-        n = count_in_window(failures, clock.now(), GATE_POLICY.breaker_window)
-        return breaker_open(view(failed_in_window=n), GATE_POLICY)
+        n = count_in_window(failures, clock.now(), ADMISSION_POLICY.breaker_window)
+        return breaker_open(view(failed_in_window=n), ADMISSION_POLICY)
 
     assert state() is True
-    clock.advance(GATE_POLICY.breaker_window_s - 15)  # the first 5 failures slide out: 7 left
+    clock.advance(ADMISSION_POLICY.breaker_window_s - 15)  # the first 5 failures slide out: 7 left
     assert state() is False
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from remediation.services.workflow import backoff, failing_too_long
+from remediation.services.retries import backoff, failing_too_long
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Rewording every message the service writes for people changes nothing it decides.
 
 Each scenario runs twice: as shipped, and with every human-readable reason reworded (step outcomes and
-their notes, ingest decisions, gate verdicts, incident holds: a prefix, and every letter's case
+their notes, ingest decisions, admission verdicts, incident holds: a prefix, and every letter's case
 swapped, so that no ``startswith``, ``==`` or ``in`` on the old words can still match). Everything the
 service decides must come out the same: each remediation's status, ladder, times and steps (with the
 keys each step recorded), each event's decision, each node's status, the rehearsal's run count (what
@@ -26,11 +26,12 @@ from remediation.db.models import Node, Remediation
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain import outcomes, policy
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.trace import Fault
 from remediation.ports.errors import TransientError
+from remediation.rehearsal.report import Report
+from remediation.rehearsal.run import _migrated_template, rehearse
+from remediation.rehearsal.trace import Fault
 from remediation.services import incidents
 from remediation.services.ingest import ingest
-from remediation.services.simulate import Report, _migrated_template, simulate
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
 
@@ -55,7 +56,7 @@ def reworded(value: Any) -> Any:
 MESSAGES: list[tuple[type, str]] = [
     (outcomes.Note, "reason"), (outcomes.Done, "outcome"), (outcomes.Wait, "reason"),
     (outcomes.Escalate, "reason"), (outcomes.Hold, "reason"), (outcomes.Quarantine, "reason"),
-    (outcomes.Cancel, "reason"), (policy.Decision, "reason"), (policy.Gate, "reason"),
+    (outcomes.Cancel, "reason"), (policy.Decision, "reason"), (policy.Admission, "reason"),
 ]
 
 
@@ -133,7 +134,7 @@ def test_rehearsal_decides_the_same_whatever_the_words(
     faults = trace()
 
     def run() -> Report:
-        return simulate(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
+        return rehearse(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
                         settle=timedelta(minutes=20), **extra)
 
     shipped = run()

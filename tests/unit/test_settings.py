@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from remediation.settings import CONFIG_ENV, Settings, SettingsError, load_settings
+from remediation.settings import CONFIG_ENV, Settings, SettingsError, load_settings, overlay
 
 
 def _fields(model: type[BaseModel], prefix: str = "") -> list[tuple[str, Any]]:
@@ -67,6 +67,61 @@ def test_environment_beats_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv(CONFIG_ENV, str(path))
     monkeypatch.setenv("REMEDIATION_POLICY__MAX_CONCURRENT", "2")
     assert load_settings().policy.max_concurrent == 2
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [({"REMEDIATION_SIM__NODES": "n-[0-3]", "REMEDIATION_SIM__CALL_DELAY_S": '{"vm.start": 2}'},
+      ("n-[0-3]", {"vm.start": 2.0})),
+     ({"REMEDIATION_MEMORY__NODES": "n-[0-3]", "REMEDIATION_MEMORY__CALL_DELAY_S": '{"vm.start": 2}'},
+      ("n-[0-3]", {"vm.start": 2.0})),
+     ({"REMEDIATION_SIM__NODES": "old-[0-3]", "REMEDIATION_MEMORY__NODES": "new-[0-1]",
+       "REMEDIATION_SIM__CALL_DELAY_S": '{"vm.start": 2}'}, ("new-[0-1]", {"vm.start": 2.0}))],
+    ids=["old-name", "new-name", "new-name-wins-old-fills-the-rest"],
+)
+def test_memory_section_from_the_environment(monkeypatch: pytest.MonkeyPatch, env: dict[str, str],
+                                                expected: tuple[str, dict[str, float]]) -> None:
+    """The section once called ``sim`` is read under both names (REMEDIATION_SIM__* still works)."""
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    s = load_settings()
+    assert (s.memory.nodes, s.memory.call_delay_s) == expected
+
+
+@pytest.mark.parametrize(
+    ("suffix", "text"),
+    [(".yaml", "sim:\n  nodes: n-[0-3]\n  op_polls: 3\n"),
+     (".yaml", "memory:\n  nodes: n-[0-3]\n  op_polls: 3\n"),
+     (".toml", "[sim]\nnodes = 'n-[0-3]'\nop_polls = 3\n"),
+     (".yaml", "sim:\n  nodes: old-[0-1]\n  op_polls: 3\nmemory:\n  nodes: n-[0-3]\n")],
+    ids=["old-name-yaml", "new-name-yaml", "old-name-toml", "new-name-wins-old-fills-the-rest"],
+)
+def test_memory_section_from_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, suffix: str,
+                                         text: str) -> None:
+    path = tmp_path / f"config{suffix}"
+    path.write_text(text)
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    s = load_settings()
+    assert (s.memory.nodes, s.memory.op_polls) == ("n-[0-3]", 3)
+
+
+def test_memory_section_precedence_across_names(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Either name in the environment beats either name in the file; a bad old-name value is named."""
+    path = tmp_path / "c.yaml"
+    path.write_text("memory:\n  nodes: file-[0-1]\n")
+    monkeypatch.setenv(CONFIG_ENV, str(path))
+    monkeypatch.setenv("REMEDIATION_SIM__NODES", "env-[0-1]")
+    assert load_settings().memory.nodes == "env-[0-1]"
+    monkeypatch.setenv("REMEDIATION_SIM__CALL_DELAY_S", "soon")
+    with pytest.raises(SettingsError, match="REMEDIATION_SIM__CALL_DELAY_S must be a JSON object"):
+        load_settings()
+
+
+def test_a_baseline_policy_may_use_the_old_name(tmp_path: Path) -> None:
+    path = tmp_path / "baseline.yaml"
+    path.write_text("sim:\n  op_polls: 4\n")
+    s = overlay(load_settings(memory={"nodes": "n-[0-3]"}), path)
+    assert (s.memory.nodes, s.memory.op_polls) == ("n-[0-3]", 4)
 
 
 BAD = [

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.domain.trace import TraceError, load, read_mix, synthesise
+from remediation.rehearsal.trace import TraceError, load, read_mix, synthesise
 
 LLAMA = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

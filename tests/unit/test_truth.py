@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from remediation.domain.trace import leaf_of, read_mix, synthesise
-from remediation.domain.truth import TruthError, parse_model
-from remediation.services.rehearsal import ratios
+from remediation.rehearsal.compare import ratios
+from remediation.rehearsal.trace import leaf_of, read_mix, synthesise
+from remediation.rehearsal.truth import TruthError, parse_model
 
 DATA = Path(__file__).resolve().parents[2] / "remediation" / "data"
 LLAMA = DATA / "llama3-405b-interruptions.csv"

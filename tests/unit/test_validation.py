@@ -1,4 +1,4 @@
-"""The validate step's decisions, with a scripted gate at our own port: names, the check by cause,
+"""The validate step's decisions, with a scripted validator at our own port: names, the check by cause,
 pass / fail / timeout / no result / cannot run, idempotent start, dry-run, and the settings' checks."""
 
 from __future__ import annotations
@@ -10,37 +10,37 @@ from typing import Any
 import pytest
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopGate
+from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Step, check_transition, next_on_success
-from remediation.domain.validation import gate_name, last_line, tail, validate
+from remediation.domain.validation import check_name, last_line, tail, validate
 from remediation.ports.errors import ConfigError
-from remediation.ports.gate import GateCheck, GateResult
+from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SettingsError, load_settings
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 
 @dataclass
-class ScriptedGate:
-    """A gate whose polls answer from a script; records every call."""
+class ScriptedValidator:
+    """A validator whose polls answer from a script; records every call."""
 
-    results: list[GateResult]
+    results: list[ValidationResult]
     backend: str = "scripted"
     calls: list[tuple[str, Any]] = field(default_factory=list)
 
-    def start(self, check: GateCheck) -> dict[str, Any]:
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
         self.calls.append(("start", check))
         return {"job_id": "42"}
 
-    def poll(self, ref: dict[str, Any]) -> GateResult:
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
         self.calls.append(("poll", ref["name"]))
         return self.results.pop(0)
 
     def finish(self, ref: dict[str, Any]) -> str:
         self.calls.append(("finish", ref["name"]))
-        return "gate taken down"
+        return "set-up undone"
 
 
 def cfg(**validation: Any) -> StepSettings:
@@ -54,27 +54,27 @@ def inp(op: dict[str, Any] | None = None, cls: str | None = "gpu-memory", starte
                      provider_op=op, detail={})
 
 
-def adapters(gate: Any) -> Adapters:
+def adapters(validator: Any) -> Adapters:
     world = MemoryWorld(nodes=["gpu-node-3"])
-    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), gate)
+    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), validator)
 
 
-def started_op(settings: StepSettings, gate: ScriptedGate, cls: str | None = "gpu-memory") -> dict[str, Any]:
-    out = validate(inp(cls=cls), adapters(gate), settings, T0)
+def started_op(settings: StepSettings, validator: ScriptedValidator, cls: str | None = "gpu-memory") -> dict[str, Any]:
+    out = validate(inp(cls=cls), adapters(validator), settings, T0)
     assert isinstance(out, Wait) and out.provider_op is not None
     return out.provider_op
 
 
 def test_names_are_derived_from_the_key_and_valid_everywhere() -> None:
-    assert gate_name("r7:validate:2") == "nr-gate-r7-a2"
-    assert gate_name("R12:validate:10") == "nr-gate-r12-a10"
+    assert check_name("r7:validate:2") == "nr-gate-r7-a2"
+    assert check_name("R12:validate:10") == "nr-gate-r12-a10"
 
 
 def test_first_look_starts_the_check_the_cause_picks_and_records_it_before_waiting() -> None:
-    settings, gate = cfg(), ScriptedGate([])
-    op = started_op(settings, gate)
-    (_, check), = gate.calls
-    assert check == GateCheck("gpu-node-3", "nr-gate-r7-a2", ("dcgmi", "diag", "-r", "3"), 1800.0, "gpu-memory")
+    settings, validator = cfg(), ScriptedValidator([])
+    op = started_op(settings, validator)
+    (_, check), = validator.calls
+    assert check == ValidationCheck("gpu-node-3", "nr-gate-r7-a2", ("dcgmi", "diag", "-r", "3"), 1800.0, "gpu-memory")
     assert op["job_id"] == "42" and op["command"] == ["dcgmi", "diag", "-r", "3"] and op["timeout_s"] == 1800.0
     assert op["started_at"] == T0.isoformat()
 
@@ -85,69 +85,69 @@ def test_first_look_starts_the_check_the_cause_picks_and_records_it_before_waiti
     (None, ["dcgmi", "diag", "-r", "2"]),  # unclassified: unknown
 ], ids=["nvlink-nccl", "gpu-dcgm-2", "unknown"])
 def test_the_check_depends_on_the_cause_class(cls: str | None, argv: list[str]) -> None:
-    gate = ScriptedGate([])
-    assert started_op(cfg(), gate, cls)["command"] == argv
+    validator = ScriptedValidator([])
+    assert started_op(cfg(), validator, cls)["command"] == argv
 
 
-def finish(settings: StepSettings, result: GateResult, at: datetime) -> tuple[Any, ScriptedGate]:
-    gate = ScriptedGate([result])
-    op = started_op(settings, ScriptedGate([]))
-    return validate(inp(op), adapters(gate), settings, at), gate
+def finish(settings: StepSettings, result: ValidationResult, at: datetime) -> tuple[Any, ScriptedValidator]:
+    validator = ScriptedValidator([result])
+    op = started_op(settings, ScriptedValidator([]))
+    return validate(inp(op), adapters(validator), settings, at), validator
 
 
 def test_pass_is_done_with_the_record_and_the_gate_taken_down() -> None:
-    out, gate = finish(cfg(), GateResult(True, 0, "Memory | Pass\n"), T0 + timedelta(seconds=90))
+    out, validator = finish(cfg(), ValidationResult(True, 0, "Memory | Pass\n"), T0 + timedelta(seconds=90))
     assert isinstance(out, Done) and "passed" in out.outcome
     rec = out.detail["validation"]
     assert (rec["outcome"], rec["exit_code"], rec["duration_s"], rec["cause_class"]) == ("passed", 0, 90.0, "gpu-memory")
-    assert gate.calls[-1] == ("finish", "nr-gate-r7-a2")
+    assert validator.calls[-1] == ("finish", "nr-gate-r7-a2")
 
 
 def test_fail_escalates_with_the_output_and_keeps_only_its_end() -> None:
     noisy = "x" * 10_000 + "\nMemory | Fail: row remap failure GPU 3\n"
-    out, _ = finish(cfg(output_bytes=512), GateResult(True, 226, noisy), T0 + timedelta(seconds=60))
+    out, _ = finish(cfg(output_bytes=512), ValidationResult(True, 226, noisy), T0 + timedelta(seconds=60))
     assert isinstance(out, Escalate) and "exit 226" in out.reason and "row remap failure" in out.reason
     assert len(out.detail["validation"]["output"].encode()) == 512
 
 
 @pytest.mark.parametrize(("result", "kind"), [
-    (GateResult(True, None, "", state="DeadlineExceeded", timed_out=True), "ValidationTimeout"),
-    (GateResult(True, None, "", state="CANCELLED"), "ValidationNoResult"),
-    (GateResult(True, 127, "sh: dcgmi: not found"), "ValidationCannotRun"),
+    (ValidationResult(True, None, "", state="DeadlineExceeded", timed_out=True), "ValidationTimeout"),
+    (ValidationResult(True, None, "", state="CANCELLED"), "ValidationNoResult"),
+    (ValidationResult(True, 127, "sh: dcgmi: not found"), "ValidationCannotRun"),
 ], ids=["backend-deadline", "cancelled", "not-installed"])
-def test_no_verdict_holds_the_node_for_a_human(result: GateResult, kind: str) -> None:
-    out, gate = finish(cfg(), result, T0 + timedelta(seconds=5))
+def test_no_verdict_holds_the_node_for_a_human(result: ValidationResult, kind: str) -> None:
+    out, validator = finish(cfg(), result, T0 + timedelta(seconds=5))
     assert isinstance(out, Hold) and out.kind == kind
-    assert gate.calls[-1][0] == "finish"
+    assert validator.calls[-1][0] == "finish"
 
 
 def test_running_waits_then_our_own_deadline_holds_and_stops_it() -> None:
     settings = cfg(timeout_s={"default": 60})
-    op = started_op(settings, ScriptedGate([]), cls="nvlink")
-    running = GateResult(False, state="PENDING", waiting="Reservation")
-    out = validate(inp(op), adapters(ScriptedGate([running])), settings, T0 + timedelta(seconds=60))
+    op = started_op(settings, ScriptedValidator([]), cls="nvlink")
+    running = ValidationResult(False, state="PENDING", waiting="Reservation")
+    out = validate(inp(op), adapters(ScriptedValidator([running])), settings, T0 + timedelta(seconds=60))
     assert isinstance(out, Wait) and "pending: Reservation" in out.reason and out.countdown == 2
-    gate = ScriptedGate([GateResult(False, state="RUNNING")])
-    out = validate(inp(op), adapters(gate), settings, T0 + timedelta(seconds=91))
-    assert isinstance(out, Hold) and out.kind == "ValidationTimeout" and gate.calls[-1][0] == "finish"
+    validator = ScriptedValidator([ValidationResult(False, state="RUNNING")])
+    out = validate(inp(op), adapters(validator), settings, T0 + timedelta(seconds=91))
+    assert isinstance(out, Hold) and out.kind == "ValidationTimeout" and validator.calls[-1][0] == "finish"
 
 
 def test_dry_run_records_what_it_would_run_and_judges_nothing() -> None:
-    settings, gate = cfg(), NoopGate()
-    out = validate(inp(), adapters(gate), settings, T0)
+    settings, validator = cfg(), NoopValidator()
+    out = validate(inp(), adapters(validator), settings, T0)
     assert isinstance(out, Wait) and out.provider_op is not None
-    out = validate(inp(out.provider_op), adapters(gate), settings, T0 + timedelta(seconds=1))
+    out = validate(inp(out.provider_op), adapters(validator), settings, T0 + timedelta(seconds=1))
     assert isinstance(out, Done) and out.outcome.startswith("would run the GPU check dcgmi diag -r 3")
-    assert [a["would"] for a in gate.recorder.actions] == ["validate"]
+    assert [a["would"] for a in validator.recorder.actions] == ["validate"]
 
 
 def test_a_humans_drain_placed_meanwhile_is_not_resumed_for_the_check() -> None:
-    gate = ScriptedGate([])
-    gate.backend = "slurm"
-    ad = adapters(gate)
+    validator = ScriptedValidator([])
+    validator.backend = "slurm"
+    ad = adapters(validator)
     ad.slurm.drain("gpu-node-3", "maintenance: HBM reseat")
     out = validate(inp(), ad, cfg(), T0)
-    assert isinstance(out, Done) and "a human drained" in out.outcome and gate.calls == []
+    assert isinstance(out, Done) and "a human drained" in out.outcome and validator.calls == []
 
 
 def test_without_a_gate_the_step_is_a_configuration_error() -> None:
@@ -157,7 +157,7 @@ def test_without_a_gate_the_step_is_a_configuration_error() -> None:
 
 def test_validate_sits_between_verify_and_return_and_is_skipped_without_a_gate() -> None:
     assert next_on_success(Step.VERIFY) is Step.VALIDATE
-    assert next_on_success(Step.VERIFY, gate=False) is Step.RETURN
+    assert next_on_success(Step.VERIFY, validation=False) is Step.RETURN
     assert next_on_success(Step.VALIDATE) is Step.RETURN
     for nxt in (Step.RETURN, Step.VM_RESTART, Step.QUARANTINE):
         check_transition(Step.VALIDATE, nxt)

@@ -13,11 +13,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.domain.slurm_states import SlurmState
 
 #: States that make a node "bad" for the watcher, most telling first: the first one a node has is the
 #: state its event carries. FAIL and DOWN say more than DRAIN (a researcher's or slurmctld's verdict),
 #: and NOT_RESPONDING alone is usually the first step towards DOWN.
-BAD_PRIORITY = ("FAIL", "DOWN", "DRAIN", "NOT_RESPONDING")
+BAD_PRIORITY = (SlurmState.FAIL, SlurmState.DOWN, SlurmState.DRAIN, SlurmState.NOT_RESPONDING)
 
 
 def bad_state(status: NodeRecord, bad: frozenset[str]) -> str | None:

@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from referencing import Registry, Resource
 
-from remediation.adapters.kube.gate import job_manifest
-from remediation.ports.gate import GateCheck
+from remediation.adapters.kube.validator import job_manifest
+from remediation.ports.validator import ValidationCheck
 from remediation.settings import ValidationSettings
 from simulator.kube_api import KubeAPIServer
 from simulator.kube_discovery import AGGREGATED, GROUPS, RESOURCES
@@ -100,8 +100,8 @@ def _populate(api: KubeAPIServer) -> None:
     api.add_pdb("training", "llama", "app=llama,tier notin (debug)", min_available=2)
     api.add_pdb("slurm", "slurmd", "app", max_unavailable=1)
     api.add_event("gke-a3-0", "Rebooted", "Node gke-a3-0 has been rebooted", type_="Warning")
-    # A health-gate check Job as KubeGate creates it; the simulator runs its pod on gke-a3-0.
-    check = GateCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
+    # A validation check Job as KubeValidator creates it; the simulator runs its pod on gke-a3-0.
+    check = ValidationCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
     api.jobs.create("node-remediation", job_manifest(check, "gke-a3-0", ValidationSettings(), "example.com/quarantined"))
 
 

@@ -1,4 +1,4 @@
-"""The health gate's Kubernetes backend against the simulated apiserver, with the real BatchV1Api.
+"""The validation's Kubernetes backend against the simulated apiserver, with the real BatchV1Api.
 
 The simulator runs Jobs as a Job controller and kubelet would show them (simulator.kube_jobs): one pod
 bound to the Job's nodeName, admitted only if it tolerates the Node's taints and cordon, ended with the
@@ -18,9 +18,9 @@ from prometheus_client import generate_latest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.factory import gate_backend
+from remediation.adapters.factory import validator_backend
 from remediation.adapters.kube.adapter import make_kube
-from remediation.adapters.kube.gate import KubeGate
+from remediation.adapters.kube.validator import KubeValidator
 from remediation.adapters.memory import MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Node, Remediation, RemediationStep, Validation
@@ -51,9 +51,9 @@ def engine(settings: Settings, kube_api: KubeAPIServer, sessions: sessionmaker[S
     kube = make_kube(settings)
     kube.cordon(NODE, f"{PREFIX} xid 48")
     kube.set_quarantine_taint(NODE, True)  # the Job must tolerate our taint too
-    gate = gate_backend(settings)
-    assert isinstance(gate, KubeGate)
-    return Workflow(sessions, Adapters(MemorySlurm(world), kube, MemoryVM(world), gate), settings, SystemClock()), world
+    validator = validator_backend(settings)
+    assert isinstance(validator, KubeValidator)
+    return Workflow(sessions, Adapters(MemorySlurm(world), kube, MemoryVM(world), validator), settings, SystemClock()), world
 
 
 def open_at_validate(sessions: sessionmaker[Session], cause_class: str) -> int:

@@ -44,7 +44,7 @@ from remediation.db.models import AuditLog, Event, Node, Remediation, Remediatio
 from remediation.domain.step_bodies import Adapters, release_node
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
 from remediation.ports.dispatch import FollowUp
-from remediation.services import levers
+from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
@@ -466,7 +466,7 @@ def test_human_maintenance_drain_is_recorded_and_never_remediated_or_resumed(
         # Even a remediation opened by another signal (here a researcher's report) leaves the
         # maintenance drain in place: it is not ours, so it is neither taken over nor resumed.
         with p.sessions() as s, s.begin():
-            todo = levers.report(s, node, "bob", "nvidia-smi hangs", p.clock.now(), p.settings.policy)
+            todo = lever_rules.report(s, node, "bob", "nvidia-smi hangs", p.clock.now(), p.settings.policy)
         p.settle(todo)
         assert rems_of(p.sessions, node)[-1].status == "succeeded"
         assert slurm.nodes_now()[node] == ("IDLE", frozenset({"DRAIN"}), "maintenance: PSU swap")
@@ -511,7 +511,7 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
             assert s.get(Node, node).status == "quarantined"
 
         with p.sessions() as s, s.begin():
-            actions = levers.release(s, node, "alice", "PSU replaced, burn-in passed", p.clock.now())
+            actions = lever_rules.release(s, node, "alice", "PSU replaced, burn-in passed", p.clock.now())
         note = release_node(p.adapters, actions.node, p.settings.policy.our_reason_prefix)
         assert "resumed in Slurm" in note
         wait_idle(slurm, node)
@@ -576,10 +576,10 @@ def test_reason_with_shell_metacharacters_reaches_scontrol_literally_and_runs_no
         f"\"double\" 'single' ${{IFS}} > {marker} nodename=ALL state=down"
     )
     with p.watching():
-        with p.sessions() as s, s.begin(), pytest.raises(levers.LeverError, match="single line"):
-            levers.report(s, node, "alice", f"{reason}\ntouch {marker}", p.clock.now(), p.settings.policy)
+        with p.sessions() as s, s.begin(), pytest.raises(lever_rules.LeverError, match="single line"):
+            lever_rules.report(s, node, "alice", f"{reason}\ntouch {marker}", p.clock.now(), p.settings.policy)
         with p.sessions() as s, s.begin():
-            (f,) = levers.report(s, node, "alice", reason, p.clock.now(), p.settings.policy)
+            (f,) = lever_rules.report(s, node, "alice", reason, p.clock.now(), p.settings.policy)
         f = p.engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "k8s_cordon"
         ours = f"{PREFIX} manual REPORTED: {reason} (reported by alice)"

@@ -1,9 +1,9 @@
 """The rehearsal's event loop decides exactly what the polling loop decides, with fewer workflow runs.
 
-Each case replays one trace through both loops (remediation.services.sim_loop) and compares every
+Each case replays one trace through both loops (remediation.rehearsal.loop) and compares every
 remediation (status, outcome, times, ladder) with every one of its steps (attempt, status, start and
 finish, outcome, error), every event's decision, and the report. Only ids the world makes up at random
-(boot ids, operation refs) are masked. The cases make remediations wait at each kind of gate: a burst
+(boot ids, operation refs) are masked. The cases make remediations wait at each kind of admission refusal: a burst
 larger than ``max_concurrent``, the minimum gap, a latched storm breaker (kept, or auto-closed), and
 faults a restart cannot fix (verify waits, then the ladder climbs).
 """
@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.trace import Fault, load
-from remediation.services.simulate import Report, simulate
+from remediation.rehearsal.report import Report
+from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.trace import Fault, load
 from remediation.settings import Settings
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -83,8 +84,8 @@ def test_event_loop_decides_like_the_polling_loop(trace: Any, policy: dict[str, 
     faults = trace()
     settings = Settings(policy=policy, workflow=workflow)
     fleet = sorted(set(nodes(48)) | {f.event.node for f in faults})
-    polled = simulate(faults, settings, fleet, loop="polling", **RUN)
-    evented = simulate(faults, settings, fleet, loop="events", **RUN)
+    polled = rehearse(faults, settings, fleet, loop="polling", **RUN)
+    evented = rehearse(faults, settings, fleet, loop="events", **RUN)
     assert polled.history, "the case opened no remediation: it compares nothing"
     assert sum(1 for h in polled.history for st in h[7] if st[0] == "vm_restart") > 0
     if policy.get("breaker_max_fraction", 1) < 0.5:

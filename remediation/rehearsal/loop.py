@@ -4,16 +4,16 @@ Both loops run the real ``ingest`` and the real ``Workflow.run`` on a simulated 
 which of a waiting remediation's polls they actually run.
 
 - **polling** (the original loop, kept for comparison): every follow-up runs after its countdown, exactly as
-  Celery would deliver it. A remediation held by a gate or waiting on a 10-minute reboot is polled every
+  Celery would deliver it. A remediation held by admission or waiting on a 10-minute reboot is polled every
   ``poll_interval_s``, and each poll is several database transactions.
 - **events**: a poll that cannot decide anything new is not run. Only the polls that *can* see something
   new run, at the very instant the polling loop would have run them (the next point of the same poll
   grid), so every decision, timestamp and audit row comes out the same:
 
-  - a remediation a gate refused (``FollowUp.hint`` ``Hint.GATE``) is *parked*. The gate's inputs are the
+  - a remediation admission refused (``FollowUp.hint`` ``Hint.ADMISSION``) is *parked*. Admission's inputs are the
     cluster view (pause, breaker latch, VM actions in flight, the last VM action); after anything that
-    changed that view the loop re-evaluates ``gate`` (the pure domain function the workflow uses) for
-    each parked remediation and schedules its next grid point at which the gate can let it through: at
+    changed that view the loop re-evaluates ``admit`` (the pure domain function the workflow uses) for
+    each parked remediation and schedules its next grid point at which admission lets it through: at
     once, after the minimum gap, or never until the view changes again;
   - a step that waits on the world (``Hint.WAIT``: a provider operation, a reboot to verify, jobs or
     pods to leave) *sleeps* until the first grid point at which its answer can differ: the operation's
@@ -41,14 +41,15 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view
-from remediation.domain.policy import ClusterView, breaker_open, gate
+from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
 from remediation.domain.step_bodies import release_node
-from remediation.domain.trace import Fault
 from remediation.ports.dispatch import FollowUp, Hint
+from remediation.rehearsal.trace import Fault
+from remediation.rehearsal.world import Fleet, in_service, repair, strike
 from remediation.services import incidents
 from remediation.services.ingest import ingest
-from remediation.services.levers import release
+from remediation.services.lever_rules import release
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 
@@ -64,8 +65,8 @@ class Idle:
     step: str
     last: datetime
     period: timedelta
-    gated: bool  # True: parked at a gate; False: asleep in a step's wait
-    new_vm: bool = False  # the gate would admit a new VM action
+    parked: bool  # True: parked by admission; False: asleep in a step's wait
+    new_vm: bool = False  # admission would let through a new VM action
     node: str = ""
 
 
@@ -78,47 +79,12 @@ class Tally:
     hand_repairs: int = 0  # nodes a human repaired after the service handed them over
 
 
-OUT_FLAGS = frozenset({"DRAIN", "FAIL", "NOT_RESPONDING"})
-
-
-def in_service(node: dict[str, Any]) -> bool:
-    """A node a job could land on: nothing broken, not drained, failed or down, Ready and schedulable."""
-    s, k = node["slurm"], node["k8s"]
-    return (not node["vm"]["broken"] and s["state"] != "DOWN" and not OUT_FLAGS & set(s["flags"])
-            and k["ready"] == "True" and not k["unschedulable"])
-
-
-class Fleet:
-    """Time out of service per node, read from the world after every simulated moment that touched it."""
-
-    def __init__(self) -> None:
-        self.out_since: dict[str, datetime] = {}
-        self.hours = 0.0
-
-    def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
-        with world.mutate() as st:
-            for name in names:
-                node = st["nodes"].get(name)
-                if node is None:
-                    continue
-                up = in_service(node)
-                if not up and name not in self.out_since:
-                    self.out_since[name] = now
-                elif up and name in self.out_since:
-                    self.hours += (now - self.out_since.pop(name)).total_seconds() / 3600
-
-    def close(self, now: datetime) -> float:
-        return self.hours + sum((now - t).total_seconds() for t in self.out_since.values()) / 3600
-
-
 class Rehearsal:
     def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
-                 settings: Settings, clock: FakeClock, *, loop: Loop = "events",
-                 strike: Callable[[MemoryWorld, Fault], None], repair: Callable[..., None],
-                 repair_s: float) -> None:
+                 settings: Settings, clock: FakeClock, *, loop: Loop = "events", repair_s: float) -> None:
         self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
         self.skip = loop == "events"
-        self.strike, self.repair, self.repair_td = strike, repair, timedelta(seconds=repair_s)
+        self.repair_td = timedelta(seconds=repair_s)
         self.queue: list[tuple[datetime, int, int, int, Any]] = []
         self.version: dict[int, int] = {}
         self.idle: dict[int, Idle] = {}
@@ -177,7 +143,7 @@ class Rehearsal:
 
     def _fault(self, key: Key, fault: Fault) -> None:
         at = key[0]
-        self.strike(self.world, fault)
+        strike(self.world, fault)
         self.tally.faults_handled += 1
         node = fault.event.node
         if fault.outcome is not None and fault.outcome.fabric:
@@ -204,13 +170,13 @@ class Rehearsal:
         if what == "fabric":
             names = list(self.groups.get(arg, ()))
             for name in names:
-                self.repair(self.world, name, fabric_only=True)
+                repair(self.world, name, fabric_only=True)
         elif what == "hands":
             names = [arg]
             self._hand_repair(arg)
         else:
             names = [arg]
-            self.repair(self.world, arg)
+            repair(self.world, arg)
         for name in names:
             self._world_changed(key, name)
         if self.settings.incidents.enabled:
@@ -227,7 +193,7 @@ class Rehearsal:
         with self.world.mutate() as st:
             fault = st["nodes"][name]["vm"].get("fault") or {}
         if not fault.get("fabric"):
-            self.repair(self.world, name)
+            repair(self.world, name)
         with self.sessions() as s, s.begin():
             node = s.get(Node, name)
             if node is not None and node.status == NodeStatus.QUARANTINED:
@@ -268,16 +234,16 @@ class Rehearsal:
             return
         if nxt.hint is Hint.INCIDENT:
             # Held until its incident closes: the repair that closes it wakes it (see _repair).
-            self.idle[rid] = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
+            self.idle[rid] = Idle(nxt.step, at, period, parked=False, node=self._node(rid))
             return
-        if nxt.hint in (Hint.GATE, Hint.GATE_NEW_VM):
-            self.idle[rid] = Idle(nxt.step, at, period, gated=True, new_vm=nxt.hint is Hint.GATE_NEW_VM)
+        if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_VM):
+            self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_vm=nxt.hint is Hint.ADMISSION_NEW_VM)
             self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return
         if nxt.hint is Hint.WAIT and (until := self._wait_until(rid, nxt.step)) is not None:
             if self.view is None:
                 self._view_changed(key, force=True)  # know the view a sleeper went to sleep under
-            idle = Idle(nxt.step, at, period, gated=False, node=self._node(rid))
+            idle = Idle(nxt.step, at, period, parked=False, node=self._node(rid))
             self.idle[rid] = idle
             self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid))
             return
@@ -317,11 +283,11 @@ class Rehearsal:
     def _world_changed(self, key: Key, node: str) -> None:
         """A fault or a repair changed ``node``: a step asleep on it must look at its next poll."""
         for rid, idle in list(self.idle.items()):
-            if not idle.gated and idle.node == node:
+            if not idle.parked and idle.node == node:
                 self._step(rid, idle.step, self._next_grid(idle, key, rid))
 
     def _view_changed(self, key: Key, force: bool = False, rank: bool = False) -> None:
-        """Something that may change a gate happened: re-read the cluster view, and if it changed (or
+        """Something that may change admission happened: re-read the cluster view, and if it changed (or
         ``rank``: someone was just parked), tell every parked remediation (and, on a pause or breaker
         change, every sleeping one). With nobody idle there is nobody to tell: the view is read again
         when someone goes idle."""
@@ -337,19 +303,19 @@ class Rehearsal:
         self.view = fp
         if global_change:
             for rid, idle in list(self.idle.items()):
-                if not idle.gated:
+                if not idle.parked:
                     self._step(rid, idle.step, self._next_grid(idle, key, rid))
         self._rank_parked(key, view)
 
     def _rank_parked(self, key: Key, view: ClusterView) -> None:
         """Schedule the parked remediations that can get through, and no more: when a VM action slot
-        frees, every parked one sees an open gate, but only the first ``max_concurrent - vm_active`` to
-        poll (in the loop's order) can take a slot; the rest would poll into a full gate again. If one of
+        frees, every parked one would be admitted, but only the first ``max_concurrent - vm_active`` to
+        poll (in the loop's order) can take a slot; the rest would be refused again. If one of
         the first is turned away after all (the gap, a newcomer took the slot), its claim ranks again."""
         slots = self.settings.policy.max_concurrent - view.vm_active
         contenders: list[tuple[datetime, int]] = []
         for rid, idle in self.idle.items():
-            if not idle.gated:
+            if not idle.parked:
                 continue
             at, exact = self._admissible(key, rid, idle, view)
             if at is None:
@@ -370,20 +336,20 @@ class Rehearsal:
             return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, None)
 
     def _admissible(self, key: Key, rid: int, idle: Idle, view: ClusterView) -> tuple[datetime | None, bool]:
-        """The first grid point at which the parked remediation's gate can let it through under ``view``
-        (None: not before the view changes), and whether that is the gate's verdict (False: its claim may
-        change the breaker, so it runs whatever the gate says)."""
+        """The first grid point at which the parked remediation is admitted under ``view``
+        (None: not before the view changes), and whether that is admission's verdict (False: its claim may
+        change the breaker, so it runs whatever admission says)."""
         policy = self.settings.policy
         nxt = self._next_grid(idle, key, rid)
         step = Step(idle.step)
         if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
                 not view.breaker_latched and breaker_open(view, policy)):
             return nxt, False
-        if gate(step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
+        if admit(step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
             return nxt, True
         if view.last_vm_action_at is not None:
             due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
-            if due > nxt and gate(step, view, policy, due, new_vm_action=idle.new_vm).ok:
+            if due > nxt and admit(step, view, policy, due, new_vm_action=idle.new_vm).ok:
                 return self._grid_at_or_after(idle, due, key, rid), True  # only the gap holds it
         return None, True
 
@@ -420,6 +386,6 @@ class Rehearsal:
 
 def _left_vm_phase(step: str, nxt: str | None) -> bool:
     """Did a remediation leave its VM phase (the only way a slot under ``max_concurrent`` frees up)?
-    Other changes a gate depends on come from ingest (pool, breaker window) or close gates (a new VM
+    Other changes admission depends on come from ingest (pool, breaker window) or close admission (a new VM
     action); a view read later than it could be only costs a poll that would have been skipped."""
     return step in VM_STEPS and not (step == Step.VM_RESTART and nxt == Step.VERIFY)

@@ -1,4 +1,9 @@
-"""``sim``: the simulated cluster behind the ``memory`` backends (``REMEDIATION_SIM__*``)."""
+"""``memory``: the in-memory world behind the ``memory`` backends (``REMEDIATION_MEMORY__*``).
+
+This section was called ``sim``; the loader still reads ``sim:`` in a config file and
+``REMEDIATION_SIM__*`` in the environment as this section (``RENAMED_SECTIONS`` in
+:mod:`remediation.settings.loader`), so a site's old configuration keeps working.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from pydantic import Field
 from remediation.settings.base import Section
 
 
-class SimSettings(Section):
-    """The simulated cluster behind the ``memory`` backends (embedded default, demo, tests)."""
+class MemoryWorldSettings(Section):
+    """The simulated world behind the ``memory`` backends (embedded default, demo, tests)."""
 
     nodes: str = Field("gpu-node-[0-15]", description="Hostlist of simulated nodes.")
     journal: str | None = Field(

@@ -1,9 +1,9 @@
-"""``remediation validate NODE``: run the health gate on demand, on a node already out of the pool.
+"""``remediation validate NODE``: run the validation on demand, on a node already out of the pool.
 
-The same gate the workflow's ``validate`` step uses (``validation.backend``), run from this process:
-it waits for the check (printing where it stands), takes the gate down, records the check in the
+The same validation the workflow's ``validate`` step uses (``validation.backend``), run from this process:
+it waits for the check (printing where it stands), takes its set-up down, records the check in the
 database and the audit log with ``--actor``, and exits 0 on a pass and 1 otherwise. ``release NODE
---validate`` (:mod:`remediation.cli.main`) runs it first and releases only on a pass.
+--validate`` (:mod:`remediation.cli.oncall`) runs it first and releases only on a pass.
 """
 
 from __future__ import annotations
@@ -12,25 +12,25 @@ from typing import Any
 
 import typer
 
-from remediation.adapters.factory import gate_backend, slurm_backend
+from remediation.adapters.factory import slurm_backend, validator_backend
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
 from remediation.domain.validation import last_line
 from remediation.services.validation import ValidationRefused, run_check
 
 
-def run_gate(st: State, node: str, purpose: str) -> dict[str, Any]:
+def run_validation(st: State, node: str, purpose: str) -> dict[str, Any]:
     if st.server is not None:
         raise CliError(f"{'release --validate' if purpose == 'release_validate' else 'validate'} runs the GPU "
                        "check from this machine through Slurm and writes the database directly: run it on the "
                        "database host without --server", EXIT_CONFIG)
     settings = st.settings()
-    gate = gate_backend(settings)
-    if gate is None:
-        raise CliError("validation.backend is none: there is no health gate to run (set it to slurm or "
+    validator = validator_backend(settings)
+    if validator is None:
+        raise CliError("validation.backend is none: there is no validation to run (set it to slurm or "
                        "kubernetes)", EXIT_CONFIG)
-    typer.echo(f"node/{node}: running the GPU check through {gate.backend} ...", err=True)
+    typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
     try:
-        return run_check(st.sessions(), gate, slurm_backend(settings), settings, node, st.actor, st.now,
+        return run_check(st.sessions(), validator, slurm_backend(settings), settings, node, st.actor, st.now,
                          purpose=purpose)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
@@ -45,10 +45,10 @@ def verdict_line(node: str, rec: dict[str, Any]) -> str:
 
 @cli_errors
 def validate(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name (drained).")) -> None:
-    """Run the GPU check the node's last cause picks, now, through the configured gate; the node must be
+    """Run the GPU check the node's last cause picks, now, through the configured validator; the node must be
     drained (it stays drained: a pass returns nothing by itself). Exit 0 on a pass, 1 otherwise."""
     st = state(ctx)
-    rec = run_gate(st, node, "validate")
+    rec = run_validation(st, node, "validate")
     typer.echo(verdict_line(node, rec))
     if rec["outcome"] != "passed":
         raise typer.Exit(EXIT_REQUEST)

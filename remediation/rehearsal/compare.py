@@ -1,6 +1,6 @@
 """Two policies, one trace: the side-by-side rehearsal behind ``remediation simulate --baseline``.
 
-The same faults (same seed, same outcome draws) go through :func:`remediation.services.simulate.simulate`
+The same faults (same seed, same outcome draws) go through :func:`remediation.rehearsal.run.rehearse`
 once per policy. The comparison is made only on figures the world measured (VM actions that fixed
 nothing, node-hours out, faults fixed automatically, quarantines, VM actions on fabric faults, pages),
 and each ratio is candidate / baseline, so "0.25" reads "a quarter of the baseline's".

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 from remediation.cli.simulate import progress_bar
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.trace import Fault
-from remediation.services.sim_loop import Tally
+from remediation.rehearsal.loop import Tally
+from remediation.rehearsal.trace import Fault
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,13 +1,13 @@
-"""The health gate's port: run one check on one node before anyone else's job can land there.
+"""The validation's port: run one check on one node before anyone else's job can land there.
 
-Two implementations: :mod:`remediation.adapters.slurm.gate` (a maintenance reservation only the
+Two implementations: :mod:`remediation.adapters.slurm.validator` (a maintenance reservation only the
 service's user may use, the node resumed into it, the check submitted as a job pinned to the node in
-that reservation) and :mod:`remediation.adapters.kube.gate` (a ``batch/v1`` Job bound to the Node,
-tolerating our cordon and taint, with a deadline). Plus ``NoopGate`` (:mod:`remediation.adapters.noop`) for dry-run.
+that reservation) and :mod:`remediation.adapters.kube.validator` (a ``batch/v1`` Job bound to the Node,
+tolerating our cordon and taint, with a deadline). Plus ``NoopValidator`` (:mod:`remediation.adapters.noop`) for dry-run.
 
 Contract, as for the other ports: every call is idempotent and never blocks for long. ``start`` with a
 name already used finds the check that name started (a killed worker resumes without submitting twice);
-``poll`` looks once; ``finish`` undoes the gate (deletes the reservation or the Job, puts back the drain
+``poll`` looks once; ``finish`` undoes the set-up (deletes the reservation or the Job, puts back the drain
 the node had) and is harmless to repeat.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True)
-class GateCheck:
+class ValidationCheck:
     """One check to run: ``name`` is derived from the remediation (or the human's request) and names
     the reservation, the job and the Job, so that a repeat finds what the first call made."""
 
@@ -30,7 +30,7 @@ class GateCheck:
 
 
 @dataclass(frozen=True)
-class GateResult:
+class ValidationResult:
     """What one look at a running check saw. ``done`` with ``exit_code`` 0 is a pass."""
 
     done: bool
@@ -47,18 +47,18 @@ class GateResult:
 
 
 @runtime_checkable
-class HealthGate(Protocol):
+class Validator(Protocol):
     backend: str
 
-    def start(self, check: GateCheck) -> dict[str, Any]:
-        """Put the gate up and start the check; returns what ``poll`` and ``finish`` need (recorded on
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
+        """Set up (reservation or Job) and start the check; returns what ``poll`` and ``finish`` need (recorded on
         the step before anyone waits on it)."""
         ...
 
-    def poll(self, ref: dict[str, Any]) -> GateResult:
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
         ...
 
     def finish(self, ref: dict[str, Any]) -> str:
-        """Take the gate down (stop a check still running); returns what was done, for the step row."""
+        """Undo the set-up (stop a check still running); returns what was done, for the step row."""
         ...
 

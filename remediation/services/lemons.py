@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from remediation.db.faults import failure_history
+from remediation.db.fault_history import failure_history
 from remediation.db.models import Node
 from remediation.domain.lemon import LemonScore, score
 from remediation.settings import LemonSettings

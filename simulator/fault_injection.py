@@ -10,7 +10,7 @@ show, put where the real system keeps it.
 - ``repeat_offender``: a "lemon": its VM is broken, so a restart brings the Node back with a new bootID
   but the GPU fault returns and slurmd never registers (verify must fail), and it fails now; or, with
   ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
-- ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the health gate's check
+- ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the validation's check
   Job (``simulator.kube_jobs``) fails on it every time.
 - ``storm``: a fraction of the pool, drawn at random across racks and clouds, loses slurmd at once (a
   bad slurmd roll-out, a control-plane partition): a mass failure no one part explains.
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from remediation.domain.trace import read_mix
+from remediation.rehearsal.trace import read_mix
 from simulator import replay as trace
 
 if TYPE_CHECKING:
@@ -140,8 +140,8 @@ class FaultInjector:
 
     def bad_hbm(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
         """A GPU with a failing HBM row: the restart brings the node back with a new bootID, slurmd
-        registers and verify passes, but the health gate's memory check fails on it every time (see
-        :meth:`simulator.cluster.SimCluster.gate_outcome`). It fails now, as a researcher reports it."""
+        registers and verify passes, but the validation's memory check fails on it every time (see
+        :meth:`simulator.cluster.SimCluster.check_outcome`). It fails now, as a researcher reports it."""
         self.links[node].bad_hbm = True
         self.researcher_fail(node, reason, user="carol")
         self._log(node, "bad_hbm", "HBM row failure: passes verify, fails the GPU check")

@@ -1,7 +1,7 @@
-"""The health gate through Slurm itself: a maintenance reservation only the service's user may use.
+"""The validation through Slurm itself: a maintenance reservation only the service's user may use.
 
 Where Slurm owns the node, the check must be one Slurm accounts for, and no user job may land on the
-node before it ends. :class:`SlurmGate` therefore, all with argument lists (never a shell string):
+node before it ends. :class:`SlurmValidator` therefore, all with argument lists (never a shell string):
 
 1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
    Duration=MIN Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run there;
@@ -34,12 +34,12 @@ from typing import Any
 from remediation.adapters.slurm.args import check_node_name
 from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
 from remediation.ports.errors import ConfigError, PermanentError, TransientError
-from remediation.ports.gate import GateCheck, GateResult
+from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
 
 EXEC_SCRIPT = "nr-gate-exec.sh"
 _SCRIPT = """#!/bin/sh
-# node-remediation health gate: runs the configured check, which arrives as this script's arguments
+# node-remediation validation: runs the configured check, which arrives as this script's arguments
 # (an argument list: nothing here is parsed by a shell), and records its exit code last.
 "$@"
 rc=$?
@@ -74,7 +74,7 @@ def exit_code(field: str) -> int | None:
     return 128 + sig if sig and not rc else rc
 
 
-class SlurmGate:
+class SlurmValidator:
     backend = "slurm"
 
     def __init__(self, slurm: SlurmSettings, validation: ValidationSettings, prefix: str = "remediation:") -> None:
@@ -87,7 +87,7 @@ class SlurmGate:
 
     # --------------------------------------------------------------------------------- the port
 
-    def start(self, check: GateCheck) -> dict[str, Any]:
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
         minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
@@ -116,7 +116,7 @@ class SlurmGate:
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
                 "user": self.user}
 
-    def poll(self, ref: dict[str, Any]) -> GateResult:
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
         job = str(ref["job_id"])
         try:
             info = parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
@@ -128,16 +128,16 @@ class SlurmGate:
         state = info.get("JobState", "")
         if state in ACTIVE:
             reason = info.get("Reason", "")
-            return GateResult(done=False, state=state, output=output,
+            return ValidationResult(done=False, state=state, output=output,
                               waiting=reason if state == "PENDING" and reason not in ("None", "") else "")
         if not info:  # slurmctld forgot it (MinJobAge): the script's own last line tells
             mark = _EXIT_MARK.findall(output)
-            return GateResult(done=True, exit_code=int(mark[-1]) if mark else None, output=output,
+            return ValidationResult(done=True, exit_code=int(mark[-1]) if mark else None, output=output,
                               state="COMPLETED" if mark else "GONE")
         code = exit_code(info.get("ExitCode", ""))
         if state in ("CANCELLED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
             code = None  # the check did not run to its end: no verdict on the GPUs
-        return GateResult(done=True, exit_code=code, output=output, state=state,
+        return ValidationResult(done=True, exit_code=code, output=output, state=state,
                           timed_out=state in ("TIMEOUT", "DEADLINE"), run_s=_run_s(info))
 
     def finish(self, ref: dict[str, Any]) -> str:
@@ -154,7 +154,7 @@ class SlurmGate:
         if "DRAIN" in current.flags and current.reason != prior.get("reason"):
             notes.append(f"left the drain someone placed meanwhile ({current.reason!r})")
         elif prior.get("drained"):
-            reason = str(prior.get("reason") or f"{self.prefix} health gate {name}")
+            reason = str(prior.get("reason") or f"{self.prefix} validation {name}")
             self.cli.drain(node, reason)
             notes.append(f"drained again ({reason!r})")
         if self._reservation_exists(name):
@@ -173,7 +173,7 @@ class SlurmGate:
 
     def _name(self, name: str) -> str:
         if not _NAME.fullmatch(name):
-            raise ConfigError(f"invalid gate name {name!r}", component="validation")
+            raise ConfigError(f"invalid check name {name!r}", component="validation")
         return name
 
     def _prepare(self) -> None:

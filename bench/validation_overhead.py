@@ -1,7 +1,7 @@
-"""The health gate's overhead per remediation, beyond the check's own run time, on a real slurmctld.
+"""The validation's overhead per remediation, beyond the check's own run time, on a real slurmctld.
 
 On each real Slurm release (22.05, and 24.11 from the cached root; started with scripts/slurm-up.sh,
-4 nodes, no accounting storage) one node at a time is drained with our reason, then the Slurm gate runs
+4 nodes, no accounting storage) one node at a time is drained with our reason, then the Slurm validator runs
 exactly as the ``validate`` step drives it: ``start`` (create the maintenance reservation, resume the
 node, sbatch the check), a ``poll`` every ``validation.poll_interval_s`` until the job has ended, then
 ``finish`` (drain back, delete the reservation). The check is a script that sleeps ``--check-s`` and
@@ -9,11 +9,11 @@ prints its own start and end time; its run time is taken from those, so the over
 
     overhead = (start called -> finish returned) - (check's own end - check's own start)
 
-and it splits into: setting the gate up (``start``), the job waiting to run (sbatch -> the check's first
-line), noticing the end (the check's last line -> the poll that sees it ended) and taking the gate down
+and it splits into: the set-up (``start``), the job waiting to run (sbatch -> the check's first
+line), noticing the end (the check's last line -> the poll that sees it ended) and undoing the set-up
 (``finish``). Fewer than 200 cycles print the max, not a p99.
 
-Run: .venv/bin/python -m bench.gate_overhead [--cycles 20] [--poll SECONDS (default: the shipped
+Run: .venv/bin/python -m bench.validation_overhead [--cycles 20] [--poll SECONDS (default: the shipped
      validation.poll_interval_s)] [--check-s 1] [--releases 22.05,24.11]
 """
 
@@ -27,12 +27,12 @@ from pathlib import Path
 
 from bench._cluster import RELEASES, slurm_cluster
 from bench.common import goal, tail
-from remediation.adapters.slurm.gate import SlurmGate
-from remediation.ports.gate import GateCheck
+from remediation.adapters.slurm.validator import SlurmValidator
+from remediation.ports.validator import ValidationCheck
 from remediation.settings import ValidationSettings, load_settings
 
 NODES = 4
-#: What the gate may add to a remediation beyond the check's own run time (docs/policy.md).
+#: What validation may add to a remediation beyond the check's own run time (docs/policy.md).
 GOAL_S = 5.0
 CHECK = """#!/bin/sh
 echo "check-start $(date +%s.%N)"
@@ -49,7 +49,7 @@ def summary(name: str, values: list[float]) -> str:
 def measure(release: str, cycles: int, poll: float, check_s: float) -> None:
     with slurm_cluster(NODES, release) as env:
         conf = Path(env["SLURM_CONF"])
-        workdir = conf.parent / "gate"  # inside the cluster directory: a chroot's slurmd writes there too
+        workdir = conf.parent / "validation"  # inside the cluster directory: a chroot's slurmd writes there too
         workdir.mkdir()
         (workdir / "check.sh").write_text(CHECK)
         bin_dir = conf.parent / "bin"
@@ -60,7 +60,7 @@ def measure(release: str, cycles: int, poll: float, check_s: float) -> None:
             validation={"backend": "slurm", "slurm_workdir": str(workdir), "poll_interval_s": poll,
                         "checks": {"unknown": ["/bin/sh", str(workdir / "check.sh"), f"{check_s:g}"]}},
         )
-        gate = SlurmGate(settings.slurm, settings.validation)
+        validator = SlurmValidator(settings.slurm, settings.validation)
         scontrol = commands.get("scontrol", "scontrol")
         version = subprocess.run([scontrol, "--version"], env=env, capture_output=True, text=True).stdout.strip()  # noqa: S603
         parts: dict[str, list[float]] = {k: [] for k in ("overhead", "start", "queue", "notice", "finish", "run")}
@@ -68,16 +68,16 @@ def measure(release: str, cycles: int, poll: float, check_s: float) -> None:
             node = f"gpu-node-{i % NODES}"
             subprocess.run([scontrol, "update", f"nodename={node}", "state=drain", 'reason="remediation: bench"'],  # noqa: S603
                            env=env, check=True, capture_output=True)
-            check = GateCheck(node, f"nr-gate-bench-{i}", tuple(settings.validation.check_for("unknown")), 120)
+            check = ValidationCheck(node, f"nr-gate-bench-{i}", tuple(settings.validation.check_for("unknown")), 120)
             t0 = time.time()
-            ref = {**gate.start(check), "node": node}
+            ref = {**validator.start(check), "node": node}
             t_started = time.time()
-            result = gate.poll(ref)
+            result = validator.poll(ref)
             while not result.done:
                 time.sleep(poll)
-                result = gate.poll(ref)
+                result = validator.poll(ref)
             t_seen = time.time()
-            gate.finish(ref)
+            validator.finish(ref)
             t_end = time.time()
             marks = dict(line.split() for line in result.output.splitlines() if line.startswith("check-"))
             c_start, c_end = float(marks["check-start"]), float(marks["check-end"])
@@ -88,8 +88,8 @@ def measure(release: str, cycles: int, poll: float, check_s: float) -> None:
             parts["queue"].append(c_start - t_started)
             parts["notice"].append(t_seen - c_end)
             parts["finish"].append(t_end - t_seen)
-        print(f"Slurm {version}: {cycles} gate cycles, check sleeps {check_s:g}s, poll every {poll:g}s")
-        print(summary("gate overhead per remediation", parts["overhead"]))
+        print(f"Slurm {version}: {cycles} validation cycles, check sleeps {check_s:g}s, poll every {poll:g}s")
+        print(summary("validation overhead per remediation", parts["overhead"]))
         print(summary("  set up (reservation, resume, sbatch)", parts["start"]))
         print(summary("  job waiting to start", parts["queue"]))
         print(summary("  noticing the end (poll)", parts["notice"]))

@@ -12,7 +12,7 @@ Two formats:
   maintenance is a human drain. ``remediable_by_vm_restart = no`` marks the fault as one a restart does
   not fix (the simulation keeps such a node broken until it is repaired by hand).
 
-With an outcome model (:mod:`remediation.domain.truth`, ``--truth``) the mix gains what a policy that
+With an outcome model (:mod:`remediation.rehearsal.truth`, ``--truth``) the mix gains what a policy that
 reads causes needs: every fault carries its cause in its signal (an XID in a researcher's reason or a
 kernel ``NVRM: Xid`` line, a GPU condition's message), each fault draws what would fix it, and nodes sit
 in leaf-switch groups of ``leaf_size``: a fabric fault takes one whole group down at once.
@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.truth import Outcome, OutcomeModel
+from remediation.rehearsal.truth import Outcome, OutcomeModel
 
 #: The published trace's cluster (Llama 3 405B pre-training): 2,048 nodes over 54 days. Scaling to
 #: another cluster keeps the per-node rate. The simulator's replay reads the same CSV through here.

@@ -1,4 +1,4 @@
-"""The health gate through Kubernetes: a ``batch/v1`` Job bound to the Node, read through BatchV1Api.
+"""The validation through Kubernetes: a ``batch/v1`` Job bound to the Node, read through BatchV1Api.
 
 For a site where Kubernetes, not Slurm, places the check (or whose slurmd pod should not run it): the
 Job's pod is bound with ``spec.nodeName`` (no scheduler, so our cordon cannot keep it off), tolerates
@@ -22,14 +22,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediation.adapters.kube.client import api_errors
-from remediation.ports.gate import GateCheck, GateResult
+from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import KubeSettings, ValidationSettings
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
 
 
-def job_manifest(check: GateCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
+def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
     """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
     labels = {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": check.name}
     resources = {"limits": {"nvidia.com/gpu": str(cfg.kube_gpus)}} if cfg.kube_gpus else {}
@@ -59,7 +59,7 @@ def job_manifest(check: GateCheck, k8s_node: str, cfg: ValidationSettings, taint
     }
 
 
-class KubeGate:
+class KubeValidator:
     backend = "kubernetes"
 
     def __init__(self, core: client.CoreV1Api, kube: KubeSettings, validation: ValidationSettings,
@@ -71,10 +71,10 @@ class KubeGate:
         self.taint_key = f"{kube.annotation_domain}/quarantined"
         self.node_for = node_for
 
-    def job(self, check: GateCheck, k8s_node: str) -> dict[str, Any]:
+    def job(self, check: ValidationCheck, k8s_node: str) -> dict[str, Any]:
         return job_manifest(check, k8s_node, self.cfg, self.taint_key)
 
-    def start(self, check: GateCheck) -> dict[str, Any]:
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
         k8s_node = self.node_for(check.node)
         with api_errors(f"create Job {self.namespace}/{check.name}"):
             try:
@@ -84,7 +84,7 @@ class KubeGate:
                     raise
         return {"job": check.name, "namespace": self.namespace, "k8s_node": k8s_node}
 
-    def poll(self, ref: dict[str, Any]) -> GateResult:
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
         name, ns = ref["job"], ref["namespace"]
         with api_errors(f"read Job {ns}/{name}"):
             job = self.batch.read_namespaced_job(name, ns)
@@ -99,14 +99,14 @@ class KubeGate:
             if code is not None or "Failed" in conditions:
                 output = self._log(pod.metadata.name, ns)
         if "Complete" in conditions:
-            return GateResult(done=True, exit_code=code if code is not None else 0, output=output, state="Complete")
+            return ValidationResult(done=True, exit_code=code if code is not None else 0, output=output, state="Complete")
         if "Failed" in conditions:
             reason = conditions["Failed"].reason or "Failed"
             timed_out = reason == "DeadlineExceeded"
-            return GateResult(done=True, exit_code=None if timed_out else code, output=output, state=reason,
+            return ValidationResult(done=True, exit_code=None if timed_out else code, output=output, state=reason,
                               timed_out=timed_out)
         phase = pod.status.phase if pod is not None else "no pod yet"
-        return GateResult(done=False, state=str(phase).upper(),
+        return ValidationResult(done=False, state=str(phase).upper(),
                           waiting=f"pod {phase}" if phase != "Running" else "")
 
     def finish(self, ref: dict[str, Any]) -> str:

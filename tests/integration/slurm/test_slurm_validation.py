@@ -1,11 +1,11 @@
-"""The health gate on the real slurmctld (22.05 and 24.11): reservation, check job, verdict, cleanup.
+"""The validation on the real slurmctld (22.05 and 24.11): reservation, check job, verdict, cleanup.
 
 The check is a tiny script that waits for a cue file and exits with the code written in it, so each
-test decides when the "GPU check" ends and how. Nothing stands in for Slurm: the gate runs the real
+test decides when the "GPU check" ends and how. Nothing stands in for Slurm: the validator runs the real
 ``scontrol create reservation``, ``sbatch``, ``scontrol show job`` and ``scontrol delete``.
 
 - a user job submitted while the check runs stays PENDING on that node (after the scheduler has
-  looked at it: its pending reason is set), and starts there only once the gate is gone and the node is
+  looked at it: its pending reason is set), and starts there only once the set-up is gone and the node is
   returned;
 - the ``validate`` step driven by the real engine: a pass moves on to ``return`` (which resumes the node)
   and records the check in ``validations``; a fail leaves the node drained with our reason, climbs the
@@ -26,12 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemoryVM, MemoryWorld
 from remediation.adapters.slurm.cli import CliSlurm
-from remediation.adapters.slurm.gate import SlurmGate, parse_job
+from remediation.adapters.slurm.validator import SlurmValidator, parse_job
 from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation, RemediationStep, Validation
 from remediation.domain.step_bodies import Adapters
-from remediation.domain.validation import gate_name
-from remediation.ports.gate import GateCheck
+from remediation.domain.validation import check_name
+from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
@@ -49,7 +49,7 @@ exit "$code"
 
 
 @pytest.fixture
-def gate_dir(slurm: SlurmCluster) -> Iterator[Path]:
+def check_dir(slurm: SlurmCluster) -> Iterator[Path]:
     """A directory slurmd (chroot included) and the test both see, with the cue-driven check."""
     path = slurm.workdir / f"gate-{time.monotonic_ns()}"
     path.mkdir()
@@ -90,40 +90,40 @@ def reservations(cluster: SlurmCluster) -> str:
     return cluster.scontrol("show", "reservation", check=False).stdout
 
 
-def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, gate_dir: Path) -> None:
+def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, check_dir: Path) -> None:
     node = slurm.nodes[1]
-    cue = gate_dir / "cue"
-    cfg = settings_for(slurm, gate_dir, cue)
+    cue = check_dir / "cue"
+    cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
-    gate = SlurmGate(cfg.slurm, cfg.validation)
-    check = GateCheck(node, "nr-gate-r901-a1", tuple(cfg.validation.check_for("unknown")), 60)
-    ref = gate.start(check)
+    validator = SlurmValidator(cfg.slurm, cfg.validation)
+    check = ValidationCheck(node, "nr-gate-r901-a1", tuple(cfg.validation.check_for("unknown")), 60)
+    ref = validator.start(check)
     ref = {**ref, "node": node}
     wait_for(lambda: job(slurm, ref["job_id"]).get("JobState") == "RUNNING", 30, "the check job to run")
     info = job(slurm, ref["job_id"])
     assert info["Reservation"] == check.name and info["NodeList"] == node
     assert f"ReservationName={check.name}" in reservations(slurm)
 
-    (gate_dir / "user.sh").write_text("#!/bin/sh\necho user job on $SLURMD_NODENAME\n")
-    user = slurm.run("sbatch", "--parsable", "-w", node, "-o", str(gate_dir / "user.out"),
-                     "-D", str(gate_dir), str(gate_dir / "user.sh")).stdout.strip()
+    (check_dir / "user.sh").write_text("#!/bin/sh\necho user job on $SLURMD_NODENAME\n")
+    user = slurm.run("sbatch", "--parsable", "-w", node, "-o", str(check_dir / "user.out"),
+                     "-D", str(check_dir), str(check_dir / "user.sh")).stdout.strip()
     # Barrier: the scheduler has considered the job (its pending reason is no longer "None").
     wait_for(lambda: job(slurm, user).get("Reason") not in (None, "None"), 30, "the scheduler to look at the user job")
     assert job(slurm, user)["JobState"] == "PENDING", job(slurm, user)
-    assert gate.poll(ref).done is False
+    assert validator.poll(ref).done is False
 
     cue.write_text("0")
-    wait_for(lambda: gate.poll(ref).done, 30, "the check to end")
-    result = gate.poll(ref)
+    wait_for(lambda: validator.poll(ref).done, 30, "the check to end")
+    result = validator.poll(ref)
     assert result.passed and result.exit_code == 0 and "result: exit 0" in result.output
     assert f"reservation {check.name}" in result.output
-    note = gate.finish(ref)
+    note = validator.finish(ref)
     assert "drained again" in note and f"reservation {check.name} deleted" in note
     assert check.name not in reservations(slurm)
     state, flags, reason = slurm.nodes_now()[node]
     assert "DRAIN" in flags and reason == f"{PREFIX} xid 79"  # back as it was: the return step decides
     assert job(slurm, user)["JobState"] == "PENDING"
-    assert gate.finish(ref).endswith(f"reservation {check.name} deleted")  # a repeat is harmless
+    assert validator.finish(ref).endswith(f"reservation {check.name} deleted")  # a repeat is harmless
 
     slurm.scontrol("update", f"nodename={node}", "state=resume")  # what the return step does
     wait_for(lambda: job(slurm, user).get("JobState") == "COMPLETED", 30, "the user job to run once returned")
@@ -157,8 +157,8 @@ def drive(engine: Workflow, rid: int, step: str, until: Callable[[], bool], time
 
 def engine_for(cfg: Settings, sessions: sessionmaker[Session], cluster: SlurmCluster) -> Workflow:
     world = MemoryWorld(nodes=list(cluster.nodes))
-    gate = SlurmGate(cfg.slurm, cfg.validation)
-    adapters = Adapters(CliSlurm(cfg.slurm), MemoryKube(world), MemoryVM(world), gate)
+    validator = SlurmValidator(cfg.slurm, cfg.validation)
+    adapters = Adapters(CliSlurm(cfg.slurm), MemoryKube(world), MemoryVM(world), validator)
     return Workflow(sessions, adapters, cfg, SystemClock())
 
 
@@ -169,22 +169,22 @@ def status(sessions: sessionmaker[Session], rid: int) -> tuple[str, str, int]:
         return rem.status, rem.step, rem.ladder
 
 
-def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, gate_dir: Path,
+def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, check_dir: Path,
                                              sessions: sessionmaker[Session]) -> None:
     node = slurm.nodes[2]
-    cue = gate_dir / "cue"
-    cfg = settings_for(slurm, gate_dir, cue)
+    cue = check_dir / "cue"
+    cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
     rid = open_at_validate(sessions, node, datetime.now(UTC))
     engine = engine_for(cfg, sessions, slurm)
-    follow = engine.run(rid, "validate")  # starts the gate
+    follow = engine.run(rid, "validate")  # starts the check
     assert follow is not None and follow.step == "validate"
     with sessions() as s:
         row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
         op = dict(row.provider_op or {})
-    assert op["reservation"] == gate_name(row.idempotency_key) and op["job_id"]
+    assert op["reservation"] == check_name(row.idempotency_key) and op["job_id"]
     # A redelivered first look (the worker died after sbatch, before recording) submits nothing new.
-    again = SlurmGate(cfg.slurm, cfg.validation).start(GateCheck(node, op["name"], tuple(op["command"]), 60))
+    again = SlurmValidator(cfg.slurm, cfg.validation).start(ValidationCheck(node, op["name"], tuple(op["command"]), 60))
     assert again["job_id"] == op["job_id"]
     cue.write_text("0")
     drive(engine, rid, "validate", lambda: status(sessions, rid)[0] == "succeeded")
@@ -199,12 +199,12 @@ def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, gate_dir: Path
     assert v.duration_s > 0
 
 
-def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, gate_dir: Path,
+def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, check_dir: Path,
                                               sessions: sessionmaker[Session]) -> None:
     node = slurm.nodes[3]
-    cue = gate_dir / "cue"
+    cue = check_dir / "cue"
     cue.write_text("3")  # the HBM row is still bad: the check fails at once
-    cfg = settings_for(slurm, gate_dir, cue)
+    cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
     rid = open_at_validate(sessions, node, datetime.now(UTC))
     engine = engine_for(cfg, sessions, slurm)
@@ -222,7 +222,7 @@ def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, gate_dir: Pat
     assert (v.outcome, v.exit_code) == ("failed", 3)
 
 
-def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, gate_dir: Path, pg_url: str,
+def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, check_dir: Path, pg_url: str,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``remediation validate NODE`` on a drained node, and ``release NODE --validate``: a failing check
     keeps the node quarantined; a passing one releases it. The drain the node had is put back after each
@@ -232,12 +232,12 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ga
     from sqlalchemy.pool import NullPool
     from typer.testing import CliRunner
 
-    from remediation.cli.main import app
+    from remediation.cli.oncall import app
     from tests.integration.history import RecordingDispatcher
 
     node = slurm.nodes[0]
-    cue = gate_dir / "cue"
-    cfg = settings_for(slurm, gate_dir, cue)
+    cue = check_dir / "cue"
+    cfg = settings_for(slurm, check_dir, cue)
     config = tmp_path / "remediation.yaml"
     config.write_text(yaml.safe_dump({"slurm": cfg.slurm.model_dump(exclude_none=True, mode="json"),
                                       "validation": cfg.validation.model_dump(mode="json")}))

@@ -1,0 +1,129 @@
+"""What a rehearsal reports: the decisions and remediations as the service recorded them, and what the
+policy cost as the world saw it.
+
+:func:`read_report` reads the throw-away database after the replay (decisions, remediations and their
+steps, VM actions, quarantines, the storm breaker's openings, incidents, pages); :func:`world_figures`
+and :func:`fabric_quarantines` judge by the world (the outcome model), never by the policy's own
+records: a VM action that fixed nothing is one the world says left the node broken.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+
+from remediation.adapters.memory import MemoryWorld
+from remediation.clock import aware
+from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep
+from remediation.domain.events import EventKind
+from remediation.rehearsal.trace import Fault
+from remediation.services.notify import NOTIFIABLE
+
+
+@dataclass
+class Report:
+    faults: int = 0
+    decisions: dict[str, int] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+    vm_actions: dict[str, int] = field(default_factory=dict)
+    quarantined: list[tuple[str, str]] = field(default_factory=list)
+    breaker_openings: int = 0
+    breaker_open_s: float = 0.0
+    max_vm_in_flight: int = 0
+    recovery_p50_s: float | None = None
+    ignored: dict[str, int] = field(default_factory=dict)
+    per_event: list[tuple[str, str, str]] = field(default_factory=list)  # (dedupe key, decision, reason)
+    runs: int = 0  # workflow steps run (claims included): the rehearsal's cost
+    # Every remediation in id order: (node, cause, status, outcome, opened, closed, ladder, steps), each step
+    # (step, attempt, status, started, finished, outcome, error); times as ISO text.
+    history: list[tuple[Any, ...]] = field(default_factory=list)
+    # What the policy cost, judged by the world (the outcome model), never by the policy's own records:
+    wasted_vm_actions: int = 0  # completed VM actions that left the node broken
+    auto_fixed: int = 0  # faults ended by one of our VM actions
+    fabric_vm_actions: int = 0  # VM actions on a node whose fault was the fabric's
+    node_hours_out: float = 0.0  # sum over nodes of the time out of service (faulted, drained, quarantined)
+    hand_repairs: int = 0  # nodes handed to a human (a quarantine, a hold with a page) and repaired by hand
+    pages: int = 0  # audit rows that page on-call
+    incidents: int = 0  # correlated-fault incidents opened
+    fabric_quarantines: int = 0  # quarantines of remediations a fabric fault opened
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
+        d["vm_actions_total"] = sum(self.vm_actions.values())
+        d["node_hours_out"] = round(self.node_hours_out, 1)
+        return d
+
+
+def fabric_quarantines(sessions: Any, faults: list[Fault]) -> int:
+    keys = {f.event.dedupe_key for f in faults if f.outcome is not None and f.outcome.fabric}
+    if not keys:
+        return 0
+    with sessions() as s:
+        rows = s.execute(select(Event.dedupe_key).join(Remediation, Remediation.event_id == Event.id)
+                         .where(Remediation.status == "quarantined")).scalars().all()
+    return sum(1 for k in rows if k in keys)
+
+
+def world_figures(world: MemoryWorld, r: Report) -> None:
+    ops = world.snapshot()["ops"].values()
+    done = [o["data"] for o in ops if o["data"].get("done")]
+    r.wasted_vm_actions = sum(1 for d in done if d.get("fixed") is False)
+    r.auto_fixed = sum(1 for d in done if d.get("fixed") is True)
+    r.fabric_vm_actions = sum(1 for o in ops if o["data"].get("fabric"))
+
+
+def read_report(sessions: Any, faults: int, end: datetime) -> Report:
+    r = Report(faults=faults)
+    with sessions() as s:
+        events = s.execute(select(Event.dedupe_key, Event.decision, Event.decision_reason)
+                           .where(Event.kind != EventKind.DOMAINS.value).order_by(Event.id)).all()
+        r.per_event = [(k, d, why) for k, d, why in events]
+        r.decisions = dict(Counter(d for _, d, _ in events))
+        r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
+        rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
+        r.history = [(x.node, x.cause, x.status, x.outcome, _iso(x.opened_at), _iso(x.closed_at), x.ladder,
+                      [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
+                        st.error) for st in x.steps]) for x in rems]
+        r.outcomes = dict(Counter(x.status for x in rems))
+        r.quarantined = [(x.node, x.ctx.quarantine_reason or x.cause) for x in rems
+                         if x.status == "quarantined"]
+        recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems  # type: ignore[operator]
+                 if x.status == "succeeded" and x.closed_at]
+        r.recovery_p50_s = statistics.median(recov) if recov else None
+        vm_rows = s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart")).all()
+        r.vm_actions = dict(Counter((row.provider_op or {}).get("action", "?") for row in vm_rows))
+        spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
+        r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
+        r.incidents = s.scalar(select(func.count()).select_from(Incident)) or 0
+        r.pages = s.scalar(select(func.count()).select_from(AuditLog).where(AuditLog.action.in_(NOTIFIABLE))) or 0
+        audit = s.execute(select(AuditLog.action, AuditLog.at).where(
+            AuditLog.action.in_(("breaker_open", "breaker_closed"))).order_by(AuditLog.id)).all()
+    opened_at = None
+    for action, at in audit:
+        if action == "breaker_open":
+            r.breaker_openings += 1
+            opened_at = aware(at)
+        elif opened_at is not None:
+            r.breaker_open_s += (aware(at) - opened_at).total_seconds()  # type: ignore[operator]
+            opened_at = None
+    if opened_at is not None:  # still open at the end
+        r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
+    return r
+
+
+def _iso(at: datetime | None) -> str | None:
+    return aware(at).isoformat() if at is not None else None  # type: ignore[union-attr]
+
+
+def _max_overlap(spans: list[tuple[datetime, datetime]]) -> int:
+    points = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda p: (p[0], p[1]))
+    best = cur = 0
+    for _, delta in points:
+        cur += delta
+        best = max(best, cur)
+    return best

@@ -1,0 +1,113 @@
+"""Rehearse a policy: replay a failure trace through the real ingest and workflow, on a simulated clock.
+
+Nothing here is a model of the service: the trace's events go through the same ``ingest`` and the same
+``Workflow`` as live processing, against a throw-away in-memory SQLite database and the in-memory world,
+with a fake clock that jumps from one due task to the next, skipping the polls that cannot decide
+anything (:mod:`remediation.rehearsal.loop`). The decisions are therefore exactly the ones the
+service would take for the same events under the same settings (a test holds the two side by side).
+
+The world reacts as a cluster would: a fault makes its node bad in Slurm or Kubernetes; a VM action
+takes ``reboot_s``. Whether it fixes the node is the world's business, never the policy's: with an
+outcome model (:mod:`remediation.rehearsal.truth`) each fault knows which action kinds fix it (restart,
+move to other hardware, reimage); without one, the mix's ``remediable_by_vm_restart`` column decides
+and a fault a restart cannot fix stays until ``repair_s`` after it struck. A node the service hands to
+a human (quarantined, or held with a page) is repaired by hand ``repair_s`` later and released; a
+fabric fault is repaired ``repair_s`` after it struck, for every node of its leaf at once, and an
+incident over those nodes closes as the sweeper would close it.
+
+The report says what was decided, how many VM actions were taken, who was quarantined, how long the
+storm breaker was open, and what the policy cost as the world saw it: VM actions that fixed nothing,
+faults fixed automatically, VM actions on fabric faults, node-hours out of service, incidents, pages
+(:mod:`remediation.rehearsal.report`). This module only sets the stage (database, world, fleet,
+topology) and hands the trace to the loop; the adapters over the world come from the one adapter
+factory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tempfile
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import insert
+
+from remediation.adapters.factory import memory_adapters, memory_world
+from remediation.clock import FakeClock
+from remediation.db.migrate import upgrade
+from remediation.db.models import Node
+from remediation.db.session import make_session_factory, memory_engine
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.rehearsal.loop import Loop, Rehearsal, Tally
+from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
+from remediation.rehearsal.trace import Fault, leaf_of
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
+from remediation.settings import Settings
+
+
+@functools.lru_cache(maxsize=1)
+def _migrated_template() -> Path:
+    """One migrated SQLite file per process: each rehearsal copies it into memory (a second policy or
+    another seed costs no second migration)."""
+    root = Path(tempfile.mkdtemp(prefix="remediation-rehearsal-"))
+    atexit.register(shutil.rmtree, root, True)
+    path = root / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
+             repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
+             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None) -> Report:
+    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
+    event loop (default) or the original polling loop (see :mod:`remediation.rehearsal.loop`); the
+    two decide the same. ``progress`` is called after each event with the simulated time and a tally.
+    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so."""
+    # A throw-away database in memory: durability buys nothing here.
+    db = memory_engine(_migrated_template())
+    sessions = make_session_factory(db)
+    start = faults[0].at if faults else datetime.now().astimezone()
+    clock = FakeClock(start - timedelta(seconds=1))
+    _inventory(sessions, nodes, clock.now())
+    world = memory_world(nodes, clock.now, reboot_s)
+    engine = Workflow(sessions, memory_adapters(world), settings, clock)
+    if leaf_size:
+        # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
+        with sessions() as s, s.begin():
+            ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
+                   settings.policy, clock, incidents=settings.incidents)
+    rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, repair_s=repair_s)
+    # Long enough after the last fault for its repair and the remediations after it to finish.
+    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
+    rehearsal.run(faults, until, progress)
+    report = read_report(sessions, len(faults), clock.now())
+    report.runs = rehearsal.tally.runs
+    report.fabric_quarantines = fabric_quarantines(sessions, faults)
+    report.node_hours_out = rehearsal.fleet.close(clock.now())
+    report.hand_repairs = rehearsal.tally.hand_repairs
+    world_figures(world, report)
+    db.dispose()
+    return report
+
+
+def _inventory(sessions: Any, nodes: list[str], at: datetime) -> None:
+    """The whole fleet is known before the first fault, as the watchers' first resync makes it live: the
+    storm breaker's pool is the cluster, not the few nodes that have failed so far."""
+    with sessions() as s, s.begin():
+        s.execute(insert(Node), [{"name": n, "status": "healthy", "status_reason": "", "first_seen_at": at,
+                                  "updated_at": at} for n in nodes])
+
+
+def _domains_event(name: str, leaf_size: int, now: datetime) -> NodeEvent:
+    """What the Slurm watcher publishes for a node cabled to a synthesised leaf switch."""
+    leaf = leaf_of(int(name.rsplit("-", 1)[1]), leaf_size)
+    return NodeEvent(source=Source.SLURM, node=name, kind=EventKind.DOMAINS, state="topology",
+                     domains={"leaf-switch": leaf}, reason=f"leaf-switch={leaf}", observed_at=now,
+                     dedupe_key=f"rehearsal:{name}:domains")
+
+

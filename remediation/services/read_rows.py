@@ -1,0 +1,172 @@
+"""The read models' rows: what every on-call surface (CLI, JSON API, dashboard) is handed.
+
+Plain dataclasses, no ORM objects, so nothing lazy-loads after the session closes, and FastAPI uses
+them as its response models, which is what the OpenAPI spec documents. They are kept apart from the
+queries that fill them (:mod:`remediation.services.readmodels`, which is also where callers import
+them from) so that each module reads as one thing: the shapes here, the questions there.
+:func:`jsonable` turns any of them into JSON-ready values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import date, datetime
+from typing import Any
+
+from remediation.domain.episodes import EpisodeRow
+from remediation.services.validation import ValidationRow
+
+
+@dataclass
+class NodeRow:
+    name: str
+    status: str
+    status_reason: str
+    updated_at: datetime
+    last_event_at: datetime | None
+    quarantined_at: datetime | None
+    quarantine_reason: str | None
+    released_at: datetime | None
+    open_remediation: int | None = None
+    step: str | None = None
+    wait_reason: str | None = None
+    lemon_score: float = 0.0  # decayed, class-weighted failures (remediation.domain.lemon)
+    lemon: str = ""  # the score's explanation
+
+
+@dataclass
+class EventRow:
+    id: int
+    observed_at: datetime
+    received_at: datetime
+    source: str
+    node: str
+    kind: str
+    state: str
+    reason: str
+    reason_user: str | None
+    decision: str
+    decision_reason: str
+    remediation_id: int | None
+
+
+@dataclass
+class StepRow:
+    id: int
+    step: str
+    attempt: int
+    status: str
+    started_at: datetime
+    finished_at: datetime | None
+    duration_s: float | None
+    checks: int
+    retries: int
+    outcome: str | None
+    error: str | None
+    error_kind: str | None
+    provider_op: dict[str, Any] | None
+
+
+@dataclass
+class RemediationRow:
+    id: int
+    node: str
+    status: str
+    step: str
+    cause: str
+    source: str
+    ladder: int
+    opened_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None
+    next_run_at: datetime | None
+    duration_s: float | None
+    wait_reason: str | None
+    outcome: str | None
+    fault_class: str | None = None  # the cause's class, why, and the action its ladder chose
+    fault_evidence: str | None = None
+    action: str | None = None
+
+
+@dataclass
+class RemediationDetail(RemediationRow):
+    context: dict[str, Any] = field(default_factory=dict)
+    steps: list[StepRow] = field(default_factory=list)
+    event: EventRow | None = None
+
+
+@dataclass
+class AuditRow:
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    target: str
+    reason: str
+    detail: dict[str, Any]
+    via: str | None = None  # api, db or service (None: written before the door was recorded)
+
+
+@dataclass
+class RejectedRow:
+    id: int
+    received_at: datetime
+    error: str
+    payload: str
+
+
+@dataclass
+class TimelineEntry:
+    """One line of a node's story, in time order: an event, a remediation opening or closing, a step,
+    or a human/automated action from the audit log."""
+
+    at: datetime
+    kind: str  # event | remediation | step | audit
+    title: str
+    detail: str
+    remediation_id: int | None = None
+    duration_s: float | None = None
+    error: str | None = None
+    status: str | None = None
+
+
+@dataclass
+class NodeDetail:
+    node: NodeRow
+    remediations: list[RemediationDetail]
+    events: list[EventRow]
+    quarantine_history: list[AuditRow]
+    audit: list[AuditRow]
+    timeline: list[TimelineEntry]
+    episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
+    validations: list[ValidationRow] = field(default_factory=list)  # the validation's latest checks
+
+
+@dataclass
+class Overview:
+    nodes_by_status: dict[str, int]
+    remediations_by_status: dict[str, int]
+    in_flight: int
+    quarantined: int
+    paused: bool
+    paused_detail: dict[str, Any]
+    breaker_open: bool
+    breaker_detail: dict[str, Any]
+    last_event_at: datetime | None
+    queue_depth: dict[str, int] | None = None
+    validation: dict[str, Any] = field(default_factory=dict)  # the validation's summary (services.validation)
+    gate: dict[str, Any] = field(default_factory=dict)  # validation's old name in the API, kept for scrapers
+
+
+def jsonable(obj: Any) -> Any:
+    """Dataclasses, datetimes and containers to JSON-ready values (ISO 8601 times, UTC)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, datetime | date):
+        return obj.isoformat()
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj

@@ -1,0 +1,106 @@
+"""What a workflow step writes: the step row, the remediation row and, when it ends, the node's.
+
+The engine (:mod:`remediation.services.workflow`) decides *when* to write (claim, record, the lease);
+these functions are *what* is written for each kind of outcome, so the three phases read as decisions
+and the bookkeeping reads in one place: the open attempt of a step, the next attempt's number, a wait,
+a move to the next step (through an allowed transition only), the close of a remediation with its
+node's status and audit row, and the "would ..." wording of a dry run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.orm import Session
+
+from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.domain.outcomes import Hold
+from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
+from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
+from remediation.ports.dispatch import FollowUp, Hint
+from remediation.services.audit import audit, would
+
+# The open attempt of a remediation's current step; built once, as every claim reads it. A step locks
+# and reads the remediation row only: its step history (a selectin relationship, for the read models)
+# is not loaded with it.
+_CURRENT_ROW = (
+    select(RemediationStep)
+    .where(
+        RemediationStep.remediation_id == bindparam("rid"),
+        RemediationStep.step == bindparam("step"),
+        RemediationStep.status.in_(("started", "waiting")),
+    )
+    .order_by(RemediationStep.id.desc())
+    .limit(1)
+)
+
+
+def next_attempt(s: Session, rid: int, step: Step) -> int:
+    """The attempt number a new row of ``step`` gets."""
+    done = s.scalar(select(func.count()).where(RemediationStep.remediation_id == rid,
+                                               RemediationStep.step == step))
+    return 1 + (done or 0)
+
+
+def current_row(s: Session, rem: Remediation) -> RemediationStep | None:
+    """The open attempt (started or waiting) of the remediation's current step."""
+    return s.scalars(_CURRENT_ROW, {"rid": rem.id, "step": rem.step}).first()
+
+
+def as_dry_run(outcome: Outcome) -> Outcome:
+    """Dry-run rows say "would ...": nothing outside was changed (see remediation.services.audit.would)."""
+    if isinstance(outcome, Done):
+        return replace(outcome, outcome=would(outcome.outcome))
+    if isinstance(outcome, (Cancel, Escalate, Quarantine, Hold)):
+        return replace(outcome, reason=would(outcome.reason))
+    return outcome
+
+
+def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
+    """The step waits: its row and the remediation say on what, and when to look again."""
+    if row is not None:
+        row.status = "waiting"
+        row.checks += 1
+        row.outcome = w.reason[:4000]
+        if w.provider_op is not None:
+            row.provider_op = w.provider_op
+        row.detail = {**(row.detail or {}), **w.detail}
+    rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
+    rem.next_run_at = now + timedelta(seconds=w.countdown)
+    return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
+
+
+def move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
+    """Move the remediation to its next step, through an allowed transition only."""
+    check_transition(step, nxt)
+    rem.step, rem.status, rem.wait_reason, rem.next_run_at = nxt, RemediationStatus.RUNNING, None, now
+    return FollowUp(rem.id, nxt)
+
+
+def close(
+    s: Session, rem: Remediation, status: RemediationStatus, now: datetime, actor: str, error: str | None = None,
+    node_healthy: bool = False,
+) -> None:
+    """End ``rem`` with ``status``, set its node's status to match, and audit it as ``actor``."""
+    rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
+    why = rem.ctx.quarantine_reason or rem.cause
+    rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
+    node = s.get(Node, rem.node, with_for_update=True)
+    if node is not None:
+        node.updated_at = now
+        if status is RemediationStatus.SUCCEEDED:
+            node.status, node.status_reason = NodeStatus.HEALTHY, f"remediation #{rem.id} succeeded"
+        elif node_healthy:
+            node.status, node.status_reason = NodeStatus.HEALTHY, error or "healthy"
+        elif status is RemediationStatus.QUARANTINED:
+            node.status, node.status_reason = NodeStatus.QUARANTINED, why
+            node.quarantined_at, node.quarantine_reason = now, why
+        else:
+            node.status, node.status_reason = NodeStatus.UNHEALTHY, f"remediation #{rem.id} {status}: {error}"
+    dry = bool(rem.dry_run)
+    if dry:
+        rem.outcome = would(rem.outcome or "")
+    audit(s, now, actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
+          {"remediation": rem.id}, dry_run=dry)

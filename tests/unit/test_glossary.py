@@ -1,0 +1,49 @@
+"""The glossary (docs/architecture.md) is what the code says: every file it points at exists, and the
+words it retired are gone from the code's names (names outside the process that it keeps on purpose are
+listed there and allowed here)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+GLOSSARY = (ROOT / "docs" / "architecture.md").read_text().split("## Glossary", 1)[1].split("\n## ", 1)[0]
+CODE = [p for d in ("remediation", "watchers", "workers", "simulator") for p in (ROOT / d).rglob("*.py")]
+
+#: Retired word -> the pattern that finds it in code. Each meant two or more things.
+RETIRED = {
+    "gate (admission or validation)": r"\b(Gate|HealthGate|GateCheck|GateResult|[A-Za-z]+Gate|gate_[a-z]+|gate)\b",
+    "SLURM_BAD / BAD_SLURM (one set, two names)": r"\b(SLURM_BAD|BAD_SLURM|DRAIN_STATES)\b",
+    "lever_service beside levers": r"\blever_service\b",
+    "cli.ops / cli.gate (the console script and validate lived elsewhere)": r"remediation\.cli\.(ops|gate)\b",
+}
+#: What keeps an old word on purpose (docs/architecture.md, after the table).
+KEPT = re.compile(r"nr-gate|node-remediation/gate|/var/lib/node-remediation/gate|gate: dict|gate=checked")
+
+
+def _files_named() -> list[str]:
+    named = set()
+    for cell in re.findall(r"`([^`]+)`", GLOSSARY):
+        for path in re.split(r"[ ,]+", cell):
+            path = re.sub(r"\(.*", "", path)
+            if path.endswith(".py") or path.endswith("/"):
+                named.add(path)
+    return sorted(named)
+
+
+@pytest.mark.parametrize("path", _files_named())
+def test_every_file_the_glossary_names_exists(path: str) -> None:
+    candidates = [ROOT / path, ROOT / "remediation" / path]
+    assert any(c.exists() for c in candidates), f"the glossary names {path}, which does not exist"
+
+
+@pytest.mark.parametrize("word", RETIRED, ids=list(RETIRED))
+def test_a_retired_word_is_gone_from_the_code(word: str) -> None:
+    pattern = re.compile(RETIRED[word])
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for p in CODE for n, line in enumerate(p.read_text().splitlines(), 1)
+             if pattern.search(line) and not KEPT.search(line)]  # fmt: skip
+    assert not found, "\n".join(found[:20])
