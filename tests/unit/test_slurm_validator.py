@@ -11,7 +11,8 @@ import pytest
 
 from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.validator import SlurmValidator
-from remediation.ports.errors import PermanentError
+from remediation.ports.errors import ConfigError, PermanentError
+from remediation.ports.validator import ValidationCheck
 from remediation.settings import load_settings
 
 BAD_JOB_IDS = ["123;rm", "--all", "-1", "", "12 34", "12\n", None, 12.5]
@@ -66,3 +67,13 @@ def test_the_output_is_read_from_the_work_directory_only(tmp_path: Path) -> None
     (tmp_path / "nr-gate-r7-a1.out").write_text("Memory | Pass\n")
     result = validator(tmp_path, []).poll(ref(output=str(secret)))
     assert result.output == "Memory | Pass\n"
+
+
+def test_a_work_directory_loosened_after_the_start_runs_nothing(tmp_path: Path) -> None:
+    argv: list[list[str]] = []
+    v = validator(tmp_path, argv)  # 0700 at start-up
+    tmp_path.chmod(0o777)
+    check = ValidationCheck("gpu-node-3", "nr-gate-r7-a1", ("dcgmi", "diag", "-r", "2"), 600)
+    with pytest.raises(ConfigError, match=r"validation\.slurm_workdir: .*mode 0777"):
+        v.start(check)
+    assert argv == [] and not (tmp_path / "nr-gate-exec.sh").exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -209,3 +210,25 @@ def test_bad_validation_settings_fail_loudly(bad: dict[str, Any]) -> None:
 
 def test_default_is_no_gate() -> None:
     assert load_settings().validation.backend == "none"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777], ids=oct)
+def test_a_work_directory_others_may_write_stops_the_start(tmp_path: Path, mode: int) -> None:
+    """The directory holds the script every check runs on the nodes: whoever may write there runs code
+    there as the service's Slurm user."""
+    workdir = tmp_path / "gate"
+    workdir.mkdir()
+    workdir.chmod(mode)
+    with pytest.raises(SettingsError, match=rf"validation\.slurm_workdir: .*mode {mode & 0o7777:04o}"):
+        load_settings(validation={"backend": "slurm", "slurm_workdir": str(workdir)})
+
+
+def test_a_work_directory_only_its_owner_writes_is_fine(tmp_path: Path) -> None:
+    workdir = tmp_path / "gate"
+    workdir.mkdir()
+    workdir.chmod(0o755)
+    assert load_settings(validation={"backend": "slurm", "slurm_workdir": str(workdir)}).validation.backend == "slurm"
+    # Not there yet (the validator creates it, 0755) or not used: nothing to refuse.
+    assert load_settings(validation={"backend": "slurm", "slurm_workdir": str(tmp_path / "later")})
+    workdir.chmod(0o777)
+    assert load_settings(validation={"backend": "kubernetes", "slurm_workdir": str(workdir)})

@@ -36,6 +36,7 @@ from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
 from remediation.ports.errors import ConfigError, PermanentError, TransientError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
+from remediation.settings.validation import loose_mode, loose_mode_message
 
 EXEC_SCRIPT = "nr-gate-exec.sh"
 _SCRIPT = """#!/bin/sh
@@ -184,7 +185,10 @@ class SlurmValidator:
 
     def _prepare(self) -> None:
         try:
-            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if (mode := loose_mode(str(self.workdir))) is not None:  # loosened since the start-up check
+                raise ConfigError(f"validation.slurm_workdir: {loose_mode_message(str(self.workdir), mode)}",
+                                  component="validation")
             script = self.workdir / EXEC_SCRIPT
             if not script.exists() or script.read_text() != _SCRIPT:
                 script.write_text(_SCRIPT)
