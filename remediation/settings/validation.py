@@ -80,7 +80,12 @@ class ValidationSettings(Section):
     )
     slurm_partition: str | None = Field(None, description="Partition of the check job (slurm backend); unset = "
                                         "the cluster's default.")
-    kube_namespace: str = Field("node-remediation", description="Namespace of the check Jobs (kubernetes backend).")
+    kube_namespace: str = Field(
+        "node-remediation-validation",
+        description="Namespace of the check Jobs (kubernetes backend). The check runs privileged (DCGM, GPU "
+        "reset), which the service's own restricted namespace refuses: this one is shipped at the privileged "
+        "Pod Security level (deploy/components/validation-kubernetes), with the workers' grants in it.",
+    )
     kube_image: str = Field(
         "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
         description="Image of the check Job (kubernetes backend): it must hold the configured commands.",

@@ -646,6 +646,49 @@ def test_rbac_grants_exactly_what_the_adapters_use(overlay: str) -> None:
     assert _granted(objs) == RBAC
 
 
+VALIDATION_NAMESPACE = "node-remediation-validation"
+# The kubernetes validation (deploy/components/validation-kubernetes): the workers run check Jobs in
+# their own namespace and read their pods and logs there, and nowhere else (remediation/adapters/kube/validator.py).
+VALIDATION_RBAC = {
+    ("remediation-worker", VALIDATION_NAMESPACE): {
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "get"),
+        ("batch", "jobs", "delete"),
+        ("", "pods", "list"),
+        ("", "pods/log", "get"),
+    },
+}
+
+
+def _with_validation(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
+    """An overlay of ours with the validation component added, as deploy/README.md says to."""
+    here = tmp_path / "overlay"
+    here.mkdir()
+    rel = lambda p: os.path.relpath(p, here)  # noqa: E731 - kustomize takes relative paths only
+    (here / "kustomization.yaml").write_text(
+        f"resources: [{rel(ROOT / 'deploy/overlays' / overlay)}]\n"
+        f"components: [{rel(ROOT / 'deploy/components/validation-kubernetes')}]\n"
+    )
+    out = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(here)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_validation_component_grants_jobs_in_its_namespace_only(overlay: str, tmp_path: Path) -> None:
+    objs = _with_validation(overlay, tmp_path)
+    assert _granted(objs) == {**RBAC, **VALIDATION_RBAC}
+    (ns,) = [o for o in _of(objs, "Namespace") if o["metadata"]["name"] == VALIDATION_NAMESPACE]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    (own,) = [o for o in _of(objs, "Namespace") if o["metadata"]["name"] == NAMESPACE]
+    assert own["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert Settings().validation.kube_namespace == VALIDATION_NAMESPACE
+    for workload in _workloads(objs):
+        env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
+        assert env["REMEDIATION_VALIDATION__BACKEND"] == "kubernetes", workload["metadata"]["name"]
+
+
 def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
     """The watcher's pod list held cluster-wide (the grant it had) is caught, not only an extra verb."""
     wide = {"kind": "ClusterRole", "metadata": {"name": "w"},
