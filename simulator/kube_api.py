@@ -33,8 +33,9 @@ from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube_http import Handler, Request
 from simulator.kube_jobs import JobRunner
 from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube_podsecurity import forbidden, level_of
 from simulator.kube_select import to_label_selector
-from simulator.kube_store import Obj, Store, now_micro, now_rfc3339
+from simulator.kube_store import ApiError, Obj, Store, now_micro, now_rfc3339, status
 from simulator.kube_tls import write_cluster_pki
 
 __all__ = ["KubeAPIServer", "Request"]
@@ -81,7 +82,9 @@ class KubeAPIServer:
         self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ssl_context.load_cert_chain(self.pki.cert_file, self.pki.key_file)
         self.store = Store(history)
-        self.jobs = JobRunner(self.store)  # batch/v1 Jobs; what a check does: ``jobs.outcome``
+        # Namespaces by name, with their labels: only Pod Security admission reads them (kube_podsecurity).
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.jobs = JobRunner(self.store, self.pod_security_level)  # what a check does: ``jobs.outcome``
         self.bookmark_interval_s = bookmark_interval_s
         self.evict_grace_s = evict_grace_s
         self.default_watch_timeout_s = default_watch_timeout_s
@@ -202,6 +205,14 @@ class KubeAPIServer:
         self.mutate_node(node, lambda obj: obj["status"]["nodeInfo"].__setitem__("bootID", boot_id))
         return boot_id
 
+    def add_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """A Namespace and its labels, as ``kubectl apply`` of deploy/ would make it; the Pod Security
+        label ``pod-security.kubernetes.io/enforce`` decides which pods it admits."""
+        self.namespaces[name] = dict(labels or {})
+
+    def pod_security_level(self, namespace: str) -> str:
+        return level_of(self.namespaces.get(namespace))
+
     def add_pod(
         self,
         namespace: str,
@@ -235,6 +246,9 @@ class KubeAPIServer:
             namespace, name, node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror,
             phase=phase, terminating=terminating, empty_dir=empty_dir, now=now_rfc3339(),
         )  # fmt: skip
+        refused = forbidden(name, self.pod_security_level(namespace), pod["spec"])
+        if refused is not None:
+            raise ApiError(status(403, "Forbidden", refused, {"name": name, "kind": "pods"}))
         return self.store.create("pods", (namespace, name), pod)
 
     def remove_pod(self, namespace: str, name: str) -> None:

@@ -9,7 +9,10 @@ creating a Job (POST, 409 AlreadyExists on a name in use) makes one pod ``NAME-x
 controller does. Stricter than a kubelet on purpose: a pod that does not tolerate every NoSchedule and
 NoExecute taint of its Node, and the cordon (``node.kubernetes.io/unschedulable``), never starts (a real
 kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the check Job's tolerations
-are there for a scheduler that would look at them.
+are there for a scheduler that would look at them. The pod passes Pod Security admission first
+(simulator.kube_podsecurity, the namespace's ``enforce`` level): a refused pod is never made, the Job gets a
+``FailedCreate`` Warning event with the admission's message, as the real controller records it, and stays
+active without a pod until its deadline fails it (``DeadlineExceeded``).
 
 What the check does on a node is decided by ``outcome(k8s_node, argv)`` (the fault injector's: see
 :meth:`simulator.fault_injection.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
@@ -24,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from simulator.kube_podsecurity import forbidden
 from simulator.kube_store import ApiError, Obj, Store, now_rfc3339, status
 
 Outcome = tuple[int | None, str, float]
@@ -31,8 +35,9 @@ PASS: Outcome = (0, "Test Summary: all tests passed\n", 0.2)
 
 
 class JobRunner:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, level: Callable[[str], str]) -> None:
         self.store = store
+        self.level = level  # the namespace's Pod Security enforce level
         self.outcome: Callable[[str, list[str]], Outcome] = lambda node, argv: PASS
         self.logs: dict[tuple[str, str], str] = {}
         self._timers: list[threading.Timer] = []
@@ -87,13 +92,19 @@ class JobRunner:
                                               "uid": job["metadata"]["uid"], "controller": True}]},
             "spec": spec, "status": {"phase": "Pending"},
         }
+        deadline = job["spec"].get("activeDeadlineSeconds")
+        refused = forbidden(pod_name, self.level(namespace), spec)
+        if refused is not None:
+            self._failed_create(namespace, job, f"Error creating: {refused}")
+            if deadline is not None:
+                self._after(float(deadline), lambda: self._deadline(namespace, name, None))
+            return
         self.store.create("pods", (namespace, pod_name), pod)
         if not self._tolerated(spec, node):
             return  # stays Pending: the Job runs into its deadline
         argv = list(spec["containers"][0].get("command", [])) + list(spec["containers"][0].get("args", []))
         code, log, seconds = self.outcome(node, argv)
         self._set_pod(namespace, pod_name, "Running", None)
-        deadline = job["spec"].get("activeDeadlineSeconds")
         if deadline is not None:
             self._after(float(deadline), lambda: self._deadline(namespace, name, pod_name))
         if code is not None:
@@ -151,12 +162,27 @@ class JobRunner:
         self._finish_job(namespace, job, "Complete" if ok else "Failed", "" if ok else "BackoffLimitExceeded",
                          "" if ok else "Job has reached the specified backoff limit")
 
-    def _deadline(self, namespace: str, job: str, pod: str) -> None:
+    def _deadline(self, namespace: str, job: str, pod: str | None) -> None:
         current = self.store.tables["jobs"].get((namespace, job))
         if current is None or current["status"].get("conditions"):
             return
-        self._set_pod(namespace, pod, "Failed", 137, "DeadlineExceeded")
+        if pod is not None:
+            self._set_pod(namespace, pod, "Failed", 137, "DeadlineExceeded")
         self._finish_job(namespace, job, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
+
+    def _failed_create(self, namespace: str, job: Obj, message: str) -> None:
+        """The Job controller's Warning event for a pod the API server refused; the Job has no pod."""
+        name, now = job["metadata"]["name"], now_rfc3339()
+        self.store.mutate("jobs", (namespace, name), lambda obj: obj["status"].pop("active", None))
+        event_name = f"{name}.{secrets.token_hex(8)}"
+        self.store.create("events", (namespace, event_name), {
+            "kind": "Event", "apiVersion": "v1", "metadata": {"name": event_name, "namespace": namespace},
+            "involvedObject": {"kind": "Job", "namespace": namespace, "name": name, "apiVersion": "batch/v1",
+                               "uid": job["metadata"]["uid"]},
+            "reason": "FailedCreate", "message": message, "type": "Warning",
+            "source": {"component": "job-controller"}, "reportingComponent": "job-controller",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        })
 
     def _finish_job(self, namespace: str, job: str, cond: str, reason: str, message: str) -> None:
         def change(obj: Obj) -> None:

@@ -22,6 +22,7 @@ exit code, duration, the end of the output) travels in the outcome's ``detail["v
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime
 from typing import Any
@@ -60,8 +61,22 @@ def manual_check_name(node: str, stamp: str) -> str:
     return _slug(f"nr-gate-{node}-{stamp}")
 
 
+#: Kubernetes' limit for a name that is also a label value (the Job's ``job-name`` label), and plenty for Slurm.
+NAME_MAX = 63
+#: Hex digits of the SHA-256 of the whole input appended to a name that had to change: 40 bits.
+_HASH_LEN = 10
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+    """``text`` as a name, one-to-one: a name names one node's check, or two nodes would share a
+    reservation, a state file and a job, and one could be released on the other's verdict. A text that
+    is already a short, valid name is kept as it is (a check started before an upgrade is found again
+    by its name); any other keeps a readable prefix and ends in a hash of the whole, uncut text."""
+    slug = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+    if slug == text and len(slug) <= NAME_MAX:
+        return slug
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:_HASH_LEN]
+    return f"{slug[:NAME_MAX - _HASH_LEN - 1].rstrip('-')}-{digest}"
 
 
 def cause_class(context: RemediationContext) -> str:

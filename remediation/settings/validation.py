@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from remediation.settings.base import Section
 from remediation.vocabulary import FAULT_CLASSES
@@ -12,6 +14,22 @@ from remediation.vocabulary import FAULT_CLASSES
 _DCGM_2 = ["dcgmi", "diag", "-r", "2"]  # "medium", about 2 minutes (DCGM's dcgmi diag reference)
 _DCGM_3 = ["dcgmi", "diag", "-r", "3"]  # "long", about 15 minutes: the memory tests
 _NCCL = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]  # nccl-tests, one node, 8 GPUs
+
+
+def loose_mode(path: str) -> int | None:
+    """The permission bits of directory ``path`` when its group or others may write it (None when only
+    its owner may, or when it does not exist yet). Whoever may write there may replace the script every
+    check runs on the nodes, or the output the verdict is read from."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return stat.S_IMODE(mode) if mode & (stat.S_IWGRP | stat.S_IWOTH) else None
+
+
+def loose_mode_message(path: str, mode: int) -> str:
+    return (f"{path} is writable by group or others (mode {mode:04o}); it holds the script the check runs "
+            "on the nodes: make it writable by its owner only (chmod go-w)")
 
 
 def _default_checks() -> dict[str, list[str]]:
@@ -57,11 +75,17 @@ class ValidationSettings(Section):
     slurm_workdir: str = Field(
         "/var/lib/node-remediation/gate",
         description="Directory for the check job's script and output (slurm backend): on a file system "
-        "the compute nodes write and the workers read.",
+        "the compute nodes write and the workers read. Writable by its owner only (the service's user): a "
+        "directory group or others may write stops the start, since its script runs on the nodes.",
     )
     slurm_partition: str | None = Field(None, description="Partition of the check job (slurm backend); unset = "
                                         "the cluster's default.")
-    kube_namespace: str = Field("node-remediation", description="Namespace of the check Jobs (kubernetes backend).")
+    kube_namespace: str = Field(
+        "node-remediation-validation",
+        description="Namespace of the check Jobs (kubernetes backend). The check runs privileged (DCGM, GPU "
+        "reset), which the service's own restricted namespace refuses: this one is shipped at the privileged "
+        "Pod Security level (deploy/components/validation-kubernetes), with the workers' grants in it.",
+    )
     kube_image: str = Field(
         "nvcr.io/nvidia/cloud-native/dcgm:4.2.3-1-ubuntu22.04",
         description="Image of the check Job (kubernetes backend): it must hold the configured commands.",
@@ -78,6 +102,13 @@ class ValidationSettings(Section):
                 raise ValueError(f"the check of {name!r} must be a non-empty argument list")
         if "unknown" not in value:
             raise ValueError("checks must name a check for 'unknown' (the class of an unclassified cause)")
+        return value
+
+    @field_validator("slurm_workdir")
+    @classmethod
+    def _workdir_is_ours(cls, value: str, info: ValidationInfo) -> str:
+        if info.data.get("backend") == "slurm" and (mode := loose_mode(value)) is not None:
+            raise ValueError(loose_mode_message(value, mode))
         return value
 
     @field_validator("timeout_s")

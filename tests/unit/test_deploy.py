@@ -405,16 +405,21 @@ HEALTH_SERVERS = {
     "remediation-watcher-slurm",
     "remediation-watcher-kube",
 }
-# Each component's RBAC, (apiGroup, resource, verb), by its ServiceAccount: exactly what its code calls
-# (remediation/adapters/kube for the workers; watchers/kube*.py for the Kubernetes watcher).
+# Each component's RBAC, (apiGroup, resource, verb), by its ServiceAccount and where it holds: the whole
+# cluster or one namespace. Exactly what its code calls (remediation/adapters/kube for the workers, which
+# find and evict the pods of a Node in any namespace; watchers/kube*.py for the Kubernetes watcher, which
+# lists the slurmd pods in kube.pod_namespace only).
+CLUSTER = "(cluster)"
+SLURM_NAMESPACE = "slurm"  # kube.pod_namespace in deploy/base/config.yaml
 RBAC = {
-    "remediation-worker": {
+    ("remediation-worker", CLUSTER): {
         ("", "nodes", "get"),
         ("", "nodes", "patch"),
         ("", "pods", "list"),
         ("", "pods/eviction", "create"),
     },
-    "remediation-watcher-kube": {("", "nodes", "list"), ("", "nodes", "watch"), ("", "pods", "list")},
+    ("remediation-watcher-kube", CLUSTER): {("", "nodes", "list"), ("", "nodes", "watch")},
+    ("remediation-watcher-kube", SLURM_NAMESPACE): {("", "pods", "list")},
 }
 ALLOWED_RBAC = set().union(*RBAC.values())
 # Each component's Secret and the keys it holds: the settings its process reads (watchers/*.py,
@@ -511,10 +516,12 @@ def test_overlay_renders(overlay: str) -> None:
     } <= kinds
     assert {o["metadata"]["name"] for o in _workloads(objs)} == set(PROBES)
     cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+    granted_in = {scope for _, scope in RBAC}  # a Role and its binding sit where they grant
     misplaced = [
         o["metadata"]["name"]
         for o in objs
         if o["kind"] not in cluster_scoped and o["metadata"].get("namespace") != NAMESPACE
+        and not (o["kind"] in ("Role", "RoleBinding") and o["metadata"].get("namespace") in granted_in)
     ]
     assert not misplaced
 
@@ -614,19 +621,86 @@ def test_rbac_check_catches_extra_grants(extra: dict[str, Any]) -> None:
     assert _all_rbac((role,)) - ALLOWED_RBAC
 
 
+def _granted(objs: tuple[dict[str, Any], ...]) -> dict[tuple[str, str], set[tuple[str, ...]]]:
+    """What each of our ServiceAccounts may do, and where: a ClusterRoleBinding grants cluster-wide, a
+    RoleBinding (to a Role or a ClusterRole) only in its own namespace."""
+    def scope(o: dict[str, Any]) -> str:
+        return o["metadata"].get("namespace", CLUSTER) if o["kind"] in ("Role", "RoleBinding") else CLUSTER
+
+    roles = {(r["kind"], scope(r), r["metadata"]["name"]): r for r in _of(objs, "ClusterRole") + _of(objs, "Role")}
+    granted: dict[tuple[str, str], set[tuple[str, ...]]] = {}
+    for binding in _of(objs, "ClusterRoleBinding") + _of(objs, "RoleBinding"):
+        kind = binding["roleRef"]["kind"]
+        role = roles.get((kind, scope(binding) if kind == "Role" else CLUSTER, binding["roleRef"]["name"]))
+        assert role is not None, f"{binding['metadata']['name']} binds a role we do not ship in its namespace"
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, subject
+            granted.setdefault((subject["name"], scope(binding)), set()).update(_rbac_grants(role.get("rules", [])))
+    return granted
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_rbac_grants_exactly_what_the_adapters_use(overlay: str) -> None:
     objs = _render(overlay)
     assert _all_rbac(objs) == ALLOWED_RBAC
-    roles = {(r["kind"], r["metadata"]["name"]): r for r in _of(objs, "ClusterRole") + _of(objs, "Role")}
-    granted: dict[str, set[tuple[str, ...]]] = {}
-    for binding in _of(objs, "ClusterRoleBinding") + _of(objs, "RoleBinding"):
-        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
-        assert role is not None, "binds a role we do not ship"
-        for subject in binding["subjects"]:
-            assert subject["kind"] == "ServiceAccount" and subject["namespace"] == NAMESPACE, subject
-            granted.setdefault(subject["name"], set()).update(_rbac_grants(role.get("rules", [])))
-    assert granted == RBAC
+    assert _granted(objs) == RBAC
+
+
+VALIDATION_NAMESPACE = "node-remediation-validation"
+# The kubernetes validation (deploy/components/validation-kubernetes): the workers run check Jobs in
+# their own namespace and read their pods and logs there, and nowhere else (remediation/adapters/kube/validator.py).
+VALIDATION_RBAC = {
+    ("remediation-worker", VALIDATION_NAMESPACE): {
+        ("batch", "jobs", "create"),
+        ("batch", "jobs", "get"),
+        ("batch", "jobs", "delete"),
+        ("", "pods", "list"),
+        ("", "pods/log", "get"),
+    },
+}
+
+
+def _with_validation(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
+    """An overlay of ours with the validation component added, as deploy/README.md says to."""
+    here = tmp_path / "overlay"
+    here.mkdir()
+    rel = lambda p: os.path.relpath(p, here)  # noqa: E731 - kustomize takes relative paths only
+    (here / "kustomization.yaml").write_text(
+        f"resources: [{rel(ROOT / 'deploy/overlays' / overlay)}]\n"
+        f"components: [{rel(ROOT / 'deploy/components/validation-kubernetes')}]\n"
+    )
+    out = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(here)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    return tuple(d for d in yaml.safe_load_all(out.stdout) if d)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_validation_component_grants_jobs_in_its_namespace_only(overlay: str, tmp_path: Path) -> None:
+    objs = _with_validation(overlay, tmp_path)
+    assert _granted(objs) == {**RBAC, **VALIDATION_RBAC}
+    (ns,) = [o for o in _of(objs, "Namespace") if o["metadata"]["name"] == VALIDATION_NAMESPACE]
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    (own,) = [o for o in _of(objs, "Namespace") if o["metadata"]["name"] == NAMESPACE]
+    assert own["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert Settings().validation.kube_namespace == VALIDATION_NAMESPACE
+    for workload in _workloads(objs):
+        env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
+        assert env["REMEDIATION_VALIDATION__BACKEND"] == "kubernetes", workload["metadata"]["name"]
+
+
+def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
+    """The watcher's pod list held cluster-wide (the grant it had) is caught, not only an extra verb."""
+    wide = {"kind": "ClusterRole", "metadata": {"name": "w"},
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]}
+    binding = {"kind": "ClusterRoleBinding", "metadata": {"name": "w"}, "roleRef": {"kind": "ClusterRole", "name": "w"},
+               "subjects": [{"kind": "ServiceAccount", "name": "remediation-watcher-kube", "namespace": NAMESPACE}]}
+    assert _granted((wide, binding)) == {("remediation-watcher-kube", CLUSTER): {("", "pods", "list")}}
+
+
+def test_the_watchers_pod_grant_is_in_the_namespace_it_lists() -> None:
+    (config,) = _docs(ROOT / "deploy/base/config.yaml")
+    assert yaml.safe_load(config["data"]["config.yaml"])["kube"]["pod_namespace"] == SLURM_NAMESPACE
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)

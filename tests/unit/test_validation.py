@@ -3,8 +3,10 @@ pass / fail / timeout / no result / cannot run, idempotent start, dry-run, and t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +16,13 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Step, check_transition, next_on_success
-from remediation.domain.validation import check_name, last_line, tail, validate
+from remediation.domain.validation import check_name, last_line, manual_check_name, tail, validate
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SettingsError, load_settings
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+STAMP = "20261123120000"
 
 
 @dataclass
@@ -67,7 +70,32 @@ def started_op(settings: StepSettings, validator: ScriptedValidator, cls: str | 
 
 def test_names_are_derived_from_the_key_and_valid_everywhere() -> None:
     assert check_name("r7:validate:2") == "nr-gate-r7-a2"
-    assert check_name("R12:validate:10") == "nr-gate-r12-a10"
+    assert check_name("r12:validate:10") == "nr-gate-r12-a10"
+    # A key that is not a name already keeps its readable part and gains a hash of the whole key.
+    upper = check_name("R12:validate:10")
+    assert upper.startswith("nr-gate-r12-a10-") and upper != check_name("r12:validate:10")
+
+
+LONG = "gpu-" + "a" * 60  # two node names that share their first 63 characters
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    (manual_check_name(LONG + "-node-1", STAMP), manual_check_name(LONG + "-node-2", STAMP)),
+    (manual_check_name("gpu.node-1", STAMP), manual_check_name("gpu_node-1", STAMP)),
+    (check_name("r" + "1" * 70 + ":validate:1"), check_name("r" + "1" * 70 + ":validate:2")),
+], ids=["long-node-names", "punctuation", "long-key"])
+def test_names_are_unique_whatever_the_input(first: str, second: str) -> None:
+    assert first != second
+    for name in (first, second):
+        assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name), name
+
+
+def test_a_cut_name_keeps_a_readable_prefix_and_names_that_fit_stay_as_they_were() -> None:
+    # A check started before an upgrade is found again by the name it was given then.
+    assert manual_check_name("gpu-node-3", STAMP) == f"nr-gate-gpu-node-3-{STAMP}"
+    cut = manual_check_name(LONG + "-node-1", STAMP)
+    assert cut.startswith("nr-gate-gpu-aaaa") and len(cut) == 63
+    assert cut == manual_check_name(LONG + "-node-1", STAMP)  # the same input, the same name
 
 
 def test_first_look_starts_the_check_the_cause_picks_and_records_it_before_waiting() -> None:
@@ -182,3 +210,25 @@ def test_bad_validation_settings_fail_loudly(bad: dict[str, Any]) -> None:
 
 def test_default_is_no_gate() -> None:
     assert load_settings().validation.backend == "none"
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777], ids=oct)
+def test_a_work_directory_others_may_write_stops_the_start(tmp_path: Path, mode: int) -> None:
+    """The directory holds the script every check runs on the nodes: whoever may write there runs code
+    there as the service's Slurm user."""
+    workdir = tmp_path / "gate"
+    workdir.mkdir()
+    workdir.chmod(mode)
+    with pytest.raises(SettingsError, match=rf"validation\.slurm_workdir: .*mode {mode & 0o7777:04o}"):
+        load_settings(validation={"backend": "slurm", "slurm_workdir": str(workdir)})
+
+
+def test_a_work_directory_only_its_owner_writes_is_fine(tmp_path: Path) -> None:
+    workdir = tmp_path / "gate"
+    workdir.mkdir()
+    workdir.chmod(0o755)
+    assert load_settings(validation={"backend": "slurm", "slurm_workdir": str(workdir)}).validation.backend == "slurm"
+    # Not there yet (the validator creates it, 0755) or not used: nothing to refuse.
+    assert load_settings(validation={"backend": "slurm", "slurm_workdir": str(tmp_path / "later")})
+    workdir.chmod(0o777)
+    assert load_settings(validation={"backend": "kubernetes", "slurm_workdir": str(workdir)})

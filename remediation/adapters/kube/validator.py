@@ -7,6 +7,16 @@ requests the node's GPUs, runs ``validation.kube_image`` with the configured arg
 command, never restarts (``restartPolicy: Never``, ``backoffLimit: 0``: one run, one verdict) and has
 ``activeDeadlineSeconds``: the Job controller kills it at the deadline and says ``DeadlineExceeded``.
 
+The Job runs in its own namespace (``validation.kube_namespace``, ``node-remediation-validation``,
+shipped by ``deploy/components/validation-kubernetes`` at the ``privileged`` Pod Security level), because
+the check needs what the ``restricted`` level of the service's own namespace refuses: DCGM's diagnostics
+and a GPU reset (``nvidia-smi -r``) open every GPU device and the driver's control files and reset the
+hardware, which takes root in a privileged container. Nothing else is granted: the pod mounts no
+service-account token (the check never calls the API server, so a compromised check image gets no
+credential), shares none of the host's namespaces, mounts no host path and has no service links; its
+seccomp profile is the runtime's. The kubelet adds the GPU devices the ``nvidia.com/gpu`` request
+allocates.
+
 The Job's name comes from the caller (the remediation id and attempt): a second ``start`` finds the
 first one's Job (409 AlreadyExists) instead of running the check twice. ``finish`` deletes the Job with
 its pod (``propagationPolicy: Background``); 404 is done. User pods cannot land meanwhile: the Node stays
@@ -27,6 +37,8 @@ from remediation.settings import KubeSettings, ValidationSettings
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
+#: The check container's privileges (the module docstring says why): root in a privileged container.
+CHECK_SECURITY: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
 
 
 def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
@@ -47,12 +59,16 @@ def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings,
                 "spec": {
                     "nodeName": k8s_node,
                     "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "tolerations": [
                         {"key": UNSCHEDULABLE, "operator": "Exists", "effect": "NoSchedule"},
                         {"key": taint_key, "operator": "Exists", "effect": "NoSchedule"},
                     ],
                     "containers": [{"name": "check", "image": cfg.kube_image,
-                                    "command": list(check.command), "resources": resources}],
+                                    "command": list(check.command), "resources": resources,
+                                    "securityContext": CHECK_SECURITY}],
                 },
             },
         },

@@ -31,11 +31,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from remediation.adapters.slurm.args import check_node_name
+from remediation.adapters.slurm.args import InvalidSlurmArgument, check_job_id, check_node_name
 from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
 from remediation.ports.errors import ConfigError, PermanentError, TransientError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
+from remediation.settings.validation import loose_mode, loose_mode_message
 
 EXEC_SCRIPT = "nr-gate-exec.sh"
 _SCRIPT = """#!/bin/sh
@@ -113,18 +114,19 @@ class SlurmValidator:
             job = out.strip().split(";")[0]
             if not job.isdigit():
                 raise SlurmCommandError(f"sbatch printed no job id: {out.strip()[:200]!r}")
+            job = check_job_id(job)
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
                 "user": self.user}
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
-        job = str(ref["job_id"])
+        name, job, _ = self._read_back(ref)
         try:
             info = parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
         except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
             if not any(m in exc.message.lower() for m in _GONE):
                 raise
             info = {}
-        output = self._output(ref)
+        output = self._output(name)
         state = info.get("JobState", "")
         if state in ACTIVE:
             reason = info.get("Reason", "")
@@ -141,13 +143,12 @@ class SlurmValidator:
                           timed_out=state in ("TIMEOUT", "DEADLINE"), run_s=_run_s(info))
 
     def finish(self, ref: dict[str, Any]) -> str:
-        name, job = self._name(ref["reservation"]), str(ref["job_id"])
+        name, job, node = self._read_back(ref)
         notes = []
         info = self._job_info(job)
         if info.get("JobState") in ACTIVE:
             self._run([self.slurm.scancel, job])
             notes.append(f"cancelled check job {job}")
-        node = check_node_name(ref["node"])
         state_file = self.workdir / f"{name}.state.json"
         prior = json.loads(state_file.read_text()) if state_file.exists() else {"drained": True, "reason": ""}
         current = self.cli.status(node)
@@ -171,14 +172,23 @@ class SlurmValidator:
 
     # -------------------------------------------------------------------------------- internals
 
-    def _name(self, name: str) -> str:
-        if not _NAME.fullmatch(name):
-            raise ConfigError(f"invalid check name {name!r}", component="validation")
+    def _name(self, name: object) -> str:
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise InvalidSlurmArgument(f"invalid check name {name!r:.80}: expected lower-case letters, digits "
+                                       "and '-', at most 63")
         return name
+
+    def _read_back(self, ref: dict[str, Any]) -> tuple[str, str, str]:
+        """The reservation, job id and node of a started check, as the step row kept them, each checked
+        before it goes into an argv: a row is data, and a planted ``--all`` must not reach scancel."""
+        return self._name(ref.get("reservation")), check_job_id(ref.get("job_id")), check_node_name(ref.get("node"))
 
     def _prepare(self) -> None:
         try:
-            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.workdir.mkdir(mode=0o755, parents=True, exist_ok=True)
+            if (mode := loose_mode(str(self.workdir))) is not None:  # loosened since the start-up check
+                raise ConfigError(f"validation.slurm_workdir: {loose_mode_message(str(self.workdir), mode)}",
+                                  component="validation")
             script = self.workdir / EXEC_SCRIPT
             if not script.exists() or script.read_text() != _SCRIPT:
                 script.write_text(_SCRIPT)
@@ -199,7 +209,7 @@ class SlurmValidator:
     def _job_named(self, name: str) -> str | None:
         out = self._run([self.slurm.squeue, "-h", f"--name={name}", "-t", "all", "-o", "%i"])
         ids = [line.strip() for line in out.splitlines() if line.strip()]
-        return ids[-1] if ids else None
+        return check_job_id(ids[-1]) if ids else None
 
     def _job_info(self, job: str) -> dict[str, str]:
         try:
@@ -209,8 +219,8 @@ class SlurmValidator:
                 return {}
             raise
 
-    def _output(self, ref: dict[str, Any]) -> str:
-        path = Path(ref["output"])
+    def _output(self, name: str) -> str:
+        path = self.workdir / f"{name}.out"  # where sbatch was told to write it; the stored path is not trusted
         try:
             with path.open("rb") as fh:
                 fh.seek(0, 2)

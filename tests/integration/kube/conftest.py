@@ -1,20 +1,40 @@
-"""Fixtures for the Kubernetes tests: the local kube-apiserver and official clients pointed at it."""
+"""Fixtures for the Kubernetes tests: the local kube-apiserver and official clients pointed at it.
+
+The apiserver holds the namespaces deploy/ ships, with their Pod Security labels, so a pod that
+production's admission would refuse is refused here too."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 
 from remediation.settings import Settings, load_settings
 from simulator.kube_api import KubeAPIServer
 
+ROOT = Path(__file__).resolve().parents[3]
+#: The Namespaces deploy/ ships: the service's own and the check Jobs' (the kubernetes validation).
+SHIPPED_NAMESPACES = ("deploy/base/namespace.yaml", "deploy/components/validation-kubernetes/namespace.yaml")
+
+
+def shipped_namespaces() -> dict[str, dict[str, str]]:
+    found = {}
+    for path in SHIPPED_NAMESPACES:
+        for doc in yaml.safe_load_all((ROOT / path).read_text()):
+            if doc and doc["kind"] == "Namespace":
+                found[doc["metadata"]["name"]] = doc["metadata"].get("labels", {})
+    return found
+
 
 @pytest.fixture
 def kube_api() -> Iterator[KubeAPIServer]:
     server = KubeAPIServer(token="test-token", bookmark_interval_s=0.2)
+    for name, labels in shipped_namespaces().items():
+        server.add_namespace(name, labels)
     server.start()
     yield server
     server.stop()

@@ -102,7 +102,8 @@ def _populate(api: KubeAPIServer) -> None:
     api.add_event("gke-a3-0", "Rebooted", "Node gke-a3-0 has been rebooted", type_="Warning")
     # A validation check Job as KubeValidator creates it; the simulator runs its pod on gke-a3-0.
     check = ValidationCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
-    api.jobs.create("node-remediation", job_manifest(check, "gke-a3-0", ValidationSettings(), "example.com/quarantined"))
+    cfg = ValidationSettings()
+    api.jobs.create(cfg.kube_namespace, job_manifest(check, "gke-a3-0", cfg, "example.com/quarantined"))
 
 
 def test_every_read_answer_validates(kube_api: KubeAPIServer, http: httpx.Client) -> None:

@@ -108,6 +108,11 @@ def test_pass_binds_tolerates_and_returns_the_node(settings: Settings, kube_api:
     assert job["spec"]["activeDeadlineSeconds"] == 1  # gpu-memory's timeout in this test's settings
     assert pod["containers"][0]["image"] == "dcgm:test"
     assert pod["containers"][0]["command"] == ["dcgmi", "diag", "-r", "3"]  # the memory class's check
+    # Its own namespace, no API credential, and root in a privileged container: what DCGM needs.
+    assert job["metadata"]["namespace"] == "node-remediation-validation"
+    assert pod["automountServiceAccountToken"] is False and pod["enableServiceLinks"] is False
+    assert pod["containers"][0]["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
+    assert not any(pod.get(k) for k in ("hostPID", "hostNetwork", "hostIPC", "volumes"))
     assert kube_api.store.tables["jobs"] == {}  # taken down
     node = kube_api.node(NODE)
     assert not node["spec"].get("unschedulable") and not node["spec"].get("taints")  # returned

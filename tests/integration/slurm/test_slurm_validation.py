@@ -15,6 +15,7 @@ test decides when the "GPU check" ends and how. Nothing stands in for Slurm: the
 
 from __future__ import annotations
 
+import getpass
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemoryVM, MemoryWorld
+from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.validator import SlurmValidator, parse_job
 from remediation.clock import SystemClock
@@ -128,6 +130,28 @@ def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, check_dir: P
     slurm.scontrol("update", f"nodename={node}", "state=resume")  # what the return step does
     wait_for(lambda: job(slurm, user).get("JobState") == "COMPLETED", 30, "the user job to run once returned")
     assert job(slurm, user)["NodeList"] == node
+
+
+def test_a_planted_job_id_reaches_no_slurm_command(slurm: SlurmCluster, check_dir: Path) -> None:
+    """A step row whose job id was changed to an option (``--user=NAME``: scancel would read it as every
+    job of that user) is refused before scontrol or scancel runs, and the user's job runs on."""
+    node = slurm.nodes[0]
+    cfg = settings_for(slurm, check_dir, check_dir / "cue")
+    (check_dir / "user.sh").write_text("#!/bin/sh\nsleep 120\n")
+    user = slurm.run("sbatch", "--parsable", "-w", node, "-o", "/dev/null", "-D", str(check_dir),
+                     str(check_dir / "user.sh")).stdout.strip()
+    try:
+        wait_for(lambda: job(slurm, user).get("JobState") == "RUNNING", 30, "the user job to run")
+        me = getpass.getuser()
+        planted = {"reservation": "nr-gate-r903-a1", "job_id": f"--user={me}", "node": node, "output": "",
+                   "user": me}
+        validator = SlurmValidator(cfg.slurm, cfg.validation)
+        for call in (validator.poll, validator.finish):
+            with pytest.raises(InvalidSlurmArgument, match="invalid Slurm job id"):
+                call(planted)
+        assert job(slurm, user)["JobState"] == "RUNNING"
+    finally:
+        slurm.run("scancel", user, check=False)
 
 
 def open_at_validate(sessions: sessionmaker[Session], node: str, now: datetime) -> int:

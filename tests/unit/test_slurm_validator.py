@@ -1,0 +1,79 @@
+"""The Slurm validator's argument checks, with its one command runner faked at our own boundary: what
+it reads back from the database (the check's job id, reservation name, node) is checked before any
+``scontrol`` or ``scancel`` runs, so a corrupted or planted row cannot widen what a command does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remediation.adapters.slurm.args import InvalidSlurmArgument
+from remediation.adapters.slurm.validator import SlurmValidator
+from remediation.ports.errors import ConfigError, PermanentError
+from remediation.ports.validator import ValidationCheck
+from remediation.settings import load_settings
+
+BAD_JOB_IDS = ["123;rm", "--all", "-1", "", "12 34", "12\n", None, 12.5]
+
+
+def validator(tmp_path: Path, argv: list[list[str]]) -> SlurmValidator:
+    cfg = load_settings(slurm={"backend": "cli"}, validation={"backend": "slurm", "slurm_workdir": str(tmp_path)})
+    v = SlurmValidator(cfg.slurm, cfg.validation)
+
+    def run(args: list[str]) -> str:
+        argv.append(args)
+        return "JobId=12 JobState=RUNNING ExitCode=0:0"
+
+    v.cli._run = run  # type: ignore[method-assign]  # the one runner every Slurm command goes through
+    return v
+
+
+def ref(**changes: Any) -> dict[str, Any]:
+    return {"reservation": "nr-gate-r7-a1", "job_id": "12", "node": "gpu-node-3", "output": "/x.out",
+            "user": "root", **changes}
+
+
+@pytest.mark.parametrize("job", BAD_JOB_IDS, ids=repr)
+@pytest.mark.parametrize("call", ["poll", "finish"])
+def test_a_bad_job_id_from_the_database_runs_nothing(tmp_path: Path, call: str, job: object) -> None:
+    argv: list[list[str]] = []
+    with pytest.raises(InvalidSlurmArgument, match="invalid Slurm job id") as refused:
+        getattr(validator(tmp_path, argv), call)(ref(job_id=job))
+    assert isinstance(refused.value, PermanentError)
+    assert argv == []
+
+
+@pytest.mark.parametrize("field", [{"reservation": "--all"}, {"reservation": "nr-gate-x y"},
+                                   {"node": "ALL"}, {"node": "gpu[1-9]"}], ids=repr)
+def test_a_bad_reservation_or_node_from_the_database_runs_nothing(tmp_path: Path, field: dict[str, str]) -> None:
+    argv: list[list[str]] = []
+    with pytest.raises(PermanentError):
+        validator(tmp_path, argv).finish(ref(**field))
+    assert argv == []
+
+
+def test_a_good_id_reaches_scontrol_as_one_argument(tmp_path: Path) -> None:
+    argv: list[list[str]] = []
+    result = validator(tmp_path, argv).poll(ref())
+    assert argv == [["scontrol", "show", "job", "-o", "12"]] and result.state == "RUNNING"
+
+
+def test_the_output_is_read_from_the_work_directory_only(tmp_path: Path) -> None:
+    """The stored output path is not trusted: the check's output is NAME.out in the work directory."""
+    secret = tmp_path.parent / f"{tmp_path.name}-secret.out"
+    secret.write_text("not the check's output\n")
+    (tmp_path / "nr-gate-r7-a1.out").write_text("Memory | Pass\n")
+    result = validator(tmp_path, []).poll(ref(output=str(secret)))
+    assert result.output == "Memory | Pass\n"
+
+
+def test_a_work_directory_loosened_after_the_start_runs_nothing(tmp_path: Path) -> None:
+    argv: list[list[str]] = []
+    v = validator(tmp_path, argv)  # 0700 at start-up
+    tmp_path.chmod(0o777)
+    check = ValidationCheck("gpu-node-3", "nr-gate-r7-a1", ("dcgmi", "diag", "-r", "2"), 600)
+    with pytest.raises(ConfigError, match=r"validation\.slurm_workdir: .*mode 0777"):
+        v.start(check)
+    assert argv == [] and not (tmp_path / "nr-gate-exec.sh").exists()
