@@ -42,7 +42,9 @@ LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a
 # researcher's state=fail (the Slurm watcher's) at 7 s, then a fabric fault on four nodes at 24 s.
 FAST = ["--speedup", "83314", "--seed", "1"]
-DEADLINE_S = 90
+# The loop ends as soon as a remediation succeeded; the bound only matters on a loaded machine, where
+# the whole stack (six processes beside the test run) took over 90 s to get there.
+DEADLINE_S = 240
 
 
 def _free_port() -> int:
@@ -246,7 +248,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
     assert health == [200, 200]
     assert checks == {"worker": 0, "beat": 0, "watcher-slurm": 0, "watcher-kube": 0}, (checks, stack.tails())
     # 0, or death by the SIGTERM itself after a graceful shutdown (uvicorn re-raises it); never SIGKILL.
-    assert all(code in (0, -signal.SIGTERM) for code in codes.values()), (codes, stack.tails())
+    assert all(code in (0, -signal.SIGTERM) for code in codes.values()), f"exit codes {codes}\n{stack.tails()}"
     assert not env_file.exists(), "the simulator leaves no stale tokens behind"
     for name in stack.procs:
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(errors="replace"), stack.tails()
