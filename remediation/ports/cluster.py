@@ -158,8 +158,8 @@ class VMAction(StrEnum):
 class VMRef:
     """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
 
-    provider: Literal["gce", "azure", "aws", "memory"]
-    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id
+    provider: Literal["gce", "azure", "aws", "memory", "slurm"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id, Slurm node
     zone: str = ""  # GCE zone, AWS availability zone
     account: str = ""  # GCE project, Azure subscription
     group: str = ""  # Azure resource group
@@ -220,3 +220,4 @@ class VMProvider(Protocol):
     def poll(self, op: Operation) -> OperationStatus:
         """Check an operation once."""
         ...
+
