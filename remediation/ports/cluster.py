@@ -221,3 +221,11 @@ class VMProvider(Protocol):
         """Check an operation once."""
         ...
 
+
+@runtime_checkable
+class NodeAddressed(Protocol):
+    """A VMProvider whose machine is the Slurm node itself (Slurm's own reboot), not the VM a Node's
+    providerID names: the machine step asks it for the node's ref instead of parsing a providerID."""
+
+    def ref_for(self, node: str) -> VMRef:
+        ...

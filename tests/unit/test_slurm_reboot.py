@@ -7,14 +7,22 @@ RebootProgram restarting slurmd); the real thing runs in tests/integration/slurm
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from remediation.adapters.factory import make_adapters, vm_backend
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.noop import NoopSlurmReboot, Recorder
 from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.reboot import RebootOnly, SlurmReboot, requested_at
-from remediation.ports.cluster import Operation, VMAction, VMRef
-from remediation.ports.errors import PermanentError
+from remediation.domain.context import RemediationContext
+from remediation.domain.outcomes import Adapters, StepInput, StepSettings, Wait
+from remediation.domain.providerid import InvalidProviderID
+from remediation.domain.step_bodies import vm_restart
+from remediation.ports.cluster import NodeAddressed, Operation, VMAction, VMRef
+from remediation.ports.errors import ConfigError, PermanentError
 from remediation.settings import load_settings
 
 NODE = "gpu-node-1"
@@ -162,3 +170,31 @@ def test_a_recorded_operation_without_its_request_time_is_refused() -> None:
     with pytest.raises(PermanentError, match="no request time"):
         adapter.poll(operation(requested_at="soon"))
 
+
+def step_input() -> StepInput:
+    return StepInput(remediation_id=12, node=NODE, cause="xid 79", ladder=0, context=RemediationContext(),
+                     key=KEY, attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None, detail={})
+
+
+def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_no_provider_id() -> None:
+    world = MemoryWorld(nodes=[NODE])
+    recorder = Recorder()
+    cfg = StepSettings.of(load_settings())
+    out = vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), NoopSlurmReboot(recorder)),
+                     cfg, datetime.now(UTC))
+    assert isinstance(out, Wait) and out.provider_op is not None
+    assert out.provider_op["vm"]["provider"] == "slurm" and out.provider_op["vm"]["name"] == NODE
+    assert [(a["would"], a["node"]) for a in recorder.actions] == [("slurm reboot", NODE)]
+    # A cloud provider still needs the Node's providerID.
+    assert not isinstance(MemoryVM(world), NodeAddressed)
+    with pytest.raises(InvalidProviderID):
+        vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, datetime.now(UTC))
+
+
+def test_the_factory_builds_the_reboot_and_its_dry_run_twin() -> None:
+    settings = {"vm": {"backend": "slurm"}, "slurm": {"backend": "cli"}, "kube": {"backend": "memory"}}
+    assert isinstance(vm_backend(load_settings(**settings)), SlurmReboot)
+    dry = make_adapters(load_settings(dry_run=True, **settings))
+    assert isinstance(dry.vm, NoopSlurmReboot) and isinstance(dry.vm, NodeAddressed)
+    with pytest.raises(ConfigError, match="vm.backend=slurm runs scontrol reboot: it needs slurm.backend cli"):
+        vm_backend(load_settings(vm={"backend": "slurm"}, slurm={"backend": "memory"}))
