@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopValidator, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopSlurm, NoopSlurmReboot, NoopValidator, NoopVM, Recorder
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
@@ -80,7 +80,8 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     if settings.dry_run:
         recorder = Recorder()
         noop_validator = NoopValidator(recorder) if validator is not None else None
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_validator)
+        noop_vm = NoopSlurmReboot(recorder) if settings.vm.backend == "slurm" else NoopVM(recorder)
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), noop_vm, noop_validator)
     return Adapters(slurm, kube, vm, validator)
 
 
@@ -90,9 +91,7 @@ def validator_backend(settings: Settings) -> Validator | None:
     if backend == "none":
         return None
     if backend == "slurm":
-        if settings.slurm.backend in ("memory", "noop"):
-            raise ConfigError("validation.backend=slurm runs sbatch and scontrol: it needs slurm.backend "
-                              f"cli or rest, not {settings.slurm.backend}", component="validation")
+        needs_slurm_commands(settings, "validation.backend=slurm runs sbatch and scontrol", "validation")
         from remediation.adapters.slurm.validator import SlurmValidator
 
         return SlurmValidator(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
@@ -104,6 +103,13 @@ def validator_backend(settings: Settings) -> Validator | None:
 
     kube = make_kube(settings)
     return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
+
+
+def needs_slurm_commands(settings: Settings, what: str, component: str) -> None:
+    """Refuse, at start-up, a backend that runs the Slurm commands beside a simulated or no-op Slurm."""
+    if settings.slurm.backend in ("memory", "noop"):
+        raise ConfigError(f"{what}: it needs slurm.backend cli or rest, not {settings.slurm.backend}",
+                          component=component)
 
 
 def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> SlurmControl:
@@ -135,6 +141,11 @@ def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvid
         return MemoryVM(world or make_world(settings))
     if settings.vm.backend == "noop":
         return NoopVM()
+    if settings.vm.backend == "slurm":
+        needs_slurm_commands(settings, "vm.backend=slurm runs scontrol reboot", "slurm")
+        from remediation.adapters.slurm.reboot import SlurmReboot
+
+        return SlurmReboot(settings.slurm, settings.policy.our_reason_prefix)
     from remediation.adapters.cloud.router import make_vm_provider
 
     if world is None:

@@ -37,6 +37,7 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
+    NodeAddressed,
     Operation,
     SlurmControl,
     SlurmNode,
@@ -259,7 +260,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        vm = parse_provider_id(inp.context.provider_id or "")
+        vm = ad.vm.ref_for(inp.node) if isinstance(ad.vm, NodeAddressed) else parse_provider_id(
+            inp.context.provider_id or "")
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
