@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -68,6 +68,7 @@ class Cause:
     xid: int | None = None
     app_level: bool = False  # an application-level XID: not a node fault unless it repeats
     repeat_class: str | None = None  # the class a repeated application-level XID is remediated as
+    gpu_pci: str | None = None  # the PCI bus id of the GPU the XID names ("0000:3b:00"), when one is named
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,29 @@ _WRITTEN = re.compile(r"(?<![a-z0-9])(?:nvidia)?xids?\s*[:=#_-]?\s*(\d{1,3}(?:\s
                       re.IGNORECASE)
 # NVSentinel's XID condition message: "ErrorCode:79 PCI:0000:3b:00 ..." (read only on XID conditions).
 _ERROR_CODE = re.compile(r"\berrorcode\s*[:=]\s*(\d{1,3})\b", re.IGNORECASE)
+# A GPU's PCI address as the driver and NVSentinel print it: "PCI:0000:3b:00" (domain:bus:device; the
+# kernel's Xid line may leave out "PCI:" and add the function, "0000:3b:00.0").
+_PCI = r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-9a-f])?"
+_KERNEL_PCI = re.compile(r"xid\s*\(\s*(?:pci:)?" + _PCI + r"\s*\)\s*:?\s*(\d{1,3})\b", re.IGNORECASE)
+_ANY_PCI = re.compile(r"\bpci:" + _PCI + r"(?![0-9a-f:])", re.IGNORECASE)
+
+
+def pci_id(domain: str, bus: str, device: str) -> str:
+    """One spelling of a GPU's PCI address, ``0000:3b:00``: the domain as four hex digits at least
+    (the kernel prints four, nvidia-smi eight), lower case, no function. The GPU reset job compares
+    nvidia-smi's ``pci.bus_id`` in this spelling (:mod:`remediation.domain.gpu_reset`)."""
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
+
+
+def gpu_pci_of(text: str, code: int) -> str | None:
+    """The PCI address of the GPU that reported XID ``code`` in ``text``: with kernel Xid lines, the one
+    on that code's lines; without, the only address the text names (NVSentinel's ``PCI:`` field). None
+    when that is not one GPU (no address, several, or only other codes' lines): the reset then takes
+    every GPU of the node."""
+    kernel = [(pci_id(*m.groups()[:3]), int(m.group(4))) for m in _KERNEL_PCI.finditer(text)]
+    named = {pci for pci, c in kernel if c == code} if kernel else {
+        pci_id(*m.groups()) for m in _ANY_PCI.finditer(text)}
+    return named.pop() if len(named) == 1 else None
 
 
 def xids_in(text: str, error_codes: bool = False) -> list[int]:
@@ -162,7 +186,8 @@ def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     cond = tbl.conditions.get(cond_type)
     codes = xids_in(reason, error_codes=bool(cond and cond[1]))
     if codes:
-        return _from_xids(codes, tbl)
+        cause = _from_xids(codes, tbl)
+        return replace(cause, gpu_pci=gpu_pci_of(reason, cause.xid or 0))
     if cond is not None and not cond[1] and cond[0] != UNKNOWN:
         return Cause(cond[0], f"condition {cond_type}")
     text = reason

@@ -297,6 +297,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
         context = RemediationContext(
             event_state=ev.state, reason=ev.reason, observed_at=ev.observed_at.isoformat(),
             fault_class=cause.fault_class if cause is not None else None,
+            gpu_pci=cause.gpu_pci if cause is not None else None,
             quarantine_reason=decision.reason if quarantine else None, quarantine_decided=True if quarantine else None,
         )
         rows.append({

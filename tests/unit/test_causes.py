@@ -73,6 +73,25 @@ def test_kernel_nvrm_xid_lines(line: str, xid: int, cls: str) -> None:
     assert xids_in(line) == [xid]  # the PCI address, the pid and the link are never taken for codes
 
 
+GPU_ADDRESSES = [
+    # (signal text, the GPU address the reset takes; None: every GPU of the node)
+    ("NVRM: Xid (PCI:0000:3b:00): 46, pid=1234, name=python3", "0000:3b:00"),
+    ("kernel: NVRM: Xid (PCI:0000:86:00.0): 48, pid='<unknown>'", "0000:86:00"),  # the function is dropped
+    ("NVRM: Xid (0000:3B:00): 46, Channel 00000001", "0000:3b:00"),  # no "PCI:", upper case
+    ("ErrorCode:119 PCI:0000:3b:00 GPU_UUID:GPU-1a2b Recommended Action=RESET_GPU;", "0000:3b:00"),  # NVSentinel
+    ("xid 46 on gpu3", None),  # a researcher's reason names no address
+    ("NvidiaXID46Error", None),  # EKS neither
+    ("NVRM: Xid (PCI:0000:3b:00): 46, pid=1\nNVRM: Xid (PCI:0000:5d:00): 46, pid=2", None),  # two GPUs
+    ("NVRM: Xid (PCI:0000:3b:00): 13, pid=1\nNVRM: Xid (PCI:0000:5d:00): 79, pid=2", "0000:5d:00"),  # the worse
+    ("NVRM: Xid (PCI:0000:3b:00): 13, pid=1; also xid 79", None),  # 79 came with no address
+]
+
+
+@pytest.mark.parametrize(("text", "pci"), GPU_ADDRESSES, ids=[str(i) for i in range(len(GPU_ADDRESSES))])
+def test_the_xid_names_the_gpu_a_reset_takes(text: str, pci: str | None) -> None:
+    assert classify("kubernetes", "SysLogsXIDError=True", f"Node n: {text}", T).gpu_pci == pci
+
+
 def test_application_level_xids_are_marked_with_the_class_a_repeat_gets() -> None:
     for code in (13, 31, 43, 45):
         cause = classify("slurm", "FAIL", f"xid {code}", T)
