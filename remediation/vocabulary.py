@@ -18,7 +18,11 @@ APP = "app"
 FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
                  UNKNOWN)
 
-#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none
-#: (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA for hardware
-#: classes).
-FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
+#: The GPU reset: ``nvidia-smi -r`` run on the node as a job, through the validation's backend. A rung
+#: before any reboot (a reboot resets every GPU anyway).
+GPU_RESET = "gpu-reset"
+
+#: Ladder actions: gpu-reset, restart (same host), move-host (GCE/AWS stop+start, Azure redeploy),
+#: reimage, none (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA
+#: for hardware classes).
+FAULT_ACTIONS = (GPU_RESET, "restart", "move-host", "reimage", "none", "quarantine")

@@ -36,7 +36,7 @@ import yaml
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import VMAction
 from remediation.settings import FaultSettings, WorkflowSettings
-from remediation.vocabulary import APP, FAULT_CLASSES, UNKNOWN
+from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, UNKNOWN
 
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
 SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
@@ -223,38 +223,50 @@ def _from_xids(codes: list[int], tbl: CauseTable) -> Cause:
 # ------------------------------------------------------------------------------------- ladders
 
 
-def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
-    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder)."""
+def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+           gpu_reset: bool) -> tuple[str, ...]:
+    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder).
+    ``gpu_reset``: a job can run on the node (``validation.runs_jobs``); without that a ``gpu-reset``
+    rung is left out, and the ladder starts at its next action."""
     if not fault_class or not faults.classify:
         return tuple(workflow.ladder)
     info = table(faults).classes.get(fault_class)
-    return tuple(workflow.ladder) if info is None or info.ladder is None else info.ladder
+    return tuple(workflow.ladder) if info is None or info.ladder is None else runnable(info.ladder, gpu_reset)
 
 
-def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
-    """The ladder's VM actions: what vm_restart climbs; quarantine follows the last one."""
-    return tuple(a for a in ladder(fault_class, faults, workflow) if a not in ("none", "quarantine"))
+def runnable(actions: tuple[str, ...], gpu_reset: bool) -> tuple[str, ...]:
+    """The written actions this site can take (a ladder left empty ends in quarantine, as every one does)."""
+    return actions if gpu_reset else tuple(a for a in actions if a != GPU_RESET) or ("quarantine",)
 
 
-def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> str:
-    return ladder(fault_class, faults, workflow)[0]
+def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+             gpu_reset: bool) -> tuple[str, ...]:
+    """The ladder's machine actions: what vm_restart climbs; quarantine follows the last one."""
+    return tuple(a for a in ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)
+                 if a not in ("none", "quarantine"))
 
 
-def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int) -> str:
+def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+                 gpu_reset: bool) -> str:
+    return ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)[0]
+
+
+def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int, *,
+              gpu_reset: bool) -> str:
     """The action of ladder rung ``rung`` (past the VM actions: quarantine)."""
-    rungs = vm_rungs(fault_class, faults, workflow)
+    rungs = vm_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)
     if not rungs:
-        return first_action(fault_class, faults, workflow)
+        return first_action(fault_class, faults, workflow, gpu_reset=gpu_reset)
     return rungs[rung] if rung < len(rungs) else "quarantine"
 
 
-def planned_action(cause: Cause | None, faults: FaultSettings) -> str | None:
+def planned_action(cause: Cause | None, faults: FaultSettings, *, gpu_reset: bool) -> str | None:
     """The first action of the cause's class when the class has a ladder of its own (None: class
     unknown, the site's workflow.ladder decides when the workflow starts)."""
     if cause is None or not faults.classify:
         return None
     info = table(faults).classes.get(cause.fault_class)
-    return info.ladder[0] if info is not None and info.ladder else None
+    return runnable(info.ladder, gpu_reset)[0] if info is not None and info.ladder else None
 
 
 def needs_rma(fault_class: str | None, faults: FaultSettings) -> bool:

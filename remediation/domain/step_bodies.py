@@ -18,6 +18,7 @@ from typing import Any
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.context import RemediationContext
+from remediation.domain.gpu_reset import gpu_reset, verify_reset
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -44,6 +45,7 @@ from remediation.ports.cluster import (
     VMAction,
 )
 from remediation.ports.errors import NotFound, UnknownNode
+from remediation.vocabulary import GPU_RESET
 
 
 def slurm_reason(text: str) -> str:
@@ -61,8 +63,6 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
         and not node.reason_is_ours(cfg.policy.our_reason_prefix)
         and ignored_reason(node.reason, cfg.policy) is not None
     )
-
-
 
 
 def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
@@ -194,11 +194,12 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.fault_class
-    if vm_rungs(cls, cfg.policy.faults, cfg.workflow):
+    jobs = cfg.validation.runs_jobs
+    if vm_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if first_action(cls, cfg.policy.faults, cfg.workflow) == "quarantine":
+    if first_action(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs) == "quarantine":
         # The engine adds the RMA note to every quarantine of a class with hardware to return.
         return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
@@ -246,20 +247,29 @@ _HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.S
 _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
 
 
+def rung(inp: StepInput, cfg: StepSettings) -> str:
+    """The action of the remediation's rung (class unknown: workflow.ladder; gpu-reset only where jobs run)."""
+    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
+                     gpu_reset=cfg.validation.runs_jobs) or tuple(cfg.workflow.ladder)
+    return rungs[min(inp.ladder, len(rungs) - 1)]
+
+
 def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung: its fault class's ladder (class
-    unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
-    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
-    action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)
+    """The VM action of the remediation's ladder rung, ``move-host`` as the provider's move to fresh
+    hardware."""
+    action = to_vm_action(rung(inp, cfg), provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    reset = rung(inp, cfg) == GPU_RESET
+    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
+        return stop
+    if reset:
+        return gpu_reset(inp, ad, cfg, now)
     if inp.provider_op is None:
-        if stop := before_disruption(inp, ad, cfg, "VM action"):
-            return stop
         vm = ad.vm.ref_for(inp.node) if isinstance(ad.vm, NodeAddressed) else parse_provider_id(
             inp.context.provider_id or "")
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
@@ -288,6 +298,8 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
         return cancel
     if (inp.context.vm_op_ref or "").startswith("dry-run:"):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
+    if rung(inp, cfg) == GPU_RESET:
+        return verify_reset(inp, ad, cfg, now)
     knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
     snode = ad.slurm.get_node(inp.node)
     action_at = inp.context.vm_action_at

@@ -224,9 +224,12 @@ class Workflow:
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
-            if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
+            if rem.action is None or (step is Step.VM_RESTART and row is None):
+                # The ladder's action for its rung: class unknown (or opened by hand), or the machine action
+                # now starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
+                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder,
+                    gpu_reset=self.settings.validation.runs_jobs)
             if row is None:
                 attempt = next_attempt(s, rid, step)
                 row = RemediationStep(
@@ -343,10 +346,11 @@ class Workflow:
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
+            faults, wf, jobs = self.settings.policy.faults, self.settings.workflow, self.settings.validation.runs_jobs
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
+                if rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
-                    rem.action = action_at(cls, self.settings.policy.faults, self.settings.workflow, rem.ladder)
+                    rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)

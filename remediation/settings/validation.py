@@ -91,6 +91,12 @@ class ValidationSettings(Section):
         description="Image of the check Job (kubernetes backend): it must hold the configured commands.",
     )
     kube_gpus: int = Field(8, ge=0, description="nvidia.com/gpu the check Job requests (kubernetes backend).")
+    gpu_reset_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Deadline of the GPU reset job (the gpu-reset rung, run through this backend), seconds. "
+        "nvidia-smi -r takes seconds to a minute; a reset still pending or running after five minutes "
+        "(slurmd not answering, the GPU not letting go) is ended and the ladder climbs to its next rung.",
+    )
 
     @field_validator("checks")
     @classmethod
@@ -122,6 +128,11 @@ class ValidationSettings(Section):
         if "default" not in value:
             raise ValueError("timeout_s must have a 'default'")
         return value
+
+    @property
+    def runs_jobs(self) -> bool:
+        """A job can run on a node (the GPU check, a GPU reset): any backend but none."""
+        return self.backend != "none"
 
     def check_for(self, cause_class: str | None) -> list[str]:
         return list(self.checks.get(cause_class or "unknown") or self.checks["unknown"])

@@ -11,6 +11,7 @@ from remediation.domain.causes import (
     classify,
     first_action,
     ladder,
+    planned_action,
     shipped,
     table,
     to_vm_action,
@@ -149,15 +150,31 @@ def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
     cfg = Settings(policy={"faults": {"classify": True}}, workflow={"ladder": ["restart", "redeploy"]})
     assert set(T.classes) == set(FAULT_CLASSES)
     on = (cfg.policy.faults, cfg.workflow)
-    assert ladder("unknown", *on) == ("restart", "redeploy")
-    assert ladder(None, *on) == ("restart", "redeploy")
-    assert first_action("gpu-memory", *on) == "move-host"
-    assert vm_rungs("fabric", *on) == () and first_action("fabric", *on) == "none"
-    assert action_at("gpu-transient", *on, 0) == "restart"
-    assert action_at("gpu-transient", *on, 1) == "move-host"
-    assert action_at("gpu-transient", *on, 2) == "quarantine"
+    assert ladder("unknown", *on, gpu_reset=True) == ("restart", "redeploy")
+    assert ladder(None, *on, gpu_reset=True) == ("restart", "redeploy")
+    assert first_action("gpu-memory", *on, gpu_reset=False) == "move-host"
+    assert vm_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "none"
+    assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
+    assert action_at("gpu-transient", *on, 1, gpu_reset=False) == "move-host"
+    assert action_at("gpu-transient", *on, 2, gpu_reset=False) == "quarantine"
     off = Settings(policy={"faults": {"classify": False}}, workflow={"ladder": ["restart", "reimage"]})
-    assert ladder("gpu-memory", off.policy.faults, off.workflow) == ("restart", "reimage")
+    assert ladder("gpu-memory", off.policy.faults, off.workflow, gpu_reset=True) == ("restart", "reimage")
+
+
+def test_a_gpu_reset_rung_is_left_out_where_no_job_can_run_on_a_node() -> None:
+    cfg = Settings(policy={"faults": {"classify": True,
+                                      "ladders": {"gpu-transient": ["gpu-reset", "restart", "quarantine"],
+                                                  "nvlink": ["gpu-reset"]}}})
+    on = (cfg.policy.faults, cfg.workflow)
+    assert vm_rungs("gpu-transient", *on, gpu_reset=True) == ("gpu-reset", "restart")
+    assert action_at("gpu-transient", *on, 1, gpu_reset=True) == "restart"
+    assert vm_rungs("gpu-transient", *on, gpu_reset=False) == ("restart",)  # validation.backend none
+    assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
+    # A ladder that was only a reset ends where every ladder ends.
+    assert ladder("nvlink", *on, gpu_reset=False) == ("quarantine",)
+    cause = classify("slurm", "FAIL", "xid 46", table(cfg.policy.faults))
+    assert planned_action(cause, cfg.policy.faults, gpu_reset=True) == "gpu-reset"
+    assert planned_action(cause, cfg.policy.faults, gpu_reset=False) == "restart"
 
 
 @pytest.mark.parametrize(("provider", "want"), [("gce", VMAction.STOP_START), ("aws", VMAction.STOP_START),
@@ -183,8 +200,10 @@ def test_site_overrides_merge_over_the_shipped_table() -> None:
     ({"ladders": {"gpu-memory": ["quarantine", "restart"]}}, "can only be last"),
     ({"ladders": {"gpu-memroy": ["restart"]}}, "unknown fault class 'gpu-memroy'"),
     ({"ladders": {"host": ["reboot"]}}, "unknown action"),
+    ({"ladders": {"gpu-transient": ["restart", "gpu-reset"]}}, "before any reboot"),
     ({"xids": {48: "memory"}}, "unknown fault class 'memory'"),
-], ids=["none-not-alone", "quarantine-not-last", "class-typo", "action-typo", "xid-class-typo"])
+], ids=["none-not-alone", "quarantine-not-last", "class-typo", "action-typo", "reset-after-reboot",
+        "xid-class-typo"])
 def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, object], fragment: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(policy={"faults": faults})
@@ -212,7 +231,7 @@ def test_naive_ladder_policy_turns_fault_intelligence_off(monkeypatch: pytest.Mo
     monkeypatch.setenv("REMEDIATION_CONFIG", str(path))
     cfg = load_settings()
     assert not cfg.policy.faults.classify and not cfg.policy.lemon.enabled
-    assert ladder("gpu-memory", cfg.policy.faults, cfg.workflow) == ("restart", "reimage")
+    assert ladder("gpu-memory", cfg.policy.faults, cfg.workflow, gpu_reset=True) == ("restart", "reimage")
     monkeypatch.delenv("REMEDIATION_CONFIG")
     shipped_cfg = load_settings()
     assert shipped_cfg.policy.faults.classify and shipped_cfg.policy.lemon.enabled  # the shipped defaults
