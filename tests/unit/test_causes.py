@@ -210,6 +210,34 @@ def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, objec
     assert "policy.faults" in str(err.value) and fragment in str(err.value)
 
 
+#: NVIDIA's resolution bucket (immediate action) of every code the shipped table lists, as its Xid
+#: catalogue for Ampere and newer GPUs spells them now (docs.nvidia.com/deploy/xid-errors).
+CATALOGUE = {
+    8: "RESTART_APP", 13: "RESTART_APP", 14: "IGNORE", 25: "RESTART_APP", 31: "RESTART_APP", 32: "RESTART_APP",
+    38: "IGNORE", 43: "IGNORE", 44: "IGNORE", 45: "WORKFLOW_XID_45", 46: "RESET_GPU", 48: "WORKFLOW_XID_48",
+    54: "CHECK_MECHANICALS", 57: "CONTACT_SUPPORT", 58: "CONTACT_SUPPORT", 61: "CONTACT_SUPPORT", 62: "RESET_GPU",
+    63: "IGNORE", 64: "RESET_GPU", 68: "RESTART_APP", 69: "RESTART_APP", 74: "WORKFLOW_NVLINK_ERR",
+    78: "UPDATE_SWFW", 79: "RESTART_BM", 90: "CONTACT_SUPPORT", 92: "IGNORE", 94: "RESTART_APP", 95: "RESET_GPU",
+    109: "RESET_GPU", 110: "RESET_GPU", 119: "RESET_GPU", 120: "RESET_GPU", 121: "IGNORE", 122: "CONTACT_SUPPORT",
+    123: "CONTACT_SUPPORT", 124: "CONTACT_SUPPORT", 125: "CONTACT_SUPPORT", 136: "RESET_GPU", 137: "IGNORE",
+    140: "RESET_GPU", 143: "RESET_GPU", **dict.fromkeys(range(144, 151), "WORKFLOW_NVLINK5_ERR"),
+    151: "RESTART_VM", 154: "XID_154", 155: "RESET_GPU", 156: "RESET_GPU", 158: "RESET_GPU", 159: "CHECK_UVM",
+    160: "IGNORE",
+}
+#: The buckets that say the application, not the node, must act.
+NOT_THE_NODE = {"RESTART_APP", "IGNORE", "WORKFLOW_XID_45", "XID_154"}
+
+
+def test_every_code_carries_nvidias_bucket() -> None:
+    assert {code: x.nvidia for code, x in T.xids.items()} == CATALOGUE
+
+
+@pytest.mark.parametrize("code", sorted(CATALOGUE))
+def test_the_class_follows_the_bucket(code: int) -> None:
+    bucket, cls = CATALOGUE[code], T.xids[code].fault_class
+    assert (cls == "app") == (bucket in NOT_THE_NODE), (code, bucket, cls)
+
+
 def test_the_shipped_table_cites_its_sources() -> None:
     from importlib import resources
 
