@@ -39,8 +39,8 @@ from remediation.settings import FaultSettings, WorkflowSettings
 from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, UNKNOWN
 
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
-SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
-            UNKNOWN, APP)
+SEVERITY = ("gpu-rma", "gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host",
+            "software", UNKNOWN, APP)
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ def loose_mode_message(path: str, mode: int) -> str:
 def _default_checks() -> dict[str, list[str]]:
     return {
         "gpu-transient": _DCGM_2, "gpu-hardware": _DCGM_2, "host": _DCGM_2, "software": _DCGM_2,
-        "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL, "fabric": _NCCL,
+        "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "gpu-rma": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL,
+        "fabric": _NCCL,
     }
 
 
@@ -55,7 +56,7 @@ class ValidationSettings(Section):
     checks: dict[str, list[str]] = Field(
         default_factory=_default_checks,
         description="The check per cause class, an argument list (no shell). A class not listed uses "
-        "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory), nccl-tests "
+        "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory, gpu-rma), nccl-tests "
         "all_reduce_perf (nvlink, ib-link, fabric).",
     )
     timeout_s: dict[str, float] = Field(

@@ -11,6 +11,7 @@ from remediation.domain.causes import (
     classify,
     first_action,
     ladder,
+    needs_rma,
     planned_action,
     shipped,
     table,
@@ -236,6 +237,37 @@ def test_every_code_carries_nvidias_bucket() -> None:
 def test_the_class_follows_the_bucket(code: int) -> None:
     bucket, cls = CATALOGUE[code], T.xids[code].fault_class
     assert (cls == "app") == (bucket in NOT_THE_NODE), (code, bucket, cls)
+
+
+@pytest.mark.parametrize("code", [c for c, b in sorted(CATALOGUE.items()) if b == "CONTACT_SUPPORT"])
+def test_contact_support_takes_no_machine_action_and_asks_for_an_rma(code: int) -> None:
+    faults = FaultSettings(classify=True)
+    wf = Settings().workflow
+    cause = classify("slurm", "FAIL", f"xid {code}", T)
+    for jobs in (True, False):
+        assert ladder(cause.fault_class, faults, wf, gpu_reset=jobs) == ("quarantine",)
+        assert vm_rungs(cause.fault_class, faults, wf, gpu_reset=jobs) == ()
+    assert needs_rma(cause.fault_class, faults)
+
+
+def test_a_contact_support_node_is_quarantined_before_any_eviction_or_machine_action() -> None:
+    from datetime import UTC, datetime
+
+    from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+    from remediation.domain.context import RemediationContext
+    from remediation.domain.outcomes import Adapters, Quarantine, StepInput, StepSettings
+    from remediation.domain.step_bodies import k8s_evict
+
+    world = MemoryWorld(nodes=["gpu-node-1"])
+    cause = classify("slurm", "FAIL", "NVRM: Xid (PCI:0000:3b:00): 122, pid=1", T)
+    inp = StepInput(remediation_id=1, node="gpu-node-1", cause=cause.evidence, ladder=0,
+                    context=RemediationContext(fault_class=cause.fault_class, k8s_node="gpu-node-1"),
+                    key="r1:k8s_evict:1", attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None,
+                    detail={}, source="slurm")
+    cfg = StepSettings.of(load_settings(policy={"faults": {"classify": True}}, validation={"backend": "slurm"}))
+    out = k8s_evict(inp, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, datetime.now(UTC))
+    assert isinstance(out, Quarantine) and "gpu-rma" in out.reason
+    assert world.calls("k8s.evict") == [] and [c for c in world.calls() if c["op"].startswith("vm.")] == []
 
 
 def test_the_shipped_table_cites_its_sources() -> None:
