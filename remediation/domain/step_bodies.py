@@ -37,6 +37,7 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
+    MachinesByNode,
     Operation,
     SlurmControl,
     SlurmNode,
@@ -242,7 +243,9 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
 # Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
 # or EC2 VM to a fresh host, which is what redeploy does on Azure.
 _HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
-_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
+# A BMC has power actions only: a restart, and a power cycle as the heaviest (see adapters/redfish).
+_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START},
+           "redfish": {VMAction.RESTART, VMAction.STOP_START}}
 
 
 def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
@@ -259,7 +262,10 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        vm = parse_provider_id(inp.context.provider_id or "")
+        if isinstance(ad.vm, MachinesByNode):  # bare metal: the backend's inventory names the machine
+            vm = ad.vm.machine_of(inp.context.k8s_node or inp.node)
+        else:
+            vm = parse_provider_id(inp.context.provider_id or "")
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)

@@ -158,8 +158,8 @@ class VMAction(StrEnum):
 class VMRef:
     """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
 
-    provider: Literal["gce", "azure", "aws", "memory"]
-    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id
+    provider: Literal["gce", "azure", "aws", "memory", "redfish"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id; redfish: node
     zone: str = ""  # GCE zone, AWS availability zone
     account: str = ""  # GCE project, Azure subscription
     group: str = ""  # Azure resource group
@@ -219,4 +219,16 @@ class VMProvider(Protocol):
 
     def poll(self, op: Operation) -> OperationStatus:
         """Check an operation once."""
+        ...
+
+
+@runtime_checkable
+class MachinesByNode(Protocol):
+    """A VMProvider that finds a node's machine by the node's name, in an inventory of its own, rather
+    than by the Node's providerID: bare metal, where kubelet sets no providerID and a Slurm-only site
+    has no Node at all (``redfish``). The workflow asks it for the ref it then starts actions on."""
+
+    def machine_of(self, node: str) -> VMRef:
+        """The machine of ``node`` (the Kubernetes Node's name, else the Slurm node's); UnknownNode
+        when the inventory does not list it."""
         ...
