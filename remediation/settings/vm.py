@@ -11,8 +11,10 @@ from remediation.settings.base import Section
 
 class VMSettings(Section):
     """Which cloud provider restarts a Node's VM, and endpoint overrides."""
-    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop"] = Field(
-        "auto", description="VM provider; 'auto' picks by the Node's providerID scheme."
+    backend: Literal["gce", "azure", "aws", "auto", "redfish", "memory", "noop"] = Field(
+        "auto",
+        description="VM provider; 'auto' picks by the Node's providerID scheme; 'redfish' power-cycles "
+        "bare-metal nodes through their BMCs (the redfish section).",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")
