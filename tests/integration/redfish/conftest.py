@@ -28,7 +28,7 @@ from simulator.kube_tls import write_cluster_pki
 from tests.ports import free_port
 
 USER, PASSWORD = "remediation", "pw-" + uuid.uuid4().hex  # a value no message may ever carry
-SYSTEMS = ("restart", "cycle", "killed", "login", "dry")
+SYSTEMS = ("restart", "cycle", "killed", "workflow", "login", "dry")
 
 
 @dataclass

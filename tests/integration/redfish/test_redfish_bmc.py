@@ -2,11 +2,12 @@
 its intents on the step rows of a real Postgres.
 
 What is shown: one reset POST per idempotency key, counted in the BMC's own access log, across a worker
-killed right after its POST and a resume; the evidence (the system seen leaving On and On again after
-the request) recorded in the operation; the ForceOff-then-On power cycle where the BMC offers no
-PowerCycle; a wrong password as the credential error that pauses automation; an unreachable BMC as a
-transient error of its node; TLS verified against the CA file, a wrong CA failing clearly; dry-run
-sending nothing. No message, log line or record carries the password.
+process SIGKILLed right after its POST and a resume, and across a worker dying in the workflow engine's
+vm_restart step, which the engine resumes by polling the intent the dead worker wrote; the evidence (the
+system seen leaving On and On again after the request) kept on the step row; the ForceOff-then-On
+power cycle where the BMC offers no PowerCycle; a wrong password as the credential error that pauses
+automation; an unreachable BMC as a transient error of its node; TLS verified against the CA file, a
+wrong CA failing clearly; dry-run sending nothing. No message, log line or record carries the password.
 """
 
 from __future__ import annotations
@@ -29,15 +30,22 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.adapters.noop import Recorder
+from remediation.adapters.redfish.client import BmcSession
 from remediation.adapters.redfish.dryrun import RedfishDryRun
 from remediation.adapters.redfish.inventory import Inventory
 from remediation.adapters.redfish.provider import RedfishProvider
+from remediation.clock import FakeClock
 from remediation.db.intents import StepIntents
 from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.outcomes import Adapters
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import ConfigError, CredentialError, RemediationError, Scope, TransientError
-from remediation.settings import RedfishSettings
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
+from remediation.settings import RedfishSettings, Settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
 from tests.ports import free_port
@@ -189,13 +197,72 @@ def test_a_worker_killed_after_its_post_never_sends_a_second_reset(emulator, ses
     provider = provider_for(settings, sessions)  # the resumed worker
     op = provider.start(provider.machine_of("node-killed"), VMAction.RESTART, key)
     assert op.to_dict() == intent  # the recorded operation, not a new reset
-    status, op = until_done(provider, op)
-    assert status.error is None
-    states = [state for state, _ in op.data["seen"]]
-    assert states[-1] == "On" and "Off" in states, op.data  # left On after the request, then On again
-    assert op.data["evidence"] == "left On, then On again"
+    assert not provider.poll(op).error  # and polling it sends nothing either
     settled(emulator, provider, "node-killed")
     assert emulator.resets("killed") == 1
+
+
+class WorkerDied(BaseException):
+    """A worker dying mid-step: nothing catches it, so nothing after it is recorded."""
+
+
+def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
+    emulator, sessions, tmp_path, monkeypatch
+) -> None:
+    world = MemoryWorld(nodes=["node-workflow"])
+    # The other tests' remediations share this database: the breaker must not count them as a storm.
+    settings = Settings(
+        policy={"min_restart_gap_s": 0, "breaker_min_failures": 1000},
+        workflow={"poll_interval_s": 1, "lease_s": 30},
+    )
+    provider = provider_for(configure(tmp_path, emulator), sessions)
+    clock = FakeClock(datetime.now(UTC))
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings, clock)
+    event = NodeEvent(
+        source=Source.SLURM,
+        node="node-workflow",
+        kind=EventKind.UNHEALTHY,
+        state="FAIL",
+        reason="xid 79",
+        observed_at=clock.now(),
+    )
+    with sessions() as s, s.begin():
+        ((rid, step),) = ingest(s, [event.to_json()], settings.policy, clock).opened
+    for _ in range(3):  # drain, cordon, evict in the memory world
+        followup = engine.run(rid, step)
+        assert followup is not None
+        step = followup.step
+    assert step == "vm_restart"
+
+    sent = BmcSession.reset
+
+    def sent_then_died(self: BmcSession, reset_type: str) -> None:
+        sent(self, reset_type)
+        raise WorkerDied
+
+    monkeypatch.setattr(BmcSession, "reset", sent_then_died)
+    with pytest.raises(WorkerDied):
+        engine.run(rid, "vm_restart")  # the reset reached the BMC; the worker died before recording it
+    monkeypatch.undo()
+
+    clock.advance(31)  # its lease runs out: a redelivered task (or the sweeper) runs the step again
+    deadline = time.monotonic() + 40
+    while (followup := engine.run(rid, "vm_restart")) is not None and followup.step == "vm_restart":
+        assert time.monotonic() < deadline, "the restart never completed"
+        clock.advance(followup.countdown)
+        time.sleep(0.2)
+    with sessions() as s:
+        row = s.scalars(
+            select(RemediationStep).where(
+                RemediationStep.remediation_id == rid, RemediationStep.step == "vm_restart"
+            )
+        ).one()
+    assert row.status == "done" and row.provider_op["data"]["evidence"] == "left On, then On again"
+    states = [state for state, _ in row.provider_op["data"]["seen"]]
+    assert states[-1] == "On" and "Off" in states  # after the request: left On, then On again
+    assert row.provider_op["data"]["phase"] == "requested"  # the intent the dead worker wrote, polled
+    settled(emulator, provider, "node-workflow")
+    assert emulator.resets("workflow") == 1
 
 
 def test_a_wrong_password_is_a_credential_error_that_pauses_automation(emulator, sessions, tmp_path) -> None:
