@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
+import urllib3
+from sushy import exceptions as sushy_exc
 
 from remediation.adapters.factory import make_adapters, vm_backend
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
+from remediation.adapters.redfish.client import MaybeSent, never_sent
 from remediation.adapters.redfish.dryrun import RedfishDryRun
 from remediation.adapters.redfish.inventory import Bmc, Inventory, parse_entry
 from remediation.adapters.redfish.provider import RedfishProvider, plan_reset
@@ -23,7 +27,14 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, StepInput, StepSettings, Wait
 from remediation.domain.step_bodies import vm_restart
 from remediation.ports.cluster import Operation, VMAction, VMRef
-from remediation.ports.errors import ConfigError, NotSupported, PermanentError, UnknownNode
+from remediation.ports.errors import (
+    ConfigError,
+    CredentialError,
+    NotSupported,
+    PermanentError,
+    TransientError,
+    UnknownNode,
+)
 from remediation.settings import RedfishSettings, Settings, load_settings
 
 SECRET = "pw-never-shown-7f3a"
@@ -306,3 +317,105 @@ def test_the_factory_builds_redfish_only_with_its_files_and_the_intents(tmp_path
     )
     dry = make_adapters(simulated, MemoryWorld(nodes=["n"]), intents=object())  # type: ignore[arg-type]
     assert isinstance(dry.vm, RedfishDryRun)
+
+
+# -------------------------------------------------------------- a reset's intent and its POST
+
+
+def failed_post(cause: BaseException) -> sushy_exc.ConnectionError:
+    """sushy's wrapping of a transport failure, as its connector raises it (inside the handler)."""
+    try:
+        raise cause
+    except BaseException:
+        try:
+            raise sushy_exc.ConnectionError(url="https://b/x", error=cause) from None
+        except sushy_exc.ConnectionError as exc:
+            return exc
+
+
+REFUSED = requests.exceptions.ConnectionError(
+    urllib3.exceptions.MaxRetryError(None, "/x", urllib3.exceptions.NewConnectionError(None, "refused"))
+)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("cause", "sent"),
+    [
+        (requests.exceptions.ReadTimeout("read timed out"), False),
+        (REFUSED, True),
+        (requests.exceptions.ConnectTimeout("connect timed out"), True),
+        (requests.exceptions.ConnectionError("Connection aborted: RemoteDisconnected"), False),
+    ],
+    ids=["read-timeout", "refused", "connect-timeout", "dropped"],
+)
+def test_only_a_post_that_never_left_counts_as_not_sent(cause: BaseException, sent: bool) -> None:
+    assert never_sent(failed_post(cause)) is sent
+
+
+@dataclass
+class DictIntents:
+    ops: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+
+    def recorded(self, key: str) -> dict[str, Any] | None:
+        return self.ops.get(key)
+
+    def claim(self, key: str, op: dict[str, Any]) -> dict[str, Any] | None:
+        self.calls.append("claim")
+        if key in self.ops:
+            return self.ops[key]
+        self.ops[key] = op
+        return None
+
+    def settle(self, key: str, op: dict[str, Any]) -> None:
+        self.calls.append("settle")
+        self.ops[key] = op
+
+    def release(self, key: str, op: dict[str, Any]) -> None:
+        self.calls.append("release")
+        self.ops.pop(key, None)
+
+
+class PostFails(ScriptedBmc):
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(["On"])
+        self.error = error
+        self.bmc = Bmc("https://b", "/redfish/v1/Systems/1", "default")
+
+    def allowed_resets(self) -> set[str]:
+        return FULL
+
+    def reset(self, reset_type: str) -> None:
+        self.sent.append(reset_type)
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    ("error", "kept"),
+    [
+        (MaybeSent("read timed out"), True),
+        (TransientError("no answer"), False),
+        (CredentialError("HTTP 401"), False),
+    ],
+    ids=["unanswered-kept", "never-reached-released", "refused-released"],
+)
+def test_an_intent_is_kept_unless_the_bmc_surely_did_nothing(
+    tmp_path: Path, error: BaseException, kept: bool
+) -> None:
+    settings = files(
+        tmp_path, {"n": {"bmc": "https://b", "system": "1"}}, "default: {username: u, password: p}"
+    )
+    intents, bmc = DictIntents(), PostFails(error)
+    provider = RedfishProvider(settings, Inventory(settings), intents)
+    provider.session = lambda _bmc: bmc  # type: ignore[assignment, method-assign, return-value]
+    if kept:
+        op = provider.start(VMRef("redfish", "n"), VMAction.RESTART, "k")
+        assert op.data["phase"] == "requested" and op.data["unanswered"] == "read timed out"
+        assert intents.calls == ["claim", "settle"] and intents.ops["k"] == op.to_dict()
+        assert provider.start(VMRef("redfish", "n"), VMAction.RESTART, "k") == op and bmc.sent == [
+            "GracefulRestart"
+        ]
+    else:
+        with pytest.raises(type(error)):
+            provider.start(VMRef("redfish", "n"), VMAction.RESTART, "k")
+        assert intents.calls == ["claim", "release"] and "k" not in intents.ops  # a later try may send it
