@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from remediation.adapters.bus import RedisEventBus
     from remediation.adapters.lock import LeaderLock
+    from remediation.adapters.redfish.provider import Intents
 
 _worlds: dict[str, MemoryWorld] = {}
 
@@ -71,18 +72,34 @@ def memory_adapters(world: MemoryWorld) -> Adapters:
     return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world))
 
 
-def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapters:
-    """All three adapters the workflow drives; under ``dry_run`` every writer records instead."""
+def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents: Intents | None = None) -> Adapters:
+    """All three adapters the workflow drives; under ``dry_run`` every writer records instead. ``intents``
+    (the database's, from the entry point) is where a backend that cannot repeat an action safely
+    records it before sending it (redfish)."""
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
-    vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
+    vm = vm_backend(settings, world, intents)  # built even for a dry run: bad settings fail at start-up
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
         noop_validator = NoopValidator(recorder) if validator is not None else None
-        noop_vm = NoopSlurmReboot(recorder) if settings.vm.backend == "slurm" else NoopVM(recorder)
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), noop_vm, noop_validator)
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), noop_vm(settings, vm, recorder),
+                        noop_validator)
     return Adapters(slurm, kube, vm, validator)
+
+
+def noop_vm(settings: Settings, vm: VMProvider, recorder: Recorder) -> VMProvider:
+    """The dry-run twin of ``vm``: redfish's reads the real BMCs (a bare-metal machine is found by its
+    node, so the twin must find it too); Slurm's reboot names the node itself; a cloud's reads nothing."""
+    if settings.vm.backend == "redfish":
+        from remediation.adapters.redfish.dryrun import RedfishDryRun
+        from remediation.adapters.redfish.provider import RedfishProvider
+
+        assert isinstance(vm, RedfishProvider)
+        return RedfishDryRun(vm, recorder)
+    if settings.vm.backend == "slurm":
+        return NoopSlurmReboot(recorder)
+    return NoopVM(recorder)
 
 
 def validator_backend(settings: Settings) -> Validator | None:
@@ -134,7 +151,7 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
     return make_kube(settings)
 
 
-def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvider:
+def vm_backend(settings: Settings, world: MemoryWorld | None = None, intents: Intents | None = None) -> VMProvider:
     """The VMProvider ``vm.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
     VMs (the simulated cluster) to it."""
     if settings.vm.backend == "memory":
@@ -146,6 +163,10 @@ def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvid
         from remediation.adapters.slurm.reboot import SlurmReboot
 
         return SlurmReboot(settings.slurm, settings.policy.our_reason_prefix)
+    if settings.vm.backend == "redfish":
+        from remediation.adapters.redfish import make_redfish
+
+        return make_redfish(settings, intents)
     from remediation.adapters.cloud.router import make_vm_provider
 
     if world is None:

@@ -123,7 +123,7 @@ class NoopSlurmReboot(NoopVM):
     """Dry-run's Slurm reboot (``vm.backend = slurm``): the machine is the Slurm node, as for the real
     one, so a dry run needs no providerID either; the reboot is recorded, never asked for."""
 
-    def ref_for(self, node: str) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return VMRef("slurm", node)
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:

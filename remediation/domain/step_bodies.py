@@ -37,7 +37,7 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
-    NodeAddressed,
+    MachinesByNode,
     Operation,
     SlurmControl,
     SlurmNode,
@@ -243,7 +243,9 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
 # Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
 # or EC2 VM to a fresh host, which is what redeploy does on Azure.
 _HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
-_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
+# A BMC has power actions only: a restart, and a power cycle as the heaviest (see adapters/redfish).
+_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START},
+           "redfish": {VMAction.RESTART, VMAction.STOP_START}}
 
 
 def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
@@ -260,8 +262,10 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        vm = ad.vm.ref_for(inp.node) if isinstance(ad.vm, NodeAddressed) else parse_provider_id(
-            inp.context.provider_id or "")
+        if isinstance(ad.vm, MachinesByNode):  # no providerID: the backend names the machine by the node
+            vm = ad.vm.machine_of(inp.node, inp.context.k8s_node)
+        else:
+            vm = parse_provider_id(inp.context.provider_id or "")
         op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)

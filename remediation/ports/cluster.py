@@ -158,8 +158,8 @@ class VMAction(StrEnum):
 class VMRef:
     """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
 
-    provider: Literal["gce", "azure", "aws", "memory", "slurm"]
-    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id, Slurm node
+    provider: Literal["gce", "azure", "aws", "memory", "slurm", "redfish"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id; slurm, redfish: node
     zone: str = ""  # GCE zone, AWS availability zone
     account: str = ""  # GCE project, Azure subscription
     group: str = ""  # Azure resource group
@@ -223,9 +223,13 @@ class VMProvider(Protocol):
 
 
 @runtime_checkable
-class NodeAddressed(Protocol):
-    """A VMProvider whose machine is the Slurm node itself (Slurm's own reboot), not the VM a Node's
-    providerID names: the machine step asks it for the node's ref instead of parsing a providerID."""
+class MachinesByNode(Protocol):
+    """A VMProvider that finds a node's machine by the node's name rather than by the Node's
+    providerID: bare metal, where kubelet sets no providerID and a Slurm-only site has no Node at all
+    (``redfish``: an inventory of its own; ``slurm``: the Slurm node itself). The workflow asks it for
+    the ref it then starts actions on."""
 
-    def ref_for(self, node: str) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
+        """The machine of Slurm node ``node`` (on Kubernetes Node ``k8s_node``, when there is one);
+        UnknownNode when the backend does not know it."""
         ...

@@ -1,7 +1,7 @@
 """Typed settings, one module per section.
 
 Each section (``database``, ``broker``, ``policy`` with its ``faults`` and ``lemon``, ``workflow``,
-``slurm``, ``kube``, ``vm``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
+``slurm``, ``kube``, ``vm``, ``redfish``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
 ``retention``) is a pydantic model in a module of its own, with every field's unit and the reason its
 default is safe. :mod:`remediation.settings.loader` puts them together as :class:`Settings` and is the
 one place that maps the environment and the config file onto them.
@@ -24,6 +24,7 @@ from remediation.settings.loader import CONFIG_ENV, Settings, load_settings, ove
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings, parse_duration
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
@@ -44,6 +45,7 @@ __all__ = [
     "LemonSettings",
     "NotifySettings",
     "PolicySettings",
+    "RedfishSettings",
     "MemoryWorldSettings",
     "RetentionSettings",
     "Section",

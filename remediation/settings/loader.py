@@ -45,6 +45,7 @@ from remediation.settings.kube import KubeSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
@@ -87,6 +88,7 @@ class Settings(BaseSettings):
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
     vm: VMSettings = Field(default_factory=VMSettings)
+    redfish: RedfishSettings = Field(default_factory=RedfishSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     memory: MemoryWorldSettings = Field(default_factory=MemoryWorldSettings)

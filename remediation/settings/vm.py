@@ -11,10 +11,12 @@ from remediation.settings.base import Section
 
 class VMSettings(Section):
     """Which cloud provider restarts a Node's VM, and endpoint overrides."""
-    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop", "slurm"] = Field(
-        "auto", description="VM provider; 'auto' picks by the Node's providerID scheme. 'slurm' reboots "
-        "the Slurm node itself with `scontrol reboot` (the cluster's RebootProgram; no providerID, no "
-        "cloud credentials), and can do nothing heavier: a move-host or reimage rung quarantines.",
+    backend: Literal["gce", "azure", "aws", "auto", "redfish", "slurm", "memory", "noop"] = Field(
+        "auto",
+        description="VM provider; 'auto' picks by the Node's providerID scheme; 'redfish' power-cycles "
+        "bare-metal nodes through their BMCs (the redfish section); 'slurm' reboots the Slurm node itself "
+        "with `scontrol reboot` (the cluster's RebootProgram; no providerID, no cloud credentials), and "
+        "can do nothing heavier: a move-host or reimage rung quarantines.",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")
