@@ -18,7 +18,10 @@ APP = "app"
 FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
                  UNKNOWN)
 
-#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none
+#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, hold
 #: (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA for hardware
 #: classes).
-FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
+FAULT_ACTIONS = ("restart", "move-host", "reimage", "hold", "quarantine")
+#: Ladder actions renamed, old name -> new name: a site's configuration may still say ``none`` for
+#: ``hold`` (the word now names the backends a site lacks).
+RENAMED_ACTIONS = {"none": "hold"}

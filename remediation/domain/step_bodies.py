@@ -189,7 +189,7 @@ def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str
 
 def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """A class whose ladder has no VM action: ``quarantine`` at once (hardware to return),
-    or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
+    or ``hold``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.fault_class
