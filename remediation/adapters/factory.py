@@ -1,7 +1,7 @@
 """The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
 
 Each kind of adapter has one selector here: :func:`slurm_backend`, :func:`kube_backend`,
-:func:`vm_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
+:func:`machine_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
 the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend;
 the real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
 which know nothing of the others.
@@ -21,10 +21,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopValidator, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, NoopValidator, Recorder
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
 from remediation.settings import Settings
@@ -75,13 +75,13 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     """All three adapters the workflow drives; under ``dry_run`` every writer records instead."""
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
-    vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
+    machine = machine_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
         noop_validator = NoopValidator(recorder) if validator is not None else None
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopVM(recorder), noop_validator)
-    return Adapters(slurm, kube, vm, validator)
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopMachine(recorder), noop_validator)
+    return Adapters(slurm, kube, machine, validator)
 
 
 def validator_backend(settings: Settings) -> Validator | None:
@@ -128,13 +128,13 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
     return make_kube(settings)
 
 
-def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvider:
-    """The VMProvider ``vm.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
+def machine_backend(settings: Settings, world: MemoryWorld | None = None) -> MachineProvider:
+    """The MachineProvider ``machine.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
     VMs (the simulated cluster) to it."""
-    if settings.vm.backend == "memory":
+    if settings.machine.backend == "memory":
         return MemoryVM(world or make_world(settings))
-    if settings.vm.backend == "noop":
-        return NoopVM()
+    if settings.machine.backend == "noop":
+        return NoopMachine()
     from remediation.adapters.cloud.router import make_vm_provider
 
     if world is None:

@@ -107,7 +107,7 @@ class NoopKube:
         self.record("taint" if on else "untaint", node=name)
 
 
-class NoopVM:
+class NoopMachine:
     def __init__(self, recorder: Recorder | None = None) -> None:
         self.record = recorder or Recorder()
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from remediation.domain.context import RemediationContext
-from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 
@@ -22,7 +22,7 @@ from remediation.settings import PolicySettings, Settings, ValidationSettings, W
 class Adapters:
     slurm: SlurmControl
     kube: KubeNodes
-    vm: VMProvider
+    machine: MachineProvider
     validator: Validator | None = None  # validation.backend none: no validation
 
 

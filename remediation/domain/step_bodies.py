@@ -260,10 +260,10 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
         vm = parse_provider_id(inp.context.provider_id or "")
-        op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
+        op = ad.machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
-    status = ad.vm.poll(op)
+    status = ad.machine.poll(op)
     if status.error:
         return Escalate(f"{op.action} failed at the provider: {status.error}")
     if status.done:

@@ -1,10 +1,10 @@
 """The three small interfaces the workflow acts through, and the value types they exchange.
 
 These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
-slurmrestd or pyslurm; the kubernetes client; the GCE, Azure and AWS SDKs), and besides each real
-backend there are two more: ``remediation.adapters.noop`` (dry-run: records what would have happened,
-changes nothing) and ``remediation.adapters.memory`` (a simulated world for unit and integration
-tests). :mod:`remediation.adapters.factory` picks one from the settings.
+slurmrestd or pyslurm; the kubernetes client; a machine's hammer, today the GCE, Azure and AWS SDKs),
+and besides each real backend there are two more: ``remediation.adapters.noop`` (dry-run: records
+what would have happened, changes nothing) and ``remediation.adapters.memory`` (a simulated world
+for unit and integration tests). :mod:`remediation.adapters.factory` picks one from the settings.
 
 Contracts every implementation keeps:
 - Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
@@ -144,7 +144,10 @@ class KubeNodes(Protocol):
         ...
 
 
-# ----------------------------------------------------------------------------------------------- VMs
+# ------------------------------------------------------------------------------------------ Machines
+# What acts on the machine behind a node. The clouds act on VMs, which is where the value types take
+# their names from; a hammer for another kind of machine speaks the same shape: a reference to the
+# machine, an action, and an operation followed to its end.
 
 
 class VMAction(StrEnum):
@@ -212,7 +215,9 @@ class OperationStatus:
 
 
 @runtime_checkable
-class VMProvider(Protocol):
+class MachineProvider(Protocol):
+    """Restarts, moves or reimages a node's machine: the ladder's machine rungs."""
+
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         """Start an action. Calling again with the same key must not act twice."""
         ...

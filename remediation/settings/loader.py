@@ -42,20 +42,20 @@ from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
 from remediation.settings.incidents import IncidentSettings
 from remediation.settings.kube import KubeSettings
+from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
-from remediation.settings.vm import VMSettings
 from remediation.settings.workflow import WorkflowSettings
 
 CONFIG_ENV = "REMEDIATION_CONFIG"
 
 #: Sections renamed, old name -> new name. Each source (arguments, environment, config file) reads the
 #: old name as the new one, so a site's configuration outlives the rename.
-RENAMED_SECTIONS = {"sim": "memory"}
+RENAMED_SECTIONS = {"sim": "memory", "vm": "machine"}
 
 
 class Settings(BaseSettings):
@@ -86,7 +86,7 @@ class Settings(BaseSettings):
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
-    vm: VMSettings = Field(default_factory=VMSettings)
+    machine: MachineSettings = Field(default_factory=MachineSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     memory: MemoryWorldSettings = Field(default_factory=MemoryWorldSettings)
@@ -131,12 +131,13 @@ class Settings(BaseSettings):
 
 
 class _OldNamesInEnv(BaseSettings):
-    """The environment under the renamed sections' old names (``REMEDIATION_SIM__*``), parsed exactly
-    as the new names are (JSON for lists and mappings)."""
+    """The environment under the renamed sections' old names (``REMEDIATION_SIM__*``,
+    ``REMEDIATION_VM__*``), parsed exactly as the new names are (JSON for lists and mappings)."""
 
     model_config = SettingsConfigDict(env_prefix="REMEDIATION_", env_nested_delimiter="__", extra="ignore")
 
     sim: MemoryWorldSettings | None = None
+    vm: MachineSettings | None = None
 
 
 class _Renamed(PydanticBaseSettingsSource):

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, Recorder
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
@@ -248,7 +248,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     settings = make_settings(dry_run=True)
     recorder = Recorder()
     dry = Workflow(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
-                                    NoopVM(recorder)), settings, clock)
+                                    NoopMachine(recorder)), settings, clock)
     names = [f"gpu-node-{i}" for i in range(10, 15)]  # 5 of 20 = 25%: would trip a 10% breaker
     with sessions() as s:
         before = recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window)

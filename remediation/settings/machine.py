@@ -1,4 +1,5 @@
-"""``vm``: which cloud provider restarts a Node's VM (``REMEDIATION_VM__*``)."""
+"""``machine``: what acts on a node's machine, a cloud's VM API or nothing (``REMEDIATION_MACHINE__*``;
+the section's old name ``vm`` is still read)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from pydantic import Field, SecretStr, model_validator
 from remediation.settings.base import Section
 
 
-class VMSettings(Section):
-    """Which cloud provider restarts a Node's VM, and endpoint overrides."""
+class MachineSettings(Section):
+    """What restarts, moves or reimages a node's machine (the ladder's machine rungs), and the clouds'
+    endpoint overrides."""
     backend: Literal["gce", "azure", "aws", "auto", "memory", "noop"] = Field(
         "auto", description="VM provider; 'auto' picks by the Node's providerID scheme."
     )
@@ -57,7 +59,7 @@ class VMSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _anonymous_needs_endpoint(self) -> VMSettings:
+    def _anonymous_needs_endpoint(self) -> MachineSettings:
         if self.gce_anonymous and not self.gce_endpoint:
             raise ValueError("gce_anonymous is only allowed together with gce_endpoint (a local test endpoint)")
         if self.azure_test_token is not None:
@@ -67,6 +69,6 @@ class VMSettings(Section):
             if host not in ("127.0.0.1", "localhost", "::1") and host != self.azure_test_host:
                 raise ValueError(
                     "azure_test_token is only allowed with an azure_endpoint on 127.0.0.1, localhost or "
-                    f"[::1] (a local test endpoint) or on vm.azure_test_host, not {self.azure_endpoint!r}"
+                    f"[::1] (a local test endpoint) or on machine.azure_test_host, not {self.azure_endpoint!r}"
                 )
         return self
