@@ -2,13 +2,14 @@
 
 Each kind of adapter has one selector here: :func:`slurm_backend`, :func:`kube_backend`,
 :func:`machine_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
-the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend;
-the real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
+the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend,
+or None for a half the site lacks (``none``: no adapter at all, so its steps are never taken); the
+real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
 which know nothing of the others.
 
 Dry-run is applied in exactly one place, :func:`make_adapters`: every writer is swapped for its no-op
 twin, which still reads through the chosen backend (a dry run sees the real cluster) and writes into
-one shared :class:`Recorder`. The ``memory`` backends of a process share one simulated world
+one shared :class:`Recorder`. A half the site lacks has no twin: it stays absent. The ``memory`` backends of a process share one simulated world
 (optionally a journal file shared across worker processes). The policy rehearsal gets a private world
 of its own on its simulated clock (:func:`memory_world`) and the adapters over it
 (:func:`memory_adapters`), whatever backends the settings name: it replays a policy, it never acts.
@@ -79,8 +80,9 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
-        noop_validator = NoopValidator(recorder) if validator is not None else None
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), NoopMachine(recorder), noop_validator)
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder),
+                        NoopMachine(recorder) if machine is not None else None,
+                        NoopValidator(recorder) if validator is not None else None)
     return Adapters(slurm, kube, machine, validator)
 
 
@@ -128,9 +130,11 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
     return make_kube(settings)
 
 
-def machine_backend(settings: Settings, world: MemoryWorld | None = None) -> MachineProvider:
-    """The MachineProvider ``machine.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
-    VMs (the simulated cluster) to it."""
+def machine_backend(settings: Settings, world: MemoryWorld | None = None) -> MachineProvider | None:
+    """The MachineProvider ``machine.backend`` names (None: ``none``, the site has no machine action).
+    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it."""
+    if settings.machine.backend == "none":
+        return None
     if settings.machine.backend == "memory":
         return MemoryVM(world or make_world(settings))
     if settings.machine.backend == "noop":

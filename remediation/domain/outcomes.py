@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from remediation.domain.context import RemediationContext
+from remediation.domain.statemachine import Site
 from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
@@ -22,8 +23,14 @@ from remediation.settings import PolicySettings, Settings, ValidationSettings, W
 class Adapters:
     slurm: SlurmControl
     kube: KubeNodes
-    machine: MachineProvider
+    machine: MachineProvider | None  # machine.backend none: nothing can act on a node's machine
     validator: Validator | None = None  # validation.backend none: no validation
+
+    @property
+    def site(self) -> Site:
+        """What this site has, as the adapters the factory built say: a step is taken only where its
+        adapter exists."""
+        return Site(machine=self.machine is not None, validation=self.validator is not None)
 
 
 @dataclass(frozen=True)

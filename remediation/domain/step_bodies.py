@@ -18,6 +18,7 @@ from typing import Any
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.context import RemediationContext
+from remediation.domain.evidence import unproven
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -42,7 +43,7 @@ from remediation.ports.cluster import (
     SlurmNode,
     VMAction,
 )
-from remediation.ports.errors import NotFound, UnknownNode
+from remediation.ports.errors import ConfigError, NotFound, UnknownNode
 
 
 def slurm_reason(text: str) -> str:
@@ -256,14 +257,17 @@ def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) ->
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    machine = ad.machine
+    if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
+        raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
         vm = parse_provider_id(inp.context.provider_id or "")
-        op = ad.machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
+        op = machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
-    status = ad.machine.poll(op)
+    status = machine.poll(op)
     if status.error:
         return Escalate(f"{op.action} failed at the provider: {status.error}")
     if status.done:
@@ -312,6 +316,8 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
 
 
 def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    if stop := unproven(inp, ad, cfg):
+        return stop
     notes = []
     k8s_name = inp.context.k8s_node
     if k8s_name:

@@ -35,6 +35,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
 from remediation.settings.broker import BrokerSettings
@@ -110,6 +111,9 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
+        refused = backends.ladders_without_a_machine(self.machine, self.workflow, self.policy.faults)
+        if refused:
+            raise ValueError("\n  ".join(refused))
         return self
 
     @classmethod

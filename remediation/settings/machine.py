@@ -13,8 +13,11 @@ from remediation.settings.base import Section
 class MachineSettings(Section):
     """What restarts, moves or reimages a node's machine (the ladder's machine rungs), and the clouds'
     endpoint overrides."""
-    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop"] = Field(
-        "auto", description="VM provider; 'auto' picks by the Node's providerID scheme."
+    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop", "none"] = Field(
+        "auto", description="What acts on a node's machine: a cloud (gce, azure, aws; 'auto' picks by the "
+        "Node's providerID scheme), or none: this site has nothing that can restart, move or reimage a "
+        "machine, so the ladder's machine rungs and verify are skipped and a node returns only on a "
+        "passed GPU check (validation), or is held or quarantined (workflow.unproven).",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")

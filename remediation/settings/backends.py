@@ -1,0 +1,38 @@
+"""The backends a site names, checked together at start-up.
+
+Each section checks its own fields; what only makes sense across sections is checked here, by pure
+functions of the sections they read, and :class:`remediation.settings.loader.Settings` turns every
+refusal into one :class:`~remediation.settings.base.SettingsError` naming the fields (never a value
+that could be a secret).
+
+A site without a half names it ``none``. Such a site skips that half's steps, so a configuration that
+asks for one of them anyway is a contradiction, refused before anything acts: a ladder written with a
+restart, a host move or a reimage where ``machine.backend`` is ``none``. The shipped ladders are the
+project's defaults, not the site's words: their machine rungs are skipped there.
+"""
+
+from __future__ import annotations
+
+from remediation.settings.faults import FaultSettings
+from remediation.settings.machine import MachineSettings
+from remediation.settings.workflow import WorkflowSettings
+from remediation.vocabulary import MACHINE_ACTIONS
+
+NONE = "none"
+
+
+def ladders_without_a_machine(machine: MachineSettings, workflow: WorkflowSettings,
+                              faults: FaultSettings) -> list[str]:
+    """A refusal per ladder the site wrote with a machine rung while it has no machine backend."""
+    if machine.backend != NONE:
+        return []
+    lacks = "and machine.backend is none: this site cannot restart, move or reimage a machine"
+    out = []
+    if workflow.ladder != WorkflowSettings.model_fields["ladder"].default:
+        out.append(f"workflow.ladder {workflow.ladder} needs a machine action, {lacks}; leave it unset (at "
+                   "such a site the machine rungs are skipped) or name a machine backend")
+    for name, ladder in sorted(faults.ladders.items()):
+        if needs := [a for a in ladder if a in MACHINE_ACTIONS]:
+            out.append(f"policy.faults.ladders.{name} {ladder} needs a machine action ({', '.join(needs)}), "
+                       f"{lacks}; write [hold] or [quarantine], or name a machine backend")
+    return out
