@@ -6,8 +6,9 @@ countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try 
 ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
 functions never touch the database, which is what makes them safe to run twice.
 
-Ownership rules live here: we resume a Slurm node only while its reason still carries our prefix and
-uncordon only a cordon we marked, so a human's drain or cordon placed mid-remediation is never undone.
+Ownership rules apply to every step (:mod:`remediation.domain.ownership`): we resume a Slurm node only
+while its reason still carries our prefix and uncordon only a cordon we marked, so a human's drain or
+cordon placed mid-remediation is never undone.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from remediation.domain.outcomes import StepInput as StepInput
 from remediation.domain.outcomes import StepSettings as StepSettings
 from remediation.domain.outcomes import Wait as Wait
 from remediation.domain.outcomes import elapsed, wait
+from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.policy import ignored_reason
 from remediation.domain.providerid import parse_provider_id
 from remediation.domain.slurm_states import SlurmState
@@ -39,7 +41,6 @@ from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
     Operation,
-    SlurmControl,
     SlurmNode,
     VMAction,
 )
@@ -327,16 +328,6 @@ def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: date
     return Done("; ".join(notes))
 
 
-def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
-    node = slurm.get_node(name)
-    if not node.reason_is_ours(prefix):
-        if node.flags & {"DRAIN", "FAIL"} or node.state == "DOWN":
-            return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
-        return "already in service"
-    slurm.resume(name)
-    return "resumed in Slurm"
-
-
 def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     why = inp.context.quarantine_reason or inp.cause
@@ -370,23 +361,3 @@ STEPS: dict[Step, StepFn] = {
     Step.RETURN: return_to_service,
     Step.QUARANTINE: quarantine,
 }
-
-
-def give_back(ad: Adapters, node: str, prefix: str) -> str:
-    """Undo what is ours on a node we stop remediating: resume our drain (only while the reason is
-    still ours), remove our cordon and our taint. A human's drain or cordon is left alone."""
-    return release_node(ad, node, prefix)
-
-
-def release_node(ad: Adapters, node: str, prefix: str) -> str:
-    """Carry out a human release: remove our taint and our cordon, resume the node in Slurm if the
-    drain is ours (a human's own drain placed meanwhile is left alone)."""
-    notes = []
-    try:
-        k8s_name = ad.kube.node_for(node)
-        ad.kube.set_quarantine_taint(k8s_name, False)
-        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
-    except (UnknownNode, NotFound) as exc:
-        notes.append(f"no Kubernetes Node ({exc.message})")
-    notes.append(resume_if_ours(ad.slurm, node, prefix))
-    return "; ".join(notes)

@@ -41,9 +41,9 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view
+from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
-from remediation.domain.step_bodies import release_node
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, in_service, repair, strike

@@ -14,7 +14,8 @@ from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.step_bodies import Adapters, give_back
+from remediation.domain.ownership import give_back
+from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
 from remediation.services.ingest import ingest

@@ -41,7 +41,8 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
-from remediation.domain.step_bodies import Adapters, release_node
+from remediation.domain.ownership import release_node
+from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
