@@ -80,7 +80,7 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder),
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder) if kube is not None else None,
                         NoopMachine(recorder) if machine is not None else None,
                         NoopValidator(recorder) if validator is not None else None)
     return Adapters(slurm, kube, machine, validator)
@@ -119,8 +119,10 @@ def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> Slurm
     return make_slurm(settings)
 
 
-def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNodes:
-    """The KubeNodes ``kube.backend`` names."""
+def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNodes | None:
+    """The KubeNodes ``kube.backend`` names (None: ``none``, the site has no Kubernetes)."""
+    if settings.kube.backend == "none":
+        return None
     if settings.kube.backend == "memory":
         return MemoryKube(world or make_world(settings))
     if settings.kube.backend == "noop":

@@ -237,7 +237,9 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
 
 def _lacks(ctx: RemediationContext) -> str | None:
     """The halves the site lacked, whose steps this remediation skipped (None: it lacked none)."""
-    lacked = ["a machine action (machine.backend none): nothing restarted, nothing verified"] if ctx.no_machine else []
+    lacked = ["Kubernetes (kube.backend none): nothing cordoned, evicted or tainted"] if ctx.no_kubernetes else []
+    if ctx.no_machine:
+        lacked.append("a machine action (machine.backend none): nothing restarted, nothing verified")
     return "; ".join(lacked) or None
 
 

@@ -39,7 +39,8 @@ from remediation.vocabulary import MACHINE_ACTIONS
 def lacks(site: Site) -> RemediationContext:
     """What the remediation records of the halves this site lacks (typed: on-call reads it, the
     steps never parse it)."""
-    return RemediationContext(no_machine=True if not site.machine else None)
+    return RemediationContext(no_kubernetes=True if not site.kubernetes else None,
+                              no_machine=True if not site.machine else None)
 
 
 def action_here(action: str | None, site: Site, workflow: WorkflowSettings) -> str | None:

@@ -34,9 +34,12 @@ def release_node(ad: Adapters, node: str, prefix: str) -> str:
     drain is ours (a human's own drain placed meanwhile is left alone)."""
     notes = []
     try:
-        k8s_name = ad.kube.node_for(node)
-        ad.kube.set_quarantine_taint(k8s_name, False)
-        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
+        if ad.kube is None:
+            notes.append("no Kubernetes")
+        else:
+            k8s_name = ad.kube.node_for(node)
+            ad.kube.set_quarantine_taint(k8s_name, False)
+            notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
     except (UnknownNode, NotFound) as exc:
         notes.append(f"no Kubernetes Node ({exc.message})")
     notes.append(resume_if_ours(ad.slurm, node, prefix))

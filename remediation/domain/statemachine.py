@@ -6,9 +6,10 @@ The workflow is linear with branches:
                                                   ^            |          |
                                                   +-- escalate-+----------+   (verify or the GPU check
                                                                                failed: next ladder action)
-    A step the site cannot take is no step at all (:class:`Site`): validate is skipped when
-    ``validation.backend`` is ``none``, vm_restart and verify when ``machine.backend`` is ``none`` (and
-    for a class whose ladder has no machine rung: it holds or is quarantined instead).
+    A step the site cannot take is no step at all (:class:`Site`): k8s_cordon and k8s_evict are
+    skipped when ``kube.backend`` is ``none``, validate when ``validation.backend`` is, vm_restart and
+    verify when ``machine.backend`` is (and for a class whose ladder has no machine rung: it holds or
+    is quarantined instead).
     any step --permanent error / ladder exhausted--> quarantine -> (quarantined)
     any step --human cancel--------------------------------------> (cancelled)
     quarantine step failing --------------------------------------> (failed)
@@ -70,7 +71,7 @@ HAPPY_PATH = (
 )
 
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.QUARANTINE}),
+    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
     Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.QUARANTINE}),
     Step.K8S_EVICT: frozenset({Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
     Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.QUARANTINE}),
@@ -96,13 +97,14 @@ class Site:
     """What a site has besides Slurm, which decides the steps a remediation takes there. A half the site
     lacks (its backend is ``none``) is no step at all: never faked, never recorded as done."""
 
+    kubernetes: bool  # Nodes to cordon, evict and taint (kube.backend)
     machine: bool  # something can restart, move or reimage a node's machine (machine.backend)
     validation: bool  # a GPU check runs before return (validation.backend)
 
     def path(self, acts: bool = True) -> tuple[Step, ...]:
         """The steps in order. ``acts``: the class's ladder has a machine rung; a class without one is
         held for a human or quarantined (at k8s_evict, or at return), never restarted or checked."""
-        skipped = set()
+        skipped = set() if self.kubernetes else {Step.K8S_CORDON, Step.K8S_EVICT}
         if not (acts and self.machine):
             skipped |= {Step.VM_RESTART, Step.VERIFY}
         if not (acts and self.validation):

@@ -82,8 +82,8 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
         return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
                       node_healthy=True)
     cond_type, cond_status = inp.context.condition
-    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
+    knode = ad.node_now(inp.node, inp.context.k8s_node)
+    if knode is None or knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
         return None
     return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
                   node_healthy=True)
@@ -109,10 +109,11 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
 
 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
-    knode = ad.kube.get(k8s_name)
-    ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
-    ours = ad.kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
+    kube = ad.kubernetes(Step.K8S_CORDON)
+    k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
+    knode = kube.get(k8s_name)
+    kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    ours = kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
     return Done(
         f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
         context=RemediationContext(k8s_node=k8s_name, boot_id_before=knode.boot_id,
@@ -124,7 +125,7 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel |
     """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
     we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
     node in service."""
-    if not inp.context.we_cordoned or not inp.context.k8s_node:
+    if not inp.context.we_cordoned or not inp.context.k8s_node or ad.kube is None:
         return None
     knode = ad.kube.get(inp.context.k8s_node)
     if knode.unschedulable:
@@ -145,8 +146,10 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
         return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
     if inp.source == "kubernetes":
         cond_type, bad = inp.context.condition
-        knode = knode or ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        knode = knode or ad.node_now(inp.node, inp.context.k8s_node)
+        if knode is None:  # nothing can show the condition healthy again
+            return f"{cond_type} cannot be read: no Kubernetes at this site"
+        now_status = knode.condition(cond_type)
         if now_status is None or now_status == bad:
             return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
@@ -171,9 +174,9 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
         why = f"Slurm reports {'+'.join(sorted(snode.states))}"
     else:
         cond_type, bad_status = inp.context.condition
-        knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
-        if now_status is None or now_status == bad_status:
+        knode = ad.node_now(inp.node, inp.context.k8s_node)
+        now_status = knode.condition(cond_type) if knode else None
+        if knode is None or now_status is None or now_status == bad_status:
             return None
         why = f"{cond_type} is {now_status} on {knode.name}"
     given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
@@ -206,8 +209,8 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
         return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
                       node_healthy=True)
-    why = (f"held for a human: class {cls} takes no VM action; drained and cordoned, on-call paged "
-           f"({still}); cancel or release when fixed")
+    kept = "drained and cordoned" if ad.kube is not None else "drained (no Kubernetes)"
+    why = f"held for a human: class {cls} takes no VM action; {kept}, on-call paged ({still}); cancel or release when fixed"
     note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)
 
@@ -229,7 +232,8 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
-    progress = ad.kube.evict_pods(inp.context.k8s_node or ad.kube.node_for(inp.node))
+    kube = ad.kubernetes(Step.K8S_EVICT)
+    progress = kube.evict_pods(inp.context.k8s_node or kube.node_for(inp.node))
     if progress.done:
         return Done("all pods evicted", context=RemediationContext(reconfirm=False if inp.context.reconfirm else None))
     if elapsed(inp, now) > cfg.workflow.evict_timeout_s:
@@ -291,7 +295,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
         return cancel
     if (inp.context.vm_op_ref or "").startswith("dry-run:"):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
-    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
+    knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
     action_at = inp.context.vm_action_at
     since = datetime.fromisoformat(action_at) if action_at else inp.started_at
@@ -299,16 +303,17 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     started = snode.slurmd_start_time
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
     before = inp.context.boot_id_before
-    rebooted = knode.boot_id != before if before else slurmd_after
+    rebooted = knode.boot_id != before if knode and before else slurmd_after
     responding = "NOT_RESPONDING" not in snode.flags
     trigger = trigger_present(inp, ad, knode, snode, cfg)
-    ready = knode.ready == "True" or not before
-    facts = (f"Ready={knode.ready}, new bootID={rebooted}, slurmd started after the action="
-             f"{slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs {since:%Y-%m-%d %H:%M:%S})" if started else
-             f"Ready={knode.ready}, new bootID={rebooted}, slurmd start time unknown")
+    ready = knode is None or knode.ready == "True" or not before
+    seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"
+    facts = (f"{seen}, slurmd started after the action={slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs "
+             f"{since:%Y-%m-%d %H:%M:%S})" if started else f"{seen}, slurmd start time unknown")
     if ready and rebooted and slurmd_after and responding and trigger is None:
-        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the "
-                    f"action at {since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id})
+        boot = f"Ready with new bootID {knode.boot_id}" if knode else "no Kubernetes Node"
+        return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the action at "
+                    f"{since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id} if knode else {})
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
@@ -321,7 +326,7 @@ def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: date
         return stop
     notes = []
     k8s_name = inp.context.k8s_node
-    if k8s_name:
+    if k8s_name and ad.kube is not None:
         ad.kube.set_quarantine_taint(k8s_name, False)
         notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
     notes.append(resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix))
@@ -335,14 +340,20 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     reason = slurm_reason(f"{prefix} quarantined: {why}")
     if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
-    notes = ["kept out of the Slurm pool"]
-    try:
-        k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
-        ad.kube.set_quarantine_taint(k8s_name, True)
-        notes.append(f"tainted {k8s_name}")
-    except (UnknownNode, NotFound) as exc:
-        notes.append(f"no Kubernetes Node to taint ({exc.message})")
+    notes = ["kept out of the Slurm pool", taint(ad, inp.node, inp.context.k8s_node)]
     return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why))
+
+
+def taint(ad: Adapters, node: str, k8s_node: str | None) -> str:
+    """Put our quarantine taint on the node's Kubernetes Node, and say what was done."""
+    if ad.kube is None:
+        return "no Kubernetes: no Node to taint"
+    try:
+        k8s_name = k8s_node or ad.kube.node_for(node)
+        ad.kube.set_quarantine_taint(k8s_name, True)
+        return f"tainted {k8s_name}"
+    except (UnknownNode, NotFound) as exc:
+        return f"no Kubernetes Node to taint ({exc.message})"
 
 
 def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:

@@ -103,6 +103,10 @@ class KubeNode:
     quarantine_tainted: bool = False
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
 
+    def condition(self, cond_type: str) -> str | None:
+        """The status of ``cond_type`` now (Ready included); None: not reported."""
+        return self.ready if cond_type == "Ready" else self.conditions.get(cond_type)
+
 
 @dataclass(frozen=True)
 class EvictionProgress:

@@ -385,7 +385,7 @@ class Workflow:
 
         def check(component: str, node: str) -> None:
             if component == "kubernetes":
-                self.adapters.kube.get(self.adapters.kube.node_for(node))
+                self.adapters.node_now(node)
             else:  # slurm, and anything that names no component: the controller answering is the test
                 self.adapters.slurm.get_node(node)
 

@@ -7,14 +7,18 @@ that could be a secret).
 
 A site without a half names it ``none``. Such a site skips that half's steps, so a configuration that
 asks for one of them anyway is a contradiction, refused before anything acts: a ladder written with a
-restart, a host move or a reimage where ``machine.backend`` is ``none``. The shipped ladders are the
-project's defaults, not the site's words: their machine rungs are skipped there.
+restart, a host move or a reimage where ``machine.backend`` is ``none``; a GPU check run as a
+Kubernetes Job, or a cloud that finds each node's VM through its Node's providerID, where
+``kube.backend`` is ``none``. The shipped ladders are the project's defaults, not the site's words:
+their machine rungs are skipped there.
 """
 
 from __future__ import annotations
 
 from remediation.settings.faults import FaultSettings
+from remediation.settings.kube import KubeSettings
 from remediation.settings.machine import MachineSettings
+from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
 from remediation.vocabulary import MACHINE_ACTIONS
 
@@ -35,4 +39,19 @@ def ladders_without_a_machine(machine: MachineSettings, workflow: WorkflowSettin
         if needs := [a for a in ladder if a in MACHINE_ACTIONS]:
             out.append(f"policy.faults.ladders.{name} {ladder} needs a machine action ({', '.join(needs)}), "
                        f"{lacks}; write [hold] or [quarantine], or name a machine backend")
+    return out
+
+
+def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation: ValidationSettings) -> list[str]:
+    """A refusal per backend that needs the Kubernetes a site without it (``kube.backend: none``) lacks."""
+    if kube.backend != NONE:
+        return []
+    out = []
+    if validation.backend == "kubernetes":
+        out.append("validation.backend: kubernetes runs the GPU check as a Kubernetes Job, and kube.backend "
+                   "is none; use validation.backend: slurm (a check job in a reservation) or none")
+    if machine.backend != NONE:
+        # Every machine backend so far finds the machine through the Node's spec.providerID.
+        out.append(f"machine.backend: {machine.backend} finds each node's machine through its Kubernetes "
+                   "Node's providerID, and kube.backend is none; set machine.backend: none")
     return out

@@ -13,8 +13,10 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import action_here
 from remediation.domain.outcomes import Adapters, Cancel, Done, Quarantine, StepInput, StepSettings, Wait
+from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import HAPPY_PATH, Site, Step, check_transition, next_on_success
-from remediation.domain.step_bodies import return_to_service
+from remediation.domain.step_bodies import k8s_cordon, k8s_evict, quarantine, return_to_service
+from remediation.ports.errors import ConfigError
 from remediation.settings import SettingsError, WorkflowSettings, load_settings
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -24,10 +26,13 @@ PREFIX = "remediation:"
 D, C, E, R, V, VAL, RET, DONE = (Step.SLURM_DRAIN, Step.K8S_CORDON, Step.K8S_EVICT, Step.VM_RESTART, Step.VERIFY,
                                  Step.VALIDATE, Step.RETURN, Step.DONE)
 SITES = {
-    "machine": (Site(machine=True, validation=False), (D, C, E, R, V, RET, DONE)),
-    "machine-and-check": (Site(machine=True, validation=True), (D, C, E, R, V, VAL, RET, DONE)),
-    "no-machine-check": (Site(machine=False, validation=True), (D, C, E, VAL, RET, DONE)),
-    "no-machine-no-check": (Site(machine=False, validation=False), (D, C, E, RET, DONE)),
+    "machine": (Site(kubernetes=True, machine=True, validation=False), (D, C, E, R, V, RET, DONE)),
+    "machine-and-check": (Site(kubernetes=True, machine=True, validation=True), (D, C, E, R, V, VAL, RET, DONE)),
+    "no-machine-check": (Site(kubernetes=True, machine=False, validation=True), (D, C, E, VAL, RET, DONE)),
+    "no-machine-no-check": (Site(kubernetes=True, machine=False, validation=False), (D, C, E, RET, DONE)),
+    "slurm-only-check": (Site(kubernetes=False, machine=False, validation=True), (D, VAL, RET, DONE)),
+    "slurm-only": (Site(kubernetes=False, machine=False, validation=False), (D, RET, DONE)),
+    "slurm-and-machine": (Site(kubernetes=False, machine=True, validation=True), (D, R, V, VAL, RET, DONE)),
 }
 
 
@@ -44,14 +49,14 @@ def test_a_step_the_site_cannot_take_is_no_step(site: Site, path: tuple[Step, ..
 
 @pytest.mark.parametrize("site", [s for s, _ in SITES.values()], ids=list(SITES))
 def test_a_class_without_a_machine_rung_is_neither_restarted_nor_checked(site: Site) -> None:
-    assert site.path(acts=False) == (D, C, E, RET, DONE)
+    assert site.path(acts=False) == ((D, C, E, RET, DONE) if site.kubernetes else (D, RET, DONE))
 
 
 def test_a_step_left_from_another_configuration_moves_on_along_this_sites_path() -> None:
     """A remediation that was at verify when the site lost its hammer goes on to what the site has."""
-    assert next_on_success(Step.VERIFY, Site(machine=False, validation=True)) is Step.VALIDATE
-    assert next_on_success(Step.VERIFY, Site(machine=False, validation=False)) is Step.RETURN
-    assert set(HAPPY_PATH) >= set(Site(machine=False, validation=False).path())
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=False, validation=True)) is Step.VALIDATE
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=False, validation=False)) is Step.RETURN
+    assert set(HAPPY_PATH) >= set(Site(kubernetes=True, machine=False, validation=False).path())
 
 
 # ----------------------------------------------------------------------------------------- return
@@ -75,8 +80,9 @@ def world() -> MemoryWorld:
     return w
 
 
-def site(world: MemoryWorld, machine: bool = False, validator: Any = None) -> Adapters:
-    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world) if machine else None, validator)
+def site(world: MemoryWorld, machine: bool = False, validator: Any = None, kube: bool = True) -> Adapters:
+    return Adapters(MemorySlurm(world), MemoryKube(world) if kube else None, MemoryVM(world) if machine else None,
+                    validator)
 
 
 def test_with_no_machine_and_no_check_return_holds_pages_once_and_never_resumes(world: MemoryWorld) -> None:
@@ -115,12 +121,25 @@ def test_a_hold_class_holds_at_return_for_a_human_as_at_k8s_evict(world: MemoryW
     assert not world.calls("slurm.resume")
 
 
+def test_without_kubernetes_nothing_is_cordoned_or_tainted_and_the_rows_say_so(world: MemoryWorld) -> None:
+    ad = site(world, kube=False)
+    for step in (k8s_cordon, k8s_evict):  # not on the path; reached anyway, a configuration fault
+        with pytest.raises(ConfigError, match="without Kubernetes"):
+            step(look(0), ad, settings(), T0)
+    out = quarantine(look(0), ad, settings(), T0)
+    assert isinstance(out, Done) and out.outcome == "kept out of the Slurm pool; no Kubernetes: no Node to taint"
+    held = return_to_service(look(0, fault_class="fabric"), ad, settings(), T0)
+    assert isinstance(held, Wait) and "drained (no Kubernetes)" in held.reason
+    assert release_node(ad, NODE, PREFIX) == "no Kubernetes; resumed in Slurm"
+    assert not world.calls("k8s.cordon") and not world.calls("k8s.taint")
+
+
 @pytest.mark.parametrize(("action", "site_", "want"), [
-    ("move-host", Site(machine=True, validation=False), "move-host"),
-    ("move-host", Site(machine=False, validation=True), None),
-    ("restart", Site(machine=False, validation=False), "hold"),
-    ("hold", Site(machine=False, validation=False), "hold"),
-    ("quarantine", Site(machine=False, validation=True), "quarantine"),
+    ("move-host", Site(kubernetes=True, machine=True, validation=False), "move-host"),
+    ("move-host", Site(kubernetes=True, machine=False, validation=True), None),
+    ("restart", Site(kubernetes=True, machine=False, validation=False), "hold"),
+    ("hold", Site(kubernetes=True, machine=False, validation=False), "hold"),
+    ("quarantine", Site(kubernetes=True, machine=False, validation=True), "quarantine"),
 ], ids=["machine-keeps-its-rung", "a-check-decides", "no-check-holds", "hold-class", "quarantine-class"])
 def test_the_recorded_action_names_no_rung_the_site_cannot_climb(action: str, site_: Site, want: str | None) -> None:
     assert action_here(action, site_, WorkflowSettings()) == want
@@ -142,6 +161,28 @@ def test_a_ladder_that_needs_a_machine_the_site_lacks_is_refused(extra: dict[str
         load_settings(machine={"backend": "none"}, **extra)
     assert message in str(err.value) and "machine.backend is none" in str(err.value)
     load_settings(**extra)  # with a machine backend the same ladder loads
+
+
+KUBE_REFUSED = [
+    ({}, "machine.backend: auto finds each node's machine through its Kubernetes Node's providerID"),
+    ({"machine": {"backend": "gce"}}, "machine.backend: gce finds"),
+    ({"machine": {"backend": "none"}, "validation": {"backend": "kubernetes"}},
+     "validation.backend: kubernetes runs the GPU check as a Kubernetes Job"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), KUBE_REFUSED, ids=["default-machine", "cloud", "kube-check"])
+def test_a_backend_that_needs_the_kubernetes_the_site_lacks_is_refused(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(kube={"backend": "none"}, **extra)
+    assert message in str(err.value) and "kube.backend is none" in str(err.value)
+
+
+def test_a_slurm_only_site_loads_with_a_slurm_check_or_none() -> None:
+    for check in ("slurm", "none"):
+        s = load_settings(kube={"backend": "none"}, machine={"backend": "none"}, validation={"backend": check},
+                          workflow={"unproven": "hold"})
+        assert (s.kube.backend, s.machine.backend, s.validation.backend) == ("none", "none", check)
 
 
 def test_without_a_machine_the_shipped_ladders_load_and_a_written_one_may_hold_or_quarantine() -> None:

@@ -184,9 +184,9 @@ def test_without_a_gate_the_step_is_a_configuration_error() -> None:
 
 
 def test_validate_sits_between_verify_and_return_and_is_skipped_without_a_gate() -> None:
-    assert next_on_success(Step.VERIFY, Site(machine=True, validation=True)) is Step.VALIDATE
-    assert next_on_success(Step.VERIFY, Site(machine=True, validation=False)) is Step.RETURN
-    assert next_on_success(Step.VALIDATE, Site(machine=True, validation=True)) is Step.RETURN
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=True, validation=True)) is Step.VALIDATE
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=True, validation=False)) is Step.RETURN
+    assert next_on_success(Step.VALIDATE, Site(kubernetes=True, machine=True, validation=True)) is Step.RETURN
     for nxt in (Step.RETURN, Step.VM_RESTART, Step.QUARANTINE):
         check_transition(Step.VALIDATE, nxt)
 
