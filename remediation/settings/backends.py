@@ -11,6 +11,11 @@ restart, a host move or a reimage where ``machine.backend`` is ``none``; a GPU c
 Kubernetes Job, or a cloud that finds each node's VM through its Node's providerID, where
 ``kube.backend`` is ``none``. The shipped ladders are the project's defaults, not the site's words:
 their machine rungs are skipped there.
+
+``noop`` is the dry-run twin and nothing else. It acts on nothing and records what it would have done,
+so a ``noop`` backend outside dry-run writes rows that say a restart completed and a node recovered
+when nothing happened. Outside dry-run it is refused, pointing at what the site means: ``none`` for a
+half it lacks, or ``dry_run: true``, which swaps every backend for its twin at once.
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ from __future__ import annotations
 from remediation.settings.faults import FaultSettings
 from remediation.settings.kube import KubeSettings
 from remediation.settings.machine import MachineSettings
+from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
 from remediation.vocabulary import MACHINE_ACTIONS
 
 NONE = "none"
+NOOP = "noop"
 
 
 def ladders_without_a_machine(machine: MachineSettings, workflow: WorkflowSettings,
@@ -54,4 +61,20 @@ def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation:
         # Every machine backend so far finds the machine through the Node's spec.providerID.
         out.append(f"machine.backend: {machine.backend} finds each node's machine through its Kubernetes "
                    "Node's providerID, and kube.backend is none; set machine.backend: none")
+    return out
+
+
+def noop_outside_dry_run(dry_run: bool, slurm: SlurmSettings, kube: KubeSettings,
+                         machine: MachineSettings) -> list[str]:
+    """A refusal per ``noop`` backend named outside dry-run."""
+    if dry_run:
+        return []
+    twin = ("is the dry-run twin: it acts on nothing and records steps that never happened, so it is "
+            "refused outside dry-run")
+    rehearse = "to act on nothing at all, set dry_run: true (every backend is then swapped for its twin)"
+    out = [f"slurm.backend: noop {twin}; {rehearse}"] if slurm.backend == NOOP else []
+    for section, half, backend in (("kube", "Kubernetes", kube.backend), ("machine", "machine action", machine.backend)):
+        if backend == NOOP:
+            out.append(f"{section}.backend: noop {twin}; a site with no {half} sets {section}.backend: none; "
+                       f"{rehearse}")
     return out

@@ -14,7 +14,8 @@ class KubeSettings(Section):
     backend: Literal["kubernetes", "memory", "noop", "none"] = Field(
         "kubernetes", description="Kubernetes access: kubernetes (the API server), or none: this site has no "
         "Kubernetes (Slurm only), so cordon, eviction and the quarantine taint are no steps at all and "
-        "the Kubernetes watcher does not start. memory is the simulated world.",
+        "the Kubernetes watcher does not start. memory is the simulated world; noop is the dry-run twin, "
+        "refused outside dry-run.",
     )
     host: str | None = Field(
         None,

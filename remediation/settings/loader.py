@@ -111,7 +111,8 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
-        refused = [*backends.without_kubernetes(self.kube, self.machine, self.validation),
+        refused = [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
+                   *backends.without_kubernetes(self.kube, self.machine, self.validation),
                    *backends.ladders_without_a_machine(self.machine, self.workflow, self.policy.faults)]
         if refused:
             raise ValueError("\n  ".join(refused))

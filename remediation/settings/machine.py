@@ -17,7 +17,8 @@ class MachineSettings(Section):
         "auto", description="What acts on a node's machine: a cloud (gce, azure, aws; 'auto' picks by the "
         "Node's providerID scheme), or none: this site has nothing that can restart, move or reimage a "
         "machine, so the ladder's machine rungs and verify are skipped and a node returns only on a "
-        "passed GPU check (validation), or is held or quarantined (workflow.unproven).",
+        "passed GPU check (validation), or is held or quarantined (workflow.unproven). memory is the "
+        "simulated world; noop is the dry-run twin, refused outside dry-run.",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")

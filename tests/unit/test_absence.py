@@ -191,3 +191,24 @@ def test_without_a_machine_the_shipped_ladders_load_and_a_written_one_may_hold_o
     assert (s.machine.backend, s.workflow.unproven) == ("none", "quarantine")
     assert s.policy.faults.ladders == {"gpu-memory": ["quarantine"], "nvlink": ["hold"]}
     assert load_settings().workflow.unproven == "hold"
+
+
+# ------------------------------------------------------------------------------------------- noop
+
+
+def test_the_dry_run_twin_beside_real_backends_is_refused_and_points_at_none() -> None:
+    """The set-up that once "succeeded" a double-bit ECC node within a second: real Slurm and a Slurm
+    check, with the dry-run twin standing in for Kubernetes and the machine (under the old name vm)."""
+    with pytest.raises(SettingsError) as err:
+        load_settings(kube={"backend": "noop"}, vm={"backend": "noop"}, validation={"backend": "slurm"})
+    text = str(err.value)
+    assert "kube.backend: noop is the dry-run twin" in text and "sets kube.backend: none" in text
+    assert "machine.backend: noop is the dry-run twin" in text and "sets machine.backend: none" in text
+    assert "set dry_run: true" in text
+
+
+@pytest.mark.parametrize("section", ["slurm", "kube", "machine"])
+def test_noop_is_refused_outside_dry_run_and_loads_in_it(section: str) -> None:
+    with pytest.raises(SettingsError, match=f"{section}.backend: noop is the dry-run twin"):
+        load_settings(**{section: {"backend": "noop"}})
+    assert getattr(load_settings(dry_run=True, **{section: {"backend": "noop"}}), section).backend == "noop"

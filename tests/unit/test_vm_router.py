@@ -73,11 +73,13 @@ def test_router_names_an_unconfigured_provider() -> None:
         ("aws", AWSProvider),
         ("auto", VMRouter),
         ("noop", NoopMachine),
+        ("none", type(None)),
     ],
-    ids=["gce", "azure", "aws", "auto", "noop"],
+    ids=["gce", "azure", "aws", "auto", "noop-in-dry-run", "none"],
 )
 def test_factory_picks_the_backend(backend: str, expected: type) -> None:
-    assert isinstance(machine_backend(Settings(machine={"backend": backend})), expected)
+    settings = Settings(machine={"backend": backend}, dry_run=backend == "noop")
+    assert isinstance(machine_backend(settings), expected)
 
 
 def test_factory_memory_uses_the_given_world() -> None:
