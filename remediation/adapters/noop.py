@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from remediation.ports.cluster import (
+    DRY_RUN_REF,
     EvictionProgress,
     KubeNode,
     KubeNodes,
@@ -113,7 +114,7 @@ class NoopMachine:
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         self.record(str(action), vm=vm.provider_id or vm.name, key=idempotency_key)
-        return Operation(vm.provider, f"dry-run:{idempotency_key}", action, vm)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
 
     def poll(self, op: Operation) -> OperationStatus:
         return OperationStatus(done=True)

@@ -43,6 +43,7 @@ from remediation.ports.cluster import (
     Operation,
     SlurmNode,
     VMAction,
+    recorded_only,
 )
 from remediation.ports.errors import ConfigError, NotFound, UnknownNode
 
@@ -270,7 +271,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
             return stop
         vm = parse_provider_id(inp.context.provider_id or "")
         op = machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
-        return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+        issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
+        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
     status = machine.poll(op)
     if status.error:
@@ -278,7 +280,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if status.done:
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
-        return Done(f"{op.action} completed ({op.ref})", context=RemediationContext(
+        ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
+        return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
             vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False))
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
@@ -293,7 +296,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if (inp.context.vm_op_ref or "").startswith("dry-run:"):
+    if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
     knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)

@@ -181,6 +181,16 @@ class VMRef:
         return cls(**data)
 
 
+#: How the dry-run twin names an operation it recorded instead of issuing: nothing was started.
+DRY_RUN_REF = "dry-run:"
+
+
+def recorded_only(ref: str | None) -> bool:
+    """An operation reference the dry-run twin recorded instead of issuing (nothing was started, so
+    nothing completed and nothing can be verified)."""
+    return (ref or "").startswith(DRY_RUN_REF)
+
+
 @dataclass(frozen=True)
 class Operation:
     """A started provider operation, persisted in remediation_steps before anyone waits on it."""

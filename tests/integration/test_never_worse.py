@@ -261,6 +261,9 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
         assert all(r.outcome.startswith("would") for r in rems)
         rows = list(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id.in_([r.id for r in rems]))))
         assert len(rows) == 30 and all(r.dry_run and (r.outcome or "").startswith("would") for r in rows)
+        restarts = [r.outcome for r in rows if r.step == "vm_restart"]
+        # No row says that an action that never happened completed.
+        assert restarts and all("recorded, not issued" in o and "completed" not in o for o in restarts)
         logged = list(s.scalars(select(AuditLog).where(AuditLog.target.in_(names))))
         assert logged and all(a.dry_run and a.reason.startswith("would") for a in logged)
         assert recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window) == before == {}
