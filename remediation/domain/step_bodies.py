@@ -218,12 +218,17 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
 
 def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | None:
     """What still shows a held fault (None: cleared). Unlike :func:`trigger_present`, our own drain
-    does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault."""
+    does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault. Nor a FAIL:
+    slurmctld drops a node's FAIL when we drain it, so while our drain stands, the FAIL it replaced
+    is only over when a human says so (resumes the node, or drains it with a reason of their own)."""
     if inp.source == "manual":
         return "reported by hand"
     snode = ad.slurm.get_node(inp.node)
     bad = snode.states & slurm_states.UNSERVING
     if inp.source == "slurm":
+        failed = slurm_states.named(inp.context.event_state or "") & slurm_states.FAILED
+        if not bad and failed and snode.reason_is_ours(cfg.policy.our_reason_prefix) and "DRAIN" in snode.flags:
+            return f"Slurm {'+'.join(sorted(failed))}, which our drain replaced"
         return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
     return trigger_present(inp, ad, None, snode, cfg)
 

@@ -3,6 +3,7 @@ configurations refused at start-up. The steps run against the memory world; noth
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -132,6 +133,20 @@ def test_without_kubernetes_nothing_is_cordoned_or_tainted_and_the_rows_say_so(w
     assert isinstance(held, Wait) and "drained (no Kubernetes)" in held.reason
     assert release_node(ad, NODE, PREFIX) == "no Kubernetes; resumed in Slurm"
     assert not world.calls("k8s.cordon") and not world.calls("k8s.taint")
+
+
+def test_a_held_fail_stays_held_though_our_drain_replaced_it(world: MemoryWorld) -> None:
+    """slurmctld drops FAIL when a node is drained: a held fabric FAIL then reads IDLE+DRAIN, with our
+    reason. That is not the fault clearing (which would give the node back, resumed): only a human ends it."""
+    world.set_slurm(NODE, state="IDLE", flags=["DRAIN"], reason=f"{PREFIX} leaf switch down")
+    held = replace(look(2, fault_class="fabric"), context=RemediationContext(fault_class="fabric",
+                                                                              event_state="IDLE+FAIL"))
+    out = return_to_service(held, site(world, kube=False), settings(), T0)
+    assert isinstance(out, Wait) and "Slurm FAIL, which our drain replaced" in out.reason
+    world.set_slurm(NODE, state="IDLE", flags=[], reason="")  # a human resumed it
+    out = return_to_service(held, site(world, kube=False), settings(), T0)
+    assert isinstance(out, Cancel) and "the fault cleared while held" in out.reason
+    assert not world.calls("slurm.resume")
 
 
 @pytest.mark.parametrize(("action", "site_", "want"), [
