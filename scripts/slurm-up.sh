@@ -3,8 +3,10 @@
 # host's Slurm 22.05, or with SLURM_CI_ROOT the Slurm 24.11 of a root built by scripts/slurm-root.sh.
 #
 # Each node is its own slurmd process (slurmd -N NAME) listening on its own port, so killing one slurmd
-# makes exactly that node go "Not responding" and then DOWN, as on a real cluster. Everything lives under
-# one directory (config, state, spool, logs, pid files); slurm-down.sh with the same directory removes it.
+# makes exactly that node go "Not responding" and then DOWN, as on a real cluster; `scontrol reboot NODE`
+# restarts exactly that node's slurmd as a fresh boot (the RebootProgram DIR/reboot-node.sh, below).
+# Everything lives under one directory (config, state, spool, logs, pid files); slurm-down.sh with the
+# same directory removes it.
 #
 # Environment (all optional):
 #   SLURM_CI_DIR        working directory                      (default /tmp/slurm-ci)
@@ -138,6 +140,36 @@ if [ "$LEAVES" -gt 0 ]; then
   made=$(grep -c "^SwitchName=leaf" "$D/topology.conf")
   echo "SwitchName=spine Switches=leaf[0-$((made - 1))]" >> "$D/topology.conf"
 fi
+# RebootProgram, for `scontrol reboot` (the service's vm.backend=slurm): "reboots" a node by restarting
+# its slurmd with -b, which registers as a fresh boot (BootTime now), as a rebooted host would.
+# slurmd runs it with no argument and nothing in its environment naming the node (seen on 22.05 and
+# 24.11), and every slurmd here shares one slurm.conf, so it finds its node by walking up its own
+# process tree to the slurmd whose pid file holds an ancestor's pid. It returns at once; a detached
+# child stops that slurmd and starts the new one. DIR/run/NODE.no-boot makes it restart slurmd without
+# -b: slurmd registers again with the old BootTime, a reboot that never happens. Each run is logged to
+# DIR/log/reboot.log.
+cat > "$D/reboot-node.sh" <<'REBOOT'
+#!/bin/sh
+D=$(dirname "$0")
+PATH=/usr/sbin:/usr/bin:/sbin:/bin  # the root's own slurmd, never DIR/bin's chroot wrappers
+pid=$$ node="" slurmd=""
+while [ -z "$node" ] && [ "${pid:-1}" -gt 1 ]; do
+  for f in "$D"/run/slurmd-*.pid; do
+    if [ "$(cat "$f" 2>/dev/null)" = "$pid" ]; then node=${f##*/slurmd-}; node=${node%.pid}; slurmd=$pid; fi
+  done
+  pid=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
+done
+[ -n "$node" ] || { echo "$(date +%T) no slurmd among my ancestors" >> "$D/log/reboot.log"; exit 1; }
+boot=-b
+[ -e "$D/run/$node.no-boot" ] && boot=""
+echo "$(date +%T) reboot $node (slurmd $slurmd${boot:+, as a new boot})" >> "$D/log/reboot.log"
+unset SLURMD_RECONF SLURMD_RECONF_LISTEN_FD SLURMD_RECONF_PARENT_FD  # a reconfigured 24.11 slurmd's
+setsid sh -c 'kill "$1"; while kill -0 "$1" 2>/dev/null; do sleep 0.1; done; exec slurmd $4 -N "$2" -f "$3"' \
+  reboot "$slurmd" "$node" "$D/slurm.conf" "$boot" </dev/null >/dev/null 2>&1 &
+exit 0
+REBOOT
+chmod 0755 "$D/reboot-node.sh"
+echo "RebootProgram=$D/reboot-node.sh" >> "$SLURM_CONF"
 # A chroot has no cgroup tree of its own (24.11's slurmd reads cgroup.conf even with task/none).
 [ -n "$ROOT" ] && echo "CgroupPlugin=disabled" > "$D/cgroup.conf"
 

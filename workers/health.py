@@ -118,9 +118,11 @@ def _multiprocess_dir() -> str:
 
 
 class HealthStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Serve the endpoint from the worker's main process; touch the heartbeat from its event loop."""
+    """Serve the endpoint from the worker's main process; touch the heartbeat from its event loop. The
+    server's thread starts after the pool and the beat have forked (see workers.kick_relay)."""
 
-    requires = ("celery.worker.components:Timer",)
+    requires = ("celery.worker.components:Timer", "celery.worker.components:Pool",
+                "celery.worker.components:Beat")
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         global _worker, _tasks

@@ -61,7 +61,15 @@ class KickRelay:
 
 
 class KickRelayStep(bootsteps.StartStopStep):  # type: ignore[misc]
-    """Run the relay in the worker's main process while the worker runs."""
+    """Run the relay in the worker's main process while the worker runs.
+
+    It starts after the pool and the embedded beat have forked their processes. A process forked while
+    the relay's thread is inside an import (its first connection imports a codec in ``getaddrinfo``)
+    inherits that module's import lock held by a thread it does not have, and blocks on its own first
+    connection for ever: a beat that never sends a sweep, a pool child that never finishes a task.
+    """
+
+    requires = ("celery.worker.components:Pool", "celery.worker.components:Beat")
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         self.relay: KickRelay | None = None

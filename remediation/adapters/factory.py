@@ -22,7 +22,14 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, NoopValidator, Recorder
+from remediation.adapters.noop import (
+    NoopKube,
+    NoopMachine,
+    NoopSlurm,
+    NoopSlurmReboot,
+    NoopValidator,
+    Recorder,
+)
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
@@ -80,8 +87,9 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapt
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
+        noop_machine = NoopSlurmReboot(recorder) if settings.machine.backend == "slurm" else NoopMachine(recorder)
         return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder) if kube is not None else None,
-                        NoopMachine(recorder) if machine is not None else None,
+                        noop_machine if machine is not None else None,
                         NoopValidator(recorder) if validator is not None else None)
     return Adapters(slurm, kube, machine, validator)
 
@@ -92,9 +100,7 @@ def validator_backend(settings: Settings) -> Validator | None:
     if backend == "none":
         return None
     if backend == "slurm":
-        if settings.slurm.backend in ("memory", "noop"):
-            raise ConfigError("validation.backend=slurm runs sbatch and scontrol: it needs slurm.backend "
-                              f"cli or rest, not {settings.slurm.backend}", component="validation")
+        needs_slurm_commands(settings, "validation.backend=slurm runs sbatch and scontrol", "validation")
         from remediation.adapters.slurm.validator import SlurmValidator
 
         return SlurmValidator(settings.slurm, settings.validation, settings.policy.our_reason_prefix)
@@ -106,6 +112,13 @@ def validator_backend(settings: Settings) -> Validator | None:
 
     kube = make_kube(settings)
     return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
+
+
+def needs_slurm_commands(settings: Settings, what: str, component: str) -> None:
+    """Refuse, at start-up, a backend that runs the Slurm commands beside a simulated or no-op Slurm."""
+    if settings.slurm.backend in ("memory", "noop"):
+        raise ConfigError(f"{what}: it needs slurm.backend cli or rest, not {settings.slurm.backend}",
+                          component=component)
 
 
 def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> SlurmControl:
@@ -141,6 +154,11 @@ def machine_backend(settings: Settings, world: MemoryWorld | None = None) -> Mac
         return MemoryVM(world or make_world(settings))
     if settings.machine.backend == "noop":
         return NoopMachine()
+    if settings.machine.backend == "slurm":
+        needs_slurm_commands(settings, "machine.backend=slurm runs scontrol reboot", "slurm")
+        from remediation.adapters.slurm.reboot import SlurmReboot
+
+        return SlurmReboot(settings.slurm, settings.policy.our_reason_prefix)
     from remediation.adapters.cloud.router import make_vm_provider
 
     if world is None:

@@ -120,6 +120,18 @@ class NoopMachine:
         return OperationStatus(done=True)
 
 
+class NoopSlurmReboot(NoopMachine):
+    """Dry-run's Slurm reboot (``machine.backend = slurm``): the machine is the Slurm node, as for the real
+    one, so a dry run needs no providerID either; the reboot is recorded, never asked for."""
+
+    def ref_for(self, node: str) -> VMRef:
+        return VMRef("slurm", node)
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        self.record("slurm reboot", node=vm.name, action=str(action), key=idempotency_key)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
+
+
 @dataclass
 class NoopValidator:
     """Dry-run's validation: records the check it would run; reports it done with no exit code, which

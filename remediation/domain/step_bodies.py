@@ -40,6 +40,7 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
+    NodeAddressed,
     Operation,
     SlurmNode,
     VMAction,
@@ -274,7 +275,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        vm = parse_provider_id(inp.context.provider_id or "")
+        vm = machine.ref_for(inp.node) if isinstance(machine, NodeAddressed) else parse_provider_id(
+            inp.context.provider_id or "")
         op = machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict())

@@ -165,8 +165,8 @@ class VMAction(StrEnum):
 class VMRef:
     """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
 
-    provider: Literal["gce", "azure", "aws", "memory"]
-    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id
+    provider: Literal["gce", "azure", "aws", "memory", "slurm"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id, Slurm node
     zone: str = ""  # GCE zone, AWS availability zone
     account: str = ""  # GCE project, Azure subscription
     group: str = ""  # Azure resource group
@@ -238,4 +238,13 @@ class MachineProvider(Protocol):
 
     def poll(self, op: Operation) -> OperationStatus:
         """Check an operation once."""
+        ...
+
+
+@runtime_checkable
+class NodeAddressed(Protocol):
+    """A MachineProvider whose machine is the Slurm node itself (Slurm's own reboot), not the VM a Node's
+    providerID names: the machine step asks it for the node's ref instead of parsing a providerID."""
+
+    def ref_for(self, node: str) -> VMRef:
         ...

@@ -171,8 +171,11 @@ SLURM_UNREACHABLE = (
 )
 #: Messages meaning we are not allowed to do this: a configuration fault (SlurmUser / operator role).
 SLURM_DENIED = ("access/permission denied", "permission denied", "user not authorized", "invalid user id")
-#: Messages meaning the Slurm client and controller cannot work together: a configuration fault.
-SLURM_MISCONFIGURED = ("incompatible versions of client and server code", "protocol version")
+#: Messages meaning the Slurm client and controller cannot work together, or the cluster lacks what we
+#: asked of it (``scontrol reboot`` with no RebootProgram): a configuration fault. Checked before the
+#: unreachable markers, because scontrol follows its own reason with "Unspecified error".
+SLURM_MISCONFIGURED = ("incompatible versions of client and server code", "protocol version",
+                       "rebootprogram isn't defined")
 SLURM_TRANSIENT = ("resource temporarily unavailable",)
 SLURM_UNKNOWN_NODE = ("invalid node name", "not found")
 
@@ -180,10 +183,10 @@ SLURM_UNKNOWN_NODE = ("invalid node name", "not found")
 def error_for_slurm(message: str, *, node_error: type[RemediationError] = PermanentError) -> RemediationError:
     """The typed error for a failed Slurm command or a slurmrestd ``errors[]`` entry."""
     lowered = message.lower()
+    if any(marker in lowered for marker in SLURM_MISCONFIGURED):
+        return ConfigError(f"Slurm is misconfigured for this: {message}", component="slurm")
     if any(marker in lowered for marker in SLURM_UNREACHABLE):
         return ControllerUnreachable(f"slurmctld unreachable: {message}")
-    if any(marker in lowered for marker in SLURM_MISCONFIGURED):
-        return ConfigError(f"the Slurm client cannot talk to this slurmctld: {message}", component="slurm")
     if any(marker in lowered for marker in SLURM_DENIED):
         return CredentialError(f"Slurm refused the service's user: {message}", component="slurm")
     if any(marker in lowered for marker in SLURM_TRANSIENT):

@@ -13,12 +13,15 @@ from remediation.settings.base import Section
 class MachineSettings(Section):
     """What restarts, moves or reimages a node's machine (the ladder's machine rungs), and the clouds'
     endpoint overrides."""
-    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop", "none"] = Field(
+    backend: Literal["gce", "azure", "aws", "auto", "slurm", "memory", "noop", "none"] = Field(
         "auto", description="What acts on a node's machine: a cloud (gce, azure, aws; 'auto' picks by the "
-        "Node's providerID scheme), or none: this site has nothing that can restart, move or reimage a "
-        "machine, so the ladder's machine rungs and verify are skipped and a node returns only on a "
-        "passed GPU check (validation), or is held or quarantined (workflow.unproven). memory is the "
-        "simulated world; noop is the dry-run twin, refused outside dry-run.",
+        "Node's providerID scheme); slurm: the Slurm node itself is rebooted with `scontrol reboot` (the "
+        "cluster's RebootProgram; no providerID, no cloud credentials), which can do nothing heavier, so "
+        "a shipped move-host or reimage rung quarantines; or none: this site has nothing that can "
+        "restart, move or reimage a machine, so the ladder's machine rungs and verify are skipped and a "
+        "node returns only on a passed GPU check (validation), or is held or quarantined "
+        "(workflow.unproven). A ladder written with a rung the backend cannot do is refused at start-up. "
+        "memory is the simulated world; noop is the dry-run twin, refused outside dry-run.",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")

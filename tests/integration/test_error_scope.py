@@ -253,12 +253,16 @@ def test_errors_carry_one_scope_each() -> None:
         ("scontrol update: Unable to contact slurm controller (connect failure)", "ControllerUnreachable"),
         ("sinfo: error: Munge encode failed: Failed to access munge.socket.2", "ControllerUnreachable"),
         ("scontrol: error: Incompatible versions of client and server code", "ConfigError"),
+        # Slurm 22.05 and 24.11, scontrol reboot on a cluster without one: the last line alone reads
+        # like an unreachable controller.
+        ("scontrol reboot: scontrol: error: RebootProgram isn't defined\n"
+         "scontrol_reboot_nodes error: Unspecified error", "ConfigError"),
         ("scontrol update: Access/permission denied", "CredentialError"),
         ("scontrol update: Invalid node name specified", "UnknownNode"),
         ("scontrol update: Invalid node state specified", "PermanentError"),
         ("squeue: Resource temporarily unavailable", "TransientError"),
     ],
-    ids=["unreachable", "munge", "version-mismatch", "denied", "unknown-node", "refused", "busy"],
+    ids=["unreachable", "munge", "version-mismatch", "no-reboot-program", "denied", "unknown-node", "refused", "busy"],
 )
 def test_the_slurm_table_gives_each_message_its_scope(message: str, kind: str) -> None:
     from remediation.ports.errors import error_for_slurm

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -141,36 +143,79 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, worker: Ha
             return value
         time.sleep(0.1)
     tail = worker.output()[-4000:] if worker else ""
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}{stacks(worker)}")
 
 
+def stacks(worker: HasOutput | None) -> str:
+    """The Python stacks of a worker's processes (its main process, beat and pool children), for a
+    failure message: a wait that timed out on a wedged process says where it is wedged."""
+    proc = getattr(worker, "proc", None)
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if proc is None or spy is None or proc.poll() is not None:
+        return ""
+    group = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True, timeout=10).stdout
+    dumps = []
+    for pid in group.split():
+        dump = subprocess.run([spy, "dump", "--pid", pid], capture_output=True, text=True, timeout=30)
+        dumps.append(dump.stdout or dump.stderr)
+    return "\nstacks:\n" + "\n".join(dumps)
 
-def broker_idle(client: Any, prefix: str, live: int | None = None) -> bool:
-    """No task is queued, and no live worker holds one: running, reserved, or waiting for its countdown
-    (asked of the workers themselves; a worker that was SIGKILLed holds nothing any more, and the
-    messages it had reserved come back only after the broker's visibility timeout)."""
-    queues = [f"{prefix}:celery:{q}" for q in ("ingest", "workflow")]
-    if any(client.llen(k) for k in queues):
-        return False
+
+#: The longest countdown a barrier waits out (the workers' own retry backoff stops at 60 s).
+LONGEST_COUNTDOWN_S = 90
+
+
+def broker_held(client: Any, prefix: str, live: int | None = None) -> tuple[str, float]:
+    """What the broker and its live workers still hold, as ("", 0) when nothing: a queued task, or one a
+    live worker is running, has reserved, or keeps for its countdown (asked of the workers themselves;
+    a worker that was SIGKILLed holds nothing any more, and the messages it had reserved come back only
+    after the broker's visibility timeout). The second value is the latest countdown's end (epoch
+    seconds, 0 if none): a barrier must give a held retry until then."""
+    queues = {q: client.llen(f"{prefix}:celery:{q}") for q in ("ingest", "workflow")}
+    if any(queues.values()):
+        return f"queued: {queues}", 0.0
     url = client.connection_pool.connection_kwargs
     app = make_app(load_settings(broker={
         "redis_url": f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}",
         "key_prefix": prefix}))
     inspect = app.control.inspect(timeout=2.0, limit=live)  # answers as soon as ``live`` workers did
-    held = [inspect.active(), inspect.reserved(), inspect.scheduled()]
-    return all(answer is not None and (live is None or len(answer) >= live) and not any(answer.values())
-               for answer in held)
+    held = {"active": inspect.active(), "reserved": inspect.reserved(), "scheduled": inspect.scheduled()}
+    silent = [k for k, answer in held.items() if answer is None or (live is not None and len(answer) < live)]
+    if silent:
+        return f"no answer from every live worker to {silent}", 0.0
+    tasks = {k: [t for ts in answer.values() for t in ts] for k, answer in held.items()}
+    if not any(tasks.values()):
+        return "", 0.0
+    etas = [datetime.fromisoformat(t["eta"]).timestamp() for t in tasks["scheduled"] if t.get("eta")]
+    names = {k: [(t.get("request") or t).get("name") for t in ts] for k, ts in tasks.items() if ts}
+    return f"held: {names}", max(etas, default=0.0)
+
+
+def broker_idle(client: Any, prefix: str, live: int | None = None) -> bool:
+    return not broker_held(client, prefix, live)[0]
 
 
 def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, timeout: float = 30) -> None:
     """The barrier before a "nothing more happens" check: no task is queued or held by a live worker,
     and then the workers acknowledged ``sweeps`` more sweeps, each of which could have acted on a
-    leftover step (a late duplicate would come from a redelivered task or a sweep)."""
-    def idle() -> bool:
-        return broker_idle(client, prefix, live=sum(w.proc.poll() is None for w in workers))
+    leftover step (a late duplicate would come from a redelivered task or a sweep). A task kept for its
+    countdown (a retry backing off after a database outage) is waited for: ``timeout`` runs from the
+    end of the latest countdown seen."""
+    def idle() -> None:
+        deadline, what = time.monotonic() + timeout, ""
+        while time.monotonic() < deadline:
+            what, eta = broker_held(client, prefix, live=sum(w.proc.poll() is None for w in workers))
+            if not what:
+                return
+            wait = min(max(eta - time.time(), 0.0), LONGEST_COUNTDOWN_S)
+            deadline = max(deadline, time.monotonic() + wait + timeout)
+            time.sleep(0.1)
+        tail = workers[-1].output()[-4000:]
+        raise AssertionError(f"timed out waiting for every task to be acknowledged; last seen {what}\n{tail}"
+                             f"{stacks(workers[-1])}")
 
-    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])
+    idle()
     mark = sum(w.acknowledged(SWEEP) for w in workers)
     wait_for(lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps, timeout,
              f"{sweeps} more sweeps to be acknowledged", workers[-1])
-    wait_for(idle, timeout, "every task to be acknowledged", workers[-1])
+    idle()

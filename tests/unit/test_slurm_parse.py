@@ -33,6 +33,7 @@ SINFO = (DATA / "sinfo-22.05.json").read_text()
 SCONTROL = (DATA / "scontrol-show-node-22.05.txt").read_text()
 BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})
 STAMP = 1795310111  # reason_changed_at of the three bad nodes in the fixtures
+BOOT = 1795309342  # boot_time of every node in the fixtures (one host)
 
 
 @pytest.fixture
@@ -61,14 +62,14 @@ def test_real_22_05_document() -> None:
     nodes = parse_nodes_json(SINFO)
     assert list(nodes) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert nodes["gpu-node-0"] == NodeRecord(
-        "gpu-node-0", "DOWN", frozenset(), 'a b "c" $(x) `y` ;z', "root", STAMP, nodes["gpu-node-0"].slurmd_start_time
+        "gpu-node-0", "DOWN", frozenset(), 'a b "c" $(x) `y` ;z', "root", STAMP, nodes["gpu-node-0"].slurmd_start_time, BOOT
     )
     assert nodes["gpu-node-1"].states == {"IDLE", "FAIL"}
     assert nodes["gpu-node-1"].reason == "xid 79"
     assert nodes["gpu-node-2"].flags == {"DRAIN"}
     assert nodes["gpu-node-2"].reason == "maintenance: PSU swap"
     assert nodes["gpu-node-3"] == NodeRecord(
-        "gpu-node-3", "IDLE", frozenset(), "", None, 0, nodes["gpu-node-3"].slurmd_start_time
+        "gpu-node-3", "IDLE", frozenset(), "", None, 0, nodes["gpu-node-3"].slurmd_start_time, BOOT
     )
     assert nodes["gpu-node-3"].slurmd_start_time > 1_700_000_000
 
@@ -91,12 +92,14 @@ def test_v0_0_40_shape_state_list_and_number_objects() -> None:
     del node["state_flags"]
     node["reason_changed_at"] = {"set": True, "infinite": False, "number": 1234}
     node["slurmd_start_time"] = {"set": False, "infinite": False, "number": 0}
+    node["boot_time"] = {"set": True, "infinite": False, "number": 1795648336}
     status = parse_nodes_json(pretty(d))["gpu-node-2"]
-    assert (status.state, status.flags, status.reason_changed_at, status.slurmd_start_time) == (
+    assert (status.state, status.flags, status.reason_changed_at, status.slurmd_start_time, status.boot_time) == (
         "IDLE",
         {"DRAIN"},
         1234,
         0,
+        1795648336,
     )
 
 
@@ -279,6 +282,7 @@ BAD_LINES = [
     ("bad-name", "NodeName=a$(b) State=IDLE", "not a valid node name"),
     ("no-state", "NodeName=n1 Arch=x86_64", "no State="),
     ("bad-time", "NodeName=n1 State=IDLE SlurmdStartTime=soon", "SlurmdStartTime: not a time"),
+    ("bad-boot-time", "NodeName=n1 State=IDLE BootTime=soon", "BootTime: not a time"),
 ]
 
 

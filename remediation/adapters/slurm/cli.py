@@ -214,6 +214,15 @@ class CliSlurm:
                     f"Slurm refused to resume {name} ({'+'.join(sorted(current.states))}): {exc.message}"
                 ) from None
 
+    def reboot(self, name: str, reason: str) -> None:
+        """``scontrol reboot ASAP nextstate=DOWN reason=REASON NAME``: the cluster's RebootProgram reboots
+        the node once no job holds it (ASAP drains it first), and slurmctld keeps it DOWN with the reason
+        when it is back. Every call asks again: :mod:`remediation.adapters.slurm.reboot` asks once.
+        Unlike ``update``, ``reboot`` keeps quotes in its reason (22.05 and 24.11): none are added."""
+        check_node_name(name)
+        check_reason(reason)
+        self._run([self.settings.scontrol, "reboot", "ASAP", "nextstate=DOWN", f"reason={reason}", name])
+
     # ------------------------------------------------------------------------------- internals
 
     def _job_command(self, argv: list[str]) -> None:

@@ -155,7 +155,7 @@ class DeltaReader:
                 # which the watcher cuts off), which only the detail read has.
                 self._pending.add(name)
                 continue
-            status = line.record(name, known.slurmd_start_time)
+            status = line.record(name, known)
             if status != known:
                 self.latest[name] = status
                 self.from_lines += 1

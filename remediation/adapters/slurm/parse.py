@@ -57,6 +57,9 @@ class NodeRecord(NamedTuple):
     reason_user: str | None = None
     reason_changed_at: int = 0
     slurmd_start_time: int = 0
+    # When the node's machine last booted (``BootTime``, ``boot_time``): slurmd reports its uptime and
+    # slurmctld subtracts, so the same boot may read a second apart from one registration to the next.
+    boot_time: int = 0
 
     @property
     def states(self) -> frozenset[str]:
@@ -232,6 +235,7 @@ def _status(node: Any, index: int) -> NodeRecord:
         user,
         _number(node.get("reason_changed_at"), f"{where}.reason_changed_at"),
         _number(node.get("slurmd_start_time"), f"{where}.slurmd_start_time"),
+        _number(node.get("boot_time"), f"{where}.boot_time"),
     )
 
 
@@ -262,6 +266,7 @@ _STATE = re.compile(r"(?:^| )State=(\S+)")
 _REASON = re.compile(r" Reason=(.*?) \[([^@\]\s]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d|Unknown|None)\]")
 _REASON_BARE = re.compile(r" Reason=(.*)$")
 _START = re.compile(r" SlurmdStartTime=(\S+)")
+_BOOT = re.compile(r" BootTime=(\S+)")
 
 
 def parse_scontrol_line(line: str) -> NodeRecord:
@@ -289,7 +294,9 @@ def parse_scontrol_line(line: str) -> NodeRecord:
             reason = bare.group(1).strip()
     start_match = _START.search(line)
     started = _local_time(start_match.group(1), f"{name}: SlurmdStartTime") if start_match else 0
-    return NodeRecord(name, state, flags, reason, user, changed, started)
+    boot_match = _BOOT.search(line)
+    booted = _local_time(boot_match.group(1), f"{name}: BootTime") if boot_match else 0
+    return NodeRecord(name, state, flags, reason, user, changed, started, booted)
 
 
 def _complete_state(text: str, where: str) -> tuple[str, frozenset[str]]:
@@ -321,7 +328,8 @@ _NO_USER = frozenset({"", "Unk", "Unknown", "N/A", "(null)"})
 class SinfoLine(NamedTuple):
     """One line of ``sinfo -O`` in :data:`SINFO_LINE_FORMAT`: every node of ``nodes`` (a hostlist) has
     these fields. ``record`` gives what ``scontrol show node -o`` would say of one of them, bar the
-    slurmd start time, which sinfo cannot print (the caller supplies the last one it knew)."""
+    slurmd start and boot times, which this line does not print (the caller supplies the last ones it
+    knew)."""
 
     nodes: str
     state: str
@@ -330,9 +338,9 @@ class SinfoLine(NamedTuple):
     reason_user: str | None
     reason_changed_at: int
 
-    def record(self, name: str, slurmd_start_time: int) -> NodeRecord:
+    def record(self, name: str, known: NodeRecord) -> NodeRecord:
         return NodeRecord(name, self.state, self.flags, self.reason, self.reason_user, self.reason_changed_at,
-                          slurmd_start_time)
+                          known.slurmd_start_time, known.boot_time)
 
 
 def parse_sinfo_line(line: str) -> SinfoLine:

@@ -123,11 +123,12 @@ class SlurmCluster:
     def start_slurmd(self, node: str) -> None:
         self.run("slurmd", "-N", node, "-f", str(self.conf))
 
-    def wait_all_idle(self, timeout: float = 40) -> None:
+    def wait_idle(self, *nodes: str, timeout: float = 40) -> None:
+        """Wait until ``nodes`` (every node if none named) are IDLE without flags."""
         deadline = time.monotonic() + timeout
         while True:
             now = self.nodes_now()
-            if all(state == "IDLE" and not flags for state, flags, _ in now.values()):
+            if all(state == "IDLE" and not flags for n, (state, flags, _) in now.items() if not nodes or n in nodes):
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"cluster did not return to idle: {now}")

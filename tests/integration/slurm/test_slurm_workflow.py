@@ -163,7 +163,9 @@ class Pipeline:
     @contextmanager
     def watching(self) -> Iterator[Polls]:
         """A watcher thread (the real ``watchers.slurm.run``); waits until its first resync is in
-        Postgres, so every node is in the inventory. Yields the watcher's poll count."""
+        Postgres, so every node is in the inventory. Yields the watcher's poll count. Once the watcher
+        has stopped, what it published last is ingested too (as the ingest task would): a count of
+        lost events after the block sees every publication."""
         stopper, polls = Stopper(install=False), Polls()
         bus = RedisEventBus(self.client, self.prefix, kick=None)
         thread = threading.Thread(
@@ -180,6 +182,7 @@ class Pipeline:
             stopper.stop()
             thread.join(timeout=10)
             assert not thread.is_alive(), "watcher did not stop"
+            self.ingest()
 
     def ingest(self) -> int:
         return drain(self.client, Keys(self.prefix), self._handle, batch=500, claim_idle_ms=1000)

@@ -1,0 +1,129 @@
+"""Slurm's own reboot as the machine action: ``scontrol reboot ASAP nextstate=DOWN reason=... NODE``.
+
+A site without a cloud reboots a node through the cluster's RebootProgram, with no credentials beyond
+Slurm's. The machine is the Slurm node itself, ``VMRef("slurm", NODE)`` (:meth:`SlurmReboot.ref_for`),
+not a VM a Kubernetes providerID names.
+
+**The request.** ``ASAP`` drains the node and reboots it only once no job holds it: the workflow has
+drained it already, and ASAP is Slurm's own guarantee that nothing runs under the reboot.
+``nextstate=DOWN`` keeps the node out of service when it is back, so the validation and the return step
+put it back, never Slurm. The reason carries our prefix and a marker of this attempt,
+``<action>:<digest of the idempotency key>@<unix time of the request>`` (the clouds' tag marker); Slurm
+appends " : reboot issued" and then " : reboot complete" (or " : reboot timed out") and keeps it.
+
+**Once per idempotency key.** A worker may die after ``scontrol reboot`` and before the workflow recorded
+the Operation. The redelivered ``start`` reads the node first and asks only if slurmctld shows neither
+this attempt's marker in the reason (then the Operation is rebuilt from the marker, request time
+included) nor a reboot pending (REBOOT_REQUESTED or REBOOT_ISSUED: someone's reboot is on its way; it is
+waited on, never doubled). A human who rewrites the reason between our request and the redelivery, after
+the reboot completed, would get a second reboot: nothing else records the first.
+
+**Proof from slurmctld, not a timer.** ``poll`` reads the node (``scontrol show node -o``, one parser
+for 22.05 and 24.11). The reboot is done when slurmctld has cleared both reboot flags and the node's
+BootTime and SlurmdStartTime are not earlier than the request: slurmd registered from a machine that
+booted after we asked. SlurmdStartTime alone proves nothing: a slurmd restarted without a reboot
+registers with the old BootTime, and slurmctld keeps waiting. Flags cleared without such a boot mean
+slurmctld ended the reboot without one: ResumeTimeout passed (the node is DOWN, on 24.11 still DRAIN
+too), or a human resumed the node. That is an operation error, which the machine step turns into the
+next rung of the ladder. The verdict comes from flags and times, never from the words Slurm appends to
+the reason. A reboot slurmctld still waits on is waited on, up to ``workflow.vm_operation_timeout_s``.
+
+**Only restart.** Slurm reboots and can do nothing heavier. A rung asking for more (move-host,
+reimage) raises :class:`RebootOnly`, a permanent error about the node: the ladder ends there and the
+node is quarantined for a human, as at the end of any ladder.
+
+Always through scontrol, whatever ``slurm.backend`` reads with: slurmrestd has no reboot (none of
+v0.0.38 to v0.0.42 offers one).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from remediation.adapters.cloud.common import marker_for, marker_value
+from remediation.adapters.slurm.args import check_node_name
+from remediation.adapters.slurm.cli import CliSlurm
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.errors import PermanentError
+from remediation.settings import SlurmSettings
+
+#: The flags slurmctld shows while a reboot is pending: asked for, then handed to the node's slurmd.
+REBOOT_FLAGS = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED"})
+#: BootTime is slurmctld's clock less the uptime slurmd reports, so one boot reads up to a second
+#: apart from one registration to the next.
+BOOT_SLACK_S = 1
+
+
+class RebootOnly(PermanentError):
+    """A ladder rung asks Slurm for more than a reboot."""
+
+
+def slurm_machine(node: str) -> VMRef:
+    """The machine of Slurm node ``node``, as the Slurm reboot (and its dry-run twin) act on it."""
+    return VMRef("slurm", check_node_name(node))
+
+
+def requested_at(reason: str, marker: str) -> int | None:
+    """The request time our ``marker`` carries in a node's ``reason``; None when it is not there."""
+    found = re.search(re.escape(marker) + r"@([0-9]{1,12})\b", reason)
+    return int(found.group(1)) if found else None
+
+
+class SlurmReboot:
+    """:class:`remediation.ports.cluster.MachineProvider` for Slurm nodes (``machine.backend = slurm``)."""
+
+    def __init__(self, settings: SlurmSettings, reason_prefix: str) -> None:
+        self.cli = CliSlurm(settings)
+        self.prefix = reason_prefix
+
+    def ref_for(self, node: str) -> VMRef:
+        return slurm_machine(node)
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        name = _node(vm)
+        if action != VMAction.RESTART:
+            raise RebootOnly(f"Slurm can reboot {name}, nothing more: the ladder's {action} ends it here "
+                             "(quarantine); give nodes Slurm reboots ladders of restart rungs")
+        marker = marker_for(action, idempotency_key)
+        current = self.cli.status(name)
+        asked = requested_at(current.reason, marker)
+        if asked is not None:  # this attempt asked already (the worker died before recording it)
+            return _operation(vm, action, marker, asked, "found")
+        now = int(time.time())
+        if current.flags & REBOOT_FLAGS:  # a reboot is on its way already: wait on it, never add one
+            return _operation(vm, action, marker, min(now, current.reason_changed_at or now), "adopted")
+        self.cli.reboot(name, f"{self.prefix} reboot {marker_value(marker, now)}")
+        return _operation(vm, action, marker, now, "requested")
+
+    def poll(self, op: Operation) -> OperationStatus:
+        name = _node(op.vm)
+        since = op.data.get("requested_at")
+        if isinstance(since, bool) or not isinstance(since, int):
+            raise PermanentError(f"the recorded reboot of {name} has no request time: {op.data!r:.200}")
+        node = self.cli.status(name)
+        if node.flags & REBOOT_FLAGS or not node.boot_time:
+            # Pending; or no boot time at all, which slurmctld shows for a moment after a resume.
+            return OperationStatus(done=False)
+        if node.boot_time >= since - BOOT_SLACK_S and node.slurmd_start_time >= since:
+            return OperationStatus(done=True)
+        return OperationStatus(done=True, error=(
+            f"slurmctld ended the reboot of {name} without one: no reboot flag left, but it booted at "
+            f"{_at(node.boot_time)} (slurmd started {_at(node.slurmd_start_time)}), before the request at "
+            f"{_at(since)}; ResumeTimeout passed or someone resumed it ({'+'.join(sorted(node.states))})"))
+
+
+def _node(vm: VMRef) -> str:
+    if vm.provider != "slurm":
+        raise PermanentError(f"Slurm's reboot cannot act on a {vm.provider} VM ({vm.provider_id or vm.name})")
+    return check_node_name(vm.name)
+
+
+def _operation(vm: VMRef, action: VMAction, marker: str, at: int, how: str) -> Operation:
+    data: dict[str, Any] = {"requested_at": at, "marker": marker, "request": how}
+    return Operation("slurm", f"reboot:{vm.name}@{at}", action, vm, data)
+
+
+def _at(stamp: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(stamp)) if stamp else "never"
