@@ -7,10 +7,11 @@ that could be a secret).
 
 A site without a half names it ``none``. Such a site skips that half's steps, so a configuration that
 asks for one of them anyway is a contradiction, refused before anything acts: a ladder written with a
-restart, a host move or a reimage where ``machine.backend`` is ``none``; a GPU check run as a
-Kubernetes Job, or a cloud that finds each node's VM through its Node's providerID, where
-``kube.backend`` is ``none``. The shipped ladders are the project's defaults, not the site's words:
-their machine rungs are skipped there.
+restart, a host move or a reimage where ``machine.backend`` is ``none`` (or a host move or a reimage
+where it is ``slurm``, which can only reboot); a GPU check run as a Kubernetes Job, or a cloud that
+finds each node's VM through its Node's providerID, where ``kube.backend`` is ``none``. The shipped
+ladders are the project's defaults, not the site's words: where there is no machine backend their
+machine rungs are skipped.
 
 ``noop`` is the dry-run twin and nothing else. It acts on nothing and records what it would have done,
 so a ``noop`` backend outside dry-run writes rows that say a restart completed and a node recovered
@@ -30,23 +31,42 @@ from remediation.vocabulary import MACHINE_ACTIONS
 
 NONE = "none"
 NOOP = "noop"
+#: The machine rungs a backend can carry out, where it cannot do them all (a cloud, the memory world and
+#: the dry-run twin can): Slurm's own reboot only restarts, and a site with none does nothing.
+RUNGS: dict[str, tuple[str, ...]] = {NONE: (), "slurm": ("restart",)}
+#: ``workflow.ladder`` speaks the clouds' actions: each as the ladder rung it carries out.
+_AS_RUNG = {"restart": "restart", "reimage": "reimage", "redeploy": "move-host", "stop_start": "move-host"}
+#: Machine backends whose machine is the Slurm node itself: they need no Node's providerID.
+NODE_ADDRESSED = frozenset({"slurm"})
 
 
-def ladders_without_a_machine(machine: MachineSettings, workflow: WorkflowSettings,
-                              faults: FaultSettings) -> list[str]:
-    """A refusal per ladder the site wrote with a machine rung while it has no machine backend."""
-    if machine.backend != NONE:
+def ladders_beyond_the_machine(machine: MachineSettings, workflow: WorkflowSettings,
+                               faults: FaultSettings) -> list[str]:
+    """A refusal per ladder the site wrote with a machine rung its machine backend cannot carry out."""
+    can = RUNGS.get(machine.backend, MACHINE_ACTIONS)
+    if can == MACHINE_ACTIONS:
         return []
-    lacks = "and machine.backend is none: this site cannot restart, move or reimage a machine"
+    if can:
+        lacks = f"and machine.backend {machine.backend} can only {' and '.join(can)}"
+        fix = f"give it {' or '.join(can)} rungs only, or name a machine backend that can"
+    else:
+        lacks = "and machine.backend is none: this site cannot restart, move or reimage a machine"
+        fix = "name a machine backend"
     out = []
-    if workflow.ladder != WorkflowSettings.model_fields["ladder"].default:
-        out.append(f"workflow.ladder {workflow.ladder} needs a machine action, {lacks}; leave it unset (at "
-                   "such a site the machine rungs are skipped) or name a machine backend")
+    written = [_AS_RUNG[a] for a in workflow.ladder]
+    if workflow.ladder != WorkflowSettings.model_fields["ladder"].default and (beyond := _beyond(written, can)):
+        unset = "leave it unset (at such a site the machine rungs are skipped) or " if not can else ""
+        out.append(f"workflow.ladder {workflow.ladder} needs a machine action ({beyond}), {lacks}; {unset}{fix}")
     for name, ladder in sorted(faults.ladders.items()):
-        if needs := [a for a in ladder if a in MACHINE_ACTIONS]:
-            out.append(f"policy.faults.ladders.{name} {ladder} needs a machine action ({', '.join(needs)}), "
-                       f"{lacks}; write [hold] or [quarantine], or name a machine backend")
+        if beyond := _beyond(ladder, can):
+            out.append(f"policy.faults.ladders.{name} {ladder} needs a machine action ({beyond}), {lacks}; "
+                       f"write [hold] or [quarantine], or {fix}")
     return out
+
+
+def _beyond(ladder: list[str], can: tuple[str, ...]) -> str:
+    """The ladder's machine rungs the backend cannot carry out, in order, without repeats."""
+    return ", ".join(dict.fromkeys(a for a in ladder if a in MACHINE_ACTIONS and a not in can))
 
 
 def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation: ValidationSettings) -> list[str]:
@@ -57,10 +77,10 @@ def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation:
     if validation.backend == "kubernetes":
         out.append("validation.backend: kubernetes runs the GPU check as a Kubernetes Job, and kube.backend "
                    "is none; use validation.backend: slurm (a check job in a reservation) or none")
-    if machine.backend != NONE:
-        # Every machine backend so far finds the machine through the Node's spec.providerID.
+    if machine.backend != NONE and machine.backend not in NODE_ADDRESSED:
         out.append(f"machine.backend: {machine.backend} finds each node's machine through its Kubernetes "
-                   "Node's providerID, and kube.backend is none; set machine.backend: none")
+                   "Node's providerID, and kube.backend is none; set machine.backend: slurm (Slurm's own "
+                   "reboot) or none")
     return out
 
 

@@ -113,7 +113,7 @@ class Settings(BaseSettings):
             )
         refused = [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
                    *backends.without_kubernetes(self.kube, self.machine, self.validation),
-                   *backends.ladders_without_a_machine(self.machine, self.workflow, self.policy.faults)]
+                   *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults)]
         if refused:
             raise ValueError("\n  ".join(refused))
         return self

@@ -200,6 +200,19 @@ def test_a_slurm_only_site_loads_with_a_slurm_check_or_none() -> None:
         assert (s.kube.backend, s.machine.backend, s.validation.backend) == ("none", "none", check)
 
 
+def test_a_ladder_slurms_reboot_cannot_climb_is_refused_and_a_slurm_only_site_may_reboot() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(machine={"backend": "slurm"}, workflow={"ladder": ["restart", "stop_start"]},
+                      policy={"faults": {"ladders": {"gpu-memory": ["move-host", "quarantine"]}}})
+    text = str(err.value)
+    assert "workflow.ladder ['restart', 'stop_start'] needs a machine action (move-host)" in text
+    assert "policy.faults.ladders.gpu-memory ['move-host', 'quarantine'] needs a machine action (move-host)" in text
+    assert "machine.backend slurm can only restart" in text
+    s = load_settings(kube={"backend": "none"}, machine={"backend": "slurm"}, validation={"backend": "slurm"},
+                      policy={"faults": {"ladders": {"gpu-memory": ["restart", "quarantine"]}}})
+    assert (s.kube.backend, s.machine.backend) == ("none", "slurm")  # the machine is the Slurm node itself
+
+
 def test_without_a_machine_the_shipped_ladders_load_and_a_written_one_may_hold_or_quarantine() -> None:
     s = load_settings(machine={"backend": "none"}, workflow={"unproven": "quarantine"},
                       policy={"faults": {"ladders": {"gpu-memory": ["quarantine"], "nvlink": ["none"]}}})
