@@ -18,7 +18,13 @@ APP = "app"
 FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
                  UNKNOWN)
 
-#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, none
+#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, hold
 #: (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA for hardware
 #: classes).
-FAULT_ACTIONS = ("restart", "move-host", "reimage", "none", "quarantine")
+#: The ladder's machine rungs: what a machine backend does; a site with none (``machine.backend: none``)
+#: skips them.
+MACHINE_ACTIONS = ("restart", "move-host", "reimage")
+FAULT_ACTIONS = (*MACHINE_ACTIONS, "hold", "quarantine")
+#: Ladder actions renamed, old name -> new name: a site's configuration may still say ``none`` for
+#: ``hold`` (the word now names the backends a site lacks).
+RENAMED_ACTIONS = {"none": "hold"}

@@ -207,8 +207,9 @@ def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSet
 
 
 def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
-    """The ladder's VM actions: what vm_restart climbs; quarantine follows the last one."""
-    return tuple(a for a in ladder(fault_class, faults, workflow) if a not in ("none", "quarantine"))
+    """The ladder's machine rungs: what vm_restart climbs; quarantine follows the last one. A class
+    without any holds for a human or is quarantined at once."""
+    return tuple(a for a in ladder(fault_class, faults, workflow) if a not in ("hold", "quarantine"))
 
 
 def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> str:

@@ -1,10 +1,10 @@
 """The three small interfaces the workflow acts through, and the value types they exchange.
 
 These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
-slurmrestd or pyslurm; the kubernetes client; the GCE, Azure and AWS SDKs), and besides each real
-backend there are two more: ``remediation.adapters.noop`` (dry-run: records what would have happened,
-changes nothing) and ``remediation.adapters.memory`` (a simulated world for unit and integration
-tests). :mod:`remediation.adapters.factory` picks one from the settings.
+slurmrestd or pyslurm; the kubernetes client; a machine's hammer, today the GCE, Azure and AWS SDKs),
+and besides each real backend there are two more: ``remediation.adapters.noop`` (dry-run: records
+what would have happened, changes nothing) and ``remediation.adapters.memory`` (a simulated world
+for unit and integration tests). :mod:`remediation.adapters.factory` picks one from the settings.
 
 Contracts every implementation keeps:
 - Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
@@ -103,6 +103,10 @@ class KubeNode:
     quarantine_tainted: bool = False
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
 
+    def condition(self, cond_type: str) -> str | None:
+        """The status of ``cond_type`` now (Ready included); None: not reported."""
+        return self.ready if cond_type == "Ready" else self.conditions.get(cond_type)
+
 
 @dataclass(frozen=True)
 class EvictionProgress:
@@ -144,7 +148,10 @@ class KubeNodes(Protocol):
         ...
 
 
-# ----------------------------------------------------------------------------------------------- VMs
+# ------------------------------------------------------------------------------------------ Machines
+# What acts on the machine behind a node. The clouds act on VMs, which is where the value types take
+# their names from; a hammer for another kind of machine speaks the same shape: a reference to the
+# machine, an action, and an operation followed to its end.
 
 
 class VMAction(StrEnum):
@@ -172,6 +179,16 @@ class VMRef:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VMRef:
         return cls(**data)
+
+
+#: How the dry-run twin names an operation it recorded instead of issuing: nothing was started.
+DRY_RUN_REF = "dry-run:"
+
+
+def recorded_only(ref: str | None) -> bool:
+    """An operation reference the dry-run twin recorded instead of issuing (nothing was started, so
+    nothing completed and nothing can be verified)."""
+    return (ref or "").startswith(DRY_RUN_REF)
 
 
 @dataclass(frozen=True)
@@ -212,7 +229,9 @@ class OperationStatus:
 
 
 @runtime_checkable
-class VMProvider(Protocol):
+class MachineProvider(Protocol):
+    """Restarts, moves or reimages a node's machine: the ladder's machine rungs."""
+
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         """Start an action. Calling again with the same key must not act twice."""
         ...
@@ -224,7 +243,7 @@ class VMProvider(Protocol):
 
 @runtime_checkable
 class MachinesByNode(Protocol):
-    """A VMProvider that finds a node's machine by the node's name rather than by the Node's
+    """A MachineProvider that finds a node's machine by the node's name rather than by the Node's
     providerID: bare metal, where kubelet sets no providerID and a Slurm-only site has no Node at all
     (``redfish``: an inventory of its own; ``slurm``: the Slurm node itself). The workflow asks it for
     the ref it then starts actions on."""

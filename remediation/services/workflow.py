@@ -47,6 +47,7 @@ from remediation.db.queries import (
 )
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
+from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold, StepSettings
 from remediation.domain.policy import Clock, admit
 from remediation.domain.statemachine import (
@@ -224,9 +225,12 @@ class Workflow:
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
+            site = self.adapters.site
             if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
                     rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
+            rem.action = action_here(rem.action, site, wf)
+            rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
             if row is None:
                 attempt = next_attempt(s, rid, step)
                 row = RemediationStep(
@@ -333,7 +337,8 @@ class Workflow:
                 if step is Step.QUARANTINE:
                     close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
                     return None
-                nxt = next_on_success(step, validation=self.settings.validation.backend != "none")
+                nxt = next_on_success(step, self.adapters.site, acts=bool(vm_rungs(
+                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow)))
                 if nxt is Step.DONE:
                     close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
                     return None
@@ -344,13 +349,16 @@ class Workflow:
             reason = outcome.reason
             cls = rem.ctx.fault_class
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
+                if self.adapters.machine is None:
+                    reason = f"no machine action at this site: {reason}"
+                elif rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
                     rem.ladder += 1
                     rem.action = action_at(cls, self.settings.policy.faults, self.settings.workflow, rem.ladder)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)
-                reason = f"VM ladder exhausted: {reason}"
+                else:
+                    reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
             if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
@@ -377,7 +385,7 @@ class Workflow:
 
         def check(component: str, node: str) -> None:
             if component == "kubernetes":
-                self.adapters.kube.get(self.adapters.kube.node_for(node))
+                self.adapters.node_now(node)
             else:  # slurm, and anything that names no component: the controller answering is the test
                 self.adapters.slurm.get_node(node)
 

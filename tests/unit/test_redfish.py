@@ -17,7 +17,7 @@ import requests
 import urllib3
 from sushy import exceptions as sushy_exc
 
-from remediation.adapters.factory import make_adapters, vm_backend
+from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.adapters.redfish.client import MaybeSent, never_sent
 from remediation.adapters.redfish.dryrun import RedfishDryRun
@@ -304,20 +304,20 @@ def test_the_workflow_finds_a_bare_metal_machine_by_its_node(
 
 def test_the_factory_builds_redfish_only_with_its_files_and_the_intents(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="redfish.credentials_file and redfish.inventory_file"):
-        vm_backend(Settings(vm={"backend": "redfish"}))
-    settings = Settings(vm={"backend": "redfish"}, redfish=files(tmp_path, {}, "{}").model_dump())
+        machine_backend(Settings(machine={"backend": "redfish"}))
+    settings = Settings(machine={"backend": "redfish"}, redfish=files(tmp_path, {}, "{}").model_dump())
     with pytest.raises(ConfigError, match="intents"):
-        vm_backend(settings)
-    assert isinstance(vm_backend(settings, intents=object()), RedfishProvider)  # type: ignore[arg-type]
+        machine_backend(settings)
+    assert isinstance(machine_backend(settings, intents=object()), RedfishProvider)  # type: ignore[arg-type]
     simulated = Settings(
-        vm={"backend": "redfish"},
+        machine={"backend": "redfish"},
         redfish=settings.redfish.model_dump(),
         dry_run=True,
         slurm={"backend": "memory"},
         kube={"backend": "memory"},
     )
     dry = make_adapters(simulated, MemoryWorld(nodes=["n"]), intents=object())  # type: ignore[arg-type]
-    assert isinstance(dry.vm, RedfishDryRun)
+    assert isinstance(dry.machine, RedfishDryRun)
 
 
 # -------------------------------------------------------------- a reset's intent and its POST

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from remediation.adapters.factory import make_adapters, vm_backend
+from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopSlurmReboot, Recorder
 from remediation.adapters.slurm.args import InvalidSlurmArgument
@@ -192,9 +192,9 @@ def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_n
 
 
 def test_the_factory_builds_the_reboot_and_its_dry_run_twin() -> None:
-    settings = {"vm": {"backend": "slurm"}, "slurm": {"backend": "cli"}, "kube": {"backend": "memory"}}
-    assert isinstance(vm_backend(load_settings(**settings)), SlurmReboot)
+    settings = {"machine": {"backend": "slurm"}, "slurm": {"backend": "cli"}, "kube": {"backend": "memory"}}
+    assert isinstance(machine_backend(load_settings(**settings)), SlurmReboot)
     dry = make_adapters(load_settings(dry_run=True, **settings))
-    assert isinstance(dry.vm, NoopSlurmReboot) and isinstance(dry.vm, MachinesByNode)
-    with pytest.raises(ConfigError, match="vm.backend=slurm runs scontrol reboot: it needs slurm.backend cli"):
-        vm_backend(load_settings(vm={"backend": "slurm"}, slurm={"backend": "memory"}))
+    assert isinstance(dry.machine, NoopSlurmReboot) and isinstance(dry.machine, MachinesByNode)
+    with pytest.raises(ConfigError, match="machine.backend=slurm runs scontrol reboot: it needs slurm.backend cli"):
+        machine_backend(load_settings(machine={"backend": "slurm"}, slurm={"backend": "memory"}))

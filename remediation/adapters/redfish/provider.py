@@ -76,7 +76,7 @@ class Intents(Protocol):
 
 
 class RedfishProvider:
-    """:class:`remediation.ports.cluster.VMProvider` (and ``MachinesByNode``) for bare metal."""
+    """:class:`remediation.ports.cluster.MachineProvider` (and ``MachinesByNode``) for bare metal."""
 
     def __init__(self, settings: RedfishSettings, inventory: Inventory, intents: Intents) -> None:
         self.s, self.inventory, self.intents = settings, inventory, intents

@@ -72,7 +72,7 @@ def requested_at(reason: str, marker: str) -> int | None:
 
 
 class SlurmReboot:
-    """:class:`remediation.ports.cluster.VMProvider` for Slurm nodes (``vm.backend = slurm``)."""
+    """:class:`remediation.ports.cluster.MachineProvider` for Slurm nodes (``machine.backend = slurm``)."""
 
     def __init__(self, settings: SlurmSettings, reason_prefix: str) -> None:
         self.cli = CliSlurm(settings)

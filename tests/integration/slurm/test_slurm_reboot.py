@@ -1,4 +1,4 @@
-"""Slurm's own reboot (``vm.backend = slurm``) against the real slurmctld of each release.
+"""Slurm's own reboot (``machine.backend = slurm``) against the real slurmctld of each release.
 
 The session clusters' RebootProgram (``scripts/slurm-up.sh``) restarts the rebooted node's slurmd with
 ``-b``, which registers as a fresh boot; with ``DIR/run/NODE.no-boot`` it restarts slurmd without it,
