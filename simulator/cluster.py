@@ -314,15 +314,15 @@ class SimCluster(FaultInjector):
             "REMEDIATION_KUBE__POD_NAMESPACE": SLURM_NAMESPACE,
             "REMEDIATION_KUBE__POD_LABEL_SELECTOR": "=".join(SLURMD_LABEL),
             "REMEDIATION_KUBE__MIN_CONDITION_S": f"{min_condition_s:g}",
-            "REMEDIATION_VM__BACKEND": "auto",
-            "REMEDIATION_VM__GCE_ENDPOINT": self.gce.url,
-            "REMEDIATION_VM__GCE_ANONYMOUS": "true",
-            "REMEDIATION_VM__AZURE_ENDPOINT": self.azure.url,
-            "REMEDIATION_VM__AZURE_CA_FILE": str(self.cert_file),
-            "REMEDIATION_VM__AZURE_TEST_TOKEN": self.azure_token,
-            "REMEDIATION_VM__REQUEST_TIMEOUT_S": "10",
+            "REMEDIATION_MACHINE__BACKEND": "auto",
+            "REMEDIATION_MACHINE__GCE_ENDPOINT": self.gce.url,
+            "REMEDIATION_MACHINE__GCE_ANONYMOUS": "true",
+            "REMEDIATION_MACHINE__AZURE_ENDPOINT": self.azure.url,
+            "REMEDIATION_MACHINE__AZURE_CA_FILE": str(self.cert_file),
+            "REMEDIATION_MACHINE__AZURE_TEST_TOKEN": self.azure_token,
+            "REMEDIATION_MACHINE__REQUEST_TIMEOUT_S": "10",
             # The test token is refused on anything but loopback unless the host is named here.
-            **({} if self.advertise in LOOPBACK else {"REMEDIATION_VM__AZURE_TEST_HOST": self.advertise}),
+            **({} if self.advertise in LOOPBACK else {"REMEDIATION_MACHINE__AZURE_TEST_HOST": self.advertise}),
         }
 
     def write_kubeconfig(self, path: Path) -> Path:

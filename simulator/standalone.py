@@ -6,7 +6,7 @@ lines. For docker-compose (see docker-compose.yml) it:
 - listens on ``--bind`` (0.0.0.0 in a container) with fixed ports, ``--base-port N``: the
   kube-apiserver subset, GCE, Azure and slurmrestd on N, N+1, N+2 and N+3;
 - names itself ``--advertise HOST`` (the compose service name) in every URL and in the Azure
-  certificate; a host that is not loopback is also named in ``vm.azure_test_host``, the one setting
+  certificate; a host that is not loopback is also named in ``machine.azure_test_host``, the one setting
   that lets the Azure test token go to a non-loopback endpoint;
 - writes the certificates (the kube-apiserver's cluster CA among them), a ``kubeconfig`` for
   ``kubectl`` and ``simulator.env`` into ``--state-dir``, a volume the other containers read. The env file comes last (its presence means "ready" to the healthcheck) and is removed on

@@ -37,7 +37,7 @@ LONG_FIRST = (
     "tests/reliability/", "tests/integration/slurm/", "tests/integration/cloud/",
     "tests/integration/test_no_phantom_faults.py", "tests/integration/test_demo.py",
     "tests/integration/test_cli_server.py", "tests/integration/test_compose_smoke.py",
-    "tests/integration/kube/", "tests/integration/test_celery_pipeline.py",
+    "tests/integration/kube/", "tests/integration/test_celery_pipeline.py", "tests/integration/redfish/",
 )
 
 

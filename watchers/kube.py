@@ -111,6 +111,8 @@ def run(
 def main() -> None:
     settings = load_settings()
     logs.configure_from(settings)
+    if settings.kube.backend == "none":
+        raise SystemExit("kube.backend is none: this site has no Kubernetes, so there is no Kubernetes watcher to run")
     run(settings, Stopper())
 
 

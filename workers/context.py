@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.bus import Keys
 from remediation.adapters.factory import make_adapters, redis_client
 from remediation.clock import SystemClock
+from remediation.db.intents import StepIntents
 from remediation.db.session import make_engine, make_session_factory
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
@@ -38,7 +39,7 @@ class Runtime:
     @cached_property
     def workflow(self) -> Workflow:
         return Workflow(
-            self.sessions, make_adapters(self.settings), self.settings, SystemClock(),
+            self.sessions, make_adapters(self.settings, intents=StepIntents(self.sessions)), self.settings, SystemClock(),
             worker=f"{socket.gethostname()}:{os.getpid()}",
         )
 

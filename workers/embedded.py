@@ -25,7 +25,7 @@ EMBEDDED_ENV = {
     "REMEDIATION_BROKER__CELERY_BROKER_URL": "memory://",
     "REMEDIATION_SLURM__BACKEND": "memory",
     "REMEDIATION_KUBE__BACKEND": "memory",
-    "REMEDIATION_VM__BACKEND": "memory",
+    "REMEDIATION_MACHINE__BACKEND": "memory",
 }
 
 

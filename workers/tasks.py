@@ -29,8 +29,8 @@ from remediation.adapters.celery import (
 )
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
+from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
-from remediation.domain.step_bodies import release_node
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit

@@ -1,14 +1,15 @@
 """The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
 
 Each kind of adapter has one selector here: :func:`slurm_backend`, :func:`kube_backend`,
-:func:`vm_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
-the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend;
-the real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
+:func:`machine_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
+the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend,
+or None for a half the site lacks (``none``: no adapter at all, so its steps are never taken); the
+real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
 which know nothing of the others.
 
 Dry-run is applied in exactly one place, :func:`make_adapters`: every writer is swapped for its no-op
 twin, which still reads through the chosen backend (a dry run sees the real cluster) and writes into
-one shared :class:`Recorder`. The ``memory`` backends of a process share one simulated world
+one shared :class:`Recorder`. A half the site lacks has no twin: it stays absent. The ``memory`` backends of a process share one simulated world
 (optionally a journal file shared across worker processes). The policy rehearsal gets a private world
 of its own on its simulated clock (:func:`memory_world`) and the adapters over it
 (:func:`memory_adapters`), whatever backends the settings name: it replays a policy, it never acts.
@@ -21,10 +22,17 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopSlurmReboot, NoopValidator, NoopVM, Recorder
+from remediation.adapters.noop import (
+    NoopKube,
+    NoopMachine,
+    NoopSlurm,
+    NoopSlurmReboot,
+    NoopValidator,
+    Recorder,
+)
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
 from remediation.settings import Settings
@@ -34,6 +42,7 @@ if TYPE_CHECKING:
 
     from remediation.adapters.bus import RedisEventBus
     from remediation.adapters.lock import LeaderLock
+    from remediation.adapters.redfish.provider import Intents
 
 _worlds: dict[str, MemoryWorld] = {}
 
@@ -71,18 +80,35 @@ def memory_adapters(world: MemoryWorld) -> Adapters:
     return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world))
 
 
-def make_adapters(settings: Settings, world: MemoryWorld | None = None) -> Adapters:
-    """All three adapters the workflow drives; under ``dry_run`` every writer records instead."""
+def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents: Intents | None = None) -> Adapters:
+    """All three adapters the workflow drives; under ``dry_run`` every writer records instead. ``intents``
+    (the database's, from the entry point) is where a backend that cannot repeat an action safely
+    records it before sending it (redfish)."""
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
-    vm = vm_backend(settings, world)  # built even for a dry run: bad cloud settings fail at start-up
+    machine = machine_backend(settings, world, intents)  # built even for a dry run: bad settings fail at start-up
     validator = validator_backend(settings)
     if settings.dry_run:
         recorder = Recorder()
-        noop_validator = NoopValidator(recorder) if validator is not None else None
-        noop_vm = NoopSlurmReboot(recorder) if settings.vm.backend == "slurm" else NoopVM(recorder)
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder), noop_vm, noop_validator)
-    return Adapters(slurm, kube, vm, validator)
+        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder) if kube is not None else None,
+                        noop_machine(settings, machine, recorder) if machine is not None else None,
+                        NoopValidator(recorder) if validator is not None else None)
+    return Adapters(slurm, kube, machine, validator)
+
+
+def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorder) -> MachineProvider:
+    """The dry-run twin of ``machine``: redfish's reads the real BMCs (a bare-metal machine is found by
+    its node, so the twin must find it too); Slurm's reboot names the node itself; a cloud's reads
+    nothing."""
+    if settings.machine.backend == "redfish":
+        from remediation.adapters.redfish.dryrun import RedfishDryRun
+        from remediation.adapters.redfish.provider import RedfishProvider
+
+        assert isinstance(machine, RedfishProvider)
+        return RedfishDryRun(machine, recorder)
+    if settings.machine.backend == "slurm":
+        return NoopSlurmReboot(recorder)
+    return NoopMachine(recorder)
 
 
 def validator_backend(settings: Settings) -> Validator | None:
@@ -123,8 +149,10 @@ def slurm_backend(settings: Settings, world: MemoryWorld | None = None) -> Slurm
     return make_slurm(settings)
 
 
-def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNodes:
-    """The KubeNodes ``kube.backend`` names."""
+def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNodes | None:
+    """The KubeNodes ``kube.backend`` names (None: ``none``, the site has no Kubernetes)."""
+    if settings.kube.backend == "none":
+        return None
     if settings.kube.backend == "memory":
         return MemoryKube(world or make_world(settings))
     if settings.kube.backend == "noop":
@@ -134,18 +162,25 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
     return make_kube(settings)
 
 
-def vm_backend(settings: Settings, world: MemoryWorld | None = None) -> VMProvider:
-    """The VMProvider ``vm.backend`` names. With a ``world`` given, ``auto`` also routes ``memory:///``
-    VMs (the simulated cluster) to it."""
-    if settings.vm.backend == "memory":
+def machine_backend(settings: Settings, world: MemoryWorld | None = None,
+                    intents: Intents | None = None) -> MachineProvider | None:
+    """The MachineProvider ``machine.backend`` names (None: ``none``, the site has no machine action).
+    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it."""
+    if settings.machine.backend == "none":
+        return None
+    if settings.machine.backend == "memory":
         return MemoryVM(world or make_world(settings))
-    if settings.vm.backend == "noop":
-        return NoopVM()
-    if settings.vm.backend == "slurm":
-        needs_slurm_commands(settings, "vm.backend=slurm runs scontrol reboot", "slurm")
+    if settings.machine.backend == "noop":
+        return NoopMachine()
+    if settings.machine.backend == "slurm":
+        needs_slurm_commands(settings, "machine.backend=slurm runs scontrol reboot", "slurm")
         from remediation.adapters.slurm.reboot import SlurmReboot
 
         return SlurmReboot(settings.slurm, settings.policy.our_reason_prefix)
+    if settings.machine.backend == "redfish":
+        from remediation.adapters.redfish import make_redfish
+
+        return make_redfish(settings, intents)
     from remediation.adapters.cloud.router import make_vm_provider
 
     if world is None:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from remediation.ports.cluster import (
+    DRY_RUN_REF,
     EvictionProgress,
     KubeNode,
     KubeNodes,
@@ -107,28 +108,28 @@ class NoopKube:
         self.record("taint" if on else "untaint", node=name)
 
 
-class NoopVM:
+class NoopMachine:
     def __init__(self, recorder: Recorder | None = None) -> None:
         self.record = recorder or Recorder()
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         self.record(str(action), vm=vm.provider_id or vm.name, key=idempotency_key)
-        return Operation(vm.provider, f"dry-run:{idempotency_key}", action, vm)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
 
     def poll(self, op: Operation) -> OperationStatus:
         return OperationStatus(done=True)
 
 
-class NoopSlurmReboot(NoopVM):
-    """Dry-run's Slurm reboot (``vm.backend = slurm``): the machine is the Slurm node, as for the real
+class NoopSlurmReboot(NoopMachine):
+    """Dry-run's Slurm reboot (``machine.backend = slurm``): the machine is the Slurm node, as for the real
     one, so a dry run needs no providerID either; the reboot is recorded, never asked for."""
 
-    def ref_for(self, node: str) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return VMRef("slurm", node)
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         self.record("slurm reboot", node=vm.name, action=str(action), key=idempotency_key)
-        return Operation(vm.provider, f"dry-run:{idempotency_key}", action, vm)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
 
 
 @dataclass

@@ -17,6 +17,7 @@ import typer
 from remediation.cli import render as r
 from remediation.cli.backend import backend
 from remediation.cli.context import State, cli_errors, state
+from remediation.domain.context import RemediationContext
 from remediation.domain.validation import last_line
 from remediation.services.readmodels import (
     EventRow,
@@ -234,6 +235,14 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
     _show_remediation(d, st.now(), fmt == "wide")
 
 
+def _lacks(ctx: RemediationContext) -> str | None:
+    """The halves the site lacked, whose steps this remediation skipped (None: it lacked none)."""
+    lacked = ["Kubernetes (kube.backend none): nothing cordoned, evicted or tainted"] if ctx.no_kubernetes else []
+    if ctx.no_machine:
+        lacked.append("a machine action (machine.backend none): nothing restarted, nothing verified")
+    return "; ".join(lacked) or None
+
+
 def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
     head = r.fields([
         ("Remediation", f"#{d.id}"), ("Node", d.node), ("Status", r.status(d.status)), ("Step", d.step),
@@ -242,7 +251,7 @@ def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
         ("Opened", f"{r.stamp(d.opened_at)} ({r.when(d.opened_at, now)})"),
         ("Closed", f"{r.stamp(d.closed_at)} (took {r.dur(d.duration_s)})" if d.closed_at else None),
         ("Next run", r.when(d.next_run_at, now) if d.next_run_at else None),
-        ("Waiting on", d.wait_reason), ("Outcome", d.outcome),
+        ("Site lacks", _lacks(RemediationContext.load(d.context))), ("Waiting on", d.wait_reason), ("Outcome", d.outcome),
         ("Event", f"#{d.event.id} {d.event.source} {d.event.state}: {d.event.reason}" if d.event else None),
     ])
     headers = ["step", "try", "status", "started (utc)", "took", "checks", "retries", "outcome / error"]

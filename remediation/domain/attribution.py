@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from remediation.domain import slurm_states
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.slurm_states import SlurmState
 
@@ -77,7 +78,7 @@ def healthy_observations(
     latest: dict[tuple[str, Condition], datetime] = {}
     for node, source, kind, state, observed in events:
         if kind == EventKind.INVENTORY.value:
-            if source != Source.SLURM.value or _slurm_states(state) & slurm_bad:
+            if source != Source.SLURM.value or slurm_states.named(state) & slurm_bad:
                 continue
         elif kind != EventKind.HEALTHY.value:
             continue
@@ -119,7 +120,7 @@ def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, settle: 
     if window.closed_at is not None and began > window.closed_at + SKEW:
         # It began after we proved the node healthy and closed: a new fault. The one exception is
         # Slurm's bare NOT_RESPONDING, which slurmctld keeps on a node we resumed until its next ping.
-        if not (event.source is Source.SLURM and _slurm_states(event.state) == {SlurmState.NOT_RESPONDING}):
+        if not (event.source is Source.SLURM and slurm_states.named(event.state) == {SlurmState.NOT_RESPONDING}):
             return None
     return _because(window, window.vm_action)
 
@@ -130,15 +131,11 @@ def _reboot_signal(event: NodeEvent) -> bool:
         type_, _, status = event.state.partition("=")
         return type_ == "Ready" and status != "True"
     if event.source is Source.SLURM:
-        states = _slurm_states(event.state)
+        states = slurm_states.named(event.state)
         return bool(states) and states <= _REBOOT_SLURM and (
             "DOWN" not in states or event.reason.strip().lower() in _SLURMCTLD_REASONS
         )
     return False
-
-
-def _slurm_states(state: str) -> frozenset[str]:
-    return frozenset(s for s in state.upper().replace(",", "+").replace(" ", "+").split("+") if s)
 
 
 def _because(window: Window, step: str) -> str:

@@ -241,9 +241,10 @@ def runnable(actions: tuple[str, ...], gpu_reset: bool) -> tuple[str, ...]:
 
 def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
              gpu_reset: bool) -> tuple[str, ...]:
-    """The ladder's machine actions: what vm_restart climbs; quarantine follows the last one."""
+    """The ladder's rungs: what vm_restart climbs (a GPU reset, machine actions); quarantine follows the
+    last one. A class without any holds for a human or is quarantined at once."""
     return tuple(a for a in ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)
-                 if a not in ("none", "quarantine"))
+                 if a not in ("hold", "quarantine"))
 
 
 def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,

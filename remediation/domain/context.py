@@ -52,6 +52,9 @@ class RemediationContext(JsonRecord):
     boot_id_before: str | None = None  # its bootID before any VM action (verify wants a new one)
     provider_id: str | None = None  # its providerID: which VM the VM actions act on
     we_cordoned: bool | None = None  # the cordon is ours (a human's cordon placed first is never ours)
+    # -- the site (the engine, at the first claim): a half it lacks, whose steps this remediation skips
+    no_kubernetes: bool | None = None  # kube.backend none: nothing cordoned, evicted or tainted
+    no_machine: bool | None = None  # machine.backend none: nothing restarted, moved or reimaged, nothing verified
     # -- vm_restart
     vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
     vm_op_ref: str | None = None  # the completed operation's reference

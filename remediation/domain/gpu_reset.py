@@ -59,6 +59,7 @@ from remediation.domain.validation import (
     still_running,
     verdict,
 )
+from remediation.ports.cluster import DRY_RUN_REF
 from remediation.ports.validator import ValidationCheck
 
 #: What the dry-run validator records, and what a check's ``purpose`` says for a reset.
@@ -135,7 +136,7 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     detail: dict[str, Any] = {"gpu_reset": rec, "undone": taken_down}
     if outcome == "dry_run":
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
-                    context=RemediationContext(vm_op_ref=f"dry-run:{op['name']}"))
+                    context=RemediationContext(vm_op_ref=f"{DRY_RUN_REF}{op['name']}"))
     last = last_line(rec["output"])
     said = f"exit {rec['exit_code']} after {rec['duration_s']:.1f}s{f': {last[:200]}' if last else ''}"
     if outcome == "passed":

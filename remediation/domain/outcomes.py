@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from remediation.domain.context import RemediationContext
-from remediation.ports.cluster import KubeNodes, SlurmControl, VMProvider
+from remediation.domain.statemachine import Site
+from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
+from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 
@@ -21,9 +23,30 @@ from remediation.settings import PolicySettings, Settings, ValidationSettings, W
 @dataclass(frozen=True)
 class Adapters:
     slurm: SlurmControl
-    kube: KubeNodes
-    vm: VMProvider
+    kube: KubeNodes | None  # kube.backend none: the site has no Kubernetes
+    machine: MachineProvider | None  # machine.backend none: nothing can act on a node's machine
     validator: Validator | None = None  # validation.backend none: no validation
+
+    @property
+    def site(self) -> Site:
+        """What this site has, as the adapters the factory built say: a step is taken only where its
+        adapter exists."""
+        return Site(kubernetes=self.kube is not None, machine=self.machine is not None,
+                    validation=self.validator is not None)
+
+    def node_now(self, slurm_node: str, k8s_node: str | None = None) -> KubeNode | None:
+        """The Kubernetes Node of ``slurm_node`` as it is now (None: the site has no Kubernetes)."""
+        if self.kube is None:
+            return None
+        return self.kube.get(k8s_node or self.kube.node_for(slurm_node))
+
+    def kubernetes(self, step: str) -> KubeNodes:
+        """The Kubernetes adapter of a step that cannot be taken without one. A site without
+        Kubernetes has no such step on its path; one reached anyway (the site's settings changed
+        under a running remediation) is a configuration fault: automation pauses, nothing is faked."""
+        if self.kube is None:
+            raise ConfigError(f"{step} ran without Kubernetes (kube.backend none)", component="kubernetes")
+        return self.kube
 
 
 @dataclass(frozen=True)

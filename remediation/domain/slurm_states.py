@@ -35,3 +35,8 @@ VERDICTS = DRAINED | FAILED
 UNSERVING = frozenset({S.DOWN, S.NOT_RESPONDING}) | FAILED
 #: Never a healthy observation, whether or not the policy remediates it.
 BAD = UNSERVING | DRAINED
+
+
+def named(state: str) -> frozenset[str]:
+    """The states a state text names, upper-cased: ``"IDLE+FAIL"`` (as events carry it) or ``"idle, drain"``."""
+    return frozenset(s for s in state.upper().replace(",", "+").replace(" ", "+").split("+") if s)

@@ -6,7 +6,10 @@ The workflow is linear with branches:
                                                   ^            |          |
                                                   +-- escalate-+----------+   (verify or the GPU check
                                                                                failed: next ladder action)
-    validate is skipped (verify -> return) when ``validation.backend`` is ``none``.
+    A step the site cannot take is no step at all (:class:`Site`): k8s_cordon and k8s_evict are
+    skipped when ``kube.backend`` is ``none``, validate when ``validation.backend`` is, vm_restart and
+    verify when ``machine.backend`` is, except for a GPU reset, a job on the node (and for a class
+    whose ladder has no machine rung: it holds or is quarantined instead).
     any step --permanent error / ladder exhausted--> quarantine -> (quarantined)
     any step --human cancel--------------------------------------> (cancelled)
     quarantine step failing --------------------------------------> (failed)
@@ -17,6 +20,7 @@ a loud error rather than a skipped step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -67,9 +71,9 @@ HAPPY_PATH = (
 )
 
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.QUARANTINE}),
+    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
     Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.QUARANTINE}),
-    Step.K8S_EVICT: frozenset({Step.VM_RESTART, Step.QUARANTINE}),
+    Step.K8S_EVICT: frozenset({Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
     Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.QUARANTINE}),
     Step.VERIFY: frozenset({Step.VALIDATE, Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
     Step.VALIDATE: frozenset({Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
@@ -88,8 +92,28 @@ def check_transition(current: Step, nxt: Step) -> None:
         raise InvalidTransition(f"{current} -> {nxt} is not an allowed transition")
 
 
-def next_on_success(step: Step, validation: bool = True) -> Step:
-    """The step after ``step`` succeeds; without a validation (``validation.backend: none``) verify
-    leads straight to return."""
-    nxt = HAPPY_PATH[HAPPY_PATH.index(step) + 1]
-    return HAPPY_PATH[HAPPY_PATH.index(nxt) + 1] if nxt is Step.VALIDATE and not validation else nxt
+@dataclass(frozen=True)
+class Site:
+    """What a site has besides Slurm, which decides the steps a remediation takes there. A half the site
+    lacks (its backend is ``none``) is no step at all: never faked, never recorded as done."""
+
+    kubernetes: bool  # Nodes to cordon, evict and taint (kube.backend)
+    machine: bool  # something can restart, move or reimage a node's machine (machine.backend)
+    validation: bool  # a GPU check runs before return (validation.backend)
+
+    def path(self, acts: bool = True, resets: bool = False) -> tuple[Step, ...]:
+        """The steps in order. ``acts``: the class's ladder has a machine rung; a class without one is
+        held for a human or quarantined (at k8s_evict, or at return), never restarted or checked.
+        ``resets``: the rung is a GPU reset, a job on the node that needs no machine backend."""
+        skipped = set() if self.kubernetes else {Step.K8S_CORDON, Step.K8S_EVICT}
+        if not (acts and (self.machine or resets)):
+            skipped |= {Step.VM_RESTART, Step.VERIFY}
+        if not (acts and self.validation):
+            skipped.add(Step.VALIDATE)
+        return tuple(s for s in HAPPY_PATH if s not in skipped)
+
+
+def next_on_success(step: Step, site: Site, acts: bool = True, resets: bool = False) -> Step:
+    """The step after ``step`` succeeds: the next one on the site's path."""
+    path = site.path(acts, resets)
+    return next(s for s in HAPPY_PATH[HAPPY_PATH.index(step) + 1:] if s in path)

@@ -6,8 +6,9 @@ countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try 
 ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
 functions never touch the database, which is what makes them safe to run twice.
 
-Ownership rules live here: we resume a Slurm node only while its reason still carries our prefix and
-uncordon only a cordon we marked, so a human's drain or cordon placed mid-remediation is never undone.
+Ownership rules apply to every step (:mod:`remediation.domain.ownership`): we resume a Slurm node only
+while its reason still carries our prefix and uncordon only a cordon we marked, so a human's drain or
+cordon placed mid-remediation is never undone.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.context import RemediationContext
+from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
@@ -32,19 +34,20 @@ from remediation.domain.outcomes import StepInput as StepInput
 from remediation.domain.outcomes import StepSettings as StepSettings
 from remediation.domain.outcomes import Wait as Wait
 from remediation.domain.outcomes import elapsed, wait
+from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.policy import ignored_reason
 from remediation.domain.providerid import parse_provider_id
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
-    NodeAddressed,
+    MachinesByNode,
     Operation,
-    SlurmControl,
     SlurmNode,
     VMAction,
+    recorded_only,
 )
-from remediation.ports.errors import NotFound, UnknownNode
+from remediation.ports.errors import ConfigError, NotFound, UnknownNode
 from remediation.vocabulary import GPU_RESET
 
 
@@ -81,8 +84,8 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
         return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
                       node_healthy=True)
     cond_type, cond_status = inp.context.condition
-    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-    if knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
+    knode = ad.node_now(inp.node, inp.context.k8s_node)
+    if knode is None or knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
         return None
     return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
                   node_healthy=True)
@@ -108,10 +111,11 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
 
 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
-    knode = ad.kube.get(k8s_name)
-    ad.kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
-    ours = ad.kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
+    kube = ad.kubernetes(Step.K8S_CORDON)
+    k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
+    knode = kube.get(k8s_name)
+    kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    ours = kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
     return Done(
         f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
         context=RemediationContext(k8s_node=k8s_name, boot_id_before=knode.boot_id,
@@ -123,7 +127,7 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel |
     """Our cordon is gone: a human uncordoned the Node mid-remediation. We never re-cordon over them;
     we stop, and give back the one thing that is ours (our Slurm drain), as they evidently want the
     node in service."""
-    if not inp.context.we_cordoned or not inp.context.k8s_node:
+    if not inp.context.we_cordoned or not inp.context.k8s_node or ad.kube is None:
         return None
     knode = ad.kube.get(inp.context.k8s_node)
     if knode.unschedulable:
@@ -144,8 +148,10 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
         return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
     if inp.source == "kubernetes":
         cond_type, bad = inp.context.condition
-        knode = knode or ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        knode = knode or ad.node_now(inp.node, inp.context.k8s_node)
+        if knode is None:  # nothing can show the condition healthy again
+            return f"{cond_type} cannot be read: no Kubernetes at this site"
+        now_status = knode.condition(cond_type)
         if now_status is None or now_status == bad:
             return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
@@ -170,9 +176,9 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
         why = f"Slurm reports {'+'.join(sorted(snode.states))}"
     else:
         cond_type, bad_status = inp.context.condition
-        knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
-        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
-        if now_status is None or now_status == bad_status:
+        knode = ad.node_now(inp.node, inp.context.k8s_node)
+        now_status = knode.condition(cond_type) if knode else None
+        if knode is None or now_status is None or now_status == bad_status:
             return None
         why = f"{cond_type} is {now_status} on {knode.name}"
     given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
@@ -190,11 +196,11 @@ def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str
 
 def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """A class whose ladder has no VM action: ``quarantine`` at once (hardware to return),
-    or ``none``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
+    or ``hold``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.fault_class
-    jobs = cfg.validation.runs_jobs
+    jobs = ad.site.validation
     if vm_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
         return None
     if cancel := human_took_back(inp, ad, cfg):
@@ -206,20 +212,25 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
         return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
                       node_healthy=True)
-    why = (f"held for a human: class {cls} takes no VM action; drained and cordoned, on-call paged "
-           f"({still}); cancel or release when fixed")
+    kept = "drained and cordoned" if ad.kube is not None else "drained (no Kubernetes)"
+    why = f"held for a human: class {cls} takes no VM action; {kept}, on-call paged ({still}); cancel or release when fixed"
     note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)
 
 
 def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | None:
     """What still shows a held fault (None: cleared). Unlike :func:`trigger_present`, our own drain
-    does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault."""
+    does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault. Nor a FAIL:
+    slurmctld drops a node's FAIL when we drain it, so while our drain stands, the FAIL it replaced
+    is only over when a human says so (resumes the node, or drains it with a reason of their own)."""
     if inp.source == "manual":
         return "reported by hand"
     snode = ad.slurm.get_node(inp.node)
     bad = snode.states & slurm_states.UNSERVING
     if inp.source == "slurm":
+        failed = slurm_states.named(inp.context.event_state or "") & slurm_states.FAILED
+        if not bad and failed and snode.reason_is_ours(cfg.policy.our_reason_prefix) and "DRAIN" in snode.flags:
+            return f"Slurm {'+'.join(sorted(failed))}, which our drain replaced"
         return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
     return trigger_present(inp, ad, None, snode, cfg)
 
@@ -229,7 +240,8 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
-    progress = ad.kube.evict_pods(inp.context.k8s_node or ad.kube.node_for(inp.node))
+    kube = ad.kubernetes(Step.K8S_EVICT)
+    progress = kube.evict_pods(inp.context.k8s_node or kube.node_for(inp.node))
     if progress.done:
         return Done("all pods evicted", context=RemediationContext(reconfirm=False if inp.context.reconfirm else None))
     if elapsed(inp, now) > cfg.workflow.evict_timeout_s:
@@ -244,44 +256,53 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
 # Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
 # or EC2 VM to a fresh host, which is what redeploy does on Azure.
 _HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
-_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START}}
+# A BMC has power actions only: a restart, and a power cycle as the heaviest (see adapters/redfish).
+_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START},
+           "redfish": {VMAction.RESTART, VMAction.STOP_START}}
 
 
-def rung(inp: StepInput, cfg: StepSettings) -> str:
+def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     """The action of the remediation's rung (class unknown: workflow.ladder; gpu-reset only where jobs run)."""
     rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
-                     gpu_reset=cfg.validation.runs_jobs) or tuple(cfg.workflow.ladder)
+                     gpu_reset=ad.site.validation) or tuple(cfg.workflow.ladder)
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
-def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
+def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
     """The VM action of the remediation's ladder rung, ``move-host`` as the provider's move to fresh
     hardware."""
-    action = to_vm_action(rung(inp, cfg), provider)
+    action = to_vm_action(rung(inp, ad, cfg), provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    reset = rung(inp, cfg) == GPU_RESET
+    reset = rung(inp, ad, cfg) == GPU_RESET
     if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
         return stop
     if reset:
         return gpu_reset(inp, ad, cfg, now)
+    machine = ad.machine
+    if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
+        raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
     if inp.provider_op is None:
-        vm = ad.vm.ref_for(inp.node) if isinstance(ad.vm, NodeAddressed) else parse_provider_id(
-            inp.context.provider_id or "")
-        op = ad.vm.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
-        return wait(cfg.workflow, f"{op.action} issued ({op.ref})", provider_op=op.to_dict())
+        if isinstance(machine, MachinesByNode):  # no providerID: the backend names the machine by the node
+            vm = machine.machine_of(inp.node, inp.context.k8s_node)
+        else:
+            vm = parse_provider_id(inp.context.provider_id or "")
+        op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
+        issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
+        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
-    status = ad.vm.poll(op)
+    status = machine.poll(op)
     if status.error:
         return Escalate(f"{op.action} failed at the provider: {status.error}")
     if status.done:
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
-        return Done(f"{op.action} completed ({op.ref})", context=RemediationContext(
+        ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
+        return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
             vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False))
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
@@ -296,11 +317,11 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if (inp.context.vm_op_ref or "").startswith("dry-run:"):
+    if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
-    if rung(inp, cfg) == GPU_RESET:
+    if rung(inp, ad, cfg) == GPU_RESET:
         return verify_reset(inp, ad, cfg, now)
-    knode = ad.kube.get(inp.context.k8s_node or ad.kube.node_for(inp.node))
+    knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
     action_at = inp.context.vm_action_at
     since = datetime.fromisoformat(action_at) if action_at else inp.started_at
@@ -308,41 +329,34 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     started = snode.slurmd_start_time
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
     before = inp.context.boot_id_before
-    rebooted = knode.boot_id != before if before else slurmd_after
+    rebooted = knode.boot_id != before if knode and before else slurmd_after
     responding = "NOT_RESPONDING" not in snode.flags
     trigger = trigger_present(inp, ad, knode, snode, cfg)
-    ready = knode.ready == "True" or not before
-    facts = (f"Ready={knode.ready}, new bootID={rebooted}, slurmd started after the action="
-             f"{slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs {since:%Y-%m-%d %H:%M:%S})" if started else
-             f"Ready={knode.ready}, new bootID={rebooted}, slurmd start time unknown")
+    ready = knode is None or knode.ready == "True" or not before
+    seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"
+    facts = (f"{seen}, slurmd started after the action={slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs "
+             f"{since:%Y-%m-%d %H:%M:%S})" if started else f"{seen}, slurmd start time unknown")
     if ready and rebooted and slurmd_after and responding and trigger is None:
-        return Done(f"Ready with new bootID {knode.boot_id}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the "
-                    f"action at {since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id})
+        boot = f"Ready with new bootID {knode.boot_id}" if knode else "no Kubernetes Node"
+        return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the action at "
+                    f"{since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id} if knode else {})
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
-        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, ad, cfg)}: {facts}"
                         f"{', slurmd not responding' if not responding else ''}{still}")
     return wait(cfg.workflow, f"waiting for proof of recovery: {facts}{still}")
 
 
 def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    if stop := unproven(inp, ad, cfg):
+        return stop
     notes = []
     k8s_name = inp.context.k8s_node
-    if k8s_name:
+    if k8s_name and ad.kube is not None:
         ad.kube.set_quarantine_taint(k8s_name, False)
         notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
     notes.append(resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix))
     return Done("; ".join(notes))
-
-
-def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
-    node = slurm.get_node(name)
-    if not node.reason_is_ours(prefix):
-        if node.flags & {"DRAIN", "FAIL"} or node.state == "DOWN":
-            return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
-        return "already in service"
-    slurm.resume(name)
-    return "resumed in Slurm"
 
 
 def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
@@ -352,14 +366,20 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     reason = slurm_reason(f"{prefix} quarantined: {why}")
     if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
-    notes = ["kept out of the Slurm pool"]
-    try:
-        k8s_name = inp.context.k8s_node or ad.kube.node_for(inp.node)
-        ad.kube.set_quarantine_taint(k8s_name, True)
-        notes.append(f"tainted {k8s_name}")
-    except (UnknownNode, NotFound) as exc:
-        notes.append(f"no Kubernetes Node to taint ({exc.message})")
+    notes = ["kept out of the Slurm pool", taint(ad, inp.node, inp.context.k8s_node)]
     return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why))
+
+
+def taint(ad: Adapters, node: str, k8s_node: str | None) -> str:
+    """Put our quarantine taint on the node's Kubernetes Node, and say what was done."""
+    if ad.kube is None:
+        return "no Kubernetes: no Node to taint"
+    try:
+        k8s_name = k8s_node or ad.kube.node_for(node)
+        ad.kube.set_quarantine_taint(k8s_name, True)
+        return f"tainted {k8s_name}"
+    except (UnknownNode, NotFound) as exc:
+        return f"no Kubernetes Node to taint ({exc.message})"
 
 
 def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
@@ -378,23 +398,3 @@ STEPS: dict[Step, StepFn] = {
     Step.RETURN: return_to_service,
     Step.QUARANTINE: quarantine,
 }
-
-
-def give_back(ad: Adapters, node: str, prefix: str) -> str:
-    """Undo what is ours on a node we stop remediating: resume our drain (only while the reason is
-    still ours), remove our cordon and our taint. A human's drain or cordon is left alone."""
-    return release_node(ad, node, prefix)
-
-
-def release_node(ad: Adapters, node: str, prefix: str) -> str:
-    """Carry out a human release: remove our taint and our cordon, resume the node in Slurm if the
-    drain is ours (a human's own drain placed meanwhile is left alone)."""
-    notes = []
-    try:
-        k8s_name = ad.kube.node_for(node)
-        ad.kube.set_quarantine_taint(k8s_name, False)
-        notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
-    except (UnknownNode, NotFound) as exc:
-        notes.append(f"no Kubernetes Node ({exc.message})")
-    notes.append(resume_if_ours(ad.slurm, node, prefix))
-    return "; ".join(notes)

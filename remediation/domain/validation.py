@@ -39,6 +39,7 @@ from remediation.domain.outcomes import (
     Wait,
     elapsed,
 )
+from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
 from remediation.settings import ValidationSettings
@@ -191,7 +192,7 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     from remediation.domain.step_bodies import human_took_back  # its module imports this one
 
     validator = job_runner(ad, "validate")
-    if (inp.context.vm_op_ref or "").startswith("dry-run:"):
+    if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
     poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)

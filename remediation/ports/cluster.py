@@ -1,10 +1,10 @@
 """The three small interfaces the workflow acts through, and the value types they exchange.
 
 These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
-slurmrestd or pyslurm; the kubernetes client; the GCE, Azure and AWS SDKs), and besides each real
-backend there are two more: ``remediation.adapters.noop`` (dry-run: records what would have happened,
-changes nothing) and ``remediation.adapters.memory`` (a simulated world for unit and integration
-tests). :mod:`remediation.adapters.factory` picks one from the settings.
+slurmrestd or pyslurm; the kubernetes client; a machine's hammer, today the GCE, Azure and AWS SDKs),
+and besides each real backend there are two more: ``remediation.adapters.noop`` (dry-run: records
+what would have happened, changes nothing) and ``remediation.adapters.memory`` (a simulated world
+for unit and integration tests). :mod:`remediation.adapters.factory` picks one from the settings.
 
 Contracts every implementation keeps:
 - Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
@@ -103,6 +103,10 @@ class KubeNode:
     quarantine_tainted: bool = False
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
 
+    def condition(self, cond_type: str) -> str | None:
+        """The status of ``cond_type`` now (Ready included); None: not reported."""
+        return self.ready if cond_type == "Ready" else self.conditions.get(cond_type)
+
 
 @dataclass(frozen=True)
 class EvictionProgress:
@@ -144,7 +148,10 @@ class KubeNodes(Protocol):
         ...
 
 
-# ----------------------------------------------------------------------------------------------- VMs
+# ------------------------------------------------------------------------------------------ Machines
+# What acts on the machine behind a node. The clouds act on VMs, which is where the value types take
+# their names from; a hammer for another kind of machine speaks the same shape: a reference to the
+# machine, an action, and an operation followed to its end.
 
 
 class VMAction(StrEnum):
@@ -158,8 +165,8 @@ class VMAction(StrEnum):
 class VMRef:
     """A VM parsed from a Node's spec.providerID (see remediation.domain.providerid)."""
 
-    provider: Literal["gce", "azure", "aws", "memory", "slurm"]
-    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id, Slurm node
+    provider: Literal["gce", "azure", "aws", "memory", "slurm", "redfish"]
+    name: str  # GCE instance name, Azure VM name or scale-set instance id, AWS instance id; slurm, redfish: node
     zone: str = ""  # GCE zone, AWS availability zone
     account: str = ""  # GCE project, Azure subscription
     group: str = ""  # Azure resource group
@@ -172,6 +179,16 @@ class VMRef:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> VMRef:
         return cls(**data)
+
+
+#: How the dry-run twin names an operation it recorded instead of issuing: nothing was started.
+DRY_RUN_REF = "dry-run:"
+
+
+def recorded_only(ref: str | None) -> bool:
+    """An operation reference the dry-run twin recorded instead of issuing (nothing was started, so
+    nothing completed and nothing can be verified)."""
+    return (ref or "").startswith(DRY_RUN_REF)
 
 
 @dataclass(frozen=True)
@@ -212,7 +229,9 @@ class OperationStatus:
 
 
 @runtime_checkable
-class VMProvider(Protocol):
+class MachineProvider(Protocol):
+    """Restarts, moves or reimages a node's machine: the ladder's machine rungs."""
+
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         """Start an action. Calling again with the same key must not act twice."""
         ...
@@ -223,9 +242,13 @@ class VMProvider(Protocol):
 
 
 @runtime_checkable
-class NodeAddressed(Protocol):
-    """A VMProvider whose machine is the Slurm node itself (Slurm's own reboot), not the VM a Node's
-    providerID names: the machine step asks it for the node's ref instead of parsing a providerID."""
+class MachinesByNode(Protocol):
+    """A MachineProvider that finds a node's machine by the node's name rather than by the Node's
+    providerID: bare metal, where kubelet sets no providerID and a Slurm-only site has no Node at all
+    (``redfish``: an inventory of its own; ``slurm``: the Slurm node itself). The workflow asks it for
+    the ref it then starts actions on."""
 
-    def ref_for(self, node: str) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
+        """The machine of Slurm node ``node`` (on Kubernetes Node ``k8s_node``, when there is one);
+        UnknownNode when the backend does not know it."""
         ...

@@ -41,9 +41,9 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view
+from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
-from remediation.domain.step_bodies import release_node
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, in_service, repair, strike
@@ -202,7 +202,7 @@ class Rehearsal:
 
     def _hand_over(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
         """The service is done with the node (quarantined, failed, cancelled) or holds it for a human
-        (class action ``none``) while it is still broken: a human repairs it ``repair_s`` later."""
+        (class action ``hold``) while it is still broken: a human repairs it ``repair_s`` later."""
         name = self._node(rid)
         if name in self.handed or (nxt is not None and step != Step.K8S_EVICT):
             return
@@ -210,7 +210,7 @@ class Rehearsal:
             rem = s.execute(select(Remediation.status, Remediation.action).where(Remediation.id == rid)).first()
             if rem is None or rem.status == RemediationStatus.SUCCEEDED:
                 return
-            if nxt is not None and not (rem.action == "none" and rem.status in OPEN_STATUSES):
+            if nxt is not None and not (rem.action == "hold" and rem.status in OPEN_STATUSES):
                 return
         with self.world.mutate() as st:
             node = st["nodes"].get(name)

@@ -300,8 +300,8 @@ def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:
     ctx = rem.ctx
     if rem.source == "kubernetes":
         cond_type, bad = ctx.condition
-        knode = ad.kube.get(ctx.k8s_node or ad.kube.node_for(rem.node))
-        now_status = knode.ready if cond_type == "Ready" else knode.conditions.get(cond_type)
+        knode = ad.node_now(rem.node, ctx.k8s_node)
+        now_status = knode.condition(cond_type) if knode else None
         return now_status is not None and now_status != bad
     if rem.source != "slurm" or (ctx.reason or "").strip().lower() not in UNREACHABLE:
         return False

@@ -70,6 +70,8 @@ NOTIFIABLE: dict[str, tuple[str, str]] = {
     "resume": (":arrow_forward:", "Automation resumed"),
     "hold": (":warning:", "Remediation HELD on an error nobody mapped"),
     "fault_hold": (":construction:", "Held for a human: the cause takes no VM action (drained, nothing restarted)"),
+    "unproven_hold": (":construction:", "Held for a human: nothing at this site can prove the node healthy "
+                      "(no machine action, no GPU check; drained, never resumed by the service)"),
     "jobs_timeout": (":hourglass:", "Jobs still on a drained node after drain_timeout_s: held, waiting for a human"),
     "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
     "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),

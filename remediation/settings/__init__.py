@@ -1,7 +1,7 @@
 """Typed settings, one module per section.
 
 Each section (``database``, ``broker``, ``policy`` with its ``faults`` and ``lemon``, ``workflow``,
-``slurm``, ``kube``, ``vm``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
+``slurm``, ``kube``, ``machine``, ``redfish``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
 ``retention``) is a pydantic model in a module of its own, with every field's unit and the reason its
 default is safe. :mod:`remediation.settings.loader` puts them together as :class:`Settings` and is the
 one place that maps the environment and the config file onto them.
@@ -21,13 +21,14 @@ from remediation.settings.incidents import IncidentSettings
 from remediation.settings.kube import KubeSettings
 from remediation.settings.lemon import LemonSettings
 from remediation.settings.loader import CONFIG_ENV, Settings, load_settings, overlay
+from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings, parse_duration
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
-from remediation.settings.vm import VMSettings
 from remediation.settings.workflow import WorkflowSettings
 
 __all__ = [
@@ -44,13 +45,14 @@ __all__ = [
     "LemonSettings",
     "NotifySettings",
     "PolicySettings",
+    "RedfishSettings",
     "MemoryWorldSettings",
     "RetentionSettings",
     "Section",
     "Settings",
     "SlurmSettings",
     "ValidationSettings",
-    "VMSettings",
+    "MachineSettings",
     "WorkflowSettings",
     "load_settings",
     "overlay",

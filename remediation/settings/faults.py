@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from remediation.settings.base import Section
-from remediation.vocabulary import APP, FAULT_ACTIONS, FAULT_CLASSES, GPU_RESET
+from remediation.vocabulary import APP, FAULT_ACTIONS, FAULT_CLASSES, GPU_RESET, RENAMED_ACTIONS
 
 
 class FaultSettings(Section):
@@ -28,8 +28,9 @@ class FaultSettings(Section):
         description="Per class, the actions tried in order, replacing the shipped ladder, e.g. "
         "{'gpu-memory': ['move-host', 'quarantine']}. Actions: gpu-reset (nvidia-smi -r as a job on "
         "the node; before any reboot; left out where validation.backend is none), restart, move-host, "
-        "reimage, none (only on its own: drain, no VM action, page on-call, hold for a human), quarantine "
-        "(only last; implied after the last action anyway). Class `unknown` follows workflow.ladder.",
+        "reimage, hold (only on its own: drain, no VM action, page on-call, hold for a human; 'none' is "
+        "read as its old name), quarantine (only last; implied after the last action anyway). Class "
+        "`unknown` follows workflow.ladder.",
     )
     xids: dict[int, str] = Field(
         default_factory=dict,
@@ -55,14 +56,15 @@ class FaultSettings(Section):
     @field_validator("ladders")
     @classmethod
     def _ladders(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        value = {name: [RENAMED_ACTIONS.get(a, a) for a in ladder] for name, ladder in value.items()}
         for name, ladder in value.items():
             if name not in FAULT_CLASSES:
                 raise ValueError(f"unknown fault class {name!r}; choose from {list(FAULT_CLASSES)}")
             bad = [a for a in ladder if a not in FAULT_ACTIONS]
             if bad or not ladder:
                 raise ValueError(f"{name}: unknown action(s) {bad}; choose from {list(FAULT_ACTIONS)}")
-            if "none" in ladder and ladder != ["none"]:
-                raise ValueError(f"{name}: 'none' holds for a human, so it must be the only action")
+            if "hold" in ladder and ladder != ["hold"]:
+                raise ValueError(f"{name}: 'hold' holds for a human, so it must be the only action")
             if "quarantine" in ladder[:-1]:
                 raise ValueError(f"{name}: 'quarantine' ends a ladder, so it can only be last")
             if GPU_RESET in ladder and ladder.index(GPU_RESET) > 0:

@@ -11,7 +11,12 @@ from remediation.settings.base import Section
 
 class KubeSettings(Section):
     """How the service reads Kubernetes Nodes, maps Slurm nodes to them and acts on them."""
-    backend: Literal["kubernetes", "memory", "noop"] = Field("kubernetes", description="Kubernetes access.")
+    backend: Literal["kubernetes", "memory", "noop", "none"] = Field(
+        "kubernetes", description="Kubernetes access: kubernetes (the API server), or none: this site has no "
+        "Kubernetes (Slurm only), so cordon, eviction and the quarantine taint are no steps at all and "
+        "the Kubernetes watcher does not start. memory is the simulated world; noop is the dry-run twin, "
+        "refused outside dry-run.",
+    )
     host: str | None = Field(
         None,
         description="API server URL (https://...); unset = in-cluster config or kubeconfig. A host with a "

@@ -35,6 +35,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
 from remediation.settings.broker import BrokerSettings
@@ -42,20 +43,21 @@ from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
 from remediation.settings.incidents import IncidentSettings
 from remediation.settings.kube import KubeSettings
+from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
 from remediation.settings.validation import ValidationSettings
-from remediation.settings.vm import VMSettings
 from remediation.settings.workflow import WorkflowSettings
 
 CONFIG_ENV = "REMEDIATION_CONFIG"
 
 #: Sections renamed, old name -> new name. Each source (arguments, environment, config file) reads the
 #: old name as the new one, so a site's configuration outlives the rename.
-RENAMED_SECTIONS = {"sim": "memory"}
+RENAMED_SECTIONS = {"sim": "memory", "vm": "machine"}
 
 
 class Settings(BaseSettings):
@@ -86,7 +88,8 @@ class Settings(BaseSettings):
     workflow: WorkflowSettings = Field(default_factory=WorkflowSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
     kube: KubeSettings = Field(default_factory=KubeSettings)
-    vm: VMSettings = Field(default_factory=VMSettings)
+    machine: MachineSettings = Field(default_factory=MachineSettings)
+    redfish: RedfishSettings = Field(default_factory=RedfishSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
     memory: MemoryWorldSettings = Field(default_factory=MemoryWorldSettings)
@@ -110,6 +113,11 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
+        refused = [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
+                   *backends.without_kubernetes(self.kube, self.machine, self.validation),
+                   *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults)]
+        if refused:
+            raise ValueError("\n  ".join(refused))
         return self
 
     @classmethod
@@ -131,12 +139,13 @@ class Settings(BaseSettings):
 
 
 class _OldNamesInEnv(BaseSettings):
-    """The environment under the renamed sections' old names (``REMEDIATION_SIM__*``), parsed exactly
-    as the new names are (JSON for lists and mappings)."""
+    """The environment under the renamed sections' old names (``REMEDIATION_SIM__*``,
+    ``REMEDIATION_VM__*``), parsed exactly as the new names are (JSON for lists and mappings)."""
 
     model_config = SettingsConfigDict(env_prefix="REMEDIATION_", env_nested_delimiter="__", extra="ignore")
 
     sim: MemoryWorldSettings | None = None
+    vm: MachineSettings | None = None
 
 
 class _Renamed(PydanticBaseSettingsSource):

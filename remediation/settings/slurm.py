@@ -12,7 +12,8 @@ from remediation.settings.base import Section
 class SlurmSettings(Section):
     """How the service reads and acts on slurmctld."""
     backend: Literal["cli", "rest", "pyslurm", "memory", "noop"] = Field(
-        "cli", description="How we talk to slurmctld."
+        "cli", description="How we talk to slurmctld: cli, rest or pyslurm; memory is the simulated world; "
+        "noop is the dry-run twin, refused outside dry-run."
     )
     scontrol: str = Field("scontrol", description="Path of scontrol (cli backend).")
     sinfo: str = Field("sinfo", description="Path of sinfo (cli backend).")

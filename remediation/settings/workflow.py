@@ -82,6 +82,13 @@ class WorkflowSettings(Section):
         "Slurm/Kubernetes state first, and nothing is done if the node is healthy again (a replay after "
         "an outage must not drain a good node). Younger events are the watchers' fresh observations.",
     )
+    unproven: Literal["hold", "quarantine"] = Field(
+        "hold",
+        description="What return does with a node nothing at this site can prove healthy: no machine "
+        "action (machine.backend none) and no GPU check (validation.backend none). hold (default): keep "
+        "it drained, page once and wait until a human gives it back (cancel, or resume it in Slurm); "
+        "quarantine: quarantine it now. Never a resume without evidence; docs/policy.md says why hold.",
+    )
     ladder: list[str] = Field(
         ["restart", "reimage"],
         description="VM actions tried in order when verify fails; after the last one the node is "

@@ -84,7 +84,7 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     from remediation.services.workflow import Workflow
 
     settings = Settings(dry_run=True, slurm={"backend": "memory"}, kube={"backend": "memory"},
-                        vm={"backend": "memory"}, policy={"min_restart_gap_s": 0})
+                        machine={"backend": "memory"}, policy={"min_restart_gap_s": 0})
     world = MemoryWorld(nodes=["gpu-node-5"])
     adapters = make_adapters(settings, world)
     assert isinstance(adapters.slurm, NoopSlurm) and isinstance(adapters.kube, NoopKube)

@@ -112,7 +112,7 @@ def test_fabric_fault_is_drained_paged_and_held_with_no_vm_action(sessions, engi
         assert nxt is not None
         queue.append(nxt)
     rem = rem_for(sessions, "gpu-node-6")
-    assert (rem.fault_class, rem.action, rem.status, rem.step) == ("fabric", "none", "waiting", "k8s_evict")
+    assert (rem.fault_class, rem.action, rem.status, rem.step) == ("fabric", "hold", "waiting", "k8s_evict")
     assert rem.wait_reason.startswith("held for a human: class fabric takes no VM action")
     assert vm_calls(world) == [] and not world.calls("k8s.evict")
     assert world.node("gpu-node-6")["slurm"]["reason"].startswith("remediation:")

@@ -9,12 +9,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM, Recorder
+from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, Recorder
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Remediation, RemediationStep
 from remediation.db.queries import cluster_view, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.step_bodies import Adapters, give_back
+from remediation.domain.ownership import give_back
+from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
 from remediation.services.ingest import ingest
@@ -248,7 +249,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     settings = make_settings(dry_run=True)
     recorder = Recorder()
     dry = Workflow(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
-                                    NoopVM(recorder)), settings, clock)
+                                    NoopMachine(recorder)), settings, clock)
     names = [f"gpu-node-{i}" for i in range(10, 15)]  # 5 of 20 = 25%: would trip a 10% breaker
     with sessions() as s:
         before = recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window)
@@ -260,6 +261,9 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
         assert all(r.outcome.startswith("would") for r in rems)
         rows = list(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id.in_([r.id for r in rems]))))
         assert len(rows) == 30 and all(r.dry_run and (r.outcome or "").startswith("would") for r in rows)
+        restarts = [r.outcome for r in rows if r.step == "vm_restart"]
+        # No row says that an action that never happened completed.
+        assert restarts and all("recorded, not issued" in o and "completed" not in o for o in restarts)
         logged = list(s.scalars(select(AuditLog).where(AuditLog.target.in_(names))))
         assert logged and all(a.dry_run and a.reason.startswith("would") for a in logged)
         assert recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window) == before == {}

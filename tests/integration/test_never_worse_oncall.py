@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopKube, NoopSlurm, NoopVM
+from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm
 from remediation.api import create_app
 from remediation.cli.oncall import app as cli_app
 from remediation.clock import FakeClock
@@ -56,7 +56,7 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     clock.advance(1)
     # First a rehearsal: one node fails while the service runs in dry-run.
     dry_settings = Settings(dry_run=True, policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5})
-    dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopVM()), dry_settings,
+    dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopMachine()), dry_settings,
                  clock)
     (f,) = publish(db, dry_settings, clock, "gpu-node-19")
     drive(dry, clock, [f])

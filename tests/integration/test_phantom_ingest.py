@@ -29,7 +29,7 @@ from remediation.settings import Settings
 
 NODE = "gpu-node-8"
 T0 = datetime(2026, 11, 23, 6, 20, 43, tzinfo=UTC)
-SETTINGS = Settings(slurm={"backend": "memory"}, kube={"backend": "memory"}, vm={"backend": "memory"},
+SETTINGS = Settings(slurm={"backend": "memory"}, kube={"backend": "memory"}, machine={"backend": "memory"},
                     policy={"min_restart_gap_s": 0, "repeat_offender_count": 2, "settle_s": 600})
 
 

@@ -63,12 +63,12 @@ def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
 
 def test_settings_point_the_real_adapters_at_the_simulator(cluster: SimCluster, settings: Settings) -> None:
     assert settings.slurm.backend == "rest" and settings.slurm.rest_url == cluster.slurmrestd.url
-    assert settings.kube.mapping == "pod" and settings.vm.backend == "auto"
-    assert settings.vm.azure_test_token is not None and settings.vm.azure_endpoint.startswith(
+    assert settings.kube.mapping == "pod" and settings.machine.backend == "auto"
+    assert settings.machine.azure_test_token is not None and settings.machine.azure_endpoint.startswith(
         "https://127.0.0.1"
     )
     with pytest.raises(SettingsError, match="azure_test_token"):
-        load_settings(vm={"azure_endpoint": "https://management.azure.com", "azure_test_token": "x"})
+        load_settings(machine={"azure_endpoint": "https://management.azure.com", "azure_test_token": "x"})
 
 
 def test_slurm_reads_and_refusals_are_slurmrestds(
@@ -314,10 +314,10 @@ def test_azure_test_token_needs_loopback_or_the_named_simulator_host(
     if test_host is not None:
         vm["azure_test_host"] = test_host
     if allowed:
-        assert load_settings(vm=vm).vm.azure_test_token is not None
+        assert load_settings(machine=vm).machine.azure_test_token is not None
     else:
         with pytest.raises(SettingsError, match="azure_test"):
-            load_settings(vm=vm)
+            load_settings(machine=vm)
 
 
 def _sim_on_fixed_ports(tmp_path: Path) -> SimCluster:
@@ -345,7 +345,7 @@ def test_standalone_serves_fixed_ports_under_the_advertised_name(tmp_path: Path)
         ]  # fmt: skip
         sim.write_env_file(tmp_path / "simulator.env")
         env = _read_env_file(tmp_path / "simulator.env")
-        assert env == sim.settings_overrides() and env["REMEDIATION_VM__AZURE_CA_FILE"] == str(
+        assert env == sim.settings_overrides() and env["REMEDIATION_MACHINE__AZURE_CA_FILE"] == str(
             tmp_path / "cert.pem"
         )
         assert env["REMEDIATION_KUBE__CA_FILE"] == str(tmp_path / "kube-ca.crt")  # TLS-only, as a cluster

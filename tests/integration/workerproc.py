@@ -37,7 +37,7 @@ def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str
             "REMEDIATION_BROKER__INGEST_CLAIM_IDLE_S": "2",
             "REMEDIATION_SLURM__BACKEND": "memory",
             "REMEDIATION_KUBE__BACKEND": "memory",
-            "REMEDIATION_VM__BACKEND": "memory",
+            "REMEDIATION_MACHINE__BACKEND": "memory",
             "REMEDIATION_MEMORY__JOURNAL": str(tmp / "world.json"),
             "REMEDIATION_MEMORY__NODES": "gpu-node-[0-7]",
             "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0",

@@ -18,7 +18,8 @@ from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.flap import Condition, FlapFilter
-from remediation.domain.step_bodies import Adapters, release_node
+from remediation.domain.ownership import release_node
+from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError

@@ -154,7 +154,7 @@ def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
     assert ladder("unknown", *on, gpu_reset=True) == ("restart", "redeploy")
     assert ladder(None, *on, gpu_reset=True) == ("restart", "redeploy")
     assert first_action("gpu-memory", *on, gpu_reset=False) == "move-host"
-    assert vm_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "none"
+    assert vm_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "hold"
     assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
     assert action_at("gpu-transient", *on, 1, gpu_reset=False) == "move-host"
     assert action_at("gpu-transient", *on, 2, gpu_reset=False) == "quarantine"
@@ -196,15 +196,23 @@ def test_site_overrides_merge_over_the_shipped_table() -> None:
     assert shipped().classes["gpu-memory"].ladder == ("gpu-reset", "move-host", "quarantine")  # untouched
 
 
+def test_the_hold_rung_is_still_read_under_its_old_name() -> None:
+    """``none`` was the hold rung's name; a site's ladder that still says it loads as ``hold``."""
+    faults = load_settings(policy={"faults": {"ladders": {"fabric": ["none"], "host": ["hold"]}}}).policy.faults
+    assert faults.ladders == {"fabric": ["hold"], "host": ["hold"]}
+    assert table(faults).classes["fabric"].ladder == ("hold",)
+
+
 @pytest.mark.parametrize(("faults", "fragment"), [
-    ({"ladders": {"gpu-memory": ["restart", "none"]}}, "must be the only action"),
+    ({"ladders": {"gpu-memory": ["restart", "hold"]}}, "must be the only action"),
+    ({"ladders": {"gpu-memory": ["restart", "none"]}}, "'hold' holds for a human"),
     ({"ladders": {"gpu-memory": ["quarantine", "restart"]}}, "can only be last"),
     ({"ladders": {"gpu-memroy": ["restart"]}}, "unknown fault class 'gpu-memroy'"),
     ({"ladders": {"host": ["reboot"]}}, "unknown action"),
     ({"ladders": {"gpu-transient": ["restart", "gpu-reset"]}}, "before any reboot"),
     ({"xids": {48: "memory"}}, "unknown fault class 'memory'"),
-], ids=["none-not-alone", "quarantine-not-last", "class-typo", "action-typo", "reset-after-reboot",
-        "xid-class-typo"])
+], ids=["hold-not-alone", "old-name-not-alone", "quarantine-not-last", "class-typo", "action-typo",
+        "reset-after-reboot", "xid-class-typo"])
 def test_bad_overrides_fail_at_start_up_naming_the_field(faults: dict[str, object], fragment: str) -> None:
     with pytest.raises(SettingsError) as err:
         load_settings(policy={"faults": faults})

@@ -22,7 +22,7 @@ def remediation(rid: int, node: str, status: str, incident: int | None = None, *
 ROWS = [
     remediation(1, "gpu-node-7", "succeeded"),
     remediation(2, "gpu-node-9", "quarantined", recovery_s=None),
-    remediation(3, "gpu-node-16", "succeeded", incident=1, fault_class="fabric", action="none", vm_steps=[]),
+    remediation(3, "gpu-node-16", "succeeded", incident=1, fault_class="fabric", action="hold", vm_steps=[]),
     remediation(4, "gpu-node-22", "cancelled", recovery_s=None),
 ]
 

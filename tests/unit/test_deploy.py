@@ -332,12 +332,12 @@ def test_the_simulator_writes_only_real_settings() -> None:
         kwargs = sim.settings_kwargs()
     unknown = sorted(k for k in overrides if not _setting_exists(k))
     assert not unknown
-    assert overrides["REMEDIATION_VM__AZURE_TEST_HOST"] == "simulator"
+    assert overrides["REMEDIATION_MACHINE__AZURE_TEST_HOST"] == "simulator"
     assert all(
         "://simulator:" in overrides[k] for k in overrides if k.endswith(("_URL", "_ENDPOINT", "__HOST"))
     )
     settings = load_settings(**kwargs)
-    assert settings.vm.azure_endpoint is not None and settings.vm.azure_endpoint.startswith(
+    assert settings.machine.azure_endpoint is not None and settings.machine.azure_endpoint.startswith(
         "https://simulator:"
     )
 
@@ -885,7 +885,7 @@ def test_overlay_picks_its_cloud(overlay: str) -> None:
         env = {
             e["name"]: e.get("value") for c in _pod_spec(deployment)["containers"] for e in c.get("env", [])
         }
-        assert env.get("REMEDIATION_VM__BACKEND") == VM_BACKEND[overlay], deployment["metadata"]["name"]
+        assert env.get("REMEDIATION_MACHINE__BACKEND") == VM_BACKEND[overlay], deployment["metadata"]["name"]
     identities = {
         sa["metadata"]["name"]: value
         for sa in _of(objs, "ServiceAccount")

@@ -19,6 +19,7 @@ RETIRED = {
     "SLURM_BAD / BAD_SLURM (one set, two names)": r"\b(SLURM_BAD|BAD_SLURM|DRAIN_STATES)\b",
     "lever_service beside levers": r"\blever_service\b",
     "cli.ops / cli.gate (the console script and validate lived elsewhere)": r"remediation\.cli\.(ops|gate)\b",
+    "VM for the machine port (a machine is not always a cloud's VM)": r"\b(VMProvider|VMSettings|NoopVM|vm_backend)\b",
 }
 #: What keeps an old word on purpose (docs/architecture.md, after the table).
 KEPT = re.compile(r"nr-gate|node-remediation/gate|/var/lib/node-remediation/gate|gate: dict|gate=checked")

@@ -16,6 +16,7 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.gpu_reset import NO_SUCH_GPU, reset_command, reset_name
 from remediation.domain.outcomes import Adapters, Done, Escalate, StepInput, StepSettings, Wait
+from remediation.domain.statemachine import Site, Step, next_on_success
 from remediation.domain.step_bodies import verify, vm_restart
 from remediation.ports.validator import ValidationResult
 from remediation.settings import load_settings
@@ -171,3 +172,15 @@ def test_the_script_maps_the_address_to_the_index_the_job_sees(tmp_path: Path, p
 
 def test_an_address_not_in_our_spelling_never_reaches_the_script() -> None:
     assert reset_command("0000:3b:00; reboot")[-1] == "" and reset_command("../x")[-1] == ""
+
+
+def test_a_site_without_a_machine_backend_still_resets_gpus() -> None:
+    site = Site(kubernetes=False, machine=False, validation=True)
+    assert Step.VM_RESTART not in site.path(acts=True)  # no machine rung can be climbed here
+    assert site.path(acts=True, resets=True) == (Step.SLURM_DRAIN, Step.VM_RESTART, Step.VERIFY, Step.VALIDATE,
+                                                 Step.RETURN, Step.DONE)
+    assert next_on_success(Step.SLURM_DRAIN, site, resets=True) is Step.VM_RESTART
+    world = MemoryWorld(nodes=[NODE])
+    validator = ScriptedValidator([])
+    out = vm_restart(inp(), Adapters(MemorySlurm(world), None, None, validator), cfg(), T0)
+    assert isinstance(out, Wait) and out.provider_op is not None and out.provider_op["name"] == "nr-reset-r7-a1"

@@ -117,6 +117,27 @@ def test_memory_section_precedence_across_names(monkeypatch: pytest.MonkeyPatch,
         load_settings()
 
 
+@pytest.mark.parametrize(
+    ("env", "text", "expected"),
+    [({"REMEDIATION_VM__BACKEND": "aws", "REMEDIATION_VM__AWS_REGION": "eu-west-1"}, None, ("aws", "eu-west-1")),
+     ({}, "vm:\n  backend: gce\n  aws_region: eu-west-1\n", ("gce", "eu-west-1")),
+     ({"REMEDIATION_VM__BACKEND": "aws", "REMEDIATION_MACHINE__BACKEND": "azure"}, None, ("azure", None)),
+     ({}, "vm:\n  backend: gce\n  aws_region: eu-west-1\nmachine:\n  backend: aws\n", ("aws", "eu-west-1"))],
+    ids=["old-name-env", "old-name-file", "new-name-wins-env", "new-name-wins-old-fills-the-rest"],
+)
+def test_machine_section_is_read_under_its_old_name_vm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        env: dict[str, str], text: str | None,
+                                                        expected: tuple[str, str | None]) -> None:
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if text is not None:
+        (tmp_path / "c.yaml").write_text(text)
+        monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "c.yaml"))
+    s = load_settings()
+    assert (s.machine.backend, s.machine.aws_region) == expected
+    assert load_settings(vm={"backend": "gce"}).machine.backend == "gce"  # and as an argument
+
+
 def test_a_baseline_policy_may_use_the_old_name(tmp_path: Path) -> None:
     path = tmp_path / "baseline.yaml"
     path.write_text("sim:\n  op_polls: 4\n")

@@ -28,11 +28,11 @@ def test_factory_picks_the_configured_backend(tmp_path: object) -> None:
     rest = make_slurm(load_settings(slurm={"backend": "rest", "rest_url": "unix:/nonexistent.sock"}))
     assert isinstance(rest, RestSlurm)
     # The simulated and no-op backends come from the one adapter factory, not from make_slurm.
-    assert type(slurm_backend(load_settings(slurm={"backend": "noop"}))).__name__ == "NoopSlurm"
+    assert type(slurm_backend(load_settings(dry_run=True, slurm={"backend": "noop"}))).__name__ == "NoopSlurm"
     assert type(slurm_backend(load_settings(slurm={"backend": "memory"}))).__name__ == "MemorySlurm"
     assert isinstance(slurm_backend(load_settings(slurm={"backend": "cli"})), CliSlurm)
     with pytest.raises(ValueError, match="not a real Slurm backend"):
-        make_slurm(load_settings(slurm={"backend": "noop"}))
+        make_slurm(load_settings(dry_run=True, slurm={"backend": "noop"}))
 
 
 def test_pyslurm_backend_without_pyslurm_is_a_clear_startup_error() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from remediation.adapters.factory import make_adapters, vm_backend
+from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopSlurmReboot, Recorder
 from remediation.adapters.slurm.args import InvalidSlurmArgument
@@ -21,7 +21,7 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, StepInput, StepSettings, Wait
 from remediation.domain.providerid import InvalidProviderID
 from remediation.domain.step_bodies import vm_restart
-from remediation.ports.cluster import NodeAddressed, Operation, VMAction, VMRef
+from remediation.ports.cluster import MachinesByNode, Operation, VMAction, VMRef
 from remediation.ports.errors import ConfigError, PermanentError
 from remediation.settings import load_settings
 
@@ -78,7 +78,7 @@ def operation(**data: Any) -> Operation:
 def test_the_request_is_one_argument_list_with_asap_nextstate_down_and_our_marker() -> None:
     adapter, fake = reboot(line("IDLE+DRAIN", OLD_BOOT, OLD_BOOT + 5, "remediation: xid 79"))
     before = int(time.time())
-    op = adapter.start(adapter.ref_for(NODE), VMAction.RESTART, KEY)
+    op = adapter.start(adapter.machine_of(NODE), VMAction.RESTART, KEY)
     [argv] = fake.asked
     assert argv[:4] == ["scontrol", "reboot", "ASAP", "nextstate=DOWN"] and argv[5] == NODE
     at = op.data["requested_at"]
@@ -136,7 +136,7 @@ def test_only_one_plain_slurm_node_is_ever_rebooted(vm: VMRef) -> None:
         adapter.poll(Operation("slurm", "x", VMAction.RESTART, vm, {"requested_at": ASKED}))
     assert fake.asked == []
     with pytest.raises(InvalidSlurmArgument):
-        adapter.ref_for("gpu-node-[1-4]")
+        adapter.machine_of("gpu-node-[1-4]")
 
 
 WAIT, DONE, FAILED = (False, False), (True, False), (True, True)  # (done, error)
@@ -186,15 +186,15 @@ def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_n
     assert out.provider_op["vm"]["provider"] == "slurm" and out.provider_op["vm"]["name"] == NODE
     assert [(a["would"], a["node"]) for a in recorder.actions] == [("slurm reboot", NODE)]
     # A cloud provider still needs the Node's providerID.
-    assert not isinstance(MemoryVM(world), NodeAddressed)
+    assert not isinstance(MemoryVM(world), MachinesByNode)
     with pytest.raises(InvalidProviderID):
         vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, datetime.now(UTC))
 
 
 def test_the_factory_builds_the_reboot_and_its_dry_run_twin() -> None:
-    settings = {"vm": {"backend": "slurm"}, "slurm": {"backend": "cli"}, "kube": {"backend": "memory"}}
-    assert isinstance(vm_backend(load_settings(**settings)), SlurmReboot)
+    settings = {"machine": {"backend": "slurm"}, "slurm": {"backend": "cli"}, "kube": {"backend": "memory"}}
+    assert isinstance(machine_backend(load_settings(**settings)), SlurmReboot)
     dry = make_adapters(load_settings(dry_run=True, **settings))
-    assert isinstance(dry.vm, NoopSlurmReboot) and isinstance(dry.vm, NodeAddressed)
-    with pytest.raises(ConfigError, match="vm.backend=slurm runs scontrol reboot: it needs slurm.backend cli"):
-        vm_backend(load_settings(vm={"backend": "slurm"}, slurm={"backend": "memory"}))
+    assert isinstance(dry.machine, NoopSlurmReboot) and isinstance(dry.machine, MachinesByNode)
+    with pytest.raises(ConfigError, match="machine.backend=slurm runs scontrol reboot: it needs slurm.backend cli"):
+        machine_backend(load_settings(machine={"backend": "slurm"}, slurm={"backend": "memory"}))

@@ -14,7 +14,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
-from remediation.domain.statemachine import Step, check_transition, next_on_success
+from remediation.domain.statemachine import Site, Step, check_transition, next_on_success
 from remediation.domain.validation import check_name, last_line, manual_check_name, tail, validate
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
@@ -163,9 +163,9 @@ def test_without_a_gate_the_step_is_a_configuration_error() -> None:
 
 
 def test_validate_sits_between_verify_and_return_and_is_skipped_without_a_gate() -> None:
-    assert next_on_success(Step.VERIFY) is Step.VALIDATE
-    assert next_on_success(Step.VERIFY, validation=False) is Step.RETURN
-    assert next_on_success(Step.VALIDATE) is Step.RETURN
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=True, validation=True)) is Step.VALIDATE
+    assert next_on_success(Step.VERIFY, Site(kubernetes=True, machine=True, validation=False)) is Step.RETURN
+    assert next_on_success(Step.VALIDATE, Site(kubernetes=True, machine=True, validation=True)) is Step.RETURN
     for nxt in (Step.RETURN, Step.VM_RESTART, Step.QUARANTINE):
         check_transition(Step.VALIDATE, nxt)
 

@@ -8,10 +8,10 @@ from remediation.adapters.cloud.aws import AWSProvider
 from remediation.adapters.cloud.azure import AzureProvider
 from remediation.adapters.cloud.gce import GCEProvider
 from remediation.adapters.cloud.router import VMRouter, make_vm_provider
-from remediation.adapters.factory import vm_backend
+from remediation.adapters.factory import machine_backend
 from remediation.adapters.memory import MemoryVM, MemoryWorld
-from remediation.adapters.noop import NoopVM
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.adapters.noop import NoopMachine
+from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotSupported
 from remediation.settings import Settings
 
@@ -43,7 +43,7 @@ def test_router_dispatches_by_provider_and_builds_lazily() -> None:
         return build
 
     router = VMRouter({"gce": factory("gce"), "azure": factory("azure"), "aws": factory("aws")})
-    assert isinstance(router, VMProvider)
+    assert isinstance(router, MachineProvider)
     op = router.start(VMRef("azure", "vm-1", account="s", group="rg"), VMAction.RESTART, "k")
     assert op.provider == "azure" and set(built) == {"azure"}  # GCE and AWS never built
     assert router.poll(op).done
@@ -72,23 +72,25 @@ def test_router_names_an_unconfigured_provider() -> None:
         ("azure", AzureProvider),
         ("aws", AWSProvider),
         ("auto", VMRouter),
-        ("noop", NoopVM),
+        ("noop", NoopMachine),
+        ("none", type(None)),
     ],
-    ids=["gce", "azure", "aws", "auto", "noop"],
+    ids=["gce", "azure", "aws", "auto", "noop-in-dry-run", "none"],
 )
 def test_factory_picks_the_backend(backend: str, expected: type) -> None:
-    assert isinstance(vm_backend(Settings(vm={"backend": backend})), expected)
+    settings = Settings(machine={"backend": backend}, dry_run=backend == "noop")
+    assert isinstance(machine_backend(settings), expected)
 
 
 def test_factory_memory_uses_the_given_world() -> None:
     world = MemoryWorld(nodes=["gpu-node-0"])
-    provider = vm_backend(Settings(vm={"backend": "memory"}), world=world)
+    provider = machine_backend(Settings(machine={"backend": "memory"}), world=world)
     assert isinstance(provider, MemoryVM)
 
 
 def test_auto_routes_memory_vms_when_a_world_is_given() -> None:
     world = MemoryWorld(nodes=["gpu-node-0"])
-    router = vm_backend(Settings(), world=world)
+    router = machine_backend(Settings(), world=world)
     op = router.start(
         VMRef("memory", "gpu-node-0", provider_id="memory:///gpu-node-0"), VMAction.RESTART, "k1"
     )

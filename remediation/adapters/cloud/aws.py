@@ -55,7 +55,7 @@ from remediation.adapters.cloud.common import (
 )
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import ConfigError, NotFound, PermanentError, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +76,9 @@ def region_of(zone: str) -> str | None:
 
 
 class AWSProvider:
-    """:class:`remediation.ports.cluster.VMProvider` for ``aws://`` VMs."""
+    """:class:`remediation.ports.cluster.MachineProvider` for ``aws://`` VMs."""
 
-    def __init__(self, settings: VMSettings, *, session: boto3.Session | None = None) -> None:
+    def __init__(self, settings: MachineSettings, *, session: boto3.Session | None = None) -> None:
         self._settings = settings
         self._session = session
         self._lock = threading.Lock()
@@ -88,7 +88,7 @@ class AWSProvider:
         region = region or region_of(vm.zone) or self._settings.aws_region
         if not region:
             raise PermanentError(f"no AWS region for {vm.provider_id or vm.name}: the providerID has no zone "
-                                 "and vm.aws_region is unset")  # fmt: skip
+                                 "and machine.aws_region is unset")  # fmt: skip
         with self._lock:
             if region not in self._clients:
                 session = self._session or boto3.Session()  # the default credential chain

@@ -22,7 +22,7 @@ second restart kills whatever came up after the first):
   remaining risk leans to under-acting: any provisioning change near the marker counts as ours.
 - A uniform scale-set instance cannot carry tags (ARM does not tag individual instances). There, a
   ``start()`` that finds a provisioning operation in progress, or one that finished less than
-  ``vm.azure_vmss_recent_s`` ago, observes instead of acting. This under-acts when a human touched the
+  ``machine.azure_vmss_recent_s`` ago, observes instead of acting. This under-acts when a human touched the
   instance just before us, and double-acts only when a crashed worker's call is retried later than that
   window (the window exceeds the workflow's lease, after which the retry normally comes).
 
@@ -61,7 +61,7 @@ from remediation.adapters.cloud.common import (
 )
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import CredentialError, PermanentError, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +74,9 @@ _CLOCK_MARGIN_S = 120.0  # our clock vs ARM's: a change this close to the marker
 
 
 class AzureProvider:
-    """:class:`remediation.ports.cluster.VMProvider` for ``azure://`` VMs and scale-set VMs."""
+    """:class:`remediation.ports.cluster.MachineProvider` for ``azure://`` VMs and scale-set VMs."""
 
-    def __init__(self, settings: VMSettings, *, credential: TokenCredential | None = None) -> None:
+    def __init__(self, settings: MachineSettings, *, credential: TokenCredential | None = None) -> None:
         self._settings = settings
         self._credential = credential
         self._endpoint = (settings.azure_endpoint or _PUBLIC_ARM).rstrip("/")
@@ -262,7 +262,7 @@ class AzureProvider:
 
 
 class _StaticToken:
-    """``vm.azure_test_token`` as a TokenCredential: the bearer policy runs as against ARM, but the
+    """``machine.azure_test_token`` as a TokenCredential: the bearer policy runs as against ARM, but the
     token is fixed (settings refuse it unless the endpoint is local)."""
 
     def __init__(self, token: str) -> None:

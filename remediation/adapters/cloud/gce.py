@@ -38,7 +38,7 @@ from google.cloud import compute_v1
 from remediation.adapters.cloud.common import check_restartable, error_for_status
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import CredentialError, PermanentError, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,9 @@ def request_id_for(idempotency_key: str, verb: str) -> str:
 
 
 class GCEProvider:
-    """:class:`remediation.ports.cluster.VMProvider` for ``gce://`` VMs."""
+    """:class:`remediation.ports.cluster.MachineProvider` for ``gce://`` VMs."""
 
-    def __init__(self, settings: VMSettings, *, credentials: Credentials | None = None) -> None:
+    def __init__(self, settings: MachineSettings, *, credentials: Credentials | None = None) -> None:
         self._settings = settings
         self._credentials = credentials
         self._lock = threading.Lock()

@@ -1,6 +1,6 @@
 """Choose the VM provider from settings, the way warehouse picks its mail backend from config.
 
-``vm.backend``:
+``machine.backend``:
 - ``gce`` / ``azure`` / ``aws``: that cloud only; a VM of another cloud is a permanent error.
 - ``auto`` (default): a :class:`VMRouter` that sends each call to the cloud a Node's providerID names
   (``VMRef.provider`` for ``start``, ``Operation.provider`` for ``poll``). Each cloud's provider is built
@@ -18,22 +18,22 @@ import threading
 from collections.abc import Callable, Mapping
 from functools import partial
 
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotSupported
-from remediation.settings import Settings, VMSettings
+from remediation.settings import MachineSettings, Settings
 
-ProviderFactory = Callable[[], VMProvider]
+ProviderFactory = Callable[[], MachineProvider]
 
 
 class VMRouter:
-    """A VMProvider that delegates to one provider per cloud, each built lazily by its factory."""
+    """A MachineProvider that delegates to one provider per cloud, each built lazily by its factory."""
 
     def __init__(self, factories: Mapping[str, ProviderFactory]) -> None:
         self._factories = dict(factories)
-        self._providers: dict[str, VMProvider] = {}
+        self._providers: dict[str, MachineProvider] = {}
         self._lock = threading.Lock()
 
-    def _provider(self, name: str) -> VMProvider:
+    def _provider(self, name: str) -> MachineProvider:
         with self._lock:
             if name not in self._providers:
                 factory = self._factories.get(name)
@@ -51,31 +51,31 @@ class VMRouter:
         return self._provider(op.provider).poll(op)
 
 
-def _gce(settings: VMSettings) -> VMProvider:
+def _gce(settings: MachineSettings) -> MachineProvider:
     from remediation.adapters.cloud.gce import GCEProvider
 
     return GCEProvider(settings)
 
 
-def _azure(settings: VMSettings) -> VMProvider:
+def _azure(settings: MachineSettings) -> MachineProvider:
     from remediation.adapters.cloud.azure import AzureProvider
 
     return AzureProvider(settings)
 
 
-def _aws(settings: VMSettings) -> VMProvider:
+def _aws(settings: MachineSettings) -> MachineProvider:
     from remediation.adapters.cloud.aws import AWSProvider
 
     return AWSProvider(settings)
 
 
-_CLOUDS: dict[str, Callable[[VMSettings], VMProvider]] = {"gce": _gce, "azure": _azure, "aws": _aws}
+_CLOUDS: dict[str, Callable[[MachineSettings], MachineProvider]] = {"gce": _gce, "azure": _azure, "aws": _aws}
 
 
-def make_vm_provider(settings: Settings, extra: Mapping[str, ProviderFactory] | None = None) -> VMProvider:
-    """The real VMProvider ``settings.vm.backend`` names; ``extra`` adds routes to ``auto`` (the factory
+def make_vm_provider(settings: Settings, extra: Mapping[str, ProviderFactory] | None = None) -> MachineProvider:
+    """The real MachineProvider ``settings.machine.backend`` names; ``extra`` adds routes to ``auto`` (the factory
     routes the simulated cluster's ``memory:///`` VMs this way)."""
-    vm = settings.vm
+    vm = settings.machine
     if vm.backend == "auto":
         factories: dict[str, ProviderFactory] = {name: partial(build, vm) for name, build in _CLOUDS.items()}
         factories.update(extra or {})

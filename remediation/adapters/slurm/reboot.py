@@ -1,7 +1,7 @@
 """Slurm's own reboot as the machine action: ``scontrol reboot ASAP nextstate=DOWN reason=... NODE``.
 
 A site without a cloud reboots a node through the cluster's RebootProgram, with no credentials beyond
-Slurm's. The machine is the Slurm node itself, ``VMRef("slurm", NODE)`` (:meth:`SlurmReboot.ref_for`),
+Slurm's. The machine is the Slurm node itself, ``VMRef("slurm", NODE)`` (:meth:`SlurmReboot.machine_of`),
 not a VM a Kubernetes providerID names.
 
 **The request.** ``ASAP`` drains the node and reboots it only once no job holds it: the workflow has
@@ -72,13 +72,13 @@ def requested_at(reason: str, marker: str) -> int | None:
 
 
 class SlurmReboot:
-    """:class:`remediation.ports.cluster.VMProvider` for Slurm nodes (``vm.backend = slurm``)."""
+    """:class:`remediation.ports.cluster.MachineProvider` for Slurm nodes (``machine.backend = slurm``)."""
 
     def __init__(self, settings: SlurmSettings, reason_prefix: str) -> None:
         self.cli = CliSlurm(settings)
         self.prefix = reason_prefix
 
-    def ref_for(self, node: str) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return slurm_machine(node)
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:

@@ -23,8 +23,8 @@ from azure.core.credentials import AccessToken
 from botocore.awsrequest import AWSResponse
 from moto.server import ThreadedMotoServer
 
-from remediation.ports.cluster import Operation, OperationStatus, VMProvider
-from remediation.settings import VMSettings
+from remediation.ports.cluster import MachineProvider, Operation, OperationStatus
+from remediation.settings import MachineSettings
 from simulator.azure_api import AzureFake, make_self_signed_cert
 from simulator.gce_api import GceFake
 
@@ -34,7 +34,7 @@ OP_SECONDS = 0.05
 
 
 def wait_done(
-    provider: VMProvider, op: Operation, *, timeout: float = 10.0
+    provider: MachineProvider, op: Operation, *, timeout: float = 10.0
 ) -> tuple[OperationStatus, Operation]:
     """Poll as the workflow does (once per 'task run'), following ``replace``; return the last status."""
     deadline = time.monotonic() + timeout
@@ -72,8 +72,8 @@ def gce_fake() -> Iterator[GceFake]:
 
 
 @pytest.fixture
-def gce_settings(gce_fake: GceFake) -> VMSettings:
-    return VMSettings(gce_endpoint=gce_fake.url, gce_anonymous=True, request_timeout_s=5)
+def gce_settings(gce_fake: GceFake) -> MachineSettings:
+    return MachineSettings(gce_endpoint=gce_fake.url, gce_anonymous=True, request_timeout_s=5)
 
 
 # --------------------------------------------------------------------------------------------- Azure
@@ -95,8 +95,8 @@ def azure_fake(azure_cert: tuple[Path, Path]) -> Iterator[AzureFake]:
 
 
 @pytest.fixture
-def azure_settings(azure_fake: AzureFake, azure_cert: tuple[Path, Path]) -> VMSettings:
-    return VMSettings(
+def azure_settings(azure_fake: AzureFake, azure_cert: tuple[Path, Path]) -> MachineSettings:
+    return MachineSettings(
         azure_endpoint=azure_fake.url,
         azure_ca_file=str(azure_cert[0]),
         azure_polling_interval_s=0.01,
@@ -124,8 +124,8 @@ def aws_session() -> boto3.Session:
 
 
 @pytest.fixture
-def aws_settings(moto_url: str) -> VMSettings:
-    return VMSettings(aws_endpoint=moto_url, aws_region="us-east-1", request_timeout_s=5)
+def aws_settings(moto_url: str) -> MachineSettings:
+    return MachineSettings(aws_endpoint=moto_url, aws_region="us-east-1", request_timeout_s=5)
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from remediation.adapters.cloud.aws import AWSProvider, region_of
 from remediation.adapters.cloud.common import MARKER_TAG, marker_for, marker_value
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.errors import CredentialError, NotFound, NotSupported, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 from tests.integration.cloud.conftest import wait_done
 
 Counter = Callable[[boto3.Session, str], list[dict[str, Any]]]
@@ -36,7 +36,7 @@ def state(session: boto3.Session, url: str, instance_id: str) -> tuple[str, dict
 
 def test_restart_reboots_and_marks_the_instance(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     moto_url: str,
     count_calls: Counter,
@@ -53,7 +53,7 @@ def test_restart_reboots_and_marks_the_instance(
 
 
 def test_same_key_twice_is_one_reboot(
-    aws_session: boto3.Session, aws_settings: VMSettings, ec2_instances: list[str], count_calls: Counter
+    aws_session: boto3.Session, aws_settings: MachineSettings, ec2_instances: list[str], count_calls: Counter
 ) -> None:
     reboots = count_calls(aws_session, "RebootInstances")
     AWSProvider(aws_settings, session=aws_session).start(
@@ -69,7 +69,7 @@ def test_same_key_twice_is_one_reboot(
 
 def test_crash_between_marker_and_reboot_under_acts(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     moto_url: str,
     count_calls: Counter,
@@ -89,7 +89,7 @@ def test_crash_between_marker_and_reboot_under_acts(
 
 def test_stop_start_runs_both_phases_and_resumes_in_a_fresh_provider(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     moto_url: str,
     count_calls: Counter,
@@ -109,7 +109,7 @@ def test_stop_start_runs_both_phases_and_resumes_in_a_fresh_provider(
 
 def test_stop_start_same_key_twice_stops_once_and_still_starts(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     moto_url: str,
     count_calls: Counter,
@@ -131,7 +131,7 @@ def test_stop_start_same_key_twice_stops_once_and_still_starts(
 )
 def test_refused_reboot_is_transient_and_the_retry_reboots_once(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     count_calls: Counter,
     ec2_faults: Callable[..., list[str]],
@@ -154,7 +154,7 @@ def test_refused_reboot_is_transient_and_the_retry_reboots_once(
 
 def test_throttled_poll_is_transient(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     ec2_faults: Callable[..., list[str]],
 ) -> None:
@@ -170,7 +170,7 @@ def test_throttled_poll_is_transient(
 
 def test_forbidden_is_permanent_with_the_message(
     aws_session: boto3.Session,
-    aws_settings: VMSettings,
+    aws_settings: MachineSettings,
     ec2_instances: list[str],
     ec2_faults: Callable[..., list[str]],
 ) -> None:
@@ -182,7 +182,7 @@ def test_forbidden_is_permanent_with_the_message(
     assert not isinstance(caught.value, NotFound) and caught.value.status == 403
 
 
-def test_unknown_instance_is_not_found(aws_session: boto3.Session, aws_settings: VMSettings) -> None:
+def test_unknown_instance_is_not_found(aws_session: boto3.Session, aws_settings: MachineSettings) -> None:
     with pytest.raises(NotFound, match="InvalidInstanceID.NotFound"):
         AWSProvider(aws_settings, session=aws_session).start(
             vm("i-0123456789abcdef0"), VMAction.RESTART, "rem-9:vm_restart:1"
@@ -190,7 +190,7 @@ def test_unknown_instance_is_not_found(aws_session: boto3.Session, aws_settings:
 
 
 def test_terminated_instance_is_not_found(
-    aws_session: boto3.Session, aws_settings: VMSettings, ec2_instances: list[str], moto_url: str
+    aws_session: boto3.Session, aws_settings: MachineSettings, ec2_instances: list[str], moto_url: str
 ) -> None:
     aws_session.client("ec2", endpoint_url=moto_url).terminate_instances(InstanceIds=[ec2_instances[2]])
     with pytest.raises(NotFound, match="gone"):
@@ -200,7 +200,7 @@ def test_terminated_instance_is_not_found(
 
 
 def test_reimage_is_not_supported(
-    aws_session: boto3.Session, aws_settings: VMSettings, ec2_instances: list[str]
+    aws_session: boto3.Session, aws_settings: MachineSettings, ec2_instances: list[str]
 ) -> None:
     with pytest.raises(NotSupported, match="stop_start"):
         AWSProvider(aws_settings, session=aws_session).start(

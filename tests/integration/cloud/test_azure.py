@@ -8,7 +8,7 @@ from remediation.adapters.cloud.azure import AzureProvider
 from remediation.adapters.cloud.common import MARKER_TAG
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.errors import CredentialError, NotFound, PermanentError, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 from simulator.azure_api import AzureFake
 from tests.integration.cloud.conftest import RG, SUB, StaticToken, wait_done
 
@@ -30,11 +30,11 @@ def ss_vm(instance: str = "7") -> VMRef:
     return VMRef("azure", instance, account=SUB, group=RG, scale_set="gpu-ss", provider_id=pid)
 
 
-def provider(settings: VMSettings) -> AzureProvider:
+def provider(settings: MachineSettings) -> AzureProvider:
     return AzureProvider(settings, credential=StaticToken())
 
 
-def test_restart_follows_the_async_operation(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_restart_follows_the_async_operation(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     credential = StaticToken()
     azure = AzureProvider(azure_settings, credential=credential)
     op = azure.start(vm(), VMAction.RESTART, "rem-1:vm_restart:1")
@@ -49,7 +49,7 @@ def test_restart_follows_the_async_operation(azure_fake: AzureFake, azure_settin
     assert any(r.query.get("monitor") == "true" for r in azure_fake.log.items)
 
 
-def test_same_key_twice_is_one_restart(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_same_key_twice_is_one_restart(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure_fake.op_seconds = 0.5  # the retry comes while the restart still runs
     first = provider(azure_settings).start(vm(), VMAction.RESTART, "rem-2:vm_restart:1")
     again = provider(azure_settings).start(vm(), VMAction.RESTART, "rem-2:vm_restart:1")
@@ -65,7 +65,7 @@ def test_same_key_twice_is_one_restart(azure_fake: AzureFake, azure_settings: VM
     assert azure_fake.vm(SUB, RG, "gpu-vm-1")["tags"][MARKER_TAG].startswith("restart:")
 
 
-def test_marker_tag_keeps_other_tags(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_marker_tag_keeps_other_tags(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure = provider(azure_settings)
     azure._client(SUB).virtual_machines.begin_update(RG, "gpu-vm-1", {"tags": {"team": "ml"}}).result()
     wait_done(azure, azure.start(vm(), VMAction.RESTART, "rem-3:vm_restart:1"))
@@ -76,7 +76,7 @@ def test_marker_tag_keeps_other_tags(azure_fake: AzureFake, azure_settings: VMSe
     assert azure_fake.vm(SUB, RG, "gpu-vm-1")["boot_count"] == 3
 
 
-def test_resume_polling_in_a_fresh_provider(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_resume_polling_in_a_fresh_provider(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure_fake.op_seconds = 0.3
     row = provider(azure_settings).start(vm(), VMAction.RESTART, "rem-4:vm_restart:1").to_dict()
     resumed = Operation.from_dict(row)
@@ -88,7 +88,7 @@ def test_resume_polling_in_a_fresh_provider(azure_fake: AzureFake, azure_setting
 
 @pytest.mark.parametrize("action", [VMAction.REIMAGE, VMAction.REDEPLOY], ids=["reimage", "redeploy"])
 def test_heavier_actions_complete(
-    azure_fake: AzureFake, azure_settings: VMSettings, action: VMAction
+    azure_fake: AzureFake, azure_settings: MachineSettings, action: VMAction
 ) -> None:
     azure = provider(azure_settings)
     status, _ = wait_done(azure, azure.start(vm("gpu-vm-2"), action, "rem-5:vm_restart:2"))
@@ -97,7 +97,7 @@ def test_heavier_actions_complete(
     assert azure_fake.vm(SUB, RG, "gpu-vm-2")["boot_count"] == 2
 
 
-def test_stop_start_powers_off_then_starts(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_stop_start_powers_off_then_starts(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure = provider(azure_settings)
     status, last = wait_done(azure, azure.start(vm("gpu-vm-2"), VMAction.STOP_START, "rem-6:vm_restart:2"))
     assert status.error is None and last.data["phase"] == "start"
@@ -108,7 +108,7 @@ def test_stop_start_powers_off_then_starts(azure_fake: AzureFake, azure_settings
 
 
 @pytest.mark.parametrize("action", [VMAction.RESTART, VMAction.REIMAGE], ids=["restart", "reimage"])
-def test_scale_set_vm(azure_fake: AzureFake, azure_settings: VMSettings, action: VMAction) -> None:
+def test_scale_set_vm(azure_fake: AzureFake, azure_settings: MachineSettings, action: VMAction) -> None:
     azure = provider(azure_settings.model_copy(update={"azure_vmss_recent_s": 0}))
     status, _ = wait_done(azure, azure.start(ss_vm(), action, "rem-7:vm_restart:1"))
     assert status.error is None
@@ -117,7 +117,7 @@ def test_scale_set_vm(azure_fake: AzureFake, azure_settings: VMSettings, action:
 
 
 def test_scale_set_vm_same_key_twice_is_one_restart(
-    azure_fake: AzureFake, azure_settings: VMSettings
+    azure_fake: AzureFake, azure_settings: MachineSettings
 ) -> None:
     # Uniform scale-set instances cannot be tagged: a recent provisioning change is the evidence.
     azure_fake.add_vm(SUB, RG, "8", scale_set="gpu-ss")
@@ -134,7 +134,7 @@ def test_scale_set_vm_same_key_twice_is_one_restart(
 
 
 def test_failed_operation_reports_the_provider_message(
-    azure_fake: AzureFake, azure_settings: VMSettings
+    azure_fake: AzureFake, azure_settings: MachineSettings
 ) -> None:
     azure_fake.fail_operations(1, code="AllocationFailed", message="Allocation failed in this cluster.")
     azure = provider(azure_settings)
@@ -144,7 +144,7 @@ def test_failed_operation_reports_the_provider_message(
     assert azure_fake.vm(SUB, RG, "gpu-vm-1")["boot_count"] == 1
 
 
-def test_failed_operation_seen_through_observe(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_failed_operation_seen_through_observe(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure_fake.fail_operations(1, code="OSProvisioningTimedOut", message="OS provisioning timed out")
     provider(azure_settings).start(vm(), VMAction.RESTART, "rem-10:vm_restart:1")
     again = provider(azure_settings).start(vm(), VMAction.RESTART, "rem-10:vm_restart:1")
@@ -159,7 +159,7 @@ def test_failed_operation_seen_through_observe(azure_fake: AzureFake, azure_sett
 )
 def test_throttling_and_outages_are_transient(
     azure_fake: AzureFake,
-    azure_settings: VMSettings,
+    azure_settings: MachineSettings,
     status: int,
     retry_after: int | None,
     expected: float | None,
@@ -178,7 +178,7 @@ def test_throttling_and_outages_are_transient(
 
 
 def test_throttled_read_before_acting_retries_cleanly(
-    azure_fake: AzureFake, azure_settings: VMSettings
+    azure_fake: AzureFake, azure_settings: MachineSettings
 ) -> None:
     azure_fake.faults.fail_next(1, 429, retry_after=5, method="GET", match="/gpu-vm-1")
     azure = provider(azure_settings)
@@ -189,7 +189,7 @@ def test_throttled_read_before_acting_retries_cleanly(
     assert azure_fake.log.count("POST", VM_PATH + "/restart", status=202) == 1
 
 
-def test_transient_error_while_polling(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_transient_error_while_polling(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure = provider(azure_settings)
     op = azure.start(vm(), VMAction.RESTART, "rem-13:vm_restart:1")
     azure_fake.faults.fail_next(1, 503, retry_after=1, match="/operations/")
@@ -199,27 +199,27 @@ def test_transient_error_while_polling(azure_fake: AzureFake, azure_settings: VM
     assert wait_done(azure, op)[0].error is None
 
 
-def test_missing_vm_is_not_found(azure_settings: VMSettings) -> None:
+def test_missing_vm_is_not_found(azure_settings: MachineSettings) -> None:
     with pytest.raises(NotFound, match="ResourceNotFound|was not found"):
         provider(azure_settings).start(vm("gone"), VMAction.RESTART, "rem-14:vm_restart:1")
     with pytest.raises(NotFound):
         provider(azure_settings).start(ss_vm("99"), VMAction.RESTART, "rem-14:vm_restart:1")
 
 
-def test_forbidden_is_the_systems_fault_with_the_message(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_forbidden_is_the_systems_fault_with_the_message(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     azure_fake.faults.fail_next(1, 403)
     with pytest.raises(CredentialError, match="permission denied") as caught:
         provider(azure_settings).start(vm(), VMAction.RESTART, "rem-15:vm_restart:1")
     assert not isinstance(caught.value, NotFound) and caught.value.status == 403
 
 
-def test_poll_refuses_a_foreign_url(azure_settings: VMSettings) -> None:
+def test_poll_refuses_a_foreign_url(azure_settings: MachineSettings) -> None:
     op = Operation("azure", "https://attacker.example/op", VMAction.RESTART, vm(), {"mode": "lro"})
     with pytest.raises(PermanentError, match="refusing"):
         provider(azure_settings).poll(op)
 
 
-def test_api_version_is_required(azure_fake: AzureFake, azure_settings: VMSettings) -> None:
+def test_api_version_is_required(azure_fake: AzureFake, azure_settings: MachineSettings) -> None:
     client = provider(azure_settings)._client(SUB)
     from azure.core.rest import HttpRequest
 

@@ -7,7 +7,7 @@ import pytest
 from remediation.adapters.cloud.gce import GCEProvider
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.errors import CredentialError, NotFound, NotSupported, TransientError
-from remediation.settings import VMSettings
+from remediation.settings import MachineSettings
 from simulator.gce_api import GceFake
 from tests.integration.cloud.conftest import PROJECT, ZONE, wait_done
 
@@ -18,7 +18,7 @@ def vm(name: str = "gpu-1") -> VMRef:
     return VMRef("gce", name, zone=ZONE, account=PROJECT, provider_id=f"gce://{PROJECT}/{ZONE}/{name}")
 
 
-def test_restart_resets_once_and_boots_again(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_restart_resets_once_and_boots_again(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     provider = GCEProvider(gce_settings)
     op = provider.start(vm(), VMAction.RESTART, "rem-1:vm_restart:1")
     assert op.provider == "gce" and op.ref.startswith("operation-")
@@ -29,7 +29,7 @@ def test_restart_resets_once_and_boots_again(gce_fake: GceFake, gce_settings: VM
     assert gce_fake.log.count("POST", RESET) == 1
 
 
-def test_same_key_twice_is_one_reset(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_same_key_twice_is_one_reset(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     # The worker crashed after start() and before the op was persisted: a new process retries.
     first = GCEProvider(gce_settings).start(vm(), VMAction.RESTART, "rem-2:vm_restart:1")
     again = GCEProvider(gce_settings).start(vm(), VMAction.RESTART, "rem-2:vm_restart:1")
@@ -40,7 +40,7 @@ def test_same_key_twice_is_one_reset(gce_fake: GceFake, gce_settings: VMSettings
     assert gce_fake.vm(PROJECT, ZONE, "gpu-1")["boot_count"] == 2
 
 
-def test_a_new_key_acts_again(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_a_new_key_acts_again(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     provider = GCEProvider(gce_settings)
     wait_done(provider, provider.start(vm(), VMAction.RESTART, "rem-3:vm_restart:1"))
     wait_done(provider, provider.start(vm(), VMAction.RESTART, "rem-3:vm_restart:2"))
@@ -48,7 +48,7 @@ def test_a_new_key_acts_again(gce_fake: GceFake, gce_settings: VMSettings) -> No
     assert gce_fake.vm(PROJECT, ZONE, "gpu-1")["boot_count"] == 3
 
 
-def test_resume_polling_in_a_fresh_provider(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_resume_polling_in_a_fresh_provider(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     gce_fake.op_seconds = 0.3
     row = GCEProvider(gce_settings).start(vm(), VMAction.RESTART, "rem-4:vm_restart:1").to_dict()
     resumed = Operation.from_dict(row)
@@ -58,7 +58,7 @@ def test_resume_polling_in_a_fresh_provider(gce_fake: GceFake, gce_settings: VMS
     assert gce_fake.vm(PROJECT, ZONE, "gpu-1")["boot_count"] == 2
 
 
-def test_stop_start_runs_both_phases(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_stop_start_runs_both_phases(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     provider = GCEProvider(gce_settings)
     op = provider.start(vm("gpu-2"), VMAction.STOP_START, "rem-5:vm_restart:2")
     assert op.data["phase"] == "stop"
@@ -72,7 +72,7 @@ def test_stop_start_runs_both_phases(gce_fake: GceFake, gce_settings: VMSettings
     assert gce_fake.actions("start", "gpu-2") == 1
 
 
-def test_failed_operation_reports_the_provider_message(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_failed_operation_reports_the_provider_message(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     gce_fake.fail_operations(
         1, http_status=503, code="ZONE_RESOURCE_POOL_EXHAUSTED", message="zone is out of capacity"
     )
@@ -90,7 +90,7 @@ def test_failed_operation_reports_the_provider_message(gce_fake: GceFake, gce_se
     ids=["429-retry-after", "503-no-hint", "500-retry-after"],
 )
 def test_throttling_and_outages_are_transient(
-    gce_fake: GceFake, gce_settings: VMSettings, status: int, retry_after: int | None, expected: float | None
+    gce_fake: GceFake, gce_settings: MachineSettings, status: int, retry_after: int | None, expected: float | None
 ) -> None:
     gce_fake.faults.fail_next(1, status, retry_after=retry_after)
     provider = GCEProvider(gce_settings)
@@ -102,7 +102,7 @@ def test_throttling_and_outages_are_transient(
     assert gce_fake.actions("reset", "gpu-1") == 1
 
 
-def test_transient_error_while_polling(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_transient_error_while_polling(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     provider = GCEProvider(gce_settings)
     op = provider.start(vm(), VMAction.RESTART, "rem-8:vm_restart:1")
     gce_fake.faults.fail_next(1, 503, match="/operations/")
@@ -111,12 +111,12 @@ def test_transient_error_while_polling(gce_fake: GceFake, gce_settings: VMSettin
     assert wait_done(provider, op)[0].error is None
 
 
-def test_missing_vm_is_not_found(gce_settings: VMSettings) -> None:
+def test_missing_vm_is_not_found(gce_settings: MachineSettings) -> None:
     with pytest.raises(NotFound, match="was not found"):
         GCEProvider(gce_settings).start(vm("gone"), VMAction.RESTART, "rem-9:vm_restart:1")
 
 
-def test_forbidden_is_the_systems_fault_with_the_message(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_forbidden_is_the_systems_fault_with_the_message(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     gce_fake.faults.fail_next(1, 403, match="/reset")
     with pytest.raises(CredentialError, match="permission denied") as caught:
         GCEProvider(gce_settings).start(vm(), VMAction.RESTART, "rem-10:vm_restart:1")
@@ -125,7 +125,7 @@ def test_forbidden_is_the_systems_fault_with_the_message(gce_fake: GceFake, gce_
 
 @pytest.mark.parametrize("where", ["/reset", "/operations/"])
 def test_unauthenticated_is_the_systems_fault_however_the_client_meets_it(
-    gce_fake: GceFake, gce_settings: VMSettings, where: str
+    gce_fake: GceFake, gce_settings: MachineSettings, where: str
 ) -> None:
     # On a 401 the authorized session may try to refresh its credentials first; credentials that
     # cannot refresh (anonymous here, revoked in production) then fail in google-auth, not with the
@@ -141,18 +141,18 @@ def test_unauthenticated_is_the_systems_fault_however_the_client_meets_it(
     assert caught.value.component == "cloud"
 
 
-def test_reimage_is_not_supported(gce_settings: VMSettings) -> None:
+def test_reimage_is_not_supported(gce_settings: MachineSettings) -> None:
     with pytest.raises(NotSupported, match="stop_start"):
         GCEProvider(gce_settings).start(vm(), VMAction.REIMAGE, "rem-11:vm_restart:2")
 
 
 def test_unreachable_endpoint_is_transient() -> None:
-    settings = VMSettings(gce_endpoint="http://127.0.0.1:9", gce_anonymous=True, request_timeout_s=2)
+    settings = MachineSettings(gce_endpoint="http://127.0.0.1:9", gce_anonymous=True, request_timeout_s=2)
     with pytest.raises(TransientError, match="cannot reach"):
         GCEProvider(settings).start(vm(), VMAction.RESTART, "rem-12:vm_restart:1")
 
 
-def test_fake_wait_blocks_until_done(gce_fake: GceFake, gce_settings: VMSettings) -> None:
+def test_fake_wait_blocks_until_done(gce_fake: GceFake, gce_settings: MachineSettings) -> None:
     # The simulator's operations/wait (used by tools, not by the provider, which never blocks).
     from google.cloud import compute_v1
 

@@ -405,7 +405,8 @@ def test_factory_backends(make_settings: Callable[..., Settings], kube_api: Kube
     from remediation.adapters.noop import NoopKube
 
     assert isinstance(kube_backend(make_settings(kube={"backend": "memory"})), MemoryKube)
-    assert isinstance(kube_backend(make_settings(kube={"backend": "noop"})), NoopKube)
+    assert isinstance(kube_backend(make_settings(dry_run=True, kube={"backend": "noop"})), NoopKube)
+    assert kube_backend(make_settings(kube={"backend": "none"}, machine={"backend": "none"})) is None
     assert isinstance(make_kube(make_settings(kube={"mapping": "node"})), KubeAdapter)
     kube_api.add_node("n1")
     dry = make_adapters(make_settings(dry_run=True, kube={"mapping": "node"})).kube

@@ -91,7 +91,7 @@ DECOY = "gke-slurm-cpu-pool-0c1d2e3f-a1b2"
 
 
 class RebootingVM:
-    """A VMProvider whose completed operation reboots the Node on the local API server.
+    """A MachineProvider whose completed operation reboots the Node on the local API server.
 
     ``start`` takes the VM down (Ready=Unknown, slurmd NOT_RESPONDING); the operation completes on
     the ``polls``-th poll, when the kubelet comes back with Ready=True and, if ``reboot``, a new bootID

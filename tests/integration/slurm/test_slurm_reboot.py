@@ -1,4 +1,4 @@
-"""Slurm's own reboot (``vm.backend = slurm``) against the real slurmctld of each release.
+"""Slurm's own reboot (``machine.backend = slurm``) against the real slurmctld of each release.
 
 The session clusters' RebootProgram (``scripts/slurm-up.sh``) restarts the rebooted node's slurmd with
 ``-b``, which registers as a fresh boot; with ``DIR/run/NODE.no-boot`` it restarts slurmd without it,
@@ -59,7 +59,7 @@ def test_one_request_per_key_across_a_kill_and_recovery_proven_by_slurmctld(slur
     cli.drain(node, f"{PREFIX} xid 79")  # the workflow's drain, before any machine action
     before, asked_before, ran_before = cli.status(node), requests(slurm, node), reboots(slurm, node)
     worker = SlurmReboot(slurm.settings(), PREFIX)
-    op = worker.start(worker.ref_for(node), VMAction.RESTART, key)
+    op = worker.start(worker.machine_of(node), VMAction.RESTART, key)
     since = op.data["requested_at"]
     assert requests(slurm, node) == asked_before + 1
     # The worker dies before the workflow recorded the Operation; the redelivered step starts again.
@@ -97,7 +97,7 @@ def test_a_reboot_that_never_happens_is_waited_on_then_reported_as_an_error(slur
         cli.drain(node, f"{PREFIX} xid 79")
         asked_before = requests(slurm, node)
         worker = SlurmReboot(slurm.settings(), PREFIX)
-        op = worker.start(worker.ref_for(node), VMAction.RESTART, "r42:vm_restart:1")
+        op = worker.start(worker.machine_of(node), VMAction.RESTART, "r42:vm_restart:1")
         since = op.data["requested_at"]
         # slurmd registers again after the request, from a machine that did not boot: not a reboot.
         back = wait_for(cli, node, lambda n: n.slurmd_start_time >= since and "NOT_RESPONDING" not in n.flags)

@@ -41,8 +41,9 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
-from remediation.domain.step_bodies import Adapters, release_node
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMProvider, VMRef
+from remediation.domain.ownership import release_node
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
 from remediation.services.ingest import ingest
@@ -80,7 +81,7 @@ def make_settings(
 
 
 class SlurmdRestartVM:
-    """A VMProvider at our boundary. The restart completes on the ``polls``-th poll; completing it is
+    """A MachineProvider at our boundary. The restart completes on the ``polls``-th poll; completing it is
     "the VM came back": the Kubernetes Node (in the memory world) turns Ready with a new bootID, and
     ``slurmd_delay_s`` later (slurmd starts after the kubelet, as on a real boot) the node's slurmd is
     started again if it is not running. A repeated idempotency key does not act twice."""
@@ -142,7 +143,7 @@ class Pipeline:
     client: redis.Redis
     sessions: sessionmaker[Session]
     world: MemoryWorld
-    vm: VMProvider
+    vm: MachineProvider
     clock: SystemClock = field(default_factory=SystemClock)
     opened: list[FollowUp] = field(default_factory=list)
     handled: int = 0

@@ -1,4 +1,5 @@
-"""``vm``: which cloud provider restarts a Node's VM (``REMEDIATION_VM__*``)."""
+"""``machine``: what acts on a node's machine, a cloud's VM API or nothing (``REMEDIATION_MACHINE__*``;
+the section's old name ``vm`` is still read)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,20 @@ from pydantic import Field, SecretStr, model_validator
 from remediation.settings.base import Section
 
 
-class VMSettings(Section):
-    """Which cloud provider restarts a Node's VM, and endpoint overrides."""
-    backend: Literal["gce", "azure", "aws", "auto", "memory", "noop", "slurm"] = Field(
-        "auto", description="VM provider; 'auto' picks by the Node's providerID scheme. 'slurm' reboots "
-        "the Slurm node itself with `scontrol reboot` (the cluster's RebootProgram; no providerID, no "
-        "cloud credentials), and can do nothing heavier: a move-host or reimage rung quarantines.",
+class MachineSettings(Section):
+    """What restarts, moves or reimages a node's machine (the ladder's machine rungs), and the clouds'
+    endpoint overrides."""
+    backend: Literal["gce", "azure", "aws", "auto", "redfish", "slurm", "memory", "noop",
+                     "none"] = Field(
+        "auto", description="What acts on a node's machine: a cloud (gce, azure, aws; 'auto' picks by the "
+        "Node's providerID scheme); slurm: the Slurm node itself is rebooted with `scontrol reboot` (the "
+        "cluster's RebootProgram; no providerID, no cloud credentials), which can do nothing heavier, so "
+        "a shipped move-host or reimage rung quarantines; redfish: bare-metal power actions through each "
+        "node's BMC (the redfish section); or none: this site has nothing that can "
+        "restart, move or reimage a machine, so the ladder's machine rungs and verify are skipped and a "
+        "node returns only on a passed GPU check (validation), or is held or quarantined "
+        "(workflow.unproven). A ladder written with a rung the backend cannot do is refused at start-up. "
+        "memory is the simulated world; noop is the dry-run twin, refused outside dry-run.",
     )
     gce_endpoint: str | None = Field(None, description="Override the Compute Engine endpoint (tests, PSC).")
     azure_endpoint: str | None = Field(None, description="Override the ARM endpoint (sovereign clouds).")
@@ -59,7 +68,7 @@ class VMSettings(Section):
     )
 
     @model_validator(mode="after")
-    def _anonymous_needs_endpoint(self) -> VMSettings:
+    def _anonymous_needs_endpoint(self) -> MachineSettings:
         if self.gce_anonymous and not self.gce_endpoint:
             raise ValueError("gce_anonymous is only allowed together with gce_endpoint (a local test endpoint)")
         if self.azure_test_token is not None:
@@ -69,6 +78,6 @@ class VMSettings(Section):
             if host not in ("127.0.0.1", "localhost", "::1") and host != self.azure_test_host:
                 raise ValueError(
                     "azure_test_token is only allowed with an azure_endpoint on 127.0.0.1, localhost or "
-                    f"[::1] (a local test endpoint) or on vm.azure_test_host, not {self.azure_endpoint!r}"
+                    f"[::1] (a local test endpoint) or on machine.azure_test_host, not {self.azure_endpoint!r}"
                 )
         return self

@@ -1,0 +1,168 @@
+"""One conversation with one BMC through sushy, and the translation of what goes wrong into typed errors.
+
+A :class:`BmcSession` is opened per call (``start`` or ``poll``) and closed after it: the credentials
+are read afresh each time (a rotated Secret needs no restart) and nothing holds a BMC connection
+between the workflow's checks. It signs in with HTTP basic authentication rather than a Redfish
+session: a BMC keeps few session slots, and one left behind by a killed worker would hold one until it
+expires.
+
+Retries are the workflow's, never sushy's: sushy retries a request whose connection failed or timed out
+(``server_side_retries`` or 3 times), whatever the method, and a repeated reset POST is a second reset.
+So every session runs with one attempt per request, and :meth:`BmcSession.reset` sends its POST with no
+server-side retry either. Whether a failed POST may have reached the BMC decides what the provider
+records (:func:`never_sent`).
+
+TLS is always verified, against ``redfish.ca_file`` or the system trust store: sushy is never given
+``verify=False``. A certificate that does not verify is a configuration error (automation pauses), so a
+wrong CA file never looks like an unreachable BMC.
+
+Errors (the one HTTP table, :func:`remediation.ports.errors.error_for_status`): 401 and 403 are
+:class:`CredentialError` (system: automation pauses, no node is charged); no answer, 5xx and 429 are
+transient (the workflow retries, then climbs that node's ladder: an unreachable BMC holds its node
+alone); 404 is the system gone from the BMC (node). The password is cut from every message.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import requests
+import sushy
+import urllib3
+from sushy import auth as sushy_auth
+from sushy import exceptions as sushy_exc
+from sushy.connector import Connector
+
+from remediation.adapters.redfish.inventory import Bmc, Login
+from remediation.ports.errors import (
+    ConfigError,
+    NotFound,
+    PermanentError,
+    RemediationError,
+    TransientError,
+    error_for_status,
+)
+from remediation.settings import RedfishSettings
+
+log = logging.getLogger(__name__)
+
+RESET = "#ComputerSystem.Reset"
+
+
+class MaybeSent(Exception):
+    """A reset POST that failed after it may have reached the BMC (a read timeout, a connection
+    dropped after sending): it must be taken as sent, and never sent again."""
+
+
+class BmcSession:
+    """A signed-in client of one BMC's system; a context manager that closes its connection."""
+
+    def __init__(self, bmc: Bmc, login: Login, settings: RedfishSettings) -> None:
+        self.bmc, self._login = bmc, login
+        self._trust = (
+            f"redfish.ca_file ({settings.ca_file})" if settings.ca_file else "the system trust store"
+        )
+        self._conn = Connector(
+            bmc.url,
+            verify=settings.ca_file or True,
+            server_side_retries=1,
+            server_side_retries_delay=0,
+            default_request_timeout=settings.request_timeout_s,
+            connect_timeout=settings.connect_timeout_s,
+        )
+        self._system: Any = None
+
+    def __enter__(self) -> BmcSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.close()
+
+    @property
+    def where(self) -> str:
+        return f"BMC {self.bmc.url} system {self.bmc.system}"
+
+    def system(self) -> dict[str, Any]:
+        """The ComputerSystem resource as the BMC answers it (read once per session)."""
+        if self._system is None:
+            try:
+                login = sushy_auth.BasicAuth(self._login.username, self._login.password)
+                root = sushy.Sushy(self.bmc.url, auth=login, connector=self._conn)
+                self._system = root.get_system(self.bmc.system)
+            except Exception as exc:
+                raise self._translate(exc, "read") from None
+        return dict(self._system.json)
+
+    def allowed_resets(self) -> set[str]:
+        """The ResetType values the system offers (every standard one when it does not say)."""
+        action = (self.system().get("Actions") or {}).get(RESET) or {}
+        allowed = action.get("ResetType@Redfish.AllowableValues") or [v.value for v in sushy.ResetType]
+        return {str(v) for v in allowed}
+
+    def reset(self, reset_type: str) -> None:
+        """POST one ComputerSystem.Reset, with no retry of any kind (see the module docstring). Raises
+        :class:`MaybeSent` when it failed in a way that may have reached the BMC, a typed error when
+        the BMC answered with an error or was never reached (nothing was done)."""
+        target = ((self.system().get("Actions") or {}).get(RESET) or {}).get("target")
+        if not target:
+            raise PermanentError(f"{self.where}: the system offers no {RESET} action")
+        try:
+            self._conn.post(target, data={"ResetType": reset_type}, server_side_retries_left=0)
+        except sushy_exc.ConnectionError as exc:
+            if not never_sent(exc):
+                raise MaybeSent(self._redact(_reason(exc.__context__ or exc))) from None
+            raise self._translate(exc, f"send {reset_type} to") from None
+        except Exception as exc:
+            raise self._translate(exc, f"send {reset_type} to") from None
+
+    def _translate(self, exc: Exception, doing: str) -> RemediationError:
+        if isinstance(exc, RemediationError):
+            return exc
+        return translate(exc, f"cannot {doing} {self.where}", self._trust, self._redact)
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._login.password, "***") if self._login.password else text
+
+
+def translate(exc: Exception, what: str, trust: str, redact: Callable[[str], str]) -> RemediationError:
+    """The typed error for a sushy failure; ``what`` says what was being done where, ``trust`` what the
+    BMC's certificate was checked against."""
+    if isinstance(exc, sushy_exc.ResourceNotFoundError):
+        return NotFound(f"{what}: HTTP 404 (the BMC has no such system)", status=404)
+    if isinstance(exc, sushy_exc.HTTPError):
+        detail = redact(f"{exc.code}: {exc.detail or 'no detail'}")
+        return error_for_status(
+            exc.status_code, f"{what}: HTTP {exc.status_code} {detail}", component="redfish"
+        )
+    if isinstance(exc, sushy_exc.ConnectionError):
+        cause = exc.__context__
+        if isinstance(cause, requests.exceptions.SSLError):
+            return ConfigError(
+                f"{what}: its TLS certificate does not verify against {trust} "
+                f"({_reason(cause)}); verification is never skipped",
+                component="redfish",
+            )
+        return TransientError(f"{what}: no answer ({redact(_reason(cause or exc))})")
+    return PermanentError(f"{what}: {type(exc).__name__}: {redact(str(exc))}")
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a failed request certainly never reached the BMC: the connection was refused, timed out
+    while connecting, or failed its TLS handshake. Anything else (a read timeout, a connection dropped
+    after sending) may have been received and acted on."""
+    cause = exc.__context__
+    if isinstance(cause, requests.exceptions.ConnectTimeout | requests.exceptions.SSLError):
+        return True
+    if isinstance(cause, requests.exceptions.ConnectionError) and cause.args:
+        return isinstance(getattr(cause.args[0], "reason", None), urllib3.exceptions.NewConnectionError)
+    return False
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost reason urllib3 gives (its wrappers repeat the URL and 'Max retries exceeded')."""
+    if isinstance(exc, requests.exceptions.RequestException) and exc.args:
+        inner = exc.args[0]
+        return str(getattr(inner, "reason", None) or inner)[:300]
+    return str(exc)[:300]

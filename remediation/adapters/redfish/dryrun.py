@@ -1,0 +1,39 @@
+"""Dry-run's redfish: everything the real provider reads, nothing it sends.
+
+Like the other dry-run twins that read through (``NoopSlurm``, ``NoopKube``), it looks at the real
+machines: it finds the node's BMC, signs in and reads the system, so a dry run shows the reset each
+node would get and surfaces a wrong inventory entry, credential or CA before anyone turns it on. It
+records the reset it would send and sends none; its operation's ref starts with ``dry-run:``, which
+tells the verify step that nothing was restarted.
+"""
+
+from __future__ import annotations
+
+from remediation.adapters.noop import Recorder
+from remediation.adapters.redfish.provider import RedfishProvider
+from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+
+
+class RedfishDryRun:
+    def __init__(self, real: RedfishProvider, recorder: Recorder | None = None) -> None:
+        self.real = real
+        self.record = recorder or Recorder()
+
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
+        return self.real.machine_of(node, k8s_node)
+
+    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
+        op = self.real.plan(vm, action)
+        d = op.data
+        self.record(
+            f"{d['reset']}" + (f" then {d['then']}" if d["then"] else ""),
+            node=vm.name,
+            bmc=d["bmc"],
+            system=d["system"],
+            power=d["before"],
+            key=idempotency_key,
+        )
+        return Operation(op.provider, f"dry-run:{idempotency_key}", action, vm, d)
+
+    def poll(self, op: Operation) -> OperationStatus:
+        return OperationStatus(done=True)

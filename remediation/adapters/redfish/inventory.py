@@ -1,0 +1,157 @@
+"""Where each node's BMC is and what signs in to it: the inventory, a Node annotation, the credentials.
+
+The inventory (``redfish.inventory_file``, YAML or JSON) maps a node to its BMC::
+
+    gpu-node-7: {bmc: "https://10.1.0.7", system: "1", credentials: rack-12}
+
+``system`` is the Redfish system the node is (an id under ``/redfish/v1/Systems/`` or the full path).
+It is required, never guessed: a chassis BMC may serve several systems, and picking the wrong one would
+reset another node. A node the file does not list may carry the same mapping as JSON in a Node
+annotation (``redfish.node_annotation``). ``credentials`` names an entry of the credentials file
+(``redfish.credentials_file``: ``{NAME: {username, password}}``, a Kubernetes Secret mounted as a file),
+one BMC's or a whole group's; without it, ``default``.
+
+Both files are read when a BMC is called and re-read when they change, so a rotated Secret needs no
+restart. A password lives in a :class:`Login` only, whose repr hides it; messages about the credentials
+file name the file and the entry, never a value (a YAML error's own text quotes the line it choked on,
+so only its line number is kept).
+
+Errors: an entry that is wrong (no https URL, no system) concerns that node alone (:class:`PermanentError`:
+it is quarantined with the reason until the entry is fixed); a file that cannot be read, and a
+credentials name it lacks, are the configuration's (:class:`ConfigError`: automation pauses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from remediation.ports.errors import ConfigError, PermanentError, UnknownNode
+from remediation.settings import RedfishSettings
+
+SYSTEMS = "/redfish/v1/Systems/"
+
+
+@dataclass(frozen=True)
+class Bmc:
+    """One node's BMC: where it is (no secret in it: it is recorded with the operation)."""
+
+    url: str  # https://host[:port]
+    system: str  # /redfish/v1/Systems/ID
+    credentials: str  # a name in the credentials file
+
+
+@dataclass(frozen=True)
+class Login:
+    username: str
+    password: str = field(repr=False)
+
+
+class _Cached:
+    """A YAML/JSON mapping file, parsed again only when its size or modification time changes."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path, self.what = path, what
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._data: dict[str, Any] = {}
+
+    def load(self) -> dict[str, Any]:
+        try:
+            st = os.stat(self.path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            with self._lock:
+                if stamp != self._stamp:
+                    with open(self.path, encoding="utf-8") as f:
+                        data = yaml.safe_load(f)
+                    if not isinstance(data, dict):
+                        raise ConfigError(f"{self.what} {self.path} is not a mapping", component="redfish")
+                    self._data, self._stamp = data, stamp
+                return self._data
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read {self.what} {self.path}: {exc.strerror}", component="redfish"
+            ) from exc
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise ConfigError(
+                f"{self.what} {self.path} is not valid YAML or JSON{where}", component="redfish"
+            ) from None
+
+
+def parse_entry(node: str, raw: Any, source: str) -> Bmc:
+    """A node's BMC from its inventory entry or annotation; PermanentError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise PermanentError(f"{source} for {node} is not a mapping of bmc, system, credentials")
+    url, system = str(raw.get("bmc") or "").rstrip("/"), str(raw.get("system") or "").strip()
+    parts = urlsplit(url)
+    shown = "" if "@" in url else f", not {url!r}"  # a URL with userinfo may hold a password
+    if parts.scheme != "https" or not parts.hostname:
+        # Basic authentication sends the password with every request: never over plain http.
+        raise PermanentError(f"{source} for {node}: bmc must be an https:// URL{shown}")
+    if parts.username is not None or parts.password is not None or parts.path or parts.query:
+        raise PermanentError(
+            f"{source} for {node}: bmc is scheme, host and port only (credentials go "
+            "in redfish.credentials_file)"
+        )
+    if not system or any(c in system for c in "?#\\ ") or ".." in system:
+        raise PermanentError(f"{source} for {node}: system must name the node's Redfish system, e.g. '1'")
+    path = system if system.startswith(SYSTEMS) else SYSTEMS + system.strip("/")
+    return Bmc(url, path, str(raw.get("credentials") or "default"))
+
+
+class Inventory:
+    """Finds a node's BMC (inventory file, then Node annotation) and a BMC's login."""
+
+    def __init__(
+        self, settings: RedfishSettings, annotations: Callable[[str], Mapping[str, str]] | None = None
+    ) -> None:
+        self.s = settings
+        self._nodes = (
+            _Cached(settings.inventory_file, "redfish inventory") if settings.inventory_file else None
+        )
+        self._logins = (
+            _Cached(settings.credentials_file, "redfish credentials file")
+            if settings.credentials_file
+            else None
+        )
+        self._annotations = annotations
+
+    def bmc(self, node: str) -> Bmc:
+        if self._nodes is not None and node in (listed := self._nodes.load()):
+            return parse_entry(node, listed[node], f"redfish inventory {self.s.inventory_file}")
+        if self._annotations is not None and self.s.node_annotation:
+            value = self._annotations(node).get(self.s.node_annotation)
+            if value is not None:
+                where = f"annotation {self.s.node_annotation} on Node {node}"
+                try:
+                    raw = json.loads(value)
+                except ValueError:
+                    raise PermanentError(f"{where} is not JSON") from None
+                return parse_entry(node, raw, where)
+        raise UnknownNode(
+            f"no BMC known for {node}: not in redfish.inventory_file"
+            + (f" nor annotated {self.s.node_annotation}" if self.s.node_annotation else "")
+        )
+
+    def login(self, bmc: Bmc) -> Login:
+        if self._logins is None:
+            raise ConfigError(
+                "redfish.credentials_file is not set: a Redfish reset needs a login", component="redfish"
+            )
+        entry = self._logins.load().get(bmc.credentials)
+        if not isinstance(entry, dict) or not entry.get("username") or not entry.get("password"):
+            raise ConfigError(
+                f"redfish credentials file {self.s.credentials_file} has no username and "
+                f"password for {bmc.credentials!r}",
+                component="redfish",
+            )
+        return Login(str(entry["username"]), str(entry["password"]))

@@ -1,0 +1,106 @@
+"""Intents: an action that cannot be taken back, written to its step row before it is sent.
+
+A BMC takes no request id and keeps no tag: asked twice, it resets twice. The clouds close the gap
+between "sent" and "recorded" on their side (GCE's request id, the Azure and AWS tags); for a BMC it is
+closed here. Before the POST, the redfish provider writes the operation it is about to start (what,
+where, when) to the ``provider_op`` of the step row that holds the idempotency key, in a transaction of
+its own, committed, and only if that row has none yet. A worker killed at any point after that leaves
+the intent where the workflow itself looks: the next claim of the step reads it as the operation in
+flight and polls it, and a repeated ``start`` with the key returns it. Either way no second reset is
+sent for the key. The price is at most once, never twice: a worker killed between the intent and the
+POST leaves a reset that never happened, which the poll sees (no power change, no reboot) and the
+ladder's next rung, with a key of its own, makes up for.
+
+A POST the BMC refused with an error status did nothing, so its intent is taken back (:meth:`release`)
+and a later try may send it; a POST that may have reached the BMC (a read timeout) keeps it. The entry
+points build :class:`StepIntents` on their session factory and hand it to the adapter factory
+(adapters never import the database layer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from remediation.db.models import RemediationStep
+from remediation.ports.errors import ConfigError, TransientError
+
+
+class StepIntents:
+    """Intents kept on ``remediation_steps.provider_op``, found by the step's idempotency key."""
+
+    def __init__(self, sessions: Callable[[], Session]) -> None:
+        self.sessions = sessions
+
+    def recorded(self, key: str) -> dict[str, Any] | None:
+        """The operation already recorded for ``key``, if any."""
+        with self._step(key) as row:
+            return dict(row.provider_op) if row.provider_op else None
+
+    def claim(self, key: str, op: dict[str, Any]) -> dict[str, Any] | None:
+        """Record ``op`` as the key's operation unless one is there already; None: ``op`` is now the
+        key's own (send it), else the operation recorded first (send nothing)."""
+        with self._step(key, write=True) as row:
+            if row.provider_op:
+                return dict(row.provider_op)
+            row.provider_op = op
+            return None
+
+    def settle(self, key: str, op: dict[str, Any]) -> None:
+        """Replace the key's intent with what came of it (the BMC accepted it, what was seen)."""
+        with self._step(key, write=True) as row:
+            row.provider_op = op
+
+    def release(self, key: str, op: dict[str, Any]) -> None:
+        """Take back an intent the BMC refused: nothing was done, a later try may send it."""
+        with self._step(key, write=True) as row:
+            if row.provider_op == op:
+                row.provider_op = None
+
+    def _step(self, key: str, write: bool = False) -> _StepRow:
+        return _StepRow(self.sessions, key, write)
+
+
+class _StepRow:
+    """The step row of ``key``, locked for update when writing, committed on a clean exit."""
+
+    def __init__(self, sessions: Callable[[], Session], key: str, write: bool) -> None:
+        self.sessions, self.key, self.write = sessions, key, write
+        self.session: Session | None = None
+
+    def __enter__(self) -> RemediationStep:
+        try:
+            self.session = self.sessions()
+            query = select(RemediationStep).where(RemediationStep.idempotency_key == self.key)
+            row = self.session.scalars(query.with_for_update() if self.write else query).one_or_none()
+        except SQLAlchemyError as exc:
+            self._close()
+            raise TransientError(f"cannot read the step row of a Redfish reset: {exc}") from exc
+        if row is None:
+            self._close()
+            raise ConfigError(
+                f"no workflow step holds idempotency key {self.key!r}: a Redfish reset is "
+                "sent only for a step whose intent can be recorded",
+                component="redfish",
+            )
+        return row
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        assert self.session is not None
+        try:
+            if kind is None and self.write:
+                self.session.commit()
+        except SQLAlchemyError as error:
+            raise TransientError(f"cannot record a Redfish reset on its step row: {error}") from error
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self.session is not None:
+            self.session.rollback()
+            self.session.close()
+            self.session = None

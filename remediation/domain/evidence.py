@@ -1,0 +1,78 @@
+"""Nothing returns a node to service without evidence that it is healthy.
+
+The evidence is a machine action proven by ``verify`` (a new bootID, slurmd registered after it, the
+trigger gone) or a passed GPU check (``validate``). The site's path (:class:`~remediation.domain.statemachine.Site`)
+runs at least one of them before ``return`` wherever it can; :func:`unproven` is ``return``'s own look
+at why it may be without one, and what it does instead of resuming:
+
+- the class's ladder has no machine rung (``hold``, ``quarantine``): the class's own rule, as at
+  ``k8s_evict`` (:func:`remediation.domain.step_bodies.without_vm_action`): held for a human, or
+  quarantined at once;
+- the site has no machine action and no GPU check (``machine.backend`` and ``validation.backend``
+  both ``none``): nothing can prove the node healthy. ``workflow.unproven`` says what happens:
+  ``hold`` (the default) keeps it drained, pages once (``unproven_hold``) and waits until a human
+  gives it back; ``quarantine`` quarantines it now. The service never resumes it: a human who
+  resumes it in Slurm (or drains it with a reason of their own) takes it back, and the remediation
+  ends there, cancelled, with nothing of ours left to give back.
+"""
+
+from __future__ import annotations
+
+from remediation.domain.causes import vm_rungs
+from remediation.domain.context import RemediationContext
+from remediation.domain.outcomes import (
+    Adapters,
+    Cancel,
+    Note,
+    Outcome,
+    Quarantine,
+    StepInput,
+    StepSettings,
+    wait,
+)
+from remediation.domain.slurm_states import SlurmState
+from remediation.domain.statemachine import Site
+from remediation.settings import WorkflowSettings
+from remediation.vocabulary import MACHINE_ACTIONS
+
+
+def lacks(site: Site) -> RemediationContext:
+    """What the remediation records of the halves this site lacks (typed: on-call reads it, the
+    steps never parse it)."""
+    return RemediationContext(no_kubernetes=True if not site.kubernetes else None,
+                              no_machine=True if not site.machine else None)
+
+
+def action_here(action: str | None, site: Site, workflow: WorkflowSettings) -> str | None:
+    """The ladder action a remediation records at this site. A machine rung the site cannot climb is
+    not its action: while a GPU check decides it has none yet, and with no check it is what
+    ``workflow.unproven`` does (hold, or quarantine)."""
+    if site.machine or action not in MACHINE_ACTIONS:
+        return action
+    return None if site.validation else workflow.unproven
+
+
+def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
+    """What ``return`` does instead of resuming when nothing can have proven the node healthy; None:
+    verify or the GPU check did, return goes on."""
+    from remediation.domain.step_bodies import human_took_back, without_vm_action  # it imports this module
+
+    if not vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow, gpu_reset=ad.site.validation):
+        return without_vm_action(inp, ad, cfg)
+    if ad.machine is not None or ad.validator is not None:
+        return None
+    if cancel := human_took_back(inp, ad, cfg):
+        return cancel
+    lacks = "no machine action and no GPU check at this site"
+    if cfg.workflow.unproven == "quarantine":
+        return Quarantine(f"{lacks}, so nothing can prove {inp.node} healthy (workflow.unproven: quarantine): "
+                          f"{inp.cause}")
+    node = ad.slurm.get_node(inp.node)
+    if not node.reason_is_ours(cfg.policy.our_reason_prefix) or SlurmState.DRAIN not in node.flags:
+        return Cancel(f"a human took {inp.node} back while it was held (Slurm: {'+'.join(sorted(node.states))}, "
+                      f"reason {node.reason!r}); nothing of ours to give back")
+    why = (f"held for a human: {lacks}, so nothing can prove {inp.node} healthy; it stays drained and "
+           "on-call was paged; resume it in Slurm when it is fixed, or cancel with --give-back")
+    note = Note("unproven_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": inp.context.fault_class}) \
+        if inp.checks == 0 else None
+    return wait(cfg.workflow, why, note=note)

@@ -1,0 +1,101 @@
+"""The backends a site names, checked together at start-up.
+
+Each section checks its own fields; what only makes sense across sections is checked here, by pure
+functions of the sections they read, and :class:`remediation.settings.loader.Settings` turns every
+refusal into one :class:`~remediation.settings.base.SettingsError` naming the fields (never a value
+that could be a secret).
+
+A site without a half names it ``none``. Such a site skips that half's steps, so a configuration that
+asks for one of them anyway is a contradiction, refused before anything acts: a ladder written with a
+restart, a host move or a reimage where ``machine.backend`` is ``none`` (or a host move or a reimage
+where it is ``slurm``, which can only reboot); a GPU check run as a Kubernetes Job, or a cloud that
+finds each node's VM through its Node's providerID, where ``kube.backend`` is ``none``. The shipped
+ladders are the project's defaults, not the site's words: where there is no machine backend their
+machine rungs are skipped.
+
+``noop`` is the dry-run twin and nothing else. It acts on nothing and records what it would have done,
+so a ``noop`` backend outside dry-run writes rows that say a restart completed and a node recovered
+when nothing happened. Outside dry-run it is refused, pointing at what the site means: ``none`` for a
+half it lacks, or ``dry_run: true``, which swaps every backend for its twin at once.
+"""
+
+from __future__ import annotations
+
+from remediation.settings.faults import FaultSettings
+from remediation.settings.kube import KubeSettings
+from remediation.settings.machine import MachineSettings
+from remediation.settings.slurm import SlurmSettings
+from remediation.settings.validation import ValidationSettings
+from remediation.settings.workflow import WorkflowSettings
+from remediation.vocabulary import MACHINE_ACTIONS
+
+NONE = "none"
+NOOP = "noop"
+#: The machine rungs a backend can carry out, where it cannot do them all (a cloud, the memory world and
+#: the dry-run twin can): Slurm's own reboot only restarts, and a site with none does nothing.
+RUNGS: dict[str, tuple[str, ...]] = {NONE: (), "slurm": ("restart",)}
+#: ``workflow.ladder`` speaks the clouds' actions: each as the ladder rung it carries out.
+_AS_RUNG = {"restart": "restart", "reimage": "reimage", "redeploy": "move-host", "stop_start": "move-host"}
+#: Machine backends that find a node's machine by the node's name (the Slurm node itself, or a BMC
+#: inventory): they need no Node's providerID.
+NODE_ADDRESSED = frozenset({"slurm", "redfish"})
+
+
+def ladders_beyond_the_machine(machine: MachineSettings, workflow: WorkflowSettings,
+                               faults: FaultSettings) -> list[str]:
+    """A refusal per ladder the site wrote with a machine rung its machine backend cannot carry out."""
+    can = RUNGS.get(machine.backend, MACHINE_ACTIONS)
+    if can == MACHINE_ACTIONS:
+        return []
+    if can:
+        lacks = f"and machine.backend {machine.backend} can only {' and '.join(can)}"
+        fix = f"give it {' or '.join(can)} rungs only, or name a machine backend that can"
+    else:
+        lacks = "and machine.backend is none: this site cannot restart, move or reimage a machine"
+        fix = "name a machine backend"
+    out = []
+    written = [_AS_RUNG[a] for a in workflow.ladder]
+    if workflow.ladder != WorkflowSettings.model_fields["ladder"].default and (beyond := _beyond(written, can)):
+        unset = "leave it unset (at such a site the machine rungs are skipped) or " if not can else ""
+        out.append(f"workflow.ladder {workflow.ladder} needs a machine action ({beyond}), {lacks}; {unset}{fix}")
+    for name, ladder in sorted(faults.ladders.items()):
+        if beyond := _beyond(ladder, can):
+            out.append(f"policy.faults.ladders.{name} {ladder} needs a machine action ({beyond}), {lacks}; "
+                       f"write [hold] or [quarantine], or {fix}")
+    return out
+
+
+def _beyond(ladder: list[str], can: tuple[str, ...]) -> str:
+    """The ladder's machine rungs the backend cannot carry out, in order, without repeats."""
+    return ", ".join(dict.fromkeys(a for a in ladder if a in MACHINE_ACTIONS and a not in can))
+
+
+def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation: ValidationSettings) -> list[str]:
+    """A refusal per backend that needs the Kubernetes a site without it (``kube.backend: none``) lacks."""
+    if kube.backend != NONE:
+        return []
+    out = []
+    if validation.backend == "kubernetes":
+        out.append("validation.backend: kubernetes runs the GPU check as a Kubernetes Job, and kube.backend "
+                   "is none; use validation.backend: slurm (a check job in a reservation) or none")
+    if machine.backend != NONE and machine.backend not in NODE_ADDRESSED:
+        out.append(f"machine.backend: {machine.backend} finds each node's machine through its Kubernetes "
+                   "Node's providerID, and kube.backend is none; set machine.backend: slurm (Slurm's own "
+                   "reboot), redfish (the BMCs of an inventory) or none")
+    return out
+
+
+def noop_outside_dry_run(dry_run: bool, slurm: SlurmSettings, kube: KubeSettings,
+                         machine: MachineSettings) -> list[str]:
+    """A refusal per ``noop`` backend named outside dry-run."""
+    if dry_run:
+        return []
+    twin = ("is the dry-run twin: it acts on nothing and records steps that never happened, so it is "
+            "refused outside dry-run")
+    rehearse = "to act on nothing at all, set dry_run: true (every backend is then swapped for its twin)"
+    out = [f"slurm.backend: noop {twin}; {rehearse}"] if slurm.backend == NOOP else []
+    for section, half, backend in (("kube", "Kubernetes", kube.backend), ("machine", "machine action", machine.backend)):
+        if backend == NOOP:
+            out.append(f"{section}.backend: noop {twin}; a site with no {half} sets {section}.backend: none; "
+                       f"{rehearse}")
+    return out
