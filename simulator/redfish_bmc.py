@@ -93,6 +93,19 @@ class RedfishBmc(FakeServer):
             and (reset_type is None or r.query.get("ResetType") == reset_type)
         )  # fmt: skip
 
+    def settings_overrides(self, directory: Path, systems: list[str]) -> dict[str, str]:
+        """Write the redfish inventory (each system is the Kubernetes Node of the same name) and the
+        login into ``directory``; the ``REMEDIATION_REDFISH__*`` settings that point the service at them."""
+        inventory, logins = directory / "redfish-inventory.json", directory / "redfish-logins.json"
+        inventory.write_text(json.dumps({name: {"bmc": self.url, "system": name} for name in systems}))
+        logins.touch(mode=0o600)
+        logins.write_text(json.dumps({"default": {"username": self.username, "password": self.password}}))
+        return {
+            "REMEDIATION_REDFISH__INVENTORY_FILE": str(inventory),
+            "REMEDIATION_REDFISH__CREDENTIALS_FILE": str(logins),
+            "REMEDIATION_REDFISH__CA_FILE": str(self.ca_file),
+        }
+
     def _advance(self, system_id: str) -> _System:
         system = self._systems[system_id]
         if system.on_at is not None and time.monotonic() >= system.on_at:
