@@ -73,7 +73,7 @@ DEMO_ENV = {
     "REMEDIATION_WORKFLOW__LADDER": '["restart"]',
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0.5",
     "REMEDIATION_POLICY__BREAKER_WINDOW_S": "15",
-    # The four unrelated faults of the first seconds are not a storm; the storm's six nodes (19%) are.
+    # The five unrelated faults of the first seconds are not a storm; the storm's seven nodes (19%) are.
     "REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "0.15",
     # The breaker latches until a human closes it; the unattended demo opts in to closing by itself.
     "REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S": "15",
