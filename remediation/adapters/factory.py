@@ -165,7 +165,8 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
 def machine_backend(settings: Settings, world: MemoryWorld | None = None,
                     intents: Intents | None = None) -> MachineProvider | None:
     """The MachineProvider ``machine.backend`` names (None: ``none``, the site has no machine action).
-    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it."""
+    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it; with
+    ``redfish.inventory_file`` set, the nodes the inventory lists to their BMCs."""
     if settings.machine.backend == "none":
         return None
     if settings.machine.backend == "memory":
@@ -183,10 +184,15 @@ def machine_backend(settings: Settings, world: MemoryWorld | None = None,
         return make_redfish(settings, intents)
     from remediation.adapters.cloud.router import make_vm_provider
 
+    bare_metal = None
+    if settings.machine.backend == "auto" and settings.redfish.inventory_file:
+        from remediation.adapters.redfish import make_redfish
+
+        bare_metal = make_redfish(settings, intents)  # the nodes its inventory lists: their BMCs
     if world is None:
-        return make_vm_provider(settings)
+        return make_vm_provider(settings, bare_metal=bare_metal)
     simulated = world
-    return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)})
+    return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)}, bare_metal=bare_metal)
 
 
 def redis_client(settings: Settings, timeout: float) -> redis.Redis:

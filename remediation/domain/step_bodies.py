@@ -277,9 +277,9 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         if stop := before_disruption(inp, ad, cfg, "VM action"):
             return stop
-        if isinstance(machine, MachinesByNode):  # no providerID: the backend names the machine by the node
-            vm = machine.machine_of(inp.node, inp.context.k8s_node)
-        else:
+        # Bare metal has no providerID: a backend that names the machine by the node does.
+        vm = machine.machine_of(inp.node, inp.context.k8s_node) if isinstance(machine, MachinesByNode) else None
+        if vm is None:
             vm = parse_provider_id(inp.context.provider_id or "")
         op = machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
