@@ -25,6 +25,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.adapters.noop import (
     NoopKube,
     NoopMachine,
+    NoopMachineByNode,
     NoopSlurm,
     NoopSlurmReboot,
     NoopValidator,
@@ -32,7 +33,7 @@ from remediation.adapters.noop import (
 )
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
+from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
 from remediation.settings import Settings
@@ -98,8 +99,8 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents:
 
 def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorder) -> MachineProvider:
     """The dry-run twin of ``machine``: redfish's reads the real BMCs (a bare-metal machine is found by
-    its node, so the twin must find it too); Slurm's reboot names the node itself; a cloud's reads
-    nothing."""
+    its node, so the twin must find it too); Slurm's reboot names the node itself; ``auto`` beside a
+    BMC inventory finds machines as the real router does; a cloud's reads nothing."""
     if settings.machine.backend == "redfish":
         from remediation.adapters.redfish.dryrun import RedfishDryRun
         from remediation.adapters.redfish.provider import RedfishProvider
@@ -108,6 +109,8 @@ def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorde
         return RedfishDryRun(machine, recorder)
     if settings.machine.backend == "slurm":
         return NoopSlurmReboot(recorder)
+    if isinstance(machine, MachinesByNode):  # auto beside a BMC inventory
+        return NoopMachineByNode(machine, recorder)
     return NoopMachine(recorder)
 
 
