@@ -15,7 +15,10 @@ Kubernetes Node ``gke-a3-pool-i`` or ``aks-ndv4-i``, whose ``spec.providerID`` n
 i) or Azure (odd i). Each Node also runs one training pod that an eviction really removes. GKE Nodes
 carry GKE's topology labels: one ``cloud.google.com/gce-topology-block`` for all, and a
 ``cloud.google.com/gce-topology-subblock`` (``sb-0``, ``sb-1``...) per four consecutive GKE Nodes, the
-rack behind one leaf switch (``subblocks`` lists each one's Slurm nodes).
+rack behind one leaf switch (``subblocks`` lists each one's Slurm nodes). With ``bare_metal=N``, N more
+nodes form a bare-metal pool: Kubernetes Nodes ``bm-hgx-i`` with no providerID, each a system of one
+Redfish BMC (:mod:`simulator.redfish_bmc`, HTTPS under a per-run CA), listed in a redfish inventory
+the settings point the service at.
 
 **The link is causal, not scripted.** A clock thread (every ``tick_s``) reads each VM's state from
 its cloud fake. While a provider operation runs (or the VM is stopped) the Node goes
@@ -58,6 +61,7 @@ from simulator.azure_api import AzureFake, make_self_signed_cert
 from simulator.fault_injection import FaultInjector
 from simulator.gce_api import GceFake
 from simulator.kube_api import KubeAPIServer
+from simulator.redfish_bmc import RedfishBmc
 from simulator.slurmctld import SlurmCtld
 from simulator.slurmrestd import SlurmRestd
 
@@ -131,7 +135,7 @@ class Link:
 
     slurm: str
     k8s: str
-    provider: str  # "gce" or "azure"
+    provider: str  # "gce", "azure" or "redfish"
     vm_key: tuple[str, ...]
     provider_id: str
     boot_seen: int = 1
@@ -166,11 +170,13 @@ class SimCluster(FaultInjector):
         advertise: str | None = None,
         base_port: int = 0,
         state_dir: Path | None = None,
+        bare_metal: int = 0,
     ) -> None:
         super().__init__(seed)
         self.reboot_delay_s = reboot_delay_s
         self.tick_s = tick_s
-        self.names = [f"gpu-node-{i}" for i in range(nodes)]
+        self.names = [f"gpu-node-{i}" for i in range(nodes + bare_metal)]
+        self.clouds = nodes  # gpu-node-0..nodes-1 are cloud VMs, the rest bare metal
         self.ctld = SlurmCtld(
             self.names, not_responding_after_s=not_responding_after_s, slurmd_timeout_s=slurmd_timeout_s
         )
@@ -191,10 +197,15 @@ class SimCluster(FaultInjector):
         self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
         self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)
         self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token)
-        servers: tuple[LinkedGce | LinkedAzure | LinkedSlurmRestd, ...] = (
+        self.state_dir: Path = state_dir
+        self.bmc = (
+            RedfishBmc(state_dir, op_seconds=op_seconds, hosts=(self.advertise,)) if bare_metal else None
+        )
+        servers: tuple[LinkedGce | LinkedAzure | LinkedSlurmRestd | RedfishBmc, ...] = (
             self.gce,
             self.azure,
             self.slurmrestd,
+            *([self.bmc] if self.bmc else []),
         )
         for offset, server in enumerate(servers, start=1):
             server.advertise = self.advertise
@@ -216,7 +227,7 @@ class SimCluster(FaultInjector):
             self._move_kube()
         assert self.kube._httpd is not None
         self.kube.url = f"https://{self.advertise}:{self.kube._httpd.server_address[1]}"
-        for server in (self.gce, self.azure, self.slurmrestd):
+        for server in self._servers():
             server.start()
         for i, name in enumerate(self.names):
             self._add_node(i, name)
@@ -230,10 +241,17 @@ class SimCluster(FaultInjector):
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.kube.stop()
-        for server in (self.gce, self.azure, self.slurmrestd):
+        for server in self._servers():
             server.stop()
         if self._tmp is not None:
             self._tmp.cleanup()
+
+    def _servers(self) -> tuple[Any, ...]:
+        return (self.gce, self.azure, self.slurmrestd, *([self.bmc] if self.bmc else []))
+
+    def _fake(self, link: Link) -> Any:
+        """The endpoint that holds a node's machine (its cloud's, or its BMC)."""
+        return {"gce": self.gce, "azure": self.azure, "redfish": self.bmc}[link.provider]
 
     def _move_kube(self) -> None:
         """KubeAPIServer binds 127.0.0.1:0 and serves from ``start``: stop its loop, move the socket
@@ -252,7 +270,11 @@ class SimCluster(FaultInjector):
 
     def _add_node(self, i: int, name: str) -> None:
         topology: dict[str, str] = {}
-        if i % 2 == 0:
+        if i >= self.clouds and self.bmc is not None:
+            k8s = f"bm-hgx-{i}"  # a bare-metal kubelet sets no providerID
+            self.bmc.add_system(k8s)
+            link = Link(name, k8s, "redfish", (k8s,), "")
+        elif i % 2 == 0:
             k8s = f"gke-a3-pool-{i}"
             self.gce.add_instance(PROJECT, ZONE, k8s)
             link = Link(name, k8s, "gce", (PROJECT, ZONE, k8s), f"gce://{PROJECT}/{ZONE}/{k8s}")
@@ -323,6 +345,8 @@ class SimCluster(FaultInjector):
             "REMEDIATION_MACHINE__REQUEST_TIMEOUT_S": "10",
             # The test token is refused on anything but loopback unless the host is named here.
             **({} if self.advertise in LOOPBACK else {"REMEDIATION_MACHINE__AZURE_TEST_HOST": self.advertise}),
+            **(self.bmc.settings_overrides(self.state_dir, [lk.k8s for lk in self.links.values()
+                                                             if lk.provider == "redfish"]) if self.bmc else {}),
         }
 
     def write_kubeconfig(self, path: Path) -> Path:
@@ -354,13 +378,14 @@ class SimCluster(FaultInjector):
 
     def vm(self, node: str) -> dict[str, Any]:
         link = self.links[node]
-        fake: Any = self.gce if link.provider == "gce" else self.azure
-        return dict(fake.vm(*link.vm_key))
+        return dict(self._fake(link).vm(*link.vm_key))
 
     def vm_actions(self, node: str) -> int:
         """VM actions (reset, stop/start, restart, redeploy, reimage, powerOff) the cloud answered for
-        this node's VM, counted from the cloud fake's request log."""
+        this node's VM, or the resets its BMC accepted, counted from the fake's request log."""
         link = self.links[node]
+        if self.bmc is not None and link.provider == "redfish":
+            return self.bmc.resets(link.k8s)
         if link.provider == "gce":
             verbs, log = ("reset", "stop"), self.gce.log
         else:
@@ -411,8 +436,7 @@ class SimCluster(FaultInjector):
             self._follow_vm(link, now)
 
     def _follow_vm(self, link: Link, now: float) -> None:
-        fake: Any = self.gce if link.provider == "gce" else self.azure
-        boot, busy = fake.vm_state(link.vm_key)
+        boot, busy = self._fake(link).vm_state(link.vm_key)
         with self.lock:
             if busy and not link.vm_down:
                 link.vm_down = True

@@ -4,7 +4,9 @@ In one process, in about a minute, with no servers to install:
 
 - **the cluster** is :class:`simulator.cluster.SimCluster`: a kube-apiserver subset, GCE and Azure
   endpoints (HTTPS for Azure) and a slurmrestd stand-in, linked the way Slurm-on-Kubernetes links
-  them (32 Slurm nodes, slurmd pods on Nodes whose providerIDs name GCE and Azure VMs);
+  them (32 Slurm nodes, slurmd pods on Nodes whose providerIDs name GCE and Azure VMs), and a
+  bare-metal pool of 4 more behind a Redfish BMC (:mod:`simulator.redfish_bmc`): their Nodes have no
+  providerID, and the redfish inventory the demo writes routes them to the ``redfish`` backend;
 - **the service** is the production code: the Slurm watcher (``rest`` backend) and the Kubernetes
   watcher (list+watch) publish to the in-process bus, a real Celery worker (``memory://`` broker) runs
   ingest and the workflow with the real adapters (httpx to slurmrestd, the ``kubernetes`` client, the
@@ -27,6 +29,8 @@ that each safety rule shows once:
   lose slurmd at the same instant. The Kubernetes watcher learnt their sub-block from their Nodes'
   ``cloud.google.com/gce-topology-subblock`` label, so this is ONE incident: the four are drained and
   cordoned, get no VM action, on-call gets one page, and the breaker does not count them;
+- t=10 s: slurmd on bare-metal gpu-node-33 hangs: one reset through its BMC (sushy, over HTTPS),
+  the system powers off and boots, and the node returns like the cloud ones;
 - t=14 s: the switch is replaced: their slurmds answer again, the incident closes by itself and the
   four nodes are handed back (our drain and cordon undone);
 - t=17 s: a GPU Xid condition on gpu-node-4's Node;
@@ -37,8 +41,8 @@ that each safety rule shows once:
   human);
 - t=37 s: a 12-second segment of the Llama 3 trace, scaled to 32 nodes and sped up 78,000x.
 
-Four faults at most open remediations (outside an incident) within any 15 s before the storm, and the
-demo's breaker opens above 15% of 32 nodes (5 or more), so only the storm trips it. Summaries are read
+Five faults at most open remediations (outside an incident) within any 15 s before the storm, and the
+demo's breaker opens above 15% of 36 nodes (6 or more), so only the storm (7 nodes) trips it. Summaries are read
 back from the database and the simulated clouds' request logs (:mod:`simulator.demo_report`).
 """
 
@@ -58,6 +62,7 @@ from rich.console import Console
 from simulator.cluster import SUBBLOCK_LABEL
 
 NODES = 32
+BARE_METAL = 4  # gpu-node-32..35: Nodes without a providerID, systems of one Redfish BMC
 TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 DEMO_ENV = {
     # The demo prints its own story; the worker's per-task log lines would bury it (set INFO to see them).
@@ -69,7 +74,7 @@ DEMO_ENV = {
     "REMEDIATION_WORKFLOW__LADDER": '["restart"]',
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0.5",
     "REMEDIATION_POLICY__BREAKER_WINDOW_S": "15",
-    # The four unrelated faults of the first seconds are not a storm; the storm's six nodes (19%) are.
+    # The five unrelated faults of the first seconds are not a storm; the storm's seven nodes (19%) are.
     "REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "0.15",
     # The breaker latches until a human closes it; the unattended demo opts in to closing by itself.
     "REMEDIATION_POLICY__BREAKER_AUTO_CLOSE_S": "15",
@@ -90,6 +95,7 @@ DEMO_ENV = {
     "REMEDIATION_INCIDENTS__MIN_FRACTION": "1.0",
 }
 LEMON, HBM, STORM_AT, REPLAY_AT = "gpu-node-9", "gpu-node-6", 20.0, 37.0
+HANG = f"gpu-node-{NODES + 1}"  # the bare-metal scene's node
 SWITCH_DOWN_AT, SWITCH_UP_AT = 6.0, 14.0
 SUBBLOCK = "sb-2"  # gpu-node-16, -18, -20, -22: no other scene touches them
 LEAF = f"leaf-{SUBBLOCK}"  # the switch behind that rack
@@ -119,10 +125,11 @@ def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
         (3.0, f"{HBM}: bad HBM row (xid 48); a reboot does not cure it", lambda: cluster.bad_hbm(HBM)),
         (SWITCH_DOWN_AT, f"leaf switch {LEAF} dies: {', '.join(leaf)} ({SUBBLOCK}) lose slurmd at once",
          lambda: cluster.switch_down(leaf, LEAF)),
+        (10.0, f"{HANG} (bare metal): slurmd hangs", lambda: cluster.slurmd_stop(HANG)),
         (SWITCH_UP_AT, f"leaf switch {LEAF} replaced: its nodes answer again", lambda: cluster.switch_up(leaf, LEAF)),
         (17.0, "gpu-node-4: GpuXidError=True on its Node", lambda: cluster.gpu_condition("gpu-node-4")),
         (STORM_AT, "mass failure: slurmd stops on 20% of the pool at once, across racks and clouds",
-         lambda: cluster.storm(0.2, exclude=(*FEATURED, *REPLAY_NODES, *leaf))),
+         lambda: cluster.storm(0.2, exclude=(*FEATURED, *REPLAY_NODES, *leaf, *cluster.names[NODES:]))),
         (REPLAY_AT, "Llama 3 trace: 12 s segment, scaled to 32 nodes",
          lambda: cluster.replay(TRACE, speedup=54 * 86400 / 60, seed=7, until_s=12, nodes=REPLAY_NODES)),
     ]  # fmt: skip
@@ -136,7 +143,7 @@ def run_demo(
     from workers.embedded import configure_environment
 
     console = console or Console()
-    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0).start()
+    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0, bare_metal=BARE_METAL).start()
     admin_token = secrets.token_urlsafe(16)
     configure_environment(workdir, DEMO_ENV)
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
@@ -162,7 +169,8 @@ def run_demo(
     server, url, serving = _serve_dashboard(settings, port)
     dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
     console.print(
-        f"[bold]node-remediation demo[/]: {NODES} simulated nodes (GCE + Azure), database "
+        f"[bold]node-remediation demo[/]: {NODES + BARE_METAL} simulated nodes (GCE + Azure, "
+        f"{BARE_METAL} bare metal behind a Redfish BMC), database "
         f"{settings.database.url}"
     )
     console.print(f"dashboard: {url}  (admin token: {admin_token})")

@@ -9,7 +9,7 @@
   actions the cloud endpoints answered, and detection (fault injected -> event recorded) and recovery
   (remediation opened -> closed) times.
 
-VM actions are counted twice, independently: from the simulated clouds' request logs
+VM actions are counted twice, independently: from the simulated clouds' and BMC's request logs
 (``SimCluster.vm_actions``) and from the workflow's ``vm_restart`` steps that recorded a provider
 operation. "Back in service" is read from the simulated cluster itself at the end: slurmctld has the
 node neither DOWN nor drained nor failed, and its Kubernetes Node is not cordoned.
@@ -105,7 +105,7 @@ class Progress:
                     f"steps); pages: {inc['pages']}; back in service: {len(inc['in_service'])}/{len(inc['nodes'])} "
                     "(Slurm up and not drained, Node uncordoned)")  # fmt: skip
         c.print(f"succeeded: {summary['succeeded']}, quarantined: {summary['quarantined']}, "
-                f"incidents: {len(summary['incidents'])}, VM actions at the clouds: "
+                f"incidents: {len(summary['incidents'])}, VM actions at the clouds and the BMC: "
                 f"{sum(summary['vm_actions'].values())}, breaker opened "
                 f"{summary['breaker_opened']}x / closed {summary['breaker_closed']}x")  # fmt: skip
         for node in summary["quarantined"]:

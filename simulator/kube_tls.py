@@ -49,6 +49,21 @@ class ClusterPKI:
 
 def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days: int = 1) -> ClusterPKI:
     """Generate the CA and the serving certificate into ``directory`` and return their paths."""
+    return write_pki(
+        directory,
+        ("kubernetes", "kube-ca"),
+        "kube-apiserver",
+        [*IN_CLUSTER_NAMES, *hosts],
+        valid_days=valid_days,
+    )
+
+
+def write_pki(
+    directory: Path, ca_names: tuple[str, str], server: str, hosts: Sequence[str] = (), *, valid_days: int = 1
+) -> ClusterPKI:
+    """A CA (``ca_names``: its CN and file stem) and a ``serverAuth`` certificate it signed (CN and file stem
+    ``server``) for 127.0.0.1, localhost and ``hosts``, written into ``directory``. The simulated
+    BMC (:mod:`simulator.redfish_bmc`) serves its HTTPS the same way."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
@@ -57,7 +72,7 @@ def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days:
     now = dt.datetime.now(dt.UTC)
     start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=valid_days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kubernetes")])
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_names[0])])
     ca = (
         x509.CertificateBuilder()
         .subject_name(ca_name)
@@ -74,7 +89,7 @@ def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days:
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
         x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, server)]))
         .issuer_name(ca_name)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
@@ -87,13 +102,13 @@ def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days:
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
         .add_extension(
-            x509.SubjectAlternativeName(_alt_names(["127.0.0.1", "localhost", *IN_CLUSTER_NAMES, *hosts])),
+            x509.SubjectAlternativeName(_alt_names(["127.0.0.1", "localhost", *hosts])),
             critical=False,
         )
         .sign(ca_key, hashes.SHA256())
     )
     pki = ClusterPKI(
-        directory / "kube-ca.crt", directory / "kube-apiserver.crt", directory / "kube-apiserver.key"
+        directory / f"{ca_names[1]}.crt", directory / f"{server}.crt", directory / f"{server}.key"
     )
     pki.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     pki.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

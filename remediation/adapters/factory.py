@@ -25,6 +25,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.adapters.noop import (
     NoopKube,
     NoopMachine,
+    NoopMachineByNode,
     NoopSlurm,
     NoopSlurmReboot,
     NoopValidator,
@@ -32,7 +33,7 @@ from remediation.adapters.noop import (
 )
 from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.cluster import KubeNodes, MachineProvider, SlurmControl
+from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
 from remediation.settings import Settings
@@ -98,8 +99,8 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents:
 
 def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorder) -> MachineProvider:
     """The dry-run twin of ``machine``: redfish's reads the real BMCs (a bare-metal machine is found by
-    its node, so the twin must find it too); Slurm's reboot names the node itself; a cloud's reads
-    nothing."""
+    its node, so the twin must find it too); Slurm's reboot names the node itself; ``auto`` beside a
+    BMC inventory finds machines as the real router does; a cloud's reads nothing."""
     if settings.machine.backend == "redfish":
         from remediation.adapters.redfish.dryrun import RedfishDryRun
         from remediation.adapters.redfish.provider import RedfishProvider
@@ -108,6 +109,8 @@ def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorde
         return RedfishDryRun(machine, recorder)
     if settings.machine.backend == "slurm":
         return NoopSlurmReboot(recorder)
+    if isinstance(machine, MachinesByNode):  # auto beside a BMC inventory
+        return NoopMachineByNode(machine, recorder)
     return NoopMachine(recorder)
 
 
@@ -165,7 +168,8 @@ def kube_backend(settings: Settings, world: MemoryWorld | None = None) -> KubeNo
 def machine_backend(settings: Settings, world: MemoryWorld | None = None,
                     intents: Intents | None = None) -> MachineProvider | None:
     """The MachineProvider ``machine.backend`` names (None: ``none``, the site has no machine action).
-    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it."""
+    With a ``world`` given, ``auto`` also routes ``memory:///`` VMs (the simulated cluster) to it; with
+    ``redfish.inventory_file`` set, the nodes the inventory lists to their BMCs."""
     if settings.machine.backend == "none":
         return None
     if settings.machine.backend == "memory":
@@ -183,10 +187,15 @@ def machine_backend(settings: Settings, world: MemoryWorld | None = None,
         return make_redfish(settings, intents)
     from remediation.adapters.cloud.router import make_vm_provider
 
+    bare_metal = None
+    if settings.machine.backend == "auto" and settings.redfish.inventory_file:
+        from remediation.adapters.redfish import make_redfish
+
+        bare_metal = make_redfish(settings, intents)  # the nodes its inventory lists: their BMCs
     if world is None:
-        return make_vm_provider(settings)
+        return make_vm_provider(settings, bare_metal=bare_metal)
     simulated = world
-    return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)})
+    return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)}, bare_metal=bare_metal)
 
 
 def redis_client(settings: Settings, timeout: float) -> redis.Redis:

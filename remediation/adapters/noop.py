@@ -20,6 +20,7 @@ from remediation.ports.cluster import (
     EvictionProgress,
     KubeNode,
     KubeNodes,
+    MachinesByNode,
     Operation,
     OperationStatus,
     SlurmControl,
@@ -118,6 +119,18 @@ class NoopMachine:
 
     def poll(self, op: Operation) -> OperationStatus:
         return OperationStatus(done=True)
+
+
+class NoopMachineByNode(NoopMachine):
+    """Dry-run's twin of ``auto`` beside a bare-metal inventory: it finds a node's machine as the real
+    router does (the inventory's BMC, else None: the Node's providerID), and records the action."""
+
+    def __init__(self, finder: MachinesByNode, recorder: Recorder | None = None) -> None:
+        super().__init__(recorder)
+        self.finder = finder
+
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef | None:
+        return self.finder.machine_of(node, k8s_node)
 
 
 class NoopSlurmReboot(NoopMachine):

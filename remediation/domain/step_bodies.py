@@ -287,9 +287,9 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
     if inp.provider_op is None:
-        if isinstance(machine, MachinesByNode):  # no providerID: the backend names the machine by the node
-            vm = machine.machine_of(inp.node, inp.context.k8s_node)
-        else:
+        # Bare metal has no providerID: a backend that names the machine by the node does.
+        vm = machine.machine_of(inp.node, inp.context.k8s_node) if isinstance(machine, MachinesByNode) else None
+        if vm is None:
             vm = parse_provider_id(inp.context.provider_id or "")
         op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"

@@ -248,7 +248,9 @@ class MachinesByNode(Protocol):
     (``redfish``: an inventory of its own; ``slurm``: the Slurm node itself). The workflow asks it for
     the ref it then starts actions on."""
 
-    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef | None:
         """The machine of Slurm node ``node`` (on Kubernetes Node ``k8s_node``, when there is one);
-        UnknownNode when the backend does not know it."""
+        UnknownNode when the backend does not know it. None: not a machine this backend finds by node
+        (``auto`` with a redfish inventory, for a node the inventory does not list): the Node's
+        providerID names it."""
         ...

@@ -24,6 +24,7 @@ ROWS = [
     remediation(2, "gpu-node-9", "quarantined", recovery_s=None),
     remediation(3, "gpu-node-16", "succeeded", incident=1, fault_class="fabric", action="hold", vm_steps=[]),
     remediation(4, "gpu-node-22", "cancelled", recovery_s=None),
+    remediation(5, "gpu-node-33", "succeeded", fault_class="host", action="restart", vm_steps=["restart"]),  # bare metal
 ]
 
 

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from remediation.adapters.cloud.aws import AWSProvider
 from remediation.adapters.cloud.azure import AzureProvider
 from remediation.adapters.cloud.gce import GCEProvider
 from remediation.adapters.cloud.router import VMRouter, make_vm_provider
-from remediation.adapters.factory import machine_backend
+from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryVM, MemoryWorld
 from remediation.adapters.noop import NoopMachine
-from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import (
+    MachineProvider,
+    MachinesByNode,
+    Operation,
+    OperationStatus,
+    VMAction,
+    VMRef,
+)
 from remediation.ports.errors import NotSupported
 from remediation.settings import Settings
 
@@ -97,3 +107,43 @@ def test_auto_routes_memory_vms_when_a_world_is_given() -> None:
     assert op.provider == "memory"
     with pytest.raises(NotSupported):
         make_vm_provider(Settings()).start(VMRef("memory", "gpu-node-0"), VMAction.RESTART, "k1")
+
+
+def test_auto_sends_the_nodes_a_redfish_inventory_lists_to_their_bmcs(tmp_path: Path) -> None:
+    inventory, logins = tmp_path / "inventory.yaml", tmp_path / "logins.yaml"
+    inventory.write_text('bm-hgx-3: {bmc: "https://10.1.0.3", system: "3"}\n')
+    logins.write_text("default: {username: remediation, password: secret}\n")
+    settings = Settings(redfish={"inventory_file": str(inventory), "credentials_file": str(logins)})
+    router = machine_backend(settings, intents=NoIntents())
+    assert isinstance(router, MachinesByNode)
+    bare = router.machine_of("gpu-node-3", "bm-hgx-3")
+    assert bare is not None and (bare.provider, bare.provider_id) == ("redfish", "https://10.1.0.3/redfish/v1/Systems/3")
+    assert router.machine_of("gpu-node-4", "gke-a3-pool-4") is None  # a cloud VM: its providerID names it
+    assert not isinstance(machine_backend(Settings()), MachinesByNode)  # without an inventory: providerIDs only
+
+
+class NoIntents:
+    def recorded(self, key: str) -> dict[str, Any] | None:
+        return None
+
+    def claim(self, key: str, op: dict[str, Any]) -> dict[str, Any] | None:
+        return None
+
+    def settle(self, key: str, op: dict[str, Any]) -> None: ...
+    def release(self, key: str, op: dict[str, Any]) -> None: ...
+
+
+def test_the_dry_run_twin_finds_bare_metal_machines_as_the_router_does(tmp_path: Path) -> None:
+    """Under dry-run a listed node's machine is still its BMC (no providerID to parse), and is recorded."""
+    inventory, logins = tmp_path / "inventory.yaml", tmp_path / "logins.yaml"
+    inventory.write_text('bm-hgx-3: {bmc: "https://10.1.0.3", system: "3"}\n')
+    logins.write_text("default: {username: remediation, password: secret}\n")
+    settings = Settings(dry_run=True, slurm={"backend": "memory"}, kube={"backend": "memory"},
+                        redfish={"inventory_file": str(inventory), "credentials_file": str(logins)})
+    twin = make_adapters(settings, MemoryWorld(nodes=["bm-hgx-3"]), intents=NoIntents()).machine  # type: ignore[arg-type]
+    assert isinstance(twin, MachinesByNode)
+    ref = twin.machine_of("bm-hgx-3")
+    assert ref is not None and ref.provider == "redfish"
+    assert twin.machine_of("gpu-node-4", "gke-a3-pool-4") is None
+    op = twin.start(ref, VMAction.RESTART, "r1:vm_restart:1")
+    assert op.ref.startswith("dry-run:") and twin.poll(op).done

@@ -4,7 +4,10 @@
 - ``gce`` / ``azure`` / ``aws``: that cloud only; a VM of another cloud is a permanent error.
 - ``auto`` (default): a :class:`VMRouter` that sends each call to the cloud a Node's providerID names
   (``VMRef.provider`` for ``start``, ``Operation.provider`` for ``poll``). Each cloud's provider is built
-  on first use, so a cluster that only runs on Azure never needs Google or AWS credentials.
+  on first use, so a cluster that only runs on Azure never needs Google or AWS credentials. With
+  ``redfish.inventory_file`` set it is an :class:`InventoryRouter`: the nodes the inventory lists are
+  bare metal, acted on through their BMCs (bare metal has no providerID to route by); every other node
+  goes by its providerID, so one service serves cloud pools and a bare-metal pool side by side.
 - ``memory`` / ``noop``: built by :mod:`remediation.adapters.factory`, which also applies dry-run,
   once for all adapters.
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
+from typing import Protocol
 
 from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotSupported
@@ -51,6 +55,27 @@ class VMRouter:
         return self._provider(op.provider).poll(op)
 
 
+class BareMetal(MachineProvider, Protocol):
+    """A provider that finds machines by node and knows which nodes are its own (``redfish``)."""
+
+    def lists(self, node: str) -> bool: ...
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef: ...
+
+
+class InventoryRouter(VMRouter):
+    """``auto`` beside a bare-metal inventory: a node ``bare_metal`` lists is its machine (a
+    :class:`remediation.ports.cluster.MachinesByNode`), any other is named by its Node's providerID."""
+
+    def __init__(self, factories: Mapping[str, ProviderFactory], name: str, bare_metal: BareMetal) -> None:
+        super().__init__({**factories, name: lambda: bare_metal})
+        self._bare_metal = bare_metal
+
+    def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef | None:
+        if not self._bare_metal.lists(k8s_node or node):  # listed by its Kubernetes Node's name, if any
+            return None
+        return self._bare_metal.machine_of(node, k8s_node)
+
+
 def _gce(settings: MachineSettings) -> MachineProvider:
     from remediation.adapters.cloud.gce import GCEProvider
 
@@ -72,14 +97,15 @@ def _aws(settings: MachineSettings) -> MachineProvider:
 _CLOUDS: dict[str, Callable[[MachineSettings], MachineProvider]] = {"gce": _gce, "azure": _azure, "aws": _aws}
 
 
-def make_vm_provider(settings: Settings, extra: Mapping[str, ProviderFactory] | None = None) -> MachineProvider:
+def make_vm_provider(settings: Settings, extra: Mapping[str, ProviderFactory] | None = None,
+                     bare_metal: BareMetal | None = None) -> MachineProvider:
     """The real MachineProvider ``settings.machine.backend`` names; ``extra`` adds routes to ``auto`` (the factory
-    routes the simulated cluster's ``memory:///`` VMs this way)."""
+    routes the simulated cluster's ``memory:///`` VMs this way), ``bare_metal`` the nodes it lists."""
     vm = settings.machine
     if vm.backend == "auto":
         factories: dict[str, ProviderFactory] = {name: partial(build, vm) for name, build in _CLOUDS.items()}
         factories.update(extra or {})
-        return VMRouter(factories)
+        return VMRouter(factories) if bare_metal is None else InventoryRouter(factories, "redfish", bare_metal)
     if vm.backend not in _CLOUDS:
         raise ValueError(f"{vm.backend!r} is not a real VM backend (see remediation.adapters.factory)")
     return _CLOUDS[vm.backend](vm)

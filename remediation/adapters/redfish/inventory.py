@@ -125,6 +125,10 @@ class Inventory:
         )
         self._annotations = annotations
 
+    def lists(self, node: str) -> bool:
+        """Whether the inventory file lists ``node`` (the ``auto`` router sends such nodes here)."""
+        return self._nodes is not None and node in self._nodes.load()
+
     def bmc(self, node: str) -> Bmc:
         if self._nodes is not None and node in (listed := self._nodes.load()):
             return parse_entry(node, listed[node], f"redfish inventory {self.s.inventory_file}")

@@ -86,6 +86,9 @@ class RedfishProvider:
         bmc = self.inventory.bmc(name)
         return VMRef("redfish", name, provider_id=f"{bmc.url}{bmc.system}")
 
+    def lists(self, node: str) -> bool:
+        return self.inventory.lists(node)
+
     def session(self, bmc: Bmc) -> BmcSession:
         return BmcSession(bmc, self.inventory.login(bmc), self.s)
 
