@@ -15,16 +15,21 @@ APP = "app"
 
 #: Fault classes (``unknown`` when nothing in the signal names a cause). ``remediation/data/causes.yaml``
 #: describes each one and must list exactly these.
-FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "nvlink", "ib-link", "fabric", "host", "software",
-                 UNKNOWN)
+FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "gpu-rma", "nvlink", "ib-link", "fabric", "host",
+                 "software", UNKNOWN)
 
-#: Ladder actions: restart (same host), move-host (GCE/AWS stop+start, Azure redeploy), reimage, hold
-#: (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA for hardware
-#: classes).
+#: The GPU reset: ``nvidia-smi -r`` run on the node as a job, through the validation's backend. A rung
+#: before any reboot (a reboot resets every GPU anyway). Not a machine action: no machine backend is
+#: needed, only one that runs jobs on the node (``validation.backend``).
+GPU_RESET = "gpu-reset"
+
+#: Ladder actions: gpu-reset, restart (same host), move-host (GCE/AWS stop+start, Azure redeploy),
+#: reimage, hold (drain, page, hold for a human; only on its own), quarantine (the end of a ladder; RMA
+#: for hardware classes).
 #: The ladder's machine rungs: what a machine backend does; a site with none (``machine.backend: none``)
 #: skips them.
 MACHINE_ACTIONS = ("restart", "move-host", "reimage")
-FAULT_ACTIONS = (*MACHINE_ACTIONS, "hold", "quarantine")
+FAULT_ACTIONS = (GPU_RESET, *MACHINE_ACTIONS, "hold", "quarantine")
 #: Ladder actions renamed, old name -> new name: a site's configuration may still say ``none`` for
 #: ``hold`` (the word now names the backends a site lacks).
 RENAMED_ACTIONS = {"none": "hold"}

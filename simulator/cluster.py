@@ -300,9 +300,18 @@ class SimCluster(FaultInjector):
 
     def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
         """What a validation check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
-        bad HBM row fails DCGM's memory test however often it reboots; every other node passes."""
+        bad HBM row fails DCGM's memory test however often it reboots; every other node passes. The
+        gpu-reset rung's Job (its script is named ``nr-gpu-reset``) fails on a broken VM, whose GPU is
+        gone, and elsewhere succeeds and clears the GPU conditions injected on the node, as NVSentinel
+        does when it sees the reset in the kernel log; a bad HBM row survives it (the check finds it)."""
         link = next((lk for lk in self.links.values() if lk.k8s == k8s_node), None)
         run = " ".join(argv)
+        if "nr-gpu-reset" in argv and link is not None:
+            if link.broken:
+                return 1, "Unable to reset GPU 00000000:3B:00.0: the GPU is lost; a reboot is required\n", 1.0
+            for type_ in self.injected_conditions.pop(link.slurm, set()):
+                self.kube.set_condition(link.k8s, type_, "False", reason="NoFault", message="after GPU reset")
+            return 0, "GPU 00000000:3B:00.0 was successfully reset.\n", 1.0
         if link is not None and link.bad_hbm:
             return 1, (f"$ {run}\n| Diagnostic       | Result                                   |\n"
                        "| Memory           | Fail - GPU 3: uncorrectable ECC error; row remapping "

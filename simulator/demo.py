@@ -18,12 +18,13 @@ that each safety rule shows once:
 - t=1 s: a researcher marks gpu-node-7 FAIL; slurmd on gpu-node-3 stops answering (DOWN "Not
   responding"); an admin drains gpu-node-12 for maintenance (recorded, never touched); gpu-node-5's
   Ready flaps (shorter than the hold time: no remediation);
-- t=2 s: gpu-node-9 is a lemon: its VM is broken, the host move does not fix it, verify times out and
-  it is quarantined (Xid 48 is ``gpu-memory``: one GCE stop/start or Azure redeploy, then quarantine;
-  this takes ``verify_timeout_s``, 30 s);
-- t=3 s: gpu-node-6 has a bad HBM row (Xid 48): the host move "works" (new bootID, slurmd back, verify
-  passes), but the validation's memory check (a Kubernetes Job on its Node) fails, so it is
-  quarantined after its one VM action; every other recovered node passes its check;
+- t=2 s: gpu-node-9 is a lemon: its VM is broken, the GPU reset (a Kubernetes Job on its Node) fails,
+  the host move does not fix it, verify times out and it is quarantined (Xid 48 is ``gpu-memory``: a
+  GPU reset, one GCE stop/start or Azure redeploy, then quarantine; this takes ``verify_timeout_s``,
+  30 s);
+- t=3 s: gpu-node-6 has a bad HBM row (Xid 48): the GPU reset and then the host move "work" (verify
+  passes), but the validation's memory check (a Kubernetes Job on its Node) fails after each, so it
+  is quarantined after its one VM action; every other recovered node passes its check;
 - t=6 s: the leaf switch of GKE sub-block ``sb-2`` dies: its four nodes (gpu-node-16, -18, -20, -22)
   lose slurmd at the same instant. The Kubernetes watcher learnt their sub-block from their Nodes'
   ``cloud.google.com/gce-topology-subblock`` label, so this is ONE incident: the four are drained and

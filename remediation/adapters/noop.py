@@ -147,14 +147,14 @@ class NoopSlurmReboot(NoopMachine):
 
 @dataclass
 class NoopValidator:
-    """Dry-run's validation: records the check it would run; reports it done with no exit code, which
-    the validate step records as "would validate" (never a pass or a fail, never a verdict)."""
+    """Dry-run's validation: records the check (or the GPU reset) it would run; reports it done with no
+    exit code, which the step records as "would ..." (never a pass or a fail, never a verdict)."""
 
     recorder: Recorder = field(default_factory=Recorder)
     backend: str = "noop"
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
-        self.recorder("validate", node=check.node, name=check.name, command=list(check.command))
+        self.recorder(check.purpose, node=check.node, name=check.name, command=list(check.command))
         return {"backend": "noop", "name": check.name, "node": check.node, "dry_run": True}
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -36,11 +36,11 @@ import yaml
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import VMAction
 from remediation.settings import FaultSettings, WorkflowSettings
-from remediation.vocabulary import APP, FAULT_CLASSES, UNKNOWN
+from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, UNKNOWN
 
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
-SEVERITY = ("gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host", "software",
-            UNKNOWN, APP)
+SEVERITY = ("gpu-rma", "gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host",
+            "software", UNKNOWN, APP)
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,7 @@ class Cause:
     xid: int | None = None
     app_level: bool = False  # an application-level XID: not a node fault unless it repeats
     repeat_class: str | None = None  # the class a repeated application-level XID is remediated as
+    gpu_pci: str | None = None  # the PCI bus id of the GPU the XID names ("0000:3b:00"), when one is named
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,29 @@ _WRITTEN = re.compile(r"(?<![a-z0-9])(?:nvidia)?xids?\s*[:=#_-]?\s*(\d{1,3}(?:\s
                       re.IGNORECASE)
 # NVSentinel's XID condition message: "ErrorCode:79 PCI:0000:3b:00 ..." (read only on XID conditions).
 _ERROR_CODE = re.compile(r"\berrorcode\s*[:=]\s*(\d{1,3})\b", re.IGNORECASE)
+# A GPU's PCI address as the driver and NVSentinel print it: "PCI:0000:3b:00" (domain:bus:device; the
+# kernel's Xid line may leave out "PCI:" and add the function, "0000:3b:00.0").
+_PCI = r"([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})(?:\.[0-9a-f])?"
+_KERNEL_PCI = re.compile(r"xid\s*\(\s*(?:pci:)?" + _PCI + r"\s*\)\s*:?\s*(\d{1,3})\b", re.IGNORECASE)
+_ANY_PCI = re.compile(r"\bpci:" + _PCI + r"(?![0-9a-f:])", re.IGNORECASE)
+
+
+def pci_id(domain: str, bus: str, device: str) -> str:
+    """One spelling of a GPU's PCI address, ``0000:3b:00``: the domain as four hex digits at least
+    (the kernel prints four, nvidia-smi eight), lower case, no function. The GPU reset job compares
+    nvidia-smi's ``pci.bus_id`` in this spelling (:mod:`remediation.domain.gpu_reset`)."""
+    return f"{int(domain, 16):04x}:{bus.lower()}:{device.lower()}"
+
+
+def gpu_pci_of(text: str, code: int) -> str | None:
+    """The PCI address of the GPU that reported XID ``code`` in ``text``: with kernel Xid lines, the one
+    on that code's lines; without, the only address the text names (NVSentinel's ``PCI:`` field). None
+    when that is not one GPU (no address, several, or only other codes' lines): the reset then takes
+    every GPU of the node."""
+    kernel = [(pci_id(*m.groups()[:3]), int(m.group(4))) for m in _KERNEL_PCI.finditer(text)]
+    named = {pci for pci, c in kernel if c == code} if kernel else {
+        pci_id(*m.groups()) for m in _ANY_PCI.finditer(text)}
+    return named.pop() if len(named) == 1 else None
 
 
 def xids_in(text: str, error_codes: bool = False) -> list[int]:
@@ -162,7 +186,8 @@ def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     cond = tbl.conditions.get(cond_type)
     codes = xids_in(reason, error_codes=bool(cond and cond[1]))
     if codes:
-        return _from_xids(codes, tbl)
+        cause = _from_xids(codes, tbl)
+        return replace(cause, gpu_pci=gpu_pci_of(reason, cause.xid or 0))
     if cond is not None and not cond[1] and cond[0] != UNKNOWN:
         return Cause(cond[0], f"condition {cond_type}")
     text = reason
@@ -198,39 +223,51 @@ def _from_xids(codes: list[int], tbl: CauseTable) -> Cause:
 # ------------------------------------------------------------------------------------- ladders
 
 
-def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
-    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder)."""
+def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+           gpu_reset: bool) -> tuple[str, ...]:
+    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder).
+    ``gpu_reset``: a job can run on the node (``validation.runs_jobs``); without that a ``gpu-reset``
+    rung is left out, and the ladder starts at its next action."""
     if not fault_class or not faults.classify:
         return tuple(workflow.ladder)
     info = table(faults).classes.get(fault_class)
-    return tuple(workflow.ladder) if info is None or info.ladder is None else info.ladder
+    return tuple(workflow.ladder) if info is None or info.ladder is None else runnable(info.ladder, gpu_reset)
 
 
-def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> tuple[str, ...]:
-    """The ladder's machine rungs: what vm_restart climbs; quarantine follows the last one. A class
-    without any holds for a human or is quarantined at once."""
-    return tuple(a for a in ladder(fault_class, faults, workflow) if a not in ("hold", "quarantine"))
+def runnable(actions: tuple[str, ...], gpu_reset: bool) -> tuple[str, ...]:
+    """The written actions this site can take (a ladder left empty ends in quarantine, as every one does)."""
+    return actions if gpu_reset else tuple(a for a in actions if a != GPU_RESET) or ("quarantine",)
 
 
-def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings) -> str:
-    return ladder(fault_class, faults, workflow)[0]
+def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+             gpu_reset: bool) -> tuple[str, ...]:
+    """The ladder's rungs: what vm_restart climbs (a GPU reset, machine actions); quarantine follows the
+    last one. A class without any holds for a human or is quarantined at once."""
+    return tuple(a for a in ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)
+                 if a not in ("hold", "quarantine"))
 
 
-def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int) -> str:
+def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+                 gpu_reset: bool) -> str:
+    return ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)[0]
+
+
+def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int, *,
+              gpu_reset: bool) -> str:
     """The action of ladder rung ``rung`` (past the VM actions: quarantine)."""
-    rungs = vm_rungs(fault_class, faults, workflow)
+    rungs = vm_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)
     if not rungs:
-        return first_action(fault_class, faults, workflow)
+        return first_action(fault_class, faults, workflow, gpu_reset=gpu_reset)
     return rungs[rung] if rung < len(rungs) else "quarantine"
 
 
-def planned_action(cause: Cause | None, faults: FaultSettings) -> str | None:
+def planned_action(cause: Cause | None, faults: FaultSettings, *, gpu_reset: bool) -> str | None:
     """The first action of the cause's class when the class has a ladder of its own (None: class
     unknown, the site's workflow.ladder decides when the workflow starts)."""
     if cause is None or not faults.classify:
         return None
     info = table(faults).classes.get(cause.fault_class)
-    return info.ladder[0] if info is not None and info.ladder else None
+    return runnable(info.ladder, gpu_reset)[0] if info is not None and info.ladder else None
 
 
 def needs_rma(fault_class: str | None, faults: FaultSettings) -> bool:

@@ -42,6 +42,7 @@ class RemediationContext(JsonRecord):
     observed_at: str | None = None  # ISO time the watcher observed it (stale events are re-checked)
     fault_class: str | None = None  # the fault's class (policy.faults); None: unknown, the default ladder
     cause_class: str | None = None  # the validation's class, where it differs from fault_class
+    gpu_pci: str | None = None  # the PCI address of the GPU the XID named ("0000:3b:00"): what gpu-reset resets
     # -- quarantine (ingest, the engine's escalation, levers)
     quarantine_reason: str | None = None  # why the node is quarantined, for people
     quarantine_decided: bool | None = None  # opened straight into quarantine on this failure (N-in-W, lemon)

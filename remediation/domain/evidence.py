@@ -57,7 +57,7 @@ def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     verify or the GPU check did, return goes on."""
     from remediation.domain.step_bodies import human_took_back, without_vm_action  # it imports this module
 
-    if not vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow):
+    if not vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow, gpu_reset=ad.site.validation):
         return without_vm_action(inp, ad, cfg)
     if ad.machine is not None or ad.validator is not None:
         return None

@@ -8,8 +8,8 @@ The workflow is linear with branches:
                                                                                failed: next ladder action)
     A step the site cannot take is no step at all (:class:`Site`): k8s_cordon and k8s_evict are
     skipped when ``kube.backend`` is ``none``, validate when ``validation.backend`` is, vm_restart and
-    verify when ``machine.backend`` is (and for a class whose ladder has no machine rung: it holds or
-    is quarantined instead).
+    verify when ``machine.backend`` is, except for a GPU reset, a job on the node (and for a class
+    whose ladder has no machine rung: it holds or is quarantined instead).
     any step --permanent error / ladder exhausted--> quarantine -> (quarantined)
     any step --human cancel--------------------------------------> (cancelled)
     quarantine step failing --------------------------------------> (failed)
@@ -101,18 +101,19 @@ class Site:
     machine: bool  # something can restart, move or reimage a node's machine (machine.backend)
     validation: bool  # a GPU check runs before return (validation.backend)
 
-    def path(self, acts: bool = True) -> tuple[Step, ...]:
+    def path(self, acts: bool = True, resets: bool = False) -> tuple[Step, ...]:
         """The steps in order. ``acts``: the class's ladder has a machine rung; a class without one is
-        held for a human or quarantined (at k8s_evict, or at return), never restarted or checked."""
+        held for a human or quarantined (at k8s_evict, or at return), never restarted or checked.
+        ``resets``: the rung is a GPU reset, a job on the node that needs no machine backend."""
         skipped = set() if self.kubernetes else {Step.K8S_CORDON, Step.K8S_EVICT}
-        if not (acts and self.machine):
+        if not (acts and (self.machine or resets)):
             skipped |= {Step.VM_RESTART, Step.VERIFY}
         if not (acts and self.validation):
             skipped.add(Step.VALIDATE)
         return tuple(s for s in HAPPY_PATH if s not in skipped)
 
 
-def next_on_success(step: Step, site: Site, acts: bool = True) -> Step:
+def next_on_success(step: Step, site: Site, acts: bool = True, resets: bool = False) -> Step:
     """The step after ``step`` succeeds: the next one on the site's path."""
-    path = site.path(acts)
+    path = site.path(acts, resets)
     return next(s for s in HAPPY_PATH[HAPPY_PATH.index(step) + 1:] if s in path)

@@ -20,6 +20,7 @@ from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, to_vm_action, vm_rungs
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import unproven
+from remediation.domain.gpu_reset import gpu_reset, verify_reset
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -47,6 +48,7 @@ from remediation.ports.cluster import (
     recorded_only,
 )
 from remediation.ports.errors import ConfigError, NotFound, UnknownNode
+from remediation.vocabulary import GPU_RESET
 
 
 def slurm_reason(text: str) -> str:
@@ -64,8 +66,6 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
         and not node.reason_is_ours(cfg.policy.our_reason_prefix)
         and ignored_reason(node.reason, cfg.policy) is not None
     )
-
-
 
 
 def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
@@ -200,11 +200,12 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.fault_class
-    if vm_rungs(cls, cfg.policy.faults, cfg.workflow):
+    jobs = ad.site.validation
+    if vm_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if first_action(cls, cfg.policy.faults, cfg.workflow) == "quarantine":
+    if first_action(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs) == "quarantine":
         # The engine adds the RMA note to every quarantine of a class with hardware to return.
         return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
@@ -260,28 +261,37 @@ _NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.REST
            "redfish": {VMAction.RESTART, VMAction.STOP_START}}
 
 
-def vm_action(inp: StepInput, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung: its fault class's ladder (class
-    unknown: workflow.ladder), ``move-host`` as the provider's move to fresh hardware."""
-    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow) or tuple(cfg.workflow.ladder)
-    action = to_vm_action(rungs[min(inp.ladder, len(rungs) - 1)], provider)
+def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
+    """The action of the remediation's rung (class unknown: workflow.ladder; gpu-reset only where jobs run)."""
+    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
+                     gpu_reset=ad.site.validation) or tuple(cfg.workflow.ladder)
+    return rungs[min(inp.ladder, len(rungs) - 1)]
+
+
+def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
+    """The VM action of the remediation's ladder rung, ``move-host`` as the provider's move to fresh
+    hardware."""
+    action = to_vm_action(rung(inp, ad, cfg), provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    reset = rung(inp, ad, cfg) == GPU_RESET
+    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
+        return stop
+    if reset:
+        return gpu_reset(inp, ad, cfg, now)
     machine = ad.machine
     if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
     if inp.provider_op is None:
-        if stop := before_disruption(inp, ad, cfg, "VM action"):
-            return stop
         # Bare metal has no providerID: a backend that names the machine by the node does.
         vm = machine.machine_of(inp.node, inp.context.k8s_node) if isinstance(machine, MachinesByNode) else None
         if vm is None:
             vm = parse_provider_id(inp.context.provider_id or "")
-        op = machine.start(vm, vm_action(inp, cfg, vm.provider), inp.key)
+        op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict())
     op = Operation.from_dict(inp.provider_op)
@@ -309,6 +319,8 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
         return cancel
     if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
+    if rung(inp, ad, cfg) == GPU_RESET:
+        return verify_reset(inp, ad, cfg, now)
     knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
     action_at = inp.context.vm_action_at
@@ -330,7 +342,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
                     f"{since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id} if knode else {})
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
-        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, cfg)}: {facts}"
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, ad, cfg)}: {facts}"
                         f"{', slurmd not responding' if not responding else ''}{still}")
     return wait(cfg.workflow, f"waiting for proof of recovery: {facts}{still}")
 

@@ -53,8 +53,14 @@ DEADLINE_SLACK_S = 30.0
 def check_name(key: str) -> str:
     """Reservation, job and Job name from an idempotency key: ``r12:validate:1`` -> ``nr-gate-r12-a1``.
     Lower case letters, digits and dashes only, so it is valid in Slurm and as a Kubernetes name."""
-    rid, _, attempt = key.partition(":validate:")
-    return _slug(f"nr-gate-{rid}-a{attempt or '1'}")
+    return job_name(key, "validate", "nr-gate")
+
+
+def job_name(key: str, step: str, prefix: str) -> str:
+    """The name of a job a step runs on the node, from the step's idempotency key: ``r12:STEP:1`` ->
+    ``PREFIX-r12-a1``. One key, one name: a redelivered step finds the job the first delivery started."""
+    rid, _, attempt = key.partition(f":{step}:")
+    return _slug(f"{prefix}-{rid}-a{attempt or '1'}")
 
 
 def manual_check_name(node: str, stamp: str) -> str:
@@ -138,12 +144,54 @@ def describe(rec: dict[str, Any]) -> str:
     return f"`{cmd}` on {rec['node']} ({rec['cause_class']}) exit {rec['exit_code']} after {rec['duration_s']:.1f}s{said}"
 
 
+def job_runner(ad: Adapters, step: str) -> Validator:
+    """The validator, which runs every job this service runs on a node (the GPU check, a GPU reset)."""
+    if ad.validator is None:
+        raise ConfigError(f"the {step} step ran without a validation (validation.backend)", component="validation")
+    return ad.validator
+
+
+def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, cfg: StepSettings) -> str | None:
+    """The reason of a drain a human placed meanwhile, where the job would lift it: the Slurm validator
+    resumes the node into its reservation, and a human's drain is theirs (None: go ahead)."""
+    if validator.backend != "slurm":
+        return None
+    snode = ad.slurm.get_node(inp.node)
+    if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+        return snode.reason
+    return None
+
+
+def start_job(validator: Validator, check: ValidationCheck, now: datetime) -> dict[str, Any]:
+    """Start ``check`` and return what the step records before anyone waits on it (the validator's own
+    reference plus what :func:`look` and the record need)."""
+    ref = validator.start(check)
+    return {**ref, "backend": validator.backend, "name": check.name, "node": check.node,
+            "command": list(check.command), "cause_class": check.cause_class, "timeout_s": check.timeout_s,
+            "started_at": now.isoformat()}
+
+
+def look(validator: Validator, op: dict[str, Any], inp: StepInput, now: datetime) -> ValidationResult:
+    """One look at a started job. Past its deadline (and the slack the backend gets to end it itself) a
+    job still running is ended here and reads as timed out; a done result means the set-up is down."""
+    result = validator.poll(op)
+    if not result.done:
+        if elapsed(inp, now) <= float(op["timeout_s"]) + DEADLINE_SLACK_S:
+            return result
+        result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
+                                  timed_out=True)
+    return result
+
+
+def still_running(result: ValidationResult) -> str:
+    """Why a job that is not done has not ended, for on-call."""
+    return f"pending: {result.waiting}" if result.waiting else (result.state or "running").lower()
+
+
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     from remediation.domain.step_bodies import human_took_back  # its module imports this one
 
-    validator: Validator | None = ad.validator
-    if validator is None:
-        raise ConfigError("the validate step ran without a validation (validation.backend)", component="validation")
+    validator = job_runner(ad, "validate")
     if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
@@ -151,26 +199,17 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     if inp.provider_op is None:
         if cancel := human_took_back(inp, ad, cfg):
             return cancel
-        if validator.backend == "slurm":
-            snode = ad.slurm.get_node(inp.node)
-            if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
-                # The Slurm validator resumes the node into its reservation; a human's drain is theirs.
-                return Done(f"no GPU check: a human drained {inp.node} meanwhile ({snode.reason!r}); the node "
-                            "stays out for its owner")
+        if (theirs := humans_drain(inp, ad, validator, cfg)) is not None:
+            return Done(f"no GPU check: a human drained {inp.node} meanwhile ({theirs!r}); the node "
+                        "stays out for its owner")
         check = check_for(vcfg, inp.node, check_name(inp.key), cause_class(inp.context))
-        ref = validator.start(check)
-        op = {**ref, "backend": validator.backend, "name": check.name, "node": inp.node, "command": list(check.command),
-              "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": now.isoformat()}
+        op = start_job(validator, check, now)
         return Wait(f"GPU check started on {inp.node} ({validator.backend}): {' '.join(check.command)}", poll,
                     provider_op=op)
     op = inp.provider_op
-    result = validator.poll(op)
+    result = look(validator, op, inp, now)
     if not result.done:
-        if elapsed(inp, now) <= float(op["timeout_s"]) + DEADLINE_SLACK_S:
-            why = f"pending: {result.waiting}" if result.waiting else (result.state or "running").lower()
-            return Wait(f"GPU check on {inp.node} {why}: {' '.join(op['command'])}", poll)
-        result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
-                            timed_out=True)
+        return Wait(f"GPU check on {inp.node} {still_running(result)}: {' '.join(op['command'])}", poll)
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, vcfg.output_bytes)
     detail = {"validation": rec, "undone": taken_down}

@@ -1,5 +1,9 @@
 """The validation's port: run one check on one node before anyone else's job can land there.
 
+The same port runs every other job the service runs on a node out of the pool, with the same
+guarantees: the GPU reset of the ``gpu-reset`` rung (:mod:`remediation.domain.gpu_reset`) is a
+``ValidationCheck`` whose command resets the GPU and whose exit code is the verdict.
+
 Two implementations: :mod:`remediation.adapters.slurm.validator` (a maintenance reservation only the
 service's user may use, the node resumed into it, the check submitted as a job pinned to the node in
 that reservation) and :mod:`remediation.adapters.kube.validator` (a ``batch/v1`` Job bound to the Node,
@@ -27,6 +31,7 @@ class ValidationCheck:
     command: tuple[str, ...]
     timeout_s: float
     cause_class: str = "unknown"
+    purpose: str = "validate"  # what the job is for, as dry-run records it: validate, or reset GPU
 
 
 @dataclass(frozen=True)

@@ -125,11 +125,13 @@ def reject(session: Session, payload: str | bytes, error: str, now: datetime) ->
 def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
+    gpu_reset: bool = False,
 ) -> IngestResult:
     """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
-    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit)."""
+    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
+    ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned."""
     now = clock.now()
     result = IngestResult()
     events, rejected = parse_payloads(payloads, max_bytes)
@@ -205,7 +207,7 @@ def ingest(
             _apply_record(ev, node, decision, now)
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
-        opened = _open(session, opens, new_keys, now, dry_run, policy)
+        opened = _open(session, opens, new_keys, now, dry_run, policy, gpu_reset)
         for name, (ev, decision) in opens.items():
             rid = opened.get(name)
             if rid is None:  # a concurrent ingest opened one first: this event is recorded only
@@ -283,7 +285,8 @@ def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: date
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime, dry_run: bool = False, policy: PolicySettings | None = None) -> dict[str, int]:
+          now: datetime, dry_run: bool = False, policy: PolicySettings | None = None,
+          gpu_reset: bool = False) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
     arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
     if not opens:
@@ -297,6 +300,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
         context = RemediationContext(
             event_state=ev.state, reason=ev.reason, observed_at=ev.observed_at.isoformat(),
             fault_class=cause.fault_class if cause is not None else None,
+            gpu_pci=cause.gpu_pci if cause is not None else None,
             quarantine_reason=decision.reason if quarantine else None, quarantine_decided=True if quarantine else None,
         )
         rows.append({
@@ -306,7 +310,8 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
             "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
             "context": context.dump(), "dry_run": dry_run,
             "fault_class": cause.fault_class if cause else None, "fault_evidence": cause.evidence if cause else None,
-            "action": "quarantine" if quarantine else planned_action(cause, policy.faults) if policy else None,
+            "action": "quarantine" if quarantine else planned_action(cause, policy.faults, gpu_reset=gpu_reset)
+            if policy else None,
         })
     ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
         index_elements=["node"], index_where=OPEN_PREDICATE
@@ -342,6 +347,7 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
+    gpu_reset: bool = False,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -349,7 +355,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes)
+            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -358,7 +364,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes)
+                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

@@ -32,6 +32,7 @@ from remediation.domain.validation import (
     check_for,
     describe,
     manual_check_name,
+    start_job,
     verdict,
 )
 from remediation.ports.cluster import SlurmControl
@@ -108,9 +109,7 @@ def run_check(
                                 "check runs only on a node out of the pool)")
     started = now()
     check = check_for(settings.validation, node, manual_check_name(node, started.strftime("%Y%m%d%H%M%S")), cls)
-    ref = validator.start(check)
-    op = {**ref, "backend": validator.backend, "name": check.name, "node": node, "command": list(check.command),
-          "cause_class": check.cause_class, "timeout_s": check.timeout_s, "started_at": started.isoformat()}
+    op = start_job(validator, check, started)
     with sessions() as s, s.begin():
         audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({validator.backend})",
               {"name": check.name})

@@ -77,6 +77,7 @@ from remediation.services.retries import backoff, failing_too_long, gave_up, too
 from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
 from remediation.services.validation import hold_for_human, record_validation
 from remediation.settings import Settings
+from remediation.vocabulary import GPU_RESET
 
 log = logging.getLogger(__name__)
 
@@ -226,9 +227,12 @@ class Workflow:
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             site = self.adapters.site
-            if rem.action is None:  # class unknown (or opened by hand): the ladder's action for its rung
+            if rem.action is None or (step is Step.VM_RESTART and row is None):
+                # The ladder's action for its rung: class unknown (or opened by hand), or the rung now
+                # starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder)
+                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder,
+                    gpu_reset=site.validation)
             rem.action = action_here(rem.action, site, wf)
             rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
             if row is None:
@@ -337,8 +341,10 @@ class Workflow:
                 if step is Step.QUARANTINE:
                     close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
                     return None
-                nxt = next_on_success(step, self.adapters.site, acts=bool(vm_rungs(
-                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow)))
+                site, faults, wf = self.adapters.site, self.settings.policy.faults, self.settings.workflow
+                cls, jobs = rem.ctx.fault_class, site.validation
+                nxt = next_on_success(step, site, acts=bool(vm_rungs(cls, faults, wf, gpu_reset=jobs)),
+                                      resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
                 if nxt is Step.DONE:
                     close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
                     return None
@@ -348,12 +354,13 @@ class Workflow:
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
+            faults, wf, jobs = self.settings.policy.faults, self.settings.workflow, self.adapters.site.validation
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
                 if self.adapters.machine is None:
                     reason = f"no machine action at this site: {reason}"
-                elif rem.ladder + 1 < len(vm_rungs(cls, self.settings.policy.faults, self.settings.workflow)):
+                elif rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
-                    rem.action = action_at(cls, self.settings.policy.faults, self.settings.workflow, rem.ladder)
+                    rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
                     audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from remediation.settings.base import Section
-from remediation.vocabulary import APP, FAULT_ACTIONS, FAULT_CLASSES, RENAMED_ACTIONS
+from remediation.vocabulary import APP, FAULT_ACTIONS, FAULT_CLASSES, GPU_RESET, RENAMED_ACTIONS
 
 
 class FaultSettings(Section):
@@ -26,10 +26,11 @@ class FaultSettings(Section):
     ladders: dict[str, list[str]] = Field(
         default_factory=dict,
         description="Per class, the actions tried in order, replacing the shipped ladder, e.g. "
-        "{'gpu-memory': ['move-host', 'quarantine']}. Actions: restart, move-host, reimage, hold "
-        "(only on its own: drain, no VM action, page on-call, hold for a human; 'none' is read as its "
-        "old name), quarantine (only last; implied after the last action anyway). Class `unknown` "
-        "follows workflow.ladder.",
+        "{'gpu-memory': ['move-host', 'quarantine']}. Actions: gpu-reset (nvidia-smi -r as a job on "
+        "the node; before any reboot; left out where validation.backend is none), restart, move-host, "
+        "reimage, hold (only on its own: drain, no VM action, page on-call, hold for a human; 'none' is "
+        "read as its old name), quarantine (only last; implied after the last action anyway). Class "
+        "`unknown` follows workflow.ladder.",
     )
     xids: dict[int, str] = Field(
         default_factory=dict,
@@ -66,6 +67,9 @@ class FaultSettings(Section):
                 raise ValueError(f"{name}: 'hold' holds for a human, so it must be the only action")
             if "quarantine" in ladder[:-1]:
                 raise ValueError(f"{name}: 'quarantine' ends a ladder, so it can only be last")
+            if GPU_RESET in ladder and ladder.index(GPU_RESET) > 0:
+                raise ValueError(f"{name}: '{GPU_RESET}' comes before any reboot (a reboot resets every GPU), "
+                                 "so it can only be first")
         return value
 
     @field_validator("xids", "conditions")

@@ -35,7 +35,8 @@ def loose_mode_message(path: str, mode: int) -> str:
 def _default_checks() -> dict[str, list[str]]:
     return {
         "gpu-transient": _DCGM_2, "gpu-hardware": _DCGM_2, "host": _DCGM_2, "software": _DCGM_2,
-        "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL, "fabric": _NCCL,
+        "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "gpu-rma": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL,
+        "fabric": _NCCL,
     }
 
 
@@ -55,7 +56,7 @@ class ValidationSettings(Section):
     checks: dict[str, list[str]] = Field(
         default_factory=_default_checks,
         description="The check per cause class, an argument list (no shell). A class not listed uses "
-        "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory), nccl-tests "
+        "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory, gpu-rma), nccl-tests "
         "all_reduce_perf (nvlink, ib-link, fabric).",
     )
     timeout_s: dict[str, float] = Field(
@@ -91,6 +92,12 @@ class ValidationSettings(Section):
         description="Image of the check Job (kubernetes backend): it must hold the configured commands.",
     )
     kube_gpus: int = Field(8, ge=0, description="nvidia.com/gpu the check Job requests (kubernetes backend).")
+    gpu_reset_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Deadline of the GPU reset job (the gpu-reset rung, run through this backend), seconds. "
+        "nvidia-smi -r takes seconds to a minute; a reset still pending or running after five minutes "
+        "(slurmd not answering, the GPU not letting go) is ended and the ladder climbs to its next rung.",
+    )
 
     @field_validator("checks")
     @classmethod
@@ -122,6 +129,11 @@ class ValidationSettings(Section):
         if "default" not in value:
             raise ValueError("timeout_s must have a 'default'")
         return value
+
+    @property
+    def runs_jobs(self) -> bool:
+        """A job can run on a node (the GPU check, a GPU reset): any backend but none."""
+        return self.backend != "none"
 
     def check_for(self, cause_class: str | None) -> list[str]:
         return list(self.checks.get(cause_class or "unknown") or self.checks["unknown"])

@@ -193,12 +193,14 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
         f"select status from nodes where name in ({','.join('?' * 4)})", SWITCHED)} == {"healthy"}  # fmt: skip
     (reported,) = summary["incidents"]
     assert reported["in_service"] == SWITCHED and reported["pages"] == 1 and reported["vm_actions"] == 0
-    # Xid 48 (gpu-memory): exactly one VM action (a host move) each, then quarantine.
+    # Xid 48 (gpu-memory): a GPU reset (a Job on the Node), then exactly one VM action (a host move)
+    # each, then quarantine.
     for node in XID48:
-        steps = db.execute(
+        steps = [json.loads(op) for (op,) in db.execute(
             "select s.provider_op from remediation_steps s join remediations r on r.id = s.remediation_id "
-            "where r.node = ? and s.step = 'vm_restart'", (node,)).fetchall()  # fmt: skip
-        assert len(steps) == 1 and json.loads(steps[0][0])["action"] in ("stop_start", "redeploy"), steps
+            "where r.node = ? and s.step = 'vm_restart' order by s.id", (node,)).fetchall()]  # fmt: skip
+        assert len(steps) == 2 and steps[0]["name"].startswith("nr-reset-"), steps
+        assert steps[1]["action"] in ("stop_start", "redeploy"), steps
         assert summary["vm_actions"][node] == 1, summary["vm_actions"]
     # The bare-metal pool: its node has no providerID, the redfish inventory routes it to its BMC, and
     # the BMC's own request log shows exactly one reset per remediation that took a machine action.

@@ -20,15 +20,14 @@ OLD_ROW: dict[str, Any] = {
     "incident_closed": 4, "held": {"kind": "unmapped builtins.ValueError", "error": "boom",
                                    "at": "2026-03-01T00:06:00+00:00", "step": "verify"},
 }
-
-
 #: Keys declared since the context was typed: no old row carries them, and one without them reads as None.
-NEWER = {"no_kubernetes", "no_machine"}
+NEWER = {"no_kubernetes", "no_machine", "gpu_pci"}
 
 
 def test_every_key_the_old_rows_carry_is_declared() -> None:
     declared = {f.name for f in fields(RemediationContext)} - {"extra"}
     assert declared == set(OLD_ROW) | NEWER
+    assert RemediationContext.load({**OLD_ROW, "gpu_pci": "0000:3b:00"}).gpu_pci == "0000:3b:00"
 
 
 def test_an_old_row_reads_typed_and_writes_back_unchanged() -> None:

@@ -4,7 +4,6 @@ pass / fail / timeout / no result / cannot run, idempotent start, dry-run, and t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,30 +19,10 @@ from remediation.domain.validation import check_name, last_line, manual_check_na
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SettingsError, load_settings
+from tests.scripted_validator import ScriptedValidator
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 STAMP = "20261123120000"
-
-
-@dataclass
-class ScriptedValidator:
-    """A validator whose polls answer from a script; records every call."""
-
-    results: list[ValidationResult]
-    backend: str = "scripted"
-    calls: list[tuple[str, Any]] = field(default_factory=list)
-
-    def start(self, check: ValidationCheck) -> dict[str, Any]:
-        self.calls.append(("start", check))
-        return {"job_id": "42"}
-
-    def poll(self, ref: dict[str, Any]) -> ValidationResult:
-        self.calls.append(("poll", ref["name"]))
-        return self.results.pop(0)
-
-    def finish(self, ref: dict[str, Any]) -> str:
-        self.calls.append(("finish", ref["name"]))
-        return "set-up undone"
 
 
 def cfg(**validation: Any) -> StepSettings:

@@ -8,7 +8,7 @@ its commands reached through the wrappers in ``DIR/bin`` (``SlurmCluster.slurm_o
 paths to the backends). Tests talk to Slurm only through real commands; nothing here stands in for it.
 
 Every test in this directory that uses the cluster runs once per version (``pytest_generate_tests``
-below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run. Tests elsewhere that borrow the fixture get
+below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run, and a module's ``SLURM_RELEASES`` the releases it runs on. Tests elsewhere that borrow the fixture get
 22.05 only. The run ends with one line naming the exact versions the tests ran against.
 
 Between tests the cluster is put back: jobs cancelled, killed slurmds restarted, every node resumed
@@ -178,8 +178,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             "slurm_topo_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
         )
     elif "slurm_cluster" in metafunc.fixturenames:
+        # A module may name the releases it needs (SLURM_RELEASES = ("22.05",)): the others are not started for it.
+        versions = [v for v in VERSIONS if v in getattr(metafunc.module, "SLURM_RELEASES", VERSIONS)]
         metafunc.parametrize(
-            "slurm_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
+            "slurm_cluster", versions, indirect=True, scope="session", ids=[f"slurm{v}" for v in versions]
         )
 
 

@@ -1,0 +1,168 @@
+"""The ``gpu-reset`` rung: ``nvidia-smi -r`` on the node, as a job, before any reboot.
+
+NVIDIA's Xid catalogue puts the XIDs a GPU reset clears (46, 62, 119, 120, ...) in its RESET_GPU
+bucket: the GPU is reset, not the machine. A class whose ladder starts with ``gpu-reset`` therefore
+first resets the GPU the XID named, with a job on the node run by the validator that runs the GPU check
+(:mod:`remediation.ports.validator`: a job in the maintenance reservation only the service's user may
+use, or a Kubernetes Job bound to the Node), and climbs to a reboot only when that fails:
+
+- The job runs a fixed script; the GPU's PCI address (read with the XID, ``context.gpu_pci``) is its
+  argument, never part of a shell string. The script maps the address to the GPU's index with
+  ``nvidia-smi --query-gpu=index,pci.bus_id`` inside the same job (a container numbers its GPUs from
+  0, so only the job's own view is right), then runs ``nvidia-smi -pm 0 -i INDEX`` (persistence mode
+  keeps the GPU open) and ``nvidia-smi -r -i INDEX``. No GPU at that address: exit 3.
+- A signal that names no GPU (a researcher's ``xid 46``, EKS's ``NvidiaXID46Error``) resets every GPU
+  of the node (``nvidia-smi -pm 0``, ``nvidia-smi -r``): what the reboot it replaces would reset, and on
+  NVSwitch systems without Fabric Manager the GPUs an NVLink joins must be reset together anyway.
+- The job's exit code is the proof of the action. Exit 0 moves on to ``verify`` (nothing rebooted, so
+  no new bootID is asked for; slurmd must answer and the trigger must clear) and then to the GPU
+  check, as after any hammer. Any other verdict (a non-zero exit, no result, the job's deadline
+  ``validation.gpu_reset_timeout_s``, a command that cannot run) climbs to the next rung: that is a
+  reboot, which needs no job, so nothing here holds for a human.
+- The job's names come from the step's idempotency key (``nr-reset-r12-a1``), and its reference is
+  recorded on the step before anyone waits on it: a worker killed anywhere resumes with that
+  reference, or finds the job by its name, and never submits a second reset for the key.
+- A node whose slurmd is not answering can run no job, and a human's drain is not lifted for one:
+  the rung is skipped, with the reason, for the next.
+
+Dry-run's validator records the reset it would run and gives no verdict: the step says "would reset"
+and, as after a dry-run reboot, verify and the GPU check have nothing to judge.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from remediation.domain.context import RemediationContext
+from remediation.domain.outcomes import (
+    Adapters,
+    Done,
+    Escalate,
+    Outcome,
+    StepInput,
+    StepSettings,
+    Wait,
+    elapsed,
+    wait,
+)
+from remediation.domain.slurm_states import SlurmState
+from remediation.domain.validation import (
+    cause_class,
+    humans_drain,
+    job_name,
+    job_runner,
+    last_line,
+    look,
+    start_job,
+    still_running,
+    verdict,
+)
+from remediation.ports.cluster import DRY_RUN_REF
+from remediation.ports.validator import ValidationCheck
+
+#: What the dry-run validator records, and what a check's ``purpose`` says for a reset.
+PURPOSE = "reset GPU"
+#: The script's exit code when no GPU of the node has the XID's PCI address.
+NO_SUCH_GPU = 3
+#: ``sh -c SCRIPT nr-gpu-reset PCI``: ``$1`` is the address as :func:`remediation.domain.causes.pci_id`
+#: spells it (``0000:3b:00``), or empty for every GPU. nvidia-smi prints ``00000000:3B:00.0``: the awk
+#: line brings it to that spelling (four-digit domain, lower case, no function) before comparing.
+SCRIPT = r"""
+if [ -z "$1" ]; then
+  echo "gpu-reset: every GPU of $(hostname)"
+  nvidia-smi -pm 0
+  exec nvidia-smi -r
+fi
+gpus=$(nvidia-smi --query-gpu=index,pci.bus_id --format=csv,noheader) || exit
+index=$(printf '%s\n' "$gpus" | awk -F', *' -v want="$1" '{
+  split(tolower($2), a, ":"); d = a[1]; sub(/^0+/, "", d); while (length(d) < 4) d = "0" d
+  if (d ":" a[2] ":" substr(a[3], 1, 2) == want) { print $1; exit } }')
+if [ -z "$index" ]; then
+  echo "gpu-reset: no GPU at PCI $1 on $(hostname)"
+  exit 3
+fi
+echo "gpu-reset: GPU $index of $(hostname) is at PCI $1"
+nvidia-smi -pm 0 -i "$index"
+exec nvidia-smi -r -i "$index"
+"""
+_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}")
+
+
+def reset_command(gpu_pci: str | None) -> tuple[str, ...]:
+    """The job's argument list. An address not in our spelling (a row is data) resets every GPU
+    rather than reaching the script."""
+    pci = gpu_pci if gpu_pci and _PCI.fullmatch(gpu_pci) else ""
+    return ("/bin/sh", "-c", SCRIPT, "nr-gpu-reset", pci)
+
+
+def reset_name(key: str) -> str:
+    """Reservation, job and Job name of the reset from the machine step's key: ``r12:vm_restart:1`` ->
+    ``nr-reset-r12-a1``."""
+    return job_name(key, "vm_restart", "nr-reset")
+
+
+def target(gpu_pci: str | None) -> str:
+    return f"GPU {gpu_pci}" if gpu_pci and _PCI.fullmatch(gpu_pci) else "every GPU"
+
+
+def reset_check(inp: StepInput, cfg: StepSettings) -> ValidationCheck:
+    return ValidationCheck(node=inp.node, name=reset_name(inp.key), command=reset_command(inp.context.gpu_pci),
+                           timeout_s=cfg.validation.gpu_reset_timeout_s, cause_class=cause_class(inp.context),
+                           purpose=PURPOSE)
+
+
+def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    """The machine step on a ``gpu-reset`` rung (its caller has already checked for jobs, a human's
+    uncordon and the breaker's re-confirmation, as before any machine action)."""
+    validator = job_runner(ad, "vm_restart")
+    poll = min(cfg.validation.poll_interval_s, cfg.workflow.max_wait_s)
+    what = f"{target(inp.context.gpu_pci)} of {inp.node}"
+    if inp.provider_op is None:
+        if SlurmState.NOT_RESPONDING in ad.slurm.get_node(inp.node).flags:
+            return Escalate(f"no GPU reset: slurmd on {inp.node} is not responding, so no job can run there")
+        if (theirs := humans_drain(inp, ad, validator, cfg)) is not None:
+            return Escalate(f"no GPU reset: a human drained {inp.node} meanwhile ({theirs!r}), and the reset "
+                            "job would lift that drain")
+        op = start_job(validator, reset_check(inp, cfg), now)
+        return Wait(f"GPU reset of {what} started ({validator.backend} job {op['name']})", poll, provider_op=op)
+    op = inp.provider_op
+    result = look(validator, op, inp, now)
+    if not result.done:
+        return Wait(f"GPU reset of {what} {still_running(result)}", poll)
+    taken_down = validator.finish(op)
+    outcome, rec = verdict(op, result, now, cfg.validation.output_bytes)
+    detail: dict[str, Any] = {"gpu_reset": rec, "undone": taken_down}
+    if outcome == "dry_run":
+        return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
+                    context=RemediationContext(vm_op_ref=f"{DRY_RUN_REF}{op['name']}"))
+    last = last_line(rec["output"])
+    said = f"exit {rec['exit_code']} after {rec['duration_s']:.1f}s{f': {last[:200]}' if last else ''}"
+    if outcome == "passed":
+        return Done(f"GPU reset of {what} done ({op['name']}: {said}); {taken_down}", detail=detail,
+                    context=RemediationContext(vm_action_at=inp.started_at.isoformat(), vm_op_ref=op["name"],
+                                               reconfirm=False))
+    why = {"failed": "the reset failed", "timeout": f"not done within {op['timeout_s']:g}s",
+           "no_result": f"ended without a result ({rec['state'] or 'unknown'})",
+           "cannot_run": "the reset could not run (is nvidia-smi on the node or in the image?)"}[outcome]
+    return Escalate(f"GPU reset of {what}: {why} ({op['name']}: {said})", detail=detail)
+
+
+def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+    """``verify`` after a GPU reset. Nothing rebooted, so there is no new bootID or slurmd start to
+    prove: the job's exit 0 proved the action. What verify asks after any action still holds: slurmd
+    answers and the trigger has cleared, within ``workflow.verify_timeout_s`` (a detector may take a
+    while to see the GPU healthy; one that keeps the fault until a reboot climbs to the reboot)."""
+    from remediation.domain.step_bodies import trigger_present  # its module imports this one
+
+    snode = ad.slurm.get_node(inp.node)
+    trigger = trigger_present(inp, ad, None, snode, cfg)
+    silent = SlurmState.NOT_RESPONDING in snode.flags
+    if trigger is None and not silent:
+        return Done(f"GPU reset proven by its job's exit 0 ({inp.context.vm_op_ref}); nothing rebooted; slurmd "
+                    "answers; trigger cleared")
+    still = trigger or f"slurmd on {inp.node} not responding"
+    if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after the GPU reset: {still}")
+    return wait(cfg.workflow, f"waiting for the trigger to clear after the GPU reset: {still}")

@@ -1,0 +1,30 @@
+"""A validator at our own port whose polls answer from a script, for the steps that run jobs on a node
+(the GPU check, the GPU reset)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediation.ports.validator import ValidationCheck, ValidationResult
+
+
+@dataclass
+class ScriptedValidator:
+    """A validator whose polls answer from a script; records every call."""
+
+    results: list[ValidationResult]
+    backend: str = "scripted"
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
+        self.calls.append(("start", check))
+        return {"job_id": "42"}
+
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
+        self.calls.append(("poll", ref["name"]))
+        return self.results.pop(0)
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        self.calls.append(("finish", ref["name"]))
+        return "set-up undone"
