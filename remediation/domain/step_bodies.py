@@ -268,9 +268,17 @@ def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
+#: A backend with one action only: Slurm's own reboot. A shipped ladder's host move or reimage is carried
+#: out there as a reboot, which is what NVIDIA's catalogue asks of bare metal (RESTART_BM); a ladder the
+#: site wrote with such a rung is refused at start-up (remediation.settings.backends).
+_ONLY = {"slurm": VMAction.RESTART}
+
+
 def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
     """The VM action of the remediation's ladder rung, ``move-host`` as the provider's move to fresh
     hardware."""
+    if provider in _ONLY:
+        return _ONLY[provider]
     action = to_vm_action(rung(inp, ad, cfg), provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)

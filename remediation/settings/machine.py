@@ -18,7 +18,7 @@ class MachineSettings(Section):
         "auto", description="What acts on a node's machine: a cloud (gce, azure, aws; 'auto' picks by the "
         "Node's providerID scheme); slurm: the Slurm node itself is rebooted with `scontrol reboot` (the "
         "cluster's RebootProgram; no providerID, no cloud credentials), which can do nothing heavier, so "
-        "a shipped move-host or reimage rung quarantines; redfish: bare-metal power actions through each "
+        "a shipped move-host or reimage rung is a reboot there (NVIDIA's RESTART_BM); redfish: bare-metal power actions through each "
         "node's BMC (the redfish section); or none: this site has nothing that can "
         "restart, move or reimage a machine, so the ladder's machine rungs and verify are skipped and a "
         "node returns only on a passed GPU check (validation), or is held or quarantined "

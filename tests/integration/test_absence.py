@@ -53,14 +53,16 @@ exit "$code"
 """
 
 
-def site_env(cluster: SlurmCluster, pg_url: str, prefix: str, tmp: Path, check_dir: Path | None) -> dict[str, str]:
-    """A Slurm-only site with no machine action; ``check_dir``: the GPU check through Slurm, else none."""
+def site_env(cluster: SlurmCluster, pg_url: str, prefix: str, tmp: Path, check_dir: Path | None,
+             machine: str = "none") -> dict[str, str]:
+    """A Slurm-only site with the ``machine`` backend (none: no machine action); ``check_dir``: the GPU
+    check through Slurm, else none."""
     checks = {"unknown": ["/bin/sh", str(check_dir / "check.sh"), str(check_dir)]} if check_dir else None
     env = worker_env(pg_url, REDIS_URL, prefix, tmp, **{
         "REMEDIATION_SLURM__BACKEND": "cli",
         "REMEDIATION_SLURM__SLURM_CONF": str(cluster.conf),
         "REMEDIATION_KUBE__BACKEND": "none",
-        "REMEDIATION_MACHINE__BACKEND": "none",
+        "REMEDIATION_MACHINE__BACKEND": machine,
         "REMEDIATION_POLICY__FAULTS__CLASSIFY": "true",  # xid 79 is gpu-hardware: a move-host, then RMA
         "REMEDIATION_VALIDATION__BACKEND": "slurm" if check_dir else "none",
     })
@@ -75,12 +77,13 @@ def site_env(cluster: SlurmCluster, pg_url: str, prefix: str, tmp: Path, check_d
 class SlurmOnlySite:
     """One site's worker, its database and its stream."""
 
-    def __init__(self, cluster: SlurmCluster, pg_url: str, tmp: Path, check_dir: Path | None) -> None:
+    def __init__(self, cluster: SlurmCluster, pg_url: str, tmp: Path, check_dir: Path | None,
+                 machine: str = "none") -> None:
         self.prefix = f"test-{uuid.uuid4().hex[:12]}"
         self.url = pg_url
         self.redis = redis.Redis.from_url(REDIS_URL)
         self.db = create_engine(pg_url, poolclass=NullPool)
-        self.worker = Worker(site_env(cluster, pg_url, self.prefix, tmp, check_dir), tmp)
+        self.worker = Worker(site_env(cluster, pg_url, self.prefix, tmp, check_dir, machine), tmp)
         wait_for(self.worker.ready, 90, "the worker", self.worker)
 
     def fail(self, cluster: SlurmCluster, node: str, reason: str) -> int:
@@ -148,7 +151,10 @@ def checked_to_the_end(site: SlurmOnlySite, cluster: SlurmCluster, check_dir: Pa
     """A FAIL "xid 79" whose GPU check will exit with ``exit_code``, run until its remediation ends."""
     (check_dir / node).write_text(str(exit_code))
     rid = site.fail(cluster, node, "xid 79")
-    status = wait_for(lambda: ended(site, rid), 90, "the remediation to end", site.worker)
+    try:
+        status = wait_for(lambda: ended(site, rid), 90, "the remediation to end", site.worker)
+    except AssertionError as exc:
+        raise AssertionError(f"{rows(site, rid)}; slurm: {cluster.nodes_now()[node]}") from exc
     return rid, status, rows(site, rid)
 
 

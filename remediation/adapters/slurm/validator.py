@@ -5,8 +5,8 @@ node before it ends. :class:`SlurmValidator` therefore, all with argument lists 
 
 1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
    Duration=MIN Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run there;
-2. resumes the node (it is drained by us, or by the human who asked for the check) and remembers the
-   drain reason it had, in ``WORKDIR/NAME.state.json``;
+2. resumes the node (it is drained by us, or by the human who asked for the check, or DOWN under our
+   reason after Slurm's own reboot) and remembers the reason it had, in ``WORKDIR/NAME.state.json``;
 3. ``sbatch --parsable --job-name=NAME --reservation=NAME --nodelist=NODE --exclusive --time=MIN
    --output=WORKDIR/NAME.out WORKDIR/nr-gate-exec.sh ARGV...``: the script runs its arguments (the
    configured check) and prints ``nr-gate-exit: N`` last, so the exit code survives even when
@@ -33,6 +33,7 @@ from typing import Any
 
 from remediation.adapters.slurm.args import InvalidSlurmArgument, check_job_id, check_node_name
 from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
+from remediation.adapters.slurm.parse import NodeRecord
 from remediation.ports.errors import ConfigError, PermanentError, TransientError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
@@ -88,6 +89,11 @@ class SlurmValidator:
 
     # --------------------------------------------------------------------------------- the port
 
+    def _held(self, node: NodeRecord) -> bool:
+        """Kept out of service where only the reservation may open it: drained (by us or a human), or
+        DOWN under our reason (Slurm's own reboot leaves the node DOWN until we return it)."""
+        return "DRAIN" in node.flags or (node.state == "DOWN" and node.reason.startswith(self.prefix))
+
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
@@ -98,10 +104,10 @@ class SlurmValidator:
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
             current = self.cli.status(node)
-            prior = {"drained": "DRAIN" in current.flags, "reason": current.reason}
+            prior = {"drained": self._held(current), "reason": current.reason}
             state_file.write_text(json.dumps(prior))
         current = self.cli.status(node)
-        if "DRAIN" in current.flags:
+        if self._held(current):
             self.cli.resume(node)
         job = self._job_named(name)
         if job is None:
