@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.rehearsal.compare import by_class, with_reset, without_reset
 from remediation.rehearsal.run import rehearse
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.truth import Outcome
 from remediation.settings import Settings
+from remediation.vocabulary import GPU_RESET
 from tests.unit.test_rehearsal_loop import masked
 
 _WAITING = re.compile(r"(GPU reset of .*? of \S+) (running|started \(.*?\))")
@@ -66,3 +68,15 @@ def test_the_event_loop_wakes_a_reset_and_a_check_when_their_job_ends_as_the_pol
 
 def _waits(report: dict) -> str:  # type: ignore[type-arg]
     return _WAITING.sub(r"\1 <waiting>", repr(report))
+
+
+def test_with_and_without_the_reset_differ_only_in_the_rung_and_report_node_hours_per_class() -> None:
+    base = Settings(policy=CLASSIFY)
+    on, off = with_reset(base), without_reset(base)
+    assert on.validation.runs_jobs and off.validation.runs_jobs  # both run the GPU check after every action
+    assert off.policy.faults.ladders["gpu-memory"] == ["move-host", "quarantine"]
+    assert GPU_RESET not in str(off.policy.faults.ladders) and not on.policy.faults.ladders
+    faults = [xid48(0, "reset", "restart", "move"), xid48(1, "move")]
+    a, b = (rehearse(faults, s, NODES, **RUN).as_dict() for s in (on, off))
+    # Out without the reset: two moves of a bare machine's 30 minutes, each with the 1-minute check.
+    assert by_class(a, b) == [("gpu-memory", 0.6, pytest.approx(31 / 30, abs=0.05))]
