@@ -94,6 +94,12 @@ BENCHES = (
         (),
         ("--nodes", "256", "--seeds", "1"),
     ),
+    Bench(
+        "gpu_reset",
+        "Node-hours out per fault class with and without the gpu-reset rung (rehearsal)",
+        (),
+        ("--nodes", "256", "--seeds", "1"),
+    ),
     Bench("phantom_soak", "Phantom-fault soak: false quarantines", (), ("--minutes", "1", "--nodes", "16")),
     Bench("reliability", "Reliability and operator-trust table (tests/reliability and the API fuzzing)"),
 )

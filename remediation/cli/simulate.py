@@ -8,6 +8,9 @@ simulated days done and the faults handled; ``-o json`` carries the wall time it
 ``--truth`` is the outcome model (what really fixes each kind of fault; default the shipped
 ``truth-llama3.yaml``), and ``--baseline`` runs the same trace under a second policy (a YAML file laid over
 the current settings, e.g. ``deploy/policies/naive-ladder.yaml``) and prints both with the ratios.
+``--gpu-reset`` runs the policy with and without the gpu-reset rung and prints node-hours out per fault
+class side by side. ``--site`` picks the reboot time from the outcome model (a cloud VM's restart or a
+bare machine's reboot); ``--reboot-minutes`` overrides it.
 """
 
 from __future__ import annotations
@@ -25,11 +28,11 @@ import yaml
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
-from remediation.rehearsal.compare import figures, ratios
+from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
 from remediation.rehearsal.run import rehearse
 from remediation.rehearsal.trace import Fault, TraceError, dump_events, load
-from remediation.rehearsal.truth import OutcomeModel, TruthError, parse_model
+from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, parse_model
 from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
@@ -86,7 +89,12 @@ def simulate(
     nodes: int = typer.Option(64, help="Cluster size to scale a failure mix to."),
     days: float = typer.Option(54.0, help="Period a failure mix is spread over, in days."),
     seed: int = typer.Option(1, help="Random seed for a failure mix (same seed, same trace)."),
-    reboot_minutes: float = typer.Option(10.0, help="How long a simulated VM action takes."),
+    site: str = typer.Option("cloud", help="cloud (a VM action takes the outcome model's vm-restart time) or "
+                             "bare-metal (its bare-metal-reboot time)."),
+    reboot_minutes: float = typer.Option(None, help="How long a simulated VM action takes (default: the "
+                                         "outcome model's time for --site; 10 for a model without times)."),
+    gpu_reset: bool = typer.Option(False, "--gpu-reset", help="Run the policy with and without the gpu-reset "
+                                   "rung (both with jobs on the node) and compare node-hours out per fault class."),
     repair_hours: float = typer.Option(4.0, help="How long a repair by hand takes, once a human has the node "
                                        "(a quarantine, a page) or, for the fabric, after it broke."),
     truth: Path = typer.Option(None, "--truth", help="Outcome model (YAML): per category, the chance a restart, "
@@ -110,6 +118,17 @@ def simulate(
         except SettingsError as exc:
             raise CliError(str(exc), 2) from None
     model = outcome_model(truth)
+    if site not in SITE_REBOOT:
+        raise CliError(f"--site must be one of {', '.join(SITE_REBOOT)}, not {site!r}", 2)
+    try:
+        reboot = reboot_minutes or model.minutes(SITE_REBOOT[site], 10.0 if site == "cloud" else None)
+        reset = model.minutes("gpu-reset", 2.0)
+    except TruthError as exc:
+        raise CliError(str(exc), 2) from None
+    if gpu_reset:
+        if second is not None:
+            raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
+        settings, second = with_reset(settings), without_reset(settings)
     try:
         faults = load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
                       model=model, leaf_size=leaf_size)
@@ -120,14 +139,15 @@ def simulate(
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
     leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot_minutes, repair_hours, leaves)
-    base = _run(faults, second, names, reboot_minutes, repair_hours, leaves) if second is not None else None
+    report = _run(faults, settings, names, reboot, reset, repair_hours, leaves)
+    base = _run(faults, second, names, reboot, reset, repair_hours, leaves) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
         doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
         if base is not None:
-            doc = {"policy": report, "baseline": {**base, "config": str(baseline)}, "ratios": ratios(report, base),
-                   "wall_s": round(took, 2), "truth": model.name, "seed": seed, "nodes": nodes}
+            doc = {"policy": report, "baseline": {**base, "config": "without gpu-reset" if gpu_reset else str(baseline)},
+                   "ratios": ratios(report, base), "wall_s": round(took, 2), "truth": model.name, "seed": seed,
+                   "nodes": nodes, "site": site, "reboot_minutes": reboot, "reset_minutes": reset}
         print_json(doc)
         return
     p = settings.policy
@@ -150,9 +170,14 @@ def simulate(
                                      for r in columns]),
         ("quarantined", *[len(r["quarantined"]) for r in columns]),
     ]
-    heads = ["", "with these settings"] + ([f"baseline ({baseline.name})"] if base is not None else [])
-    show(table(heads, rows, title=f"simulated {trace.name} ({took:.1f}s, outcomes: {model.name})"))
-    if base is not None:
+    second_head = "without gpu-reset" if gpu_reset else f"baseline ({baseline.name})" if baseline else ""
+    heads = ["", "with gpu-reset" if gpu_reset else "with these settings"] + ([second_head] if base is not None else [])
+    show(table(heads, rows, title=f"simulated {trace.name} ({took:.1f}s, outcomes: {model.name}, {site}: reboot "
+                                  f"{reboot:g} min, GPU reset {reset:g} min)"))
+    if gpu_reset and base is not None:
+        show(table(["fault class", "node-hours out with gpu-reset", "without", "ratio"],
+                   [(c, f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}" if b else "-") for c, a, b in by_class(report, base)]))
+    if base is not None and not gpu_reset:
         cand, ref = figures(report), figures(base)
         show(table(["figure", "these settings", "baseline", "ratio"],
                    [(k, cand[k] if not isinstance(cand[k], float) else f"{cand[k]:.1f}",
@@ -162,12 +187,12 @@ def simulate(
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
 
 
-def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float,
+def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float, reset_minutes: float,
          repair_hours: float, leaf_size: int | None) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""
     draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     try:
         return rehearse(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
-                              progress=draw, leaf_size=leaf_size).as_dict()
+                        progress=draw, leaf_size=leaf_size, reset_s=reset_minutes * 60).as_dict()
     finally:
         clear()

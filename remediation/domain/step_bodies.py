@@ -17,11 +17,12 @@ from datetime import datetime
 from typing import Any
 
 from remediation.domain import slurm_states
-from remediation.domain.causes import first_action, to_vm_action, vm_rungs
+from remediation.domain.causes import first_action, vm_rungs
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
 from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
+from remediation.domain.machine_actions import provider_action
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
 from remediation.domain.outcomes import Done as Done
@@ -253,14 +254,6 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     )
 
 
-# Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
-# or EC2 VM to a fresh host, which is what redeploy does on Azure.
-_HEAVIER = {VMAction.REIMAGE: VMAction.STOP_START, VMAction.REDEPLOY: VMAction.STOP_START}
-# A BMC has power actions only: a restart, and a power cycle as the heaviest (see adapters/redfish).
-_NATIVE = {"gce": {VMAction.RESTART, VMAction.STOP_START}, "aws": {VMAction.RESTART, VMAction.STOP_START},
-           "redfish": {VMAction.RESTART, VMAction.STOP_START}}
-
-
 def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     """The action of the remediation's rung (class unknown: workflow.ladder; gpu-reset only where jobs run)."""
     rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
@@ -268,21 +261,9 @@ def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
-#: A backend with one action only: Slurm's own reboot. A shipped ladder's host move or reimage is carried
-#: out there as a reboot, which is what NVIDIA's catalogue asks of bare metal (RESTART_BM); a ladder the
-#: site wrote with such a rung is refused at start-up (remediation.settings.backends).
-_ONLY = {"slurm": VMAction.RESTART}
-
-
 def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung, ``move-host`` as the provider's move to fresh
-    hardware."""
-    if provider in _ONLY:
-        return _ONLY[provider]
-    action = to_vm_action(rung(inp, ad, cfg), provider)
-    if provider in _NATIVE and action not in _NATIVE[provider]:
-        return _HEAVIER.get(action, action)
-    return action
+    """The VM action of the remediation's ladder rung, as ``provider`` carries it out."""
+    return provider_action(rung(inp, ad, cfg), provider)
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:

@@ -4,11 +4,19 @@ The same faults (same seed, same outcome draws) go through :func:`remediation.re
 once per policy. The comparison is made only on figures the world measured (VM actions that fixed
 nothing, node-hours out, faults fixed automatically, quarantines, VM actions on fabric faults, pages),
 and each ratio is candidate / baseline, so "0.25" reads "a quarter of the baseline's".
+
+``simulate --gpu-reset`` compares the same policy with and without the gpu-reset rung
+(:func:`with_reset`, :func:`without_reset`): both run jobs on the node, so both run the GPU check after
+every action, and only the reset differs; node-hours out are compared per fault class (:func:`by_class`).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from remediation.domain.causes import ladder
+from remediation.settings import Settings
+from remediation.vocabulary import FAULT_CLASSES, GPU_RESET
 
 #: The figures compared, each with whether lower is better.
 COMPARED = {
@@ -35,3 +43,27 @@ def ratios(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, flo
     """candidate / baseline for every compared figure; None where the baseline is 0."""
     c, b = figures(candidate), figures(baseline)
     return {k: (round(c[k] / b[k], 3) if b.get(k) else None) for k in c}
+
+
+def with_reset(settings: Settings) -> Settings:
+    """``settings`` with jobs on the node (``validation.backend``), so that the gpu-reset rung is planned."""
+    if settings.validation.runs_jobs:
+        return settings
+    return settings.model_copy(update={"validation": settings.validation.model_copy(update={"backend": "kubernetes"})})
+
+
+def without_reset(settings: Settings) -> Settings:
+    """``with_reset(settings)`` with the gpu-reset rung taken out of every ladder that starts with it: the
+    same GPU check after every action, only the reset missing."""
+    s = with_reset(settings)
+    faults, wf = s.policy.faults, s.workflow
+    ladders = {c: list(ladder(c, faults, wf, gpu_reset=False)) for c in FAULT_CLASSES
+               if ladder(c, faults, wf, gpu_reset=True)[:1] == (GPU_RESET,)}
+    faults = faults.model_copy(update={"ladders": {**faults.ladders, **ladders}})
+    return s.model_copy(update={"policy": s.policy.model_copy(update={"faults": faults})})
+
+
+def by_class(with_: dict[str, Any], without: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """Node-hours out per fault class with and without the reset, the classes of either, by name."""
+    a, b = with_["node_hours_by_class"], without["node_hours_by_class"]
+    return [(c, a.get(c, 0.0), b.get(c, 0.0)) for c in sorted(set(a) | set(b))]

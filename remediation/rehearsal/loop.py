@@ -41,12 +41,13 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.db.queries import cluster_view
+from remediation.domain.causes import classify, table
 from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
-from remediation.rehearsal.world import Fleet, in_service, repair, strike
+from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, strike
 from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.lever_rules import release
@@ -94,6 +95,7 @@ class Rehearsal:
         self.fleet = Fleet()
         self.handed: set[str] = set()
         self.groups: dict[int, list[str]] = {}  # a fabric fault's group -> the nodes it hit
+        self.causes = table(settings.policy.faults)
         self._seq = 0
 
     # ------------------------------------------------------------------------------------------ queue
@@ -146,6 +148,8 @@ class Rehearsal:
         strike(self.world, fault)
         self.tally.faults_handled += 1
         node = fault.event.node
+        self.fleet.cause[node] = classify(fault.event.source.value, fault.event.state, fault.event.reason,
+                                          self.causes).fault_class
         if fault.outcome is not None and fault.outcome.fabric:
             # The fabric is repaired by hand, once for all the nodes it took down, whatever the policy did.
             if fault.group not in self.groups:
@@ -258,7 +262,8 @@ class Rehearsal:
         its timeout), or None when the loop cannot tell (then it is polled as before)."""
         wf = self.settings.workflow
         timeout = {Step.SLURM_DRAIN: wf.drain_timeout_s, Step.K8S_EVICT: wf.evict_timeout_s,
-                   Step.VM_RESTART: wf.vm_operation_timeout_s, Step.VERIFY: wf.verify_timeout_s}.get(Step(step))
+                   Step.VM_RESTART: wf.vm_operation_timeout_s, Step.VERIFY: wf.verify_timeout_s,
+                   Step.VALIDATE: wf.verify_timeout_s}.get(Step(step))
         if timeout is None:
             return None
         with self.sessions() as s:
@@ -272,8 +277,12 @@ class Rehearsal:
         if row is None or started is None:
             return None
         until = started + timedelta(seconds=timeout)
+        op = row.provider_op or {}
+        if "job_ref" in op or Step(step) is Step.VALIDATE:  # a job on the node: a GPU reset, the GPU check
+            jobs = self.engine.adapters.validator
+            return jobs.ends_after(op, self.clock.now()) if isinstance(jobs, WorldJobs) else None
         if Step(step) is Step.VM_RESTART:
-            ref = (row.provider_op or {}).get("ref")
+            ref = op.get("ref")
             done_at = self.world.op_done_at(ref) if ref else None
             if done_at is None:
                 return None

@@ -23,6 +23,7 @@ from remediation.db.models import AuditLog, Event, Incident, Remediation, Remedi
 from remediation.domain.events import EventKind
 from remediation.rehearsal.trace import Fault
 from remediation.services.notify import NOTIFIABLE
+from remediation.vocabulary import GPU_RESET
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Report:
     auto_fixed: int = 0  # faults ended by one of our VM actions
     fabric_vm_actions: int = 0  # VM actions on a node whose fault was the fabric's
     node_hours_out: float = 0.0  # sum over nodes of the time out of service (faulted, drained, quarantined)
+    node_hours_by_class: dict[str, float] = field(default_factory=dict)  # the same, by the fault's class
+    gpu_resets: int = 0  # GPU resets (gpu-reset rung) that ran to an end
+    gpu_resets_fixed: int = 0  # of those, the ones that fixed the node
     hand_repairs: int = 0  # nodes handed to a human (a quarantine, a hold with a page) and repaired by hand
     pages: int = 0  # audit rows that page on-call
     incidents: int = 0  # correlated-fault incidents opened
@@ -56,6 +60,7 @@ class Report:
         d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
         d["vm_actions_total"] = sum(self.vm_actions.values())
         d["node_hours_out"] = round(self.node_hours_out, 1)
+        d["node_hours_by_class"] = {k: round(v, 1) for k, v in self.node_hours_by_class.items()}
         return d
 
 
@@ -96,7 +101,7 @@ def read_report(sessions: Any, faults: int, end: datetime) -> Report:
                  if x.status == "succeeded" and x.closed_at]
         r.recovery_p50_s = statistics.median(recov) if recov else None
         vm_rows = s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart")).all()
-        r.vm_actions = dict(Counter((row.provider_op or {}).get("action", "?") for row in vm_rows))
+        r.vm_actions = dict(Counter(_action(row.provider_op or {}) for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
         r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
         r.incidents = s.scalar(select(func.count()).select_from(Incident)) or 0
@@ -114,6 +119,11 @@ def read_report(sessions: Any, faults: int, end: datetime) -> Report:
     if opened_at is not None:  # still open at the end
         r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
     return r
+
+
+def _action(op: dict[str, Any]) -> str:
+    """A machine step's action: the VM action, or a GPU reset (the one job a machine step runs)."""
+    return GPU_RESET if "action" not in op and "name" in op else str(op.get("action", "?"))
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -7,7 +7,9 @@ anything (:mod:`remediation.rehearsal.loop`). The decisions are therefore exactl
 service would take for the same events under the same settings (a test holds the two side by side).
 
 The world reacts as a cluster would: a fault makes its node bad in Slurm or Kubernetes; a VM action
-takes ``reboot_s``. Whether it fixes the node is the world's business, never the policy's: with an
+takes ``reboot_s`` (a cloud VM's restart or a bare machine's reboot, per site). Where the settings run
+jobs on a node (``validation.backend`` not none), the world runs them (:class:`~remediation.rehearsal.world.WorldJobs`):
+a GPU reset takes ``reset_s``, the GPU check ``check_s``. Whether it fixes the node is the world's business, never the policy's: with an
 outcome model (:mod:`remediation.rehearsal.truth`) each fault knows which action kinds fix it (restart,
 move to other hardware, reimage); without one, the mix's ``remediable_by_vm_restart`` column decides
 and a fault a restart cannot fix stays until ``repair_s`` after it struck. A node the service hands to
@@ -26,6 +28,7 @@ factory.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import shutil
 import tempfile
@@ -45,6 +48,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
+from remediation.rehearsal.world import WorldJobs
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
@@ -63,7 +67,8 @@ def _migrated_template() -> Path:
 
 def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
              repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
-             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None) -> Report:
+             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None,
+             reset_s: float = 120.0, check_s: float = 120.0) -> Report:
     """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
     event loop (default) or the original polling loop (see :mod:`remediation.rehearsal.loop`); the
     two decide the same. ``progress`` is called after each event with the simulated time and a tally.
@@ -75,7 +80,9 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     clock = FakeClock(start - timedelta(seconds=1))
     _inventory(sessions, nodes, clock.now())
     world = memory_world(nodes, clock.now, reboot_s)
-    engine = Workflow(sessions, memory_adapters(world), settings, clock)
+    adapters = memory_adapters(world)
+    jobs = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s) if settings.validation.runs_jobs else None
+    engine = Workflow(sessions, dataclasses.replace(adapters, validator=jobs), settings, clock)
     if leaf_size:
         # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
         with sessions() as s, s.begin():
@@ -89,6 +96,9 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     report.runs = rehearsal.tally.runs
     report.fabric_quarantines = fabric_quarantines(sessions, faults)
     report.node_hours_out = rehearsal.fleet.close(clock.now())
+    report.node_hours_by_class = dict(sorted(rehearsal.fleet.by_class.items()))
+    if jobs is not None:
+        report.gpu_resets, report.gpu_resets_fixed = len(jobs.resets), sum(jobs.resets)
     report.hand_repairs = rehearsal.tally.hand_repairs
     world_figures(world, report)
     db.dispose()

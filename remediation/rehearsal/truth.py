@@ -9,12 +9,20 @@ answer: that is the ground truth the policy is trying to guess. So it lives here
   a move also reboots, so it is at least ``p_restart``;
 - ``p_reimage``: the chance that a fresh disk image fixes it (defaults to ``p_restart``: a reimage
   reboots the same host, and fixes software besides);
+- ``p_reset``: the chance that a GPU reset (the ``gpu-reset`` rung, ``nvidia-smi -r``) fixes it
+  (defaults to 0: a reset touches only the GPU); a reboot resets every GPU too, so it is at most
+  ``p_restart``;
 - ``fabric``: the fault is outside the node (a switch, a cable): no node action fixes it, the fabric
   is repaired by hand and every node it hit comes back together;
 - ``xids`` / ``conditions``: the causes the fault shows in its signals, drawn at random by the trace.
 
-One uniform draw per fault decides all three (``u < p``), so the three outcomes are nested: whatever a
-restart fixes, a move fixes too. Everything else is repaired by hand ``repair_hours`` after a human is
+One uniform draw per fault decides all four (``u < p``), so the outcomes are nested: whatever a reset
+fixes, a restart fixes, and whatever a restart fixes, a move fixes too.
+
+Beside the categories, ``times`` says how long each machine action takes, in minutes, each with its
+source: ``gpu-reset`` (the reset job), ``vm-restart`` (a cloud VM's restart) and ``bare-metal-reboot``
+(a bare machine's reboot, firmware and POST included). Every number and every time must say where it
+came from (``source``): a model that does not is refused. Everything else is repaired by hand ``repair_hours`` after a human is
 handed the node (a quarantine, a page) — that part lives in the simulation, not here.
 
 These numbers are assumptions. The shipped file says where each one came from, and the rehearsal's
@@ -38,15 +46,29 @@ class CategoryTruth:
     p_restart: float
     p_move: float
     p_reimage: float
+    p_reset: float = 0.0
     fabric: bool = False
     xids: tuple[int, ...] = ()
     conditions: tuple[str, ...] = ()  # "Type: message" pairs a Kubernetes signal may carry
     source: str = ""  # where the numbers came from (free text, shown in docs)
 
 
+#: The machine actions whose duration an outcome model gives (``times``), in minutes.
+TIMES = ("gpu-reset", "vm-restart", "bare-metal-reboot")
+#: A site's reboot: a cloud restarts a VM, a bare-metal site reboots the machine.
+SITE_REBOOT = {"cloud": "vm-restart", "bare-metal": "bare-metal-reboot"}
+
+
+@dataclass(frozen=True)
+class Duration:
+    minutes: float
+    source: str
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """What one fault needs. ``fixed_by`` holds the action kinds (restart, move, reimage) that fix it."""
+    """What one fault needs. ``fixed_by`` holds the action kinds (reset, restart, move, reimage) that
+    fix it."""
 
     category: str
     fixed_by: frozenset[str]
@@ -61,6 +83,15 @@ class Outcome:
 class OutcomeModel:
     name: str
     categories: Mapping[str, CategoryTruth] = field(default_factory=dict)
+    times: Mapping[str, Duration] = field(default_factory=dict)
+
+    def minutes(self, action: str, default: float | None = None) -> float:
+        """How long ``action`` takes in this model; ``default`` for a model without ``times``."""
+        if action in self.times:
+            return self.times[action].minutes
+        if default is None:
+            raise TruthError(f"outcome model {self.name!r} gives no time for {action!r} (times)")
+        return default
 
     def truth(self, category: str) -> CategoryTruth:
         try:
@@ -73,8 +104,8 @@ class OutcomeModel:
         if t.fabric:
             return Outcome(category, frozenset(), fabric=True)
         u = rng.random()
-        fixed = {kind for kind, p in (("restart", t.p_restart), ("move", t.p_move), ("reimage", t.p_reimage))
-                 if u < p}
+        fixed = {kind for kind, p in (("reset", t.p_reset), ("restart", t.p_restart), ("move", t.p_move),
+                                      ("reimage", t.p_reimage)) if u < p}
         return Outcome(category, frozenset(fixed))
 
 
@@ -92,20 +123,29 @@ def _probability(raw: Mapping[str, Any], key: str, category: str, default: float
 
 
 def parse_model(name: str, data: Any) -> OutcomeModel:
-    """An outcome model from its parsed YAML/JSON: ``{"categories": {NAME: {p_restart: ..., ...}}}``."""
+    """An outcome model from its parsed YAML/JSON: ``{"categories": {NAME: {p_restart: ..., source: ...}},
+    "times": {ACTION: {minutes: ..., source: ...}}}``."""
     if not isinstance(data, Mapping) or not isinstance(data.get("categories"), Mapping):
         raise TruthError(f"{name}: an outcome model is a mapping with a 'categories' mapping")
+    return OutcomeModel(name, _categories(data["categories"]), _times(data.get("times", {})))
+
+
+def _categories(data: Mapping[str, Any]) -> dict[str, CategoryTruth]:
     out: dict[str, CategoryTruth] = {}
-    for category, raw in data["categories"].items():
+    for category, raw in data.items():
         if not isinstance(raw, Mapping):
             raise TruthError(f"category {category!r}: expected a mapping of fields")
-        unknown = set(raw) - {"p_restart", "p_move", "p_reimage", "fabric", "xids", "conditions", "source"}
+        unknown = set(raw) - {"p_restart", "p_move", "p_reimage", "p_reset", "fabric", "xids", "conditions", "source"}
         if unknown:
             raise TruthError(f"category {category!r}: unknown field(s) {sorted(unknown)}")
         fabric = bool(raw.get("fabric", False))
         restart = _probability(raw, "p_restart", category, 0.0 if fabric else None)
         move = _probability(raw, "p_move", category, 0.0 if fabric else None)
         reimage = _probability(raw, "p_reimage", category, restart)
+        reset = _probability(raw, "p_reset", category, 0.0)
+        if reset > restart:
+            raise TruthError(f"category {category!r}: p_reset ({reset}) must be at most p_restart ({restart}): "
+                             "a reboot resets every GPU too")
         if move < restart:
             raise TruthError(f"category {category!r}: p_move ({move}) must be at least p_restart ({restart}): "
                              "a move reboots too")
@@ -114,5 +154,28 @@ def parse_model(name: str, data: Any) -> OutcomeModel:
         except (TypeError, ValueError):
             raise TruthError(f"category {category!r}: xids must be a list of integers") from None
         conditions = tuple(str(c) for c in raw.get("conditions", ()))
-        out[str(category)] = CategoryTruth(restart, move, reimage, fabric, xids, conditions, str(raw.get("source", "")))
-    return OutcomeModel(name, out)
+        if not str(raw.get("source") or "").strip():
+            raise TruthError(f"category {category!r}: source is required (where its numbers came from)")
+        out[str(category)] = CategoryTruth(restart, move, reimage, reset, fabric, xids, conditions, str(raw["source"]))
+    return out
+
+
+def _times(data: Any) -> dict[str, Duration]:
+    if not isinstance(data, Mapping):
+        raise TruthError("times: expected a mapping of action -> {minutes, source}")
+    out: dict[str, Duration] = {}
+    for action, raw in data.items():
+        if action not in TIMES:
+            raise TruthError(f"times: unknown action {action!r}; choose from {list(TIMES)}")
+        if not isinstance(raw, Mapping) or set(raw) - {"minutes", "source"}:
+            raise TruthError(f"times: {action}: expected {{minutes, source}}")
+        try:
+            minutes = float(raw.get("minutes"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise TruthError(f"times: {action}: minutes {raw.get('minutes')!r} is not a number") from None
+        if minutes <= 0:
+            raise TruthError(f"times: {action}: minutes must be more than 0 (got {minutes})")
+        if not str(raw.get("source") or "").strip():
+            raise TruthError(f"times: {action}: source is required (where the time came from)")
+        out[str(action)] = Duration(minutes, str(raw["source"]))
+    return out

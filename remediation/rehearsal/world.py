@@ -6,15 +6,26 @@ None of this is the policy's business, so it is kept apart from the loop that dr
 when a human's repair lands, and :class:`Fleet` reads the world after every simulated moment. A fault
 makes its node bad in Slurm or Kubernetes; whether an action fixes it is the world's ``vm.fault`` (from
 the outcome model, :mod:`remediation.rehearsal.truth`) or the mix's ``remediable_by_vm_restart`` column.
+
+:class:`WorldJobs` runs the jobs the service runs on a node (a validator at the service's own port): the
+``gpu-reset`` rung's reset takes ``reset_s`` and fixes the fault when the outcome model says a reset fixes
+it (``fixed_by`` holds ``reset``); otherwise it fails, as ``nvidia-smi -r`` fails on a GPU that is lost,
+and the ladder climbs. The GPU check takes ``check_s`` and passes on a node the world no longer holds
+broken. :class:`Fleet` also splits the node-hours out by the fault class of the fault that took the node
+out.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.domain.events import Source
+from remediation.domain.gpu_reset import PURPOSE as RESET_PURPOSE
+from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.rehearsal.trace import Fault
 
 
@@ -76,12 +87,68 @@ def in_service(node: dict[str, Any]) -> bool:
             and k["ready"] == "True" and not k["unschedulable"])
 
 
+class WorldJobs:
+    """The rehearsal's validator: a job ends ``reset_s`` (a GPU reset) or ``check_s`` (the GPU check)
+    after it started on the world's clock, and the world decides its exit code."""
+
+    backend = "rehearsal"
+
+    def __init__(self, world: MemoryWorld, clock: Callable[[], datetime], *, reset_s: float, check_s: float) -> None:
+        self.world, self.clock, self.reset_s, self.check_s = world, clock, reset_s, check_s
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.resets: list[bool] = []  # every reset that ended, and whether it fixed the node
+
+    def start(self, check: ValidationCheck) -> dict[str, Any]:
+        took = self.reset_s if check.purpose == RESET_PURPOSE else self.check_s
+        self.jobs.setdefault(check.name, {"node": check.node, "reset": check.purpose == RESET_PURPOSE,
+                                          "done_at": self.clock() + timedelta(seconds=took), "result": None})
+        return {"job_ref": check.name}
+
+    def ends_after(self, ref: dict[str, Any], now: datetime) -> datetime | None:
+        """When the job ends, if that is still to come (None: unknown or already ended, poll it)."""
+        job = self.jobs.get(str(ref.get("job_ref")))
+        return job["done_at"] if job is not None and job["done_at"] > now else None
+
+    def poll(self, ref: dict[str, Any]) -> ValidationResult:
+        job = self.jobs[ref["job_ref"]]
+        if self.clock() < job["done_at"]:
+            return ValidationResult(done=False, state="RUNNING")
+        if job["result"] is None:
+            job["result"] = self._reset(job["node"]) if job["reset"] else self._check(job["node"])
+        return job["result"]  # type: ignore[no-any-return]
+
+    def finish(self, ref: dict[str, Any]) -> str:
+        return "job ended"
+
+    def _reset(self, name: str) -> ValidationResult:
+        with self.world.mutate() as st:
+            node = st["nodes"][name]
+            fault = node["vm"].get("fault") or {}
+            fixed = not node["vm"]["broken"] or "reset" in fault.get("fixed_by", ())
+            self.resets.append(fixed)
+            if not fixed:
+                return ValidationResult(True, 1, "Unable to reset GPU: the GPU is lost; a reboot is required\n",
+                                        "FAILED")
+            node["vm"].update(broken=False, fault=None)
+            node["k8s"]["conditions"] = {c: "False" for c in node["k8s"].get("conditions", {})}
+        return ValidationResult(True, 0, "GPU was successfully reset.\n", "COMPLETED")
+
+    def _check(self, name: str) -> ValidationResult:
+        with self.world.mutate() as st:
+            broken = st["nodes"][name]["vm"]["broken"]
+        return ValidationResult(True, 1 if broken else 0, "", "FAILED" if broken else "COMPLETED")
+
+
 class Fleet:
-    """Time out of service per node, read from the world after every simulated moment that touched it."""
+    """Time out of service per node, read from the world after every simulated moment that touched it,
+    in all and by the fault class of the fault that took the node out (``cause``, set by the loop)."""
 
     def __init__(self) -> None:
         self.out_since: dict[str, datetime] = {}
         self.hours = 0.0
+        self.cause: dict[str, str] = {}  # node -> fault class of its latest fault
+        self.by_class: dict[str, float] = defaultdict(float)
+        self._span_class: dict[str, str] = {}
 
     def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
         with world.mutate() as st:
@@ -92,8 +159,16 @@ class Fleet:
                 up = in_service(node)
                 if not up and name not in self.out_since:
                     self.out_since[name] = now
+                    self._span_class[name] = self.cause.get(name, "-")
                 elif up and name in self.out_since:
-                    self.hours += (now - self.out_since.pop(name)).total_seconds() / 3600
+                    self._add(name, now)
+
+    def _add(self, name: str, now: datetime) -> None:
+        hours = (now - self.out_since.pop(name)).total_seconds() / 3600
+        self.hours += hours
+        self.by_class[self._span_class.pop(name)] += hours
 
     def close(self, now: datetime) -> float:
-        return self.hours + sum((now - t).total_seconds() for t in self.out_since.values()) / 3600
+        for name in list(self.out_since):
+            self._add(name, now)
+        return self.hours

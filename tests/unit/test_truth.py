@@ -12,7 +12,7 @@ import yaml
 
 from remediation.rehearsal.compare import ratios
 from remediation.rehearsal.trace import leaf_of, read_mix, synthesise
-from remediation.rehearsal.truth import TruthError, parse_model
+from remediation.rehearsal.truth import TIMES, TruthError, parse_model
 
 DATA = Path(__file__).resolve().parents[2] / "remediation" / "data"
 LLAMA = DATA / "llama3-405b-interruptions.csv"
@@ -28,16 +28,25 @@ def test_every_shipped_model_covers_the_llama_mix_and_says_where_its_numbers_cam
     m = model(name)
     assert {r.category for r in read_mix(LLAMA)} <= set(m.categories)
     assert all(t.source for t in m.categories.values())
-    assert all(t.p_restart <= t.p_move for t in m.categories.values())
+    assert all(t.p_reset <= t.p_restart <= t.p_move for t in m.categories.values())
+    # Every machine action's time, each with where it came from; a bare machine reboots slower than a VM.
+    assert set(m.times) == set(TIMES) and all(d.source for d in m.times.values())
+    assert m.minutes("gpu-reset") < m.minutes("vm-restart") < m.minutes("bare-metal-reboot") == 30
+    # The reset fixes something only where NVIDIA's catalogue resets the GPU.
+    assert m.truth("GPU HBM3 Memory").p_reset > 0 and m.truth("NIC").p_reset == 0 == m.truth("SSD").p_reset
 
 
 def test_outcomes_are_nested_and_follow_the_probabilities() -> None:
-    m = parse_model("t", {"categories": {"gpu": {"p_restart": 0.3, "p_move": 0.9}, "sw": {"fabric": True}}})
+    m = parse_model("t", {"categories": {"gpu": {"p_reset": 0.1, "p_restart": 0.3, "p_move": 0.9, "source": "t"},
+                                         "sw": {"fabric": True, "source": "t"}}})
     rng = random.Random(5)
     rolls = [m.roll("gpu", rng) for _ in range(4000)]
     counts = Counter(kind for o in rolls for kind in o.fixed_by)
     assert 0.27 < counts["restart"] / 4000 < 0.33 and 0.88 < counts["move"] / 4000 < 0.92
-    # Whatever a restart fixes, a move fixes too; a reimage defaults to the restart's rate.
+    assert 0.08 < counts["reset"] / 4000 < 0.12
+    # Whatever a reset fixes, a restart fixes; whatever a restart fixes, a move fixes too; a reimage
+    # defaults to the restart's rate.
+    assert all("restart" in o.fixed_by for o in rolls if "reset" in o.fixed_by)
     assert all("move" in o.fixed_by for o in rolls if "restart" in o.fixed_by)
     assert counts["reimage"] == counts["restart"]
     fabric = m.roll("sw", rng)
@@ -51,6 +60,13 @@ def test_outcomes_are_nested_and_follow_the_probabilities() -> None:
     ({"categories": {"gpu": {"p_restart": 0.9, "p_move": 0.5}}}, "at least p_restart"),
     ({"categories": {"gpu": {"p_restart": 0.1, "p_move": 0.5, "p_fix": 1}}}, "unknown field"),
     ({"categories": {"gpu": {"p_restart": "x", "p_move": 0.5}}}, "is not a number"),
+    ({"categories": {"gpu": {"p_restart": 0.1, "p_move": 0.5}}}, "source is required"),
+    ({"categories": {"gpu": {"p_restart": 0.1, "p_move": 0.5, "source": " "}}}, "source is required"),
+    ({"categories": {"gpu": {"p_reset": 0.5, "p_restart": 0.1, "p_move": 0.5, "source": "t"}}},
+     "at most p_restart"),
+    ({"categories": {}, "times": {"gpu-reset": {"minutes": 2}}}, "gpu-reset: source is required"),
+    ({"categories": {}, "times": {"gpu-reset": {"minutes": 0, "source": "t"}}}, "more than 0"),
+    ({"categories": {}, "times": {"reboot": {"minutes": 30, "source": "t"}}}, "unknown action"),
 ])
 def test_a_bad_model_is_refused_with_its_category_named(data: object, message: str) -> None:
     with pytest.raises(TruthError, match=message):
