@@ -56,7 +56,7 @@ def test_the_secret_bearing_settings_are_all_found() -> None:
         "api.tokens",
         "kube.token",
         "slurm.rest_token",
-        "vm.azure_test_token",
+        "machine.azure_test_token",
         "notify.webhook_url",
         "database.url",
         "broker.redis_url",
