@@ -106,6 +106,11 @@ class RedfishBmc(FakeServer):
             "REMEDIATION_REDFISH__CA_FILE": str(self.ca_file),
         }
 
+    def boot_due(self, system_id: str) -> bool:
+        """A power-on is scheduled (a restart or an On): without one, an Off system stays Off."""
+        with self._lock:
+            return self._advance(system_id).on_at is not None
+
     def _advance(self, system_id: str) -> _System:
         system = self._systems[system_id]
         if system.on_at is not None and time.monotonic() >= system.on_at:
