@@ -91,8 +91,9 @@ class SlurmValidator:
 
     def _held(self, node: NodeRecord) -> bool:
         """Kept out of service where only the reservation may open it: drained (by us or a human), or
-        DOWN under our reason (Slurm's own reboot leaves the node DOWN until we return it)."""
-        return "DRAIN" in node.flags or (node.state == "DOWN" and node.reason.startswith(self.prefix))
+        DOWN and ours (Slurm's own reboot leaves the node DOWN until we return it)."""
+        slurm_node = node.to_slurm_node()
+        return "DRAIN" in node.flags or (node.state == "DOWN" and slurm_node.reason_is_ours(self.prefix))
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         name, node = self._name(check.name), check_node_name(check.node)
