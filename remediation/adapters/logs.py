@@ -35,6 +35,10 @@ _LIBRARY_LOGGERS = (
     "celery.task",
     "celery.redirected",
 )
+# billiard's pool logger (a worker child's death, say). billiard turns its propagation off whenever
+# Celery resets it, so it gets the root's handler itself; otherwise Python's last-resort handler
+# prints its records as bare text.
+_OWN_PROPAGATION_LOGGERS = ("multiprocessing",)
 
 
 def formatter(log_format: str) -> logging.Formatter:
@@ -61,6 +65,11 @@ def configure(level: str, log_format: str, stream: TextIO | None = None) -> None
         lib = logging.getLogger(name)
         lib.handlers = []
         lib.propagate = True
+        lib.setLevel(logging.NOTSET)
+    for name in _OWN_PROPAGATION_LOGGERS:
+        lib = logging.getLogger(name)
+        lib.handlers = [handler]
+        lib.propagate = False
         lib.setLevel(logging.NOTSET)
 
 

@@ -29,7 +29,7 @@ from remediation.api.app import create_app
 from remediation.settings import load_settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
+from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, wait_for, worker_env
 from tests.ports import free_port
 from tests.redisproc import PrivateRedis
 from tests.unit.test_alerts import alerts, series_names
@@ -130,9 +130,7 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         procs.append(start(["-m", "watchers.slurm"], env, tmp, "slurm-1"))
         # The second starts once the first leads, so which one is the standby is known.
         wait_for(lambda: get(procs[0].port, "/readyz")[1], 30, "the first Slurm watcher", procs[0])
-        wait_for(
-            lambda: get(procs[0].port, "/readyz")[1]["role"] == "leader", 30, "a leader", procs[0]
-        )
+        wait_for(lambda: get(procs[0].port, "/readyz")[1]["role"] == "leader", 30, "a leader", procs[0])
         procs.append(start(["-m", "watchers.slurm"], env, tmp, "slurm-2"))
         kube_env = env | {
             "REMEDIATION_KUBE__BACKEND": "kubernetes",
@@ -142,26 +140,7 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "REMEDIATION_KUBE__MAPPING": "node",
         }
         procs.append(start(["-m", "watchers.kube"], kube_env, tmp, "kube"))
-        worker_argv = [
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "-Q",
-            "ingest,workflow",
-            "-c",
-            "2",
-            "--pool",
-            "prefork",
-            "-n",
-            f"h{time.monotonic_ns()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "--loglevel",
-            "INFO",
-        ]
+        worker_argv = celery_worker_argv(concurrency=2, name="h")
         procs.append(start(worker_argv, env, tmp, "worker"))
         procs.append(
             start(

@@ -27,7 +27,7 @@ from remediation.settings import DatabaseSettings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
-from tests.integration.workerproc import worker_env
+from tests.integration.workerproc import celery_worker_argv, worker_env
 
 JSON = {"REMEDIATION_LOG_FORMAT": "json"}
 STEP_FIELDS = ("remediation_id", "node", "step", "attempt", "outcome")
@@ -88,6 +88,15 @@ def said(text: str) -> Callable[[list[dict[str, Any]]], bool]:
     return lambda recs: any(text in r["message"] for r in recs)
 
 
+def worker_args() -> list[str]:
+    return [sys.executable, *celery_worker_argv()]
+
+
+def children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(p) for p in f.read().split()]
+
+
 def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(
     pg_url: str, redis_prefix: str, tmp_path: Path
 ) -> None:
@@ -98,29 +107,7 @@ def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(
     with sessions() as s, s.begin():
         s.add(Node(name="gpu-node-1", status="healthy", first_seen_at=now, updated_at=now))
     engine.dispose()
-    worker = Proc(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "-Q",
-            "ingest,workflow",
-            "-c",
-            "1",
-            "--pool",
-            "prefork",
-            "-n",
-            f"w{time.monotonic_ns()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        env,
-        tmp_path / "worker.err",
-    )
+    worker = Proc(worker_args(), env, tmp_path / "worker.err")
     try:
         worker.wait_for(said(" ready."), "worker ready line")
         cli = subprocess.run(
@@ -154,6 +141,26 @@ def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(
     assert first["node"] == "gpu-node-1" and first["attempt"] == 1 and first["level"] == "INFO"
     assert isinstance(first["remediation_id"], int) and first["step"] and first["outcome"]
     assert any(r["logger"].startswith("celery") for r in recs)  # Celery's own INFO lines, in our format
+
+
+def test_a_pool_childs_death_is_logged_as_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:
+    """systemd's default stop signals every process in the unit, so a pool child can die first: the
+    worker's line about it is a JSON record like any other, not billiard's bare text."""
+    env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, **JSON)
+    worker = Proc(worker_args(), env, tmp_path / "worker.err")
+    try:
+        worker.wait_for(said(" ready."), "worker ready line")
+        (child,) = children(worker.proc.pid)
+        os.kill(child, signal.SIGKILL)
+        worker.wait_for(
+            lambda recs: any(r["logger"] == "multiprocessing" for r in recs), "child's death line"
+        )
+    finally:
+        text = worker.stop()
+    died = [r for r in records(text) if r["logger"] == "multiprocessing"]
+    assert (
+        died[0]["level"] == "ERROR" and f"pid:{child} exited with 'signal 9 (SIGKILL)'" in died[0]["message"]
+    )
 
 
 def test_beat_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:

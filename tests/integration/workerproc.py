@@ -24,6 +24,30 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE_SWITCHES = ("REMEDIATION_POLICY__FAULTS__CLASSIFY", "REMEDIATION_POLICY__LEMON__ENABLED")
 
 
+def celery_worker_argv(queues: str = "ingest,workflow", concurrency: int = 1, name: str = "w") -> list[str]:
+    """``-m celery worker`` arguments for one quiet prefork worker with a unique node name."""
+    return [
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "-Q",
+        queues,
+        "-c",
+        str(concurrency),
+        "--pool",
+        "prefork",
+        "--loglevel",
+        "INFO",
+        "-n",
+        f"{name}{time.monotonic_ns()}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+    ]
+
+
 def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     # The suite's policy switches (tests/conftest.py: fault classes and the lemon score off unless a test
@@ -67,27 +91,7 @@ class Worker:
         beat: bool = True,
     ) -> None:
         self.log = tmp / f"worker-{time.monotonic_ns()}.log"
-        args = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "-Q",
-            queues,
-            "-c",
-            str(concurrency),
-            "--pool",
-            "prefork",
-            "--loglevel",
-            "INFO",
-            "-n",
-            f"w{time.monotonic_ns()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
+        args = [sys.executable, *celery_worker_argv(queues, concurrency)]
         if beat:
             args += ["-B", "-s", str(tmp / f"beat-{time.monotonic_ns()}")]
         self.proc = subprocess.Popen(
@@ -175,9 +179,14 @@ def broker_held(client: Any, prefix: str, live: int | None = None) -> tuple[str,
     if any(queues.values()):
         return f"queued: {queues}", 0.0
     url = client.connection_pool.connection_kwargs
-    app = make_app(load_settings(broker={
-        "redis_url": f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}",
-        "key_prefix": prefix}))
+    app = make_app(
+        load_settings(
+            broker={
+                "redis_url": f"redis://{url.get('host', '127.0.0.1')}:{url.get('port', 6379)}/{url.get('db', 0)}",
+                "key_prefix": prefix,
+            }
+        )
+    )
     inspect = app.control.inspect(timeout=2.0, limit=live)  # answers as soon as ``live`` workers did
     held = {"active": inspect.active(), "reserved": inspect.reserved(), "scheduled": inspect.scheduled()}
     silent = [k for k, answer in held.items() if answer is None or (live is not None and len(answer) < live)]
@@ -201,6 +210,7 @@ def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, ti
     leftover step (a late duplicate would come from a redelivered task or a sweep). A task kept for its
     countdown (a retry backing off after a database outage) is waited for: ``timeout`` runs from the
     end of the latest countdown seen."""
+
     def idle() -> None:
         deadline, what = time.monotonic() + timeout, ""
         while time.monotonic() < deadline:
@@ -211,11 +221,17 @@ def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, ti
             deadline = max(deadline, time.monotonic() + wait + timeout)
             time.sleep(0.1)
         tail = workers[-1].output()[-4000:]
-        raise AssertionError(f"timed out waiting for every task to be acknowledged; last seen {what}\n{tail}"
-                             f"{stacks(workers[-1])}")
+        raise AssertionError(
+            f"timed out waiting for every task to be acknowledged; last seen {what}\n{tail}"
+            f"{stacks(workers[-1])}"
+        )
 
     idle()
     mark = sum(w.acknowledged(SWEEP) for w in workers)
-    wait_for(lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps, timeout,
-             f"{sweeps} more sweeps to be acknowledged", workers[-1])
+    wait_for(
+        lambda: sum(w.acknowledged(SWEEP) for w in workers) >= mark + sweeps,
+        timeout,
+        f"{sweeps} more sweeps to be acknowledged",
+        workers[-1],
+    )
     idle()
