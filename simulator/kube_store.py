@@ -210,6 +210,17 @@ class Store:
             table, encoded = self._table(kind), self.encoded[kind]
             return [encoded[key] for key, obj in table.items() if match(obj)], self.rv
 
+    def list_keyed(self, kind: str, match: Any) -> tuple[list[tuple[str, bytes]], int]:
+        """(key as etcd orders it, JSON) of every object ``match`` accepts, and the rv."""
+        with self.lock:
+            table, encoded = self._table(kind), self.encoded[kind]
+            keyed = [
+                ("/".join(key) if isinstance(key, tuple) else key, encoded[key])
+                for key, obj in table.items()
+                if match(obj)
+            ]
+            return keyed, self.rv
+
     def since(self, kind: str, rv: int, epoch: int | None = None) -> list[Record]:
         """Records of ``kind`` after ``rv``; raises ApiError(410) when the history no longer has them."""
         with self.lock:
