@@ -16,12 +16,10 @@ thread stops reading (back-pressure) rather than buffering the stream in memory.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
 import time
-from collections.abc import Collection
 from typing import Any
 
 import urllib3
@@ -30,26 +28,11 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.settings import Settings
 from watchers.health import WatcherHealth
+from watchers.kube_nodes import decode_page, slim
 
 log = logging.getLogger("watchers.kube")
 
 Item = tuple[str, Any]  # ("RELIST", [node, ...]) or ("ADDED"|"MODIFIED"|"DELETED", node)
-CONDITION_FIELDS = ("type", "status", "reason", "message", "lastTransitionTime")
-
-
-def slim(node: dict[str, Any], label_keys: Collection[str]) -> dict[str, Any]:
-    """The parts of a Node the watcher reads; the rest of its JSON is let go at once."""
-    meta = node.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    conditions = (node.get("status") or {}).get("conditions") or []
-    return {
-        "metadata": {
-            "name": meta["name"],
-            "resourceVersion": meta.get("resourceVersion", ""),
-            "labels": {k: labels[k] for k in label_keys if k in labels},
-        },
-        "status": {"conditions": [{k: c[k] for k in CONDITION_FIELDS if k in c} for c in conditions]},
-    }
 
 
 class NodeStream(threading.Thread):
@@ -81,25 +64,22 @@ class NodeStream(threading.Thread):
         nodes: list[dict[str, Any]] = []
         token: str | None = None
         while True:
-            # Raw JSON: deserializing V1Node models costs seconds at 10,000; we need a few fields of each.
+            # Raw bytes: V1Node models cost seconds at 10,000; decode_page takes the few fields we read.
             resp: Any = self.api.list_node(  # an urllib3 response: _preload_content=False
                 limit=self.s.list_page_size,
                 _continue=token,
                 _preload_content=False,
                 _request_timeout=self.s.request_timeout_s,
             )
-            page = json.loads(resp.data)
+            page, rv, token = decode_page(resp.data, self.label_keys)
             del resp
-            nodes += [slim(n, self.label_keys) for n in page.get("items") or []]
-            meta = page["metadata"]
-            token = meta.get("continue") or None
-            del page
-            if token is None or self._halt.is_set():
+            nodes += page
+            if not token or self._halt.is_set():
                 break
         self._put(("RELIST", nodes))
         if self.health is not None:
             self.health.succeeded(time.monotonic() - started)
-        return str(meta["resourceVersion"])
+        return rv
 
     def _put(self, item: Item) -> None:
         """Queue ``item``, waiting while the queue is full (back-pressure) unless we are stopping."""

@@ -30,7 +30,8 @@ from simulator.kube_api import KubeAPIServer
 from simulator.kube_objects import gpu_node_object
 from tests.conftest import REDIS_URL
 from watchers import kube as kube_watcher
-from watchers.kube_stream import Item, NodeStream, slim
+from watchers.kube_nodes import decode_page, slim
+from watchers.kube_stream import Item, NodeStream
 from watchers.runtime import Polls, Stopper
 
 HOLD = 1.0
@@ -611,3 +612,9 @@ def test_a_relisted_node_keeps_only_what_the_watcher_reads() -> None:
         for c in node["status"]["conditions"]
     ]
     assert len(json.dumps(kept)) * 5 < len(json.dumps(node))
+    listed = {"kind": "NodeList", "metadata": {"resourceVersion": "7", "continue": "t"}, "items": [node]}
+    assert decode_page(json.dumps(listed).encode(), ["topology.kubernetes.io/zone", "absent"]) == (
+        [kept],
+        "7",
+        "t",
+    )
