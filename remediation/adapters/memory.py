@@ -229,6 +229,16 @@ class MemorySlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         self._end_jobs("slurm.cancel", job_ids)
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """Logged, nothing more: whether a job saves its work and leaves is the job's (a test's
+        ``set_jobs``); the log is how a test counts the requests sent."""
+        with self.w.mutate() as st:
+            for name, d in st["nodes"].items():
+                held = set(d["jobs"]) if isinstance(d["jobs"], list) else set()
+                if held & set(job_ids):
+                    self.w._log(st, "slurm.signal", name, True, jobs=sorted(held & set(job_ids)), signal=signal,
+                                scope=scope)
+
     def _end_jobs(self, op: str, job_ids: list[str]) -> None:
         """A requeued or cancelled job leaves its node (a requeued one waits in the queue again)."""
         wanted = set(job_ids)
@@ -383,3 +393,4 @@ class MemoryVM:
             if s["state"] == "DOWN" and s["reason"] in ("", "Not responding"):
                 s["state"] = "IDLE"
             return OperationStatus(done=True)
+

@@ -72,6 +72,9 @@ class NoopSlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         self.record("cancel jobs", jobs=list(job_ids))
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        self.record("signal jobs", jobs=list(job_ids), signal=signal, scope=scope)
+
     def drain(self, name: str, reason: str) -> None:
         self.record("drain", node=name, reason=reason)
 

@@ -73,6 +73,12 @@ class SlurmControl(Protocol):
         """``scancel`` these jobs; a job that already ended is not an error."""
         ...
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """``scancel --signal=SIGNAL --batch`` (or ``--full``) these jobs: ask them to checkpoint. Not
+        idempotent (a job signalled twice saves twice, or ends on a second USR1): the caller records an
+        intent first. A job that already ended is not an error."""
+        ...
+
     def drain(self, name: str, reason: str) -> None:
         """``scontrol update nodename=NAME state=drain reason=REASON``. The caller passes the full
         reason (with our prefix)."""
