@@ -230,25 +230,20 @@ class MemorySlurm:
         self._end_jobs("slurm.cancel", job_ids)
 
     def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
-        """Logged, nothing more: whether a job saves its work and leaves is the job's (a test's
-        ``set_jobs``); the log is how a test counts the requests sent."""
-        with self.w.mutate() as st:
-            for name, d in st["nodes"].items():
-                held = set(d["jobs"]) if isinstance(d["jobs"], list) else set()
-                if held & set(job_ids):
-                    self.w._log(st, "slurm.signal", name, True, jobs=sorted(held & set(job_ids)), signal=signal,
-                                scope=scope)
+        """Logged only: whether a job saves and leaves is the test's to say (``set_jobs``)."""
+        self._end_jobs("slurm.signal", job_ids, leave=False, signal=signal, scope=scope)
 
-    def _end_jobs(self, op: str, job_ids: list[str]) -> None:
+    def _end_jobs(self, op: str, job_ids: list[str], leave: bool = True, **kw: Any) -> None:
         """A requeued or cancelled job leaves its node (a requeued one waits in the queue again)."""
         wanted = set(job_ids)
         with self.w.mutate() as st:
             for name, d in st["nodes"].items():
                 held = set(d["jobs"]) if isinstance(d["jobs"], list) else set()
-                if held & wanted:
+                if held & wanted and leave:
                     d["jobs"] = sorted(held - wanted)
                     _free_if_idle(d)
-                    self.w._log(st, op, name, True, jobs=sorted(held & wanted))
+                if held & wanted:
+                    self.w._log(st, op, name, True, jobs=sorted(held & wanted), **kw)
 
     def drain(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -329,6 +324,14 @@ class MemoryKube:
             k["pods"] = k["blocked"]
             blocked = tuple(f"default/pod-{i}" for i in range(k["blocked"]))
             return EvictionProgress(k["pods"], blocked, 1.0 if blocked else None)
+
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            if k["pods"] and not k.get("checkpoint"):
+                k["checkpoint"] = requested_at.isoformat()
+                self.w._log(st, "k8s.checkpoint", name, pods=k["pods"], deadline=deadline.isoformat())
+            return [f"default/pod-{i}" for i in range(k["pods"])]
 
     def set_quarantine_taint(self, name: str, on: bool) -> None:
         with self.w.mutate() as st:

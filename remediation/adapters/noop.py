@@ -108,6 +108,10 @@ class NoopKube:
         self.record("evict pods", node=name)
         return EvictionProgress(0)
 
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        self.record("annotate pods with a checkpoint request", node=name, deadline=deadline.isoformat())
+        return []  # as evict_pods: the twin reads no pods, so it never waits on one
+
     def set_quarantine_taint(self, name: str, on: bool) -> None:
         self.record("taint" if on else "untaint", node=name)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from remediation.domain.causes import urgent
@@ -41,8 +41,9 @@ class CheckpointRequest:
     signal: str  # as scancel takes it: USR1
     scope: Literal["batch", "full"]
     at: datetime  # when it was recorded (just before scancel ran)
-    wait_s: int  # on_jobs_timeout applies this long after ``at``
+    wait_s: int  # on_jobs_timeout applies (pods: eviction starts) this long after ``at``
     sent: bool | None = None  # True: scancel answered; None: a worker stopped before that was recorded
+    target: Literal["jobs", "pods"] = "jobs"  # Slurm jobs signalled, or pods annotated
 
     @classmethod
     def load(cls, op: Mapping[str, Any] | None) -> CheckpointRequest | None:
@@ -61,6 +62,7 @@ class CheckpointRequest:
                 datetime.fromisoformat(op["at"]),
                 int(op["wait_s"]),
                 sent if isinstance(sent, bool) else None,
+                "pods" if op.get("target") == "pods" else "jobs",
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -74,6 +76,7 @@ class CheckpointRequest:
             "at": self.at.isoformat(),
             "wait_s": self.wait_s,
             "sent": self.sent,
+            "target": self.target,
         }
 
     def ends_at(self, drain_started: datetime, drain_timeout_s: float) -> float:
@@ -84,19 +87,20 @@ class CheckpointRequest:
     def text(self, now: datetime, dry_run: bool = False) -> str:
         """'asked job 123 to checkpoint (USR1) 40 s ago; waiting up to 300 s'."""
         ago = max(0, int((now - self.at).total_seconds()))
-        jobs = (
-            f"job {self.jobs[0]}"
+        who = (
+            f"{self.target[:-1]} {self.jobs[0]}"
             if len(self.jobs) == 1
-            else f"jobs {', '.join(self.jobs[:5])}"
+            else f"{self.target} {', '.join(self.jobs[:5])}"
             + (f" (+{len(self.jobs) - 5} more)" if len(self.jobs) > 5 else "")
         )
         verb = "would have asked" if dry_run else "asked"
+        how = self.signal if self.target == "jobs" else "annotation"
         lost = (
             ""
             if self.sent is not False
             else " (not confirmed: a worker stopped while asking; not asked again)"
         )
-        return f"{verb} {jobs} to checkpoint ({self.signal}) {ago} s ago; waiting up to {self.wait_s} s{lost}"
+        return f"{verb} {who} to checkpoint ({how}) {ago} s ago; waiting up to {self.wait_s} s{lost}"
 
 
 def asks_checkpoint(fault_class: str | None, workflow: WorkflowSettings) -> bool:
@@ -157,4 +161,58 @@ def request_checkpoint(
     }
     return wait(
         workflow, why, detail=detail, provider_op=request.dump(), note=Note("checkpoint_requested", why, ids)
+    )
+
+
+def ask_pods(
+    inp: StepInput, ad: Adapters, workflow: WorkflowSettings, k8s_node: str, now: datetime
+) -> Wait | None:
+    """Before the first eviction (``workflow.checkpoint_pods``): annotate the pods it would remove
+    with the request, and wait up to ``checkpoint_wait_s`` for them to leave. None: evict now (the
+    class is not asked, no pod is left, or the wait is over). The request's time is claimed as an
+    intent first, so a repeated run annotates with the same times, and a pod already annotated keeps
+    its annotation: a pod is asked once."""
+    if (
+        not workflow.checkpoint_pods
+        or ad.kube is None
+        or not asks_checkpoint(inp.context.fault_class, workflow)
+    ):
+        return None
+    recorded = CheckpointRequest.load(inp.provider_op)
+    request = recorded
+    if request is None:
+        if ad.intents is None:
+            raise ConfigError(
+                "a checkpoint request is sent only where its intent can be recorded first",
+                component="kubernetes",
+            )
+        ours = CheckpointRequest(
+            (),
+            workflow.checkpoint_signal,
+            workflow.checkpoint_scope,
+            now,
+            workflow.checkpoint_wait_s,
+            target="pods",
+        )
+        request = CheckpointRequest.load(ad.intents.claim(inp.key, ours.dump())) or ours
+    if (now - request.at).total_seconds() >= request.wait_s:
+        return None
+    pods = ad.kube.request_checkpoint(k8s_node, request.at, request.at + timedelta(seconds=request.wait_s))
+    if not pods:
+        return None
+    request = replace(request, jobs=tuple(pods), sent=True)
+    why = (
+        f"checkpoint request: annotated {len(pods)} pod(s) ({', '.join(pods[:5])}) on {k8s_node}; "
+        f"evicting them {request.wait_s}s after it if they have not left"
+    )
+    note = (
+        None
+        if recorded is not None and recorded.sent
+        else Note("checkpoint_requested", why, {"pods": list(pods), "node": inp.node, "k8s_node": k8s_node})
+    )
+    return wait(
+        workflow,
+        f"{request.text(now)}; waiting for {len(pods)} pod(s) to leave",
+        provider_op=request.dump(),
+        note=note,
     )

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, vm_rungs
+from remediation.domain.checkpoint import ask_pods
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
@@ -238,7 +239,10 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
     kube = ad.kubernetes(Step.K8S_EVICT)
-    progress = kube.evict_pods(inp.context.k8s_node or kube.node_for(inp.node))
+    k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
+    if asked := ask_pods(inp, ad, cfg.workflow, k8s_name, now):
+        return asked
+    progress = kube.evict_pods(k8s_name)
     if progress.done:
         return Done("all pods evicted", context=RemediationContext(reconfirm=False if inp.context.reconfirm else None))
     if elapsed(inp, now) > cfg.workflow.evict_timeout_s:

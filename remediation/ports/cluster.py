@@ -149,6 +149,12 @@ class KubeNodes(Protocol):
         """One pass of the Eviction API over the Node's pods; never force-deletes."""
         ...
 
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        """Annotate the pods an eviction would remove from Node ``name`` with a checkpoint request:
+        when it was asked and when eviction starts. A pod that carries one keeps it (asked once).
+        Returns those pods still on the Node (``namespace/name``). No exec into any pod."""
+        ...
+
     def set_quarantine_taint(self, name: str, on: bool) -> None:
         """Add or remove our NoSchedule quarantine taint."""
         ...

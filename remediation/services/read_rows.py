@@ -144,6 +144,7 @@ class CheckpointRow:
     sent: bool | None  # True: scancel answered; False/None: a worker stopped while sending (not resent)
     dry_run: bool  # recorded by the dry-run twin: nothing was sent
     text: str  # "asked job 123 to checkpoint (USR1) 40 s ago; waiting up to 300 s"
+    target: str = "jobs"  # jobs (Slurm, signalled; ``jobs`` holds their ids) or pods (annotated; ns/name)
 
 
 @dataclass

@@ -296,17 +296,19 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
 
 
 def _checkpoint(s: Session, node: NodeRow, now: datetime) -> CheckpointRow | None:
-    """The checkpoint request the node's drain is waiting on (None: none, or the drain is over)."""
-    if node.open_remediation is None or node.step != Step.SLURM_DRAIN:
+    """The checkpoint request the node's drain (jobs) or eviction (pods) waits on (None: none, or
+    that step is over)."""
+    if node.open_remediation is None or node.step not in (Step.SLURM_DRAIN, Step.K8S_EVICT):
         return None
     row = s.scalars(select(RemediationStep).where(
-        RemediationStep.remediation_id == node.open_remediation, RemediationStep.step == Step.SLURM_DRAIN,
+        RemediationStep.remediation_id == node.open_remediation, RemediationStep.step == node.step,
     ).order_by(RemediationStep.attempt.desc()).limit(1)).first()
     request = CheckpointRequest.load(row.provider_op) if row is not None else None
-    if row is None or request is None:
+    if row is None or request is None or not request.jobs:
         return None
     return CheckpointRow(list(request.jobs), request.signal, request.scope, request.at, request.wait_s,
-                         request.sent, bool(row.dry_run), request.text(now, dry_run=bool(row.dry_run)))
+                         request.sent, bool(row.dry_run), request.text(now, dry_run=bool(row.dry_run)),
+                         request.target)
 
 
 def _timeline(rems: list[RemediationDetail], events: list[EventRow],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from remediation.settings.base import Section
 from remediation.vocabulary import FAULT_CLASSES
@@ -53,6 +53,13 @@ class WorkflowSettings(Section):
         None,
         description="The fault classes whose jobs get the checkpoint request; unset (default) = every "
         "class not marked urgent in the cause table (docs/policy.md says which and why).",
+    )
+    checkpoint_pods: bool = Field(
+        False,
+        description="Also ask the pods an eviction would remove: k8s_evict annotates them with the "
+        "request (<kube.annotation_domain>/checkpoint-requested-at and checkpoint-deadline; no exec) "
+        "and evicts checkpoint_wait_s later, or as soon as they have left. Needs checkpoint_signal set "
+        "and the workers allowed to patch pods (deploy/components/checkpoint-pods); off by default.",
     )
     evict_timeout_s: int = Field(
         900,
@@ -142,6 +149,13 @@ class WorkflowSettings(Section):
         if bad:
             raise ValueError(f"unknown fault class(es) {bad}; choose from {list(FAULT_CLASSES)}")
         return value
+
+    @model_validator(mode="after")
+    def _pods_need_a_signal(self) -> WorkflowSettings:
+        if self.checkpoint_pods and not self.checkpoint_signal:
+            raise ValueError("workflow.checkpoint_pods asks pods along with the jobs, and workflow.checkpoint_signal "
+                             "is empty (no checkpoint request at all); set a signal, or checkpoint_pods: false")
+        return self
 
     @field_validator("ladder")
     @classmethod

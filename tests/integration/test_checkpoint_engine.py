@@ -247,3 +247,30 @@ def test_without_a_signal_nothing_is_asked(
     poll_drain(engine, clock, f, 90)
     assert not world.calls("slurm.signal") and not world.calls("slurm.requeue")
     assert rem_of(sessions, f.remediation_id).wait_reason == "waiting for 1 job (8) to leave"
+
+
+@pytest.mark.parametrize(
+    ("pods_on", "reason", "asked"),
+    [(True, "hung", True), (False, "hung", False), (True, "xid 79 fell off the bus", False)],
+    ids=["pods-on", "pods-off", "urgent-class"],
+)
+def test_pods_are_asked_only_where_the_site_and_the_class_allow(
+    sessions: sessionmaker[Session],
+    world: MemoryWorld,
+    clock: FakeClock,
+    pods_on: bool,
+    reason: str,
+    asked: bool,
+) -> None:
+    settings = make_settings(checkpoint_pods=pods_on)
+    engine = make_engine(sessions, world, settings, clock)
+    world.set_k8s("gpu-node-0", pods=2)
+    f = publish(sessions, settings, clock, "gpu-node-0", reason=reason)
+    for _ in range(6):  # drain, cordon, then 4 looks at the eviction: 15 s, well inside checkpoint_wait_s
+        nxt = engine.run(f.remediation_id, f.step)
+        assert nxt is not None
+        f = nxt
+        clock.advance(f.countdown)
+    assert len(world.calls("k8s.checkpoint")) == (1 if asked else 0)
+    assert bool(world.calls("k8s.evict")) is not asked  # asked pods get checkpoint_wait_s first
+    assert len(audits(sessions, "checkpoint_requested")) == (1 if asked else 0)

@@ -67,3 +67,9 @@ def test_default_classes_are_every_class_not_marked_urgent() -> None:
 def test_listed_classes_replace_the_default() -> None:
     workflow = WorkflowSettings(checkpoint_signal="USR1", checkpoint_classes=["gpu-memory"])
     assert [c for c in FAULT_CLASSES if asks_checkpoint(c, workflow)] == ["gpu-memory"]
+
+
+def test_asking_pods_without_a_signal_stops_the_start() -> None:
+    with pytest.raises(SettingsError, match="checkpoint_pods"):
+        load_settings(workflow={"checkpoint_pods": True})
+    assert load_settings(workflow={"checkpoint_pods": True, "checkpoint_signal": "USR1"}).workflow.checkpoint_pods
