@@ -165,7 +165,9 @@ def measure(release: str, cycles: int, save_s: float, drain_timeout: int, poll: 
                 arm_nodes = [f"gpu-node-{i}" for i in (range(cycles) if signal else range(cycles, nodes))]
                 with Session(engine) as db:
                     results[arm] = [
-                        cycle(env, db, node, tmp / f"{prefix}-{node}", save_s) for node in arm_nodes
+                        # inside the cluster directory: a chroot's slurmd (24.11) sees it too
+                        cycle(env, db, node, conf.parent / f"{prefix}-{node}", save_s)
+                        for node in arm_nodes
                     ]
             finally:
                 watcher.terminate()
