@@ -30,7 +30,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemoryWorld
 from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, Recorder
+from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.cli import CliSlurm
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
 from remediation.db.models import AuditLog
@@ -258,3 +260,30 @@ def test_a_dry_run_records_would_signal_and_the_job_gets_nothing(
         assert time.monotonic() < deadline, "the job never logged the barrier's USR2"
         time.sleep(0.1)
     assert job.lines("USR1") == [] and job_state(slurm, job.id) == "RUNNING"
+
+
+@pytest.mark.parametrize("scope", ["batch", "full"])
+def test_signal_jobs_reaches_the_job_and_a_job_that_has_left_is_no_error(
+    slurm: SlurmCluster, scope: str
+) -> None:
+    """``scancel --signal=USR1 --batch|--full`` through CliSlurm, one argv per job: the batch script
+    traps it (with --full the job's step gets it too); an ended job is what we wanted anyway; a
+    malformed id or a signal outside the catchable set never reaches Slurm."""
+    cli = CliSlurm(slurm.settings())
+    job = submit(slurm, IGNORES, f"direct-{scope}")
+    cli.signal_jobs([job.id], "USR1", scope)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 20
+    while not job.lines("USR1"):
+        assert time.monotonic() < deadline, "the job never logged the USR1"
+        time.sleep(0.1)
+    assert len(job.lines("USR1")) == 1 and job_state(slurm, job.id) == "RUNNING"
+    slurm.run("scancel", job.id)
+    deadline = time.monotonic() + 20
+    while job_state(slurm, job.id) not in ("CANCELLED", "COMPLETED", "GONE"):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    cli.signal_jobs([job.id], "USR1", scope)  # type: ignore[arg-type]  # ended: not an error
+    with pytest.raises(InvalidSlurmArgument):
+        cli.signal_jobs(["1; scancel -u root"], "USR1", scope)  # type: ignore[arg-type]
+    with pytest.raises(InvalidSlurmArgument):
+        cli.signal_jobs([job.id], "KILL", scope)  # type: ignore[arg-type]
