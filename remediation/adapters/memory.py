@@ -232,6 +232,7 @@ class MemorySlurm:
     def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
         """Logged only: whether a job saves and leaves is the test's to say (``set_jobs``)."""
         self._end_jobs("slurm.signal", job_ids, leave=False, signal=signal, scope=scope)
+        self.w._pause("slurm.signal")
 
     def _end_jobs(self, op: str, job_ids: list[str], leave: bool = True, **kw: Any) -> None:
         """A requeued or cancelled job leaves its node (a requeued one waits in the queue again)."""
