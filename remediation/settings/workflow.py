@@ -155,6 +155,11 @@ class WorkflowSettings(Section):
         if self.checkpoint_pods and not self.checkpoint_signal:
             raise ValueError("workflow.checkpoint_pods asks pods along with the jobs, and workflow.checkpoint_signal "
                              "is empty (no checkpoint request at all); set a signal, or checkpoint_pods: false")
+        if self.checkpoint_pods and self.checkpoint_wait_s >= self.evict_timeout_s:
+            # The pods' wait is part of k8s_evict, whose evict_timeout_s would run out before any eviction.
+            raise ValueError(f"workflow.checkpoint_wait_s ({self.checkpoint_wait_s}) must be below "
+                             f"workflow.evict_timeout_s ({self.evict_timeout_s}) with checkpoint_pods: the pods' "
+                             "wait counts toward the eviction's timeout")
         return self
 
     @field_validator("ladder")

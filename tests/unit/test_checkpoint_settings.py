@@ -73,3 +73,8 @@ def test_asking_pods_without_a_signal_stops_the_start() -> None:
     with pytest.raises(SettingsError, match="checkpoint_pods"):
         load_settings(workflow={"checkpoint_pods": True})
     assert load_settings(workflow={"checkpoint_pods": True, "checkpoint_signal": "USR1"}).workflow.checkpoint_pods
+
+
+def test_the_pods_wait_must_leave_room_for_the_eviction() -> None:
+    with pytest.raises(SettingsError, match="evict_timeout_s"):
+        load_settings(workflow={"checkpoint_pods": True, "checkpoint_signal": "USR1", "checkpoint_wait_s": 900})
