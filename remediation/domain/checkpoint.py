@@ -15,6 +15,12 @@ committed, before ``scancel`` runs, and sent only by the run that won the claim.
 after the claim leaves it there; the next run reads it back (``StepInput.provider_op``) and sends
 nothing: at most once. What the request was (jobs, signal, scope, when, how long it waits) is typed
 (:class:`CheckpointRequest`) and is what ``nodes show`` and the dashboard render, never the text.
+
+Pods get the same request where the site says so (``workflow.checkpoint_pods``): before its first
+eviction, ``k8s_evict`` annotates the pods it would remove (:func:`ask_pods`; no exec), goes on when
+they have left and evicts the rest ``checkpoint_wait_s`` after the request. An annotation is
+idempotent on the object (a pod that carries one keeps it), and the request's time is claimed as an
+intent too, so a repeated run writes the same times: a pod is asked once.
 """
 
 from __future__ import annotations
