@@ -27,7 +27,7 @@ from tests.integration.test_cli import db  # noqa: F401  (fixture)
 READ = "read-token-0123456789"
 NODE = "gpu-node-1"
 #: What every surface says, 40 s (give or take the test's own run time) after the request.
-SAID = re.compile(r"asked job 123 to checkpoint \(USR1\) (4\d) s ago; waiting up to 300 s")
+SAID = re.compile(r"asked job 123 to checkpoint \(USR1\) ([45]\d) s ago; waiting up to 300 s")
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def test_the_api_serves_the_request_typed_and_the_dashboard_shows_it(
     assert (checkpoint["jobs"], checkpoint["signal"], checkpoint["scope"]) == (["123"], "USR1", "batch")
     assert (checkpoint["wait_s"], checkpoint["sent"], checkpoint["dry_run"]) == (300, True, False)
     asked = datetime.fromisoformat(checkpoint["asked_at"])
-    assert 39 <= (datetime.now(UTC) - asked).total_seconds() < 50
+    assert 39 <= (datetime.now(UTC) - asked).total_seconds() < 60
     assert SAID.search(checkpoint["text"])
     client.post("/login", data={"token": READ, "next": "/"})
     assert SAID.search(client.get(f"/nodes/{NODE}").text)
