@@ -360,6 +360,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
         if method == "PATCH" and kind == "nodes":
             h._send(200, store.patch_node(rest[1], body, content_type))
             return
+        if method == "PATCH" and kind == "pods":
+            h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
+            return
     if len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method in ("GET", "PATCH"):
         if method == "GET":
             h._send(200, store.get(kind, rest[1]))

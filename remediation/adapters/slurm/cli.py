@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterable
 from typing import Literal
 
-from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason
+from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason, check_signal
 from remediation.adapters.slurm.delta import DeltaReader
 from remediation.adapters.slurm.parse import (
     NodeRecord,
@@ -220,6 +220,13 @@ class CliSlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         for job in job_ids:
             self._job_command([self.settings.scancel, check_job_id(job)])
+
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """``scancel --signal=SIGNAL --batch|--full JOB``, one call per job (one that already ended
+        must not keep the others from their request). The signal name was checked at start-up."""
+        flag = {"batch": "--batch", "full": "--full"}[scope]
+        for job in job_ids:
+            self._job_command([self.settings.scancel, f"--signal={check_signal(signal)}", flag, check_job_id(job)])
 
     # ---------------------------------------------------------------------------------- writes
 
