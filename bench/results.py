@@ -80,6 +80,12 @@ BENCHES = (
         (),
         ("--nodes", "1000", "--polls", "5"),
     ),
+    Bench(
+        "mass_failure",
+        "Mass failure: 150 and 375 nodes at once, fault to drained and cordoned, real slurmctld",
+        (),
+        ("--pool", "200", "--sizes", "50"),
+    ),
     Bench("validation_overhead", "Validation overhead per cycle", (), ("--cycles", "5")),
     Bench(
         "checkpoint",

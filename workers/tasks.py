@@ -21,6 +21,7 @@ from sqlalchemy.exc import OperationalError
 from remediation.adapters import memstream
 from remediation.adapters.celery import (
     INGEST_TASK,
+    ISOLATE_TASK,
     PRUNE_TASK,
     RELEASE_TASK,
     SWEEP_TASK,
@@ -39,6 +40,7 @@ from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
 from workers.celery_app import app, settings
 from workers.context import Runtime, runtime
+from workers.isolate import isolate
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,14 @@ def prune(self: DomainTask) -> int:
     """Retention (beat, every retention.prune_interval_s): old events no remediation owns; never audit rows."""
     cfg = self.rt.settings.retention
     return prune_events(self.rt.sessions, cfg.events_older_than, SystemClock().now(), cfg.batch).events_pruned
+
+
+@app.task(name=ISOLATE_TASK, base=DomainTask, bind=True)
+def isolate_batch(self: DomainTask, remediation_ids: list[int]) -> int:
+    """Newly opened remediations, many at once through slurm_drain and k8s_cordon (workers/isolate.py)."""
+    followups = isolate(self.rt.workflow, remediation_ids, self.rt.settings.workflow.isolate_threads)
+    enqueue(followups)
+    return len(remediation_ids)
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:

@@ -15,9 +15,11 @@ from collections.abc import Sequence
 
 from celery import Celery
 
+from remediation.domain.statemachine import HAPPY_PATH
 from remediation.ports.dispatch import FollowUp
 from remediation.settings import Settings
 
+FIRST = HAPPY_PATH[0].value  # a remediation's first step: slurm_drain
 INGEST_QUEUE = "ingest"
 WORKFLOW_QUEUE = "workflow"
 INGEST_TASK = "remediation.ingest"
@@ -25,6 +27,7 @@ RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"
 NOTIFY_TASK = "remediation.notify"
 PRUNE_TASK = "remediation.prune"
+ISOLATE_TASK = "remediation.isolate"
 
 
 def step_task(step: str) -> str:
@@ -74,14 +77,23 @@ def client_app(settings: Settings) -> Celery:
 
 
 class CeleryDispatcher:
-    """Queues a lever's or an ingest's follow-up work on the broker, after the caller committed."""
+    """Queues a lever's or an ingest's follow-up work on the broker, after the caller committed.
 
-    def __init__(self, app: Celery) -> None:
+    A remediation's first step, due now, goes in a ``remediation.isolate`` task with up to
+    ``isolate_batch`` others: the worker takes them all through isolation at once (workers/isolate.py).
+    Every other step is its own task."""
+
+    def __init__(self, app: Celery, isolate_batch: int = 32) -> None:
         self._app = app
+        self._isolate_batch = isolate_batch
 
     def steps(self, followups: Sequence[FollowUp | None]) -> None:
+        isolating = [f for f in followups if f is not None and f.step == FIRST and not f.countdown]
+        ids = [f.remediation_id for f in isolating]
+        for at in range(0, len(ids), self._isolate_batch):
+            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]], queue=WORKFLOW_QUEUE)
         for f in followups:
-            if f is not None:
+            if f is not None and f not in isolating:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],
                                     countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
 
@@ -97,4 +109,4 @@ def celery_dispatcher(settings: Settings, app: Celery | None = None) -> CeleryDi
     """The one way a process gets its dispatcher: over the process's sending app for these broker
     settings, or, in a worker, over the worker's own ``app`` (its tasks queue their follow-up work on
     the connection they already hold; broker, queues and routes are the same by construction)."""
-    return CeleryDispatcher(app or client_app(settings))
+    return CeleryDispatcher(app or client_app(settings), settings.workflow.isolate_batch)

@@ -61,6 +61,21 @@ class WorkflowSettings(Section):
         "and evicts checkpoint_wait_s later, or as soon as they have left. Needs checkpoint_signal set "
         "and the workers allowed to patch pods (deploy/components/checkpoint-pods); off by default.",
     )
+    isolate_batch: int = Field(
+        32,
+        ge=1,
+        le=1000,
+        description="Newly opened remediations per remediation.isolate task: their isolation (slurm_drain, "
+        "then k8s_cordon) runs in one task, many at once, so a mass failure is out of the schedulers' "
+        "hands in seconds (their Slurm commands merge; docs/architecture.md).",
+    )
+    isolate_threads: int = Field(
+        16,
+        ge=1,
+        le=64,
+        description="Remediations one remediation.isolate task takes through isolation at the same time "
+        "(threads; each holds a database connection only inside a step's transactions).",
+    )
     evict_timeout_s: int = Field(
         900,
         ge=0,
