@@ -90,6 +90,9 @@ def is_budget_refusal(exc: ApiException) -> bool:
     return any(c.get("reason") == "DisruptionBudget" for c in causes if isinstance(c, dict))
 
 
+POOL_MAXSIZE = 64  # workflow.isolate_threads is at most 64
+
+
 def kube_client(settings: KubeSettings) -> client.CoreV1Api:
     """host+token(+ca_file) when configured, else in-cluster service account, else kubeconfig."""
     cfg = client.Configuration()
@@ -118,4 +121,7 @@ def kube_client(settings: KubeSettings) -> client.CoreV1Api:
     cfg.retries = urllib3.Retry(
         connect=2, read=0, redirect=0, status=0, other=0, backoff_factor=0.1, respect_retry_after_header=False
     )
+    # One kept-alive connection per thread that may call at once (remediation.isolate's threads, 16 by
+    # default): urllib3 discards a connection beyond the pool's size, and a new one is a TLS handshake.
+    cfg.connection_pool_maxsize = POOL_MAXSIZE
     return client.CoreV1Api(client.ApiClient(cfg))
