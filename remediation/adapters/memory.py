@@ -16,7 +16,8 @@ but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a nod
 A broken VM (``vm.broken``) stays unhealthy through any action, unless its ``vm.fault`` names the action
 kinds that fix it (``fixed_by``; the rehearsal's outcome model); each completed operation records whether
 it ``fixed`` the node. ``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
-in which to kill the worker mid-step.
+in which to kill the worker mid-step; ``slurm.list_nodes`` (a watcher's read) is then recorded too, so
+that a test can pause a watcher that has read and not yet published.
 """
 
 from __future__ import annotations
@@ -199,8 +200,14 @@ class MemorySlurm:
         self.w = world
 
     def list_nodes(self) -> list[SlurmNode]:
+        delayed = "slurm.list_nodes" in self.w.call_delay_s
         with self.w.mutate() as st:
-            return [self._view(n, d) for n, d in st["nodes"].items()]
+            nodes = [self._view(n, d) for n, d in st["nodes"].items()]
+            if delayed:  # a mark, so that a test can catch the reader inside its delay (after it read)
+                self.w._log(st, "slurm.list_nodes", "*", effect=False)
+        if delayed:
+            self.w._pause("slurm.list_nodes")
+        return nodes
 
     def get_node(self, name: str) -> SlurmNode:
         with self.w.mutate() as st:

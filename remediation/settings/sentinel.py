@@ -45,14 +45,6 @@ class SentinelSettings(Section):
         "unset when they ask for none. Never logged.",
     )
 
-    @field_validator("addresses", mode="before")
-    @classmethod
-    def _split(cls, value: object) -> object:
-        # An environment variable may give them as "a:26379,b:26379" as well as a JSON list.
-        if isinstance(value, str) and not value.strip().startswith("["):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
     @field_validator("addresses")
     @classmethod
     def _host_port(cls, value: list[str]) -> list[str]:
