@@ -660,14 +660,16 @@ VALIDATION_RBAC = {
 }
 
 
-def _with_validation(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
-    """An overlay of ours with the validation component added, as deploy/README.md says to."""
+def _with_validation(overlay: str, tmp_path: Path, component: str = "validation-kubernetes"
+                     ) -> tuple[dict[str, Any], ...]:
+    """An overlay of ours with a component (the validation's unless named) added, as deploy/README.md
+    says to."""
     here = tmp_path / "overlay"
     here.mkdir()
     rel = lambda p: os.path.relpath(p, here)  # noqa: E731 - kustomize takes relative paths only
     (here / "kustomization.yaml").write_text(
         f"resources: [{rel(ROOT / 'deploy/overlays' / overlay)}]\n"
-        f"components: [{rel(ROOT / 'deploy/components/validation-kubernetes')}]\n"
+        f"components: [{rel(ROOT / 'deploy/components' / component)}]\n"
     )
     out = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(here)], capture_output=True,
                          text=True, timeout=60, check=False)
@@ -687,6 +689,29 @@ def test_the_validation_component_grants_jobs_in_its_namespace_only(overlay: str
     for workload in _workloads(objs):
         env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
         assert env["REMEDIATION_VALIDATION__BACKEND"] == "kubernetes", workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_high_availability_component_points_every_process_at_the_sentinels(
+    overlay: str, tmp_path: Path
+) -> None:
+    """Each Deployment finds Redis through the sentinels and waits for a replica; the settings it
+    renders load; three workers; the sentinels' port is open; RBAC and Secrets keys are unchanged."""
+    objs = _with_validation(overlay, tmp_path, "high-availability")
+    assert _granted(objs) == RBAC
+    for workload in _workloads(objs):
+        env = {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+        values = {k: e["value"] for k, e in env.items() if "value" in e and k.startswith("REMEDIATION_BROKER__")}
+        broker = load_settings(broker={"sentinel": {"addresses": json.loads(
+            values["REMEDIATION_BROKER__SENTINEL__ADDRESSES"])}}).broker
+        assert broker.sentinel.enabled and len(broker.sentinel.addresses) == 3, workload["metadata"]["name"]
+        assert values["REMEDIATION_BROKER__REPLICA_ACKS"] == "1"
+        assert env["REMEDIATION_BROKER__SENTINEL__PASSWORD"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    (worker,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker"]
+    assert worker["spec"]["replicas"] == 3
+    (policy,) = [p for p in _of(objs, "NetworkPolicy") if p["metadata"]["name"] == "node-remediation"]
+    assert {"protocol": "TCP", "port": 26379} in [port for rule in policy["spec"]["egress"]
+                                                   for port in rule.get("ports", [])]
 
 
 def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
