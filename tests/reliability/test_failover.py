@@ -39,10 +39,9 @@ from sqlalchemy.pool import NullPool
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import redis_client
 from remediation.adapters.memory import MemoryWorld
-from remediation.db.models import Event, LeaderFence, RejectedEvent, Remediation, RemediationStep
+from remediation.db.models import Event, LeaderFence, RejectedEvent, Remediation
 from remediation.domain.events import NodeEvent
 from remediation.settings import load_settings
-from tests.conftest import REDIS_URL
 from tests.haproc import MASTER, SentinelSet, StandbyPair
 from tests.infra import missing
 from tests.integration.apiproc import ApiProcess, base_env
@@ -54,8 +53,8 @@ from tests.reliability.test_restarts import (
     Publisher,
     describe,
     duplicate_effects,
-    fail_event,
     keys_recorded,
+    outage_mid_workflow,
     statuses,
     steps_in_flight,
     storm_events,
@@ -335,72 +334,14 @@ def standby_pair() -> Iterator[StandbyPair]:
 def test_postgres_failover_mid_workflow_completes_every_remediation_once(
     standby_pair: StandbyPair, redis_prefix: str, tmp_path: Path, scenario_figures: Recorder
 ) -> None:
-    nodes = [f"gpu-node-{i}" for i in range(6)]
-    world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
-    env = worker_env(
-        standby_pair.url, REDIS_URL, redis_prefix, tmp_path,
-        REMEDIATION_MEMORY__NODES="gpu-node-[0-5]",
-        REMEDIATION_MEMORY__OP_POLLS="8",  # a VM restart takes ~8 polls: slow enough to be mid-op
-        REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0",
-        REMEDIATION_POLICY__MAX_CONCURRENT="6",
+    """The workers and the test read and write through the same two-host URL; the replica is promoted
+    once a sweep failed on the lost primary."""
+    outage_mid_workflow(
+        standby_pair.url, redis_prefix, tmp_path, scenario_figures, standby_pair.crash_primary,
+        standby_pair.promote,
+        lambda in_flight, down_at, up_at: (
+            f"pg_ctl -m immediate on the primary with steps in flight "
+            f"{sorted(Counter(in_flight.values()).items())}; replica promoted {up_at - down_at:.1f}s later; "
+            f"synchronous replication; recovery = promotion to all 6 succeeded"),
         REMEDIATION_DATABASE__CONNECT_TIMEOUT_S="2",
     )
-    client = redis.Redis.from_url(REDIS_URL)
-    app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
-    bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
-    db = create_engine(standby_pair.url, poolclass=NullPool)
-    scenario_figures.count_in(db)
-
-    def steps_now() -> dict[str, str]:
-        with Session(db) as s:
-            return dict(s.execute(select(Remediation.node, Remediation.step)).tuples().all())
-
-    def vm_op_recorded() -> bool:
-        with Session(db) as s:
-            return bool(s.scalar(select(func.count()).where(RemediationStep.step == "vm_restart",
-                                                             RemediationStep.provider_op.is_not(None))))
-
-    worker = Worker(env, tmp_path, concurrency=4)
-    try:
-        bus.publish([fail_event(n) for n in nodes[:3]])
-        wait_for(vm_op_recorded, 60, "a VM operation to be in flight", worker)
-        bus.publish([fail_event(n) for n in nodes[3:]])
-        wait_for(lambda: len(steps_now()) == len(nodes), 30, "the second wave to open", worker)
-        in_flight = steps_now()
-        standby_pair.crash_primary()
-        down_at = time.monotonic()
-        failed_sweeps = worker.output().count("remediation.sweep[")
-        wait_for(lambda: worker.output().count("remediation.sweep[") > failed_sweeps + 1, 30,
-                 "a sweep to run against the lost primary", worker)
-        promoted_at = standby_pair.promote()
-        wait_for(lambda: set(statuses(db).values()) == {"succeeded"} and len(statuses(db)) == len(nodes),
-                 90, "every remediation to complete on the promoted replica", worker)
-        recovery = time.monotonic() - promoted_at
-        settled([worker], client, redis_prefix)
-    finally:
-        worker.stop()
-
-    effective = Counter((c["op"], c["node"]) for c in world.calls(effect=True))
-    dups = duplicate_effects(world)
-    with Session(db) as s:
-        rows = s.scalars(select(RemediationStep)).all()
-        orphans = [r for r in rows if r.status in ("started", "waiting")]
-        final = dict(s.execute(select(Remediation.node, Remediation.status)).tuples().all())
-    per_key = Counter(r.idempotency_key for r in rows)
-    lost = scenario_figures.record(
-        db=db, duplicate_actions=sum(dups.values()), recovery_s=round(recovery, 2),
-        notes=(f"pg_ctl -m immediate on the primary with steps in flight {sorted(Counter(in_flight.values()).items())}"
-               f"; replica promoted {promoted_at - down_at:.1f}s later; synchronous replication; recovery = "
-               f"promotion to all {len(nodes)} succeeded"),
-        extra={"in_flight": in_flight, "orphans": len(orphans), "step_rows": len(rows)},
-    )
-    assert lost == 0, f"{lost} published events are not in Postgres"
-    assert final == dict.fromkeys(nodes, "succeeded"), final
-    for node in nodes:
-        for op in ("slurm.drain", "k8s.cordon", "vm.restart", "slurm.resume"):
-            assert effective[(op, node)] == 1, (op, node, effective)
-    assert not dups, dups
-    assert not {k: n for k, n in per_key.items() if n > 1}
-    assert not orphans, [(r.remediation_id, r.step, r.status) for r in orphans]
-    db.dispose()
-    client.close()
