@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.failover [--full] [pytest args...]
 
-Runs ``tests/reliability/test_failover.py`` (the same tests CI runs), which start their own servers:
+Runs ``tests/reliability/test_failover_{redis,leader,postgres}.py`` (the same tests CI runs), which start their own servers:
 a Redis primary, a replica and three sentinels (Debian's redis-sentinel), and a Postgres primary with a
 synchronous streaming replica made by ``pg_basebackup``. It prints the reliability table's rows for
 those scenarios and a verdict for each of the failover goals: no event lost, no machine action done
@@ -18,7 +18,7 @@ import sys
 from bench.common import goal
 from bench.reliability import run
 
-SUITE = ["tests/reliability/test_failover.py"]
+SUITE = [f"tests/reliability/test_failover_{part}.py" for part in ("redis", "leader", "postgres")]
 STALE = re.compile(r"(\d+) event\(s\) published under the replaced leadership, (\d+) of them recorded")
 
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -21,6 +22,8 @@ from pathlib import Path
 import psycopg
 import redis
 
+from remediation.settings import Settings, load_settings
+from tests.integration.workerproc import wait_for
 from tests.ports import free_port
 from tests.redisproc import PERSISTENCE, RedisMissing
 
@@ -40,8 +43,20 @@ class RedisNode:
         asks the sentinels for the primary does."""
         if replica_of is not None:
             self.replica_of = replica_of
-        args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                *PERSISTENCE["durable"], "--daemonize", "no", "--logfile", str(self.dir / "redis.log")]
+        args = [
+            self.binary,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(self.dir),
+            *PERSISTENCE["durable"],
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.dir / "redis.log"),
+        ]
         if self.replica_of is not None:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         self.proc = subprocess.Popen(args, start_new_session=True)
@@ -115,8 +130,11 @@ class SentinelSet:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if all(len(self.ask(i).sentinel_slaves(MASTER)) >= 1
-                       and len(self.ask(i).sentinel_sentinels(MASTER)) >= 2 for i in range(3)):
+                if all(
+                    len(self.ask(i).sentinel_slaves(MASTER)) >= 1
+                    and len(self.ask(i).sentinel_sentinels(MASTER)) >= 2
+                    for i in range(3)
+                ):
                     return
             except redis.RedisError:
                 pass
@@ -128,8 +146,11 @@ class SentinelSet:
 
     def replicas_online(self, port: int) -> int:
         info = self.node(port).client().info("replication")
-        return sum(1 for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)
-                   and v.get("state") == "online")
+        return sum(
+            1
+            for k, v in info.items()
+            if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
+        )
 
     def stop(self) -> None:
         for proc in self.sentinels:
@@ -151,32 +172,73 @@ class StandbyPair:
         self.primary.init()
         self.replica_dir = self.primary.base / "replica"
         self.replica_port = free_port()
-        self.primary._run(str(self.primary.bin / "pg_basebackup"), "-h", "127.0.0.1", "-p",
-                          str(self.primary.port), "-U", "postgres", "-D", str(self.replica_dir), "-R",
-                          "-X", "stream", "-c", "fast", "--no-sync")
+        self.primary._run(
+            str(self.primary.bin / "pg_basebackup"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(self.primary.port),
+            "-U",
+            "postgres",
+            "-D",
+            str(self.replica_dir),
+            "-R",
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "--no-sync",
+        )
         with (self.replica_dir / "postgresql.auto.conf").open("a") as conf:
-            conf.write(f"primary_conninfo = 'host=127.0.0.1 port={self.primary.port} user=postgres "
-                       "application_name=standby1'\n")
+            conf.write(
+                f"primary_conninfo = 'host=127.0.0.1 port={self.primary.port} user=postgres "
+                "application_name=standby1'\n"
+            )
         self._pg_ctl(self.replica_dir, self.replica_port, "start")
-        self._wait(lambda c: c.execute("SELECT count(*) FROM pg_stat_replication WHERE application_name = "
-                                       "'standby1' AND state = 'streaming'").fetchone()[0] == 1,
-                   self.primary.port, "the replica to stream")
+        self._wait(
+            lambda c: (
+                c.execute(
+                    "SELECT count(*) FROM pg_stat_replication WHERE application_name = "
+                    "'standby1' AND state = 'streaming'"
+                ).fetchone()[0]
+                == 1
+            ),
+            self.primary.port,
+            "the replica to stream",
+        )
         with self.connect(self.primary.port) as c:
             c.execute("ALTER SYSTEM SET synchronous_standby_names = 'standby1'")
             c.execute("SELECT pg_reload_conf()")
-        self._wait(lambda c: c.execute("SELECT sync_state FROM pg_stat_replication").fetchone()[0] == "sync",
-                   self.primary.port, "synchronous replication")
-        self.url = (f"postgresql+psycopg://postgres@/remediation?host=127.0.0.1:{self.primary.port}"
-                    f"&host=127.0.0.1:{self.replica_port}&target_session_attrs=read-write")
+        self._wait(
+            lambda c: c.execute("SELECT sync_state FROM pg_stat_replication").fetchone()[0] == "sync",
+            self.primary.port,
+            "synchronous replication",
+        )
+        self.url = (
+            f"postgresql+psycopg://postgres@/remediation?host=127.0.0.1:{self.primary.port}"
+            f"&host=127.0.0.1:{self.replica_port}&target_session_attrs=read-write"
+        )
 
     def connect(self, port: int) -> psycopg.Connection[tuple[object, ...]]:
-        return psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/remediation", autocommit=True,
-                               connect_timeout=2)
+        return psycopg.connect(
+            f"postgresql://postgres@127.0.0.1:{port}/remediation", autocommit=True, connect_timeout=2
+        )
 
     def _pg_ctl(self, data: Path, port: int, *action: str) -> None:
         opts = f"-p {port} -k {self.primary.base} -c listen_addresses=127.0.0.1"
-        self.primary._run(str(self.primary.bin / "pg_ctl"), "-D", str(data), "-l", str(data / "pg.log"),
-                          "-w", "-t", "60", "-o", opts, *action)
+        self.primary._run(
+            str(self.primary.bin / "pg_ctl"),
+            "-D",
+            str(data),
+            "-l",
+            str(data / "pg.log"),
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            opts,
+            *action,
+        )
 
     def _wait(self, ok: object, port: int, what: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -196,11 +258,56 @@ class StandbyPair:
     def promote(self) -> float:
         """Promote the replica and return the monotonic time it took writes."""
         self.primary._run(str(self.primary.bin / "pg_ctl"), "-D", str(self.replica_dir), "-w", "promote")
-        self._wait(lambda c: c.execute("SELECT NOT pg_is_in_recovery()").fetchone()[0], self.replica_port,
-                   "the promoted replica to take writes")
+        self._wait(
+            lambda c: c.execute("SELECT NOT pg_is_in_recovery()").fetchone()[0],
+            self.replica_port,
+            "the promoted replica to take writes",
+        )
         return time.monotonic()
 
     def destroy(self) -> None:
-        subprocess.run([str(self.primary.bin / "pg_ctl"), "-D", str(self.replica_dir), "-m", "immediate", "stop"],
-                       capture_output=True, user=self.primary.user, check=False, timeout=60)
+        subprocess.run(
+            [str(self.primary.bin / "pg_ctl"), "-D", str(self.replica_dir), "-m", "immediate", "stop"],
+            capture_output=True,
+            user=self.primary.user,
+            check=False,
+            timeout=60,
+        )
         self.primary.destroy()
+
+
+def sentinel_env(cluster: SentinelSet) -> dict[str, str]:
+    """What points a process at the sentinels: the URL keeps only the database (its host is not used)."""
+    return {
+        "REMEDIATION_BROKER__REDIS_URL": "redis://sentinel-named-primary/0",
+        "REMEDIATION_BROKER__SENTINEL__ADDRESSES": json.dumps(cluster.addresses),
+        "REMEDIATION_BROKER__SENTINEL__MASTER": MASTER,
+        "REMEDIATION_BROKER__REPLICA_ACKS": "1",
+    }
+
+
+def sentinel_settings(cluster: SentinelSet, prefix: str) -> Settings:
+    return load_settings(
+        broker={
+            "redis_url": "redis://sentinel-named-primary/0",
+            "key_prefix": prefix,
+            "replica_acks": 1,
+            "sentinel": {"addresses": cluster.addresses, "master": MASTER},
+        }
+    )
+
+
+def fail_over(cluster: SentinelSet) -> tuple[float, float]:
+    """SIGKILL the primary; wait until a majority of sentinels name the replica; start the old primary
+    again as the new one's replica and wait until it is online. Returns (failover s, rejoin s)."""
+    old = cluster.primary_port()
+    assert old is not None
+    cluster.node(old).kill()
+    killed = time.monotonic()
+    wait_for(lambda: cluster.primary_port() not in (None, old), 30, "the sentinels to promote the replica")
+    promoted = time.monotonic()
+    new = cluster.primary_port()
+    assert new is not None
+    cluster.node(old).start(replica_of=new)
+    wait_for(lambda: cluster.replicas_online(new) >= 1, 30, "the old primary to rejoin as a replica")
+    return promoted - killed, time.monotonic() - promoted

@@ -4,7 +4,7 @@ The leader lock's fencing tokens (remediation.adapters.lock) on the shared Redis
 (remediation.services.fencing) on Postgres, ``broker.replica_acks`` against a Redis that has no
 replica, an ingest consumer taking back its own unacknowledged entries, and a connection to a server
 that is no longer the primary (a read-only transaction) turned into an OperationalError that empties
-the pool. The failover scenarios themselves are in tests/reliability/test_failover.py.
+the pool. The failover scenarios themselves are in tests/reliability/test_failover_*.py.
 """
 
 from __future__ import annotations
