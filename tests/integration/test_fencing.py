@@ -26,6 +26,7 @@ from remediation.db.models import Event, LeaderFence, RejectedEvent
 from remediation.db.session import make_engine
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.ingest import ingest
+from remediation.services.metrics import make_registry
 from remediation.settings import DatabaseSettings, PolicySettings
 
 NOW = datetime(2026, 11, 26, 4, 0, tzinfo=UTC)
@@ -90,6 +91,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
     assert result.rejected == 2 and len(rejected) == 2
     assert all(f"token {old.token} after token {new.token}" in e for e in rejected), rejected
     assert fence is not None and (fence.token, fence.fenced) == (new.token, 2)
+    assert make_registry(sessions).get_sample_value("remediation_fenced_events_total", {"lock": "slurm"}) == 2
     # A later batch from the old holder is fenced too: the highest token is kept in Postgres.
     with sessions() as s, s.begin():
         again = ingest(
