@@ -69,7 +69,7 @@ class WatcherProc:
                 self.proc.kill()
 
 
-@pytest.mark.scenario("Leader paused past its lease while Redis fails over")
+@pytest.mark.scenario("Leader paused past its lease, Redis failover")
 def test_a_paused_leader_publishes_nothing_that_counts(
     sentinels: SentinelSet, pg_url: str, tmp_path: Path, scenario_figures: Recorder
 ) -> None:

@@ -19,7 +19,7 @@ from tests.reliability.conftest import Recorder
 from tests.reliability.test_restarts import outage_mid_workflow
 
 
-@pytest.mark.scenario("Postgres failover mid-workflow (immediate stop, promote)")
+@pytest.mark.scenario("Postgres failover mid-workflow (promote)")
 def test_postgres_failover_mid_workflow_completes_every_remediation_once(
     standby_pair: StandbyPair, redis_prefix: str, tmp_path: Path, scenario_figures: Recorder
 ) -> None:

@@ -56,13 +56,13 @@ def overview(api: ApiProcess) -> dict[str, object]:
         pytest.param(
             1,
             1,
-            marks=pytest.mark.scenario("Redis failover mid-storm (Sentinel, SIGKILL primary)"),
+            marks=pytest.mark.scenario("Redis failover mid-storm (SIGKILL the primary)"),
             id="one-worker",
         ),
         pytest.param(
             3,
             2,
-            marks=pytest.mark.scenario("Redis failover mid-storm, 3 workers + 2 API replicas"),
+            marks=pytest.mark.scenario("Redis failover mid-storm, 3 workers + 2 APIs"),
             id="three-workers-two-apis",
         ),
     ],
