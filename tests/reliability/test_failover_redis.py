@@ -20,8 +20,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
-from remediation.adapters.bus import RedisEventBus
-from remediation.adapters.factory import redis_client
+from remediation.adapters.factory import make_bus
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Remediation
 from tests.haproc import SentinelSet, fail_over, sentinel_env, sentinel_settings
@@ -37,7 +36,6 @@ from tests.reliability.test_restarts import (
     steps_in_flight,
     storm_events,
 )
-from workers.celery_app import make_app
 
 ADMIN_TOKEN = "failover-test-admin-token-0123456789abcdef"
 
@@ -92,12 +90,9 @@ def test_redis_failover_mid_storm_loses_nothing(
         REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0",
         REMEDIATION_POLICY__MAX_CONCURRENT="6",
     )
-    settings = sentinel_settings(sentinels, prefix)
-    client = redis_client(settings, 5.0)
-    app = make_app(settings)
-    bus = RedisEventBus(
-        client, prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"), replica_acks=1
-    )
+    # Published as a watcher publishes (make_bus: through the sentinels, waiting for a replica, no kick):
+    # the workers' kick relay, which follows the failover too, starts the ingest.
+    bus = make_bus(sentinel_settings(sentinels, prefix))
     db = create_engine(pg_url, poolclass=NullPool)
     scenario_figures.count_in(db)
     workers = [Worker(env, tmp_path, concurrency=2, beat=(i == 0)) for i in range(n_workers)]
