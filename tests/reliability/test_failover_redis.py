@@ -110,14 +110,16 @@ def test_redis_failover_mid_storm_loses_nothing(
         wait_for(lambda: all(w.ready() for w in workers), 60, "the workers to consume", workers[0])
         publisher.start()
 
+        looked: list[set[int]] = [set()]  # the step rows in flight at the last look before the kill
+
         def mid_storm_and_mid_step() -> bool:
             assert publisher.error is None, repr(publisher.error)
             assert publisher.observed < total, "the storm ended before a workflow step was in flight"
-            return publisher.observed >= total // 2 and bool(steps_in_flight(db))
+            looked[0] = steps_in_flight(db)
+            return publisher.observed >= total // 2 and bool(looked[0])
 
         wait_for(mid_storm_and_mid_step, 60, "half of the storm with a workflow step in flight")
-        killed_at_event, published_at_kill = publisher.observed, publisher.published
-        steps_at_kill = len(steps_in_flight(db))
+        killed_at_event, published_at_kill, steps_at_kill = publisher.observed, publisher.published, len(looked[0])
         killed_at = time.monotonic()  # fail_over's first act is the SIGKILL
         failover_s, rejoin_s = fail_over(sentinels)
         seen = publisher.observed
@@ -160,7 +162,7 @@ def test_redis_failover_mid_storm_loses_nothing(
         notes=(
             f"{total} events at {rate}/s, {n_workers} worker(s) and {n_apis} API replica(s); primary "
             f"SIGKILLed at event {killed_at_event} ({published_at_kill} confirmed by a replica) with "
-            f"{steps_at_kill} step(s) in flight; sentinels promoted the replica in {failover_s:.1f}s, the "
+            f"{steps_at_kill} step(s) in flight at the last look; sentinels promoted the replica in {failover_s:.1f}s, the "
             f"old primary was a replica again {rejoin_s:.1f}s later; publisher held its outbox "
             f"{publisher.refusals}x; recovery = kill to all seen by the rejoin recorded"
         ),
