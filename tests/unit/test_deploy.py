@@ -660,9 +660,8 @@ VALIDATION_RBAC = {
 }
 
 
-def _with_validation(overlay: str, tmp_path: Path, component: str = "validation-kubernetes"
-                     ) -> tuple[dict[str, Any], ...]:
-    """An overlay of ours with a component (the validation's unless named) added, as deploy/README.md
+def _with_validation(overlay: str, tmp_path: Path, component: str = "validation-kubernetes") -> tuple[dict[str, Any], ...]:
+    """An overlay of ours with a component added (the validation's by default), as deploy/README.md
     says to."""
     here = tmp_path / "overlay"
     here.mkdir()
@@ -712,6 +711,18 @@ def test_the_high_availability_component_points_every_process_at_the_sentinels(
     (policy,) = [p for p in _of(objs, "NetworkPolicy") if p["metadata"]["name"] == "node-remediation"]
     assert {"protocol": "TCP", "port": 26379} in [port for rule in policy["spec"]["egress"]
                                                    for port in rule.get("ports", [])]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_checkpoint_pods_component_grants_pods_patch_and_nothing_more(overlay: str, tmp_path: Path) -> None:
+    """workflow.checkpoint_pods annotates pods (remediation/adapters/kube/adapter.py, request_checkpoint):
+    pods patch for the workers, cluster-wide as their pods list is; no exec, no delete."""
+    objs = _with_validation(overlay, tmp_path, "checkpoint-pods")
+    worker = ("remediation-worker", CLUSTER)
+    assert _granted(objs) == {**RBAC, worker: RBAC[worker] | {("", "pods", "patch")}}
+    for workload in _workloads(objs):
+        env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
+        assert env["REMEDIATION_WORKFLOW__CHECKPOINT_PODS"] == "true", workload["metadata"]["name"]
 
 
 def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
