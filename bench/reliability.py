@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ["tests/reliability", "tests/integration/test_api_schemathesis.py"]
@@ -27,10 +28,9 @@ def dash(value: object, fmt: str = "{}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def main() -> int:
-    args = sys.argv[1:]
-    full = "--full" in args
-    args = [a for a in args if a != "--full"]
+def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int, list[dict[str, Any]]]:
+    """Run ``suite`` under pytest with the scenario plugin recording, print its table under ``title``,
+    and return pytest's exit status and the rows."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "figures.jsonl"
         env = {
@@ -39,7 +39,7 @@ def main() -> int:
             "REMEDIATION_RELIABILITY_SCALE": "full" if full else "ci",
         }
         code = subprocess.call(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SUITE, *args],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *suite, *args],
             cwd=ROOT,
             env=env,
             stdout=sys.stderr,
@@ -49,7 +49,7 @@ def main() -> int:
         f"{'scenario':<46} {'runs':>5} {'passed':>6} {'lost events':>11} {'dup. actions':>12} "
         f"{'recovery':>9} {'examples':>8}"
     )
-    print(f"Reliability suite ({'full' if full else 'CI'} scale)\n\n" + head + "\n" + "-" * len(head))
+    print(f"{title} ({'full' if full else 'CI'} scale)\n\n" + head + "\n" + "-" * len(head))
     for r in rows:
         print(
             f"{r['scenario']:<46} {r['runs']:>5} {r['passed']:>6} {dash(r['lost_events']):>11} "
@@ -62,11 +62,17 @@ def main() -> int:
             print(f"    FAILED: {problem}")
     if not rows:
         print("no rows: the suite did not run")
-        return code or 1
+        return code or 1, rows
     print(
         f"\nruns and passed are pytest's outcomes; '-' = not measured by that scenario; pytest exit status {code}"
     )
-    return code
+    return code, rows
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    full = "--full" in args
+    return run(SUITE, [a for a in args if a != "--full"], full, "Reliability suite")[0]
 
 
 if __name__ == "__main__":

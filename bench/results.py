@@ -114,6 +114,7 @@ BENCHES = (
     ),
     Bench("phantom_soak", "Phantom-fault soak: false quarantines", (), ("--minutes", "1", "--nodes", "16")),
     Bench("reliability", "Reliability and operator-trust table (tests/reliability and the API fuzzing)"),
+    Bench("failover", "Redis (Sentinel) and Postgres (streaming replica) failover mid-run"),
 )
 BY_NAME = {b.name: b for b in BENCHES}
 HEADER = "# Benchmark results\n"

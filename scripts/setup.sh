@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests need on a Debian 12 machine, idempotently:
-#   - PostgreSQL and Redis from Debian's packages, started if they are not answering;
+#   - PostgreSQL and Redis from Debian's packages, started if they are not answering, and redis-sentinel;
 #   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
 #   - Slurm 24.11 in a cached Debian trixie root (scripts/slurm-root.sh), the second real Slurm;
 #   - promtool (Debian's prometheus package) for the alert-rule tests;
@@ -46,6 +46,9 @@ if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
     --dir /var/lib/redis --logfile /var/log/redis/ci.log
   for _ in $(seq 1 50); do redis-cli ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
+# Debian's Sentinel, for the failover tests (they start their own primary, replica and sentinels; the
+# package's own service is not used).
+apt_install redis-sentinel
 
 # --- Slurm 22.05 and munge (the real-Slurm tests start a controller from a fixture).
 apt_install slurmctld slurmd slurm-client munge slurmrestd

@@ -90,7 +90,7 @@ def run(
     polls = polls or Polls()
     bus = bus or make_bus(settings)
     api = api or kube_client(settings.kube)
-    lock = make_lock(settings, "kube", client=bus.client, ttl_s=settings.kube.leader_ttl_s)
+    lock = make_lock(settings, "kube", client=bus.client, ttl_s=settings.kube.leader_ttl_s, bus=bus)
     health = health or WatcherHealth("kube", settings)
     server = health.serve()
     try:

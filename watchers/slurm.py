@@ -22,7 +22,8 @@ With the cli backend's delta reader a new fault is published from slurmctld's ag
 before any detail read; what a line cannot tell (a recovery, a node keyed by slurmd's start time) is read
 in detail right after, within the same turn of the loop. Backends that can tell "nothing changed" cheaply
 (slurmrestd's ``update_time`` answers 304) make an idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
-Only the holder of the ``slurm`` leader lock publishes; SIGTERM stops the loop within one poll and
+Only the holder of the ``slurm`` leader lock publishes, each event stamped with the lock's fencing
+token so that the ingest ignores a replaced leader; SIGTERM stops the loop within one poll and
 releases the lock.
 """
 
@@ -245,6 +246,7 @@ def run(
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.
     lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
+    bus.fenced_by(lock)  # every event carries the lock's fencing token (remediation.domain.fencing)
     watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
     pace = Pace(poll, settings.slurm.cpu_budget)
     topology = TopologyPublisher(settings, bus, getattr(slurm, "topology", None))

@@ -21,22 +21,41 @@ docs/architecture.md), which fsyncs once per event-loop pass before it answers, 
 one fsync, where one XADD per event paid one each and capped publishing at about 900 events/s. The
 outbox guarantee is unchanged: the caller drops its events only after this returns, i.e. after Redis
 acknowledged (and, with ``always``, persisted) every entry.
+
+**Across a failover.** Under Redis Sentinel a primary can die with writes its replica never received.
+With ``replica_acks`` (``broker.replica_acks``) the pipeline ends with ``WAIT``: publish returns only
+once that many replicas hold the batch, and raises :class:`BusUnavailable` otherwise, so the caller
+keeps the batch and sends it again (the dedupe key makes a repeat harmless). An acknowledged event is
+then on a replica before the watcher forgets it, whichever server Sentinel promotes.
+
+**Fenced.** A watcher's bus is :meth:`RedisEventBus.fenced_by` its leader lock: each event it publishes
+carries the lock's fencing token, and publishing without a held lock raises :class:`NotLeader` (see
+remediation.adapters.lock and remediation.domain.fencing).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import redis
 
-from remediation.domain.events import NodeEvent
+from remediation.domain.events import Fence, NodeEvent
 
 GROUP = "ingest"
 
 
 class BusUnavailable(ConnectionError):
-    """Redis cannot be reached; the caller keeps its events and retries."""
+    """Redis cannot be reached (or its replicas did not confirm); the caller keeps its events and retries."""
+
+
+class NotLeader(BusUnavailable):
+    """A fenced bus was asked to publish while its lock is not held; the caller keeps its events."""
+
+
+class Fencing(Protocol):
+    def fence(self) -> Fence | None: ...
 
 
 @dataclass(frozen=True)
@@ -54,17 +73,30 @@ class Keys:
 
 class RedisEventBus:
     def __init__(
-        self, client: redis.Redis, prefix: str, kick: Callable[[], None] | None = None
+        self, client: redis.Redis, prefix: str, kick: Callable[[], None] | None = None,
+        replica_acks: int = 0, replica_ack_timeout_ms: int = 1000,
     ) -> None:
         self.client = client
         self.keys = Keys(prefix)
         self._kick = kick
+        self.replica_acks, self.replica_ack_timeout_ms = replica_acks, replica_ack_timeout_ms
+        self._lock: Fencing | None = None
+
+    def fenced_by(self, lock: Fencing) -> None:
+        """Stamp every event published from now on with ``lock``'s fencing token."""
+        self._lock = lock
 
     def publish(self, events: Iterable[NodeEvent]) -> int:
-        """Append events to the stream; returns how many. Raises BusUnavailable."""
+        """Append events to the stream; returns how many. Raises BusUnavailable (NotLeader when fenced
+        by a lock that is not held)."""
         batch = list(events)
         if not batch:
             return 0
+        if self._lock is not None:
+            fence = self._lock.fence()
+            if fence is None:
+                raise NotLeader("not publishing: this watcher does not hold its leader lock")
+            batch = [event.model_copy(update={"fence": fence}) for event in batch]
         self._append([event.to_json() for event in batch])
         return len(batch)
 
@@ -81,8 +113,15 @@ class RedisEventBus:
                 pipe.xadd(self.keys.stream, {"e": payload})
             if self._kick is not None:
                 pipe.set(self.keys.kick, "1", nx=True, px=5000)
+            if self.replica_acks > 0:
+                pipe.wait(self.replica_acks, self.replica_ack_timeout_ms)
             replies = pipe.execute()
         except redis.RedisError as exc:
             raise BusUnavailable(f"cannot publish to Redis: {exc}") from exc
+        if self.replica_acks > 0:
+            confirmed = int(replies.pop())
+            if confirmed < self.replica_acks:
+                raise BusUnavailable(f"{confirmed} of {self.replica_acks} replica(s) confirmed the batch "
+                                     f"within {self.replica_ack_timeout_ms} ms; keeping it to send again")
         if self._kick is not None and replies[-1]:
             self._kick()

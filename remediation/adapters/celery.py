@@ -40,7 +40,8 @@ def make_app(settings: Settings) -> Celery:
 
     Late acks and ``reject_on_worker_lost`` requeue a task whose worker died; prefetch 1 keeps a
     worker from sitting on a step another could run; two queues keep an event storm from starving
-    running workflows.
+    running workflows. Under ``broker.sentinel`` the broker is kombu's ``sentinel://`` transport with
+    the master's name in its transport options, so workers and senders follow a failover.
     """
     app = Celery("remediation", broker=settings.broker.celery_url)
     app.conf.update(
@@ -54,23 +55,20 @@ def make_app(settings: Settings) -> Celery:
         task_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
-        broker_use_ssl=settings.broker.tls(settings.broker.celery_url) or None,
-        redis_backend_use_ssl=settings.broker.tls(settings.broker.celery_url) or None,
-        broker_transport_options={
-            "visibility_timeout": settings.broker.visibility_timeout_s,
-            "global_keyprefix": f"{settings.broker.key_prefix}:celery:",
-        },
+        broker_use_ssl=settings.broker.celery_tls() or None,
+        redis_backend_use_ssl=settings.broker.celery_tls() or None,
+        broker_transport_options=settings.broker.celery_transport_options(),
     )
     return app
 
 
-_clients: dict[tuple[str, float, str, str], Celery] = {}
+_clients: dict[tuple[str, float, str, str, str], Celery] = {}
 
 
 def client_app(settings: Settings) -> Celery:
     """The process's sending app for these broker settings (built once: an app holds a connection pool)."""
     b = settings.broker
-    key = (b.celery_url, b.visibility_timeout_s, b.key_prefix, b.ca_file or "")
+    key = (b.celery_url, b.visibility_timeout_s, b.key_prefix, b.ca_file or "", b.sentinel.master)
     if key not in _clients:
         _clients[key] = make_app(settings)
     return _clients[key]

@@ -204,12 +204,26 @@ def redis_client(settings: Settings, timeout: float) -> redis.Redis:
     after ``timeout`` seconds, so an unreachable Redis is an error the caller handles, never a hang.
     Each caller picks the bound its work can wait: a watcher's publish, a page's queue depth, a
     worker's stream read. The URL names the component's own ACL user; a ``rediss://`` URL speaks TLS
-    (``broker.ca_file``)."""
+    (``broker.ca_file``). Under ``broker.sentinel`` the client is the sentinels' current primary."""
     import redis
 
     b = settings.broker
-    return redis.Redis.from_url(b.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
-                                **b.tls(b.redis_url))
+    if not b.sentinel.enabled:
+        return redis.Redis.from_url(b.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                    **b.tls(b.redis_url))
+    from redis.connection import parse_url
+    from redis.sentinel import Sentinel
+
+    # Under Sentinel the URL gives who we are (user, password, database, TLS); the sentinels say where.
+    # A client asks them again whenever it (re)connects, so it follows a failover by itself.
+    own = {k: v for k, v in parse_url(b.redis_url).items()  # type: ignore[no-untyped-call]
+           if k not in ("host", "port", "connection_class")}
+    tls = b.tls(b.redis_url)
+    sentinel = Sentinel(b.sentinel.hosts(), sentinel_kwargs=b.sentinel_kwargs(timeout),  # type: ignore[no-untyped-call]
+                        socket_timeout=timeout, socket_connect_timeout=timeout, **own,
+                        **({"ssl": True, **tls} if tls else {}))
+    primary: redis.Redis = sentinel.master_for(b.sentinel.master)  # type: ignore[no-untyped-call]
+    return primary
 
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
@@ -223,17 +237,26 @@ def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEven
         return MemoryEventBus(kick=celery_dispatcher(settings).kick_ingest)  # type: ignore[return-value]
     from remediation.adapters.bus import RedisEventBus
 
+    b = settings.broker
     client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
-    return RedisEventBus(client, settings.broker.key_prefix)
+    return RedisEventBus(client, b.key_prefix, replica_acks=b.replica_acks,
+                         replica_ack_timeout_ms=b.replica_ack_timeout_ms)
 
 
-def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0) -> LeaderLock:
-    """The leader lock of one kind of watcher (only the holder publishes)."""
+def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0,
+              bus: RedisEventBus | None = None) -> LeaderLock:
+    """The leader lock of one kind of watcher (only the holder publishes). Given the watcher's ``bus``,
+    the bus stamps the lock's fencing token on what it publishes and refuses to publish without it."""
     if settings.broker.redis_url.startswith("memory://"):
         from remediation.adapters.memstream import LocalLock
 
         return LocalLock()  # type: ignore[return-value]
     from remediation.adapters.lock import LeaderLock
 
+    b = settings.broker
     client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
-    return LeaderLock(client, f"{settings.broker.key_prefix}:leader:{kind}", ttl_s)
+    lock = LeaderLock(client, f"{b.key_prefix}:leader:{kind}", ttl_s, kind=kind, replica_acks=b.replica_acks,
+                      replica_ack_timeout_ms=b.replica_ack_timeout_ms)
+    if bus is not None:
+        bus.fenced_by(lock)
+    return lock

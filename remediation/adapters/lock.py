@@ -1,8 +1,20 @@
-"""A Redis leader lock: only one watcher of a kind publishes at a time.
+"""A Redis leader lock with a fencing token: only one watcher of a kind publishes, and only its events count.
 
 The holder renews the lock well inside its TTL; a watcher that dies loses it after the TTL and a standby
 takes over. Renew and release are compare-and-set scripts, so a watcher whose lock expired (say it was
 paused for longer than the TTL) can never extend or delete a lock that another watcher now holds.
+
+That alone does not stop two watchers from publishing as leader: the paused one wakes up and publishes
+once before its next renewal tells it the lock is gone, and a Redis failover can lose the lock key.
+So taking the lock also draws a **fencing token** (:meth:`LeaderLock.fence`), in the same script: one
+more than the last token drawn for this lock, and never below the Redis server's clock in
+milliseconds, so that a Redis that lost its data entirely still hands out tokens above every earlier
+one. The watcher stamps the token on every event it publishes, and the ingest drops events whose token
+is below one it has recorded (:mod:`remediation.domain.fencing`).
+
+With ``broker.replica_acks`` set (Redis under Sentinel), a new holder waits until that many replicas
+hold its lock and token (``WAIT``) before it leads: a failover right after cannot hand the next holder
+the same token. A holder the replicas did not confirm gives the lock back and tries again next poll.
 """
 
 from __future__ import annotations
@@ -13,6 +25,18 @@ import uuid
 
 import redis
 
+from remediation.domain.events import Fence
+
+_ACQUIRE = """
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local t = redis.call('time')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local token = math.max(tonumber(redis.call('get', KEYS[2]) or '0') + 1, now)
+  redis.call('set', KEYS[2], string.format('%d', token))
+  return token
+end
+return 0
+"""
 _RENEW = """
 if redis.call('get', KEYS[1]) == ARGV[1] then
   return redis.call('pexpire', KEYS[1], ARGV[2])
@@ -28,28 +52,47 @@ return 0
 
 
 class LeaderLock:
-    def __init__(self, client: redis.Redis, key: str, ttl_s: float = 10.0) -> None:
+    def __init__(self, client: redis.Redis, key: str, ttl_s: float = 10.0, kind: str | None = None,
+                 replica_acks: int = 0, replica_ack_timeout_ms: int = 1000) -> None:
         self.client = client
         self.key = key
+        self.kind = kind or key.rpartition(":")[2]
         self.ttl_ms = int(ttl_s * 1000)
-        self.token = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.replica_acks, self.replica_ack_timeout_ms = replica_acks, replica_ack_timeout_ms
+        self._acquire = client.register_script(_ACQUIRE)
         self._renew = client.register_script(_RENEW)
         self._release = client.register_script(_RELEASE)
         self.held = False
+        self.token = 0  # the fencing token of the current holding; 0 while not held
 
     def acquire_or_renew(self) -> bool:
         """Try to hold the lock; returns whether we are the leader now."""
         try:
-            if self.held and self._renew(keys=[self.key], args=[self.token, self.ttl_ms]):
+            if self.held and self._renew(keys=[self.key], args=[self.holder, self.ttl_ms]):
                 return True
-            self.held = bool(self.client.set(self.key, self.token, nx=True, px=self.ttl_ms))
+            self.held, self.token = False, 0
+            token = int(self._acquire(keys=[self.key, f"{self.key}:token"], args=[self.holder, self.ttl_ms]))
+            if token and self._replicated():
+                self.held, self.token = True, token
+            elif token:
+                self.release()
         except redis.RedisError:
-            self.held = False
+            self.held, self.token = False, 0
         return self.held
+
+    def _replicated(self) -> bool:
+        if self.replica_acks <= 0:
+            return True
+        return int(self.client.wait(self.replica_acks, self.replica_ack_timeout_ms)) >= self.replica_acks
+
+    def fence(self) -> Fence | None:
+        """The fencing token to stamp on what we publish; None while we do not hold the lock."""
+        return Fence(lock=self.kind, token=self.token) if self.held and self.token else None
 
     def release(self) -> None:
         try:
-            self._release(keys=[self.key], args=[self.token])
+            self._release(keys=[self.key], args=[self.holder])
         except redis.RedisError:
             pass
-        self.held = False
+        self.held, self.token = False, 0

@@ -1,4 +1,5 @@
-"""An in-memory world (Slurm nodes, Kubernetes Nodes, VMs) and the three adapters over it.
+"""An in-memory world (Slurm nodes, Kubernetes Nodes, VMs) and the three adapters over it (the VM
+adapter in :mod:`remediation.adapters.memory_vm`, imported from here as well).
 
 Used by unit tests and by integration tests that run real Celery workers: with ``journal`` set, the
 world lives in a JSON file guarded by an exclusive file lock, so several worker *processes* share it and
@@ -16,7 +17,8 @@ but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a nod
 A broken VM (``vm.broken``) stays unhealthy through any action, unless its ``vm.fault`` names the action
 kinds that fix it (``fixed_by``; the rehearsal's outcome model); each completed operation records whether
 it ``fixed`` the node. ``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
-in which to kill the worker mid-step.
+in which to kill the worker mid-step; ``slurm.list_nodes`` (a watcher's read) is then recorded too, so
+that a test can pause a watcher that has read and not yet published.
 """
 
 from __future__ import annotations
@@ -34,20 +36,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
+from remediation.adapters.memory_vm import MemoryVM as MemoryVM  # its own module; imported from here too
 from remediation.ports.cluster import (
     EvictionProgress,
     KubeNode,
-    Operation,
-    OperationStatus,
     SlurmNode,
-    VMAction,
-    VMRef,
 )
-from remediation.ports.errors import NotFound, PermanentError, UnknownNode
+from remediation.ports.errors import UnknownNode
 
-#: What a VM action does to the hardware under it, for a fault's ``fixed_by`` (see the rehearsal's
-#: outcome model): a stop/start or a redeploy lands the VM on another host.
-ACTION_KIND = {"restart": "restart", "reimage": "reimage", "stop_start": "move", "redeploy": "move"}
 #: The remediation an idempotency key belongs to: the workflow's keys are ``r<id>:<step>:<attempt>``.
 REMEDIATION_IN_KEY = re.compile(r"r(\d+):")
 
@@ -199,8 +195,14 @@ class MemorySlurm:
         self.w = world
 
     def list_nodes(self) -> list[SlurmNode]:
+        delayed = "slurm.list_nodes" in self.w.call_delay_s
         with self.w.mutate() as st:
-            return [self._view(n, d) for n, d in st["nodes"].items()]
+            nodes = [self._view(n, d) for n, d in st["nodes"].items()]
+            if delayed:  # a mark, so that a test can catch the reader inside its delay (after it read)
+                self.w._log(st, "slurm.list_nodes", "*", effect=False)
+        if delayed:
+            self.w._pause("slurm.list_nodes")
+        return nodes
 
     def get_node(self, name: str) -> SlurmNode:
         with self.w.mutate() as st:
@@ -340,61 +342,3 @@ class MemoryKube:
             if k["taint"] != on:
                 k["taint"] = on
                 self.w._log(st, "k8s.taint" if on else "k8s.untaint", name)
-
-
-class MemoryVM:
-    def __init__(self, world: MemoryWorld) -> None:
-        self.w = world
-
-    def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
-        with self.w.mutate() as st:
-            if idempotency_key in st["keys"]:
-                self.w._log(st, f"vm.{action}", vm.name, False, key=idempotency_key)
-                return Operation.from_dict(st["ops"][st["keys"][idempotency_key]])
-            node = self.w._get(st, vm.name)
-            if node["vm"].get("gone"):
-                raise NotFound(f"VM {vm.name} not found")
-            ref = f"op-{uuid.uuid4().hex[:10]}"
-            fault = node["vm"].get("fault") or {}
-            data: dict[str, Any] = {"polls": 0, "category": fault.get("category"), "fabric": bool(fault.get("fabric"))}
-            if self.w.clock is not None:
-                data["issued_at"] = self.w.clock().isoformat()
-            op = Operation("memory", ref, action, vm, data)
-            st["ops"][ref] = op.to_dict()
-            st["keys"][idempotency_key] = ref
-            node["k8s"]["ready"] = "Unknown"
-            self.w._log(st, f"vm.{action}", vm.name, True, key=idempotency_key, op_ref=ref)
-        self.w._pause("vm.start")
-        return op
-
-    def poll(self, op: Operation) -> OperationStatus:
-        with self.w.mutate() as st:
-            rec = st["ops"].get(op.ref)
-            if rec is None:
-                raise PermanentError(f"operation {op.ref} not found")
-            rec["data"]["polls"] += 1
-            if not self.w._op_finished(rec["data"]) or rec["data"].get("done"):
-                return OperationStatus(done=bool(rec["data"].get("done")))
-            rec["data"]["done"] = True
-            node = st["nodes"][op.vm.name]
-            if node["vm"]["broken"]:
-                fault = node["vm"].get("fault") or {}
-                if ACTION_KIND.get(str(op.action)) not in fault.get("fixed_by", ()):
-                    rec["data"]["fixed"] = False
-                    return OperationStatus(done=True)  # the VM restarts but stays unhealthy
-                node["vm"].update(broken=False, fault=None)  # the action this fault needed
-            rec["data"]["fixed"] = True
-            node["vm"]["boots"] += 1
-            node["k8s"].update(ready="True", boot_id=uuid.uuid4().hex)
-            if self.w.restart_clears_conditions:
-                node["k8s"]["conditions"] = {c: "False" for c in node["k8s"].get("conditions", {})}
-            node["jobs"] = []
-            s = node["slurm"]
-            s["slurmd_start"] = self.w.now_s()  # the VM booted: its slurmd started (and registered) now
-            s["flags"] = [f for f in s["flags"] if f != "NOT_RESPONDING"]
-            # ReturnToService=1: slurmctld returns a DOWN node to service when slurmd registers only
-            # while the reason is still its own "Not responding"; our drain reason keeps it DOWN.
-            if s["state"] == "DOWN" and s["reason"] in ("", "Not responding"):
-                s["state"] = "IDLE"
-            return OperationStatus(done=True)
-

@@ -23,6 +23,9 @@ class MemoryEventBus:
         self._kick = kick
         self.client = None  # watchers build no Redis lock from it (see LocalLock)
 
+    def fenced_by(self, lock: object) -> None:
+        """One process holds every lock here (LocalLock): there is no other leader to fence off."""
+
     def publish(self, events: Iterable[NodeEvent]) -> int:
         batch = [e.to_json().encode() for e in events]
         with _lock:
@@ -64,3 +67,6 @@ class LocalLock:
 
     def release(self) -> None:
         pass
+
+    def fence(self) -> None:
+        return None

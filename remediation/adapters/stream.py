@@ -1,7 +1,8 @@
 """Drain the event stream in batches, acknowledging entries only after they are recorded.
 
-``drain`` reads with a consumer group: first it claims entries another consumer read but never
-acknowledged (that consumer died mid-batch), then it reads new ones. ``handle`` records a batch and
+``drain`` reads with a consumer group: first it takes back what it read itself and never acknowledged
+(its last batch failed, say the database failed over mid-transaction), then it claims entries another
+consumer read but never acknowledged (that consumer died mid-batch), then it reads new ones. ``handle`` records a batch and
 commits; only then are the entries acknowledged (the database, not Redis, is the record). If
 ``handle`` raises (Postgres is down), nothing is acknowledged and the entries are claimed again later.
 See remediation.adapters.bus for the kick protocol that makes ``drain`` end without losing a late
@@ -54,7 +55,8 @@ def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_id
     me = consumer_name()
     total = 0
     for n in range(max_batches):
-        entries = (_claim(client, keys, me, batch, claim_idle_ms) if n == 0 else []) or _read(client, keys, me, batch)
+        entries = (_own(client, keys, me, batch) or _claim(client, keys, me, batch, claim_idle_ms)) if n == 0 else []
+        entries = entries or _read(client, keys, me, batch)
         if entries and len(entries) < batch // 4 and linger_s > 0:
             time.sleep(linger_s)
             entries += _read(client, keys, me, batch - len(entries))
@@ -72,9 +74,17 @@ def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_id
     return total
 
 
-def _read(client: redis.Redis, keys: Keys, me: str, batch: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    resp = client.xreadgroup(GROUP, me, {keys.stream: ">"}, count=batch)
+def _read(client: redis.Redis, keys: Keys, me: str, batch: int, after: str = ">"
+          ) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    resp = client.xreadgroup(GROUP, me, {keys.stream: after}, count=batch)
     return list(resp[0][1]) if resp else []
+
+
+def _own(client: redis.Redis, keys: Keys, me: str, batch: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
+    """What this consumer read and never acknowledged: its last batch failed (the database went away
+    mid-transaction). They are ours to record again at once, not after ``claim_idle_ms``."""
+    mine = _read(client, keys, me, batch, after="0")
+    return [(eid, fields) for eid, fields in mine if fields]
 
 
 def _claim(client: redis.Redis, keys: Keys, me: str, batch: int, idle_ms: int) -> list[tuple[bytes, dict[bytes, bytes]]]:

@@ -15,6 +15,8 @@ Tables and why they exist:
 - ``control``: small cluster-wide state (paused, breaker open, last VM action time).
 - ``node_domains``: each node's failure domains (switch, zone, NVLink clique), per source.
 - ``incidents``: one row per topology-correlated incident; its remediations point at it.
+- ``leader_fences``: per watcher leader lock, the highest fencing token the ingest has recorded and how
+  many events it dropped for carrying a lower one (see :mod:`remediation.domain.fencing`).
 - ``dashboard_sessions``: one row per dashboard login, so that every API replica knows it and logout
   or a rotated token ends it (see :mod:`remediation.services.dashboard_sessions`).
 """
@@ -271,3 +273,15 @@ class DashboardSession(Base):
     token_sha256: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class LeaderFence(Base):
+    """The highest fencing token the ingest has seen for one leader lock; an event with a lower one
+    was published by a leader that had already been replaced, and is dropped (``fenced`` counts them)."""
+
+    __tablename__ = "leader_fences"
+
+    lock: Mapped[str] = mapped_column(String(32), primary_key=True)
+    token: Mapped[int] = mapped_column(BigInteger)
+    fenced: Mapped[int] = mapped_column(BigInteger, default=0)
+    raised_at: Mapped[datetime]

@@ -3,6 +3,17 @@
 SQLite gets WAL, a busy timeout and foreign keys so that a worker thread and the API can share the file
 during the demo. Postgres connections are pre-pinged so a restarted server costs one failed checkout,
 not a crashed worker. ``DatabaseUnavailable`` turns "connection refused" into one clear sentence.
+
+**Failover.** An HA Postgres is a multi-host URL with ``target_session_attrs=read-write``
+(``database.url``): libpq tries the hosts in turn and keeps only the one that takes writes, so every new
+connection finds the current primary. What this module adds is that the *old* connections go: a
+server that refuses a write because it is (now) a standby, or that is shutting down or starting up,
+is taken as a lost connection (:func:`_failover_is_a_disconnect`), so the pool throws away every
+connection it holds and the error reaches the caller as an ``OperationalError``, the one error every
+caller already retries (the tasks' ``autoretry_for``; an ingest batch's entries stay unacknowledged).
+A transaction cut off mid-way is never half-applied (Postgres commits all of it or none), and its
+retry runs the whole unit of work again from a fresh read, which the workflow's claim and idempotency
+keys make safe.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -30,11 +42,34 @@ def make_engine(cfg: DatabaseSettings) -> Engine:
     else:
         kwargs["pool_size"] = cfg.pool_size
         kwargs["max_overflow"] = cfg.pool_size
+        kwargs["connect_args"] = {"connect_timeout": cfg.connect_timeout_s}
     engine = create_engine(cfg.url, **kwargs)
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin_immediate)
+    else:
+        event.listen(engine, "handle_error", _failover_is_a_disconnect, retval=True)
     return engine
+
+
+# SQLSTATEs a primary that failed over (or is failing over) answers with: read_only_sql_transaction (a
+# standby, or a demoted primary), admin_shutdown, crash_shutdown, cannot_connect_now (starting up or
+# in recovery).
+FAILOVER_SQLSTATES = frozenset({"25006", "57P01", "57P02", "57P03"})
+
+
+def _failover_is_a_disconnect(ctx: ExceptionContext) -> OperationalError | None:
+    """A connection to a server that is no longer the primary is as good as lost: invalidate the pool
+    (a pre-ping's ``SELECT 1`` passes on a standby, so nothing else would) and raise an
+    OperationalError, which the callers retry."""
+    orig = ctx.original_exception
+    if getattr(orig, "sqlstate", None) not in FAILOVER_SQLSTATES:
+        return None
+    ctx.is_disconnect = True
+    ctx.invalidate_pool_on_disconnect = True
+    if isinstance(ctx.sqlalchemy_exception, OperationalError):
+        return None
+    return OperationalError(ctx.statement, ctx.parameters, orig, connection_invalidated=True)
 
 
 def memory_engine(template: Path) -> Engine:

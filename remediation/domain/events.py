@@ -44,6 +44,18 @@ class EventKind(StrEnum):
     DOMAINS = "domains"  # the node's failure domains from one source (``domains``); never a fault
 
 
+class Fence(BaseModel):
+    """A leader's fencing token, stamped on each event it publishes: ``lock`` names the leader lock
+    (``slurm``, ``kube``), ``token`` is the number the holder got when it took the lock, higher for
+    every new holder. The ingest drops an event whose token is below one it has already seen for the
+    same lock (:mod:`remediation.domain.fencing`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lock: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
+    token: int = Field(ge=1)
+
+
 class NodeEvent(BaseModel):
     """An observation about one node. ``state`` is a Slurm state/flag (DOWN, DRAIN, FAIL,
     NOT_RESPONDING, IDLE...) or a Kubernetes condition written ``Type=Status`` (``Ready=False``)."""
@@ -65,6 +77,8 @@ class NodeEvent(BaseModel):
     # kind -> name of the node's failure domains as this source sees them (kind DOMAINS only), e.g.
     # {"leaf-switch": "leaf0"} or {"nvidia.com/gpu.clique": "uuid.1"}: see remediation.domain.topology.
     domains: dict[str, str] | None = None
+    # The publishing leader's fencing token; None for what no leader publishes (`remediation report`).
+    fence: Fence | None = None
 
     @field_validator("node")
     @classmethod
@@ -127,7 +141,8 @@ class NodeEvent(BaseModel):
         return self.state.upper()
 
     def to_json(self) -> str:
-        return self.model_dump_json()
+        # An unfenced event is written as before the field existed, so a worker not yet upgraded reads it.
+        return self.model_dump_json(exclude={"fence"} if self.fence is None else None)
 
     @classmethod
     def parse(cls, payload: str | bytes | dict[str, Any]) -> NodeEvent:

@@ -14,8 +14,9 @@ have caused it (:mod:`remediation.domain.attribution`). New
 remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
 losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
 
-Payloads that do not parse are stored in ``rejected_events`` with the parser's message. Nothing
-published is ever dropped silently.
+Payloads that do not parse are stored in ``rejected_events`` with the parser's message, and so are
+events a replaced leader published (:mod:`remediation.services.fencing`). Nothing published is ever
+dropped silently.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from remediation.domain.policy import (
 )
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
+from remediation.services.fencing import fence_events
 from remediation.services.incidents import correlate_opened, record_domains
 from remediation.settings import IncidentSettings, PolicySettings
 
@@ -135,6 +137,8 @@ def ingest(
     now = clock.now()
     result = IngestResult()
     events, rejected = parse_payloads(payloads, max_bytes)
+    events, fenced = fence_events(session, events, now)  # what a replaced leader published
+    rejected += fenced
     if rejected:
         session.execute(
             insert(RejectedEvent),

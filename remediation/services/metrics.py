@@ -21,7 +21,9 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   has picked up), ``remediation_oldest_open_seconds{step}`` (the oldest open remediation's age by
   the step it stands at), and ``remediation_queue_depth{queue}`` when the composition root injects the
   broker's queue lengths
-- ``remediation_rejected_events_total``, ``remediation_database_up``
+- ``remediation_rejected_events_total``, ``remediation_database_up``, and
+  ``remediation_fenced_events_total{lock}``: events a replaced leader published, dropped at ingest (also
+  counted as rejected; :mod:`remediation.domain.fencing`)
 - the validation's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
   and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.services.validation_metrics`)
 """
@@ -40,7 +42,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import SystemClock, aware
-from remediation.db.models import Event, Node, RejectedEvent, Remediation, RemediationStep
+from remediation.db.models import Event, LeaderFence, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
@@ -100,6 +102,11 @@ class DatabaseCollector(Collector):
         rejected = CounterMetricFamily("remediation_rejected_events", "Payloads that could not be ingested")
         rejected.add_metric([], s.scalar(select(func.count()).select_from(RejectedEvent)) or 0)
         yield rejected
+        fenced = CounterMetricFamily("remediation_fenced_events", "Events dropped at ingest: published under a "
+                                     "leader lock's fencing token a newer holder had replaced", labels=["lock"])
+        for lock, n in s.execute(select(LeaderFence.lock, LeaderFence.fenced)):
+            fenced.add_metric([lock], n)
+        yield fenced
 
         closed = CounterMetricFamily("remediation_remediations", "Closed remediations by outcome",
                                      labels=["outcome"])

@@ -3,7 +3,15 @@
 Each component connects as its own Redis ACL user, named with its password in its URL
 (``redis://USER:PASSWORD@HOST:6379/0``); the users and what each may do are in
 ``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before. A
-``rediss://`` URL speaks TLS, verified against :attr:`BrokerSettings.ca_file`.
+``rediss://`` URL speaks TLS, verified against :attr:`BrokerSettings.ca_file`. Under Redis Sentinel
+(``broker.sentinel``, :mod:`remediation.settings.sentinel`) the URL keeps the user, password, database
+and scheme, and the sentinels name the host.
+
+Replication is asynchronous: a primary that dies before its replica has a write takes that write with
+it. ``replica_acks`` closes that for what must not be lost (events, the leader lock's fencing token):
+the writer waits (``WAIT``) until that many replicas hold the write, and a write they did not confirm
+counts as not done, so the publisher keeps its events and sends them again (docs/architecture.md,
+"Failover loses nothing").
 """
 
 from __future__ import annotations
@@ -12,10 +20,12 @@ import ssl
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import Field
 
 from remediation.settings.base import Section
+from remediation.settings.sentinel import SentinelSettings
 
 
 class BrokerSettings(Section):
@@ -30,7 +40,25 @@ class BrokerSettings(Section):
         "one Redis without seeing each other's events.",
     )
     celery_broker_url: str | None = Field(
-        None, description="Celery broker URL. Defaults to redis_url; 'memory://' for the embedded mode."
+        None, description="Celery broker URL. Defaults to redis_url (under Sentinel, a sentinel:// URL "
+        "naming every sentinel, built from it); 'memory://' for the embedded mode."
+    )
+    sentinel: SentinelSettings = Field(
+        default_factory=SentinelSettings,
+        description="Redis Sentinel: the sentinels that name the primary (none: redis_url is the server).",
+    )
+    replica_acks: int = Field(
+        0, ge=0, le=8,
+        description="Replicas that must hold an event (and a new leader's fencing token) before its "
+        "writer counts it as written (Redis WAIT). 0, the default, suits a single Redis, which has no "
+        "replica to wait for; under Sentinel set 1, or an acknowledged event can die with a primary "
+        "before it reached the replica that takes over. While fewer replicas answer, publishers keep "
+        "their events and retry: nothing is lost, events wait.",
+    )
+    replica_ack_timeout_ms: int = Field(
+        1000, ge=10, le=60_000,
+        description="Milliseconds a writer waits for replica_acks replicas before it counts the write "
+        "as not done and retries (its events stay in its outbox; a repeat is deduplicated).",
     )
     ca_file: str | None = Field(
         None,
@@ -78,7 +106,36 @@ class BrokerSettings(Section):
 
     @property
     def celery_url(self) -> str:
-        return self.celery_broker_url or self.redis_url
+        if self.celery_broker_url:
+            return self.celery_broker_url
+        if not self.sentinel.enabled:
+            return self.redis_url
+        # kombu's Sentinel transport: one sentinel:// URL per sentinel, joined by ';'. The first one's
+        # user and password authenticate to the primary it finds (the component's ACL user).
+        url = urlsplit(self.redis_url)
+        auth = url.netloc.rpartition("@")[0]
+        return ";".join(f"sentinel://{auth + '@' if auth else ''}{address}{url.path or '/0'}"
+                        for address in self.sentinel.addresses)
+
+    def celery_tls(self) -> dict[str, Any]:
+        """Celery's TLS keywords: the broker URL's, or under Sentinel the primary's (redis_url's scheme)."""
+        return self.tls(self.redis_url if self.celery_url.startswith("sentinel://") else self.celery_url)
+
+    def celery_transport_options(self) -> dict[str, Any]:
+        """kombu's transport options for :attr:`celery_url` (Sentinel's master name and auth)."""
+        options: dict[str, Any] = {"visibility_timeout": self.visibility_timeout_s,
+                                   "global_keyprefix": f"{self.key_prefix}:celery:"}
+        if self.celery_url.startswith("sentinel://"):
+            options["master_name"] = self.sentinel.master
+            options["sentinel_kwargs"] = self.sentinel_kwargs(timeout=5.0)
+        return options
+
+    def sentinel_kwargs(self, timeout: float) -> dict[str, Any]:
+        """redis-py keywords for a connection to a sentinel: its auth, TLS when the broker speaks it
+        (sentinels beside a TLS Redis speak TLS too), and ``timeout`` seconds to connect or answer."""
+        tls = self.tls(self.redis_url)
+        return {"socket_timeout": timeout, "socket_connect_timeout": timeout, **self.sentinel.auth(),
+                **({"ssl": True, **tls} if tls else {})}
 
     def tls(self, url: str) -> dict[str, Any]:
         """redis-py's (and kombu's ``broker_use_ssl``) TLS keywords for ``url``: none for redis://;

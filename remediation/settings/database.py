@@ -1,4 +1,11 @@
-"""``database``: where the faulty-node database lives (``REMEDIATION_DATABASE__*``)."""
+"""``database``: where the faulty-node database lives (``REMEDIATION_DATABASE__*``).
+
+An HA Postgres (Patroni, CloudNativePG, a primary with streaming replicas) is named by every host in
+one URL, ``postgresql+psycopg://USER:PASSWORD@/DBNAME?host=pg-0:5432&host=pg-1:5432&target_session_attrs=read-write``:
+libpq tries each in turn and keeps the one that takes writes. A URL with several hosts must say
+``target_session_attrs=read-write`` (or ``primary``): without it a process could settle on a standby
+and fail every write, so it is refused at start-up.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +24,12 @@ class DatabaseSettings(Section):
         "default is only for a first run and the demo.",
     )
     pool_size: int = Field(5, ge=1, le=100, description="Connections kept open per process.")
+    connect_timeout_s: int = Field(
+        5, ge=1, le=120,
+        description="Seconds libpq waits for each host of the URL to answer a connect before it tries "
+        "the next (Postgres only). Short, so that a primary that vanished without a reset (a powered-off "
+        "machine) costs seconds, not the kernel's minutes, before the next host is tried.",
+    )
     echo: bool = Field(False, description="Log every SQL statement (debugging only).")
 
     @field_validator("url")
@@ -26,4 +39,10 @@ class DatabaseSettings(Section):
         # which may hold a password) rather than failing later as a database error.
         if not re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", value.strip()):
             raise ValueError("give an SQLAlchemy URL, e.g. postgresql+psycopg://user@host/dbname")
+        query = value.partition("?")[2]
+        hosts = re.findall(r"(?:^|&)host=([^&]*)", query)
+        if len(hosts) + sum(h.count(",") for h in hosts) > 1 and not re.search(
+                r"(?:^|&)target_session_attrs=(read-write|primary)(?:&|$)", query):
+            raise ValueError("a URL naming several hosts must carry target_session_attrs=read-write, "
+                             "or a process may settle on a standby and fail every write")
         return value.strip()

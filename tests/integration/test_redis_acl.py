@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.celery import SWEEP_TASK
+from remediation.adapters.lock import LeaderLock
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.db.models import Remediation
 from remediation.settings import load_settings
@@ -154,6 +155,7 @@ def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_p
         ("LRANGE", f"{PREFIX}:celery:workflow", "0", "-1"),
         ("DEL", f"{PREFIX}:celery:workflow"),
         ("SET", f"{PREFIX}:leader:kube", "x"),
+        ("SET", f"{PREFIX}:leader:kube:token", "99999999999999"),
         ("KEYS", "*"),
     ],
     ids=[
@@ -168,6 +170,7 @@ def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_p
         "lrange-queue",
         "del-queue",
         "other-kinds-lock",
+        "other-kinds-fencing-token",
         "keys",
     ],
 )
@@ -176,6 +179,16 @@ def test_a_watcher_may_only_append(plain: AclRedis, command: tuple[str, ...]) ->
     assert watcher.xadd(f"{PREFIX}:events", {"e": "{}"})  # what it is for
     with pytest.raises(redis.exceptions.NoPermissionError):
         watcher.execute_command(*command)
+
+
+def test_a_watcher_holds_its_lock_with_a_fencing_token_and_waits_for_replicas(plain: AclRedis) -> None:
+    """What the lock needs and nothing more: its own key and token counter, TIME in the script, WAIT."""
+    watcher = plain.client("watcher-slurm")
+    lock = LeaderLock(watcher, f"{PREFIX}:leader:slurm")
+    assert lock.acquire_or_renew() and lock.token > 0
+    assert watcher.wait(0, 10) == 0  # broker.replica_acks: allowed (this server has no replica)
+    lock.release()
+    assert plain.denials() == []
 
 
 def test_the_default_user_is_off(plain: AclRedis) -> None:

@@ -9,7 +9,14 @@ shortened so the suite fits in CI) or ``full`` (the sizes the issue names).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
+
+from tests.haproc import SentinelSet, StandbyPair
+from tests.infra import missing
+from tests.redisproc import RedisMissing
 from tests.scenario_table import Figures
 
 FULL = os.environ.get("REMEDIATION_RELIABILITY_SCALE", "ci") == "full"
@@ -20,3 +27,22 @@ Recorder = Figures  # the type the scenarios annotate their ``scenario_figures``
 def scale(ci: int, full: int) -> int:
     """A size for this run: ``full`` when asked for, else the CI size."""
     return full if FULL else ci
+
+
+@pytest.fixture
+def sentinels(tmp_path: Path) -> Iterator[SentinelSet]:
+    try:
+        cluster = SentinelSet(tmp_path / "redis")
+    except RedisMissing:
+        missing("redis-server and redis-sentinel")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def standby_pair() -> Iterator[StandbyPair]:
+    pair = StandbyPair()
+    try:
+        yield pair
+    finally:
+        pair.destroy()

@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -374,55 +374,50 @@ def test_redis_restart_during_a_storm_loses_no_event(
 # ---------------------------------------------------------------------- scenario 3: Postgres restart
 
 
-@pytest.mark.scenario("3 Postgres restart mid-workflow (immediate)")
-def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
-    private_pg: PrivateCluster, redis_prefix: str, tmp_path: Path, scenario_figures: Recorder
-) -> None:
-    nodes = [f"gpu-node-{i}" for i in range(6)]
-    world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
-    env = worker_env(
-        private_pg.url, REDIS_URL, redis_prefix, tmp_path,
+def postgres_env(db_url: str, redis_prefix: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    """Workers for six nodes whose VM restarts take long enough (~8 polls, ~2.5 s) to be mid-operation."""
+    return worker_env(
+        db_url, REDIS_URL, redis_prefix, tmp_path,
         REMEDIATION_MEMORY__NODES="gpu-node-[0-5]",
-        REMEDIATION_MEMORY__OP_POLLS="8",  # a VM restart takes ~8 polls (~2.5 s): slow enough to be mid-op
+        REMEDIATION_MEMORY__OP_POLLS="8",
         REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0",  # six of six at once is the test, not a storm
         REMEDIATION_POLICY__MAX_CONCURRENT="6",
+        **extra,
     )
-    client = redis.Redis.from_url(REDIS_URL)
-    app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
-    bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
-    db = create_engine(private_pg.url, poolclass=NullPool)
-    scenario_figures.count_in(db)
 
-    def steps_now() -> dict[str, str]:
-        with Session(db) as s:
-            return dict(s.execute(select(Remediation.node, Remediation.step)).tuples().all())
+
+def steps_now(db: Engine) -> dict[str, str]:
+    with Session(db) as s:
+        return dict(s.execute(select(Remediation.node, Remediation.step)).tuples().all())
+
+
+def mid_workflow(db: Engine, bus: RedisEventBus, worker: Worker, nodes: list[str]) -> dict[str, str]:
+    """Open a first wave and wait until one of its VM operations is in flight, then open a second wave:
+    returns where each remediation stands (steps from the drain to the VM restart in flight)."""
 
     def vm_op_recorded() -> bool:
         with Session(db) as s:
             return bool(s.scalar(select(func.count()).where(RemediationStep.step == "vm_restart",
                                                              RemediationStep.provider_op.is_not(None))))
 
-    worker = Worker(env, tmp_path, concurrency=4)
-    try:
-        bus.publish([fail_event(n) for n in nodes[:3]])
-        wait_for(vm_op_recorded, 60, "a VM operation to be in flight", worker)
-        bus.publish([fail_event(n) for n in nodes[3:]])
-        wait_for(lambda: len(steps_now()) == len(nodes), 30, "the second wave to open", worker)
-        in_flight = steps_now()
-        private_pg.crash()
-        down_at = time.monotonic()
-        # The outage lasts until the workers provably hit the dead server: a sweep fails on it.
-        failed_sweeps = worker.output().count("remediation.sweep[")
-        wait_for(lambda: worker.output().count("remediation.sweep[") > failed_sweeps + 1, 30,
-                 "a sweep to run against the dead server", worker)
-        up_at = private_pg.start()
-        wait_for(lambda: set(statuses(db).values()) == {"succeeded"} and len(statuses(db)) == len(nodes),
-                 90, "every remediation to complete", worker)
-        recovery = time.monotonic() - up_at
-        settled([worker], client, redis_prefix)  # a late duplicate (a retried task, a sweep) had its chance
-    finally:
-        worker.stop()
+    bus.publish([fail_event(n) for n in nodes[:3]])
+    wait_for(vm_op_recorded, 60, "a VM operation to be in flight", worker)
+    bus.publish([fail_event(n) for n in nodes[3:]])
+    wait_for(lambda: len(steps_now(db)) == len(nodes), 30, "the second wave to open", worker)
+    return steps_now(db)
 
+
+def wait_for_a_failed_sweep(worker: Worker) -> None:
+    """The outage lasts until the workers provably hit the dead server: a sweep fails on it."""
+    failed_sweeps = worker.output().count("remediation.sweep[")
+    wait_for(lambda: worker.output().count("remediation.sweep[") > failed_sweeps + 1, 30,
+             "a sweep to run against the dead server", worker)
+
+
+def assert_each_action_once(db: Engine, world: MemoryWorld, nodes: list[str], figures: Recorder,
+                            recovery: float, notes: str, in_flight: dict[str, str]) -> None:
+    """Record the figures, then: nothing lost, every remediation succeeded, each action exactly once,
+    no step run twice and no step row left started."""
     effective = Counter((c["op"], c["node"]) for c in world.calls(effect=True))
     dups = duplicate_effects(world)
     with Session(db) as s:
@@ -433,12 +428,8 @@ def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
     repeated_rows = {k: n for k, n in per_key.items() if n > 1}
     per_step = Counter((r.remediation_id, r.step) for r in rows)
     rerun_steps = {k: n for k, n in per_step.items() if n > 1}
-    passed = sum(1 for n in nodes if final.get(n) == "succeeded")
-    lost = scenario_figures.record(
-        db=db, duplicate_actions=sum(dups.values()), recovery_s=round(recovery, 2),
-        notes=(f"pg_ctl -m immediate with steps in flight {sorted(Counter(in_flight.values()).items())}; "
-               f"down {up_at - down_at:.1f}s; recovery = server up to all {len(nodes)} succeeded "
-               f"({passed}/{len(nodes)})"),
+    lost = figures.record(
+        db=db, duplicate_actions=sum(dups.values()), recovery_s=round(recovery, 2), notes=notes,
         extra={"in_flight": in_flight, "orphans": len(orphans), "step_rows": len(rows)},
     )
     assert lost == 0, f"{lost} published events are not in Postgres"
@@ -449,5 +440,48 @@ def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
     assert not dups, dups
     assert not repeated_rows and not rerun_steps, (repeated_rows, rerun_steps)
     assert not orphans, [(r.remediation_id, r.step, r.status) for r in orphans]
+
+
+def outage_mid_workflow(db_url: str, redis_prefix: str, tmp_path: Path, figures: Recorder,
+                        stop: Callable[[], None], restore: Callable[[], float],
+                        describe_outage: Callable[[dict[str, str], float, float], str], **env: str) -> None:
+    """Six remediations, the database stopped (``stop``) with steps in flight, and brought back
+    (``restore``, returning when it took writes) once a sweep failed on it; then every remediation
+    must complete with each action exactly once. ``describe_outage(in_flight, down_at, up_at)``
+    writes the row's notes."""
+    nodes = [f"gpu-node-{i}" for i in range(6)]
+    world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
+    client = redis.Redis.from_url(REDIS_URL)
+    app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
+    bus = RedisEventBus(client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
+    db = create_engine(db_url, poolclass=NullPool)
+    figures.count_in(db)
+    worker = Worker(postgres_env(db_url, redis_prefix, tmp_path, **env), tmp_path, concurrency=4)
+    try:
+        in_flight = mid_workflow(db, bus, worker, nodes)
+        stop()
+        down_at = time.monotonic()
+        wait_for_a_failed_sweep(worker)
+        up_at = restore()
+        wait_for(lambda: set(statuses(db).values()) == {"succeeded"} and len(statuses(db)) == len(nodes),
+                 90, "every remediation to complete", worker)
+        recovery = time.monotonic() - up_at
+        settled([worker], client, redis_prefix)  # a late duplicate (a retried task, a sweep) had its chance
+    finally:
+        worker.stop()
+    assert_each_action_once(db, world, nodes, figures, recovery, describe_outage(in_flight, down_at, up_at),
+                            in_flight)
     db.dispose()
     client.close()
+
+
+@pytest.mark.scenario("3 Postgres restart mid-workflow (immediate)")
+def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
+    private_pg: PrivateCluster, redis_prefix: str, tmp_path: Path, scenario_figures: Recorder
+) -> None:
+    outage_mid_workflow(
+        private_pg.url, redis_prefix, tmp_path, scenario_figures, private_pg.crash, private_pg.start,
+        lambda in_flight, down_at, up_at: (
+            f"pg_ctl -m immediate with steps in flight {sorted(Counter(in_flight.values()).items())}; "
+            f"down {up_at - down_at:.1f}s; recovery = server up to all 6 succeeded"),
+    )

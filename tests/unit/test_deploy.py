@@ -691,6 +691,29 @@ def test_the_validation_component_grants_jobs_in_its_namespace_only(overlay: str
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_high_availability_component_points_every_process_at_the_sentinels(
+    overlay: str, tmp_path: Path
+) -> None:
+    """Each Deployment finds Redis through the sentinels and waits for a replica; the settings it
+    renders load; three workers; the sentinels' port is open; RBAC and Secrets keys are unchanged."""
+    objs = _with_validation(overlay, tmp_path, "high-availability")
+    assert _granted(objs) == RBAC
+    for workload in _workloads(objs):
+        env = {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+        values = {k: e["value"] for k, e in env.items() if "value" in e and k.startswith("REMEDIATION_BROKER__")}
+        broker = load_settings(broker={"sentinel": {"addresses": json.loads(
+            values["REMEDIATION_BROKER__SENTINEL__ADDRESSES"])}}).broker
+        assert broker.sentinel.enabled and len(broker.sentinel.addresses) == 3, workload["metadata"]["name"]
+        assert values["REMEDIATION_BROKER__REPLICA_ACKS"] == "1"
+        assert env["REMEDIATION_BROKER__SENTINEL__PASSWORD"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    (worker,) = [w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker"]
+    assert worker["spec"]["replicas"] == 3
+    (policy,) = [p for p in _of(objs, "NetworkPolicy") if p["metadata"]["name"] == "node-remediation"]
+    assert {"protocol": "TCP", "port": 26379} in [port for rule in policy["spec"]["egress"]
+                                                   for port in rule.get("ports", [])]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_checkpoint_pods_component_grants_pods_patch_and_nothing_more(overlay: str, tmp_path: Path) -> None:
     """workflow.checkpoint_pods annotates pods (remediation/adapters/kube/adapter.py, request_checkpoint):
     pods patch for the workers, cluster-wide as their pods list is; no exec, no delete."""
