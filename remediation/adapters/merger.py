@@ -1,6 +1,6 @@
 """Calls from several threads, merged into one: a group commit for commands that take a list.
 
-A mass failure runs many remediations' steps at once (``remediation.fence``), and each step asks Slurm
+A mass failure runs many remediations' steps at once (``remediation.isolate``), and each step asks Slurm
 about its own node. A Slurm command costs the same for one node as for a hundred (it starts, reads
 slurm.conf, asks slurmctld once), so calls that arrive while one is running wait for it and then go out
 together, as one command for all of them. A call that arrives while nothing runs goes out at once:

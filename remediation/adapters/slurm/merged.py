@@ -1,7 +1,7 @@
 """The ``cli`` backend with its per-node reads and drains merged across threads.
 
 A step asks Slurm about its own node: ``scontrol show node -o NODE``, ``squeue -w NODE``, ``scontrol
-update nodename=NODE state=drain``. When many steps run at once (a mass failure, ``remediation.fence``),
+update nodename=NODE state=drain``. When many steps run at once (a mass failure, ``remediation.isolate``),
 those single-node commands would queue up behind each other, each paying a command's start-up and a
 read of slurm.conf. Here the calls that arrive while one command runs go out together in the next, as
 one command with a node list (:mod:`remediation.adapters.merger`), so Slurm answers a hundred nodes for
