@@ -1,0 +1,92 @@
+"""Hardware sightings: written when a step ends, read back as each node's hardware eras.
+
+- :func:`record_findings`: the engine calls it with every recorded step outcome. A ``validate`` step's
+  check becomes a ``validations`` row (:func:`remediation.services.validation.record_validation`) and,
+  when its output names GPUs, a sighting of them; a ``hardware`` read in the step's detail (the
+  machine's identity before and after a machine action, at a quarantine) becomes a sighting.
+- :func:`sightings` / :func:`node_eras`: the rows as :class:`remediation.domain.hardware.Sighting`, and
+  each node's eras (:func:`remediation.domain.hardware.eras`).
+- :func:`shared_gpus`: GPU serials seen failing under two or more node names.
+
+Dry-run sightings are recorded (marked) but never read back: a dry-run acted on nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from remediation.clock import aware
+from remediation.db.models import HardwareSighting, Remediation
+from remediation.domain.hardware import Era, Gpu, Sighting, eras, gpus_of, shared_serials
+from remediation.domain.outcomes import Outcome
+from remediation.domain.statemachine import Step
+from remediation.services.validation import record_validation
+
+
+def record_findings(
+    s: Session, rem: Remediation, step: Step, outcome: Outcome, now: datetime, actor: str, dry: bool
+) -> None:
+    """Keep what a step learnt about the node's hardware (and a validate step's check)."""
+    detail: dict[str, Any] = getattr(outcome, "detail", None) or {}
+    if step is Step.VALIDATE:
+        record_validation(s, rem, outcome, now, actor, dry)
+        if gpus := gpus_of(detail):
+            s.add(
+                HardwareSighting(
+                    node=rem.node,
+                    at=now,
+                    remediation_id=rem.id,
+                    step=step.value,
+                    dry_run=dry,
+                    gpus=[{"uuid": g.uuid, "serial": g.serial} for g in gpus],
+                )
+            )
+    hw = detail.get("hardware")
+    if isinstance(hw, dict):
+        s.add(HardwareSighting(
+            node=rem.node, at=now, remediation_id=rem.id, step=step.value, action=detail.get("after_action"),
+            provider=hw.get("provider"), instance_id=hw.get("instance_id"), host=hw.get("host"),
+            bmc_uuid=hw.get("bmc_uuid"), bmc_serial=hw.get("bmc_serial"), sku=hw.get("sku"), gpus=[],
+            dry_run=dry,
+        ))  # fmt: skip
+
+
+def _sighting(row: HardwareSighting) -> Sighting:
+    return Sighting(
+        node=row.node, at=aware(row.at) or row.at, step=row.step, action=row.action, provider=row.provider,
+        instance_id=row.instance_id, host=row.host, bmc_uuid=row.bmc_uuid, bmc_serial=row.bmc_serial,
+        sku=row.sku, gpus=tuple(Gpu(str(g.get("uuid")), g.get("serial")) for g in row.gpus or ()),
+        remediation_id=row.remediation_id,
+    )  # fmt: skip
+
+
+def sightings(
+    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
+) -> list[Sighting]:
+    """Real (not dry-run) sightings, oldest first (of ``nodes``; up to ``until``)."""
+    q = select(HardwareSighting).where(HardwareSighting.dry_run.is_(False))
+    if nodes is not None:
+        q = q.where(HardwareSighting.node.in_(list(nodes)))
+    if until is not None:
+        q = q.where(HardwareSighting.at <= until)
+    return [_sighting(r) for r in s.scalars(q.order_by(HardwareSighting.at, HardwareSighting.id))]
+
+
+def node_eras(
+    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
+) -> dict[str, list[Era]]:
+    """Each node's hardware eras, from its real sightings."""
+    by_node: dict[str, list[Sighting]] = {}
+    for sg in sightings(s, nodes, until):
+        by_node.setdefault(sg.node, []).append(sg)
+    return {node: eras(rows) for node, rows in sorted(by_node.items())}
+
+
+def shared_gpus(s: Session, until: datetime | None = None) -> dict[str, list[str]]:
+    """GPU serial -> node names, for every serial seen failing under two or more names."""
+    return shared_serials(sightings(s, until=until))
