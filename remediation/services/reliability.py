@@ -13,6 +13,7 @@ dimension is a parameter, so that another way to group nodes is one more entry h
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -121,7 +122,7 @@ def _hardware(
     return sorted(rows, key=lambda m: (-m.faults, m.name))
 
 
-def _grouper(s: Session, by: str, faults: list[Fault], eras: dict[str, list[Era]]):  # type: ignore[no-untyped-def]
+def _grouper(s: Session, by: str, eras: dict[str, list[Era]]) -> Callable[[str, Fault | None], str]:
     if by == "node":
         return lambda node, fault: node
     if by == "sku":
@@ -155,7 +156,7 @@ def reliability(
         n: aware(t) or t
         for n, t in s.execute(select(Node.name, Node.first_seen_at).where(Node.first_seen_at < until)).all()
     }
-    per = {d: trends(faults, first, w, d, _grouper(s, d, faults, eras)) for d in by}
+    per = {d: trends(faults, first, w, d, _grouper(s, d, eras)) for d in by}
     moves = [
         Move(n, e.since, e.why, es[e.ordinal - 2].key, e.key)
         for n, es in eras.items()
