@@ -313,14 +313,14 @@ class SimCluster(FaultInjector):
             for type_ in self.injected_conditions.pop(link.slurm, set()):
                 self.kube.set_condition(link.k8s, type_, "False", reason="NoFault", message="after GPU reset")
             return 0, "GPU 00000000:3B:00.0 was successfully reset.\n", 1.0
-        gpus = self.gpu_inventory(link) if link is not None else ""
+        gpus = self.gpu_identity_lines(link) if link is not None else ""
         if link is not None and link.bad_hbm:
             return 1, (f"$ {run}\n| Diagnostic       | Result                                   |\n"
                        "| Memory           | Fail - GPU 3: uncorrectable ECC error; row remapping "
                        f"failed (bank 12, row 4821)     |\n{gpus}"), 1.0
         return 0, f"$ {run}\n| Diagnostic       | Result |\n| Memory           | Pass   |\n{gpus}", 1.0
 
-    def gpu_inventory(self, link: Link, count: int = 8) -> str:
+    def gpu_identity_lines(self, link: Link, count: int = 8) -> str:
         """The ``nvidia-smi -q`` lines a check script prints after its diagnostic: each GPU's serial and
         UUID, which belong to the hardware (a GCE VM's physical host, a BMC's system), not the name."""
         where = self.gce.vm(*link.vm_key).get("host") if link.provider == "gce" else None

@@ -9,7 +9,7 @@ browser shows on hover and a screen reader reads.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
 from html import escape
 
@@ -79,6 +79,7 @@ def hbars(
     label: str = "",
     width: int = 360,
     digits: int = 0,
+    fmt: Callable[[float], str] | None = None,
 ) -> Markup:
     """One horizontal bar per (name, value); a None value is drawn as "-" with no bar."""
     line, name_w, value_w = 18, 120, 64
@@ -91,7 +92,7 @@ def hbars(
     span = width - name_w - value_w
     for i, (name, value) in enumerate(rows):
         y = 2 + i * line
-        text = "-" if value is None else f"{value:,.{digits}f}{unit}"
+        text = "-" if value is None else fmt(value) if fmt else f"{value:,.{digits}f}{unit}"
         parts.append(f'<text x="{name_w - 6}" y="{y + 12}" text-anchor="end">{escape(name[:22])}</text>')
         if value is not None:
             w = span * value / top

@@ -70,6 +70,13 @@ def build(
     return reliability(s, since, until, lemon, by)
 
 
+def hours(value: float | None, digits: int = 1) -> str:
+    """Hours for people: ``-`` for none, minutes under one hour, else hours with ``digits`` decimals."""
+    if value is None:
+        return "-"
+    return f"{value * 60:.0f} min" if value < 1 else f"{value:,.{digits}f} h"
+
+
 def charts(rep: Reliability) -> dict[str, Any]:
     """The SVG charts of the report: faults per day, and per grouping the faults, node-hours out of
     service, MTBF and median time to repair of each group."""
@@ -78,17 +85,13 @@ def charts(rep: Reliability) -> dict[str, Any]:
     for dim, t in rep.trends.items():
         out["by"][dim] = {
             "faults": hbars([(g.name, g.faults) for g in t.groups], label=f"faults by {dim}"),
-            "out": hbars([(g.name, g.out_h) for g in t.groups], unit=" h", digits=1,
+            "out": hbars([(g.name, g.out_h) for g in t.groups], fmt=hours,
                          label=f"node-hours out of service by {dim}"),
-            "mtbf": hbars([(g.name, g.mtbf_h) for g in t.groups], unit=" h", digits=0, label=f"MTBF by {dim}"),
-            "repair": hbars([(g.name, g.repair_median_h) for g in t.groups], unit=" h", digits=2,
+            "mtbf": hbars([(g.name, g.mtbf_h) for g in t.groups], fmt=lambda v: hours(v, 0), label=f"MTBF by {dim}"),
+            "repair": hbars([(g.name, g.repair_median_h) for g in t.groups], fmt=lambda v: hours(v, 2),
                             label=f"median time to repair by {dim}"),
         }  # fmt: skip
     return out
-
-
-def hours(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f} h"
 
 
 def context(rep: Reliability, top: int = 20) -> dict[str, Any]:

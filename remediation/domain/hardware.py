@@ -125,7 +125,7 @@ def change(era: Era, s: Sighting) -> str | None:
     for name in MACHINE_FIELDS:
         was, now = getattr(era, name), getattr(s, name)
         if was and now and was != now:
-            return f"{name.replace('_', ' ')} changed ({was} -> {now})"
+            return f"{name.replace('_', ' ')} changed"  # the eras' keys name both
     if era.serials and s.serials and era.serials != s.serials:
         return f"GPU serials changed ({len(era.serials - s.serials)} of {len(era.serials)} replaced)"
     if s.action in MOVES and s.host is None and s.bmc_uuid is None and s.bmc_serial is None:

@@ -180,9 +180,12 @@ def trends(
     per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}
     for f in inside:
         per_day[f.opened_at.date()][f.cause] += 1
+    by_node: dict[str, list[Fault]] = defaultdict(list)
+    for f in faults:
+        by_node[f.node].append(f)
     node_rows = []
     for n, first in nodes.items():
-        mine = [f for f in faults if f.node == n]
+        mine = by_node.get(n, [])
         hours = overlap_h(first, w.until, w.since, w.until) - out_hours(mine, w.since, w.until)
         count = len(opened_in(mine, w))
         node_rows.append(Mtbf(n, count, hours, mtbf(hours, count)))

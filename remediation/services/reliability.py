@@ -113,9 +113,12 @@ def _hardware(
             hours[e.key] += overlap_h(start, e.until or w.until, w.since, w.until)
             names[e.key].add(node)
             sku[e.key] = sku.get(e.key) or e.sku
+    on: dict[str | None, list[Fault]] = defaultdict(list)
+    for f in faults:
+        on[f.hardware].append(f)
     rows = []
     for key in hours:
-        mine = [f for f in faults if f.hardware == key]
+        mine = on.get(key, [])
         h = hours[key] - out_hours(mine, w.since, w.until)
         n = len(opened_in(mine, w))
         rows.append(Mtbf(key, n, h, mtbf(h, n), sku.get(key), tuple(sorted(names[key]))))
