@@ -15,6 +15,7 @@ opening the Reliability page of a 10,000-node fleet's month is not kept waiting.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import time
 from datetime import UTC, datetime, timedelta
@@ -126,12 +127,13 @@ def main() -> None:
             f"{2 * args.faults} hardware sightings (filled in {time.monotonic() - t0:.1f}s)"
         )
         sessions = make_session_factory(make_engine(DatabaseSettings(url=url)))
-        took = []
+        took, cpu = [], []
         for _ in range(args.repeats):
-            t0 = time.monotonic()
+            t0, c0 = time.monotonic(), time.process_time()
             with sessions() as s:
                 rep = reliability(s, until - timedelta(days=args.days), until, LemonSettings())
             took.append(time.monotonic() - t0)
+            cpu.append(time.process_time() - c0)
         t0 = time.monotonic()
         html = standalone_html(rep, until)
         html_s = time.monotonic() - t0
@@ -140,7 +142,8 @@ def main() -> None:
         csv_s = time.monotonic() - t0
     print(
         f"figures (reliability()): {tail(took, unit=' s')} over {len(took)} runs, median "
-        f"{sorted(took)[len(took) // 2]:.2f} s"
+        f"{sorted(took)[len(took) // 2]:.2f} s wall; this process's CPU: median {sorted(cpu)[len(cpu) // 2]:.2f} s "
+        f"(the rest is Postgres, and other load on the machine: load average {os.getloadavg()[0]:.1f})"
     )
     print(
         f"standalone HTML: {len(html) / 1e6:.1f} MB in {html_s:.2f} s; CSV: {len(csv_text) / 1e6:.1f} MB, "

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from remediation.domain.outcomes import Adapters, StepInput
@@ -90,7 +91,7 @@ class Sighting(Machine):
     gpus: tuple[Gpu, ...] = ()
     remediation_id: int | None = None
 
-    @property
+    @cached_property
     def serials(self) -> frozenset[str]:
         return frozenset(g.serial or g.uuid for g in self.gpus)
 
@@ -149,7 +150,8 @@ def eras(sightings: Iterable[Sighting]) -> list[Era]:
             for n in (*MACHINE_FIELDS, "provider", "sku")
             if getattr(cur, n) is None and getattr(s, n)
         }
-        out[-1] = replace(cur, serials=cur.serials or s.serials, **filled)
+        if filled or (s.gpus and not cur.serials):
+            out[-1] = replace(cur, serials=cur.serials or s.serials, **filled)
     return out
 
 

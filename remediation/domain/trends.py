@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 UNKNOWN = "unknown"
@@ -123,7 +123,6 @@ class Trends:
     daily: list[tuple[date, dict[str, int]]]  # faults per UTC day, by class
     classes: list[str]
     nodes: list[Mtbf]
-    hardware: list[Mtbf] = field(default_factory=list)
 
 
 def opened_in(faults: Iterable[Fault], w: Window) -> list[Fault]:
@@ -154,16 +153,25 @@ def group(name: str, nodes: set[str], faults: list[Fault], w: Window) -> Group:
     )  # fmt: skip
 
 
-def trends(
-    faults: list[Fault],
-    nodes: dict[str, datetime],
-    w: Window,
-    by: str,
-    key: Callable[[str, Fault | None], str],
-    hardware: list[Mtbf] | None = None,
-) -> Trends:
+def per_node(faults: list[Fault], nodes: dict[str, datetime], w: Window) -> list[Mtbf]:
+    """Each node's faults, hours in service and MTBF in the window (``nodes``: node -> first seen)."""
+    by_node: dict[str, list[Fault]] = defaultdict(list)
+    for f in faults:
+        by_node[f.node].append(f)
+    rows = []
+    for n, first in nodes.items():
+        mine = by_node.get(n, [])
+        hours = overlap_h(first, w.until, w.since, w.until) - out_hours(mine, w.since, w.until)
+        count = len(opened_in(mine, w))
+        rows.append(Mtbf(n, count, hours, mtbf(hours, count)))
+    return sorted(rows, key=lambda m: (-m.faults, m.name))
+
+
+def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, by: str,
+           key: Callable[[str, Fault | None], str], node_rows: list[Mtbf] | None = None) -> Trends:
     """Every figure of the window. ``nodes``: node -> first seen; ``key(node, fault)`` names the group of
-    a node (for a fault, of the node at that fault: the SKU it ran on)."""
+    a node (for a fault, of the node at that fault: the SKU it ran on); ``node_rows``: :func:`per_node`,
+    when the caller has it already."""
     members: dict[str, set[str]] = defaultdict(set)
     of_group: dict[str, list[Fault]] = defaultdict(list)
     for n in nodes:
@@ -172,24 +180,11 @@ def trends(
         g = key(f.node, f)
         members[g].add(f.node)
         of_group[g].append(f)
-    groups = sorted(
-        (group(g, members[g], of_group[g], w) for g in members), key=lambda x: (-x.faults, x.name)
-    )
+    groups = sorted((group(g, members[g], of_group[g], w) for g in members), key=lambda x: (-x.faults, x.name))
     inside = opened_in(faults, w)
     classes = sorted({f.cause for f in inside})
     per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}
     for f in inside:
         per_day[f.opened_at.date()][f.cause] += 1
-    by_node: dict[str, list[Fault]] = defaultdict(list)
-    for f in faults:
-        by_node[f.node].append(f)
-    node_rows = []
-    for n, first in nodes.items():
-        mine = by_node.get(n, [])
-        hours = overlap_h(first, w.until, w.since, w.until) - out_hours(mine, w.since, w.until)
-        count = len(opened_in(mine, w))
-        node_rows.append(Mtbf(n, count, hours, mtbf(hours, count)))
-    node_rows.sort(key=lambda m: (-m.faults, m.name))
-    return Trends(
-        w, by, groups, [(d, dict(c)) for d, c in per_day.items()], classes, node_rows, hardware or []
-    )
+    rows = per_node(faults, nodes, w) if node_rows is None else node_rows
+    return Trends(w, by, groups, [(d, dict(c)) for d, c in per_day.items()], classes, rows)

@@ -56,35 +56,39 @@ def record_findings(
         ))  # fmt: skip
 
 
-def _sighting(row: HardwareSighting) -> Sighting:
-    return Sighting(
-        node=row.node, at=aware(row.at) or row.at, step=row.step, action=row.action, provider=row.provider,
-        instance_id=row.instance_id, host=row.host, bmc_uuid=row.bmc_uuid, bmc_serial=row.bmc_serial,
-        sku=row.sku, gpus=tuple(Gpu(str(g.get("uuid")), g.get("serial")) for g in row.gpus or ()),
-        remediation_id=row.remediation_id,
-    )  # fmt: skip
+_COLUMNS = (HardwareSighting.node, HardwareSighting.at, HardwareSighting.step, HardwareSighting.action,
+            HardwareSighting.provider, HardwareSighting.instance_id, HardwareSighting.host,
+            HardwareSighting.bmc_uuid, HardwareSighting.bmc_serial, HardwareSighting.sku, HardwareSighting.gpus,
+            HardwareSighting.remediation_id)  # fmt: skip
 
 
-def sightings(
-    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
-) -> list[Sighting]:
+def sightings(s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None) -> list[Sighting]:
     """Real (not dry-run) sightings, oldest first (of ``nodes``; up to ``until``)."""
-    q = select(HardwareSighting).where(HardwareSighting.dry_run.is_(False))
+    q = select(*_COLUMNS).where(HardwareSighting.dry_run.is_(False))
     if nodes is not None:
         q = q.where(HardwareSighting.node.in_(list(nodes)))
     if until is not None:
         q = q.where(HardwareSighting.at <= until)
-    return [_sighting(r) for r in s.scalars(q.order_by(HardwareSighting.at, HardwareSighting.id))]
+    return [
+        Sighting(node, aware(at) or at, step, action, provider=provider, instance_id=instance, host=host,
+                 bmc_uuid=bmc_uuid, bmc_serial=serial, sku=sku, remediation_id=rid,
+                 gpus=tuple(Gpu(str(g.get("uuid")), g.get("serial")) for g in gpus or ()))
+        for node, at, step, action, provider, instance, host, bmc_uuid, serial, sku, gpus, rid
+        in s.execute(q.order_by(HardwareSighting.at, HardwareSighting.id))
+    ]  # fmt: skip
 
 
-def node_eras(
-    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
-) -> dict[str, list[Era]]:
-    """Each node's hardware eras, from its real sightings."""
+def eras_by_node(rows: Iterable[Sighting]) -> dict[str, list[Era]]:
+    """Each node's hardware eras, from its sightings."""
     by_node: dict[str, list[Sighting]] = {}
-    for sg in sightings(s, nodes, until):
+    for sg in rows:
         by_node.setdefault(sg.node, []).append(sg)
-    return {node: eras(rows) for node, rows in sorted(by_node.items())}
+    return {node: eras(mine) for node, mine in sorted(by_node.items())}
+
+
+def node_eras(s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None) -> dict[str, list[Era]]:
+    """Each node's hardware eras, from its real sightings."""
+    return eras_by_node(sightings(s, nodes, until))
 
 
 def shared_gpus(s: Session, until: datetime | None = None) -> dict[str, list[str]]:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from remediation.clock import aware
 from remediation.db.models import Node, NodeDomain, Remediation
-from remediation.domain.hardware import Era, era_at
+from remediation.domain.hardware import Era, era_at, shared_serials
 from remediation.domain.trends import (
     Fault,
     Mtbf,
@@ -32,9 +32,10 @@ from remediation.domain.trends import (
     opened_in,
     out_hours,
     overlap_h,
+    per_node,
     trends,
 )
-from remediation.services.hardware import node_eras, shared_gpus, sightings
+from remediation.services.hardware import eras_by_node, sightings
 from remediation.services.lemons import LemonRow, lemons
 from remediation.settings import LemonSettings
 
@@ -76,28 +77,19 @@ class Reliability:
 
 def _faults(s: Session, w: Window, eras: dict[str, list[Era]], before: dict[int, str]) -> list[Fault]:
     released = dict(s.execute(select(Node.name, Node.released_at)).all())
-    q = select(Remediation).where(
-        Remediation.dry_run.is_(False), Remediation.opened_at < w.until,
-        or_(Remediation.closed_at.is_(None), Remediation.closed_at >= w.since, Remediation.status == "quarantined"),
+    r = Remediation
+    q = select(r.id, r.node, r.fault_class, r.status, r.opened_at, r.closed_at).where(
+        r.dry_run.is_(False), r.opened_at < w.until,
+        or_(r.closed_at.is_(None), r.closed_at >= w.since, r.status == "quarantined"),
     )  # fmt: skip
     out = []
-    for r in s.scalars(q.order_by(Remediation.id)):
-        opened = aware(r.opened_at) or r.opened_at
-        era = next((e for e in eras.get(r.node, []) if e.key == before.get(r.id)), None)
-        era = era or era_at(eras.get(r.node, []), opened)
-        out.append(
-            Fault(
-                r.id,
-                r.node,
-                r.fault_class,
-                r.status,
-                opened,
-                aware(r.closed_at),
-                aware(released.get(r.node)),
-                era.key if era else None,
-                era.sku if era else None,
-            )
-        )
+    for rid, node, fault_class, status, opened_at, closed_at in s.execute(q.order_by(r.id)):
+        opened = aware(opened_at) or opened_at
+        mine = eras.get(node, [])
+        era = next((e for e in mine if e.key == before.get(rid)), None) if rid in before else None
+        era = era or era_at(mine, opened)
+        out.append(Fault(rid, node, fault_class, status, opened, aware(closed_at), aware(released.get(node)),
+                         era.key if era else None, era.sku if era else None))
     return out
 
 
@@ -150,8 +142,9 @@ def reliability(
 ) -> Reliability:
     """Every figure the Reliability page and ``remediation report`` show, for [since, until)."""
     w = Window(since, until)
-    eras = node_eras(s, until=until)
-    before = {sg.remediation_id: era.key for sg in sightings(s, until=until)
+    seen = sightings(s, until=until)
+    eras = eras_by_node(seen)
+    before = {sg.remediation_id: era.key for sg in seen
               if sg.remediation_id is not None and sg.step == "vm_restart" and sg.action is None
               for era in [era_at(eras[sg.node], sg.at)] if era is not None}  # fmt: skip
     faults = _faults(s, w, eras, before)
@@ -159,7 +152,8 @@ def reliability(
         n: aware(t) or t
         for n, t in s.execute(select(Node.name, Node.first_seen_at).where(Node.first_seen_at < until)).all()
     }
-    per = {d: trends(faults, first, w, d, _grouper(s, d, eras)) for d in by}
+    rows = per_node(faults, first, w)
+    per = {d: trends(faults, first, w, d, _grouper(s, d, eras), rows) for d in by}
     moves = [
         Move(n, e.since, e.why, es[e.ordinal - 2].key, e.key)
         for n, es in eras.items()
@@ -170,6 +164,6 @@ def reliability(
         per,
         _hardware(faults, eras, first, w),
         sorted(moves, key=lambda m: m.at),
-        shared_gpus(s, until),
+        shared_serials(seen),
         lemons(s, until, lemon, top),
     )
