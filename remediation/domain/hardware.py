@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
@@ -29,7 +29,7 @@ from typing import Any
 from remediation.domain.outcomes import Adapters, StepInput
 from remediation.domain.providerid import parse_provider_id
 from remediation.ports.cluster import MachineIdentity, MachinesByNode, VMAction, VMRef
-from remediation.ports.errors import RemediationError
+from remediation.ports.errors import PermanentError, RemediationError
 
 #: Actions after which the machine runs on another host (GCE: a stop releases the host; Azure: redeploy).
 MOVES = frozenset({VMAction.STOP_START.value, VMAction.REDEPLOY.value})
@@ -187,28 +187,30 @@ def machine_ref(inp: StepInput, ad: Adapters) -> VMRef | None:
     return vm
 
 
-def read_identity(ad: Adapters, vm: VMRef | None) -> dict[str, Any]:
+def read_identity(ad: Adapters, vm: VMRef | None, *, strict: bool = True) -> dict[str, Any]:
     """The step detail recording the machine's identity (``hardware``), or why it could not be read
-    (``hardware_error``). Never raises a provider's error: who the hardware is never decides an action."""
+    (``hardware_error``): who the hardware is never decides an action. Strict (the machine step, which
+    calls the same provider next), a transient or systemic error is raised as any call's would be: the
+    step is retried after the provider's Retry-After, or automation pauses, rather than calling the
+    provider again at once. A permanent error about this machine is recorded; the action reports its own."""
     if vm is None or not isinstance(ad.machine, MachineIdentity):
         return {}
     try:
         return {"hardware": ad.machine.identify(vm).to_dict()}
+    except PermanentError as exc:
+        return {"hardware_error": exc.message[:500]}
     except RemediationError as exc:
+        if strict:
+            raise
         return {"hardware_error": exc.message[:500]}
 
 
 def identity_now(inp: StepInput, ad: Adapters) -> dict[str, Any]:
-    """:func:`read_identity` of the node's machine, which may not be known (no machine backend, no
-    providerID, a node the inventory does not list): then nothing is recorded."""
+    """:func:`read_identity` of the node's machine, never raising (a quarantine does not wait on it); the
+    machine may not be known (no machine backend, no providerID, a node the inventory does not list):
+    then nothing is recorded."""
     try:
         vm = machine_ref(inp, ad) if ad.machine is not None else None
     except RemediationError:
         return {}
-    return read_identity(ad, vm)
-
-
-def gpus_of(detail: Mapping[str, Any]) -> tuple[Gpu, ...]:
-    """The GPUs named by the output of the check recorded in a validate step's detail."""
-    rec = detail.get("validation")
-    return parse_gpus(str(rec.get("output") or "")) if isinstance(rec, Mapping) else ()
+    return read_identity(ad, vm, strict=False)

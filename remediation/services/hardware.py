@@ -1,8 +1,8 @@
 """Hardware sightings: written when a step ends, read back as each node's hardware eras.
 
 - :func:`record_findings`: the engine calls it with every recorded step outcome. A ``validate`` step's
-  check becomes a ``validations`` row (:func:`remediation.services.validation.record_validation`) and,
-  when its output names GPUs, a sighting of them; a ``hardware`` read in the step's detail (the
+  check becomes a ``validations`` row and, when its output names GPUs, a sighting of them
+  (:func:`remediation.services.validation.add_row`); a ``hardware`` read in the step's detail (the
   machine's identity before and after a machine action, at a quarantine) becomes a sighting.
 - :func:`sightings` / :func:`node_eras`: the rows as :class:`remediation.domain.hardware.Sighting`, and
   each node's eras (:func:`remediation.domain.hardware.eras`).
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from remediation.clock import aware
 from remediation.db.models import HardwareSighting, Remediation
-from remediation.domain.hardware import Era, Gpu, Sighting, eras, gpus_of, shared_serials
+from remediation.domain.hardware import Era, Gpu, Sighting, eras, shared_serials
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import Step
 from remediation.services.validation import record_validation
@@ -34,18 +34,7 @@ def record_findings(
     """Keep what a step learnt about the node's hardware (and a validate step's check)."""
     detail: dict[str, Any] = getattr(outcome, "detail", None) or {}
     if step is Step.VALIDATE:
-        record_validation(s, rem, outcome, now, actor, dry)
-        if gpus := gpus_of(detail):
-            s.add(
-                HardwareSighting(
-                    node=rem.node,
-                    at=now,
-                    remediation_id=rem.id,
-                    step=step.value,
-                    dry_run=dry,
-                    gpus=[{"uuid": g.uuid, "serial": g.serial} for g in gpus],
-                )
-            )
+        record_validation(s, rem, outcome, now, actor, dry)  # with the GPUs its output names
     hw = detail.get("hardware")
     if isinstance(hw, dict):
         s.add(HardwareSighting(
@@ -62,7 +51,9 @@ _COLUMNS = (HardwareSighting.node, HardwareSighting.at, HardwareSighting.step, H
             HardwareSighting.remediation_id)  # fmt: skip
 
 
-def sightings(s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None) -> list[Sighting]:
+def sightings(
+    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
+) -> list[Sighting]:
     """Real (not dry-run) sightings, oldest first (of ``nodes``; up to ``until``)."""
     q = select(*_COLUMNS).where(HardwareSighting.dry_run.is_(False))
     if nodes is not None:
@@ -86,7 +77,9 @@ def eras_by_node(rows: Iterable[Sighting]) -> dict[str, list[Era]]:
     return {node: eras(mine) for node, mine in sorted(by_node.items())}
 
 
-def node_eras(s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None) -> dict[str, list[Era]]:
+def node_eras(
+    s: Session, nodes: Iterable[str] | None = None, until: datetime | None = None
+) -> dict[str, list[Era]]:
     """Each node's hardware eras, from its real sightings."""
     return eras_by_node(sightings(s, nodes, until))
 

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
@@ -90,6 +92,18 @@ def test_the_reliability_page_in_chromium(
     assert browser.find_element(By.TAG_NAME, "h1").text == "Reliability"
     shown(browser, known[0])
     _screenshot(browser, tmp_path, "reliability.png")
+
+    # A moved name links to its node page, whose Hardware table shows each era, the new ones as such.
+    browser.find_element(By.CSS_SELECTOR, "table.moves a[href='/nodes/gpu-node-1']").click()
+    WebDriverWait(browser, 15).until(ec.url_to_be(f"{base_url}/nodes/gpu-node-1"))
+    rows = [[td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+            for tr in browser.find_elements(By.CSS_SELECTOR, "table.eras tbody tr")]
+    assert [(r[0], r[3], r[5], r[7]) for r in rows] == [
+        ("1", "host:gpu-node-1-host0", "gpu-node-1-host0", "memory-8gpu"),
+        ("2", "host:gpu-node-1-host1 new hardware", "gpu-node-1-host1", "memory-8gpu"),
+        ("3", "host:gpu-node-1-host2 new hardware", "gpu-node-1-host2", "memory-8gpu"),
+    ]
+    assert SHARED in rows[1][8] and rows[1][9] == "host changed" and rows[2][2] == "now"
 
 
 def report(pg_url: str, until: str, *args: str) -> subprocess.CompletedProcess[str]:

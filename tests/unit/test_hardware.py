@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from remediation.domain.hardware import Gpu, Sighting, eras, parse_gpus, shared_serials
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
@@ -69,3 +71,33 @@ def test_a_gpu_serial_failing_under_two_names_is_flagged() -> None:
         Sighting("n3", at(6), "validate", gpus=(Gpu("GPU-9", "s9"),)),  # no remediation: not a failure
     ]
     assert shared_serials(rows) == {"s1": ["n1", "n2"]}
+
+
+class _Machine:
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def start(self, *a: object) -> None: ...
+    def poll(self, *a: object) -> None: ...
+
+    def identify(self, vm: object) -> None:
+        raise self.error
+
+
+def test_an_identity_read_never_hides_a_retry_after_but_a_gone_machine_is_only_noted() -> None:
+    from remediation.domain.hardware import read_identity
+    from remediation.domain.outcomes import Adapters
+    from remediation.ports.cluster import VMRef
+    from remediation.ports.errors import CredentialError, NotFound, TransientError
+
+    vm = VMRef("gce", "i-1", "z", "p")
+
+    def read(error: Exception, strict: bool = True) -> dict[str, object]:
+        return read_identity(Adapters(None, None, _Machine(error)), vm, strict=strict)  # type: ignore[arg-type]
+
+    with pytest.raises(TransientError):  # the machine step is retried after the provider's Retry-After
+        read(TransientError("429", retry_after=5))
+    with pytest.raises(CredentialError):  # ours to fix: automation pauses
+        read(CredentialError("403", component="cloud"))
+    assert read(NotFound("instance gone")) == {"hardware_error": "instance gone"}
+    assert read(TransientError("429"), strict=False) == {"hardware_error": "429"}  # a quarantine never waits
