@@ -140,7 +140,7 @@ def reliability(
     by: tuple[str, ...] = BY,
     top: int = 10,
 ) -> Reliability:
-    """Every figure the Reliability page and ``remediation report`` show, for [since, until)."""
+    """Every figure the Reliability page and ``remediation reliability`` show, for [since, until)."""
     w = Window(since, until)
     seen = sightings(s, until=until)
     eras = eras_by_node(seen)
