@@ -112,6 +112,12 @@ BENCHES = (
         (),
         ("--nodes", "256", "--seeds", "1"),
     ),
+    Bench(
+        "reliability_report",
+        "The reliability report at 10,000 nodes and 30,000 faults over 30 days",
+        (),
+        ("--nodes", "1000", "--faults", "3000", "--repeats", "2"),
+    ),
     Bench("phantom_soak", "Phantom-fault soak: false quarantines", (), ("--minutes", "1", "--nodes", "16")),
     Bench("reliability", "Reliability and operator-trust table (tests/reliability and the API fuzzing)"),
     Bench("failover", "Redis (Sentinel) and Postgres (streaming replica) failover mid-run"),

@@ -1,12 +1,14 @@
 """Take the README's screenshot: the dashboard overview during `remediation demo`, in real Chromium.
 
-    .venv/bin/python scripts/screenshot_dashboard.py [--at 40] [--out docs/img/dashboard.png]
+    .venv/bin/python scripts/screenshot_dashboard.py [--at 40] [--out docs/img/dashboard.png] [--page /]
+    .venv/bin/python scripts/screenshot_dashboard.py --at 52 --page "/reliability?since=2h&by=rack,sku" \
+        --out docs/img/reliability.png --height 1100
 
 It starts `remediation demo` (the console script next to this interpreter) on a free port, reads the
 dashboard URL and admin token the demo prints, waits until ``--at`` seconds into the scenario (by
 default 20 s after the storm: the breaker is open, drained nodes wait on it for their VM restarts,
 the lemon is in verify, and the first remediations have succeeded; see simulator/demo.py), logs in through the login form as a human would, opens the
-overview and saves a ``--width`` x ``--height`` PNG. Then it stops the demo.
+overview (or ``--page``) and saves a ``--width`` x ``--height`` PNG. Then it stops the demo.
 
 The browser is Debian's ``chromium`` driven by its ``chromedriver`` (``scripts/setup.sh`` installs
 both), launched with the options of tests/integration/test_browser.py, so Selenium never downloads a
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--at", type=float, default=40.0, help="seconds into the demo to take it")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "dashboard.png")
+    parser.add_argument("--page", default="/", help="dashboard path to take, e.g. /reliability?since=1d")
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=900)
     args = parser.parse_args(argv)
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         browser.find_element(By.CSS_SELECTOR, "form.login button").click()
         wait.until(ec.url_to_be(f"{url}/"))
         time.sleep(max(0.0, args.at - (time.monotonic() - started)))
-        browser.get(f"{url}/")  # fresh figures at the chosen moment
+        browser.get(f"{url}{args.page}")  # fresh figures at the chosen moment
         wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "main")))
         args.out.parent.mkdir(parents=True, exist_ok=True)
         if not browser.save_screenshot(str(args.out)):

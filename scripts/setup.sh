@@ -57,7 +57,8 @@ apt_install slurmctld slurmd slurm-client munge slurmrestd
 apt_install debootstrap
 bash scripts/slurm-root.sh
 
-# --- Debian's Chromium and its matching chromedriver, for the headless browser test (Selenium).
+# --- Debian's Chromium and its matching chromedriver, for the headless browser tests (Selenium) and
+#     `remediation reliability -o pdf`, which prints the report with headless Chromium.
 apt_install chromium chromium-driver
 
 # --- promtool, for tests/unit/test_alerts.py (`promtool check rules` and `promtool test rules` on

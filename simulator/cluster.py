@@ -42,6 +42,7 @@ CA and a kubeconfig.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import itertools
 import os
@@ -312,11 +313,25 @@ class SimCluster(FaultInjector):
             for type_ in self.injected_conditions.pop(link.slurm, set()):
                 self.kube.set_condition(link.k8s, type_, "False", reason="NoFault", message="after GPU reset")
             return 0, "GPU 00000000:3B:00.0 was successfully reset.\n", 1.0
+        gpus = self.gpu_identity_lines(link) if link is not None else ""
         if link is not None and link.bad_hbm:
             return 1, (f"$ {run}\n| Diagnostic       | Result                                   |\n"
                        "| Memory           | Fail - GPU 3: uncorrectable ECC error; row remapping "
-                       "failed (bank 12, row 4821)     |\n"), 1.0
-        return 0, f"$ {run}\n| Diagnostic       | Result |\n| Memory           | Pass   |\n", 1.0
+                       f"failed (bank 12, row 4821)     |\n{gpus}"), 1.0
+        return 0, f"$ {run}\n| Diagnostic       | Result |\n| Memory           | Pass   |\n{gpus}", 1.0
+
+    def gpu_identity_lines(self, link: Link, count: int = 8) -> str:
+        """The ``nvidia-smi -q`` lines a check script prints after its diagnostic: each GPU's serial and
+        UUID, which belong to the hardware (a GCE VM's physical host, a BMC's system), not the name."""
+        where = self.gce.vm(*link.vm_key).get("host") if link.provider == "gce" else None
+        board = where or "/".join(link.vm_key)
+        lines = []
+        for i in range(count):
+            digest = hashlib.sha256(f"{board}/{i}".encode()).hexdigest()
+            lines.append(f"GPU 00000000:{0x18 + i:02X}:00.0\n    Serial Number                         : "
+                         f"{int(digest[:12], 16) % 10**13:013d}\n    GPU UUID                              : "
+                         f"GPU-{digest[12:20]}-{digest[20:24]}-{digest[24:28]}-{digest[28:32]}-{digest[32:44]}")
+        return "\n".join(lines) + "\n"
 
     # ---------------------------------------------------------------------------- settings
 

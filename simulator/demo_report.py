@@ -31,6 +31,7 @@ from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.hostlist import compress
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.domain.topology import domain_key
+from remediation.services.hardware import node_eras
 from remediation.settings import Settings
 
 DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready", "switch_down"})
@@ -114,6 +115,9 @@ class Progress:
         if validation:
             c.print(f"validation: {summary['validation_checks']} GPU check(s); "
                     + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in validation.items()))
+        for move in summary["hardware_moves"]:
+            c.print(f"new hardware under the same name: {move['node']}: {move['why']} "
+                    f"({move['before']} -> {move['after']})")
         for node, why in summary["ignored"].items():
             c.print(f"left alone: {node}: {why}")
         det, rec = summary["detection_s"], summary["recovery_s"]
@@ -176,6 +180,8 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         audit_rows = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)).all()
         audit = [a.action for a in audit_rows]
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
+        moves = [{"node": node, "why": e.why, "before": eras[e.ordinal - 2].key, "after": e.key}
+                 for node, eras in node_eras(s).items() for e in eras if e.ordinal > 1]
         remediations: list[dict[str, Any]] = [
             {
                 "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
@@ -235,5 +241,6 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "validation": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
                  for outcome in sorted({c.outcome for c in checks})},
         "validation_checks": len(checks),
+        "hardware_moves": sorted(moves, key=lambda m: _natural(m["node"])),
         "timed_out": timed_out,
     }

@@ -15,6 +15,8 @@ Behaviour that matters for exactly-once tests:
   "acted twice" (see :meth:`GceFake.actions`).
 - Operations take ``op_seconds`` of wall time; their effect lands when they finish: a reset or a
   start bumps the instance's ``boot_count`` (the Kubernetes side turns that into a new bootID).
+- A running instance shows the host it runs on as ``resourceStatus.physicalHost``, as the real API
+  does; a stop releases the host and the start after it lands on a new one (a reset keeps it).
 - Errors use Google's JSON shape ``{"error": {"code", "message", "errors": [{"reason"}]}}``; a failed
   operation ends DONE with ``error.errors`` plus ``httpErrorStatusCode`` and ``httpErrorMessage``.
 
@@ -91,7 +93,12 @@ class GceFake(FakeServer):
                 "name": name,
                 "status": status,
                 "boot_count": 1 if status == "RUNNING" else 0,
+                "host": self._new_host() if status == "RUNNING" else None,
             }
+
+    def _new_host(self) -> str:
+        """An opaque physical host name, shaped like the real ``resourceStatus.physicalHost``."""
+        return f"/{next(self._ids):x}/{next(self._ids):x}/{next(self._ids):x}"
 
     def remove_instance(self, project: str, zone: str, name: str) -> None:
         with self._lock:
@@ -222,9 +229,12 @@ class GceFake(FakeServer):
                 continue
             was_running = inst["status"] == "RUNNING" and op.kind == "start"
             inst["status"] = _STATUS_AFTER[op.kind]
+            if op.kind == "stop":
+                inst["host"] = None  # a stop releases the host
             if op.kind == "reset" or (op.kind == "start" and not was_running):
                 inst["boot_count"] += 1
                 inst["lastStartTimestamp"] = _now()
+                inst["host"] = inst["host"] or self._new_host()
 
     def _instance_body(self, key: tuple[str, str, str]) -> dict[str, Any]:
         inst = self._instances[key]
@@ -240,6 +250,8 @@ class GceFake(FakeServer):
         }
         if "lastStartTimestamp" in inst:
             body["lastStartTimestamp"] = inst["lastStartTimestamp"]
+        if inst.get("host"):
+            body["resourceStatus"] = {"physicalHost": inst["host"]}
         return body
 
     @staticmethod

@@ -29,6 +29,7 @@ import secrets
 import ssl
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +191,9 @@ class RedfishBmc(FakeServer):
             "Id": system_id,
             "Name": system_id,
             "SystemType": "Physical",
+            "Model": "HGX H100 8-GPU",
+            "SerialNumber": f"SN-{system_id.upper()}",
+            "UUID": str(uuid.uuid5(uuid.NAMESPACE_URL, f"redfish-sim/{system_id}")),
             "PowerState": system.power,
             "Status": {"State": "Enabled", "Health": "OK"},
             "Actions": {

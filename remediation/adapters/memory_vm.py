@@ -12,7 +12,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotFound, PermanentError
 
 if TYPE_CHECKING:
@@ -48,6 +48,16 @@ class MemoryVM:
         self.w._pause("vm.start")
         return op
 
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The instance is the VM's name; its host is numbered, and a move (stop/start, redeploy) that
+        completed lands it on the next."""
+        with self.w.mutate() as st:
+            node = self.w._get(st, vm.name)
+            if node["vm"].get("gone"):
+                raise NotFound(f"VM {vm.name} not found")
+            host = f"{vm.name}-host{node['vm'].get('host', 0)}"
+            return HardwareIdentity("memory", instance_id=f"i-{vm.name}", host=host, sku="memory-8gpu")
+
     def poll(self, op: Operation) -> OperationStatus:
         with self.w.mutate() as st:
             rec = st["ops"].get(op.ref)
@@ -58,6 +68,8 @@ class MemoryVM:
                 return OperationStatus(done=bool(rec["data"].get("done")))
             rec["data"]["done"] = True
             node = st["nodes"][op.vm.name]
+            if ACTION_KIND.get(str(op.action)) == "move":
+                node["vm"]["host"] = node["vm"].get("host", 0) + 1  # another host, the same instance
             if node["vm"]["broken"]:
                 fault = node["vm"].get("fault") or {}
                 if ACTION_KIND.get(str(op.action)) not in fault.get("fixed_by", ()):

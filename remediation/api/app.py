@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import incidents, incidents_ui, ui
+from remediation.api import incidents, incidents_ui, reliability_ui, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.guard import BodyGuard
 from remediation.api.routes import router
@@ -73,6 +73,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.include_router(incidents.router)
     app.include_router(ui.router)
     app.include_router(incidents_ui.router)
+    app.include_router(reliability_ui.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     _errors(app)
     app.add_middleware(BodyGuard, max_bytes=settings.api.max_body_bytes)

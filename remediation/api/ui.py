@@ -20,6 +20,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import Lever, pull
 from remediation.services.dashboard_sessions import end_session, open_session
+from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
 from remediation.services.readmodels import (
     RecordNotFound,
@@ -154,7 +155,8 @@ def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
         detail = node_detail(s, node, policy=st.settings.policy, now=st.clock.now())
-    return _page(request, who, "node.html", d=detail)
+        eras = node_eras(s, [node]).get(node, [])
+    return _page(request, who, "node.html", d=detail, eras=eras)
 
 
 @router.get("/remediations")

@@ -38,6 +38,7 @@ from remediation.cli.context import (
     no_broker,
     state,
 )
+from remediation.cli.reliability import reliability_cmd
 from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, check_transport, read_token
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
@@ -69,6 +70,7 @@ app.command("stats")(read.stats)
 app.command("status")(status)
 app.command("simulate")(simulate)
 app.command("validate")(validate)
+app.command("reliability")(reliability_cmd)
 
 REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
 

@@ -19,6 +19,8 @@ Tables and why they exist:
   many events it dropped for carrying a lower one (see :mod:`remediation.domain.fencing`).
 - ``dashboard_sessions``: one row per dashboard login, so that every API replica knows it and logout
   or a rotated token ends it (see :mod:`remediation.services.dashboard_sessions`).
+- ``hardware_sightings``: the hardware a node name stood on at each machine action, quarantine and
+  GPU check (see :mod:`remediation.domain.hardware`).
 """
 
 from __future__ import annotations
@@ -285,3 +287,27 @@ class LeaderFence(Base):
     token: Mapped[int] = mapped_column(BigInteger)
     fenced: Mapped[int] = mapped_column(BigInteger, default=0)
     raised_at: Mapped[datetime]
+
+
+class HardwareSighting(Base):
+    """One read of the hardware a node name stood on (see :mod:`remediation.domain.hardware`): the
+    machine's identity before and after a machine action and at a quarantine, or the GPUs a GPU check
+    named (``gpus``: a list of ``{"uuid", "serial"}``)."""
+
+    __tablename__ = "hardware_sightings"
+    __table_args__ = (Index("ix_hardware_sightings_node_at", "node", "at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(253))
+    at: Mapped[datetime]
+    remediation_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"), index=True)
+    step: Mapped[str] = mapped_column(String(32))  # vm_restart, quarantine, validate
+    action: Mapped[str | None] = mapped_column(String(32))  # the VM action just completed (after-action rows)
+    provider: Mapped[str | None] = mapped_column(String(16))
+    instance_id: Mapped[str | None] = mapped_column(String(253))
+    host: Mapped[str | None] = mapped_column(String(253))
+    bmc_uuid: Mapped[str | None] = mapped_column(String(64))
+    bmc_serial: Mapped[str | None] = mapped_column(String(128))
+    sku: Mapped[str | None] = mapped_column(String(128))
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))

@@ -21,6 +21,7 @@ from remediation.domain.checkpoint import ask_pods
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
+from remediation.domain.hardware import identity_now, machine_ref, read_identity
 from remediation.domain.jobsafety import jobs_holding, no_jobs_left, wait_for_jobs
 from remediation.domain.machine_actions import provider_action
 from remediation.domain.outcomes import Adapters as Adapters
@@ -42,7 +43,6 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.ports.cluster import (
     KubeNode,
-    MachinesByNode,
     Operation,
     SlurmNode,
     VMAction,
@@ -277,12 +277,11 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
     if inp.provider_op is None:
         # Bare metal has no providerID: a backend that names the machine by the node does.
-        vm = machine.machine_of(inp.node, inp.context.k8s_node) if isinstance(machine, MachinesByNode) else None
-        if vm is None:
-            vm = parse_provider_id(inp.context.provider_id or "")
+        vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
+        before = read_identity(ad, vm)  # the hardware the fault happened on
         op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
-        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict())
+        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(), detail=before)
     op = Operation.from_dict(inp.provider_op)
     status = machine.poll(op)
     if status.error:
@@ -291,8 +290,9 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
         ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
+        after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
-            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False))
+            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False), detail=after)
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
@@ -356,7 +356,8 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if node.reason != reason and not human_hold(node, cfg):
         ad.slurm.drain(inp.node, reason)
     notes = ["kept out of the Slurm pool", taint(ad, inp.node, inp.context.k8s_node)]
-    return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why))
+    held = identity_now(inp, ad)  # the hardware kept out
+    return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why), detail=held)
 
 
 def taint(ad: Adapters, node: str, k8s_node: str | None) -> str:

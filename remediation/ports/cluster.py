@@ -266,3 +266,32 @@ class MachinesByNode(Protocol):
         (``auto`` with a redfish inventory, for a node the inventory does not list): the Node's
         providerID names it."""
         ...
+
+
+@dataclass(frozen=True)
+class HardwareIdentity:
+    """What a machine's provider says it is, read at a fault and after each action. Each field is the
+    provider's own and None where it exposes none: ``instance_id`` (GCE's numeric instance id, Azure's
+    vmId, AWS's instance id; a stop/start, a redeploy keep it), ``host`` (the physical host: GCE's
+    ``resourceStatus.physicalHost``, AWS's ``Placement.HostId`` on a Dedicated Host; Azure's public API
+    names none outside dedicated hosts), the BMC's system ``UUID`` and ``SerialNumber`` (Redfish), and
+    ``sku`` (machine type, VM size, instance type, or the system's Model)."""
+
+    provider: str
+    instance_id: str | None = None
+    host: str | None = None
+    bmc_uuid: str | None = None
+    bmc_serial: str | None = None
+    sku: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class MachineIdentity(Protocol):
+    """A machine backend that can say which hardware a machine is on (one read, no action)."""
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The machine's identity now; the typed errors of remediation.ports.errors."""
+        ...

@@ -1,7 +1,8 @@
 """The validation's records and its human uses.
 
 - :func:`record_validation`: the engine calls it when a ``validate`` step ends; one ``validations`` row
-  per check (command, exit code, duration, the last ``validation.output_bytes`` of output).
+  per check (command, exit code, duration, the last ``validation.output_bytes`` of output), and a
+  hardware sighting of the GPUs its output names (on-demand checks too).
 - :func:`hold_for_human`: a check that never ended (or could not run) holds its remediation: the node
   stays out, one audit row pages on-call, and only a human's ``resume`` (run it again) or ``cancel``
   moves it on.
@@ -22,8 +23,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
-from remediation.db.models import Node, Remediation, RemediationStep, Validation
+from remediation.db.models import HardwareSighting, Node, Remediation, RemediationStep, Validation
 from remediation.domain.context import Held, RemediationContext
+from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.validation import (
@@ -57,6 +59,9 @@ def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: 
         output_tail=rec["output"], actor=actor, dry_run=dry_run,
     )
     s.add(row)
+    if gpus := parse_gpus(str(rec.get("output") or "")):  # the GPUs the check's output names
+        s.add(HardwareSighting(node=row.node, at=row.finished_at, remediation_id=remediation_id, step="validate",
+                               gpus=[{"uuid": g.uuid, "serial": g.serial} for g in gpus], dry_run=dry_run))
     return row
 
 

@@ -72,10 +72,11 @@ from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
+from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.services.retries import backoff, failing_too_long, gave_up, too_early
 from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
-from remediation.services.validation import hold_for_human, record_validation
+from remediation.services.validation import hold_for_human
 from remediation.settings import Settings
 from remediation.vocabulary import GPU_RESET
 
@@ -306,6 +307,7 @@ class Workflow:
                 note = outcome.note
                 audit(s, now, self.settings.actor, note.action, rem.node, note.reason,
                       {**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
+            record_findings(s, rem, step, outcome, now, self.settings.actor, dry)  # its check, its hardware
             if isinstance(outcome, Wait):
                 if dry:
                     outcome = replace(outcome, reason=would(outcome.reason))
@@ -316,8 +318,6 @@ class Workflow:
                 outcome = as_dry_run(outcome)
                 if row is not None:
                     row.dry_run = True
-            if step is Step.VALIDATE:
-                record_validation(s, rem, outcome, now, self.settings.actor, dry)
             if isinstance(outcome, Hold):
                 return hold_for_human(s, rem, row, outcome, now, self.settings)
             if isinstance(outcome, Cancel):

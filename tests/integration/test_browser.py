@@ -14,10 +14,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import uvicorn
+from fastapi import FastAPI
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -39,11 +41,9 @@ NODE = "gpu-node-8"
 REASON = "GPU swapped under RMA 4711; burn-in passed"
 
 
-@pytest.fixture
-def base_url(pg_url: str, sessions: sessionmaker[Session], history: History,
-             dispatcher: Dispatcher) -> Iterator[str]:
-    settings = Settings(database={"url": pg_url}, api={"admin_tokens": [ADMIN], "read_tokens": []})
-    app = create_app(settings, sessions, dispatcher=dispatcher)
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free port of 127.0.0.1; yield its base URL."""
     # Bind first and hand uvicorn the socket: no window in which another process can take the port.
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -57,10 +57,34 @@ def base_url(pg_url: str, sessions: sessionmaker[Session], history: History,
         if not thread.is_alive() or time.monotonic() > deadline:
             pytest.fail("uvicorn did not start serving the dashboard")
         time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@pytest.fixture
+def base_url(pg_url: str, sessions: sessionmaker[Session], history: History,
+             dispatcher: Dispatcher) -> Iterator[str]:
+    settings = Settings(database={"url": pg_url}, api={"admin_tokens": [ADMIN], "read_tokens": []})
+    with served(create_app(settings, sessions, dispatcher=dispatcher)) as url:
+        yield url
+
+
+def login(browser: WebDriver, base_url: str, path: str, token: str = ADMIN) -> None:
+    """Open ``path``, which sends a browser without a session to the login form, and log in there; the
+    form brings the browser back to the page (its path: a query is not carried through the login)."""
+    page, _, query = path.partition("?")
+    browser.get(f"{base_url}{path}")
+    WebDriverWait(browser, 15).until(ec.url_contains("/login"))
+    browser.find_element(By.NAME, "token").send_keys(token)
+    browser.find_element(By.NAME, "name").send_keys("dana")
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    WebDriverWait(browser, 15).until(ec.url_to_be(f"{base_url}{page}"))
+    if query:
+        browser.get(f"{base_url}{path}")
 
 
 @pytest.fixture
@@ -94,12 +118,7 @@ def test_admin_releases_a_quarantined_node_from_the_dashboard(
     wait = WebDriverWait(browser, 15)
 
     # Not logged in: the node page sends the browser to the login form, which brings it back.
-    browser.get(f"{base_url}/nodes/{NODE}")
-    wait.until(ec.url_contains("/login"))
-    browser.find_element(By.NAME, "token").send_keys(ADMIN)
-    browser.find_element(By.NAME, "name").send_keys("dana")
-    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
-    wait.until(ec.url_to_be(f"{base_url}/nodes/{NODE}"))
+    login(browser, base_url, f"/nodes/{NODE}")
     assert browser.find_element(By.CSS_SELECTOR, "h1 .st").text == "quarantined"
     assert "VM ladder exhausted" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
     assert "admin" in browser.find_element(By.CSS_SELECTOR, ".me .badge").text

@@ -148,6 +148,12 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     checks = db.execute("select node, outcome from validations").fetchall()
     assert ("gpu-node-6", "failed") in checks and ("gpu-node-6", "passed") not in checks, checks
     passed = {node for node, outcome in checks if outcome == "passed"}
+    # The XID 48 host move (gpu-node-6 is a GCE VM: a stop/start) left the name on other hardware: the
+    # machine's physical host before the move and after it differ, and the summary says so.
+    hosts = db.execute("select action, host from hardware_sightings where node = 'gpu-node-6' and step = "
+                       "'vm_restart' order by id").fetchall()
+    assert [a for a, _ in hosts] == [None, "stop_start"] and hosts[0][1] and hosts[1][1] not in (None, hosts[0][1])
+    assert "new hardware under the same name: gpu-node-6: host changed" in "".join(lines)
     assert {rems[rid][0] for rid in succeeded} <= passed, (checks, succeeded)
     assert not [r for r in rems.values() if r[1] in ("running", "waiting")]
     audit = [a for (a,) in db.execute("select action from audit_log")]

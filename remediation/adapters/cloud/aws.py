@@ -53,7 +53,7 @@ from remediation.adapters.cloud.common import (
     marker_value,
     parse_marker,
 )
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import ConfigError, NotFound, PermanentError, TransientError
 from remediation.settings import MachineSettings
 
@@ -100,6 +100,16 @@ class AWSProvider:
                     "ec2", region_name=region, endpoint_url=self._settings.aws_endpoint, config=config
                 )
             return self._clients[region]
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The instance id and type, and ``Placement.HostId``: EC2 names the host on a Dedicated Host only."""
+        with _translated(vm):
+            found = self._ec2(vm).describe_instances(InstanceIds=[vm.name])
+        instance = next((i for r in found["Reservations"] for i in r["Instances"]), None)
+        if instance is None:
+            raise NotFound(f"VM not found ({vm.provider_id or vm.name}): the instance is gone")
+        return HardwareIdentity("aws", instance_id=instance.get("InstanceId"),
+                                host=(instance.get("Placement") or {}).get("HostId"), sku=instance.get("InstanceType"))
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         check_restartable(vm, action, "aws", "AWS", "EC2 has no reimage here")

@@ -59,7 +59,7 @@ from remediation.adapters.cloud.common import (
     marker_value,
     parse_marker,
 )
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import CredentialError, PermanentError, TransientError
 from remediation.settings import MachineSettings
 
@@ -118,6 +118,23 @@ class AzureProvider:
             log.warning("azure %s on %s not re-issued: %s", action, vm.provider_id or vm.name, reason)
             return self._observe(vm, action, reason)
         return self._begin(vm, action, _VERBS[action])
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The VM's ``vmId`` and size. Azure names the physical host only for a VM on a dedicated host
+        (``host``); anywhere else a redeploy is the only sign of a move, and is recorded as one."""
+        client = self._client(vm.account)
+        try:
+            if vm.scale_set:
+                current: Any = client.virtual_machine_scale_set_vms.get(vm.group, vm.scale_set, vm.name)
+            else:
+                current = client.virtual_machines.get(vm.group, vm.name)
+        except HttpResponseError as exc:
+            raise _translate(exc, vm) from exc
+        except (ServiceRequestError, ServiceResponseError) as exc:
+            raise TransientError(f"cannot reach Azure Resource Manager: {exc}") from exc
+        host = getattr(getattr(current, "host", None), "id", None)
+        size = getattr(getattr(current, "hardware_profile", None), "vm_size", None)
+        return HardwareIdentity("azure", instance_id=getattr(current, "vm_id", None), host=host, sku=size)
 
     def _already_acted(self, vm: VMRef, marker: str) -> str | None:
         """Evidence that this start() already acted; records our marker when it did not."""

@@ -17,6 +17,8 @@ phases. When the stop is DONE, ``poll`` starts the instance, with its own derive
 repeated poll cannot start twice, and hands back the new operation through ``replace``. Compute Engine
 has no reimage; asking for one is a :class:`NotSupported` error naming the action to configure instead.
 
+``identify`` reads the instance once: its id, ``resourceStatus.physicalHost`` and machine type.
+
 SDK retries are off (``retry=None``): the workflow retries with visible, persisted backoff, and a task
 must not sleep inside an SDK for up to ten minutes, the library's default for GETs.
 """
@@ -36,7 +38,7 @@ from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud import compute_v1
 
 from remediation.adapters.cloud.common import check_restartable, error_for_status
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import CredentialError, PermanentError, TransientError
 from remediation.settings import MachineSettings
 
@@ -132,6 +134,19 @@ class GCEProvider:
             data = {"phase": "start", "request_id": start_id}
             return OperationStatus(done=False, replace=Operation("gce", name, op.action, vm, data))
         return OperationStatus(done=True)
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The instance's numeric id, its ``resourceStatus.physicalHost`` (an opaque name of the host it
+        runs on, which a stop/start usually changes) and its machine type."""
+        instances, _ = self._get_clients()
+        try:
+            inst = instances.get(project=vm.account, zone=vm.zone, instance=vm.name,
+                                 retry=None, timeout=self._settings.request_timeout_s)
+        except Exception as exc:
+            raise _translate(exc, vm) from exc
+        host = inst.resource_status.physical_host if "resource_status" in inst else ""
+        sku = inst.machine_type.rsplit("/", 1)[-1] if inst.machine_type else None
+        return HardwareIdentity("gce", instance_id=str(inst.id) if inst.id else None, host=host or None, sku=sku)
 
     def _call(self, vm: VMRef, verb: str, request_id: str) -> str:
         instances, _ = self._get_clients()

@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Protocol
 
-from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import (
+    HardwareIdentity,
+    MachineIdentity,
+    MachineProvider,
+    Operation,
+    OperationStatus,
+    VMAction,
+    VMRef,
+)
 from remediation.ports.errors import NotSupported
 from remediation.settings import MachineSettings, Settings
 
@@ -53,6 +61,13 @@ class VMRouter:
 
     def poll(self, op: Operation) -> OperationStatus:
         return self._provider(op.provider).poll(op)
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The machine's identity from its cloud's provider; one that cannot say gives its name only."""
+        provider = self._provider(vm.provider)
+        if isinstance(provider, MachineIdentity):
+            return provider.identify(vm)
+        return HardwareIdentity(vm.provider, instance_id=vm.name)
 
 
 class BareMetal(MachineProvider, Protocol):

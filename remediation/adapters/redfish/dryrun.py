@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from remediation.adapters.noop import Recorder
 from remediation.adapters.redfish.provider import RedfishProvider
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 
 
 class RedfishDryRun:
@@ -21,6 +21,9 @@ class RedfishDryRun:
 
     def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return self.real.machine_of(node, k8s_node)
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        return self.real.identify(vm)  # a read: the dry run records the hardware as the real one would
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         op = self.real.plan(vm, action)

@@ -33,7 +33,7 @@ from typing import Any
 
 from remediation.adapters.redfish.client import BmcSession, MaybeSent
 from remediation.adapters.redfish.inventory import Bmc, Inventory
-from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotSupported, PermanentError, RemediationError, TransientError
 from remediation.ports.intents import Intents
 from remediation.settings import RedfishSettings
@@ -79,6 +79,14 @@ class RedfishProvider:
 
     def lists(self, node: str) -> bool:
         return self.inventory.lists(node)
+
+    def identify(self, vm: VMRef) -> HardwareIdentity:
+        """The ComputerSystem's ``UUID``, ``SerialNumber`` and ``Model``, where the BMC reports them."""
+        _mine(vm)
+        with self.session(self.inventory.bmc(vm.name)) as session:
+            system = session.system()
+        return HardwareIdentity("redfish", bmc_uuid=_text(system.get("UUID")),
+                                bmc_serial=_text(system.get("SerialNumber")), sku=_text(system.get("Model")))
 
     def session(self, bmc: Bmc) -> BmcSession:
         return BmcSession(bmc, self.inventory.login(bmc), self.s)
@@ -176,6 +184,10 @@ class RedfishProvider:
                 )
             return OperationStatus(done=False, replace=_with(new, evidence="unobserved"))
         return OperationStatus(done=False, replace=new if new.data != d else None)
+
+
+def _text(value: object) -> str | None:
+    return str(value).strip() or None if value is not None else None
 
 
 def _mine(vm: VMRef) -> None:

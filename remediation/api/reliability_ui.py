@@ -1,0 +1,59 @@
+"""The dashboard's Reliability page and the report downloads.
+
+``/reliability?since=30d&by=pool,zone``: trends, hardware and lemons over the window, charts drawn on
+the server as SVG (:mod:`remediation.api.charts`). ``/reliability/report.html`` is the same figures as
+one self-contained file to attach to a postmortem, ``/reliability/report.csv`` the long-form CSV for a
+notebook. Reading needs a read or admin token, like every dashboard page (:mod:`remediation.api.ui`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import HTMLResponse, Response
+
+from remediation.api import reliability_report as report
+from remediation.api.ui import Viewer, _page
+from remediation.services.reliability import Reliability
+
+router = APIRouter(include_in_schema=False)
+
+
+def _load(request: Request, since: str, by: str | None) -> tuple[Reliability, datetime]:
+    st = request.app.state
+    now = st.clock.now()
+    try:
+        start, until = report.window(since, now)
+        dims = report.dimensions(by)
+    except report.ReportError as exc:
+        raise HTTPException(400, str(exc)) from None
+    with st.sessions() as s:
+        return report.build(s, start, until, st.settings.policy.lemon, dims), now
+
+
+@router.get("/reliability")
+def reliability_page(
+    request: Request, who: Viewer, since: str = "30d", by: str | None = None
+) -> HTMLResponse:
+    rep, _ = _load(request, since, by)
+    return _page(request, who, "reliability.html", since=since, **report.context(rep))
+
+
+@router.get("/reliability/report.html")
+def report_html(request: Request, who: Viewer, since: str = "30d", by: str | None = None) -> HTMLResponse:
+    rep, now = _load(request, since, by)
+    name = f"reliability-{now:%Y%m%d}.html"
+    return HTMLResponse(
+        report.standalone_html(rep, now), headers={"Content-Disposition": f'inline; filename="{name}"'}
+    )
+
+
+@router.get("/reliability/report.csv")
+def report_csv(request: Request, who: Viewer, since: str = "30d", by: str | None = None) -> Response:
+    rep, now = _load(request, since, by)
+    return Response(
+        report.to_csv(rep),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="reliability-{now:%Y%m%d}.csv"'},
+    )

@@ -1,0 +1,87 @@
+"""``remediation reliability --since 30d -o html|pdf|csv``: the reliability report as a file.
+
+(Not ``remediation report``: that is the lever that reports a node as bad; one word, one idea.)
+
+HTML is one self-contained page to attach to a postmortem (the dashboard's Reliability page without
+its links); PDF is that page printed by a headless Chromium (:mod:`remediation.adapters.pdf`); CSV is
+the long form a notebook reads (section, group_by, key, metric, value). Every figure is read from the
+database (:mod:`remediation.services.reliability`), so the report runs where the database is reachable,
+not through ``--server`` (the dashboard serves the HTML and CSV there: ``/reliability``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from remediation.adapters.pdf import PdfError, html_to_pdf
+from remediation.api import reliability_report as report
+from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, cli_errors, state
+
+
+@cli_errors
+def reliability_cmd(
+    ctx: typer.Context,
+    since: str = typer.Option("30d", "--since", help="Window back from its end: 7d, 30d, 12h, 2w."),
+    until: str | None = typer.Option(
+        None,
+        "--until",
+        help="End of the window, an ISO time (UTC unless it "
+        "says otherwise), e.g. the day after an incident; default now.",
+    ),
+    output: str = typer.Option("html", "--output", "-o", help="html, pdf or csv."),
+    file: Path | None = typer.Option(
+        None,
+        "--file",
+        "-f",
+        help="Where to write it (default: reliability-YYYYMMDD.EXT here; '-' prints HTML or CSV to stdout).",
+    ),
+    by: str | None = typer.Option(
+        None,
+        "--by",
+        help="Groupings, comma-separated: pool, rack, zone, sku "
+        "(default: all), node, or any failure-domain kind.",
+    ),
+    browser: str | None = typer.Option(
+        None, "--browser", help="The Chromium to print the PDF with (default: chromium on PATH)."
+    ),
+) -> None:
+    """The reliability report: faults per day by cause class, time to repair, node-hours out of service,
+    MTBF per pool, rack, zone, SKU, node and hardware, hardware moves, GPUs failing under two names,
+    the top lemons."""
+    st = state(ctx)
+    if output not in report.FORMATS:
+        raise CliError(f"-o {output}: choose one of {', '.join(report.FORMATS)}", EXIT_CONFIG)
+    if st.server is not None:
+        raise CliError(
+            "report reads the database directly: run it where the database is reachable, "
+            "without --server (the dashboard's Reliability page serves HTML and CSV)",
+            EXIT_CONFIG,
+        )
+    now = st.now()
+    try:
+        start, end = report.window(since, now, until)
+        dims = report.dimensions(by)
+    except report.ReportError as exc:
+        raise CliError(str(exc), EXIT_CONFIG) from None
+    if output == "pdf" and str(file) == "-":
+        raise CliError("a PDF is written to a file: pass --file PATH", EXIT_CONFIG)
+    with st.sessions()() as s:
+        rep = report.build(s, start, end, st.settings().policy.lemon, dims)
+    target = file or Path(f"reliability-{now:%Y%m%d}.{output}")
+    if output == "csv":
+        text = report.to_csv(rep)
+    else:
+        text = report.standalone_html(rep, now)
+    if output == "pdf":
+        try:
+            html_to_pdf(text, target, browser)
+        except PdfError as exc:
+            raise CliError(str(exc), EXIT_REQUEST) from None
+    elif str(target) == "-":
+        typer.echo(text, nl=False)
+        return
+    else:
+        target.write_text(text, encoding="utf-8")
+    typer.echo(f"wrote {target} ({output}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)", err=True)

@@ -1,0 +1,216 @@
+"""Hardware identity: which machine and which GPUs a node name stood on, and when that changed.
+
+A node's *name* outlives its hardware: a GCE stop/start or an Azure redeploy moves the same instance
+(same instance id) to another host, a reimage keeps the host, a bare-metal board is swapped under the
+same hostname. The workflow reads the machine's identity (:class:`remediation.ports.cluster.
+HardwareIdentity`) when it is about to act and after the action, and the GPU check's output names the
+GPUs (``nvidia-smi -q`` or ``nvidia-smi --query-gpu=uuid,serial``); each read is a *sighting*
+(``hardware_sightings``). This module turns a node's sightings into *eras*: stretches of one name on
+one piece of hardware.
+
+A new era starts when a sighting contradicts the era's identity (another host, BMC UUID or serial,
+instance id, or set of GPU serials), or when an action that moves the machine to another host (a
+stop/start, a redeploy) completed on a provider that exposes no host: the move itself is then the
+only evidence, and it is recorded as a change of hardware.
+
+Pure: no I/O; :func:`read_identity` calls the machine port only through the step's adapters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import cached_property
+from typing import Any
+
+from remediation.domain.outcomes import Adapters, StepInput
+from remediation.domain.providerid import parse_provider_id
+from remediation.ports.cluster import MachineIdentity, MachinesByNode, VMAction, VMRef
+from remediation.ports.errors import PermanentError, RemediationError
+
+#: Actions after which the machine runs on another host (GCE: a stop releases the host; Azure: redeploy).
+MOVES = frozenset({VMAction.STOP_START.value, VMAction.REDEPLOY.value})
+#: The fields that name the machine; two sightings that both set one and disagree are two machines.
+MACHINE_FIELDS = ("instance_id", "host", "bmc_uuid", "bmc_serial")
+
+_QUERY_LINE = re.compile(r"^\s*(?:\d+\s*,\s*)?(GPU-[0-9a-fA-F-]{8,})\s*,\s*([^,\s]+)")
+_Q_UUID = re.compile(r"^\s*GPU UUID\s*:\s*(GPU-[0-9a-fA-F-]+)\s*$")
+_Q_SERIAL = re.compile(r"^\s*Serial Number\s*:\s*(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    uuid: str
+    serial: str | None = None
+
+
+def parse_gpus(output: str) -> tuple[Gpu, ...]:
+    """The GPUs a check's output names: ``nvidia-smi -q`` blocks (a ``Serial Number`` line, then the
+    ``GPU UUID`` line of the same GPU) or ``nvidia-smi --query-gpu=[index,]uuid,serial --format=csv``
+    rows. A serial nvidia-smi reports as N/A is kept as None. Sorted by UUID, each once."""
+    found: dict[str, Gpu] = {}
+    serial: str | None = None
+    for line in output.splitlines():
+        if m := _QUERY_LINE.match(line):
+            found[m[1]] = Gpu(m[1], _known(m[2]))
+        elif m := _Q_SERIAL.match(line):
+            serial = _known(m[1])
+        elif m := _Q_UUID.match(line):
+            found[m[1]] = Gpu(m[1], serial)
+            serial = None
+    return tuple(found[k] for k in sorted(found))
+
+
+def _known(value: str) -> str | None:
+    return None if value.strip().upper() in ("N/A", "[N/A]", "") else value.strip()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Machine:
+    """The machine fields of :class:`remediation.ports.cluster.HardwareIdentity`, as far as known."""
+
+    provider: str | None = None
+    instance_id: str | None = None
+    host: str | None = None
+    bmc_uuid: str | None = None
+    bmc_serial: str | None = None
+    sku: str | None = None
+
+
+@dataclass(frozen=True)
+class Sighting(Machine):
+    """One read of a node's hardware (a ``hardware_sightings`` row)."""
+
+    node: str
+    at: datetime
+    step: str  # vm_restart (before the action: waiting; after it: done), quarantine, validate
+    action: str | None = None  # the VM action that had just completed (an after-action sighting)
+    gpus: tuple[Gpu, ...] = ()
+    remediation_id: int | None = None
+
+    @cached_property
+    def serials(self) -> frozenset[str]:
+        return frozenset(g.serial or g.uuid for g in self.gpus)
+
+
+@dataclass(frozen=True)
+class Era(Machine):
+    """One stretch of a node name on one piece of hardware."""
+
+    node: str
+    ordinal: int  # 1 for the first hardware seen under the name
+    since: datetime
+    until: datetime | None  # None: still current
+    why: str  # how it began: "first seen", "host changed (a -> b)", "moved by stop_start (host not exposed)"
+    serials: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def key(self) -> str:
+        """The hardware's name for counting: the most physical identity known, else the name and era."""
+        if self.bmc_serial:
+            return f"serial:{self.bmc_serial}"
+        if self.bmc_uuid:
+            return f"bmc:{self.bmc_uuid}"
+        if self.host:
+            return f"host:{self.host}"
+        if self.serials:
+            return "gpus:" + hashlib.sha256(",".join(sorted(self.serials)).encode()).hexdigest()[:12]
+        return f"{self.node}#{self.ordinal}"
+
+
+def change(era: Era, s: Sighting) -> str | None:
+    """Why sighting ``s`` is other hardware than ``era`` (None: the same, as far as anyone can tell)."""
+    for name in MACHINE_FIELDS:
+        was, now = getattr(era, name), getattr(s, name)
+        if was and now and was != now:
+            return f"{name.replace('_', ' ')} changed"  # the eras' keys name both
+    if era.serials and s.serials and era.serials != s.serials:
+        return f"GPU serials changed ({len(era.serials - s.serials)} of {len(era.serials)} replaced)"
+    if s.action in MOVES and s.host is None and s.bmc_uuid is None and s.bmc_serial is None:
+        return f"moved by {s.action} (the provider exposes no host)"
+    return None
+
+
+def eras(sightings: Iterable[Sighting]) -> list[Era]:
+    """A node's eras from its sightings (any order); each sighting fills in what its era lacked."""
+    out: list[Era] = []
+    for s in sorted(sightings, key=lambda x: x.at):
+        cur = out[-1] if out else None
+        why = "first seen" if cur is None else change(cur, s)
+        if cur is not None and why is not None:
+            out[-1] = replace(cur, until=s.at)
+        if cur is None or why is not None:
+            cur = Era(s.node, len(out) + 1, s.at, None, why or "first seen")
+            out.append(cur)
+        filled = {
+            n: getattr(s, n)
+            for n in (*MACHINE_FIELDS, "provider", "sku")
+            if getattr(cur, n) is None and getattr(s, n)
+        }
+        if filled or (s.gpus and not cur.serials):
+            out[-1] = replace(cur, serials=cur.serials or s.serials, **filled)
+    return out
+
+
+def era_at(node_eras: list[Era], at: datetime) -> Era | None:
+    """The era in force at ``at``; before the first sighting, the first era (the hardware a fault was
+    on is read when the workflow acts, after the fault)."""
+    current = [e for e in node_eras if e.since <= at]
+    return current[-1] if current else (node_eras[0] if node_eras else None)
+
+
+def shared_serials(sightings: Iterable[Sighting]) -> dict[str, list[str]]:
+    """GPU serial -> the node names it was seen failing under, for serials seen under two or more.
+    Only sightings of a remediation count: a GPU read during a fault's remediation was on a failing node."""
+    names: dict[str, set[str]] = {}
+    for s in sightings:
+        if s.remediation_id is None:
+            continue
+        for serial in s.serials:
+            names.setdefault(serial, set()).add(s.node)
+    return {serial: sorted(n) for serial, n in sorted(names.items()) if len(n) > 1}
+
+
+# ------------------------------------------------------------------------------------ step helper
+
+
+def machine_ref(inp: StepInput, ad: Adapters) -> VMRef | None:
+    """The machine the node's actions act on: the backend's own finder (bare metal), else the Node's
+    providerID; None when neither names one."""
+    machine = ad.machine
+    vm = machine.machine_of(inp.node, inp.context.k8s_node) if isinstance(machine, MachinesByNode) else None
+    if vm is None and inp.context.provider_id:
+        vm = parse_provider_id(inp.context.provider_id)
+    return vm
+
+
+def read_identity(ad: Adapters, vm: VMRef | None, *, strict: bool = True) -> dict[str, Any]:
+    """The step detail recording the machine's identity (``hardware``), or why it could not be read
+    (``hardware_error``): who the hardware is never decides an action. Strict (the machine step, which
+    calls the same provider next), a transient or systemic error is raised as any call's would be: the
+    step is retried after the provider's Retry-After, or automation pauses, rather than calling the
+    provider again at once. A permanent error about this machine is recorded; the action reports its own."""
+    if vm is None or not isinstance(ad.machine, MachineIdentity):
+        return {}
+    try:
+        return {"hardware": ad.machine.identify(vm).to_dict()}
+    except PermanentError as exc:
+        return {"hardware_error": exc.message[:500]}
+    except RemediationError as exc:
+        if strict:
+            raise
+        return {"hardware_error": exc.message[:500]}
+
+
+def identity_now(inp: StepInput, ad: Adapters) -> dict[str, Any]:
+    """:func:`read_identity` of the node's machine, never raising (a quarantine does not wait on it); the
+    machine may not be known (no machine backend, no providerID, a node the inventory does not list):
+    then nothing is recorded."""
+    try:
+        vm = machine_ref(inp, ad) if ad.machine is not None else None
+    except RemediationError:
+        return {}
+    return read_identity(ad, vm, strict=False)

@@ -1,0 +1,190 @@
+"""Reliability trends: the arithmetic of faults over a window, on rows the caller read from the database.
+
+Definitions (docs/reliability.md says the same for on-call):
+
+- a *fault* is a remediation opened in the window, dry-run excluded, whatever became of it;
+- *faults per day* count faults by the UTC day they opened, per cause class (``unknown`` unclassified);
+- *time to repair* is detected (opened) to returned (closed ``succeeded``), for repairs that returned in
+  the window;
+- *node-hours out of service* is, per fault, the part of the window from its opening to its close; a
+  quarantine keeps the node out from the close until the node's release (or the window's end);
+- *MTBF* (mean time between failures) is hours in service within the window divided by faults, per
+  node and per piece of hardware (an era of :mod:`remediation.domain.hardware`); None without a fault.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One remediation, as the trends need it."""
+
+    id: int
+    node: str
+    fault_class: str | None
+    status: str
+    opened_at: datetime
+    closed_at: datetime | None
+    released_at: datetime | None = None  # the node's release after a quarantine
+    hardware: str | None = None  # the hardware key it happened on (None: never read)
+    sku: str | None = None
+
+    @property
+    def cause(self) -> str:
+        return self.fault_class or UNKNOWN
+
+    def out_until(self, until: datetime) -> datetime:
+        """When the node came back into service from this fault (``until`` if not yet)."""
+        if self.closed_at is None:
+            return until
+        if self.status == "quarantined":
+            return self.released_at if self.released_at and self.released_at > self.closed_at else until
+        return self.closed_at
+
+
+def overlap_h(start: datetime, end: datetime, since: datetime, until: datetime) -> float:
+    """Hours of [start, end) inside [since, until)."""
+    return max(0.0, (min(end, until) - max(start, since)).total_seconds() / 3600.0)
+
+
+def out_hours(faults: Iterable[Fault], since: datetime, until: datetime) -> float:
+    """Node-hours out of service in the window; overlapping faults of one node count once."""
+    by_node: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for f in faults:
+        by_node[f.node].append((f.opened_at, f.out_until(until)))
+    total = 0.0
+    for spans in by_node.values():
+        end_seen = since
+        for start, end in sorted(spans):
+            start = max(start, end_seen)
+            if end > start:
+                total += overlap_h(start, end, since, until)
+                end_seen = end
+    return total
+
+
+@dataclass(frozen=True)
+class Group:
+    """The figures of one group (a pool, rack, zone, SKU...) over the window."""
+
+    name: str
+    nodes: int
+    faults: int
+    by_class: dict[str, int]
+    repairs: int
+    repair_median_h: float | None
+    repair_mean_h: float | None
+    out_h: float
+    mtbf_h: float | None
+
+
+@dataclass(frozen=True)
+class Mtbf:
+    """MTBF of one node or one piece of hardware."""
+
+    name: str
+    faults: int
+    hours: float  # hours in service within the window
+    mtbf_h: float | None
+    sku: str | None = None
+    nodes: tuple[str, ...] = ()  # the node names it served under (hardware)
+
+
+@dataclass(frozen=True)
+class Window:
+    since: datetime
+    until: datetime
+
+    @property
+    def hours(self) -> float:
+        return (self.until - self.since).total_seconds() / 3600.0
+
+    @property
+    def days(self) -> list[date]:
+        first, last = self.since.date(), (self.until - timedelta(microseconds=1)).date()
+        return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+@dataclass(frozen=True)
+class Trends:
+    window: Window
+    by: str  # what the groups group by: pool, rack, zone, sku, or a failure-domain kind
+    groups: list[Group]
+    daily: list[tuple[date, dict[str, int]]]  # faults per UTC day, by class
+    classes: list[str]
+    nodes: list[Mtbf]
+
+
+def opened_in(faults: Iterable[Fault], w: Window) -> list[Fault]:
+    return [f for f in faults if w.since <= f.opened_at < w.until]
+
+
+def repairs_h(faults: Iterable[Fault], w: Window) -> list[float]:
+    return [
+        (f.closed_at - f.opened_at).total_seconds() / 3600.0
+        for f in faults
+        if f.status == "succeeded" and f.closed_at is not None and w.since <= f.closed_at < w.until
+    ]
+
+
+def mtbf(hours: float, faults: int) -> float | None:
+    return hours / faults if faults else None
+
+
+def group(name: str, nodes: set[str], faults: list[Fault], w: Window) -> Group:
+    """One group's figures: ``faults`` are every fault of its nodes (any time), ``nodes`` its members."""
+    inside = opened_in(faults, w)
+    rep = repairs_h(faults, w)
+    out = out_hours(faults, w.since, w.until)
+    return Group(
+        name, len(nodes), len(inside), dict(sorted(Counter(f.cause for f in inside).items())), len(rep),
+        statistics.median(rep) if rep else None, statistics.fmean(rep) if rep else None, out,
+        mtbf(len(nodes) * w.hours - out, len(inside)),
+    )  # fmt: skip
+
+
+def per_node(faults: list[Fault], nodes: dict[str, datetime], w: Window) -> list[Mtbf]:
+    """Each node's faults, hours in service and MTBF in the window (``nodes``: node -> first seen)."""
+    by_node: dict[str, list[Fault]] = defaultdict(list)
+    for f in faults:
+        by_node[f.node].append(f)
+    rows = []
+    for n, first in nodes.items():
+        mine = by_node.get(n, [])
+        hours = overlap_h(first, w.until, w.since, w.until) - out_hours(mine, w.since, w.until)
+        count = len(opened_in(mine, w))
+        rows.append(Mtbf(n, count, hours, mtbf(hours, count)))
+    return sorted(rows, key=lambda m: (-m.faults, m.name))
+
+
+def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, by: str,
+           key: Callable[[str, Fault | None], str], node_rows: list[Mtbf] | None = None) -> Trends:
+    """Every figure of the window. ``nodes``: node -> first seen; ``key(node, fault)`` names the group of
+    a node (for a fault, of the node at that fault: the SKU it ran on); ``node_rows``: :func:`per_node`,
+    when the caller has it already."""
+    members: dict[str, set[str]] = defaultdict(set)
+    of_group: dict[str, list[Fault]] = defaultdict(list)
+    for n in nodes:
+        members[key(n, None)].add(n)
+    for f in faults:
+        g = key(f.node, f)
+        members[g].add(f.node)
+        of_group[g].append(f)
+    groups = sorted((group(g, members[g], of_group[g], w) for g in members), key=lambda x: (-x.faults, x.name))
+    inside = opened_in(faults, w)
+    classes = sorted({f.cause for f in inside})
+    per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}
+    for f in inside:
+        per_day[f.opened_at.date()][f.cause] += 1
+    rows = per_node(faults, nodes, w) if node_rows is None else node_rows
+    return Trends(w, by, groups, [(d, dict(c)) for d, c in per_day.items()], classes, rows)

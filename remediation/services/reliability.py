@@ -1,0 +1,169 @@
+"""The reliability report: trends, hardware and lemons over a window, read from the database only.
+
+What it reads: ``remediations`` (the faults), ``nodes`` (members, first seen, releases),
+``node_domains`` (pools, racks, zones, as the watchers reported them) and ``hardware_sightings``
+(:mod:`remediation.services.hardware`). The arithmetic is :mod:`remediation.domain.trends`.
+
+Groups are named by a *dimension*: ``pool``, ``rack`` and ``zone`` read the failure-domain kinds in
+:data:`DIMENSIONS` (the first a node has), ``sku`` the hardware a fault ran on, ``node`` the node itself,
+and any other word is taken as a failure-domain kind as recorded (``switch``, a Node label key). The
+dimension is a parameter, so that another way to group nodes is one more entry here.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from remediation.clock import aware
+from remediation.db.models import Node, NodeDomain, Remediation
+from remediation.domain.hardware import Era, era_at, shared_serials
+from remediation.domain.trends import (
+    Fault,
+    Mtbf,
+    Trends,
+    Window,
+    mtbf,
+    opened_in,
+    out_hours,
+    overlap_h,
+    per_node,
+    trends,
+)
+from remediation.services.hardware import eras_by_node, sightings
+from remediation.services.lemons import LemonRow, lemons
+from remediation.settings import LemonSettings
+
+#: Failure-domain kinds each named dimension reads, first match wins: the Slurm partition or node pool,
+#: the leaf switch or rack (Slurm topology's switch, GKE's sub-block), the zone.
+DIMENSIONS: dict[str, tuple[str, ...]] = {
+    "pool": ("partition", "cloud.google.com/gke-nodepool", "kubernetes.azure.com/agentpool",
+             "eks.amazonaws.com/nodegroup", "pool"),
+    "rack": ("switch", "cloud.google.com/gce-topology-subblock", "rack"),
+    "zone": ("topology.kubernetes.io/zone", "failure-domain.beta.kubernetes.io/zone", "zone"),
+}  # fmt: skip
+BY = ("pool", "rack", "zone", "sku")
+NONE = "(none)"
+
+
+@dataclass(frozen=True)
+class Move:
+    """A node name that moved to other hardware."""
+
+    node: str
+    at: datetime
+    why: str
+    before: str
+    after: str
+
+
+@dataclass(frozen=True)
+class Reliability:
+    trends: dict[str, Trends]  # by dimension
+    hardware: list[Mtbf]
+    moves: list[Move]
+    shared_gpus: dict[str, list[str]]
+    lemons: list[LemonRow]
+
+    @property
+    def window(self) -> Window:
+        return next(iter(self.trends.values())).window
+
+
+def _faults(s: Session, w: Window, eras: dict[str, list[Era]], before: dict[int, str]) -> list[Fault]:
+    released = dict(s.execute(select(Node.name, Node.released_at)).all())
+    r = Remediation
+    q = select(r.id, r.node, r.fault_class, r.status, r.opened_at, r.closed_at).where(
+        r.dry_run.is_(False), r.opened_at < w.until,
+        or_(r.closed_at.is_(None), r.closed_at >= w.since, r.status == "quarantined"),
+    )  # fmt: skip
+    out = []
+    for rid, node, fault_class, status, opened_at, closed_at in s.execute(q.order_by(r.id)):
+        opened = aware(opened_at) or opened_at
+        mine = eras.get(node, [])
+        era = next((e for e in mine if e.key == before.get(rid)), None) if rid in before else None
+        era = era or era_at(mine, opened)
+        out.append(Fault(rid, node, fault_class, status, opened, aware(closed_at), aware(released.get(node)),
+                         era.key if era else None, era.sku if era else None))
+    return out
+
+
+def _hardware(
+    faults: list[Fault], eras: dict[str, list[Era]], first: dict[str, datetime], w: Window
+) -> list[Mtbf]:
+    hours: dict[str, float] = defaultdict(float)
+    names: dict[str, set[str]] = defaultdict(set)
+    sku: dict[str, str | None] = {}
+    for node, node_eras_ in eras.items():
+        for e in node_eras_:
+            start = first.get(node, e.since) if e.ordinal == 1 else e.since
+            hours[e.key] += overlap_h(start, e.until or w.until, w.since, w.until)
+            names[e.key].add(node)
+            sku[e.key] = sku.get(e.key) or e.sku
+    on: dict[str | None, list[Fault]] = defaultdict(list)
+    for f in faults:
+        on[f.hardware].append(f)
+    rows = []
+    for key in hours:
+        mine = on.get(key, [])
+        h = hours[key] - out_hours(mine, w.since, w.until)
+        n = len(opened_in(mine, w))
+        rows.append(Mtbf(key, n, h, mtbf(h, n), sku.get(key), tuple(sorted(names[key]))))
+    return sorted(rows, key=lambda m: (-m.faults, m.name))
+
+
+def _grouper(s: Session, by: str, eras: dict[str, list[Era]]) -> Callable[[str, Fault | None], str]:
+    if by == "node":
+        return lambda node, fault: node
+    if by == "sku":
+        latest = {n: next((e.sku for e in reversed(es) if e.sku), None) for n, es in eras.items()}
+        return lambda node, fault: (fault.sku if fault else None) or latest.get(node) or NONE
+    kinds = DIMENSIONS.get(by, (by,))
+    found: dict[str, dict[str, str]] = defaultdict(dict)
+    for node, kind, name in s.execute(
+        select(NodeDomain.node, NodeDomain.kind, NodeDomain.name).where(NodeDomain.kind.in_(kinds))
+    ):
+        found[node][kind] = name
+    return lambda node, fault: next((found[node][k] for k in kinds if k in found.get(node, {})), NONE)
+
+
+def reliability(
+    s: Session,
+    since: datetime,
+    until: datetime,
+    lemon: LemonSettings,
+    by: tuple[str, ...] = BY,
+    top: int = 10,
+) -> Reliability:
+    """Every figure the Reliability page and ``remediation reliability`` show, for [since, until)."""
+    w = Window(since, until)
+    seen = sightings(s, until=until)
+    eras = eras_by_node(seen)
+    before = {sg.remediation_id: era.key for sg in seen
+              if sg.remediation_id is not None and sg.step == "vm_restart" and sg.action is None
+              for era in [era_at(eras[sg.node], sg.at)] if era is not None}  # fmt: skip
+    faults = _faults(s, w, eras, before)
+    first = {
+        n: aware(t) or t
+        for n, t in s.execute(select(Node.name, Node.first_seen_at).where(Node.first_seen_at < until)).all()
+    }
+    rows = per_node(faults, first, w)
+    per = {d: trends(faults, first, w, d, _grouper(s, d, eras), rows) for d in by}
+    moves = [
+        Move(n, e.since, e.why, es[e.ordinal - 2].key, e.key)
+        for n, es in eras.items()
+        for e in es
+        if e.ordinal > 1 and since <= e.since < until
+    ]
+    return Reliability(
+        per,
+        _hardware(faults, eras, first, w),
+        sorted(moves, key=lambda m: m.at),
+        shared_serials(seen),
+        lemons(s, until, lemon, top),
+    )
