@@ -31,7 +31,7 @@ from remediation.adapters.noop import (
     NoopValidator,
     Recorder,
 )
-from remediation.domain.hostlist import expand
+from remediation.hostlist import expand
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError

@@ -46,7 +46,7 @@ from remediation.db.queries import among, lock_control
 from remediation.domain import slurm_states
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, NodeEvent
-from remediation.domain.hostlist import compress
+from remediation.hostlist import compress
 from remediation.domain.policy import Clock
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, Step

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from remediation.adapters.slurm.args import check_node_name, check_reason
 from remediation.adapters.slurm.parse import NodeRecord
-from remediation.domain.hostlist import expand
+from remediation.hostlist import expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import NotSupported, PermanentError, UnknownNode, error_for_slurm
 from remediation.settings import SlurmSettings
