@@ -31,8 +31,8 @@ from remediation.adapters.noop import (
     NoopValidator,
     Recorder,
 )
-from remediation.hostlist import expand
 from remediation.domain.step_bodies import Adapters
+from remediation.hostlist import expand
 from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
