@@ -102,6 +102,8 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, "inventory")
     if event.kind is EventKind.DOMAINS:
         return Decision(DecisionKind.RECORD, "failure domains learnt")
+    if event.kind is EventKind.LABELS:
+        return Decision(DecisionKind.RECORD, "labels learnt")
     if event.kind is EventKind.HEALTHY:
         return _decide_healthy(node)
     if node.status is NodeStatus.QUARANTINED:

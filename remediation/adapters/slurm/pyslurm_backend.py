@@ -147,4 +147,6 @@ def _status(node: Any) -> NodeRecord:
         reason_user=node.reason_user or None,
         reason_changed_at=int(node.reason_time or 0),
         slurmd_start_time=int(node.slurmd_start_time or 0),
+        partitions=tuple(getattr(node, "partitions", None) or ()),
+        features=tuple(getattr(node, "available_features", None) or ()),
     )
