@@ -28,9 +28,9 @@ from sqlalchemy import select
 
 from remediation.db.models import AuditLog, Event, Incident, Remediation, Validation
 from remediation.db.session import make_engine, make_session_factory
-from remediation.hostlist import compress
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.domain.topology import domain_key
+from remediation.hostlist import compress
 from remediation.settings import Settings
 
 DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready", "switch_down"})
