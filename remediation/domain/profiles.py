@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from remediation.domain.policy import Decision, DecisionKind
 from remediation.hostlist import expand
 from remediation.settings import EffectivePolicy, ProfileSelect, ProfileSettings
 from remediation.settings.profiles import SECTIONS, effective
@@ -71,6 +72,33 @@ def winners(profiles: Sequence[ProfileSettings], nodes: Sequence[NodeFacts]) -> 
         if (name := resolve(profiles, node).name) is not None:
             out[name].append(node.name)
     return out
+
+
+class Governance:
+    """The profiles of one configuration with their effective policies, worked out once."""
+
+    def __init__(self, base: EffectivePolicy, profiles: Sequence[ProfileSettings] = ()) -> None:
+        self.base = base
+        self.profiles = tuple(profiles)
+        self._policies = {p.name: effective(base, p) for p in self.profiles}
+
+    def of(self, node: NodeFacts) -> tuple[Resolution, EffectivePolicy]:
+        """Which profile governs ``node`` and its effective policy."""
+        found = resolve(self.profiles, node)
+        return found, self.named(found.name)
+
+    def named(self, name: str | None) -> EffectivePolicy:
+        """The effective policy of profile ``name`` (the base for None, or a name no longer configured)."""
+        return self._policies.get(name, self.base) if name is not None else self.base
+
+
+def govern(decision: Decision, policy: EffectivePolicy) -> Decision:
+    """A profile in mode ``off`` opens nothing: the fault is recorded, and the node left to humans."""
+    if policy.mode == "off" and decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
+        return Decision(
+            DecisionKind.RECORD, f"profile {policy.profile} is off: {decision.reason}", cause=decision.cause
+        )
+    return decision
 
 
 class Layer(StrEnum):

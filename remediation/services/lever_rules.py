@@ -24,6 +24,7 @@ from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
+from remediation.domain.profiles import Governance
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
@@ -156,7 +157,7 @@ def close_breaker(session: Session, actor: str, reason: str, now: datetime) -> l
 
 
 def report(session: Session, name: str, actor: str, reason: str, now: datetime,
-           policy: PolicySettings) -> list[FollowUp]:
+           policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
     exactly like a watcher's."""
     reason = _reason(reason)
@@ -166,7 +167,7 @@ def report(session: Session, name: str, actor: str, reason: str, now: datetime,
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = ingest(session, [event.to_json()], policy, _Fixed(now))
+    result = ingest(session, [event.to_json()], policy, _Fixed(now), governance=governance)
     audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.domain.policy import Clock
+from remediation.domain.profiles import Governance
 from remediation.ports.dispatch import Dispatcher, FollowUp
 from remediation.services import incidents, lever_rules
 from remediation.services.audit import Via, through
@@ -50,12 +51,13 @@ class Cancelled:
 
 class LeverService:
     def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
-                 clock: Clock, via: Via) -> None:
+                 clock: Clock, via: Via, governance: Governance | None = None) -> None:
         self._factory = sessions
         self._via: Via = via
         self._dispatcher = dispatcher
         self._policy = policy
         self._clock = clock
+        self._governance = governance
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():
@@ -76,7 +78,8 @@ class LeverService:
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy)
+            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy,
+                                           self._governance)
         self._dispatcher.steps(followups)
         return followups
 

@@ -39,6 +39,7 @@ from remediation.settings.policy import PolicySettings
 from remediation.settings.selector import parse_selector
 from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
+from remediation.vocabulary import FAULT_CLASSES
 
 Mode = Literal["act", "shadow", "drain-only", "off"]
 MODES: tuple[Mode, ...] = ("act", "shadow", "drain-only", "off")
@@ -156,8 +157,13 @@ class ProfileSettings(Section):
         return value
 
     def overrides(self) -> dict[str, dict[str, Any]]:
-        """Section -> the fields this profile sets (the sections it leaves alone are left out)."""
-        return {s: getattr(self, s) for s in SECTIONS if getattr(self, s)}
+        """Section -> the fields this profile sets (the sections it leaves alone are left out). A
+        drain-only profile holds every fault class for a human: its ladders are all ``hold``."""
+        out = {s: dict(getattr(self, s)) for s in SECTIONS if getattr(self, s)}
+        if self.mode == "drain-only":
+            policy = out.setdefault("policy", {})
+            policy["faults"] = {**policy.get("faults", {}), "ladders": {c: ["hold"] for c in FAULT_CLASSES}}
+        return out
 
 
 @dataclass(frozen=True)
@@ -210,9 +216,10 @@ def effective(base: EffectivePolicy, profile: ProfileSettings | None) -> Effecti
     if profile is None:
         return base
     merged: dict[str, Any] = {}
+    overrides = profile.overrides()
     for name in SECTIONS:
         current: Section = getattr(base, name)
-        override = getattr(profile, name)
+        override = overrides.get(name)
         if not override:
             merged[name] = current
             continue
