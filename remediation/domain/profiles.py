@@ -74,6 +74,12 @@ def winners(profiles: Sequence[ProfileSettings], nodes: Sequence[NodeFacts]) -> 
     return out
 
 
+def label_keys(profiles: Sequence[ProfileSettings]) -> list[str]:
+    """The Node label keys the profiles' selectors name: what the Kubernetes watcher reports."""
+    keys = (r.key for p in profiles if p.select.labels for r in _requirements(p.select.labels))
+    return sorted(set(keys))
+
+
 class Governance:
     """The profiles of one configuration with their effective policies, worked out once."""
 
