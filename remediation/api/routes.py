@@ -42,6 +42,7 @@ from remediation.services.readmodels import (
 from remediation.services.readmodels import get_remediation as get_rem
 from remediation.services.stats import Stats
 from remediation.services.stats import stats as compute_stats
+from remediation.settings.profiles import PROFILE_NAME
 
 MAX_ID = 2**63 - 1
 NodeName = Annotated[str, Path(pattern=NODE_NAME.pattern, max_length=253, examples=["gpu-node-7"])]
@@ -49,6 +50,7 @@ NodeFilter = Annotated[str | None, Query(pattern=NODE_NAME.pattern, max_length=2
 RemId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 StatusFilter = Annotated[str | None, Query(max_length=32, description="A status (or open/closed).")]
+ProfileFilter = Annotated[str | None, Query(pattern=PROFILE_NAME, description="A profile's name.")]
 
 
 def reader(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
@@ -102,8 +104,9 @@ def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node:
           remediation_id: int | None = None) -> LeverResult:
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
+    profile = body.profile if isinstance(body, BreakerCloseBody) else None
     return pull(st.levers, st.sessions, lever, who.actor(body.actor), body.reason, node, remediation_id,
-                give_back)
+                give_back, profile)
 
 
 @router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")
@@ -230,16 +233,21 @@ def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: Cance
     return _pull(request, who, body, "cancel", remediation_id=remediation_id)
 
 
+class BreakerCloseBody(LeverBody):
+    profile: str | None = Field(None, pattern=PROFILE_NAME, description="Close this profile's breaker, not the fleet's.")
+
+
 @router.get("/breaker", response_model=BreakerState, summary="The storm breaker: open, why, since when")
-def get_breaker(request: Request, _: Reader) -> BreakerState:
-    latch = request.app.state.levers.breaker_status()
+def get_breaker(request: Request, _: Reader, profile: ProfileFilter = None) -> BreakerState:
+    """The fleet's storm breaker, or with ``profile`` that profile's own."""
+    latch = request.app.state.levers.breaker_status(profile)
     return BreakerState(open=bool(latch.get("open")), reason=latch.get("reason"), since=latch.get("at"),
                         closed_at=latch.get("closed_at"), closed_by=latch.get("closed_by"),
                         close_reason=latch.get("close_reason"))
 
 
 @router.post("/breaker/close", response_model=LeverResult, tags=["levers"])
-def post_breaker_close(request: Request, who: Admin, body: LeverBody) -> LeverResult:
+def post_breaker_close(request: Request, who: Admin, body: BreakerCloseBody) -> LeverResult:
     return _pull(request, who, body, "breaker_close")
 
 

@@ -179,8 +179,8 @@ class Remote:
     def incident(self, incident_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/incidents/{incident_id}"))
 
-    def breaker(self) -> dict[str, Any]:
-        latch = dict(self._call("GET", "/breaker"))
+    def breaker(self, profile: str | None = None) -> dict[str, Any]:
+        latch = dict(self._call("GET", "/breaker", {"profile": profile}))
         latch["at"] = latch.pop("since", None)
         return latch
 
@@ -201,8 +201,8 @@ class Remote:
     def report(self, node: str, reason: str) -> str:
         return self._lever(f"/nodes/{_seg(node)}/report", reason)
 
-    def close_breaker(self, reason: str) -> str:
-        return self._lever("/breaker/close", reason)
+    def close_breaker(self, reason: str, profile: str | None = None) -> str:
+        return self._lever("/breaker/close", reason, **({"profile": profile} if profile else {}))
 
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         return self._lever(f"/incidents/{incident_id}/resolve", reason)

@@ -70,6 +70,8 @@ class Node(Base):
     partitions: Mapped[list[str] | None] = mapped_column(Json)
     features: Mapped[list[str] | None] = mapped_column(Json)
     labels: Mapped[dict[str, str] | None] = mapped_column(Json)
+    # The profile that governs the node now (NULL: the base policy): its pool, for the profile's breaker.
+    profile: Mapped[str | None] = mapped_column(String(63), index=True)
 
 
 class Event(Base):

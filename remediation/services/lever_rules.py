@@ -140,18 +140,21 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
     return rem
 
 
-def breaker_status(session: Session) -> dict[str, Any]:
-    """The storm breaker's latch: open or not, why, since when, and who closed it last."""
-    return breaker.state(session)
+def breaker_status(session: Session, profile: str | None = None) -> dict[str, Any]:
+    """The storm breaker's latch (the fleet's, or ``profile``'s): open or not, why, since when, and who
+    closed it last."""
+    return breaker.state(session, profile)
 
 
-def close_breaker(session: Session, actor: str, reason: str, now: datetime) -> list[FollowUp]:
-    """A human closes the latched storm breaker (audited). Every held remediation re-confirms its
-    trigger before its next disruptive action; the follow-ups run them now."""
+def close_breaker(session: Session, actor: str, reason: str, now: datetime,
+                  profile: str | None = None) -> list[FollowUp]:
+    """A human closes the latched storm breaker, the fleet's or ``profile``'s (audited). Every held
+    remediation re-confirms its trigger before its next disruptive action; the follow-ups run them now."""
     reason = _reason(reason)
-    held = breaker.close_latch(session, now, actor, reason)
+    held = breaker.close_latch(session, now, actor, reason, profile)
     if held is None:
-        raise LeverError("the storm breaker is not open; nothing to close")
+        whose = f"profile {profile}'s storm breaker" if profile is not None else "the storm breaker"
+        raise LeverError(f"{whose} is not open; nothing to close")
     rems = session.scalars(select(Remediation).where(Remediation.id.in_(held))).all()
     return [FollowUp(r.id, r.step) for r in rems]
 

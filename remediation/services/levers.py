@@ -88,13 +88,13 @@ class LeverService:
         with self._sessions() as s, s.begin():
             return lever_rules.set_paused(s, paused, actor, reason, self._clock.now())
 
-    def breaker_status(self) -> dict[str, Any]:
+    def breaker_status(self, profile: str | None = None) -> dict[str, Any]:
         with self._sessions() as s:
-            return lever_rules.breaker_status(s)
+            return lever_rules.breaker_status(s, profile)
 
-    def close_breaker(self, actor: str, reason: str) -> list[FollowUp]:
+    def close_breaker(self, actor: str, reason: str, profile: str | None = None) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now())
+            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now(), profile)
         self._dispatcher.steps(followups)
         return followups
 

@@ -51,13 +51,7 @@ def record_facts(session: Session, events: Iterable[NodeEvent]) -> int:
 
 def facts_of(session: Session, names: Collection[str] | None = None) -> dict[str, NodeFacts]:
     """The facts of ``names`` (every known node when None)."""
-    query = select(Node.name, Node.partitions, Node.features, Node.labels)
-    if names is not None:
-        query = query.where(among(session, Node.name, names))
-    return {
-        name: NodeFacts(name, frozenset(parts or ()), frozenset(feats or ()), dict(labels or {}))
-        for name, parts, feats, labels in session.execute(query)
-    }
+    return {name: facts for name, (facts, _) in _nodes(session, names).items()}
 
 
 def governance(settings: Settings) -> Governance:
@@ -68,25 +62,51 @@ def governance(settings: Settings) -> Governance:
 def base_only(policy: PolicySettings, incidents: IncidentSettings | None) -> EffectivePolicy:
     """The policy of an ingest whose caller names no profiles: ``policy`` and ``incidents``, the only
     sections the ingest reads (such an ingest records no policy on what it opens)."""
-    return EffectivePolicy(
-        None,
-        "act",
-        policy,
-        WorkflowSettings(),
-        MachineSettings(),
-        ValidationSettings(),
-        incidents or IncidentSettings(),
-    )
+    return EffectivePolicy(None, "act", policy, WorkflowSettings(), MachineSettings(), ValidationSettings(),
+                           incidents or IncidentSettings())
 
 
-def governed(
-    session: Session, governance: Governance, names: Collection[str]
-) -> dict[str, tuple[Resolution, EffectivePolicy]]:
-    """Each node's profile and effective policy, from what the watchers reported of it."""
+def governed(session: Session, governance: Governance, names: Collection[str]
+             ) -> dict[str, tuple[Resolution, EffectivePolicy]]:
+    """Each node's profile and effective policy, from what the watchers reported of it; a node whose
+    profile changed joins its new pool (``nodes.profile``)."""
     if not governance.profiles:
         return {name: (Resolution(None), governance.base) for name in names}
-    known = facts_of(session, names)
-    return {name: governance.of(known.get(name, NodeFacts(name))) for name in names}
+    out, _ = _resolve(session, governance, names)
+    return out
+
+
+def refresh_pools(session: Session, governance: Governance) -> int:
+    """Put every node in the pool of the profile that governs it now (the sweeper's, so that a new
+    configuration's pools are right before any event arrives). Returns how many nodes moved."""
+    if not governance.profiles:
+        stale = list(session.scalars(select(Node.name).where(Node.profile.is_not(None))))
+        if stale:
+            session.execute(update(Node).where(among(session, Node.name, stale)).values(profile=None))
+        return len(stale)
+    return _resolve(session, governance, None)[1]
+
+
+def _resolve(session: Session, governance: Governance, names: Collection[str] | None
+             ) -> tuple[dict[str, tuple[Resolution, EffectivePolicy]], int]:
+    rows = _nodes(session, names)
+    out, moved = {}, []
+    for name in sorted(rows if names is None else names):
+        facts, stored = rows.get(name, (NodeFacts(name), None))
+        out[name] = governance.of(facts)
+        if name in rows and out[name][0].name != stored:
+            moved.append({"name": name, "profile": out[name][0].name})
+    if moved:
+        session.execute(update(Node), moved)
+    return out, len(moved)
+
+
+def _nodes(session: Session, names: Collection[str] | None) -> dict[str, tuple[NodeFacts, str | None]]:
+    query = select(Node.name, Node.partitions, Node.features, Node.labels, Node.profile)
+    if names is not None:
+        query = query.where(among(session, Node.name, names))
+    return {name: (NodeFacts(name, frozenset(parts or ()), frozenset(feats or ()), dict(labels or {})), profile)
+            for name, parts, feats, labels, profile in session.execute(query)}
 
 
 @dataclass

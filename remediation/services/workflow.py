@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -50,7 +50,7 @@ from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
-from remediation.domain.policy import Clock, admit
+from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
     RemediationStatus,
@@ -74,6 +74,7 @@ from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, held_reason, hold, probe
+from remediation.services.profiles import governance, refresh_pools
 from remediation.services.recorded import Governed, RecordedPolicies
 from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
@@ -95,6 +96,7 @@ class Workflow:
     ) -> None:
         self.sessions = sessions
         self.settings = settings
+        self.governance = governance(settings)
         self._use(adapters)
         self.clock = clock
         self.worker = worker
@@ -175,8 +177,11 @@ class Workflow:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
                 out.append(FollowUp(rem.id, rem.step))
-            breaker.note(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None,
-                         self.settings.policy, self.settings.actor, self.clock)
+            refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
+            for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
+                policy = self.governance.named(name).policy
+                breaker.note(s, cluster_view(s, now, policy.breaker_window, None, name), now, None, policy,
+                             self.settings.actor, self.clock, name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
@@ -214,9 +219,7 @@ class Workflow:
                 # last-VM-action row: each counts only after the one before it has committed.
                 lock_control(s, LAST_VM_ACTION, now)
                 now = self.clock.now()
-            view = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id)
-            view = breaker.note(s, view, now, rem.id, cfg.policy, self.settings.actor, self.clock)
-            verdict = admit(step, view, cfg.policy, now, new_vm_action=row is None)
+            verdict = self._admit(s, rem, step, cfg, now, new_vm_action=row is None)
             held_by_incident = False
             if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
                                                               new_vm_action=row is None)):
@@ -264,6 +267,21 @@ class Workflow:
                 source=rem.source,
             )
             return inp, row.id, g
+
+    def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
+               new_vm_action: bool) -> Admission:
+        """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
+        max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
+        under its recorded policy, as before profiles."""
+        fleet = self.settings.policy if rem.profile is not None else cfg.policy
+        view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id)
+        view = breaker.note(s, view, now, rem.id, fleet, self.settings.actor, self.clock)
+        pool = None
+        if rem.profile is not None:
+            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile)
+            mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
+            pool = Pool(rem.profile, mine, cfg.policy)
+        return admit(step, view, fleet, now, new_vm_action=new_vm_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
         return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)

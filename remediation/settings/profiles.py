@@ -42,6 +42,8 @@ from remediation.settings.workflow import WorkflowSettings
 from remediation.vocabulary import FAULT_CLASSES
 
 Mode = Literal["act", "shadow", "drain-only", "off"]
+#: A profile's name: a metric label value and part of its breaker's control row, so short and plain.
+PROFILE_NAME = r"^[a-z0-9]([a-z0-9_-]{0,46}[a-z0-9])?$"
 MODES: tuple[Mode, ...] = ("act", "shadow", "drain-only", "off")
 
 #: Section -> the fields a profile may override. Adding a field here is all it takes to make it
@@ -123,7 +125,7 @@ class ProfileSettings(Section):
     """One node group and what it overrides."""
 
     name: str = Field(
-        pattern=r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$",
+        pattern=PROFILE_NAME,
         description="Shown everywhere (CLI, API, dashboard, the metrics' profile label).",
     )
     select: ProfileSelect

@@ -13,6 +13,8 @@ from remediation.db.models import AuditLog, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
+from remediation.services import lever_rules
+from remediation.services.breaker import latches as breaker_latches
 from remediation.services.ingest import ingest
 from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
@@ -173,3 +175,90 @@ def test_a_config_change_does_not_rewrite_an_open_ladder(sessions, world, settin
     clock.advance(3600)
     publish(sessions, changed, clock, "gpu-node-2")  # the next one opens under the new config
     assert rem_for(sessions, "gpu-node-2").policy["workflow"]["ladder"] == ["restart"]
+
+
+STORM_PROFILES = [
+    {
+        "name": "pool-a",
+        "select": {"hostlist": "gpu-node-[0-9]"},
+        "policy": {"breaker_min_failures": 3, "breaker_max_fraction": 0.2},
+    },
+    {"name": "pool-b", "select": {"hostlist": "gpu-node-[10-19]"}, "policy": {"breaker_max_fraction": 0.5}},
+]
+
+
+def storm_settings(fleet_fraction: float) -> Settings:
+    return Settings(
+        policy={"min_restart_gap_s": 0, "breaker_min_failures": 3, "breaker_max_fraction": fleet_fraction},
+        workflow={"poll_interval_s": 5, "drain_timeout_s": 600, "verify_timeout_s": 120, "lease_s": 30},
+        profiles=STORM_PROFILES,
+    )
+
+
+def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock) -> None:
+    """The Slurm watcher's first resync: every node, each then in its profile's pool."""
+    events = [
+        NodeEvent(
+            source=Source.SLURM,
+            node=n,
+            kind=EventKind.INVENTORY,
+            state="IDLE",
+            observed_at=clock.now(),
+            partitions=["gpu"],
+            features=[],
+        ).to_json()
+        for n in NODES
+    ]
+    with sessions() as s, s.begin():
+        ingest(s, events, settings.policy, clock, governance=governance(settings))
+        pools = dict(s.execute(select(Node.name, Node.profile)).all())
+    assert pools["gpu-node-3"] == "pool-a" and pools["gpu-node-13"] == "pool-b"
+
+
+def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clock) -> None:
+    settings = storm_settings(fleet_fraction=0.5)
+    inventory(sessions, settings, clock)
+    engine = engine_for(sessions, world, settings, clock)
+    storm = [
+        f for n in range(4) for f in publish(sessions, settings, clock, f"gpu-node-{n}")
+    ]  # 4/10 of pool-a
+    other = publish(sessions, settings, clock, "gpu-node-12")
+    run_steps_all(engine, clock, storm + other, rounds=12)
+    assert rem_for(sessions, "gpu-node-12").status == "succeeded"  # pool-b's remediation went on
+    assert machine_calls(world, "gpu-node-12") == ["vm.restart"]
+    held = [rem_for(sessions, f"gpu-node-{n}") for n in range(4)]
+    assert {(r.step, r.status) for r in held} == {("k8s_evict", "waiting")}
+    assert "profile pool-a's storm breaker open" in held[0].wait_reason
+    assert all(machine_calls(world, f"gpu-node-{n}") == [] for n in range(4))
+    with sessions() as s:
+        latches = breaker_latches(s)
+    assert latches["pool-a"]["open"] and not latches.get(None, {}).get("open")
+
+    # A human closes pool-a's breaker: its remediations re-check their trigger and go on.
+    with sessions() as s, s.begin():
+        followups = lever_rules.close_breaker(s, "alice", "switch replaced", clock.now(), "pool-a")
+    assert sorted(f.remediation_id for f in followups) == sorted(r.id for r in held)
+    drive(engine, clock, followups)
+    assert {rem_for(sessions, f"gpu-node-{n}").status for n in range(4)} == {"succeeded"}
+
+
+def test_the_fleet_latch_stays_above_every_pool(sessions, world, clock) -> None:
+    settings = storm_settings(fleet_fraction=0.1)  # 3 of 20 failing is more than 10% of the fleet
+    inventory(sessions, settings, clock)
+    engine = engine_for(sessions, world, settings, clock)
+    # 3 of pool-b's 10 is within its own limit (50%).
+    todo = [f for n in (10, 11, 12) for f in publish(sessions, settings, clock, f"gpu-node-{n}")]
+    run_steps_all(engine, clock, todo, rounds=6)
+    held = [rem_for(sessions, f"gpu-node-{n}") for n in (10, 11, 12)]
+    assert {r.status for r in held} == {"waiting"}
+    assert held[0].wait_reason.startswith("storm breaker open")  # the fleet's, not a pool's
+    with sessions() as s:
+        latches = breaker_latches(s)
+    assert latches[None]["open"] and not latches.get("pool-b", {}).get("open")
+
+
+def run_steps_all(engine: Workflow, clock: FakeClock, todo: list[FollowUp], rounds: int) -> None:
+    """Deliver every remediation's next step, ``rounds`` times over (held ones are delivered again)."""
+    for _ in range(rounds):
+        clock.advance(max((f.countdown for f in todo), default=0))
+        todo = [engine.run(f.remediation_id, f.step) or f for f in todo]
