@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import incidents, incidents_ui, ui
+from remediation.api import incidents, incidents_ui, policy, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.guard import BodyGuard
 from remediation.api.routes import router
@@ -72,6 +72,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
 
     app.include_router(router)
     app.include_router(incidents.router)
+    app.include_router(policy.router)
     app.include_router(ui.router)
     app.include_router(incidents_ui.router)
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")

@@ -140,10 +140,11 @@ def get_status(request: Request, _: Reader) -> dict[str, Any]:
 
 
 @router.get("/nodes", response_model=list[NodeRow])
-def get_nodes(request: Request, _: Reader, status: StatusFilter = None) -> list[NodeRow]:
+def get_nodes(request: Request, _: Reader, status: StatusFilter = None, profile: ProfileFilter = None
+              ) -> list[NodeRow]:
     st = request.app.state
     with st.sessions() as s:
-        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now())
+        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now(), profile)
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
@@ -155,10 +156,10 @@ def get_node_detail(request: Request, _: Reader, node: NodeName, limit: Limit = 
 
 @router.get("/remediations", response_model=list[RemediationRow])
 def get_remediations(request: Request, _: Reader, status: StatusFilter = "open", node: NodeFilter = None,
-                     limit: Limit = 100) -> list[RemediationRow]:
+                     limit: Limit = 100, profile: ProfileFilter = None) -> list[RemediationRow]:
     """Remediations, newest first; in flight (``status=open``) unless asked otherwise."""
     with request.app.state.sessions() as s:
-        return list_remediations(s, status, node, limit)
+        return list_remediations(s, status, node, limit, profile)
 
 
 @router.get("/remediations/{remediation_id}", response_model=RemediationDetail)
@@ -197,11 +198,14 @@ def get_rejected(request: Request, _: Reader, limit: Limit = 50) -> list[Rejecte
 
 @router.get("/stats", response_model=Stats)
 def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3650)] = 30,
-              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False) -> Stats:
-    """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``)."""
+              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False,
+              profile: ProfileFilter = None) -> Stats:
+    """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``);
+    ``profile``: only what opened under that profile."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run)
+        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run,
+                             profile)
 
 
 @router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")

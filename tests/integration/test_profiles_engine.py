@@ -195,22 +195,17 @@ def storm_settings(fleet_fraction: float) -> Settings:
     )
 
 
+def inventory_events(clock: FakeClock, facts: dict[str, tuple[list[str], list[str]]]) -> list[str]:
+    """The Slurm watcher's inventory events: each node with its partitions and features."""
+    return [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE", observed_at=clock.now(),
+                      partitions=p, features=f).to_json() for n, (p, f) in facts.items()]
+
+
 def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock) -> None:
     """The Slurm watcher's first resync: every node, each then in its profile's pool."""
-    events = [
-        NodeEvent(
-            source=Source.SLURM,
-            node=n,
-            kind=EventKind.INVENTORY,
-            state="IDLE",
-            observed_at=clock.now(),
-            partitions=["gpu"],
-            features=[],
-        ).to_json()
-        for n in NODES
-    ]
     with sessions() as s, s.begin():
-        ingest(s, events, settings.policy, clock, governance=governance(settings))
+        ingest(s, inventory_events(clock, {n: (["gpu"], []) for n in NODES}), settings.policy, clock,
+               governance=governance(settings))
         pools = dict(s.execute(select(Node.name, Node.profile)).all())
     assert pools["gpu-node-3"] == "pool-a" and pools["gpu-node-13"] == "pool-b"
 
