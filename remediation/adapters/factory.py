@@ -106,11 +106,16 @@ class AdaptersByPolicy:
     (``machine.backend``) and validation, and the dry-run twins for a profile in ``shadow``. The
     Slurm and Kubernetes adapters are the service's own; what a policy changes is built once.
     ``base`` is what a remediation under the configuration's own policy uses (``real``, or under the
-    service's dry-run its twins)."""
+    service's dry-run its twins). ``machines`` and ``validators`` build a policy's hammer and validation
+    (default: the backends its settings name; the rehearsal maps them onto its world)."""
 
     def __init__(self, settings: Settings, real: Adapters, base: Adapters | None = None,
-                 world: MemoryWorld | None = None, intents: Intents | None = None) -> None:
+                 world: MemoryWorld | None = None, intents: Intents | None = None,
+                 machines: Callable[[Settings], MachineProvider | None] | None = None,
+                 validators: Callable[[Settings], Validator | None] | None = None) -> None:
         self.settings, self.world, self.intents = settings, world, intents
+        self.machines = machines or (lambda s: machine_backend(s, self.world, self.intents))
+        self.validators = validators or validator_backend
         self.real = real
         self.base = base if base is not None else twin(settings, real) if settings.dry_run else real
         self._built: dict[tuple[str, str, bool], Adapters] = {}
@@ -133,8 +138,7 @@ class AdaptersByPolicy:
         key = (under.machine.backend, under.validation.model_dump_json(), dry)
         if key not in self._built:
             real = self.real if own else Adapters(
-                self.real.slurm, self.real.kube, machine_backend(under, self.world, self.intents),
-                validator_backend(under))
+                self.real.slurm, self.real.kube, self.machines(under), self.validators(under))
             self._built[key] = twin(under, real) if dry else real
         return self._built[key]
 

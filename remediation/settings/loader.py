@@ -47,7 +47,7 @@ from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
-from remediation.settings.profiles import EffectivePolicy, ProfileSettings, effective
+from remediation.settings.profiles import EffectivePolicy, ProfileSettings, deep_merge, effective
 from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
@@ -352,16 +352,4 @@ def overlay(base: Settings, path: Path) -> Settings:
         raise SettingsError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: a policy file is a mapping of settings sections")
-    data = new_names(data)
-
-    def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        out = dict(a)
-        for key, value in b.items():
-            out[key] = (
-                merge(out[key], value)
-                if isinstance(value, dict) and isinstance(out.get(key), dict)
-                else value
-            )
-        return out
-
-    return load_settings(**merge(base.model_dump(), data))
+    return load_settings(**deep_merge(base.model_dump(), new_names(data)))

@@ -226,7 +226,7 @@ def effective(base: EffectivePolicy, profile: ProfileSettings | None) -> Effecti
             merged[name] = current
             continue
         try:
-            merged[name] = type(current).model_validate(_deep_merge(current.model_dump(), override))
+            merged[name] = type(current).model_validate(deep_merge(current.model_dump(), override))
         except ValidationError as exc:
             errors = [
                 f"profiles.{profile.name}.{name}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
@@ -236,11 +236,12 @@ def effective(base: EffectivePolicy, profile: ProfileSettings | None) -> Effecti
     return EffectivePolicy(profile.name, profile.mode, **merged)
 
 
-def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``override`` laid over it: mappings merge key by key, anything else is replaced."""
     out = dict(base)
     for key, value in override.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
+            out[key] = deep_merge(out[key], value)
         else:
             out[key] = value
     return out
