@@ -5,7 +5,10 @@ Slurm watcher's inventory, a fault in each of two pools, one acting and one in s
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -146,3 +149,14 @@ def test_profile_on_nodes_remediations_stats_dashboard_and_metrics(client, fleet
     page = client.get("/nodes", params={"profile": "serve"}).text
     assert "gpu-node-5" in page and "gpu-node-2" not in page
     assert "(dry-run)" in client.get("/remediations", params={"profile": "serve", "status": "open"}).text
+
+
+@pytest.mark.parametrize("command", [["worker"], ["api"], ["watch", "slurm"]], ids=["worker", "api", "watcher"])
+def test_every_process_refuses_a_malformed_selector_at_start_up(command: list[str]) -> None:
+    """The real entry points, as an operator starts them: nothing runs, and the error names the field."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+    env["REMEDIATION_PROFILES"] = json.dumps([{"name": "nvl72", "select": {"hostlist": "gb-[9-1]"}}])
+    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.main import main; main()", *command],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "profiles.0.select.hostlist" in proc.stderr and "malformed hostlist 'gb-[9-1]'" in proc.stderr
