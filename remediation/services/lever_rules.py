@@ -31,6 +31,7 @@ from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
 from remediation.services.ingest import ingest
+from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
 
@@ -75,9 +76,11 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     return before
 
 
-def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime) -> FollowUp:
+def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime,
+               governance: Governance | None = None) -> FollowUp:
     """Quarantine a node by hand: an open remediation jumps to its quarantine step, otherwise one is
-    opened straight into it."""
+    opened straight into it (recording the node's profile and policy, as every remediation does; a
+    human's quarantine is real in a shadow profile too)."""
     reason = _reason(reason)
     node = _node(session, name, lock=True)
     if node.status == NodeStatus.QUARANTINED:
@@ -90,6 +93,9 @@ def quarantine(session: Session, name: str, actor: str, reason: str, now: dateti
         rem = Remediation(node=name, cause=why, source=Source.MANUAL.value, status=RemediationStatus.RUNNING,
                           step=Step.QUARANTINE, ladder=0, opened_at=now, updated_at=now, next_run_at=now,
                           context=RemediationContext(quarantine_reason=why).dump())
+        if governance is not None:
+            found, policy = governed(session, governance, [name])[name]
+            rem.profile, rem.policy = found.name, policy.dump()
         session.add(rem)
     else:
         rem.step, rem.status, rem.next_run_at, rem.updated_at = Step.QUARANTINE, RemediationStatus.RUNNING, now, now

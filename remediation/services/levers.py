@@ -61,7 +61,7 @@ class LeverService:
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():
-            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now())
+            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now(), self._governance)
         self._dispatcher.steps([followup])
         return followup
 

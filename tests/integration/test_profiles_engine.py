@@ -197,15 +197,30 @@ def storm_settings(fleet_fraction: float) -> Settings:
 
 def inventory_events(clock: FakeClock, facts: dict[str, tuple[list[str], list[str]]]) -> list[str]:
     """The Slurm watcher's inventory events: each node with its partitions and features."""
-    return [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE", observed_at=clock.now(),
-                      partitions=p, features=f).to_json() for n, (p, f) in facts.items()]
+    return [
+        NodeEvent(
+            source=Source.SLURM,
+            node=n,
+            kind=EventKind.INVENTORY,
+            state="IDLE",
+            observed_at=clock.now(),
+            partitions=p,
+            features=f,
+        ).to_json()
+        for n, (p, f) in facts.items()
+    ]
 
 
 def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock) -> None:
     """The Slurm watcher's first resync: every node, each then in its profile's pool."""
     with sessions() as s, s.begin():
-        ingest(s, inventory_events(clock, {n: (["gpu"], []) for n in NODES}), settings.policy, clock,
-               governance=governance(settings))
+        ingest(
+            s,
+            inventory_events(clock, {n: (["gpu"], []) for n in NODES}),
+            settings.policy,
+            clock,
+            governance=governance(settings),
+        )
         pools = dict(s.execute(select(Node.name, Node.profile)).all())
     assert pools["gpu-node-3"] == "pool-a" and pools["gpu-node-13"] == "pool-b"
 
@@ -257,3 +272,18 @@ def run_steps_all(engine: Workflow, clock: FakeClock, todo: list[FollowUp], roun
     for _ in range(rounds):
         clock.advance(max((f.countdown for f in todo), default=0))
         todo = [engine.run(f.remediation_id, f.step) or f for f in todo]
+
+
+def test_a_human_quarantine_records_the_profile_too(sessions, world, settings, clock) -> None:
+    publish(sessions, settings, clock, "gpu-node-7", EventKind.INVENTORY, partitions=["gpu"])
+    with sessions() as s, s.begin():
+        f = lever_rules.quarantine(s, "gpu-node-7", "alice", "fan noise", clock.now(), governance(settings))
+    drive(engine_for(sessions, world, settings, clock), clock, [f])
+    rem = rem_for(sessions, "gpu-node-7")
+    # A human's lever is real even in a shadow profile: the node is quarantined, the row is not dry-run.
+    assert (rem.status, rem.profile, rem.dry_run, rem.policy["mode"]) == (
+        "quarantined",
+        "serve",
+        False,
+        "shadow",
+    )
