@@ -15,6 +15,7 @@ from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
 from remediation.services.breaker import latches as breaker_latches
+from remediation.services.holds import automation_status
 from remediation.services.ingest import ingest
 from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
@@ -242,7 +243,9 @@ def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clo
     assert all(machine_calls(world, f"gpu-node-{n}") == [] for n in range(4))
     with sessions() as s:
         latches = breaker_latches(s)
+        status = automation_status(s)
     assert latches["pool-a"]["open"] and not latches.get(None, {}).get("open")
+    assert list(status["profile_breakers"]) == ["pool-a"] and not status["breaker"].get("open")
 
     # A human closes pool-a's breaker: its remediations re-check their trigger and go on.
     with sessions() as s, s.begin():
