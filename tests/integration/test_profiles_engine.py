@@ -290,3 +290,29 @@ def test_a_human_quarantine_records_the_profile_too(sessions, world, settings, c
         False,
         "shadow",
     )
+
+
+def test_a_profile_sets_its_own_job_timeout_and_repeat_offender_count(sessions, world, clock) -> None:
+    """drain_timeout_s, on_jobs_timeout and N per profile: the batch pool requeues its jobs at once, the
+    strict pool quarantines on the first fault, the base policy holds for its jobs."""
+    settings = make_settings(
+        [
+            {
+                "name": "batch",
+                "select": {"hostlist": "gpu-node-[0-1]"},
+                "workflow": {"drain_timeout_s": 0, "on_jobs_timeout": "requeue"},
+            },
+            {"name": "strict", "select": {"hostlist": "gpu-node-2"}, "policy": {"repeat_offender_count": 1}},
+        ]
+    )
+    engine = engine_for(sessions, world, settings, clock)
+    world.set_jobs("gpu-node-0", ["1001"])
+    world.set_jobs("gpu-node-9", ["2002"])
+    batch = publish(sessions, settings, clock, "gpu-node-0")
+    base = publish(sessions, settings, clock, "gpu-node-9")
+    (strict,) = publish(sessions, settings, clock, "gpu-node-2")
+    assert strict.step == "quarantine"  # N = 1: this failure is the Nth
+    run_steps_all(engine, clock, batch + base, rounds=4)
+    assert [c["node"] for c in world.calls("slurm.requeue", effect=True)] == ["gpu-node-0"]
+    held = rem_for(sessions, "gpu-node-9")
+    assert (held.step, held.status) == ("slurm_drain", "waiting") and "1 job" in held.wait_reason
