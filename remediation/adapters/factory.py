@@ -18,9 +18,11 @@ of its own on its simulated clock (:func:`memory_world`) and the adapters over i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from remediation.adapters.memintents import MemoryIntents
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import (
     NoopKube,
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 
     from remediation.adapters.bus import RedisEventBus
     from remediation.adapters.lock import LeaderLock
-    from remediation.adapters.redfish.provider import Intents
+    from remediation.ports.intents import Intents
 
 _worlds: dict[str, MemoryWorld] = {}
 
@@ -78,18 +80,18 @@ def memory_world(nodes: list[str], clock: Callable[[], datetime], op_seconds: fl
 def memory_adapters(world: MemoryWorld) -> Adapters:
     """The three adapters over ``world``, with no validation and no dry-run wrapping: the settings'
     backends are not consulted, since whoever asks for these means the simulated world."""
-    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world))
+    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), intents=MemoryIntents())
 
 
 def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents: Intents | None = None) -> Adapters:
     """All three adapters the workflow drives; under ``dry_run`` every writer records instead. ``intents``
-    (the database's, from the entry point) is where a backend that cannot repeat an action safely
-    records it before sending it (redfish)."""
+    (the database's, from the entry point) is where an action that cannot be repeated safely is
+    recorded before it is sent (a redfish reset, a checkpoint request)."""
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
     machine = machine_backend(settings, world, intents)  # built even for a dry run: bad settings fail at start-up
     validator = validator_backend(settings)
-    real = Adapters(slurm, kube, machine, validator)
+    real = Adapters(slurm, kube, machine, validator, intents)
     return twin(settings, real) if settings.dry_run else real
 
 
@@ -98,7 +100,7 @@ def twin(settings: Settings, real: Adapters) -> Adapters:
     recorder = Recorder()
     return Adapters(NoopSlurm(real.slurm, recorder), NoopKube(real.kube, recorder) if real.kube is not None else None,
                     noop_machine(settings, real.machine, recorder) if real.machine is not None else None,
-                    NoopValidator(recorder) if real.validator is not None else None)
+                    NoopValidator(recorder) if real.validator is not None else None, real.intents)
 
 
 class AdaptersByPolicy:
@@ -137,8 +139,8 @@ class AdaptersByPolicy:
         under = self.settings if policy is None else self.settings.under(policy)
         key = (under.machine.backend, under.validation.model_dump_json(), dry)
         if key not in self._built:
-            real = self.real if own else Adapters(
-                self.real.slurm, self.real.kube, self.machines(under), self.validators(under))
+            real = self.real if own else replace(self.real, machine=self.machines(under),
+                                                 validator=self.validators(under))
             self._built[key] = twin(under, real) if dry else real
         return self._built[key]
 

@@ -123,30 +123,22 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
-        refused = [
-            *backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
-            *backends.without_kubernetes(self.kube, self.machine, self.validation),
-            *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults),
-        ]
+        def refusals(p: EffectivePolicy) -> list[str]:
+            return [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, p.machine),
+                    *backends.without_kubernetes(self.kube, p.machine, p.validation),
+                    *backends.ladders_beyond_the_machine(p.machine, p.workflow, p.policy.faults),
+                    *backends.checkpoint_without_signals(self.slurm, p.workflow)]
+
+        refused = refusals(self.base_policy())
         names = [p.name for p in self.profiles]
-        refused += [
-            f"profiles: the name {n!r} is given twice"
-            for n in sorted({n for n in names if names.count(n) > 1})
-        ]
+        refused += [f"profiles: the name {n!r} is given twice" for n in sorted({n for n in names if names.count(n) > 1})]
         for profile in self.profiles:
             try:
                 eff = effective(self.base_policy(), profile)
             except ValueError as exc:
                 refused.append(str(exc))
                 continue
-            refused += [
-                f"profiles.{profile.name}: {why}"
-                for why in (
-                    *backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, eff.machine),
-                    *backends.without_kubernetes(self.kube, eff.machine, eff.validation),
-                    *backends.ladders_beyond_the_machine(eff.machine, eff.workflow, eff.policy.faults),
-                )
-            ]
+            refused += [f"profiles.{profile.name}: {why}" for why in refusals(eff)]
         if refused:
             raise ValueError("\n  ".join(refused))
         return self

@@ -178,3 +178,18 @@ def test_a_name_given_twice_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path
 )
 def test_label_selector(selector: str, labels: dict[str, str], want: bool) -> None:
     assert all(r.holds(labels) for r in parse_selector(selector)) is want
+
+
+def test_a_profile_asks_its_own_jobs_to_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    s = _load(monkeypatch, tmp_path, "profiles:\n  - {name: train, select: {partitions: [train]}, workflow: "
+                                     "{checkpoint_signal: USR1, checkpoint_wait_s: 300}}\n")
+    train = s.policy_of("train").workflow
+    assert (train.checkpoint_signal, train.checkpoint_wait_s) == ("USR1", 300)
+    fields = {f.path: f.layer for f in explain(s.base_policy(), s.profile("train"))}
+    assert fields["workflow.checkpoint_signal"] is Layer.PROFILE
+
+
+def test_a_profile_checkpoint_is_checked_as_the_base_one_is(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"profiles\.train\.workflow"):
+        _load(monkeypatch, tmp_path, "profiles:\n  - {name: train, select: {partitions: [train]}, workflow: "
+                                     "{checkpoint_signal: '', checkpoint_pods: true}}\n")
