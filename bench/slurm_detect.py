@@ -34,7 +34,7 @@ from bench.common import tail
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
-from remediation.domain.hostlist import expand
+from remediation.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper

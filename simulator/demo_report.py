@@ -28,9 +28,9 @@ from sqlalchemy import select
 
 from remediation.db.models import AuditLog, Event, Incident, Remediation, Validation
 from remediation.db.session import make_engine, make_session_factory
-from remediation.domain.hostlist import compress
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.domain.topology import domain_key
+from remediation.hostlist import compress
 from remediation.services.hardware import node_eras
 from remediation.settings import Settings
 

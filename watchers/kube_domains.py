@@ -1,11 +1,14 @@
-"""The Kubernetes watcher's failure domains: configured Node labels in, DOMAINS events out.
+"""The Kubernetes watcher's failure domains: configured Node labels in, DOMAINS events out (and, the
+same way, the labels the profiles' selectors name: LABELS events).
 
 Each Node's values of ``incidents.label_keys`` (say ``topology.kubernetes.io/zone``,
 ``cloud.google.com/gce-topology-subblock``, ``nvidia.com/gpu.clique``) are that Node's failure
 domains. Whenever they change (and for every Node on the watcher's first list) one ``DOMAINS`` event
 is published per Slurm node running on it, translated with the same Node -> Slurm node map as the
 conditions (:class:`watchers.kube_mapping.SlurmNames`); until the map can be read the change waits
-here. The ingest keeps them in ``node_domains`` for the incident rule.
+here. The ingest keeps them in ``node_domains`` for the incident rule. A ``LABELS`` publisher does the
+same for the label keys some profile selects on (a label set to "" counts: ``key`` and ``!key`` select
+on presence); the ingest keeps them on the node, for the profiles.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ log = logging.getLogger("watchers.kube")
 
 
 class DomainLabels:
-    def __init__(self, keys: list[str], enabled: bool = True) -> None:
+    def __init__(self, keys: list[str], enabled: bool = True, kind: EventKind = EventKind.DOMAINS) -> None:
         self.keys = list(keys) if enabled else []
+        self.kind = kind
         self.sent: dict[str, dict[str, str]] = {}  # Node -> domains published
         self.pending: dict[str, tuple[dict[str, str], float]] = {}  # Node -> (domains, since)
 
@@ -35,7 +39,8 @@ class DomainLabels:
             return
         name = node["metadata"]["name"]
         labels = (node.get("metadata") or {}).get("labels") or {}
-        domains = label_domains(labels, self.keys)
+        domains = label_domains(labels, self.keys) if self.kind is EventKind.DOMAINS else {
+            k: str(labels[k]) for k in self.keys if k in labels}
         before = self.sent.get(name)
         if before == domains or (before is None and not domains):  # nothing new (a Node without any)
             self.pending.pop(name, None)
@@ -60,11 +65,12 @@ class DomainLabels:
             for slurm_node in slurm_nodes:
                 try:
                     out.append(NodeEvent(
-                        source=Source.KUBERNETES, node=slurm_node, kind=EventKind.DOMAINS, state="labels",
-                        domains=domains, observed_at=now, published_at=now,
+                        source=Source.KUBERNETES, node=slurm_node, kind=self.kind, state="labels",
+                        **{"domains" if self.kind is EventKind.DOMAINS else "labels": domains},
+                        observed_at=now, published_at=now,
                         reason=f"Node {node}: " + (", ".join(f"{k}={v}" for k, v in sorted(domains.items()))
                                                    or "no domain labels"),
-                        dedupe_key=f"k8s:{slurm_node}@{node}:domains:{digest}:{now.isoformat()}"))
+                        dedupe_key=f"k8s:{slurm_node}@{node}:{self.kind}:{digest}:{now.isoformat()}"))
                 except ValueError as exc:  # a label value no event can carry: say which, keep the rest
                     log.warning("Node %s: cannot publish its failure domains for %r: %s", node, slurm_node, exc)
         return out

@@ -26,6 +26,7 @@ from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.flap import Change, FlapFilter
+from remediation.domain.profiles import label_keys
 from remediation.settings import Settings
 from watchers.kube_domains import DomainLabels
 from watchers.kube_mapping import SlurmNames, conditions_of, to_event
@@ -66,6 +67,7 @@ class Publisher:
         self.unsent: dict[tuple[str, str], list[NodeEvent]] = {}  # episode -> its bad events in the outbox
         self.delivered: set[tuple[str, str]] = set()  # episodes whose bad edge Redis has taken
         self.domains = DomainLabels(settings.incidents.label_keys, settings.incidents.enabled)
+        self.labels = DomainLabels(label_keys(settings.profiles), kind=EventKind.LABELS)  # what profiles select on
 
     def handle(self, item: Item) -> None:
         kind, payload = item
@@ -73,16 +75,19 @@ class Publisher:
             nodes = {n["metadata"]["name"]: conditions_of(n) for n in payload}
             for n in payload:
                 self.domains.observe(n)
+                self.labels.observe(n)
             changes = self.flap.relist(nodes)
             changes += [c for c in self.flap.published() if c not in changes]  # level re-publish
             self._keep_only(set(nodes))
         elif kind == "DELETED":
             self.flap.forget(payload["metadata"]["name"])
             self.domains.forget(payload["metadata"]["name"])
+            self.labels.forget(payload["metadata"]["name"])
             self._keep_only(None, gone=payload["metadata"]["name"])
             changes = []
         else:
             self.domains.observe(payload)
+            self.labels.observe(payload)
             changes = self.flap.observe(payload["metadata"]["name"], conditions_of(payload))
         self.enqueue(changes)
 
@@ -156,7 +161,7 @@ class Publisher:
     def flush(self) -> None:
         self.enqueue(self.flap.due())
         self.translate()
-        self.outbox += self.domains.events(self.names)
+        self.outbox += self.domains.events(self.names) + self.labels.events(self.names)
         if not self.outbox:
             return
         try:

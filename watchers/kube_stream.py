@@ -8,10 +8,11 @@ consumes the queue, so no wait in here can starve the leader lock's renewal.
 Memory stays bounded however large the fleet: a relist reads ``kube.list_page_size`` Nodes per request
 (``limit`` and ``continue``; every page is one snapshot at one resourceVersion, and an expired continue
 is a 410 that relists), and of each Node keeps only what the watcher reads (:func:`slim`): its name,
-resourceVersion, failure-domain labels and conditions. A Node as a kubelet registers it is about 20 KiB
-of JSON, mostly images, managedFields and capacity; what is kept is a few hundred bytes. The queue to
-the main thread holds at most ``kube.queue_max_items`` items: when the publisher falls behind, this
-thread stops reading (back-pressure) rather than buffering the stream in memory.
+resourceVersion, failure-domain labels (and those profiles select on) and conditions. A Node as a
+kubelet registers it is about 20 KiB of JSON, mostly images, managedFields and capacity; what is kept is
+a few hundred bytes. The queue to the main thread holds at most ``kube.queue_max_items`` items: when the
+publisher falls behind, this thread stops reading (back-pressure) rather than buffering the stream in
+memory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from remediation.domain.profiles import label_keys
 from remediation.settings import Settings
 from watchers.health import WatcherHealth
 from watchers.kube_nodes import decode_page, slim
@@ -49,7 +51,9 @@ class NodeStream(threading.Thread):
         self.api, self.s, self.out = api, settings.kube, out
         self.health = health
         incidents = settings.incidents
-        self.label_keys: tuple[str, ...] = tuple(incidents.label_keys) if incidents.enabled else ()
+        # The failure-domain labels, and the labels the profiles' selectors name.
+        domains = tuple(incidents.label_keys) if incidents.enabled else ()
+        self.label_keys: tuple[str, ...] = tuple(dict.fromkeys((*domains, *label_keys(settings.profiles))))
         self._halt = threading.Event()
         self._watch: watch.Watch | None = None
 

@@ -29,6 +29,7 @@ releases the lock.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -74,7 +75,8 @@ class ListNodesSource:
         out = {}
         for node in self.slurm.list_nodes():
             stamp = int(node.reason_time.timestamp()) if node.reason_time else 0
-            out[node.name] = NodeRecord(node.name, node.state, node.flags, node.reason, node.reason_user, stamp)
+            out[node.name] = NodeRecord(node.name, node.state, node.flags, node.reason, node.reason_user, stamp,
+                                        partitions=node.partitions, features=node.features)
         return out
 
     def poll(self) -> dict[str, NodeRecord] | None:
@@ -167,7 +169,8 @@ class SlurmWatcher:
         since = self._not_responding_since.setdefault(status.name, now)
         return now - since < self.grace
 
-    def _event(self, kind: EventKind, status: NodeRecord, state: str, key: str, observed: datetime) -> NodeEvent:
+    def _event(self, kind: EventKind, status: NodeRecord, state: str, key: str, observed: datetime,
+               **facts: list[str]) -> NodeEvent:
         return NodeEvent(
             source=Source.SLURM,
             node=status.name,
@@ -178,13 +181,15 @@ class SlurmWatcher:
             observed_at=observed,
             dedupe_key=key[:512],
             published_at=datetime.now(UTC),
+            **facts,
         )
 
     def _inventory(self, status: NodeRecord, observed: datetime) -> NodeEvent:
         state = bad_state(status, self.bad) or status.state
         stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
-        key = f"slurm:{status.name}:inventory:{state}:{stamp}"
-        return self._event(EventKind.INVENTORY, status, state, key, observed)
+        key = f"slurm:{status.name}:inventory:{state}:{stamp}:{_digest(status.partitions, status.features)}"
+        return self._event(EventKind.INVENTORY, status, state, key, observed,
+                           partitions=list(status.partitions), features=list(status.features))
 
 
 class Pace:
@@ -210,6 +215,11 @@ class Pace:
         used = self._cpu() - self._t0
         self.cost = used if self.cost == 0.0 else 0.7 * self.cost + 0.3 * used
         return min(8 * self.base, max(self.base, self.cost / self.budget))
+
+
+def _digest(*names: tuple[str, ...]) -> str:
+    """A short digest of a node's partitions and features: a change makes a new inventory event."""
+    return hashlib.sha256(repr(names).encode()).hexdigest()[:12]
 
 
 def watched_states(settings: Settings) -> frozenset[str]:

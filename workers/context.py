@@ -16,10 +16,12 @@ from sqlalchemy import Engine as SAEngine
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import Keys
-from remediation.adapters.factory import make_adapters, redis_client
+from remediation.adapters.factory import AdaptersByPolicy, redis_client
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
 from remediation.db.session import make_engine, make_session_factory
+from remediation.domain.profiles import Governance
+from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 
@@ -39,9 +41,14 @@ class Runtime:
     @cached_property
     def workflow(self) -> Workflow:
         return Workflow(
-            self.sessions, make_adapters(self.settings, intents=StepIntents(self.sessions)), self.settings, SystemClock(),
+            self.sessions, AdaptersByPolicy.build(self.settings, intents=StepIntents(self.sessions)), self.settings,
+            SystemClock(),
             worker=f"{socket.gethostname()}:{os.getpid()}",
         )
+
+    @cached_property
+    def governance(self) -> Governance:
+        return governance(self.settings)
 
     @cached_property
     def redis(self) -> redis.Redis:

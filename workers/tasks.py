@@ -70,7 +70,7 @@ def ingest(self: DomainTask) -> int:
     def handle(payloads: Sequence[bytes]) -> None:
         result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
                               rt.settings.incidents, rt.settings.broker.max_event_bytes,
-                              rt.settings.validation.runs_jobs)
+                              rt.settings.validation.runs_jobs, rt.governance)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:

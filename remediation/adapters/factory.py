@@ -18,6 +18,7 @@ of its own on its simulated clock (:func:`memory_world`) and the adapters over i
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -32,12 +33,12 @@ from remediation.adapters.noop import (
     NoopValidator,
     Recorder,
 )
-from remediation.domain.hostlist import expand
 from remediation.domain.step_bodies import Adapters
+from remediation.hostlist import expand
 from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import Validator
-from remediation.settings import Settings
+from remediation.settings import EffectivePolicy, Settings
 
 if TYPE_CHECKING:
     import redis
@@ -90,12 +91,58 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents:
     kube = kube_backend(settings, world)
     machine = machine_backend(settings, world, intents)  # built even for a dry run: bad settings fail at start-up
     validator = validator_backend(settings)
-    if settings.dry_run:
-        recorder = Recorder()
-        return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder) if kube is not None else None,
-                        noop_machine(settings, machine, recorder) if machine is not None else None,
-                        NoopValidator(recorder) if validator is not None else None, intents)
-    return Adapters(slurm, kube, machine, validator, intents)
+    real = Adapters(slurm, kube, machine, validator, intents)
+    return twin(settings, real) if settings.dry_run else real
+
+
+def twin(settings: Settings, real: Adapters) -> Adapters:
+    """The dry-run twin of ``real``: every writer records instead, every reader reads through."""
+    recorder = Recorder()
+    return Adapters(NoopSlurm(real.slurm, recorder), NoopKube(real.kube, recorder) if real.kube is not None else None,
+                    noop_machine(settings, real.machine, recorder) if real.machine is not None else None,
+                    NoopValidator(recorder) if real.validator is not None else None, real.intents)
+
+
+class AdaptersByPolicy:
+    """The adapters each remediation's recorded policy calls for: its profile's hammer
+    (``machine.backend``) and validation, and the dry-run twins for a profile in ``shadow``. The
+    Slurm and Kubernetes adapters are the service's own; what a policy changes is built once.
+    ``base`` is what a remediation under the configuration's own policy uses (``real``, or under the
+    service's dry-run its twins). ``machines`` and ``validators`` build a policy's hammer and validation
+    (default: the backends its settings name; the rehearsal maps them onto its world)."""
+
+    def __init__(self, settings: Settings, real: Adapters, base: Adapters | None = None,
+                 world: MemoryWorld | None = None, intents: Intents | None = None,
+                 machines: Callable[[Settings], MachineProvider | None] | None = None,
+                 validators: Callable[[Settings], Validator | None] | None = None) -> None:
+        self.settings, self.world, self.intents = settings, world, intents
+        self.machines = machines or (lambda s: machine_backend(s, self.world, self.intents))
+        self.validators = validators or validator_backend
+        self.real = real
+        self.base = base if base is not None else twin(settings, real) if settings.dry_run else real
+        self._built: dict[tuple[str, str, bool], Adapters] = {}
+
+    @classmethod
+    def build(cls, settings: Settings, world: MemoryWorld | None = None,
+              intents: Intents | None = None) -> AdaptersByPolicy:
+        real = make_adapters(settings.model_copy(update={"dry_run": False}), world, intents)
+        return cls(settings, real, world=world, intents=intents)
+
+    def of(self, policy: EffectivePolicy | None, shadow: bool) -> Adapters:
+        """The adapters of a remediation under ``policy`` (None: the configuration's own), in its
+        profile's shadow or not."""
+        own = policy is None or (policy.machine.backend == self.settings.machine.backend
+                                 and policy.validation == self.settings.validation)
+        if own and (not shadow or self.settings.dry_run):
+            return self.base
+        dry = shadow or self.settings.dry_run
+        under = self.settings if policy is None else self.settings.under(policy)
+        key = (under.machine.backend, under.validation.model_dump_json(), dry)
+        if key not in self._built:
+            real = self.real if own else replace(self.real, machine=self.machines(under),
+                                                 validator=self.validators(under))
+            self._built[key] = twin(under, real) if dry else real
+        return self._built[key]
 
 
 def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorder) -> MachineProvider:

@@ -25,7 +25,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import incidents, incidents_ui, reliability_ui, ui
+from remediation.api import incidents, incidents_ui, policy, reliability_ui, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.guard import BodyGuard
 from remediation.api.routes import router
@@ -37,6 +37,7 @@ from remediation.services.incidents import IncidentError
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
 from remediation.services.metrics import make_registry
+from remediation.services.profiles import governance
 from remediation.services.readmodels import ReadModelError, RecordNotFound, ago, human_duration
 from remediation.settings import Settings
 
@@ -62,7 +63,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.clock = clock or SystemClock()
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
     app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
-                                    via="api")
+                                    via="api", governance=governance(settings))
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["dur"] = human_duration
@@ -71,6 +72,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
 
     app.include_router(router)
     app.include_router(incidents.router)
+    app.include_router(policy.router)
     app.include_router(ui.router)
     app.include_router(incidents_ui.router)
     app.include_router(reliability_ui.router)

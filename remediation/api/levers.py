@@ -29,7 +29,8 @@ class LeverResult:
 
 
 def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, actor: str, reason: str,
-         node: str | None = None, remediation_id: int | None = None, give_back: bool = False) -> LeverResult:
+         node: str | None = None, remediation_id: int | None = None, give_back: bool = False,
+         profile: str | None = None) -> LeverResult:
     with sessions() as s:  # an unknown node or remediation is a 404, not a refused lever
         if node is not None:
             get_node(s, node)
@@ -54,8 +55,9 @@ def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, a
                              done.node, done.remediation_id)
         undo = done.undo
     elif lever == "breaker_close":
-        followups = service.close_breaker(actor, reason)
-        result = LeverResult(lever, f"storm breaker closed; {len(followups)} held remediation(s) re-check "
+        followups = service.close_breaker(actor, reason, profile)
+        whose = f"profile {profile}'s storm breaker" if profile else "storm breaker"
+        result = LeverResult(lever, f"{whose} closed; {len(followups)} held remediation(s) re-check "
                                     "their trigger now")
     else:
         was = service.set_paused(lever == "pause", actor, reason)

@@ -42,6 +42,7 @@ from remediation.services.readmodels import (
 from remediation.services.readmodels import get_remediation as get_rem
 from remediation.services.stats import Stats
 from remediation.services.stats import stats as compute_stats
+from remediation.settings.profiles import PROFILE_NAME
 
 MAX_ID = 2**63 - 1
 NodeName = Annotated[str, Path(pattern=NODE_NAME.pattern, max_length=253, examples=["gpu-node-7"])]
@@ -49,6 +50,7 @@ NodeFilter = Annotated[str | None, Query(pattern=NODE_NAME.pattern, max_length=2
 RemId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 StatusFilter = Annotated[str | None, Query(max_length=32, description="A status (or open/closed).")]
+ProfileFilter = Annotated[str | None, Query(pattern=PROFILE_NAME, description="A profile's name.")]
 
 
 def reader(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
@@ -102,8 +104,9 @@ def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node:
           remediation_id: int | None = None) -> LeverResult:
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
+    profile = body.profile if isinstance(body, BreakerCloseBody) else None
     return pull(st.levers, st.sessions, lever, who.actor(body.actor), body.reason, node, remediation_id,
-                give_back)
+                give_back, profile)
 
 
 @router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")
@@ -137,10 +140,11 @@ def get_status(request: Request, _: Reader) -> dict[str, Any]:
 
 
 @router.get("/nodes", response_model=list[NodeRow])
-def get_nodes(request: Request, _: Reader, status: StatusFilter = None) -> list[NodeRow]:
+def get_nodes(request: Request, _: Reader, status: StatusFilter = None, profile: ProfileFilter = None
+              ) -> list[NodeRow]:
     st = request.app.state
     with st.sessions() as s:
-        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now())
+        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now(), profile)
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
@@ -152,10 +156,10 @@ def get_node_detail(request: Request, _: Reader, node: NodeName, limit: Limit = 
 
 @router.get("/remediations", response_model=list[RemediationRow])
 def get_remediations(request: Request, _: Reader, status: StatusFilter = "open", node: NodeFilter = None,
-                     limit: Limit = 100) -> list[RemediationRow]:
+                     limit: Limit = 100, profile: ProfileFilter = None) -> list[RemediationRow]:
     """Remediations, newest first; in flight (``status=open``) unless asked otherwise."""
     with request.app.state.sessions() as s:
-        return list_remediations(s, status, node, limit)
+        return list_remediations(s, status, node, limit, profile)
 
 
 @router.get("/remediations/{remediation_id}", response_model=RemediationDetail)
@@ -194,11 +198,14 @@ def get_rejected(request: Request, _: Reader, limit: Limit = 50) -> list[Rejecte
 
 @router.get("/stats", response_model=Stats)
 def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3650)] = 30,
-              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False) -> Stats:
-    """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``)."""
+              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False,
+              profile: ProfileFilter = None) -> Stats:
+    """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``);
+    ``profile``: only what opened under that profile."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run)
+        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run,
+                             profile)
 
 
 @router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")
@@ -230,16 +237,21 @@ def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: Cance
     return _pull(request, who, body, "cancel", remediation_id=remediation_id)
 
 
+class BreakerCloseBody(LeverBody):
+    profile: str | None = Field(None, pattern=PROFILE_NAME, description="Close this profile's breaker, not the fleet's.")
+
+
 @router.get("/breaker", response_model=BreakerState, summary="The storm breaker: open, why, since when")
-def get_breaker(request: Request, _: Reader) -> BreakerState:
-    latch = request.app.state.levers.breaker_status()
+def get_breaker(request: Request, _: Reader, profile: ProfileFilter = None) -> BreakerState:
+    """The fleet's storm breaker, or with ``profile`` that profile's own."""
+    latch = request.app.state.levers.breaker_status(profile)
     return BreakerState(open=bool(latch.get("open")), reason=latch.get("reason"), since=latch.get("at"),
                         closed_at=latch.get("closed_at"), closed_by=latch.get("closed_by"),
                         close_reason=latch.get("close_reason"))
 
 
 @router.post("/breaker/close", response_model=LeverResult, tags=["levers"])
-def post_breaker_close(request: Request, who: Admin, body: LeverBody) -> LeverResult:
+def post_breaker_close(request: Request, who: Admin, body: BreakerCloseBody) -> LeverResult:
     return _pull(request, who, body, "breaker_close")
 
 

@@ -142,12 +142,12 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
 
 
 @router.get("/nodes")
-def nodes(request: Request, who: Viewer, status: str | None = None) -> HTMLResponse:
+def nodes(request: Request, who: Viewer, status: str | None = None, profile: str | None = None) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
-        rows = list_nodes(s, status or None, st.settings.policy.lemon, st.clock.now())
-    return _page(request, who, "nodes.html", rows=rows, status=status or "",
-                 lemon_threshold=st.settings.policy.lemon.threshold)
+        rows = list_nodes(s, status or None, st.settings.policy.lemon, st.clock.now(), profile or None)
+    return _page(request, who, "nodes.html", rows=rows, status=status or "", profile=profile or "",
+                 profiles=[p.name for p in st.settings.profiles], lemon_threshold=st.settings.policy.lemon.threshold)
 
 
 @router.get("/nodes/{node}")
@@ -160,10 +160,13 @@ def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
 
 
 @router.get("/remediations")
-def remediations(request: Request, who: Viewer, status: str | None = "open") -> HTMLResponse:
-    with request.app.state.sessions() as s:
-        rows = list_remediations(s, status or None, limit=300)
-    return _page(request, who, "remediations.html", rows=rows, status=status or "")
+def remediations(request: Request, who: Viewer, status: str | None = "open",
+                 profile: str | None = None) -> HTMLResponse:
+    st = request.app.state
+    with st.sessions() as s:
+        rows = list_remediations(s, status or None, limit=300, profile=profile or None)
+    return _page(request, who, "remediations.html", rows=rows, status=status or "", profile=profile or "",
+                 profiles=[p.name for p in st.settings.profiles])
 
 
 @router.get("/remediations/{remediation_id}")

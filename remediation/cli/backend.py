@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.services import incidents as inc
+from remediation.services import policy_views
 from remediation.services.holds import automation_status
 from remediation.services.lemons import LemonRow, lemons
 from remediation.services.readmodels import (
@@ -45,27 +46,30 @@ from remediation.settings import LemonSettings
 class Backend(Protocol):
     mode: str  # "db" or "api": how the CLI reaches the service, as the audit log records it
 
-    def nodes(self, status: str | None) -> list[NodeRow]: ...
+    def nodes(self, status: str | None, profile: str | None = None) -> list[NodeRow]: ...
     def node(self, name: str) -> NodeRow: ...
     def node_detail(self, name: str, limit: int) -> NodeDetail: ...
     def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]: ...
-    def remediations(self, status: str | None, node: str | None, limit: int) -> list[RemediationRow]: ...
+    def remediations(self, status: str | None, node: str | None, limit: int,
+                     profile: str | None = None) -> list[RemediationRow]: ...
     def remediation(self, remediation_id: int) -> RemediationDetail: ...
     def rejected(self, limit: int) -> list[RejectedRow]: ...
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]: ...
-    def stats(self, days: int, top: int, dry_run: bool) -> Stats: ...
+    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats: ...
     def lemons(self, top: int) -> list[LemonRow]: ...
     def lemon_policy(self) -> LemonSettings | None: ...
     def status(self) -> dict[str, Any]: ...
     def incidents(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def incident(self, incident_id: int) -> dict[str, Any]: ...
-    def breaker(self) -> dict[str, Any]: ...
+    def breaker(self, profile: str | None = None) -> dict[str, Any]: ...
+    def policy_show(self, profile: str | None) -> dict[str, Any]: ...
+    def policy_explain(self, node: str) -> dict[str, Any]: ...
     def quarantine(self, node: str, reason: str) -> str: ...
     def release(self, node: str, reason: str) -> str: ...
     def cancel(self, remediation_id: int, reason: str, give_back: bool) -> str: ...
     def set_paused(self, paused: bool, reason: str) -> str: ...
     def report(self, node: str, reason: str) -> str: ...
-    def close_breaker(self, reason: str) -> str: ...
+    def close_breaker(self, reason: str, profile: str | None = None) -> str: ...
     def resolve_incident(self, incident_id: int, reason: str) -> str: ...
 
 
@@ -91,9 +95,9 @@ class Direct:
 
     # ------------------------------------------------------------------------------------ reads
 
-    def nodes(self, status: str | None) -> list[NodeRow]:
+    def nodes(self, status: str | None, profile: str | None = None) -> list[NodeRow]:
         with self.st.sessions()() as s:
-            return list_nodes(s, status, self.st.settings().policy.lemon, self.st.now())
+            return list_nodes(s, status, self.st.settings().policy.lemon, self.st.now(), profile)
 
     def node(self, name: str) -> NodeRow:
         with self.st.sessions()() as s:
@@ -107,9 +111,10 @@ class Direct:
         with self.st.sessions()() as s:
             return list_events(s, node=node, after_id=after, limit=limit)
 
-    def remediations(self, status: str | None, node: str | None, limit: int) -> list[RemediationRow]:
+    def remediations(self, status: str | None, node: str | None, limit: int,
+                     profile: str | None = None) -> list[RemediationRow]:
         with self.st.sessions()() as s:
-            return list_remediations(s, status, node, limit)
+            return list_remediations(s, status, node, limit, profile)
 
     def remediation(self, remediation_id: int) -> RemediationDetail:
         with self.st.sessions()() as s:
@@ -123,10 +128,10 @@ class Direct:
         with self.st.sessions()() as s:
             return list_audit(s, target, action, limit)
 
-    def stats(self, days: int, top: int, dry_run: bool) -> Stats:
+    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats:
         with self.st.sessions()() as s:
             return stats(
-                s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run
+                s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run, profile
             )
 
     def lemons(self, top: int) -> list[LemonRow]:
@@ -148,8 +153,16 @@ class Direct:
         with self.st.sessions()() as s:
             return inc.show(s, incident_id)
 
-    def breaker(self) -> dict[str, Any]:
-        return self.st.levers().breaker_status()
+    def breaker(self, profile: str | None = None) -> dict[str, Any]:
+        return self.st.levers().breaker_status(profile)
+
+    def policy_show(self, profile: str | None) -> dict[str, Any]:
+        with self.st.sessions()() as s:
+            return policy_views.show(s, self.st.settings(), profile)
+
+    def policy_explain(self, node: str) -> dict[str, Any]:
+        with self.st.sessions()() as s:
+            return policy_views.explain_node(s, self.st.settings(), node)
 
     # ----------------------------------------------------------------------------------- levers
 
@@ -194,9 +207,10 @@ class Direct:
             return f"node/{node} reported: remediation #{followups[0].remediation_id} opened"
         return f"node/{node} reported and recorded (no new remediation: see `remediation nodes show {node}`)"
 
-    def close_breaker(self, reason: str) -> str:
-        followups = self.st.levers().close_breaker(self.st.actor, reason)
-        return f"storm breaker closed; {len(followups)} held remediation(s) re-check their trigger now"
+    def close_breaker(self, reason: str, profile: str | None = None) -> str:
+        followups = self.st.levers().close_breaker(self.st.actor, reason, profile)
+        whose = f"profile {profile}'s storm breaker" if profile else "storm breaker"
+        return f"{whose} closed; {len(followups)} held remediation(s) re-check their trigger now"
 
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         followups = self.st.levers().resolve_incident(incident_id, self.st.actor, reason)

@@ -30,6 +30,7 @@ from remediation.services.audit import VIA
 from remediation.services.incidents import IncidentError
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
+from remediation.services.profiles import governance
 from remediation.services.readmodels import ReadModelError
 from remediation.settings import Settings, SettingsError, load_settings
 
@@ -97,7 +98,7 @@ class State:
         """The lever service, with the dispatcher the console script passed in (built after --config)."""
         settings = self.settings()
         return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock,
-                            via="db")
+                            via="db", governance=governance(settings))
 
     def close(self) -> None:
         if self.remote is not None:

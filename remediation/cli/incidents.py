@@ -14,7 +14,7 @@ import typer
 from remediation.cli import render as r
 from remediation.cli.backend import backend
 from remediation.cli.context import cli_errors, state
-from remediation.domain.hostlist import compress
+from remediation.hostlist import compress
 
 app = typer.Typer(help="Correlated incidents: one failure domain, many nodes, one page.", no_args_is_help=True)
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")

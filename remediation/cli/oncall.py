@@ -25,7 +25,7 @@ from pathlib import Path
 
 import typer
 
-from remediation.cli import incidents, read
+from remediation.cli import incidents, policy, read
 from remediation.cli.backend import backend
 from remediation.cli.completion import completion_script
 from remediation.cli.context import (
@@ -66,6 +66,7 @@ app.add_typer(read.remediations, name="remediations")
 app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
 app.add_typer(incidents.app, name="incidents")
+app.add_typer(policy.app, name="policy")
 app.command("stats")(read.stats)
 app.command("status")(status)
 app.command("simulate")(simulate)
@@ -73,6 +74,7 @@ app.command("validate")(validate)
 app.command("reliability")(reliability_cmd)
 
 REASON = typer.Option(..., "--reason", "-r", help="Why (required; recorded in the audit log).")
+PROFILE = typer.Option(None, "--profile", help="A profile's own storm breaker, not the fleet's.")
 
 
 @app.callback()
@@ -162,25 +164,27 @@ app.add_typer(breaker_app, name="breaker")
 
 @breaker_app.command("status")
 @cli_errors
-def breaker_status(ctx: typer.Context) -> None:
-    """Open or closed, why, and since when."""
-    latch = backend(state(ctx)).breaker()
+def breaker_status(ctx: typer.Context, profile: str | None = PROFILE) -> None:
+    """Open or closed, why, and since when: the fleet's breaker, or with --profile that profile's."""
+    latch = backend(state(ctx)).breaker(profile)
+    whose, flag = (f"profile {profile}'s storm breaker", f" --profile {profile}") if profile else ("storm breaker", "")
     if latch.get("open"):
-        _done(f"storm breaker OPEN since {latch.get('at')}: {latch.get('reason')}\n"
-              "VM actions and evictions are held; close it with: remediation breaker close -r REASON")
+        _done(f"{whose} OPEN since {latch.get('at')}: {latch.get('reason')}\n"
+              f"VM actions and evictions are held; close it with: remediation breaker close{flag} -r REASON")
     elif latch.get("closed_at"):
-        _done(f"storm breaker closed at {latch.get('closed_at')} by {latch.get('closed_by')}: "
+        _done(f"{whose} closed at {latch.get('closed_at')} by {latch.get('closed_by')}: "
               f"{latch.get('close_reason')}")
     else:
-        _done("storm breaker closed (it has never opened)")
+        _done(f"{whose} closed (it has never opened)")
 
 
 @breaker_app.command("close")
 @cli_errors
-def breaker_close(ctx: typer.Context, reason: str = REASON) -> None:
-    """Close the storm breaker. Each held remediation re-checks its trigger before its next action:
-    nodes healthy again are cancelled with our drain and cordon given back; the rest proceed."""
-    _done(backend(state(ctx)).close_breaker(reason))
+def breaker_close(ctx: typer.Context, reason: str = REASON, profile: str | None = PROFILE) -> None:
+    """Close the storm breaker (the fleet's, or with --profile that profile's). Each held remediation
+    re-checks its trigger before its next action: nodes healthy again are cancelled with our drain and
+    cordon given back; the rest proceed."""
+    _done(backend(state(ctx)).close_breaker(reason, profile))
 
 
 @app.command()

@@ -27,6 +27,7 @@ from remediation.services.readmodels import (
 )
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
+PROFILE = typer.Option(None, "--profile", help="Only what this profile governs.")
 
 nodes = typer.Typer(help="The node inventory and each node's history.", no_args_is_help=True)
 events = typer.Typer(help="Observed events (what the watchers saw, and what was decided).",
@@ -41,22 +42,23 @@ audit = typer.Typer(help="The audit log: every lever pulled, by a human or by th
 @nodes.command("list")
 @cli_errors
 def nodes_list(ctx: typer.Context, status: str = typer.Option(
-        None, "--status", "-s", help="healthy, unhealthy, remediating or quarantined."), output: str = OUTPUT) -> None:
-    """List nodes with their status and open remediation."""
+        None, "--status", "-s", help="healthy, unhealthy, remediating or quarantined."), output: str = OUTPUT,
+        profile: str = PROFILE) -> None:
+    """List nodes with their status, profile and open remediation."""
     fmt = r.check_format(output)
     st = state(ctx)
-    rows = backend(st).nodes(status)
+    rows = backend(st).nodes(status, profile)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
         return r.empty("nodes")
     now = st.now()
-    headers = ["name", "status", "remediation", "step", "updated", "last event", "lemon", "reason"]
+    headers = ["name", "status", "profile", "remediation", "step", "updated", "last event", "lemon", "reason"]
     if fmt == "wide":
         headers += ["waiting on", "quarantined", "lemon score explained"]
     out = []
     for n in rows:
-        row = [n.name, r.status(n.status), f"#{n.open_remediation}" if n.open_remediation else "-",
+        row = [n.name, r.status(n.status), n.profile or "-", f"#{n.open_remediation}" if n.open_remediation else "-",
                n.step or "-", r.when(n.updated_at, now), r.when(n.last_event_at, now), _lemon(n.lemon_score),
                n.quarantine_reason or n.status_reason or "-"]
         if fmt == "wide":
@@ -87,7 +89,8 @@ def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
     n = d.node
     head = r.fields([
-        ("Node", n.name), ("Status", r.status(n.status)), ("Reason", n.status_reason),
+        ("Node", n.name), ("Status", r.status(n.status)), ("Profile", n.profile or "(base policy)"),
+        ("Reason", n.status_reason),
         ("Remediation", f"#{n.open_remediation} at {n.step}" if n.open_remediation else None),
         ("Waiting on", n.wait_reason), ("Checkpoint", d.checkpoint.text if d.checkpoint else None), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
         ("Quarantine reason", n.quarantine_reason), ("Last released", r.stamp(n.released_at)),
@@ -196,25 +199,27 @@ def remediations_list(
     node: str = typer.Option(None, "--node", help="Only this node's remediations."),
     limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
     output: str = OUTPUT,
+    profile: str = PROFILE,
 ) -> None:
     """List remediations, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
     if node:
         backend(st).node(node)
-    rows = backend(st).remediations(status, node, limit)
+    rows = backend(st).remediations(status, node, limit, profile)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
         return r.empty("remediations")
     now = st.now()
-    headers = ["id", "node", "status", "step", "opened", "took", "class", "action", "cause"]
+    headers = ["id", "node", "status", "profile", "step", "opened", "took", "class", "action", "cause"]
     if fmt == "wide":
         headers += ["ladder", "source", "waiting on", "outcome", "evidence"]
     out = []
     for x in rows:
         took = x.duration_s if x.closed_at else (now - x.opened_at).total_seconds()
-        row = [str(x.id), x.node, r.status(x.status), x.step, r.when(x.opened_at, now), r.dur(took),
+        row = [str(x.id), x.node, r.status(x.status), _profile(x.profile, x.dry_run), x.step, r.when(x.opened_at, now),
+               r.dur(took),
                x.fault_class or "-", x.action or "-", x.cause]
         if fmt == "wide":
             row += [str(x.ladder), x.source, x.wait_reason or "-", x.outcome or "-", x.fault_evidence or "-"]
@@ -235,6 +240,10 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
     _show_remediation(d, st.now(), fmt == "wide")
 
 
+def _profile(profile: str | None, dry_run: bool) -> str:
+    return (profile or "(base)") + (" (dry-run: records only)" if dry_run else "")
+
+
 def _lacks(ctx: RemediationContext) -> str | None:
     """The halves the site lacked, whose steps this remediation skipped (None: it lacked none)."""
     lacked = ["Kubernetes (kube.backend none): nothing cordoned, evicted or tainted"] if ctx.no_kubernetes else []
@@ -246,6 +255,8 @@ def _lacks(ctx: RemediationContext) -> str | None:
 def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
     head = r.fields([
         ("Remediation", f"#{d.id}"), ("Node", d.node), ("Status", r.status(d.status)), ("Step", d.step),
+        ("Profile", _profile(d.profile, d.dry_run) + ("; runs under the policy it recorded when it opened (-o json)"
+                                                       if d.policy else "")),
         ("Cause", d.cause), ("Class", d.fault_class or "-"), ("Why this class", d.fault_evidence),
         ("Action", d.action or "-"), ("Source", d.source), ("Ladder", d.ladder),
         ("Opened", f"{r.stamp(d.opened_at)} ({r.when(d.opened_at, now)})"),
@@ -309,19 +320,21 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
           dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run",
                                        help="Include what dry-run recorded (hidden by default)."),
           lemons: bool = typer.Option(False, "--lemons", help="Nodes by lemon score instead: decayed, "
-                                      "class-weighted failures with distinct causes counted.")) -> None:
+                                      "class-weighted failures with distinct causes counted."),
+          profile: str = PROFILE) -> None:
     """Failures by node, by cause and by day; mean time to recovery; repeat offenders. With --lemons:
     the nodes by lemon score, each with its explanation."""
     fmt = r.check_format(output)
     st = state(ctx)
     if lemons:
         return _lemons(st, top, fmt)
-    result = backend(st).stats(days, top, dry_run)
+    result = backend(st).stats(days, top, dry_run, profile)
     if fmt == "json":
         return r.print_json(result)
     outcomes = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v) or "none"
     head = r.fields([
         ("Window", f"last {result.days} day(s), since {r.stamp(result.since)} UTC"),
+        ("Profile", f"{result.profile} only" if result.profile else None),
         ("Remediations", f"{result.total} ({outcomes})"),
         ("Dry-run", f"{result.dry_run} dry-run remediation(s) " + (
             "included" if result.include_dry_run else "hidden (show them with --dry-run)")),

@@ -133,8 +133,8 @@ class Remote:
 
     # ------------------------------------------------------------------------------------ reads
 
-    def nodes(self, status: str | None) -> list[NodeRow]:
-        return self._get(list[NodeRow], "/nodes", status=status)
+    def nodes(self, status: str | None, profile: str | None = None) -> list[NodeRow]:
+        return self._get(list[NodeRow], "/nodes", status=status, profile=profile)
 
     def node(self, name: str) -> NodeRow:
         return self.node_detail(name, 1).node
@@ -145,9 +145,11 @@ class Remote:
     def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]:
         return self._get(list[EventRow], "/events", node=node, after=after, limit=limit)
 
-    def remediations(self, status: str | None, node: str | None, limit: int) -> list[RemediationRow]:
+    def remediations(self, status: str | None, node: str | None, limit: int,
+                     profile: str | None = None) -> list[RemediationRow]:
         # The API lists open ones unless told otherwise; "" is every status, as the CLI means by no filter.
-        return self._get(list[RemediationRow], "/remediations", status=status or "", node=node, limit=limit)
+        return self._get(list[RemediationRow], "/remediations", status=status or "", node=node, limit=limit,
+                         profile=profile)
 
     def remediation(self, remediation_id: int) -> RemediationDetail:
         return self._get(RemediationDetail, f"/remediations/{remediation_id}")
@@ -158,8 +160,8 @@ class Remote:
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]:
         return self._get(list[AuditRow], "/audit", target=target, action=action, limit=limit)
 
-    def stats(self, days: int, top: int, dry_run: bool) -> Stats:
-        return self._get(Stats, "/stats", days=days, top=top, dry_run=dry_run)
+    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats:
+        return self._get(Stats, "/stats", days=days, top=top, dry_run=dry_run, profile=profile)
 
     def lemons(self, top: int) -> list[LemonRow]:
         return self._get(list[LemonRow], "/lemons", top=top)
@@ -179,8 +181,14 @@ class Remote:
     def incident(self, incident_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/incidents/{incident_id}"))
 
-    def breaker(self) -> dict[str, Any]:
-        latch = dict(self._call("GET", "/breaker"))
+    def policy_show(self, profile: str | None) -> dict[str, Any]:
+        return dict(self._call("GET", f"/policy/profiles/{_seg(profile)}" if profile else "/policy"))
+
+    def policy_explain(self, node: str) -> dict[str, Any]:
+        return dict(self._call("GET", f"/nodes/{_seg(node)}/policy"))
+
+    def breaker(self, profile: str | None = None) -> dict[str, Any]:
+        latch = dict(self._call("GET", "/breaker", {"profile": profile}))
         latch["at"] = latch.pop("since", None)
         return latch
 
@@ -201,8 +209,8 @@ class Remote:
     def report(self, node: str, reason: str) -> str:
         return self._lever(f"/nodes/{_seg(node)}/report", reason)
 
-    def close_breaker(self, reason: str) -> str:
-        return self._lever("/breaker/close", reason)
+    def close_breaker(self, reason: str, profile: str | None = None) -> str:
+        return self._lever("/breaker/close", reason, **({"profile": profile} if profile else {}))
 
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         return self._lever(f"/incidents/{incident_id}/resolve", reason)

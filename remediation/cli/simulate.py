@@ -10,14 +10,17 @@ simulated days done and the faults handled; ``-o json`` carries the wall time it
 the current settings, e.g. ``deploy/policies/naive-ladder.yaml``) and prints both with the ratios.
 ``--gpu-reset`` runs the policy with and without the gpu-reset rung and prints node-hours out per fault
 class side by side. ``--site`` picks the reboot time from the outcome model (a cloud VM's restart or a
-bare machine's reboot); ``--reboot-minutes`` overrides it.
+bare machine's reboot); ``--reboot-minutes`` overrides it. With profiles, every figure is also printed per
+pool (the nodes each profile selects; ``--node-facts`` says what the watchers would report of the
+nodes: their partitions, features and labels), beside the baseline's for the same nodes
+(:mod:`remediation.cli.simulate_pools`).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -28,12 +31,13 @@ import yaml
 
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
+from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
-from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.run import NodeGroup, rehearse
 from remediation.rehearsal.trace import Fault, TraceError, dump_events, load
 from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, parse_model
-from remediation.settings import Settings, SettingsError, overlay
+from remediation.settings import ProfileSettings, Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
 
@@ -104,6 +108,8 @@ def simulate(
     leaf_size: int = typer.Option(16, help="Nodes per leaf switch in a synthesised trace (a fabric fault "
                                   "takes one leaf's nodes down at once)."),
     dump_events_to: Path = typer.Option(None, "--dump-events", help="Also write the trace's events as JSONL."),
+    node_facts: Path = typer.Option(None, "--node-facts", help="YAML list of {hostlist, partitions, features, "
+                                    "labels}: what the watchers would report of the nodes, for profiles to select on."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Replay a failure trace through the real decision and workflow code on a simulated clock, and
@@ -138,9 +144,11 @@ def simulate(
         dump_events(faults, dump_events_to)
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
     leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
+    groups = load_facts(node_facts)
+    by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot, reset, repair_hours, leaves)
-    base = _run(faults, second, names, reboot, reset, repair_hours, leaves) if second is not None else None
+    report = _run(faults, settings, names, reboot, reset, repair_hours, leaves, groups, by)
+    base = _run(faults, second, names, reboot, reset, repair_hours, leaves, groups, by) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
         doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
@@ -185,14 +193,19 @@ def simulate(
                     for k, v in ratios(report, base).items()]))
     if report["ignored"]:
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
+    if report["profiles"]:
+        show_pools(report, base, baseline.name if baseline is not None else None, model.name, site, reboot,
+                   repair_hours)
 
 
 def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float, reset_minutes: float,
-         repair_hours: float, leaf_size: int | None) -> dict[str, Any]:
+         repair_hours: float, leaf_size: int | None, groups: list[NodeGroup],
+         by: Sequence[ProfileSettings]) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""
     draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     try:
         return rehearse(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
-                        progress=draw, leaf_size=leaf_size, reset_s=reset_minutes * 60).as_dict()
+                        progress=draw, leaf_size=leaf_size, reset_s=reset_minutes * 60, facts=groups,
+                        report_by=by).as_dict()
     finally:
         clear()

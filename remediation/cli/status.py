@@ -47,6 +47,8 @@ def status(ctx: typer.Context, output: str = OUTPUT) -> None:
         ("Since", r.when(_at(paused), st.now()) if paused.get("paused") else "-"),
         ("Storm breaker", "OPEN: " + str(breaker.get("reason") or f"{breaker.get('failed')}/{breaker.get('pool')} "
                                          "nodes failed within the window") if breaker.get("open") else "closed"),
+        ("Profiles' breakers", "; ".join(f"{name} OPEN: {latch.get('reason')}" for name, latch in
+                                         report.get("profile_breakers", {}).items()) or None),
         ("Remediations", ", ".join(f"{k} {v}" for k, v in report["remediations"].items() if v) or "none"),
         ("Nodes", ", ".join(f"{k} {v}" for k, v in report["nodes"].items() if v) or "none"),
     ])

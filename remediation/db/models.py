@@ -70,6 +70,12 @@ class Node(Base):
     quarantine_reason: Mapped[str | None] = mapped_column(Text)
     # A human release restarts the repeat-offender count: failures before it are forgiven.
     released_at: Mapped[datetime | None]
+    # What a profile selects on, as the watchers last reported it (NULL: not reported yet).
+    partitions: Mapped[list[str] | None] = mapped_column(Json)
+    features: Mapped[list[str] | None] = mapped_column(Json)
+    labels: Mapped[dict[str, str] | None] = mapped_column(Json)
+    # The profile that governs the node now (NULL: the base policy): its pool, for the profile's breaker.
+    profile: Mapped[str | None] = mapped_column(String(63), index=True)
 
 
 class Event(Base):
@@ -142,6 +148,11 @@ class Remediation(Base):
     fault_class: Mapped[str | None] = mapped_column(String(32))
     fault_evidence: Mapped[str | None] = mapped_column(Text)
     action: Mapped[str | None] = mapped_column(String(32))
+    # The profile that governed the node when this opened (NULL: the base policy) and that effective
+    # policy itself (remediation.settings.profiles.EffectivePolicy), read until the remediation ends.
+    # NULL policy on rows from before profiles: they run under today's configuration.
+    profile: Mapped[str | None] = mapped_column(String(63), index=True)
+    policy: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
     steps: Mapped[list[RemediationStep]] = relationship(
         back_populates="remediation", order_by="RemediationStep.id", lazy="selectin"

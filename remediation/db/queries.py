@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import String, and_, any_, bindparam, func, or_, select
+from sqlalchemy import Select, String, and_, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, lazyload
@@ -170,48 +170,67 @@ _REAL = Remediation.dry_run.is_(False)
 _VIEW_CONTROLS = select(Control.key, Control.value).where(
     or_(*(Control.key == k for k in (BREAKER, LAST_VM_ACTION, PAUSED))))
 # One statement for the four counts admission needs, built once: admission reads the view on every claim
-# and every sweep, and building five statements per read was most of a claim's cost.
-_VIEW_COUNTS = select(
-    select(func.count()).select_from(Node).scalar_subquery(),
-    # A correlated incident is local and expected: its nodes are one fault, not a storm.
-    select(func.count(func.distinct(Remediation.node)))
-    .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None))
-    .scalar_subquery(),
-    select(func.max(Remediation.opened_at)).where(_REAL).scalar_subquery(),
-    # VM actions in flight: verifying, or restarting with the restart's step row still open (looked up
-    # per open remediation through the steps' (remediation_id, step) index, not by scanning every step).
-    select(func.count(Remediation.id))
-    .where(
-        Remediation.status.in_(OPEN_STATUSES),
-        Remediation.id != bindparam("exclude"),
-        or_(
-            Remediation.step == Step.VERIFY,
-            and_(
-                Remediation.step == Step.VM_RESTART,
-                select(RemediationStep.id)
-                .where(
-                    RemediationStep.remediation_id == Remediation.id,
-                    RemediationStep.step == Step.VM_RESTART,
-                    RemediationStep.status.in_(("started", "waiting")),
-                )
-                .exists(),
+# and every sweep, and building five statements per read was most of a claim's cost. The pool's is the
+# same, over one profile's nodes and remediations (its storm breaker and max_concurrent).
+def _counts(pool: bool) -> Select[Any]:
+    def mine(column: Any) -> list[Any]:
+        return [column == bindparam("profile")] if pool else []
+
+    return select(
+        select(func.count()).select_from(Node).where(*mine(Node.profile)).scalar_subquery(),
+        # A correlated incident is local and expected: its nodes are one fault, not a storm.
+        select(func.count(func.distinct(Remediation.node)))
+        .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None),
+               *mine(Remediation.profile))
+        .scalar_subquery(),
+        select(func.max(Remediation.opened_at)).where(_REAL, *mine(Remediation.profile)).scalar_subquery(),
+        # VM actions in flight: verifying, or restarting with the restart's step row still open (looked up
+        # per open remediation through the steps' (remediation_id, step) index, not by scanning every step).
+        select(func.count(Remediation.id))
+        .where(
+            Remediation.status.in_(OPEN_STATUSES),
+            Remediation.id != bindparam("exclude"),
+            *mine(Remediation.profile),
+            or_(
+                Remediation.step == Step.VERIFY,
+                and_(
+                    Remediation.step == Step.VM_RESTART,
+                    select(RemediationStep.id)
+                    .where(
+                        RemediationStep.remediation_id == Remediation.id,
+                        RemediationStep.step == Step.VM_RESTART,
+                        RemediationStep.status.in_(("started", "waiting")),
+                    )
+                    .exists(),
+                ),
             ),
-        ),
+        )
+        .scalar_subquery(),
     )
-    .scalar_subquery(),
-)
 
 
-def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None) -> ClusterView:
+_VIEW_COUNTS, _POOL_COUNTS = _counts(False), _counts(True)
+
+
+def breaker_key(profile: str | None) -> str:
+    """The control row of the fleet's storm breaker (None), or of one profile's."""
+    return BREAKER if profile is None else f"{BREAKER}:{profile}"
+
+
+def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None,
+                 profile: str | None = None) -> ClusterView:
+    """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch."""
     found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
-    latch = BreakerLatch.load(found.get(BREAKER))
+    latch = BreakerLatch.load(found.get(BREAKER) if profile is None else control_get(session, breaker_key(profile)))
     since = now - breaker_window
     if (closed := latch.closed) is not None:
         since = max(since, closed)
     pool, failed, last_failure, vm_active = session.execute(
-        _VIEW_COUNTS, {"since": since, "exclude": exclude if exclude is not None else -1}
+        _VIEW_COUNTS if profile is None else _POOL_COUNTS,
+        {"since": since, "exclude": exclude if exclude is not None else -1,
+         **({"profile": profile} if profile is not None else {})},
     ).one()
     last = LastVMAction.load(found.get(LAST_VM_ACTION)).when
     pause = PauseState.load(found.get(PAUSED))

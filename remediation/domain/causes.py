@@ -226,12 +226,12 @@ def _from_xids(codes: list[int], tbl: CauseTable) -> Cause:
 
 def ladder(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
            gpu_reset: bool) -> tuple[str, ...]:
-    """The class's actions in order (``unknown``, no class, or classification off: workflow.ladder).
+    """The class's actions in order. No class, or classification off, is class ``unknown``, whose
+    ladder is workflow.ladder unless the site wrote one (``policy.faults.ladders.unknown``; a drain-only
+    profile holds every class).
     ``gpu_reset``: a job can run on the node (``validation.runs_jobs``); without that a ``gpu-reset``
     rung is left out, and the ladder starts at its next action."""
-    if not fault_class or not faults.classify:
-        return tuple(workflow.ladder)
-    info = table(faults).classes.get(fault_class)
+    info = table(faults).classes.get(fault_class if fault_class and faults.classify else UNKNOWN)
     return tuple(workflow.ladder) if info is None or info.ladder is None else runnable(info.ladder, gpu_reset)
 
 

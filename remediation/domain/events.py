@@ -42,6 +42,7 @@ class EventKind(StrEnum):
     HEALTHY = "healthy"  # the node is back to a good state
     INVENTORY = "inventory"  # the node exists (resync); keeps the pool size true
     DOMAINS = "domains"  # the node's failure domains from one source (``domains``); never a fault
+    LABELS = "labels"  # the node's Kubernetes Node labels a profile selects on (``labels``); never a fault
 
 
 class Fence(BaseModel):
@@ -79,6 +80,12 @@ class NodeEvent(BaseModel):
     domains: dict[str, str] | None = None
     # The publishing leader's fencing token; None for what no leader publishes (`remediation report`).
     fence: Fence | None = None
+    # What a profile selects on (remediation.domain.profiles). A Slurm INVENTORY event carries the node's
+    # partitions and available features; a LABELS event the labels of its Kubernetes Node that some
+    # profile's selector names (a key missing from it is a label the Node does not have).
+    partitions: list[str] | None = Field(None, max_length=256)
+    features: list[str] | None = Field(None, max_length=256)
+    labels: dict[str, str] | None = None
 
     @field_validator("node")
     @classmethod
@@ -117,6 +124,21 @@ class NodeEvent(BaseModel):
                     raise ValueError(f"{kind!r}={name!r}: kinds and names are 1-253 printable characters")
         return value
 
+    @field_validator("partitions", "features")
+    @classmethod
+    def _names(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and any(not v or len(v) > 253 or not v.isprintable() for v in value):
+            raise ValueError("names are 1-253 printable characters")
+        return value
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None and (len(value) > 64 or any(
+                not k or len(k) > 316 or len(v) > 63 or not (k + v).isprintable() for k, v in value.items())):
+            raise ValueError("at most 64 labels, keys of 1-316 and values of at most 63 printable characters")
+        return value
+
     @field_validator("observed_at", "published_at", "since")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -134,6 +156,10 @@ class NodeEvent(BaseModel):
     def _domains_only_on_domains(self) -> NodeEvent:
         if (self.domains is not None) != (self.kind is EventKind.DOMAINS):
             raise ValueError("domains is given with kind=domains, and only then")
+        if (self.labels is not None) != (self.kind is EventKind.LABELS):
+            raise ValueError("labels is given with kind=labels, and only then")
+        if (self.partitions is not None or self.features is not None) and self.kind is not EventKind.INVENTORY:
+            raise ValueError("partitions and features are given with kind=inventory only")
         return self
 
     @property

@@ -102,6 +102,8 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, "inventory")
     if event.kind is EventKind.DOMAINS:
         return Decision(DecisionKind.RECORD, "failure domains learnt")
+    if event.kind is EventKind.LABELS:
+        return Decision(DecisionKind.RECORD, "labels learnt")
     if event.kind is EventKind.HEALTHY:
         return _decide_healthy(node)
     if node.status is NodeStatus.QUARANTINED:
@@ -227,29 +229,48 @@ def breaker_may_auto_close(view: ClusterView, policy: PolicySettings, now: datet
     return view.last_failure_at is None or (now - view.last_failure_at).total_seconds() >= quiet
 
 
-def breaker_text(view: ClusterView, policy: PolicySettings) -> str:
+def breaker_text(view: ClusterView, policy: PolicySettings, profile: str | None = None) -> str:
+    whose, flag = ("", "") if profile is None else (f"profile {profile}'s ", f" --profile {profile}")
     if view.breaker_latched:
-        return (f"storm breaker open ({view.breaker_reason}); it stays open until a human closes it: "
-                "remediation breaker close -r REASON")
-    return (f"storm breaker open: {view.failed_in_window}/{view.pool_size} nodes failed within "
+        return (f"{whose}storm breaker open ({view.breaker_reason}); it stays open until a human closes it: "
+                f"remediation breaker close{flag} -r REASON")
+    return (f"{whose}storm breaker open: {view.failed_in_window}/{view.pool_size} nodes failed within "
             f"{_human(policy.breaker_window)} (limit {policy.breaker_max_fraction:.0%})")
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A profile's own share of admission: the view of the nodes it governs and its policy. Its storm
+    breaker holds its pool's disruptive steps beside the fleet's, and its max_concurrent counts its
+    own machine actions; the fleet's latch and the minimum gap stay above every pool."""
+
+    profile: str
+    view: ClusterView
+    policy: PolicySettings
 
 
 # Disruptive steps: stopped by the breaker. Draining in Slurm and cordoning stay allowed (safe).
 BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
-def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool) -> Admission:
+def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool,
+          pool: Pool | None = None) -> Admission:
     """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
-    (polling an operation already started is always allowed, or a restart could never finish)."""
+    (polling an operation already started is always allowed, or a restart could never finish).
+    ``pool``: the step's remediation belongs to a profile (see :class:`Pool`)."""
     if view.paused:
         return Admission(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
     if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
         if breaker_holds(view, policy):
             return Admission(False, breaker_text(view, policy))
+        if pool is not None and breaker_holds(pool.view, pool.policy):
+            return Admission(False, breaker_text(pool.view, pool.policy, pool.profile))
     if step is Step.VM_RESTART and new_vm_action:
-        if view.vm_active >= policy.max_concurrent:
-            return Admission(False, f"max_concurrent reached ({view.vm_active}/{policy.max_concurrent} VM actions)")
+        active, limit = (pool.view.vm_active, pool.policy.max_concurrent) if pool else (view.vm_active,
+                                                                                        policy.max_concurrent)
+        if active >= limit:
+            whose = f" in profile {pool.profile}" if pool else ""
+            return Admission(False, f"max_concurrent reached{whose} ({active}/{limit} VM actions)")
         if view.last_vm_action_at is not None:
             due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if now < due:

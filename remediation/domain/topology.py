@@ -28,7 +28,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from remediation.domain.hostlist import HostlistError, expand
+from remediation.hostlist import HostlistError, expand
 
 LEAF_SWITCH = "leaf-switch"
 SWITCH = "switch"

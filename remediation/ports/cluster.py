@@ -36,6 +36,8 @@ class SlurmNode:
     reason_user: str | None = None
     reason_time: datetime | None = None
     slurmd_start_time: datetime | None = None  # when the node's slurmd last started (it registers then)
+    partitions: tuple[str, ...] = ()  # what a profile selects on
+    features: tuple[str, ...] = ()
 
     @property
     def states(self) -> frozenset[str]:

@@ -159,7 +159,7 @@ class Rehearsal:
             self._push(at + self.repair_td, REPAIR, key[2], ("node", node))  # a human's own maintenance
         with self.sessions() as s, s.begin():
             opened = ingest(s, [fault.event.to_json()], self.settings.policy, self.clock,
-                            incidents=self.settings.incidents).opened
+                            incidents=self.settings.incidents, governance=self.engine.governance).opened
         for rid, step in opened:
             self.nodes[rid] = fault.event.node
             self._step(rid, step, at)

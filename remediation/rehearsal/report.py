@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import aware
@@ -55,6 +56,8 @@ class Report:
     pages: int = 0  # audit rows that page on-call
     incidents: int = 0  # correlated-fault incidents opened
     fabric_quarantines: int = 0  # quarantines of remediations a fabric fault opened
+    # With profiles: every figure above for each profile's pool ("(base)": the nodes none selects).
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
@@ -74,23 +77,32 @@ def fabric_quarantines(sessions: Any, faults: list[Fault]) -> int:
     return sum(1 for k in rows if k in keys)
 
 
-def world_figures(world: MemoryWorld, r: Report) -> None:
-    ops = world.snapshot()["ops"].values()
+def world_figures(world: MemoryWorld, r: Report, nodes: Collection[str] | None = None) -> None:
+    ops = [o for o in world.snapshot()["ops"].values() if nodes is None or o.get("vm", {}).get("name") in nodes]
     done = [o["data"] for o in ops if o["data"].get("done")]
     r.wasted_vm_actions = sum(1 for d in done if d.get("fixed") is False)
     r.auto_fixed = sum(1 for d in done if d.get("fixed") is True)
     r.fabric_vm_actions = sum(1 for o in ops if o["data"].get("fabric"))
 
 
-def read_report(sessions: Any, faults: int, end: datetime) -> Report:
+def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str] | None = None,
+                profile: str | None = None) -> Report:
+    """The figures of the whole fleet, or with ``nodes`` of one profile's pool (``profile``: whose latch
+    is counted as the storm breaker; None: the fleet's)."""
     r = Report(faults=faults)
+
+    def mine(node: str) -> bool:
+        return nodes is None or node in nodes
+
     with sessions() as s:
-        events = s.execute(select(Event.dedupe_key, Event.decision, Event.decision_reason)
-                           .where(Event.kind != EventKind.DOMAINS.value).order_by(Event.id)).all()
-        r.per_event = [(k, d, why) for k, d, why in events]
+        events = [(k, d, why) for k, d, why, node in s.execute(
+            select(Event.dedupe_key, Event.decision, Event.decision_reason, Event.node)
+            .where(Event.kind != EventKind.DOMAINS.value).order_by(Event.id))
+            if mine(node)]
+        r.per_event = events
         r.decisions = dict(Counter(d for _, d, _ in events))
         r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
-        rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
+        rems = [x for x in s.scalars(select(Remediation).order_by(Remediation.id)) if mine(x.node)]
         r.history = [(x.node, x.cause, x.status, x.outcome, _iso(x.opened_at), _iso(x.closed_at), x.ladder,
                       [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
                         st.error) for st in x.steps]) for x in rems]
@@ -100,14 +112,20 @@ def read_report(sessions: Any, faults: int, end: datetime) -> Report:
         recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems  # type: ignore[operator]
                  if x.status == "succeeded" and x.closed_at]
         r.recovery_p50_s = statistics.median(recov) if recov else None
-        vm_rows = s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart")).all()
+        vm_rows = [row for row, node in s.execute(select(RemediationStep, Remediation.node).join(Remediation)
+                                                  .where(RemediationStep.step == "vm_restart")) if mine(node)]
         r.vm_actions = dict(Counter(_action(row.provider_op or {}) for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
         r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
-        r.incidents = s.scalar(select(func.count()).select_from(Incident)) or 0
-        r.pages = s.scalar(select(func.count()).select_from(AuditLog).where(AuditLog.action.in_(NOTIFIABLE))) or 0
-        audit = s.execute(select(AuditLog.action, AuditLog.at).where(
-            AuditLog.action.in_(("breaker_open", "breaker_closed"))).order_by(AuditLog.id)).all()
+        r.incidents = sum(1 for members in s.scalars(select(Incident.nodes)) if any(mine(n) for n in members))
+        pages = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)
+                          .where(AuditLog.action.in_(NOTIFIABLE))).all()
+        r.pages = sum(1 for _, target, detail in pages if (mine(target) if target else nodes is None or (
+            profile is not None and (detail or {}).get("profile") == profile)))
+        audit = [(action, at) for action, at, detail in s.execute(
+            select(AuditLog.action, AuditLog.at, AuditLog.detail)
+            .where(AuditLog.action.in_(("breaker_open", "breaker_closed"))).order_by(AuditLog.id))
+            if (detail or {}).get("profile") == profile]
     opened_at = None
     for action, at in audit:
         if action == "breaker_open":

@@ -32,26 +32,31 @@ import dataclasses
 import functools
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
 
-from remediation.adapters.factory import memory_adapters, memory_world
+from remediation.adapters.factory import AdaptersByPolicy, memory_adapters, memory_world
 from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
 from remediation.db.models import Node
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.profiles import winners
+from remediation.hostlist import expand
 from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
 from remediation.rehearsal.world import WorldJobs
 from remediation.services.ingest import ingest
+from remediation.services.profile_metrics import BASE
+from remediation.services.profiles import facts_of, refresh_pools
 from remediation.services.workflow import Workflow
-from remediation.settings import Settings
+from remediation.settings import ProfileSettings, Settings
 
 
 @functools.lru_cache(maxsize=1)
@@ -68,26 +73,39 @@ def _migrated_template() -> Path:
 def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
              repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
              progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None,
-             reset_s: float = 120.0, check_s: float = 120.0) -> Report:
+             reset_s: float = 120.0, check_s: float = 120.0, facts: list[NodeGroup] | None = None,
+             report_by: Sequence[ProfileSettings] | None = None) -> Report:
     """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
     event loop (default) or the original polling loop (see :mod:`remediation.rehearsal.loop`); the
     two decide the same. ``progress`` is called after each event with the simulated time and a tally.
-    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so."""
+    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so.
+    ``facts``: what the watchers would report of the nodes (partitions, features, labels), which the
+    settings' profiles select on; with profiles, every figure is reported for each profile's pool too.
+    ``report_by``: the profiles whose pools the figures are broken down by (default: the settings' own),
+    so that a policy without profiles can be read pool by pool beside one with them."""
     # A throw-away database in memory: durability buys nothing here.
     db = memory_engine(_migrated_template())
     sessions = make_session_factory(db)
     start = faults[0].at if faults else datetime.now().astimezone()
     clock = FakeClock(start - timedelta(seconds=1))
-    _inventory(sessions, nodes, clock.now())
+    _inventory(sessions, nodes, clock.now(), facts or [])
     world = memory_world(nodes, clock.now, reboot_s)
     adapters = memory_adapters(world)
-    jobs = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s) if settings.validation.runs_jobs else None
-    engine = Workflow(sessions, dataclasses.replace(adapters, validator=jobs), settings, clock)
+    every = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s)
+    jobs = every if settings.validation.runs_jobs else None
+    real = dataclasses.replace(adapters, validator=jobs)
+    # A profile's hammer and validation in the world: none is none; any other acts on the world's
+    # machines (at this rehearsal's reboot time) and runs the world's jobs.
+    engine = Workflow(sessions, AdaptersByPolicy(
+        settings, real, base=real, machines=lambda s: None if s.machine.backend == "none" else adapters.machine,
+        validators=lambda s: every if s.validation.runs_jobs else None), settings, clock)
+    with sessions() as s, s.begin():
+        refresh_pools(s, engine.governance)
     if leaf_size:
         # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
         with sessions() as s, s.begin():
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
-                   settings.policy, clock, incidents=settings.incidents)
+                   settings.policy, clock, incidents=settings.incidents, governance=engine.governance)
     rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
     until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
@@ -97,20 +115,57 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     report.fabric_quarantines = fabric_quarantines(sessions, faults)
     report.node_hours_out = rehearsal.fleet.close(clock.now())
     report.node_hours_by_class = dict(sorted(rehearsal.fleet.by_class.items()))
-    if jobs is not None:
-        report.gpu_resets, report.gpu_resets_fixed = len(jobs.resets), sum(jobs.resets)
+    if jobs is not None or settings.profiles:
+        report.gpu_resets, report.gpu_resets_fixed = len(every.resets), sum(every.resets)
     report.hand_repairs = rehearsal.tally.hand_repairs
     world_figures(world, report)
+    if groups := (settings.profiles if report_by is None else report_by):
+        report.profiles = by_profile(sessions, faults, clock.now(), world, rehearsal.fleet.by_node, groups)
     db.dispose()
     return report
 
 
-def _inventory(sessions: Any, nodes: list[str], at: datetime) -> None:
+def by_profile(sessions: Any, faults: list[Fault], end: datetime, world: Any, hours: dict[str, float],
+               profiles: Sequence[ProfileSettings]) -> dict[str, dict[str, Any]]:
+    """Every figure for each profile's pool (the nodes it selects first), "(base)" for the nodes none does.
+    A pool's storm breaker is its own latch's only where the rehearsed settings have that profile."""
+    with sessions() as s:
+        known = list(facts_of(s).values())
+    won = winners(profiles, known)
+    pools = {name: set(nodes) for name, nodes in won.items()}
+    pools[BASE] = {n.name for n in known} - set().union(*pools.values())
+    out = {}
+    for name, members in sorted((name, members) for name, members in pools.items() if members):
+        mine = [f for f in faults if f.event.node in members]
+        sub = read_report(sessions, len(mine), end, members, None if name == BASE else name)
+        sub.fabric_quarantines = fabric_quarantines(sessions, mine)
+        sub.node_hours_out = sum(hours.get(n, 0.0) for n in members)
+        world_figures(world, sub, members)
+        out[name] = {"nodes": len(members), **sub.as_dict()}
+    return out
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """What the watchers would report of the nodes of ``hostlist``: the profiles select on it."""
+
+    hostlist: str
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+def _inventory(sessions: Any, nodes: list[str], at: datetime, groups: list[NodeGroup]) -> None:
     """The whole fleet is known before the first fault, as the watchers' first resync makes it live: the
-    storm breaker's pool is the cluster, not the few nodes that have failed so far."""
+    storm breaker's pool is the cluster, not the few nodes that have failed so far. A node gets the facts
+    of the last group that lists it."""
+    facts: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        for name in expand(g.hostlist):
+            facts[name] = {"partitions": list(g.partitions), "features": list(g.features), "labels": dict(g.labels)}
     with sessions() as s, s.begin():
         s.execute(insert(Node), [{"name": n, "status": "healthy", "status_reason": "", "first_seen_at": at,
-                                  "updated_at": at} for n in nodes])
+                                  "updated_at": at, **facts.get(n, {})} for n in nodes])
 
 
 def _domains_event(name: str, leaf_size: int, now: datetime) -> NodeEvent:

@@ -148,6 +148,7 @@ class Fleet:
         self.hours = 0.0
         self.cause: dict[str, str] = {}  # node -> fault class of its latest fault
         self.by_class: dict[str, float] = defaultdict(float)
+        self.by_node: dict[str, float] = defaultdict(float)  # per node: a profile's pool adds its nodes'
         self._span_class: dict[str, str] = {}
 
     def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
@@ -166,6 +167,7 @@ class Fleet:
     def _add(self, name: str, now: datetime) -> None:
         hours = (now - self.out_since.pop(name)).total_seconds() / 3600
         self.hours += hours
+        self.by_node[name] += hours
         self.by_class[self._span_class.pop(name)] += hours
 
     def close(self, now: datetime) -> float:

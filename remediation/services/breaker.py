@@ -16,6 +16,9 @@ before the close no longer count toward the breaker (``closed_at`` bounds its wi
 is not undone by the very storm they just looked at.
 
 While open, nodes are still drained and cordoned (safe steps); admission keeps eviction and VM actions waiting.
+
+Each profile has a latch of its own (row ``breaker:NAME``) over its pool, the nodes it governs, with its
+own thresholds: a storm in one pool holds that pool, and the fleet's latch stays above every pool.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from remediation.db.models import Remediation
-from remediation.db.queries import BREAKER, cluster_view, control_get, control_set, lock_control
+from remediation.db.models import Control, Remediation
+from remediation.db.queries import BREAKER, breaker_key, cluster_view, control_get, control_set, lock_control
 from remediation.domain.controls import BreakerLatch
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, Step
@@ -40,29 +43,40 @@ from remediation.settings import PolicySettings
 HELD_STEPS = (Step.SLURM_DRAIN, Step.K8S_CORDON, Step.K8S_EVICT, Step.VM_RESTART)
 
 
-def state(s: Session) -> dict[str, Any]:
+def state(s: Session, profile: str | None = None) -> dict[str, Any]:
     """The latch as stored: {} or {"open": bool, "reason", "at", "closed_at", "closed_by", ...}."""
-    return control_get(s, BREAKER)
+    return control_get(s, breaker_key(profile))
 
 
-def open_latch(s: Session, now: datetime, actor: str, failed: int, pool: int, reason: str) -> bool:
+def latches(s: Session) -> dict[str | None, dict[str, Any]]:
+    """Every latch ever stored: the fleet's (None) and each profile's."""
+    rows = s.execute(select(Control.key, Control.value).where(
+        or_(Control.key == BREAKER, Control.key.startswith(f"{BREAKER}:")))).all()
+    return {(None if key == BREAKER else key.split(":", 1)[1]): value for key, value in rows}
+
+
+def open_latch(s: Session, now: datetime, actor: str, failed: int, pool: int, reason: str,
+               profile: str | None = None) -> bool:
     """Latch the breaker open; False when it already was (recorded once however many workers see it)."""
-    current = BreakerLatch.load(lock_control(s, BREAKER, now))
+    current = BreakerLatch.load(lock_control(s, breaker_key(profile), now))
     if current.open:
         return False
     value = replace(current, open=True, reason=reason, at=now.isoformat(), failed=failed, pool=pool)
-    control_set(s, BREAKER, value.dump(), now)
-    audit(s, now, actor, "breaker_open", "", reason, {"failed": failed, "pool": pool, "open": True})
+    control_set(s, breaker_key(profile), value.dump(), now)
+    whose = {"profile": profile} if profile is not None else {}
+    audit(s, now, actor, "breaker_open", "", reason, {"failed": failed, "pool": pool, "open": True, **whose})
     return True
 
 
-def close_latch(s: Session, now: datetime, actor: str, reason: str) -> list[int] | None:
-    """Close the breaker and mark the held remediations to re-confirm; None when it was not open."""
-    current = BreakerLatch.load(lock_control(s, BREAKER, now))
+def close_latch(s: Session, now: datetime, actor: str, reason: str, profile: str | None = None) -> list[int] | None:
+    """Close the breaker (the fleet's, or ``profile``'s) and mark the remediations it held to re-confirm;
+    None when it was not open."""
+    current = BreakerLatch.load(lock_control(s, breaker_key(profile), now))
     if not current.open:
         return None
+    mine = [Remediation.profile == profile] if profile is not None else []
     held = list(s.scalars(
-        select(Remediation).where(Remediation.status.in_(OPEN_STATUSES), Remediation.step.in_(HELD_STEPS))
+        select(Remediation).where(Remediation.status.in_(OPEN_STATUSES), Remediation.step.in_(HELD_STEPS), *mine)
         .with_for_update()
     ))
     for rem in held:
@@ -70,9 +84,10 @@ def close_latch(s: Session, now: datetime, actor: str, reason: str) -> list[int]
         rem.next_run_at, rem.updated_at = now, now
     value = BreakerLatch(open=False, closed_at=now.isoformat(), closed_by=actor, close_reason=reason,
                          opened_at=current.at, open_reason=current.reason)
-    control_set(s, BREAKER, value.dump(), now)
+    control_set(s, breaker_key(profile), value.dump(), now)
+    whose = {"profile": profile} if profile is not None else {}
     audit(s, now, actor, "breaker_closed", "", reason,
-          {"open": False, "was": current.reason, "reconfirm": [r.id for r in held]})
+          {"open": False, "was": current.reason, "reconfirm": [r.id for r in held], **whose})
     return [r.id for r in held]
 
 
@@ -81,22 +96,24 @@ def closed_at(value: dict[str, Any]) -> datetime | None:
 
 
 def note(s: Session, view: ClusterView, now: datetime, exclude: int | None, policy: PolicySettings, actor: str,
-         clock: Clock) -> ClusterView:
+         clock: Clock, profile: str | None = None) -> ClusterView:
     """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period.
     Exactly once however many workers notice: the common case (no change) costs no lock; a change
     queues the claims on the breaker row, and only the first records it (one audit row, so on-call is
-    paged once). Returns the view to admit on; a claim leaves its own remediation out (``exclude``)."""
+    paged once). Returns the view to admit on; a claim leaves its own remediation out (``exclude``).
+    ``profile``: the view is that profile's pool, and so is the latch."""
     if not view.breaker_latched and breaker_open(view, policy):
-        lock_control(s, BREAKER, now)
+        lock_control(s, breaker_key(profile), now)
         now = clock.now()
-        view = cluster_view(s, now, policy.breaker_window, exclude)
+        view = cluster_view(s, now, policy.breaker_window, exclude, profile)
         if not view.breaker_latched and breaker_open(view, policy):
-            reason = (f"{view.failed_in_window}/{view.pool_size} nodes failed within "
+            whose = f"profile {profile}: " if profile is not None else ""
+            reason = (f"{whose}{view.failed_in_window}/{view.pool_size} nodes failed within "
                       f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
-            open_latch(s, now, actor, view.failed_in_window, view.pool_size, reason)
-            view = cluster_view(s, now, policy.breaker_window, exclude)
+            open_latch(s, now, actor, view.failed_in_window, view.pool_size, reason, profile)
+            view = cluster_view(s, now, policy.breaker_window, exclude, profile)
     elif breaker_may_auto_close(view, policy, now):
         quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
-        close_latch(s, now, actor, f"auto-close: {quiet}")
-        view = cluster_view(s, now, policy.breaker_window, exclude)
+        close_latch(s, now, actor, f"auto-close: {quiet}", profile)
+        view = cluster_view(s, now, policy.breaker_window, exclude, profile)
     return view

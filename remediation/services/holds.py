@@ -38,6 +38,7 @@ from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.stepdetail import RetryState
 from remediation.ports.errors import SystemicError
+from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.readmodels import overview
 
@@ -161,5 +162,7 @@ def automation_status(s: Session) -> dict[str, Any]:
     open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
     held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
             for x in open_rems if x.ctx.held]
+    pools = {name: latch for name, latch in breaker.latches(s).items() if name is not None and latch.get("open")}
     return {"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
-            "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status, "held": held}
+            "profile_breakers": pools, "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status,
+            "held": held}

@@ -46,12 +46,12 @@ from remediation.db.queries import among, lock_control
 from remediation.domain import slurm_states
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, NodeEvent
-from remediation.domain.hostlist import compress
 from remediation.domain.policy import Clock
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, Step
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.topology import Correlated, Rule, correlate, domain_key, likely_cause
+from remediation.hostlist import compress
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError
 from remediation.services.audit import audit

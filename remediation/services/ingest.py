@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import insert, select
@@ -35,14 +35,12 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
-from remediation.db.fault_history import app_xid_counts, failure_history
 from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
 from remediation.db.queries import (
     among,
     latest_healthy,
     latest_windows,
     open_remediations_for,
-    recent_failure_counts,
 )
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
@@ -57,11 +55,13 @@ from remediation.domain.policy import (
     decide,
     slurm_bad_states,
 )
+from remediation.domain.profiles import Governance, Resolution, govern
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
 from remediation.services.fencing import fence_events
 from remediation.services.incidents import correlate_opened, record_domains
-from remediation.settings import IncidentSettings, PolicySettings
+from remediation.services.profiles import base_only, governed, histories, record_facts
+from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 
 log = logging.getLogger(__name__)
 
@@ -127,13 +127,16 @@ def reject(session: Session, payload: str | bytes, error: str, now: datetime) ->
 def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False,
+    gpu_reset: bool = False, governance: Governance | None = None,
 ) -> IngestResult:
     """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
     ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
-    ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned."""
+    ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned.
+    ``governance``: the profiles; each node is decided under its profile's policy, and what opens records
+    its profile and that policy. Without it, every node is under ``policy`` and nothing is recorded (the
+    workflow then reads today's configuration)."""
     now = clock.now()
     result = IngestResult()
     events, rejected = parse_payloads(payloads, max_bytes)
@@ -163,6 +166,7 @@ def ingest(
     if not fresh:
         return result
     record_domains(session, fresh, now)
+    record_facts(session, fresh)
 
     names = {ev.node for ev in fresh}
     # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
@@ -175,17 +179,15 @@ def ingest(
         )
     }
     open_by_node = open_remediations_for(session, names)
-    failures = recent_failure_counts(session, names, now, policy.repeat_offender_window)
+    gov = governed(session, governance or Governance(base_only(policy, incidents)), names)
+    past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
+    failures, app_xids, history = past.failures, past.app_xids, past.history
     windows = latest_windows(session, names)
     healthy = _healthy(session, fresh, unique.values(), policy)
-    # Cause classification, when switched on: application-level XIDs seen (repeats), each node's history.
-    app_xids = app_xid_counts(session, names, now, timedelta(seconds=policy.faults.app_xid_repeat_window_s)) \
-        if policy.faults.classify else {}
-    history = failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s)) \
-        if policy.lemon.enabled else {}
     counts: dict[str, int] = defaultdict(int)
     updates: list[dict[str, Any]] = []
     failed_now: set[str] = set()  # nodes whose remediation opened in this batch (incident candidates)
+    by_policy: dict[tuple[str | None, bool], tuple[EffectivePolicy, set[str]]] = {}  # ... by profile, dry-run
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
@@ -201,7 +203,7 @@ def ingest(
             view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0),
                             windows.get(ev.node), healthy.get(ev.node, {}), app_xids.get(ev.node, 0),
                             history.get(ev.node, ()))
-            decision = decide(ev, view, policy)
+            decision = govern(decide(ev, view, gov[ev.node][1].policy), gov[ev.node][1])
             node.last_event_at = ev.observed_at
             if decision.kind is DecisionKind.APP_XID:
                 app_xids[ev.node] = app_xids.get(ev.node, 0) + 1
@@ -211,7 +213,7 @@ def ingest(
             _apply_record(ev, node, decision, now)
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
-        opened = _open(session, opens, new_keys, now, dry_run, policy, gpu_reset)
+        opened = _open(session, opens, new_keys, now, dry_run, gov, gpu_reset, record=governance is not None)
         for name, (ev, decision) in opens.items():
             rid = opened.get(name)
             if rid is None:  # a concurrent ingest opened one first: this event is recorded only
@@ -219,9 +221,10 @@ def ingest(
                 open_by_node.update(open_remediations_for(session, [name]))
             else:
                 open_by_node[name] = rid
-                windows[name] = Window(rid, now, dry_run=dry_run)
+                dry = dry_run or gov[name][1].mode == "shadow"
+                windows[name] = Window(rid, now, dry_run=dry)
                 failures[name] = failures.get(name, 0) + 1
-                if not dry_run:
+                if not dry:
                     cls = decision.cause.fault_class if decision.cause else None
                     history[name] = [*history.get(name, ()), Failure(ev.observed_at, cls)]
                 node = nodes[name]
@@ -229,6 +232,7 @@ def ingest(
                 first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
                 result.opened.append((rid, first.value))
                 failed_now.add(name)  # a quarantine decided on this failure too: an incident may take it back
+                by_policy.setdefault((gov[name][1].profile, dry), (gov[name][1], set()))[1].add(name)
             counts[decision.kind] += 1
             updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
         todo = deferred
@@ -237,8 +241,8 @@ def ingest(
         {"name": n.name, "status": n.status, "status_reason": n.status_reason, "updated_at": n.updated_at,
          "last_event_at": n.last_event_at} for n in nodes.values()
     ])
-    if failed_now:
-        correlate_opened(session, failed_now, incidents or IncidentSettings(), "remediation", now, dry_run)
+    for (_, dry), (eff, opened_here) in by_policy.items():  # each profile's incident rule (K, F), on its nodes
+        correlate_opened(session, opened_here, eff.incidents, "remediation", now, dry)
     result.decisions = dict(counts)
     return result
 
@@ -289,14 +293,17 @@ def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: date
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime, dry_run: bool = False, policy: PolicySettings | None = None,
-          gpu_reset: bool = False) -> dict[str, int]:
+          now: datetime, dry_run: bool, gov: dict[str, tuple[Resolution, EffectivePolicy]],
+          gpu_reset: bool = False, record: bool = True) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
     arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
     if not opens:
         return {}
     rows = []
+    dry: dict[str, bool] = {}
     for name, (ev, decision) in opens.items():
+        profile, eff = gov[name]
+        dry[name] = dry_run or eff.mode == "shadow"
         quarantine = decision.kind is DecisionKind.QUARANTINE
         cause = decision.cause
         # Quarantined on this failure (N-in-W, the lemon score): an incident that takes the failure in
@@ -312,10 +319,10 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
             "status": RemediationStatus.RUNNING.value,
             "step": (Step.QUARANTINE if quarantine else Step.SLURM_DRAIN).value, "ladder": 0,
             "opened_at": now, "updated_at": now, "next_run_at": now, "event_id": event_ids[ev.dedupe_key],
-            "context": context.dump(), "dry_run": dry_run,
+            "context": context.dump(), "dry_run": dry[name],
             "fault_class": cause.fault_class if cause else None, "fault_evidence": cause.evidence if cause else None,
-            "action": "quarantine" if quarantine else planned_action(cause, policy.faults, gpu_reset=gpu_reset)
-            if policy else None,
+            "action": "quarantine" if quarantine else planned_action(cause, eff.policy.faults, gpu_reset=gpu_reset),
+            "profile": profile.name, "policy": eff.dump() if record else None,
         })
     ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
         index_elements=["node"], index_where=OPEN_PREDICATE
@@ -323,8 +330,9 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
     session.execute(insert(AuditLog), [
         {"at": now, "actor": "remediation", "action": "open", "target": name,
-         "reason": would(opens[name][1].reason) if dry_run else opens[name][1].reason,
-         "detail": {"remediation": rid}, "dry_run": dry_run} for name, rid in opened.items()
+         "reason": would(opens[name][1].reason) if dry[name] else opens[name][1].reason,
+         "detail": {"remediation": rid, **({"profile": gov[name][0].name} if gov[name][0].name else {})},
+         "dry_run": dry[name]} for name, rid in opened.items()
     ])
     return opened
 
@@ -351,7 +359,7 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False,
+    gpu_reset: bool = False, governance: Governance | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -359,7 +367,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset)
+            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -368,7 +376,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset)
+                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

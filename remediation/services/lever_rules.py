@@ -24,12 +24,14 @@ from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
+from remediation.domain.profiles import Governance
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
 from remediation.services.ingest import ingest
+from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
 
@@ -74,9 +76,11 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     return before
 
 
-def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime) -> FollowUp:
+def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime,
+               governance: Governance | None = None) -> FollowUp:
     """Quarantine a node by hand: an open remediation jumps to its quarantine step, otherwise one is
-    opened straight into it."""
+    opened straight into it (recording the node's profile and policy, as every remediation does; a
+    human's quarantine is real in a shadow profile too)."""
     reason = _reason(reason)
     node = _node(session, name, lock=True)
     if node.status == NodeStatus.QUARANTINED:
@@ -89,6 +93,9 @@ def quarantine(session: Session, name: str, actor: str, reason: str, now: dateti
         rem = Remediation(node=name, cause=why, source=Source.MANUAL.value, status=RemediationStatus.RUNNING,
                           step=Step.QUARANTINE, ladder=0, opened_at=now, updated_at=now, next_run_at=now,
                           context=RemediationContext(quarantine_reason=why).dump())
+        if governance is not None:
+            found, policy = governed(session, governance, [name])[name]
+            rem.profile, rem.policy = found.name, policy.dump()
         session.add(rem)
     else:
         rem.step, rem.status, rem.next_run_at, rem.updated_at = Step.QUARANTINE, RemediationStatus.RUNNING, now, now
@@ -139,24 +146,27 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
     return rem
 
 
-def breaker_status(session: Session) -> dict[str, Any]:
-    """The storm breaker's latch: open or not, why, since when, and who closed it last."""
-    return breaker.state(session)
+def breaker_status(session: Session, profile: str | None = None) -> dict[str, Any]:
+    """The storm breaker's latch (the fleet's, or ``profile``'s): open or not, why, since when, and who
+    closed it last."""
+    return breaker.state(session, profile)
 
 
-def close_breaker(session: Session, actor: str, reason: str, now: datetime) -> list[FollowUp]:
-    """A human closes the latched storm breaker (audited). Every held remediation re-confirms its
-    trigger before its next disruptive action; the follow-ups run them now."""
+def close_breaker(session: Session, actor: str, reason: str, now: datetime,
+                  profile: str | None = None) -> list[FollowUp]:
+    """A human closes the latched storm breaker, the fleet's or ``profile``'s (audited). Every held
+    remediation re-confirms its trigger before its next disruptive action; the follow-ups run them now."""
     reason = _reason(reason)
-    held = breaker.close_latch(session, now, actor, reason)
+    held = breaker.close_latch(session, now, actor, reason, profile)
     if held is None:
-        raise LeverError("the storm breaker is not open; nothing to close")
+        whose = f"profile {profile}'s storm breaker" if profile is not None else "the storm breaker"
+        raise LeverError(f"{whose} is not open; nothing to close")
     rems = session.scalars(select(Remediation).where(Remediation.id.in_(held))).all()
     return [FollowUp(r.id, r.step) for r in rems]
 
 
 def report(session: Session, name: str, actor: str, reason: str, now: datetime,
-           policy: PolicySettings) -> list[FollowUp]:
+           policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
     exactly like a watcher's."""
     reason = _reason(reason)
@@ -166,7 +176,7 @@ def report(session: Session, name: str, actor: str, reason: str, now: datetime,
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = ingest(session, [event.to_json()], policy, _Fixed(now))
+    result = ingest(session, [event.to_json()], policy, _Fixed(now), governance=governance)
     audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 

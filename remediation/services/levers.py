@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.domain.policy import Clock
+from remediation.domain.profiles import Governance
 from remediation.ports.dispatch import Dispatcher, FollowUp
 from remediation.services import incidents, lever_rules
 from remediation.services.audit import Via, through
@@ -50,16 +51,17 @@ class Cancelled:
 
 class LeverService:
     def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
-                 clock: Clock, via: Via) -> None:
+                 clock: Clock, via: Via, governance: Governance | None = None) -> None:
         self._factory = sessions
         self._via: Via = via
         self._dispatcher = dispatcher
         self._policy = policy
         self._clock = clock
+        self._governance = governance
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():
-            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now())
+            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now(), self._governance)
         self._dispatcher.steps([followup])
         return followup
 
@@ -76,7 +78,8 @@ class LeverService:
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy)
+            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy,
+                                           self._governance)
         self._dispatcher.steps(followups)
         return followups
 
@@ -85,13 +88,13 @@ class LeverService:
         with self._sessions() as s, s.begin():
             return lever_rules.set_paused(s, paused, actor, reason, self._clock.now())
 
-    def breaker_status(self) -> dict[str, Any]:
+    def breaker_status(self, profile: str | None = None) -> dict[str, Any]:
         with self._sessions() as s:
-            return lever_rules.breaker_status(s)
+            return lever_rules.breaker_status(s, profile)
 
-    def close_breaker(self, actor: str, reason: str) -> list[FollowUp]:
+    def close_breaker(self, actor: str, reason: str, profile: str | None = None) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now())
+            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now(), profile)
         self._dispatcher.steps(followups)
         return followups
 

@@ -26,6 +26,7 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   counted as rejected; :mod:`remediation.domain.fencing`)
 - the validation's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
   and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.services.validation_metrics`)
+- each profile's ``remediation_profile_*{profile}`` series (:mod:`remediation.services.profile_metrics`)
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.services import incidents
+from remediation.services.profile_metrics import profile_metrics
 from remediation.services.validation_metrics import validation_metrics
 
 log = logging.getLogger(__name__)
@@ -172,6 +174,7 @@ class DatabaseCollector(Collector):
             age.add_metric([step], seconds)
         yield age
         yield from validation_metrics(s)
+        yield from profile_metrics(s)
 
     def _step_histogram(self, s: Session) -> HistogramMetricFamily:
         hist = HistogramMetricFamily("remediation_step_duration_seconds",

@@ -45,8 +45,8 @@ from remediation.adapters.webhook import NotifyError, Post
 from remediation.clock import SystemClock, aware
 from remediation.db.models import AuditLog, Control
 from remediation.db.queries import control_set
-from remediation.domain.hostlist import compress
 from remediation.domain.policy import Clock
+from remediation.hostlist import compress
 from remediation.settings import NotifySettings
 
 log = logging.getLogger(__name__)

@@ -33,6 +33,7 @@ class NodeRow:
     wait_reason: str | None = None
     lemon_score: float = 0.0  # decayed, class-weighted failures (remediation.domain.lemon)
     lemon: str = ""  # the score's explanation
+    profile: str | None = None  # the profile that governs it now (None: the base policy)
 
 
 @dataclass
@@ -87,11 +88,14 @@ class RemediationRow:
     fault_class: str | None = None  # the cause's class, why, and the action its ladder chose
     fault_evidence: str | None = None
     action: str | None = None
+    profile: str | None = None  # the profile it opened under (None: the base policy)
+    dry_run: bool = False  # opened in dry-run or in a shadow profile: it only records what it would do
 
 
 @dataclass
 class RemediationDetail(RemediationRow):
     context: dict[str, Any] = field(default_factory=dict)
+    policy: dict[str, Any] | None = None  # the effective policy it recorded when it opened, and runs under
     steps: list[StepRow] = field(default_factory=list)
     event: EventRow | None = None
 

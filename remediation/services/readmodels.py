@@ -165,7 +165,8 @@ def _rem_fields(r: Remediation) -> dict[str, Any]:
         ladder=r.ladder, opened_at=aware(r.opened_at), updated_at=aware(r.updated_at),
         closed_at=aware(r.closed_at), next_run_at=aware(r.next_run_at),
         duration_s=_seconds(r.opened_at, r.closed_at), wait_reason=r.wait_reason, outcome=r.outcome,
-        fault_class=r.fault_class, fault_evidence=r.fault_evidence, action=r.action,
+        fault_class=r.fault_class, fault_evidence=r.fault_evidence, action=r.action, profile=r.profile,
+        dry_run=bool(r.dry_run),
     )
 
 
@@ -180,7 +181,7 @@ def _node(n: Node, rem: Remediation | None) -> NodeRow:
         last_event_at=aware(n.last_event_at), quarantined_at=aware(n.quarantined_at),
         quarantine_reason=n.quarantine_reason, released_at=aware(n.released_at),
         open_remediation=rem.id if rem else None, step=rem.step if rem else None,
-        wait_reason=rem.wait_reason if rem else None,
+        wait_reason=rem.wait_reason if rem else None, profile=n.profile,
     )
 
 
@@ -188,15 +189,17 @@ def _node(n: Node, rem: Remediation | None) -> NodeRow:
 
 
 def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | None = None,
-               now: datetime | None = None) -> list[NodeRow]:
+               now: datetime | None = None, profile: str | None = None) -> list[NodeRow]:
     wanted = parse_node_status(status)
     q = select(Node, Remediation).outerjoin(
         Remediation, (Remediation.node == Node.name) & Remediation.status.in_(OPEN_STATUSES)
     )
     if wanted is not None:
         q = q.where(Node.status == wanted.value)
+    if profile is not None:
+        q = q.where(Node.profile == profile)
     rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
-    return _with_lemon(s, rows, lemon, now, None if wanted is None else [r.name for r in rows])
+    return _with_lemon(s, rows, lemon, now, None if wanted is None and profile is None else [r.name for r in rows])
 
 
 def get_node(s: Session, name: str, lemon: LemonSettings | None = None, now: datetime | None = None) -> NodeRow:
@@ -233,13 +236,15 @@ def list_events(s: Session, node: str | None = None, after_id: int | None = None
 
 
 def list_remediations(s: Session, status: str | None = None, node: str | None = None,
-                      limit: int = 100) -> list[RemediationRow]:
+                      limit: int = 100, profile: str | None = None) -> list[RemediationRow]:
     wanted = parse_remediation_status(status)
     q = select(Remediation)
     if wanted is not None:
         q = q.where(Remediation.status.in_(sorted(wanted)))
     if node:
         q = q.where(Remediation.node == node)
+    if profile is not None:
+        q = q.where(Remediation.profile == profile)
     rows = s.scalars(q.order_by(Remediation.id.desc()).limit(_limit(limit)))
     return [RemediationRow(**_rem_fields(r)) for r in rows]
 
@@ -249,7 +254,7 @@ def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
     if r is None:
         raise RecordNotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
     ev = s.get(Event, r.event_id) if r.event_id is not None else None
-    return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}),
+    return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}), policy=r.policy,
                              steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None)
 
 

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from remediation.db.models import RemediationStep
+from remediation.db.queries import remediation_locked, step_row
 from remediation.domain.step_bodies import Escalate, Outcome
 from remediation.domain.stepdetail import RetryState
+from remediation.ports.errors import TransientError
+from remediation.settings import WorkflowSettings
 
 EARLY_SLACK = timedelta(milliseconds=20)  # a timer firing a hair before its ETA is on time
 
@@ -41,3 +46,41 @@ def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: 
 def gave_up(outcome: Outcome) -> bool:
     """An escalation that gave up on transient errors (its streak is not cleared by it)."""
     return isinstance(outcome, Escalate) and outcome.gave_up
+
+
+class RetryLater(Exception):
+    """A transient error was recorded; retry the task after ``countdown`` seconds."""
+
+    def __init__(self, cause: TransientError, countdown: float) -> None:
+        super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
+        self.cause = cause
+        self.countdown = countdown
+
+
+def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, rid: int, row_id: int,
+                     token: str, exc: TransientError) -> RetryLater | Escalate:
+    """Record a transient error; retry after a backoff, or give up once the step has been failing
+    back to back for longer than the budget (see :func:`failing_too_long`)."""
+    with sessions() as s, s.begin():
+        row = step_row(s, row_id)
+        detail = dict(row.detail or {}) if row is not None else {}
+        prior = RetryState.load(detail)
+        streak, since = prior.streak + 1, prior.failing_since or now
+        countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
+        if exc.retry_after:
+            countdown = max(countdown, exc.retry_after)
+        if row is not None:
+            row.retries = (row.retries or 0) + 1  # history: every transient error this attempt met
+            row.error, row.error_kind = exc.message[:4000], exc.kind
+            retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
+            row.detail = {**detail, **retry.dump()}
+        if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
+            # The lease stays ours: the caller records the escalation at once.
+            return Escalate(f"gave up after {streak} transient errors in a row over "
+                            f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
+        rem = remediation_locked(s, rid)
+        if rem is not None and rem.lease_owner == token:
+            rem.lease_owner = rem.lease_until = None
+            rem.next_run_at = now + timedelta(seconds=countdown)
+            rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]
+    return RetryLater(exc, countdown)

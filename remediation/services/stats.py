@@ -55,18 +55,21 @@ class Stats:
     offenders: list[Offender]
     dry_run: int = 0  # dry-run remediations in the window (counted above only with include_dry_run)
     include_dry_run: bool = False
+    profile: str | None = None  # only the remediations opened under this profile
 
 
 def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
-          repeat_window: timedelta = timedelta(days=7), include_dry_run: bool = False) -> Stats:
-    """Real history by default; ``include_dry_run`` adds what dry-run recorded. Repeat offenders are
-    always counted as the policy counts them, without dry-run."""
+          repeat_window: timedelta = timedelta(days=7), include_dry_run: bool = False,
+          profile: str | None = None) -> Stats:
+    """Real history by default; ``include_dry_run`` adds what dry-run recorded (a shadow profile's
+    included). Repeat offenders are always counted as the policy counts them, without dry-run.
+    ``profile``: only what opened under that profile."""
     if days < 1 or days > 3650:
         raise ReadModelError(f"--days must be between 1 and 3650 (got {days})")
     if top < 1 or top > 1000:
         raise ReadModelError(f"--top must be between 1 and 1000 (got {top})")
     since = now - timedelta(days=days)
-    opened = Remediation.opened_at > since
+    opened = and_(Remediation.opened_at > since, *([Remediation.profile == profile] if profile else []))
     in_window = opened if include_dry_run else and_(opened, Remediation.dry_run.is_(False))
     dry = int(s.scalar(select(func.count()).where(opened, Remediation.dry_run.is_(True))) or 0)
 
@@ -105,10 +108,12 @@ def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
     return Stats(since=since, days=days, total=sum(outcomes.values()), by_node=by_node,
                  by_cause=by_cause, by_day=by_day, outcomes=outcomes, mttr_s=mttr,
                  mttr_samples=len(durations), repeat_window_s=int(repeat_window.total_seconds()),
-                 offenders=offenders(s, now, repeat_window, top), dry_run=dry, include_dry_run=include_dry_run)
+                 offenders=offenders(s, now, repeat_window, top, profile), dry_run=dry,
+                 include_dry_run=include_dry_run, profile=profile)
 
 
-def offenders(s: Session, now: datetime, window: timedelta, top: int = 10) -> list[Offender]:
+def offenders(s: Session, now: datetime, window: timedelta, top: int = 10,
+              profile: str | None = None) -> list[Offender]:
     """Nodes with two or more failures in the repeat-offender window, counted the way the policy
     counts them (failures before a human release are forgiven), worst first."""
     n = func.count().label("n")
@@ -116,7 +121,8 @@ def offenders(s: Session, now: datetime, window: timedelta, top: int = 10) -> li
         select(Remediation.node, n, func.max(Remediation.opened_at), Node.status)
         .join(Node, Node.name == Remediation.node)
         .where(Remediation.opened_at > now - window, Remediation.dry_run.is_(False),
-               or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at))
+               or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
+               *([Remediation.profile == profile] if profile else []))
         .group_by(Remediation.node, Node.status)
         .having(func.count() >= 2)
         .order_by(n.desc(), Remediation.node).limit(top))

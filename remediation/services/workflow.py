@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.factory import AdaptersByPolicy
 from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import (
@@ -48,8 +49,8 @@ from remediation.db.queries import (
 from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
 from remediation.domain.evidence import action_here, lacks
-from remediation.domain.outcomes import Hold, StepSettings
-from remediation.domain.policy import Clock, admit
+from remediation.domain.outcomes import Hold
+from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
     RemediationStatus,
@@ -74,7 +75,9 @@ from remediation.services import breaker, incidents, steplog
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
-from remediation.services.retries import backoff, failing_too_long, gave_up, too_early
+from remediation.services.profiles import governance, refresh_pools
+from remediation.services.recorded import Governed, RecordedPolicies
+from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
 from remediation.services.validation import hold_for_human
 from remediation.settings import Settings
@@ -83,30 +86,35 @@ from remediation.vocabulary import GPU_RESET
 log = logging.getLogger(__name__)
 
 
-class RetryLater(Exception):
-    """A transient error was recorded; retry the task after ``countdown`` seconds."""
-
-    def __init__(self, cause: TransientError, countdown: float) -> None:
-        super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
-        self.cause = cause
-        self.countdown = countdown
-
-
 class Workflow:
     def __init__(
         self,
         sessions: sessionmaker[Session],
-        adapters: Adapters,
+        adapters: Adapters | AdaptersByPolicy,
         settings: Settings,
         clock: Clock,
         worker: str = "worker",
     ) -> None:
         self.sessions = sessions
-        self.adapters = adapters
         self.settings = settings
-        self.step_settings = StepSettings.of(settings)  # all a step body may read
+        self.governance = governance(settings)
+        self._use(adapters)
         self.clock = clock
         self.worker = worker
+
+    def _use(self, adapters: Adapters | AdaptersByPolicy) -> None:
+        self.by_policy = adapters if isinstance(adapters, AdaptersByPolicy) else AdaptersByPolicy(
+            self.settings, adapters, base=adapters)
+        self.policies = RecordedPolicies(self.settings, self.by_policy)  # each remediation's recorded policy
+
+    @property
+    def adapters(self) -> Adapters:
+        """The configuration's own adapters (the sweeper's and the probe's; a step's are its policy's)."""
+        return self.by_policy.base
+
+    @adapters.setter
+    def adapters(self, value: Adapters) -> None:
+        self._use(value)
 
     # ---------------------------------------------------------------------------------- public API
 
@@ -115,13 +123,13 @@ class Workflow:
         claimed = self._claim(remediation_id, Step(step), token)
         if isinstance(claimed, FollowUp) or claimed is None:
             return claimed
-        inp, row_id = claimed
+        inp, row_id, g = claimed
 
         def said(outcome: str, why: str) -> None:
             steplog.decided(inp.remediation_id, inp.node, step, inp.attempt, outcome, why)
 
         try:
-            outcome: Outcome = STEPS[Step(step)](inp, self.adapters, self.step_settings, self.clock.now())
+            outcome: Outcome = STEPS[Step(step)](inp, g.adapters, g.steps, self.clock.now())
         except TransientError as exc:
             retry = self._transient(remediation_id, row_id, token, exc)
             if isinstance(retry, RetryLater):
@@ -170,8 +178,11 @@ class Workflow:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
                 out.append(FollowUp(rem.id, rem.step))
-            breaker.note(s, cluster_view(s, now, self.settings.policy.breaker_window, None), now, None,
-                         self.settings.policy, self.settings.actor, self.clock)
+            refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
+            for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
+                policy = self.governance.named(name).policy
+                breaker.note(s, cluster_view(s, now, policy.breaker_window, None, name), now, None, policy,
+                             self.settings.actor, self.clock, name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
@@ -179,9 +190,8 @@ class Workflow:
 
     # ------------------------------------------------------------------------------------- phases
 
-    def _claim(self, rid: int, step: Step, token: str) -> tuple[StepInput, int] | FollowUp | None:
+    def _claim(self, rid: int, step: Step, token: str) -> tuple[StepInput, int, Governed] | FollowUp | None:
         now = self.clock.now()
-        wf = self.settings.workflow
         with self.sessions() as s, s.begin():
             rem = remediation_locked(s, rid)
             if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
@@ -191,6 +201,8 @@ class Workflow:
                 return None  # another worker is on it; it enqueues what comes next
             if self.settings.dry_run and not rem.dry_run:
                 rem.dry_run = True  # however it was opened, a remediation run in dry-run is one
+            g = self.policies.of(rem)  # the policy it opened with, never today's
+            cfg, wf = g.settings, g.settings.workflow
             if held := held_reason(rem):
                 # Held by an error nobody mapped: only a human lifts it (resume or cancel).
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, held[:2000]
@@ -208,11 +220,9 @@ class Workflow:
                 # last-VM-action row: each counts only after the one before it has committed.
                 lock_control(s, LAST_VM_ACTION, now)
                 now = self.clock.now()
-            view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=rem.id)
-            view = breaker.note(s, view, now, rem.id, self.settings.policy, self.settings.actor, self.clock)
-            verdict = admit(step, view, self.settings.policy, now, new_vm_action=row is None)
+            verdict = self._admit(s, rem, step, cfg, now, new_vm_action=row is None)
             held_by_incident = False
-            if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, self.settings.incidents,
+            if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
                                                               new_vm_action=row is None)):
                 verdict = replace(verdict, ok=False, reason=waits.reason)
                 held_by_incident = waits.by_incident
@@ -227,12 +237,12 @@ class Workflow:
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
-            site = self.adapters.site
+            site = g.adapters.site
             if rem.action is None or (step is Step.VM_RESTART and row is None):
                 # The ladder's action for its rung: class unknown (or opened by hand), or the rung now
                 # starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
                 rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    rem.ctx.fault_class, self.settings.policy.faults, self.settings.workflow, rem.ladder,
+                    rem.ctx.fault_class, cfg.policy.faults, wf, rem.ladder,
                     gpu_reset=site.validation)
             rem.action = action_here(rem.action, site, wf)
             rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
@@ -241,7 +251,7 @@ class Workflow:
                 row = RemediationStep(
                     remediation_id=rid, step=step, attempt=attempt,
                     idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
-                    checks=0, retries=0, detail={}, dry_run=self.settings.dry_run,
+                    checks=0, retries=0, detail={}, dry_run=bool(rem.dry_run),
                 )
                 s.add(row)
                 if step is Step.VM_RESTART:
@@ -257,36 +267,25 @@ class Workflow:
                 provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
                 source=rem.source,
             )
-            return inp, row.id
+            return inp, row.id, g
+
+    def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
+               new_vm_action: bool) -> Admission:
+        """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
+        max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
+        under its recorded policy, as before profiles."""
+        fleet = self.settings.policy if rem.profile is not None else cfg.policy
+        view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id)
+        view = breaker.note(s, view, now, rem.id, fleet, self.settings.actor, self.clock)
+        pool = None
+        if rem.profile is not None:
+            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile)
+            mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
+            pool = Pool(rem.profile, mine, cfg.policy)
+        return admit(step, view, fleet, now, new_vm_action=new_vm_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
-        """Record a transient error; retry after a backoff, or give up once the step has been failing
-        back to back for longer than the budget (see :func:`failing_too_long`)."""
-        now = self.clock.now()
-        wf = self.settings.workflow
-        with self.sessions() as s, s.begin():
-            row = step_row(s, row_id)
-            detail = dict(row.detail or {}) if row is not None else {}
-            prior = RetryState.load(detail)
-            streak, since = prior.streak + 1, prior.failing_since or now
-            countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
-            if exc.retry_after:
-                countdown = max(countdown, exc.retry_after)
-            if row is not None:
-                row.retries = (row.retries or 0) + 1  # history: every transient error this attempt met
-                row.error, row.error_kind = exc.message[:4000], exc.kind
-                retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
-                row.detail = {**detail, **retry.dump()}
-            if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
-                # The lease stays ours: the caller records the escalation at once.
-                return Escalate(f"gave up after {streak} transient errors in a row over "
-                                f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
-            rem = remediation_locked(s, rid)
-            if rem is not None and rem.lease_owner == token:
-                rem.lease_owner = rem.lease_until = None
-                rem.next_run_at = now + timedelta(seconds=countdown)
-                rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]
-        return RetryLater(exc, countdown)
+        return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)
 
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
@@ -302,7 +301,8 @@ class Workflow:
             rem.lease_owner = rem.lease_until = None
             rem.updated_at = now
             step = Step(rem.step)
-            dry = self.settings.dry_run
+            g = self.policies.of(rem)
+            cfg, dry = g.settings, bool(rem.dry_run)
             if isinstance(outcome, (Wait, Done)) and outcome.note is not None:
                 note = outcome.note
                 audit(s, now, self.settings.actor, note.action, rem.node, note.reason,
@@ -319,7 +319,7 @@ class Workflow:
                 if row is not None:
                     row.dry_run = True
             if isinstance(outcome, Hold):
-                return hold_for_human(s, rem, row, outcome, now, self.settings)
+                return hold_for_human(s, rem, row, outcome, now, cfg)
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
@@ -341,7 +341,7 @@ class Workflow:
                 if step is Step.QUARANTINE:
                     close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
                     return None
-                site, faults, wf = self.adapters.site, self.settings.policy.faults, self.settings.workflow
+                site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
                 cls, jobs = rem.ctx.fault_class, site.validation
                 nxt = next_on_success(step, site, acts=bool(vm_rungs(cls, faults, wf, gpu_reset=jobs)),
                                       resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
@@ -354,9 +354,9 @@ class Workflow:
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
-            faults, wf, jobs = self.settings.policy.faults, self.settings.workflow, self.adapters.site.validation
+            faults, wf, jobs = cfg.policy.faults, cfg.workflow, g.adapters.site.validation
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if self.adapters.machine is None:
+                if g.adapters.machine is None:
                     reason = f"no machine action at this site: {reason}"
                 elif rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
@@ -367,7 +367,7 @@ class Workflow:
                 else:
                     reason = f"VM ladder exhausted: {reason}"
             rem.action = "quarantine"
-            if needs_rma(cls, self.settings.policy.faults):  # the one place a quarantine's reason says RMA
+            if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.ctx = replace(rem.ctx, quarantine_reason=reason)
             audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)

@@ -2,7 +2,7 @@
 
 Each section (``database``, ``broker``, ``policy`` with its ``faults`` and ``lemon``, ``workflow``,
 ``slurm``, ``kube``, ``machine``, ``redfish``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
-``retention``) is a pydantic model in a module of its own, with every field's unit and the reason its
+``retention``, and the ordered ``profiles``) is a pydantic model in a module of its own, with every field's unit and the reason its
 default is safe. :mod:`remediation.settings.loader` puts them together as :class:`Settings` and is the
 one place that maps the environment and the config file onto them.
 
@@ -25,6 +25,7 @@ from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.profiles import EffectivePolicy, ProfileSelect, ProfileSettings
 from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings, parse_duration
 from remediation.settings.slurm import SlurmSettings
@@ -45,6 +46,9 @@ __all__ = [
     "LemonSettings",
     "NotifySettings",
     "PolicySettings",
+    "EffectivePolicy",
+    "ProfileSelect",
+    "ProfileSettings",
     "RedfishSettings",
     "MemoryWorldSettings",
     "RetentionSettings",

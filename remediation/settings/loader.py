@@ -47,6 +47,7 @@ from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
+from remediation.settings.profiles import EffectivePolicy, ProfileSettings, deep_merge, effective
 from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
@@ -76,10 +77,14 @@ class Settings(BaseSettings):
         "is changed in Slurm, Kubernetes or the cloud.",
     )
     actor: str = Field("remediation", description="Name recorded as the actor of automated actions.")
-    log_level: str = Field("INFO", description="Python logging level of every process (DEBUG, INFO, "
-                           "WARNING, ERROR); Celery's --loglevel and uvicorn's are this one.")
+    log_level: str = Field(
+        "INFO",
+        description="Python logging level of every process (DEBUG, INFO, "
+        "WARNING, ERROR); Celery's --loglevel and uvicorn's are this one.",
+    )
     log_format: Literal["text", "json"] = Field(
-        "text", description="text: one readable line per record; json: one JSON object per line "
+        "text",
+        description="text: one readable line per record; json: one JSON object per line "
         "(level, message, logger, time and the record's fields), for a log pipeline.",
     )
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
@@ -97,6 +102,11 @@ class Settings(BaseSettings):
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    profiles: list[ProfileSettings] = Field(
+        default_factory=list,
+        description="Policy per node group, in order: a node is governed by the first profile that "
+        "selects it, and by the sections above when none does (docs/policy.md, 'Profiles').",
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -113,13 +123,52 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
-        refused = [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
-                   *backends.without_kubernetes(self.kube, self.machine, self.validation),
-                   *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults),
-                   *backends.checkpoint_without_signals(self.slurm, self.workflow)]
+        def refusals(p: EffectivePolicy) -> list[str]:
+            return [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, p.machine),
+                    *backends.without_kubernetes(self.kube, p.machine, p.validation),
+                    *backends.ladders_beyond_the_machine(p.machine, p.workflow, p.policy.faults),
+                    *backends.checkpoint_without_signals(self.slurm, p.workflow)]
+
+        refused = refusals(self.base_policy())
+        names = [p.name for p in self.profiles]
+        refused += [f"profiles: the name {n!r} is given twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        for profile in self.profiles:
+            try:
+                eff = effective(self.base_policy(), profile)
+            except ValueError as exc:
+                refused.append(str(exc))
+                continue
+            refused += [f"profiles.{profile.name}: {why}" for why in refusals(eff)]
         if refused:
             raise ValueError("\n  ".join(refused))
         return self
+
+    def base_policy(self) -> EffectivePolicy:
+        """What governs a node no profile selects."""
+        return EffectivePolicy(
+            None, "act", self.policy, self.workflow, self.machine, self.validation, self.incidents
+        )
+
+    def profile(self, name: str | None) -> ProfileSettings | None:
+        """The profile called ``name`` (None for none, or for a name the config no longer has)."""
+        return next((p for p in self.profiles if p.name == name), None)
+
+    def policy_of(self, name: str | None) -> EffectivePolicy:
+        """The effective policy of profile ``name`` as configured now (the base for None)."""
+        return effective(self.base_policy(), self.profile(name))
+
+    def under(self, policy: EffectivePolicy) -> Settings:
+        """These settings with ``policy``'s sections in place of the base ones: what a remediation
+        governed by ``policy`` reads, whatever the config says now."""
+        return self.model_copy(
+            update={
+                "policy": policy.policy,
+                "workflow": policy.workflow,
+                "machine": policy.machine,
+                "validation": policy.validation,
+                "incidents": policy.incidents,
+            }
+        )
 
     @classmethod
     def settings_customise_sources(
@@ -132,7 +181,10 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The old names' environment sits just below the new names', so the new name wins.
         sources: list[PydanticBaseSettingsSource] = [
-            _Renamed(init_settings), env_settings, _Renamed(EnvSettingsSource(_OldNamesInEnv))]
+            _Renamed(init_settings),
+            env_settings,
+            _Renamed(EnvSettingsSource(_OldNamesInEnv)),
+        ]
         path = os.environ.get(CONFIG_ENV)
         if path:
             sources.append(_Renamed(_file_source(settings_cls, Path(path))))
@@ -212,8 +264,10 @@ def load_settings(**overrides: Any) -> Settings:
         if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
             # PyYAML's own message quotes the lines around the error: a token may stand there.
             mark = exc.problem_mark
-            raise SettingsError(f"cannot read configuration: {mark.name}, line {mark.line + 1}, column "
-                                f"{mark.column + 1}: {exc.problem}") from None
+            raise SettingsError(
+                f"cannot read configuration: {mark.name}, line {mark.line + 1}, column "
+                f"{mark.column + 1}: {exc.problem}"
+            ) from None
         raise SettingsError(f"cannot read configuration: {type(exc).__name__}: {exc}") from None
 
 
@@ -241,7 +295,9 @@ def _secret(loc: Sequence[int | str]) -> bool:
         if part not in fields:
             return True
         leaf = (part, fields[part].annotation)
-        models = [a for a in (leaf[1], *get_args(leaf[1])) if isinstance(a, type) and issubclass(a, BaseModel)]
+        models = [
+            a for a in (leaf[1], *get_args(leaf[1])) if isinstance(a, type) and issubclass(a, BaseModel)
+        ]
         model = models[0] if models else leaf[1]
     if leaf is None:
         return False
@@ -269,7 +325,7 @@ def _non_json_env() -> list[str]:
                 try:
                     json.loads(value)
                 except ValueError:
-                    kind = "a JSON list, e.g. [\"a\", \"b\"]" if origin is list else "a JSON object"
+                    kind = 'a JSON list, e.g. ["a", "b"]' if origin is list else "a JSON object"
                     got = "" if _secret(path) else f" (got {value[:60]!r})"
                     out.append(f"{'.'.join(path)}: {key} must be {kind}{got}")
     return out
@@ -288,12 +344,4 @@ def overlay(base: Settings, path: Path) -> Settings:
         raise SettingsError(f"{path}: not valid YAML ({exc.__class__.__name__})") from None
     if not isinstance(data, dict):
         raise SettingsError(f"{path}: a policy file is a mapping of settings sections")
-    data = new_names(data)
-
-    def merge(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-        out = dict(a)
-        for key, value in b.items():
-            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-        return out
-
-    return load_settings(**merge(base.model_dump(), data))
+    return load_settings(**deep_merge(base.model_dump(), new_names(data)))

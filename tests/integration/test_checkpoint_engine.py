@@ -203,8 +203,8 @@ def test_a_worker_killed_after_the_intent_never_signals_twice(
     # engine records anything.
     claimed = engine._claim(f.remediation_id, Step.SLURM_DRAIN, token="dead-worker")
     assert isinstance(claimed, tuple)
-    inp, _row = claimed
-    STEPS[Step.SLURM_DRAIN](inp, engine.adapters, engine.step_settings, clock.now())
+    inp, _row, governed = claimed  # governed: what the remediation runs under (its recorded policy)
+    STEPS[Step.SLURM_DRAIN](inp, governed.adapters, governed.steps, clock.now())
     assert len(world.calls("slurm.signal")) == 1
     assert CheckpointRequest.load(drain_row(sessions, f.remediation_id).provider_op) is not None
     clock.advance(31 + 30)  # the lease expires; the sweeper hands the step to a live worker

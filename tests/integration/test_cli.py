@@ -67,12 +67,12 @@ def test_nodes_list_table_shows_every_node_with_status(run, history) -> None:
     res = run("nodes", "list")
     assert res.exit_code == 0, res.output
     lines = res.stdout.splitlines()
-    assert lines[0].split()[:4] == ["NAME", "STATUS", "REMEDIATION", "STEP"]
+    assert lines[0].split()[:5] == ["NAME", "STATUS", "PROFILE", "REMEDIATION", "STEP"]
     # A long reason wraps onto continuation lines (indented): one row per line that starts a row.
     rows = {line.split()[0]: line.split() for line in lines[1:] if not line[:1].isspace()}
     assert set(rows) == {f"gpu-node-{i}" for i in range(10)}
     assert rows["gpu-node-8"][1] == "quarantined"
-    assert rows["gpu-node-4"][1:4] == ["remediating", f"#{history.waiting}", "slurm_drain"]
+    assert rows["gpu-node-4"][1:5] == ["remediating", "-", f"#{history.waiting}", "slurm_drain"]
     assert rows["gpu-node-3"][1] == "healthy"
 
 
@@ -144,7 +144,8 @@ def test_remediations_list_show_and_json(run, history) -> None:
     res = run("remediations", "list", "--status", "open")
     assert res.exit_code == 0, res.output
     body = res.stdout.splitlines()[1:]
-    assert len(body) == 1 and body[0].split()[:4] == [str(history.waiting), "gpu-node-4", "waiting", "slurm_drain"]
+    assert len(body) == 1 and body[0].split()[:5] == [str(history.waiting), "gpu-node-4", "waiting", "(base)",
+                                                      "slurm_drain"]
     data = json.loads(run("remediations", "list", "--node", "gpu-node-9", "-o", "json").stdout)
     assert [r["status"] for r in data] == ["succeeded", "succeeded"]
     shown = run("remediations", "show", str(history.ok))

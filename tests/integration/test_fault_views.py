@@ -82,7 +82,7 @@ def test_cli_remediations_show_class_and_action(run, history) -> None:
     res = run("remediations", "list", "--status", "closed")
     assert res.exit_code == 0, res.output
     header = res.stdout.splitlines()[0].split()
-    assert header[:9] == ["ID", "NODE", "STATUS", "STEP", "OPENED", "TOOK", "CLASS", "ACTION", "CAUSE"]
+    assert header[:10] == ["ID", "NODE", "STATUS", "PROFILE", "STEP", "OPENED", "TOOK", "CLASS", "ACTION", "CAUSE"]
     row = next(line for line in res.stdout.splitlines() if line.split()[:2] == [str(history.ok), "gpu-node-3"])
     assert re.search(r"\bgpu-hardware\s+move-host\b", row)
     shown = run("remediations", "show", str(history.quarantined))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import redis
 import yaml
@@ -150,3 +151,44 @@ def test_side_by_side_rehearsal_shows_what_fault_intelligence_changes(tmp_path: 
     assert policy["wasted_vm_actions"] <= 0.25 * base["wasted_vm_actions"], ratios
     assert policy["auto_fixed"] >= base["auto_fixed"], ratios
     assert ratios["wasted_vm_actions"] == round(policy["wasted_vm_actions"] / base["wasted_vm_actions"], 3)
+
+
+def _simulate(*args: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from remediation.cli.main import main; main()", *args, "-o", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")} | {
+            "REMEDIATION_LOG_LEVEL": "WARNING"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def test_a_mixed_fleet_rehearsed_per_pool_under_profiles_and_one_global_policy() -> None:
+    """The shipped mixed fleet (an NVL72, an H100 and an inference pool) under its profiles and under one
+    global policy on the same trace: every figure per pool, both read by the same pools."""
+    policies = ROOT / "deploy" / "policies"
+    out = _simulate("--config", str(policies / "mixed-fleet-profiles.yaml"), "simulate", "--trace",
+                    str(ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"), "--nodes", "256",
+                    "--days", "20", "--seed", "2", "--node-facts", str(policies / "mixed-fleet-nodes.yaml"),
+                    "--baseline", str(policies / "mixed-fleet-global.yaml"))
+    mine, theirs = out["policy"]["profiles"], out["baseline"]["profiles"]
+    assert set(mine) == set(theirs) == {"nvl72", "h100", "inference"}
+    assert {p: r["nodes"] for p, r in mine.items()} == {"nvl72": 72, "h100": 128, "inference": 56}
+    for figures, whole in ((mine, out["policy"]), (theirs, out["baseline"])):
+        # Every fault, VM action and node-hour belongs to exactly one pool.
+        assert sum(r["faults"] for r in figures.values()) == whole["faults"]
+        assert sum(r["vm_actions_total"] for r in figures.values()) == whole["vm_actions_total"]
+        assert abs(sum(r["node_hours_out"] for r in figures.values()) - whole["node_hours_out"]) < 0.5
+    assert mine["inference"]["max_vm_in_flight"] <= 1  # the inference profile's own max_concurrent
+
+
+def test_a_profile_off_in_the_rehearsal_opens_nothing_in_its_pool(tmp_path: Path) -> None:
+    config = tmp_path / "off.yaml"
+    config.write_text(yaml.safe_dump({"profiles": [{"name": "dark", "select": {"hostlist": "gpu-node-[0-31]"},
+                                                    "mode": "off"}]}))
+    out = _simulate("--config", str(config), "simulate", "--trace",
+                    str(ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"), "--nodes", "64",
+                    "--days", "54", "--seed", "1")
+    dark, rest = out["profiles"]["dark"], out["profiles"]["(base)"]
+    assert dark["faults"] > 0 and dark["outcomes"] == {} and dark["vm_actions_total"] == 0
+    assert rest["outcomes"] and rest["nodes"] == 32

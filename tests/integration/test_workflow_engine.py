@@ -224,7 +224,7 @@ def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, worl
     assert f.step == "vm_restart"
     # The worker claims the step and calls the provider, then dies before recording the operation.
     claimed = engine._claim(f.remediation_id, engine_step("vm_restart"), token="dead-worker")
-    inp, _row = claimed
+    inp = claimed[0]
     world_vm = MemoryVM(world)
     from remediation.domain.providerid import parse_provider_id
 

@@ -26,8 +26,8 @@ from remediation.adapters.slurm.parse import SlurmFormatError, parse_nodes_json,
 from remediation.clock import FakeClock
 from remediation.db.models import Event, RejectedEvent
 from remediation.domain.events import InvalidEvent, NodeEvent
-from remediation.domain.hostlist import HostlistError, expand
 from remediation.domain.providerid import InvalidProviderID, parse_provider_id
+from remediation.hostlist import HostlistError, expand
 from remediation.services.ingest import ingest
 from remediation.settings import Settings, SettingsError, load_settings
 from tests.scenario_table import Figures

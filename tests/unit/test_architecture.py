@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TOP = ("remediation", "watchers", "workers", "simulator")
 LAYER_PACKAGES = {"cli", "api", "rehearsal", "services", "adapters", "db", "domain", "ports", "settings", "data"}
-LAYER_MODULES = {"__init__.py", "clock.py", "vocabulary.py", "py.typed"}
+LAYER_MODULES = {"__init__.py", "clock.py", "vocabulary.py", "hostlist.py", "py.typed"}
 
 
 def lint_imports() -> subprocess.CompletedProcess[str]:

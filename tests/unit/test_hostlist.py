@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from remediation.domain.hostlist import MAX_HOSTS, HostlistError, compress, expand
+from remediation.hostlist import MAX_HOSTS, HostlistError, compress, expand
 
 EXPANSIONS = [
     ("gpu-node-[0-3,7]", ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-7"]),

@@ -6,7 +6,7 @@ import pytest
 
 from remediation.adapters.slurm.delta import DeltaReader
 from remediation.adapters.slurm.parse import SINFO_LINE_FORMAT, parse_scontrol_line
-from remediation.domain.hostlist import compress, expand
+from remediation.hostlist import compress, expand
 from remediation.ports.errors import TransientError
 
 BAD = frozenset({"DOWN", "DRAIN", "FAIL", "NOT_RESPONDING"})

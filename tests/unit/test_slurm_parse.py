@@ -62,14 +62,15 @@ def test_real_22_05_document() -> None:
     nodes = parse_nodes_json(SINFO)
     assert list(nodes) == ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]
     assert nodes["gpu-node-0"] == NodeRecord(
-        "gpu-node-0", "DOWN", frozenset(), 'a b "c" $(x) `y` ;z', "root", STAMP, nodes["gpu-node-0"].slurmd_start_time, BOOT
+        "gpu-node-0", "DOWN", frozenset(), 'a b "c" $(x) `y` ;z', "root", STAMP, nodes["gpu-node-0"].slurmd_start_time, BOOT,
+        ("gpu",),
     )
     assert nodes["gpu-node-1"].states == {"IDLE", "FAIL"}
     assert nodes["gpu-node-1"].reason == "xid 79"
     assert nodes["gpu-node-2"].flags == {"DRAIN"}
     assert nodes["gpu-node-2"].reason == "maintenance: PSU swap"
     assert nodes["gpu-node-3"] == NodeRecord(
-        "gpu-node-3", "IDLE", frozenset(), "", None, 0, nodes["gpu-node-3"].slurmd_start_time, BOOT
+        "gpu-node-3", "IDLE", frozenset(), "", None, 0, nodes["gpu-node-3"].slurmd_start_time, BOOT, ("gpu",)
     )
     assert nodes["gpu-node-3"].slurmd_start_time > 1_700_000_000
 
@@ -374,3 +375,41 @@ def test_diff(before: dict[str, NodeRecord], after: dict[str, NodeRecord], expec
     assert [s.name for s in result.added] == expected.get("added", [])
     assert result.removed == expected.get("removed", [])
     assert bool(result) == bool(expected)
+
+
+# ------------------------------------------------------------------------ what a profile selects on
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("NodeName=n1 AvailableFeatures=h100,ib ActiveFeatures=h100 State=IDLE Partitions=train,all Reason=x",
+         (("train", "all"), ("h100", "ib"))),
+        ("NodeName=n1 AvailableFeatures=(null) State=IDLE Partitions=gpu", (("gpu",), ())),
+        ("NodeName=n1 State=IDLE", ((), ())),
+    ],
+    ids=["both", "null-features", "neither"],
+)
+def test_scontrol_partitions_and_features(utc: None, text: str, expected: tuple[Any, ...]) -> None:
+    node = parse_scontrol_line(text)
+    assert (node.partitions, node.features) == expected
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [({"partitions": ["train"], "features": "h100,ib"}, (("train",), ("h100", "ib"))),  # 22.05: a string
+     ({"partitions": ["a", "b"], "features": ["B200"]}, (("a", "b"), ("B200",))),  # 23.02+: a list, case kept
+     ({}, ((), ()))],
+    ids=["v0.0.38", "v0.0.40", "absent"],
+)
+def test_json_partitions_and_features(fields: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    doc = {"nodes": [{"name": "n1", "state": "IDLE", **fields}], "errors": []}
+    node = parse_nodes_json(json.dumps(doc))["n1"]
+    assert (node.partitions, node.features) == expected
+    assert node.to_slurm_node().partitions == expected[0]
+
+
+def test_json_features_of_the_wrong_type_are_named() -> None:
+    doc = {"nodes": [{"name": "n1", "state": "IDLE", "features": 7}], "errors": []}
+    with pytest.raises(SlurmFormatError, match=r"nodes\[0\] \(n1\)\.features"):
+        parse_nodes_json(json.dumps(doc))

@@ -46,8 +46,8 @@ from remediation.adapters.slurm.parse import (
     parse_scontrol_nodes,
 )
 from remediation.adapters.slurm.probe import NodeTableProbe
-from remediation.domain.hostlist import expand
 from remediation.domain.topology import Switch, parse_topology
+from remediation.hostlist import expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import (
     ConfigError,

@@ -52,7 +52,7 @@ from remediation.adapters.slurm.parse import (
     parse_scontrol_nodes,
     parse_sinfo_line,
 )
-from remediation.domain.hostlist import HostlistError, compress, expand
+from remediation.hostlist import HostlistError, compress, expand
 from remediation.ports.errors import UnknownNode
 
 log = logging.getLogger(__name__)

@@ -60,6 +60,11 @@ class NodeRecord(NamedTuple):
     # When the node's machine last booted (``BootTime``, ``boot_time``): slurmd reports its uptime and
     # slurmctld subtracts, so the same boot may read a second apart from one registration to the next.
     boot_time: int = 0
+    # What a profile selects on (remediation.domain.profiles): the node's partitions and its available
+    # features, in Slurm's order. Empty where the reading does not carry them (sinfo -O's delta lines keep
+    # the last ones known).
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
 
     @property
     def states(self) -> frozenset[str]:
@@ -76,6 +81,8 @@ class NodeRecord(NamedTuple):
             slurmd_start_time=(
                 datetime.fromtimestamp(self.slurmd_start_time, UTC) if self.slurmd_start_time else None
             ),
+            partitions=self.partitions,
+            features=self.features,
         )
 
 
@@ -236,7 +243,20 @@ def _status(node: Any, index: int) -> NodeRecord:
         _number(node.get("reason_changed_at"), f"{where}.reason_changed_at"),
         _number(node.get("slurmd_start_time"), f"{where}.slurmd_start_time"),
         _number(node.get("boot_time"), f"{where}.boot_time"),
+        _names(node.get("partitions"), f"{where}.partitions"),
+        _names(node.get("features"), f"{where}.features"),
     )
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    """A list of names, as a list (23.02+) or a comma-separated string (22.05's v0.0.38), case kept."""
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SlurmFormatError(f"{where}: expected a list of names, got {value!r:.80}")
+    return tuple(v.strip() for v in value if v.strip())
 
 
 def _strings(value: Any, where: str) -> frozenset[str]:
@@ -267,6 +287,8 @@ _REASON = re.compile(r" Reason=(.*?) \[([^@\]\s]*)@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d
 _REASON_BARE = re.compile(r" Reason=(.*)$")
 _START = re.compile(r" SlurmdStartTime=(\S+)")
 _BOOT = re.compile(r" BootTime=(\S+)")
+_PARTITIONS = re.compile(r" Partitions=(\S+)")
+_FEATURES = re.compile(r" AvailableFeatures=(\S+)")
 
 
 def parse_scontrol_line(line: str) -> NodeRecord:
@@ -296,7 +318,10 @@ def parse_scontrol_line(line: str) -> NodeRecord:
     started = _local_time(start_match.group(1), f"{name}: SlurmdStartTime") if start_match else 0
     boot_match = _BOOT.search(line)
     booted = _local_time(boot_match.group(1), f"{name}: BootTime") if boot_match else 0
-    return NodeRecord(name, state, flags, reason, user, changed, started, booted)
+    lists = [m.group(1) if m and m.group(1) not in ("(null)", "N/A") else None
+             for m in (_PARTITIONS.search(line), _FEATURES.search(line))]
+    return NodeRecord(name, state, flags, reason, user, changed, started, booted,
+                      _names(lists[0], f"{name}: Partitions"), _names(lists[1], f"{name}: AvailableFeatures"))
 
 
 def _complete_state(text: str, where: str) -> tuple[str, frozenset[str]]:
@@ -340,7 +365,7 @@ class SinfoLine(NamedTuple):
 
     def record(self, name: str, known: NodeRecord) -> NodeRecord:
         return NodeRecord(name, self.state, self.flags, self.reason, self.reason_user, self.reason_changed_at,
-                          known.slurmd_start_time, known.boot_time)
+                          known.slurmd_start_time, known.boot_time, known.partitions, known.features)
 
 
 def parse_sinfo_line(line: str) -> SinfoLine:

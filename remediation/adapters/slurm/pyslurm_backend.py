@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from remediation.adapters.slurm.args import check_node_name, check_reason
 from remediation.adapters.slurm.parse import NodeRecord
-from remediation.domain.hostlist import expand
+from remediation.hostlist import expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import NotSupported, PermanentError, UnknownNode, error_for_slurm
 from remediation.settings import SlurmSettings
@@ -153,4 +153,6 @@ def _status(node: Any) -> NodeRecord:
         reason_user=node.reason_user or None,
         reason_changed_at=int(node.reason_time or 0),
         slurmd_start_time=int(node.slurmd_start_time or 0),
+        partitions=tuple(getattr(node, "partitions", None) or ()),
+        features=tuple(getattr(node, "available_features", None) or ()),
     )

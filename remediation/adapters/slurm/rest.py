@@ -36,7 +36,7 @@ import httpx
 
 from remediation.adapters.slurm.args import check_node_name, check_reason
 from remediation.adapters.slurm.parse import NodeRecord, NodesParser, SlurmFormatError, SlurmReportedError
-from remediation.domain.hostlist import HostlistError, expand
+from remediation.hostlist import HostlistError, expand
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import (
     ConfigError,

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from remediation.adapters.slurm.parse import parse_nodes_json
-from remediation.domain.hostlist import expand
+from remediation.hostlist import expand
 from remediation.settings import SlurmSettings
 from tests import slurm_versions
 from tests.ports import free_port, free_port_range
