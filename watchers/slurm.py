@@ -42,6 +42,7 @@ from remediation.adapters.factory import make_bus, make_lock, slurm_backend
 from remediation.adapters.lock import LeaderLock
 from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_key, diff
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.adapters.slurm.topology import topology_source
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
@@ -247,7 +248,7 @@ def run(
     lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
     watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
     pace = Pace(poll, settings.slurm.cpu_budget)
-    topology = TopologyPublisher(settings, bus, getattr(slurm, "topology", None))
+    topology = TopologyPublisher(settings, bus, topology_source(settings.slurm, slurm))
     leading = False
     health = health or WatcherHealth("slurm", settings)
     server = health.serve()

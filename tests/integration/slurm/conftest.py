@@ -82,9 +82,9 @@ class SlurmCluster:
 
     def rest_settings(self, api: str, **overrides: object) -> SlurmSettings:
         """Settings of the rest backend on this cluster's slurmrestd (unix socket, rest_auth/local)."""
-        return self.settings(**{**self._rest(api), **overrides})
+        return self.settings(**{**self.rest_options(api), **overrides})
 
-    def _rest(self, api: str) -> dict[str, object]:
+    def rest_options(self, api: str) -> dict[str, object]:
         """The rest backend's settings: 26.05's slurmrestd runs as nobody and acts for root with the JWT
         ``scripts/slurm-up.sh`` issued (X-SLURM-USER-*); 22.05's and 24.11's trust the socket's peer."""
         values: dict[str, object] = {"backend": "rest", "rest_url": f"unix:{self.rest_socket}", "rest_api_version": api}
@@ -116,7 +116,7 @@ class SlurmCluster:
         values: dict[str, object] = {"slurm_conf": str(self.conf)}
         if self.backend == "rest":  # the newest API version this slurmrestd serves
             apis = REST_APIS[f"{self.release[0]}.{self.release[1]:02d}"]
-            values.update(self._rest(apis[-1]))
+            values.update(self.rest_options(apis[-1]))
         if self.bin is not None:
             values.update({cmd: str(self.bin / cmd) for cmd in ("scontrol", "sinfo", "squeue", "scancel", "sbatch")})
         values.update(overrides)
