@@ -179,6 +179,27 @@ class RestSlurm:
             if not exc.errnos & _REFUSED_RESUME or self.status(name).states & {"DRAIN", "DOWN", "FAIL"}:
                 raise
 
+    # ------------------------------------------------------------------------- other requests
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return self._version_tuple
+
+    def answer(
+        self, method: str, path: str, *, json: dict[str, Any] | None = None, tolerate: frozenset[int] | set[int] = frozenset()
+    ) -> tuple[dict[str, Any], frozenset[int]]:
+        """slurmrestd's JSON answer to one request, and the Slurm errnos of its ``errors[]``. A refusal
+        whose errnos all lie in ``tolerate`` is returned (the caller knows what it means); any other is
+        raised typed, as every request of this backend is."""
+        kwargs: dict[str, Any] = {} if json is None else {"json": json}
+        response = self._request(method, path, allow={400, 404, 422, 500} if tolerate else None, **kwargs)
+        errnos = frozenset(errno for _, errno in _errors(response) if errno)
+        if tolerate and errnos and errnos <= frozenset(tolerate):
+            return response.json(), errnos
+        if response.status_code >= 400:
+            raise self._error(method, path, response)
+        return self._json(response), frozenset()
+
     # ------------------------------------------------------------------------------- internals
 
     def _update(self, name: str, body: dict[str, Any]) -> None:
