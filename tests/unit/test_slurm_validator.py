@@ -26,7 +26,7 @@ def validator(tmp_path: Path, argv: list[list[str]]) -> SlurmValidator:
         argv.append(args)
         return "JobId=12 JobState=RUNNING ExitCode=0:0"
 
-    v.gate.cli._run = run  # type: ignore[attr-defined]  # the one runner every Slurm command goes through
+    v.io.cli._run = run  # type: ignore[attr-defined]  # the one runner every Slurm command goes through
     return v
 
 

@@ -16,7 +16,7 @@ node before it ends. :class:`SlurmValidator` therefore, all with argument lists 
    someone drained it meanwhile: theirs stays), and only then deletes the reservation, so the node is
    never open to users between the check and the return step.
 
-Each step goes through a gate (:mod:`remediation.adapters.slurm.gate`): the commands above, or with
+Each step goes through :mod:`remediation.adapters.slurm.validator_io`: the commands above, or with
 ``slurm.backend: rest`` slurmrestd's reservation and job endpoints where the configured API version
 has them (v0.0.43+), the start-up log saying which and, on a fallback, why.
 
@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from remediation.adapters.slurm.args import InvalidSlurmArgument, check_job_id, check_node_name
-from remediation.adapters.slurm.gate import Submission, exit_code, gate_for, parse_job
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.adapters.slurm.validator_io import Submission, exit_code, parse_job, validator_io
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
@@ -63,8 +63,8 @@ class SlurmValidator:
     backend = "slurm"
 
     def __init__(self, slurm: SlurmSettings, validation: ValidationSettings, prefix: str = "remediation:") -> None:
-        self.gate = gate_for(slurm)
-        self.nodes = self.gate.nodes
+        self.io = validator_io(slurm)
+        self.nodes = self.io.nodes
         self.slurm = slurm
         self.cfg = validation
         self.user = validation.slurm_user or getpass.getuser()
@@ -83,8 +83,8 @@ class SlurmValidator:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
         minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
-        if not self.gate.reservation_exists(name):
-            self.gate.create_reservation(name, node, self.user, minutes)
+        if not self.io.reservation_exists(name):
+            self.io.create_reservation(name, node, self.user, minutes)
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
             current = self.nodes.status(node)
@@ -93,9 +93,9 @@ class SlurmValidator:
         current = self.nodes.status(node)
         if self._held(current):
             self.nodes.resume(node)
-        job = self.gate.job_named(name)
+        job = self.io.job_named(name)
         if job is None:
-            job = self.gate.submit(Submission(
+            job = self.io.submit(Submission(
                 name=name, node=node, minutes=max(1, math.ceil(check.timeout_s / 60)),
                 output=self.workdir / f"{name}.out", workdir=self.workdir, script=self.workdir / EXEC_SCRIPT,
                 command=tuple(check.command), partition=self.cfg.slurm_partition or None,
@@ -105,7 +105,7 @@ class SlurmValidator:
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
         name, job_id, _ = self._read_back(ref)
-        job = self.gate.job(job_id)
+        job = self.io.job(job_id)
         output = self._output(name)
         if job is None:  # slurmctld forgot it (MinJobAge): the script's own last line tells
             mark = _EXIT_MARK.findall(output)
@@ -123,9 +123,9 @@ class SlurmValidator:
     def finish(self, ref: dict[str, Any]) -> str:
         name, job_id, node = self._read_back(ref)
         notes = []
-        job = self.gate.job(job_id)
+        job = self.io.job(job_id)
         if job is not None and job.state in ACTIVE:
-            self.gate.cancel(job_id)
+            self.io.cancel(job_id)
             notes.append(f"cancelled check job {job_id}")
         state_file = self.workdir / f"{name}.state.json"
         prior = json.loads(state_file.read_text()) if state_file.exists() else {"drained": True, "reason": ""}
@@ -136,8 +136,8 @@ class SlurmValidator:
             reason = str(prior.get("reason") or f"{self.prefix} validation {name}")
             self.nodes.drain(node, reason)
             notes.append(f"drained again ({reason!r})")
-        if self.gate.reservation_exists(name):
-            self.gate.delete_reservation(name)
+        if self.io.reservation_exists(name):
+            self.io.delete_reservation(name)
         notes.append(f"reservation {name} deleted")
         state_file.unlink(missing_ok=True)
         return "; ".join(notes)

@@ -41,7 +41,7 @@ from remediation.settings import Settings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
-# The gate test runs with each backend where slurmrestd writes (not 22.05's): see conftest.
+# The reservation test runs with each backend where slurmrestd writes (not 22.05's): see conftest.
 SLURM_WRITES = True
 
 PREFIX = "remediation:"
@@ -105,7 +105,7 @@ def rest_requests(cluster: SlurmCluster) -> list[str]:
 def test_user_job_waits_until_the_gate_is_gone(
     slurm: SlurmCluster, slurm_backend: str, check_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """With the cli backend the gate runs scontrol and sbatch; with the rest backend it goes through
+    """With the cli backend the validator runs scontrol and sbatch; with the rest backend it goes through
     slurmrestd where the API version creates reservations (26.05), and otherwise (24.11's v0.0.42) says
     why it falls back to the commands."""
     node = slurm.nodes[1]
@@ -113,17 +113,17 @@ def test_user_job_waits_until_the_gate_is_gone(
     cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
     served_before = len(rest_requests(slurm))
-    with caplog.at_level(logging.INFO, logger="remediation.adapters.slurm.gate"):
+    with caplog.at_level(logging.INFO, logger="remediation.adapters.slurm.validator_io"):
         validator = SlurmValidator(cfg.slurm, cfg.validation)
-    said = [r.getMessage() for r in caplog.records if r.name == "remediation.adapters.slurm.gate"]
+    said = [r.getMessage() for r in caplog.records if r.name == "remediation.adapters.slurm.validator_io"]
     through_rest = slurm_backend == "rest" and slurm.release >= (26, 5)
     api = cfg.slurm.rest_api_version
     if through_rest:
-        assert validator.gate.through == f"slurmrestd {api}"
-        assert said == [f"the validation gate reserves and runs its check through slurmrestd {api}"]
+        assert validator.io.through == f"slurmrestd {api}"
+        assert said == [f"the validator reserves and runs its check through slurmrestd {api}"]
     else:
-        assert validator.gate.through == "scontrol and sbatch"
-        fallback = [f"the validation gate uses scontrol and sbatch: slurmrestd {api} cannot create a reservation "
+        assert validator.io.through == "scontrol and sbatch"
+        fallback = [f"the validator uses scontrol and sbatch: slurmrestd {api} cannot create a reservation "
                     "(v0.0.43 and later can: Slurm 25.05+)"]
         assert said == (fallback if slurm_backend == "rest" else [])
     # One name per backend: slurmctld remembers the other run's job of the same name (MinJobAge).
@@ -160,12 +160,12 @@ def test_user_job_waits_until_the_gate_is_gone(
     wait_for(lambda: job(slurm, user).get("JobState") == "COMPLETED", 30, "the user job to run once returned")
     assert job(slurm, user)["NodeList"] == node
     served = rest_requests(slurm)[served_before:]
-    gate_requests = {f"POST /slurm/{api}/reservation", f"POST /slurm/{api}/job/submit",
+    validator_requests = {f"POST /slurm/{api}/reservation", f"POST /slurm/{api}/job/submit",
                      f"DELETE /slurm/{api}/reservation/{check.name}"}
     if through_rest:
-        assert gate_requests <= set(served), served
+        assert validator_requests <= set(served), served
     else:
-        assert not gate_requests & set(served), served
+        assert not validator_requests & set(served), served
 
 
 def test_a_planted_job_id_reaches_no_slurm_command(slurm: SlurmCluster, check_dir: Path) -> None:

@@ -1,18 +1,18 @@
-"""How the Slurm validation gate reaches slurmctld: its reservation, its check job and the node.
+"""How the Slurm validator reaches slurmctld: its reservation, its check job and the node.
 
-:class:`remediation.adapters.slurm.validator.SlurmValidator` decides what to do; a gate here does each
-step, through one of two paths with the same meaning:
+:class:`remediation.adapters.slurm.validator.SlurmValidator` decides what to do; the I/O here does
+each step, through one of two paths with the same meaning:
 
-- :class:`CommandGate`: ``scontrol create/show/delete reservation``, ``sbatch``, ``squeue``,
+- :class:`CommandIO`: ``scontrol create/show/delete reservation``, ``sbatch``, ``squeue``,
   ``scontrol show job`` and ``scancel`` (argument lists, never a shell string), the node through the cli
   backend. Every release; the one path of the cli and pyslurm backends.
-- :class:`RestGate`: slurmrestd, for ``slurm.backend: rest``. ``POST /reservation`` (create), ``GET
+- :class:`RestIO`: slurmrestd, for ``slurm.backend: rest``. ``POST /reservation`` (create), ``GET
   /reservations`` (does it exist: 26.05 answers a GET of one unknown reservation with a bare 422 and
   errno 9000, no better than a parse error), ``DELETE /reservation/NAME``, ``POST /job/submit`` (the same
   wrapper script as the text of the job, the check as its ``argv``), ``GET /jobs`` (by name, as squeue
   ``-t all``), ``GET /job/ID`` and ``DELETE /job/ID``; the node through the rest backend. Creating a
   reservation needs v0.0.43 or later (Slurm 25.05+; 26.05 serves v0.0.42 to v0.0.45); with an older
-  ``slurm.rest_api_version`` :func:`gate_for` falls back to the commands and says why.
+  ``slurm.rest_api_version`` :func:`validator_io` falls back to the commands and says why.
 
 Checked against the real slurmctld and slurmrestd of 26.05 (tests/integration/slurm/test_slurm_validation.py).
 """
@@ -74,7 +74,7 @@ class Nodes(Protocol):
     def drain(self, name: str, reason: str) -> None: ...
 
 
-class Gate(Protocol):
+class ValidatorIO(Protocol):
     @property
     def through(self) -> str: ...  # for the log
 
@@ -90,25 +90,25 @@ class Gate(Protocol):
     def cancel(self, job_id: str) -> None: ...
 
 
-def gate_for(settings: SlurmSettings) -> Gate:
+def validator_io(settings: SlurmSettings) -> ValidatorIO:
     """slurmrestd where the backend is rest and its API version creates reservations; else the commands."""
     if settings.backend == "rest":
         from remediation.adapters.slurm.rest import RestSlurm
 
         rest = RestSlurm(settings)
         if rest.version_tuple >= FIRST_RESERVING:
-            log.info("the validation gate reserves and runs its check through slurmrestd %s", rest.version)
-            return RestGate(rest)
+            log.info("the validator reserves and runs its check through slurmrestd %s", rest.version)
+            return RestIO(rest)
         rest.close()
         log.info(
-            "the validation gate uses scontrol and sbatch: slurmrestd %s cannot create a reservation "
+            "the validator uses scontrol and sbatch: slurmrestd %s cannot create a reservation "
             "(v0.0.43 and later can: Slurm 25.05+)",
             settings.rest_api_version,
         )
-    return CommandGate(settings)
+    return CommandIO(settings)
 
 
-class CommandGate:
+class CommandIO:
     through = "scontrol and sbatch"
 
     def __init__(self, settings: SlurmSettings) -> None:
@@ -197,7 +197,7 @@ class CommandGate:
         return self.cli._run(argv)  # noqa: SLF001 - the one runner: argv, no shell, Slurm's errors typed
 
 
-class RestGate:
+class RestIO:
     def __init__(self, rest: Any) -> None:  # a RestSlurm, imported lazily with the rest backend
         self.nodes = self.rest = rest
         self.through = f"slurmrestd {rest.version}"
