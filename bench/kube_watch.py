@@ -11,17 +11,25 @@ before the condition was written on the API server. The API server runs in this 
 tests, so its threads compete with the watcher's for the GIL; a separate API server can only be faster.
 
 **Relist.** A second API server, in a child process so that its 10,000 Node objects and its JSON
-encoding are not counted in this process, serves 10,000 Nodes, 1% of them NotReady, each built as a
-cloud GPU node's kubelet registers it (:func:`simulator.kube_objects.gpu_node_object`: capacity and
-allocatable with ``nvidia.com/gpu``, addresses, ``nodeInfo``, the pressure and node-problem-detector
-conditions, the container images on disk, managedFields, and the cloud's, GPU feature discovery's and
-node feature discovery's labels); the bench prints the size of one such Node as served. The bench
-runs what the watcher runs on each relist: ``NodeStream._list`` (one ``GET /api/v1/nodes`` through the
-official client, the body parsed as raw JSON rather than into V1Node models) and ``Publisher.handle``
-(conditions of every Node through the flap filter). It reports wall time, this thread's CPU time (the
-client's own cost; the server's is in the other process) and this process's RSS.
+encoding are counted in neither the bench nor the watcher, serves 10,000 Nodes, 1% of them NotReady,
+each built as a cloud GPU node's kubelet registers it (:func:`simulator.kube_objects.gpu_node_object`:
+capacity and allocatable with ``nvidia.com/gpu``, addresses, ``nodeInfo``, the pressure and
+node-problem-detector conditions, the container images on disk, managedFields, and the cloud's, GPU
+feature discovery's and node feature discovery's labels); the bench prints the size of one such Node.
 
-Run: .venv/bin/python -m bench.kube_watch [--nodes 200] [--flips 100] [--relist-nodes 10000]
+- *The process.* ``remediation watch kube`` runs as a user runs it (its own process, publishing to a
+  real Redis under a throw-away prefix) against those Nodes: its first list, then a relist after each
+  compaction of the server's history (every watch then gets 410 Expired). Its peak memory is the
+  kernel's high-water mark of the process's resident set (``VmHWM``); each relist's duration is the
+  process's own ``remediation_watcher_poll_duration_seconds``; the NotReady Nodes it published are read
+  back from the stream. Goal: a peak of at most 300 MB.
+- *The relist code, timed.* In this process, interleaved run by run: the watcher's ``NodeStream._list``
+  (pages of ``kube.list_page_size`` Nodes, each Node cut to what the watcher reads) and, as the
+  baseline, the way it listed before paging (one ``GET``, every Node parsed whole), each followed by
+  ``Publisher.handle`` (conditions of every Node through the flap filter). Wall time and this thread's
+  CPU time (the server's is in the other process). Goal: paging makes the relist no slower.
+
+Run: .venv/bin/python -m bench.kube_watch [--nodes 200] [--flips 200] [--relist-nodes 10000]
 """
 
 from __future__ import annotations
@@ -32,15 +40,19 @@ import multiprocessing
 import os
 import queue
 import random
-import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -51,11 +63,14 @@ from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from simulator.kube_api import KubeAPIServer
+from tests.ports import free_port
 from watchers import kube as kube_watcher
 from watchers.kube_stream import NodeStream
 from watchers.runtime import Stopper
 
 GOAL_P99_MS = 200.0
+GOAL_PEAK_MB = 300  # the watcher process through a 10,000-Node relist (10^6 bytes)
+NOISE = 0.05
 EVENT_TIMEOUT_S = 5.0
 
 
@@ -163,7 +178,8 @@ def measure_latency(nodes: int, flips: int, seed: int = 7) -> Latency:
 
 
 def _serve(count: int, not_ready: int, conn: Connection) -> None:
-    """Child process: an API server with ``count`` Nodes; answers with its URL and token, then waits."""
+    """Child process: an API server with ``count`` Nodes; answers with its URL and token, then compacts
+    its history on "compact" (so every open watch gets 410 and its watcher relists) until "stop"."""
     api = KubeAPIServer(history=10)
     api.start()
     pools = ("a100", "h100", "l4")
@@ -182,8 +198,28 @@ def _serve(count: int, not_ready: int, conn: Connection) -> None:
             },
         )
     conn.send((api.url, api.token, str(api.ca_file)))
-    conn.recv()  # until the parent is done
+    while conn.recv() == "compact":
+        api.compact()
+        conn.send("compacted")
     api.stop()
+
+
+@contextmanager
+def relist_server(count: int) -> Iterator[tuple[Connection, str, str, str]]:
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    server = ctx.Process(target=_serve, args=(count, count // 100, child), daemon=True)
+    server.start()
+    try:
+        if not parent.poll(300):
+            raise SystemExit("the relist API server did not start within 300 s")
+        url, token, ca_file = parent.recv()
+        yield parent, url, token, ca_file
+    finally:
+        parent.send("stop")
+        server.join(timeout=10)
+        if server.is_alive():
+            server.terminate()
 
 
 def rss_mb() -> float:
@@ -198,70 +234,141 @@ def rss_mb() -> float:
 class Relist:
     nodes: int
     body_mb: float
-    wall_ms: list[float]
-    cpu_ms: list[float]
-    list_wall_ms: list[float]
-    filter_wall_ms: list[float]
+    wall_ms: dict[str, list[float]]  # by way of listing: list + parse + filter
+    list_wall_ms: dict[str, list[float]]
+    cpu_ms: dict[str, list[float]]
     published: int
     node_kib: float  # mean JSON size of one Node in the list body
     labels: int  # labels on one Node
     images: int  # status.images entries on one Node
     managed_fields: int  # metadata.managedFields entries on one Node
-    rss_before_mb: float
-    rss_after_mb: float
-    peak_rss_mb: float
 
 
-def measure_relist(count: int, repeats: int) -> Relist:
-    not_ready = count // 100
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    server = ctx.Process(target=_serve, args=(count, not_ready, child), daemon=True)
-    server.start()
-    try:
-        if not parent.poll(300):
-            raise SystemExit("the relist API server did not start within 300 s")
-        url, token, ca_file = parent.recv()
-        settings = load_settings(
-            kube={"host": url, "token": token, "ca_file": ca_file, "min_condition_s": 0, "mapping": "node"}
-        )
-        api = kube_client(settings.kube)
-        items: queue.Queue[Any] = queue.Queue()
-        stream = NodeStream(api, settings, items)
-        publisher = kube_watcher.Publisher(settings, bus=None)  # type: ignore[arg-type]  # handle() only
-        raw: Any = api.list_node(_preload_content=False)  # an urllib3 response, not a V1NodeList
-        size = len(raw.data)  # this first list also warms the connection pool
-        first = json.loads(raw.data)["items"][0]
-        shape = (
-            len(first["metadata"]["labels"]),
-            len(first["status"]["images"]),
-            len(first["metadata"]["managedFields"]),
-        )
-        rss_before = rss_mb()
-        wall, cpu, list_wall, filter_wall = [], [], [], []
-        for _ in range(repeats):
+ONE_REQUEST = "one request, whole Nodes (before paging)"
+
+
+def _one_request(api: Any, items: queue.Queue[Any]) -> None:
+    """The relist as the watcher made it before it paged: one GET, every Node parsed whole."""
+    body = json.loads(api.list_node(_preload_content=False).data)
+    items.put(("RELIST", body.get("items") or []))
+
+
+def measure_relist(url: str, token: str, ca_file: str, count: int, repeats: int) -> Relist:
+    """The watcher's relist code in this process, timed: paged as it runs, and the one-request way."""
+    settings = load_settings(
+        kube={"host": url, "token": token, "ca_file": ca_file, "min_condition_s": 0, "mapping": "node"}
+    )
+    api = kube_client(settings.kube)
+    items: queue.Queue[Any] = queue.Queue()
+    stream = NodeStream(api, settings, items)
+    raw: Any = api.list_node(_preload_content=False)  # an urllib3 response, not a V1NodeList
+    size = len(raw.data)  # this first list also warms the connection pool
+    first = json.loads(raw.data)["items"][0]
+    del raw
+    shape = (
+        len(first["metadata"]["labels"]),
+        len(first["status"]["images"]),
+        len(first["metadata"]["managedFields"]),
+    )
+    ways = {f"paged, {settings.kube.list_page_size} per page (the watcher)": stream._list, ONE_REQUEST: None}
+    wall: dict[str, list[float]] = {w: [] for w in ways}
+    list_wall: dict[str, list[float]] = {w: [] for w in ways}
+    cpu: dict[str, list[float]] = {w: [] for w in ways}
+    published = 0
+    for _ in range(repeats):
+        for way, call in ways.items():  # interleaved, so a slow spell of the machine hits both
+            publisher = kube_watcher.Publisher(settings, bus=None)  # type: ignore[arg-type]  # handle() only
             w0, c0 = time.perf_counter(), time.thread_time()
-            stream._list()  # the watcher's own relist call: list, raw JSON parse, queue the snapshot
+            if call is None:
+                _one_request(api, items)
+            else:
+                call()
             w1 = time.perf_counter()
             publisher.handle(items.get_nowait())
             publisher.translate()  # Node -> Slurm node names, then into the outbox
             w2, c2 = time.perf_counter(), time.thread_time()
-            wall.append((w2 - w0) * 1000)
-            cpu.append((c2 - c0) * 1000)
-            list_wall.append((w1 - w0) * 1000)
-            filter_wall.append((w2 - w1) * 1000)
-        rss_after = rss_mb()
-        published = len({e.node for e in publisher.outbox})
-    finally:
-        parent.send("stop")
-        server.join(timeout=10)
-        if server.is_alive():
-            server.terminate()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    return Relist(
-        count, size / 2**20, wall, cpu, list_wall, filter_wall, published, size / count / 1024, *shape,
-        rss_before, rss_after, peak,
-    )  # fmt: skip
+            wall[way].append((w2 - w0) * 1000)
+            list_wall[way].append((w1 - w0) * 1000)
+            cpu[way].append((c2 - c0) * 1000)
+            published = len({e.node for e in publisher.outbox})
+    return Relist(count, size / 2**20, wall, list_wall, cpu, published, size / count / 1024, *shape)
+
+
+@dataclass
+class WatcherProcess:
+    relists: int
+    list_s: list[float]  # each relist's duration, from the watcher's own /metrics
+    peak_mib: float  # VmHWM of the process: the kernel's high-water mark of its resident memory
+    rss_after_mib: float
+    published: int  # distinct Nodes the process published as bad
+
+
+def _metric(port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:  # noqa: S310
+        for line in resp.read().decode().splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def _status_kib(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise SystemExit(f"no {field} for pid {pid}")
+
+
+def measure_process(conn: Connection, url: str, token: str, ca_file: str, relists: int) -> WatcherProcess:
+    """``remediation watch kube`` as a user runs it, against the 10,000 Nodes: its first list, then a
+    relist after each compaction of the server's history; its peak memory as the kernel counted it."""
+    client = redis.Redis.from_url(REDIS_URL)
+    port = free_port()
+    with scratch_prefix(client) as prefix, tempfile.TemporaryDirectory(prefix="rembench-") as tmp:
+        env = os.environ | {
+            "REMEDIATION_KUBE__HOST": url, "REMEDIATION_KUBE__TOKEN": token, "REMEDIATION_KUBE__CA_FILE": ca_file,
+            "REMEDIATION_KUBE__MAPPING": "node", "REMEDIATION_KUBE__MIN_CONDITION_S": "0",
+            "REMEDIATION_BROKER__REDIS_URL": REDIS_URL, "REMEDIATION_BROKER__KEY_PREFIX": prefix,
+            "REMEDIATION_HEALTH__PORT": str(port), "REMEDIATION_DATABASE__URL": "sqlite://",
+        }  # fmt: skip
+        with open(Path(tmp) / "watcher.log", "wb") as log:
+            proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
+                [sys.executable, "-m", "remediation.cli.main", "watch", "kube"],
+                env=env,
+                stdout=log,
+                stderr=log,
+            )
+        count = f"{POLL}_count"
+        try:
+            durations: list[float] = []
+            for n in range(1, relists + 1):
+                if n > 1:
+                    conn.send("compact")
+                    conn.recv()
+                deadline = time.monotonic() + 300
+                while True:
+                    try:
+                        if _metric(port, count) >= n:
+                            break
+                    except OSError:
+                        pass  # the endpoint is not up yet
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(
+                            f"the watcher process made no relist {n}: {(Path(tmp) / 'watcher.log').read_text()[-2000:]}"
+                        )
+                    time.sleep(0.05)  # polling another process's /metrics
+                durations.append(_metric(port, f"{POLL}_sum") - sum(durations))
+            stream = f"{prefix}:events"
+            published = {NodeEvent.parse(f[b"e"]).node for _, f in client.xrange(stream)}
+            peak, now = _status_kib(proc.pid, "VmHWM"), _status_kib(proc.pid, "VmRSS")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    client.close()
+    return WatcherProcess(relists, durations, peak / 1024, now / 1024, len(published))
+
+
+POLL = "remediation_watcher_poll_duration_seconds"
 
 
 # ---------------------------------------------------------------------------------------- main
@@ -273,10 +380,13 @@ def main() -> None:
     ap.add_argument("--flips", type=int, default=200, help="condition changes to time")
     ap.add_argument("--relist-nodes", type=int, default=10_000, help="Nodes in the relist measurement")
     ap.add_argument("--relist-repeats", type=int, default=5)
+    ap.add_argument("--process-relists", type=int, default=3, help="relists of the watcher process")
     args = ap.parse_args()
 
-    # The relist runs first: its peak RSS is then this process's, before any latency-run threads.
-    relist = measure_relist(args.relist_nodes, args.relist_repeats)
+    # The relist runs first, in a quiet process, before any latency-run threads.
+    with relist_server(args.relist_nodes) as (conn, url, token, ca_file):
+        proc = measure_process(conn, url, token, ca_file, args.process_relists)
+        relist = measure_relist(url, token, ca_file, args.relist_nodes, args.relist_repeats)
     lat = measure_latency(args.nodes, args.flips)
 
     print(f"Kubernetes watcher bench (pid {os.getpid()}, {os.cpu_count()} CPUs)")
@@ -300,29 +410,44 @@ def main() -> None:
         print(f"  events {len(lat.ms)}/{args.flips}   missed {lat.missed}   unexpected {lat.wrong}")
         print(f"  {goal(f'p99 <= {GOAL_P99_MS:.0f} ms, none missed', tail(lat.ms, '{:.1f}', ' ms'), met)}")
     else:
-        print(f"  {goal(f'p99 <= {GOAL_P99_MS:.0f} ms, none missed', f'no event arrived, missed {lat.missed}', False)}")
+        print(
+            f"  {goal(f'p99 <= {GOAL_P99_MS:.0f} ms, none missed', f'no event arrived, missed {lat.missed}', False)}"
+        )
     print()
-    r = relist
+    r, p = relist, proc
     print(
-        f"Full relist of {r.nodes:,} Nodes ({r.nodes // 100} NotReady; response body {r.body_mb:.1f} MiB), "
-        f"{len(r.wall_ms)} runs, median [min-max]"
+        f"The `remediation watch kube` process through {p.relists} relists of {r.nodes:,} Nodes "
+        f"({r.nodes // 100} NotReady; one answer would be {r.body_mb:.1f} MiB)"
     )
-
-    def row(label: str, values: list[float]) -> None:
-        print(f"  {label:34}{statistics.median(values):8.0f} ms  [{min(values):.0f}-{max(values):.0f}]")
-
+    print("  each relist (its own /metrics)    " + ", ".join(f"{d:.2f} s" for d in p.list_s))
+    print(f"  NotReady Nodes it published       {p.published:8d}")
+    print(
+        f"  peak RSS (VmHWM)                  {p.peak_mib:8.0f} MiB ({p.peak_mib * 2**20 / 1e6:.0f} MB); {p.rss_after_mib:.0f} MiB after"
+    )
+    print(
+        f"  {goal(f'peak <= {GOAL_PEAK_MB} MB', f'{p.peak_mib * 2**20 / 1e6:.0f} MB', p.peak_mib * 2**20 <= GOAL_PEAK_MB * 1e6 and p.published == r.nodes // 100)}"
+    )
+    print()
+    print(
+        f"The relist in this process, {len(next(iter(r.wall_ms.values())))} runs each, interleaved; median [min-max]"
+    )
     print(
         f"  one Node: {r.node_kib:.1f} KiB of JSON ({r.labels} labels, {r.images} images, "
         f"{r.managed_fields} managedFields entries, capacity/allocatable with nvidia.com/gpu)"
     )
-    row("wall, list + parse + filter", r.wall_ms)
-    row("  of which GET + JSON parse", r.list_wall_ms)
-    row("  of which flap filter", r.filter_wall_ms)
-    row("client CPU (this thread)", r.cpu_ms)
+
+    def row(label: str, values: list[float]) -> None:
+        print(f"    {label:32}{statistics.median(values):8.0f} ms  [{min(values):.0f}-{max(values):.0f}]")
+
+    for way in r.wall_ms:
+        print(f"  {way}")
+        row("wall, list + parse + filter", r.wall_ms[way])
+        row("  of which GET + JSON parse", r.list_wall_ms[way])
+        row("client CPU (this thread)", r.cpu_ms[way])
     print(f"  {'NotReady Nodes found by the filter':34}{r.published:8d}")
+    paged, before = (statistics.median(v) for v in r.wall_ms.values())
     print(
-        f"  RSS {r.rss_before_mb:.0f} MiB before, {r.rss_after_mb:.0f} MiB after; "
-        f"peak {r.peak_rss_mb:.0f} MiB (API server in a separate process)"
+        f"  {goal(f'paged relist no slower than one request (<= +{NOISE:.0%} for noise)', f'{paged:.0f} vs {before:.0f} ms', paged <= before * (1 + NOISE))}"
     )
 
 

@@ -82,6 +82,12 @@ BENCHES = (
     ),
     Bench("validation_overhead", "Validation overhead per cycle", (), ("--cycles", "5")),
     Bench(
+        "checkpoint",
+        "Fault to node free with and without the checkpoint request, real slurmctld",
+        (),
+        ("--cycles", "1", "--drain-timeout", "20", "--poll", "2"),
+    ),
+    Bench(
         "vm_overhead",
         "Workflow overhead per remediation (GCE and Azure over HTTPS)",
         (),

@@ -33,6 +33,7 @@ from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube_http import Handler, Request
 from simulator.kube_jobs import JobRunner
 from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube_pages import Snapshots
 from simulator.kube_podsecurity import forbidden, level_of
 from simulator.kube_select import to_label_selector
 from simulator.kube_store import ApiError, Obj, Store, now_micro, now_rfc3339, status
@@ -82,6 +83,7 @@ class KubeAPIServer:
         self.ssl_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.ssl_context.load_cert_chain(self.pki.cert_file, self.pki.key_file)
         self.store = Store(history)
+        self.pages = Snapshots()  # the snapshots behind paged lists' continue tokens
         # Namespaces by name, with their labels: only Pod Security admission reads them (kube_podsecurity).
         self.namespaces: dict[str, dict[str, str]] = {}
         self.jobs = JobRunner(self.store, self.pod_security_level)  # what a check does: ``jobs.outcome``
@@ -316,8 +318,10 @@ class KubeAPIServer:
 
     def compact(self) -> None:
         """Forget the watch history: open watches, and any new watch from an older resourceVersion,
-        get 410 Expired (a restarted watch cache); clients must relist."""
+        get 410 Expired (a restarted watch cache), as does the continue of a paged list; clients must
+        relist."""
         self.store.compact()
+        self.pages.forget()
 
     @property
     def resource_version(self) -> int:

@@ -65,7 +65,7 @@ RESOURCES: tuple[Resource, ...] = (
         subresources=(("status", "", "v1", "Node", ("get", "patch")),),
     ),
     Resource(
-        "pods", "Pod", "", "v1", True, ("get", "list", "watch"), ("po",), ("all",),
+        "pods", "Pod", "", "v1", True, ("get", "list", "watch", "patch"), ("po",), ("all",),
         subresources=(("eviction", "policy", "v1", "Eviction", ("create",)), ("log", "", "v1", "Pod", ("get",))),
     ),
     Resource("events", "Event", "", "v1", True, ("get", "list", "watch"), ("ev",)),

@@ -30,6 +30,7 @@ from simulator.kube_discovery import (
     resource_list,
     wants_aggregated,
 )
+from simulator.kube_pages import bad_request, parse_limit
 from simulator.kube_select import SelectorError, field_selector, label_selector
 from simulator.kube_store import ApiError, Obj, status
 from simulator.kube_table import table, wants_table
@@ -224,6 +225,41 @@ def _list(res: Resource, items: list[Obj], rv: int) -> Obj:
     }
 
 
+def _paged_list(
+    h: Handler,
+    res: Resource,
+    query: dict[str, str],
+    match: Callable[[Obj], bool],
+    view: Callable[[Obj], Obj],
+    as_table: bool,
+    include: str,
+) -> None:
+    """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube_pages`)."""
+    limit = parse_limit(query.get("limit"))
+    selectors = "|".join((query.get("fieldSelector", ""), query.get("labelSelector", "")))
+    token = query.get("continue", "")
+    if token:
+        if query.get("resourceVersion"):
+            raise bad_request("specifying resource version is not allowed when using continue")
+        page = h.api.pages.next(res.name, selectors, token, limit)
+    else:
+        entries, rv = h.api.store.list_keyed(res.name, match)
+        page = h.api.pages.first(res.name, selectors, entries, rv, limit)
+    meta: Obj = {"resourceVersion": str(page.rv)}
+    if page.token:
+        meta["continue"] = page.token
+    if page.remaining is not None:
+        meta["remainingItemCount"] = page.remaining
+    if as_table or res.name == "poddisruptionbudgets":
+        objs = [view(json.loads(blob)) for blob in page.items]
+        body = table(res, objs, str(page.rv), include) if as_table else _list(res, objs, page.rv)
+        body["metadata"] = meta
+        h._send(200, body)
+        return
+    head = json.dumps(_list(res, [], page.rv) | {"metadata": meta}).encode()[:-2]  # without the closing "]}"
+    h._send_raw(200, head + b",".join(page.items) + b"]}", "application/json")
+
+
 def _discovery(h: Handler, path: str) -> bool:
     """Answer the discovery and version paths; False when ``path`` is none of them."""
     accept = h.headers.get("Accept", "")
@@ -296,6 +332,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
 
             h.watch(res, query, match, render)
             return
+        if query.get("limit", "0") != "0" or query.get("continue"):
+            _paged_list(h, res, query, match, view, as_table, include)
+            return
         if not as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
             encoded, rv = store.list_encoded(kind, match)
             head = json.dumps(_list(res, [], rv)).encode()[:-2]  # without the closing "]}"
@@ -320,6 +359,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
             return
         if method == "PATCH" and kind == "nodes":
             h._send(200, store.patch_node(rest[1], body, content_type))
+            return
+        if method == "PATCH" and kind == "pods":
+            h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
             return
     if len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method in ("GET", "PATCH"):
         if method == "GET":

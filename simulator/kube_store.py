@@ -27,7 +27,7 @@ from typing import Any
 from simulator.kube_discovery import RESOURCES
 from simulator.kube_patch import PatchError, apply_patch
 from simulator.kube_select import selector_matcher
-from simulator.kube_validate import node_errors
+from simulator.kube_validate import metadata_errors, node_errors
 
 Obj = dict[str, Any]
 
@@ -151,12 +151,22 @@ class Store:
     def patch_node(self, name: str, body: Any, content_type: str, subresource: str = "") -> Obj:
         """PATCH nodes/NAME ignores status changes and nodes/NAME/status ignores spec changes, as the
         real registry strategies do (the kubelet owns status; controllers own spec)."""
+        kept = "spec" if subresource == "status" else "status"
+        return self._patch("nodes", name, name, body, content_type, (kept,), node_errors)
+
+    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
+        """PATCH pods/NAME, for its metadata (annotations, labels): a running pod's spec is all but
+        immutable and its status is the kubelet's, so changes to either are ignored here."""
+        return self._patch("pods", (namespace, name), name, body, content_type, ("spec", "status"), metadata_errors)
+
+    def _patch(self, kind: str, key: Any, name: str, body: Any, content_type: str, kept: tuple[str, ...],
+               errors_of: Any) -> Obj:
         with self.lock:
-            current = self.nodes.get(name)
+            current = self._table(kind).get(key)
             if current is None:
-                raise not_found("nodes", name)
+                raise not_found(kind, name)
             try:
-                patched = apply_patch("nodes", current, body, content_type)
+                patched = apply_patch(kind, current, body, content_type)
             except PatchError as exc:
                 reason = {400: "BadRequest", 415: "UnsupportedMediaType"}.get(exc.code, "Invalid")
                 raise ApiError(status(exc.code, reason, str(exc))) from None
@@ -171,26 +181,28 @@ class Store:
                     status(
                         409,
                         "Conflict",
-                        f'Operation cannot be fulfilled on nodes "{name}": the object has been modified; '
+                        f'Operation cannot be fulfilled on {kind} "{name}": the object has been modified; '
                         "please apply your changes to the latest version and try again",
-                        {"name": name, "kind": "nodes"},
+                        {"name": name, "kind": kind},
                     )
                 )
-            for fixed in ("name", "uid", "creationTimestamp", "resourceVersion"):
-                meta[fixed] = current["metadata"][fixed]
-            kept = "spec" if subresource == "status" else "status"
-            patched[kept] = copy.deepcopy(current.get(kept, {}))
-            if errors := node_errors(patched):
+            for fixed in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
+                if fixed in current["metadata"]:
+                    meta[fixed] = current["metadata"][fixed]
+            for part in kept:
+                patched[part] = copy.deepcopy(current.get(part, {}))
+            if errors := errors_of(patched):
+                singular = {"nodes": "Node", "pods": "Pod"}[kind]
                 raise ApiError(
                     status(
-                        422, "Invalid", f'Node "{name}" is invalid: ' + "; ".join(errors),
-                        {"name": name, "kind": "Node", "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]},
+                        422, "Invalid", f'{singular} "{name}" is invalid: ' + "; ".join(errors),
+                        {"name": name, "kind": singular, "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]},
                     )
                 )  # fmt: skip
             if patched == current:
                 return copy.deepcopy(current)
-            self.nodes[name] = patched
-            return copy.deepcopy(self._write("nodes", "MODIFIED", patched))
+            self._table(kind)[key] = patched
+            return copy.deepcopy(self._write(kind, "MODIFIED", patched))
 
     # ------------------------------------------------------------------------------ reads
     def get(self, kind: str, key: Any) -> Obj:
@@ -209,6 +221,17 @@ class Store:
         with self.lock:
             table, encoded = self._table(kind), self.encoded[kind]
             return [encoded[key] for key, obj in table.items() if match(obj)], self.rv
+
+    def list_keyed(self, kind: str, match: Any) -> tuple[list[tuple[str, bytes]], int]:
+        """(key as etcd orders it, JSON) of every object ``match`` accepts, and the rv."""
+        with self.lock:
+            table, encoded = self._table(kind), self.encoded[kind]
+            keyed = [
+                ("/".join(key) if isinstance(key, tuple) else key, encoded[key])
+                for key, obj in table.items()
+                if match(obj)
+            ]
+            return keyed, self.rv
 
     def since(self, kind: str, rv: int, epoch: int | None = None) -> list[Record]:
         """Records of ``kind`` after ``rv``; raises ApiError(410) when the history no longer has them."""

@@ -50,11 +50,17 @@ def _string_map(field: str, value: object, *, labels: bool) -> list[str]:
     return errors
 
 
+def metadata_errors(obj: Obj) -> list[str]:
+    """What the apiserver would refuse in any object's labels and annotations."""
+    meta = obj.get("metadata") or {}
+    return [*_string_map("metadata.labels", meta.get("labels"), labels=True),
+            *_string_map("metadata.annotations", meta.get("annotations"), labels=False)]
+
+
 def node_errors(node: Obj) -> list[str]:
     """What the apiserver would refuse in this Node; empty when it is valid."""
-    meta, spec, status = node.get("metadata") or {}, node.get("spec") or {}, node.get("status") or {}
-    errors = _string_map("metadata.labels", meta.get("labels"), labels=True)
-    errors += _string_map("metadata.annotations", meta.get("annotations"), labels=False)
+    spec, status = node.get("spec") or {}, node.get("status") or {}
+    errors = metadata_errors(node)
     if not isinstance(spec, dict) or not isinstance(status, dict):
         return [*errors, "spec, status: Invalid value: must be objects"]
     if "unschedulable" in spec and not isinstance(spec["unschedulable"], bool):

@@ -35,11 +35,16 @@ log = logging.getLogger("watchers.kube")
 
 
 def _lead(
-    settings: Settings, stopper: Stopper, bus: RedisEventBus, api: client.CoreV1Api, lock: Any,
-    health: WatcherHealth, polls: Polls,
+    settings: Settings,
+    stopper: Stopper,
+    bus: RedisEventBus,
+    api: client.CoreV1Api,
+    lock: Any,
+    health: WatcherHealth,
+    polls: Polls,
 ) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
-    items: queue.Queue[Item] = queue.Queue()
+    items: queue.Queue[Item] = queue.Queue(maxsize=settings.kube.queue_max_items)
     stream = NodeStream(api, settings, items, health)
     publisher = Publisher(settings, bus, api)
     renew_every = settings.kube.leader_ttl_s / 3
@@ -112,7 +117,9 @@ def main() -> None:
     settings = load_settings()
     logs.configure_from(settings)
     if settings.kube.backend == "none":
-        raise SystemExit("kube.backend is none: this site has no Kubernetes, so there is no Kubernetes watcher to run")
+        raise SystemExit(
+            "kube.backend is none: this site has no Kubernetes, so there is no Kubernetes watcher to run"
+        )
     run(settings, Stopper())
 
 

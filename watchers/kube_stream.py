@@ -4,11 +4,18 @@ It works the way an informer does: list, then watch from the list's resourceVers
 timed-out watch from the last resourceVersion seen (bookmarks included), relist on 410 Expired and
 every ``kube.resync_interval_s``; errors back off and relist. The main thread (:mod:`watchers.kube`)
 consumes the queue, so no wait in here can starve the leader lock's renewal.
+
+Memory stays bounded however large the fleet: a relist reads ``kube.list_page_size`` Nodes per request
+(``limit`` and ``continue``; every page is one snapshot at one resourceVersion, and an expired continue
+is a 410 that relists), and of each Node keeps only what the watcher reads (:func:`slim`): its name,
+resourceVersion, failure-domain labels and conditions. A Node as a kubelet registers it is about 20 KiB
+of JSON, mostly images, managedFields and capacity; what is kept is a few hundred bytes. The queue to
+the main thread holds at most ``kube.queue_max_items`` items: when the publisher falls behind, this
+thread stops reading (back-pressure) rather than buffering the stream in memory.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -21,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.settings import Settings
 from watchers.health import WatcherHealth
+from watchers.kube_nodes import decode_page, slim
 
 log = logging.getLogger("watchers.kube")
 
@@ -31,11 +39,17 @@ class NodeStream(threading.Thread):
     """list+watch of Nodes, queueing RELIST snapshots and watch events for the main loop."""
 
     def __init__(
-        self, api: client.CoreV1Api, settings: Settings, out: queue.Queue[Item], health: WatcherHealth | None = None
+        self,
+        api: client.CoreV1Api,
+        settings: Settings,
+        out: queue.Queue[Item],
+        health: WatcherHealth | None = None,
     ) -> None:
         super().__init__(name="kube-node-stream", daemon=True)
         self.api, self.s, self.out = api, settings.kube, out
         self.health = health
+        incidents = settings.incidents
+        self.label_keys: tuple[str, ...] = tuple(incidents.label_keys) if incidents.enabled else ()
         self._halt = threading.Event()
         self._watch: watch.Watch | None = None
 
@@ -45,15 +59,36 @@ class NodeStream(threading.Thread):
             self._watch.stop()  # shuts the socket, so a blocked read returns now
 
     def _list(self) -> str:
-        # Raw JSON: deserializing 10,000 V1Node models costs seconds; we need a few fields of each.
+        """One relist, page by page, queued as one RELIST snapshot; its resourceVersion."""
         started = time.monotonic()
-        resp = self.api.list_node(_preload_content=False, _request_timeout=self.s.request_timeout_s)
-        body = json.loads(resp.data)
-        self.out.put(("RELIST", body.get("items") or []))
-        rv = str(body["metadata"]["resourceVersion"])
+        nodes: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            # Raw bytes: V1Node models cost seconds at 10,000; decode_page takes the few fields we read.
+            resp: Any = self.api.list_node(  # an urllib3 response: _preload_content=False
+                limit=self.s.list_page_size,
+                _continue=token,
+                _preload_content=False,
+                _request_timeout=self.s.request_timeout_s,
+            )
+            page, rv, token = decode_page(resp.data, self.label_keys)
+            del resp
+            nodes += page
+            if not token or self._halt.is_set():
+                break
+        self._put(("RELIST", nodes))
         if self.health is not None:
             self.health.succeeded(time.monotonic() - started)
         return rv
+
+    def _put(self, item: Item) -> None:
+        """Queue ``item``, waiting while the queue is full (back-pressure) unless we are stopping."""
+        while not self._halt.is_set():
+            try:
+                self.out.put(item, timeout=0.5)
+                return
+            except queue.Full:
+                continue
 
     def run(self) -> None:
         backoff = 0.5
@@ -92,7 +127,7 @@ class NodeStream(threading.Thread):
             obj = event["object"]
             rv = str(obj["metadata"]["resourceVersion"])
             if event["type"] != "BOOKMARK":
-                self.out.put((event["type"], obj))
+                self._put((event["type"], slim(obj, self.label_keys)))
             if self.health is not None:
                 self.health.succeeded()
             if self._halt.is_set():

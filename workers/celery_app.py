@@ -27,6 +27,7 @@ from celery.worker.consumer import Consumer as _CeleryConsumer
 from remediation.adapters import logs
 from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
+from remediation.adapters.preload import preload
 from remediation.settings import Settings, load_settings
 from workers import health, kick_relay
 
@@ -49,8 +50,10 @@ def make_app(settings: Settings) -> Celery:
         },
     )
     if settings.retention.prune_interval_s > 0:  # retention: old unlinked events (remediation db prune)
-        app.conf.beat_schedule["prune-events"] = {"task": PRUNE_TASK,
-                                                  "schedule": settings.retention.prune_interval_s}
+        app.conf.beat_schedule["prune-events"] = {
+            "task": PRUNE_TASK,
+            "schedule": settings.retention.prune_interval_s,
+        }
     health.install(app, settings)
     kick_relay.install(app, settings)
     return app
@@ -115,3 +118,8 @@ def _early_logging(**_: Any) -> None:
     """The worker warns (running as root, say) before it sets logging up: be in place by then."""
     logs.configure_from(settings)
 
+
+@celeryd_init.connect
+def _preload_adapters(**_: Any) -> None:
+    """Import the adapters' SDKs once, before the pool forks (remediation.adapters.preload)."""
+    preload(settings)

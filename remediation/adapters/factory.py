@@ -21,6 +21,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from remediation.adapters.memintents import MemoryIntents
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.adapters.noop import (
     NoopKube,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
     from remediation.adapters.bus import RedisEventBus
     from remediation.adapters.lock import LeaderLock
-    from remediation.adapters.redfish.provider import Intents
+    from remediation.ports.intents import Intents
 
 _worlds: dict[str, MemoryWorld] = {}
 
@@ -78,13 +79,13 @@ def memory_world(nodes: list[str], clock: Callable[[], datetime], op_seconds: fl
 def memory_adapters(world: MemoryWorld) -> Adapters:
     """The three adapters over ``world``, with no validation and no dry-run wrapping: the settings'
     backends are not consulted, since whoever asks for these means the simulated world."""
-    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world))
+    return Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), intents=MemoryIntents())
 
 
 def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents: Intents | None = None) -> Adapters:
     """All three adapters the workflow drives; under ``dry_run`` every writer records instead. ``intents``
-    (the database's, from the entry point) is where a backend that cannot repeat an action safely
-    records it before sending it (redfish)."""
+    (the database's, from the entry point) is where an action that cannot be repeated safely is
+    recorded before it is sent (a redfish reset, a checkpoint request)."""
     slurm = slurm_backend(settings, world)
     kube = kube_backend(settings, world)
     machine = machine_backend(settings, world, intents)  # built even for a dry run: bad settings fail at start-up
@@ -93,8 +94,8 @@ def make_adapters(settings: Settings, world: MemoryWorld | None = None, intents:
         recorder = Recorder()
         return Adapters(NoopSlurm(slurm, recorder), NoopKube(kube, recorder) if kube is not None else None,
                         noop_machine(settings, machine, recorder) if machine is not None else None,
-                        NoopValidator(recorder) if validator is not None else None)
-    return Adapters(slurm, kube, machine, validator)
+                        NoopValidator(recorder) if validator is not None else None, intents)
+    return Adapters(slurm, kube, machine, validator, intents)
 
 
 def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorder) -> MachineProvider:

@@ -229,16 +229,22 @@ class MemorySlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         self._end_jobs("slurm.cancel", job_ids)
 
-    def _end_jobs(self, op: str, job_ids: list[str]) -> None:
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """Logged only: whether a job saves and leaves is the test's to say (``set_jobs``)."""
+        self._end_jobs("slurm.signal", job_ids, leave=False, signal=signal, scope=scope)
+        self.w._pause("slurm.signal")
+
+    def _end_jobs(self, op: str, job_ids: list[str], leave: bool = True, **kw: Any) -> None:
         """A requeued or cancelled job leaves its node (a requeued one waits in the queue again)."""
         wanted = set(job_ids)
         with self.w.mutate() as st:
             for name, d in st["nodes"].items():
                 held = set(d["jobs"]) if isinstance(d["jobs"], list) else set()
-                if held & wanted:
+                if held & wanted and leave:
                     d["jobs"] = sorted(held - wanted)
                     _free_if_idle(d)
-                    self.w._log(st, op, name, True, jobs=sorted(held & wanted))
+                if held & wanted:
+                    self.w._log(st, op, name, True, jobs=sorted(held & wanted), **kw)
 
     def drain(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -320,6 +326,14 @@ class MemoryKube:
             blocked = tuple(f"default/pod-{i}" for i in range(k["blocked"]))
             return EvictionProgress(k["pods"], blocked, 1.0 if blocked else None)
 
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        with self.w.mutate() as st:
+            k = self.w._get(st, name)["k8s"]
+            if k["pods"] and not k.get("checkpoint"):
+                k["checkpoint"] = requested_at.isoformat()
+                self.w._log(st, "k8s.checkpoint", name, pods=k["pods"], deadline=deadline.isoformat())
+            return [f"default/pod-{i}" for i in range(k["pods"])]
+
     def set_quarantine_taint(self, name: str, on: bool) -> None:
         with self.w.mutate() as st:
             k = self.w._get(st, name)["k8s"]
@@ -383,3 +397,4 @@ class MemoryVM:
             if s["state"] == "DOWN" and s["reason"] in ("", "Not responding"):
                 s["state"] = "IDLE"
             return OperationStatus(done=True)
+

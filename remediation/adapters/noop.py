@@ -72,6 +72,9 @@ class NoopSlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         self.record("cancel jobs", jobs=list(job_ids))
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        self.record("signal jobs", jobs=list(job_ids), signal=signal, scope=scope)
+
     def drain(self, name: str, reason: str) -> None:
         self.record("drain", node=name, reason=reason)
 
@@ -104,6 +107,10 @@ class NoopKube:
     def evict_pods(self, name: str) -> EvictionProgress:
         self.record("evict pods", node=name)
         return EvictionProgress(0)
+
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        self.record("annotate pods with a checkpoint request", node=name, deadline=deadline.isoformat())
+        return []  # as evict_pods: the twin reads no pods, so it never waits on one
 
     def set_quarantine_taint(self, name: str, on: bool) -> None:
         self.record("taint" if on else "untaint", node=name)

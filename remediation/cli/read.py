@@ -89,7 +89,7 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
     head = r.fields([
         ("Node", n.name), ("Status", r.status(n.status)), ("Reason", n.status_reason),
         ("Remediation", f"#{n.open_remediation} at {n.step}" if n.open_remediation else None),
-        ("Waiting on", n.wait_reason), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
+        ("Waiting on", n.wait_reason), ("Checkpoint", d.checkpoint.text if d.checkpoint else None), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
         ("Quarantine reason", n.quarantine_reason), ("Last released", r.stamp(n.released_at)),
         ("Last event", r.when(n.last_event_at, now)),
         ("Lemon score", f"{n.lemon_score:.2f}: {n.lemon}" if n.lemon else "0 (no failures counted)"),

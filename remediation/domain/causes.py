@@ -49,6 +49,7 @@ class ClassInfo:
     lemon_weight: float
     rma: bool
     why: str
+    urgent: bool = False  # no checkpoint request: the jobs' GPU state cannot be trusted or reached
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def shipped() -> CauseTable:
         resources.files("remediation").joinpath("data/causes.yaml").read_text(encoding="utf-8"))
     classes = {
         name: ClassInfo(None if c["ladder"] == "workflow" else tuple(c["ladder"]), float(c["lemon_weight"]),
-                        bool(c.get("rma")), " ".join(str(c.get("why", "")).split()))
+                        bool(c.get("rma")), " ".join(str(c.get("why", "")).split()), bool(c.get("urgent")))
         for name, c in raw["classes"].items()
     }
     xids = {int(code): XidInfo(x["class"], x["nvidia"], x["name"], x.get("repeat_class"))
@@ -118,7 +119,7 @@ def table(faults: FaultSettings) -> CauseTable:
     classes = dict(base.classes)
     for name, ladder in faults.ladders.items():
         info = classes[name]
-        classes[name] = ClassInfo(tuple(ladder), info.lemon_weight, info.rma, info.why)
+        classes[name] = replace(info, ladder=tuple(ladder))
     xids = dict(base.xids)
     for code, cls in faults.xids.items():
         old = xids.get(code)
@@ -273,6 +274,12 @@ def planned_action(cause: Cause | None, faults: FaultSettings, *, gpu_reset: boo
 def needs_rma(fault_class: str | None, faults: FaultSettings) -> bool:
     info = table(faults).classes.get(fault_class or UNKNOWN)
     return bool(info and info.rma and faults.classify)
+
+
+def urgent(fault_class: str | None) -> bool:
+    """Whether the class is marked urgent in the shipped table: its jobs get no checkpoint request."""
+    info = shipped().classes.get(fault_class or UNKNOWN)
+    return bool(info and info.urgent)
 
 
 # A move to fresh hardware, per cloud: Azure redeploys; a GCE or EC2 stop and start lands on a new host.

@@ -7,15 +7,20 @@ MIXED/ALLOCATED+FAIL: its jobs are still there. ``slurm_drain`` waits for them (
 blocking), and the eviction and VM steps check again before acting (:func:`no_jobs_left`).
 
 After ``workflow.drain_timeout_s``, ``workflow.on_jobs_timeout`` decides (:func:`jobs_timed_out`):
-hold (stay drained, page once, keep waiting), requeue or cancel, each audited with the job ids.
+hold (stay drained, page once, keep waiting), requeue or cancel, each audited with the job ids. Where
+the site asks jobs to checkpoint first (:mod:`remediation.domain.checkpoint`), they are signalled as
+soon as the drain finds them, and ``on_jobs_timeout`` comes ``checkpoint_wait_s`` after the request
+(:func:`wait_for_jobs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
-from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
+from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, request_checkpoint
+from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, elapsed, wait
 from remediation.domain.stepdetail import JobsProgress
 from remediation.ports.cluster import SlurmNode
 from remediation.settings import WorkflowSettings
@@ -44,11 +49,33 @@ def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
     return [], None
 
 
+def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
+                  now: datetime) -> Wait:
+    """The drain found the node busy: ask its jobs to checkpoint once (where the site and the fault's
+    class allow it), wait for them to leave, and apply ``on_jobs_timeout`` at the deadline:
+    ``checkpoint_wait_s`` after the request, or ``drain_timeout_s`` after the drain if that is sooner
+    or nothing was asked."""
+    detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
+    request = CheckpointRequest.load(inp.provider_op)
+    if (request is None and jobs and asks_checkpoint(inp.context.fault_class, workflow)) or (
+            request is not None and request.sent is None):
+        return request_checkpoint(inp, ad, workflow, jobs, detail, now)
+    deadline = float(workflow.drain_timeout_s)
+    after = f"{workflow.drain_timeout_s}s after the drain"
+    if request is not None and (ends := request.ends_at(inp.started_at, deadline)) < deadline:
+        deadline, after = ends, f"{request.wait_s}s after the checkpoint request ({request.signal})"
+    if elapsed(inp, now) <= deadline:
+        waiting = f"waiting for {busy} to leave" if jobs else f"waiting: {busy}"
+        return wait(workflow, f"{request.text(now)}; {waiting}" if request else waiting, detail=detail)
+    return jobs_timed_out(inp, ad, workflow, jobs, busy, detail, after)
+
+
 def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
-                   detail: dict[str, Any]) -> Wait:
+                   detail: dict[str, Any], after: str) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
-    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node."""
-    timeout, policy = workflow.drain_timeout_s, workflow.on_jobs_timeout
+    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node.
+    ``after`` says which deadline passed."""
+    policy = workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.
     progress = JobsProgress.load(inp.detail)
@@ -59,9 +86,9 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
     if policy in ("requeue", "cancel") and todo:
         (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
         verb = "requeued" if policy == "requeue" else "cancelled"
-        why = f"{verb} {jobs_text(todo)} still on {inp.node} {timeout}s after the drain"
+        why = f"{verb} {jobs_text(todo)} still on {inp.node} {after}"
         return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
-    why = (f"{busy} still on {inp.node} {timeout}s after the drain; on_jobs_timeout={policy}: the node stays "
+    why = (f"{busy} still on {inp.node} {after}; on_jobs_timeout={policy}: the node stays "
            "drained and nothing destructive happens until the jobs leave or a human decides")
     return wait(workflow, f"held: {why}", detail={**detail, **replace(progress, timeout_paged=True).dump()},
                  note=None if progress.timeout_paged else Note("jobs_timeout", why, ids))

@@ -16,6 +16,7 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.statemachine import Site
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
+from remediation.ports.intents import Intents
 from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 
@@ -26,6 +27,9 @@ class Adapters:
     kube: KubeNodes | None  # kube.backend none: the site has no Kubernetes
     machine: MachineProvider | None  # machine.backend none: nothing can act on a node's machine
     validator: Validator | None = None  # validation.backend none: no validation
+    # Where an action that must not be sent twice is claimed first (a checkpoint request); None: a
+    # process without the database (such a request is then refused, never sent unrecorded).
+    intents: Intents | None = None
 
     @property
     def site(self) -> Site:

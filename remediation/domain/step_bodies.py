@@ -14,14 +14,14 @@ cordon placed mid-remediation is never undone.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, vm_rungs
+from remediation.domain.checkpoint import ask_pods
 from remediation.domain.context import RemediationContext
 from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
-from remediation.domain.jobsafety import jobs_holding, jobs_timed_out, no_jobs_left
+from remediation.domain.jobsafety import jobs_holding, no_jobs_left, wait_for_jobs
 from remediation.domain.machine_actions import provider_action
 from remediation.domain.outcomes import Adapters as Adapters
 from remediation.domain.outcomes import Cancel as Cancel
@@ -105,10 +105,7 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
         if node.states & {SlurmState.DOWN, SlurmState.FAIL}:
             return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
         return Done("drained; no jobs running")
-    detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
-    if elapsed(inp, now) <= cfg.workflow.drain_timeout_s:
-        return wait(cfg.workflow, f"waiting for {busy} to leave" if jobs else f"waiting: {busy}", detail=detail)
-    return jobs_timed_out(inp, ad, cfg.workflow, jobs, busy, detail)
+    return wait_for_jobs(inp, ad, cfg.workflow, jobs, busy, now)
 
 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
@@ -242,7 +239,10 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
     kube = ad.kubernetes(Step.K8S_EVICT)
-    progress = kube.evict_pods(inp.context.k8s_node or kube.node_for(inp.node))
+    k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
+    if asked := ask_pods(inp, ad, cfg.workflow, k8s_name, now):
+        return asked
+    progress = kube.evict_pods(k8s_name)
     if progress.done:
         return Done("all pods evicted", context=RemediationContext(reconfirm=False if inp.context.reconfirm else None))
     if elapsed(inp, now) > cfg.workflow.evict_timeout_s:

@@ -73,6 +73,12 @@ class SlurmControl(Protocol):
         """``scancel`` these jobs; a job that already ended is not an error."""
         ...
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """``scancel --signal=SIGNAL --batch`` (or ``--full``) these jobs: ask them to checkpoint. Not
+        idempotent (a job signalled twice saves twice, or ends on a second USR1): the caller records an
+        intent first. A job that already ended is not an error."""
+        ...
+
     def drain(self, name: str, reason: str) -> None:
         """``scontrol update nodename=NAME state=drain reason=REASON``. The caller passes the full
         reason (with our prefix)."""
@@ -141,6 +147,12 @@ class KubeNodes(Protocol):
 
     def evict_pods(self, name: str) -> EvictionProgress:
         """One pass of the Eviction API over the Node's pods; never force-deletes."""
+        ...
+
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        """Annotate the pods an eviction would remove from Node ``name`` with a checkpoint request:
+        when it was asked and when eviction starts. A pod that carries one keeps it (asked once).
+        Returns those pods still on the Node (``namespace/name``). No exec into any pod."""
         ...
 
     def set_quarantine_taint(self, name: str, on: bool) -> None:

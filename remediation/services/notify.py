@@ -72,7 +72,8 @@ NOTIFIABLE: dict[str, tuple[str, str]] = {
     "fault_hold": (":construction:", "Held for a human: the cause takes no VM action (drained, nothing restarted)"),
     "unproven_hold": (":construction:", "Held for a human: nothing at this site can prove the node healthy "
                       "(no machine action, no GPU check; drained, never resumed by the service)"),
-    "jobs_timeout": (":hourglass:", "Jobs still on a drained node after drain_timeout_s: held, waiting for a human"),
+    "jobs_timeout": (":hourglass:", "Jobs still on a drained node past drain_timeout_s or checkpoint_wait_s: held for a human"),
+    "checkpoint_requested": (":floppy_disk:", "Jobs asked to save their work before their node is taken"),
     "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
     "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
     "validation_held": (":stopwatch:", "GPU check gave no verdict (timeout, no result, cannot run): node HELD for a human"),

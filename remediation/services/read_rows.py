@@ -132,6 +132,22 @@ class TimelineEntry:
 
 
 @dataclass
+class CheckpointRow:
+    """The checkpoint request the drain waits on (:mod:`remediation.domain.checkpoint`), as recorded
+    on its step row; ``text`` is rendered from these fields, never the other way round."""
+
+    jobs: list[str]
+    signal: str
+    scope: str
+    asked_at: datetime
+    wait_s: int
+    sent: bool | None  # True: scancel answered; False/None: a worker stopped while sending (not resent)
+    dry_run: bool  # recorded by the dry-run twin: nothing was sent
+    text: str  # "asked job 123 to checkpoint (USR1) 40 s ago; waiting up to 300 s"
+    target: str = "jobs"  # jobs (Slurm, signalled; ``jobs`` holds their ids) or pods (annotated; ns/name)
+
+
+@dataclass
 class NodeDetail:
     node: NodeRow
     remediations: list[RemediationDetail]
@@ -141,6 +157,7 @@ class NodeDetail:
     timeline: list[TimelineEntry]
     episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
     validations: list[ValidationRow] = field(default_factory=list)  # the validation's latest checks
+    checkpoint: CheckpointRow | None = None  # the request the drain waits on, while it waits
 
 
 @dataclass

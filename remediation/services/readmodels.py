@@ -26,12 +26,14 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.domain.checkpoint import CheckpointRequest
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import episodes
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.services.lemons import lemon_scores
 from remediation.services.read_rows import (
     AuditRow,
+    CheckpointRow,
     EventRow,
     NodeDetail,
     NodeRow,
@@ -51,6 +53,7 @@ from remediation.settings import LemonSettings, PolicySettings
 __all__ = [
     "ago",
     "AuditRow",
+    "CheckpointRow",
     "EventRow",
     "get_node",
     "get_remediation",
@@ -289,7 +292,23 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
                      policy.repeat_offender_window, node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
                       audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found,
-                      validations=node_validations(s, name))
+                      validations=node_validations(s, name), checkpoint=_checkpoint(s, node, now or datetime.now(UTC)))
+
+
+def _checkpoint(s: Session, node: NodeRow, now: datetime) -> CheckpointRow | None:
+    """The checkpoint request the node's drain (jobs) or eviction (pods) waits on (None: none, or
+    that step is over)."""
+    if node.open_remediation is None or node.step not in (Step.SLURM_DRAIN, Step.K8S_EVICT):
+        return None
+    row = s.scalars(select(RemediationStep).where(
+        RemediationStep.remediation_id == node.open_remediation, RemediationStep.step == node.step,
+    ).order_by(RemediationStep.attempt.desc()).limit(1)).first()
+    request = CheckpointRequest.load(row.provider_op) if row is not None else None
+    if row is None or request is None or not request.jobs:
+        return None
+    return CheckpointRow(list(request.jobs), request.signal, request.scope, request.at, request.wait_s,
+                         request.sent, bool(row.dry_run), request.text(now, dry_run=bool(row.dry_run)),
+                         request.target)
 
 
 def _timeline(rems: list[RemediationDetail], events: list[EventRow],

@@ -99,3 +99,17 @@ def noop_outside_dry_run(dry_run: bool, slurm: SlurmSettings, kube: KubeSettings
             out.append(f"{section}.backend: noop {twin}; a site with no {half} sets {section}.backend: none; "
                        f"{rehearse}")
     return out
+
+
+#: The Slurm backends that can send a job a signal (``scancel --signal``): slurmrestd and pyslurm
+#: cannot, as they cannot requeue or cancel.
+SIGNALLING = frozenset({"cli", "memory", NOOP})
+
+
+def checkpoint_without_signals(slurm: SlurmSettings, workflow: WorkflowSettings) -> list[str]:
+    """A refusal when a checkpoint request is asked of a Slurm backend that cannot send it."""
+    if not workflow.checkpoint_signal or slurm.backend in SIGNALLING:
+        return []
+    return [f"workflow.checkpoint_signal {workflow.checkpoint_signal} is sent with scancel, and "
+            f"slurm.backend {slurm.backend} cannot signal a job; use slurm.backend: cli, or leave "
+            "workflow.checkpoint_signal empty"]

@@ -11,8 +11,10 @@ from remediation.settings.base import Section
 
 class KubeSettings(Section):
     """How the service reads Kubernetes Nodes, maps Slurm nodes to them and acts on them."""
+
     backend: Literal["kubernetes", "memory", "noop", "none"] = Field(
-        "kubernetes", description="Kubernetes access: kubernetes (the API server), or none: this site has no "
+        "kubernetes",
+        description="Kubernetes access: kubernetes (the API server), or none: this site has no "
         "Kubernetes (Slurm only), so cordon, eviction and the quarantine taint are no steps at all and "
         "the Kubernetes watcher does not start. memory is the simulated world; noop is the dry-run twin, "
         "refused outside dry-run.",
@@ -48,6 +50,20 @@ class KubeSettings(Section):
         "MachineHealthCheck and NHC use 5 minutes).",
     )
     resync_interval_s: float = Field(300.0, gt=0, description="Watcher relist interval.")
+    list_page_size: int = Field(
+        500,
+        ge=1,
+        le=10_000,
+        description="Nodes per page of the watcher's relist (limit and continue, as kubectl's 500): the "
+        "watcher holds one page's JSON at a time, so its memory does not grow with the fleet's answer.",
+    )
+    queue_max_items: int = Field(
+        10_000,
+        ge=1,
+        description="Watch events the list+watch thread may queue ahead of the publisher before it "
+        "stops reading the stream (memory back-pressure; the API server buffers, and a watch that "
+        "falls too far behind is expired and relisted).",
+    )
     watch_timeout_s: int = Field(300, ge=1, description="timeoutSeconds of one watch request.")
     evict_backoff_s: float = Field(5.0, gt=0, description="Wait before retrying a 429 eviction.")
     request_timeout_s: float = Field(

@@ -115,7 +115,8 @@ class Settings(BaseSettings):
             )
         refused = [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, self.machine),
                    *backends.without_kubernetes(self.kube, self.machine, self.validation),
-                   *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults)]
+                   *backends.ladders_beyond_the_machine(self.machine, self.workflow, self.policy.faults),
+                   *backends.checkpoint_without_signals(self.slurm, self.workflow)]
         if refused:
             raise ValueError("\n  ".join(refused))
         return self

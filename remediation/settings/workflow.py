@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from remediation.settings.base import Section
+from remediation.vocabulary import FAULT_CLASSES
+
+#: The signals a checkpoint request may send (``scancel --signal=NAME``): the ones a job can catch.
+#: KILL and STOP cannot be caught, so they could never mean "save your work".
+CHECKPOINT_SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP", "QUIT", "ALRM", "CONT", "URG", "XCPU")
 
 
 class WorkflowSettings(Section):
@@ -24,6 +29,37 @@ class WorkflowSettings(Section):
         "requeue: `scontrol requeue` the jobs; cancel: `scancel` them. Each is audited with the job "
         "ids. hold is the safe default: a researcher's job is never ended by the service unless a "
         "site chooses so.",
+    )
+    checkpoint_signal: str = Field(
+        "",
+        description="The signal a checkpoint request sends to the jobs the drain finds on a node (e.g. "
+        "USR1; a leading SIG is accepted), once, before the wait on them; empty (default) = no request. "
+        "Off by default: only a site whose jobs save their work on that signal should send it (an "
+        "untrapped USR1 ends a job).",
+    )
+    checkpoint_wait_s: int = Field(
+        300,
+        ge=1,
+        description="Seconds after the checkpoint request before on_jobs_timeout applies to the jobs "
+        "still on the node, instead of waiting out drain_timeout_s. 300 s lets a large training run "
+        "write a checkpoint; never longer than drain_timeout_s in effect.",
+    )
+    checkpoint_scope: Literal["batch", "full"] = Field(
+        "batch",
+        description="Who gets the signal: batch (`scancel --batch`: the job's batch script, which "
+        "passes it on as it sees fit) or full (`scancel --full`: the batch script and every step).",
+    )
+    checkpoint_classes: list[str] | None = Field(
+        None,
+        description="The fault classes whose jobs get the checkpoint request; unset (default) = every "
+        "class not marked urgent in the cause table (docs/policy.md says which and why).",
+    )
+    checkpoint_pods: bool = Field(
+        False,
+        description="Also ask the pods an eviction would remove: k8s_evict annotates them with the "
+        "request (<kube.annotation_domain>/checkpoint-requested-at and checkpoint-deadline; no exec) "
+        "and evicts checkpoint_wait_s later, or as soon as they have left. Needs checkpoint_signal set "
+        "and the workers allowed to patch pods (deploy/components/checkpoint-pods); off by default.",
     )
     evict_timeout_s: int = Field(
         900,
@@ -95,6 +131,36 @@ class WorkflowSettings(Section):
         "quarantined. Values: restart, reimage, redeploy, stop_start. On GCE and AWS, which have no "
         "reimage or redeploy, those rungs become stop_start (a move to fresh hardware).",
     )
+
+    @field_validator("checkpoint_signal")
+    @classmethod
+    def _catchable_signal(cls, value: str) -> str:
+        name = value.strip().upper()
+        name = name[3:] if name.startswith("SIG") else name
+        if name and name not in CHECKPOINT_SIGNALS:
+            raise ValueError(f"{value!r} is not a signal a job can catch to save its work; choose from "
+                             f"{list(CHECKPOINT_SIGNALS)}, or leave it empty for no checkpoint request")
+        return name
+
+    @field_validator("checkpoint_classes")
+    @classmethod
+    def _known_classes(cls, value: list[str] | None) -> list[str] | None:
+        bad = [c for c in value or () if c not in FAULT_CLASSES]
+        if bad:
+            raise ValueError(f"unknown fault class(es) {bad}; choose from {list(FAULT_CLASSES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _pods_need_a_signal(self) -> WorkflowSettings:
+        if self.checkpoint_pods and not self.checkpoint_signal:
+            raise ValueError("workflow.checkpoint_pods asks pods along with the jobs, and workflow.checkpoint_signal "
+                             "is empty (no checkpoint request at all); set a signal, or checkpoint_pods: false")
+        if self.checkpoint_pods and self.checkpoint_wait_s >= self.evict_timeout_s:
+            # The pods' wait is part of k8s_evict, whose evict_timeout_s would run out before any eviction.
+            raise ValueError(f"workflow.checkpoint_wait_s ({self.checkpoint_wait_s}) must be below "
+                             f"workflow.evict_timeout_s ({self.evict_timeout_s}) with checkpoint_pods: the pods' "
+                             "wait counts toward the eviction's timeout")
+        return self
 
     @field_validator("ladder")
     @classmethod

@@ -170,3 +170,12 @@ def test_without_a_webhook_the_pass_only_advances_the_cursor(sessions, clock) ->
     with sessions() as s:
         assert control_get(s, CURSOR)["id"] == res.cursor
     assert run_pass(sessions, cfg(None), clock=clock).scanned == 0
+
+
+def test_a_checkpoint_request_is_posted_naming_the_jobs(sessions, receiver, clock) -> None:
+    run_pass(sessions, cfg(receiver), clock=clock)  # past whatever the database already held
+    add(sessions, clock, "checkpoint_requested", "gpu-node-3",
+        "checkpoint request: signalled USR1 (batch) to 1 job(s) (4242) on gpu-node-3")
+    assert run_pass(sessions, cfg(receiver), clock=clock).sent == 1
+    (text,) = receiver.texts
+    assert "Jobs asked to save their work" in text and "(4242)" in text

@@ -660,14 +660,15 @@ VALIDATION_RBAC = {
 }
 
 
-def _with_validation(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
-    """An overlay of ours with the validation component added, as deploy/README.md says to."""
+def _with_validation(overlay: str, tmp_path: Path, component: str = "validation-kubernetes") -> tuple[dict[str, Any], ...]:
+    """An overlay of ours with a component added (the validation's by default), as deploy/README.md
+    says to."""
     here = tmp_path / "overlay"
     here.mkdir()
     rel = lambda p: os.path.relpath(p, here)  # noqa: E731 - kustomize takes relative paths only
     (here / "kustomization.yaml").write_text(
         f"resources: [{rel(ROOT / 'deploy/overlays' / overlay)}]\n"
-        f"components: [{rel(ROOT / 'deploy/components/validation-kubernetes')}]\n"
+        f"components: [{rel(ROOT / 'deploy/components' / component)}]\n"
     )
     out = subprocess.run([shutil.which("kubectl") or "kubectl", "kustomize", str(here)], capture_output=True,
                          text=True, timeout=60, check=False)
@@ -687,6 +688,18 @@ def test_the_validation_component_grants_jobs_in_its_namespace_only(overlay: str
     for workload in _workloads(objs):
         env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
         assert env["REMEDIATION_VALIDATION__BACKEND"] == "kubernetes", workload["metadata"]["name"]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_checkpoint_pods_component_grants_pods_patch_and_nothing_more(overlay: str, tmp_path: Path) -> None:
+    """workflow.checkpoint_pods annotates pods (remediation/adapters/kube/adapter.py, request_checkpoint):
+    pods patch for the workers, cluster-wide as their pods list is; no exec, no delete."""
+    objs = _with_validation(overlay, tmp_path, "checkpoint-pods")
+    worker = ("remediation-worker", CLUSTER)
+    assert _granted(objs) == {**RBAC, worker: RBAC[worker] | {("", "pods", "patch")}}
+    for workload in _workloads(objs):
+        env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
+        assert env["REMEDIATION_WORKFLOW__CHECKPOINT_PODS"] == "true", workload["metadata"]["name"]
 
 
 def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:

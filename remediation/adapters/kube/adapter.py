@@ -22,14 +22,21 @@ transient (keeping Retry-After); 401/403 and other 4xx are permanent; 404 is Not
 configuration and that translation live in :mod:`remediation.adapters.kube.client`, the
 Slurm-node-to-Node mapping in :mod:`remediation.adapters.kube.mapping`.
 
+- **Checkpoint request.** Where the site asks pods to save their work before they are evicted
+  (``workflow.checkpoint_pods``), each pod an eviction would remove gets two annotations,
+  ``<domain>/checkpoint-requested-at`` and ``<domain>/checkpoint-deadline`` (RFC 3339), once: a pod
+  that carries them keeps them. Nothing execs into a pod; whatever runs it (a training operator, the
+  job's own sidecar) watches the annotation.
+
 RBAC this module needs: nodes get+patch, pods list (all namespaces, and the slurmd namespace for the
-``pod`` mapping), pods/eviction create.
+``pod`` mapping), pods/eviction create; pods patch only with ``workflow.checkpoint_pods``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import urllib3
@@ -46,6 +53,7 @@ from remediation.adapters.kube.client import (
 from remediation.adapters.kube.mapping import NodeMapping
 from remediation.ports.cluster import EvictionProgress, KubeNode
 from remediation.ports.errors import (
+    NotFound,
     TransientError,
 )
 from remediation.settings import KubeSettings, Settings
@@ -76,6 +84,9 @@ class KubeAdapter:
         self.cordoned_by = f"{settings.annotation_domain}/cordoned-by"
         self.cordon_reason = f"{settings.annotation_domain}/cordon-reason"
         self.taint_key = f"{settings.annotation_domain}/quarantined"
+        # The checkpoint request on a pod (docs/kubernetes.md): when it was asked, when eviction starts.
+        self.checkpoint_at = f"{settings.annotation_domain}/checkpoint-requested-at"
+        self.checkpoint_deadline = f"{settings.annotation_domain}/checkpoint-deadline"
         self._mapping = NodeMapping(api, settings, self._read)
 
     # ---------------------------------------------------------------------------- reading
@@ -203,22 +214,46 @@ class KubeAdapter:
             ).items
         return {(p.metadata.namespace, p.metadata.name) for p in pods}
 
-    def evict_pods(self, name: str) -> EvictionProgress:
+    def _leaving(self, name: str) -> list[client.V1Pod]:
+        """The pods an eviction of Node ``name`` removes: not the slurmd pod (:meth:`_slurmd_pods` says
+        why), not a static
+        pod's mirror (the kubelet owns it, the API cannot remove it), not a DaemonSet's (it would be
+        recreated; it tolerates the cordon by design)."""
         with api_errors(f"list pods on Node {name}"):
             pods = self.api.list_pod_for_all_namespaces(
                 field_selector=f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed",
                 _request_timeout=self.s.request_timeout_s,
             ).items
         slurmd = self._slurmd_pods(name)
-        remaining, blocked, delay = 0, [], 0.0
-        for pod in pods:
+        return [
+            pod for pod in pods
+            if (pod.metadata.namespace, pod.metadata.name) not in slurmd
+            and MIRROR_ANNOTATION not in (pod.metadata.annotations or {})
+            and not any(ref.kind == "DaemonSet" and ref.controller for ref in pod.metadata.owner_references or [])
+        ]
+
+    def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
+        """A merge patch of two annotations on each pod that does not carry our request yet (a
+        terminating pod is leaving anyway); a pod gone meanwhile (404) is left out."""
+        asked = {self.checkpoint_at: requested_at.isoformat(), self.checkpoint_deadline: deadline.isoformat()}
+        out = []
+        for pod in self._leaving(name):
             meta = pod.metadata
-            if (meta.namespace, meta.name) in slurmd:
-                continue  # the Slurm node itself: drained already, it restarts with the VM (see below)
-            if MIRROR_ANNOTATION in (meta.annotations or {}):
-                continue  # a static pod's mirror: the kubelet owns it, the API cannot remove it
-            if any(ref.kind == "DaemonSet" and ref.controller for ref in meta.owner_references or []):
-                continue  # the DaemonSet would recreate it; it tolerates the cordon by design
+            out.append(f"{meta.namespace}/{meta.name}")
+            if self.checkpoint_at in (meta.annotations or {}) or meta.deletion_timestamp is not None:
+                continue
+            try:
+                with api_errors(f"annotate pod {meta.namespace}/{meta.name} with a checkpoint request"):
+                    self.api.patch_namespaced_pod(meta.name, meta.namespace, {"metadata": {"annotations": asked}},
+                                                  _request_timeout=self.s.request_timeout_s)
+            except NotFound:
+                out.pop()  # gone already: nothing left to ask
+        return out
+
+    def evict_pods(self, name: str) -> EvictionProgress:
+        remaining, blocked, delay = 0, [], 0.0
+        for pod in self._leaving(name):
+            meta = pod.metadata
             remaining += 1
             if meta.deletion_timestamp is not None:
                 continue  # already leaving; evicting again changes nothing

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from remediation.adapters.redfish.inventory import Inventory
-from remediation.adapters.redfish.provider import Intents, RedfishProvider
+from remediation.adapters.redfish.provider import RedfishProvider
 from remediation.ports.errors import ConfigError
+from remediation.ports.intents import Intents
 from remediation.settings import Settings
 
 

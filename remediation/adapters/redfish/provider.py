@@ -29,12 +29,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any
 
 from remediation.adapters.redfish.client import BmcSession, MaybeSent
 from remediation.adapters.redfish.inventory import Bmc, Inventory
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import NotSupported, PermanentError, RemediationError, TransientError
+from remediation.ports.intents import Intents
 from remediation.settings import RedfishSettings
 
 log = logging.getLogger(__name__)
@@ -63,16 +64,6 @@ def plan_reset(action: VMAction, allowed: set[str], state: str) -> tuple[str, st
     raise NotSupported(
         f"the system offers none of {[r for r, _ in order]} for {action} (it offers {sorted(allowed)})"
     )
-
-
-class Intents(Protocol):
-    """Where a reset's intent is recorded before it is sent (:class:`remediation.db.intents.StepIntents`
-    on the step rows)."""
-
-    def recorded(self, key: str) -> dict[str, Any] | None: ...
-    def claim(self, key: str, op: dict[str, Any]) -> dict[str, Any] | None: ...
-    def settle(self, key: str, op: dict[str, Any]) -> None: ...
-    def release(self, key: str, op: dict[str, Any]) -> None: ...
 
 
 class RedfishProvider:

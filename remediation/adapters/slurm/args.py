@@ -16,6 +16,7 @@ import re
 
 from remediation.domain.events import NODE_NAME
 from remediation.ports.errors import PermanentError
+from remediation.settings.workflow import CHECKPOINT_SIGNALS
 
 #: Longer reasons are refused rather than cut, so that what Slurm shows is what we meant.
 MAX_REASON = 1024
@@ -61,3 +62,12 @@ def check_job_id(job: object) -> str:
     if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
         raise InvalidSlurmArgument(f"invalid Slurm job id {job!r:.80}: expected digits, e.g. 12345 or 12345_7")
     return job
+
+
+def check_signal(signal: object) -> str:
+    """One of the signals a checkpoint request may send (the names ``workflow.checkpoint_signal`` is
+    checked against at start-up): the argument is guarded here as every value handed to Slurm is."""
+    if signal not in CHECKPOINT_SIGNALS:
+        raise InvalidSlurmArgument(f"invalid signal name {signal!r:.40}: expected one of {list(CHECKPOINT_SIGNALS)}")
+    assert isinstance(signal, str)
+    return signal

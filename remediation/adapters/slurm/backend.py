@@ -15,9 +15,9 @@ def make_slurm(settings: Settings) -> SlurmControl:
     backends and dry-run wrapping belong to :mod:`remediation.adapters.factory`."""
     backend = settings.slurm.backend
     if backend == "cli":
-        from remediation.adapters.slurm.cli import CliSlurm
+        from remediation.adapters.slurm.merged import MergedSlurm
 
-        return CliSlurm(settings.slurm)
+        return MergedSlurm(settings.slurm)  # CliSlurm, with concurrent per-node calls merged
     if backend == "rest":
         from remediation.adapters.slurm.rest import RestSlurm
 

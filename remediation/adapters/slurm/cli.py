@@ -36,7 +36,7 @@ import threading
 from collections.abc import Iterable
 from typing import Literal
 
-from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason
+from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason, check_signal
 from remediation.adapters.slurm.delta import DeltaReader
 from remediation.adapters.slurm.parse import (
     NodeRecord,
@@ -46,6 +46,7 @@ from remediation.adapters.slurm.parse import (
     parse_scontrol_nodes,
 )
 from remediation.adapters.slurm.probe import NodeTableProbe
+from remediation.domain.hostlist import expand
 from remediation.domain.topology import Switch, parse_topology
 from remediation.ports.cluster import SlurmNode
 from remediation.ports.errors import (
@@ -62,7 +63,12 @@ from remediation.settings import SlurmSettings
 #: specified" (errno 2028), 26.05 "Invalid node state transition" (errno 2180).
 _ALREADY_RESUMED = ("invalid node state specified", "invalid node state transition")
 #: What scontrol requeue / scancel say about a job that has already ended.
-_JOB_GONE = ("already completing or completed", "job has already finished", "invalid job id", "job is no longer")
+_JOB_GONE = (
+    "already completing or completed",
+    "job has already finished",
+    "invalid job id",
+    "job is no longer",
+)
 
 #: Job states that still hold a node's resources: running, completing, configuring, suspended, stopped.
 JOB_STATES = "R,CG,CF,S,ST"
@@ -129,8 +135,13 @@ class CliSlurm:
         probe = None
         if self.settings.change_probe:
             probe = NodeTableProbe.open(self.settings.slurm_conf, self.settings.libslurm, self.version)
-        return DeltaReader(self._run, self.settings.sinfo, self.settings.scontrol, bad,
-                           probe.changed if probe is not None else None)
+        return DeltaReader(
+            self._run,
+            self.settings.sinfo,
+            self.settings.scontrol,
+            bad,
+            probe.changed if probe is not None else None,
+        )
 
     def poll(self) -> dict[str, NodeRecord] | None:
         """Watcher hook; sinfo cannot tell "unchanged", so every poll is a full read."""
@@ -165,6 +176,37 @@ class CliSlurm:
     def get_node(self, name: str) -> SlurmNode:
         return self.status(name).to_slurm_node()
 
+    # Several nodes in one command (remediation.adapters.slurm.merged): each name is checked on its own
+    # and the list is joined with commas, a list Slurm reads as those nodes and no others.
+
+    def statuses(self, names: list[str]) -> dict[str, NodeRecord]:
+        """``scontrol show node -o A,B,...``: the nodes Slurm knows of ``names`` (an unknown one is absent
+        when the others are known; Slurm refuses a list of only unknown names)."""
+        out = self._run([self.settings.scontrol, "show", "node", "-o", _node_list(names)])
+        try:
+            nodes = parse_scontrol_nodes(out)
+        except SlurmFormatError as exc:
+            raise SlurmCommandError(f"scontrol show node printed something unexpected: {exc}") from None
+        return {name: nodes[name] for name in names if name in nodes}
+
+    def jobs_by_node(self, names: list[str]) -> dict[str, list[str]]:
+        """``squeue -w A,B,...``: each node's jobs that hold it, a job on several of them under each."""
+        out = self._run(
+            [self.settings.squeue, "-h", "-w", _node_list(names), "-t", JOB_STATES, "-o", "%i %N"]
+        )
+        jobs: dict[str, set[str]] = {name: set() for name in names}
+        for line in out.splitlines():
+            job, _, nodes = line.strip().partition(" ")
+            for node in expand(nodes.strip()) if job else []:
+                if node in jobs:
+                    jobs[node].add(job)
+        return {name: sorted(held) for name, held in jobs.items()}
+
+    def update_many(self, names: list[str], state: str, reason: str) -> None:
+        """``scontrol update nodename=A,B,... state=STATE reason=REASON``: one command for them all."""
+        check_reason(reason)
+        self._update(_node_list(names), state, reason)
+
     def running_jobs(self, name: str) -> int:
         return len(self.jobs_on(name))
 
@@ -181,6 +223,13 @@ class CliSlurm:
         for job in job_ids:
             self._job_command([self.settings.scancel, check_job_id(job)])
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        """``scancel --signal=SIGNAL --batch|--full JOB``, one call per job (one that already ended
+        must not keep the others from their request). The signal name was checked at start-up."""
+        flag = {"batch": "--batch", "full": "--full"}[scope]
+        for job in job_ids:
+            self._job_command([self.settings.scancel, f"--signal={check_signal(signal)}", flag, check_job_id(job)])
+
     # ---------------------------------------------------------------------------------- writes
 
     def drain(self, name: str, reason: str) -> None:
@@ -189,6 +238,9 @@ class CliSlurm:
         current = self.status(name)
         if "DRAIN" in current.flags and current.reason == reason:
             return  # already done; re-draining would restamp the reason time and look like news
+        self._set_drain(name, reason)
+
+    def _set_drain(self, name: str, reason: str) -> None:
         self._update(name, "drain", reason)
 
     def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
@@ -263,6 +315,14 @@ class CliSlurm:
             message = (proc.stderr.decode("utf-8", "replace").strip() or stdout.strip())[:2000]
             raise _classify(message or f"exit status {proc.returncode}", what)
         return stdout
+
+
+def _node_list(names: list[str]) -> str:
+    for name in names:
+        check_node_name(name)
+    if not names:
+        raise ValueError("no node names")
+    return ",".join(names)
 
 
 def _classify(message: str, what: str) -> RemediationError:

@@ -108,6 +108,12 @@ class PyslurmSlurm:
     def cancel_jobs(self, job_ids: list[str]) -> None:
         raise NotSupported("job cancellation is not implemented for the pyslurm backend; use the cli backend")
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        raise NotSupported(
+            "signalling a job is not implemented for the pyslurm backend; a checkpoint request "
+            "(workflow.checkpoint_signal) needs the cli backend"
+        )
+
     def drain(self, name: str, reason: str) -> None:
         self._modify(name, state="DRAIN", reason=check_reason(reason))
 

@@ -159,6 +159,12 @@ class RestSlurm:
             "hold, or use the cli backend"
         )
 
+    def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
+        raise NotSupported(
+            "slurmrestd cannot signal a job here; a checkpoint request (workflow.checkpoint_signal) needs the "
+            "cli backend"
+        )
+
     # ---------------------------------------------------------------------------------- writes
 
     def drain(self, name: str, reason: str) -> None:

@@ -6,7 +6,9 @@ of Node names into Slurm node names."""
 
 from __future__ import annotations
 
+import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -25,8 +27,11 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
+from simulator.kube_objects import gpu_node_object
 from tests.conftest import REDIS_URL
 from watchers import kube as kube_watcher
+from watchers.kube_nodes import decode_page, slim
+from watchers.kube_stream import Item, NodeStream
 from watchers.runtime import Polls, Stopper
 
 HOLD = 1.0
@@ -50,7 +55,9 @@ class Watcher:
         self.stopper = Stopper(install=False)
         self.polls = Polls()
         self.thread = threading.Thread(
-            target=kube_watcher.run, args=(settings, self.stopper, bus, api), kwargs={"polls": self.polls},
+            target=kube_watcher.run,
+            args=(settings, self.stopper, bus, api),
+            kwargs={"polls": self.polls},
             daemon=True,
         )
 
@@ -501,3 +508,113 @@ def test_node_mapping_publishes_under_the_node_name(
     (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=HOLD + 3)
     assert (event.node, event.reason) == ("gpu-node-5", "Node gpu-node-5: Ready=False")
     assert not any("pods" in r.path for r in kube_api.requests)
+
+
+def paged(make_settings: Callable[..., Settings], redis_prefix: str) -> Settings:
+    return make_settings(
+        broker={"key_prefix": redis_prefix, "redis_url": REDIS_URL},
+        kube={"mapping": "node", "min_condition_s": 0, "resync_interval_s": 60, "list_page_size": 2},
+    )
+
+
+def node_lists(kube_api: KubeAPIServer) -> list[tuple[str | None, bool, int]]:
+    """(limit, has a continue token, status) of each Node list request."""
+    return [
+        (r.query.get("limit"), bool(r.query.get("continue")), r.status)
+        for r in kube_api.requests
+        if r.path == "/api/v1/nodes" and "watch" not in r.query
+    ]
+
+
+def test_a_relist_reads_pages_and_finds_a_bad_node_on_the_last(
+    kube_api: KubeAPIServer,
+    make_settings: Callable[..., Settings],
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    start: Callable[..., Watcher],
+) -> None:
+    for i in range(5):
+        kube_api.add_node(f"n{i}", ready="False" if i == 4 else "True")
+    start(paged(make_settings, redis_prefix))
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=5)
+    assert (event.node, event.kind, event.state) == ("n4", EventKind.UNHEALTHY, "Ready=False")
+    assert node_lists(kube_api) == [("2", False, 200), ("2", True, 200), ("2", True, 200)]
+    watch = next(r for r in kube_api.requests if r.query.get("watch") == "true")
+    assert watch.query["resourceVersion"] == str(kube_api.resource_version)  # the pages' one snapshot
+
+
+def test_a_continue_expired_mid_relist_starts_the_list_again(
+    kube_api: KubeAPIServer,
+    make_settings: Callable[..., Settings],
+    redis_client: redis.Redis,
+    redis_prefix: str,
+    start: Callable[..., Watcher],
+) -> None:
+    for i in range(5):
+        kube_api.add_node(f"n{i}")
+    hold = kube_api.delay_next(1, 10, method="GET", path="/api/v1/nodes")
+    start(paged(make_settings, redis_prefix))
+    assert hold.held.wait(10), "the first page was never asked for"
+    kube_api.set_condition("n4", "Ready", "False")  # after the first page's snapshot
+    kube_api.compact()
+    hold.release.set()
+    (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=5)
+    assert (event.node, event.state) == ("n4", "Ready=False")
+    assert node_lists(kube_api) == [
+        ("2", False, 200), ("2", True, 410), ("2", False, 200), ("2", True, 200), ("2", True, 200)
+    ]  # fmt: skip
+
+
+def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
+    kube_api: KubeAPIServer, make_settings: Callable[..., Settings], core: client.CoreV1Api
+) -> None:
+    """Back-pressure: with room for two items and nobody reading, the stream thread waits on the queue
+    instead of buffering; once read, every change arrives, in order; stop() ends a waiting thread."""
+    kube_api.add_node("n1")
+    settings = make_settings(kube={"mapping": "node", "resync_interval_s": 60, "queue_max_items": 2})
+    items: queue.Queue[Item] = queue.Queue(maxsize=settings.kube.queue_max_items)
+    stream = NodeStream(core, settings, items)
+    stream.start()
+    try:
+        wait_for(lambda: watching(kube_api))
+        for status in ("False", "True", "False", "True", "False"):
+            kube_api.set_condition("n1", "Ready", status)
+        wait_for(items.full)
+        seen, ready = [], []
+        while len(seen) < 6:
+            kind, payload = items.get(timeout=5)
+            seen.append(kind)
+            if kind == "MODIFIED":
+                ready.append({c["type"]: c["status"] for c in payload["status"]["conditions"]}["Ready"])
+        assert seen == ["RELIST", *["MODIFIED"] * 5]
+        assert ready == ["False", "True", "False", "True", "False"]
+        for status in ("True", "False", "True"):
+            kube_api.set_condition("n1", "Ready", status)
+        wait_for(items.full)  # the stream now waits to queue the third
+    finally:
+        stream.stop()
+        stream.join(timeout=5)
+    assert not stream.is_alive()
+
+
+def test_a_relisted_node_keeps_only_what_the_watcher_reads() -> None:
+    node = gpu_node_object(
+        "n1", ready="True", provider_id="gce://p/z/n1", boot_id="b1", annotations={}, unschedulable=False,
+        taints=None, now="2026-11-26T00:00:00Z", labels={"topology.kubernetes.io/zone": "z1", "other": "x"},
+    )  # fmt: skip
+    kept = slim(node, ["topology.kubernetes.io/zone", "absent"])
+    assert kept["metadata"] == {
+        "name": "n1", "resourceVersion": node["metadata"].get("resourceVersion", ""),
+        "labels": {"topology.kubernetes.io/zone": "z1"},
+    }  # fmt: skip
+    assert kept["status"]["conditions"] == [
+        {k: c[k] for k in ("type", "status", "reason", "message", "lastTransitionTime") if k in c}
+        for c in node["status"]["conditions"]
+    ]
+    assert len(json.dumps(kept)) * 5 < len(json.dumps(node))
+    listed = {"kind": "NodeList", "metadata": {"resourceVersion": "7", "continue": "t"}, "items": [node]}
+    assert decode_page(json.dumps(listed).encode(), ["topology.kubernetes.io/zone", "absent"]) == (
+        [kept],
+        "7",
+        "t",
+    )

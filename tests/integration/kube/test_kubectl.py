@@ -376,3 +376,25 @@ def test_api_resources_lists_exactly_what_the_server_serves(kubectl: Run) -> Non
     assert kubectl("api-versions").stdout.split() == sorted(
         {r.api_version for r in RESOURCES}
     )  # fmt: skip
+
+
+def test_get_nodes_in_chunks_lists_every_node_once_across_pages(
+    kube_api: KubeAPIServer, core: client.CoreV1Api, kubectl: Run
+) -> None:
+    """client-go's pager as the oracle of ``limit`` and ``continue``: kubectl lists in chunks of 3,
+    follows each page's continue token to the end, and sees every Node once, in both output forms."""
+    names = [f"gke-a3-{i:02d}" for i in range(8)]
+    for name in names:
+        kube_api.add_node(name)
+    kube_api.clear_requests()
+    table_rows = kubectl("get", "nodes", "--chunk-size=3", "--no-headers").stdout.splitlines()
+    assert [row.split()[0] for row in table_rows] == names
+    pages = [r for r in kube_api.requests if r.path == "/api/v1/nodes"]
+    assert [r.query.get("limit") for r in pages] == ["3", "3", "3"]
+    assert [bool(r.query.get("continue")) for r in pages] == [False, True, True]
+
+    listed = json.loads(kubectl("get", "nodes", "--chunk-size=3", "-o", "json").stdout)
+    assert [n["metadata"]["name"] for n in listed["items"]] == names
+    assert {n["metadata"]["name"] for n in listed["items"]} == {
+        n.metadata.name for n in core.list_node().items
+    }

@@ -1,0 +1,224 @@
+"""Checkpoint before the hammer: ask the jobs on a draining node to save their work, once.
+
+A requeue or a cancel after ``drain_timeout_s`` throws away everything a job did since its last
+checkpoint. Most training frameworks save a checkpoint on a signal, and Slurm delivers one
+(``scancel --signal=USR1 --batch JOB``, or ``--full`` for every step). So, where a site names
+``workflow.checkpoint_signal`` and the fault's class allows it (``workflow.checkpoint_classes``;
+unset: every class not marked urgent in the cause table), ``slurm_drain`` signals the jobs it finds,
+as soon as it finds them; it goes on the moment they leave, and applies ``on_jobs_timeout`` once
+``checkpoint_wait_s`` have passed since the request, without waiting out the rest of
+``drain_timeout_s``.
+
+A signal is not idempotent: a job signalled twice saves twice, or ends on a second USR1 it no longer
+traps. The request is an intent (:mod:`remediation.ports.intents`): claimed on the drain step's row,
+committed, before ``scancel`` runs, and sent only by the run that won the claim. A worker killed
+after the claim leaves it there; the next run reads it back (``StepInput.provider_op``) and sends
+nothing: at most once. What the request was (jobs, signal, scope, when, how long it waits) is typed
+(:class:`CheckpointRequest`) and is what ``nodes show`` and the dashboard render, never the text.
+
+Pods get the same request where the site says so (``workflow.checkpoint_pods``): before its first
+eviction, ``k8s_evict`` annotates the pods it would remove (:func:`ask_pods`; no exec), goes on when
+they have left and evicts the rest ``checkpoint_wait_s`` after the request. An annotation is
+idempotent on the object (a pod that carries one keeps it), and the request's time is claimed as an
+intent too, so a repeated run writes the same times: a pod is asked once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from remediation.domain.causes import urgent
+from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
+from remediation.ports.errors import ConfigError
+from remediation.settings import WorkflowSettings
+
+#: The ``provider_op`` kind of a checkpoint request on a ``slurm_drain`` step row.
+KIND = "checkpoint"
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """One request to the jobs on a node: recorded before it is sent, read back by every later run."""
+
+    jobs: tuple[str, ...]
+    signal: str  # as scancel takes it: USR1
+    scope: Literal["batch", "full"]
+    at: datetime  # when it was recorded (just before scancel ran)
+    wait_s: int  # on_jobs_timeout applies (pods: eviction starts) this long after ``at``
+    sent: bool | None = None  # True: scancel answered; None: a worker stopped before that was recorded
+    target: Literal["jobs", "pods"] = "jobs"  # Slurm jobs signalled, or pods annotated
+
+    @classmethod
+    def load(cls, op: Mapping[str, Any] | None) -> CheckpointRequest | None:
+        """The request on a step row's ``provider_op`` (None: there is none, or it is malformed)."""
+        if not op or op.get("kind") != KIND:
+            return None
+        try:
+            scope = op["scope"]
+            if scope not in ("batch", "full"):
+                return None
+            sent = op.get("sent")
+            return cls(
+                tuple(str(j) for j in op["jobs"]),
+                str(op["signal"]),
+                scope,
+                datetime.fromisoformat(op["at"]),
+                int(op["wait_s"]),
+                sent if isinstance(sent, bool) else None,
+                "pods" if op.get("target") == "pods" else "jobs",
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def dump(self) -> dict[str, Any]:
+        return {
+            "kind": KIND,
+            "jobs": list(self.jobs),
+            "signal": self.signal,
+            "scope": self.scope,
+            "at": self.at.isoformat(),
+            "wait_s": self.wait_s,
+            "sent": self.sent,
+            "target": self.target,
+        }
+
+    def ends_at(self, drain_started: datetime, drain_timeout_s: float) -> float:
+        """Seconds after ``drain_started`` when on_jobs_timeout applies: ``wait_s`` after the request,
+        or the drain's own timeout if that comes first."""
+        return min((self.at - drain_started).total_seconds() + self.wait_s, drain_timeout_s)
+
+    def text(self, now: datetime, dry_run: bool = False) -> str:
+        """'asked job 123 to checkpoint (USR1) 40 s ago; waiting up to 300 s'."""
+        ago = max(0, int((now - self.at).total_seconds()))
+        who = (
+            f"{self.target[:-1]} {self.jobs[0]}"
+            if len(self.jobs) == 1
+            else f"{self.target} {', '.join(self.jobs[:5])}"
+            + (f" (+{len(self.jobs) - 5} more)" if len(self.jobs) > 5 else "")
+        )
+        verb = "would have asked" if dry_run else "asked"
+        how = self.signal if self.target == "jobs" else "annotation"
+        lost = (
+            ""
+            if self.sent is not False
+            else " (not confirmed: a worker stopped while asking; not asked again)"
+        )
+        return f"{verb} {who} to checkpoint ({how}) {ago} s ago; waiting up to {self.wait_s} s{lost}"
+
+
+def asks_checkpoint(fault_class: str | None, workflow: WorkflowSettings) -> bool:
+    """Whether the jobs of a fault of this class get a checkpoint request."""
+    if not workflow.checkpoint_signal:
+        return False
+    if workflow.checkpoint_classes is None:
+        return not urgent(fault_class)
+    return (fault_class or "unknown") in workflow.checkpoint_classes
+
+
+def request_checkpoint(
+    inp: StepInput,
+    ad: Adapters,
+    workflow: WorkflowSettings,
+    jobs: list[str],
+    detail: dict[str, Any],
+    now: datetime,
+) -> Wait:
+    """Claim the request as an intent, send it if the claim is ours, and wait for the jobs to leave.
+    An intent found already made (a worker stopped between claiming and recording the send, or another
+    one claimed it first) is never sent again: it is recorded as not confirmed."""
+    if ad.intents is None:
+        raise ConfigError(
+            "a checkpoint request is sent only where its intent can be recorded first (the "
+            "process built its adapters without the database's intents)",
+            component="slurm",
+        )
+    scope: Literal["batch", "full"] = workflow.checkpoint_scope
+    request = CheckpointRequest(
+        tuple(jobs), workflow.checkpoint_signal, scope, now, workflow.checkpoint_wait_s
+    )
+    first = (
+        inp.provider_op
+        if CheckpointRequest.load(inp.provider_op)
+        else ad.intents.claim(inp.key, request.dump())
+    )
+    if first is None:
+        ad.slurm.signal_jobs(list(request.jobs), request.signal, request.scope)
+        request = replace(request, sent=True)
+        how = f"signalled {request.signal} ({request.scope})"
+    else:
+        request = replace(CheckpointRequest.load(first) or request, sent=False)
+        how = (
+            f"{request.signal} ({request.scope}) recorded but not confirmed (a worker stopped while sending "
+            "it; it is never sent twice)"
+        )
+    why = (
+        f"checkpoint request: {how} to {len(request.jobs)} job(s) ({', '.join(request.jobs)}) on {inp.node}; "
+        f"on_jobs_timeout={workflow.on_jobs_timeout} applies {request.wait_s}s after it if they have not left"
+    )
+    ids = {
+        "jobs": list(request.jobs),
+        "signal": request.signal,
+        "scope": request.scope,
+        "node": inp.node,
+        "sent": request.sent,
+    }
+    return wait(
+        workflow, why, detail=detail, provider_op=request.dump(), note=Note("checkpoint_requested", why, ids)
+    )
+
+
+def ask_pods(
+    inp: StepInput, ad: Adapters, workflow: WorkflowSettings, k8s_node: str, now: datetime
+) -> Wait | None:
+    """Before the first eviction (``workflow.checkpoint_pods``): annotate the pods it would remove
+    with the request, and wait up to ``checkpoint_wait_s`` for them to leave. None: evict now (the
+    class is not asked, no pod is left, or the wait is over). The request's time is claimed as an
+    intent first, so a repeated run annotates with the same times, and a pod already annotated keeps
+    its annotation: a pod is asked once."""
+    if (
+        not workflow.checkpoint_pods
+        or ad.kube is None
+        or not asks_checkpoint(inp.context.fault_class, workflow)
+    ):
+        return None
+    recorded = CheckpointRequest.load(inp.provider_op)
+    request = recorded
+    if request is None:
+        if ad.intents is None:
+            raise ConfigError(
+                "a checkpoint request is sent only where its intent can be recorded first",
+                component="kubernetes",
+            )
+        ours = CheckpointRequest(
+            (),
+            workflow.checkpoint_signal,
+            workflow.checkpoint_scope,
+            now,
+            workflow.checkpoint_wait_s,
+            target="pods",
+        )
+        request = CheckpointRequest.load(ad.intents.claim(inp.key, ours.dump())) or ours
+    if (now - request.at).total_seconds() >= request.wait_s:
+        return None
+    pods = ad.kube.request_checkpoint(k8s_node, request.at, request.at + timedelta(seconds=request.wait_s))
+    if not pods:
+        return None
+    request = replace(request, jobs=tuple(pods), sent=True)
+    why = (
+        f"checkpoint request: annotated {len(pods)} pod(s) ({', '.join(pods[:5])}) on {k8s_node}; "
+        f"evicting them {request.wait_s}s after it if they have not left"
+    )
+    note = (
+        None
+        if recorded is not None and recorded.sent
+        else Note("checkpoint_requested", why, {"pods": list(pods), "node": inp.node, "k8s_node": k8s_node})
+    )
+    return wait(
+        workflow,
+        f"{request.text(now)}; waiting for {len(pods)} pod(s) to leave",
+        provider_op=request.dump(),
+        note=note,
+    )
