@@ -52,10 +52,12 @@ fi
 apt_install slurmctld slurmd slurm-client munge slurmrestd
 
 # --- Slurm 24.11 and 26.05 in debootstrap'd trixie and sid roots, built once and reused (the tests run
-# them with chroot). Each takes about a minute the first time.
+# them with chroot). Each takes up to a minute or so the first time, mostly downloading: both at once.
 apt_install debootstrap
-bash scripts/slurm-root.sh 24.11
-bash scripts/slurm-root.sh 26.05
+bash scripts/slurm-root.sh 24.11 & root_2411=$!
+bash scripts/slurm-root.sh 26.05 & root_2605=$!
+wait "$root_2411" || { echo "building the Slurm 24.11 root failed" >&2; exit 1; }
+wait "$root_2605" || { echo "building the Slurm 26.05 root failed" >&2; exit 1; }
 
 # --- Debian's Chromium and its matching chromedriver, for the headless browser test (Selenium).
 apt_install chromium chromium-driver
