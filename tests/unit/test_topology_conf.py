@@ -89,9 +89,19 @@ def test_the_rest_backend_falls_back_to_scontrol_where_it_is_installed(tmp_path:
     scontrol = tmp_path / "scontrol"
     scontrol.write_text("#!/bin/sh\nprintf 'SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=n[1-2]\\n'\n")
     scontrol.chmod(0o755)
-    source = topology_source(SlurmSettings(backend="rest", scontrol=str(scontrol)), _Rest())
+    slurm_conf = tmp_path / "slurm.conf"
+    slurm_conf.write_text("ClusterName=c\n")
+    settings = SlurmSettings(backend="rest", scontrol=str(scontrol), slurm_conf=str(slurm_conf))
+    source = topology_source(settings, _Rest())
     assert source.origin == "scontrol show topology (slurmrestd serves no switch list)"
     assert source.read is not None and [s.nodes for s in source.read()] == [("n1", "n2")]
+
+
+def test_scontrol_without_a_slurm_conf_is_no_source(tmp_path: Path) -> None:
+    # The deploy image ships scontrol; a rest deployment mounts no slurm.conf (nor munge) for it.
+    settings = SlurmSettings(backend="rest", scontrol="/bin/true", slurm_conf=str(tmp_path / "none.conf"))
+    source = topology_source(settings, _Rest())
+    assert source.read is None and "has no slurm.conf" in source.origin
 
 
 def test_no_source_is_said_at_start_up_never_silent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -6,7 +6,8 @@ Three sources, the first that applies wins:
    (:func:`remediation.domain.topology.parse_topology_conf`). For a service that reaches Slurm only
    through slurmrestd, with the file mounted from the cluster's configuration.
 2. ``scontrol show topology``: the cli backend's own reader, and the rest backend's too where
-   ``slurm.scontrol`` is installed beside the watcher (it then needs munge, like the cli backend).
+   ``slurm.scontrol`` is installed beside the watcher with a slurm.conf (``slurm.slurm_conf``,
+   ``SLURM_CONF`` or /etc/slurm/slurm.conf; it then needs munge, like the cli backend).
 3. slurmrestd itself serves no switch list: no release tested here does (22.05's v0.0.38, 24.11's
    v0.0.40-42, 26.05's v0.0.42-45). 26.05 has ``GET /conf`` (``TopologyPlugin`` names the plugin, not
    its switches) and a per-node ``topology`` string that stays empty for nodes topology.conf places.
@@ -17,6 +18,7 @@ than leaving the incident rule silently without them.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,7 +54,8 @@ def topology_source(settings: SlurmSettings, slurm: object) -> TopologySource:
             f"nowhere: the {settings.backend} backend has no topology reader and "
             "slurm.topology_conf is unset",
         )
-    if shutil.which(settings.scontrol) is not None:
+    conf = settings.slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf"
+    if shutil.which(settings.scontrol) is not None and Path(conf).is_file():
         from remediation.adapters.slurm.cli import CliSlurm
 
         return TopologySource(
@@ -61,8 +64,8 @@ def topology_source(settings: SlurmSettings, slurm: object) -> TopologySource:
     return TopologySource(
         None,
         f"nowhere: slurmrestd serves no switch list, slurm.topology_conf is unset "
-        f"and {settings.scontrol!r} is not installed here; set slurm.topology_conf "
-        "to the cluster's topology.conf",
+        f"and {settings.scontrol!r} is not installed here or has no slurm.conf ({conf}); set "
+        "slurm.topology_conf to the cluster's topology.conf",
     )
 
 
