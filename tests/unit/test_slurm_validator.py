@@ -131,3 +131,17 @@ def test_a_job_slurmctld_forgot_is_gone_and_a_busy_reservation_is_retried() -> N
     assert RestIO(rest).job("12") is None
     with pytest.raises(TransientError, match="still in use"):
         RestIO(rest).delete_reservation("nr-gate-r7-a1")
+
+
+@pytest.mark.parametrize(("api", "user"), [("v0.0.45", "svc-remediation"), ("v0.0.42", None)])
+def test_through_slurmrestd_the_reservation_is_the_token_user_s(tmp_path: Path, api: str, user: str | None) -> None:
+    import getpass
+
+    cfg = load_settings(
+        slurm={"backend": "rest", "rest_url": "http://127.0.0.1:9", "rest_api_version": api,
+               "rest_user": "svc-remediation", "rest_token": "t"},
+        validation={"backend": "slurm", "slurm_workdir": str(tmp_path)},
+    )
+    v = SlurmValidator(cfg.slurm, cfg.validation)
+    # v0.0.45 reserves through slurmrestd, where the JWT's user submits the check; v0.0.42 falls back to sbatch.
+    assert v.user == (user or getpass.getuser())

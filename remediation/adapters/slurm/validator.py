@@ -67,7 +67,8 @@ class SlurmValidator:
         self.nodes = self.io.nodes
         self.slurm = slurm
         self.cfg = validation
-        self.user = validation.slurm_user or getpass.getuser()
+        # The reservation's user is the one the check job runs as: through slurmrestd, the token's.
+        self.user = validation.slurm_user or self.io.job_user or getpass.getuser()
         self.workdir = Path(validation.slurm_workdir)
         self.prefix = prefix
 

@@ -81,6 +81,9 @@ class ValidatorIO(Protocol):
     @property
     def nodes(self) -> Nodes: ...  # the node's status, resume and drain, through the same path
 
+    @property
+    def job_user(self) -> str | None: ...  # who the check job runs as, when not this process's user
+
     def reservation_exists(self, name: str) -> bool: ...
     def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None: ...
     def delete_reservation(self, name: str) -> None: ...
@@ -98,7 +101,7 @@ def validator_io(settings: SlurmSettings) -> ValidatorIO:
         rest = RestSlurm(settings)
         if rest.version_tuple >= FIRST_RESERVING:
             log.info("the validator reserves and runs its check through slurmrestd %s", rest.version)
-            return RestIO(rest)
+            return RestIO(rest, settings.rest_user)
         rest.close()
         log.info(
             "the validator uses scontrol and sbatch: slurmrestd %s cannot create a reservation "
@@ -110,6 +113,7 @@ def validator_io(settings: SlurmSettings) -> ValidatorIO:
 
 class CommandIO:
     through = "scontrol and sbatch"
+    job_user = None  # sbatch submits as this process's user
 
     def __init__(self, settings: SlurmSettings) -> None:
         self.nodes = self.cli = CliSlurm(settings)
@@ -198,8 +202,11 @@ class CommandIO:
 
 
 class RestIO:
-    def __init__(self, rest: Any) -> None:  # a RestSlurm, imported lazily with the rest backend
+    def __init__(self, rest: Any, job_user: str | None = None) -> None:  # a RestSlurm, imported lazily
         self.nodes = self.rest = rest
+        self.job_user = (
+            job_user  # the JWT's user (slurm.rest_user) submits the job, so the reservation is theirs
+        )
         self.through = f"slurmrestd {rest.version}"
         self.base = f"/slurm/{rest.version}"
 
