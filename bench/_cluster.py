@@ -1,6 +1,6 @@
 """A throwaway real Slurm for the benchmarks: scripts/slurm-up.sh in a temp dir, on free ports.
 
-``release`` "22.05" is the host's Slurm; "24.11" runs the root scripts/slurm-root.sh builds (and caches)
+``release`` "22.05" is the host's Slurm; "24.11" and "26.05" run the roots scripts/slurm-root.sh builds (and caches)
 with chroot, its commands reached through the wrappers the yielded environment puts first on PATH.
 """
 
@@ -18,17 +18,17 @@ from tests.ports import free_port, free_port_range
 ROOT = Path(__file__).resolve().parents[1]
 
 
-RELEASES = ("22.05", "24.11")
+RELEASES = ("22.05", "24.11", "26.05")
 
 
 def slurm_root(release: str) -> str | None:
     """None for the host's Slurm; else the cached root of ``release`` (built now if missing)."""
     if release == "22.05":
         return None
-    if release != "24.11":
+    if release not in RELEASES:
         raise ValueError(f"no Slurm {release} to run (know {', '.join(RELEASES)})")
     built = subprocess.run(  # noqa: S603 - our own script, fixed argv
-        ["bash", str(ROOT / "scripts" / "slurm-root.sh")], capture_output=True, text=True
+        ["bash", str(ROOT / "scripts" / "slurm-root.sh"), release], capture_output=True, text=True
     )
     if built.returncode != 0:
         raise RuntimeError(f"scripts/slurm-root.sh failed:\n{built.stdout}\n{built.stderr}")

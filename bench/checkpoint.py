@@ -1,6 +1,6 @@
 """Checkpoint before the hammer: time from a fault to the node being free, with and without the request.
 
-On each real Slurm release (22.05, and 24.11 from the cached root; scripts/slurm-up.sh), the service
+On each real Slurm release (22.05, and 24.11 and 26.05 from the cached roots; scripts/slurm-up.sh), the service
 runs as deployed: the Slurm watcher (``python -m watchers.slurm``) and a Celery worker with beat, on a
 scratch Postgres and Redis, with the cli backend and no Kubernetes or machine backend (the drain is
 what is measured). Each cycle submits a batch job to its own node that traps USR1, takes ``--save-s``
@@ -20,7 +20,7 @@ Polls are the shipped ``workflow.poll_interval_s`` and ``slurm.poll_interval_s``
 Fewer than 200 cycles print the max, not a p99.
 
 Run: .venv/bin/python -m bench.checkpoint [--cycles 3] [--save-s 5] [--drain-timeout 60]
-     [--poll SECONDS] [--releases 22.05,24.11]
+     [--poll SECONDS] [--releases 22.05,24.11,26.05]
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def measure(release: str, cycles: int, save_s: float, drain_timeout: int, poll: 
                 arm_nodes = [f"gpu-node-{i}" for i in (range(cycles) if signal else range(cycles, nodes))]
                 with Session(engine) as db:
                     results[arm] = [
-                        # inside the cluster directory: a chroot's slurmd (24.11) sees it too
+                        # inside the cluster directory: a chroot's slurmd (24.11, 26.05) sees it too
                         cycle(env, db, node, conf.parent / f"{prefix}-{node}", save_s)
                         for node in arm_nodes
                     ]

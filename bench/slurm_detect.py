@@ -1,10 +1,10 @@
 """Detection latency: from ``scontrol update ... state=down`` to the event on the Redis stream.
 
-On each real Slurm release (22.05, and 24.11 from the root scripts/slurm-root.sh caches; started here
-with scripts/slurm-up.sh, 16 nodes) the watcher runs with its default settings (cli backend, the
-shipped poll interval) and publishes to a real Redis; one table per release. On 24.11 the commands are
-the root's (chroot wrappers) and the libslurm change probe is off (this process cannot load 24.11's
-libslurm), so every poll runs sinfo: the figure includes that. 50 nodes are set DOWN one
+On each real Slurm release (22.05, and 24.11 and 26.05 from the roots scripts/slurm-root.sh caches;
+started here with scripts/slurm-up.sh, 16 nodes) the watcher runs with its default settings (cli backend,
+the shipped poll interval) and publishes to a real Redis; one table per release. On 24.11 and 26.05 the
+commands are the root's (chroot wrappers) and the libslurm change probe is off (this process cannot load
+their libslurm), so every poll runs sinfo: the figure includes that. 50 nodes are set DOWN one
 after another, at random gaps so the changes fall at random points of the poll cycle. The latency of
 one change is the Redis stream id of its event (the server's clock, in ms) minus the time just before
 ``scontrol update`` started.
@@ -13,7 +13,7 @@ Baseline, on the same controller at the same time: a permanent ``strigger --node
 whose program appends the time and the node list to a file.
 
 Run: .venv/bin/python -m bench.slurm_detect [--changes 50] [--poll SECONDS (default: slurm.poll_interval_s)]
-     [--releases 22.05,24.11]
+     [--releases 22.05,24.11,26.05]
 """
 
 from __future__ import annotations

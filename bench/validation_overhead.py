@@ -1,6 +1,6 @@
 """The validation's overhead per remediation, beyond the check's own run time, on a real slurmctld.
 
-On each real Slurm release (22.05, and 24.11 from the cached root; started with scripts/slurm-up.sh,
+On each real Slurm release (22.05, and 24.11 and 26.05 from the cached roots; started with scripts/slurm-up.sh,
 4 nodes, no accounting storage) one node at a time is drained with our reason, then the Slurm validator runs
 exactly as the ``validate`` step drives it: ``start`` (create the maintenance reservation, resume the
 node, sbatch the check), a ``poll`` every ``validation.poll_interval_s`` until the job has ended, then
@@ -14,7 +14,7 @@ line), noticing the end (the check's last line -> the poll that sees it ended) a
 (``finish``). Fewer than 200 cycles print the max, not a p99.
 
 Run: .venv/bin/python -m bench.validation_overhead [--cycles 20] [--poll SECONDS (default: the shipped
-     validation.poll_interval_s)] [--check-s 1] [--releases 22.05,24.11]
+     validation.poll_interval_s)] [--check-s 1] [--releases 22.05,24.11,26.05]
 """
 
 from __future__ import annotations

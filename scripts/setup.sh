@@ -2,7 +2,8 @@
 # Install everything the tests need on a Debian 12 machine, idempotently:
 #   - PostgreSQL and Redis from Debian's packages, started if they are not answering, and redis-sentinel;
 #   - Slurm 22.05 (slurmctld, slurmd, slurm-client, munge, slurmrestd) for the real-Slurm tests;
-#   - Slurm 24.11 in a cached Debian trixie root (scripts/slurm-root.sh), the second real Slurm;
+#   - Slurm 24.11 and 26.05 in cached Debian trixie and sid roots (scripts/slurm-root.sh), the second
+#     and third real Slurm;
 #   - promtool (Debian's prometheus package) for the alert-rule tests;
 #   - kubectl 1.21+ (the machine's, or Debian's trixie package's binary) for the deploy tests;
 #   - a Python 3.11 virtualenv in .venv with the project and its test extras.
@@ -53,9 +54,13 @@ apt_install redis-sentinel
 # --- Slurm 22.05 and munge (the real-Slurm tests start a controller from a fixture).
 apt_install slurmctld slurmd slurm-client munge slurmrestd
 
-# --- Slurm 24.11 in a debootstrap'd trixie root, built once and reused (the tests run it with chroot).
+# --- Slurm 24.11 and 26.05 in debootstrap'd trixie and sid roots, built once and reused (the tests run
+# them with chroot). Each takes up to a minute or so the first time, mostly downloading: both at once.
 apt_install debootstrap
-bash scripts/slurm-root.sh
+bash scripts/slurm-root.sh 24.11 & root_2411=$!
+bash scripts/slurm-root.sh 26.05 & root_2605=$!
+wait "$root_2411" || { echo "building the Slurm 24.11 root failed" >&2; exit 1; }
+wait "$root_2605" || { echo "building the Slurm 26.05 root failed" >&2; exit 1; }
 
 # --- Debian's Chromium and its matching chromedriver, for the headless browser tests (Selenium) and
 #     `remediation reliability -o pdf`, which prints the report with headless Chromium.

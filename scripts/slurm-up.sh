@@ -1,6 +1,6 @@
 #!/bin/bash
 # Start a real Slurm controller and N slurmd "nodes" on this host, for tests, benchmarks and demos: the
-# host's Slurm 22.05, or with SLURM_CI_ROOT the Slurm 24.11 of a root built by scripts/slurm-root.sh.
+# host's Slurm 22.05, or with SLURM_CI_ROOT the Slurm 24.11 or 26.05 of a root built by scripts/slurm-root.sh.
 #
 # Each node is its own slurmd process (slurmd -N NAME) listening on its own port, so killing one slurmd
 # makes exactly that node go "Not responding" and then DOWN, as on a real cluster; `scontrol reboot NODE`
@@ -13,7 +13,8 @@
 #   SLURM_CI_NODES      number of nodes gpu-node-0..N-1        (default 8)
 #   SLURM_CI_CTLD_PORT  slurmctld port                         (default 6817)
 #   SLURM_CI_PORT_BASE  first slurmd port; node i uses BASE+i  (default 17000)
-#   SLURM_CI_REST       1 = also start slurmrestd on DIR/run/slurmrestd.sock (default 1)
+#   SLURM_CI_REST       1 = also start slurmrestd on DIR/run/slurmrestd.sock (default 1); on 26.05 it
+#                       runs as nobody, and DIR/run/slurmrestd.token holds a JWT for root (X-SLURM-USER-*)
 #   SLURM_CI_TIMEOUT_S  seconds to wait for every node to be idle (default 60)
 #   SLURM_CI_ROOT       run the Slurm of this root (scripts/slurm-root.sh) with chroot (default: the host's)
 #   SLURM_CI_LEAVES     0 = no topology; L >= 1 = TopologyPlugin=topology/tree with the nodes split in
@@ -47,7 +48,8 @@ if [ -n "$ROOT" ]; then
   ROOT=$(realpath -e -- "$ROOT") || { echo "SLURM_CI_ROOT does not exist; build it with scripts/slurm-root.sh" >&2; exit 2; }
   [ -f "$ROOT/.node-remediation-root" ] || { echo "$ROOT is not a root built by scripts/slurm-root.sh" >&2; exit 2; }
   [ "$(id -u)" = 0 ] || { echo "running Slurm in a chroot needs root" >&2; exit 1; }
-  cp /etc/hosts "$ROOT/etc/hosts"
+  # Two clusters may start from one root at once: replace the root's hosts file in one rename.
+  cp /etc/hosts "$ROOT/etc/hosts.$$" && mv -f "$ROOT/etc/hosts.$$" "$ROOT/etc/hosts"
   mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
   mountpoint -q "$ROOT/sys" || mount -t sysfs sysfs "$ROOT/sys" 2>/dev/null || mount --rbind /sys "$ROOT/sys"
   mkdir -p "$D" "$ROOT$D"
@@ -164,12 +166,29 @@ boot=-b
 [ -e "$D/run/$node.no-boot" ] && boot=""
 echo "$(date +%T) reboot $node (slurmd $slurmd${boot:+, as a new boot})" >> "$D/log/reboot.log"
 unset SLURMD_RECONF SLURMD_RECONF_LISTEN_FD SLURMD_RECONF_PARENT_FD  # a reconfigured 24.11 slurmd's
-setsid sh -c 'kill "$1"; while kill -0 "$1" 2>/dev/null; do sleep 0.1; done; exec slurmd $4 -N "$2" -f "$3"' \
-  reboot "$slurmd" "$node" "$D/slurm.conf" "$boot" </dev/null >/dev/null 2>&1 &
+# The child leaves this process group at once (setsid), and the script returns only once it has:
+# 26.05's slurmd kills the RebootProgram's process group when the program exits.
+detached="$D/run/$node.detached"
+rm -f "$detached"
+setsid sh -c ': > "$5"; kill "$1"; while kill -0 "$1" 2>/dev/null; do sleep 0.1; done; exec slurmd $4 -N "$2" -f "$3"' \
+  reboot "$slurmd" "$node" "$D/slurm.conf" "$boot" "$detached" </dev/null >/dev/null 2>&1 &
+for _ in $(seq 1 100); do [ -e "$detached" ] && break; sleep 0.05; done
+rm -f "$detached"
 exit 0
 REBOOT
 chmod 0755 "$D/reboot-node.sh"
 echo "RebootProgram=$D/reboot-node.sh" >> "$SLURM_CONF"
+# 26.05's slurmrestd runs unprivileged and acts as root only with a JWT (below): slurmctld gets the key.
+JWT=0
+if [ "$REST" = 1 ] && [ -n "$ROOT" ]; then
+  major=$(awk '{print $2}' "$ROOT/.node-remediation-root" | cut -d. -f1)
+  [ "${major:-0}" -ge 26 ] && JWT=1
+fi
+if [ "$JWT" = 1 ]; then
+  [ -s "$D/jwt.key" ] || { head -c 32 /dev/urandom > "$D/jwt.key.new" && mv "$D/jwt.key.new" "$D/jwt.key"; }
+  chmod 0600 "$D/jwt.key"
+  printf 'AuthAltTypes=auth/jwt\nAuthAltParameters=jwt_key=%s\n' "$D/jwt.key" >> "$SLURM_CONF"
+fi
 # A chroot has no cgroup tree of its own (24.11's slurmd reads cgroup.conf even with task/none).
 [ -n "$ROOT" ] && echo "CgroupPlugin=disabled" > "$D/cgroup.conf"
 
@@ -184,13 +203,31 @@ for i in $(seq 0 "$LAST"); do
 done
 
 if [ "$REST" = 1 ]; then
-  # rest_auth/local authenticates by the peer's uid on the unix socket; root needs the override.
-  # 22.05 serves v0.0.38 from its own plugin; 23.02+ serve every data_parser version (24.11: v0.0.40,
-  # v0.0.41, v0.0.42) from openapi/slurmctld.
+  # 22.05 serves v0.0.38 from its own plugin; 23.02+ serve their data_parser versions from
+  # openapi/slurmctld (24.11: v0.0.40-42; 26.05: v0.0.42-45).
   plugin=openapi/v0.0.38
   [ -n "$ROOT" ] && plugin=openapi/slurmctld
-  SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -a rest_auth/local -s "$plugin" \
-    "unix:$D/run/slurmrestd.sock" >"$D/log/slurmrestd.log" 2>&1 </dev/null &
+  if [ "$JWT" = 1 ]; then
+    # 26.05 refuses to run as root or SlurmUser at all (SLURMRESTD_SECURITY=disable_user_check is
+    # fatal): it runs as nobody, and a request that is to act as root carries a JWT slurmctld issued
+    # (`scontrol token`), as on a production cluster. rest_auth/jwt alone: with rest_auth/local loaded
+    # too, a root peer on the socket is refused ("rejecting thread config for user root") before its
+    # token is looked at.
+    scontrol token username=root lifespan=604800 | sed -n 's/^SLURM_JWT=//p' > "$D/run/slurmrestd.token"
+    [ -s "$D/run/slurmrestd.token" ] || { echo "scontrol token issued no token; see $D/log/slurmctld.log" >&2; exit 1; }
+    chmod 0600 "$D/run/slurmrestd.token"
+    # It binds its socket after dropping to nobody: in a directory of nobody's, reached by the usual path.
+    # DIR may be private (a test's temp dir is 0700): nobody may pass through it, read nothing in it.
+    chmod o+x "$D" "$D/run"
+    install -d -o 65534 -g 65534 -m 0755 "$D/run/rest"
+    ln -sfn rest/slurmrestd.sock "$D/run/slurmrestd.sock"
+    SLURM_JWT=daemon setsid slurmrestd -u 65534 -g 65534 -a rest_auth/jwt -s "$plugin" \
+      "unix:$D/run/rest/slurmrestd.sock" >"$D/log/slurmrestd.log" 2>&1 </dev/null &
+  else
+    # rest_auth/local authenticates by the peer's uid on the unix socket; root needs the override.
+    SLURMRESTD_SECURITY=disable_user_check setsid slurmrestd -a rest_auth/local -s "$plugin" \
+      "unix:$D/run/slurmrestd.sock" >"$D/log/slurmrestd.log" 2>&1 </dev/null &
+  fi
   echo $! > "$D/run/slurmrestd.pid"
 fi
 

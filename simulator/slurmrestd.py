@@ -40,6 +40,12 @@ from simulator.fakehttp import FakeServer, Response
 from simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
 
 VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
+#: What 26.05's openapi/slurmctld serves instead (seen on 26.05.5), and how it words what changed.
+VERSIONS_2605 = ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+_NOT_FOUND_2605 = (b"Unable to find requested URL endpoint. Please query the '/openapi/v3' endpoint or visit "
+                   b"'https://slurm.schedmd.com/rest_api.html' for the OpenAPI specification which includes a "
+                   b"list of all possible slurmrestd endpoints.")
+ERR_INVALID_NODE_STATE_TRANSITION = 2180
 _PATH = re.compile(r"^/slurm/(?P<version>v0\.0\.\d+)/(?P<what>nodes|node|jobs|ping)(?:/(?P<name>[^/]+))?$")
 _NOT_FOUND = b"Unable find requested URL. Please view /openapi/v3 for API reference."
 
@@ -47,9 +53,14 @@ _NOT_FOUND = b"Unable find requested URL. Please view /openapi/v3 for API refere
 class SlurmRestd(FakeServer):
     """``url`` is what ``slurm.rest_url`` takes."""
 
-    def __init__(self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation") -> None:
+    def __init__(
+        self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation", release: tuple[int, int] = (24, 11)
+    ) -> None:
         super().__init__()
         self.ctld = ctld
+        self.newest = release >= (26, 5)  # answer as 26.05 does: its versions, words and errnos
+        self.versions = VERSIONS_2605 if self.newest else VERSIONS
+        self.not_found = _NOT_FOUND_2605 if self.newest else _NOT_FOUND
         self.token = token
         self.user = user
 
@@ -70,8 +81,8 @@ class SlurmRestd(FakeServer):
                 return 401, {"Content-Type": "text/plain"}, b"Authentication failure"
             user = headers["x-slurm-user-name"]
         match = _PATH.match(path)
-        if match is None or match["version"] not in VERSIONS:
-            return 404, {"Content-Type": "text/plain"}, _NOT_FOUND
+        if match is None or match["version"] not in self.versions:
+            return 404, {"Content-Type": "text/plain"}, self.not_found
         version, what, name = match["version"], match["what"], match["name"]
         if method == "GET" and what == "nodes" and name is None:
             return self._nodes(version, query.get("update_time"))
@@ -85,7 +96,7 @@ class SlurmRestd(FakeServer):
             if version == "v0.0.38":
                 return 405, {"Content-Type": "text/plain"}, b"Method not allowed: v0.0.38 is read-only"
             return self._update(version, name, body, user)
-        return 404, {"Content-Type": "text/plain"}, _NOT_FOUND
+        return 404, {"Content-Type": "text/plain"}, self.not_found
 
     # ------------------------------------------------------------------------------------ routes
 
@@ -124,7 +135,10 @@ class SlurmRestd(FakeServer):
                 raise SlurmError(2028, "Invalid node state specified")
             self.ctld.update(name, str(states[0]), str(update.get("reason") or ""), user)
         except SlurmError as exc:
-            return _error(version, exc, "_update_node", description=f"Failure to update node {name}")
+            if self.newest and exc.errno == 2028:  # 26.05 refuses a resume of a node in service so
+                exc = SlurmError(ERR_INVALID_NODE_STATE_TRANSITION, "Invalid node state transition")
+            return _error(version, exc, "_update_node", description=f"Failure to update node {name}",
+                          status=422 if self.newest else 500)
         return _json(200, {**_envelope(version), "warnings": []})
 
 
@@ -154,10 +168,12 @@ def _errors(version: str, errno: int, message: str, source: str, description: st
 
 
 def _error(
-    version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None, description: str = ""
+    version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None, description: str = "",
+    status: int = 500,
 ) -> Response:
-    # slurmrestd (22.05 and 24.11) answers Slurm's refusals with 500 INTERNAL ERROR and the errno in the body.
-    return _json(500, {**_errors(version, exc.errno, exc.message, source, description), **(extra or {})})
+    # slurmrestd answers Slurm's refusals with the errno in the body, and 500 INTERNAL ERROR (22.05 and
+    # 24.11) or, for a node update, 422 UNPROCESSABLE CONTENT (26.05).
+    return _json(status, {**_errors(version, exc.errno, exc.message, source, description), **(extra or {})})
 
 
 def _number(version: str, value: int) -> Any:

@@ -44,6 +44,7 @@ from remediation.adapters.factory import make_bus, make_lock, slurm_backend
 from remediation.adapters.lock import LeaderLock
 from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_key, diff
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.adapters.slurm.topology import topology_source
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
@@ -259,7 +260,7 @@ def run(
     bus.fenced_by(lock)  # every event carries the lock's fencing token (remediation.domain.fencing)
     watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
     pace = Pace(poll, settings.slurm.cpu_budget)
-    topology = TopologyPublisher(settings, bus, getattr(slurm, "topology", None))
+    topology = TopologyPublisher(settings, bus, topology_source(settings.slurm, slurm))
     leading = False
     health = health or WatcherHealth("slurm", settings)
     server = health.serve()

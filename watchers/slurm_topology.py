@@ -1,7 +1,8 @@
 """The Slurm watcher's topology half: topology.conf switches in, DOMAINS events out.
 
-Every ``incidents.topology_refresh_s`` (and when the watcher becomes the leader) it reads
-``scontrol show topology`` through the Slurm adapter, turns it into each node's failure domains
+Every ``incidents.topology_refresh_s`` (and when the watcher becomes the leader) it reads the switches
+from the source :func:`remediation.adapters.slurm.topology.topology_source` chose (``topology.conf``,
+or ``scontrol show topology``; the start-up log names it), turns it into each node's failure domains
 (:func:`remediation.domain.topology.slurm_domains`: its leaf switch, the switch above, or its block)
 and publishes one ``DOMAINS`` event per node whose domains changed since the last publish (a node
 that left every switch gets an empty set). The ingest keeps them in ``node_domains``, where the
@@ -9,7 +10,8 @@ incident rule finds them.
 
 A cluster without a topology plugin has no switch domains: nothing is published, nothing is wrong.
 Output that cannot be read is logged with the line at fault and the last published domains stand
-(nothing is lost); a backend without a topology reader (rest, pyslurm) is logged once.
+(nothing is lost); with no source at all (slurmrestd serves no switch list, no topology.conf is
+configured and no scontrol is installed) a warning at start-up says so.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 
 from remediation.adapters.bus import BusUnavailable, RedisEventBus
+from remediation.adapters.slurm.topology import TopologySource
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.topology import Switch, TopologyError, slurm_domains
+from remediation.domain.topology import TopologyError, slurm_domains
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings
 
@@ -31,10 +33,15 @@ log = logging.getLogger("watchers.slurm")
 
 
 class TopologyPublisher:
-    def __init__(self, settings: Settings, bus: RedisEventBus, read: Callable[[], list[Switch]] | None) -> None:
+    def __init__(self, settings: Settings, bus: RedisEventBus, source: TopologySource) -> None:
+        read = source.read
         self.enabled = settings.incidents.enabled and settings.incidents.slurm_topology and read is not None
-        if settings.incidents.slurm_topology and read is None:
-            log.info("this Slurm backend cannot read the topology; no switch domains (use the cli backend)")
+        if self.enabled:
+            log.info("switch domains from %s", source.origin)
+        elif settings.incidents.enabled and settings.incidents.slurm_topology:
+            # A real cluster's missing source is worth a warning; the simulated world has no switches.
+            real = settings.slurm.backend in ("cli", "rest", "pyslurm")
+            log.log(logging.WARNING if real else logging.INFO, "no switch domains: learnt from %s", source.origin)
         self.read = read
         self.bus = bus
         self.every = settings.incidents.topology_refresh_s

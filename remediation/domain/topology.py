@@ -4,7 +4,8 @@ A **failure domain** is a set of nodes that one broken part takes down together:
 NVLink domain (clique), a reserved block or a zone. A node belongs to several at once (its leaf switch,
 the spine above it, its zone). Domains come from two places, both as ``kind -> name`` per node:
 
-- Slurm's topology, as ``scontrol show topology`` prints it. topology/tree prints one switch per line,
+- Slurm's topology, as ``scontrol show topology`` prints it (or as ``topology.conf`` defines it,
+  :func:`parse_topology_conf`, for a service that reaches Slurm only through slurmrestd). topology/tree prints one switch per line,
   ``SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]`` (22.05 ends each line with a space;
   24.11 does not, and adds nothing else: both seen on the test clusters), a higher switch adding
   ``Switches=leaf[0-1]``. topology/block (newer releases) prints ``BlockName=b1 BlockIndex=0 Nodes=...``. A cluster without a topology plugin prints
@@ -90,6 +91,70 @@ def parse_topology(text: str) -> list[Switch]:
         else:
             raise TopologyError(f"scontrol show topology line {number}: no SwitchName or BlockName in {line[:200]!r}")
     return out
+
+
+def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch]:
+    """Parse a topology/tree ``topology.conf`` (or a topology/block one) into the records ``scontrol show
+    topology`` would print for it: a switch that names ``Nodes`` is a leaf (level 0); one that names
+    ``Switches`` is one level above the highest of them and holds all their nodes. Keys are read as
+    Slurm reads them (any case), ``#`` starts a comment and a trailing ``\\`` continues a line. A switch
+    named twice, a ``Switches`` naming no defined switch, or a loop of switches is refused."""
+    lines: list[tuple[int, str]] = []
+    pending, first = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            first = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = (pending + line).strip(), ""
+        if line:
+            lines.append((first, line))
+    children: dict[str, tuple[str, ...]] = {}
+    nodes: dict[str, tuple[str, ...]] = {}
+    blocks: list[Switch] = []
+    for number, line in lines:
+        fields = {k.lower(): v for k, v in _PAIR.findall(line)}
+        if _PAIR.sub("", line).strip() or not fields:
+            raise TopologyError(f"{source} line {number}: cannot read {line[:200]!r}")
+        try:
+            members = tuple(expand(fields["nodes"])) if fields.get("nodes") else ()
+            if "blockname" in fields:
+                blocks.append(Switch(BLOCK, fields["blockname"], members))
+                continue
+            if "switchname" not in fields:
+                if "blocksizes" in fields:
+                    continue  # topology/block's BlockSizes=...: no domain of its own
+                raise TopologyError(f"{source} line {number}: no SwitchName or BlockName in {line[:200]!r}")
+            name = fields["switchname"]
+            if name in nodes:
+                raise TopologyError(f"{source} line {number}: switch {name!r} is defined twice")
+            nodes[name] = members
+            children[name] = tuple(expand(fields["switches"])) if fields.get("switches") else ()
+        except HostlistError as exc:
+            raise TopologyError(f"{source} line {number}: {exc}") from None
+    levels: dict[str, int] = {}
+
+    def level(name: str, path: tuple[str, ...]) -> int:
+        if name in path:
+            raise TopologyError(f"{source}: switches loop through {' -> '.join((*path, name))}")
+        if name not in nodes:
+            raise TopologyError(f"{source}: switch {path[-1]!r} names undefined switch {name!r}")
+        if name not in levels:
+            below = [level(child, (*path, name)) for child in children[name]]
+            levels[name] = 1 + max(below) if below else 0
+        return levels[name]
+
+    def under(name: str) -> set[str]:
+        return set(nodes[name]).union(*(under(child) for child in children[name]))
+
+    switches = []
+    for name in nodes:
+        depth = level(name, ())
+        members = tuple(sorted(under(name))) if children[name] else nodes[name]
+        switches.append(Switch(LEAF_SWITCH if depth == 0 else SWITCH, name, members, depth))
+    return switches + blocks
 
 
 def slurm_domains(switches: Collection[Switch]) -> dict[str, dict[str, str]]:

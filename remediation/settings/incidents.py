@@ -64,7 +64,8 @@ class IncidentSettings(Section):
     slurm_topology: bool = Field(
         True,
         description="Learn switch domains from `scontrol show topology` (topology/tree or "
-        "topology/block). A cluster without a topology plugin simply has no switch domains.",
+        "topology/block), or from slurm.topology_conf when set (the rest backend's way: slurmrestd serves "
+        "no switch list). A cluster without a topology plugin simply has no switch domains.",
     )
     topology_refresh_s: float = Field(
         600.0, gt=0, description="How often the Slurm watcher re-reads the topology, seconds."

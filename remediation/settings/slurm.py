@@ -28,6 +28,13 @@ class SlurmSettings(Section):
     rest_token: SecretStr | None = Field(None, description="JWT for slurmrestd (X-SLURM-USER-TOKEN).")
     rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for slurmrestd JWT auth.")
     rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
+    topology_conf: str | None = Field(
+        None,
+        description="The cluster's topology.conf, read for switch domains (incidents.slurm_topology) "
+        "instead of `scontrol show topology`. For the rest backend, where slurmrestd serves no switch "
+        "list: unset, the rest backend's watcher uses scontrol if installed, else learns no switch domains "
+        "and says so at start-up.",
+    )
     poll_interval_s: float = Field(
         0.25,
         gt=0,

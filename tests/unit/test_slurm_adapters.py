@@ -144,4 +144,5 @@ def test_slurm_versions_and_libslurm_abis() -> None:
     assert parse_version("slurm 22.05.8\n") == (22, 5, 8)
     assert parse_version("slurm-wlm 24.11.5\n") == (24, 11, 5)
     assert matches(38, (22, 5, 8)) and not matches(38, (24, 11, 5)) and matches(42, (24, 11, 5))
-    assert matches(50, (30, 5, 0))  # a release we have no table entry for: trusted, errors fall back
+    assert matches(45, (26, 5, 5)) and not matches(38, (26, 5, 5))  # 26.05: libslurm45
+    assert not matches(50, (30, 5, 0))  # a release we have no table entry for: refused, the poll runs sinfo

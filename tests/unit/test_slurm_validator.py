@@ -26,7 +26,7 @@ def validator(tmp_path: Path, argv: list[list[str]]) -> SlurmValidator:
         argv.append(args)
         return "JobId=12 JobState=RUNNING ExitCode=0:0"
 
-    v.cli._run = run  # type: ignore[method-assign]  # the one runner every Slurm command goes through
+    v.io.cli._run = run  # type: ignore[attr-defined]  # the one runner every Slurm command goes through
     return v
 
 
@@ -77,3 +77,71 @@ def test_a_work_directory_loosened_after_the_start_runs_nothing(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"validation\.slurm_workdir: .*mode 0777"):
         v.start(check)
     assert argv == [] and not (tmp_path / "nr-gate-exec.sh").exists()
+
+
+class _Rest:
+    """slurmrestd's answers, as RestSlurm.answer hands them over: (JSON, tolerated errnos)."""
+
+    version = "v0.0.45"
+
+    def __init__(self, answers: dict[tuple[str, str], tuple[dict[str, Any], frozenset[int]]]) -> None:
+        self.answers = answers
+        self.asked: list[tuple[str, str]] = []
+
+    def answer(self, method: str, path: str, **_: Any) -> tuple[dict[str, Any], frozenset[int]]:
+        self.asked.append((method, path))
+        return self.answers[(method, path)]
+
+
+def _number(n: int) -> dict[str, Any]:
+    return {"set": True, "infinite": False, "number": n}
+
+
+def _job(state: str, rc: int, signal: int, start: int = 100, end: int = 160) -> dict[str, Any]:
+    number = _number
+    return {"jobs": [{"job_state": [state], "state_reason": "None", "start_time": number(start),
+                      "end_time": number(end), "exit_code": {"return_code": number(rc),
+                                                             "signal": {"id": number(signal), "name": ""}}}]}
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        (_job("COMPLETED", 0, 0), ("COMPLETED", 0, 60.0)),
+        (_job("FAILED", 3, 0), ("FAILED", 3, 60.0)),
+        (_job("CANCELLED", 0, 9), ("CANCELLED", 137, 60.0)),  # killed by SIGKILL: as a shell reports it
+        (_job("RUNNING", 0, 0), ("RUNNING", 0, None)),  # end_time is the time limit's end while it runs
+    ],
+    ids=["passed", "failed", "signal", "running"],
+)
+def test_slurmrestd_job_documents_read_as_scontrol_s(doc: dict[str, Any], expected: tuple[object, ...]) -> None:
+    from remediation.adapters.slurm.validator_io import RestIO
+
+    rest = _Rest({("GET", "/slurm/v0.0.45/job/12"): (doc, frozenset())})
+    job = RestIO(rest).job("12")
+    assert job is not None and (job.state, job.exit_code, job.run_s) == expected
+
+
+def test_a_job_slurmctld_forgot_is_gone_and_a_busy_reservation_is_retried() -> None:
+    from remediation.adapters.slurm.validator_io import RestIO
+    from remediation.ports.errors import TransientError
+
+    rest = _Rest({("GET", "/slurm/v0.0.45/job/12"): ({"jobs": []}, frozenset({2017})),
+                  ("DELETE", "/slurm/v0.0.45/reservation/nr-gate-r7-a1"): ({}, frozenset({2055}))})
+    assert RestIO(rest).job("12") is None
+    with pytest.raises(TransientError, match="still in use"):
+        RestIO(rest).delete_reservation("nr-gate-r7-a1")
+
+
+@pytest.mark.parametrize(("api", "user"), [("v0.0.45", "svc-remediation"), ("v0.0.42", None)])
+def test_through_slurmrestd_the_reservation_is_the_token_user_s(tmp_path: Path, api: str, user: str | None) -> None:
+    import getpass
+
+    cfg = load_settings(
+        slurm={"backend": "rest", "rest_url": "http://127.0.0.1:9", "rest_api_version": api,
+               "rest_user": "svc-remediation", "rest_token": "t"},
+        validation={"backend": "slurm", "slurm_workdir": str(tmp_path)},
+    )
+    v = SlurmValidator(cfg.slurm, cfg.validation)
+    # v0.0.45 reserves through slurmrestd, where the JWT's user submits the check; v0.0.42 falls back to sbatch.
+    assert v.user == (user or getpass.getuser())

@@ -32,11 +32,13 @@ TREE_2411 = (
     "SwitchName=leaf1 Level=0 LinkSpeed=1 Nodes=gpu-node-[2-3]\n"
     "SwitchName=spine Level=1 LinkSpeed=1 Nodes=gpu-node-[0-3] Switches=leaf[0-1]\n"
 )
+# Slurm 26.05.5 (the cached sid root): the same as 24.11, byte for byte.
+TREE_2605 = TREE_2411
 # topology/block (newer releases), as src/plugins/topology/block prints it: BlockName=... BlockIndex=... Nodes=...
 BLOCKS_2411 = "BlockName=b1 BlockIndex=0 Nodes=node[01-18]\nBlockName=b2 BlockIndex=1 Nodes=node[19-36]\n"
 
 
-@pytest.mark.parametrize("text", [TREE_2205, TREE_2411], ids=["22.05", "24.11"])
+@pytest.mark.parametrize("text", [TREE_2205, TREE_2411, TREE_2605], ids=["22.05", "24.11", "26.05"])
 def test_tree_output_gives_each_node_its_leaf_and_the_switch_above(text: str) -> None:
     switches = parse_topology(text)
     assert [(s.kind, s.level) for s in switches] == [(LEAF_SWITCH, 0), (LEAF_SWITCH, 0), (SWITCH, 1)]
@@ -152,11 +154,13 @@ class Bus:
 
 
 def publisher(read):  # type: ignore[no-untyped-def]
+    from remediation.adapters.slurm.topology import TopologySource
     from remediation.settings import Settings
     from watchers.slurm_topology import TopologyPublisher
 
     bus = Bus()
-    pub = TopologyPublisher(Settings(incidents={"topology_refresh_s": 0.001}), bus, read)  # type: ignore[arg-type]
+    source = TopologySource(read, "a test")
+    pub = TopologyPublisher(Settings(incidents={"topology_refresh_s": 0.001}), bus, source)  # type: ignore[arg-type]
     return pub, bus
 
 

@@ -59,7 +59,9 @@ from remediation.ports.errors import (
 )
 from remediation.settings import SlurmSettings
 
-_ALREADY_RESUMED = "invalid node state specified"
+#: slurmctld's refusal to resume a node already in service: 22.05 and 24.11 say "Invalid node state
+#: specified" (errno 2028), 26.05 "Invalid node state transition" (errno 2180).
+_ALREADY_RESUMED = ("invalid node state specified", "invalid node state transition")
 #: What scontrol requeue / scancel say about a job that has already ended.
 _JOB_GONE = (
     "already completing or completed",
@@ -256,7 +258,7 @@ class CliSlurm:
         try:
             self._update(name, "resume", None)
         except SlurmCommandError as exc:
-            if _ALREADY_RESUMED not in exc.message.lower():
+            if not any(marker in exc.message.lower() for marker in _ALREADY_RESUMED):
                 raise
             # Slurm refuses to resume a node that is already in service; that is our goal reached.
             # Any other refusal (a node still DOWN, say) is passed on.

@@ -39,13 +39,16 @@ _initialised: dict[str, str] = {}
 SLURM_NO_CHANGE_IN_DATA = 1900
 #: libslurm's ABI number (``slurm_api_version() >> 16``, the NN of libslurm.so.NN) per Slurm release,
 #: from Debian's libslurmNN packages: a library of another release than slurmctld cannot probe it.
-API_OF_RELEASE = {(22, 5): 38, (23, 2): 39, (23, 11): 40, (24, 5): 41, (24, 11): 42, (25, 5): 43}
+API_OF_RELEASE = {
+    (22, 5): 38, (23, 2): 39, (23, 11): 40, (24, 5): 41, (24, 11): 42, (25, 5): 43, (25, 11): 44, (26, 5): 45,
+}
 
 
 def matches(api: int, release: tuple[int, ...]) -> bool:
-    """Whether a libslurm of ABI ``api`` belongs to Slurm ``release`` (unknown releases: assumed so)."""
-    expected = API_OF_RELEASE.get((release[0], release[1]))
-    return expected is None or expected == api
+    """Whether a libslurm of ABI ``api`` belongs to Slurm ``release``. A release missing from the table
+    is refused: a 22.05 libslurm was once taken for 26.05's and read its answers as garbage (the poll
+    then simply runs sinfo)."""
+    return API_OF_RELEASE.get((release[0], release[1])) == api
 _CANDIDATES = ("/usr/lib/*/slurm-wlm/libslurmfull.so", "/usr/lib64/slurm/libslurmfull.so",
                "/usr/lib/slurm/libslurmfull.so")
 

@@ -2,8 +2,9 @@
 
 **Untested: no matching Slurm could be installed.** pyslurm is built against one Slurm release: PyPI's
 pyslurm releases are 25.11 (Slurm 25.11 only) and very old ones, while Debian offers Slurm 22.05,
-24.11 (trixie) and 26.05 (sid). This backend has therefore never run against a real slurmctld here and
-is not presented as supported; the ``cli`` (default) and ``rest`` backends are tested on 22.05 and 24.11.
+24.11 (trixie) and 26.05 (sid). A site would need Slurm 25.11 with pyslurm 25.11.x. This backend has
+therefore never run against a real slurmctld here and is not presented as supported; the ``cli``
+(default) and ``rest`` backends are tested on 22.05, 24.11 and 26.05.
 
 Because of that, the backend checks at start-up, before anything else, that pyslurm imports and that
 its release (``pyslurm.__version__``, e.g. ``25.11.0``) is the release of the Slurm the configured
@@ -56,8 +57,9 @@ def check_release(pyslurm_version: str, slurm: tuple[int, ...]) -> None:
         raise PyslurmUnavailable(
             f"slurm.backend=pyslurm: pyslurm {pyslurm_version} is built for Slurm "
             f"{built_for[0]}.{built_for[1]:02d}, but this Slurm is {slurm[0]}.{slurm[1]:02d}. pyslurm only "
-            "works with the Slurm release it was built for (and this backend is untested: no matching "
-            "Slurm could be installed); choose slurm.backend=cli or rest."
+            "works with the Slurm release it was built for: this one needs Slurm "
+            f"{built_for[0]}.{built_for[1]:02d}, or a pyslurm built for {slurm[0]}.{slurm[1]:02d} (and this "
+            "backend is untested: no matching Slurm could be installed); choose slurm.backend=cli or rest."
         )
 
 

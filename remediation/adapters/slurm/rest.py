@@ -17,7 +17,7 @@ first such answer the backend stops asking and every poll is a full read (v0.0.4
 Versions: v0.0.38 (22.05) reads only. v0.0.40, v0.0.41 and v0.0.42 (24.11) read and write with the
 same node document and the same ``POST /slurm/vX/node/NAME`` body, checked against the real server
 (tests/integration/slurm/test_slurm_rest.py); a version the server does not serve is a configuration
-error. slurmrestd's refusals arrive as 500 with ``errors[]`` carrying Slurm's errno and are classified
+error. slurmrestd's refusals arrive as 500 (26.05: 422) with ``errors[]`` carrying Slurm's errno and are classified
 by the one Slurm table (:func:`remediation.ports.errors.error_for_slurm`); 401/403 by the one HTTP table
 (:func:`remediation.ports.errors.error_for_status`): a systemic fault that pauses automation, never a node's.
 
@@ -55,6 +55,9 @@ _FIRST_WRITABLE = (0, 0, 39)
 #: errno 9202 "Unable to convert Data type": 24.11's v0.0.40 and v0.0.41 parsers refuse a Unix time in
 #: ``update_time`` (v0.0.42 takes it); such a server is then polled with plain full reads.
 _CANNOT_PARSE_TIME = 9202
+#: slurmctld's refusal to resume a node already in service: errno 2028 "Invalid node state specified"
+#: (22.05, 24.11), errno 2180 "Invalid node state transition" (26.05).
+_REFUSED_RESUME = frozenset({2028, 2180})
 _ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "STOPPED"})
 
 
@@ -114,12 +117,15 @@ class RestSlurm:
         return [status.to_slurm_node() for status in self.snapshot().values()]
 
     def get_node(self, name: str) -> SlurmNode:
+        return self.status(name).to_slurm_node()
+
+    def status(self, name: str) -> NodeRecord:
         check_node_name(name)
         response = self._request("GET", f"/slurm/{self.version}/node/{name}")
         nodes = self._parse_nodes(response, NodesParser())
         if name not in nodes:
             raise UnknownNode(f"slurmrestd does not know node {name!r}")
-        return nodes[name].to_slurm_node()
+        return nodes[name]
 
     def running_jobs(self, name: str) -> int:
         return len(self.jobs_on(name))
@@ -172,11 +178,33 @@ class RestSlurm:
     def resume(self, name: str) -> None:
         try:
             self._update(name, {"state": ["RESUME"]})
-        except RemediationError as exc:
-            # slurmctld refuses to resume a node that is already in service (errno 2028, sent as a 500):
-            # the goal is reached, as the cli backend also treats it.
-            if "Invalid node state specified" not in exc.message:
+        except SlurmRestError as exc:
+            # slurmctld refuses to resume a node that is already in service (errno 2028, on 26.05 2180,
+            # sent as a 500, on 26.05 a 422): the goal is reached, as the cli backend also treats it. Any other refusal,
+            # or that one for a node still out of service, is passed on.
+            if not exc.errnos & _REFUSED_RESUME or self.status(name).states & {"DRAIN", "DOWN", "FAIL"}:
                 raise
+
+    # ------------------------------------------------------------------------- other requests
+
+    @property
+    def version_tuple(self) -> tuple[int, ...]:
+        return self._version_tuple
+
+    def answer(
+        self, method: str, path: str, *, json: dict[str, Any] | None = None, tolerate: frozenset[int] | set[int] = frozenset()
+    ) -> tuple[dict[str, Any], frozenset[int]]:
+        """slurmrestd's JSON answer to one request, and the Slurm errnos of its ``errors[]``. A refusal
+        whose errnos all lie in ``tolerate`` is returned (the caller knows what it means); any other is
+        raised typed, as every request of this backend is."""
+        kwargs: dict[str, Any] = {} if json is None else {"json": json}
+        response = self._request(method, path, allow={400, 404, 422, 500} if tolerate else None, **kwargs)
+        errnos = frozenset(errno for _, errno in _errors(response) if errno)
+        if tolerate and errnos and errnos <= frozenset(tolerate):
+            return response.json(), errnos
+        if response.status_code >= 400:
+            raise self._error(method, path, response)
+        return self._json(response), frozenset()
 
     # ------------------------------------------------------------------------------- internals
 
@@ -211,7 +239,7 @@ class RestSlurm:
         - a bare 404 ("Unable find requested URL") is a path this slurmrestd does not serve, i.e. an
           API version or plugin it was not started with: a configuration fault, never the node's;
         - 401/403 (token missing, expired or not allowed) are the system's fault (the one HTTP table);
-        - with ``errors[]`` (24.11 sends slurmctld's refusals as 500 + errors[] with Slurm's errno),
+        - with ``errors[]`` (24.11 sends slurmctld's refusals as 500, 26.05 as 422, + errors[] with Slurm's errno),
           the one Slurm table decides: unreachable controller -> system, "Invalid node name" -> the
           node is unknown, any other refusal carrying a Slurm errno -> this node's request is refused;
         - anything else falls to the HTTP table (5xx and 429 transient, other 4xx refused).
@@ -223,14 +251,15 @@ class RestSlurm:
         if status == 404 and not errors and "requested url" in message.lower():
             return ConfigError(
                 f"{where} (is slurm.rest_api_version {self.version} served by this slurmrestd? 22.05 "
-                "serves v0.0.38; 24.11 serves v0.0.40, v0.0.41 and v0.0.42 with -s openapi/slurmctld)",
+                "serves v0.0.38; 24.11 serves v0.0.40 to v0.0.42 and 26.05 v0.0.42 to v0.0.45, with -s "
+                "openapi/slurmctld)",
                 component="slurm",
             )
         retry = _seconds(response.headers.get("Retry-After"))
         if status in (401, 403) or not errors:
             return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
         refused = any(errno for _, errno in errors) or status < 500
-        from_slurm = error_for_slurm(where, node_error=SlurmRestError)
+        from_slurm = _with_errnos(error_for_slurm(where, node_error=SlurmRestError), errors)
         if refused or type(from_slurm) is not SlurmRestError:  # Slurm's errno, or a message the table knows
             return from_slurm
         return error_for_status(status, where, retry_after=retry, not_found=UnknownNode, component="slurm")
@@ -259,12 +288,23 @@ class RestSlurm:
             raise PermanentError("slurmrestd answered JSON that is not an object")
         errors = _errors(response)
         if errors:
-            raise error_for_slurm("slurmrestd: " + "; ".join(text for text, _ in errors), node_error=SlurmRestError)
+            raise _with_errnos(
+                error_for_slurm("slurmrestd: " + "; ".join(text for text, _ in errors), node_error=SlurmRestError),
+                errors,
+            )
         return body
 
 
 class SlurmRestError(PermanentError):
-    """slurmctld, through slurmrestd, refused this node's request; carries Slurm's errors[]."""
+    """slurmctld, through slurmrestd, refused this node's request; carries Slurm's errors[] and their errnos."""
+
+    errnos: frozenset[int] = frozenset()
+
+
+def _with_errnos(error: RemediationError, errors: list[tuple[str, int]]) -> RemediationError:
+    if isinstance(error, SlurmRestError):
+        error.errnos = frozenset(errno for _, errno in errors if errno)
+    return error
 
 
 def _errors(response: httpx.Response) -> list[tuple[str, int]]:

@@ -16,6 +16,10 @@ node before it ends. :class:`SlurmValidator` therefore, all with argument lists 
    someone drained it meanwhile: theirs stays), and only then deletes the reservation, so the node is
    never open to users between the check and the return step.
 
+Each step goes through :mod:`remediation.adapters.slurm.validator_io`: the commands above, or with
+``slurm.backend: rest`` slurmrestd's reservation and job endpoints where the configured API version
+has them (v0.0.43+), the start-up log saying which and, on a fallback, why.
+
 Names come from the caller (derived from the remediation id and attempt), and every step looks before
 it acts: an existing reservation is reused, a job of that name (``squeue --name NAME -t all``) is not
 submitted again, a deleted reservation is not an error. A worker killed anywhere in ``start`` resumes
@@ -32,12 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from remediation.adapters.slurm.args import InvalidSlurmArgument, check_job_id, check_node_name
-from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
 from remediation.adapters.slurm.parse import NodeRecord
-from remediation.ports.errors import ConfigError, PermanentError, TransientError
+from remediation.adapters.slurm.validator_io import Submission, exit_code, parse_job, validator_io
+from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
 from remediation.settings.validation import loose_mode, loose_mode_message
+
+__all__ = ["EXEC_SCRIPT", "SlurmValidator", "exit_code", "parse_job"]
 
 EXEC_SCRIPT = "nr-gate-exec.sh"
 _SCRIPT = """#!/bin/sh
@@ -51,39 +57,18 @@ exit $rc
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _EXIT_MARK = re.compile(r"^nr-gate-exit: (\d+)\s*$", re.MULTILINE)
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"})
-_GONE = ("invalid job id", "job id not found", "no jobs")
-_NO_RESERVATION = ("not found", "invalid reservation", "reservation_not_found")
-
-
-def parse_job(text: str) -> dict[str, str]:
-    """``scontrol show job -o ID``: one line of Key=Value pairs (values without spaces, except the
-    last fields, which we do not read)."""
-    out: dict[str, str] = {}
-    for token in text.split():
-        key, sep, value = token.partition("=")
-        if sep and key not in out:
-            out[key] = value
-    return out
-
-
-def exit_code(field: str) -> int | None:
-    """``ExitCode=1:0`` -> 1; killed by signal N (``0:9``) -> 128+N, as a shell reports it."""
-    code, _, signal = field.partition(":")
-    try:
-        rc, sig = int(code), int(signal or 0)
-    except ValueError:
-        return None
-    return 128 + sig if sig and not rc else rc
 
 
 class SlurmValidator:
     backend = "slurm"
 
     def __init__(self, slurm: SlurmSettings, validation: ValidationSettings, prefix: str = "remediation:") -> None:
-        self.cli = CliSlurm(slurm)
+        self.io = validator_io(slurm)
+        self.nodes = self.io.nodes
         self.slurm = slurm
         self.cfg = validation
-        self.user = validation.slurm_user or getpass.getuser()
+        # The reservation's user is the one the check job runs as: through slurmrestd, the token's.
+        self.user = validation.slurm_user or self.io.job_user or getpass.getuser()
         self.workdir = Path(validation.slurm_workdir)
         self.prefix = prefix
 
@@ -99,80 +84,61 @@ class SlurmValidator:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
         minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
-        if not self._reservation_exists(name):
-            self._run([self.slurm.scontrol, "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
-                       f"Users={self.user}", "StartTime=now", f"Duration={minutes}", "Flags=maint,ignore_jobs"])
+        if not self.io.reservation_exists(name):
+            self.io.create_reservation(name, node, self.user, minutes)
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
-            current = self.cli.status(node)
+            current = self.nodes.status(node)
             prior = {"drained": self._held(current), "reason": current.reason}
             state_file.write_text(json.dumps(prior))
-        current = self.cli.status(node)
+        current = self.nodes.status(node)
         if self._held(current):
-            self.cli.resume(node)
-        job = self._job_named(name)
+            self.nodes.resume(node)
+        job = self.io.job_named(name)
         if job is None:
-            argv = [self.slurm.sbatch, "--parsable", f"--job-name={name}", f"--reservation={name}",
-                    f"--nodelist={node}", "--nodes=1", "--exclusive", f"--time={max(1, math.ceil(check.timeout_s / 60))}",
-                    f"--output={self.workdir / (name + '.out')}", f"--chdir={self.workdir}"]
-            if self.cfg.slurm_partition:
-                argv.append(f"--partition={self.cfg.slurm_partition}")
-            out = self._run([*argv, str(self.workdir / EXEC_SCRIPT), *check.command])
-            job = out.strip().split(";")[0]
-            if not job.isdigit():
-                raise SlurmCommandError(f"sbatch printed no job id: {out.strip()[:200]!r}")
-            job = check_job_id(job)
+            job = self.io.submit(Submission(
+                name=name, node=node, minutes=max(1, math.ceil(check.timeout_s / 60)),
+                output=self.workdir / f"{name}.out", workdir=self.workdir, script=self.workdir / EXEC_SCRIPT,
+                command=tuple(check.command), partition=self.cfg.slurm_partition or None,
+            ))
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
                 "user": self.user}
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
-        name, job, _ = self._read_back(ref)
-        try:
-            info = parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
-        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
-            if not any(m in exc.message.lower() for m in _GONE):
-                raise
-            info = {}
+        name, job_id, _ = self._read_back(ref)
+        job = self.io.job(job_id)
         output = self._output(name)
-        state = info.get("JobState", "")
-        if state in ACTIVE:
-            reason = info.get("Reason", "")
-            return ValidationResult(done=False, state=state, output=output,
-                              waiting=reason if state == "PENDING" and reason not in ("None", "") else "")
-        if not info:  # slurmctld forgot it (MinJobAge): the script's own last line tells
+        if job is None:  # slurmctld forgot it (MinJobAge): the script's own last line tells
             mark = _EXIT_MARK.findall(output)
             return ValidationResult(done=True, exit_code=int(mark[-1]) if mark else None, output=output,
                               state="COMPLETED" if mark else "GONE")
-        code = exit_code(info.get("ExitCode", ""))
-        if state in ("CANCELLED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
+        if job.state in ACTIVE:
+            waiting = job.reason if job.state == "PENDING" and job.reason not in ("None", "") else ""
+            return ValidationResult(done=False, state=job.state, output=output, waiting=waiting)
+        code = job.exit_code
+        if job.state in ("CANCELLED", "NODE_FAIL", "BOOT_FAIL", "PREEMPTED"):
             code = None  # the check did not run to its end: no verdict on the GPUs
-        return ValidationResult(done=True, exit_code=code, output=output, state=state,
-                          timed_out=state in ("TIMEOUT", "DEADLINE"), run_s=_run_s(info))
+        return ValidationResult(done=True, exit_code=code, output=output, state=job.state,
+                          timed_out=job.state in ("TIMEOUT", "DEADLINE"), run_s=job.run_s)
 
     def finish(self, ref: dict[str, Any]) -> str:
-        name, job, node = self._read_back(ref)
+        name, job_id, node = self._read_back(ref)
         notes = []
-        info = self._job_info(job)
-        if info.get("JobState") in ACTIVE:
-            self._run([self.slurm.scancel, job])
-            notes.append(f"cancelled check job {job}")
+        job = self.io.job(job_id)
+        if job is not None and job.state in ACTIVE:
+            self.io.cancel(job_id)
+            notes.append(f"cancelled check job {job_id}")
         state_file = self.workdir / f"{name}.state.json"
         prior = json.loads(state_file.read_text()) if state_file.exists() else {"drained": True, "reason": ""}
-        current = self.cli.status(node)
+        current = self.nodes.status(node)
         if "DRAIN" in current.flags and current.reason != prior.get("reason"):
             notes.append(f"left the drain someone placed meanwhile ({current.reason!r})")
         elif prior.get("drained"):
             reason = str(prior.get("reason") or f"{self.prefix} validation {name}")
-            self.cli.drain(node, reason)
+            self.nodes.drain(node, reason)
             notes.append(f"drained again ({reason!r})")
-        if self._reservation_exists(name):
-            try:
-                self._run([self.slurm.scontrol, "delete", f"ReservationName={name}"])
-            except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
-                if "busy" in exc.message.lower():  # the cancelled job is still completing
-                    raise TransientError(f"reservation {name} is still in use: {exc.message}") from None
-                if not any(m in exc.message.lower() for m in _NO_RESERVATION):
-                    raise
+        if self.io.reservation_exists(name):
+            self.io.delete_reservation(name)
         notes.append(f"reservation {name} deleted")
         state_file.unlink(missing_ok=True)
         return "; ".join(notes)
@@ -187,7 +153,7 @@ class SlurmValidator:
 
     def _read_back(self, ref: dict[str, Any]) -> tuple[str, str, str]:
         """The reservation, job id and node of a started check, as the step row kept them, each checked
-        before it goes into an argv: a row is data, and a planted ``--all`` must not reach scancel."""
+        before it goes into an argv or a path: a row is data, and a planted ``--all`` must not reach scancel."""
         return self._name(ref.get("reservation")), check_job_id(ref.get("job_id")), check_node_name(ref.get("node"))
 
     def _prepare(self) -> None:
@@ -204,30 +170,8 @@ class SlurmValidator:
             raise ConfigError(f"validation.slurm_workdir {self.workdir}: {exc.strerror or exc}",
                               component="validation") from None
 
-    def _reservation_exists(self, name: str) -> bool:
-        try:
-            out = self._run([self.slurm.scontrol, "show", "reservation", name])
-        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
-            if any(m in exc.message.lower() for m in _NO_RESERVATION):
-                return False
-            raise
-        return f"ReservationName={name} " in out or out.startswith(f"ReservationName={name}")
-
-    def _job_named(self, name: str) -> str | None:
-        out = self._run([self.slurm.squeue, "-h", f"--name={name}", "-t", "all", "-o", "%i"])
-        ids = [line.strip() for line in out.splitlines() if line.strip()]
-        return check_job_id(ids[-1]) if ids else None
-
-    def _job_info(self, job: str) -> dict[str, str]:
-        try:
-            return parse_job(self._run([self.slurm.scontrol, "show", "job", "-o", job]))
-        except PermanentError as exc:  # SlurmCommandError, or UnknownNode for "not found"
-            if any(m in exc.message.lower() for m in _GONE):
-                return {}
-            raise
-
     def _output(self, name: str) -> str:
-        path = self.workdir / f"{name}.out"  # where sbatch was told to write it; the stored path is not trusted
+        path = self.workdir / f"{name}.out"  # where the job was told to write it; the stored path is not trusted
         try:
             with path.open("rb") as fh:
                 fh.seek(0, 2)
@@ -238,17 +182,3 @@ class SlurmValidator:
             return ""
         except OSError as exc:
             return f"(output {path} not readable here: {exc.strerror or exc})"
-
-    def _run(self, argv: list[str]) -> str:
-        return self.cli._run(argv)  # noqa: SLF001 - the one runner: argv, no shell, Slurm's errors typed
-
-
-def _run_s(info: dict[str, str]) -> float | None:
-    """RunTime=HH:MM:SS or D-HH:MM:SS, in seconds."""
-    text = info.get("RunTime", "")
-    days, _, clock = text.rpartition("-")
-    parts = clock.split(":")
-    if len(parts) != 3 or not all(p.isdigit() for p in parts):
-        return None
-    h, m, s = (int(p) for p in parts)
-    return (int(days) if days.isdigit() else 0) * 86400 + h * 3600 + m * 60 + s

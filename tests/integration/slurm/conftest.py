@@ -1,9 +1,9 @@
-"""Real Slurm clusters (slurmctld + one slurmd per node) for the whole test session: 22.05 and 24.11.
+"""Real Slurm clusters (slurmctld + one slurmd per node) for the whole test session: 22.05, 24.11, 26.05.
 
 Each is started once per session with the project's own ``scripts/slurm-up.sh`` in a session temp dir,
 on free ports, and torn down with ``scripts/slurm-down.sh``. 22.05 is the host's (Debian 12; the script
-installs the packages when missing, root needed); 24.11 runs from the Debian trixie root that
-``scripts/slurm-root.sh`` builds once and caches, with chroot: its own directory, ports and munged, and
+installs the packages when missing, root needed); 24.11 and 26.05 run from the Debian trixie and sid
+roots that ``scripts/slurm-root.sh`` builds once and caches, with chroot: its own directory, ports and munged, and
 its commands reached through the wrappers in ``DIR/bin`` (``SlurmCluster.slurm_options`` hands their
 paths to the backends). Tests talk to Slurm only through real commands; nothing here stands in for it.
 
@@ -39,7 +39,7 @@ NODES = 4
 #: Leaf switches in the topology.conf of ``slurm_topo_cluster`` (gpu-node-[0-1] and gpu-node-[2-3]).
 LEAVES = 2
 #: The Slurm releases under test; the first is the one tests outside this directory borrow.
-ALL_VERSIONS = ("22.05", "24.11")
+ALL_VERSIONS = ("22.05", "24.11", "26.05")
 VERSIONS = tuple(
     v for v in (os.environ.get("SLURM_TEST_VERSIONS") or ",".join(ALL_VERSIONS)).split(",") if v.strip()
 )
@@ -54,7 +54,7 @@ class SlurmCluster:
     nodes: list[str]
     env: dict[str, str] = field(default_factory=dict)
     version: str = ""  # as the commands report it, e.g. "24.11.5"
-    bin: Path | None = None  # the chroot wrappers of a 24.11 cluster; None = the host's commands
+    bin: Path | None = None  # the chroot wrappers of a 24.11/26.05 cluster; None = the host's commands
     backend: str = "cli"  # what slurm_options() selects; set per test by the slurm_backend fixture
 
     @property
@@ -64,12 +64,44 @@ class SlurmCluster:
 
     @property
     def keeps_reason_on_resume(self) -> bool:
-        """22.05 clears a node's reason when it is resumed; 24.11 keeps the last one (seen on 24.11.5)."""
-        return self.release >= (24, 11)
+        """22.05 and 26.05 clear a node's reason when it is resumed; 24.11 keeps the last one (seen on
+        22.05.8, 24.11.5 and 26.05.5)."""
+        return self.release == (24, 11)
+
+    @property
+    def resume_refusal(self) -> tuple[str, int]:
+        """slurmctld's refusal to resume a node in service, and its errno: 26.05 renamed it."""
+        if self.release >= (26, 5):
+            return "Invalid node state transition", 2180
+        return "Invalid node state specified", 2028
+
+    @property
+    def unknown_path(self) -> str:
+        """The start of slurmrestd's 404 for a path it does not serve (26.05 mended the grammar)."""
+        return "Unable to find requested URL" if self.release >= (26, 5) else "Unable find requested URL"
 
     def rest_settings(self, api: str, **overrides: object) -> SlurmSettings:
         """Settings of the rest backend on this cluster's slurmrestd (unix socket, rest_auth/local)."""
-        return self.settings(backend="rest", rest_url=f"unix:{self.rest_socket}", rest_api_version=api, **overrides)
+        return self.settings(**{**self.rest_options(api), **overrides})
+
+    def rest_options(self, api: str) -> dict[str, object]:
+        """The rest backend's settings: 26.05's slurmrestd runs as nobody and acts for root with the JWT
+        ``scripts/slurm-up.sh`` issued (X-SLURM-USER-*); 22.05's and 24.11's trust the socket's peer."""
+        values: dict[str, object] = {"backend": "rest", "rest_url": f"unix:{self.rest_socket}", "rest_api_version": api}
+        if self.rest_token_file.exists():
+            values.update(rest_user="root", rest_token=self.rest_token_file.read_text().strip())
+        return values
+
+    @property
+    def rest_token_file(self) -> Path:
+        return self.dir / "run" / "slurmrestd.token"
+
+    @property
+    def rest_headers(self) -> dict[str, str]:
+        """The headers a raw client sends to act as root on this slurmrestd (none where the peer is trusted)."""
+        if not self.rest_token_file.exists():
+            return {}
+        return {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": self.rest_token_file.read_text().strip()}
 
     @property
     def workdir(self) -> Path:
@@ -84,7 +116,7 @@ class SlurmCluster:
         values: dict[str, object] = {"slurm_conf": str(self.conf)}
         if self.backend == "rest":  # the newest API version this slurmrestd serves
             apis = REST_APIS[f"{self.release[0]}.{self.release[1]:02d}"]
-            values.update(backend="rest", rest_url=f"unix:{self.rest_socket}", rest_api_version=apis[-1])
+            values.update(self.rest_options(apis[-1]))
         if self.bin is not None:
             values.update({cmd: str(self.bin / cmd) for cmd in ("scontrol", "sinfo", "squeue", "scancel", "sbatch")})
         values.update(overrides)
@@ -152,8 +184,12 @@ class SlurmCluster:
             time.sleep(0.3)
 
 
-#: The slurmrestd API versions each release serves (22.05: its own plugin; 24.11: openapi/slurmctld).
-REST_APIS = {"22.05": ("v0.0.38",), "24.11": ("v0.0.40", "v0.0.41", "v0.0.42")}
+#: The slurmrestd API versions each release serves (22.05: its own plugin; 24.11 and 26.05: openapi/slurmctld).
+REST_APIS = {
+    "22.05": ("v0.0.38",),
+    "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
+    "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -189,10 +225,10 @@ def _root(release: str) -> Path | None:
     """None for the host's Slurm; else the cached root of that release (built now if missing)."""
     if release == "22.05":
         return None
-    if release != "24.11":
+    if release not in ALL_VERSIONS:
         raise pytest.UsageError(f"SLURM_TEST_VERSIONS: no Slurm {release} to test against (know {ALL_VERSIONS})")
     built = subprocess.run(  # noqa: S603 - our own script, fixed argv
-        ["bash", str(SCRIPTS / "slurm-root.sh")], capture_output=True, text=True, timeout=900
+        ["bash", str(SCRIPTS / "slurm-root.sh"), release], capture_output=True, text=True, timeout=900
     )
     if built.returncode != 0:
         pytest.fail(f"scripts/slurm-root.sh failed ({built.returncode}):\n{built.stdout}\n{built.stderr}")
@@ -269,7 +305,11 @@ def slurm_backend(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster) -
 
 
 @pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
+def slurm(request: pytest.FixtureRequest, slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     """The session cluster, restored to all-IDLE after the test."""
+    if "slurm_backend" not in request.fixturenames:
+        # slurm_backend's value is cached per session parameter, so its reset comes only when the next
+        # parameter does: a test that asks for no backend gets the cli one, not the last test's.
+        slurm_cluster.backend = "cli"
     yield slurm_cluster
     slurm_cluster.restore()

@@ -1,8 +1,8 @@
 """The pyslurm backend against the real Slurm releases under test: refused, honestly.
 
 Untested: no matching Slurm could be installed. PyPI's pyslurm is 25.11 (Slurm 25.11 only) and Debian
-offers 22.05 and 24.11, so on every Slurm here the backend must refuse to start, naming both releases,
-rather than pretend. The release it checks against is read from the real cluster's commands.
+offers 22.05, 24.11 and 26.05, so on every Slurm here the backend must refuse to start, naming both
+releases and the Slurm this pyslurm needs, rather than pretend. The release it checks against is read from the real cluster's commands.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def test_a_pyslurm_for_another_slurm_is_refused_at_start_up(
     with pytest.raises(PyslurmUnavailable, match=rf"built for Slurm 25\.11, but this Slurm is {major}\.{minor:02d}") as info:
         make_slurm(settings)
     assert "untested: no matching Slurm could be installed" in info.value.message
+    assert "this one needs Slurm 25.11" in info.value.message
 
 
 def test_a_pyslurm_of_the_same_release_passes_the_check(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> None:

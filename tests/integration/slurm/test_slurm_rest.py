@@ -75,11 +75,15 @@ def test_slurmctld_refusals_arrive_typed_with_slurms_errno(slurm: SlurmCluster, 
         refused = rest.client.post(f"/slurm/{rest_api}/node/gpu-node-3", json={"state": ["DRAIN"], "reason": "x"})
         assert refused.status_code >= 400 and slurm.nodes_now()["gpu-node-3"] == ("IDLE", frozenset(), "")
         return
-    # A node in service cannot be resumed: slurmrestd answers 500 with errors[] carrying Slurm's errno 2028.
+    # A node in service cannot be resumed: slurmrestd answers 500 (26.05: 422) with errors[] carrying
+    # Slurm's errno (2028; 26.05: 2180), which the backend takes as the goal reached.
     response = rest.client.post(f"/slurm/{rest_api}/node/gpu-node-3", json={"state": ["RESUME"]})
-    with pytest.raises(SlurmRestError, match="Invalid node state specified") as info:
+    message, errno = slurm.resume_refusal
+    with pytest.raises(SlurmRestError, match=message) as info:
         raise rest._error("POST", f"/slurm/{rest_api}/node/gpu-node-3", response)
-    assert response.status_code == 500 and info.value.scope is Scope.NODE
+    assert response.status_code == (422 if slurm.release >= (26, 5) else 500)
+    assert info.value.scope is Scope.NODE and info.value.errnos == {errno}
+    rest.resume("gpu-node-3")
 
 
 def test_an_api_version_the_server_does_not_serve_is_a_configuration_fault(
@@ -87,7 +91,7 @@ def test_an_api_version_the_server_does_not_serve_is_a_configuration_fault(
 ) -> None:
     other = "v0.0.40" if rest_api == "v0.0.38" else "v0.0.38"
     rest = RestSlurm(slurm.rest_settings(other))
-    with pytest.raises(ConfigError, match="Unable find requested URL") as info:
+    with pytest.raises(ConfigError, match=slurm.unknown_path) as info:
         rest.list_nodes()
     assert info.value.scope is Scope.SYSTEM  # automation pauses; no node is blamed
 

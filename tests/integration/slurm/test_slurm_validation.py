@@ -16,6 +16,8 @@ test decides when the "GPU check" ends and how. Nothing stands in for Slurm: the
 from __future__ import annotations
 
 import getpass
+import logging
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -39,6 +41,8 @@ from remediation.settings import Settings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
+# The reservation test runs with each backend where slurmrestd writes (not 22.05's): see conftest.
+SLURM_WRITES = True
 
 PREFIX = "remediation:"
 CHECK = """#!/bin/sh
@@ -92,13 +96,38 @@ def reservations(cluster: SlurmCluster) -> str:
     return cluster.scontrol("show", "reservation", check=False).stdout
 
 
-def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, check_dir: Path) -> None:
+def rest_requests(cluster: SlurmCluster) -> list[str]:
+    """The requests slurmrestd served, as its log names them ("POST /slurm/v0.0.45/reservation")."""
+    log = (cluster.dir / "log" / "slurmrestd.log").read_text()
+    return re.findall(r"operations_router: \[[^]]*\] ([A-Z]+ \S+)", log)
+
+
+def test_user_job_waits_until_the_gate_is_gone(
+    slurm: SlurmCluster, slurm_backend: str, check_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the cli backend the validator runs scontrol and sbatch; with the rest backend it goes through
+    slurmrestd where the API version creates reservations (26.05), and otherwise (24.11's v0.0.42) says
+    why it falls back to the commands."""
     node = slurm.nodes[1]
     cue = check_dir / "cue"
     cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
-    validator = SlurmValidator(cfg.slurm, cfg.validation)
-    check = ValidationCheck(node, "nr-gate-r901-a1", tuple(cfg.validation.check_for("unknown")), 60)
+    served_before = len(rest_requests(slurm))
+    with caplog.at_level(logging.INFO, logger="remediation.adapters.slurm.validator_io"):
+        validator = SlurmValidator(cfg.slurm, cfg.validation)
+    said = [r.getMessage() for r in caplog.records if r.name == "remediation.adapters.slurm.validator_io"]
+    through_rest = slurm_backend == "rest" and slurm.release >= (26, 5)
+    api = cfg.slurm.rest_api_version
+    if through_rest:
+        assert validator.io.through == f"slurmrestd {api}"
+        assert said == [f"the validator reserves and runs its check through slurmrestd {api}"]
+    else:
+        assert validator.io.through == "scontrol and sbatch"
+        fallback = [f"the validator uses scontrol and sbatch: slurmrestd {api} cannot create a reservation "
+                    "(v0.0.43 and later can: Slurm 25.05+)"]
+        assert said == (fallback if slurm_backend == "rest" else [])
+    # One name per backend: slurmctld remembers the other run's job of the same name (MinJobAge).
+    check = ValidationCheck(node, f"nr-gate-r901-a1-{slurm_backend}", tuple(cfg.validation.check_for("unknown")), 60)
     ref = validator.start(check)
     ref = {**ref, "node": node}
     wait_for(lambda: job(slurm, ref["job_id"]).get("JobState") == "RUNNING", 30, "the check job to run")
@@ -130,6 +159,13 @@ def test_user_job_waits_until_the_gate_is_gone(slurm: SlurmCluster, check_dir: P
     slurm.scontrol("update", f"nodename={node}", "state=resume")  # what the return step does
     wait_for(lambda: job(slurm, user).get("JobState") == "COMPLETED", 30, "the user job to run once returned")
     assert job(slurm, user)["NodeList"] == node
+    served = rest_requests(slurm)[served_before:]
+    validator_requests = {f"POST /slurm/{api}/reservation", f"POST /slurm/{api}/job/submit",
+                     f"DELETE /slurm/{api}/reservation/{check.name}"}
+    if through_rest:
+        assert validator_requests <= set(served), served
+    else:
+        assert not validator_requests & set(served), served
 
 
 def test_a_planted_job_id_reaches_no_slurm_command(slurm: SlurmCluster, check_dir: Path) -> None:

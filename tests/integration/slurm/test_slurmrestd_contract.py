@@ -1,7 +1,7 @@
 """The slurmrestd stand-in (simulator/slurmrestd.py) answers as the real slurmrestd does.
 
 The same requests go to the real slurmrestd of each Slurm release under test (22.05: v0.0.38; 24.11:
-v0.0.40, v0.0.41, v0.0.42) and to the stand-in over a node table of the same names; every answer is
+v0.0.40, v0.0.41, v0.0.42; 26.05: v0.0.42 to v0.0.45) and to the stand-in over a node table of the same names; every answer is
 compared as the rest backend reads it: HTTP status, ``errors[]`` (error, errno, description) and each
 node's base state, flags and reason. Left out of the comparison, and why:
 
@@ -94,14 +94,15 @@ def node_view(node: dict[str, Any]) -> tuple[frozenset[str], str]:
 
 @pytest.fixture
 def stand_in(slurm: SlurmCluster) -> Iterator[SlurmRestd]:
-    with SlurmRestd(SlurmCtld(slurm.nodes)) as server:
+    with SlurmRestd(SlurmCtld(slurm.nodes), release=slurm.release) as server:
         yield server  # type: ignore[misc]
 
 
 def test_the_stand_in_answers_as_the_real_slurmrestd(
     slurm: SlurmCluster, rest_api: str, stand_in: SlurmRestd
 ) -> None:
-    real = httpx.Client(base_url="http://slurmrestd", transport=httpx.HTTPTransport(uds=str(slurm.rest_socket)))
+    real = httpx.Client(base_url="http://slurmrestd", headers=slurm.rest_headers,
+                        transport=httpx.HTTPTransport(uds=str(slurm.rest_socket)))
     fake = httpx.Client(base_url=stand_in.url)
     with real, fake:
         for method, path, body in requests(rest_api):
