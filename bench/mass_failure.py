@@ -18,6 +18,10 @@ many of the failed nodes Slurm shows drained or failed, how many Nodes the apise
 unschedulable, how many VM actions the cloud fake took, and how many pages the receiver got (one more
 notification pass is run first, so a page still in the outbox is counted).
 
+Then, in the same run, the Slurm watcher's detection at 10,000 nodes (``bench.slurm_watch_10k``'s
+delta reads: detection p50 and p99 over 200 changes, its CPU quiet and busy), so that a change that
+speeds one up at the other's cost shows.
+
 Goal (issue: mass failure at fleet speed): at 375 nodes, fault to drained and cordoned P90 <= 10 s and
 max <= 20 s; meanwhile the breaker latches, no VM action runs and one page goes out.
 
@@ -51,6 +55,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from bench import slurm_watch_10k as watch_10k
 from bench.common import REDIS_URL, goal, percentile, scratch_database
 from bench.slurm_watch_10k import controller
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
@@ -339,11 +344,19 @@ def main() -> None:
     ap.add_argument("--sizes", default="150,375", help="nodes failed at once, one fresh system each")
     ap.add_argument("--seed", type=int, default=11)
     ap.add_argument("--logs", type=Path, help="keep the processes' logs (at INFO) in this directory")
+    ap.add_argument("--detect-nodes", type=int, default=10_000,
+                    help="then the Slurm watcher's detection at this many nodes (bench.slurm_watch_10k, delta "
+                         "reads), in the same run so a regression of either shows; 0 skips it")  # fmt: skip
     args = ap.parse_args()
     print(f"Mass failure on a real slurmctld and the local kube-apiserver, {args.pool} nodes, "
           f"{os.cpu_count()} CPUs; worker -c 2 -B, both watchers, shipped policy")  # fmt: skip
     for size in (int(s) for s in args.sizes.split(",")):
         report(measure(args.pool, size, args.seed, args.logs / str(size) if args.logs else None))
+    if args.detect_nodes:
+        detect = argparse.Namespace(
+            nodes=args.detect_nodes, changes=200, quiet_s=30.0, busy_s=20.0, baseline_s=10.0
+        )
+        watch_10k.report(detect, [watch_10k.measure("delta", detect, redis.Redis.from_url(REDIS_URL))])
 
 
 if __name__ == "__main__":

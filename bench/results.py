@@ -82,9 +82,9 @@ BENCHES = (
     ),
     Bench(
         "mass_failure",
-        "Mass failure: 150 and 375 nodes at once, fault to drained and cordoned, real slurmctld",
+        "Mass failure: 150 and 375 nodes at once, fault to drained and cordoned; Slurm detection at 10,000",
         (),
-        ("--pool", "200", "--sizes", "50"),
+        ("--pool", "200", "--sizes", "50", "--detect-nodes", "0"),
     ),
     Bench("validation_overhead", "Validation overhead per cycle", (), ("--cycles", "5")),
     Bench(
