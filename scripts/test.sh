@@ -2,10 +2,10 @@
 # Set up (scripts/setup.sh) and run the whole test suite against real Postgres, Redis, Celery workers
 # and a real slurmctld. Extra arguments go to pytest.
 #
-# The suite runs on REMEDIATION_TEST_WORKERS pytest-xdist workers (default 3; 0 = one process), a test
+# The suite runs on REMEDIATION_TEST_WORKERS pytest-xdist workers (default 4; 0 = one process), a test
 # module per worker at a time (--dist loadscope: a module's fixtures and processes are started once).
-# Most tests wait on real processes and timeouts rather than compute, so three workers fit two cores.
+# Most tests wait on real processes and timeouts rather than compute, so four workers fit two cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -n "${REMEDIATION_TEST_WORKERS:-3}" --dist loadscope "$@"
+exec .venv/bin/python -m pytest -n "${REMEDIATION_TEST_WORKERS:-4}" --dist loadscope "$@"
