@@ -297,15 +297,16 @@ class MemoryKube:
                             k["ours"] and k["unschedulable"], k["taint"],
                             {**k.get("conditions", {}), "Ready": k["ready"]})
 
-    def cordon(self, name: str, reason: str) -> None:
+    def cordon(self, name: str, reason: str) -> KubeNode:
         with self.w.mutate() as st:
             k = self.w._get(st, name)["k8s"]
-            if k["unschedulable"]:
-                self.w._log(st, "k8s.cordon", name, False)
-                return
-            k["unschedulable"], k["ours"] = True, True
-            self.w._log(st, "k8s.cordon", name)
-        self.w._pause("k8s.cordon")
+            already = bool(k["unschedulable"])
+            if not already:
+                k["unschedulable"], k["ours"] = True, True
+            self.w._log(st, "k8s.cordon", name, not already)
+        if not already:
+            self.w._pause("k8s.cordon")
+        return self.get(name)
 
     def uncordon(self, name: str) -> bool:
         with self.w.mutate() as st:

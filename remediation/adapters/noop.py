@@ -97,8 +97,9 @@ class NoopKube:
         provider_id = self.reader.get(name).provider_id if self.reader else f"memory:///{name}"
         return KubeNode(name, "True", f"dry-run-{uuid.uuid4().hex[:8]}", provider_id)
 
-    def cordon(self, name: str, reason: str) -> None:
+    def cordon(self, name: str, reason: str) -> KubeNode:
         self.record("cordon", node=name, reason=reason)
+        return self.get(name)  # as it stands: nothing was written, so no cordon of ours
 
     def uncordon(self, name: str) -> bool:
         self.record("uncordon", node=name)

@@ -111,9 +111,8 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
 def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     kube = ad.kubernetes(Step.K8S_CORDON)
     k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
-    knode = kube.get(k8s_name)
-    kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
-    ours = kube.get(k8s_name).cordoned_by_us  # False when a human had cordoned it first
+    knode = kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
+    ours = knode.cordoned_by_us  # False when a human had cordoned it first
     return Done(
         f"cordoned {k8s_name}" if ours else f"{k8s_name} was already cordoned by someone else; left theirs",
         context=RemediationContext(k8s_node=k8s_name, boot_id_before=knode.boot_id,

@@ -95,7 +95,9 @@ class KubeAdapter:
             return self.api.read_node(name, _request_timeout=self.s.request_timeout_s)
 
     def get(self, name: str) -> KubeNode:
-        node = self._read(name)
+        return self._as_kube_node(name, self._read(name))
+
+    def _as_kube_node(self, name: str, node: client.V1Node) -> KubeNode:
         conditions = {c.type: c.status for c in (node.status.conditions or []) if node.status}
         info = node.status.node_info if node.status else None
         annotations = node.metadata.annotations or {}
@@ -131,14 +133,16 @@ class KubeAdapter:
                 raise translate(exc, f"patch Node {name}") from exc
         raise TransientError(f"Node {name} kept changing under us ({CONFLICT_RETRIES} conflicts)", status=409)
 
-    def _patch(self, name: str, body: Any) -> None:
-        self.api.patch_node(name, body, _request_timeout=self.s.request_timeout_s)
+    def _patch(self, name: str, body: Any) -> client.V1Node:
+        return self.api.patch_node(name, body, _request_timeout=self.s.request_timeout_s)
 
-    def cordon(self, name: str, reason: str) -> None:
-        def attempt(node: client.V1Node) -> None:
+    def cordon(self, name: str, reason: str) -> KubeNode:
+        # One read and one write: the patch answers with the Node as written, which says whose the
+        # cordon is (a mass failure cordons hundreds of Nodes at once; each round trip counts).
+        def attempt(node: client.V1Node) -> KubeNode:
             if node.spec and node.spec.unschedulable:
-                return  # already cordoned: ours (idempotent) or a human's (never claim it)
-            self._patch(
+                return self._as_kube_node(name, node)  # already cordoned: ours (idempotent) or a human's
+            return self._as_kube_node(name, self._patch(
                 name,
                 {
                     "metadata": {
@@ -147,9 +151,9 @@ class KubeAdapter:
                     },
                     "spec": {"unschedulable": True},
                 },
-            )
+            ))
 
-        self._with_conflicts(name, attempt)
+        return self._with_conflicts(name, attempt)
 
     def uncordon(self, name: str) -> bool:
         def attempt(node: client.V1Node) -> bool:

@@ -71,6 +71,24 @@ def test_a_human_cordon_is_never_claimed_nor_undone(kube_api: KubeAPIServer, ada
     assert [r.method for r in kube_api.requests].count("PATCH") == 0
 
 
+def test_cordon_answers_whose_it_is_from_one_read_and_one_write(
+    kube_api: KubeAPIServer, adapter: KubeAdapter
+) -> None:
+    """The patch's answer is the Node as written: no read after it (a mass failure cordons hundreds
+    of Nodes at once, and every round trip counts)."""
+    kube_api.add_node("n1")
+    kube_api.add_node("n2", unschedulable=True)
+    kube_api.clear_requests()
+    ours = adapter.cordon("n1", "remediation: xid 79")
+    assert [r.method for r in kube_api.requests] == ["GET", "PATCH"]
+    assert ours.unschedulable and ours.cordoned_by_us and ours.boot_id == adapter.get("n1").boot_id
+    kube_api.clear_requests()
+    theirs = adapter.cordon("n2", "remediation: xid 79")
+    assert [r.method for r in kube_api.requests] == ["GET"]
+    assert theirs.unschedulable and not theirs.cordoned_by_us
+    assert adapter.cordon("n1", "again").cordoned_by_us  # a second delivery: still ours, not a human's
+
+
 def test_a_human_uncordon_clears_our_mark_and_reports_nothing_lifted(
     kube_api: KubeAPIServer, adapter: KubeAdapter
 ) -> None:
