@@ -184,12 +184,12 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-# ------------------------------------------------------------------------------------------- gating
+# ---------------------------------------------------------------------------------------- admission
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Cluster-wide facts for gating, read in the same transaction as the step."""
+    """Cluster-wide facts for admission, read in the same transaction as the step."""
 
     paused: bool
     pool_size: int

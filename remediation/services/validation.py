@@ -74,7 +74,7 @@ def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datet
 
 def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, outcome: Any, now: datetime,
                    settings: Settings) -> FollowUp:
-    """Park ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
+    """Hold ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
     step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
     if row is not None:
         row.status, row.finished_at = "failed", now
