@@ -63,7 +63,7 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
     """A human's drain whose reason matches the ignore list (maintenance): it already keeps the node
     out of the pool, and taking it over would let ``return`` resume a node under maintenance."""
     return (
-        "DRAIN" in node.flags
+        SlurmState.DRAIN in node.flags
         and not node.reason_is_ours(cfg.policy.our_reason_prefix)
         and ignored_reason(node.reason, cfg.policy) is not None
     )
@@ -97,7 +97,7 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
     node = ad.slurm.get_node(inp.node)
     if stale := still_bad(inp, ad, node, cfg, now):
         return stale
-    if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or "DRAIN" not in node.flags):
+    if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or SlurmState.DRAIN not in node.flags):
         ad.slurm.drain(inp.node, slurm_reason(f"{prefix} {inp.cause}"))
         node = ad.slurm.get_node(inp.node)  # ALLOCATED+DRAIN now reads DRAINING: decide on that
     jobs, busy = jobs_holding(ad, node)
@@ -227,7 +227,8 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | 
     bad = snode.states & slurm_states.UNSERVING
     if inp.source == "slurm":
         failed = slurm_states.named(inp.context.event_state or "") & slurm_states.FAILED
-        if not bad and failed and snode.reason_is_ours(cfg.policy.our_reason_prefix) and "DRAIN" in snode.flags:
+        ours = snode.reason_is_ours(cfg.policy.our_reason_prefix) and SlurmState.DRAIN in snode.flags
+        if not bad and failed and ours:
             return f"Slurm {'+'.join(sorted(failed))}, which our drain replaced"
         return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
     return trigger_present(inp, ad, None, snode, cfg)
@@ -319,7 +320,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
     before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if knode and before else slurmd_after
-    responding = "NOT_RESPONDING" not in snode.flags
+    responding = SlurmState.NOT_RESPONDING not in snode.flags
     trigger = trigger_present(inp, ad, knode, snode, cfg)
     ready = knode is None or knode.ready == "True" or not before
     seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"

@@ -39,6 +39,7 @@ from remediation.domain.outcomes import (
     Wait,
     elapsed,
 )
+from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
@@ -157,7 +158,7 @@ def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, cfg: StepSe
     if validator.backend != "slurm":
         return None
     snode = ad.slurm.get_node(inp.node)
-    if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+    if SlurmState.DRAIN in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
         return snode.reason
     return None
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from remediation.domain.slurm_states import SlurmState
+
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = (ROOT / "docs" / "architecture.md").read_text().split("## Glossary", 1)[1].split("\n## ", 1)[0]
 CODE = [p for d in ("remediation", "watchers", "workers", "simulator") for p in (ROOT / d).rglob("*.py")]
@@ -68,4 +70,16 @@ def test_a_scoped_word_stays_where_it_means_one_thing(word: str) -> None:
     found = [f"{rel}:{n}: {line.strip()}"
              for p in CODE if not (rel := str(p.relative_to(ROOT))).startswith(home)
              for n, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]  # fmt: skip
+    assert not found, "\n".join(found[:20])
+
+
+def test_the_decisions_name_slurm_states_through_the_vocabulary() -> None:
+    """The glossary's "Slurm state": the domain, the services and the processes name a state the
+    decisions depend on as a ``SlurmState`` member, never as a quoted copy of its text."""
+    names = "|".join(s.value for s in SlurmState)
+    quoted = re.compile(rf"""["']({names})["']""")
+    trees = [ROOT / "remediation" / "domain", ROOT / "remediation" / "services", ROOT / "watchers", ROOT / "workers"]
+    found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+             for tree in trees for p in tree.rglob("*.py") if p.name != "slurm_states.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1) if quoted.search(line)]  # fmt: skip
     assert not found, "\n".join(found[:20])
