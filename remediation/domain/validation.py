@@ -39,6 +39,7 @@ from remediation.domain.outcomes import (
     Wait,
     elapsed,
 )
+from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
@@ -190,8 +191,6 @@ def still_running(result: ValidationResult) -> str:
 
 
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    from remediation.domain.step_bodies import human_took_back  # its module imports this one
-
     validator = job_runner(ad, "validate")
     if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
