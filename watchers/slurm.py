@@ -46,6 +46,7 @@ from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_k
 from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.topology import topology_source
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
@@ -165,7 +166,8 @@ class SlurmWatcher:
         return published
 
     def _within_grace(self, status: NodeRecord, state: str, now: float) -> bool:
-        if state != "NOT_RESPONDING" or self.grace <= 0 or (status.states & self.bad) != {"NOT_RESPONDING"}:
+        alone = {SlurmState.NOT_RESPONDING}
+        if state != SlurmState.NOT_RESPONDING or self.grace <= 0 or (status.states & self.bad) != alone:
             return False
         since = self._not_responding_since.setdefault(status.name, now)
         return now - since < self.grace

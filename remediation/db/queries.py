@@ -1,6 +1,6 @@
 """The reads the domain needs, each one query, shared by ingest, the workflow and on-call views.
 
-Kept apart from the models so that the SQL that serves the hot path (ingest, gating) is easy to find
+Kept apart from the models so that the SQL that serves the hot path (ingest, admission) is easy to find
 and to index for: nodes by name, remediations by (node, opened_at) and (status, next_run_at).
 """
 

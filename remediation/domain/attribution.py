@@ -34,7 +34,7 @@ from remediation.domain.slurm_states import SlurmState
 SKEW = timedelta(seconds=5)
 
 # Slurm states our reboot produces; DOWN only with slurmctld's own reason (or none, or ours).
-_REBOOT_SLURM = frozenset({"NOT_RESPONDING", "DOWN"})
+_REBOOT_SLURM = frozenset({SlurmState.NOT_RESPONDING, SlurmState.DOWN})
 _SLURMCTLD_REASONS = frozenset({"", "not responding"})
 
 
@@ -133,7 +133,7 @@ def _reboot_signal(event: NodeEvent) -> bool:
     if event.source is Source.SLURM:
         states = slurm_states.named(event.state)
         return bool(states) and states <= _REBOOT_SLURM and (
-            "DOWN" not in states or event.reason.strip().lower() in _SLURMCTLD_REASONS
+            SlurmState.DOWN not in states or event.reason.strip().lower() in _SLURMCTLD_REASONS
         )
     return False
 

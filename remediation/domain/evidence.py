@@ -6,7 +6,7 @@ runs at least one of them before ``return`` wherever it can; :func:`unproven` is
 at why it may be without one, and what it does instead of resuming:
 
 - the class's ladder has no machine rung (``hold``, ``quarantine``): the class's own rule, as at
-  ``k8s_evict`` (:func:`remediation.domain.step_bodies.without_vm_action`): held for a human, or
+  ``k8s_evict`` (:func:`remediation.domain.recheck.without_vm_action`): held for a human, or
   quarantined at once;
 - the site has no machine action and no GPU check (``machine.backend`` and ``validation.backend``
   both ``none``): nothing can prove the node healthy. ``workflow.unproven`` says what happens:
@@ -30,6 +30,7 @@ from remediation.domain.outcomes import (
     StepSettings,
     wait,
 )
+from remediation.domain.recheck import human_took_back, without_vm_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Site
 from remediation.settings import WorkflowSettings
@@ -55,8 +56,6 @@ def action_here(action: str | None, site: Site, workflow: WorkflowSettings) -> s
 def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """What ``return`` does instead of resuming when nothing can have proven the node healthy; None:
     verify or the GPU check did, return goes on."""
-    from remediation.domain.step_bodies import human_took_back, without_vm_action  # it imports this module
-
     if not vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow, gpu_reset=ad.site.validation):
         return without_vm_action(inp, ad, cfg)
     if ad.machine is not None or ad.validator is not None:

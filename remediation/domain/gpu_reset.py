@@ -47,6 +47,7 @@ from remediation.domain.outcomes import (
     elapsed,
     wait,
 )
+from remediation.domain.recheck import trigger_present
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.validation import (
     cause_class,
@@ -154,8 +155,6 @@ def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime)
     prove: the job's exit 0 proved the action. What verify asks after any action still holds: slurmd
     answers and the trigger has cleared, within ``workflow.verify_timeout_s`` (a detector may take a
     while to see the GPU healthy; one that keeps the fault until a reboot climbs to the reboot)."""
-    from remediation.domain.step_bodies import trigger_present  # its module imports this one
-
     snode = ad.slurm.get_node(inp.node)
     trigger = trigger_present(inp, ad, None, snode, cfg)
     silent = SlurmState.NOT_RESPONDING in snode.flags

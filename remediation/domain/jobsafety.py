@@ -21,15 +21,10 @@ from typing import Any
 
 from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, request_checkpoint
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, elapsed, wait
+from remediation.domain.slurm_states import BUSY
 from remediation.domain.stepdetail import JobsProgress
 from remediation.ports.cluster import SlurmNode
 from remediation.settings import WorkflowSettings
-
-# Slurm states and flags that mean jobs may still hold the node. A FAIL on an allocated node shows
-# as FAILING or MIXED/ALLOCATED+FAIL: its jobs are still there. squeue is always asked as well; the
-# state is only a hint (a DOWN node whose slurmd is gone has had its jobs ended by Slurm, but squeue
-# is still what says so).
-BUSY_SLURM = frozenset({"ALLOCATED", "MIXED", "COMPLETING", "FAILING", "DRAINING"})
 
 
 def jobs_text(jobs: list[str]) -> str:
@@ -44,7 +39,7 @@ def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
     jobs = ad.slurm.jobs_on(node.name)
     if jobs:
         return jobs, jobs_text(jobs)
-    if node.states & BUSY_SLURM:
+    if node.states & BUSY:
         return [], f"Slurm still shows the node {'+'.join(sorted(node.states))} (squeue lists no job yet)"
     return [], None
 

@@ -9,6 +9,7 @@ release and of ``return``'s resume, in one place so that every path keeps the sa
 from __future__ import annotations
 
 from remediation.domain.outcomes import Adapters
+from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import NotFound, UnknownNode
 
@@ -16,7 +17,7 @@ from remediation.ports.errors import NotFound, UnknownNode
 def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
     node = slurm.get_node(name)
     if not node.reason_is_ours(prefix):
-        if node.flags & {"DRAIN", "FAIL"} or node.state == "DOWN":
+        if node.flags & {SlurmState.DRAIN, SlurmState.FAIL} or node.state == SlurmState.DOWN:
             return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
         return "already in service"
     slurm.resume(name)

@@ -29,6 +29,7 @@ from remediation.domain.attribution import Condition, Window, own_cause, superse
 from remediation.domain.causes import Cause, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.lemon import Failure, score
+from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
 
@@ -161,11 +162,11 @@ def _remediable_state(event: NodeEvent, policy: PolicySettings) -> bool:
         return True
     if event.source is Source.SLURM:
         wanted = {s.upper() for s in policy.slurm_states}
-        states = {s for s in re.split(r"[+\s,]+", event.state_upper) if s}
-        if "DRAIN" in wanted:
+        states = slurm_states.named(event.state)
+        if SlurmState.DRAIN in wanted:
             wanted |= slurm_states.DRAINED
-        if "FAIL" in wanted:
-            wanted.add("FAILING")
+        if SlurmState.FAIL in wanted:
+            wanted |= slurm_states.FAILED
         return bool(states & wanted)
     return event.state in policy.kube_conditions
 
@@ -184,12 +185,12 @@ def _human(delta: timedelta) -> str:
     return f"{seconds}s"
 
 
-# ------------------------------------------------------------------------------------------- gating
+# ---------------------------------------------------------------------------------------- admission
 
 
 @dataclass(frozen=True)
 class ClusterView:
-    """Cluster-wide facts for gating, read in the same transaction as the step."""
+    """Cluster-wide facts for admission, read in the same transaction as the step."""
 
     paused: bool
     pool_size: int

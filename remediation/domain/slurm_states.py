@@ -15,6 +15,9 @@ class SlurmState(StrEnum):
     """The states (base states and flags) the service's decisions depend on."""
 
     IDLE = "IDLE"
+    ALLOCATED = "ALLOCATED"
+    MIXED = "MIXED"  # some of its CPUs or GPUs allocated
+    COMPLETING = "COMPLETING"  # jobs ending: their epilogs still run
     DOWN = "DOWN"
     DRAIN = "DRAIN"  # the drain flag; slurmctld shows it as DRAINING (jobs still run) or DRAINED
     DRAINING = "DRAINING"
@@ -35,6 +38,9 @@ VERDICTS = DRAINED | FAILED
 UNSERVING = frozenset({S.DOWN, S.NOT_RESPONDING}) | FAILED
 #: Never a healthy observation, whether or not the policy remediates it.
 BAD = UNSERVING | DRAINED
+#: Jobs may still hold the node. A FAIL on an allocated node shows as FAILING or MIXED/ALLOCATED+FAIL:
+#: its jobs are still there. Only a hint: squeue is always asked as well.
+BUSY = frozenset({S.ALLOCATED, S.MIXED, S.COMPLETING, S.FAILING, S.DRAINING})
 
 
 def named(state: str) -> frozenset[str]:

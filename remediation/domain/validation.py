@@ -39,6 +39,8 @@ from remediation.domain.outcomes import (
     Wait,
     elapsed,
 )
+from remediation.domain.recheck import human_took_back
+from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
@@ -157,7 +159,7 @@ def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, cfg: StepSe
     if validator.backend != "slurm":
         return None
     snode = ad.slurm.get_node(inp.node)
-    if "DRAIN" in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
+    if SlurmState.DRAIN in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
         return snode.reason
     return None
 
@@ -189,8 +191,6 @@ def still_running(result: ValidationResult) -> str:
 
 
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    from remediation.domain.step_bodies import human_took_back  # its module imports this one
-
     validator = job_runner(ad, "validate")
     if recorded_only(inp.context.vm_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")

@@ -10,7 +10,7 @@ Two formats:
   The ``suggested_signal`` column says how a fault shows itself; faults with no node signal (software
   bugs, NCCL timeouts) produce no event at all, correlated network faults hit several nodes at once, host
   maintenance is a human drain. ``remediable_by_vm_restart = no`` marks the fault as one a restart does
-  not fix (the simulation keeps such a node broken until it is repaired by hand).
+  not fix (the rehearsal's world keeps such a node broken until it is repaired by hand).
 
 With an outcome model (:mod:`remediation.rehearsal.truth`, ``--truth``) the mix gains what a policy that
 reads causes needs: every fault carries its cause in its signal (an XID in a researcher's reason or a

@@ -23,7 +23,7 @@ Beside the categories, ``times`` says how long each machine action takes, in min
 source: ``gpu-reset`` (the reset job), ``vm-restart`` (a cloud VM's restart) and ``bare-metal-reboot``
 (a bare machine's reboot, firmware and POST included). Every number and every time must say where it
 came from (``source``): a model that does not is refused. Everything else is repaired by hand ``repair_hours`` after a human is
-handed the node (a quarantine, a page) — that part lives in the simulation, not here.
+handed the node (a quarantine, a page) — that part lives in the rehearsal's world, not here.
 
 These numbers are assumptions. The shipped file says where each one came from, and the rehearsal's
 gains are checked against other models (``remediation/data/truth-*.yaml``) because of that.

@@ -86,7 +86,7 @@ def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | No
 def hold(
     s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: PagedError, poll_s: float
 ) -> float:
-    """Record ``fault`` on the step at once and park the remediation; returns the countdown to the next
+    """Record ``fault`` on the step at once and hold the remediation; returns the countdown to the next
     look (admission refuses it while a pause or a hold lasts)."""
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]

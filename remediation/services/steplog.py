@@ -4,8 +4,9 @@ Every line carries ``remediation_id``, ``node``, ``step``, ``attempt`` and ``out
 fields, so with ``log_format: json`` (:mod:`remediation.adapters.logs`) a log search can follow one
 remediation or one node without parsing prose; the text format shows the same facts in the message.
 Outcomes: done, wait, escalate, quarantine, hold, cancel (the step's own verdict), retry (a transient
-error, retried after a backoff), held (an error that is not the node's: parked, maybe paused) and gated
-(not admitted: admission or an incident kept the step from starting; the log's word, kept for searches).
+error, retried after a backoff), held (an error that is not the node's: the remediation holds, maybe
+automation pauses) and "gated" (not admitted: admission or an incident kept the step from starting;
+the log's word, kept for searches).
 """
 
 from __future__ import annotations

@@ -27,6 +27,7 @@ from remediation.db.models import HardwareSighting, Node, Remediation, Remediati
 from remediation.domain.context import Held, RemediationContext
 from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
+from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
@@ -74,7 +75,7 @@ def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datet
 
 def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, outcome: Any, now: datetime,
                    settings: Settings) -> FollowUp:
-    """Park ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
+    """Hold ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
     step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
     if row is not None:
         row.status, row.finished_at = "failed", now
@@ -109,7 +110,7 @@ def run_check(
                         .order_by(Remediation.id.desc()).limit(1))
         cls = cause_class(RemediationContext.load(last))
     snode = slurm.get_node(node)
-    if "DRAIN" not in snode.flags:
+    if SlurmState.DRAIN not in snode.flags:
         raise ValidationRefused(f"{node} is {'+'.join(sorted(snode.states))} in Slurm: drain it first (the "
                                 "check runs only on a node out of the pool)")
     started = now()

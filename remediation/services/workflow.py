@@ -374,7 +374,7 @@ class Workflow:
             return move(rem, step, Step.QUARANTINE, now)
 
     def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
-        """The error is not the node's: record it on the step now, park the remediation (and pause
+        """The error is not the node's: record it on the step now, hold the remediation (and pause
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():

@@ -98,9 +98,11 @@ def test_a_non_editable_install_migrates_a_database(installed: Path, empty_pg: s
 def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["COLUMNS"] = "200"
+    cwd = tmp_path / "cwd"  # where it was started: a run leaves nothing there (no beat state, no database)
+    cwd.mkdir()
     proc = subprocess.Popen(
-        [str(installed), "demo", "--workdir", str(tmp_path), "--timeout", "150", "--port", "0"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [str(installed), "demo", "--workdir", str(tmp_path / "work"), "--timeout", "150", "--port", "0"],
+        cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
@@ -128,8 +130,9 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     reader.join(timeout=5)
     assert answers == [("/api/v1/overview", 200), ("/api/v1/remediations", 200), ("/healthz", 200)]
     assert unauthenticated == 401
+    assert list(cwd.iterdir()) == []
 
-    db = sqlite3.connect(tmp_path / "remediation.db")  # the embedded default is SQLite
+    db = sqlite3.connect(tmp_path / "work" / "remediation.db")  # the embedded default is SQLite
     rems = {
         rid: (node, status) for rid, node, status in db.execute("select id, node, status from remediations")
     }
@@ -171,7 +174,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     # The story, not the worker's log: no per-task INFO lines between the scenes.
     assert not [line for line in lines if " INFO " in line], [line for line in lines if " INFO " in line][:5]
 
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((tmp_path / "work" / "summary.json").read_text())
     # The leaf switch: ONE incident for its sub-block (learnt from the Nodes' labels), with its four
     # nodes, and no other incident (the storm's nodes are scattered, gpu-node-4 is alone).
     incidents = db.execute("select id, kind, name, status, nodes from incidents").fetchall()
