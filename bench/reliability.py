@@ -33,6 +33,7 @@ SECURITY = [
     "tests/integration/test_settings_secrets.py",
     "tests/unit/test_policy.py::test_node_names_are_matched_whole",
     "tests/unit/test_slurm_adapters.py::test_bad_names_are_refused",
+    "tests/unit/test_validation.py::test_names_are_unique_whatever_the_input",
 ]
 
 
