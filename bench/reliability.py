@@ -8,6 +8,10 @@ the suite's plugin (tests/scenario_table.py) built from what happened: runs and 
 own outcomes, lost events are published events that Postgres does not hold, duplicate actions come from
 the endpoints' request logs, and the fuzzing row counts the examples actually executed. A scenario whose
 tests did not run has an empty row, and that fails the run, as does any failed test.
+
+Under the table, the security section: the tests in :data:`SECURITY` try bad inputs (oversize bodies,
+malformed and huge events, long and odd node names, secrets in bad config) against the real API,
+stream, ingest and start-up, and each says what its input got and what was lost beside it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ["tests/reliability", "tests/integration/test_api_schemathesis.py"]
+#: The tests that try bad inputs, for the security section: every kind of bad input is tried by one.
+SECURITY = [
+    "tests/integration/test_api_bodies.py",
+    "tests/integration/test_bad_inputs.py",
+    "tests/integration/test_settings_secrets.py",
+    "tests/unit/test_policy.py::test_node_names_are_matched_whole",
+    "tests/unit/test_slurm_adapters.py::test_bad_names_are_refused",
+    "tests/unit/test_validation.py::test_names_are_unique_whatever_the_input",
+]
 
 
 def dash(value: object, fmt: str = "{}") -> str:
@@ -32,10 +45,11 @@ def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int,
     """Run ``suite`` under pytest with the scenario plugin recording, print its table under ``title``,
     and return pytest's exit status and the rows."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "figures.jsonl"
+        out, security_out = Path(tmp) / "figures.jsonl", Path(tmp) / "security.json"
         env = {
             **os.environ,
             "REMEDIATION_RELIABILITY_OUT": str(out),
+            "REMEDIATION_SECURITY_OUT": str(security_out),
             "REMEDIATION_RELIABILITY_SCALE": "full" if full else "ci",
         }
         code = subprocess.call(
@@ -45,6 +59,7 @@ def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int,
             stdout=sys.stderr,
         )
         rows = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+        security = json.loads(security_out.read_text()) if security_out.exists() else None
     head = (
         f"{'scenario':<46} {'runs':>5} {'passed':>6} {'lost events':>11} {'dup. actions':>12} "
         f"{'recovery':>9} {'examples':>8}"
@@ -60,6 +75,10 @@ def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int,
             print(f"    {note}")
         for problem in r["problems"]:
             print(f"    FAILED: {problem}")
+    if security is not None:
+        print("\nsecurity: bad inputs tried, what each got, and what was lost beside it\n")
+        print("\n".join(security["lines"]))
+        print("FAILED: " + "; ".join(security["problems"]) if security["problems"] else "nothing lost")
     if not rows:
         print("no rows: the suite did not run")
         return code or 1, rows
@@ -72,7 +91,7 @@ def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int,
 def main() -> int:
     args = sys.argv[1:]
     full = "--full" in args
-    return run(SUITE, [a for a in args if a != "--full"], full, "Reliability suite")[0]
+    return run(SUITE + SECURITY, [a for a in args if a != "--full"], full, "Reliability suite")[0]
 
 
 if __name__ == "__main__":

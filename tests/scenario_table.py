@@ -19,7 +19,9 @@ made of:
 
 At the end of the session every scenario collected for this run must have a row with at least one
 run, and a test that passed must have recorded its figures: otherwise the session fails and says
-which. The rows go to ``$REMEDIATION_RELIABILITY_OUT`` (JSON lines) for ``python -m bench.reliability``.
+which. The rows go to ``$REMEDIATION_RELIABILITY_OUT`` (JSON lines) for ``python -m bench.reliability``,
+and the security section below, when any bad input was tried, to ``$REMEDIATION_SECURITY_OUT`` (one JSON
+document: its lines and its problems), which the same command prints under the table.
 
 **The security section** lists the bad inputs the tests tried (oversize bodies, malformed and huge
 events, long and odd node names, secrets in bad config), with what each got and what was lost. Any test
@@ -66,6 +68,8 @@ OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, CONFIG_SECRET = (
     "oversize bodies", "malformed events", "huge events", "long and odd node names", "secrets in bad config",
 )
 BAD_INPUT_KINDS = (OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, CONFIG_SECRET)
+#: Where the session writes the security section for ``python -m bench.reliability`` (unset: nowhere).
+SECURITY_OUT = "REMEDIATION_SECURITY_OUT"
 
 
 @dataclass
@@ -327,8 +331,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     table = session.config.stash[TABLE]
     if not _reports(session.config):
         return
-    if table.security()[1] and session.exitstatus == 0:
+    lines, problems = table.security()
+    if problems and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    security_out = os.environ.get(SECURITY_OUT)
+    if security_out and table.bad_inputs:
+        Path(security_out).write_text(json.dumps({"lines": lines, "problems": problems}))
     if not table.scenario_of:
         return
     rows = table.rows()

@@ -79,10 +79,11 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
     bus.publish(good[1:])
     engine = create_engine(pg_url, poolclass=NullPool)
     sessions = sessionmaker(engine)
-    policy = Settings().policy
+    settings = Settings()
 
     def handle(payloads: list[bytes]) -> None:  # type: ignore[type-arg]
-        ingest_batch(sessions, payloads, policy, SystemClock())
+        # As the ingest task calls it: with the shipped bound on a payload's size.
+        ingest_batch(sessions, payloads, settings.policy, SystemClock(), max_bytes=settings.broker.max_event_bytes)
 
     try:
         handled = drain(redis_client, bus.keys, handle, batch=100, claim_idle_ms=0)
@@ -96,6 +97,8 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
     assert len(rejected) == 1, [r.error for r in rejected]
     (row,) = rejected
     assert row.payload and row.error
+    # A huge event is refused for its size, whole, and the record says so; it is never parsed or cut.
+    assert row.error.startswith("oversize: ") is (kind == HUGE_EVENT), row.error
     first_line = row.error.splitlines()[0][:90]
     cut = f", its first {len(row.payload):,} characters" if len(row.payload) < len(payload) else ""
     bad_inputs.tried(

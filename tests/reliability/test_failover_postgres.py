@@ -66,10 +66,10 @@ def failover(standby_pair: StandbyPair, redis_prefix: str, tmp_path: Path, scena
         scenario_figures,
         standby_pair.crash_primary,
         standby_pair.promote,
-        lambda in_flight, down_at, up_at: (
+        lambda in_flight, down_at, up_at, succeeded: (
             f"pg_ctl -m immediate on the primary with steps in flight "
             f"{sorted(Counter(in_flight.values()).items())}; replica promoted {up_at - down_at:.1f}s later; "
-            f"synchronous replication; recovery = promotion to all 6 succeeded"
+            f"synchronous replication; recovery = promotion to all {succeeded} succeeded"
         ),
         REMEDIATION_DATABASE__CONNECT_TIMEOUT_S="2",
     )

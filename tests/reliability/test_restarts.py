@@ -444,11 +444,11 @@ def assert_each_action_once(db: Engine, world: MemoryWorld, nodes: list[str], fi
 
 def outage_mid_workflow(db_url: str, redis_prefix: str, tmp_path: Path, figures: Recorder,
                         stop: Callable[[], None], restore: Callable[[], float],
-                        describe_outage: Callable[[dict[str, str], float, float], str], **env: str) -> None:
+                        describe_outage: Callable[[dict[str, str], float, float, int], str], **env: str) -> None:
     """Six remediations, the database stopped (``stop``) with steps in flight, and brought back
     (``restore``, returning when it took writes) once a sweep failed on it; then every remediation
-    must complete with each action exactly once. ``describe_outage(in_flight, down_at, up_at)``
-    writes the row's notes."""
+    must complete with each action exactly once. ``describe_outage(in_flight, down_at, up_at,
+    succeeded)`` writes the row's notes; ``succeeded`` is how many remediations the recovery saw succeed."""
     nodes = [f"gpu-node-{i}" for i in range(6)]
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
     client = redis.Redis.from_url(REDIS_URL)
@@ -466,10 +466,11 @@ def outage_mid_workflow(db_url: str, redis_prefix: str, tmp_path: Path, figures:
         wait_for(lambda: set(statuses(db).values()) == {"succeeded"} and len(statuses(db)) == len(nodes),
                  90, "every remediation to complete", worker)
         recovery = time.monotonic() - up_at
+        succeeded = list(statuses(db).values()).count("succeeded")
         settled([worker], client, redis_prefix)  # a late duplicate (a retried task, a sweep) had its chance
     finally:
         worker.stop()
-    assert_each_action_once(db, world, nodes, figures, recovery, describe_outage(in_flight, down_at, up_at),
+    assert_each_action_once(db, world, nodes, figures, recovery, describe_outage(in_flight, down_at, up_at, succeeded),
                             in_flight)
     db.dispose()
     client.close()
@@ -481,7 +482,7 @@ def test_postgres_restart_mid_workflow_resumes_every_remediation_once(
 ) -> None:
     outage_mid_workflow(
         private_pg.url, redis_prefix, tmp_path, scenario_figures, private_pg.crash, private_pg.start,
-        lambda in_flight, down_at, up_at: (
+        lambda in_flight, down_at, up_at, succeeded: (
             f"pg_ctl -m immediate with steps in flight {sorted(Counter(in_flight.values()).items())}; "
-            f"down {up_at - down_at:.1f}s; recovery = server up to all 6 succeeded"),
+            f"down {up_at - down_at:.1f}s; recovery = server up to all {succeeded} succeeded"),
     )

@@ -2,7 +2,8 @@
 
 A note such as "0 VM actions while open", written as text, claims a figure whether or not anything was
 measured. Every figure in a note passed to ``Figures.record`` must come from a value the test holds
-(a ``{count}``), never from the note's literal text; this test reads the reliability scenarios' source.
+(a ``{count}``), never from the note's literal text, whether the note is written in the ``record`` call
+or by a lambda a scenario helper calls; this test reads the reliability scenarios' source.
 """
 
 from __future__ import annotations
@@ -18,24 +19,25 @@ ROOT = Path(__file__).resolve().parents[2]
 FIGURE = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?!\w)")
 
 
+def notes_written(tree: ast.AST) -> list[ast.expr]:
+    """Every expression that writes a note: the ``notes=`` of a ``record(...)`` call, and a lambda that
+    returns text (a scenario helper takes one to write its row's notes, e.g. ``describe_outage``)."""
+    found: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record":
+            found += [kw.value for kw in node.keywords if kw.arg == "notes"]
+        elif isinstance(node, ast.Lambda) and isinstance(node.body, ast.JoinedStr | ast.Constant | ast.BinOp):
+            found.append(node.body)
+    return found
+
+
 def literal_figures(source: str) -> list[str]:
-    """The literal parts of every ``record(notes=...)`` in ``source`` that write a figure."""
+    """The literal parts of every note written in ``source`` (:func:`notes_written`) that write a figure."""
     found = []
-    for node in ast.walk(ast.parse(source)):
-        if not (
-            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "record"
-        ):
-            continue
-        for kw in node.keywords:
-            if kw.arg != "notes":
-                continue
-            for part in ast.walk(kw.value):
-                if (
-                    isinstance(part, ast.Constant)
-                    and isinstance(part.value, str)
-                    and FIGURE.search(part.value)
-                ):
-                    found.append(f"line {part.lineno}: {part.value!r}")
+    for note in notes_written(ast.parse(source)):
+        for part in ast.walk(note):
+            if isinstance(part, ast.Constant) and isinstance(part.value, str) and FIGURE.search(part.value):
+                found.append(f"line {part.lineno}: {part.value!r}")
     return found
 
 
@@ -56,3 +58,15 @@ def test_every_figure_in_a_note_was_counted(path: Path) -> None:
 )
 def test_a_figure_written_into_a_note_is_caught(notes: str, bad: bool) -> None:
     assert bool(literal_figures(f"figures.record(notes={notes})")) is bad
+
+
+@pytest.mark.parametrize(
+    ("helper", "bad"),
+    [
+        ('outage(lambda down, up: f"down {up - down:.1f}s; recovery = server up to all 6 succeeded")', True),
+        ('outage(lambda down, up, n: f"down {up - down:.1f}s; recovery = server up to all {n} succeeded")', False),
+    ],
+    ids=["count written in", "count passed in"],
+)
+def test_a_figure_written_into_a_helper_s_note_is_caught(helper: str, bad: bool) -> None:
+    assert bool(literal_figures(helper)) is bad

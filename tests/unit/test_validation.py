@@ -19,6 +19,7 @@ from remediation.domain.validation import check_name, last_line, manual_check_na
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SettingsError, load_settings
+from tests.scenario_table import NODE_NAME, BadInputs
 from tests.scripted_validator import ScriptedValidator
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -58,15 +59,24 @@ def test_names_are_derived_from_the_key_and_valid_everywhere() -> None:
 LONG = "gpu-" + "a" * 60  # two node names that share their first 63 characters
 
 
-@pytest.mark.parametrize(("first", "second"), [
-    (manual_check_name(LONG + "-node-1", STAMP), manual_check_name(LONG + "-node-2", STAMP)),
-    (manual_check_name("gpu.node-1", STAMP), manual_check_name("gpu_node-1", STAMP)),
-    (check_name("r" + "1" * 70 + ":validate:1"), check_name("r" + "1" * 70 + ":validate:2")),
+def manual(node: str) -> str:
+    return manual_check_name(node, STAMP)
+
+
+@pytest.mark.parametrize(("name_of", "inputs"), [
+    (manual, (LONG + "-node-1", LONG + "-node-2")),
+    (manual, ("gpu.node-1", "gpu_node-1")),
+    (check_name, ("r" + "1" * 70 + ":validate:1", "r" + "1" * 70 + ":validate:2")),
 ], ids=["long-node-names", "punctuation", "long-key"])
-def test_names_are_unique_whatever_the_input(first: str, second: str) -> None:
+def test_names_are_unique_whatever_the_input(name_of: Any, inputs: tuple[str, str], bad_inputs: BadInputs) -> None:
+    first, second = (name_of(text) for text in inputs)
     assert first != second
     for name in (first, second):
         assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name), name
+    if name_of is manual:  # a human's check on a node: its names come from the node's name
+        tails = " and ".join(repr(text[-16:]) for text in inputs)
+        bad_inputs.tried(NODE_NAME, f"check names for two nodes of {len(inputs[0])} characters ending {tails}",
+                         f"{first} and {second}: distinct, valid everywhere", lost=None)
 
 
 def test_a_cut_name_keeps_a_readable_prefix_and_names_that_fit_stay_as_they_were() -> None:
