@@ -51,6 +51,7 @@ from remediation.adapters.kube.client import (
     translate,
 )
 from remediation.adapters.kube.mapping import NodeMapping
+from remediation.adapters.kube.wire import Node, Taint, as_json, decode_node
 from remediation.ports.cluster import EvictionProgress, KubeNode
 from remediation.ports.errors import (
     NotFound,
@@ -90,36 +91,34 @@ class KubeAdapter:
         self._mapping = NodeMapping(api, settings, self._read)
 
     # ---------------------------------------------------------------------------- reading
-    def _read(self, name: str) -> client.V1Node:
+    def _read(self, name: str) -> Node:
         with api_errors(f"read Node {name}"):
-            return self.api.read_node(name, _request_timeout=self.s.request_timeout_s)
+            # Raw bytes, decoded to the fields we read (remediation.adapters.kube.wire says why).
+            return _decoded(self.api.read_node(name, _preload_content=False,
+                                               _request_timeout=self.s.request_timeout_s))
 
     def get(self, name: str) -> KubeNode:
         return self._as_kube_node(name, self._read(name))
 
-    def _as_kube_node(self, name: str, node: client.V1Node) -> KubeNode:
-        conditions = {c.type: c.status for c in (node.status.conditions or []) if node.status}
-        info = node.status.node_info if node.status else None
-        annotations = node.metadata.annotations or {}
-        unschedulable = bool(node.spec.unschedulable) if node.spec else False
+    def _as_kube_node(self, name: str, node: Node) -> KubeNode:
+        conditions = {c.type: c.status for c in node.status.conditions or []}
+        info = node.status.nodeInfo
         return KubeNode(
             name=name,
             ready=conditions.get("Ready", "Unknown"),
-            boot_id=info.boot_id if info else "",
-            provider_id=(node.spec.provider_id if node.spec else None) or "",
-            unschedulable=unschedulable,
-            cordoned_by_us=unschedulable and self.cordoned_by in annotations,
-            quarantine_tainted=any(self._is_ours(t) for t in (node.spec.taints or []))
-            if node.spec
-            else False,
+            boot_id=info.bootID if info else "",
+            provider_id=node.spec.providerID or "",
+            unschedulable=node.cordoned,
+            cordoned_by_us=node.cordoned and self.cordoned_by in node.annotations,
+            quarantine_tainted=any(self._is_ours(t) for t in node.taints),
             conditions={k: v for k, v in conditions.items() if k in self.condition_types},
         )
 
-    def _is_ours(self, taint: client.V1Taint) -> bool:
+    def _is_ours(self, taint: Taint) -> bool:
         return taint.key == self.taint_key and taint.effect == "NoSchedule"
 
     # ----------------------------------------------------------------------------- cordon
-    def _with_conflicts(self, name: str, attempt: Callable[[client.V1Node], T]) -> T:
+    def _with_conflicts(self, name: str, attempt: Callable[[Node], T]) -> T:
         """Run read-decide-write until the write lands on the version it read."""
         for _ in range(CONFLICT_RETRIES):
             node = self._read(name)
@@ -133,20 +132,21 @@ class KubeAdapter:
                 raise translate(exc, f"patch Node {name}") from exc
         raise TransientError(f"Node {name} kept changing under us ({CONFLICT_RETRIES} conflicts)", status=409)
 
-    def _patch(self, name: str, body: Any) -> client.V1Node:
-        return self.api.patch_node(name, body, _request_timeout=self.s.request_timeout_s)
+    def _patch(self, name: str, body: Any) -> Node:
+        return _decoded(self.api.patch_node(name, body, _preload_content=False,
+                                            _request_timeout=self.s.request_timeout_s))
 
     def cordon(self, name: str, reason: str) -> KubeNode:
         # One read and one write: the patch answers with the Node as written, which says whose the
         # cordon is (a mass failure cordons hundreds of Nodes at once; each round trip counts).
-        def attempt(node: client.V1Node) -> KubeNode:
-            if node.spec and node.spec.unschedulable:
+        def attempt(node: Node) -> KubeNode:
+            if node.cordoned:
                 return self._as_kube_node(name, node)  # already cordoned: ours (idempotent) or a human's
             return self._as_kube_node(name, self._patch(
                 name,
                 {
                     "metadata": {
-                        "resourceVersion": node.metadata.resource_version,
+                        "resourceVersion": node.metadata.resourceVersion,
                         "annotations": {self.cordoned_by: self.actor, self.cordon_reason: reason[:1024]},
                     },
                     "spec": {"unschedulable": True},
@@ -156,14 +156,14 @@ class KubeAdapter:
         return self._with_conflicts(name, attempt)
 
     def uncordon(self, name: str) -> bool:
-        def attempt(node: client.V1Node) -> bool:
-            ours = self.cordoned_by in (node.metadata.annotations or {})
-            cordoned = bool(node.spec and node.spec.unschedulable)
+        def attempt(node: Node) -> bool:
+            ours = self.cordoned_by in node.annotations
+            cordoned = node.cordoned
             if not ours:
                 return False  # a human's cordon, or none: not ours to lift
             patch: dict[str, Any] = {
                 "metadata": {
-                    "resourceVersion": node.metadata.resource_version,
+                    "resourceVersion": node.metadata.resourceVersion,
                     "annotations": {self.cordoned_by: None, self.cordon_reason: None},
                 }
             }
@@ -177,28 +177,23 @@ class KubeAdapter:
         return self._with_conflicts(name, attempt)
 
     def set_quarantine_taint(self, name: str, on: bool) -> None:
-        def attempt(node: client.V1Node) -> None:
-            raw = self.api.api_client.sanitize_for_serialization(
-                (node.spec.taints if node.spec else None) or []
-            )
-            present = any(t.get("key") == self.taint_key and t.get("effect") == "NoSchedule" for t in raw)
+        def attempt(node: Node) -> None:
+            present = any(self._is_ours(t) for t in node.taints)
             if present == on:
                 return
             if on:
-                taints = [*raw, {"key": self.taint_key, "value": self.actor, "effect": "NoSchedule"}]
+                taints = [*node.taints, Taint(key=self.taint_key, value=self.actor, effect="NoSchedule")]
             else:
-                taints = [
-                    t for t in raw if not (t.get("key") == self.taint_key and t.get("effect") == "NoSchedule")
-                ]
+                taints = [t for t in node.taints if not self._is_ours(t)]
             self._patch(
                 name,
                 [
                     {
                         "op": "test",
                         "path": "/metadata/resourceVersion",
-                        "value": node.metadata.resource_version,
+                        "value": node.metadata.resourceVersion,
                     },
-                    {"op": "add", "path": "/spec/taints", "value": taints},
+                    {"op": "add", "path": "/spec/taints", "value": as_json(taints)},
                 ],
             )
 
@@ -287,6 +282,14 @@ class KubeAdapter:
     # ---------------------------------------------------------------------------- mapping
     def node_for(self, slurm_node: str) -> str:
         return self._mapping.node_for(slurm_node)
+
+
+def _decoded(resp: Any) -> Node:
+    """A Node from a raw answer (an urllib3 response: ``_preload_content=False``)."""
+    try:
+        return decode_node(resp.data)
+    finally:
+        resp.release_conn()
 
 
 def make_kube(settings: Settings) -> KubeAdapter:

@@ -111,10 +111,10 @@ def test_cordon_racing_a_human_does_not_claim_their_cordon(
     real_read = adapter.api.read_node
 
     def read_then_human_cordons(name: str, **kw: object) -> object:
-        node = real_read(name, **kw)
-        if not node.spec.unschedulable:
+        answer = real_read(name, **kw)
+        if not kube_api.node(name)["spec"].get("unschedulable"):
             kube_api.mutate_node(name, lambda n: n["spec"].__setitem__("unschedulable", True))
-        return node
+        return answer
 
     adapter.api.read_node = read_then_human_cordons  # type: ignore[method-assign]
     adapter.cordon("n1", "remediation: x")
