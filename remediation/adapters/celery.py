@@ -81,7 +81,7 @@ class CeleryDispatcher:
     ``isolate_batch`` others: the worker takes them all through isolation at once (workers/isolate.py).
     Every other step is its own task."""
 
-    def __init__(self, app: Celery, isolate_batch: int = 32) -> None:
+    def __init__(self, app: Celery, isolate_batch: int = 64) -> None:
         self._app = app
         self._isolate_batch = isolate_batch
 
