@@ -90,14 +90,6 @@ def is_paused(session: Session) -> bool:
     return bool(PauseState.load(control_get(session, PAUSED)).paused)
 
 
-def pause_view(session: Session) -> ClusterView:
-    """The pause alone, for admitting a step the storm breaker does not hold: nothing else of the
-    view decides it, so the counts are not read (left at zero; remediation.services.admission)."""
-    pause = PauseState.load(control_get(session, PAUSED))
-    return ClusterView(paused=bool(pause.paused), pause_reason=pause.why, pool_size=0, failed_in_window=0,
-                       vm_active=0, last_vm_action_at=None)
-
-
 def open_remediations_for(session: Session, nodes: Iterable[str]) -> dict[str, int]:
     rows = session.execute(
         select(Remediation.node, Remediation.id).where(

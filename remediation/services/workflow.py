@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -50,7 +50,7 @@ from remediation.domain.causes import action_at, needs_rma, vm_rungs
 from remediation.domain.controls import LastVMAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
-from remediation.domain.policy import Clock
+from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import (
     OPEN_STATUSES,
     RemediationStatus,
@@ -72,7 +72,6 @@ from remediation.domain.stepdetail import RetryState
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services import breaker, incidents, steplog
-from remediation.services.admission import admission
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
@@ -221,7 +220,7 @@ class Workflow:
                 # last-VM-action row: each counts only after the one before it has committed.
                 lock_control(s, LAST_VM_ACTION, now)
                 now = self.clock.now()
-            verdict = admission(s, rem, step, cfg, self.settings, now, self.clock, new_vm_action=row is None)
+            verdict = self._admit(s, rem, step, cfg, now, new_vm_action=row is None)
             held_by_incident = False
             if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
                                                               new_vm_action=row is None)):
@@ -269,6 +268,21 @@ class Workflow:
                 source=rem.source,
             )
             return inp, row.id, g
+
+    def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
+               new_vm_action: bool) -> Admission:
+        """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
+        max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
+        under its recorded policy, as before profiles."""
+        fleet = self.settings.policy if rem.profile is not None else cfg.policy
+        view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id)
+        view = breaker.note(s, view, now, rem.id, fleet, self.settings.actor, self.clock)
+        pool = None
+        if rem.profile is not None:
+            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile)
+            mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
+            pool = Pool(rem.profile, mine, cfg.policy)
+        return admit(step, view, fleet, now, new_vm_action=new_vm_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
         return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)

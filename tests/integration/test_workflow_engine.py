@@ -338,35 +338,6 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
         assert [(a.actor, a.reason) for a in closed] == [("alice", "leaf switch replaced")]
 
 
-def test_a_storm_is_isolated_at_once_and_latched_by_the_first_step_the_breaker_holds(
-    sessions, world, clock
-) -> None:
-    """Drains and cordons wait only for a pause, so their claims do not count the fleet; the
-    breaker latches at the first claim it holds (an eviction), before that step acts."""
-    settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
-    engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
-    )
-    todo = [f for i in range(5) for f in publish(sessions, settings, clock, f"gpu-node-{i}")]
-    evictions = []
-    for f in todo:  # each remediation through its drain and cordon, as remediation.isolate runs them
-        nxt = engine.run(f.remediation_id, f.step)
-        assert nxt is not None and nxt.step == "k8s_cordon"
-        nxt = engine.run(nxt.remediation_id, nxt.step)
-        assert nxt is not None and nxt.step == "k8s_evict"
-        evictions.append(nxt)
-    assert len(world.calls("slurm.drain", effect=True)) == len(world.calls("k8s.cordon", effect=True)) == 5
-    with sessions() as s:
-        assert not breaker_state(s).get("open")  # all ten claims ran: none latched it
-    held = engine.run(evictions[0].remediation_id, evictions[0].step)
-    assert held is not None and held.step == "k8s_evict" and held.countdown
-    with sessions() as s:
-        assert breaker_state(s)["open"] is True
-        assert s.scalars(select(AuditLog.action)).all().count("breaker_open") == 1
-        assert "storm breaker open" in (rem_for(sessions, "gpu-node-0").wait_reason or "")
-    assert not world.calls("k8s.evict") and not world.calls("vm.restart")
-
-
 def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, clock) -> None:
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600, breaker_auto_close_s=900)
     engine = Workflow(
