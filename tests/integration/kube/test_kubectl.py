@@ -5,7 +5,7 @@ TLS with the cluster CA from a generated kubeconfig, a bearer token, aggregated 
 Tables, strategic-merge and merge patches, the Eviction API with its own 429 retries, chunked watches)
 and check what happened through our own client, never through kubectl's output alone.
 
-kubectl missing: skipped on a developer's machine, a failure in CI (``CI`` set), where a skipped
+kubectl missing: skipped on a developer's machine, a failure in CI and in scripts/test.sh (``CI=true``), where a skipped
 oracle would let the fake drift unnoticed.
 """
 
