@@ -2,8 +2,10 @@
 
 - :class:`SentinelSet`: one Redis primary, one replica and three sentinels (Debian's redis-server and
   redis-sentinel), every data node with the production persistence (``appendfsync always``). The
-  sentinels agree on a failover with a quorum of two and call a primary down after one second of
-  silence, so a failover takes a few seconds, not the default half-minute.
+  sentinels agree on a failover with a quorum of two and call a primary down after three seconds of
+  silence, so a failover takes a few seconds, not the default half-minute. One second was too short: on
+  a loaded two-core machine an ``appendfsync always`` primary can miss a ping for that long, and a
+  second, unasked failover followed the test's own.
 - :class:`StandbyPair`: a Postgres primary and a streaming replica made with ``pg_basebackup``, with
   synchronous replication once the replica streams (``synchronous_standby_names``): a commit returns
   only when the replica holds it, the setting an HA Postgres needs for "0 lost" (docs/architecture.md,
@@ -86,6 +88,7 @@ class SentinelSet:
         server, sentinel = shutil.which("redis-server"), shutil.which("redis-sentinel")
         if server is None or sentinel is None:
             raise RedisMissing("redis-server and redis-sentinel are needed (scripts/setup.sh installs them)")
+        self.dir = workdir
         self.primary = RedisNode(server, workdir / "a")
         self.primary.start()
         self.replica = RedisNode(server, workdir / "b", replica_of=self.primary.port)
@@ -97,7 +100,7 @@ class SentinelSet:
             conf.write_text(
                 f"port {port}\nbind 127.0.0.1\ndir {workdir}\nlogfile {workdir}/sentinel-{i}.log\n"
                 f"sentinel monitor {MASTER} 127.0.0.1 {self.primary.port} 2\n"
-                f"sentinel down-after-milliseconds {MASTER} 1000\n"
+                f"sentinel down-after-milliseconds {MASTER} 3000\n"
                 f"sentinel failover-timeout {MASTER} 4000\n"
                 f"sentinel parallel-syncs {MASTER} 1\n"
             )
@@ -151,6 +154,29 @@ class SentinelSet:
             for k, v in info.items()
             if k.startswith("slave") and isinstance(v, dict) and v.get("state") == "online"
         )
+
+    def replicated(self) -> bool:
+        """Whether the primary the sentinels name now has a replica online. Asked of whichever primary
+        they name at the time, so a second failover in between is followed, not waited out."""
+        port = self.primary_port()
+        try:
+            return port is not None and self.replicas_online(port) >= 1
+        except redis.RedisError:
+            return False
+
+    def output(self) -> str:
+        """What a timed-out wait shows: each sentinel's failover decisions and the data nodes' log tails."""
+        marks = ("sdown", "odown", "switch-master", "failover", "convert-to-slave", "elected-leader")
+        parts = []
+        for i in range(len(self.sentinels)):
+            log = self.dir / f"sentinel-{i}.log"
+            lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+            parts.append(f"--- sentinel-{i}\n" + "\n".join(line for line in lines if any(m in line for m in marks)))
+        for node in (self.primary, self.replica):
+            log = node.dir / "redis.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            parts.append(f"--- redis on port {node.port}\n{tail}")
+        return "\n".join(parts) + "\n"
 
     def stop(self) -> None:
         for proc in self.sentinels:
@@ -304,10 +330,10 @@ def fail_over(cluster: SentinelSet) -> tuple[float, float]:  # bounds for a load
     assert old is not None
     cluster.node(old).kill()
     killed = time.monotonic()
-    wait_for(lambda: cluster.primary_port() not in (None, old), 120, "the sentinels to promote the replica")
+    wait_for(lambda: cluster.primary_port() not in (None, old), 120, "the sentinels to promote the replica", cluster)
     promoted = time.monotonic()
     new = cluster.primary_port()
     assert new is not None
     cluster.node(old).start(replica_of=new)
-    wait_for(lambda: cluster.replicas_online(new) >= 1, 120, "the old primary to rejoin as a replica")
+    wait_for(cluster.replicated, 120, "the old primary to rejoin as a replica", cluster)
     return promoted - killed, time.monotonic() - promoted
