@@ -264,6 +264,21 @@ def steps_in_flight(db: Engine) -> set[int]:
         return set(s.scalars(select(RemediationStep.id).where(RemediationStep.status.in_(("started", "waiting")))))
 
 
+def steps_spanning(db: Engine, at: datetime) -> set[int]:
+    """Step rows in flight at ``at`` by their own times: started before it, and finished after it or
+    not yet. Timestamps, not two looks, so a step that ends between a look and the kill is not counted
+    and one that was in flight is, however slow the look."""
+    with Session(db) as s:
+        return set(
+            s.scalars(
+                select(RemediationStep.id).where(
+                    RemediationStep.started_at < at,
+                    (RemediationStep.finished_at.is_(None)) | (RemediationStep.finished_at > at),
+                )
+            )
+        )
+
+
 @pytest.mark.scenario("2 Redis restart during a storm (SIGKILL)")
 def test_redis_restart_during_a_storm_loses_no_event(
     private_redis: PrivateRedis, pg_url: str, tmp_path: Path, scenario_figures: Recorder
@@ -300,13 +315,13 @@ def test_redis_restart_during_a_storm_loses_no_event(
             return waiting[0] >= 1
 
         wait_for(mid_storm_and_mid_step, 60, "half of the storm with a workflow step in flight")
-        steps_before = steps_in_flight(db)
         private_redis.kill()  # mid-storm, mid-batch (some XADDs of a pipeline may have landed), mid-step
-        killed_at = time.monotonic()
-        # What was in flight at the kill: steps started before it and still unfinished after it (a lower
-        # bound), and the events Redis had acknowledged that Postgres did not hold at the look just
-        # before the kill (a worker may still record some it had read: they were in its hands, unacked).
-        steps_at_kill = steps_before & steps_in_flight(db)
+        killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
+        # What was in flight at the kill: the steps the workers' own rows say started before it and ended
+        # after it or not yet (read now, and again later: a step's end is recorded when it comes), and
+        # the events Redis had acknowledged that Postgres did not hold at the look just before the kill
+        # (a worker may still record some it had read: they were in its hands, unacked).
+        steps_at_kill = steps_spanning(db, killed_wall)
         killed_at_event = publisher.observed
         unrecorded_at_kill = waiting[0]
         assert steps_at_kill, "no workflow step was in flight when Redis was killed"
