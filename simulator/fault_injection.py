@@ -27,7 +27,9 @@ its wall-clock time, so a caller can measure detection and recovery against the 
 
 from __future__ import annotations
 
+import math
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,10 +54,11 @@ class Injection:
 
 
 class FaultInjector:
-    """Mixed into SimCluster, which provides ``names``, ``links``, ``ctld``, ``kube`` and ``at``."""
+    """Mixed into SimCluster, which provides ``names``, ``links``, ``lock``, ``ctld``, ``kube`` and ``at``."""
 
     names: list[str]
     links: dict[str, Link]
+    lock: threading.RLock
     ctld: SlurmCtld
     kube: KubeAPIServer
     at: Callable[[float, Callable[[], None]], None]
@@ -137,6 +140,23 @@ class FaultInjector:
             self.links[node].relapse_after_s = relapse_after_s
         self.researcher_fail(node, reason, user="bob")
         self._log(node, "repeat_offender", f"broken VM ({'relapses' if relapse_after_s is not None else 'fails verify'})")
+
+    def hold_boot(self, node: str) -> None:
+        """The VM's next boot does not end until :meth:`end_boot`: the node stays down, so its workflow
+        waits in verify for as long as a test needs to land there, however slow the machine."""
+        with self.lock:
+            self.links[node].reboot_delay_s = math.inf
+        self._log(node, "hold_boot", "the next boot lasts until end_boot")
+
+    def end_boot(self, node: str) -> None:
+        """End a held boot: the node comes up at the clock's next tick (or after the usual boot time, if
+        its restart has not begun)."""
+        with self.lock:
+            link = self.links[node]
+            link.reboot_delay_s = None
+            if link.back_at is not None:
+                link.back_at = time.monotonic()
+        self._log(node, "end_boot", "boot ended")
 
     def bad_hbm(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
         """A GPU with a failing HBM row: the restart brings the node back with a new bootID, slurmd

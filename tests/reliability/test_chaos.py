@@ -22,6 +22,9 @@ verify             ``GET /slurm/v0.0.40/node/N`` once the remediation is at veri
 return             ``POST /slurm/v0.0.40/node/N`` (the resume), armed once it is at verify
 =================  =========================================================================
 
+For verify and return, the node's boot is held (``SimCluster.hold_boot``) until their call is armed: the
+workflow waits in verify for the test, instead of the test racing a verify that can pass in a second.
+
 **Cloud faults.** Each cloud answers 30% of calls with 429 (Retry-After: 1) or 503. Every remediation
 must complete with one restart per VM, and no retry may come before the server's Retry-After, checked
 both against the endpoints' timed request logs and against the ``retry_at`` the step rows record.
@@ -105,10 +108,13 @@ def _kill_inside(rig: CloudRig, victim: Worker, node: str, step: str) -> float:
     """Start ``node``'s remediation on ``victim`` and SIGKILL it inside ``step``; returns the kill time."""
     late = step in ("verify", "return")  # their calls also happen in earlier steps: arm at verify
     hold = None if late else _arm(rig, node, step)
+    if late:  # the node stays down until the hold is armed, so the workflow waits in verify for it
+        rig.cluster.hold_boot(node)
     rig.fail(node)
     if late:
         wait_for(lambda: (r := rig.rem(node)) is not None and r.step == "verify", 60, "verify", victim)
         hold = _arm(rig, node, step)
+        rig.cluster.end_boot(node)
     assert hold is not None
     try:
         assert hold.held.wait(60), f"{step} of {node} never made its call\n{victim.output()[-3000:]}"
