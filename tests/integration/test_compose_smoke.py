@@ -154,6 +154,10 @@ def _facts(pg_url: str) -> dict[str, Any]:
                     "left join remediation_steps s on s.remediation_id = r.id and s.status = 'done'"
                 )
             ).all()
+            # Why the open ones wait, for a failure message (the first few).
+            waits = conn.execute(
+                text("select node, step, wait_reason from remediations where status = 'waiting' order by id limit 5")
+            ).all()
     finally:
         engine.dispose()
     steps: dict[tuple[int, str, str], set[str]] = {}
@@ -162,7 +166,8 @@ def _facts(pg_url: str) -> dict[str, Any]:
     succeeded = sorted(
         node for (_, node, status), done in steps.items() if status == "succeeded" and HAPPY_STEPS <= done
     )
-    return {"sources": sources, "succeeded": succeeded, "remediations": sorted(steps)}
+    return {"sources": sources, "succeeded": succeeded, "waits": [tuple(w) for w in waits],
+            "remediations": sorted(steps)}
 
 
 def test_compose_services_run_the_loop_against_the_simulator(
@@ -244,7 +249,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
         redis.stop()
     assert denied == [], denied
     assert {"slurm", "kubernetes"} <= facts.get("sources", set()), (facts, stack.tails())
-    assert facts["succeeded"], (facts, stack.tails())
+    assert facts["succeeded"], (f"none succeeded; the first waiting: {facts['waits']}", facts, stack.tails())
     assert health == [200, 200]
     assert checks == {"worker": 0, "beat": 0, "watcher-slurm": 0, "watcher-kube": 0}, (checks, stack.tails())
     # 0, or death by the SIGTERM itself after a graceful shutdown (uvicorn re-raises it); never SIGKILL.
