@@ -39,9 +39,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # docker-compose runs without validation (validation.backend none): verify leads to return.
 HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
-# Seed 1 at 8 s between faults on 32 nodes: a GPU condition (the Kubernetes watcher's) at 5 s and a
-# researcher's state=fail (the Slurm watcher's) at 7 s, then a fabric fault on four nodes at 24 s.
-FAST = ["--speedup", "83314", "--seed", "1"]
+# Seed 30 at speedup 30000 on 32 nodes: a GPU condition (the Kubernetes watcher's) at 1 s and a
+# researcher's state=fail (the Slurm watcher's) at 8 s; the next fault comes at 95 s, and four nodes fail
+# together at 141 s. The storm breaker (10% of the pool within 30 s) cannot open before then, so a slow
+# machine still sees a remediation succeed. (Seed 1 at 83314 put a fabric fault on four nodes at 24 s: on a
+# loaded machine the breaker opened before the first remediation reached its eviction.)
+FAST = ["--speedup", "30000", "--seed", "30"]
 # The loop ends as soon as a remediation succeeded; the bound only matters on a loaded machine, where
 # the whole stack (six processes beside the test run) took over 90 s to get there.
 DEADLINE_S = 240
