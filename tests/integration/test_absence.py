@@ -218,7 +218,9 @@ def test_with_no_check_the_node_is_held_with_one_page_and_never_resumed(
         pages = select(AuditLog.reason).where(AuditLog.action == "unproven_hold")
         with Session(site.db) as s:
             assert [p.split(":")[0] for p in s.scalars(pages)] == [node]  # one page
-        shown = site.show(rid, "-o", "json")
+        # Between two looks it is waiting; during a look (longer on a slow machine) it is running.
+        shown = wait_for(lambda: (j := site.show(rid, "-o", "json"))["status"] == "waiting" and j, 30,
+                         "the held remediation between two looks", site.worker)
         assert (shown["status"], shown["step"], shown["action"]) == ("waiting", "return", "hold")
 
         slurm.scontrol("update", f"nodename={node}", "state=resume")  # a human fixed it and takes it back
