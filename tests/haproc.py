@@ -5,7 +5,7 @@
   sentinels agree on a failover with a quorum of two and call a primary down after three seconds of
   silence, so a failover takes a few seconds, not the default half-minute. One second was too short: on
   a loaded two-core machine an ``appendfsync always`` primary can miss a ping for that long, and a
-  second, unasked failover followed the test's own.
+  second, unasked failover could follow the test's own.
 - :class:`StandbyPair`: a Postgres primary and a streaming replica made with ``pg_basebackup``, with
   synchronous replication once the replica streams (``synchronous_standby_names``): a commit returns
   only when the replica holds it, the setting an HA Postgres needs for "0 lost" (docs/architecture.md,
