@@ -396,8 +396,20 @@ class SimCluster(FaultInjector):
         return dict(self._fake(link).vm(*link.vm_key))
 
     def vm_actions(self, node: str) -> int:
-        """VM actions (reset, stop/start, restart, redeploy, reimage, powerOff) the cloud answered for
-        this node's VM, or the resets its BMC accepted, counted from the fake's request log."""
+        """VM actions (reset, stop/start, restart, redeploy, reimage, powerOff) the cloud took for this
+        node's VM, or the resets its BMC accepted. On GCE a call repeated with the same requestId (a
+        worker resuming the step, a retry after a timed-out answer) returns the first operation and does
+        not act again, so it is not counted; :meth:`vm_requests` counts the calls themselves."""
+        link = self.links[node]
+        if self.bmc is not None and link.provider == "redfish":
+            return self.bmc.resets(link.k8s)
+        if link.provider == "gce":
+            return sum(self.gce.actions(verb, link.k8s) for verb in ("reset", "stop"))
+        return self.vm_requests(node)
+
+    def vm_requests(self, node: str) -> int:
+        """The VM action calls the cloud answered with success for this node's VM, from its request log
+        (Azure acts on every one; GCE not on a requestId it has seen)."""
         link = self.links[node]
         if self.bmc is not None and link.provider == "redfish":
             return self.bmc.resets(link.k8s)

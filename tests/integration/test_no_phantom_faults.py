@@ -10,9 +10,10 @@ Slurm-on-Kubernetes) with the real processes a deployment runs: ``remediation wo
   (for some just before the node is back, which is how the issue's phantom was flushed together
   with the Ready=True that ended it), and the Slurm node goes NOT_RESPONDING and DOWN during every
   reboot.
-- Result: 16 succeeded, 0 quarantined, 0 second remediations, one VM action per node (from the clouds'
-  own request logs); the reboot signals that were published are recorded as caused by their
-  remediation.
+- Result: 16 succeeded, 0 quarantined, 0 second remediations, one VM action per node (what the clouds
+  took: a GCE call repeated with its requestId, as a worker resuming the step after its lease ran out
+  sends it, returns the first operation and is not a second action); the reboot signals that were
+  published are recorded as caused by their remediation.
 - In the same run a truly broken VM (``repeat_offender`` whose GPU fault relapses after each boot)
   IS quarantined by the repeat-offender rule at its threshold (3).
 
@@ -35,7 +36,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import GROUP, Keys
-from remediation.db.models import Event, Node, Remediation
+from remediation.db.models import Event, Node, Remediation, RemediationStep
 from simulator.cluster import SimCluster
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import worker_env
@@ -89,6 +90,24 @@ def remediations(db: Engine, node: str) -> list[Remediation]:
 def events(db: Engine, node: str) -> list[Event]:
     with Session(db) as s:
         return list(s.scalars(select(Event).where(Event.node == node).order_by(Event.observed_at, Event.id)))
+
+
+def vm_story(db: Engine, cluster: SimCluster, nodes: list[str]) -> str:
+    """What a node's VM was asked and what its remediation's steps recorded, for a failed count."""
+    lines = []
+    for n in nodes:
+        link = cluster.link(n)
+        lines.append(f"{n}: {cluster.vm_actions(n)} VM actions taken, {cluster.vm_requests(n)} asked for")
+        log = cluster.gce.log if link.provider == "gce" else cluster.azure.log
+        lines += [f"{n}: {r.method} {r.path.rsplit('/', 1)[-1]} {r.status} at {r.at:.3f} {r.query}"
+                  for r in log.items if f"/{link.k8s}/" in r.path and r.method == "POST"]
+        with Session(db) as s:
+            steps = s.scalars(select(RemediationStep).join(Remediation).where(Remediation.node == n)
+                              .order_by(RemediationStep.id))
+            lines += [f"{n}: step {st.step}#{st.attempt} {st.status} {st.started_at:%H:%M:%S.%f}"
+                      f"..{st.finished_at and f'{st.finished_at:%H:%M:%S.%f}'} retries={st.retries} "
+                      f"error={st.error_kind}: {(st.error or '')[:120]}" for st in steps]
+    return "\n".join(lines)
 
 
 def inject(cluster: SimCluster, i: int) -> None:
@@ -161,7 +180,8 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
             lemon = s.get(Node, LEMON)
         assert quarantined == {LEMON}, report
         assert all(report[n][0][1] == "succeeded" for n in nodes), report
-        assert {n: cluster.vm_actions(n) for n in nodes} == {n: 1 for n in nodes}
+        actions = {n: cluster.vm_actions(n) for n in nodes}
+        assert actions == {n: 1 for n in nodes}, vm_story(db, cluster, [n for n in nodes if actions[n] != 1])
 
         # The lemon: two restarts that "succeeded", then the rule's threshold took it out.
         assert [status for _, status, _ in report[LEMON]] == ["succeeded", "succeeded", "quarantined"], report

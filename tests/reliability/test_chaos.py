@@ -151,7 +151,7 @@ def test_kill_9_inside_every_step_completes_with_one_restart_per_vm(
                 failures.append(f"{step} on {node}: {exc}"[:2000])
                 continue
             recovery.append(time.monotonic() - killed_at)
-            restarts = chaos.restarts(node)
+            restarts = chaos.cluster.vm_actions(node)
             duplicates += max(0, restarts - 1)
             rows = chaos.steps(node)
             if restarts == 1 and [r.step for r in rows] == STEPS and all(r.status == "done" for r in rows):
@@ -195,7 +195,7 @@ def test_cloud_faults_on_30_percent_of_calls_every_remediation_completes(
 
     calls = sum(len(f.log.items) for f in (faulty.cluster.gce, faulty.cluster.azure))
     injected = faulty.cluster.gce.faults.injected + faulty.cluster.azure.faults.injected
-    duplicates = sum(max(0, faulty.restarts(n) - 1) for n in nodes)
+    duplicates = sum(max(0, faulty.cluster.vm_actions(n) - 1) for n in nodes)
     checked, log_bad = retry_after_violations(faulty.cluster, dict(FAULTS_30))
     retried, record_bad = step_record_violations(faulty, nodes)
     retries = sum(r.retries for n in nodes for r in faulty.steps(n))
@@ -211,5 +211,5 @@ def test_cloud_faults_on_30_percent_of_calls_every_remediation_completes(
     assert lost == 0, f"{lost} published events are not in Postgres"
     assert injected > 0 and retried > 0 and checked > 0
     assert log_bad == [] and record_bad == []
-    assert duplicates == 0 and all(faulty.restarts(n) == 1 for n in nodes)
+    assert duplicates == 0 and all(faulty.cluster.vm_actions(n) == 1 for n in nodes)
     assert faulty.open_steps() == []

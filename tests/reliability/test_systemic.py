@@ -113,7 +113,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
 
     lost = scenario_figures.record(
         db=db,
-        duplicate_actions=sum(max(0, rig.restarts(n) - 1) for n in nodes), recovery_s=round(recovery, 2),
+        duplicate_actions=sum(max(0, rig.cluster.vm_actions(n) - 1) for n in nodes), recovery_s=round(recovery, 2),
         notes=f"paused {paused_after:.1f}s after the storm began; {refused} step(s) met the {EXPIRED}; "
               f"{len(quarantined)} quarantined; {pages} page(s); recovery = human resume to all succeeded",
     )
@@ -124,7 +124,7 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     assert pages == 1, receiver.posts
     assert len(audit_rows(db, "pause")) == 1
     assert charged == {n: 1 for n in nodes}  # one remediation each: the 401 opened or closed nothing
-    assert all(rig.restarts(n) == 1 for n in nodes)
+    assert all(rig.cluster.vm_actions(n) == 1 for n in nodes)
 
 
 @pytest.mark.scenario("13 systemic fault: slurmctld unreachable")

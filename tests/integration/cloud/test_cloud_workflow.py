@@ -151,13 +151,6 @@ class CloudRig:
             now = {n: (self.status(n), [(r.step, r.status, r.error) for r in self.steps(n)]) for n in nodes}
             raise AssertionError(f"{now}\n{exc}") from None
 
-    def restarts(self, node: str) -> int:
-        """VM actions the cloud really took for this node's VM (requestId replays excluded on GCE)."""
-        link = self.cluster.link(node)
-        if link.provider == "gce":
-            return sum(self.cluster.gce.actions(verb, link.k8s) for verb in ("reset", "stop"))
-        return self.cluster.vm_actions(node)
-
 
 @pytest.fixture
 def db(pg_url: str) -> Iterator[Engine]:
@@ -369,7 +362,7 @@ def test_sigkill_mid_restart_restarts_the_vm_exactly_once(
     link = rig.cluster.link(node)
     fake: Any = rig.cluster.gce if link.provider == "gce" else rig.cluster.azure
     posts = fake.log.count("POST", f"/{link.k8s}/{verb}")
-    assert rig.restarts(node) == 1
+    assert rig.cluster.vm_actions(node) == 1
     assert rig.cluster.vm(node)["boot_count"] == 2
     if link.provider == "gce":
         assert rig.cluster.gce.actions("reset", link.k8s) == 1
@@ -412,7 +405,7 @@ def test_transient_faults_on_30_percent_of_cloud_calls_are_retried_after_retry_a
     for fake in (rig.cluster.gce, rig.cluster.azure):
         statuses = {r.status for r in fake.log.items}
         assert {429, 503} <= statuses, statuses
-    assert all(rig.restarts(n) == 1 for n in nodes), {n: rig.restarts(n) for n in nodes}
+    assert all(rig.cluster.vm_actions(n) == 1 for n in nodes), {n: rig.cluster.vm_actions(n) for n in nodes}
     checked, bad = retry_after_violations(rig.cluster, dict(FAULTS_30))
     assert checked > 0 and bad == []
     retried, bad = step_record_violations(rig, nodes)
@@ -438,7 +431,7 @@ def test_a_duplicate_delivery_does_not_retry_before_retry_after(rig: CloudRig) -
     throttled = next(r for r in reqs if r.status == 429)
     after = [r for r in reqs if r.at > throttled.at]
     assert after and after[0].at >= throttled.at + 3 - TOLERANCE_S, after[0].at - throttled.at
-    assert rig.restarts(node) == 1
+    assert rig.cluster.vm_actions(node) == 1
 
 
 # (node, HTTP status, the provider's words that must reach the quarantine reason)
@@ -474,7 +467,7 @@ def test_permanent_cloud_errors_quarantine_at_once_with_the_providers_message(ri
         assert message in (vm_row.error or "")
         assert [r.step for r in rig.steps(node)][-2:] == ["vm_restart", "quarantine"]
         if node in rig.cluster.links:
-            assert rig.restarts(node) == 0, node
+            assert rig.cluster.vm_actions(node) == 0, node
         reason = rig.cluster.slurm_state(node)[2]
         assert reason.startswith("remediation: quarantined") and message in reason  # one line, for Slurm
 
