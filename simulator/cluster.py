@@ -401,15 +401,13 @@ class SimCluster(FaultInjector):
         worker resuming the step, a retry after a timed-out answer) returns the first operation and does
         not act again, so it is not counted; :meth:`vm_requests` counts the calls themselves."""
         link = self.links[node]
-        if self.bmc is not None and link.provider == "redfish":
-            return self.bmc.resets(link.k8s)
         if link.provider == "gce":
             return sum(self.gce.actions(verb, link.k8s) for verb in ("reset", "stop"))
         return self.vm_requests(node)
 
     def vm_requests(self, node: str) -> int:
         """The VM action calls the cloud answered with success for this node's VM, from its request log
-        (Azure acts on every one; GCE not on a requestId it has seen)."""
+        (Azure acts on every one; GCE not on a requestId it has seen), or the resets its BMC accepted."""
         link = self.links[node]
         if self.bmc is not None and link.provider == "redfish":
             return self.bmc.resets(link.k8s)
