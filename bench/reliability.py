@@ -62,14 +62,14 @@ def run(suite: list[str], args: list[str], full: bool, title: str) -> tuple[int,
         security = json.loads(security_out.read_text()) if security_out.exists() else None
     head = (
         f"{'scenario':<46} {'runs':>5} {'passed':>6} {'lost events':>11} {'dup. actions':>12} "
-        f"{'recovery':>9} {'examples':>8}"
+        f"{'recovery':>9} {'examples':>8}  policy"
     )
     print(f"{title} ({'full' if full else 'CI'} scale)\n\n" + head + "\n" + "-" * len(head))
     for r in rows:
         print(
             f"{r['scenario']:<46} {r['runs']:>5} {r['passed']:>6} {dash(r['lost_events']):>11} "
             f"{dash(r['duplicate_actions']):>12} {dash(r['recovery_s'], '{:.2f}s'):>9} "
-            f"{r['examples'] or '-':>8}"
+            f"{r['examples'] or '-':>8}  {'+'.join(r.get('policies') or ['-'])}"
         )
         for note in r["notes"]:
             print(f"    {note}")

@@ -15,19 +15,12 @@ import pytest
 import redis
 
 # The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py; the line
-# naming the Slurm versions the run tested against: tests/slurm_versions.py.
-pytest_plugins = ["tests.scenario_table", "tests.slurm_versions"]
+# naming the Slurm versions the run tested against: tests/slurm_versions.py; the policy a test runs
+# under (the shipped one unless it asks for another by name, @pytest.mark.policy): tests/policies.py.
+pytest_plugins = ["tests.policies", "tests.scenario_table", "tests.slurm_versions"]
 
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
-# The suite's tests of the workflow's mechanics (steps, admission, crashes, clouds, Slurm releases) were
-# written against one ladder for every fault and open faults with reasons such as "xid 79". They keep
-# that ladder: cause classification and lemon scoring are off for them, in every process
-# they start, as in `deploy/policies/naive-ladder.yaml`. The tests of fault intelligence
-# (tests/unit/test_causes.py, test_lemon.py, tests/integration/test_fault_intelligence.py) turn both
-# on explicitly, with the shipped defaults.
-os.environ.setdefault("REMEDIATION_POLICY__FAULTS__CLASSIFY", "false")
-os.environ.setdefault("REMEDIATION_POLICY__LEMON__ENABLED", "false")
 
 
 #: Directories and modules holding the long workflows (real processes, Slurm timeouts, soaks): they run

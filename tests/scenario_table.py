@@ -60,6 +60,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.bus import RedisEventBus
 from remediation.db.models import Event
 from remediation.domain.events import NodeEvent
+from tests.policies import SHIPPED, policy_of
 
 MARK = "scenario"
 
@@ -160,6 +161,7 @@ class Row:
     duplicate_actions: int | None = None
     recovery_s: float | None = None
     examples: int = 0
+    policies: set[str] = field(default_factory=set)  # the policies its tests ran under (tests/policies.py)
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
@@ -169,7 +171,7 @@ def _add(a: int | None, b: int | None) -> int | None:
 
 
 #: The ``user_properties`` names a scenario's reports carry, and a bad input's.
-SCENARIO, FIGURES, BAD_INPUT = "scenario", "scenario_figures", "bad_input"
+SCENARIO, FIGURES, POLICY, BAD_INPUT = "scenario", "scenario_figures", "policy", "bad_input"
 
 
 class Table:
@@ -179,6 +181,7 @@ class Table:
         self.scenario_of: dict[str, str] = {}  # nodeid -> scenario
         self.outcome: dict[str, str] = {}  # nodeid -> passed / failed / skipped
         self.figures: dict[str, dict[str, Any]] = {}  # nodeid -> Figures.summary()
+        self.policy: dict[str, str] = {}  # nodeid -> the policy it ran under
         self.bad_inputs: list[dict[str, Any]] = []  # BadInputs.tried() rows, with their test's outcome
 
     def add(self, report: pytest.TestReport) -> None:
@@ -192,6 +195,7 @@ class Table:
             return
         nodeid = report.nodeid
         self.scenario_of[nodeid] = str(scenario)
+        self.policy[nodeid] = str(props.get(POLICY, SHIPPED))
         before = self.outcome.get(nodeid)
         if report.skipped and before is None:
             self.outcome[nodeid] = "skipped"
@@ -208,6 +212,7 @@ class Table:
         for nodeid, scenario in self.scenario_of.items():
             row = rows.setdefault(scenario, Row(scenario))
             row_examples = examples_of.setdefault(scenario, Counter())
+            row.policies.add(self.policy.get(nodeid, SHIPPED))
             outcome = self.outcome.get(nodeid)
             if outcome in ("passed", "failed"):
                 row.runs += 1
@@ -291,7 +296,7 @@ def pytest_runtest_makereport(
     report = yield
     mark = item.get_closest_marker(MARK)
     if mark is not None:
-        props = [*report.user_properties, (SCENARIO, str(mark.args[0]))]
+        props = [*report.user_properties, (SCENARIO, str(mark.args[0])), (POLICY, policy_of(item))]
         figures = item.config.stash[LIVE].pop(item.nodeid, None) if report.when == "teardown" else None
         if figures is not None:
             props.append((FIGURES, figures.summary()))
@@ -344,7 +349,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if out:
         with Path(out).open("w") as fh:
             for row in rows:
-                fh.write(json.dumps(row.__dict__, default=str) + "\n")
+                fh.write(json.dumps({**row.__dict__, "policies": sorted(row.policies)}, default=str) + "\n")
     if any(r.problems for r in rows) and session.exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -364,5 +369,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         verdict = "; ".join(row.problems) or "ok"
         terminalreporter.line(
             f"{row.scenario}: {row.passed}/{row.runs} passed, lost "
-            f"{'-' if row.lost_events is None else row.lost_events}, {verdict}"
+            f"{'-' if row.lost_events is None else row.lost_events}, policy {'+'.join(sorted(row.policies))}, "
+            f"{verdict}"
         )

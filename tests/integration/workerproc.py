@@ -17,11 +17,9 @@ from typing import Any, Protocol
 from remediation.adapters.celery import SWEEP_TASK as SWEEP
 from remediation.adapters.celery import make_app
 from remediation.settings import load_settings
+from tests.policies import policy_env
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-SUITE_SWITCHES = ("REMEDIATION_POLICY__FAULTS__CLASSIFY", "REMEDIATION_POLICY__LEMON__ENABLED")
 
 
 def celery_worker_argv(queues: str = "ingest,workflow", concurrency: int = 1, name: str = "w") -> list[str]:
@@ -50,9 +48,9 @@ def celery_worker_argv(queues: str = "ingest,workflow", concurrency: int = 1, na
 
 def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
-    # The suite's policy switches (tests/conftest.py: fault classes and the lemon score off unless a test
-    # turns them on), so worker processes decide as the in-process engines of the same tests do.
-    env.update({k: os.environ[k] for k in SUITE_SWITCHES if k in os.environ})
+    # The policy the test asked for by name (tests/policies.py; none: the shipped one), so worker
+    # processes decide as the in-process engines of the same test do.
+    env.update(policy_env())
     env.update(
         {
             "REMEDIATION_DATABASE__URL": pg_url,
