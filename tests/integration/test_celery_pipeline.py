@@ -23,6 +23,7 @@ from remediation.db.models import Event, RejectedEvent, Remediation, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
 from workers.celery_app import make_app
 
@@ -48,7 +49,7 @@ def db(pg_url: str):  # noqa: ANN201
     engine.dispose()
 
 
-def fail_event(node: str, reason: str = "xid 79") -> NodeEvent:
+def fail_event(node: str, reason: str = SOFTWARE_FAULT) -> NodeEvent:
     return NodeEvent(
         source=Source.SLURM,
         node=node,

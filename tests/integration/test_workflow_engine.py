@@ -25,6 +25,7 @@ from remediation.services.breaker import state as breaker_state
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
+from tests.faults import SOFTWARE_FAULT
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
 
@@ -64,7 +65,7 @@ def publish(
     clock: FakeClock,
     node: str,
     state: str = "FAIL",
-    reason: str = "xid 79",
+    reason: str = SOFTWARE_FAULT,
     kind: EventKind = EventKind.UNHEALTHY,
     source: Source = Source.SLURM,
 ) -> list[FollowUp]:

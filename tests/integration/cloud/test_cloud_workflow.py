@@ -43,6 +43,7 @@ from remediation.settings import load_settings
 from simulator.cluster import SimCluster
 from simulator.fakehttp import LoggedRequest
 from tests.conftest import REDIS_URL
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from workers.celery_app import make_app
 
@@ -86,7 +87,7 @@ class CloudRig:
         for worker in self.workers:
             worker.stop()
 
-    def fail(self, node: str, reason: str = "xid 79: GPU fell off the bus", *, lemon: bool = False) -> None:
+    def fail(self, node: str, reason: str = SOFTWARE_FAULT, *, lemon: bool = False) -> None:
         """A researcher marks the node FAIL in Slurm, and the Slurm watcher's event goes on the stream."""
         if lemon:
             self.cluster.repeat_offender(node, reason)
@@ -480,7 +481,7 @@ def test_ladder_restart_then_reimage_then_quarantine_on_a_vm_that_stays_broken(r
     k8s = rig.cluster.link(node).k8s
     worker = rig.worker()
     started = time.monotonic()
-    rig.fail(node, "xid 48: double-bit ECC error", lemon=True)
+    rig.fail(node, lemon=True)  # a software fault: the shipped ladder restarts, then reimages
     rig.wait_status([node], "quarantined", 120, worker)
     elapsed = time.monotonic() - started
 

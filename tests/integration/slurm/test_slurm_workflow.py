@@ -534,7 +534,7 @@ def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(
     p = pipeline(slurm_settings={"resync_interval_s": 2})
     bad, later = "gpu-node-2", "gpu-node-3"
     with p.watching():
-        slurm.scontrol("update", f"nodename={bad}", "state=fail", "reason=xid 63")
+        slurm.scontrol("update", f"nodename={bad}", "state=fail", "reason=xid 79")
         first = p.wait_event(bad, 3.0)
     # The watcher is gone (its thread joined); the node stays bad; nothing is published meanwhile.
     p.ingest()
