@@ -75,6 +75,7 @@ def test_events_survive_a_postgres_outage(redis_client: redis.Redis, redis_prefi
 EXPECTED_WOULD = ["drain", "cordon", "evict pods", "restart", "untaint", "uncordon"]
 
 
+@pytest.mark.policy("naive-ladder", why="its expected would-be steps name the naive ladder's restart")
 def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[Session]) -> None:
     from remediation.adapters.factory import make_adapters
     from remediation.adapters.memory import MemoryWorld

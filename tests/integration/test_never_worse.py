@@ -128,6 +128,7 @@ def test_no_vm_action_if_a_job_is_back_on_the_node(sessions, world, clock) -> No
     assert rem_for(sessions, "gpu-node-2").status == "succeeded"
 
 
+@pytest.mark.policy("naive-ladder", why="the jobs are requeued or cancelled before the restart rung it waits for")
 @pytest.mark.parametrize("policy,action,op", [("requeue", "jobs_requeued", "slurm.requeue"),
                                               ("cancel", "jobs_cancelled", "slurm.cancel")],
                          ids=["requeue", "cancel"])
@@ -149,6 +150,7 @@ def test_on_jobs_timeout_requeue_or_cancel_names_the_jobs(sessions, world, clock
 # -------------------------------------------------------------------------------- proven recovery
 
 
+@pytest.mark.policy("naive-ladder", why="counts restarts of a node whose GPU condition stays true; the shipped ladder moves it instead")
 def test_gpu_condition_still_true_after_a_new_boot_id_is_not_returned(sessions, world, clock) -> None:
     settings = make_settings()
     engine = engine_for(sessions, world, settings, clock)

@@ -69,6 +69,7 @@ def rems(db: Engine) -> dict[str, Remediation]:
         return {r.node: r for r in s.scalars(select(Remediation))}
 
 
+@pytest.mark.policy("naive-ladder", why="the other pool's restarts show it goes on")
 def test_a_storm_in_one_pool_holds_that_pool_and_the_other_goes_on(env, bus, db, tmp_path) -> None:  # noqa: ANN001
     nodes = [f"gpu-node-{i}" for i in range(8)]
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")

@@ -43,6 +43,7 @@ from remediation.services.notify import run_pass
 from remediation.services.workflow import RetryLater
 from remediation.settings import NotifySettings, load_settings
 from tests.conftest import REDIS_URL
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
 from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixture)
     Pipeline,
@@ -181,7 +182,7 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
     failing = ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
     with p.watching():
         for node in failing:
-            slurm.scontrol("update", f"nodename={node}", "state=fail", "reason=leaf switch lost")
+            slurm.scontrol("update", f"nodename={node}", "state=fail", f"reason={SOFTWARE_FAULT}")
         p.wait_until(lambda: len(p.opened) == len(failing), 10, "three remediations opened")
         todo = p.take_opened()
         opened_at = time.monotonic()
@@ -280,7 +281,7 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
                                observed_at=now()) for n in nodes])
         wait_for(lambda: count() == 0 and _nodes(db) == pool, 30, "the inventory", workers[0])
         bus.publish([NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="IDLE+FAIL",
-                               reason="leaf switch lost", observed_at=now()) for n in failing])
+                               reason=SOFTWARE_FAULT, observed_at=now()) for n in failing])
         # All but the busy node finish; the busy one honestly "would wait" for its job (nothing was
         # drained in dry-run, so it keeps waiting while the job runs).
         wait_for(lambda: count(Remediation.status == "succeeded") == len(failing) - 1

@@ -46,6 +46,7 @@ from remediation.db.models import Event, RejectedEvent, Remediation, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
+from tests.faults import SOFTWARE_FAULT
 from tests.infra import missing
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.redisproc import PrivateRedis, RedisMissing
@@ -204,7 +205,7 @@ def storm_events(tag: str, total: int, opens: list[str]) -> list[NodeEvent]:
         key, at = f"{tag}:{i:07d}", t0 + timedelta(milliseconds=i)
         if i in fail_at:
             events.append(NodeEvent(source=Source.SLURM, node=fail_at[i], kind=EventKind.UNHEALTHY, state="FAIL",
-                                    reason="xid 79", observed_at=at, dedupe_key=key))
+                                    reason=SOFTWARE_FAULT, observed_at=at, dedupe_key=key))
             continue
         node = f"rack{rng.randrange(40):02d}-node{rng.randrange(25):02d}"
         roll = rng.random()
@@ -251,7 +252,7 @@ def duplicate_effects(world: MemoryWorld) -> Counter[tuple[str, str]]:
 
 
 def fail_event(node: str) -> NodeEvent:
-    return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="FAIL", reason="xid 79",
+    return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="FAIL", reason=SOFTWARE_FAULT,
                      observed_at=datetime.now(UTC))
 
 
@@ -289,7 +290,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
     prefix, tag = "rel-redis", f"storm-{time.monotonic_ns()}"
     world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
     for node in opens:  # really failed, so the live check before the first action confirms them
-        world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="researcher")
+        world.set_slurm(node, flags=["FAIL"], reason=SOFTWARE_FAULT, user="researcher")
     # A VM restart call takes 2 s, so Redis can be killed while a worker holds an unacknowledged task.
     env = worker_env(pg_url, private_redis.url, prefix, tmp_path, REMEDIATION_MEMORY__CALL_DELAY_S='{"vm.start": 2}')
     client = redis.Redis.from_url(private_redis.url, socket_connect_timeout=1, socket_timeout=5)

@@ -43,6 +43,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, load_settings
 from tests.conftest import REDIS_URL
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.reliability.conftest import Recorder, scale
 from workers.celery_app import make_app
@@ -112,7 +113,7 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
     failing = nodes[::2]  # 50% of the pool
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
     for node in failing:
-        world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="researcher")
+        world.set_slurm(node, flags=["FAIL"], reason=SOFTWARE_FAULT, user="researcher")
     env = worker_env(
         pg_url, REDIS_URL, redis_prefix, tmp_path,
         REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",
@@ -144,10 +145,10 @@ def test_storm_opens_the_breaker_throttles_vm_actions_and_pages_once(
         storm_started = time.time()
         # The burst alone is more than breaker_max_fraction (10%) of the pool: the breaker opens at once.
         burst, rest = failing[: pool // 10 + 1], failing[pool // 10 + 1 :]
-        bus.publish([event(n, EventKind.UNHEALTHY, "IDLE+FAIL", "xid 79") for n in burst])
+        bus.publish([event(n, EventKind.UNHEALTHY, "IDLE+FAIL", SOFTWARE_FAULT) for n in burst])
         for i, node in enumerate(rest):
             time.sleep(max(0.0, storm_started + spread_s * (i + 1) / len(rest) - time.time()))
-            bus.publish([event(node, EventKind.UNHEALTHY, "IDLE+FAIL", "xid 79")])
+            bus.publish([event(node, EventKind.UNHEALTHY, "IDLE+FAIL", SOFTWARE_FAULT)])
         wait_for(lambda: audit_times(db, "breaker_open"), 30, "the breaker to open", workers[0])
         wait_for(all_closed, window_s + 60, "every remediation to complete", workers[0])
         wait_for(lambda: audit_times(db, "breaker_closed"), 10, "the breaker to close", workers[0])

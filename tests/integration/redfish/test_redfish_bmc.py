@@ -206,6 +206,7 @@ class WorkerDied(BaseException):
     """A worker dying mid-step: nothing catches it, so nothing after it is recorded."""
 
 
+@pytest.mark.policy("naive-ladder", why="kills the worker inside a BMC restart, the naive ladder's first rung")
 def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
     emulator, sessions, tmp_path, monkeypatch
 ) -> None:
