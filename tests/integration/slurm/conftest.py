@@ -11,8 +11,8 @@ Every test in this directory that uses the cluster runs once per version (``pyte
 below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run, and a module's ``SLURM_RELEASES`` the releases it runs on. Tests elsewhere that borrow the fixture get
 22.05 only. The run ends with one line naming the exact versions the tests ran against.
 
-Between tests the cluster is put back: jobs cancelled, killed slurmds restarted, every node resumed
-and waited for until IDLE without flags.
+Between tests the cluster is put back: every job cancelled (pending ones too), killed slurmds restarted,
+every node resumed and waited for until IDLE without flags and no job is left.
 """
 
 from __future__ import annotations
@@ -166,8 +166,21 @@ class SlurmCluster:
                 raise AssertionError(f"cluster did not return to idle: {now}")
             time.sleep(0.2)
 
+    def jobs(self) -> list[str]:
+        """The ids of the jobs not yet over: pending, running or completing."""
+        return self.run("squeue", "-h", "-o", "%A").stdout.split()
+
+    def cancel_jobs(self) -> None:
+        """Cancel every job, pending ones too: a job a test requeued (or that waits for a node held
+        out) would start during a later test, or run on past the cluster. A plain scancel: slurmctld
+        ends the job itself and tells a node whose slurmd is down once it is back; ``--full`` only
+        sends a signal, which that node never gets, and the job runs on."""
+        jobs = self.jobs()
+        if jobs:
+            self.run("scancel", "--quiet", *jobs, check=False)
+
     def restore(self) -> None:
-        self.run("scancel", "--quiet", "--full", "-w", ",".join(self.nodes), check=False)
+        self.cancel_jobs()
         for node in self.nodes:
             if self.slurmd_pid(node) is None:
                 self.start_slurmd(node)
@@ -177,10 +190,11 @@ class SlurmCluster:
             unhealthy = [n for n, (state, flags, _) in now.items() if flags - {"NOT_RESPONDING"} or state != "IDLE"]
             if unhealthy:
                 self.scontrol("update", f"nodename={','.join(unhealthy)}", "state=resume", check=False)
-            if all(state == "IDLE" and not flags for state, flags, _ in now.values()):
+            jobs = self.jobs()
+            if all(state == "IDLE" and not flags for state, flags, _ in now.values()) and not jobs:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"cluster did not return to idle: {now}")
+                raise AssertionError(f"cluster did not return to idle: {now}; jobs {jobs}")
             time.sleep(0.3)
 
 
