@@ -15,8 +15,9 @@ import pytest
 import redis
 
 # The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py; the line
-# naming the Slurm versions the run tested against: tests/slurm_versions.py.
-pytest_plugins = ["tests.scenario_table", "tests.slurm_versions"]
+# naming the Slurm versions the run tested against: tests/slurm_versions.py; the check that no process
+# the session started outlives it: tests/leftovers.py.
+pytest_plugins = ["tests.scenario_table", "tests.slurm_versions", "tests.leftovers"]
 
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
