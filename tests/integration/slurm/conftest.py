@@ -12,7 +12,8 @@ below), and a module using ``slurm_backend`` once per version and backend (cli, 
 22.05 only. The run ends with one line naming the exact versions the tests ran against.
 
 Between tests the cluster is put back: every job cancelled (pending ones too), killed slurmds restarted,
-every node resumed and waited for until IDLE without flags and no job is left.
+every node resumed and waited for until IDLE without flags and no job is left. ``scripts/slurm-down.sh``
+ends whatever a cluster still runs when it stops.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ def _root(release: str) -> Path | None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=0)
+    yield from start_cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=0)
 
 
 @pytest.fixture(scope="session")
@@ -260,7 +261,7 @@ def slurm_topo_cluster(request: pytest.FixtureRequest,
     """A second cluster of the same release with ``TopologyPlugin=topology/tree``: LEAVES leaf switches
     under one spine (``scripts/slurm-up.sh`` SLURM_CI_LEAVES). Its own cluster, so that the switch
     domains (and the incident rule they feed) never reach the tests of the plain one."""
-    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=LEAVES)
+    yield from start_cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=LEAVES)
 
 
 @pytest.fixture
@@ -270,7 +271,9 @@ def slurm_topo(slurm_topo_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm_topo_cluster.restore()
 
 
-def _cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
+def start_cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
+    """Start a cluster of ``release`` (``leaves`` leaf switches, 0: no topology), yield it, and stop it
+    with ``scripts/slurm-down.sh``, which ends whatever it still runs."""
     root = _root(release)
     directory = tmp_path_factory.mktemp(f"slurm{release}-leaves{leaves}" if leaves else f"slurm{release}")
     env = dict(os.environ)
