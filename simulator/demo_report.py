@@ -3,21 +3,23 @@
 - :class:`Progress` polls the remediations and the breaker's audit rows and prints each change as
   it happens (a live log of the workflow moving through its steps).
 - :func:`read_summary` collects the facts the demo promises: remediations succeeded (with every step
-  of the happy path recorded ``done``), each one's fault class and action and the VM actions it took,
+  of the happy path recorded ``done``), each one's fault class and action and what its machine steps
+  did (a VM action, or a GPU reset, which is none),
   the quarantined nodes, the breaker opening and closing, each correlated incident (its domain, likely
   cause, nodes, pages, the VM actions on its nodes and whether they are back in service), the VM
   actions the cloud endpoints answered, and detection (fault injected -> event recorded) and recovery
   (remediation opened -> closed) times.
 
 VM actions are counted twice, independently: from the simulated clouds' and BMC's request logs
-(``SimCluster.vm_actions``) and from the workflow's ``vm_restart`` steps that recorded a provider
-operation. "Back in service" is read from the simulated cluster itself at the end: slurmctld has the
+(``SimCluster.vm_actions``) and from the workflow's ``vm_restart`` steps that recorded a machine action
+(a GPU reset, the other thing such a step does, is none and is named apart). "Back in service" is read from the simulated cluster itself at the end: slurmctld has the
 node neither DOWN nor drained nor failed, and its Kubernetes Node is not cordoned.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,15 +28,19 @@ from rich.measure import Measurement
 from rich.table import Table
 from sqlalchemy import select
 
-from remediation.db.models import AuditLog, Event, Incident, Remediation, Validation
+from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep, Validation
 from remediation.db.session import make_engine, make_session_factory
+from remediation.domain.gpu_reset import machine_step_did
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.domain.topology import domain_key
 from remediation.hostlist import compress
 from remediation.services.hardware import node_eras
 from remediation.settings import Settings
+from remediation.vocabulary import GPU_RESET
 
 DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready", "switch_down"})
+#: How the report names a machine step that reset a GPU (the glossary's word; not a VM action).
+GPU_RESET_SHOWN = "GPU reset"
 LIVE_AUDIT = ("breaker_open", "breaker_closed", "escalate", "validation_held", "incident_opened",
               "incident_joined", "incident_recovered", "incident_resolved")
 
@@ -138,12 +144,12 @@ def remediations_table(remediations: list[dict[str, Any]], console: Console) -> 
     fits, otherwise the node and its outcome whole beside the rest stacked in one cell, so that no node
     name or status is ever cut short."""
     wide = Table(title="Remediations")
-    columns = ("#", "node", "outcome", "class", "action", "VM actions", "cause", "steps done", "time to recover")
+    columns = ("#", "node", "outcome", "class", "action", "machine steps", "cause", "steps done", "time to recover")
     for col in columns:
         wide.add_column(col)
     for r in remediations:
         wide.add_row(str(r["id"]), r["node"], _outcome(r), r["fault_class"] or "-", r["action"] or "-",
-                     ", ".join(r["vm_steps"]) or "none", r["cause"][:44], str(len(r["steps_done"])),
+                     ", ".join(r["machine_steps"]) or "none", r["cause"][:44], str(len(r["steps_done"])),
                      _took(r))  # fmt: skip
     if Measurement.get(console, console.options.update_width(10_000), wide).maximum <= console.width:
         return wide
@@ -153,9 +159,9 @@ def remediations_table(remediations: list[dict[str, Any]], console: Console) -> 
     stacked.add_column("outcome", no_wrap=True)
     stacked.add_column("what happened")
     for r in remediations:
-        vm = ", ".join(r["vm_steps"]) or "none"
+        did = ", ".join(r["machine_steps"]) or "none"
         took = f"recovered in {_took(r)}" if r["recovery_s"] is not None else "not recovered"
-        detail = (f"{r['fault_class'] or '-'} -> {r['action'] or '-'}; VM actions: {vm}\n"
+        detail = (f"{r['fault_class'] or '-'} -> {r['action'] or '-'}; machine steps: {did}\n"
                   f"cause: {r['cause'][:80]}\n{len(r['steps_done'])} steps done; {took}")  # fmt: skip
         stacked.add_row(str(r["id"]), r["node"], _outcome(r, "\n"), detail)
     return stacked
@@ -165,6 +171,20 @@ def _outcome(r: dict[str, Any], sep: str = " ") -> str:
     color = {"succeeded": "green", "quarantined": "red"}.get(r["status"], "yellow")
     incident = f"{sep}(incident #{r['incident']})" if r["incident"] else ""
     return f"[{color}]{r['status']}[/]{incident}"
+
+
+def machine_steps(steps: Iterable[RemediationStep]) -> list[str]:
+    """What each machine step (``vm_restart``) of a remediation did, in order: the VM action its backend
+    took, or a GPU reset, named as such (docs/architecture.md, the glossary: a GPU reset is no machine
+    action)."""
+    did = [machine_step_did(st.provider_op) for st in sorted(steps, key=lambda st: st.id)
+           if st.step == Step.VM_RESTART and st.provider_op]  # fmt: skip
+    return [GPU_RESET_SHOWN if d == GPU_RESET else d for d in did]
+
+
+def vm_actions(did: list[str]) -> list[str]:
+    """Of what machine steps did, the VM actions (what the clouds' and the BMC's logs count too)."""
+    return [d for d in did if d != GPU_RESET_SHOWN]
 
 
 def _took(r: dict[str, Any]) -> str:
@@ -186,8 +206,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
             {
                 "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
                 "fault_class": r.fault_class, "action": r.action, "incident": r.incident_id,
-                "vm_steps": [str(st.provider_op.get("action", "?")) for st in sorted(r.steps, key=lambda st: st.id)
-                             if st.step == Step.VM_RESTART and st.provider_op],
+                "machine_steps": machine_steps(r.steps),
                 "steps_done": sorted({st.step for st in r.steps if st.status == "done"}),
                 "recovery_s": _ts(r.closed_at) - _ts(r.opened_at) if r.closed_at and r.status == "succeeded" else None,
             }
@@ -206,7 +225,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
     for inc in incidents:
         members = set(inc["nodes"])
         inc["vm_actions"] = sum(cluster.vm_actions(n) for n in members)
-        inc["vm_steps"] = sum(len(r["vm_steps"]) for r in remediations if r["node"] in members)
+        inc["vm_steps"] = sum(len(vm_actions(r["machine_steps"])) for r in remediations if r["node"] in members)
         inc["in_service"] = [n for n in inc["nodes"] if _in_service(cluster, n)]
     happy = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
     detection = []

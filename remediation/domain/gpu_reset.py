@@ -62,6 +62,7 @@ from remediation.domain.validation import (
 )
 from remediation.ports.cluster import DRY_RUN_REF
 from remediation.ports.validator import ValidationCheck
+from remediation.vocabulary import GPU_RESET
 
 #: What the dry-run validator records, and what a check's ``purpose`` says for a reset.
 PURPOSE = "reset GPU"
@@ -96,6 +97,13 @@ def reset_command(gpu_pci: str | None) -> tuple[str, ...]:
     rather than reaching the script."""
     pci = gpu_pci if gpu_pci and _PCI.fullmatch(gpu_pci) else ""
     return ("/bin/sh", "-c", SCRIPT, "nr-gpu-reset", pci)
+
+
+def machine_step_did(op: dict[str, Any]) -> str:
+    """What a machine step (``vm_restart``) did, read from the operation it recorded: the machine action
+    (``restart``, ``stop_start``, ``redeploy``...), or ``gpu-reset``, the one job a machine step runs,
+    which is no machine action."""
+    return GPU_RESET if "action" not in op and "name" in op else str(op.get("action", "?"))
 
 
 def reset_name(key: str) -> str:

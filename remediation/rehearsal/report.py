@@ -22,9 +22,9 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep
 from remediation.domain.events import EventKind
+from remediation.domain.gpu_reset import machine_step_did
 from remediation.rehearsal.trace import Fault
 from remediation.services.notify import NOTIFIABLE
-from remediation.vocabulary import GPU_RESET
 
 
 @dataclass
@@ -114,7 +114,7 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
         r.recovery_p50_s = statistics.median(recov) if recov else None
         vm_rows = [row for row, node in s.execute(select(RemediationStep, Remediation.node).join(Remediation)
                                                   .where(RemediationStep.step == "vm_restart")) if mine(node)]
-        r.vm_actions = dict(Counter(_action(row.provider_op or {}) for row in vm_rows))
+        r.vm_actions = dict(Counter(machine_step_did(row.provider_op or {}) for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
         r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
         r.incidents = sum(1 for members in s.scalars(select(Incident.nodes)) if any(mine(n) for n in members))
@@ -137,11 +137,6 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
     if opened_at is not None:  # still open at the end
         r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
     return r
-
-
-def _action(op: dict[str, Any]) -> str:
-    """A machine step's action: the VM action, or a GPU reset (the one job a machine step runs)."""
-    return GPU_RESET if "action" not in op and "name" in op else str(op.get("action", "?"))
 
 
 def _iso(at: datetime | None) -> str | None:

@@ -24,11 +24,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import _db_url, _drop, _pg_admin
+from tests.integration.workerproc import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPPY_STEPS = {"slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "validate", "return"}
@@ -95,6 +98,17 @@ def test_a_non_editable_install_migrates_a_database(installed: Path, empty_pg: s
     assert head is not None
 
 
+def in_flight(proc: subprocess.Popen[str], url: str, auth: dict[str, str]) -> list[dict[str, Any]]:
+    """The remediations the demo's dashboard lists as in flight (none while it cannot answer yet); a
+    demo that has ended has none to come."""
+    assert proc.poll() is None, f"the demo ended (exit {proc.returncode}) before any remediation was in flight"
+    try:
+        answer = httpx.get(url + "/api/v1/remediations", headers=auth, timeout=10)
+    except httpx.HTTPError:
+        return []
+    return answer.json() if answer.status_code == 200 else []
+
+
 def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["COLUMNS"] = "200"
@@ -118,8 +132,10 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
             time.sleep(0.2)
         assert found, "".join(lines)
         url, token = found.groups()
-        time.sleep(5)  # mid-run: remediations are in flight
         auth = {"Authorization": f"Bearer {token}"}
+        # Mid-run: the dashboard lists a remediation in flight.
+        wait_for(lambda: in_flight(proc, url, auth), 60, "a remediation in flight on the dashboard",
+                 SimpleNamespace(output=lambda: "".join(lines)))
         for path in ("/api/v1/overview", "/api/v1/remediations", "/healthz"):
             answers.append((path, httpx.get(url + path, headers=auth, timeout=10).status_code))
         unauthenticated = httpx.get(url + "/api/v1/overview", timeout=10).status_code

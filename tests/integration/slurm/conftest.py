@@ -11,8 +11,9 @@ Every test in this directory that uses the cluster runs once per version (``pyte
 below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run, and a module's ``SLURM_RELEASES`` the releases it runs on. Tests elsewhere that borrow the fixture get
 22.05 only. The run ends with one line naming the exact versions the tests ran against.
 
-Between tests the cluster is put back: jobs cancelled, killed slurmds restarted, every node resumed
-and waited for until IDLE without flags.
+Between tests the cluster is put back: every job cancelled (pending ones too), killed slurmds restarted,
+every node resumed and waited for until IDLE without flags and no job is left. ``scripts/slurm-down.sh``
+ends whatever a cluster still runs when it stops.
 """
 
 from __future__ import annotations
@@ -166,8 +167,21 @@ class SlurmCluster:
                 raise AssertionError(f"cluster did not return to idle: {now}")
             time.sleep(0.2)
 
+    def jobs(self) -> list[str]:
+        """The ids of the jobs not yet over: pending, running or completing."""
+        return self.run("squeue", "-h", "-o", "%A").stdout.split()
+
+    def cancel_jobs(self) -> None:
+        """Cancel every job, pending ones too: a job a test requeued (or that waits for a node held
+        out) would start during a later test, or run on past the cluster. A plain scancel: slurmctld
+        ends the job itself and tells a node whose slurmd is down once it is back; ``--full`` only
+        sends a signal, which that node never gets, and the job runs on."""
+        jobs = self.jobs()
+        if jobs:
+            self.run("scancel", "--quiet", *jobs, check=False)
+
     def restore(self) -> None:
-        self.run("scancel", "--quiet", "--full", "-w", ",".join(self.nodes), check=False)
+        self.cancel_jobs()
         for node in self.nodes:
             if self.slurmd_pid(node) is None:
                 self.start_slurmd(node)
@@ -177,10 +191,11 @@ class SlurmCluster:
             unhealthy = [n for n, (state, flags, _) in now.items() if flags - {"NOT_RESPONDING"} or state != "IDLE"]
             if unhealthy:
                 self.scontrol("update", f"nodename={','.join(unhealthy)}", "state=resume", check=False)
-            if all(state == "IDLE" and not flags for state, flags, _ in now.values()):
+            jobs = self.jobs()
+            if all(state == "IDLE" and not flags for state, flags, _ in now.values()) and not jobs:
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"cluster did not return to idle: {now}")
+                raise AssertionError(f"cluster did not return to idle: {now}; jobs {jobs}")
             time.sleep(0.3)
 
 
@@ -237,7 +252,7 @@ def _root(release: str) -> Path | None:
 
 @pytest.fixture(scope="session")
 def slurm_cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
-    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=0)
+    yield from start_cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=0)
 
 
 @pytest.fixture(scope="session")
@@ -246,7 +261,7 @@ def slurm_topo_cluster(request: pytest.FixtureRequest,
     """A second cluster of the same release with ``TopologyPlugin=topology/tree``: LEAVES leaf switches
     under one spine (``scripts/slurm-up.sh`` SLURM_CI_LEAVES). Its own cluster, so that the switch
     domains (and the incident rule they feed) never reach the tests of the plain one."""
-    yield from _cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=LEAVES)
+    yield from start_cluster(getattr(request, "param", ALL_VERSIONS[0]), tmp_path_factory, leaves=LEAVES)
 
 
 @pytest.fixture
@@ -256,7 +271,9 @@ def slurm_topo(slurm_topo_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm_topo_cluster.restore()
 
 
-def _cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
+def start_cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
+    """Start a cluster of ``release`` (``leaves`` leaf switches, 0: no topology), yield it, and stop it
+    with ``scripts/slurm-down.sh``, which ends whatever it still runs."""
     root = _root(release)
     directory = tmp_path_factory.mktemp(f"slurm{release}-leaves{leaves}" if leaves else f"slurm{release}")
     env = dict(os.environ)

@@ -98,7 +98,8 @@ def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> 
 
 def test_jobs_on_lists_ids_and_requeue_and_cancel_act_on_real_jobs(slurm: SlurmCluster, tmp_path: Path) -> None:
     """squeue -w NODE names the jobs; scontrol requeue and scancel act on them (argv, one job per call);
-    a job that already ended is not an error; a malformed id never reaches Slurm."""
+    a job that already ended is not an error; a malformed id never reaches Slurm. Every job it started
+    has ended when it returns: Slurm requeues a finished batch job, to start it ~2 minutes later."""
     cli = CliSlurm(slurm.settings())
 
     def submit(*extra: str) -> str:
@@ -133,6 +134,11 @@ def test_jobs_on_lists_ids_and_requeue_and_cancel_act_on_real_jobs(slurm: SlurmC
     assert state(second) == "CANCELLED"
     cli.cancel_jobs([second])  # already ended: what we wanted has happened
     cli.requeue_jobs([second])
+    # Not an error, but no no-op either: the ended job is back in the queue (eligible once the requeue
+    # delay is over), and would start on gpu-node-3 after this test, or after its cluster stopped.
+    assert state(second) in ("PENDING", "REQUEUED")
+    slurm.run("scancel", second)
+    assert state(second) == "CANCELLED"
     with pytest.raises(InvalidSlurmArgument):
         cli.cancel_jobs(["1; scancel -u root"])
 

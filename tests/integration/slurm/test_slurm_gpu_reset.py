@@ -63,7 +63,7 @@ def smi(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("PATH", f"{path}:{slurm.env['PATH']}")
     yield path
     # A job a failed assertion left behind must not hold its reservation (or the node) for the next test.
-    slurm.run("scancel", "--quiet", "--full", "-w", ",".join(slurm.nodes), check=False)
+    slurm.cancel_jobs()
     for line in reservations(slurm).splitlines():
         if line.startswith("ReservationName="):
             slurm.scontrol("delete", line.split()[0], check=False)
