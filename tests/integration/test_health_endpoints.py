@@ -335,4 +335,4 @@ def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(
         wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "readiness after Redis is back", worker)
     finally:
         worker.stop()
-        redis.stop()
+        redis.close()
