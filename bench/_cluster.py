@@ -1,4 +1,4 @@
-"""A throwaway real Slurm for the benchmarks: scripts/slurm-up.sh in a temp dir, on free ports.
+"""A throwaway real Slurm for the benchmarks: scripts/slurm-up.sh in a temp dir, on leased ports.
 
 ``release`` "22.05" is the host's Slurm; "24.11" and "26.05" run the roots scripts/slurm-root.sh builds (and caches)
 with chroot, its commands reached through the wrappers the yielded environment puts first on PATH.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.ports import free_port, free_port_range
+from tests.ports import lease
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,15 +40,15 @@ def slurm_cluster(nodes: int, release: str = "22.05") -> Iterator[dict[str, str]
     """Yield the environment (with SLURM_CONF, and PATH reaching the release's commands) of a fresh
     cluster of ``nodes`` slurmd nodes."""
     root = slurm_root(release)
-    with tempfile.TemporaryDirectory(prefix="slurm-bench-") as directory:
+    with tempfile.TemporaryDirectory(prefix="slurm-bench-") as directory, lease(1 + nodes) as ports:
         env = dict(os.environ)
         if root is not None:
             env["SLURM_CI_ROOT"] = root
         env.update(
             SLURM_CI_DIR=directory,
             SLURM_CI_NODES=str(nodes),
-            SLURM_CI_CTLD_PORT=str(free_port()),
-            SLURM_CI_PORT_BASE=str(free_port_range(nodes)),
+            SLURM_CI_CTLD_PORT=str(ports.port),  # then one port per slurmd, held until slurm-down.sh
+            SLURM_CI_PORT_BASE=str(ports.port + 1),
             SLURM_CI_REST="0",
         )
         env["SLURM_CONF"] = str(Path(directory) / "slurm.conf")

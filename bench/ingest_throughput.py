@@ -124,7 +124,7 @@ def run_once(persistence: str, events: list[NodeEvent], args: argparse.Namespace
         finally:
             worker.stop()
             db.dispose()
-            server.stop()
+            server.close()
     decisions: dict[str, int] = {}
     for *_x, d in rows:
         decisions[d] = decisions.get(d, 0) + 1

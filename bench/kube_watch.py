@@ -63,7 +63,7 @@ from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from simulator.kube_api import KubeAPIServer
-from tests.ports import free_port
+from tests.ports import HEALTH_LINE, reported_port
 from watchers import kube as kube_watcher
 from watchers.kube_stream import NodeStream
 from watchers.runtime import Stopper
@@ -323,13 +323,12 @@ def measure_process(conn: Connection, url: str, token: str, ca_file: str, relist
     """``remediation watch kube`` as a user runs it, against the 10,000 Nodes: its first list, then a
     relist after each compaction of the server's history; its peak memory as the kernel counted it."""
     client = redis.Redis.from_url(REDIS_URL)
-    port = free_port()
     with scratch_prefix(client) as prefix, tempfile.TemporaryDirectory(prefix="rembench-") as tmp:
         env = os.environ | {
             "REMEDIATION_KUBE__HOST": url, "REMEDIATION_KUBE__TOKEN": token, "REMEDIATION_KUBE__CA_FILE": ca_file,
             "REMEDIATION_KUBE__MAPPING": "node", "REMEDIATION_KUBE__MIN_CONDITION_S": "0",
             "REMEDIATION_BROKER__REDIS_URL": REDIS_URL, "REMEDIATION_BROKER__KEY_PREFIX": prefix,
-            "REMEDIATION_HEALTH__PORT": str(port), "REMEDIATION_DATABASE__URL": "sqlite://",
+            "REMEDIATION_HEALTH__PORT": "0", "REMEDIATION_DATABASE__URL": "sqlite://",
         }  # fmt: skip
         with open(Path(tmp) / "watcher.log", "wb") as log:
             proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
@@ -340,6 +339,7 @@ def measure_process(conn: Connection, url: str, token: str, ca_file: str, relist
             )
         count = f"{POLL}_count"
         try:
+            port = reported_port(Path(tmp) / "watcher.log", HEALTH_LINE, proc, timeout=300)
             durations: list[float] = []
             for n in range(1, relists + 1):
                 if n > 1:

@@ -42,7 +42,7 @@ import redis
 from bench.common import REDIS_URL, percentile, tail
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import SlurmSettings
-from tests.ports import free_port
+from tests.ports import lease
 
 TICK = os.sysconf("SC_CLK_TCK")
 CONF = """ClusterName=bench10k
@@ -106,24 +106,25 @@ def controller(nodes: int) -> Iterator[tuple[dict[str, str], int]]:
     for sub in ("state", "spool"):
         (d / sub).mkdir()
     conf = d / "slurm.conf"
-    conf.write_text(CONF.format(port=free_port(), d=d, last=nodes - 1))
-    env = {**os.environ, "SLURM_CONF": str(conf)}
-    if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
-        Path("/run/munge").mkdir(exist_ok=True)
-        shutil.chown("/run/munge", "munge", "munge")
-        subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-        time.sleep(0.5)
-    subprocess.run(["slurmctld", "-f", str(conf)], env=env, check=True)
-    try:
-        deadline = time.monotonic() + 60
-        while subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True).stdout.count("UP") < 1:
-            assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
-            time.sleep(0.3)
-        yield env, int((d / "slurmctld.pid").read_text())
-    finally:
-        subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True)
-        time.sleep(1)
-        shutil.rmtree(d, ignore_errors=True)
+    with lease() as ctld:  # held until slurmctld has shut down
+        conf.write_text(CONF.format(port=ctld.port, d=d, last=nodes - 1))
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        if subprocess.run(["munge", "-n"], capture_output=True).returncode != 0:
+            Path("/run/munge").mkdir(exist_ok=True)
+            shutil.chown("/run/munge", "munge", "munge")
+            subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
+            time.sleep(0.5)
+        subprocess.run(["slurmctld", "-f", str(conf)], env=env, check=True)
+        try:
+            deadline = time.monotonic() + 60
+            while subprocess.run(["scontrol", "ping"], env=env, capture_output=True, text=True).stdout.count("UP") < 1:
+                assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
+                time.sleep(0.3)
+            yield env, int((d / "slurmctld.pid").read_text())
+        finally:
+            subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True)
+            time.sleep(1)
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def sdiag_rpcs(env: dict[str, str]) -> dict[str, int]:

@@ -4,7 +4,7 @@
     .venv/bin/python scripts/screenshot_dashboard.py --at 52 --page "/reliability?since=2h&by=rack,sku" \
         --out docs/img/reliability.png --height 1100
 
-It starts `remediation demo` (the console script next to this interpreter) on a free port, reads the
+It starts `remediation demo` (the console script next to this interpreter) with `--port 0`, reads the
 dashboard URL and admin token the demo prints, waits until ``--at`` seconds into the scenario (by
 default 20 s after the storm: the breaker is open, drained nodes wait on it for their VM restarts,
 the lemon is in verify, and the first remediations have succeeded; see simulator/demo.py), logs in through the login form as a human would, opens the
@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,12 +37,6 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 ROOT = Path(__file__).resolve().parents[1]
 BANNER = re.compile(r"dashboard: (http://127\.0\.0\.1:\d+)\s+\(admin token: (\S+)\)")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _remediation() -> str:
@@ -99,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["COLUMNS"] = "200"
     demo = subprocess.Popen(
-        [_remediation(), "demo", "--workdir", str(work), "--port", str(_free_port())],
+        [_remediation(), "demo", "--workdir", str(work), "--port", "0"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     started = time.monotonic()

@@ -1,4 +1,4 @@
-"""Replicated servers for the failover tests, each on free ports in a temporary directory.
+"""Replicated servers for the failover tests, each on leased ports in a temporary directory.
 
 - :class:`SentinelSet`: one Redis primary, one replica and three sentinels (Debian's redis-server and
   redis-sentinel), every data node with the production persistence (``appendfsync always``). The
@@ -26,7 +26,7 @@ import redis
 
 from remediation.settings import Settings, load_settings
 from tests.integration.workerproc import wait_for
-from tests.ports import free_port
+from tests.ports import lease
 from tests.redisproc import PERSISTENCE, RedisMissing
 
 MASTER = "nr-primary"
@@ -37,7 +37,9 @@ class RedisNode:
 
     def __init__(self, binary: str, workdir: Path, replica_of: int | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.binary, self.dir, self.port, self.replica_of = binary, workdir, free_port(), replica_of
+        self.binary, self.dir, self.replica_of = binary, workdir, replica_of
+        self.lease = lease()
+        self.port = self.lease.port
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, replica_of: int | None = None) -> None:
@@ -80,6 +82,11 @@ class RedisNode:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def close(self) -> None:
+        """Kill the node for good and give its port back."""
+        self.kill()
+        self.lease.close()
+
 
 class SentinelSet:
     """A primary, a replica and three sentinels watching them as :data:`MASTER`."""
@@ -93,7 +100,8 @@ class SentinelSet:
         self.primary.start()
         self.replica = RedisNode(server, workdir / "b", replica_of=self.primary.port)
         self.replica.start()
-        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinel_lease = lease(3)
+        self.sentinel_ports = list(self.sentinel_lease.ports)
         self.sentinels: list[subprocess.Popen[bytes]] = []
         for i, port in enumerate(self.sentinel_ports):
             conf = workdir / f"sentinel-{i}.conf"
@@ -183,8 +191,9 @@ class SentinelSet:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(10)
-        self.primary.kill()
-        self.replica.kill()
+        self.sentinel_lease.close()
+        self.primary.close()
+        self.replica.close()
 
 
 class StandbyPair:
@@ -197,7 +206,8 @@ class StandbyPair:
         self.primary = PrivateCluster()
         self.primary.init()
         self.replica_dir = self.primary.base / "replica"
-        self.replica_port = free_port()
+        self.replica_lease = lease()
+        self.replica_port = self.replica_lease.port
         self.primary._run(
             str(self.primary.bin / "pg_basebackup"),
             "-h",
@@ -299,6 +309,7 @@ class StandbyPair:
             check=False,
             timeout=60,
         )
+        self.replica_lease.close()
         self.primary.destroy()
 
 

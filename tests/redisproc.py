@@ -1,4 +1,4 @@
-"""A private redis-server on a free port, for the tests and benchmarks that must restart or configure it.
+"""A private redis-server on a leased port, for the tests and benchmarks that must restart or configure it.
 
 Two persistence settings, the two the project talks about (docs/architecture.md, "Redis must keep the
 stream across restarts"):
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from tests.ports import free_port
+from tests.ports import lease
 
 PERSISTENCE = {
     "durable": ["--appendonly", "yes", "--appendfsync", "always", "--save", ""],
@@ -35,7 +35,9 @@ class PrivateRedis:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisMissing("redis-server is not installed (scripts/setup.sh installs it)")
-        self.binary, self.dir, self.port = binary, workdir, free_port()
+        self.binary, self.dir = binary, workdir
+        self.lease = lease()  # a fixed port: a restart comes back on it (redis cannot report one)
+        self.port = self.lease.port
         self.persistence = PERSISTENCE[persistence]
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,8 +71,14 @@ class PrivateRedis:
         self.proc.wait(10)
 
     def stop(self) -> None:
+        """Kill the server; it may be started again on the same port."""
         if self.proc is not None and self.proc.poll() is None:
             self.kill()
+
+    def close(self) -> None:
+        """Kill the server for good and give its port back."""
+        self.stop()
+        self.lease.close()
 
 
 ACL_FILE = Path(__file__).resolve().parents[1] / "deploy" / "base" / "redis" / "users.acl"
@@ -78,7 +86,7 @@ ADMIN = "test-admin"
 
 
 class AclRedis:
-    """redis-server on a free port with the shipped ACL users (deploy/base/redis/users.acl), plus an
+    """redis-server on a leased port with the shipped ACL users (deploy/base/redis/users.acl), plus an
     all-powerful ``test-admin`` user for the test's own looks; TLS-only (``--port 0``) when given a
     server certificate. ``url(user)`` is that component's URL, with the shipped placeholder password."""
 
@@ -86,7 +94,9 @@ class AclRedis:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisMissing("redis-server is not installed (scripts/setup.sh installs it)")
-        self.dir, self.port, self.tls = workdir, free_port(), tls
+        self.dir, self.tls = workdir, tls
+        self.lease = lease()
+        self.port = self.lease.port
         acl = workdir / "users.acl"
         acl.write_text(ACL_FILE.read_text() + f"user {ADMIN} on >{ADMIN} ~* &* +@all\n")
         args = [binary, "--bind", "127.0.0.1", "--dir", str(workdir), *PERSISTENCE["volatile"],
@@ -107,6 +117,7 @@ class AclRedis:
                     return
             except (redis.ConnectionError, redis.AuthenticationError):
                 time.sleep(0.05)
+        self.stop()
         raise AssertionError(f"redis-server did not start:\n{(workdir / 'redis.log').read_text()[-2000:]}")
 
     def url(self, user: str) -> str:
@@ -124,6 +135,8 @@ class AclRedis:
         return [f"{e['username']} {e['reason']} {e['object']}" for e in entries]
 
     def stop(self) -> None:
+        """Kill the server and give its port back."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
+        self.lease.close()

@@ -130,7 +130,8 @@ def db_prune(
 @app.command("api")
 def api(
     host: Annotated[str | None, typer.Option(help="Bind address (default: api.bind).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default: api.port).")] = None,
+    port: Annotated[int | None, typer.Option(
+        help="Port (default: api.port; 0: any free port, the one uvicorn's start-up line names).")] = None,
 ) -> None:
     """Serve the dashboard, the JSON API and /metrics."""
     import uvicorn
@@ -141,7 +142,7 @@ def api(
     settings = _settings_or_exit()
     # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
     uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
-                host=host or settings.api.bind, port=port or settings.api.port,
+                host=host or settings.api.bind, port=settings.api.port if port is None else port,
                 log_config=None, log_level=settings.log_level.lower())
 
 

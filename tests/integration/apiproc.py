@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.ports import free_port
+from tests.ports import UVICORN_LINE, reported_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,11 +25,10 @@ def base_env(pg_url: str, **extra: str) -> dict[str, str]:
 
 
 class ApiProcess:
-    """``remediation api`` on a free port; stderr goes to ``log``. Ready once /healthz answers 200."""
+    """``remediation api`` on port 0; stderr goes to ``log``, where uvicorn names the port it bound.
+    Ready once /healthz answers 200."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._err = log.open("wb")
         self.proc = subprocess.Popen(
@@ -40,13 +40,21 @@ class ApiProcess:
                 "--host",
                 "127.0.0.1",
                 "--port",
-                str(self.port),
+                "0",
             ],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=self._err,
             cwd=ROOT,
         )
+
+    @functools.cached_property
+    def port(self) -> int:
+        return reported_port(self.log, UVICORN_LINE, self.proc, timeout=90.0)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout

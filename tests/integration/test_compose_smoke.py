@@ -7,8 +7,8 @@ sources the simulator's env file. Only what a container network provides is repl
 host becomes this run's test database, the `redis` host a private redis-server with the ACL users the
 compose Redis loads (each service keeps its own user from its URL; none may be refused a command),
 the simulator listens on
-127.0.0.1 on free ports and writes its state into a temp dir instead of the `sim` volume, the API
-gets a free port, and the trace is sped up (``--speedup``, ``--seed``) so the first faults land
+127.0.0.1 on ports the kernel picks and writes its state into a temp dir instead of the `sim` volume,
+the API and each health endpoint bind port 0 and name the port they got in their output, and the trace is sped up (``--speedup``, ``--seed``) so the first faults land
 within seconds. The facts are read from Postgres: both watchers' events, and a remediation that went
 through every step over the wire. Every process must stop on SIGTERM, leaving nothing behind.
 """
@@ -19,7 +19,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from sqlalchemy import create_engine, text
 
 from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
+from tests.ports import HEALTH_LINE, UVICORN_LINE, reported_port
 from tests.redisproc import AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,12 +48,6 @@ FAST = ["--speedup", "30000", "--seed", "30"]
 # The loop ends as soon as a remediation succeeded; the bound only matters on a loaded machine, where
 # the whole stack (six processes beside the test run) took over 90 s to get there.
 DEADLINE_S = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _option(argv: list[str], name: str, value: str) -> list[str]:
@@ -76,6 +70,10 @@ class Stack:
             self.procs[name] = subprocess.Popen(
                 argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
+
+    def port(self, name: str, line: re.Pattern[str]) -> int:
+        """The port the service bound (each starts on port 0), as its output names it."""
+        return reported_port(self.logs / f"{name}.log", line, self.procs[name])
 
     def check_running(self) -> None:
         dead = {n: p.returncode for n, p in self.procs.items() if p.poll() is not None}
@@ -133,7 +131,7 @@ def _environment(svc: dict[str, Any], pg_url: str, redis: AclRedis) -> dict[str,
     return env
 
 
-def _local_argv(svc: dict[str, Any], state_dir: Path, tmp: Path, api_port: int) -> list[str]:
+def _local_argv(svc: dict[str, Any], state_dir: Path, tmp: Path) -> list[str]:
     """The service's entrypoint and command as a local process would run them."""
     entrypoint = svc.get("entrypoint") or ["remediation"]  # the image's ENTRYPOINT
     local = {"/sim/": f"{state_dir}/", "/tmp/": f"{tmp}/"}  # the volume and the container's /tmp
@@ -142,7 +140,7 @@ def _local_argv(svc: dict[str, Any], state_dir: Path, tmp: Path, api_port: int) 
         arg = arg.replace("$$", "$")  # compose's escape for a literal $
         out.append(re.sub(r"(?<![\w/])/(sim|tmp)/", lambda m: local[m.group(0)], arg))
     if "api" in svc["command"][:1]:
-        out = _option(_option(out, "--host", "127.0.0.1"), "--port", str(api_port))
+        out = _option(_option(out, "--host", "127.0.0.1"), "--port", "0")
     return out
 
 
@@ -178,7 +176,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
 ) -> None:
     # The token compose requires (`${REMEDIATION_ADMIN_TOKEN:?...}`), chosen as an operator would.
     services = compose({"REMEDIATION_ADMIN_TOKEN": secrets.token_urlsafe(24)})["services"]
-    state_dir, api_port = tmp_path / "sim", _free_port()
+    state_dir = tmp_path / "sim"
     stack = Stack(tmp_path)
     (tmp_path / "redis").mkdir()
     redis = AclRedis(tmp_path / "redis")  # the users the compose Redis loads (deploy/base/redis)
@@ -207,18 +205,18 @@ def test_compose_services_run_the_loop_against_the_simulator(
         # migrate: runs once, before everything else.
         migrate = services["migrate"]
         done = subprocess.run(
-            _local_argv(migrate, state_dir, tmp_path, api_port), cwd=ROOT, capture_output=True, text=True,
+            _local_argv(migrate, state_dir, tmp_path), cwd=ROOT, capture_output=True, text=True,
             env=_environment(migrate, pg_url, redis), timeout=120, check=False,
         )  # fmt: skip
         assert done.returncode == 0 and "database at head" in done.stdout, done.stdout + done.stderr
 
-        # Each container has its own loopback; here they share one, so each gets a health port of its own.
-        health_ports = {name: _free_port() for name in LONG_RUNNING}
+        # Each container has its own loopback; here they share one, so each binds a health port the
+        # kernel picks (port 0) and names it in its output.
         for name in LONG_RUNNING:
             svc = services[name]
             assert "simulator" in svc["depends_on"], name
-            env = _environment(svc, pg_url, redis) | {"REMEDIATION_HEALTH__PORT": str(health_ports[name])}
-            stack.start(name, _local_argv(svc, state_dir, tmp_path, api_port), env)
+            env = _environment(svc, pg_url, redis) | {"REMEDIATION_HEALTH__PORT": "0"}
+            stack.start(name, _local_argv(svc, state_dir, tmp_path), env)
 
         deadline = time.monotonic() + DEADLINE_S
         while time.monotonic() < deadline:
@@ -227,6 +225,8 @@ def test_compose_services_run_the_loop_against_the_simulator(
             if {"slurm", "kubernetes"} <= facts["sources"] and facts["succeeded"]:
                 break
             time.sleep(1)
+        api_port = stack.port("api", UVICORN_LINE)
+        health_ports = {name: stack.port(name, HEALTH_LINE) for name in LONG_RUNNING if name != "api"}
         health.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
         # The compose health checks of the processes, run as Docker would run them (their CMD argv).
         for name in ("worker", "beat", "watcher-slurm", "watcher-kube"):

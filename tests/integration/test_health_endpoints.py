@@ -1,6 +1,7 @@
 """The real processes' health endpoints: two Slurm watchers (a leader and a standby), a Kubernetes
 watcher, a Celery worker (prefork) and beat, each started as in production (``python -m watchers.slurm``,
-``celery -A workers.celery_app worker|beat``) with ``health.port`` set, and queried over HTTP.
+``celery -A workers.celery_app worker|beat``) with ``health.port`` 0, and queried over HTTP on the port
+each says it bound.
 
 Also: the worker's liveness holds through a Redis outage while its readiness says the broker is gone,
 and every series the alert rules (deploy/base/prometheus-rules.yaml) and the Grafana dashboard read is
@@ -8,6 +9,7 @@ one these endpoints or the API's /metrics export."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -30,7 +32,7 @@ from remediation.settings import load_settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, wait_for, worker_env
-from tests.ports import free_port
+from tests.ports import HEALTH_LINE, reported_port
 from tests.redisproc import PrivateRedis
 from tests.unit.test_alerts import alerts, series_names
 
@@ -78,8 +80,12 @@ def families(text: str) -> set[str]:
 @dataclass
 class Proc:
     proc: subprocess.Popen[bytes]
-    port: int
     log: Path
+
+    @functools.cached_property
+    def port(self) -> int:
+        """The health port the process bound (it starts on port 0), read from its output once it says."""
+        return reported_port(self.log, HEALTH_LINE, self.proc)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
@@ -95,17 +101,16 @@ class Proc:
 
 
 def start(argv: list[str], env: dict[str, str], tmp: Path, name: str) -> Proc:
-    port = free_port()
     log = tmp / f"{name}.log"
     proc = subprocess.Popen(  # noqa: S603 - our own modules, fixed argv
         [sys.executable, *argv],
         cwd=ROOT,
-        env=env | {"REMEDIATION_HEALTH__PORT": str(port)},
+        env=env | {"REMEDIATION_HEALTH__PORT": "0"},
         stdout=open(log, "w"),  # noqa: SIM115 - the process owns it until it exits
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    return Proc(proc, port, log)
+    return Proc(proc, log)
 
 
 @dataclass
@@ -303,17 +308,17 @@ def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(
     (tmp_path / "redis").mkdir()
     redis = PrivateRedis(tmp_path / "redis", persistence="volatile")
     redis.start()
-    port = free_port()
     env = worker_env(
         pg_url,
         redis.url,
         "outage",
         tmp_path,
-        REMEDIATION_HEALTH__PORT=str(port),
+        REMEDIATION_HEALTH__PORT="0",
         REMEDIATION_HEALTH__LIVENESS_STALE_S="2",
     )
     worker = Worker(env, tmp_path, concurrency=1, beat=False)
     try:
+        port = reported_port(worker.log, HEALTH_LINE, worker.proc)
         wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "the worker's readiness", worker)
         redis.stop()
         wait_for(lambda: get(port, "/readyz")[0] == 503, 30, "readiness to see the outage", worker)
@@ -330,4 +335,4 @@ def test_worker_stays_live_through_a_redis_outage_and_is_unready_meanwhile(
         wait_for(lambda: get(port, "/readyz")[0] == 200, 60, "readiness after Redis is back", worker)
     finally:
         worker.stop()
-        redis.stop()
+        redis.close()

@@ -10,7 +10,6 @@ an advertised host name, the env file) through the same adapters.
 
 from __future__ import annotations
 
-import random
 import shlex
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from remediation.settings import Settings, SettingsError, load_settings
 from simulator import replay
 from simulator.cluster import SimCluster
 from simulator.continuous import ContinuousReplay
+from tests.ports import lease
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 
@@ -321,46 +321,43 @@ def test_azure_test_token_needs_loopback_or_the_named_simulator_host(
             load_settings(machine=vm)
 
 
-def _sim_on_fixed_ports(tmp_path: Path) -> SimCluster:
-    """A SimCluster on four consecutive fixed ports, retried on a clash with another process."""
-    for _ in range(20):
-        base = random.randrange(20_000, 60_000)
+@pytest.fixture
+def fixed_port_sim(tmp_path: Path) -> Iterator[SimCluster]:
+    """A SimCluster on four consecutive fixed ports, leased until it has stopped."""
+    with lease(4) as ports:
+        sim = SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3, advertise="localhost",
+                         base_port=ports.port, state_dir=tmp_path, bind="127.0.0.1").start()  # fmt: skip
         try:
-            return SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3, advertise="localhost",
-                              base_port=base, state_dir=tmp_path, bind="127.0.0.1").start()  # fmt: skip
-        except OSError:
-            continue
-    raise AssertionError("no four free consecutive ports")
+            yield sim
+        finally:
+            sim.stop()
 
 
-def test_standalone_serves_fixed_ports_under_the_advertised_name(tmp_path: Path) -> None:
+def test_standalone_serves_fixed_ports_under_the_advertised_name(fixed_port_sim: SimCluster, tmp_path: Path) -> None:
     """What docker-compose does with --base-port/--advertise/--state-dir, checked through the real
     adapters: every URL names the advertised host (the Azure SDK verifies it against the certificate's
     SANs, and polls the operation URLs the fake hands out), and the env file holds it all."""
-    sim = _sim_on_fixed_ports(tmp_path)
-    try:
-        base = int(sim.kube.url.rsplit(":", 1)[1])
-        assert [sim.kube.url, sim.gce.url, sim.azure.url, sim.slurmrestd.url] == [
-            f"https://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
-            f"http://localhost:{base + 3}",
-        ]  # fmt: skip
-        sim.write_env_file(tmp_path / "simulator.env")
-        env = _read_env_file(tmp_path / "simulator.env")
-        assert env == sim.settings_overrides() and env["REMEDIATION_MACHINE__AZURE_CA_FILE"] == str(
-            tmp_path / "cert.pem"
-        )
-        assert env["REMEDIATION_KUBE__CA_FILE"] == str(tmp_path / "kube-ca.crt")  # TLS-only, as a cluster
-        assert oct((tmp_path / "simulator.env").stat().st_mode & 0o777) == "0o644"
-        settings = load_settings(**sim.settings_kwargs())
-        assert {n.name for n in RestSlurm(settings.slurm).list_nodes()} == set(sim.names)
-        kube, vm = make_kube(settings), make_vm_provider(settings)
-        k8s = kube.node_for("gpu-node-1")
-        before = kube.get(k8s)
-        op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-advertised")
-        until(lambda: vm.poll(op).done)
-        until(lambda: kube.get(k8s).boot_id != before.boot_id)
-    finally:
-        sim.stop()
+    sim = fixed_port_sim
+    base = int(sim.kube.url.rsplit(":", 1)[1])
+    assert [sim.kube.url, sim.gce.url, sim.azure.url, sim.slurmrestd.url] == [
+        f"https://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
+        f"http://localhost:{base + 3}",
+    ]  # fmt: skip
+    sim.write_env_file(tmp_path / "simulator.env")
+    env = _read_env_file(tmp_path / "simulator.env")
+    assert env == sim.settings_overrides() and env["REMEDIATION_MACHINE__AZURE_CA_FILE"] == str(
+        tmp_path / "cert.pem"
+    )
+    assert env["REMEDIATION_KUBE__CA_FILE"] == str(tmp_path / "kube-ca.crt")  # TLS-only, as a cluster
+    assert oct((tmp_path / "simulator.env").stat().st_mode & 0o777) == "0o644"
+    settings = load_settings(**sim.settings_kwargs())
+    assert {n.name for n in RestSlurm(settings.slurm).list_nodes()} == set(sim.names)
+    kube, vm = make_kube(settings), make_vm_provider(settings)
+    k8s = kube.node_for("gpu-node-1")
+    before = kube.get(k8s)
+    op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-advertised")
+    until(lambda: vm.poll(op).done)
+    until(lambda: kube.get(k8s).boot_id != before.boot_id)
 
 
 def _read_env_file(path: Path) -> dict[str, str]:

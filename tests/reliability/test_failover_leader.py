@@ -9,6 +9,7 @@ order: every event published under the replaced leadership was fenced, none reco
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -29,7 +30,7 @@ from remediation.db.models import Event, LeaderFence, RejectedEvent
 from remediation.domain.events import NodeEvent
 from tests.haproc import SentinelSet, fail_over, sentinel_env
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
-from tests.ports import free_port
+from tests.ports import HEALTH_LINE, reported_port
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_restarts import statuses
 
@@ -38,16 +39,20 @@ class WatcherProc:
     """``python -m watchers.slurm`` on the simulated cluster's journal, with its health endpoint."""
 
     def __init__(self, env: dict[str, str], tmp: Path, name: str) -> None:
-        self.port = free_port()
         self.log = tmp / f"{name}.log"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "watchers.slurm"],
             cwd=ROOT,
-            env=env | {"REMEDIATION_HEALTH__PORT": str(self.port)},
+            env=env | {"REMEDIATION_HEALTH__PORT": "0"},
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    @functools.cached_property
+    def port(self) -> int:
+        """The health port the watcher bound (it starts on port 0), as its output names it."""
+        return reported_port(self.log, HEALTH_LINE, self.proc)
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")

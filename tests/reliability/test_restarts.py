@@ -1,7 +1,7 @@
 """Scenarios 2 and 3: a Redis restart during an event storm, and a Postgres restart mid-workflow.
 
 Neither test touches the shared servers other tests use. Each starts a private server of its own in a
-temporary directory on a free port, points real Celery worker processes at it, and kills it mid-run:
+temporary directory on a leased port, points real Celery worker processes at it, and kills it mid-run:
 
 - **Redis** runs with ``appendonly yes`` and ``appendfsync always``, the production requirement (see
   docs/architecture.md, "Redis must keep the stream across restarts"): every XADD Redis acknowledged is
@@ -22,7 +22,6 @@ import os
 import pwd
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -49,16 +48,10 @@ from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT
 from tests.infra import missing
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
+from tests.ports import lease
 from tests.redisproc import PrivateRedis, RedisMissing
 from tests.reliability.conftest import Recorder, scale
 from workers.celery_app import make_app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 # ------------------------------------------------------------------------------------ private Redis
 
@@ -73,7 +66,7 @@ def private_redis(tmp_path: Path) -> Iterator[PrivateRedis]:
         missing("redis-server")
     server.start()
     yield server
-    server.stop()
+    server.close()
 
 
 # --------------------------------------------------------------------------------- private Postgres
@@ -93,8 +86,8 @@ def postgres_bindir() -> Path | None:
 
 
 class PrivateCluster:
-    """A throw-away Postgres cluster on a free port. As root, the server runs as the ``postgres`` OS
-    user (Postgres refuses to run as root)."""
+    """A throw-away Postgres cluster on a leased port (a restart comes back on it). As root, the server
+    runs as the ``postgres`` OS user (Postgres refuses to run as root)."""
 
     def __init__(self) -> None:
         bindir = postgres_bindir()
@@ -103,7 +96,8 @@ class PrivateCluster:
         self.bin = bindir
         self.base = Path(tempfile.mkdtemp(prefix="remediation-pg-"))
         self.data = self.base / "data"
-        self.port = free_port()
+        self.lease = lease()
+        self.port = self.lease.port
         self.user: str | None = None
         if os.geteuid() == 0:
             self.user = "postgres"
@@ -141,6 +135,7 @@ class PrivateCluster:
         subprocess.run([str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop"],
                        capture_output=True, user=self.user, check=False, timeout=60)
         shutil.rmtree(self.base, ignore_errors=True)
+        self.lease.close()
 
 
 @pytest.fixture

@@ -1,11 +1,11 @@
 """A real Redfish BMC for the redfish backend: sushy-tools' emulator, its fake driver, TLS and a login.
 
-One emulator per module (it starts in about a second), on a free port, speaking HTTPS with a serving
-certificate signed by a CA made for this run, and asking for HTTP basic authentication against an
-htpasswd file (bcrypt, as the emulator requires). Its fake driver serves one system per scenario, all On;
-a power change lands 1 to 11 s after the request, as on a slow BMC, and there is no PowerCycle among
-the offered resets. Its access log (stderr) is the record of every request the BMC received, which is
-how the tests count reset POSTs: never from the system's state.
+One emulator per module (it starts in about a second), on a port it picks and names in its log,
+speaking HTTPS with a serving certificate signed by a CA made for this run, and asking for HTTP basic
+authentication against an htpasswd file (bcrypt, as the emulator requires). Its fake driver serves one
+system per scenario, all On; a power change lands 1 to 11 s after the request, as on a slow BMC, and
+there is no PowerCycle among the offered resets. Its access log (stderr) is the record of every request
+the BMC received, which is how the tests count reset POSTs: never from the system's state.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import pytest
 import requests
 
 from simulator.kube_tls import write_cluster_pki
-from tests.ports import free_port
+from tests.ports import WERKZEUG_LINE, reported_port
 
 USER, PASSWORD = "remediation", "pw-" + uuid.uuid4().hex  # a value no message may ever carry
 SYSTEMS = ("restart", "cycle", "killed", "workflow", "login", "dry")
@@ -60,12 +60,11 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     (d / "htpasswd").write_text(f"{USER}:{bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(4)).decode()}\n")
     systems = {name: str(uuid.uuid4()) for name in SYSTEMS}
     fake = [{"uuid": u, "name": name, "power_state": "On", "nics": []} for name, u in systems.items()]
-    port = free_port()
     config = d / "emulator.conf"
     config.write_text(
         "SUSHY_EMULATOR_FAKE_DRIVER = True\n"
         "SUSHY_EMULATOR_LISTEN_IP = '127.0.0.1'\n"
-        f"SUSHY_EMULATOR_LISTEN_PORT = {port}\n"
+        "SUSHY_EMULATOR_LISTEN_PORT = 0\n"  # any free port: werkzeug's start-up line names it
         f"SUSHY_EMULATOR_SSL_CERT = {str(pki.cert_file)!r}\n"
         f"SUSHY_EMULATOR_SSL_KEY = {str(pki.key_file)!r}\n"
         f"SUSHY_EMULATOR_AUTH_FILE = {str(d / 'htpasswd')!r}\n"
@@ -80,8 +79,8 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
             stderr=err,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    url = f"https://127.0.0.1:{port}"
     try:
+        url = f"https://127.0.0.1:{reported_port(log, WERKZEUG_LINE, proc, timeout=30)}"
         deadline = time.monotonic() + 30
         while True:  # ready once it answers the service root over verified TLS
             try:

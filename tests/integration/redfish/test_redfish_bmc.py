@@ -48,7 +48,7 @@ from remediation.services.workflow import Workflow
 from remediation.settings import RedfishSettings, Settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
-from tests.ports import free_port
+from tests.ports import dead_address
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -277,10 +277,11 @@ def test_a_wrong_password_is_a_credential_error_that_pauses_automation(emulator,
 
 
 def test_an_unreachable_bmc_is_a_transient_error_of_its_node(emulator, sessions, tmp_path) -> None:
-    provider = provider_for(configure(tmp_path, emulator, url=f"https://127.0.0.1:{free_port()}"), sessions)
-    key = step_key(sessions, "node-restart")
-    with pytest.raises(TransientError) as info:
-        provider.start(provider.machine_of("node-restart"), VMAction.RESTART, key)
+    with dead_address() as nobody:  # held, never listening: a refused connection throughout
+        provider = provider_for(configure(tmp_path, emulator, url=f"https://{nobody}"), sessions)
+        key = step_key(sessions, "node-restart")
+        with pytest.raises(TransientError) as info:
+            provider.start(provider.machine_of("node-restart"), VMAction.RESTART, key)
     assert (
         info.value.scope is Scope.TRANSIENT and "no answer" in info.value.message
     )  # retried, then its ladder

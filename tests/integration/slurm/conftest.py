@@ -1,11 +1,12 @@
 """Real Slurm clusters (slurmctld + one slurmd per node) for the whole test session: 22.05, 24.11, 26.05.
 
 Each is started once per session with the project's own ``scripts/slurm-up.sh`` in a session temp dir,
-on free ports, and torn down with ``scripts/slurm-down.sh``. 22.05 is the host's (Debian 12; the script
-installs the packages when missing, root needed); 24.11 and 26.05 run from the Debian trixie and sid
-roots that ``scripts/slurm-root.sh`` builds once and caches, with chroot: its own directory, ports and munged, and
-its commands reached through the wrappers in ``DIR/bin`` (``SlurmCluster.slurm_options`` hands their
-paths to the backends). Tests talk to Slurm only through real commands; nothing here stands in for it.
+on ports leased for the session (tests/ports.py), and torn down with ``scripts/slurm-down.sh``. 22.05
+is the host's (Debian 12; the script installs the packages when missing, root needed); 24.11 and 26.05
+run from the Debian trixie and sid roots that ``scripts/slurm-root.sh`` builds once and caches, with
+chroot: its own directory, ports and munged, and its commands reached through the wrappers in
+``DIR/bin`` (``SlurmCluster.slurm_options`` hands their paths to the backends). Tests talk to Slurm only
+through real commands; nothing here stands in for it.
 
 Every test in this directory that uses the cluster runs once per version (``pytest_generate_tests``
 below), and a module using ``slurm_backend`` once per version and backend (cli, rest); ``SLURM_TEST_VERSIONS=22.05`` narrows a local run, and a module's ``SLURM_RELEASES`` the releases it runs on. Tests elsewhere that borrow the fixture get
@@ -32,7 +33,7 @@ from remediation.adapters.slurm.parse import parse_nodes_json
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings
 from tests import slurm_versions
-from tests.ports import free_port, free_port_range
+from tests.ports import lease
 
 ROOT = Path(__file__).resolve().parents[3]
 SCRIPTS = ROOT / "scripts"
@@ -276,12 +277,21 @@ def start_cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves
     with ``scripts/slurm-down.sh``, which ends whatever it still runs."""
     root = _root(release)
     directory = tmp_path_factory.mktemp(f"slurm{release}-leaves{leaves}" if leaves else f"slurm{release}")
+    # slurmctld's port, then one per slurmd; held until slurm-down.sh: a rebooted slurmd binds its port again.
+    with lease(1 + NODES) as ports:
+        yield from _run_cluster(release, root, directory, ports.port, leaves)
+
+
+def _run_cluster(
+    release: str, root: Path | None, directory: Path, ctld_port: int, leaves: int
+) -> Iterator[SlurmCluster]:
+    """scripts/slurm-up.sh with slurmctld on ``ctld_port`` and the slurmds on the ports after it."""
     env = dict(os.environ)
     env.update(
         SLURM_CI_DIR=str(directory),
         SLURM_CI_NODES=str(NODES),
-        SLURM_CI_CTLD_PORT=str(free_port()),
-        SLURM_CI_PORT_BASE=str(free_port_range(NODES)),
+        SLURM_CI_CTLD_PORT=str(ctld_port),
+        SLURM_CI_PORT_BASE=str(ctld_port + 1),
         SLURM_CI_LEAVES=str(leaves),
     )
     if root is not None:
