@@ -53,11 +53,10 @@ def pages(sessions: sessionmaker[Session]) -> list[str]:
         return list(s.scalars(select(AuditLog.action).where(AuditLog.action == "unproven_hold")))
 
 
-@pytest.mark.policy("naive-ladder", why="a node with no machine action to take: under the naive ladder every fault needs one")
 def test_no_machine_and_no_check_holds_the_drained_node_with_one_page(sessions, engine, world, settings,
                                                                     clock) -> None:
     world.set_slurm(NODE, state="IDLE", flags=["FAIL"], reason="xid 79")
-    queue = publish(sessions, settings, clock, NODE)
+    queue = publish(sessions, settings, clock, NODE, reason="xid 79")
     for _ in range(5):  # the hold looks again after each poll; nothing changes
         (f,) = queue
         clock.advance(f.countdown)
