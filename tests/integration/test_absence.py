@@ -63,7 +63,6 @@ def site_env(cluster: SlurmCluster, pg_url: str, prefix: str, tmp: Path, check_d
         "REMEDIATION_SLURM__SLURM_CONF": str(cluster.conf),
         "REMEDIATION_KUBE__BACKEND": "none",
         "REMEDIATION_MACHINE__BACKEND": machine,
-        "REMEDIATION_POLICY__FAULTS__CLASSIFY": "true",  # xid 79 is gpu-hardware: a move-host, then RMA
         "REMEDIATION_VALIDATION__BACKEND": "slurm" if check_dir else "none",
     })
     if check_dir is not None:

@@ -25,7 +25,6 @@ from tests.integration.history import History, build, engine_settings
 from tests.integration.test_cli import db  # noqa: F401  (fixture)
 
 ON = {"faults": {"classify": True}, "lemon": {"enabled": True}}
-ENV_ON = {"REMEDIATION_POLICY__FAULTS__CLASSIFY": "true", "REMEDIATION_POLICY__LEMON__ENABLED": "true"}
 READ = "read-token-0123456789"
 
 
@@ -42,7 +41,7 @@ def run(db: tuple[str, sessionmaker[Session]], monkeypatch: pytest.MonkeyPatch):
     runner = CliRunner()
 
     def invoke(*args: str):  # noqa: ANN202
-        env = {"REMEDIATION_DATABASE__URL": db[0], "USER": "oncall-tester", "COLUMNS": "250", **ENV_ON}
+        env = {"REMEDIATION_DATABASE__URL": db[0], "USER": "oncall-tester", "COLUMNS": "250"}
         return runner.invoke(cli, list(args), env=env, obj=lambda settings: SweeperOnly())
 
     return invoke

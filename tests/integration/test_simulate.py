@@ -62,8 +62,7 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
                                                 tmp_path: Path) -> None:
     MemoryWorld(nodes=NODES, journal=tmp_path / "world.json")
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
-                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_MEMORY__NODES="gpu-node-[0-7]",
-                     REMEDIATION_POLICY__FAULTS__CLASSIFY="true", REMEDIATION_POLICY__LEMON__ENABLED="true")
+                     REMEDIATION_POLICY__BREAKER_MAX_FRACTION="1.0", REMEDIATION_MEMORY__NODES="gpu-node-[0-7]")
     app = make_app(load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix}))
     bus = RedisEventBus(redis_client, redis_prefix, kick=lambda: app.send_task("remediation.ingest", queue="ingest"))
     db = create_engine(pg_url, poolclass=NullPool)

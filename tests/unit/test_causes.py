@@ -321,8 +321,6 @@ def test_naive_ladder_policy_turns_fault_intelligence_off(monkeypatch: pytest.Mo
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "deploy/policies/naive-ladder.yaml"
-    for key in ("REMEDIATION_POLICY__FAULTS__CLASSIFY", "REMEDIATION_POLICY__LEMON__ENABLED"):
-        monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("REMEDIATION_CONFIG", str(path))
     cfg = load_settings()
     assert not cfg.policy.faults.classify and not cfg.policy.lemon.enabled
