@@ -32,6 +32,7 @@ from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.test_workflow_engine import clock  # noqa: F401  (fixture)
 
 NODES = [f"gpu-node-{i}" for i in range(8)]
@@ -81,8 +82,8 @@ def open_for(
 ) -> list[FollowUp]:
     """A researcher's FAIL on each node, in the world (when given) and as the watcher's event."""
     for n in nodes if world is not None else ():
-        world.set_slurm(n, flags=["FAIL"], reason="xid 79")
-    events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="FAIL", reason="xid 79",
+        world.set_slurm(n, flags=["FAIL"], reason=SOFTWARE_FAULT)
+    events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="FAIL", reason=SOFTWARE_FAULT,
                         observed_at=clock.now()).to_json() for n in nodes]
     with sessions() as s, s.begin():
         result = ingest(s, events, settings.policy, clock)
@@ -119,7 +120,6 @@ def vm_rows(sessions: sessionmaker[Session]) -> list[RemediationStep]:
         return list(s.scalars(select(RemediationStep).where(RemediationStep.step == "vm_restart")))
 
 
-@pytest.mark.policy("naive-ladder", why="its six nodes must all reach the restart rung the provider error hits; xid 79 moves a host")
 @pytest.mark.parametrize(
     "error",
     [

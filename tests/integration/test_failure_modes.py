@@ -20,10 +20,11 @@ from remediation.db.session import DatabaseUnavailable, check_database, make_eng
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.ingest import ingest
 from remediation.settings import DatabaseSettings, Settings
+from tests.faults import SOFTWARE_FAULT
 
 
 def event(node: str = "gpu-node-1") -> NodeEvent:
-    return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="FAIL", reason="xid 79",
+    return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="FAIL", reason=SOFTWARE_FAULT,
                      observed_at=datetime.now(UTC))
 
 
@@ -75,7 +76,6 @@ def test_events_survive_a_postgres_outage(redis_client: redis.Redis, redis_prefi
 EXPECTED_WOULD = ["drain", "cordon", "evict pods", "restart", "untaint", "uncordon"]
 
 
-@pytest.mark.policy("naive-ladder", why="its expected would-be steps name the naive ladder's restart")
 def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[Session]) -> None:
     from remediation.adapters.factory import make_adapters
     from remediation.adapters.memory import MemoryWorld

@@ -20,6 +20,7 @@ from remediation.services.ingest import ingest
 from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from tests.faults import UNKNOWN_FAULT
 from tests.integration.test_workflow_engine import clock, drive, rem_for, steps_of, world  # noqa: F401
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
@@ -67,7 +68,7 @@ def publish(
         node=node,
         kind=kind,
         state=state,
-        reason="xid 79",
+        reason=UNKNOWN_FAULT,  # class unknown: the profile's workflow.ladder decides
         observed_at=clock.now(),
         **facts,
     )
@@ -87,7 +88,6 @@ def machine_calls(world: MemoryWorld, node: str) -> list[str]:
     return [c["op"] for c in world.calls(effect=True) if c["op"].startswith("vm.") and c["node"] == node]
 
 
-@pytest.mark.policy("naive-ladder", why="a profile's ladder is told from the base ladder's restart")
 def test_a_node_is_governed_by_the_profile_its_partition_selects(sessions, world, settings, clock) -> None:
     publish(
         sessions, settings, clock, "gpu-node-1", EventKind.INVENTORY, partitions=["train"], features=["h100"]
@@ -106,7 +106,6 @@ def test_a_node_is_governed_by_the_profile_its_partition_selects(sessions, world
     ]  # the profile's ladder, not the base's restart
 
 
-@pytest.mark.policy("naive-ladder", why="a shadow pool's would-be restart is compared with the acting pool's")
 def test_shadow_records_what_it_would_do_beside_a_pool_that_acts(sessions, world, settings, clock) -> None:
     engine = engine_for(sessions, world, settings, clock)
     drive(
@@ -163,7 +162,6 @@ def test_a_profile_hammer_overrides_the_site(sessions, world, settings, clock) -
     assert machine_calls(world, "gpu-node-15") == [] and rem.context.get("no_machine")
 
 
-@pytest.mark.policy("naive-ladder", why="an open ladder of restart, reimage is rewritten in the config mid-way")
 def test_a_config_change_does_not_rewrite_an_open_ladder(sessions, world, settings, clock) -> None:
     publish(sessions, settings, clock, "gpu-node-2", EventKind.INVENTORY, partitions=["train"])
     (f,) = publish(sessions, settings, clock, "gpu-node-2")
@@ -229,7 +227,6 @@ def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeCl
     assert pools["gpu-node-3"] == "pool-a" and pools["gpu-node-13"] == "pool-b"
 
 
-@pytest.mark.policy("naive-ladder", why="the other pool's restarts show it goes on")
 def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clock) -> None:
     settings = storm_settings(fleet_fraction=0.5)
     inventory(sessions, settings, clock)

@@ -25,6 +25,7 @@ from remediation.db.models import Node, Remediation
 from remediation.db.queries import breaker_key, control_get
 from remediation.domain.events import EventKind, NodeEvent, Source
 from tests.conftest import REDIS_URL
+from tests.faults import UNKNOWN_FAULT
 from tests.integration.test_celery_pipeline import bus, db  # noqa: F401  (fixtures; bus takes env from here)
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
 
@@ -58,7 +59,7 @@ def event(node: str, kind: EventKind, state: str) -> NodeEvent:
         kind=kind,
         state=state,
         observed_at=datetime.now(UTC),
-        reason="xid 79" if kind is EventKind.UNHEALTHY else "",
+        reason=UNKNOWN_FAULT if kind is EventKind.UNHEALTHY else "",  # the pool's workflow.ladder
         partitions=["gpu"] if kind is EventKind.INVENTORY else None,
         features=[] if kind is EventKind.INVENTORY else None,
     )
@@ -69,7 +70,6 @@ def rems(db: Engine) -> dict[str, Remediation]:
         return {r.node: r for r in s.scalars(select(Remediation))}
 
 
-@pytest.mark.policy("naive-ladder", why="the other pool's restarts show it goes on")
 def test_a_storm_in_one_pool_holds_that_pool_and_the_other_goes_on(env, bus, db, tmp_path) -> None:  # noqa: ANN001
     nodes = [f"gpu-node-{i}" for i in range(8)]
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
