@@ -186,7 +186,6 @@ def test_azure_restart_through_the_sdk_reboots_the_node(
     assert cluster.vm_actions("gpu-node-5") == 1 and cluster.vm("gpu-node-5")["boot_count"] == 2
 
 
-@pytest.mark.policy("naive-ladder", why="the simulator's repeat offender is shown failing after a plain restart")
 def test_repeat_offender_stays_broken_after_a_restart(
     cluster: SimCluster, settings: Settings, slurm: RestSlurm
 ) -> None:

@@ -334,7 +334,6 @@ def _kill_while_operation_runs(rig: CloudRig, node: str) -> Worker:
     return first
 
 
-@pytest.mark.policy("naive-ladder", why="counts the reset and restart calls of one restart rung, per cloud")
 @pytest.mark.parametrize(
     ("node", "verb", "moment"),
     [
