@@ -42,6 +42,7 @@ from remediation.adapters import logs
 from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock, slurm_backend
 from remediation.adapters.lock import LeaderLock
+from remediation.adapters.slurm.backend import close_slurm
 from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_key, diff
 from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.topology import topology_source
@@ -253,8 +254,8 @@ def run(
     ``polls`` counts the loop's passes (a standby's passes too: each is a chance it had to publish, and
     did not)."""
     polls = polls or Polls()
-    if slurm is None:
-        slurm = slurm_backend(settings)
+    owned = slurm is None  # a backend built here is closed here; a given one is its caller's
+    slurm = slurm if slurm is not None else slurm_backend(settings)
     bus = bus or make_bus(settings)
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.
@@ -303,6 +304,8 @@ def run(
         health.leading(False)
         if server is not None:
             server.stop()
+        if owned:
+            close_slurm(slurm)
         log.info("slurm watcher stopped")
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import typer
 
 from remediation.adapters.factory import slurm_backend, validator_backend
+from remediation.adapters.slurm.backend import close_slurm
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
 from remediation.domain.validation import last_line
 from remediation.services.validation import ValidationRefused, run_check
@@ -29,11 +30,13 @@ def run_validation(st: State, node: str, purpose: str) -> dict[str, Any]:
         raise CliError("validation.backend is none: there is no validation to run (set it to slurm or "
                        "kubernetes)", EXIT_CONFIG)
     typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
+    slurm = slurm_backend(settings)
     try:
-        return run_check(st.sessions(), validator, slurm_backend(settings), settings, node, st.actor, st.now,
-                         purpose=purpose)
+        return run_check(st.sessions(), validator, slurm, settings, node, st.actor, st.now, purpose=purpose)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
+    finally:
+        close_slurm(slurm)
 
 
 def verdict_line(node: str, rec: dict[str, Any]) -> str:

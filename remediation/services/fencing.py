@@ -40,16 +40,15 @@ def fence_events(
         .values([{"lock": lock, "token": 0, "fenced": 0, "raised_at": now} for lock in locks])
         .on_conflict_do_nothing(index_elements=["lock"])
     )
-    highest = dict(
-        session.execute(
+    highest = {
+        lock: token
+        for lock, token in session.execute(
             select(LeaderFence.lock, LeaderFence.token)
             .where(LeaderFence.lock.in_(locks))
             .order_by(LeaderFence.lock)
             .with_for_update()
         )
-        .tuples()
-        .all()
-    )
+    }
     result = sort_by_fence(events, highest)
     fenced = Counter(ev.fence.lock for ev, _ in result.stale if ev.fence is not None)
     for lock in locks:

@@ -233,23 +233,26 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
     from tests.integration.history import engine_settings
 
     env = {**os.environ, "REMEDIATION_DATABASE__URL": db[0], "REMEDIATION_CONFIG": ""}
-    proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
+    with subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
         [sys.executable, "-c", "from remediation.cli.oncall import app; app()", "events", "tail", "-f", "-n", "1",
-         "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()
-    try:
-        assert lines.get(timeout=20).startswith("OBSERVED (UTC)")
-        assert "ecc errors" in lines.get(timeout=20)
-        ev = NodeEvent(source=Source.KUBERNETES, node="gpu-node-6", kind=EventKind.UNHEALTHY,
-                       state="GpuXidError=True", reason="xid 79 on GPU 3", observed_at=SystemClock().now())
-        with db[1]() as s, s.begin():
-            ingest(s, [ev.to_json()], engine_settings().policy, SystemClock())
-        new = lines.get(timeout=20)
-        assert "gpu-node-6" in new and "GpuXidError=True" in new and "xid 79 on GPU 3" in new
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+         "--interval", "0.2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    ) as proc:  # leaving the block closes the pipes, once the reader is done with them
+        lines: queue.Queue[str] = queue.Queue()
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
+        reader.start()
+        try:
+            assert lines.get(timeout=20).startswith("OBSERVED (UTC)")
+            assert "ecc errors" in lines.get(timeout=20)
+            ev = NodeEvent(source=Source.KUBERNETES, node="gpu-node-6", kind=EventKind.UNHEALTHY,
+                           state="GpuXidError=True", reason="xid 79 on GPU 3", observed_at=SystemClock().now())
+            with db[1]() as s, s.begin():
+                ingest(s, [ev.to_json()], engine_settings().policy, SystemClock())
+            new = lines.get(timeout=20)
+            assert "gpu-node-6" in new and "GpuXidError=True" in new and "xid 79 on GPU 3" in new
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+            reader.join(timeout=10)
 
 
 def test_status_names_a_system_pause_its_error_and_who_lifts_it(run, db, history) -> None:

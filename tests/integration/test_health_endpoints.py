@@ -31,7 +31,7 @@ from remediation.api.app import create_app
 from remediation.settings import load_settings
 from simulator.kube_api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, wait_for, worker_env
+from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, spawn, wait_for, worker_env
 from tests.ports import HEALTH_LINE, reported_port
 from tests.redisproc import PrivateRedis
 from tests.unit.test_alerts import alerts, series_names
@@ -102,14 +102,8 @@ class Proc:
 
 def start(argv: list[str], env: dict[str, str], tmp: Path, name: str) -> Proc:
     log = tmp / f"{name}.log"
-    proc = subprocess.Popen(  # noqa: S603 - our own modules, fixed argv
-        [sys.executable, *argv],
-        cwd=ROOT,
-        env=env | {"REMEDIATION_HEALTH__PORT": "0"},
-        stdout=open(log, "w"),  # noqa: SIM115 - the process owns it until it exits
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    proc = spawn([sys.executable, *argv], log, cwd=ROOT, env=env | {"REMEDIATION_HEALTH__PORT": "0"},
+                 start_new_session=True)
     return Proc(proc, log)
 
 

@@ -48,8 +48,9 @@ def settings(cluster: SimCluster) -> Settings:
 
 
 @pytest.fixture(scope="module")
-def slurm(settings: Settings) -> RestSlurm:
-    return RestSlurm(settings.slurm)
+def slurm(settings: Settings) -> Iterator[RestSlurm]:
+    with RestSlurm(settings.slurm) as rest:
+        yield rest
 
 
 def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -87,8 +88,8 @@ def test_slurm_reads_and_refusals_are_slurmrestds(
     assert changed is not None and changed["gpu-node-7"].flags == {"DRAIN"}
     slurm.resume("gpu-node-7")
     wrong = settings.slurm.model_copy(update={"rest_token": None})
-    with pytest.raises(CredentialError, match="401"):
-        RestSlurm(wrong).list_nodes()
+    with pytest.raises(CredentialError, match="401"), RestSlurm(wrong) as refused:
+        refused.list_nodes()
 
 
 def test_researcher_fail_is_seen_by_the_rest_adapter(cluster: SimCluster, slurm: RestSlurm) -> None:
@@ -350,7 +351,8 @@ def test_standalone_serves_fixed_ports_under_the_advertised_name(fixed_port_sim:
     assert env["REMEDIATION_KUBE__CA_FILE"] == str(tmp_path / "kube-ca.crt")  # TLS-only, as a cluster
     assert oct((tmp_path / "simulator.env").stat().st_mode & 0o777) == "0o644"
     settings = load_settings(**sim.settings_kwargs())
-    assert {n.name for n in RestSlurm(settings.slurm).list_nodes()} == set(sim.names)
+    with RestSlurm(settings.slurm) as rest:
+        assert {n.name for n in rest.list_nodes()} == set(sim.names)
     kube, vm = make_kube(settings), make_vm_provider(settings)
     k8s = kube.node_for("gpu-node-1")
     before = kube.get(k8s)

@@ -74,6 +74,13 @@ def worker_env(pg_url: str, redis_url: str, prefix: str, tmp: Path, **extra: str
     return env
 
 
+def spawn(args: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start ``args`` with its stdout and stderr in ``log``. The child keeps its own descriptor of the
+    file, so ours is closed at once rather than left for the garbage collector (a ResourceWarning)."""
+    with log.open("w") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, **popen)
+
+
 def beat_argv(schedule: Path) -> list[str]:
     """A standalone Celery beat of the workers' app, keeping its schedule state in ``schedule``."""
     return [sys.executable, "-m", "celery", "-A", "workers.celery_app", "beat", "-s", str(schedule)]
@@ -92,14 +99,7 @@ class Worker:
         args = [sys.executable, *celery_worker_argv(queues, concurrency)]
         if beat:
             args += ["-B", "-s", str(tmp / f"beat-{time.monotonic_ns()}")]
-        self.proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            env=env,
-            stdout=open(self.log, "w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = spawn(args, self.log, cwd=ROOT, env=env, start_new_session=True)
 
     def kill(self) -> None:
         """SIGKILL the whole worker: main process and its pool children, no chance to clean up."""

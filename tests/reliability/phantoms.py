@@ -20,7 +20,6 @@ storm's lost slurmd); a maintenance drain, a job-only failure and the end of mai
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -36,7 +35,7 @@ from sqlalchemy.pool import NullPool
 from remediation.db.models import Event, Node, Remediation
 from simulator.cluster import SimCluster
 from simulator.continuous import ContinuousReplay
-from tests.integration.workerproc import Worker, worker_env
+from tests.integration.workerproc import Worker, spawn, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 REMEDIATION = str(Path(sys.executable).with_name("remediation"))
@@ -70,8 +69,7 @@ class Proc(Worker):
 
     def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:  # noqa: D107
         self.log = log
-        self.proc = subprocess.Popen([REMEDIATION, *args], cwd=log.parent, env=env, stdout=log.open("w"),
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = spawn([REMEDIATION, *args], log, cwd=log.parent, env=env, start_new_session=True)
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, procs: list[Proc]) -> Any:

@@ -29,7 +29,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, LeaderFence, RejectedEvent
 from remediation.domain.events import NodeEvent
 from tests.haproc import SentinelSet, fail_over, sentinel_env
-from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
+from tests.integration.workerproc import ROOT, Worker, spawn, wait_for, worker_env
 from tests.ports import HEALTH_LINE, reported_port
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_restarts import statuses
@@ -40,14 +40,8 @@ class WatcherProc:
 
     def __init__(self, env: dict[str, str], tmp: Path, name: str) -> None:
         self.log = tmp / f"{name}.log"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "watchers.slurm"],
-            cwd=ROOT,
-            env=env | {"REMEDIATION_HEALTH__PORT": "0"},
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        self.proc = spawn([sys.executable, "-m", "watchers.slurm"], self.log, cwd=ROOT,
+                          env=env | {"REMEDIATION_HEALTH__PORT": "0"}, start_new_session=True)
 
     @functools.cached_property
     def port(self) -> int:

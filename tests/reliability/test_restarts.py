@@ -228,7 +228,7 @@ def keys_recorded(db: Engine, tag: str, below: int | None = None) -> int:
 
 def statuses(db: Engine) -> dict[str, str]:
     with Session(db) as s:
-        return dict(s.execute(select(Remediation.node, Remediation.status)).tuples().all())
+        return {node: v for node, v in s.execute(select(Remediation.node, Remediation.status))}
 
 
 def describe(db: Engine) -> str:
@@ -399,7 +399,7 @@ def postgres_env(db_url: str, redis_prefix: str, tmp_path: Path, **extra: str) -
 
 def steps_now(db: Engine) -> dict[str, str]:
     with Session(db) as s:
-        return dict(s.execute(select(Remediation.node, Remediation.step)).tuples().all())
+        return {node: v for node, v in s.execute(select(Remediation.node, Remediation.step))}
 
 
 def mid_workflow(db: Engine, bus: RedisEventBus, worker: Worker, nodes: list[str]) -> dict[str, str]:
@@ -434,7 +434,7 @@ def assert_each_action_once(db: Engine, world: MemoryWorld, nodes: list[str], fi
     with Session(db) as s:
         rows = s.scalars(select(RemediationStep)).all()
         orphans = [r for r in rows if r.status in ("started", "waiting")]
-        final = dict(s.execute(select(Remediation.node, Remediation.status)).tuples().all())
+        final = {node: v for node, v in s.execute(select(Remediation.node, Remediation.status))}
     per_key = Counter(r.idempotency_key for r in rows)
     repeated_rows = {k: n for k, n in per_key.items() if n > 1}
     per_step = Counter((r.remediation_id, r.step) for r in rows)

@@ -81,6 +81,7 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.server.shutdown()
+    r.server.server_close()  # shutdown() only ends the loop; the listening socket stays open until this
 
 
 def event(node: str, kind: EventKind, state: str, reason: str = "") -> NodeEvent:

@@ -24,22 +24,22 @@ BIN = Path(sys.executable).parent
 
 def run_until_state(args: list[str], cwd: Path, env: dict[str, str], state_dir: Path) -> None:
     """Start ``remediation ARGS`` in ``cwd``, wait for beat's state file in ``state_dir``, stop it."""
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [str(BIN / "remediation"), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while not list(state_dir.glob("celerybeat-schedule*")):
-            assert proc.poll() is None, proc.communicate()[0].decode()
-            assert time.monotonic() < deadline, "beat wrote no state"
-            time.sleep(0.2)
-    finally:
-        proc.send_signal(signal.SIGTERM)
+    ) as proc:  # leaving the block closes the pipe
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            deadline = time.monotonic() + 60
+            while not list(state_dir.glob("celerybeat-schedule*")):
+                assert proc.poll() is None, proc.communicate()[0].decode()
+                assert time.monotonic() < deadline, "beat wrote no state"
+                time.sleep(0.2)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @pytest.mark.parametrize(

@@ -180,7 +180,8 @@ def engine_run(vm: type[MemoryVM], event_reason: str) -> dict[str, Any]:
     with sessions() as s:
         rems = s.scalars(select(Remediation)).all()
         return {
-            "nodes": sorted(s.execute(select(Node.name, Node.status).where(Node.status != "healthy")).tuples()),
+            "nodes": sorted(tuple(row) for row in
+                            s.execute(select(Node.name, Node.status).where(Node.status != "healthy"))),
             "remediations": [(r.status, r.ladder, r.action, sorted(r.context),
                               [(st.step, st.attempt, st.status, st.error_kind, sorted(st.detail or {}))
                                for st in r.steps]) for r in rems],

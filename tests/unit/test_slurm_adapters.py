@@ -14,7 +14,7 @@ import pytest
 
 from remediation.adapters.factory import slurm_backend
 from remediation.adapters.slurm.args import InvalidSlurmArgument, check_node_name, check_reason
-from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.pyslurm_backend import PyslurmUnavailable, load_pyslurm
 from remediation.adapters.slurm.rest import RestSlurm
@@ -33,6 +33,17 @@ def test_factory_picks_the_configured_backend(tmp_path: object) -> None:
     assert isinstance(slurm_backend(load_settings(slurm={"backend": "cli"})), CliSlurm)
     with pytest.raises(ValueError, match="not a real Slurm backend"):
         make_slurm(load_settings(dry_run=True, slurm={"backend": "noop"}))
+
+
+def test_the_rest_backend_closes_its_connection_pool_when_done() -> None:
+    rest_only = {"backend": "rest", "rest_url": "unix:/nonexistent.sock"}
+    with RestSlurm(SlurmSettings(**rest_only)) as rest:
+        assert not rest.client.is_closed
+    assert rest.client.is_closed
+    built = make_slurm(load_settings(slurm=rest_only))
+    close_slurm(built)
+    assert isinstance(built, RestSlurm) and built.client.is_closed
+    close_slurm(make_slurm(load_settings(slurm={"backend": "cli"})))  # the commands hold nothing to close
 
 
 def test_pyslurm_backend_without_pyslurm_is_a_clear_startup_error() -> None:

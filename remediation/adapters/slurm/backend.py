@@ -27,3 +27,11 @@ def make_slurm(settings: Settings) -> SlurmControl:
 
         return PyslurmSlurm(settings.slurm)
     raise ValueError(f"{backend!r} is not a real Slurm backend (see remediation.adapters.factory)")
+
+
+def close_slurm(slurm: SlurmControl) -> None:
+    """Release what a backend holds between calls: slurmrestd's connection pool (the commands and
+    pyslurm hold nothing). For whoever built the backend and is done with it."""
+    close = getattr(slurm, "close", None)
+    if callable(close):
+        close()

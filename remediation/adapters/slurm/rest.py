@@ -90,7 +90,14 @@ class RestSlurm:
         self._conditional = True  # False once the server refuses update_time
 
     def close(self) -> None:
+        """Close the connection pool: its socket to slurmrestd stays open until then."""
         self.client.close()
+
+    def __enter__(self) -> RestSlurm:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # ----------------------------------------------------------------------------------- reads
 

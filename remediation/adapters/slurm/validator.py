@@ -72,6 +72,10 @@ class SlurmValidator:
         self.workdir = Path(validation.slurm_workdir)
         self.prefix = prefix
 
+    def close(self) -> None:
+        """Close the connection to slurmrestd, when the checks go through it."""
+        self.io.close()
+
     # --------------------------------------------------------------------------------- the port
 
     def _held(self, node: NodeRecord) -> bool:

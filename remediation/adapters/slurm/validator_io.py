@@ -91,6 +91,7 @@ class ValidatorIO(Protocol):
     def submit(self, job: Submission) -> str: ...
     def job(self, job_id: str) -> Job | None: ...
     def cancel(self, job_id: str) -> None: ...
+    def close(self) -> None: ...  # releases what it holds between checks (slurmrestd's connections)
 
 
 def validator_io(settings: SlurmSettings) -> ValidatorIO:
@@ -118,6 +119,9 @@ class CommandIO:
     def __init__(self, settings: SlurmSettings) -> None:
         self.nodes = self.cli = CliSlurm(settings)
         self.settings = settings
+
+    def close(self) -> None:
+        pass  # each command is its own process: nothing is held between them
 
     def reservation_exists(self, name: str) -> bool:
         try:
@@ -209,6 +213,9 @@ class RestIO:
         )
         self.through = f"slurmrestd {rest.version}"
         self.base = f"/slurm/{rest.version}"
+
+    def close(self) -> None:
+        self.rest.close()
 
     def reservation_exists(self, name: str) -> bool:
         body, _ = self.rest.answer("GET", f"{self.base}/reservations")

@@ -17,6 +17,7 @@ their rows' metadata and their resources are checked instead.
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
 from functools import cache
 from importlib.resources import files
@@ -73,11 +74,16 @@ def conforms(obj: Obj, kind: str | None = None, api_version: str | None = None) 
             conforms(item, kind.removesuffix("List"), api_version)
 
 
+def trusting(api: KubeAPIServer) -> ssl.SSLContext:
+    """A TLS context that trusts the local apiserver's per-run CA (httpx takes a context, not a path)."""
+    return ssl.create_default_context(cafile=api.ca_file)
+
+
 @pytest.fixture
 def http(kube_api: KubeAPIServer) -> Iterator[httpx.Client]:
     with httpx.Client(
         base_url=kube_api.url,
-        verify=str(kube_api.ca_file),
+        verify=trusting(kube_api),
         headers={"Authorization": f"Bearer {kube_api.token}"},
     ) as c:
         yield c
@@ -109,12 +115,12 @@ def _populate(api: KubeAPIServer) -> None:
 def test_every_read_answer_validates(kube_api: KubeAPIServer, http: httpx.Client) -> None:
     _populate(kube_api)
     conforms(http.get("/version").json(), "Info", "pkg/version")
-    anonymous = httpx.get(f"{kube_api.url}/version", verify=str(kube_api.ca_file))  # public, as on a cluster
+    anonymous = httpx.get(f"{kube_api.url}/version", verify=trusting(kube_api))  # public, as on a cluster
     wrong = httpx.get(
-        f"{kube_api.url}/version", verify=str(kube_api.ca_file), headers={"Authorization": "Bearer x"}
+        f"{kube_api.url}/version", verify=trusting(kube_api), headers={"Authorization": "Bearer x"}
     )
     assert (anonymous.status_code, wrong.status_code) == (200, 401)
-    assert httpx.get(f"{kube_api.url}/readyz", verify=str(kube_api.ca_file)).text == "ok"
+    assert httpx.get(f"{kube_api.url}/readyz", verify=trusting(kube_api)).text == "ok"
     conforms(http.get("/api").json())
     conforms(http.get("/apis").json())
     for group, versions in GROUPS.items():
@@ -157,7 +163,7 @@ def test_every_error_and_eviction_answer_is_a_valid_status(
     rv = http.get("/api/v1/nodes/gke-a3-0").json()["metadata"]["resourceVersion"]
     merge = {"Content-Type": "application/merge-patch+json"}
     answers = {
-        401: httpx.get(f"{kube_api.url}/api/v1/nodes", verify=str(kube_api.ca_file)),
+        401: httpx.get(f"{kube_api.url}/api/v1/nodes", verify=trusting(kube_api)),
         404: http.get("/api/v1/nodes/nope"),
         400: http.get("/api/v1/pods", params={"fieldSelector": "spec.bogus=1"}),
         405: http.delete("/api/v1/nodes/gke-a3-0"),
@@ -294,7 +300,7 @@ def shared_api() -> Iterator[KubeAPIServer]:
 def test_no_sequence_of_mutations_leaves_an_invalid_object(shared_api: KubeAPIServer, ops: list[Any]) -> None:
     api = shared_api
     with httpx.Client(
-        base_url=api.url, verify=str(api.ca_file), headers={"Authorization": "Bearer property"}
+        base_url=api.url, verify=trusting(api), headers={"Authorization": "Bearer property"}
     ) as http:
         start = api.resource_version
         for op, target, arg in ops:

@@ -292,21 +292,24 @@ class Watch:
 def watch_nodes(kubeconfig: Path) -> Iterator[Watch]:
     """``kubectl get nodes -w``, its output lines in a queue."""
     assert KUBECTL is not None
-    proc = subprocess.Popen(  # noqa: S603 - fixed argv
+    # Leaving the block closes the pipe, once the pump is done with it.
+    with subprocess.Popen(  # noqa: S603 - fixed argv
         [KUBECTL, "get", "nodes", "-w"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env=_env(kubeconfig),
-    )  # fmt: skip
-    watch = Watch(proc)
+    ) as proc:  # fmt: skip
+        watch = Watch(proc)
 
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            watch.lines.put(line.rstrip("\n"))
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                watch.lines.put(line.rstrip("\n"))
 
-    threading.Thread(target=pump, daemon=True).start()
-    yield watch
-    proc.terminate()
-    proc.wait(timeout=10)
+        pumping = threading.Thread(target=pump, daemon=True)
+        pumping.start()
+        yield watch
+        proc.terminate()
+        proc.wait(timeout=10)
+        pumping.join(timeout=10)
 
 
 def _next_line(

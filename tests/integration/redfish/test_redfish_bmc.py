@@ -175,7 +175,7 @@ def test_a_worker_killed_after_its_post_never_sends_a_second_reset(emulator, ses
         "node": "node-killed",
         "key": key,
     }
-    worker = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-m", "tests.integration.redfish.killed_worker", json.dumps(cfg)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -183,14 +183,14 @@ def test_a_worker_killed_after_its_post_never_sends_a_second_reset(emulator, ses
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    try:
-        line = worker.stdout.readline() if worker.stdout else ""
-        assert line.strip() == "SENT", worker.communicate(timeout=10)
-        os.kill(worker.pid, signal.SIGKILL)  # after the BMC took the reset, before anything was recorded
-    finally:
-        worker.kill()
-        worker.wait(10)
+    ) as worker:  # leaving the block closes the pipes
+        try:
+            line = worker.stdout.readline() if worker.stdout else ""
+            assert line.strip() == "SENT", worker.communicate(timeout=10)
+            os.kill(worker.pid, signal.SIGKILL)  # after the BMC took the reset, before anything was recorded
+        finally:
+            worker.kill()
+            worker.wait(10)
     intent = stored(sessions, key)
     assert intent is not None and intent["data"]["phase"] == "requested"  # written before the POST
 

@@ -31,7 +31,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.memory import MemoryKube, MemoryWorld
 from remediation.adapters.noop import NoopKube, NoopMachine, NoopSlurm, Recorder
 from remediation.adapters.slurm.args import InvalidSlurmArgument
-from remediation.adapters.slurm.backend import make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
@@ -81,7 +80,7 @@ class CheckpointPipeline(Pipeline):
     @property
     def adapters(self) -> Adapters:
         intents = StepIntents(self.sessions)
-        slurm = make_slurm(self.settings)
+        slurm = self.slurm_control
         if self.recorder is not None:
             return Adapters(
                 NoopSlurm(slurm, self.recorder),
@@ -111,18 +110,22 @@ def checkpoint_pipeline(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str, sessions: sessionmaker[Session]
 ) -> Iterator[Callable[..., CheckpointPipeline]]:
     made: list[SlurmdRestartVM] = []
+    pipelines: list[CheckpointPipeline] = []
 
     def make(dry_run: bool = False, **workflow: Any) -> CheckpointPipeline:
         world = MemoryWorld(nodes=slurm.nodes)
         made.append(SlurmdRestartVM(world, slurm))
         settings = settings_for(slurm, redis_prefix, dry_run, **workflow)
-        return CheckpointPipeline(
+        pipelines.append(CheckpointPipeline(
             slurm, settings, redis_client, sessions, world, made[-1], recorder=Recorder() if dry_run else None
-        )
+        ))
+        return pipelines[-1]
 
     yield make
     for provider in made:
         provider.close()
+    for pipeline in pipelines:
+        pipeline.close()
 
 
 def settings_for(cluster: SlurmCluster, prefix: str, dry_run: bool, **workflow: Any) -> Settings:

@@ -254,6 +254,6 @@ def test_slurm_conf_comes_from_settings_not_the_environment(slurm: SlurmCluster,
 
 
 def test_rest_unreachable_is_transient(tmp_path: Path, slurm: SlurmCluster) -> None:
-    rest = RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{tmp_path / 'missing.sock'}"))
-    with pytest.raises(TransientError):
-        rest.list_nodes()
+    with RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{tmp_path / 'missing.sock'}")) as rest:
+        with pytest.raises(TransientError):
+            rest.list_nodes()

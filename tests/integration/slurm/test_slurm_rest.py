@@ -8,6 +8,8 @@ slurmctld as the cli backend's do; slurmrestd's refusals must arrive typed, with
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 
 import pytest
 
@@ -18,10 +20,20 @@ from tests.integration.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm
 
+RestFor = Callable[[str], RestSlurm]
 
-def test_reads_the_same_nodes_as_the_commands(slurm: SlurmCluster, rest_api: str) -> None:
+
+@pytest.fixture
+def rest_for(slurm: SlurmCluster) -> Iterator[RestFor]:
+    """Opens the rest backend on an API version of this cluster's slurmrestd; each one is closed after
+    the test (its pooled connection would otherwise stay open until garbage collection)."""
+    with ExitStack() as opened:
+        yield lambda api: opened.enter_context(RestSlurm(slurm.rest_settings(api)))
+
+
+def test_reads_the_same_nodes_as_the_commands(slurm: SlurmCluster, rest_api: str, rest_for: RestFor) -> None:
     slurm.scontrol("update", "nodename=gpu-node-1", "state=fail", "reason=xid 79")
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+    rest = rest_for(rest_api)
     cli = CliSlurm(slurm.settings())
     assert sorted(rest.list_nodes(), key=lambda n: n.name) == sorted(cli.list_nodes(), key=lambda n: n.name)
     node = rest.get_node("gpu-node-1")
@@ -29,8 +41,10 @@ def test_reads_the_same_nodes_as_the_commands(slurm: SlurmCluster, rest_api: str
     assert rest.running_jobs("gpu-node-1") == 0
 
 
-def test_an_unknown_node_is_unknown_on_read_and_write(slurm: SlurmCluster, rest_api: str) -> None:
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+def test_an_unknown_node_is_unknown_on_read_and_write(
+    slurm: SlurmCluster, rest_api: str, rest_for: RestFor
+) -> None:
+    rest = rest_for(rest_api)
     with pytest.raises(UnknownNode) as read:
         rest.get_node("gpu-node-99")
     assert read.value.scope is Scope.NODE
@@ -40,8 +54,10 @@ def test_an_unknown_node_is_unknown_on_read_and_write(slurm: SlurmCluster, rest_
         rest.drain("gpu-node-99", "remediation: nowhere")
 
 
-def test_drain_set_state_and_resume_reach_slurmctld(slurm: SlurmCluster, rest_api: str) -> None:
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+def test_drain_set_state_and_resume_reach_slurmctld(
+    slurm: SlurmCluster, rest_api: str, rest_for: RestFor
+) -> None:
+    rest = rest_for(rest_api)
     if rest_api == "v0.0.38":
         with pytest.raises(NotSupported, match=r"not supported by this slurmrestd \(v0.0.38\)"):
             rest.drain("gpu-node-1", "remediation: x")
@@ -68,8 +84,10 @@ def test_drain_set_state_and_resume_reach_slurmctld(slurm: SlurmCluster, rest_ap
         assert not rest.get_node("gpu-node-2").states & {"FAIL", "DOWN", "DRAIN"}
 
 
-def test_slurmctld_refusals_arrive_typed_with_slurms_errno(slurm: SlurmCluster, rest_api: str) -> None:
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+def test_slurmctld_refusals_arrive_typed_with_slurms_errno(
+    slurm: SlurmCluster, rest_api: str, rest_for: RestFor
+) -> None:
+    rest = rest_for(rest_api)
     if rest_api == "v0.0.38":
         # 22.05's slurmrestd has no node write at all: the server itself refuses the path.
         refused = rest.client.post(f"/slurm/{rest_api}/node/gpu-node-3", json={"state": ["DRAIN"], "reason": "x"})
@@ -87,17 +105,17 @@ def test_slurmctld_refusals_arrive_typed_with_slurms_errno(slurm: SlurmCluster, 
 
 
 def test_an_api_version_the_server_does_not_serve_is_a_configuration_fault(
-    slurm: SlurmCluster, rest_api: str
+    slurm: SlurmCluster, rest_api: str, rest_for: RestFor
 ) -> None:
     other = "v0.0.40" if rest_api == "v0.0.38" else "v0.0.38"
-    rest = RestSlurm(slurm.rest_settings(other))
+    rest = rest_for(other)
     with pytest.raises(ConfigError, match=slurm.unknown_path) as info:
         rest.list_nodes()
     assert info.value.scope is Scope.SYSTEM  # automation pauses; no node is blamed
 
 
-def test_poll_is_free_when_nothing_changed(slurm: SlurmCluster, rest_api: str) -> None:
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+def test_poll_is_free_when_nothing_changed(slurm: SlurmCluster, rest_api: str, rest_for: RestFor) -> None:
+    rest = rest_for(rest_api)
     assert len(rest.snapshot()) == len(slurm.nodes)
     if rest_api in ("v0.0.40", "v0.0.41"):
         # 24.11's parsers for these versions refuse a Unix time in update_time (errno 9202): the backend
@@ -117,8 +135,8 @@ def test_poll_is_free_when_nothing_changed(slurm: SlurmCluster, rest_api: str) -
     assert changed is not None and changed["gpu-node-3"].flags == {"DRAIN"}
 
 
-def test_jobs_on_names_a_real_job(slurm: SlurmCluster, rest_api: str) -> None:
-    rest = RestSlurm(slurm.rest_settings(rest_api))
+def test_jobs_on_names_a_real_job(slurm: SlurmCluster, rest_api: str, rest_for: RestFor) -> None:
+    rest = rest_for(rest_api)
     out = slurm.run("sbatch", "--parsable", "-w", "gpu-node-0", "-o", "/dev/null", "-D", str(slurm.workdir),
                     "--wrap", "sleep 120")
     job = out.stdout.strip().split(";")[0]

@@ -103,7 +103,8 @@ def rest_requests(cluster: SlurmCluster) -> list[str]:
 
 
 def test_user_job_waits_until_the_gate_is_gone(
-    slurm: SlurmCluster, slurm_backend: str, check_dir: Path, caplog: pytest.LogCaptureFixture
+    slurm: SlurmCluster, slurm_backend: str, check_dir: Path, caplog: pytest.LogCaptureFixture,
+    request: pytest.FixtureRequest,
 ) -> None:
     """With the cli backend the validator runs scontrol and sbatch; with the rest backend it goes through
     slurmrestd where the API version creates reservations (26.05), and otherwise (24.11's v0.0.42) says
@@ -115,6 +116,7 @@ def test_user_job_waits_until_the_gate_is_gone(
     served_before = len(rest_requests(slurm))
     with caplog.at_level(logging.INFO, logger="remediation.adapters.slurm.validator_io"):
         validator = SlurmValidator(cfg.slurm, cfg.validation)
+    request.addfinalizer(validator.close)
     said = [r.getMessage() for r in caplog.records if r.name == "remediation.adapters.slurm.validator_io"]
     through_rest = slurm_backend == "rest" and slurm.release >= (26, 5)
     api = cfg.slurm.rest_api_version

@@ -17,7 +17,7 @@ import redis
 
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import make_lock
-from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
@@ -79,9 +79,10 @@ def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iter
     """A watcher thread publishing to ``stream_prefix``; its lock key follows settings' prefix."""
     running = Running()
     bus = RedisEventBus(client, stream_prefix, kick=None)
+    slurm = make_slurm(settings)
     thread = threading.Thread(
         target=slurm_watcher.run,
-        args=(settings, running.stopper, bus, make_slurm(settings)),
+        args=(settings, running.stopper, bus, slurm),
         kwargs={"polls": running.polls},
         daemon=True,
     )
@@ -92,6 +93,7 @@ def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iter
         running.stop()
         thread.join(timeout=10)
         assert not thread.is_alive(), "watcher did not stop"
+        close_slurm(slurm)
 
 
 def started(client: redis.Redis, prefix: str, nodes: list[str]) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +37,21 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.bus import Keys, RedisEventBus
 from remediation.adapters.memory import MemoryKube, MemoryWorld
 from remediation.adapters.slurm.args import InvalidSlurmArgument
-from remediation.adapters.slurm.backend import make_slurm
+from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.domain.ownership import release_node
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.cluster import MachineProvider, Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.cluster import (
+    MachineProvider,
+    Operation,
+    OperationStatus,
+    SlurmControl,
+    VMAction,
+    VMRef,
+)
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
 from remediation.services.ingest import ingest
@@ -152,9 +160,18 @@ class Pipeline:
     def prefix(self) -> str:
         return self.settings.broker.key_prefix
 
+    @cached_property
+    def slurm_control(self) -> SlurmControl:
+        """The configured Slurm backend, one per pipeline: every engine it builds shares it."""
+        return make_slurm(self.settings)
+
     @property
     def adapters(self) -> Adapters:
-        return Adapters(make_slurm(self.settings), MemoryKube(self.world), self.vm)
+        return Adapters(self.slurm_control, MemoryKube(self.world), self.vm)
+
+    def close(self) -> None:
+        if "slurm_control" in self.__dict__:  # built
+            close_slurm(self.slurm_control)
 
     @property
     def engine(self) -> Workflow:
@@ -168,9 +185,10 @@ class Pipeline:
         lost events after the block sees every publication."""
         stopper, polls = Stopper(install=False), Polls()
         bus = RedisEventBus(self.client, self.prefix, kick=None)
+        slurm = make_slurm(self.settings)  # the watcher's own, as a watcher process has
         thread = threading.Thread(
             target=slurm_watcher.run,
-            args=(self.settings, stopper, bus, make_slurm(self.settings)),
+            args=(self.settings, stopper, bus, slurm),
             kwargs={"polls": polls},
             daemon=True,
         )
@@ -182,6 +200,7 @@ class Pipeline:
             stopper.stop()
             thread.join(timeout=10)
             assert not thread.is_alive(), "watcher did not stop"
+            close_slurm(slurm)
             self.ingest()
 
     def ingest(self) -> int:
@@ -295,6 +314,7 @@ def pipeline(
 ) -> Iterator[Callable[..., Pipeline]]:
     """Builds this test's Pipeline: ``pipeline(slurm_settings={...}, vm={...}, **policy)``."""
     made: list[SlurmdRestartVM] = []
+    pipelines: list[Pipeline] = []
 
     def make(
         slurm_settings: dict[str, Any] | None = None, vm: dict[str, Any] | None = None, **policy: Any
@@ -302,11 +322,14 @@ def pipeline(
         world = MemoryWorld(nodes=slurm.nodes)
         made.append(SlurmdRestartVM(world, slurm, **(vm or {})))
         settings = make_settings(slurm, redis_prefix, slurm_settings, **policy)
-        return Pipeline(slurm, settings, redis_client, sessions, world, made[-1])
+        pipelines.append(Pipeline(slurm, settings, redis_client, sessions, world, made[-1]))
+        return pipelines[-1]
 
     yield make
     for provider in made:
         provider.close()
+    for pipeline in pipelines:
+        pipeline.close()
 
 
 # ------------------------------------------------------------------------------------------- tests
