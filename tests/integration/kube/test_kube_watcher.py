@@ -539,7 +539,9 @@ def test_a_relist_reads_pages_and_finds_a_bad_node_on_the_last(
     (event,) = wait_for(lambda: events(redis_client, redis_prefix), timeout=5)
     assert (event.node, event.kind, event.state) == ("n4", EventKind.UNHEALTHY, "Ready=False")
     assert node_lists(kube_api) == [("2", False, 200), ("2", True, 200), ("2", True, 200)]
-    watch = next(r for r in kube_api.requests if r.query.get("watch") == "true")
+    # The watch starts after the event is published: wait for its request rather than race it.
+    watch = wait_for(lambda: next((r for r in kube_api.requests if r.query.get("watch") == "true"), None),
+                     timeout=5)
     assert watch.query["resourceVersion"] == str(kube_api.resource_version)  # the pages' one snapshot
 
 
