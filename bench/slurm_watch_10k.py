@@ -32,7 +32,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -113,7 +113,7 @@ def controller(nodes: int) -> Iterator[tuple[dict[str, str], int]]:
             Path("/run/munge").mkdir(exist_ok=True)
             shutil.chown("/run/munge", "munge", "munge")
             subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"], check=True)
-            time.sleep(0.5)
+            _until(lambda: subprocess.run(["munge", "-n"], capture_output=True).returncode == 0, "munged")
         subprocess.run(["slurmctld", "-f", str(conf)], env=env, check=True)
         try:
             deadline = time.monotonic() + 60
@@ -123,8 +123,28 @@ def controller(nodes: int) -> Iterator[tuple[dict[str, str], int]]:
             yield env, int((d / "slurmctld.pid").read_text())
         finally:
             subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True)
-            time.sleep(1)
+            pid_file = d / "slurmctld.pid"
+            if pid_file.exists():  # the lease ends once slurmctld has let its port go
+                pid = int(pid_file.read_text())
+                _until(lambda: not _running(pid), "slurmctld to exit")
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """The process runs (a zombie waiting for its parent to reap it holds no port)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _until(done: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``done`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.1)
 
 
 def sdiag_rpcs(env: dict[str, str]) -> dict[str, int]:
