@@ -113,10 +113,14 @@ class SlurmCluster:
         return path
 
     def slurm_options(self, **overrides: object) -> dict[str, object]:
-        """The ``slurm`` settings section reaching this cluster: its slurm.conf, and for a chroot
-        cluster the wrappers of its commands."""
+        """The ``slurm`` settings section reaching this cluster through the test's backend."""
+        return self.options_for(self.backend, **overrides)
+
+    def options_for(self, backend: str, **overrides: object) -> dict[str, object]:
+        """The ``slurm`` settings section reaching this cluster through ``backend`` (cli, rest): its
+        slurm.conf, and for a chroot cluster the wrappers of its commands."""
         values: dict[str, object] = {"slurm_conf": str(self.conf)}
-        if self.backend == "rest":  # the newest API version this slurmrestd serves
+        if backend == "rest":  # the newest API version this slurmrestd serves
             apis = REST_APIS[f"{self.release[0]}.{self.release[1]:02d}"]
             values.update(self.rest_options(apis[-1]))
         if self.bin is not None:

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,8 +26,12 @@ from tests.integration.slurm.conftest import ROOT, SlurmCluster
 from watchers import slurm as slurm_watcher
 from watchers.runtime import Polls, Stopper
 
-# Each test once per Slurm release and backend (cli, rest): see conftest.
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
+# Each test once per Slurm release and backend (cli, rest): see conftest. The tests that wait on
+# slurmctld's own timers (a killed slurmd turns NOT_RESPONDING, then DOWN) run once per release with
+# a watcher on each backend at once, so both read the same outage and the wait is paid once.
+pytestmark = pytest.mark.slurm
+per_backend = pytest.mark.usefixtures("slurm_backend")
+BACKENDS = ("cli", "rest")
 
 
 def settings_for(cluster: SlurmCluster, prefix: str, **slurm: object) -> Settings:
@@ -96,6 +100,20 @@ def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iter
         close_slurm(slurm)
 
 
+@contextmanager
+def on_both_backends(cluster: SlurmCluster, client: redis.Redis, prefix: str, **slurm: object) -> Iterator[dict[str, str]]:
+    """A leading watcher per backend, each publishing to its own stream (backend -> stream prefix)."""
+    streams = {backend: f"{prefix}-{backend}" for backend in BACKENDS}
+    with ExitStack() as stack:
+        for backend, stream in streams.items():
+            settings = load_settings(broker={"redis_url": REDIS_URL, "key_prefix": stream},
+                                     slurm=cluster.options_for(backend, **slurm))
+            stack.enter_context(watcher(settings, client, stream))
+        for stream in streams.values():
+            started(client, stream, cluster.nodes)
+        yield streams
+
+
 def started(client: redis.Redis, prefix: str, nodes: list[str]) -> None:
     """The first resync publishes an INVENTORY event per node: the watcher is up and leading."""
     deadline = time.monotonic() + 10
@@ -104,6 +122,7 @@ def started(client: redis.Redis, prefix: str, nodes: list[str]) -> None:
         time.sleep(0.05)
 
 
+@per_backend
 def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -135,6 +154,7 @@ def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
         assert [e.state for e in unhealthy] == ["FAIL"]
 
 
+@per_backend
 def test_maintenance_drain_is_published_with_its_reason(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -231,6 +251,7 @@ def test_killed_slurmd_is_detected_and_its_return_too(
         wait_for(redis_client, redis_prefix, lambda e: e.node == "gpu-node-3" and e.kind == EventKind.HEALTHY, 30.0)
 
 
+@per_backend
 def test_restart_resync_republishes_the_bad_set_with_the_same_keys(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
@@ -257,6 +278,7 @@ def test_restart_resync_republishes_the_bad_set_with_the_same_keys(
     assert inventory["gpu-node-1"].dedupe_key == first["gpu-node-1"]
 
 
+@per_backend
 def test_only_the_leader_publishes(slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str) -> None:
     settings = settings_for(slurm, redis_prefix)
     leader_stream, standby_stream = f"{redis_prefix}:a", f"{redis_prefix}:b"
@@ -273,6 +295,7 @@ def test_only_the_leader_publishes(slurm: SlurmCluster, redis_client: redis.Redi
             assert (event.node, event.state) == ("gpu-node-1", "DRAIN")
 
 
+@per_backend
 def test_sigterm_exits_cleanly_and_releases_the_lock(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str, tmp_path: Path
 ) -> None:
@@ -304,6 +327,7 @@ def test_sigterm_exits_cleanly_and_releases_the_lock(
                      client=redis_client).acquire_or_renew()
 
 
+@per_backend
 def test_failed_publish_is_retried_on_the_next_poll(
     slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
 ) -> None:
