@@ -42,7 +42,6 @@ from sqlalchemy import insert
 
 from remediation.adapters.factory import AdaptersByPolicy, memory_adapters, memory_world
 from remediation.clock import FakeClock
-from remediation.db.migrate import upgrade
 from remediation.db.models import Node
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -62,7 +61,10 @@ from remediation.settings import ProfileSettings, Settings
 @functools.lru_cache(maxsize=1)
 def _migrated_template() -> Path:
     """One migrated SQLite file per process: each rehearsal copies it into memory (a second policy or
-    another seed costs no second migration)."""
+    another seed costs no second migration). Alembic is imported here, not at the top: every CLI
+    start imports this module, and only a rehearsal migrates."""
+    from remediation.db.migrate import upgrade
+
     root = Path(tempfile.mkdtemp(prefix="remediation-rehearsal-"))
     atexit.register(shutil.rmtree, root, True)
     path = root / "template.db"
