@@ -26,9 +26,11 @@ REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379
 
 #: Directories and modules holding the long workflows (real processes, Slurm timeouts, soaks): they run
 #: first, so that a run split over xdist workers (scripts/test.sh) ends on short modules rather than on
-#: one worker finishing a long one while the others idle. A stale entry only costs balance.
+#: one worker finishing a long one while the others idle. A stale entry only costs balance. pytest-xdist
+#: keeps this order only with --no-loadscope-reorder (pyproject.toml): by default it hands out the
+#: modules with the most tests first, which put the one-test soaks last.
 LONG_FIRST = (
-    "tests/reliability/", "tests/integration/slurm/", "tests/integration/cloud/",
+    "tests/integration/slurm/", "tests/reliability/", "tests/integration/cloud/",
     "tests/integration/test_no_phantom_faults.py", "tests/integration/test_demo.py",
     "tests/integration/test_cli_server.py", "tests/integration/test_compose_smoke.py",
     "tests/integration/kube/", "tests/integration/test_celery_pipeline.py", "tests/integration/redfish/",
