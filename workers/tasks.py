@@ -36,6 +36,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
 from remediation.services.ingest import ingest_batch
+from remediation.services.payloads import time_bounds
 from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
 from workers.celery_app import app, settings
@@ -70,7 +71,8 @@ def ingest(self: DomainTask) -> int:
     def handle(payloads: Sequence[bytes]) -> None:
         result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
                               rt.settings.incidents, rt.settings.broker.max_event_bytes,
-                              rt.settings.validation.runs_jobs, rt.governance)
+                              rt.settings.validation.runs_jobs, rt.governance,
+                              bounds=time_bounds(rt.settings.broker))
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:

@@ -30,7 +30,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
-from remediation.services.ingest import ingest
+from remediation.services.ingest import record
 from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
@@ -168,7 +168,8 @@ def close_breaker(session: Session, actor: str, reason: str, now: datetime,
 def report(session: Session, name: str, actor: str, reason: str, now: datetime,
            policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
-    exactly like a watcher's."""
+    exactly like a watcher's. It is recorded here, with its actor, and never goes through the stream,
+    which refuses ``source: manual`` (remediation.domain.admission)."""
     reason = _reason(reason)
     _node(session, name)
     try:
@@ -176,7 +177,7 @@ def report(session: Session, name: str, actor: str, reason: str, now: datetime,
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = ingest(session, [event.to_json()], policy, _Fixed(now), governance=governance)
+    result = record(session, [event], policy, _Fixed(now), governance=governance)
     audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 
