@@ -43,23 +43,37 @@ def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+#: Entries one XREADGROUP or XAUTOCLAIM asks for. With Redis's ``proto-max-bulk-len`` at 1 MiB (the
+#: shipped redis.conf) one page holds at most 16 MiB, however large the entries a publisher wrote.
+PAGE = 16
+#: Bytes of payload a batch stops reading at: 500 ordinary events are about 250 KiB, far below it, so it
+#: only ever cuts a batch of huge entries short. A batch holds at most this plus one page.
+BATCH_BYTES = 8 << 20
+
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
 def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_idle_ms: int,
           max_batches: int = 10_000, linger_s: float = 0.02, keep: int = 0) -> int:
     """Process everything available; returns how many entries were handled.
 
-    A short batch waits ``linger_s`` once for more entries before it is handled: under a steady stream
-    this turns hundreds of tiny transactions into a few large ones (the cost of an ingest transaction is
-    mostly per batch, not per event) for 20 ms of added latency. ``keep``: the acknowledged history
-    left in the stream (``broker.stream_max_len``)."""
+    A batch is read a :data:`PAGE` at a time, up to ``batch`` entries or :data:`BATCH_BYTES` of
+    payload, whichever comes first, so that entries a publisher made huge cannot make a batch huge
+    (their size is checked, and each one rejected, only once read). A short batch waits ``linger_s``
+    once for more entries before it is handled: under a steady stream this turns hundreds of tiny
+    transactions into a few large ones (the cost of an ingest transaction is mostly per batch, not per
+    event) for 20 ms of added latency. ``keep``: the acknowledged history left in the stream
+    (``broker.stream_max_len``)."""
     ensure_group(client, keys)
     me = consumer_name()
-    total = 0
-    for n in range(max_batches):
-        entries = (_own(client, keys, me, batch) or _claim(client, keys, me, batch, claim_idle_ms)) if n == 0 else []
+    total, recovering = 0, True
+    for _ in range(max_batches):
+        entries = _recover(client, keys, me, claim_idle_ms) if recovering else []
+        recovering = bool(entries)
         entries = entries or _read(client, keys, me, batch)
         if entries and len(entries) < batch // 4 and linger_s > 0:
             time.sleep(linger_s)
-            entries += _read(client, keys, me, batch - len(entries))
+            entries += _read(client, keys, me, batch - len(entries), _size(entries))
         if not entries:
             # Close the race with publishers: drop the kick key, then look once more.
             client.delete(keys.kick)
@@ -74,21 +88,36 @@ def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_id
     return total
 
 
-def _read(client: redis.Redis, keys: Keys, me: str, batch: int, after: str = ">"
-          ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    resp = client.xreadgroup(GROUP, me, {keys.stream: after}, count=batch)
+def _size(entries: list[Entry]) -> int:
+    return sum(len(fields.get(b"e", b"")) for _, fields in entries)
+
+
+def _read(client: redis.Redis, keys: Keys, me: str, batch: int, held: int = 0) -> list[Entry]:
+    """New entries, a page at a time, up to ``batch`` of them or :data:`BATCH_BYTES` with ``held``."""
+    out: list[Entry] = []
+    while len(out) < batch and held < BATCH_BYTES:
+        page = _page(client, keys, me, min(PAGE, batch - len(out)))
+        out += page
+        held += _size(page)
+        if len(page) < PAGE:
+            break
+    return out
+
+
+def _page(client: redis.Redis, keys: Keys, me: str, count: int, after: str = ">") -> list[Entry]:
+    resp = client.xreadgroup(GROUP, me, {keys.stream: after}, count=count)
     return list(resp[0][1]) if resp else []
 
 
-def _own(client: redis.Redis, keys: Keys, me: str, batch: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """What this consumer read and never acknowledged: its last batch failed (the database went away
-    mid-transaction). They are ours to record again at once, not after ``claim_idle_ms``."""
-    mine = _read(client, keys, me, batch, after="0")
-    return [(eid, fields) for eid, fields in mine if fields]
-
-
-def _claim(client: redis.Redis, keys: Keys, me: str, batch: int, idle_ms: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    _next, claimed, *_ = client.xautoclaim(keys.stream, GROUP, me, min_idle_time=idle_ms, start_id="0-0", count=batch)
+def _recover(client: redis.Redis, keys: Keys, me: str, idle_ms: int) -> list[Entry]:
+    """A page of entries read and never acknowledged: first this consumer's own (its last batch
+    failed, say the database went away mid-transaction; they are ours to record again at once, not
+    after ``claim_idle_ms``), then another consumer's that sat ``idle_ms`` (it died mid-batch).
+    :func:`drain` asks again until none is left."""
+    mine = [(eid, fields) for eid, fields in _page(client, keys, me, PAGE, after="0") if fields]
+    if mine:
+        return mine
+    _next, claimed, *_ = client.xautoclaim(keys.stream, GROUP, me, min_idle_time=idle_ms, start_id="0-0", count=PAGE)
     return [(eid, fields) for eid, fields in claimed if fields is not None]
 
 

@@ -28,6 +28,7 @@ from remediation.settings import load_settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
+from tests.redisproc import ADMIN as ADMIN_USER
 from tests.redisproc import AclRedis
 from watchers.runtime import Stopper
 from watchers.slurm import run as run_slurm_watcher
@@ -189,6 +190,16 @@ def test_a_watcher_holds_its_lock_with_a_fencing_token_and_waits_for_replicas(pl
     assert watcher.wait(0, 10) == 0  # broker.replica_acks: allowed (this server has no replica)
     lock.release()
     assert plain.denials() == []
+
+
+def test_redis_refuses_an_entry_over_the_shipped_value_bound(plain: AclRedis) -> None:
+    """proto-max-bulk-len (1 MiB in the shipped redis.conf): a watcher cannot write an entry that would
+    make the ingest's reads huge; Redis itself refuses it, whatever the watcher's user may do."""
+    watcher = plain.client("watcher-slurm")
+    assert watcher.xadd(f"{PREFIX}:events", {"e": b"x" * 1_000_000})  # under the bound
+    with pytest.raises(redis.RedisError, match="(?i)bulk length|connection"):
+        watcher.xadd(f"{PREFIX}:events", {"e": b"x" * (2 << 20)})
+    assert plain.client(ADMIN_USER).xlen(f"{PREFIX}:events") == 1
 
 
 def test_the_default_user_is_off(plain: AclRedis) -> None:
