@@ -24,6 +24,7 @@ from remediation.adapters.celery import (
     ISOLATE_TASK,
     PRUNE_TASK,
     RELEASE_TASK,
+    RESUME_TASK,
     SWEEP_TASK,
     celery_dispatcher,
     step_task,
@@ -36,6 +37,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
 from remediation.services.ingest import ingest_batch
+from remediation.services.lever_rules import committed_release, open_steps
 from remediation.services.payloads import time_bounds
 from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
@@ -86,13 +88,28 @@ def ingest(self: DomainTask) -> int:
 
 @app.task(name=RELEASE_TASK, base=DomainTask, bind=True,
           autoretry_for=(TransientError,), retry_backoff=True, retry_backoff_max=300, max_retries=10)
-def release(self: DomainTask, node: str) -> str:
-    """Undo our quarantine in Slurm and Kubernetes after a human released the node."""
+def release(self: DomainTask, audit_id: int) -> str:
+    """Undo our quarantine in Slurm and Kubernetes after a human released the node: the release in
+    audit row ``audit_id``, re-read from Postgres; nothing happens for any other row."""
     rt = self.rt
+    with rt.sessions() as s:
+        node = committed_release(s, int(audit_id))
+    if node is None:
+        log.warning("release request for audit row %s refused: not a human release that still stands", audit_id)
+        return "refused"
     outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
-        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome)
+        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome, {"release": int(audit_id)})
     return outcome
+
+
+@app.task(name=RESUME_TASK, base=DomainTask, bind=True)
+def resume(self: DomainTask, remediation_ids: list[int]) -> int:
+    """A lever's follow-ups: run the step the database has for each open remediation named."""
+    with self.rt.sessions() as s:
+        followups = open_steps(s, [int(i) for i in remediation_ids])
+    enqueue(followups)
+    return len(followups)
 
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
