@@ -29,6 +29,7 @@ from remediation.adapters.celery import (
     celery_dispatcher,
     step_task,
 )
+from remediation.adapters.lock import drawn_tokens
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
@@ -71,10 +72,12 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
+        # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
+        counters = None if rt.embedded else drawn_tokens(rt.redis, rt.settings.broker.key_prefix)
         result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
                               rt.settings.incidents, rt.settings.broker.max_event_bytes,
                               rt.settings.validation.runs_jobs, rt.governance,
-                              bounds=time_bounds(rt.settings.broker))
+                              bounds=time_bounds(rt.settings.broker), counters=counters)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:

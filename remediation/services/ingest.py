@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -86,6 +86,7 @@ def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
     gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
     """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
     then enqueue). Every payload that is not an event the stream may report is kept in
@@ -98,10 +99,12 @@ def ingest(
     its profile and that policy. Without it, every node is under ``policy`` and nothing is recorded (the
     workflow then reads today's configuration).
     ``bounds``: how far timestamps may be from ``clock`` (``broker.max_clock_skew_s``,
-    ``broker.max_event_age_s``); None takes them as written (a rehearsal's simulated clock)."""
+    ``broker.max_event_age_s``); None takes them as written (a rehearsal's simulated clock).
+    ``counters``: each leader lock's fencing-token counter, read from Redis after the batch was (None:
+    tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
     now = clock.now()
-    events, rejected = parse_payloads(payloads, max_bytes)
-    events, refused = admit_events(events, now, bounds)
+    parsed, rejected = parse_payloads(payloads, max_bytes)
+    events, refused = admit_events(parsed, now, bounds, counters)
     events, fenced = fence_events(session, events, now)  # what a replaced leader published
     return record(session, events, policy, clock, dry_run, incidents, gpu_reset, governance,
                   rejected=rejected + refused + fenced)
@@ -335,6 +338,7 @@ def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
     gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -343,7 +347,7 @@ def ingest_batch(
     try:
         with sessions() as s, s.begin():
             return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
-                          bounds=bounds)
+                          bounds=bounds, counters=counters)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -353,7 +357,7 @@ def ingest_batch(
         try:
             with sessions() as s, s.begin():
                 one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
-                             bounds=bounds)
+                             bounds=bounds, counters=counters)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from remediation.db.models import RejectedEvent
-from remediation.domain.admission import Refusal, Rejection, TimeBounds, admit
+from remediation.domain.admission import Published, Publisher, Refusal, Rejection, TimeBounds, admit
 from remediation.domain.events import InvalidEvent, NodeEvent
 from remediation.settings import BrokerSettings
 
@@ -53,20 +53,25 @@ def _text(raw: str | bytes) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
+Parsed = tuple[NodeEvent, Publisher | None]
+
+
 def parse_payloads(
     payloads: Sequence[str | bytes], max_bytes: int | None = None
-) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
-    """The payloads that are events, and (payload, why) of each one that is not. Every failure to
-    parse is the payload's, never the batch's: one value no converter can take (a time that overflows
-    in UTC) costs its own payload a ``rejected_events`` row, and the rest of the batch is recorded."""
-    events: list[NodeEvent] = []
+) -> tuple[list[Parsed], list[tuple[str, str]]]:
+    """The payloads that are events, each with the publisher whose stream it came from (a
+    :class:`~remediation.domain.admission.Published` payload names it; any other has none), and
+    (payload, why) of each one that is not. Every failure to parse is the payload's, never the
+    batch's: one value no converter can take (a time that overflows in UTC) costs its own payload a
+    ``rejected_events`` row, and the rest of the batch is recorded."""
+    events: list[Parsed] = []
     rejected: list[tuple[str, str]] = []
     for raw in payloads:
         if (too_large := oversize(raw, max_bytes)) is not None:
             rejected.append((storable(_text(raw)), too_large))
             continue
         try:
-            events.append(NodeEvent.parse(raw))
+            events.append((NodeEvent.parse(raw), raw.publisher if isinstance(raw, Published) else None))
         except InvalidEvent as exc:
             rejected.append((storable(_text(raw)), storable(str(exc), 4000)))
         except Exception as exc:  # noqa: BLE001 - the payload is the publisher's word; nothing in it may fail the batch
@@ -76,14 +81,17 @@ def parse_payloads(
 
 
 def admit_events(
-    events: Sequence[NodeEvent], now: datetime, bounds: TimeBounds | None
+    events: Sequence[Parsed],
+    now: datetime,
+    bounds: TimeBounds | None,
+    counters: Mapping[str, int] | None = None,
 ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
-    """The events the stream may report (:func:`remediation.domain.admission.admit`), and (payload,
-    why) of each one refused."""
+    """The events their publishers may report (:func:`remediation.domain.admission.admit`), and
+    (payload, why) of each one refused. ``counters``: each lock's fencing-token counter in Redis."""
     kept: list[NodeEvent] = []
     refused: list[tuple[str, str]] = []
-    for event in events:
-        verdict = admit(event, now, bounds)
+    for event, publisher in events:
+        verdict = admit(event, now, bounds, publisher, counters)
         if isinstance(verdict, Rejection):
             log.warning("refused an event for node %s from the stream: %s", event.node, verdict.refusal.value)
             refused.append((storable(event.to_json()), storable(str(verdict), 4000)))

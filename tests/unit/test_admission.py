@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.domain.admission import Refusal, Rejection, TimeBounds, admit
-from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
+from remediation.domain.admission import Publisher, Refusal, Rejection, TimeBounds, admit
+from remediation.domain.events import EventKind, Fence, InvalidEvent, NodeEvent, Source
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 BOUNDS = TimeBounds(skew=timedelta(minutes=5), age=timedelta(days=1))
@@ -77,3 +77,49 @@ def test_a_time_no_utc_datetime_holds_is_an_invalid_event(stamp: str) -> None:
     )
     with pytest.raises(InvalidEvent, match="observed_at"):
         NodeEvent.parse(payload)
+
+
+def fenced(lock: str = "slurm", token: int = 5, source: Source = Source.SLURM) -> NodeEvent:
+    return event(source).model_copy(update={"fence": Fence(lock=lock, token=token)})
+
+
+@pytest.mark.parametrize(
+    ("ev", "publisher", "counters", "refusal"),
+    [
+        (fenced(source=Source.KUBERNETES), Publisher.SLURM, {"slurm": 9}, Refusal.FOREIGN_SOURCE),
+        (fenced("kube"), Publisher.SLURM, {"slurm": 9, "kube": 9}, Refusal.FOREIGN_FENCE),
+        (fenced(token=10), Publisher.SLURM, {"slurm": 9}, Refusal.FORGED_TOKEN),
+        (fenced(), Publisher.SLURM, {}, Refusal.FORGED_TOKEN),
+        (event(), Publisher.SLURM, {"slurm": 9}, Refusal.UNFENCED),
+        (fenced("kube", 10), None, {"kube": 9}, Refusal.FORGED_TOKEN),
+    ],
+    ids=[
+        "another source",
+        "another lock's fence",
+        "above the counter",
+        "a lock that drew none",
+        "unfenced",
+        "the workers' stream, above the counter",
+    ],
+)
+def test_a_publisher_reports_its_own_source_under_its_own_fence(
+    ev: NodeEvent, publisher: Publisher | None, counters: dict[str, int], refusal: Refusal
+) -> None:
+    verdict = admit(ev, NOW, BOUNDS, publisher, counters)
+    assert isinstance(verdict, Rejection) and verdict.refusal is refusal, verdict
+
+
+@pytest.mark.parametrize(
+    ("ev", "publisher", "counters"),
+    [
+        (fenced(token=9), Publisher.SLURM, {"slurm": 9}),
+        (fenced(source=Source.KUBERNETES, lock="kube"), Publisher.KUBE, {"kube": 9}),
+        (event(), Publisher.SLURM, {}),
+        (fenced(token=10**12), Publisher.SLURM, None),
+    ],
+    ids=["its token", "the kube watcher's", "unfenced before its lock drew a token", "counters not read"],
+)
+def test_what_its_publisher_may_report_is_admitted(
+    ev: NodeEvent, publisher: Publisher, counters: dict[str, int] | None
+) -> None:
+    assert isinstance(admit(ev, NOW, BOUNDS, publisher, counters), NodeEvent)

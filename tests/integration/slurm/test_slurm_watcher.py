@@ -38,7 +38,7 @@ def settings_for(cluster: SlurmCluster, prefix: str, **slurm: object) -> Setting
 
 
 def events(client: redis.Redis, prefix: str) -> list[NodeEvent]:
-    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events")]
+    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events:slurm")]
 
 
 # A bound on waiting for what must come, never a latency goal (bench.slurm_detect measures those): generous,
