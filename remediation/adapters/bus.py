@@ -7,10 +7,10 @@ recorded them commits; an ingest worker that dies leaves its entries pending, an
 them (XAUTOCLAIM) after ``broker.ingest_claim_idle_s``. Recording is idempotent (dedupe key), so a claim
 that repeats work changes nothing.
 
-Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to the stream
+Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to its own stream
 and nothing else (deploy/base/redis/users.acl), so it cannot read, delete or trim events, nor put a task
-on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the stream's
-tail, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
+on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the streams'
+tails, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
 task. The ingest task deletes the key before its final read, so an event is either seen by the running
 ingest or triggers a new one. A periodic beat task covers anything else. (A ``kick`` callable given
 here, as tests and the embedded mode do, sets the key and kicks from the publisher instead.)
