@@ -139,7 +139,7 @@ def measure_latency(nodes: int, flips: int, seed: int = 7) -> Latency:
         for name in names:
             api.add_node(name)
         settings = settings_for(api, prefix)
-        stream = f"{prefix}:events"
+        stream = f"{prefix}:events:kube"  # the kube watcher's own stream
         stopper = Stopper(install=False)
         bus = RedisEventBus(client, prefix, kick=None)
         watcher = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus), daemon=True)
@@ -358,7 +358,7 @@ def measure_process(conn: Connection, url: str, token: str, ca_file: str, relist
                         )
                     time.sleep(0.05)  # polling another process's /metrics
                 durations.append(_metric(port, f"{POLL}_sum") - sum(durations))
-            stream = f"{prefix}:events"
+            stream = f"{prefix}:events:kube"  # the kube watcher's own stream
             published = {NodeEvent.parse(f[b"e"]).node for _, f in client.xrange(stream)}
             peak, now = _status_kib(proc.pid, "VmHWM"), _status_kib(proc.pid, "VmRSS")
         finally:

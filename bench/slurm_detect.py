@@ -91,7 +91,7 @@ def measure(release: str, changes: int, poll: float) -> None:
         )
         thread.start()
         nodes = [f"gpu-node-{i}" for i in range(NODES)]
-        stream = f"{prefix}:events"
+        stream = f"{prefix}:events:slurm"  # the Slurm watcher's own stream
         while client.xlen(stream) < NODES:
             time.sleep(0.1)
 

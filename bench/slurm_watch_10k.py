@@ -176,7 +176,7 @@ class Sampler(threading.Thread):
 
 def measure(strategy: str, args: argparse.Namespace, client: redis.Redis) -> dict[str, object]:
     prefix = f"bench10k-{uuid.uuid4().hex[:8]}"
-    stream = f"{prefix}:events"
+    stream = f"{prefix}:events:slurm"  # the Slurm watcher's own stream
     with controller(args.nodes) as (env, ctld):
         base0, t0 = cpu_s(ctld, False), time.monotonic()
         time.sleep(args.baseline_s)

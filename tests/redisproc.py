@@ -85,8 +85,18 @@ ACL_FILE = Path(__file__).resolve().parents[1] / "deploy" / "base" / "redis" / "
 ADMIN = "test-admin"
 
 
+def shipped(directive: str) -> str:
+    """The value the shipped redis.conf (beside ACL_FILE) gives ``directive``."""
+    for line in (ACL_FILE.parent / "redis.conf").read_text().splitlines():
+        name, _, value = line.partition(" ")
+        if name == directive:
+            return value.strip()
+    raise AssertionError(f"the shipped redis.conf sets no {directive}")
+
+
 class AclRedis:
-    """redis-server on a leased port with the shipped ACL users (deploy/base/redis/users.acl), plus an
+    """redis-server on a leased port with the shipped ACL users (deploy/base/redis/users.acl) and value
+    bound (proto-max-bulk-len in redis.conf beside it), plus an
     all-powerful ``test-admin`` user for the test's own looks; TLS-only (``--port 0``) when given a
     server certificate. ``url(user)`` is that component's URL, with the shipped placeholder password."""
 
@@ -100,7 +110,8 @@ class AclRedis:
         acl = workdir / "users.acl"
         acl.write_text(ACL_FILE.read_text() + f"user {ADMIN} on >{ADMIN} ~* &* +@all\n")
         args = [binary, "--bind", "127.0.0.1", "--dir", str(workdir), *PERSISTENCE["volatile"],
-                "--aclfile", str(acl), "--daemonize", "no", "--logfile", str(workdir / "redis.log")]
+                "--aclfile", str(acl), "--daemonize", "no", "--logfile", str(workdir / "redis.log"),
+                "--proto-max-bulk-len", shipped("proto-max-bulk-len")]
         if tls is None:
             args += ["--port", str(self.port)]
         else:

@@ -25,7 +25,7 @@ from celery.signals import celeryd_init, setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
 from remediation.adapters import logs
-from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, SWEEP_TASK
+from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, REQUEST_QUEUE, SWEEP_TASK
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.adapters.preload import preload
 from remediation.settings import Settings, load_settings
@@ -44,8 +44,10 @@ def make_app(settings: Settings) -> Celery:
         worker_consumer="workers.celery_app:Consumer",
         beat_schedule_filename=str(settings.broker.beat_schedule_file),  # `-s FILE` still overrides
         beat_schedule={
+            # Beat writes the requests queue alone (remediation.adapters.celery): the ingest it asks
+            # for there reads the stream, as one the kick relay queues on the ingest queue does.
             "sweep": {"task": SWEEP_TASK, "schedule": settings.workflow.sweep_interval_s},
-            "ingest-safety-net": {"task": INGEST_TASK, "schedule": 5.0},
+            "ingest-safety-net": {"task": INGEST_TASK, "schedule": 5.0, "options": {"queue": REQUEST_QUEUE}},
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
     )

@@ -69,7 +69,7 @@ def join_all(threads: list[threading.Thread], timeout_s: float, what: str) -> No
 
 def start(concurrency: int = 4) -> Embedded:
     """Migrate the database, then start a Celery worker thread and the periodic sweeper/ingest."""
-    from remediation.adapters.celery import INGEST_QUEUE, INGEST_TASK, SWEEP_TASK, WORKFLOW_QUEUE
+    from remediation.adapters.celery import INGEST_QUEUE, INGEST_TASK, SWEEP_TASK, WORKER_QUEUES
     from remediation.db.migrate import upgrade
     from workers.celery_app import app, settings
 
@@ -84,7 +84,7 @@ def start(concurrency: int = 4) -> Embedded:
     app.conf.broker_transport_options = {**(app.conf.broker_transport_options or {}), "polling_interval": 0.05}
     emb = Embedded()
     worker = app.Worker(
-        pool="threads", concurrency=concurrency, queues=[INGEST_QUEUE, WORKFLOW_QUEUE], loglevel="WARNING",
+        pool="threads", concurrency=concurrency, queues=list(WORKER_QUEUES), loglevel="WARNING",
         without_heartbeat=True, without_mingle=True, without_gossip=True, quiet=True,
         hostname="embedded@localhost",
     )
@@ -97,7 +97,7 @@ def start(concurrency: int = 4) -> Embedded:
         while not emb.stop_event.wait(1.0):
             app.send_task(INGEST_TASK, queue=INGEST_QUEUE)
             if time.monotonic() >= next_sweep:
-                app.send_task(SWEEP_TASK, queue=WORKFLOW_QUEUE)
+                app.send_task(SWEEP_TASK)
                 next_sweep = time.monotonic() + settings.workflow.sweep_interval_s
 
     emb.threads.append(threading.Thread(target=beat, name="beat", daemon=True))

@@ -40,7 +40,7 @@ class KickRelay:
 
     def run(self) -> None:
         client = redis_client(self.settings, timeout=BLOCK_MS / 1000 + 5)
-        after: str | None = None
+        after: dict[str, str] | None = None
         while not self.stopping.is_set():
             try:
                 if after is None:

@@ -24,10 +24,12 @@ from remediation.adapters.celery import (
     ISOLATE_TASK,
     PRUNE_TASK,
     RELEASE_TASK,
+    RESUME_TASK,
     SWEEP_TASK,
     celery_dispatcher,
     step_task,
 )
+from remediation.adapters.lock import drawn_tokens
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
@@ -36,6 +38,8 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
 from remediation.services.ingest import ingest_batch
+from remediation.services.lever_rules import committed_release, open_steps
+from remediation.services.payloads import time_bounds
 from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
 from workers.celery_app import app, settings
@@ -68,9 +72,12 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
+        # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
+        counters = None if rt.embedded else drawn_tokens(rt.redis, rt.settings.broker.key_prefix)
         result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
                               rt.settings.incidents, rt.settings.broker.max_event_bytes,
-                              rt.settings.validation.runs_jobs, rt.governance)
+                              rt.settings.validation.runs_jobs, rt.governance,
+                              bounds=time_bounds(rt.settings.broker), counters=counters)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:
@@ -84,13 +91,28 @@ def ingest(self: DomainTask) -> int:
 
 @app.task(name=RELEASE_TASK, base=DomainTask, bind=True,
           autoretry_for=(TransientError,), retry_backoff=True, retry_backoff_max=300, max_retries=10)
-def release(self: DomainTask, node: str) -> str:
-    """Undo our quarantine in Slurm and Kubernetes after a human released the node."""
+def release(self: DomainTask, audit_id: int) -> str:
+    """Undo our quarantine in Slurm and Kubernetes after a human released the node: the release in
+    audit row ``audit_id``, re-read from Postgres; nothing happens for any other row."""
     rt = self.rt
+    with rt.sessions() as s:
+        node = committed_release(s, int(audit_id))
+    if node is None:
+        log.warning("release request for audit row %s refused: not a human release that still stands", audit_id)
+        return "refused"
     outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
-        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome)
+        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome, {"release": int(audit_id)})
     return outcome
+
+
+@app.task(name=RESUME_TASK, base=DomainTask, bind=True)
+def resume(self: DomainTask, remediation_ids: list[int]) -> int:
+    """A lever's follow-ups: run the step the database has for each open remediation named."""
+    with self.rt.sessions() as s:
+        followups = open_steps(s, [int(i) for i in remediation_ids])
+    enqueue(followups)
+    return len(followups)
 
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)

@@ -7,10 +7,10 @@ recorded them commits; an ingest worker that dies leaves its entries pending, an
 them (XAUTOCLAIM) after ``broker.ingest_claim_idle_s``. Recording is idempotent (dedupe key), so a claim
 that repeats work changes nothing.
 
-Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to the stream
+Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to its own stream
 and nothing else (deploy/base/redis/users.acl), so it cannot read, delete or trim events, nor put a task
-on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the stream's
-tail, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
+on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the streams'
+tails, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
 task. The ingest task deletes the key before its final read, so an event is either seen by the running
 ingest or triggers a new one. A periodic beat task covers anything else. (A ``kick`` callable given
 here, as tests and the embedded mode do, sets the key and kicks from the publisher instead.)
@@ -29,8 +29,10 @@ keeps the batch and sends it again (the dedupe key makes a repeat harmless). An 
 then on a replica before the watcher forgets it, whichever server Sentinel promotes.
 
 **Fenced.** A watcher's bus is :meth:`RedisEventBus.fenced_by` its leader lock: each event it publishes
-carries the lock's fencing token, and publishing without a held lock raises :class:`NotLeader` (see
-remediation.adapters.lock and remediation.domain.fencing).
+carries the lock's fencing token, on the stream of its own (``<prefix>:events:slurm``, ``...:kube``),
+the one its ACL user may append to; publishing without a held lock raises :class:`NotLeader` (see
+remediation.adapters.lock and remediation.domain.fencing). The ingest knows each entry's publisher by
+its stream, and never believes a field for it (remediation.domain.admission).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from typing import Protocol
 
 import redis
 
+from remediation.domain.admission import Publisher
 from remediation.domain.events import Fence, NodeEvent
 
 GROUP = "ingest"
@@ -55,16 +58,27 @@ class NotLeader(BusUnavailable):
 
 
 class Fencing(Protocol):
+    kind: str  # the lock's name, which is its publisher's
+
     def fence(self) -> Fence | None: ...
 
 
 @dataclass(frozen=True)
 class Keys:
+    """The keys of one stream: the workers' own (``<prefix>:events``, which the ACL lets no watcher,
+    API or beat write) or a publisher's (``<prefix>:events:<publisher>``, which only that watcher's
+    Redis user may append to: the ingest knows who published an entry by where it is)."""
+
     prefix: str
+    publisher: Publisher | None = None
 
     @property
     def stream(self) -> str:
-        return f"{self.prefix}:events"
+        return f"{self.prefix}:events" if self.publisher is None else f"{self.prefix}:events:{self.publisher.value}"
+
+    def every_stream(self) -> list[Keys]:
+        """The workers' own stream and each publisher's: what the ingest reads."""
+        return [Keys(self.prefix), *(Keys(self.prefix, p) for p in Publisher)]
 
     @property
     def kick(self) -> str:
@@ -83,8 +97,10 @@ class RedisEventBus:
         self._lock: Fencing | None = None
 
     def fenced_by(self, lock: Fencing) -> None:
-        """Stamp every event published from now on with ``lock``'s fencing token."""
+        """Stamp every event published from now on with ``lock``'s fencing token, on the stream of the
+        publisher the lock is named for (the one stream that watcher's Redis user may write)."""
         self._lock = lock
+        self.keys = Keys(self.keys.prefix, Publisher(lock.kind))
 
     def publish(self, events: Iterable[NodeEvent]) -> int:
         """Append events to the stream; returns how many. Raises BusUnavailable (NotLeader when fenced

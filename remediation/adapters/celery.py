@@ -7,6 +7,14 @@ importing the workers: a task is addressed by its name (``remediation.ingest``, 
 client sends with are the ones the workers consume with, by construction.
 
 Task names, not modules, are the contract between the two sides; they are listed here once.
+
+**Who may write which queue.** The ``ingest`` and ``workflow`` queues hold tasks that act (record the
+stream, run a step); only the workers' Redis user may write them (deploy/base/redis/users.acl). The API,
+the CLI and beat write the ``requests`` queue alone, and only tasks that re-read from Postgres what
+they are to do: a lever's follow-up is ``remediation.resume`` with remediation ids (the worker runs each
+one's step as the database has it), a release is ``remediation.release`` with the id of the audit row
+that recorded the human release (the worker acts only on a committed one), and beat's periodic tasks.
+Whoever can write ``requests`` can ask for work the database already calls for, nothing else.
 """
 
 from __future__ import annotations
@@ -22,12 +30,15 @@ from remediation.settings import Settings
 FIRST = HAPPY_PATH[0].value  # a remediation's first step: slurm_drain
 INGEST_QUEUE = "ingest"
 WORKFLOW_QUEUE = "workflow"
+REQUEST_QUEUE = "requests"
+WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # what a worker consumes
 INGEST_TASK = "remediation.ingest"
 RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"
 NOTIFY_TASK = "remediation.notify"
 PRUNE_TASK = "remediation.prune"
 ISOLATE_TASK = "remediation.isolate"
+RESUME_TASK = "remediation.resume"
 
 
 def step_task(step: str) -> str:
@@ -50,7 +61,9 @@ def make_app(settings: Settings) -> Celery:
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
         task_default_queue=WORKFLOW_QUEUE,
-        task_routes={INGEST_TASK: {"queue": INGEST_QUEUE}},
+        task_routes={INGEST_TASK: {"queue": INGEST_QUEUE},
+                     **{task: {"queue": REQUEST_QUEUE} for task in (RELEASE_TASK, RESUME_TASK, SWEEP_TASK,
+                                                                    NOTIFY_TASK, PRUNE_TASK)}},
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],
@@ -77,15 +90,21 @@ def client_app(settings: Settings) -> Celery:
 class CeleryDispatcher:
     """Queues a lever's or an ingest's follow-up work on the broker, after the caller committed.
 
-    A remediation's first step, due now, goes in a ``remediation.isolate`` task with up to
-    ``isolate_batch`` others: the worker takes them all through isolation at once (workers/isolate.py).
-    Every other step is its own task."""
+    In a worker (``acts``): a remediation's first step, due now, goes in a ``remediation.isolate`` task
+    with up to ``isolate_batch`` others, so the worker takes them all through isolation at once
+    (workers/isolate.py); every other step is its own task. Anywhere else (the API, the CLI) the
+    follow-ups go as one ``remediation.resume`` request on the ``requests`` queue."""
 
-    def __init__(self, app: Celery, isolate_batch: int = 64) -> None:
+    def __init__(self, app: Celery, isolate_batch: int = 64, acts: bool = True) -> None:
         self._app = app
         self._isolate_batch = isolate_batch
+        self._acts = acts
 
     def steps(self, followups: Sequence[FollowUp | None]) -> None:
+        if not self._acts:
+            if ids := sorted({f.remediation_id for f in followups if f is not None}):
+                self._app.send_task(RESUME_TASK, args=[ids], queue=REQUEST_QUEUE)
+            return
         isolating = [f for f in followups if f is not None and f.step == FIRST and not f.countdown]
         ids = [f.remediation_id for f in isolating]
         for at in range(0, len(ids), self._isolate_batch):
@@ -95,8 +114,8 @@ class CeleryDispatcher:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],
                                     countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
 
-    def release(self, node: str) -> None:
-        self._app.send_task(RELEASE_TASK, args=[node], queue=WORKFLOW_QUEUE)
+    def release(self, audit_id: int) -> None:
+        self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)
 
     def kick_ingest(self) -> None:
         """Ask a worker to drain the event stream (publishers call this after XADD)."""
@@ -106,5 +125,6 @@ class CeleryDispatcher:
 def celery_dispatcher(settings: Settings, app: Celery | None = None) -> CeleryDispatcher:
     """The one way a process gets its dispatcher: over the process's sending app for these broker
     settings, or, in a worker, over the worker's own ``app`` (its tasks queue their follow-up work on
-    the connection they already hold; broker, queues and routes are the same by construction)."""
-    return CeleryDispatcher(app or client_app(settings), settings.workflow.isolate_batch)
+    the connection they already hold; broker, queues and routes are the same by construction). Only
+    a worker's dispatcher queues steps itself."""
+    return CeleryDispatcher(app or client_app(settings), settings.workflow.isolate_batch, acts=app is not None)

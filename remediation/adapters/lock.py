@@ -25,6 +25,7 @@ import uuid
 
 import redis
 
+from remediation.domain.admission import Publisher
 from remediation.domain.events import Fence
 
 _ACQUIRE = """
@@ -49,6 +50,15 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def drawn_tokens(client: redis.Redis, prefix: str) -> dict[str, int]:
+    """Each publisher's lock's fencing-token counter as Redis holds it now, by lock name; a lock that
+    never handed out a token is absent. Read after a batch was, it is at or above every token a holder
+    of the lock stamped on that batch: only the lock's script raises it, so a token above it is forged."""
+    names = [p.value for p in Publisher]
+    values = client.mget([f"{prefix}:leader:{name}:token" for name in names])
+    return {name: int(value) for name, value in zip(names, values, strict=True) if value is not None}
 
 
 class LeaderLock:

@@ -1,4 +1,9 @@
-"""Drain the event stream in batches, acknowledging entries only after they are recorded.
+"""Drain the event streams in batches, acknowledging entries only after they are recorded.
+
+Each watcher appends to a stream of its own, ``<prefix>:events:<publisher>`` (the only one its Redis
+user may write), beside the workers' own ``<prefix>:events``; ``drain`` reads them all in one
+XREADGROUP and hands each payload over as a :class:`~remediation.domain.admission.Published`, which
+names the publisher its stream does. The ingest judges each event by that, never by a field in it.
 
 ``drain`` reads with a consumer group: first it takes back what it read itself and never acknowledged
 (its last batch failed, say the database failed over mid-transaction), then it claims entries another
@@ -22,74 +27,118 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import redis
 
 from remediation.adapters.bus import GROUP, Keys
+from remediation.domain.admission import Published
 
 Handler = Callable[[Sequence[bytes]], None]
 
 
 def ensure_group(client: redis.Redis, keys: Keys) -> None:
-    try:
-        # "0": a group created after events were published still sees them.
-        client.xgroup_create(keys.stream, GROUP, id="0", mkstream=True)
-    except redis.ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
+    """The ingest's consumer group on each stream it reads (:meth:`Keys.every_stream`)."""
+    for one in keys.every_stream():
+        try:
+            # "0": a group created after events were published still sees them.
+            client.xgroup_create(one.stream, GROUP, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
 
 
 def consumer_name() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+#: Entries one XREADGROUP asks for, from each stream (one XAUTOCLAIM: from one stream). With Redis's
+#: ``proto-max-bulk-len`` at 1 MiB (the shipped redis.conf) a page holds at most 16 MiB per stream,
+#: however large the entries a publisher wrote.
+PAGE = 16
+#: Bytes of payload a batch stops reading at: 500 ordinary events are about 250 KiB, far below it, so it
+#: only ever cuts a batch of huge entries short. A batch holds at most this plus one page.
+BATCH_BYTES = 8 << 20
+
+#: An entry as read: the stream it is on (which names its publisher), its id and its fields.
+Entry = tuple[Keys, bytes, dict[bytes, bytes]]
+
+
 def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_idle_ms: int,
           max_batches: int = 10_000, linger_s: float = 0.02, keep: int = 0) -> int:
-    """Process everything available; returns how many entries were handled.
+    """Process everything available on every stream of ``keys``' prefix; returns how many entries
+    were handled. Each payload is handed over as a :class:`Published`, naming the publisher whose
+    stream it was on.
 
-    A short batch waits ``linger_s`` once for more entries before it is handled: under a steady stream
-    this turns hundreds of tiny transactions into a few large ones (the cost of an ingest transaction is
-    mostly per batch, not per event) for 20 ms of added latency. ``keep``: the acknowledged history
-    left in the stream (``broker.stream_max_len``)."""
+    A batch is read a :data:`PAGE` at a time, up to ``batch`` entries or :data:`BATCH_BYTES` of
+    payload, whichever comes first, so that entries a publisher made huge cannot make a batch huge
+    (their size is checked, and each one rejected, only once read). A short batch waits ``linger_s``
+    once for more entries before it is handled: under a steady stream this turns hundreds of tiny
+    transactions into a few large ones (the cost of an ingest transaction is mostly per batch, not per
+    event) for 20 ms of added latency. ``keep``: the acknowledged history left in each stream
+    (``broker.stream_max_len``)."""
     ensure_group(client, keys)
+    streams = keys.every_stream()
     me = consumer_name()
-    total = 0
-    for n in range(max_batches):
-        entries = (_own(client, keys, me, batch) or _claim(client, keys, me, batch, claim_idle_ms)) if n == 0 else []
-        entries = entries or _read(client, keys, me, batch)
+    total, recovering = 0, True
+    for _ in range(max_batches):
+        entries = _recover(client, streams, me, claim_idle_ms) if recovering else []
+        recovering = bool(entries)
+        entries = entries or _read(client, streams, me, batch)
         if entries and len(entries) < batch // 4 and linger_s > 0:
             time.sleep(linger_s)
-            entries += _read(client, keys, me, batch - len(entries))
+            entries += _read(client, streams, me, batch - len(entries), _size(entries))
         if not entries:
             # Close the race with publishers: drop the kick key, then look once more.
             client.delete(keys.kick)
-            entries = _read(client, keys, me, batch)
+            entries = _read(client, streams, me, batch)
             if not entries:
                 break
-        ids = [eid for eid, _ in entries]
-        handle([fields.get(b"e", b"") for _, fields in entries])
-        client.xack(keys.stream, GROUP, *ids)
-        trim(client, keys, keep)
-        total += len(ids)
+        handle([Published(fields.get(b"e", b""), where.publisher) for where, _, fields in entries])
+        for where in streams:
+            if ids := [eid for at, eid, _ in entries if at == where]:
+                client.xack(where.stream, GROUP, *ids)
+                trim(client, where, keep)
+        total += len(entries)
     return total
 
 
-def _read(client: redis.Redis, keys: Keys, me: str, batch: int, after: str = ">"
-          ) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    resp = client.xreadgroup(GROUP, me, {keys.stream: after}, count=batch)
-    return list(resp[0][1]) if resp else []
+def _size(entries: list[Entry]) -> int:
+    return sum(len(fields.get(b"e", b"")) for _, _, fields in entries)
 
 
-def _own(client: redis.Redis, keys: Keys, me: str, batch: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    """What this consumer read and never acknowledged: its last batch failed (the database went away
-    mid-transaction). They are ours to record again at once, not after ``claim_idle_ms``."""
-    mine = _read(client, keys, me, batch, after="0")
-    return [(eid, fields) for eid, fields in mine if fields]
+def _read(client: redis.Redis, streams: list[Keys], me: str, batch: int, held: int = 0) -> list[Entry]:
+    """New entries, a page at a time, up to ``batch`` of them or :data:`BATCH_BYTES` with ``held``."""
+    out: list[Entry] = []
+    while len(out) < batch and held < BATCH_BYTES:
+        page = _page(client, streams, me, min(PAGE, batch - len(out)))
+        out += page
+        held += _size(page)
+        if len(page) < PAGE:
+            break
+    return out
 
 
-def _claim(client: redis.Redis, keys: Keys, me: str, batch: int, idle_ms: int) -> list[tuple[bytes, dict[bytes, bytes]]]:
-    _next, claimed, *_ = client.xautoclaim(keys.stream, GROUP, me, min_idle_time=idle_ms, start_id="0-0", count=batch)
-    return [(eid, fields) for eid, fields in claimed if fields is not None]
+def _page(client: redis.Redis, streams: list[Keys], me: str, count: int, after: str = ">") -> list[Entry]:
+    resp: Any = client.xreadgroup(GROUP, me, {one.stream: after for one in streams}, count=count) or []
+    named = {one.stream: one for one in streams}
+    return [(named[_text(name)], eid, fields) for name, entries in resp for eid, fields in entries]
+
+
+def _recover(client: redis.Redis, streams: list[Keys], me: str, idle_ms: int) -> list[Entry]:
+    """A page of entries read and never acknowledged: first this consumer's own (its last batch
+    failed, say the database went away mid-transaction; they are ours to record again at once, not
+    after ``claim_idle_ms``), then another consumer's that sat ``idle_ms`` (it died mid-batch).
+    :func:`drain` asks again until none is left."""
+    mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, PAGE, after="0") if fields]
+    if mine:
+        return mine
+    for one in streams:
+        _next, claimed, *_ = client.xautoclaim(one.stream, GROUP, me, min_idle_time=idle_ms, start_id="0-0",
+                                               count=PAGE)
+        if found := [(one, eid, fields) for eid, fields in claimed if fields is not None]:
+            return found
+    return []
 
 
 def _text(value: bytes | str) -> str:
@@ -143,17 +192,23 @@ def trim(client: redis.Redis, keys: Keys, keep: int) -> int:
 
 
 def ingest_lag(client: redis.Redis, keys: Keys) -> tuple[int, int]:
-    """(entries the ingest group has not acknowledged, of which read but not yet acknowledged): the
-    first counts both those never delivered (XINFO GROUPS' lag) and those pending."""
-    pending = 0
-    for group in client.xinfo_groups(keys.stream):
-        if _text(group["name"]) != GROUP:
+    """(entries the ingest group has not acknowledged, of which read but not yet acknowledged), over
+    every stream: the first counts both those never delivered (XINFO GROUPS' lag) and those pending."""
+    waiting = pending = 0
+    for one in keys.every_stream():
+        try:
+            groups = client.xinfo_groups(one.stream)
+        except redis.ResponseError:  # no such stream yet: nothing waits on it
             continue
-        pending = int(group["pending"])
-        lag = group.get("lag")
-        undelivered = int(lag) if lag is not None else int(client.xlen(keys.stream))  # unknown: all of it
-        return undelivered + pending, pending
-    return int(client.xlen(keys.stream)), 0  # no group yet: every entry waits
+        mine = [group for group in groups if _text(group["name"]) == GROUP]
+        if not mine:  # no group yet: every entry waits
+            waiting += int(client.xlen(one.stream))
+            continue
+        lag = mine[0].get("lag")
+        undelivered = int(lag) if lag is not None else int(client.xlen(one.stream))  # unknown: all of it
+        waiting += undelivered + int(mine[0]["pending"])
+        pending += int(mine[0]["pending"])
+    return waiting, pending
 
 
 KICK_TTL_MS = 5000
@@ -165,12 +220,16 @@ def claim_kick(client: redis.Redis, keys: Keys) -> bool:
     return bool(client.set(keys.kick, "1", nx=True, px=KICK_TTL_MS))
 
 
-def tail(client: redis.Redis, keys: Keys) -> str:
-    """The id of the stream's newest entry ("0-0" when there is none)."""
-    newest = client.xrevrange(keys.stream, count=1)
-    return _text(newest[0][0]) if newest else "0-0"
+def tail(client: redis.Redis, keys: Keys) -> dict[str, str]:
+    """The id of each stream's newest entry ("0-0" where there is none)."""
+    out = {}
+    for one in keys.every_stream():
+        newest = client.xrevrange(one.stream, count=1)
+        out[one.stream] = _text(newest[0][0]) if newest else "0-0"
+    return out
 
 
-def wait_for_new(client: redis.Redis, keys: Keys, after: str, block_ms: int) -> bool:
-    """Block up to ``block_ms`` until the stream holds an entry newer than ``after``."""
-    return bool(client.xread({keys.stream: after}, count=1, block=block_ms))
+def wait_for_new(client: redis.Redis, keys: Keys, after: dict[str, str], block_ms: int) -> bool:
+    """Block up to ``block_ms`` until some stream holds an entry newer than its id in ``after``."""
+    return bool(client.xread({one.stream: after.get(one.stream, "0-0") for one in keys.every_stream()},
+                             count=1, block=block_ms))

@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from remediation.adapters import logs
+from remediation.adapters.celery import WORKER_QUEUES
 from remediation.cli.completion import PROG
 from remediation.cli.oncall import app
 from remediation.ports.dispatch import Dispatcher
@@ -54,7 +55,7 @@ def demo(
 def worker(ctx: typer.Context) -> None:
     """Start a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -B)."""
     _settings_or_exit()
-    _exec_module("celery", "-A", "workers.celery_app", "worker", "-Q", "ingest,workflow", *ctx.args)
+    _exec_module("celery", "-A", "workers.celery_app", "worker", "-Q", ",".join(WORKER_QUEUES), *ctx.args)
 
 
 @app.command("beat", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

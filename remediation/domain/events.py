@@ -142,9 +142,14 @@ class NodeEvent(BaseModel):
     @field_validator("observed_at", "published_at", "since")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
             raise ValueError("timestamps must carry a timezone (use UTC)")
-        return value.astimezone(UTC) if value is not None else None
+        try:
+            return value.astimezone(UTC)
+        except OverflowError:  # 9999-12-31T23:59:59-01:00 is a valid ISO time no UTC datetime can hold
+            raise ValueError(f"{value.isoformat()} is out of range in UTC") from None
 
     @model_validator(mode="after")
     def _default_key(self) -> NodeEvent:
@@ -172,7 +177,9 @@ class NodeEvent(BaseModel):
 
     @classmethod
     def parse(cls, payload: str | bytes | dict[str, Any]) -> NodeEvent:
-        """Parse a published payload, raising InvalidEvent with the field named."""
+        """Parse a published payload, raising InvalidEvent with the field named. Whatever else goes
+        wrong converting a field (an overflow, a recursion too deep) is an InvalidEvent too: a payload
+        is the publisher's word, and no value in it may fail the ingest."""
         try:
             if isinstance(payload, dict):
                 return cls.model_validate(payload)
@@ -183,6 +190,8 @@ class NodeEvent(BaseModel):
                 loc = ".".join(str(p) for p in err["loc"]) or "payload"
                 parts.append(f"{loc}: {err['msg']}")
             raise InvalidEvent("invalid event: " + "; ".join(parts)) from None
+        except (ArithmeticError, ValueError, TypeError, RecursionError) as exc:
+            raise InvalidEvent(f"invalid event: {type(exc).__name__}: {exc}") from None
 
 
 def default_dedupe_key(event: NodeEvent) -> str:

@@ -42,7 +42,9 @@ class FollowUp:
 class Dispatcher(Protocol):
     def steps(self, followups: Sequence[FollowUp | None]) -> None: ...
 
-    def release(self, node: str) -> None: ...
+    def release(self, audit_id: int) -> None:
+        """Undo our quarantine as the committed human release in audit row ``audit_id`` asked."""
+        ...
 
 
 class SweeperOnly:
@@ -52,5 +54,5 @@ class SweeperOnly:
         if any(followups):
             log.info("no dispatcher installed; the sweeper will pick up %d step(s)", len(followups))
 
-    def release(self, node: str) -> None:
+    def release(self, audit_id: int) -> None:
         raise RuntimeError("no dispatcher installed: cannot queue release actions")

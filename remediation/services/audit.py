@@ -33,12 +33,15 @@ def audit(
     reason: str = "",
     detail: dict[str, Any] | None = None,
     dry_run: bool = False,
-) -> None:
-    """Append one row. A row written in dry-run says so twice: ``dry_run`` is set, and the reason
-    reads "would ..." (see :func:`would`), so nobody mistakes it for something that happened."""
-    session.add(AuditLog(at=at, actor=actor, action=action, target=target,
-                         reason=would(reason) if dry_run else reason, detail=detail or {}, dry_run=dry_run,
-                         via=session.info.get(VIA, "service")))
+) -> AuditLog:
+    """Append one row (returned, for a caller that hands its id on). A row written in dry-run says so
+    twice: ``dry_run`` is set, and the reason reads "would ..." (see :func:`would`), so nobody mistakes
+    it for something that happened."""
+    row = AuditLog(at=at, actor=actor, action=action, target=target,
+                   reason=would(reason) if dry_run else reason, detail=detail or {}, dry_run=dry_run,
+                   via=session.info.get(VIA, "service"))
+    session.add(row)
+    return row
 
 
 def would(text: str) -> str:

@@ -14,17 +14,18 @@ have caused it (:mod:`remediation.domain.attribution`). New
 remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
 losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
 
-Payloads that do not parse are stored in ``rejected_events`` with the parser's message, and so are
-events a replaced leader published (:mod:`remediation.services.fencing`). Nothing published is ever
-dropped silently.
+Payloads that do not parse, however they fail, are stored in ``rejected_events`` with the reason, and
+so are events the stream may not report (:mod:`remediation.domain.admission`: a human's report, a time
+beyond the clock bounds) and events a replaced leader published (:mod:`remediation.services.fencing`).
+Nothing published is ever dropped silently, and nothing in one payload fails the batch. A human's
+report is recorded by :func:`record` directly, never read from the stream.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -42,10 +43,11 @@ from remediation.db.queries import (
     latest_windows,
     open_remediations_for,
 )
+from remediation.domain.admission import TimeBounds
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
 from remediation.domain.context import RemediationContext
-from remediation.domain.events import EventKind, InvalidEvent, NodeEvent
+from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.lemon import Failure
 from remediation.domain.policy import (
     Clock,
@@ -60,6 +62,7 @@ from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
 from remediation.services.fencing import fence_events
 from remediation.services.incidents import correlate_opened, record_domains
+from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.profiles import base_only, governed, histories, record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 
@@ -79,69 +82,44 @@ def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
-def storable(text: str, limit: int = 65536) -> str:
-    """Text as Postgres can keep it: NUL is the one character a text column refuses, and one
-    unstorable payload must never fail (and so block) the batch it arrived in."""
-    return text[:limit].replace("\x00", "\\u0000")
-
-
-_NODE_FIELD = re.compile(rb'"node"\s*:\s*"([^"]{1,253})"')
-
-
-def oversize(raw: str | bytes, max_bytes: int | None) -> str | None:
-    """Why ``raw`` is too large to record (None: it is not). Rejected whole, never cut to fit: a log
-    line names the node and the size, and the rejected_events row says the same."""
-    data = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
-    if max_bytes is None or len(data) <= max_bytes:
-        return None
-    found = _NODE_FIELD.search(data[:4096])
-    node = found.group(1).decode("utf-8", "replace") if found else "unknown"
-    log.warning("rejected an event for node %s: %d bytes, over broker.max_event_bytes (%d)",
-                node, len(data), max_bytes)
-    return f"oversize: {len(data)} bytes for node {node}, over broker.max_event_bytes ({max_bytes})"
-
-
-def parse_payloads(payloads: Sequence[str | bytes], max_bytes: int | None = None
-                   ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
-    events: list[NodeEvent] = []
-    rejected: list[tuple[str, str]] = []
-    for raw in payloads:
-        if (too_large := oversize(raw, max_bytes)) is not None:
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            rejected.append((storable(text), too_large))
-            continue
-        try:
-            events.append(NodeEvent.parse(raw))
-        except InvalidEvent as exc:
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            rejected.append((storable(text), storable(str(exc), 4000)))
-    return events, rejected
-
-
-def reject(session: Session, payload: str | bytes, error: str, now: datetime) -> None:
-    """Keep a payload that could not be recorded (the last resort of the ingest task)."""
-    text = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else str(payload)
-    session.add(RejectedEvent(received_at=now, payload=storable(text), error=storable(error, 4000)))
-
-
 def ingest(
     session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None,
+    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
-    """Record and decide a batch. The caller owns the transaction (commit after, then enqueue).
+    """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
+    then enqueue). Every payload that is not an event the stream may report is kept in
+    ``rejected_events`` with the reason, and the rest of the batch goes on.
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
     ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
     ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned.
     ``governance``: the profiles; each node is decided under its profile's policy, and what opens records
     its profile and that policy. Without it, every node is under ``policy`` and nothing is recorded (the
-    workflow then reads today's configuration)."""
+    workflow then reads today's configuration).
+    ``bounds``: how far timestamps may be from ``clock`` (``broker.max_clock_skew_s``,
+    ``broker.max_event_age_s``); None takes them as written (a rehearsal's simulated clock).
+    ``counters``: each leader lock's fencing-token counter, read from Redis after the batch was (None:
+    tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
+    now = clock.now()
+    parsed, rejected = parse_payloads(payloads, max_bytes)
+    events, refused = admit_events(parsed, now, bounds, counters)
+    events, fenced = fence_events(session, events, now)  # what a replaced leader published
+    return record(session, events, policy, clock, dry_run, incidents, gpu_reset, governance,
+                  rejected=rejected + refused + fenced)
+
+
+def record(
+    session: Session, events: Sequence[NodeEvent], policy: PolicySettings, clock: Clock,
+    dry_run: bool = False, incidents: IncidentSettings | None = None, gpu_reset: bool = False,
+    governance: Governance | None = None, *, rejected: Sequence[tuple[str, str]] = (),
+) -> IngestResult:
+    """Record and decide events already admitted: the stream's, after :func:`ingest` checked them, or a
+    human's report, built by the lever that recorded its actor (never read from the stream).
+    ``rejected``: (payload, why) of what the batch refused, kept in ``rejected_events``."""
     now = clock.now()
     result = IngestResult()
-    events, rejected = parse_payloads(payloads, max_bytes)
-    events, fenced = fence_events(session, events, now)  # what a replaced leader published
-    rejected += fenced
     if rejected:
         session.execute(
             insert(RejectedEvent),
@@ -359,7 +337,8 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None,
+    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -367,7 +346,8 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance)
+            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
+                          bounds=bounds, counters=counters)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -376,7 +356,8 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance)
+                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
+                             bounds=bounds, counters=counters)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

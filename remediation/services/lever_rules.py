@@ -12,6 +12,7 @@ and our cordon. Nothing the service does afterwards re-quarantines it until it f
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from remediation.db.models import Node, Remediation
+from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
@@ -30,7 +31,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
-from remediation.services.ingest import ingest
+from remediation.services.ingest import record
 from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
@@ -41,9 +42,19 @@ class LeverError(ValueError):
 
 @dataclass(frozen=True)
 class ReleaseActions:
-    """Follow-up for the workers: undo our quarantine on ``node`` in Slurm and Kubernetes."""
+    """Follow-up for the workers: undo our quarantine on ``node`` in Slurm and Kubernetes, as the
+    human release recorded in audit row ``audit_id`` asked (the release task re-reads that row)."""
 
     node: str
+    audit_id: int
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """A cancelled remediation, and with ``give_back`` the release actions to queue after the commit."""
+
+    remediation: Remediation
+    give_back: ReleaseActions | None
 
 
 def _node(session: Session, name: str, lock: bool = False) -> Node:
@@ -115,13 +126,14 @@ def release(session: Session, name: str, actor: str, reason: str, now: datetime)
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
     node.quarantined_at = None
-    audit(session, now, actor, "release", name, reason, {"was": node.quarantine_reason})
+    row = audit(session, now, actor, "release", name, reason, {"was": node.quarantine_reason})
     node.quarantine_reason = None
-    return ReleaseActions(name)
+    session.flush()
+    return ReleaseActions(name, row.id)
 
 
 def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: datetime,
-           give_back: bool = False) -> Remediation:
+           give_back: bool = False) -> Cancel:
     """Stop one remediation where it stands. By default the node is left as it is (drained/cordoned
     by us, if we got that far) and marked unhealthy, so a human decides what comes next. With
     ``give_back`` the caller also queues ``ReleaseActions(node)``, which resumes our drain (only while
@@ -141,9 +153,35 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, rem.outcome, now
     else:
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
-    audit(session, now, actor, "cancel", rem.node, reason,
-          {"remediation": rem.id, "step": rem.step, "give_back": give_back})
-    return rem
+    row = audit(session, now, actor, "cancel", rem.node, reason,
+                {"remediation": rem.id, "step": rem.step, "give_back": give_back})
+    session.flush()
+    return Cancel(rem, ReleaseActions(rem.node, row.id) if give_back else None)
+
+
+def open_steps(session: Session, remediation_ids: Sequence[int]) -> list[FollowUp]:
+    """The step the database has for each open remediation among ``remediation_ids``: what a worker
+    runs for a lever's follow-ups, re-read rather than taken from the request that named them."""
+    rows = session.execute(select(Remediation.id, Remediation.step).where(
+        Remediation.id.in_(list(remediation_ids)), Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
+    return [FollowUp(rid, step) for rid, step in rows]
+
+
+def committed_release(session: Session, audit_id: int) -> str | None:
+    """The node a committed human release (``release``, or ``cancel`` with ``give_back``) in audit row
+    ``audit_id`` hands back, while that still stands: None for any other row, a dry-run one, or a node
+    quarantined or under remediation again since. The release task acts on this, never on a node name
+    a message carried: whoever can write to its queue can name an audit row, not forge one."""
+    row = session.get(AuditLog, audit_id)
+    if row is None or row.dry_run or not (
+            row.action == "release" or (row.action == "cancel" and row.detail.get("give_back") is True)):
+        return None
+    node = session.get(Node, row.target)
+    if node is None or node.status in (NodeStatus.QUARANTINED, NodeStatus.REMEDIATING):
+        return None
+    reopened = session.scalar(select(Remediation.id).where(
+        Remediation.node == row.target, Remediation.status.in_(OPEN_STATUSES)).limit(1))
+    return None if reopened is not None else row.target
 
 
 def breaker_status(session: Session, profile: str | None = None) -> dict[str, Any]:
@@ -168,7 +206,8 @@ def close_breaker(session: Session, actor: str, reason: str, now: datetime,
 def report(session: Session, name: str, actor: str, reason: str, now: datetime,
            policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
-    exactly like a watcher's."""
+    exactly like a watcher's. It is recorded here, with its actor, and never goes through the stream,
+    which refuses ``source: manual`` (remediation.domain.admission)."""
     reason = _reason(reason)
     _node(session, name)
     try:
@@ -176,7 +215,7 @@ def report(session: Session, name: str, actor: str, reason: str, now: datetime,
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = ingest(session, [event.to_json()], policy, _Fixed(now), governance=governance)
+    result = record(session, [event], policy, _Fixed(now), governance=governance)
     audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 
@@ -189,5 +228,5 @@ class _Fixed:
         return self._now
 
 
-__all__ = ["LeverError", "ReleaseActions", "breaker_status", "cancel", "close_breaker", "quarantine", "release",
+__all__ = ["Cancel", "LeverError", "ReleaseActions", "committed_release", "open_steps", "breaker_status", "cancel", "close_breaker", "quarantine", "release",
            "report", "set_paused", "InvalidEvent"]

@@ -68,13 +68,13 @@ class LeverService:
     def release(self, node: str, actor: str, reason: str) -> Undo:
         with self._sessions() as s, s.begin():
             actions = lever_rules.release(s, node, actor, reason, self._clock.now())
-        return self._undo(actions.node)
+        return self._undo(actions)
 
     def cancel(self, remediation_id: int, actor: str, reason: str, give_back: bool = False) -> Cancelled:
         with self._sessions() as s, s.begin():
-            rem = lever_rules.cancel(s, remediation_id, actor, reason, self._clock.now(), give_back=give_back)
-            rid, node, step = rem.id, rem.node, rem.step
-        return Cancelled(rid, node, step, self._undo(node) if give_back else None)
+            done = lever_rules.cancel(s, remediation_id, actor, reason, self._clock.now(), give_back=give_back)
+            rid, node, step = done.remediation.id, done.remediation.node, done.remediation.step
+        return Cancelled(rid, node, step, self._undo(done.give_back) if done.give_back else None)
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
@@ -108,9 +108,9 @@ class LeverService:
     def _sessions(self) -> Session:
         return through(self._factory(), self._via)
 
-    def _undo(self, node: str) -> Undo:
+    def _undo(self, actions: lever_rules.ReleaseActions) -> Undo:
         try:
-            self._dispatcher.release(node)
+            self._dispatcher.release(actions.audit_id)
         except Exception as exc:  # committed; the caller says plainly that Slurm/Kubernetes were not touched
-            return Undo(node, exc)
-        return Undo(node)
+            return Undo(actions.node, exc)
+        return Undo(actions.node)

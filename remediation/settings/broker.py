@@ -96,6 +96,21 @@ class BrokerSettings(Section):
         "whole (a rejected_events row and a log line naming node and size), never cut to fit; 64 KiB "
         "is far above any event a watcher writes (a Slurm reason is at most a few hundred bytes).",
     )
+    max_clock_skew_s: int = Field(
+        300,
+        ge=0,
+        description="Seconds an event's observed_at (or since, or published_at) may be ahead of the "
+        "ingest's clock. Further ahead, the event is refused (a rejected_events row says why); within "
+        "it, a future observed_at is clamped to the ingest's clock, so it never counts as fresher than "
+        "now. Five minutes is far above the drift of NTP-synced hosts and far below any policy window.",
+    )
+    max_event_age_s: int = Field(
+        86_400,
+        ge=60,
+        description="Seconds an event's observed_at may be behind the ingest's clock; an older event "
+        "is refused. A day covers a watcher's outbox held through a long Redis outage; an older "
+        "condition that still holds comes again with the watcher's next resync, observed anew.",
+    )
     beat_state_dir: str | None = Field(
         None,
         description="Directory of Celery beat's schedule state (when each periodic task last ran), "

@@ -32,6 +32,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import Dispatcher, FollowUp, SweeperOnly
 from remediation.services.ingest import ingest
+from remediation.services.lever_rules import committed_release
 from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
 
@@ -115,13 +116,18 @@ class RecordingDispatcher:
 
     def __init__(self) -> None:
         self.steps_called: list[FollowUp] = []
-        self.released: list[str] = []
+        self.releases: list[int] = []  # the audit ids of the human releases handed over
 
     def steps(self, followups: object) -> None:
         self.steps_called.extend(f for f in followups if f is not None)  # type: ignore[attr-defined]
 
-    def release(self, node: str) -> None:
-        self.released.append(node)
+    def release(self, audit_id: int) -> None:
+        self.releases.append(audit_id)
+
+    def released(self, sessions: sessionmaker[Session]) -> list[str]:
+        """The nodes the release task would hand back for what it was handed (it re-reads each row)."""
+        with sessions() as s:
+            return [node for i in self.releases if (node := committed_release(s, i)) is not None]
 
 
 # ---- fixtures shared by the on-call tests (API, browser): import them by name from here ----

@@ -63,7 +63,7 @@ def test_each_lever_works_and_is_audited(client, history, sessions, dispatch) ->
     body = {"reason": "GPU swapped", "actor": "alice"}
     res = client.post("/api/v1/nodes/gpu-node-8/release", json=body, headers=AS_ADMIN)
     assert res.status_code == 200 and res.json()["message"] == "gpu-node-8 released"
-    assert dispatch.released == ["gpu-node-8"]
+    assert dispatch.released(sessions) == ["gpu-node-8"]
     res = client.post("/api/v1/nodes/gpu-node-2/quarantine", json={"reason": "NVLink"}, headers=AS_ADMIN)
     assert res.status_code == 200 and dispatch.steps_called[-1].remediation_id == res.json()["remediation_id"]
     res = client.post("/api/v1/nodes/gpu-node-5/report", json={"reason": "NCCL hangs"}, headers=AS_ADMIN)

@@ -5,7 +5,7 @@ recorded. Each bad input is a row of the security section (tests/scenario_table.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis
@@ -19,8 +19,9 @@ from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.ingest import ingest_batch
+from remediation.services.payloads import time_bounds
 from remediation.settings import Settings
-from tests.scenario_table import HUGE_EVENT, MALFORMED, NODE_NAME, BadInputs
+from tests.scenario_table import FORGED, HUGE_EVENT, MALFORMED, NODE_NAME, BadInputs
 
 
 def event(node: str, reason: str = "xid 79") -> NodeEvent:
@@ -34,7 +35,7 @@ def event(node: str, reason: str = "xid 79") -> NodeEvent:
     )
 
 
-def raw(node: str, reason: str = "xid 79") -> str:
+def raw(node: str, reason: str = "xid 79", **fields: str) -> str:
     return json.dumps(
         {
             "source": "slurm",
@@ -43,8 +44,13 @@ def raw(node: str, reason: str = "xid 79") -> str:
             "state": "FAIL",
             "reason": reason,
             "observed_at": datetime.now(UTC).isoformat(),
+            **fields,
         }
     )
+
+
+def at(**delta: float) -> str:
+    return (datetime.now(UTC) + timedelta(**delta)).isoformat()
 
 
 BAD = [
@@ -59,6 +65,12 @@ BAD = [
     (NODE_NAME, "a node name with a newline", raw("gpu-node-1\nDOWN")),
     (NODE_NAME, "a hostlist for a node name", raw("gpu-node-[1-99]")),
     (NODE_NAME, "a non-ASCII node name", raw("gpu-nöde-1")),
+    (MALFORMED, "a time that overflows in UTC", raw("gpu-node-1", observed_at="9999-12-31T23:59:59-01:00")),
+    (MALFORMED, "the first instant, west of UTC", raw("gpu-node-1", observed_at="0001-01-01T00:00:00+01:00")),
+    (FORGED, "observed a day in the future", raw("gpu-node-1", observed_at=at(days=1))),
+    (FORGED, "a condition begun a day in the future", raw("gpu-node-1", since=at(days=1))),
+    (FORGED, "observed a year ago", raw("gpu-node-1", observed_at=at(days=-365))),
+    (FORGED, "a manual report", raw("gpu-node-1", source="manual")),
 ]
 
 
@@ -82,8 +94,9 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
     settings = Settings()
 
     def handle(payloads: list[bytes]) -> None:  # type: ignore[type-arg]
-        # As the ingest task calls it: with the shipped bound on a payload's size.
-        ingest_batch(sessions, payloads, settings.policy, SystemClock(), max_bytes=settings.broker.max_event_bytes)
+        # As the ingest task calls it: with the shipped bounds on a payload's size and its times.
+        ingest_batch(sessions, payloads, settings.policy, SystemClock(), max_bytes=settings.broker.max_event_bytes,
+                     bounds=time_bounds(settings.broker))
 
     try:
         handled = drain(redis_client, bus.keys, handle, batch=100, claim_idle_ms=0)

@@ -142,4 +142,4 @@ def test_admin_releases_a_quarantined_node_from_the_dashboard(
         (row,) = s.scalars(select(AuditLog).where(AuditLog.action == "release", AuditLog.target == NODE)).all()
         assert row.reason == REASON and row.actor.startswith("dana (token ")
         assert ADMIN not in row.actor
-    assert dispatch.released == [NODE]
+    assert dispatch.released(sessions) == [NODE]

@@ -182,7 +182,7 @@ def test_levers_write_audit_rows_with_the_actor(run, history, db, dispatch) -> N
     sessions = db[1]
     res = run("--actor", "alice", "release", "gpu-node-8", "--reason", "GPU swapped, RMA 42")
     assert res.exit_code == 0, res.output
-    assert dispatch.released == ["gpu-node-8"]
+    assert dispatch.released(sessions) == ["gpu-node-8"]
     res = run("quarantine", "gpu-node-2", "--reason", "flaky NVLink")
     assert res.exit_code == 0, res.output
     assert dispatch.steps_called[-1].step == "quarantine"

@@ -120,10 +120,10 @@ def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str
 
     real = ingest_module.ingest
 
-    def picky(session, payloads, policy, clock, *rest):  # noqa: ANN001, ANN002, ANN202
+    def picky(session, payloads, policy, clock, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
         if any(b"poison" in (p if isinstance(p, bytes) else p.encode()) for p in payloads):
             raise DataError("INSERT ...", {}, Exception("invalid byte sequence for encoding"))
-        return real(session, payloads, policy, clock, *rest)
+        return real(session, payloads, policy, clock, *rest, **options)
 
     monkeypatch.setattr(ingest_module, "ingest", picky)
     engine = create_engine(pg_url, poolclass=NullPool)
@@ -138,7 +138,7 @@ def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str
         assert sorted(s.scalars(select(Event.node))) == ["gpu-node-1", "gpu-node-2"]
     engine.dispose()
 
-    def down(session, payloads, policy, clock, *rest):  # noqa: ANN001, ANN002, ANN202
+    def down(session, payloads, policy, clock, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
         raise OperationalError("SELECT 1", {}, Exception("connection refused"))
 
     monkeypatch.setattr(ingest_module, "ingest", down)

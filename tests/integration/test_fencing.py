@@ -24,6 +24,7 @@ from remediation.adapters.stream import drain
 from remediation.clock import FakeClock
 from remediation.db.models import Event, LeaderFence, RejectedEvent
 from remediation.db.session import make_engine
+from remediation.domain.admission import Published
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.ingest import ingest
 from remediation.services.metrics import make_registry
@@ -44,7 +45,9 @@ def event(node: str, key: str) -> NodeEvent:
 
 
 def stream(client: redis.Redis, prefix: str) -> list[bytes]:
-    return [fields[b"e"] for _id, fields in client.xrange(Keys(prefix).stream)]
+    """Every stream's entries, each naming the publisher its stream does (as the ingest reads them)."""
+    return [Published(fields[b"e"], one.publisher)
+            for one in Keys(prefix).every_stream() for _id, fields in client.xrange(one.stream)]
 
 
 def test_each_new_holder_draws_a_higher_token(redis_client: redis.Redis, redis_prefix: str) -> None:

@@ -219,7 +219,7 @@ def test_cancel_give_back_undoes_what_is_ours_and_only_that(sessions, world, clo
     f = engine.run(f.remediation_id, f.step)  # cordoned
     assert world.node("gpu-node-7")["k8s"]["unschedulable"] and "DRAIN" in world.node("gpu-node-7")["slurm"]["flags"]
     with sessions() as s, s.begin():
-        rem = lever_rules.cancel(s, f.remediation_id, "bob", "false alarm", clock.now(), give_back=give)
+        rem = lever_rules.cancel(s, f.remediation_id, "bob", "false alarm", clock.now(), give_back=give).remediation
         node = rem.node
     if give:  # what the release task does for the dispatcher
         note = give_back(Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), node, "remediation:")

@@ -110,9 +110,9 @@ def test_cli_breaker_status_and_close(run, storm, sessions, dispatch) -> None:
 def test_cli_cancel_give_back_queues_the_undo(run, storm, sessions, dispatch) -> None:
     res = run("cancel", str(storm.held[0]), "-r", "false alarm", "--give-back")
     assert res.exit_code == 0 and "giving back node/gpu-node-0" in res.stdout
-    assert dispatch.released == ["gpu-node-0"]
+    assert dispatch.released(sessions) == ["gpu-node-0"]
     res = run("cancel", str(storm.held[1]), "-r", "keep it drained")
-    assert res.exit_code == 0 and "left as it is" in res.stdout and dispatch.released == ["gpu-node-0"]
+    assert res.exit_code == 0 and "left as it is" in res.stdout and dispatch.released(sessions) == ["gpu-node-0"]
     with sessions() as s:
         rows = s.scalars(select(AuditLog).where(AuditLog.action == "cancel").order_by(AuditLog.id)).all()
         assert [r.detail["give_back"] for r in rows] == [True, False]
@@ -137,7 +137,7 @@ def test_api_breaker_route_close_and_cancel_give_back(client, storm, sessions, d
     assert client.post("/api/v1/breaker/close", json={"reason": "x"}, headers=AS_ADMIN).status_code == 409
     res = client.post(f"/api/v1/remediations/{storm.held[2]}/cancel", json={"reason": "ok", "give_back": True},
                       headers=AS_ADMIN)
-    assert res.status_code == 200 and "giving back" in res.json()["message"] and dispatch.released == ["gpu-node-2"]
+    assert res.status_code == 200 and "giving back" in res.json()["message"] and dispatch.released(sessions) == ["gpu-node-2"]
     stats = client.get("/api/v1/stats", headers=AS_READER).json()
     assert stats["dry_run"] == 1 and stats["total"] == 5
     assert client.get("/api/v1/stats?dry_run=true", headers=AS_READER).json()["total"] == 6

@@ -8,9 +8,11 @@ watcher's user cannot read, delete or trim the stream, nor touch Celery's queues
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -23,11 +25,12 @@ from sqlalchemy.pool import NullPool
 from remediation.adapters.celery import SWEEP_TASK
 from remediation.adapters.lock import LeaderLock
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
-from remediation.db.models import Remediation
+from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
 from remediation.settings import load_settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
+from tests.redisproc import ADMIN as ADMIN_USER
 from tests.redisproc import AclRedis
 from watchers.runtime import Stopper
 from watchers.slurm import run as run_slurm_watcher
@@ -59,6 +62,29 @@ def opened(pg_url: str) -> set[str]:
         nodes = set(s.scalars(select(Remediation.node)))
     engine.dispose()
     return nodes
+
+
+def lever(api: ApiProcess, path: str) -> None:
+    r = httpx.post(f"{api.url}/api/v1/nodes/{path}", json={"reason": "acl test"},
+                   headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=10)
+    assert r.status_code == 200, r.text
+
+
+def status(pg_url: str, node: str) -> str | None:
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        row = s.get(Node, node)
+        found = row.status if row is not None else None
+    engine.dispose()
+    return found
+
+
+def audited(pg_url: str, action: str) -> list[str]:
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        targets = list(s.scalars(select(AuditLog.target).where(AuditLog.action == action)))
+    engine.dispose()
+    return targets
 
 
 def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path, ca: str | None = None) -> None:
@@ -106,17 +132,15 @@ def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path, ca: str | No
             start_new_session=True,
         )
         # A lever through the API: its follow-up work goes to the workers on the workflow queue.
-        r = httpx.post(
-            f"{api.url}/api/v1/nodes/gpu-node-6/quarantine",
-            json={"reason": "acl test"},
-            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            timeout=10,
-        )
-        assert r.status_code == 200, r.text
+        lever(api, "gpu-node-6/quarantine")
         wait_for(lambda: "gpu-node-6" in opened(pg_url), 60, "the lever's remediation", worker)
         wait_for(
             lambda: " on gpu-node-6" in worker.output(), 60, "a worker to run the lever's first step", worker
         )
+        # A release through the API: the requests queue names its audit row; the worker re-reads it and acts.
+        wait_for(lambda: status(pg_url, "gpu-node-6") == "quarantined", 60, "the lever's quarantine", worker)
+        lever(api, "gpu-node-6/release")
+        wait_for(lambda: audited(pg_url, "release_done") == ["gpu-node-6"], 60, "the release task", worker)
         sweeps = worker.acknowledged(SWEEP_TASK)
         wait_for(lambda: worker.acknowledged(SWEEP_TASK) > sweeps + 1, 30, "beat's sweeps", worker)
         metrics = httpx.get(f"{api.url}/metrics", timeout=10).text
@@ -144,12 +168,14 @@ def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_p
 @pytest.mark.parametrize(
     "command",
     [
-        ("XRANGE", f"{PREFIX}:events", "-", "+"),
-        ("XREAD", "STREAMS", f"{PREFIX}:events", "0"),
-        ("XREADGROUP", "GROUP", "ingest", "me", "STREAMS", f"{PREFIX}:events", ">"),
-        ("XTRIM", f"{PREFIX}:events", "MAXLEN", "0"),
-        ("XDEL", f"{PREFIX}:events", "1-1"),
-        ("DEL", f"{PREFIX}:events"),
+        ("XRANGE", f"{PREFIX}:events:slurm", "-", "+"),
+        ("XREAD", "STREAMS", f"{PREFIX}:events:slurm", "0"),
+        ("XREADGROUP", "GROUP", "ingest", "me", "STREAMS", f"{PREFIX}:events:slurm", ">"),
+        ("XTRIM", f"{PREFIX}:events:slurm", "MAXLEN", "0"),
+        ("XDEL", f"{PREFIX}:events:slurm", "1-1"),
+        ("DEL", f"{PREFIX}:events:slurm"),
+        ("XADD", f"{PREFIX}:events", "*", "e", "{}"),
+        ("XADD", f"{PREFIX}:events:kube", "*", "e", "{}"),
         ("LPUSH", f"{PREFIX}:celery:ingest", "{}"),
         ("LPUSH", f"{PREFIX}:celery:workflow", "{}"),
         ("LRANGE", f"{PREFIX}:celery:workflow", "0", "-1"),
@@ -165,6 +191,8 @@ def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_p
         "xtrim",
         "xdel",
         "del-stream",
+        "xadd-workers-stream",
+        "xadd-other-watchers-stream",
         "lpush-ingest",
         "lpush-workflow",
         "lrange-queue",
@@ -176,7 +204,7 @@ def test_each_component_runs_as_its_own_user(plain: AclRedis, pg_url: str, tmp_p
 )
 def test_a_watcher_may_only_append(plain: AclRedis, command: tuple[str, ...]) -> None:
     watcher = plain.client("watcher-slurm")
-    assert watcher.xadd(f"{PREFIX}:events", {"e": "{}"})  # what it is for
+    assert watcher.xadd(f"{PREFIX}:events:slurm", {"e": "{}"})  # what it is for: its own stream
     with pytest.raises(redis.exceptions.NoPermissionError):
         watcher.execute_command(*command)
 
@@ -191,6 +219,27 @@ def test_a_watcher_holds_its_lock_with_a_fencing_token_and_waits_for_replicas(pl
     assert plain.denials() == []
 
 
+@pytest.mark.parametrize("user", ["api", "beat"])
+def test_api_and_beat_may_queue_only_requests(plain: AclRedis, user: str) -> None:
+    """The ingest and workflow queues' tasks act; only the workers write them. The API and beat write
+    the requests queue, whose tasks re-read from Postgres what to do (remediation/adapters/celery.py)."""
+    client = plain.client(user)
+    assert client.lpush(f"{PREFIX}:celery:requests", "{}")
+    for key in ("ingest", "workflow", "_kombu.binding.workflow", "_kombu.binding.ingest"):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            client.execute_command("LPUSH" if "binding" not in key else "SADD", f"{PREFIX}:celery:{key}", "{}")
+
+
+def test_redis_refuses_an_entry_over_the_shipped_value_bound(plain: AclRedis) -> None:
+    """proto-max-bulk-len (1 MiB in the shipped redis.conf): a watcher cannot write an entry that would
+    make the ingest's reads huge; Redis itself refuses it, whatever the watcher's user may do."""
+    watcher = plain.client("watcher-slurm")
+    assert watcher.xadd(f"{PREFIX}:events:slurm", {"e": b"x" * 1_000_000})  # under the bound
+    with pytest.raises(redis.RedisError):  # "invalid bulk length", or the pipe Redis closed on it
+        watcher.xadd(f"{PREFIX}:events:slurm", {"e": b"x" * (2 << 20)})
+    assert plain.client(ADMIN_USER).xlen(f"{PREFIX}:events:slurm") == 1
+
+
 def test_the_default_user_is_off(plain: AclRedis) -> None:
     with pytest.raises(redis.AuthenticationError):
         redis.Redis(port=plain.port).ping()
@@ -201,3 +250,56 @@ def test_components_speak_tls(tls: AclRedis, pg_url: str, tmp_path: Path) -> Non
         redis.Redis(port=tls.port, socket_connect_timeout=2).ping()
     assert tls.tls is not None
     storm_end_to_end(tls, pg_url, tmp_path, ca=str(tls.tls[0]))
+
+
+def forged(node: str, token: int, **fields: object) -> str:
+    """A Slurm fault on ``node`` as the Slurm watcher would publish it, with ``fields`` put over it."""
+    return json.dumps({"source": "slurm", "node": node, "kind": "unhealthy", "state": "FAIL", "reason": "xid 79",
+                       "observed_at": datetime.now(UTC).isoformat(), "fence": {"lock": "slurm", "token": token},
+                       **fields})
+
+
+def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
+    plain: AclRedis, pg_url: str, tmp_path: Path
+) -> None:
+    """Poisoned and forged entries, written with the Slurm watcher's own credential to the one stream
+    it may write, in one batch with a real fault: the real worker refuses each (kept in
+    rejected_events, with its reason, and acknowledged), opens nothing for them, and remediates the
+    real fault."""
+    env = worker_env(pg_url, plain.url("worker"), PREFIX, tmp_path)
+    MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
+    watcher = plain.client("watcher-slurm")
+    lock = LeaderLock(watcher, f"{PREFIX}:leader:slurm")
+    assert lock.acquire_or_renew()  # fencing is on: the slurm lock hands out tokens
+    token = lock.token
+    bad = {
+        "invalid event": forged("gpu-node-2", token, observed_at="9999-12-31T23:59:59-01:00"),
+        "future": forged("gpu-node-3", token, observed_at=(datetime.now(UTC) + timedelta(days=1)).isoformat()),
+        "manual": forged("gpu-node-4", token, source="manual"),
+        "foreign-source": forged("gpu-node-5", token, source="kubernetes", state="Ready=False"),
+        "foreign-fence": forged("gpu-node-6", token, fence={"lock": "kube", "token": token}),
+        "forged-token": forged("gpu-node-7", token, fence={"lock": "slurm", "token": token + 1000}),
+        "unfenced": forged("gpu-node-0", token, fence=None),
+        "oversize": forged("gpu-node-8", token, reason="x" * 100_000),
+    }
+    real = forged("gpu-node-1", token)
+    pipe = watcher.pipeline(transaction=False)
+    for payload in [*bad.values(), real]:
+        pipe.xadd(f"{PREFIX}:events:slurm", {"e": payload})
+    pipe.execute()
+    worker = Worker(env, tmp_path, beat=False)  # the kick relay finds the entries and starts the ingest
+    try:
+        wait_for(lambda: "gpu-node-1" in opened(pg_url), 60, "the real fault's remediation", worker)
+        wait_for(lambda: " on gpu-node-1" in worker.output(), 60, "a worker to act on the real fault", worker)
+        admin = plain.client(ADMIN_USER)
+        wait_for(lambda: admin.xpending(f"{PREFIX}:events:slurm", "ingest")["pending"] == 0, 30, "the acks", worker)
+    finally:
+        worker.stop()
+        lock.release()
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        errors = list(s.scalars(select(RejectedEvent.error)))
+    engine.dispose()
+    assert sorted(e.split(":")[0] for e in errors) == sorted(bad), errors
+    assert opened(pg_url) == {"gpu-node-1"}
+    assert plain.denials() == []

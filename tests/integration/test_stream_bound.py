@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import GROUP, Keys, RedisEventBus
-from remediation.adapters.stream import drain, ensure_group, ingest_lag, trim
+from remediation.adapters.stream import BATCH_BYTES, PAGE, drain, ensure_group, ingest_lag, trim
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
 from remediation.services.ingest import ingest
@@ -75,6 +75,23 @@ def test_acknowledged_history_is_trimmed_to_the_bound(
     assert drain(redis_client, keys, ignore, batch=7, claim_idle_ms=60_000, linger_s=0, keep=keep) == 50
     assert ids(redis_client, keys) == published[len(published) - min(keep, 50) :]
     assert ingest_lag(redis_client, keys) == (0, 0)
+
+
+def test_huge_entries_never_make_a_huge_batch(redis_client: redis.Redis, redis_prefix: str) -> None:
+    """A publisher's entries just under Redis's proto-max-bulk-len (1 MiB, shipped): the ingest reads a
+    page at a time and stops a batch at BATCH_BYTES, so a batch holds at most that plus one page,
+    never the 500 entries of broker.ingest_batch (over 400 MiB of them)."""
+    keys = Keys(redis_prefix)
+    huge = b"x" * 900_000
+    pipe = redis_client.pipeline(transaction=False)
+    for _ in range(40):
+        pipe.xadd(keys.stream, {"e": huge})
+    pipe.execute()
+    batches: list[int] = []
+    assert drain(redis_client, keys, lambda got: batches.append(sum(map(len, got))), batch=500,
+                 claim_idle_ms=60_000, linger_s=0) == 40
+    assert max(batches) <= BATCH_BYTES + PAGE * len(huge), batches
+    assert redis_client.xpending(keys.stream, GROUP)["pending"] == 0 and redis_client.xlen(keys.stream) == 0
 
 
 def test_the_bound_never_reaches_unread_entries(redis_client: redis.Redis, redis_prefix: str) -> None:

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from remediation.adapters.celery import SWEEP_TASK as SWEEP
-from remediation.adapters.celery import make_app
+from remediation.adapters.celery import WORKER_QUEUES, make_app
 from remediation.settings import load_settings
 from tests.policies import policy_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def celery_worker_argv(queues: str = "ingest,workflow", concurrency: int = 1, name: str = "w") -> list[str]:
+def celery_worker_argv(queues: str = ",".join(WORKER_QUEUES), concurrency: int = 1, name: str = "w") -> list[str]:
     """``-m celery worker`` arguments for one quiet prefork worker with a unique node name."""
     return [
         "-m",
@@ -92,7 +92,7 @@ class Worker:
         env: dict[str, str],
         tmp: Path,
         concurrency: int = 2,
-        queues: str = "ingest,workflow",
+        queues: str = ",".join(WORKER_QUEUES),
         beat: bool = True,
     ) -> None:
         self.log = tmp / f"worker-{time.monotonic_ns()}.log"

@@ -124,14 +124,14 @@ def test_a_paused_leader_publishes_nothing_that_counts(
         primary = redis.Redis(port=sentinels.primary_port() or 0)
         wait_for(
             lambda: (
-                primary.xinfo_groups(f"{prefix}:events")[0]["lag"] == 0
-                and primary.xinfo_groups(f"{prefix}:events")[0]["pending"] == 0
+                primary.xinfo_groups(f"{prefix}:events:slurm")[0]["lag"] == 0
+                and primary.xinfo_groups(f"{prefix}:events:slurm")[0]["pending"] == 0
             ),
             30,
             "the ingest to have read and acknowledged the whole stream",
             worker,
         )
-        entries = primary.xrange(f"{prefix}:events")
+        entries = primary.xrange(f"{prefix}:events:slurm")
     finally:
         first.stop()
         if second is not None:

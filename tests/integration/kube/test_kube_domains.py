@@ -36,7 +36,7 @@ SUBBLOCK = "cloud.google.com/gce-topology-subblock"
 
 
 def domain_events(client: redis.Redis, prefix: str) -> list[NodeEvent]:
-    out = [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events")]
+    out = [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events:kube")]
     return [e for e in out if e.kind is EventKind.DOMAINS]
 
 

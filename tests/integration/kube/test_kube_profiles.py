@@ -37,7 +37,7 @@ PROFILES = [
 
 
 def published(client: redis.Redis, prefix: str) -> list[NodeEvent]:
-    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events")]
+    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events:kube")]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> object:

@@ -106,7 +106,7 @@ def start(
 
 
 def events(redis_client: redis.Redis, prefix: str) -> list[NodeEvent]:
-    return [NodeEvent.parse(fields[b"e"]) for _, fields in redis_client.xrange(f"{prefix}:events")]
+    return [NodeEvent.parse(fields[b"e"]) for _, fields in redis_client.xrange(f"{prefix}:events:kube")]
 
 
 def watching(kube_api: KubeAPIServer, count: int = 1) -> bool:

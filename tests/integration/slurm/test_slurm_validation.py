@@ -343,7 +343,7 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
         checks = s.scalars(select(Validation).where(Validation.node == node).order_by(Validation.id)).all()
     assert [(v.outcome, v.actor, v.remediation_id) for v in checks] == [
         ("passed", "oncall", None), ("failed", "oncall", None), ("passed", "oncall", None)]
-    assert dispatched.released == [node]  # the release actions (resume, uncordon) went to the workers
+    assert dispatched.released(db) == [node]  # the release actions (resume, uncordon) went to the workers
     code, out = cli("nodes", "show", node)
     assert code == 0 and "GPU checks" in out and "check.sh" in out, out
     engine.dispose()

@@ -42,7 +42,10 @@ def settings_for(cluster: SlurmCluster, prefix: str, **slurm: object) -> Setting
 
 
 def events(client: redis.Redis, prefix: str) -> list[NodeEvent]:
-    return [NodeEvent.parse(fields[b"e"]) for _, fields in client.xrange(f"{prefix}:events")]
+    """What the watcher published: on its own stream when fenced by its lock (as it runs), on the
+    workers' stream when a test drives it with a bare bus."""
+    return [NodeEvent.parse(fields[b"e"]) for stream in (f"{prefix}:events:slurm", f"{prefix}:events")
+            for _, fields in client.xrange(stream)]
 
 
 # A bound on waiting for what must come, never a latency goal (bench.slurm_detect measures those): generous,

@@ -42,6 +42,7 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.stream import drain
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
+from remediation.domain.admission import Publisher
 from remediation.domain.ownership import release_node
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import (
@@ -574,7 +575,7 @@ def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(
         # Redis loses everything (a restart without persistence): the stream, its consumer group and
         # the leader lock. A transition published just before is gone with it.
         slurm.scontrol("update", f"nodename={later}", "state=drain", "reason=ecc errors")
-        stream = Keys(p.prefix).stream
+        stream = Keys(p.prefix, Publisher.SLURM).stream  # the Slurm watcher's own stream
         deadline = time.monotonic() + 3
         while not any(b"ecc errors" in fields[b"e"] for _, fields in redis_client.xrange(stream)):
             assert time.monotonic() < deadline, "the drain was never published"

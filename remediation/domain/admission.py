@@ -1,0 +1,159 @@
+"""Admission: what an event read from the stream may claim, judged before it is recorded.
+
+The stream is a trust boundary (docs/architecture.md, "Believe nothing unchecked"): a watcher's
+credential reports what its own source saw, nothing more. Who published an entry is known by the
+stream it is on, never by a field in it: each watcher's Redis user may append to its own stream only
+(:class:`Publisher`). So an event is refused when it claims to be a human's report (``source:
+manual``; humans report through the API or the CLI, which record the actor) or another source's, when
+it carries another lock's fence, a token its lock never handed out, or no fence from a publisher whose
+lock hands out tokens, and when its times are beyond what one clock may be off from another.
+Freshness is judged on the ingest's own clock: an ``observed_at`` a little ahead of it (within the
+skew bound) is clamped to it, so it never counts as fresher than now.
+
+Rules alone, on plain values; :mod:`remediation.services.payloads` applies them to each payload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from remediation.domain.events import NodeEvent, Source
+
+
+class Refusal(StrEnum):
+    """Why an event from the stream is not recorded; the first word of its ``rejected_events`` row."""
+
+    UNPARSEABLE = "unparseable"  # not a NodeEvent, however it failed
+    OVERSIZE = "oversize"  # larger than broker.max_event_bytes
+    MANUAL = "manual"  # a human's report, which only the API or the CLI may record
+    FUTURE = "future"  # observed (or begun, or published) beyond the skew bound ahead of the ingest's clock
+    STALE = "stale"  # observed longer ago than the age bound
+    FOREIGN_SOURCE = "foreign-source"  # another source's event on a watcher's stream
+    FOREIGN_FENCE = "foreign-fence"  # a fence of a lock its publisher may not hold
+    FORGED_TOKEN = "forged-token"  # a token above what its lock's counter ever handed out
+    UNFENCED = "unfenced"  # no fence, from a publisher whose lock hands out tokens
+
+
+class Publisher(StrEnum):
+    """A watcher, as the stream it appends to names it (``<prefix>:events:<publisher>``, the only
+    stream its Redis user may write); also the name of its leader lock."""
+
+    SLURM = "slurm"
+    KUBE = "kube"
+
+
+class Published(bytes):
+    """A stream entry's payload with the :class:`Publisher` whose stream it was read from (None: the
+    workers' own stream). Still bytes, so whatever handles payloads handles it unchanged."""
+
+    publisher: Publisher | None
+
+    def __new__(cls, payload: bytes, publisher: Publisher | None) -> Published:
+        made = super().__new__(cls, payload)
+        made.publisher = publisher
+        return made
+
+
+#: The one source each publisher reports.
+SOURCE_OF = {Publisher.SLURM: Source.SLURM, Publisher.KUBE: Source.KUBERNETES}
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """An event (or a payload) refused, and why: ``refusal`` is what code branches on, ``detail`` is
+    for people."""
+
+    refusal: Refusal
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.refusal.value}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    """How far an event's timestamps may be from the ingest's clock: ``skew`` ahead, ``age`` behind."""
+
+    skew: timedelta
+    age: timedelta
+
+
+def admit(
+    event: NodeEvent,
+    now: datetime,
+    bounds: TimeBounds | None,
+    publisher: Publisher | None = None,
+    counters: Mapping[str, int] | None = None,
+) -> NodeEvent | Rejection:
+    """``event`` as the ingest records it (its future timestamps clamped to ``now``), or why not.
+    ``publisher``: the stream it was read from (None: the workers' own, which no watcher may write).
+    ``counters``: each lock's fencing-token counter as Redis holds it now (None: not checked).
+    Without ``bounds`` the timestamps are taken as written (a rehearsal's simulated clock)."""
+    if event.source is Source.MANUAL:
+        return Rejection(
+            Refusal.MANUAL, "a human's report comes through the API or the CLI, never the stream"
+        )
+    if (refused := bound(event, publisher, counters)) is not None:
+        return refused
+    if bounds is None:
+        return event
+    ahead = now + bounds.skew
+    for name, at in (
+        ("observed_at", event.observed_at),
+        ("since", event.since),
+        ("published_at", event.published_at),
+    ):
+        if at is not None and at > ahead:
+            return Rejection(
+                Refusal.FUTURE,
+                f"{name} {at.isoformat()} is more than {_seconds(bounds.skew)} "
+                f"ahead of the ingest's clock ({now.isoformat()})",
+            )
+    if event.observed_at < now - bounds.age:
+        return Rejection(
+            Refusal.STALE,
+            f"observed_at {event.observed_at.isoformat()} is more than "
+            f"{_seconds(bounds.age)} before the ingest's clock ({now.isoformat()})",
+        )
+    clamped = {
+        name: now
+        for name, at in (("observed_at", event.observed_at), ("since", event.since))
+        if at is not None and at > now
+    }
+    return event.model_copy(update=clamped) if clamped else event
+
+
+def bound(
+    event: NodeEvent, publisher: Publisher | None, counters: Mapping[str, int] | None
+) -> Rejection | None:
+    """Why ``event`` is not its publisher's to report (None: it is). A watcher reports its own source,
+    stamped with its own lock's fence once that lock hands out tokens; and no token may be above its
+    lock's counter, which only the lock's script raises."""
+    fence = event.fence
+    if publisher is not None:
+        if event.source is not SOURCE_OF[publisher]:
+            why = f"a {event.source.value} event on the {publisher.value} stream"
+            return Rejection(Refusal.FOREIGN_SOURCE, why)
+        if fence is None and counters is not None and publisher.value in counters:
+            why = (
+                f"no fence, and the {publisher.value} lock hands out tokens (at {counters[publisher.value]})"
+            )
+            return Rejection(Refusal.UNFENCED, why)
+        if fence is not None and fence.lock != publisher.value:
+            why = f"the {fence.lock} lock's fence on the {publisher.value} stream"
+            return Rejection(Refusal.FOREIGN_FENCE, why)
+    if fence is None or counters is None:
+        return None
+    drawn = counters.get(fence.lock)
+    if drawn is None or fence.token > drawn:
+        at = "has never handed one out" if drawn is None else f"is at {drawn}"
+        why = f"{fence.lock} token {fence.token} was never handed out: the lock's counter {at}"
+        return Rejection(Refusal.FORGED_TOKEN, why)
+    return None
+
+
+def _seconds(span: timedelta) -> str:
+    return f"{int(span.total_seconds())} s"
