@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.factory import AdaptersByPolicy
 from remediation.clock import aware
-from remediation.db.models import Remediation, RemediationStep
+from remediation.db.models import Remediation
 from remediation.db.queries import (
     LAST_VM_ACTION,
     cluster_view,
@@ -51,12 +51,7 @@ from remediation.domain.controls import LastVMAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
-from remediation.domain.statemachine import (
-    OPEN_STATUSES,
-    RemediationStatus,
-    Step,
-    next_on_success,
-)
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
 from remediation.domain.step_bodies import (
     STEPS,
     Adapters,
@@ -78,7 +73,15 @@ from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.services.profiles import governance, refresh_pools
 from remediation.services.recorded import Governed, RecordedPolicies
 from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
-from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
+from remediation.services.step_rows import (
+    as_dry_run,
+    close,
+    current_row,
+    move,
+    new_row,
+    next_attempt,
+    record_wait,
+)
 from remediation.services.validation import hold_for_human
 from remediation.settings import Settings
 from remediation.vocabulary import GPU_RESET
@@ -248,11 +251,7 @@ class Workflow:
             rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
             if row is None:
                 attempt = next_attempt(s, rid, step)
-                row = RemediationStep(
-                    remediation_id=rid, step=step, attempt=attempt,
-                    idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
-                    checks=0, retries=0, detail={}, dry_run=bool(rem.dry_run),
-                )
+                row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
                 s.add(row)
                 if step is Step.VM_RESTART:
                     control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)
