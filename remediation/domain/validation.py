@@ -179,6 +179,12 @@ def start_job(validator: Validator, check: ValidationCheck, now: datetime) -> di
             "started_at": now.isoformat()}
 
 
+def is_job_ref(op: object) -> bool:
+    """Whether a step row's ``provider_op`` is a started job's reference (:func:`start_job`), not a
+    machine action's or a checkpoint request's."""
+    return isinstance(op, dict) and {"backend", "name", "node", "started_at"} <= op.keys() and "action" not in op
+
+
 def look(validator: Validator, op: dict[str, Any], inp: StepInput, now: datetime) -> ValidationResult:
     """One look at a started job. Past its deadline (and the slack the backend gets to end it itself) a
     job still running is ended here and reads as timed out; a done result means the set-up is down."""

@@ -66,7 +66,7 @@ from remediation.domain.step_bodies import (
 from remediation.domain.stepdetail import RetryState
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker, incidents, steplog
+from remediation.services import breaker, incidents, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
@@ -162,21 +162,16 @@ class Workflow:
 
     def sweep(self) -> list[FollowUp]:
         """Find open remediations nobody is working on (a dead worker, a lost message) and resume
-        them. Also notices the storm breaker closing when no step is running to notice it."""
+        them, and take down the checks nobody waits for. Also notices the storm breaker closing when
+        no step is running to notice it."""
         now = self.clock.now()
         grace = timedelta(seconds=self.settings.workflow.sweep_interval_s)
         out: list[FollowUp] = []
         with self.sessions() as s, s.begin():
-            stuck = s.scalars(
-                select(Remediation)
-                .where(
-                    Remediation.status.in_(OPEN_STATUSES),
-                    Remediation.next_run_at < now - grace,
-                    or_(Remediation.lease_until.is_(None), Remediation.lease_until < now),
-                )
-                .with_for_update(skip_locked=True)
-                .limit(1000)
-            ).all()
+            stuck = s.scalars(select(Remediation).where(
+                Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now - grace,
+                or_(Remediation.lease_until.is_(None), Remediation.lease_until < now),
+            ).with_for_update(skip_locked=True).limit(1000)).all()
             for rem in stuck:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
@@ -187,6 +182,9 @@ class Workflow:
                 breaker.note(s, cluster_view(s, now, policy.breaker_window, None, name), now, None, policy,
                              self.settings.actor, self.clock, name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
+        # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
+        takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
+                           self.settings.policy.our_reason_prefix, self.clock.now)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
         return out

@@ -4,7 +4,9 @@ Where Slurm owns the node, the check must be one Slurm accounts for, and no user
 node before it ends. :class:`SlurmValidator` therefore, all with argument lists (never a shell string):
 
 1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
-   Duration=MIN Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run there;
+   Duration=UNLIMITED Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run
+   there, until step 5 deletes it (no end of its own: a check cancelled or held meanwhile must not
+   leave the resumed node open to users);
 2. resumes the node (it is drained by us, or by the human who asked for the check, or DOWN under our
    reason after Slurm's own reboot) and remembers the reason it had, in ``WORKDIR/NAME.state.json``;
 3. ``sbatch --parsable --job-name=NAME --reservation=NAME --nodelist=NODE --exclusive --time=MIN
@@ -92,9 +94,8 @@ class SlurmValidator:
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
-        minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
         if not self.io.reservation_exists(name):
-            self.io.create_reservation(name, node, self.user, minutes)
+            self.io.create_reservation(name, node, self.user)
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
             current = self.nodes.status(node)

@@ -95,7 +95,7 @@ class ValidatorIO(Protocol):
     def job_user(self) -> str | None: ...  # who the check job runs as, when not this process's user
 
     def reservation_exists(self, name: str) -> bool: ...
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None: ...
+    def create_reservation(self, name: str, node: str, user: str) -> None: ...
     def delete_reservation(self, name: str) -> None: ...
     def jobs_named(self, name: str) -> list[NamedJob]: ...
     def submit(self, job: Submission) -> str: ...
@@ -142,7 +142,7 @@ class CommandIO:
             raise
         return f"ReservationName={name} " in out or out.startswith(f"ReservationName={name}")
 
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None:
+    def create_reservation(self, name: str, node: str, user: str) -> None:
         self._run(
             [
                 self.settings.scontrol,
@@ -152,7 +152,7 @@ class CommandIO:
                 f"Nodes={node}",
                 f"Users={user}",
                 "StartTime=now",
-                f"Duration={minutes}",
+                "Duration=UNLIMITED",  # until the validator deletes it: no end lets users onto the node
                 "Flags=maint,ignore_jobs",
             ]
         )
@@ -236,7 +236,7 @@ class RestIO:
         body, _ = self.rest.answer("GET", f"{self.base}/reservations")
         return any(r.get("name") == name for r in body.get("reservations") or [])
 
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None:
+    def create_reservation(self, name: str, node: str, user: str) -> None:
         self.rest.answer(
             "POST",
             f"{self.base}/reservation",
@@ -246,7 +246,7 @@ class RestIO:
                 "users": [user],
                 "flags": ["MAINT", "IGNORE_JOBS"],
                 "start_time": _number(int(time.time())),
-                "duration": _number(minutes),
+                "duration": {"set": True, "infinite": True, "number": 0},  # until the validator deletes it
             },
         )
 

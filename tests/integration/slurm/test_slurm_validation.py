@@ -63,8 +63,10 @@ def check_dir(slurm: SlurmCluster) -> Iterator[Path]:
     (path / "check.sh").write_text(CHECK)
     (path / "check.sh").chmod(0o755)
     yield path
-    # A check job a failed assertion left behind must not hold the node for the next test.
-    slurm.run("scancel", "--quiet", "--name", "nr-gate", check=False)
+    # A check job a failed assertion left behind must not hold the node for the next test; its
+    # reservation can be deleted once the job has left it.
+    slurm.cancel_jobs()
+    wait_for(lambda: not slurm.jobs(), 30, "the check jobs to leave")
     out = slurm.scontrol("show", "reservation", check=False).stdout
     for line in out.splitlines():
         if line.startswith("ReservationName="):
@@ -391,3 +393,53 @@ def test_jobs_another_user_named_like_the_check_return_nothing(slurm: SlurmClust
         op = dict(row.provider_op or {})
     assert op["reservation"] == check_name(key, nonce) and op["job_id"] not in planted
     assert (v.outcome, v.exit_code) == ("failed", 1) and "result: exit 1" in v.output_tail
+
+
+def test_a_check_cancelled_or_held_is_taken_down(slurm: SlurmCluster, check_dir: Path,
+                                                 sessions: sessionmaker[Session]) -> None:
+    """The check resumed each node into a reservation that ends only when deleted. On-call cancels
+    one remediation mid-check; an error nobody mapped holds the other. The sweeper takes both checks
+    down: each node drained again with the reason it had, its reservation and check job gone, and the
+    step row ended (a held remediation's resume starts a fresh check). A third is cancelled with its
+    node given back: once its check is down, the node is back in service."""
+    from remediation.services import lever_rules
+    from remediation.services.holds import PagedError, hold
+
+    cue = check_dir / "cue"  # never written: both checks run until they are taken down
+    cfg = settings_for(slurm, check_dir, cue)
+    engine = engine_for(cfg, sessions, slurm)
+    nodes, rids = slurm.nodes[1:4], []
+    for node in nodes:
+        slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+        rids.append(open_at_validate(sessions, node, datetime.now(UTC)))
+        engine.run(rids[-1], "validate")  # starts the check
+    ops = []
+    for rid in rids:
+        with sessions() as s:
+            ops.append(dict(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid))
+                            .one().provider_op or {}))
+    for op in ops:
+        wait_for(lambda op=op: job(slurm, op["job_id"]).get("JobState") == "RUNNING", 30, "the check to run")
+        shown = parse_job(slurm.scontrol("show", "reservation", op["reservation"]).stdout)
+        # No end lets users onto the node under check (22.05 shows UNLIMITED as a year).
+        assert shown["Duration"] in ("UNLIMITED", "365-00:00:00"), shown
+    now = datetime.now(UTC)
+    with sessions() as s, s.begin():
+        lever_rules.cancel(s, rids[0], "oncall", "wrong node", now)
+        lever_rules.cancel(s, rids[2], "oncall", "fixed by hand", now, give_back=True)
+        rem = s.get(Remediation, rids[1], with_for_update=True)
+        assert rem is not None
+        hold(s, now, rem, None, PagedError("unmapped ValueError", "boom", False), 1.0)
+    engine.sweep()
+    for node, op in zip(nodes, ops, strict=True):
+        _, flags, reason = slurm.nodes_now()[node]
+        if node == nodes[2]:  # given back
+            assert not flags & {"DRAIN", "MAINTENANCE", "RESERVED"}, (node, flags, reason)
+        else:
+            assert "DRAIN" in flags and reason == f"{PREFIX} xid 79", (node, flags, reason)
+        assert op["reservation"] not in reservations(slurm)
+        assert job(slurm, op["job_id"])["JobState"] in ("CANCELLED", "COMPLETING")
+    with sessions() as s:
+        rows = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id.in_(rids))).all()
+    assert [(r.status, r.error_kind) for r in rows] == [("failed", "CheckTakenDown")] * 3
+    assert engine.sweep() == []  # nothing left to take down
