@@ -11,9 +11,11 @@ as soon as it finds them; it goes on the moment they leave, and applies ``on_job
 
 A signal is not idempotent: a job signalled twice saves twice, or ends on a second USR1 it no longer
 traps. The request is an intent (:mod:`remediation.ports.intents`): claimed on the drain step's row,
-committed, before ``scancel`` runs, and sent only by the run that won the claim. A worker killed
-after the claim leaves it there; the next run reads it back (``StepInput.provider_op``) and sends
-nothing: at most once. What the request was (jobs, signal, scope, when, how long it waits) is typed
+committed, before ``scancel`` runs, and so is each job's signal: claimed before its own ``scancel``,
+confirmed after. A run that Slurm stops part way (a transient error on the third of five jobs) takes
+that job's claim back, and the next run reads the request back (``StepInput.provider_op``) and
+signals only the jobs no run claimed. A worker killed between a job's claim and its confirmation
+leaves that job claimed: it is never signalled again, at most once. What the request was (jobs, signal, scope, when, how long it waits) is typed
 (:class:`CheckpointRequest`) and is what ``nodes show`` and the dashboard render, never the text.
 
 Pods get the same request where the site says so (``workflow.checkpoint_pods``): before its first
@@ -32,7 +34,7 @@ from typing import Any, Literal
 
 from remediation.domain.causes import urgent
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
-from remediation.ports.errors import ConfigError
+from remediation.ports.errors import ConfigError, RemediationError
 from remediation.settings import WorkflowSettings
 
 #: The ``provider_op`` kind of a checkpoint request on a ``slurm_drain`` step row.
@@ -48,8 +50,20 @@ class CheckpointRequest:
     scope: Literal["batch", "full"]
     at: datetime  # when it was recorded (just before scancel ran)
     wait_s: int  # on_jobs_timeout applies (pods: eviction starts) this long after ``at``
-    sent: bool | None = None  # True: scancel answered; None: a worker stopped before that was recorded
+    sent: bool | None = None  # True: every job confirmed; False: some never confirmed; None: in progress
     target: Literal["jobs", "pods"] = "jobs"  # Slurm jobs signalled, or pods annotated
+    claimed: tuple[str, ...] = ()  # jobs whose signal was recorded before scancel ran for it
+    signalled: tuple[str, ...] = ()  # jobs scancel confirmed
+
+    @property
+    def unsent(self) -> tuple[str, ...]:
+        """The jobs no run has claimed yet: a later run sends these, and only these."""
+        return tuple(j for j in self.jobs if j not in self.claimed)
+
+    @property
+    def lost(self) -> tuple[str, ...]:
+        """Jobs claimed but never confirmed (a worker stopped while sending): never sent again."""
+        return tuple(j for j in self.claimed if j not in self.signalled)
 
     @classmethod
     def load(cls, op: Mapping[str, Any] | None) -> CheckpointRequest | None:
@@ -61,14 +75,19 @@ class CheckpointRequest:
             if scope not in ("batch", "full"):
                 return None
             sent = op.get("sent")
+            jobs = tuple(str(j) for j in op["jobs"])
+            # A request recorded before each signal was: what it sent is unknown, so all of it is claimed.
+            claimed = tuple(str(j) for j in op["claimed"]) if "claimed" in op else jobs
             return cls(
-                tuple(str(j) for j in op["jobs"]),
+                jobs,
                 str(op["signal"]),
                 scope,
                 datetime.fromisoformat(op["at"]),
                 int(op["wait_s"]),
                 sent if isinstance(sent, bool) else None,
                 "pods" if op.get("target") == "pods" else "jobs",
+                claimed,
+                tuple(str(j) for j in op.get("signalled") or ()),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -83,6 +102,8 @@ class CheckpointRequest:
             "wait_s": self.wait_s,
             "sent": self.sent,
             "target": self.target,
+            "claimed": list(self.claimed),
+            "signalled": list(self.signalled),
         }
 
     def ends_at(self, drain_started: datetime, drain_timeout_s: float) -> float:
@@ -109,6 +130,24 @@ class CheckpointRequest:
         return f"{verb} {who} to checkpoint ({how}) {ago} s ago; waiting up to {self.wait_s} s{lost}"
 
 
+def send_unsent(key: str, ad: Adapters, request: CheckpointRequest) -> CheckpointRequest:
+    """Signal each job no run has claimed, one at a time: claimed on the step row before scancel runs
+    for it, confirmed after. A typed error from Slurm (it did not take the signal) takes the claim
+    back and ends the run; the next run sends the rest, and none twice. Returns the request as sent."""
+    assert ad.intents is not None
+    for job in request.unsent:
+        request = replace(request, claimed=(*request.claimed, job))
+        ad.intents.settle(key, request.dump())
+        try:
+            ad.slurm.signal_jobs([job], request.signal, request.scope)
+        except RemediationError:
+            ad.intents.settle(key, replace(request, claimed=request.claimed[:-1]).dump())
+            raise
+        request = replace(request, signalled=(*request.signalled, job))
+        ad.intents.settle(key, request.dump())
+    return replace(request, sent=not request.lost)
+
+
 def asks_checkpoint(fault_class: str | None, workflow: WorkflowSettings) -> bool:
     """Whether the jobs of a fault of this class get a checkpoint request."""
     if not workflow.checkpoint_signal:
@@ -126,9 +165,9 @@ def request_checkpoint(
     detail: dict[str, Any],
     now: datetime,
 ) -> Wait:
-    """Claim the request as an intent, send it if the claim is ours, and wait for the jobs to leave.
-    An intent found already made (a worker stopped between claiming and recording the send, or another
-    one claimed it first) is never sent again: it is recorded as not confirmed."""
+    """Claim the request as an intent, signal each job no run has claimed yet, and wait for the jobs to
+    leave. A job claimed by an earlier run and never confirmed (a worker stopped while sending it) is
+    never signalled again: it is recorded as not confirmed."""
     if ad.intents is None:
         raise ConfigError(
             "a checkpoint request is sent only where its intent can be recorded first (the "
@@ -144,16 +183,13 @@ def request_checkpoint(
         if CheckpointRequest.load(inp.provider_op)
         else ad.intents.claim(inp.key, request.dump())
     )
-    if first is None:
-        ad.slurm.signal_jobs(list(request.jobs), request.signal, request.scope)
-        request = replace(request, sent=True)
-        how = f"signalled {request.signal} ({request.scope})"
-    else:
-        request = replace(CheckpointRequest.load(first) or request, sent=False)
-        how = (
-            f"{request.signal} ({request.scope}) recorded but not confirmed (a worker stopped while sending "
-            "it; it is never sent twice)"
-        )
+    if first is not None:  # a request recorded before: this run sends only what no run claimed
+        request = CheckpointRequest.load(first) or request
+    request = send_unsent(inp.key, ad, request)
+    how = f"signalled {request.signal} ({request.scope})"
+    if request.lost:
+        how += (f"; {', '.join(request.lost)} recorded but not confirmed (a worker stopped while sending; "
+                "never sent twice)")
     why = (
         f"checkpoint request: {how} to {len(request.jobs)} job(s) ({', '.join(request.jobs)}) on {inp.node}; "
         f"on_jobs_timeout={workflow.on_jobs_timeout} applies {request.wait_s}s after it if they have not left"

@@ -19,9 +19,9 @@ use, or a Kubernetes Job bound to the Node), and climbs to a reboot only when th
   check, as after any hammer. Any other verdict (a non-zero exit, no result, the job's deadline
   ``validation.gpu_reset_timeout_s``, a command that cannot run) climbs to the next rung: that is a
   reboot, which needs no job, so nothing here holds for a human.
-- The job's names come from the step's idempotency key (``nr-reset-r12-a1``), and its reference is
-  recorded on the step before anyone waits on it: a worker killed anywhere resumes with that
-  reference, or finds the job by its name, and never submits a second reset for the key.
+- The job's names come from the step's idempotency key and nonce (``nr-reset-r12-a1-NONCE``), and
+  its reference is recorded on the step before anyone waits on it: a worker killed anywhere resumes
+  with that reference, or finds its own job by the name, and never submits a second reset for the key.
 - A node whose slurmd is not answering can run no job, and a human's drain is not lifted for one:
   the rung is skipped, with the reason, for the next.
 
@@ -49,6 +49,7 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.recheck import trigger_present
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     cause_class,
     humans_drain,
@@ -106,10 +107,10 @@ def machine_step_did(op: dict[str, Any]) -> str:
     return GPU_RESET if "action" not in op and "name" in op else str(op.get("action", "?"))
 
 
-def reset_name(key: str) -> str:
-    """Reservation, job and Job name of the reset from the machine step's key: ``r12:vm_restart:1`` ->
-    ``nr-reset-r12-a1``."""
-    return job_name(key, "vm_restart", "nr-reset")
+def reset_name(key: str, nonce: str = "") -> str:
+    """Reservation, job and Job name of the reset from the machine step's key and nonce:
+    ``r12:vm_restart:1`` -> ``nr-reset-r12-a1-NONCE``."""
+    return job_name(key, "vm_restart", "nr-reset", nonce)
 
 
 def target(gpu_pci: str | None) -> str:
@@ -117,9 +118,10 @@ def target(gpu_pci: str | None) -> str:
 
 
 def reset_check(inp: StepInput, cfg: StepSettings) -> ValidationCheck:
-    return ValidationCheck(node=inp.node, name=reset_name(inp.key), command=reset_command(inp.context.gpu_pci),
+    nonce = JobNonce.load(inp.detail).value
+    return ValidationCheck(node=inp.node, name=reset_name(inp.key, nonce), command=reset_command(inp.context.gpu_pci),
                            timeout_s=cfg.validation.gpu_reset_timeout_s, cause_class=cause_class(inp.context),
-                           purpose=PURPOSE)
+                           purpose=PURPOSE, nonce=nonce)
 
 
 def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:

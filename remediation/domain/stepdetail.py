@@ -9,6 +9,8 @@ Writing merges them into the rest of ``detail``, which stays free-form.
 
 from __future__ import annotations
 
+import re
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -77,3 +79,31 @@ class JobsProgress:
         if self.timeout_paged:
             out["jobs_timeout_paged"] = True
         return out
+
+
+_NONCE = re.compile(r"[0-9a-f]{8,32}")
+
+
+@dataclass(frozen=True)
+class JobNonce:
+    """The random part of the names of a job a step runs on the node (the GPU check, a GPU reset).
+
+    The engine writes it when it makes the step row, committed before the step body runs, so it is
+    recorded before any job is submitted and every later run of the attempt reads the same one. A job
+    is ours because we recorded its id and this part of its name: a job that merely bears a name we
+    would use (the remediation id and attempt are easy to guess, and come round again after a database
+    restore) is someone else's. A row made before the nonce was recorded reads as none."""
+
+    value: str = ""
+
+    @classmethod
+    def new(cls) -> JobNonce:
+        return cls(secrets.token_hex(5))
+
+    @classmethod
+    def load(cls, detail: Mapping[str, Any] | None) -> JobNonce:
+        value = (detail or {}).get("nonce")
+        return cls(value) if isinstance(value, str) and _NONCE.fullmatch(value) else cls()
+
+    def dump(self) -> dict[str, Any]:
+        return {"nonce": self.value} if self.value else {}

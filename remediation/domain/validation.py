@@ -5,8 +5,9 @@ a degraded NVLink or a flaky InfiniBand port passes verify and kills the next jo
 return the node runs a check through the configured :class:`~remediation.ports.validator.Validator`, picked
 by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
 
-- the first look starts it (the check's names come from the step's idempotency key, so a redelivered
-  task finds the check the first delivery started) and records the check's reference on the step before
+- the first look starts it (the check's names come from the step's idempotency key and the nonce its
+  row recorded before anything was submitted, so a redelivered task finds the check the first
+  delivery started, and a job someone else named like it is never taken for it) and records the check's reference on the step before
   anyone waits on it;
 - later looks poll it; when it ends the validator takes its set-up down (reservation deleted, drain put back);
 - exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the VM ladder within
@@ -41,6 +42,7 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
@@ -52,22 +54,26 @@ CANNOT_RUN = frozenset({126, 127})
 DEADLINE_SLACK_S = 30.0
 
 
-def check_name(key: str) -> str:
-    """Reservation, job and Job name from an idempotency key: ``r12:validate:1`` -> ``nr-gate-r12-a1``.
-    Lower case letters, digits and dashes only, so it is valid in Slurm and as a Kubernetes name."""
-    return job_name(key, "validate", "nr-gate")
+def check_name(key: str, nonce: str = "") -> str:
+    """Reservation, job and Job name from an idempotency key and the step's nonce: ``r12:validate:1``
+    -> ``nr-gate-r12-a1-NONCE``. Lower case letters, digits and dashes only, so it is valid in Slurm
+    and as a Kubernetes name."""
+    return job_name(key, "validate", "nr-gate", nonce)
 
 
-def job_name(key: str, step: str, prefix: str) -> str:
-    """The name of a job a step runs on the node, from the step's idempotency key: ``r12:STEP:1`` ->
-    ``PREFIX-r12-a1``. One key, one name: a redelivered step finds the job the first delivery started."""
+def job_name(key: str, step: str, prefix: str, nonce: str = "") -> str:
+    """The name of a job a step runs on the node, from the step's idempotency key and the nonce its
+    row recorded (:class:`~remediation.domain.stepdetail.JobNonce`): ``r12:STEP:1`` ->
+    ``PREFIX-r12-a1-NONCE``. One attempt, one name: a redelivered step finds the job the first delivery
+    started, and nobody else can name a job ours in advance. A row without a nonce (made before it
+    was recorded) keeps the name it always had."""
     rid, _, attempt = key.partition(f":{step}:")
-    return _slug(f"{prefix}-{rid}-a{attempt or '1'}")
+    return _slug(f"{prefix}-{rid}-a{attempt or '1'}" + (f"-{nonce}" if nonce else ""))
 
 
-def manual_check_name(node: str, stamp: str) -> str:
+def manual_check_name(node: str, stamp: str, nonce: str = "") -> str:
     """The names of a check a human asked for (``remediation validate``)."""
-    return _slug(f"nr-gate-{node}-{stamp}")
+    return _slug(f"nr-gate-{node}-{stamp}" + (f"-{nonce}" if nonce else ""))
 
 
 #: Kubernetes' limit for a name that is also a label value (the Job's ``job-name`` label), and plenty for Slurm.
@@ -99,9 +105,9 @@ def tail(text: str, limit: int) -> str:
     return text if len(data) <= limit else data[-limit:].decode("utf-8", "ignore")
 
 
-def check_for(cfg: ValidationSettings, node: str, name: str, cls: str) -> ValidationCheck:
+def check_for(cfg: ValidationSettings, node: str, name: str, cls: str, nonce: str = "") -> ValidationCheck:
     return ValidationCheck(node=node, name=name, command=tuple(cfg.check_for(cls)), timeout_s=cfg.timeout_for(cls),
-                     cause_class=cls)
+                           cause_class=cls, nonce=nonce)
 
 
 def record(check: dict[str, Any], result: ValidationResult, outcome: str, now: datetime, limit: int) -> dict[str, Any]:
@@ -173,6 +179,12 @@ def start_job(validator: Validator, check: ValidationCheck, now: datetime) -> di
             "started_at": now.isoformat()}
 
 
+def is_job_ref(op: object) -> bool:
+    """Whether a step row's ``provider_op`` is a started job's reference (:func:`start_job`), not a
+    machine action's or a checkpoint request's."""
+    return isinstance(op, dict) and {"backend", "name", "node", "started_at"} <= op.keys() and "action" not in op
+
+
 def look(validator: Validator, op: dict[str, Any], inp: StepInput, now: datetime) -> ValidationResult:
     """One look at a started job. Past its deadline (and the slack the backend gets to end it itself) a
     job still running is ended here and reads as timed out; a done result means the set-up is down."""
@@ -202,7 +214,8 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
         if (theirs := humans_drain(inp, ad, validator, cfg)) is not None:
             return Done(f"no GPU check: a human drained {inp.node} meanwhile ({theirs!r}); the node "
                         "stays out for its owner")
-        check = check_for(vcfg, inp.node, check_name(inp.key), cause_class(inp.context))
+        nonce = JobNonce.load(inp.detail).value
+        check = check_for(vcfg, inp.node, check_name(inp.key, nonce), cause_class(inp.context), nonce)
         op = start_job(validator, check, now)
         return Wait(f"GPU check started on {inp.node} ({validator.backend}): {' '.join(check.command)}", poll,
                     provider_op=op)

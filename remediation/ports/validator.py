@@ -24,7 +24,10 @@ from typing import Any, Protocol, runtime_checkable
 @dataclass(frozen=True)
 class ValidationCheck:
     """One check to run: ``name`` is derived from the remediation (or the human's request) and names
-    the reservation, the job and the Job, so that a repeat finds what the first call made."""
+    the reservation, the job and the Job, so that a repeat finds what the first call made. ``nonce`` is
+    the random part of that name the step recorded before the check started: a job found by the name is
+    taken for this check only if it carries the nonce and is the service's own (its user, reservation
+    and node), never because it bears the name."""
 
     node: str
     name: str
@@ -32,6 +35,7 @@ class ValidationCheck:
     timeout_s: float
     cause_class: str = "unknown"
     purpose: str = "validate"  # what the job is for, as dry-run records it: validate, or reset GPU
+    nonce: str = ""  # the random part of ``name``; empty for a check started before it was recorded
 
 
 @dataclass(frozen=True)

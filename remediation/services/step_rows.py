@@ -19,6 +19,7 @@ from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.outcomes import Hold
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
 from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
+from remediation.domain.stepdetail import JobNonce
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.services.audit import audit, would
 
@@ -42,6 +43,20 @@ def next_attempt(s: Session, rid: int, step: Step) -> int:
     done = s.scalar(select(func.count()).where(RemediationStep.remediation_id == rid,
                                                RemediationStep.step == step))
     return 1 + (done or 0)
+
+
+#: The steps that may run a job on the node (the GPU check; a GPU reset on the machine step).
+JOB_STEPS = frozenset({Step.VALIDATE, Step.VM_RESTART})
+
+
+def new_row(rid: int, step: Step, attempt: int, now: datetime, *, dry_run: bool) -> RemediationStep:
+    """A new attempt's step row. A step that may run a job gets the nonce of the job's names here,
+    committed with the row, before the step body submits anything."""
+    return RemediationStep(
+        remediation_id=rid, step=step, attempt=attempt, idempotency_key=f"r{rid}:{step}:{attempt}",
+        status="started", started_at=now, checks=0, retries=0, dry_run=dry_run,
+        detail=JobNonce.new().dump() if step in JOB_STEPS else {},
+    )
 
 
 def current_row(s: Session, rem: Remediation) -> RemediationStep | None:

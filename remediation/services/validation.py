@@ -29,6 +29,7 @@ from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
     cause_class,
@@ -114,7 +115,9 @@ def run_check(
         raise ValidationRefused(f"{node} is {'+'.join(sorted(snode.states))} in Slurm: drain it first (the "
                                 "check runs only on a node out of the pool)")
     started = now()
-    check = check_for(settings.validation, node, manual_check_name(node, started.strftime("%Y%m%d%H%M%S")), cls)
+    nonce = JobNonce.new().value  # this call waits for its check: nothing to find again, nothing to take for it
+    name = manual_check_name(node, started.strftime("%Y%m%d%H%M%S"), nonce)
+    check = check_for(settings.validation, node, name, cls, nonce)
     op = start_job(validator, check, started)
     with sessions() as s, s.begin():
         audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({validator.backend})",

@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.factory import AdaptersByPolicy
 from remediation.clock import aware
-from remediation.db.models import Remediation, RemediationStep
+from remediation.db.models import Remediation
 from remediation.db.queries import (
     LAST_VM_ACTION,
     cluster_view,
@@ -51,12 +51,7 @@ from remediation.domain.controls import LastVMAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
-from remediation.domain.statemachine import (
-    OPEN_STATUSES,
-    RemediationStatus,
-    Step,
-    next_on_success,
-)
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
 from remediation.domain.step_bodies import (
     STEPS,
     Adapters,
@@ -71,14 +66,22 @@ from remediation.domain.step_bodies import (
 from remediation.domain.stepdetail import RetryState
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker, incidents, steplog
+from remediation.services import breaker, incidents, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.services.profiles import governance, refresh_pools
 from remediation.services.recorded import Governed, RecordedPolicies
 from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
-from remediation.services.step_rows import as_dry_run, close, current_row, move, next_attempt, record_wait
+from remediation.services.step_rows import (
+    as_dry_run,
+    close,
+    current_row,
+    move,
+    new_row,
+    next_attempt,
+    record_wait,
+)
 from remediation.services.validation import hold_for_human
 from remediation.settings import Settings
 from remediation.vocabulary import GPU_RESET
@@ -159,21 +162,16 @@ class Workflow:
 
     def sweep(self) -> list[FollowUp]:
         """Find open remediations nobody is working on (a dead worker, a lost message) and resume
-        them. Also notices the storm breaker closing when no step is running to notice it."""
+        them, and take down the checks nobody waits for. Also notices the storm breaker closing when
+        no step is running to notice it."""
         now = self.clock.now()
         grace = timedelta(seconds=self.settings.workflow.sweep_interval_s)
         out: list[FollowUp] = []
         with self.sessions() as s, s.begin():
-            stuck = s.scalars(
-                select(Remediation)
-                .where(
-                    Remediation.status.in_(OPEN_STATUSES),
-                    Remediation.next_run_at < now - grace,
-                    or_(Remediation.lease_until.is_(None), Remediation.lease_until < now),
-                )
-                .with_for_update(skip_locked=True)
-                .limit(1000)
-            ).all()
+            stuck = s.scalars(select(Remediation).where(
+                Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now - grace,
+                or_(Remediation.lease_until.is_(None), Remediation.lease_until < now),
+            ).with_for_update(skip_locked=True).limit(1000)).all()
             for rem in stuck:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
@@ -184,6 +182,9 @@ class Workflow:
                 breaker.note(s, cluster_view(s, now, policy.breaker_window, None, name), now, None, policy,
                              self.settings.actor, self.clock, name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
+        # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
+        takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
+                           self.settings.policy.our_reason_prefix, self.clock.now)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
         return out
@@ -248,11 +249,7 @@ class Workflow:
             rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
             if row is None:
                 attempt = next_attempt(s, rid, step)
-                row = RemediationStep(
-                    remediation_id=rid, step=step, attempt=attempt,
-                    idempotency_key=f"r{rid}:{step}:{attempt}", status="started", started_at=now,
-                    checks=0, retries=0, detail={}, dry_run=bool(rem.dry_run),
-                )
+                row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
                 s.add(row)
                 if step is Step.VM_RESTART:
                     control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)

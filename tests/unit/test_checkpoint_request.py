@@ -68,3 +68,15 @@ def test_the_deadline_is_the_sooner_of_the_wait_and_the_drain_timeout() -> None:
     request = CheckpointRequest(("1",), "USR1", "batch", AT + timedelta(seconds=30), 300)
     assert request.ends_at(AT, 3600) == 330
     assert request.ends_at(AT, 200) == 200
+
+
+def test_each_signal_is_read_back_and_an_old_request_counts_as_all_claimed() -> None:
+    """A request records each job's signal: claimed before scancel, signalled after. A later run sends
+    only the unclaimed ones; a claimed one never confirmed is lost, not sent again. A request recorded
+    before signals were recorded one by one claimed all of its jobs."""
+    partial = CheckpointRequest(("1", "2", "3"), "USR1", "batch", AT, 60, claimed=("1", "2"), signalled=("1",))
+    back = CheckpointRequest.load(partial.dump())
+    assert back == partial and back.unsent == ("3",) and back.lost == ("2",)
+    old = {k: v for k, v in partial.dump().items() if k not in ("claimed", "signalled")}
+    legacy = CheckpointRequest.load(old)
+    assert legacy is not None and legacy.unsent == () and legacy.lost == ("1", "2", "3")

@@ -145,3 +145,20 @@ def test_through_slurmrestd_the_reservation_is_the_token_user_s(tmp_path: Path, 
     v = SlurmValidator(cfg.slurm, cfg.validation)
     # v0.0.45 reserves through slurmrestd, where the JWT's user submits the check; v0.0.42 falls back to sbatch.
     assert v.user == (user or getpass.getuser())
+
+
+@pytest.mark.parametrize("job", ["123+0", "123+12", "77_3", "5"], ids=repr)
+def test_a_heterogeneous_or_array_job_id_is_a_job_id(job: str) -> None:
+    from remediation.adapters.slurm.args import check_job_id
+
+    assert check_job_id(job) == job
+
+
+def test_a_heterogeneous_job_is_requeued_once_as_a_whole(tmp_path: Path) -> None:
+    """squeue lists each component of a heterogeneous job on the node (``123+0``, ``123+1``): the job
+    is requeued (or cancelled) once, by its own id, and never refused as a malformed id."""
+    argv: list[list[str]] = []
+    v = validator(tmp_path, argv)
+    v.io.cli.requeue_jobs(["123+0", "123+1", "124"])  # type: ignore[attr-defined]
+    v.io.cli.cancel_jobs(["125+0"])  # type: ignore[attr-defined]
+    assert argv == [["scontrol", "requeue", "123"], ["scontrol", "requeue", "124"], ["scancel", "125"]]

@@ -17,8 +17,10 @@ credential), shares none of the host's namespaces, mounts no host path and has n
 seccomp profile is the runtime's. The kubelet adds the GPU devices the ``nvidia.com/gpu`` request
 allocates.
 
-The Job's name comes from the caller (the remediation id and attempt): a second ``start`` finds the
-first one's Job (409 AlreadyExists) instead of running the check twice. ``finish`` deletes the Job with
+The Job's name comes from the caller (the remediation id and attempt, and the nonce the step recorded
+before it started): a second ``start`` finds the first one's Job (409 AlreadyExists) instead of running
+the check twice, and takes it for the check only if its labels carry that nonce and it is bound to the
+node; any other is someone else's, and the node stays out. ``finish`` deletes the Job with
 its pod (``propagationPolicy: Background``); 404 is done. User pods cannot land meanwhile: the Node stays
 cordoned until the return step, which runs only after a pass.
 """
@@ -32,23 +34,29 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from remediation.adapters.kube.client import api_errors
+from remediation.ports.errors import PermanentError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import KubeSettings, ValidationSettings
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
+GATE_LABEL = "node-remediation/gate"
+NONCE_LABEL = "node-remediation/nonce"
+NODE_ANNOTATION = "node-remediation/slurm-node"
 #: The check container's privileges (the module docstring says why): root in a privileged container.
 CHECK_SECURITY: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
 
 
 def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
     """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
-    labels = {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": check.name}
+    labels = {MANAGED_BY[0]: MANAGED_BY[1], GATE_LABEL: check.name}
+    if check.nonce:
+        labels[NONCE_LABEL] = check.nonce
     resources = {"limits": {"nvidia.com/gpu": str(cfg.kube_gpus)}} if cfg.kube_gpus else {}
     return {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": check.name, "namespace": cfg.kube_namespace, "labels": labels,
-                     "annotations": {"node-remediation/slurm-node": check.node,
+                     "annotations": {NODE_ANNOTATION: check.node,
                                      "node-remediation/cause-class": check.cause_class}},
         "spec": {
             "backoffLimit": 0,
@@ -75,6 +83,10 @@ def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings,
     }
 
 
+class ForeignJob(PermanentError):
+    """A Job of the check's name that is not the check's: its verdict is never the node's."""
+
+
 class KubeValidator:
     backend = "kubernetes"
 
@@ -96,9 +108,28 @@ class KubeValidator:
             try:
                 self.batch.create_namespaced_job(self.namespace, self.job(check, k8s_node))
             except ApiException as exc:
-                if exc.status != 409:  # AlreadyExists: the first delivery's Job; use it
+                if exc.status != 409:
                     raise
+                self._adopt(check, k8s_node)  # AlreadyExists: the first delivery's Job, if it is ours
         return {"job": check.name, "namespace": self.namespace, "k8s_node": k8s_node}
+
+    def _adopt(self, check: ValidationCheck, k8s_node: str) -> None:
+        """A Job of the check's name exists: the first delivery's, taken for the check only if it is
+        ours (our labels, the nonce the step recorded, bound to the node). Anyone with Jobs in the
+        namespace can make one of a name; its verdict must never return the node, and the name is
+        taken, so the check cannot run: the node stays out (:class:`ForeignJob`)."""
+        job = self.batch.read_namespaced_job(check.name, self.namespace)
+        labels = job.metadata.labels or {}
+        pod = job.spec.template.spec if job.spec and job.spec.template else None
+        mismatched = [what for what, ok in (
+            ("labels", labels.get(MANAGED_BY[0]) == MANAGED_BY[1] and labels.get(GATE_LABEL) == check.name),
+            ("nonce", labels.get(NONCE_LABEL, "") == check.nonce),
+            ("node", pod is not None and pod.node_name == k8s_node
+             and (job.metadata.annotations or {}).get(NODE_ANNOTATION) == check.node),
+        ) if not ok]
+        if mismatched:
+            raise ForeignJob(f"Job {self.namespace}/{check.name} exists but is not this check's (its "
+                             f"{', '.join(mismatched)} differ): not taken for it; the node stays out")
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
         name, ns = ref["job"], ref["namespace"]

@@ -54,14 +54,23 @@ def check_reason(reason: object) -> str:
     return reason
 
 
-# A job id as squeue prints it: 12345, or 12345_7 for one task of an array job.
-_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10})?")
+# A job id as squeue prints it: 12345, 12345_7 for one task of an array job, or 12345+0 for one
+# component of a heterogeneous job.
+_JOB_ID = re.compile(r"[0-9]{1,20}(_[0-9]{1,10}|\+[0-9]{1,10})?")
 
 
 def check_job_id(job: object) -> str:
     if not isinstance(job, str) or not _JOB_ID.fullmatch(job):
-        raise InvalidSlurmArgument(f"invalid Slurm job id {job!r:.80}: expected digits, e.g. 12345 or 12345_7")
+        raise InvalidSlurmArgument(
+            f"invalid Slurm job id {job!r:.80}: expected digits, e.g. 12345, 12345_7 or 12345+0"
+        )
     return job
+
+
+def whole_job(job: object) -> str:
+    """The job a requeue or a cancel acts on: a heterogeneous job's component (``12345+1``) is requeued
+    and cancelled as the whole job (``12345``), which is what Slurm does with its components anyway."""
+    return check_job_id(job).partition("+")[0]
 
 
 def check_signal(signal: object) -> str:

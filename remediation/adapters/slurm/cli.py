@@ -36,7 +36,13 @@ import threading
 from collections.abc import Iterable
 from typing import Literal
 
-from remediation.adapters.slurm.args import check_job_id, check_node_name, check_reason, check_signal
+from remediation.adapters.slurm.args import (
+    check_job_id,
+    check_node_name,
+    check_reason,
+    check_signal,
+    whole_job,
+)
 from remediation.adapters.slurm.delta import DeltaReader
 from remediation.adapters.slurm.parse import (
     NodeRecord,
@@ -216,12 +222,13 @@ class CliSlurm:
         return sorted({line.strip() for line in out.splitlines() if line.strip()})
 
     def requeue_jobs(self, job_ids: list[str]) -> None:
-        for job in job_ids:  # one call each: one job that already ended must not hide the others
-            self._job_command([self.settings.scontrol, "requeue", check_job_id(job)])
+        # One call each: one job that already ended must not hide the others.
+        for job in dict.fromkeys(whole_job(j) for j in job_ids):
+            self._job_command([self.settings.scontrol, "requeue", job])
 
     def cancel_jobs(self, job_ids: list[str]) -> None:
-        for job in job_ids:
-            self._job_command([self.settings.scancel, check_job_id(job)])
+        for job in dict.fromkeys(whole_job(j) for j in job_ids):
+            self._job_command([self.settings.scancel, job])
 
     def signal_jobs(self, job_ids: list[str], signal: str, scope: Literal["batch", "full"]) -> None:
         """``scancel --signal=SIGNAL --batch|--full JOB``, one call per job (one that already ended

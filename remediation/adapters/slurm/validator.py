@@ -4,7 +4,9 @@ Where Slurm owns the node, the check must be one Slurm accounts for, and no user
 node before it ends. :class:`SlurmValidator` therefore, all with argument lists (never a shell string):
 
 1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
-   Duration=MIN Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run there;
+   Duration=UNLIMITED Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run
+   there, until step 5 deletes it (no end of its own: a check cancelled or held meanwhile must not
+   leave the resumed node open to users);
 2. resumes the node (it is drained by us, or by the human who asked for the check, or DOWN under our
    reason after Slurm's own reboot) and remembers the reason it had, in ``WORKDIR/NAME.state.json``;
 3. ``sbatch --parsable --job-name=NAME --reservation=NAME --nodelist=NODE --exclusive --time=MIN
@@ -20,16 +22,19 @@ Each step goes through :mod:`remediation.adapters.slurm.validator_io`: the comma
 ``slurm.backend: rest`` slurmrestd's reservation and job endpoints where the configured API version
 has them (v0.0.43+), the start-up log saying which and, on a fallback, why.
 
-Names come from the caller (derived from the remediation id and attempt), and every step looks before
-it acts: an existing reservation is reused, a job of that name (``squeue --name NAME -t all``) is not
-submitted again, a deleted reservation is not an error. A worker killed anywhere in ``start`` resumes
-without submitting twice.
+Names come from the caller (derived from the remediation id and attempt, and ending in the nonce the
+step recorded before it started), and every step looks before it acts: an existing reservation is
+reused, a job of that name (``squeue --name NAME -t all``) that runs as our user in our reservation on
+the node is not submitted again, a deleted reservation is not an error. A worker killed anywhere in
+``start`` resumes without submitting twice. A job of the name that is anyone else's is never taken for
+the check: any cluster user can name a job.
 """
 
 from __future__ import annotations
 
 import getpass
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -38,6 +43,7 @@ from typing import Any
 from remediation.adapters.slurm.args import InvalidSlurmArgument, check_job_id, check_node_name
 from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.validator_io import Submission, exit_code, parse_job, validator_io
+from remediation.hostlist import HostlistError, expand
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
@@ -54,6 +60,7 @@ rc=$?
 echo "nr-gate-exit: $rc"
 exit $rc
 """
+log = logging.getLogger(__name__)
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _EXIT_MARK = re.compile(r"^nr-gate-exit: (\d+)\s*$", re.MULTILINE)
 ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"})
@@ -87,9 +94,8 @@ class SlurmValidator:
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         name, node = self._name(check.name), check_node_name(check.node)
         self._prepare()
-        minutes = max(1, math.ceil((check.timeout_s + 60) / 60))
         if not self.io.reservation_exists(name):
-            self.io.create_reservation(name, node, self.user, minutes)
+            self.io.create_reservation(name, node, self.user)
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
             current = self.nodes.status(node)
@@ -98,7 +104,7 @@ class SlurmValidator:
         current = self.nodes.status(node)
         if self._held(current):
             self.nodes.resume(node)
-        job = self.io.job_named(name)
+        job = self._ours(name, node)
         if job is None:
             job = self.io.submit(Submission(
                 name=name, node=node, minutes=max(1, math.ceil(check.timeout_s / 60)),
@@ -107,6 +113,19 @@ class SlurmValidator:
             ))
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
                 "user": self.user}
+
+    def _ours(self, name: str, node: str) -> str | None:
+        """The newest job of ``name`` that is this check's (a worker killed after sbatch, before the step
+        recorded the id): run as our user, in our reservation, on the node. Any other job of the name is
+        someone else's and is never taken for the check (its verdict would return the node)."""
+        ours = []
+        for job in self.io.jobs_named(name):
+            if job.user == self.user and job.reservation == name and node in _nodes(job.nodes):
+                ours.append(job.job_id)
+            else:
+                log.warning("job %s named %s is not this check's (user %r, reservation %r, nodes %r): not "
+                            "taken for it", job.job_id, name, job.user, job.reservation, job.nodes)
+        return max(ours, key=_order) if ours else None
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
         name, job_id, _ = self._read_back(ref)
@@ -186,3 +205,14 @@ class SlurmValidator:
             return ""
         except OSError as exc:
             return f"(output {path} not readable here: {exc.strerror or exc})"
+
+
+def _nodes(hostlist: str) -> list[str]:
+    try:
+        return expand(hostlist)
+    except HostlistError:
+        return []
+
+
+def _order(job_id: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.split(r"[_+]", job_id))

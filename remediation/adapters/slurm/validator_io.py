@@ -57,6 +57,16 @@ class Job:
 
 
 @dataclass(frozen=True)
+class NamedJob:
+    """A job slurmctld lists under a name: whose it is, where it may run, and its id."""
+
+    job_id: str
+    user: str  # the user it runs as
+    reservation: str  # the reservation it asked for ("" or Slurm's "(null)": none)
+    nodes: str  # the nodes it asked for (a hostlist; a pending job has none allocated yet)
+
+
+@dataclass(frozen=True)
 class Submission:
     name: str
     node: str
@@ -85,9 +95,9 @@ class ValidatorIO(Protocol):
     def job_user(self) -> str | None: ...  # who the check job runs as, when not this process's user
 
     def reservation_exists(self, name: str) -> bool: ...
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None: ...
+    def create_reservation(self, name: str, node: str, user: str) -> None: ...
     def delete_reservation(self, name: str) -> None: ...
-    def job_named(self, name: str) -> str | None: ...
+    def jobs_named(self, name: str) -> list[NamedJob]: ...
     def submit(self, job: Submission) -> str: ...
     def job(self, job_id: str) -> Job | None: ...
     def cancel(self, job_id: str) -> None: ...
@@ -132,7 +142,7 @@ class CommandIO:
             raise
         return f"ReservationName={name} " in out or out.startswith(f"ReservationName={name}")
 
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None:
+    def create_reservation(self, name: str, node: str, user: str) -> None:
         self._run(
             [
                 self.settings.scontrol,
@@ -142,7 +152,7 @@ class CommandIO:
                 f"Nodes={node}",
                 f"Users={user}",
                 "StartTime=now",
-                f"Duration={minutes}",
+                "Duration=UNLIMITED",  # until the validator deletes it: no end lets users onto the node
                 "Flags=maint,ignore_jobs",
             ]
         )
@@ -156,10 +166,15 @@ class CommandIO:
             if not any(m in exc.message.lower() for m in _NO_RESERVATION):
                 raise
 
-    def job_named(self, name: str) -> str | None:
-        out = self._run([self.settings.squeue, "-h", f"--name={name}", "-t", "all", "-o", "%i"])
-        ids = [line.strip() for line in out.splitlines() if line.strip()]
-        return check_job_id(ids[-1]) if ids else None
+    def jobs_named(self, name: str) -> list[NamedJob]:
+        """``squeue --name NAME -t all``: every job of that name slurmctld still knows, anyone's."""
+        out = self._run([self.settings.squeue, "-h", f"--name={name}", "-t", "all", "-o", "%i|%u|%v|%n"])
+        jobs = []
+        for line in out.splitlines():
+            fields = line.strip().split("|")
+            if len(fields) == 4:
+                jobs.append(NamedJob(check_job_id(fields[0]), fields[1], fields[2], fields[3]))
+        return jobs
 
     def submit(self, job: Submission) -> str:
         argv = [
@@ -221,7 +236,7 @@ class RestIO:
         body, _ = self.rest.answer("GET", f"{self.base}/reservations")
         return any(r.get("name") == name for r in body.get("reservations") or [])
 
-    def create_reservation(self, name: str, node: str, user: str, minutes: int) -> None:
+    def create_reservation(self, name: str, node: str, user: str) -> None:
         self.rest.answer(
             "POST",
             f"{self.base}/reservation",
@@ -231,7 +246,7 @@ class RestIO:
                 "users": [user],
                 "flags": ["MAINT", "IGNORE_JOBS"],
                 "start_time": _number(int(time.time())),
-                "duration": _number(minutes),
+                "duration": {"set": True, "infinite": True, "number": 0},  # until the validator deletes it
             },
         )
 
@@ -242,12 +257,19 @@ class RestIO:
         if _RESERVATION_BUSY in errnos:
             raise TransientError(f"reservation {name} is still in use (Slurm errno {_RESERVATION_BUSY})")
 
-    def job_named(self, name: str) -> str | None:
+    def jobs_named(self, name: str) -> list[NamedJob]:
+        """``GET /jobs``, those of that name: anyone's."""
         body, _ = self.rest.answer("GET", f"{self.base}/jobs")
-        ids = sorted(
-            (int(j["job_id"]) for j in body.get("jobs") or [] if j.get("name") == name), reverse=True
-        )
-        return check_job_id(str(ids[0])) if ids else None
+        return [
+            NamedJob(
+                check_job_id(str(j.get("job_id"))),
+                str(j.get("user_name") or ""),
+                str(j.get("reservation") or j.get("resv_name") or ""),
+                str(j.get("required_nodes") or ""),
+            )
+            for j in body.get("jobs") or []
+            if j.get("name") == name
+        ]
 
     def submit(self, job: Submission) -> str:
         desc: dict[str, Any] = {

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
+from kubernetes import client
 from prometheus_client import generate_latest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -180,3 +181,41 @@ def held(sessions: sessionmaker[Session], rid: int) -> bool:
     with sessions() as s:
         rem = s.get(Remediation, rid)
         return bool(rem and (rem.context or {}).get("held"))
+
+
+def test_a_job_someone_else_named_like_the_check_returns_nothing(settings: Settings, kube_api: KubeAPIServer,
+                                                                 sessions: sessionmaker[Session],
+                                                                 core: client.CoreV1Api) -> None:
+    """A Job of the check's very name (its nonce included) that is not ours: made by someone with Jobs
+    in the namespace, ran ``true`` and passed. The check's create meets 409; the Job lacks our nonce
+    label, so it is not taken for the check and its pass never returns the node: the node stays
+    cordoned and drained, and the remediation ends in quarantine."""
+    from remediation.adapters.kube.validator import MANAGED_BY
+    from remediation.domain.validation import check_name
+
+    kube_api.add_node(NODE)
+    kube_api.jobs.outcome = lambda node, argv: (0, "", 0.01) if argv == ["true"] else (226, "Memory | Fail\n", 0.01)
+    wf, world = engine(settings, kube_api, sessions)
+    rid = open_at_validate(sessions, "gpu-hardware")
+    nonce, now = "0a1b2c3d4e", datetime.now(UTC)
+    with sessions() as s, s.begin():  # the attempt's row, its nonce recorded (a worker stopped there)
+        s.add(RemediationStep(remediation_id=rid, step="validate", attempt=1, idempotency_key=f"r{rid}:validate:1",
+                              status="started", started_at=now, checks=0, retries=0, detail={"nonce": nonce}))
+    name = check_name(f"r{rid}:validate:1", nonce)
+    planted = {"apiVersion": "batch/v1", "kind": "Job",
+               "metadata": {"name": name, "labels": {MANAGED_BY[0]: MANAGED_BY[1], "node-remediation/gate": name},
+                            "annotations": {"node-remediation/slurm-node": NODE}},
+               "spec": {"backoffLimit": 0, "template": {"spec": {
+                   "nodeName": NODE, "restartPolicy": "Never",
+                   "tolerations": [{"operator": "Exists"}],
+                   "containers": [{"name": "check", "image": "busybox", "command": ["true"]}]}}}}
+    batch = client.BatchV1Api(core.api_client)  # someone else's client
+    batch.create_namespaced_job(settings.validation.kube_namespace, planted)
+    drive(wf, rid, lambda: rem_state(sessions, rid)[1] != "validate")
+    assert rem_state(sessions, rid)[1] == "quarantine"
+    with sessions() as s:
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
+        assert (row.error or "").startswith("ForeignJob:") and "nonce" in (row.error or ""), row.error
+        assert s.scalars(select(Validation).where(Validation.remediation_id == rid)).all() == []
+    assert kube_api.node(NODE)["spec"].get("unschedulable") is True  # not returned
+    assert "DRAIN" in MemorySlurm(world).get_node(NODE).flags

@@ -58,6 +58,7 @@ class SlurmCluster:
     version: str = ""  # as the commands report it, e.g. "24.11.5"
     bin: Path | None = None  # the chroot wrappers of a 24.11/26.05 cluster; None = the host's commands
     backend: str = "cli"  # what slurm_options() selects; set per test by the slurm_backend fixture
+    root: Path | None = None  # the chroot of a 24.11/26.05 cluster; None = the host's Slurm
 
     @property
     def release(self) -> tuple[int, int]:
@@ -132,6 +133,20 @@ class SlurmCluster:
         return subprocess.run(  # noqa: S603 - test helper, fixed argv
             list(argv), env=self.env, capture_output=True, text=True, check=check, timeout=timeout
         )
+
+    def run_as(self, user: str, command: str, *args: str) -> subprocess.CompletedProcess[str]:
+        """A Slurm command run as ``user`` (another cluster user, not root), in the cluster's root. The
+        session's directory is root's alone, so the user reads a copy of slurm.conf from a directory
+        anyone may read (the root's /tmp) and is told of it with SLURM_CONF."""
+        inner = Path("/tmp") / f"nr-slurm-conf-{self.dir.name}"  # noqa: S108 - a copy for another user
+        outer = (self.root or Path("/")) / inner.relative_to("/")
+        outer.mkdir(mode=0o755, exist_ok=True)
+        (outer / "slurm.conf").write_text(self.conf.read_text())
+        (outer / "slurm.conf").chmod(0o644)
+        argv = ["runuser", "-u", user, "--", "env", f"SLURM_CONF={inner / 'slurm.conf'}"]
+        if self.root is None:
+            return self.run(*argv, command, *args)
+        return self.run("chroot", str(self.root), *argv, f"/usr/bin/{command}", *args)
 
     def scontrol(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self.run("scontrol", *args, check=check)
@@ -311,7 +326,7 @@ def _run_cluster(
     bin_dir = directory / "bin" if root is not None else None
     if bin_dir is not None:
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    cluster = SlurmCluster(directory, conf, expand(f"gpu-node-[0-{NODES - 1}]"), env, bin=bin_dir)
+    cluster = SlurmCluster(directory, conf, expand(f"gpu-node-[0-{NODES - 1}]"), env, bin=bin_dir, root=root)
     try:
         reported = cluster.run("scontrol", "--version").stdout
         found = re.search(r"(\d+\.\d+\.\d+)", reported)

@@ -147,14 +147,14 @@ def settings_for(cluster: SlurmCluster, prefix: str, dry_run: bool, **workflow: 
     )
 
 
-def submit(cluster: SlurmCluster, script: str, tmp_name: str) -> Job:
-    """Run ``script`` as a batch job on NODE and wait until it has set its traps."""
+def submit(cluster: SlurmCluster, script: str, tmp_name: str, *options: str) -> Job:
+    """Run ``script`` as a batch job on NODE (with sbatch ``options``) and wait until it has set its traps."""
     work = cluster.workdir / tmp_name
     work.mkdir()
     job_log, checkpoint = work / "signals.log", work / "checkpoint"
     path = work / "job.sh"
     path.write_text(script.format(log=job_log, checkpoint=checkpoint))
-    out = cluster.run("sbatch", "--parsable", "-w", NODE, "-o", "/dev/null", "-D", str(work), str(path))
+    out = cluster.run("sbatch", "--parsable", "-w", NODE, "-o", "/dev/null", "-D", str(work), *options, str(path))
     job = Job(out.stdout.strip().split(";")[0], job_log, checkpoint)
     deadline = time.monotonic() + 20
     while not job.lines("ready"):
@@ -290,3 +290,71 @@ def test_signal_jobs_reaches_the_job_and_a_job_that_has_left_is_no_error(
         cli.signal_jobs(["1; scancel -u root"], "USR1", scope)  # type: ignore[arg-type]
     with pytest.raises(InvalidSlurmArgument):
         cli.signal_jobs([job.id], "KILL", scope)  # type: ignore[arg-type]
+
+
+def test_a_signal_slurm_refused_is_sent_on_the_retry_and_none_twice(
+    slurm: SlurmCluster, sessions: sessionmaker[Session]
+) -> None:
+    """Three jobs on the node; slurmctld refuses the second one's USR1 once (``Resource temporarily
+    unavailable``, a transient error), so the drain's first run ends after signalling only the first.
+    The retry signals the second and the third, and the first is not signalled again: each job logs
+    exactly one USR1."""
+    import shutil
+
+    from remediation.clock import FakeClock
+    from remediation.db.models import Node, Remediation, RemediationStep
+    from remediation.services.retries import RetryLater
+    from remediation.services.workflow import Workflow
+
+    # Each job asks for little memory, or the first one's default (the whole node) keeps the others out.
+    jobs = [submit(slurm, IGNORES, f"partial-{i}-{time.monotonic_ns()}", "--mem=1G") for i in range(3)]
+    real = str(slurm.slurm_options().get("scancel") or shutil.which("scancel"))
+    refuse = slurm.workdir / f"scancel-refuses-once-{time.monotonic_ns()}"
+    refuse.write_text(
+        "#!/bin/sh\n"
+        f'case "$*" in *" {jobs[1].id}") if [ ! -e "$0.done" ]; then : > "$0.done"\n'
+        f'  echo "scancel: error: Kill job error on job id {jobs[1].id}: Resource temporarily unavailable" >&2\n'
+        "  exit 1; fi;; esac\n"
+        f'exec {real} "$@"\n'
+    )
+    refuse.chmod(0o755)
+    settings = load_settings(
+        slurm=slurm.slurm_options(scancel=str(refuse)),
+        workflow={"poll_interval_s": 1, "max_wait_s": 1.0, "drain_timeout_s": DRAIN_TIMEOUT_S, "lease_s": 30,
+                  "checkpoint_signal": "USR1", "checkpoint_wait_s": 120},
+    )
+    clock = FakeClock(SystemClock().now())
+    world = MemoryWorld(nodes=slurm.nodes)
+    engine = Workflow(sessions, Adapters(CliSlurm(settings.slurm), MemoryKube(world), None,
+                                         intents=StepIntents(sessions)), settings, clock)
+    slurm.scontrol("update", f"nodename={NODE}", "state=fail", "reason=loss went NaN after a hang")
+    now = clock.now()
+    with sessions() as s, s.begin():
+        s.add(Node(name=NODE, status="remediating", first_seen_at=now, updated_at=now))
+        rem = Remediation(node=NODE, cause="loss went NaN after a hang", source="slurm", status="running",
+                          step="slurm_drain", ladder=0, opened_at=now, updated_at=now, next_run_at=now, context={})
+        s.add(rem)
+        s.flush()
+        rid = rem.id
+    refused = None
+    for _ in range(5):  # the first look drains; a look at the draining node asks its jobs
+        try:
+            engine.run(rid, "slurm_drain")
+        except RetryLater as exc:
+            refused = exc
+            break
+        clock.advance(2)
+    assert refused is not None and "Resource temporarily unavailable" in str(refused)
+    clock.advance(120)  # past the retry's backoff
+    engine.run(rid, "slurm_drain")
+    for j in jobs:
+        deadline = time.monotonic() + 20
+        while not j.lines("USR1"):
+            assert time.monotonic() < deadline, f"job {j.id} never got its USR1"
+            time.sleep(0.1)
+    with sessions() as s:
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
+        request = CheckpointRequest.load(row.provider_op)
+    assert request is not None and request.signalled == tuple(j.id for j in jobs) and request.sent
+    engine.run(rid, "slurm_drain")  # a later look sends nothing
+    assert [len(j.lines("USR1")) for j in jobs] == [1, 1, 1]

@@ -32,6 +32,7 @@ from remediation.adapters.slurm.validator import SlurmValidator
 from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.step_bodies import Adapters
+from remediation.domain.stepdetail import JobNonce
 from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings, load_settings
@@ -115,8 +116,9 @@ def test_one_reset_job_resets_the_named_gpu_and_no_reboot_follows_a_passing_chec
     follow = engine.run(rid, "vm_restart")  # submits the reset job and records it before waiting
     assert follow is not None and follow.step == "vm_restart"
     with sessions() as s:
-        op = dict(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one().provider_op)
-    assert op["name"] == f"nr-reset-r{rid}-a1" and op["job_id"]
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
+        op, nonce = dict(row.provider_op), JobNonce.load(row.detail).value
+    assert nonce and op["name"] == f"nr-reset-r{rid}-a1-{nonce}" and op["job_id"]  # the nonce the row recorded
     # A worker killed after sbatch, before recording: the step starts again with the same key.
     again = SlurmValidator(cfg.slurm, cfg.validation).start(
         ValidationCheck(node, op["name"], tuple(op["command"]), op["timeout_s"]))

@@ -34,6 +34,7 @@ from remediation.adapters.slurm.validator import SlurmValidator, parse_job
 from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation, RemediationStep, Validation
 from remediation.domain.step_bodies import Adapters
+from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import check_name
 from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
@@ -62,8 +63,10 @@ def check_dir(slurm: SlurmCluster) -> Iterator[Path]:
     (path / "check.sh").write_text(CHECK)
     (path / "check.sh").chmod(0o755)
     yield path
-    # A check job a failed assertion left behind must not hold the node for the next test.
-    slurm.run("scancel", "--quiet", "--name", "nr-gate", check=False)
+    # A check job a failed assertion left behind must not hold the node for the next test; its
+    # reservation can be deleted once the job has left it.
+    slurm.cancel_jobs()
+    wait_for(lambda: not slurm.jobs(), 30, "the check jobs to leave")
     out = slurm.scontrol("show", "reservation", check=False).stdout
     for line in out.splitlines():
         if line.startswith("ReservationName="):
@@ -80,11 +83,11 @@ def settings_for(cluster: SlurmCluster, workdir: Path, cue: Path, timeout_s: flo
     )
 
 
-def wait_for(ok: Callable[[], object], timeout: float, what: str) -> None:
+def wait_for(ok: Callable[[], object], timeout: float, what: str | Callable[[], str]) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.1)
 
 
@@ -135,6 +138,7 @@ def test_user_job_waits_until_the_gate_is_gone(
     wait_for(lambda: job(slurm, ref["job_id"]).get("JobState") == "RUNNING", 30, "the check job to run")
     info = job(slurm, ref["job_id"])
     assert info["Reservation"] == check.name and info["NodeList"] == node
+    assert validator.start(check)["job_id"] == ref["job_id"]  # found again as ours: user, reservation, node
     assert f"ReservationName={check.name}" in reservations(slurm)
 
     (check_dir / "user.sh").write_text("#!/bin/sh\necho user job on $SLURMD_NODENAME\n")
@@ -243,8 +247,8 @@ def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, check_dir: Pat
     assert follow is not None and follow.step == "validate"
     with sessions() as s:
         row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
-        op = dict(row.provider_op or {})
-    assert op["reservation"] == check_name(row.idempotency_key) and op["job_id"]
+        op, nonce = dict(row.provider_op or {}), JobNonce.load(row.detail).value
+    assert nonce and op["reservation"] == check_name(row.idempotency_key, nonce) and op["job_id"]
     # A redelivered first look (the worker died after sbatch, before recording) submits nothing new.
     again = SlurmValidator(cfg.slurm, cfg.validation).start(ValidationCheck(node, op["name"], tuple(op["command"]), 60))
     assert again["job_id"] == op["job_id"]
@@ -347,3 +351,95 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
     code, out = cli("nodes", "show", node)
     assert code == 0 and "GPU checks" in out and "check.sh" in out, out
     engine.dispose()
+
+
+def test_jobs_another_user_named_like_the_check_return_nothing(slurm: SlurmCluster, check_dir: Path,
+                                                               sessions: sessionmaker[Session]) -> None:
+    """Any cluster user can name a job. ``nobody`` runs ``true`` under the names the check would have
+    had without a nonce (``nr-gate-rN-a1``) and under its very name (the nonce read off the step row), and
+    both finish with exit 0. The real check fails (the GPU is still bad): neither of nobody's jobs is
+    taken for it (user, reservation and node are not ours), so the node is not returned and the
+    remediation climbs the ladder on the real verdict."""
+    node, elsewhere = slurm.nodes[3], slurm.nodes[0]
+    cue = check_dir / "cue"
+    cue.write_text("1")
+    cfg = settings_for(slurm, check_dir, cue)
+    slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+    rid = open_at_validate(sessions, node, datetime.now(UTC))
+    key, nonce = f"r{rid}:validate:1", "5eed5eed5e"
+    with sessions() as s, s.begin():  # the attempt's row as the engine makes it, its nonce recorded
+        s.add(RemediationStep(remediation_id=rid, step="validate", attempt=1, idempotency_key=key,
+                              status="started", started_at=datetime.now(UTC), checks=0, retries=0,
+                              detail={"nonce": nonce}))
+    ran = []
+    for name in (check_name(key), check_name(key, nonce)):  # srun: nobody cannot read the session's spool
+        ran.append(slurm.run_as("nobody", "srun", f"--job-name={name}", "-w", elsewhere, "-D", "/tmp", "true"))
+
+    def finished() -> list[str]:
+        lines = slurm.run("squeue", "-h", "-t", "all", "-o", "%i %j %u %T").stdout.splitlines()
+        return [line.split()[0] for line in lines if line.endswith("nobody COMPLETED") and "nr-gate-r" in line]
+
+    wait_for(lambda: len(finished()) == 2, 30, lambda: f"nobody's jobs to finish: {ran}")
+    planted = finished()
+    assert {job(slurm, j)["UserId"].partition("(")[0] for j in planted} == {"nobody"}
+    engine = engine_for(cfg, sessions, slurm)
+    drive(engine, rid, "validate", lambda: status(sessions, rid)[1] != "validate")
+    assert status(sessions, rid) == ("running", "vm_restart", 1)  # the real verdict: failed
+    _, flags, reason = slurm.nodes_now()[node]
+    assert "DRAIN" in flags and reason == f"{PREFIX} xid 79"  # never returned
+    with sessions() as s:
+        row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
+        v = s.scalars(select(Validation).where(Validation.remediation_id == rid)).one()
+        op = dict(row.provider_op or {})
+    assert op["reservation"] == check_name(key, nonce) and op["job_id"] not in planted
+    assert (v.outcome, v.exit_code) == ("failed", 1) and "result: exit 1" in v.output_tail
+
+
+def test_a_check_cancelled_or_held_is_taken_down(slurm: SlurmCluster, check_dir: Path,
+                                                 sessions: sessionmaker[Session]) -> None:
+    """The check resumed each node into a reservation that ends only when deleted. On-call cancels
+    one remediation mid-check; an error nobody mapped holds the other. The sweeper takes both checks
+    down: each node drained again with the reason it had, its reservation and check job gone, and the
+    step row ended (a held remediation's resume starts a fresh check). A third is cancelled with its
+    node given back: once its check is down, the node is back in service."""
+    from remediation.services import lever_rules
+    from remediation.services.holds import PagedError, hold
+
+    cue = check_dir / "cue"  # never written: both checks run until they are taken down
+    cfg = settings_for(slurm, check_dir, cue)
+    engine = engine_for(cfg, sessions, slurm)
+    nodes, rids = slurm.nodes[1:4], []
+    for node in nodes:
+        slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
+        rids.append(open_at_validate(sessions, node, datetime.now(UTC)))
+        engine.run(rids[-1], "validate")  # starts the check
+    ops = []
+    for rid in rids:
+        with sessions() as s:
+            ops.append(dict(s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid))
+                            .one().provider_op or {}))
+    for op in ops:
+        wait_for(lambda op=op: job(slurm, op["job_id"]).get("JobState") == "RUNNING", 30, "the check to run")
+        shown = parse_job(slurm.scontrol("show", "reservation", op["reservation"]).stdout)
+        # No end lets users onto the node under check (22.05 shows UNLIMITED as a year).
+        assert shown["Duration"] in ("UNLIMITED", "365-00:00:00"), shown
+    now = datetime.now(UTC)
+    with sessions() as s, s.begin():
+        lever_rules.cancel(s, rids[0], "oncall", "wrong node", now)
+        lever_rules.cancel(s, rids[2], "oncall", "fixed by hand", now, give_back=True)
+        rem = s.get(Remediation, rids[1], with_for_update=True)
+        assert rem is not None
+        hold(s, now, rem, None, PagedError("unmapped ValueError", "boom", False), 1.0)
+    engine.sweep()
+    for node, op in zip(nodes, ops, strict=True):
+        _, flags, reason = slurm.nodes_now()[node]
+        if node == nodes[2]:  # given back
+            assert not flags & {"DRAIN", "MAINTENANCE", "RESERVED"}, (node, flags, reason)
+        else:
+            assert "DRAIN" in flags and reason == f"{PREFIX} xid 79", (node, flags, reason)
+        assert op["reservation"] not in reservations(slurm)
+        assert job(slurm, op["job_id"])["JobState"] in ("CANCELLED", "COMPLETING")
+    with sessions() as s:
+        rows = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id.in_(rids))).all()
+    assert [(r.status, r.error_kind) for r in rows] == [("failed", "CheckTakenDown")] * 3
+    assert engine.sweep() == []  # nothing left to take down
