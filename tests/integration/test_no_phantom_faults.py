@@ -195,7 +195,9 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
                       if e.decision == "attributed"]
         assert attributed, "no reboot signal reached the ingest: the test did not exercise attribution"
         ready = {n for n, state, _ in attributed if state.startswith("Ready=")}
-        assert ready and ready <= slow, (ready, slow)  # only the slow boots outlast the hold
+        # The slow boots outlast the hold. A fast one may too on a loaded machine (the simulator's boot is
+        # timed by its own threads), so what is required of every one is that it was explained, below.
+        assert ready & slow, (ready, slow)
         for n, _, why in attributed:
             rid = remediations(db, n)[0].id
             assert why.startswith(f"caused by remediation #{rid}: "), (n, why)

@@ -315,7 +315,7 @@ def _kill_during_call(rig: CloudRig, node: str, verb: str) -> Worker:
 def _kill_while_operation_runs(rig: CloudRig, node: str) -> Worker:
     link = rig.cluster.link(node)
     fake: Any = rig.cluster.gce if link.provider == "gce" else rig.cluster.azure
-    fake.op_seconds = 5.0  # long enough to kill the worker while it polls
+    fake.op_seconds = 600.0  # runs until the test ends it: the worker is killed while it polls
     first = rig.worker()
     rig.fail(node)
     try:
@@ -331,6 +331,7 @@ def _kill_while_operation_runs(rig: CloudRig, node: str) -> Worker:
     row = rig.row(node, "vm_restart")
     assert row is not None and row.status == "waiting" and row.provider_op["ref"]
     assert rig.cluster.vm(node)["boot_count"] == 1  # still running at the provider
+    fake.end_running_operations()  # it ends now: the next worker finds it done by polling its record
     return first
 
 
@@ -367,8 +368,9 @@ def test_sigkill_mid_restart_restarts_the_vm_exactly_once(
     assert rig.cluster.vm(node)["boot_count"] == 2
     if link.provider == "gce":
         assert rig.cluster.gce.actions("reset", link.k8s) == 1
-        # Killed in the call: the new worker asked again with the same requestId and got the same operation.
-        assert posts == (2 if moment == "in-call" else 1)
+        # Killed in the call: the new worker asked again with the same requestId and got the same operation
+        # (on a loaded machine a client may ask more than once; one requestId, one action, whatever the count).
+        assert posts >= 2 if moment == "in-call" else posts == 1
         ids = {
             r.query.get("requestId")
             for r in rig.cluster.gce.log.items

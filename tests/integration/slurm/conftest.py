@@ -117,7 +117,7 @@ class SlurmCluster:
         """The ``slurm`` settings section reaching this cluster through the test's backend."""
         return self.options_for(self.backend, **overrides)
 
-    def options_for(self, backend: str, **overrides: object) -> dict[str, object]:
+    def options_for(self, backend: str, /, **overrides: object) -> dict[str, object]:
         """The ``slurm`` settings section reaching this cluster through ``backend`` (cli, rest): its
         slurm.conf, and for a chroot cluster the wrappers of its commands."""
         values: dict[str, object] = {"slurm_conf": str(self.conf)}
