@@ -218,7 +218,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
             vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False), detail=after)
-    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
+    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
     return wait(cfg.workflow, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())

@@ -243,7 +243,7 @@ def test_the_fallback_powers_on_once_off_and_a_force_off_that_never_landed_fails
     status = scripted(ScriptedBmc(["On"]), unobserved_after_s=60).poll(
         requested("ForceOff", then="On", ago=61)
     )
-    assert status.done and status.error and "never left On" in status.error
+    assert status.done and status.error and "never went Off" in status.error
 
 
 def test_a_system_that_was_off_is_done_when_seen_on() -> None:

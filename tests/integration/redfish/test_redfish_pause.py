@@ -184,3 +184,21 @@ def test_credentials_wrong_longer_than_the_timeout_cost_no_node_anything(
         assert (op["reset"], op["phase"]) == ("ForceOff", "then-sent"), op  # On followed the ForceOff
         assert emulator.resets(node.removeprefix("node-")) == 2  # ForceOff, then On: the last reset sent
         assert power(emulator, node) == "On"
+
+
+def test_a_power_cycle_past_its_timeout_never_leaves_the_machine_off(
+    emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path
+) -> None:
+    node = "node-overdue"
+    site = at_the_machine_step(emulator, sessions, tmp_path, (node,))
+    followup = site.engine.run(site.rids[node], "vm_restart")  # ForceOff sent; its On waits for Off
+    assert followup is not None and followup.step == "vm_restart"
+    site.clock.shift += TIMEOUT_S + 1  # the operation's own time runs out before the system is seen Off
+    final = run_to_the_end(site, (node,))
+    assert final[node].status == "quarantined"  # the rung failed on time: the ladder ends as it should
+    # but not before the On that follows the ForceOff was sent: the BMC received both.
+    deadline = time.monotonic() + 5
+    while emulator.resets("overdue") < 2:
+        assert time.monotonic() < deadline, "ForceOff sent, and never an On: the machine is left Off"
+        time.sleep(0.1)
+    assert emulator.resets("overdue") == 2
