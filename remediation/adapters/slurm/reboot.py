@@ -45,6 +45,8 @@ from typing import Any
 from remediation.adapters.cloud.common import marker_for, marker_value
 from remediation.adapters.slurm.args import check_node_name
 from remediation.adapters.slurm.cli import CliSlurm
+from remediation.clock import SystemClock
+from remediation.domain.policy import Clock
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.errors import PermanentError
 from remediation.settings import SlurmSettings
@@ -74,9 +76,10 @@ def requested_at(reason: str, marker: str) -> int | None:
 class SlurmReboot:
     """:class:`remediation.ports.cluster.MachineProvider` for Slurm nodes (``machine.backend = slurm``)."""
 
-    def __init__(self, settings: SlurmSettings, reason_prefix: str) -> None:
+    def __init__(self, settings: SlurmSettings, reason_prefix: str, clock: Clock | None = None) -> None:
         self.cli = CliSlurm(settings)
         self.prefix = reason_prefix
+        self.clock = clock or SystemClock()  # this worker's clock
 
     def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return slurm_machine(node)
@@ -91,7 +94,7 @@ class SlurmReboot:
         asked = requested_at(current.reason, marker)
         if asked is not None:  # this attempt asked already (the worker died before recording it)
             return _operation(vm, action, marker, asked, "found")
-        now = int(time.time())
+        now = int(self.clock.now().timestamp())
         if current.flags & REBOOT_FLAGS:  # a reboot is on its way already: wait on it, never add one
             return _operation(vm, action, marker, min(now, current.reason_changed_at or now), "adopted")
         self.cli.reboot(name, f"{self.prefix} reboot {marker_value(marker, now)}")
