@@ -6,8 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 
 class SystemClock:
+    """The host's clock; ``offset_s`` stands for a host whose clock is that far ahead (behind, when
+    negative) of the others, as a test's worker ahead of slurmctld. Nothing in production sets it."""
+
+    def __init__(self, offset_s: float = 0.0) -> None:
+        self.offset = timedelta(seconds=offset_s)
+
     def now(self) -> datetime:
-        return datetime.now(UTC)
+        return datetime.now(UTC) + self.offset
 
 
 class FakeClock:

@@ -58,6 +58,7 @@ class RemediationContext(JsonRecord):
     # -- vm_restart
     vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
     vm_op_ref: str | None = None  # the completed operation's reference
+    slurmctld_action_at: str | None = None  # ISO: when slurmctld took it, on its clock (Slurm's reboot); ""
     # -- admission and holds
     reconfirm: bool | None = None  # re-confirm the trigger before the next disruptive step (breaker, incident)
     incident: int | None = None  # the incident the remediation joined

@@ -82,6 +82,7 @@ class StepInput:
     provider_op: dict[str, Any] | None
     detail: dict[str, Any]
     source: str = ""  # where the opening event came from: slurm, kubernetes or manual
+    held_s: float = 0.0  # time this attempt was held (pause, breaker, system error): never its own
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,9 @@ StepFn = Callable[[StepInput, Adapters, StepSettings, datetime], Outcome]
 
 
 def elapsed(inp: StepInput, now: datetime) -> float:
-    return (now - inp.started_at).total_seconds()
+    """The attempt's own time, which its timeout counts: since it started, less the time it was held
+    (a pause stops the clock: a step resumed after one never escalates on time it did not have)."""
+    return (now - inp.started_at).total_seconds() - inp.held_s
 
 
 def wait(workflow: WorkflowSettings, reason: str, hint: float | None = None, **kw: Any) -> Wait:

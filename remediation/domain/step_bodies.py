@@ -13,7 +13,7 @@ cordon placed mid-remediation is never undone.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from remediation.domain import slurm_states
 from remediation.domain.causes import vm_rungs
@@ -191,6 +191,13 @@ def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | N
     return provider_action(rung(inp, ad, cfg), provider)
 
 
+def slurmctld_time(op: Operation) -> str:
+    """When slurmctld took ``op``, on slurmctld's own clock (ISO), where the provider knows it (Slurm's
+    reboot: the ReasonTime of its request); "" where it does not (a cloud's or a BMC's action)."""
+    at = op.data.get("slurmctld_at")
+    return datetime.fromtimestamp(at, UTC).isoformat() if isinstance(at, int) and not isinstance(at, bool) else ""
+
+
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
     if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
@@ -217,8 +224,9 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
         after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
-            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False), detail=after)
-    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s:
+            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False,
+            slurmctld_action_at=slurmctld_time(op)), detail=after)
+    if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
     return wait(cfg.workflow, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
@@ -226,8 +234,9 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
 
 def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
-    later than the VM action), slurmd registered after the action as its start time shows (a missing
-    NOT_RESPONDING flag is not enough: a pre-reboot state satisfies it), and the trigger cleared. A
+    later than the VM action), slurmd registered after the action as its start time shows (compared with
+    slurmctld's own time of the action where the action has one; a missing NOT_RESPONDING flag is not
+    enough: a pre-reboot state satisfies it), and the trigger cleared. A
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
@@ -237,10 +246,12 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
         return verify_reset(inp, ad, cfg, now)
     knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
-    action_at = inp.context.vm_action_at
-    since = datetime.fromisoformat(action_at) if action_at else inp.started_at
-    # Slurm stamps the start in whole seconds: a start in the action's own second counts as after it.
-    started = snode.slurmd_start_time
+    action_at, ctld = inp.context.vm_action_at, inp.context.slurmctld_action_at
+    # One clock: slurmctld's own time of the action where the machine action has one (Slurm's reboot),
+    # else the attempt's start. Slurm stamps in whole seconds: a start in the action's second counts.
+    stamp = ctld or action_at
+    since = datetime.fromisoformat(stamp) if stamp else inp.started_at
+    started, than = snode.slurmd_start_time, f"the action at {since:%Y-%m-%d %H:%M:%S}"
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
     before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if knode and before else slurmd_after
@@ -249,11 +260,11 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     ready = knode is None or knode.ready == "True" or not before
     seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"
     facts = (f"{seen}, slurmd started after the action={slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs "
-             f"{since:%Y-%m-%d %H:%M:%S})" if started else f"{seen}, slurmd start time unknown")
+             f"{than})" if started else f"{seen}, slurmd start time unknown")
     if ready and rebooted and slurmd_after and responding and trigger is None:
         boot = f"Ready with new bootID {knode.boot_id}" if knode else "no Kubernetes Node"
-        return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after the action at "
-                    f"{since:%Y-%m-%d %H:%M:%S}; trigger cleared", detail={"boot_id": knode.boot_id} if knode else {})
+        return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after {than}; trigger cleared",
+                    detail={"boot_id": knode.boot_id} if knode else {})
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, ad, cfg)}: {facts}"

@@ -107,3 +107,32 @@ class JobNonce:
 
     def dump(self) -> dict[str, Any]:
         return {"nonce": self.value} if self.value else {}
+
+
+@dataclass(frozen=True)
+class HeldTime:
+    """Time an attempt spent held (services.workflow): a pause, a breaker or another admission refusal,
+    or a system error's hold. A step's timeout counts its own time only, never what it did not have:
+    ``elapsed`` takes ``held_s`` off, and a hold still under way (``held_since``) is added when it ends."""
+
+    held_s: float = 0.0  # holds that ended, in seconds
+    held_since: datetime | None = None  # the hold under way began then; None: not held
+
+    @classmethod
+    def load(cls, detail: Mapping[str, Any] | None) -> HeldTime:
+        detail = detail or {}
+        return cls(_number(detail.get("held_s")) or 0.0, _time(detail.get("held_since")))
+
+    def dump(self) -> dict[str, Any]:
+        return {"held_s": round(self.held_s, 3),
+                "held_since": self.held_since.isoformat() if self.held_since else None}
+
+    def holding(self, now: datetime) -> HeldTime:
+        """Held from ``now`` on, unless a hold is already under way (it began earlier)."""
+        return self if self.held_since is not None else HeldTime(self.held_s, now)
+
+    def resumed(self, now: datetime) -> HeldTime:
+        """The hold under way (if any) ended at ``now``: its time joins ``held_s``."""
+        if self.held_since is None:
+            return self
+        return HeldTime(self.held_s + max(0.0, (now - self.held_since).total_seconds()), None)

@@ -241,6 +241,10 @@ class OperationStatus:
     done: bool
     error: str | None = None  # set when the operation finished with an error (provider's message)
     replace: Operation | None = None  # a multi-phase action moved on (e.g. stop done -> start issued)
+    # The first half of a two-part action is sent and its second is not (a BMC's ForceOff before its On):
+    # giving up now would leave the machine off, so the step waits past its timeout; the provider bounds
+    # it (the second half is sent, or the operation ends with an error).
+    midway: bool = False
 
 
 @runtime_checkable

@@ -45,6 +45,7 @@ from remediation.domain.causes import classify, table
 from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
+from remediation.domain.stepdetail import HeldTime
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, strike
@@ -268,15 +269,14 @@ class Rehearsal:
             return None
         with self.sessions() as s:
             row = s.execute(
-                select(RemediationStep.started_at, RemediationStep.provider_op)
+                select(RemediationStep.started_at, RemediationStep.provider_op, RemediationStep.detail)
                 .where(RemediationStep.remediation_id == rid, RemediationStep.step == step,
                        RemediationStep.status.in_(("started", "waiting")))
                 .order_by(RemediationStep.id.desc()).limit(1)
             ).first()
-        started = aware(row.started_at) if row is not None else None
-        if row is None or started is None:
+        if row is None or (started := aware(row.started_at)) is None:
             return None
-        until = started + timedelta(seconds=timeout)
+        until = started + timedelta(seconds=timeout + HeldTime.load(row.detail).held_s)  # held time is not its own
         op = row.provider_op or {}
         if "job_ref" in op or Step(step) is Step.VALIDATE:  # a job on the node: a GPU reset, the GPU check
             jobs = self.engine.adapters.validator

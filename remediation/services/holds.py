@@ -36,7 +36,7 @@ from remediation.db.queries import PAUSED, control_set, lock_control
 from remediation.domain.context import Held
 from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
-from remediation.domain.stepdetail import RetryState
+from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services import breaker
 from remediation.services.audit import audit
@@ -91,7 +91,8 @@ def hold(
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
         detail = RetryState.cleared(row.detail)
-        row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat()}
+        row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat(),
+                      **HeldTime.load(detail).holding(now).dump()}  # the step's clock stops while held
     rem.lease_owner = rem.lease_until = None
     rem.status, rem.updated_at = RemediationStatus.WAITING, now
     rem.next_run_at = now + timedelta(seconds=poll_s)

@@ -19,7 +19,7 @@ from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.outcomes import Hold
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
 from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
-from remediation.domain.stepdetail import JobNonce
+from remediation.domain.stepdetail import HeldTime, JobNonce
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.services.audit import audit, would
 
@@ -85,6 +85,18 @@ def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: dat
     rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
     rem.next_run_at = now + timedelta(seconds=w.countdown)
     return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
+
+
+def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, now: datetime, countdown: float) -> bool:
+    """Admission (or an incident) keeps the step from acting: the remediation waits on ``reason``, and a
+    started attempt's clock stops until it runs again (a pause never counts toward its timeout). Returns
+    whether the hold is new (its reason changed), so that it is logged once, not once per look."""
+    if row is not None:
+        row.detail = {**(row.detail or {}), **HeldTime.load(row.detail).holding(now).dump()}
+    new = rem.wait_reason != reason or rem.status != RemediationStatus.WAITING
+    rem.status, rem.wait_reason = RemediationStatus.WAITING, reason
+    rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
+    return new
 
 
 def move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:

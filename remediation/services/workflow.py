@@ -63,10 +63,10 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
-from remediation.domain.stepdetail import RetryState
+from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker, incidents, steplog, takedown
+from remediation.services import breaker, incidents, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
@@ -229,14 +229,13 @@ class Workflow:
                 held_by_incident = waits.by_incident
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
-                rem.status, rem.wait_reason = RemediationStatus.WAITING, verdict.reason
-                rem.next_run_at, rem.updated_at = now + timedelta(seconds=countdown), now
                 new_vm = row is None and step is Step.VM_RESTART
                 # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
                 hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_VM if new_vm else Hint.ADMISSION
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
-                steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
+                if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
+                    steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             site = g.adapters.site
             if rem.action is None or (step is Step.VM_RESTART and row is None):
@@ -254,6 +253,9 @@ class Workflow:
                 if step is Step.VM_RESTART:
                     control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)
                 s.flush()
+            held_time = HeldTime.load(row.detail).resumed(now)
+            if held_time.held_s:
+                row.detail = {**(row.detail or {}), **held_time.dump()}
             rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=wf.lease_s)
             rem.next_run_at = rem.lease_until
             rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
@@ -262,7 +264,7 @@ class Workflow:
                 context=rem.ctx, key=row.idempotency_key, attempt=row.attempt,
                 started_at=aware(row.started_at) or now, checks=row.checks,
                 provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
-                source=rem.source,
+                source=rem.source, held_s=held_time.held_s,
             )
             return inp, row.id, g
 

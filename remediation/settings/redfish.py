@@ -23,8 +23,10 @@ class RedfishSettings(Section):
     )
     node_annotation: str | None = Field(
         None,
-        description="A Kubernetes Node annotation holding the same mapping as JSON, read for nodes the "
-        "inventory does not list (needs kube.backend kubernetes). Unset = the inventory only.",
+        description="A Kubernetes Node annotation picking the node's system as JSON {bmc, system}, read "
+        "for nodes the inventory does not list (needs kube.backend kubernetes): the BMC must be one the "
+        "inventory lists, whose login it uses; the node's kubelet writes its Node, so the BMC host and the "
+        "credentials never come from it. Unset = the inventory only.",
     )
     credentials_file: str | None = Field(
         None,

@@ -19,7 +19,7 @@ from sushy import exceptions as sushy_exc
 
 from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
-from remediation.adapters.redfish.client import MaybeSent, never_sent
+from remediation.adapters.redfish.client import MaybeSent, never_sent, on_this_bmc
 from remediation.adapters.redfish.dryrun import RedfishDryRun
 from remediation.adapters.redfish.inventory import Bmc, Inventory, parse_entry
 from remediation.adapters.redfish.provider import RedfishProvider, plan_reset
@@ -132,15 +132,17 @@ def test_inventory_then_annotation_and_logins_by_name(tmp_path: Path) -> None:
         f"rack-1: {{username: admin, password: {SECRET}}}\n",
         node_annotation="example.com/bmc",
     )
-    annotated = {"gpu-node-2": {"example.com/bmc": json.dumps({"bmc": "https://b2", "system": "2"})}}
+    annotated = {"gpu-node-2": {"example.com/bmc": json.dumps({"bmc": "https://b1", "system": "2"})}}
     inventory = Inventory(settings, lambda node: annotated.get(node, {}))
     assert inventory.bmc("gpu-node-1").url == "https://b1"
-    assert inventory.bmc("gpu-node-2") == Bmc("https://b2", "/redfish/v1/Systems/2", "default")
+    # The annotation picks a system on a listed BMC; the login is the inventory's for that BMC.
+    assert inventory.bmc("gpu-node-2") == Bmc("https://b1", "/redfish/v1/Systems/2", "rack-1")
     with pytest.raises(UnknownNode, match="nor annotated example.com/bmc"):
         inventory.bmc("gpu-node-3")
     login = inventory.login(inventory.bmc("gpu-node-1"))
     assert login.password == SECRET and SECRET not in repr(login)
-    with pytest.raises(ConfigError, match="no username and password for 'default'") as info:
+    (tmp_path / "credentials.yaml").write_text(f"rack-2: {{username: admin, password: {SECRET}}}\n")
+    with pytest.raises(ConfigError, match="no username and password for 'rack-1'") as info:
         inventory.login(inventory.bmc("gpu-node-2"))
     assert SECRET not in info.value.message
 
@@ -243,7 +245,7 @@ def test_the_fallback_powers_on_once_off_and_a_force_off_that_never_landed_fails
     status = scripted(ScriptedBmc(["On"]), unobserved_after_s=60).poll(
         requested("ForceOff", then="On", ago=61)
     )
-    assert status.done and status.error and "never left On" in status.error
+    assert status.done and status.error and "never went Off" in status.error
 
 
 def test_a_system_that_was_off_is_done_when_seen_on() -> None:
@@ -420,3 +422,22 @@ def test_an_intent_is_kept_unless_the_bmc_surely_did_nothing(
         with pytest.raises(type(error)):
             provider.start(VMRef("redfish", "n"), VMAction.RESTART, "k")
         assert intents.calls == ["claim", "release"] and "k" not in intents.ops  # a later try may send it
+
+
+@pytest.mark.parametrize(
+    ("target", "path"),
+    [
+        ("/redfish/v1/Systems/1/Actions/ComputerSystem.Reset", "/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"),
+        ("https://bmc-7:8443/redfish/v1/Systems/1/Actions/R", "/redfish/v1/Systems/1/Actions/R"),
+        ("https://elsewhere:8443/redfish/v1/Systems/1/Actions/R", None),
+        ("https://bmc-7/redfish/v1/Systems/1/Actions/R", None),
+        ("http://bmc-7:8443/redfish/v1/Systems/1/Actions/R", None),
+        ("//elsewhere/redfish/v1/Systems/1/Actions/R", None),
+        ("redfish/v1/Systems/1/Actions/R", None),
+        ("https://bmc-7:x/r", None),
+    ],
+    ids=["path", "same-host-url", "other-host", "other-port", "other-scheme", "scheme-relative", "relative",
+         "bad-port"],
+)
+def test_a_reset_target_is_a_path_on_the_bmc_itself(target: str, path: str | None) -> None:
+    assert on_this_bmc(target, "https://bmc-7:8443") == path

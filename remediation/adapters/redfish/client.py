@@ -12,6 +12,9 @@ So every session runs with one attempt per request, and :meth:`BmcSession.reset`
 server-side retry either. Whether a failed POST may have reached the BMC decides what the provider
 records (:func:`never_sent`).
 
+The login goes to the inventory's BMC only: a reset ``target`` the BMC's JSON names must be a path on
+that BMC (:func:`on_this_bmc`); an absolute URL to another host is refused before anything is sent.
+
 TLS is always verified, against ``redfish.ca_file`` or the system trust store: sushy is never given
 ``verify=False``. A certificate that does not verify is a configuration error (automation pauses), so a
 wrong CA file never looks like an unreachable BMC.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 import sushy
@@ -108,6 +112,10 @@ class BmcSession:
         target = ((self.system().get("Actions") or {}).get(RESET) or {}).get("target")
         if not target:
             raise PermanentError(f"{self.where}: the system offers no {RESET} action")
+        if (path := on_this_bmc(str(target), self.bmc.url)) is None:
+            # The BMC's own JSON names where to POST: a URL on another host would take the login there.
+            raise PermanentError(f"{self.where}: its {RESET} target is not a path on the BMC; refused")
+        target = path
         try:
             self._conn.post(target, data={"ResetType": reset_type}, server_side_retries_left=0)
         except sushy_exc.ConnectionError as exc:
@@ -146,6 +154,21 @@ def translate(exc: Exception, what: str, trust: str, redact: Callable[[str], str
             )
         return TransientError(f"{what}: no answer ({redact(_reason(cause or exc))})")
     return PermanentError(f"{what}: {type(exc).__name__}: {redact(str(exc))}")
+
+
+def on_this_bmc(target: str, bmc_url: str) -> str | None:
+    """``target`` (a link from the BMC's JSON) as a path on the BMC at ``bmc_url``; None when it names
+    another scheme, host or port, or is no absolute path."""
+    parts, own = urlsplit(target), urlsplit(bmc_url)
+    try:
+        if (parts.scheme or parts.netloc) and (parts.scheme, parts.hostname, parts.port or 443) != (
+            own.scheme, own.hostname, own.port or 443):
+            return None
+    except ValueError:  # a port that is no number
+        return None
+    if not parts.path.startswith("/") or parts.path.startswith("//"):
+        return None
+    return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
 def never_sent(exc: BaseException) -> bool:

@@ -6,8 +6,10 @@ The inventory (``redfish.inventory_file``, YAML or JSON) maps a node to its BMC:
 
 ``system`` is the Redfish system the node is (an id under ``/redfish/v1/Systems/`` or the full path).
 It is required, never guessed: a chassis BMC may serve several systems, and picking the wrong one would
-reset another node. A node the file does not list may carry the same mapping as JSON in a Node
-annotation (``redfish.node_annotation``). ``credentials`` names an entry of the credentials file
+reset another node. A node the file does not list may pick its system in a Node annotation
+(``redfish.node_annotation``, JSON ``{bmc, system}``), on a BMC the file lists for other nodes and with
+their credentials: the node's own kubelet writes its Node, so the BMC host and the login never come from
+it (a system the file gives another node is refused too). ``credentials`` names an entry of the credentials file
 (``redfish.credentials_file``: ``{NAME: {username, password}}``, a Kubernetes Secret mounted as a file),
 one BMC's or a whole group's; without it, ``default``.
 
@@ -135,16 +137,43 @@ class Inventory:
         if self._annotations is not None and self.s.node_annotation:
             value = self._annotations(node).get(self.s.node_annotation)
             if value is not None:
-                where = f"annotation {self.s.node_annotation} on Node {node}"
-                try:
-                    raw = json.loads(value)
-                except ValueError:
-                    raise PermanentError(f"{where} is not JSON") from None
-                return parse_entry(node, raw, where)
+                return self._annotated(node, value)
         raise UnknownNode(
             f"no BMC known for {node}: not in redfish.inventory_file"
             + (f" nor annotated {self.s.node_annotation}" if self.s.node_annotation else "")
         )
+
+    def _annotated(self, node: str, value: str) -> Bmc:
+        """A node's system from its Node annotation, on a BMC the inventory lists, signing in with the
+        inventory's credentials for that BMC. The Node is written by its own kubelet: root on the node
+        may write anything there, so the annotation names a system, never where the password goes."""
+        where = f"annotation {self.s.node_annotation} on Node {node}"
+        try:
+            raw = json.loads(value)
+        except ValueError:
+            raise PermanentError(f"{where} is not JSON") from None
+        if isinstance(raw, dict) and set(raw) - {"bmc", "system"}:
+            raise PermanentError(f"{where} may name bmc and system only, not {sorted(set(raw) - {'bmc', 'system'})}")
+        picked = parse_entry(node, raw, where)
+        listed = self._listed()
+        on_host = {b.credentials for b in listed if b.url == picked.url}
+        if not on_host:
+            raise PermanentError(f"{where} names a BMC the redfish inventory does not list; refused")
+        if len(on_host) > 1:
+            raise PermanentError(f"{where}: the inventory signs in to that BMC with several credentials")
+        if any(b.url == picked.url and b.system == picked.system for b in listed):
+            raise PermanentError(f"{where} names a system the inventory gives another node; refused")
+        return Bmc(picked.url, picked.system, on_host.pop())
+
+    def _listed(self) -> list[Bmc]:
+        """Every well-formed entry of the inventory file (a broken one is its own node's error)."""
+        out = []
+        for name, entry in (self._nodes.load() if self._nodes is not None else {}).items():
+            try:
+                out.append(parse_entry(str(name), entry, "inventory"))
+            except PermanentError:
+                continue
+        return out
 
     def login(self, bmc: Bmc) -> Login:
         if self._logins is None:

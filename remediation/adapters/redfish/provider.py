@@ -19,8 +19,9 @@ seconds after the request). The evidence is the system seen leaving On and On ag
 (a system that was Off: seen On after it). A warm reset need not drop power, and an Off shorter than
 the poll interval is missed: a system On throughout is taken as done ``redfish.unobserved_after_s``
 after the request (``evidence: unobserved``), and the verify step's new bootID or slurmd registration
-is then the only proof, as it is for every provider. A ForceOff that never took the system Off is an
-error (the rung failed). ``poll`` reports done only once the operation the workflow stored shows the
+is then the only proof, as it is for every provider. A ForceOff that never took the system Off within
+``unobserved_after_s`` is an error (the rung failed); until then, and until its On is sent, the operation
+is *midway*: the machine step waits past its timeout rather than leave the machine Off. ``poll`` reports done only once the operation the workflow stored shows the
 evidence, so the step row keeps what was seen.
 """
 
@@ -175,15 +176,17 @@ class RedfishProvider:
                 done=False,
                 replace=_with(new, evidence="left On, then On again" if d["before"] == ON else "On again"),
             )
+        midway = bool(d.get("then")) and d["phase"] != "then-sent"
+        if midway and after > self.s.unobserved_after_s:
+            return OperationStatus(
+                done=True,
+                error=f"{d['reset']} requested {after:.0f}s ago, and the system never went Off "
+                f"(it is {state}; {session.where})",
+            )
         if state == ON and after > self.s.unobserved_after_s:
-            if d.get("then"):
-                return OperationStatus(
-                    done=True,
-                    error=f"{d['reset']} requested {after:.0f}s ago, and the "
-                    f"system never left On ({session.where})",
-                )
             return OperationStatus(done=False, replace=_with(new, evidence="unobserved"))
-        return OperationStatus(done=False, replace=new if new.data != d else None)
+        # Midway: the ForceOff is sent and the On is not; the step waits for it past its timeout.
+        return OperationStatus(done=False, replace=new if new.data != d else None, midway=midway)
 
 
 def _text(value: object) -> str | None:

@@ -20,7 +20,9 @@ the reboot completed, would get a second reboot: nothing else records the first.
 
 **Proof from slurmctld, not a timer.** ``poll`` reads the node (``scontrol show node -o``, one parser
 for 22.05 and 24.11). The reboot is done when slurmctld has cleared both reboot flags and the node's
-BootTime and SlurmdStartTime are not earlier than the request: slurmd registered from a machine that
+BootTime and SlurmdStartTime are not earlier than the request, the request's time being slurmctld's own
+(the ReasonTime it stamped on our reason; a reboot adopted without one: a BootTime newer than the node's
+then), never the worker's clock, which may run ahead of slurmctld's and read a real reboot as none: slurmd registered from a machine that
 booted after we asked. SlurmdStartTime alone proves nothing: a slurmd restarted without a reboot
 registers with the old BootTime, and slurmctld keeps waiting. Flags cleared without such a boot mean
 slurmctld ended the reboot without one: ResumeTimeout passed (the node is DOWN, on 24.11 still DRAIN
@@ -45,8 +47,11 @@ from typing import Any
 from remediation.adapters.cloud.common import marker_for, marker_value
 from remediation.adapters.slurm.args import check_node_name
 from remediation.adapters.slurm.cli import CliSlurm
+from remediation.adapters.slurm.parse import NodeRecord
+from remediation.clock import SystemClock
+from remediation.domain.policy import Clock
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
-from remediation.ports.errors import PermanentError
+from remediation.ports.errors import PermanentError, TransientError
 from remediation.settings import SlurmSettings
 
 #: The flags slurmctld shows while a reboot is pending: asked for, then handed to the node's slurmd.
@@ -74,9 +79,10 @@ def requested_at(reason: str, marker: str) -> int | None:
 class SlurmReboot:
     """:class:`remediation.ports.cluster.MachineProvider` for Slurm nodes (``machine.backend = slurm``)."""
 
-    def __init__(self, settings: SlurmSettings, reason_prefix: str) -> None:
+    def __init__(self, settings: SlurmSettings, reason_prefix: str, clock: Clock | None = None) -> None:
         self.cli = CliSlurm(settings)
         self.prefix = reason_prefix
+        self.clock = clock or SystemClock()  # this worker's clock
 
     def machine_of(self, node: str, k8s_node: str | None = None) -> VMRef:
         return slurm_machine(node)
@@ -90,12 +96,13 @@ class SlurmReboot:
         current = self.cli.status(name)
         asked = requested_at(current.reason, marker)
         if asked is not None:  # this attempt asked already (the worker died before recording it)
-            return _operation(vm, action, marker, asked, "found")
-        now = int(time.time())
+            return _operation(vm, action, marker, stamped(current), "found")
         if current.flags & REBOOT_FLAGS:  # a reboot is on its way already: wait on it, never add one
-            return _operation(vm, action, marker, min(now, current.reason_changed_at or now), "adopted")
+            since = current.reason_changed_at or current.boot_time + BOOT_SLACK_S + 1  # or a newer boot
+            return _operation(vm, action, marker, since, "adopted")
+        now = int(self.clock.now().timestamp())  # the marker's, for people: no proof reads it
         self.cli.reboot(name, f"{self.prefix} reboot {marker_value(marker, now)}")
-        return _operation(vm, action, marker, now, "requested")
+        return _operation(vm, action, marker, stamped(self.cli.status(name)), "requested")
 
     def poll(self, op: Operation) -> OperationStatus:
         name = _node(op.vm)
@@ -114,6 +121,14 @@ class SlurmReboot:
             f"{_at(since)}; ResumeTimeout passed or someone resumed it ({'+'.join(sorted(node.states))})"))
 
 
+def stamped(node: NodeRecord) -> int:
+    """When slurmctld took our reboot request, on its own clock: the ReasonTime it stamped on the
+    reason the request set (appending " : reboot issued" or " : reboot complete" keeps it)."""
+    if not node.reason_changed_at:
+        raise TransientError(f"slurmctld shows no time for the reboot reason of {node.name} yet")
+    return node.reason_changed_at
+
+
 def _node(vm: VMRef) -> str:
     if vm.provider != "slurm":
         raise PermanentError(f"Slurm's reboot cannot act on a {vm.provider} VM ({vm.provider_id or vm.name})")
@@ -121,7 +136,8 @@ def _node(vm: VMRef) -> str:
 
 
 def _operation(vm: VMRef, action: VMAction, marker: str, at: int, how: str) -> Operation:
-    data: dict[str, Any] = {"requested_at": at, "marker": marker, "request": how}
+    # requested_at is slurmctld's time (stamped), as slurmctld_at says to the verify step.
+    data: dict[str, Any] = {"requested_at": at, "slurmctld_at": at, "marker": marker, "request": how}
     return Operation("slurm", f"reboot:{vm.name}@{at}", action, vm, data)
 
 

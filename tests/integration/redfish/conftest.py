@@ -28,7 +28,7 @@ from simulator.kube_tls import write_cluster_pki
 from tests.ports import WERKZEUG_LINE, reported_port
 
 USER, PASSWORD = "remediation", "pw-" + uuid.uuid4().hex  # a value no message may ever carry
-SYSTEMS = ("restart", "cycle", "killed", "workflow", "login", "dry")
+SYSTEMS = ("restart", "cycle", "killed", "workflow", "login", "dry", "held-1", "held-2", "held-3", "overdue", "foreign")
 
 
 @dataclass

@@ -8,6 +8,13 @@ system seen leaving On and On again after the request) kept on the step row; the
 power cycle where the BMC offers no PowerCycle; a wrong password as the credential error that pauses
 automation; an unreachable BMC as a transient error of its node; TLS verified against the CA file, a
 wrong CA failing clearly; dry-run sending nothing. No message, log line or record carries the password.
+
+And where the login goes: only to a BMC the inventory lists. A Node annotation is written by the node's
+own kubelet (root on the node may write anything there): naming its own host, or credentials, is refused
+before anything connects; it may only pick a system on a BMC the inventory lists, signing in with the
+inventory's login for it. A BMC whose JSON names a reset ``target`` on another host is refused too.
+"Nothing reached it" is shown by a socket that listens and is never answered: the kernel completes any
+connection to it, so an empty accept queue means nothing connected, and nothing was sent.
 """
 
 from __future__ import annotations
@@ -16,11 +23,15 @@ import json
 import logging
 import os
 import signal
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -343,3 +354,142 @@ def test_without_powercycle_a_power_cycle_is_force_off_then_on(emulator, cycle) 
     assert [s for s, _ in op.data["seen"]][-2:] == ["Off", "On"], op.data
     settled(emulator, provider, "node-cycle")
     assert emulator.resets("cycle") == 2  # ForceOff, then On once it was seen Off
+
+
+# ------------------------------------------------------------------ where the login goes
+
+ANNOTATION = "example.com/bmc"
+
+
+@pytest.fixture
+def trap() -> Iterator[socket.socket]:
+    """A socket that listens and never answers: where a stolen login would go."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # kept bound and listening until the test ends: never handed on
+        sock.listen(8)
+        sock.setblocking(False)
+        yield sock
+
+
+def connected(sock: socket.socket) -> bool:
+    """Whether anything connected to the trap (the kernel accepted it for us)."""
+    try:
+        peer, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    peer.close()
+    return True
+
+
+def annotated(
+    tmp: Path, emulator: Emulator, sessions: sessionmaker[Session], nodes: dict[str, dict[str, Any]]
+) -> RedfishProvider:
+    """The provider with the test inventory (the emulator's node-* entries but one, login rack-1) and the Node
+    annotations ``nodes`` as the Kubernetes API would hand them over."""
+    settings = configure(tmp, emulator).model_copy(update={"node_annotation": ANNOTATION})
+    listed = yaml.safe_load((tmp / "inventory.yaml").read_text())
+    del listed["node-foreign"]  # its system is on the emulator's BMC, for an annotation to pick
+    (tmp / "inventory.yaml").write_text(yaml.safe_dump(listed))
+    values = {node: {ANNOTATION: json.dumps(value)} for node, value in nodes.items()}
+    inventory = Inventory(settings, lambda node: values.get(node, {}))
+    return RedfishProvider(settings, inventory, StepIntents(sessions))
+
+
+def test_an_annotation_never_sends_the_login_to_a_host_it_names(
+    emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path, trap: socket.socket
+) -> None:
+    own = f"https://127.0.0.1:{trap.getsockname()[1]}"
+    provider = annotated(
+        tmp_path,
+        emulator,
+        sessions,
+        {
+            "gpu-node-own-host": {"bmc": own, "system": "1"},
+            "gpu-node-steals-login": {"bmc": own, "system": "1", "credentials": "rack-1"},
+            "gpu-node-names-login": {
+                "bmc": emulator.url,
+                "system": emulator.systems["foreign"],
+                "credentials": "rack-1",
+            },
+            "gpu-node-takes-another": {"bmc": emulator.url, "system": emulator.systems["restart"]},
+            "gpu-node-on-the-chassis": {"bmc": emulator.url, "system": emulator.systems["foreign"]},
+        },
+    )
+    refused = {
+        "gpu-node-steals-login": "bmc and system only",
+        "gpu-node-own-host": "does not list",
+        "gpu-node-names-login": "bmc and system only",
+        "gpu-node-takes-another": "gives another node",
+    }
+    for node, why in refused.items():
+        with pytest.raises(RemediationError) as info:
+            provider.start(provider.machine_of(node), VMAction.RESTART, step_key(sessions, node))
+        assert not connected(trap), f"{node}: the login went where its annotation said"
+        assert why in info.value.message and info.value.scope is Scope.NODE  # that node's error alone
+    # A system picked on a BMC the inventory lists, with the inventory's login for it, is acted on.
+    node = "gpu-node-on-the-chassis"
+    op = provider.start(provider.machine_of(node), VMAction.RESTART, step_key(sessions, node))
+    assert (op.data["bmc"], op.data["credentials"], op.data["phase"]) == (emulator.url, "rack-1", "sent")
+
+
+class RedirectingBmc(BaseHTTPRequestHandler):
+    """A BMC whose system names its reset target on another host (``server.elsewhere``)."""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        root = {
+            "@odata.id": "/redfish/v1/",
+            "Id": "RootService",
+            "Name": "Root",
+            "RedfishVersion": "1.6.0",
+            "Systems": {"@odata.id": "/redfish/v1/Systems"},
+        }
+        system = {
+            "@odata.id": "/redfish/v1/Systems/1",
+            "Id": "1",
+            "Name": "1",
+            "PowerState": "On",
+            "Actions": {
+                "#ComputerSystem.Reset": {
+                    "target": f"{self.server.elsewhere}/redfish/v1/Systems/1/Actions/ComputerSystem.Reset",  # type: ignore[attr-defined]
+                    "ResetType@Redfish.AllowableValues": ["On", "ForceOff", "GracefulRestart"],
+                }
+            },
+        }
+        body = json.dumps(root if self.path.rstrip("/") == "/redfish/v1" else system).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+def test_a_reset_target_on_another_host_is_refused(
+    emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path, trap: socket.socket
+) -> None:
+    pki = write_cluster_pki(tmp_path)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), RedirectingBmc)  # serves on the port it bound
+    server.elsewhere = f"https://127.0.0.1:{trap.getsockname()[1]}"  # type: ignore[attr-defined]
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(pki.cert_file, pki.key_file)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        settings = configure(
+            tmp_path, emulator, url=f"https://127.0.0.1:{server.server_address[1]}", ca=pki.ca_file
+        )
+        provider = RedfishProvider(
+            RedfishSettings.model_validate(settings.model_dump()), Inventory(settings), StepIntents(sessions)
+        )
+        key = step_key(sessions, "node-login")
+        with pytest.raises(RemediationError, match="not a path on the BMC") as info:
+            provider.start(provider.machine_of("node-login"), VMAction.RESTART, key)
+        assert info.value.scope is Scope.NODE
+        assert not connected(trap)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)

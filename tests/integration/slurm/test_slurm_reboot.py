@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,9 +20,10 @@ from remediation.adapters.noop import NoopKube
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.reboot import REBOOT_FLAGS, SlurmReboot
+from remediation.clock import SystemClock
 from remediation.domain.context import RemediationContext
-from remediation.domain.outcomes import Adapters, Escalate, StepInput, StepSettings
-from remediation.domain.step_bodies import vm_restart
+from remediation.domain.outcomes import Adapters, Done, Escalate, StepInput, StepSettings, Wait
+from remediation.domain.step_bodies import verify, vm_restart
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import SlurmSettings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
@@ -118,3 +120,27 @@ def test_a_reboot_that_never_happens_is_waited_on_then_reported_as_an_error(slur
         assert requests(slurm, node) == asked_before + 1 and not cli.status(node).flags & REBOOT_FLAGS
     finally:
         marker.unlink()
+
+
+def test_a_worker_clock_ahead_of_slurmctld_still_proves_a_real_reboot(slurm: SlurmCluster) -> None:
+    """Boot proof compares slurmctld's times with slurmctld's own: the worker's clock plays no part."""
+    node, key = "gpu-node-3", "r43:vm_restart:1"
+    ahead = SystemClock(offset_s=600)  # this worker's clock runs ten minutes ahead of slurmctld's
+    cli = CliSlurm(slurm.settings())
+    cli.drain(node, f"{PREFIX} xid 79")
+    ran_before = reboots(slurm, node)
+    machine = Adapters(cli, NoopKube(), SlurmReboot(slurm.settings(), PREFIX, clock=ahead))
+    cfg = StepSettings.of(load_settings())
+    inp = StepInput(remediation_id=43, node=node, cause="xid 79", ladder=0, context=RemediationContext(),
+                    key=key, attempt=1, checks=0, provider_op=None, detail={}, started_at=ahead.now())
+    deadline = time.monotonic() + 30
+    while isinstance(out := vm_restart(inp, machine, cfg, ahead.now()), Wait):  # as the workflow runs it
+        assert time.monotonic() < deadline, out
+        inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
+                      detail={**inp.detail, **out.detail})
+        time.sleep(0.2)
+    assert isinstance(out, Done), out  # the reboot slurmctld saw is proven
+    assert reboots(slurm, node) == ran_before + 1
+    proved = verify(replace(inp, context=inp.context.merged(out.context), provider_op=None, checks=0, detail={},
+                            started_at=ahead.now()), machine, cfg, ahead.now())
+    assert isinstance(proved, Done), proved  # and so is slurmd's registration after it
