@@ -61,6 +61,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.sessions = sessions
     app.state.queue_depth = queue_depth
     app.state.clock = clock or SystemClock()
+    app.state.session_key = settings.api.session_key_bytes()  # in memory only; never logged
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
     app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
                                     via="api", governance=governance(settings))

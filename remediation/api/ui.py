@@ -105,7 +105,7 @@ def login(request: Request, f: Fields) -> Response:
     st = request.app.state
     ttl = st.settings.api.session_ttl_s
     with st.sessions() as s, s.begin():
-        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl))
+        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl), st.session_key)
     resp = RedirectResponse(nxt, status_code=303)
     secure = request.url.scheme == "https"
     resp.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", secure=secure, max_age=ttl)
@@ -119,7 +119,7 @@ def logout(request: Request) -> Response:
     session_id = request.cookies.get(COOKIE)
     if session_id:
         with request.app.state.sessions() as s, s.begin():
-            end_session(s, session_id)
+            end_session(s, session_id, request.app.state.session_key)
     resp = RedirectResponse("/login", status_code=303)
     resp.delete_cookie(COOKIE)
     return resp

@@ -200,3 +200,9 @@ def test_unreadable_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 def test_redis_tls_always_verifies(url: str, ca_file: str | None, expected: dict[str, Any]) -> None:
     """rediss:// verifies the server's certificate, against broker.ca_file when set; redis:// is plain."""
     assert load_settings(broker={"redis_url": url, "ca_file": ca_file}).broker.tls(url) == expected
+
+
+def test_a_short_session_key_is_refused_without_echoing_it() -> None:
+    with pytest.raises(SettingsError, match="api.session_key") as err:
+        load_settings(api={"session_key": "short-secret-key"})
+    assert "short-secret-key" not in str(err.value)
