@@ -28,6 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.api import incidents, incidents_ui, policy, reliability_ui, ui
 from remediation.api.auth import browser_principal, identify
 from remediation.api.guard import BodyGuard
+from remediation.api.ratelimit import LoginLimiter
 from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
@@ -62,6 +63,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.queue_depth = queue_depth
     app.state.clock = clock or SystemClock()
     app.state.session_key = settings.api.session_key_bytes()  # in memory only; never logged
+    app.state.login_limiter = LoginLimiter(settings.api.login_attempts_per_minute)
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
     app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
                                     via="api", governance=governance(settings))

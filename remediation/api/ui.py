@@ -100,6 +100,13 @@ def login_form(request: Request, next: str = "/") -> HTMLResponse:
 @router.post("/login")
 def login(request: Request, f: Fields) -> Response:
     token, name, nxt = f.get("token", "")[:4096], f.get("name", ""), _safe_next(f.get("next"))
+    client = request.client.host if request.client else "unknown"
+    wait = request.app.state.login_limiter.retry_after(client, request.app.state.clock.now())
+    if wait is not None:
+        ctx = {"next": nxt, "error": "Too many login attempts: wait a minute.", "who": None}
+        response = _render(request, "login.html", ctx, 429)
+        response.headers["Retry-After"] = str(int(wait + 0.999))
+        return response
     if identify(token, request.app.state.settings.api) is None:
         return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, 401)
     st = request.app.state

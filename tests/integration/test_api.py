@@ -242,6 +242,23 @@ def test_a_session_id_is_stored_as_an_hmac_under_the_server_key(pg_url, sessions
         assert other.get("/quarantine", follow_redirects=False).status_code == 303
 
 
+def test_login_attempts_are_limited_per_client(pg_url, sessions, history) -> None:
+    """One client may try api.login_attempts_per_minute logins in any minute; the next is 429 with a
+    Retry-After, even with a good token (it is refused before the token is compared), until the
+    window has passed; another client is not held back by it."""
+    clock = FakeClock(datetime.now(UTC))
+    api = {"admin_tokens": [ADMIN], "login_attempts_per_minute": 3}
+    app = create_app(Settings(database={"url": pg_url}, api=api), sessions, clock=clock)
+    with TestClient(app) as guesser, TestClient(app, client=("192.0.2.7", 50000)) as neighbour:
+        for _ in range(3):
+            assert guesser.post("/login", data={"token": "guess-0123456789abcdef"}).status_code == 401
+        held = guesser.post("/login", data={"token": ADMIN}, follow_redirects=False)
+        assert held.status_code == 429 and held.headers["retry-after"] == "60" and "Too many" in held.text
+        assert neighbour.post("/login", data={"token": ADMIN}, follow_redirects=False).status_code == 303
+        clock.advance(61)
+        assert guesser.post("/login", data={"token": ADMIN}, follow_redirects=False).status_code == 303
+
+
 def test_dashboard_release_form_needs_admin_and_csrf(client, history, sessions, dispatch) -> None:
     _login(client, ADMIN)
     page = client.get("/quarantine").text
