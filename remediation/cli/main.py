@@ -145,7 +145,8 @@ def api(
     # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
     uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
                 host=host or settings.api.bind, port=settings.api.port if port is None else port,
-                log_config=None, log_level=settings.log_level.lower())
+                log_config=None, log_level=settings.log_level.lower(),
+                proxy_headers=True, forwarded_allow_ips=settings.api.forwarded_allow_ips)
 
 
 def broker_dispatcher(settings: Settings) -> Dispatcher:

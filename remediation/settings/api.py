@@ -78,6 +78,19 @@ class ApiSettings(Section):
         "process makes a random key at start-up: safe, but sessions end at a restart and are not "
         "shared between replicas.",
     )
+    login_attempts_per_minute: int = Field(
+        10, ge=1, le=10_000,
+        description="Dashboard login attempts one client (address) may make in any minute; one more is "
+        "refused with 429 before the token is compared. 10 leaves room for typos and stops a client "
+        "trying tokens at the API's speed. Counted per API process.",
+    )
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        description="Comma-separated addresses (or CIDRs, or *) of the proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto uvicorn believes. Behind a TLS ingress, name the ingress's addresses so the "
+        "session cookie keeps its Secure flag and the login limit counts the real client; the default "
+        "believes only a proxy on the same host.",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
