@@ -85,7 +85,8 @@ def test_shipped_config_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         if key.startswith("REMEDIATION_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("REMEDIATION_CONFIG", str(cfg))
-    settings = Settings()
+    monkeypatch.setenv("REMEDIATION_SLURM__REST_TOKEN", "a-jwt")  # as the worker's Secret gives it
+    settings = Settings()  # a token over http:// to slurmrestd.slurm would be refused
     assert settings.dry_run is True and settings.slurm.backend == "rest"
 
 
@@ -336,7 +337,8 @@ def test_the_simulator_writes_only_real_settings() -> None:
     assert all(
         "://simulator:" in overrides[k] for k in overrides if k.endswith(("_URL", "_ENDPOINT", "__HOST"))
     )
-    settings = load_settings(**kwargs)
+    settings = load_settings(**kwargs)  # slurm.rest_token over http:// to "simulator" would be refused
+    assert settings.slurm.rest_url is not None and settings.slurm.rest_url.startswith("https://simulator:")
     assert settings.machine.azure_endpoint is not None and settings.machine.azure_endpoint.startswith(
         "https://simulator:"
     )
