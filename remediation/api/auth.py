@@ -95,6 +95,12 @@ def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, csrf_key:
     return Principal(role, fp, csrf_key, f"{role}-{fp}")
 
 
+def header_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, for a route outside the bearer dependency."""
+    header = request.headers.get("authorization", "")
+    return header[7:] if header.lower().startswith("bearer ") else None
+
+
 def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 

@@ -259,6 +259,24 @@ def test_login_attempts_are_limited_per_client(pg_url, sessions, history) -> Non
         assert guesser.post("/login", data={"token": ADMIN}, follow_redirects=False).status_code == 303
 
 
+def test_api_docs_need_a_principal_and_load_nothing_from_the_network(client, history) -> None:
+    """/api/docs is for someone who may use the API (a login or a bearer token), and its page loads
+    Swagger UI from this server only: no CDN, so it works air-gapped and runs no foreign script."""
+    res = client.get("/api/docs", follow_redirects=False)
+    assert res.status_code == 303 and res.headers["location"] == "/login?next=%2Fapi%2Fdocs"
+    assert client.get("/api/docs", headers={"Authorization": "Bearer wrong-token-0123456789"},
+                      follow_redirects=False).status_code == 303
+    page = client.get("/api/docs", headers=AS_READER)
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert not re.findall(r"(?:src|href)=['\"](?:https?:)?//", page.text), "an asset from another host"
+    assets = re.findall(r"(?:src|href)=['\"](/api/docs/assets/[^'\"]+)", page.text)
+    assert len(assets) == 3
+    for path in assets:
+        assert client.get(path).status_code == 200, path
+    _login(client, READ)
+    assert client.get("/api/docs").status_code == 200  # a dashboard session will do in a browser
+
+
 def test_dashboard_release_form_needs_admin_and_csrf(client, history, sessions, dispatch) -> None:
     _login(client, ADMIN)
     page = client.get("/quarantine").text
