@@ -971,3 +971,63 @@ def test_compose_tls_overlay_keeps_each_components_user() -> None:
         assert env["REMEDIATION_BROKER__CA_FILE"].startswith("/tls/"), name
         assert "redis-tls:/tls:ro" in tls["services"][name]["volumes"], name
     assert "--tls-port" in tls["services"]["redis"]["command"] and "0" in tls["services"]["redis"]["command"]
+
+
+WORKER_USER = f"system:serviceaccount:{NAMESPACE}:remediation-worker"
+REQUESTED_AT, DEADLINE = "remediation.gpu.io/checkpoint-requested-at", "remediation.gpu.io/checkpoint-deadline"
+
+
+def _admit(policy: dict[str, Any], user: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What a kube-apiserver's ValidatingAdmissionPolicy plugin does with a pod UPDATE: the match
+    conditions, then the variables in order, then each validation; returns the refusals' messages.
+    (The suite's local apiserver is a fake that runs no CEL, so the expressions run here, in cel-python.)"""
+    import celpy
+
+    env = celpy.Environment()
+
+    def run(expression: str, scope: dict[str, Any]) -> Any:
+        return env.program(env.compile(expression)).evaluate(celpy.json_to_cel(scope))
+
+    scope: dict[str, Any] = {"object": new, "oldObject": old, "request": {"userInfo": {"username": user}},
+                             "variables": {}}
+    if not all(run(c["expression"], scope) for c in policy["spec"].get("matchConditions", [])):
+        return []
+    for variable in policy["spec"].get("variables", []):
+        scope["variables"][variable["name"]] = run(variable["expression"], scope)
+    return [v["message"] for v in policy["spec"]["validations"] if not run(v["expression"], scope)]
+
+
+def _pod(**meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "llama-0", "namespace": "training", "labels": {"app": "llama"}, **meta},
+            "spec": {"nodeName": "gke-a3-0", "containers": [{"name": "main", "image": "trainer@sha256:0"}]}}
+
+
+@pytest.mark.parametrize(
+    ("user", "new", "allowed"),
+    [
+        (WORKER_USER, _pod(annotations={"team": "llm", REQUESTED_AT: "t0", DEADLINE: "t1"}), True),
+        (WORKER_USER, _pod(annotations={"team": "llm"}), True),  # nothing changed
+        (WORKER_USER, _pod(annotations={REQUESTED_AT: "t0"}), False),  # removes another annotation
+        (WORKER_USER, _pod(annotations={"team": "ops", REQUESTED_AT: "t0"}), False),
+        (WORKER_USER, _pod(annotations={"team": "llm", "sidecar.istio.io/inject": "false"}), False),
+        (WORKER_USER, {**_pod(annotations={"team": "llm"}), "metadata": {
+            **_pod()["metadata"], "annotations": {"team": "llm"}, "labels": {"app": "mine"}}}, False),
+        (WORKER_USER, _pod(annotations={"team": "llm"}, finalizers=["x/hold"]), False),
+        ("system:serviceaccount:kube-system:some-controller", _pod(labels={"app": "other"}), True),
+    ],
+    ids=["own-two", "no-change", "drops-other", "changes-other", "adds-other", "label", "finalizer",
+         "other-user"],
+)
+def test_the_checkpoint_policy_lets_the_worker_touch_only_its_two_annotations(
+    tmp_path: Path, user: str, new: dict[str, Any], allowed: bool
+) -> None:
+    objs = _with_validation("gcp", tmp_path, "checkpoint-pods")
+    (policy,) = _of(objs, "ValidatingAdmissionPolicy")
+    (binding,) = _of(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert "namespace" not in policy["metadata"] and policy["spec"]["failurePolicy"] == "Fail"
+    names = [c["expression"] for c in policy["spec"]["variables"] if c["name"] == "ours"]
+    assert names == [f'["{REQUESTED_AT}", "{DEADLINE}"]']
+    assert Settings().kube.annotation_domain == REQUESTED_AT.split("/")[0]  # the keys the adapter writes
+    old = _pod(annotations={"team": "llm"})
+    assert (_admit(policy, user, old, new) == []) is allowed
