@@ -414,12 +414,9 @@ HEALTH_SERVERS = {
 CLUSTER = "(cluster)"
 SLURM_NAMESPACE = "slurm"  # kube.pod_namespace in deploy/base/config.yaml
 RBAC = {
-    ("remediation-worker", CLUSTER): {
-        ("", "nodes", "get"),
-        ("", "nodes", "patch"),
-        ("", "pods", "list"),
-        ("", "pods/eviction", "create"),
-    },
+    ("remediation-worker", CLUSTER): {("", "nodes", "get"), ("", "nodes", "patch")},
+    # kube.workload_namespaces in deploy/base/config.yaml: the pods evicted from a Node, listed there only
+    ("remediation-worker", SLURM_NAMESPACE): {("", "pods", "list"), ("", "pods/eviction", "create")},
     ("remediation-watcher-kube", CLUSTER): {("", "nodes", "list"), ("", "nodes", "watch")},
     ("remediation-watcher-kube", SLURM_NAMESPACE): {("", "pods", "list")},
 }
@@ -719,9 +716,9 @@ def test_the_high_availability_component_points_every_process_at_the_sentinels(
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_checkpoint_pods_component_grants_pods_patch_and_nothing_more(overlay: str, tmp_path: Path) -> None:
     """workflow.checkpoint_pods annotates pods (remediation/adapters/kube/adapter.py, request_checkpoint):
-    pods patch for the workers, cluster-wide as their pods list is; no exec, no delete."""
+    pods patch for the workers, in the namespace their pods list is; no exec, no delete."""
     objs = _with_validation(overlay, tmp_path, "checkpoint-pods")
-    worker = ("remediation-worker", CLUSTER)
+    worker = ("remediation-worker", SLURM_NAMESPACE)
     assert _granted(objs) == {**RBAC, worker: RBAC[worker] | {("", "pods", "patch")}}
     for workload in _workloads(objs):
         env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
@@ -737,9 +734,10 @@ def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
     assert _granted((wide, binding)) == {("remediation-watcher-kube", CLUSTER): {("", "pods", "list")}}
 
 
-def test_the_watchers_pod_grant_is_in_the_namespace_it_lists() -> None:
+def test_the_pod_grants_are_in_the_namespaces_listed() -> None:
     (config,) = _docs(ROOT / "deploy/base/config.yaml")
-    assert yaml.safe_load(config["data"]["config.yaml"])["kube"]["pod_namespace"] == SLURM_NAMESPACE
+    kube = yaml.safe_load(config["data"]["config.yaml"])["kube"]
+    assert kube["pod_namespace"] == SLURM_NAMESPACE and kube["workload_namespaces"] == [SLURM_NAMESPACE]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
