@@ -5,18 +5,23 @@ run is a command of the `remediation` console script."""
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 import yaml
 
+from remediation.adapters.kube.validator import job_manifest
+from remediation.domain.gpu_reset import reset_command
+from remediation.ports.validator import ValidationCheck
 from remediation.settings import Settings, load_settings
 from tests.composefile import MissingVariable, compose
 
@@ -975,7 +980,8 @@ WORKER_USER = f"system:serviceaccount:{NAMESPACE}:remediation-worker"
 REQUESTED_AT, DEADLINE = "remediation.gpu.io/checkpoint-requested-at", "remediation.gpu.io/checkpoint-deadline"
 
 
-def _admit(policy: dict[str, Any], user: str, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _admit(policy: dict[str, Any], user: str, old: dict[str, Any] | None, new: dict[str, Any],
+           params: dict[str, Any] | None = None) -> list[str]:
     """What a kube-apiserver's ValidatingAdmissionPolicy plugin does with a pod UPDATE: the match
     conditions, then the variables in order, then each validation; returns the refusals' messages.
     (The suite's local apiserver is a fake that runs no CEL, so the expressions run here, in cel-python.)"""
@@ -983,11 +989,20 @@ def _admit(policy: dict[str, Any], user: str, old: dict[str, Any], new: dict[str
 
     env = celpy.Environment()
 
+    def cel(value: Any) -> Any:  # celpy.json_to_cel reads a bool as an int (bool is an int in Python)
+        if isinstance(value, bool):
+            return celpy.celtypes.BoolType(value)
+        if isinstance(value, dict):
+            return celpy.celtypes.MapType({celpy.celtypes.StringType(k): cel(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return celpy.celtypes.ListType([cel(v) for v in value])
+        return value if isinstance(value, celpy.celtypes.BoolType) else celpy.json_to_cel(value)
+
     def run(expression: str, scope: dict[str, Any]) -> Any:
-        return env.program(env.compile(expression)).evaluate(celpy.json_to_cel(scope))
+        return env.program(env.compile(expression)).evaluate({k: cel(v) for k, v in scope.items()})
 
     scope: dict[str, Any] = {"object": new, "oldObject": old, "request": {"userInfo": {"username": user}},
-                             "variables": {}}
+                             "params": params, "variables": {}}
     if not all(run(c["expression"], scope) for c in policy["spec"].get("matchConditions", [])):
         return []
     for variable in policy["spec"].get("variables", []):
@@ -1029,3 +1044,61 @@ def test_the_checkpoint_policy_lets_the_worker_touch_only_its_two_annotations(
     assert Settings().kube.annotation_domain == REQUESTED_AT.split("/")[0]  # the keys the adapter writes
     old = _pod(annotations={"team": "llm"})
     assert (_admit(policy, user, old, new) == []) is allowed
+
+
+CHECK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], bool]] = {
+    "the-check": (lambda spec: None, True),
+    "the-reset": (lambda spec: spec["containers"][0].update(command=list(reset_command("0000:3b:00"))), True),
+    "reset-all": (lambda spec: spec["containers"][0].update(command=list(reset_command(None))), True),
+    "other-image": (lambda spec: spec["containers"][0].update(image="busybox:latest"), False),
+    "shell": (lambda spec: spec["containers"][0].update(command=["/bin/sh", "-c", "curl x | sh"]), False),
+    "reset-edited": (lambda spec: spec["containers"][0].update(
+        command=["/bin/sh", "-c", "rm -rf /host", "nr-gpu-reset", ""]), False),
+    "added-args": (lambda spec: spec["containers"][0].update(args=["-r", "1"]), False),
+    "capability": (lambda spec: spec["containers"][0]["securityContext"].update(
+        capabilities={"add": ["SYS_ADMIN"]}), False),
+    "host-pid": (lambda spec: spec.update(hostPID=True), False),
+    "host-path": (lambda spec: spec.update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]), False),
+    "token": (lambda spec: spec.update(automountServiceAccountToken=True), False),
+    "sidecar": (lambda spec: spec["containers"].append({"name": "x", "image": "busybox"}), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECK_CASES), ids=list(CHECK_CASES))
+def test_the_check_namespace_admits_only_the_pinned_check(tmp_path: Path, case: str) -> None:
+    """The check namespace is privileged (the check needs it), so the policy does what Pod Security
+    does not: the pod the workers' Job makes passes; the same pod changed in any way that matters is
+    refused. The workers read the pinned image from the same ConfigMap the policy reads."""
+    objs = _with_validation("gcp", tmp_path)
+    (policy,) = [p for p in _of(objs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "remediation-check-pods"]
+    (binding,) = _of(objs, "ValidatingAdmissionPolicyBinding")
+    (pin,) = [c for c in _of(objs, "ConfigMap") if c["metadata"]["name"] == "remediation-check-image"]
+    assert binding["spec"]["paramRef"] == {"name": "remediation-check-image", "namespace": NAMESPACE,
+                                           "parameterNotFoundAction": "Deny"}
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert re.fullmatch(r"[^@]+@sha256:[0-9a-f]{64}", pin["data"]["image"])
+    for workload in _workloads(objs):
+        env = {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+        ref = env["REMEDIATION_VALIDATION__KUBE_IMAGE"]["valueFrom"]["configMapKeyRef"]
+        assert ref == {"name": "remediation-check-image", "key": "image"}, workload["metadata"]["name"]
+    cfg = Settings(validation={"kube_image": pin["data"]["image"]}).validation
+    check = ValidationCheck("gpu-node-1", "nr-check-7-1", tuple(cfg.check_for("gpu-memory")), 60.0, "gpu-memory")
+    spec = copy.deepcopy(job_manifest(check, "gke-a3-0", cfg, "remediation.gpu.io/quarantine")["spec"]["template"]["spec"])
+    change, allowed = CHECK_CASES[case]
+    change(spec)
+    pod = {"metadata": {"name": "nr-check-7-1-x", "namespace": VALIDATION_NAMESPACE}, "spec": spec}
+    refusals = _admit(policy, "system:serviceaccount:kube-system:job-controller", None, pod, pin)
+    assert (refusals == []) is allowed, refusals
+
+
+def test_the_check_policy_names_every_configured_check_command() -> None:
+    """validation.checks and the policy's list must not drift (a check the policy refuses never runs)."""
+    (policy,) = [d for d in _docs(ROOT / "deploy/components/validation-kubernetes/admission.yaml")
+                 if d["kind"] == "ValidatingAdmissionPolicy"]
+    import celpy
+
+    env = celpy.Environment()
+    listed = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    checks = env.program(env.compile(listed["checks"])).evaluate({})
+    assert {tuple(str(a) for a in argv) for argv in checks} == {tuple(v) for v in Settings().validation.checks.values()}
+    assert str(env.program(env.compile(listed["reset"])).evaluate({})) == reset_command(None)[2]
