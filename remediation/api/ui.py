@@ -22,6 +22,7 @@ from remediation.api.levers import Lever, pull
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
+from remediation.services.pool import membership
 from remediation.services.readmodels import (
     RecordNotFound,
     list_audit,
@@ -140,12 +141,13 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
         ov = overview(s)
+        pool = membership(s, st.clock.now(), st.settings.policy.pool_stale)
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
         recent = list_audit(s, limit=15)
     ov.queue_depth = st.queue_depth() if st.queue_depth is not None else None
     return _page(request, who, "overview.html", ov=ov, in_flight=in_flight, quarantine=quarantine,
-                 recent=recent)
+                 recent=recent, pool=pool)
 
 
 @router.get("/nodes")

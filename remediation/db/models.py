@@ -76,6 +76,8 @@ class Node(Base):
     labels: Mapped[dict[str, str] | None] = mapped_column(Json)
     # The profile that governs the node now (NULL: the base policy): its pool, for the profile's breaker.
     profile: Mapped[str | None] = mapped_column(String(63), index=True)
+    # When a watcher's resync last listed the node (NULL: never): the breaker's pool (services/pool.py).
+    confirmed_at: Mapped[datetime | None] = mapped_column(index=True)
 
 
 class Event(Base):
