@@ -137,7 +137,7 @@ def get_status(request: Request, _: Reader) -> dict[str, Any]:
     nodes by status, and each remediation held on an error nobody mapped."""
     st = request.app.state
     with st.sessions() as s:
-        return automation_status(s, st.clock.now(), st.settings.policy.pool_stale)
+        return automation_status(s, st.settings.policy.pool_stale)
 
 
 @router.get("/nodes", response_model=list[NodeRow])

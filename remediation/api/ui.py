@@ -141,7 +141,7 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
         ov = overview(s)
-        pool = membership(s, st.clock.now(), st.settings.policy.pool_stale)
+        pool = membership(s, st.settings.policy.pool_stale)
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
         recent = list_audit(s, limit=15)

@@ -220,6 +220,19 @@ def breaker_key(profile: str | None) -> str:
     return BREAKER if profile is None else f"{BREAKER}:{profile}"
 
 
+def confirmed_since(session: Session, pool_stale: timedelta | None) -> datetime:
+    """The oldest confirmation still in the pool: ``pool_stale`` before the latest resync's. Measured
+    from the latest confirmation, not from now, a node leaves only by missing resyncs the others got:
+    a stopped watcher confirms nobody, and then nobody leaves (a pool of zero would disable the breaker)."""
+    if pool_stale is None:
+        return _EPOCH
+    latest: datetime | None = session.scalar(select(func.max(Node.confirmed_at)))
+    return _EPOCH if latest is None else latest.replace(tzinfo=latest.tzinfo or UTC) - pool_stale
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None,
                  profile: str | None = None, *, pool_stale: timedelta | None = None) -> ClusterView:
     """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch.
@@ -234,7 +247,7 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
     pool, failed, last_failure, vm_active = session.execute(
         _VIEW_COUNTS if profile is None else _POOL_COUNTS,
         {"since": since, "exclude": exclude if exclude is not None else -1,
-         "confirmed_since": now - pool_stale if pool_stale is not None else datetime.min.replace(tzinfo=UTC),
+         "confirmed_since": confirmed_since(session, pool_stale),
          **({"profile": profile} if profile is not None else {})},
     ).one()
     last = LastVMAction.load(found.get(LAST_VM_ACTION)).when

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -157,12 +157,11 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
     return resumed
 
 
-def automation_status(s: Session, now: datetime | None = None, pool_stale: timedelta | None = None
-                      ) -> dict[str, Any]:
+def automation_status(s: Session, pool_stale: timedelta | None = None) -> dict[str, Any]:
     """``remediation status`` (and ``GET /api/v1/status``): pause, breaker, counts, the breaker's pool
     (which nodes a resync confirmed), and the remediations held for a human, each with why."""
     ov = overview(s)
-    pool = membership(s, now or datetime.now(UTC), pool_stale or PolicySettings().pool_stale)
+    pool = membership(s, pool_stale or PolicySettings().pool_stale)
     open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
     held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
             for x in open_rems if x.ctx.held]

@@ -4,9 +4,9 @@ Any name on the stream becomes a ``nodes`` row (events need one), so counting ro
 dilute the breaker with names no cluster has, and a node long gone kept counting forever. A node is
 *confirmed* when the Slurm or Kubernetes watcher lists it (an ``inventory`` event: the Slurm watcher
 sends one per node at every resync, so a re-sent one, though a duplicate event, confirms again); the
-ingest's clock stamps ``nodes.confirmed_at``. The pool is the confirmed nodes seen within
-``policy.pool_stale_s``; a node no resync has listed for that long leaves it (its row stays, with its
-history). Until a watcher has confirmed anything at all (an install whose watchers predate
+ingest's clock stamps ``nodes.confirmed_at``. The pool is the confirmed nodes listed within
+``policy.pool_stale_s`` of the latest confirmation: a node the resyncs of that span left out leaves it
+(its row stays, with its history), while a stopped watcher, confirming nobody, shrinks nothing. Until a watcher has confirmed anything at all (an install whose watchers predate
 confirmation, or before the first resync) every row counts, as before: a pool of zero would disable
 the breaker. docs/policy.md, "Storm breaker", says why.
 """
@@ -21,6 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Node
+from remediation.db.queries import confirmed_since
 from remediation.domain.events import EventKind, NodeEvent, Source
 
 #: The sources whose inventory is a confirmation: what each watcher read from its own system.
@@ -46,8 +47,8 @@ class PoolMembership:
     counted: int  # the breaker's denominator (every row until anything is confirmed)
 
 
-def membership(session: Session, now: datetime, stale_after: timedelta) -> PoolMembership:
-    since = now - stale_after
+def membership(session: Session, stale_after: timedelta) -> PoolMembership:
+    since = confirmed_since(session, stale_after)
     rows, confirmed, ever = session.execute(
         select(func.count(), func.count().filter(Node.confirmed_at >= since), func.count(Node.confirmed_at))
         .select_from(Node)

@@ -72,8 +72,9 @@ class PolicySettings(Section):
     breaker_window_s: int = Field(600, ge=10, description="Sliding window of the storm breaker, seconds.")
     pool_stale_s: float = Field(
         900.0, gt=0,
-        description="Seconds after which a node no watcher resync has listed leaves the pool the storm "
-        "breaker divides by (its row and history stay). 900 s is 15 Slurm resyncs at the default 60 s "
+        description="A node that the watcher resyncs of this many seconds before the latest one did not "
+        "list leaves the pool the storm breaker divides by (its row and history stay; a stopped watcher "
+        "confirms nobody, so nobody leaves). 900 s is 15 Slurm resyncs at the default 60 s "
         "and three Kubernetes relists at 300 s: a missed resync or a watcher restart never shrinks the "
         "pool, a node removed from the cluster stops diluting the breaker within a quarter hour.",
     )

@@ -49,12 +49,14 @@ def test_only_nodes_a_resync_listed_lately_make_up_the_pool(sessions: sessionmak
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Node)) == 15  # every name still has its row
     assert _pool(sessions, clock) == 10  # the names no resync listed do not dilute the breaker
-    clock.advance(600)
-    _send(sessions, clock, EventKind.INVENTORY, real[:8], "inventory:IDLE")  # re-sent: duplicates, yet confirm
-    clock.advance(400)  # gpu-node-8 and -9 were last listed 1000 s ago, past policy.pool_stale_s
+    for _ in range(2):  # two resyncs that no longer list gpu-node-8 and -9 (re-sent: duplicates, yet confirm)
+        clock.advance(500)
+        _send(sessions, clock, EventKind.INVENTORY, real[:8], "inventory:IDLE")
+    assert _pool(sessions, clock) == 8  # last listed 1000 s before the latest resync: past pool_stale_s
+    clock.advance(86400)  # the watcher stops: nobody is confirmed, so nobody leaves
     assert _pool(sessions, clock) == 8
     with sessions() as s:
-        pool = automation_status(s, clock.now(), SETTINGS.policy.pool_stale)["pool"]
+        pool = automation_status(s, SETTINGS.policy.pool_stale)["pool"]
     assert pool == {"rows": 15, "confirmed": 8, "stale": 2, "unconfirmed": 5, "counted": 8}
     assert _pool_line(pool) == ("8 nodes confirmed by a watcher resync; left out: 2 not listed lately "
                                 "(policy.pool_stale_s), 5 never listed")
