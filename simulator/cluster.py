@@ -50,6 +50,7 @@ import secrets
 import shlex
 import socket
 import socketserver
+import ssl
 import tempfile
 import threading
 import time
@@ -127,7 +128,7 @@ class LinkedSlurmRestd(SlurmRestd):
 
     @property
     def url(self) -> str:
-        return f"http://{self.advertise}:{self.port}"
+        return f"{self.scheme}://{self.advertise}:{self.port}"
 
 
 @dataclass
@@ -197,7 +198,11 @@ class SimCluster(FaultInjector):
         )
         self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
         self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)
-        self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token)
+        # TLS, as slurmrestd must be wherever its JWT crosses a network (slurm.rest_token over http:// to
+        # anything but loopback is refused); the Azure fake's certificate names the advertised host.
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(self.cert_file, key_file)
+        self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token, ssl_context=tls)
         self.state_dir: Path = state_dir
         self.bmc = (
             RedfishBmc(state_dir, op_seconds=op_seconds, hosts=(self.advertise,)) if bare_metal else None
@@ -343,6 +348,7 @@ class SimCluster(FaultInjector):
             "REMEDIATION_SLURM__REST_API_VERSION": "v0.0.40",
             "REMEDIATION_SLURM__REST_USER": "remediation",
             "REMEDIATION_SLURM__REST_TOKEN": self.slurm_token,
+            "REMEDIATION_SLURM__REST_CA_FILE": str(self.cert_file),
             "REMEDIATION_KUBE__BACKEND": "kubernetes",
             "REMEDIATION_KUBE__HOST": self.kube.url,
             "REMEDIATION_KUBE__TOKEN": self.kube_token,

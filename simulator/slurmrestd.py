@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from typing import Any
 
 from simulator.fakehttp import FakeServer, Response
@@ -54,9 +55,10 @@ class SlurmRestd(FakeServer):
     """``url`` is what ``slurm.rest_url`` takes."""
 
     def __init__(
-        self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation", release: tuple[int, int] = (24, 11)
+        self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation", release: tuple[int, int] = (24, 11),
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(ssl_context)
         self.ctld = ctld
         self.newest = release >= (26, 5)  # answer as 26.05 does: its versions, words and errnos
         self.versions = VERSIONS_2605 if self.newest else VERSIONS
@@ -66,7 +68,11 @@ class SlurmRestd(FakeServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self._httpd.ssl_context is None else "https"
 
     def dispatch(
         self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]

@@ -26,8 +26,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import incidents, incidents_ui, policy, reliability_ui, ui
-from remediation.api.auth import browser_principal, identify
+from remediation.api.auth import browser_principal, header_token, identify
+from remediation.api.docs import mount_docs
 from remediation.api.guard import BodyGuard
+from remediation.api.ratelimit import LoginLimiter
 from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
@@ -52,7 +54,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
         version="1",
         description="On-call API of node-remediation. Every endpoint needs a bearer token; levers "
         "(POST) need an admin token.",
-        docs_url="/api/docs",
+        docs_url=None,  # remediation.api.docs serves /api/docs: behind a login, with local assets
         redoc_url=None,
     )
     if sessions is None:
@@ -61,6 +63,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.sessions = sessions
     app.state.queue_depth = queue_depth
     app.state.clock = clock or SystemClock()
+    app.state.session_key = settings.api.session_key_bytes()  # in memory only; never logged
+    app.state.login_limiter = LoginLimiter(settings.api.login_attempts_per_minute)
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
     app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
                                     via="api", governance=governance(settings))
@@ -70,6 +74,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     templates.env.globals["ago"] = lambda at: ago(at, app.state.clock.now())
     app.state.templates = templates
 
+    mount_docs(app)  # before the routers: /api/docs/assets must not fall to a catch-all route
     app.include_router(router)
     app.include_router(incidents.router)
     app.include_router(policy.router)
@@ -99,9 +104,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
                               "description": "No known token (when metrics_require_token is set)"}})
     def metrics(request: Request) -> Response:
         if settings.api.metrics_require_token:
-            header = request.headers.get("authorization", "")
-            token = header[7:] if header.lower().startswith("bearer ") else None
-            if identify(token, settings.api) is None:
+            if identify(header_token(request), settings.api) is None:
                 return PlainTextResponse("unauthorized\n", 401, headers={"WWW-Authenticate": "Bearer"})
         return Response(generate_latest(app.state.registry), media_type=CONTENT_TYPE_LATEST)
 

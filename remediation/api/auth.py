@@ -10,7 +10,8 @@
   cannot be tricked into pulling a lever through it (no CSRF surface).
 - The dashboard takes the token once in a login form and opens a server-side session
   (:mod:`remediation.services.dashboard_sessions`): the HttpOnly, SameSite=Strict cookie (Secure over
-  https) holds a random session id, never the token. A session ends when it expires
+  https) holds a random session id, never the token; the database keeps only its HMAC under
+  ``api.session_key``. A session ends when it expires
   (``api.session_ttl_s``), at logout, or when its token leaves the configuration: the SHA-256 of the
   token it was made with is matched against the configured tokens on every request. Its forms also
   carry a CSRF value derived from the session id (HMAC), which a third-party page cannot compute.
@@ -94,6 +95,12 @@ def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, csrf_key:
     return Principal(role, fp, csrf_key, f"{role}-{fp}")
 
 
+def header_token(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, for a route outside the bearer dependency."""
+    header = request.headers.get("authorization", "")
+    return header[7:] if header.lower().startswith("bearer ") else None
+
+
 def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"})
 
@@ -120,7 +127,7 @@ def browser_principal(request: Request) -> Principal | None:
         return None
     st = request.app.state
     with st.sessions() as s:
-        digest = session_token(s, session_id, st.clock.now())
+        digest = session_token(s, session_id, st.clock.now(), st.session_key)
     return None if digest is None else identify_sha256(digest, st.settings.api, session_id)
 
 

@@ -135,8 +135,9 @@ def get_whoami(who: Reader) -> Identity:
 def get_status(request: Request, _: Reader) -> dict[str, Any]:
     """What ``remediation status`` shows: the pause (by whom, why), the storm breaker, remediations and
     nodes by status, and each remediation held on an error nobody mapped."""
-    with request.app.state.sessions() as s:
-        return automation_status(s)
+    st = request.app.state
+    with st.sessions() as s:
+        return automation_status(s, st.settings.policy.pool_stale)
 
 
 @router.get("/nodes", response_model=list[NodeRow])

@@ -22,6 +22,7 @@ from remediation.api.levers import Lever, pull
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
+from remediation.services.pool import membership
 from remediation.services.readmodels import (
     RecordNotFound,
     list_audit,
@@ -100,12 +101,19 @@ def login_form(request: Request, next: str = "/") -> HTMLResponse:
 @router.post("/login")
 def login(request: Request, f: Fields) -> Response:
     token, name, nxt = f.get("token", "")[:4096], f.get("name", ""), _safe_next(f.get("next"))
+    client = request.client.host if request.client else "unknown"
+    wait = request.app.state.login_limiter.retry_after(client, request.app.state.clock.now())
+    if wait is not None:
+        ctx = {"next": nxt, "error": "Too many login attempts: wait a minute.", "who": None}
+        response = _render(request, "login.html", ctx, 429)
+        response.headers["Retry-After"] = str(int(wait + 0.999))
+        return response
     if identify(token, request.app.state.settings.api) is None:
         return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, 401)
     st = request.app.state
     ttl = st.settings.api.session_ttl_s
     with st.sessions() as s, s.begin():
-        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl))
+        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl), st.session_key)
     resp = RedirectResponse(nxt, status_code=303)
     secure = request.url.scheme == "https"
     resp.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", secure=secure, max_age=ttl)
@@ -119,7 +127,7 @@ def logout(request: Request) -> Response:
     session_id = request.cookies.get(COOKIE)
     if session_id:
         with request.app.state.sessions() as s, s.begin():
-            end_session(s, session_id)
+            end_session(s, session_id, request.app.state.session_key)
     resp = RedirectResponse("/login", status_code=303)
     resp.delete_cookie(COOKIE)
     return resp
@@ -133,12 +141,13 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
         ov = overview(s)
+        pool = membership(s, st.settings.policy.pool_stale)
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
         recent = list_audit(s, limit=15)
     ov.queue_depth = st.queue_depth() if st.queue_depth is not None else None
     return _page(request, who, "overview.html", ov=ov, in_flight=in_flight, quarantine=quarantine,
-                 recent=recent)
+                 recent=recent, pool=pool)
 
 
 @router.get("/nodes")

@@ -143,7 +143,7 @@ class Direct:
 
     def status(self) -> dict[str, Any]:
         with self.st.sessions()() as s:
-            return automation_status(s)
+            return automation_status(s, pool_stale=self.st.settings().policy.pool_stale)
 
     def incidents(self, status: str | None, limit: int) -> list[dict[str, Any]]:
         with self.st.sessions()() as s:

@@ -100,8 +100,9 @@ def db_prune(
         "(default: retention.events_older_than).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
 ) -> None:
-    """Delete old events that no remediation owns (direct database access). Every remediation keeps
-    its own events; audit rows are never pruned. Beat runs this every retention.prune_interval_s."""
+    """Delete old events that no remediation owns, and old refused payloads (direct database access).
+    Every remediation keeps its own events; audit rows are never pruned. Beat runs this every
+    retention.prune_interval_s."""
     from remediation.clock import SystemClock
     from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
     from remediation.services.retention import prune_events
@@ -125,6 +126,7 @@ def db_prune(
     verb = "would delete" if result.dry_run else "deleted"
     typer.echo(f"{verb} {result.events_pruned} event(s) observed before {result.cutoff:%Y-%m-%d %H:%M:%S} UTC; "
                f"kept {result.events_kept_linked} older event(s) a remediation owns; "
+               f"{verb} {result.rejected_pruned} rejected payload(s); "
                f"audit log untouched ({result.audit_rows} row(s))" + (" (dry-run: nothing deleted)" if dry_run else ""))
 
 
@@ -144,7 +146,8 @@ def api(
     # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
     uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
                 host=host or settings.api.bind, port=settings.api.port if port is None else port,
-                log_config=None, log_level=settings.log_level.lower())
+                log_config=None, log_level=settings.log_level.lower(),
+                proxy_headers=True, forwarded_allow_ips=settings.api.forwarded_allow_ips)
 
 
 def broker_dispatcher(settings: Settings) -> Dispatcher:

@@ -14,10 +14,9 @@ and 422 (1, the request), 5xx and an unreachable server (3, the service unavaila
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 from pydantic import TypeAdapter
@@ -35,6 +34,7 @@ from remediation.services.readmodels import (
 )
 from remediation.services.stats import Stats
 from remediation.settings import LemonSettings
+from remediation.settings.transport import clear_to_remote
 
 SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV = "REMEDIATION_SERVER", "REMEDIATION_TOKEN", "REMEDIATION_TOKEN_FILE"
 T = TypeVar("T")
@@ -62,17 +62,10 @@ def check_transport(server: str, insecure: bool) -> None:
     """Refuse to send the bearer token in clear: ``http://`` only to this machine's loopback (an SSH
     tunnel, a port-forward) or with ``--insecure``. Anyone on the path of a plain-HTTP request to
     another host reads the token and can pull levers with it."""
-    parts = urlsplit(server.strip())
-    if parts.scheme != "http" or insecure:
-        return
-    host = (parts.hostname or "").lower()
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
+    host = None if insecure else clear_to_remote(server)
+    if host is not None:
         raise CliError(
-            f"--server {server}: http:// would send your token in clear to {host or 'the server'}; use "
+            f"--server {server}: http:// would send your token in clear to {host}; use "
             "https://, a loopback address (an SSH tunnel or port-forward), or --insecure to send it anyway",
             EXIT_CONFIG,
         )

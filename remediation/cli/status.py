@@ -51,12 +51,23 @@ def status(ctx: typer.Context, output: str = OUTPUT) -> None:
                                          report.get("profile_breakers", {}).items()) or None),
         ("Remediations", ", ".join(f"{k} {v}" for k, v in report["remediations"].items() if v) or "none"),
         ("Nodes", ", ".join(f"{k} {v}" for k, v in report["nodes"].items() if v) or "none"),
+        ("Breaker's pool", _pool_line(report.get("pool"))),
     ])
     parts: list[object] = [head]
     if held:
         parts += ["", r.table(["remediation", "node", "step", "held because"],
                               [[f"#{i}", n, p, w] for i, n, p, w in held], title="Held (a human decides)")]
     r.show(*parts)
+
+
+def _pool_line(pool: dict[str, int] | None) -> str | None:
+    """How many nodes the storm breaker divides by, and the rows it leaves out (services/pool.py)."""
+    if not pool:
+        return None
+    if pool["confirmed"] + pool["stale"] == 0:
+        return f"{pool['counted']} nodes (no watcher resync has confirmed any yet: every node counts)"
+    return (f"{pool['counted']} nodes confirmed by a watcher resync; left out: {pool['stale']} not listed "
+            f"lately (policy.pool_stale_s), {pool['unconfirmed']} never listed")
 
 
 def _at(detail: dict[str, Any]) -> datetime | None:

@@ -76,6 +76,8 @@ class Node(Base):
     labels: Mapped[dict[str, str] | None] = mapped_column(Json)
     # The profile that governs the node now (NULL: the base policy): its pool, for the profile's breaker.
     profile: Mapped[str | None] = mapped_column(String(63), index=True)
+    # When a watcher's resync last listed the node (NULL: never): the breaker's pool (services/pool.py).
+    confirmed_at: Mapped[datetime | None] = mapped_column(index=True)
 
 
 class Event(Base):
@@ -276,13 +278,13 @@ class Validation(Base):
 
 
 class DashboardSession(Base):
-    """A dashboard login. The browser's cookie holds a random id; this row holds only its SHA-256, so a
-    copy of the table opens no session, and the SHA-256 of the token that logged in, checked against
-    the configured tokens on every request."""
+    """A dashboard login. The browser's cookie holds a random id; this row holds only its HMAC under
+    the server's ``api.session_key``, so a copy of the table opens no session, and the SHA-256 of the
+    token that logged in, checked against the configured tokens on every request."""
 
     __tablename__ = "dashboard_sessions"
 
-    id_sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id_hmac: Mapped[str] = mapped_column(String(64), primary_key=True)
     token_sha256: Mapped[str] = mapped_column(String(64), index=True)
     created_at: Mapped[datetime]
     expires_at: Mapped[datetime] = mapped_column(index=True)

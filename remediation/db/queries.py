@@ -7,13 +7,13 @@ and to index for: nodes by name, remediations by (node, opened_at) and (status, 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Select, String, and_, any_, bindparam, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session, lazyload
+from sqlalchemy.orm import Session, aliased, lazyload
 
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
@@ -176,8 +176,11 @@ def _counts(pool: bool) -> Select[Any]:
     def mine(column: Any) -> list[Any]:
         return [column == bindparam("profile")] if pool else []
 
+    ever = aliased(Node)  # until a resync has confirmed any node, every row counts (services/pool.py)
+    confirmed = or_(Node.confirmed_at >= bindparam("confirmed_since"),
+                    ~select(ever.name).where(ever.confirmed_at.is_not(None)).exists())
     return select(
-        select(func.count()).select_from(Node).where(*mine(Node.profile)).scalar_subquery(),
+        select(func.count()).select_from(Node).where(confirmed, *mine(Node.profile)).scalar_subquery(),
         # A correlated incident is local and expected: its nodes are one fault, not a storm.
         select(func.count(func.distinct(Remediation.node)))
         .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None),
@@ -217,9 +220,23 @@ def breaker_key(profile: str | None) -> str:
     return BREAKER if profile is None else f"{BREAKER}:{profile}"
 
 
+def confirmed_since(session: Session, pool_stale: timedelta | None) -> datetime:
+    """The oldest confirmation still in the pool: ``pool_stale`` before the latest resync's. Measured
+    from the latest confirmation, not from now, a node leaves only by missing resyncs the others got:
+    a stopped watcher confirms nobody, and then nobody leaves (a pool of zero would disable the breaker)."""
+    if pool_stale is None:
+        return _EPOCH
+    latest: datetime | None = session.scalar(select(func.max(Node.confirmed_at)))
+    return _EPOCH if latest is None else latest.replace(tzinfo=latest.tzinfo or UTC) - pool_stale
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None,
-                 profile: str | None = None) -> ClusterView:
-    """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch."""
+                 profile: str | None = None, *, pool_stale: timedelta | None = None) -> ClusterView:
+    """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch.
+    ``pool_stale``: a node no resync has listed for this long leaves the pool (None: none leaves)."""
     found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
@@ -230,6 +247,7 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
     pool, failed, last_failure, vm_active = session.execute(
         _VIEW_COUNTS if profile is None else _POOL_COUNTS,
         {"since": since, "exclude": exclude if exclude is not None else -1,
+         "confirmed_since": confirmed_since(session, pool_stale),
          **({"profile": profile} if profile is not None else {})},
     ).one()
     last = LastVMAction.load(found.get(LAST_VM_ACTION)).when

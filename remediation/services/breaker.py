@@ -105,15 +105,15 @@ def note(s: Session, view: ClusterView, now: datetime, exclude: int | None, poli
     if not view.breaker_latched and breaker_open(view, policy):
         lock_control(s, breaker_key(profile), now)
         now = clock.now()
-        view = cluster_view(s, now, policy.breaker_window, exclude, profile)
+        view = cluster_view(s, now, policy.breaker_window, exclude, profile, pool_stale=policy.pool_stale)
         if not view.breaker_latched and breaker_open(view, policy):
             whose = f"profile {profile}: " if profile is not None else ""
             reason = (f"{whose}{view.failed_in_window}/{view.pool_size} nodes failed within "
                       f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
             open_latch(s, now, actor, view.failed_in_window, view.pool_size, reason, profile)
-            view = cluster_view(s, now, policy.breaker_window, exclude, profile)
+            view = cluster_view(s, now, policy.breaker_window, exclude, profile, pool_stale=policy.pool_stale)
     elif breaker_may_auto_close(view, policy, now):
         quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
         close_latch(s, now, actor, f"auto-close: {quiet}", profile)
-        view = cluster_view(s, now, policy.breaker_window, exclude, profile)
+        view = cluster_view(s, now, policy.breaker_window, exclude, profile, pool_stale=policy.pool_stale)
     return view

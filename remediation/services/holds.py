@@ -24,7 +24,7 @@ as the system's own action.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,7 +40,9 @@ from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services import breaker
 from remediation.services.audit import audit
+from remediation.services.pool import membership
 from remediation.services.readmodels import overview
+from remediation.settings import PolicySettings
 
 UNMAPPED = "unmapped_errors"  # control row: error kind -> the nodes it held
 SYSTEM_ACTOR = "system"
@@ -156,14 +158,15 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
     return resumed
 
 
-def automation_status(s: Session) -> dict[str, Any]:
-    """``remediation status`` (and ``GET /api/v1/status``): pause, breaker, counts, and the remediations
-    held for a human, each with why."""
+def automation_status(s: Session, pool_stale: timedelta | None = None) -> dict[str, Any]:
+    """``remediation status`` (and ``GET /api/v1/status``): pause, breaker, counts, the breaker's pool
+    (which nodes a resync confirmed), and the remediations held for a human, each with why."""
     ov = overview(s)
+    pool = membership(s, pool_stale or PolicySettings().pool_stale)
     open_rems = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).order_by(Remediation.id))
     held = [{"id": x.id, "node": x.node, "step": x.step, "reason": x.wait_reason or ""}
             for x in open_rems if x.ctx.held]
     pools = {name: latch for name, latch in breaker.latches(s).items() if name is not None and latch.get("open")}
     return {"automation": ov.paused_detail or {"paused": False}, "breaker": ov.breaker_detail,
             "profile_breakers": pools, "remediations": ov.remediations_by_status, "nodes": ov.nodes_by_status,
-            "held": held}
+            "held": held, "pool": asdict(pool)}

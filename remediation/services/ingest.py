@@ -63,6 +63,7 @@ from remediation.services.audit import would
 from remediation.services.fencing import fence_events
 from remediation.services.incidents import correlate_opened, record_domains
 from remediation.services.payloads import admit_events, parse_payloads, reject
+from remediation.services.pool import confirm_nodes
 from remediation.services.profiles import base_only, governed, histories, record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 
@@ -135,6 +136,7 @@ def record(
     result.duplicates = len(events) - len(unique)
 
     _ensure_nodes(session, {ev.node for ev in unique.values()}, now)
+    confirm_nodes(session, unique.values(), now)  # a resync's re-sent inventory confirms too
     new_keys = insert_events(session, [_event_row(ev) for ev in unique.values()], now)
     result.duplicates += len(unique) - len(new_keys)
     fresh = sorted(

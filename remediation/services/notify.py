@@ -23,7 +23,8 @@ would otherwise hold the cursor row, and a connection, for as long as it takes):
    repeats that message once the lease has expired, it never loses it).
 
 A row written in dry-run (``audit_log.dry_run``) is posted marked ``[DRY-RUN] ... (nothing was changed)``,
-so a rehearsal never reads like a real action.
+so a rehearsal never reads like a real action. What a row carries from outside (a reason, a node name,
+an actor) is escaped as Slack's mrkdwn asks (``&``, ``<``, ``>``), so it cannot ping ``<!channel>``.
 
 Without ``notify.webhook_url`` a pass only advances the cursor. The webhook URL is a secret (it is the
 credential) and is never logged: errors are reported by type and status code only.
@@ -37,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -191,19 +193,27 @@ def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: No
     return msgs
 
 
+def slack_escape(text: str) -> str:
+    """``text`` as Slack mrkdwn shows it literally: ``&``, ``<`` and ``>`` become entities (Slack's
+    own rule), so a reason, a node name or an actor cannot ping ``<!channel>``, mention someone or
+    smuggle a link into a page; everything else is left as written."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _format(row: AuditLog, cfg: NotifySettings) -> str:
     emoji, headline = NOTIFIABLE[row.action]
     if row.dry_run:  # nothing was done: the page must not read like it was
         emoji, headline = ":test_tube:", f"[DRY-RUN] {headline} (nothing was changed)"
-    target = row.target
+    target = slack_escape(row.target or "")
     if target and cfg.dashboard_url:
-        target = f"<{cfg.dashboard_url.rstrip('/')}/nodes/{target}|{target}>"
-    parts = [f"{emoji} *{headline}*" + (f" `{row.target}`" if row.target and not cfg.dashboard_url else
+        link = slack_escape(cfg.dashboard_url.rstrip("/") + "/nodes/" + quote(row.target, safe=""))
+        target = f"<{link.replace('|', '%7C')}|{target}>"
+    parts = [f"{emoji} *{headline}*" + (f" `{target}`" if target and not cfg.dashboard_url else
                                          f" {target}" if target else "")]
     if row.reason:
-        parts.append(f"> {row.reason[:500]}")
+        parts.append(f"> {slack_escape(row.reason[:500])}")
     remediation = (row.detail or {}).get("remediation")
-    tail = f"by {row.actor} at {aware(row.at):%Y-%m-%d %H:%M:%S} UTC"
+    tail = f"by {slack_escape(row.actor)} at {aware(row.at):%Y-%m-%d %H:%M:%S} UTC"
     parts.append(tail + (f" · remediation #{remediation}" if remediation else ""))
     return "\n".join(parts)
 
@@ -213,7 +223,7 @@ def _summary(rows: list[AuditLog]) -> str:
     lines = [f":bell: *…and {len(rows)} more* (collapsed to avoid a page storm)"]
     for action, n in by_action.most_common():
         nodes = sorted({r.target for r in rows if r.action == action and r.target})
-        where = f" on {compress(nodes)}" if nodes else ""
+        where = f" on {slack_escape(compress(nodes))}" if nodes else ""
         dry = sum(1 for r in rows if r.action == action and r.dry_run)
         mark = f" ({dry} DRY-RUN, nothing changed)" if dry else ""
         lines.append(f"• {NOTIFIABLE[action][1]}: {n}{mark}{where}"[:400])

@@ -7,6 +7,10 @@ remediation keeps its whole evidence, and the audit log (``audit_log``) is not t
 its age. Deletes go in batches of ``retention.batch`` rows, one transaction each, so a first prune of a
 large table never holds a long lock and a crash mid-way loses nothing that should stay.
 
+Payloads the ingest refused (``rejected_events``) go by the same age: they are evidence of a broken or
+hostile publisher, worth keeping as long as events, but nothing points at them, and a stream flooded
+with junk must not grow the table without bound.
+
 A dry run counts exactly what a real run would delete (the same predicate), and deletes nothing.
 """
 
@@ -21,7 +25,7 @@ from sqlalchemy import CursorResult, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
-from remediation.db.models import AuditLog, Event, Remediation
+from remediation.db.models import AuditLog, Event, RejectedEvent, Remediation
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +37,7 @@ class PruneResult:
     events_pruned: int  # deleted, or with dry_run, that would be deleted
     events_kept_linked: int  # older than the cutoff, kept because a remediation owns them
     audit_rows: int  # audit rows in the table (never pruned), for the report
+    rejected_pruned: int = 0  # refused payloads received before the cutoff: deleted, or would be
 
 
 def _old(cutoff: datetime) -> ColumnElement[bool]:
@@ -66,27 +71,34 @@ def prune_events(
                 cutoff.isoformat(),
                 kept,
             )
-            return PruneResult(cutoff, True, would, kept, audit_rows)
-    pruned = 0
-    while True:
-        with sessions() as s, s.begin():
-            ids = (
-                select(Event.id)
-                .where(_old(cutoff), _unlinked())
-                .limit(batch)
-                .with_for_update(skip_locked=True)
-            )
-            result = cast(
-                CursorResult[Any], s.execute(delete(Event).where(Event.id.in_(ids.scalar_subquery())))
-            )
-            done = result.rowcount or 0
-        pruned += done
-        if done < batch:
-            break
+            junk = s.scalar(select(func.count()).select_from(RejectedEvent).where(_old_rejected(cutoff))) or 0
+            return PruneResult(cutoff, True, would, kept, audit_rows, junk)
+    pruned = _delete_batches(sessions, Event.id, _old(cutoff) & _unlinked(), batch)
+    rejected = _delete_batches(sessions, RejectedEvent.id, _old_rejected(cutoff), batch)
     log.info(
-        "prune: deleted %d event(s) observed before %s; %d linked kept; audit log untouched",
+        "prune: deleted %d event(s) and %d rejected payload(s) from before %s; %d linked kept; "
+        "audit log untouched",
         pruned,
+        rejected,
         cutoff.isoformat(),
         kept,
     )
-    return PruneResult(cutoff, False, pruned, kept, audit_rows)
+    return PruneResult(cutoff, False, pruned, kept, audit_rows, rejected)
+
+
+def _old_rejected(cutoff: datetime) -> ColumnElement[bool]:
+    return RejectedEvent.received_at < cutoff
+
+
+def _delete_batches(sessions: sessionmaker[Session], key: Any, where: ColumnElement[bool], batch: int) -> int:
+    """Delete the rows of ``key``'s table matching ``where``, ``batch`` rows per transaction."""
+    table = key.class_
+    pruned = 0
+    while True:
+        with sessions() as s, s.begin():
+            ids = select(key).where(where).limit(batch).with_for_update(skip_locked=True)
+            result = cast(CursorResult[Any], s.execute(delete(table).where(key.in_(ids.scalar_subquery()))))
+            done = result.rowcount or 0
+        pruned += done
+        if done < batch:
+            return pruned

@@ -179,8 +179,8 @@ class Workflow:
             refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
             for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
                 policy = self.governance.named(name).policy
-                breaker.note(s, cluster_view(s, now, policy.breaker_window, None, name), now, None, policy,
-                             self.settings.actor, self.clock, name)
+                view = cluster_view(s, now, policy.breaker_window, None, name, pool_stale=policy.pool_stale)
+                breaker.note(s, view, now, None, policy, self.settings.actor, self.clock, name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
         # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
         takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
@@ -274,11 +274,11 @@ class Workflow:
         max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
         under its recorded policy, as before profiles."""
         fleet = self.settings.policy if rem.profile is not None else cfg.policy
-        view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id)
+        view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id, pool_stale=fleet.pool_stale)
         view = breaker.note(s, view, now, rem.id, fleet, self.settings.actor, self.clock)
         pool = None
         if rem.profile is not None:
-            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile)
+            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile, pool_stale=cfg.policy.pool_stale)
             mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
             pool = Pool(rem.profile, mine, cfg.policy)
         return admit(step, view, fleet, now, new_vm_action=new_vm_action, pool=pool)

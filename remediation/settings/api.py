@@ -3,6 +3,7 @@ A token's value is never echoed in an error."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 from typing import Literal
 
@@ -11,6 +12,7 @@ from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_va
 from remediation.settings.base import Section
 
 MIN_TOKEN_LENGTH = 16  # every bearer token, named or not: short enough to type, too long to guess
+MIN_SESSION_KEY_LENGTH = 32  # the HMAC key of session ids: 32 characters of a random string or more
 
 
 class ApiToken(Section):
@@ -68,6 +70,27 @@ class ApiSettings(Section):
         description="How long a dashboard login lasts, in seconds, before the token is asked again. A "
         "session also ends at logout, and when its token is removed from this configuration.",
     )
+    session_key: SecretStr | None = Field(
+        None,
+        description="Server secret (32 characters or more) under which the database keeps dashboard "
+        "session ids (HMAC-SHA-256), so a copy of the table cannot be matched against a cookie. Give "
+        "every replica the same key (from a Secret); changing it ends every session. Unset, each "
+        "process makes a random key at start-up: safe, but sessions end at a restart and are not "
+        "shared between replicas.",
+    )
+    login_attempts_per_minute: int = Field(
+        10, ge=1, le=10_000,
+        description="Dashboard login attempts one client (address) may make in any minute; one more is "
+        "refused with 429 before the token is compared. 10 leaves room for typos and stops a client "
+        "trying tokens at the API's speed. Counted per API process.",
+    )
+    forwarded_allow_ips: str = Field(
+        "127.0.0.1",
+        description="Comma-separated addresses (or CIDRs, or *) of the proxies whose X-Forwarded-For and "
+        "X-Forwarded-Proto uvicorn believes. Behind a TLS ingress, name the ingress's addresses so the "
+        "session cookie keeps its Secure flag and the login limit counts the real client; the default "
+        "believes only a proxy on the same host.",
+    )
     metrics_require_token: bool = Field(
         False,
         description="Require a read or admin bearer token on /metrics. Off by default because "
@@ -82,6 +105,19 @@ class ApiSettings(Section):
             if len(secret.get_secret_value()) < MIN_TOKEN_LENGTH:
                 raise ValueError(f"{info.field_name}[{i}]: a token must be at least {MIN_TOKEN_LENGTH} characters")
         return value
+
+    @field_validator("session_key")
+    @classmethod
+    def _key_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_SESSION_KEY_LENGTH:
+            raise ValueError(f"the session key must be at least {MIN_SESSION_KEY_LENGTH} characters")
+        return value
+
+    def session_key_bytes(self) -> bytes:
+        """The configured session key, or a fresh random one (this process's sessions only)."""
+        if self.session_key is None:
+            return secrets.token_bytes(32)
+        return self.session_key.get_secret_value().encode()
 
     @model_validator(mode="after")
     def _distinct_names(self) -> ApiSettings:

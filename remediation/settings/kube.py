@@ -39,6 +39,13 @@ class KubeSettings(Section):
     pod_label_selector: str = Field(
         "app.kubernetes.io/component=slurmd", description="Label selector of slurmd pods (mapping=pod)."
     )
+    workload_namespaces: list[str] = Field(
+        default_factory=list,
+        description="Namespaces whose pods the workers evict from a Node (and ask to checkpoint), each "
+        "listed on its own, so the workers need pods list and pods/eviction only there (a Role per "
+        "namespace; deploy/ ships one for slurm). Empty: every namespace, one cluster-wide pod list, "
+        "which needs a ClusterRole; pods elsewhere are left on the cordoned Node.",
+    )
     static_map_file: str | None = Field(None, description="YAML {slurm_node: k8s_node} (mapping=static).")
     annotation_domain: str = Field(
         "remediation.gpu.io", description="Domain prefix of our annotations and taints."

@@ -70,6 +70,14 @@ class PolicySettings(Section):
         3, ge=1, description="The breaker never opens on fewer failed nodes than this (small pools)."
     )
     breaker_window_s: int = Field(600, ge=10, description="Sliding window of the storm breaker, seconds.")
+    pool_stale_s: float = Field(
+        900.0, gt=0,
+        description="A node that the watcher resyncs of this many seconds before the latest one did not "
+        "list leaves the pool the storm breaker divides by (its row and history stay; a stopped watcher "
+        "confirms nobody, so nobody leaves). 900 s is 15 Slurm resyncs at the default 60 s "
+        "and three Kubernetes relists at 300 s: a missed resync or a watcher restart never shrinks the "
+        "pool, a node removed from the cluster stops diluting the breaker within a quarter hour.",
+    )
     breaker_auto_close_s: float | None = Field(
         None,
         gt=0,
@@ -127,3 +135,7 @@ class PolicySettings(Section):
     @property
     def breaker_window(self) -> timedelta:
         return timedelta(seconds=self.breaker_window_s)
+
+    @property
+    def pool_stale(self) -> timedelta:
+        return timedelta(seconds=self.pool_stale_s)

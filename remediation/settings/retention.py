@@ -15,11 +15,11 @@ class RetentionSettings(Section):
     """How long observed events are kept (``remediation db prune``, run by beat).
 
     Only events no remediation points to are pruned: every remediation keeps its own events, and
-    audit rows are never pruned at all."""
+    audit rows are never pruned at all. Refused payloads (``rejected_events``) go by the same age."""
 
     events_older_than: timedelta = Field(
         timedelta(days=90),
-        description="Prune unlinked events observed longer ago than this (e.g. 90d, 12h, or seconds). "
+        description="Prune unlinked events observed, and refused payloads received, longer ago than this (e.g. 90d, 12h, or seconds). "
         "90 days outlasts the repeat-offender and lemon windows, so no decision loses its evidence.",
     )
     prune_interval_s: float = Field(

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from remediation.settings.base import Section
+from remediation.settings.transport import clear_to_remote
 
 
 class SlurmSettings(Section):
@@ -23,9 +24,17 @@ class SlurmSettings(Section):
     command_timeout_s: float = Field(30.0, gt=0, description="Timeout of one Slurm command.")
     slurm_conf: str | None = Field(None, description="SLURM_CONF passed to the Slurm commands.")
     rest_url: str | None = Field(
-        None, description="slurmrestd URL (http://host:port or unix:/path/to.sock), rest backend."
+        None,
+        description="slurmrestd URL (https://host:port, or unix:/path/to.sock), rest backend. With a "
+        "rest_token, plain http:// is refused unless the host is loopback: the JWT would cross the "
+        "network in clear.",
     )
     rest_token: SecretStr | None = Field(None, description="JWT for slurmrestd (X-SLURM-USER-TOKEN).")
+    rest_ca_file: str | None = Field(
+        None,
+        description="PEM file of the CA that signed slurmrestd's certificate (an https rest_url); unset = "
+        "the system trust store. The certificate and its name are always verified.",
+    )
     rest_user: str | None = Field(None, description="X-SLURM-USER-NAME for slurmrestd JWT auth.")
     rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
     topology_conf: str | None = Field(
@@ -82,3 +91,13 @@ class SlurmSettings(Section):
         "(~0.1-1 s, seen on 22.05), which must not look like a new failure; a dead slurmd stays so "
         "for SlurmdTimeout and then turns DOWN, so a few seconds' grace loses nothing.",
     )
+
+    @model_validator(mode="after")
+    def _token_never_in_clear(self) -> SlurmSettings:
+        host = clear_to_remote(self.rest_url or "") if self.rest_token is not None else None
+        if host is not None:
+            raise ValueError(
+                f"rest_token would be sent in clear over http:// to {host}: give rest_url as https:// "
+                "(slurmrestd behind TLS; rest_ca_file for a private CA), a unix: socket, or a loopback host"
+            )
+        return self

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -21,6 +23,7 @@ from remediation.settings import Settings
 from tests.integration.history import History, RecordingDispatcher, dispatch, dispatcher, history, sessions  # noqa: F401  (fixtures)
 
 ADMIN, READ = "admin-token-0123456789", "read-token-0123456789"
+SESSION_KEY = "a-session-key-of-32-characters-or-more"
 AS_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 AS_READER = {"Authorization": f"Bearer {READ}"}
 
@@ -189,7 +192,7 @@ def test_a_dashboard_session_holds_no_token_and_ends_at_logout(client, history, 
     assert ADMIN not in session_id and len(session_id) >= 32
     with sessions() as s:  # the database keeps hashes only: a copy of the table opens no session
         (row,) = s.scalars(select(DashboardSession)).all()
-        assert session_id not in (row.id_sha256, row.token_sha256) and ADMIN != row.token_sha256
+        assert session_id not in (row.id_hmac, row.token_sha256) and ADMIN != row.token_sha256
     assert client.get("/quarantine", follow_redirects=False).status_code == 200
     assert client.post("/logout", follow_redirects=False).headers["location"] == "/login"
     client.cookies.set(COOKIE, session_id)  # the cookie as copied before the logout
@@ -201,9 +204,9 @@ def test_sessions_are_shared_expire_and_end_with_their_token(pg_url, sessions, h
     clock = FakeClock(datetime.now(UTC))
     other = "other-admin-token-0123456789"
 
-    def replica(tokens: list[str]) -> TestClient:
-        settings = Settings(database={"url": pg_url}, api={"admin_tokens": tokens, "session_ttl_s": 3600})
-        return TestClient(create_app(settings, sessions, clock=clock))
+    def replica(tokens: list[str], key: str = SESSION_KEY) -> TestClient:
+        api = {"admin_tokens": tokens, "session_ttl_s": 3600, "session_key": key}
+        return TestClient(create_app(Settings(database={"url": pg_url}, api=api), sessions, clock=clock))
 
     with replica([ADMIN, other]) as one, replica([ADMIN, other]) as two, replica([other]) as rotated:
         _login(one, ADMIN)
@@ -219,6 +222,59 @@ def test_sessions_are_shared_expire_and_end_with_their_token(pg_url, sessions, h
         clock.advance(2)  # both sessions are now older than api.session_ttl_s
         assert one.get("/quarantine", follow_redirects=False).status_code == 303
         assert rotated.get("/quarantine", follow_redirects=False).status_code == 303
+
+
+def test_a_session_id_is_stored_as_an_hmac_under_the_server_key(pg_url, sessions, history) -> None:
+    """An unsalted SHA-256 of the id would let a copy of the table be matched against cookies; under
+    the server key the row is useless without it, and another key knows no session."""
+    def replica(key: str) -> TestClient:
+        api = {"admin_tokens": [ADMIN], "session_key": key}
+        return TestClient(create_app(Settings(database={"url": pg_url}, api=api), sessions))
+
+    with replica(SESSION_KEY) as one, replica("another-session-key-of-32-characters") as other:
+        _login(one, ADMIN)
+        session_id = one.cookies[COOKIE]
+        with sessions() as s:
+            stored = s.scalars(select(DashboardSession.id_hmac)).all()
+        mac = hmac.new(SESSION_KEY.encode(), session_id.encode(), hashlib.sha256).hexdigest()
+        assert mac in stored and hashlib.sha256(session_id.encode()).hexdigest() not in stored
+        other.cookies.set(COOKIE, session_id)
+        assert other.get("/quarantine", follow_redirects=False).status_code == 303
+
+
+def test_login_attempts_are_limited_per_client(pg_url, sessions, history) -> None:
+    """One client may try api.login_attempts_per_minute logins in any minute; the next is 429 with a
+    Retry-After, even with a good token (it is refused before the token is compared), until the
+    window has passed; another client is not held back by it."""
+    clock = FakeClock(datetime.now(UTC))
+    api = {"admin_tokens": [ADMIN], "login_attempts_per_minute": 3}
+    app = create_app(Settings(database={"url": pg_url}, api=api), sessions, clock=clock)
+    with TestClient(app) as guesser, TestClient(app, client=("192.0.2.7", 50000)) as neighbour:
+        for _ in range(3):
+            assert guesser.post("/login", data={"token": "guess-0123456789abcdef"}).status_code == 401
+        held = guesser.post("/login", data={"token": ADMIN}, follow_redirects=False)
+        assert held.status_code == 429 and held.headers["retry-after"] == "60" and "Too many" in held.text
+        assert neighbour.post("/login", data={"token": ADMIN}, follow_redirects=False).status_code == 303
+        clock.advance(61)
+        assert guesser.post("/login", data={"token": ADMIN}, follow_redirects=False).status_code == 303
+
+
+def test_api_docs_need_a_principal_and_load_nothing_from_the_network(client, history) -> None:
+    """/api/docs is for someone who may use the API (a login or a bearer token), and its page loads
+    Swagger UI from this server only: no CDN, so it works air-gapped and runs no foreign script."""
+    res = client.get("/api/docs", follow_redirects=False)
+    assert res.status_code == 303 and res.headers["location"] == "/login?next=%2Fapi%2Fdocs"
+    assert client.get("/api/docs", headers={"Authorization": "Bearer wrong-token-0123456789"},
+                      follow_redirects=False).status_code == 303
+    page = client.get("/api/docs", headers=AS_READER)
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert not re.findall(r"(?:src|href)=['\"](?:https?:)?//", page.text), "an asset from another host"
+    assets = re.findall(r"(?:src|href)=['\"](/api/docs/assets/[^'\"]+)", page.text)
+    assert len(assets) == 3
+    for path in assets:
+        assert client.get(path).status_code == 200, path
+    _login(client, READ)
+    assert client.get("/api/docs").status_code == 200  # a dashboard session will do in a browser
 
 
 def test_dashboard_release_form_needs_admin_and_csrf(client, history, sessions, dispatch) -> None:

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -247,3 +248,28 @@ def test_help_labels_the_two_modes_and_completion_completes() -> None:
     done = cli(None, _REMEDIATION_COMPLETE="complete_bash", COMP_WORDS="remediation breaker ", COMP_CWORD="2")
     assert set(done.stdout.split()) == {"status", "close"}, done.stdout + done.stderr
     assert cli(None, "completion", "tcsh").returncode == 2
+
+
+def _login_cookie(url: str) -> str:
+    res = httpx.post(f"{url}/login", data={"token": ALICE, "next": "/"},
+                     headers={"X-Forwarded-Proto": "https", "X-Forwarded-For": "198.51.100.9"})
+    assert res.status_code == 303, res.text
+    return res.headers["set-cookie"]
+
+
+def test_the_session_cookie_is_secure_behind_a_trusted_tls_proxy_only(
+    api: ApiProcess, pg_url: str, tokens: dict[str, Path], tmp_path: Path
+) -> None:
+    """uvicorn believes X-Forwarded-Proto only from api.forwarded_allow_ips: from a trusted proxy
+    (here loopback, the default) the cookie keeps its Secure flag behind TLS; from any other peer the
+    header is ignored, so a client cannot claim https for itself."""
+    assert "; secure" in _login_cookie(api.url).lower()
+    env = base_env(pg_url, REMEDIATION_API__TOKENS=json.dumps(
+        [{"name": "alice", "role": "admin", "token_file": str(tokens["alice"])}]),
+        REMEDIATION_API__FORWARDED_ALLOW_IPS="192.0.2.1")
+    untrusted = ApiProcess(env, tmp_path / "untrusted.log")
+    try:
+        untrusted.wait_ready()
+        assert "; secure" not in _login_cookie(untrusted.url).lower()
+    finally:
+        untrusted.stop()

@@ -179,3 +179,15 @@ def test_a_checkpoint_request_is_posted_naming_the_jobs(sessions, receiver, cloc
     assert run_pass(sessions, cfg(receiver), clock=clock).sent == 1
     (text,) = receiver.texts
     assert "Jobs asked to save their work" in text and "(4242)" in text
+
+
+def test_text_from_outside_is_escaped_so_it_cannot_ping_or_link(sessions, receiver, clock) -> None:
+    """A reason is whatever a human or a node's Slurm reason said: Slack's control sequences in it
+    (``<!channel>``, a ``<url|label>`` link, an ``&`` entity) arrive as text, never as markup."""
+    run_pass(sessions, cfg(receiver), clock=clock)  # past whatever the database already held
+    add(sessions, clock, "quarantine", "gpu<node>&1", "<!channel> see <https://evil.example|the fix> & more")
+    assert run_pass(sessions, cfg(receiver, dashboard_url="https://oncall.example"), clock=clock).sent == 1
+    (text,) = receiver.texts
+    assert "<!channel>" not in text and "<https://evil" not in text
+    assert "&lt;!channel&gt; see &lt;https://evil.example|the fix&gt; &amp; more" in text
+    assert "<https://oncall.example/nodes/gpu%3Cnode%3E%261|gpu&lt;node&gt;&amp;1>" in text

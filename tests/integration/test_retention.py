@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.celery import PRUNE_TASK
-from remediation.db.models import AuditLog, Event, Node, Remediation
+from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation
 from remediation.db.session import make_engine, make_session_factory
 from remediation.settings import DatabaseSettings, Settings
 
@@ -161,3 +161,22 @@ def test_beat_schedules_the_prune_and_the_worker_knows_the_task() -> None:
     import workers.tasks
 
     assert workers.tasks.app.tasks[PRUNE_TASK].name == PRUNE_TASK
+
+
+def test_prune_removes_old_rejected_payloads_and_keeps_recent_ones(
+    pg_url: str, sessions: sessionmaker[Session], seeded: dict[str, int]
+) -> None:
+    """A flooded stream leaves refused payloads behind: they go by the events' age, recent ones stay."""
+    with sessions() as s, s.begin():
+        rows = [RejectedEvent(received_at=at, payload="{junk", error="not JSON")
+                for at in (OLD, OLD - timedelta(days=9), NOW - timedelta(days=1))]
+        s.add_all(rows)
+        s.flush()
+        old_ids, recent_id = {rows[0].id, rows[1].id}, rows[2].id
+    dry = _cli(pg_url, "db", "prune", "--older-than", "90d", "--dry-run")
+    assert "would delete 2 rejected payload(s)" in dry.stdout, dry.stdout + dry.stderr
+    out = _cli(pg_url, "db", "prune", "--older-than", "90d")
+    assert out.returncode == 0 and "deleted 2 rejected payload(s)" in out.stdout, out.stdout + out.stderr
+    with sessions() as s:
+        left = set(s.scalars(select(RejectedEvent.id).where(RejectedEvent.id.in_([*old_ids, recent_id]))))
+    assert left == {recent_id}

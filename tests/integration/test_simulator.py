@@ -341,7 +341,7 @@ def test_standalone_serves_fixed_ports_under_the_advertised_name(fixed_port_sim:
     base = int(sim.kube.url.rsplit(":", 1)[1])
     assert [sim.kube.url, sim.gce.url, sim.azure.url, sim.slurmrestd.url] == [
         f"https://localhost:{base}", f"http://localhost:{base + 1}", f"https://localhost:{base + 2}",
-        f"http://localhost:{base + 3}",
+        f"https://localhost:{base + 3}",
     ]  # fmt: skip
     sim.write_env_file(tmp_path / "simulator.env")
     env = _read_env_file(tmp_path / "simulator.env")

@@ -5,18 +5,23 @@ run is a command of the `remediation` console script."""
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 import yaml
 
+from remediation.adapters.kube.validator import job_manifest
+from remediation.domain.gpu_reset import reset_command
+from remediation.ports.validator import ValidationCheck
 from remediation.settings import Settings, load_settings
 from tests.composefile import MissingVariable, compose
 
@@ -85,7 +90,8 @@ def test_shipped_config_validates(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         if key.startswith("REMEDIATION_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("REMEDIATION_CONFIG", str(cfg))
-    settings = Settings()
+    monkeypatch.setenv("REMEDIATION_SLURM__REST_TOKEN", "a-jwt")  # as the worker's Secret gives it
+    settings = Settings()  # a token over http:// to slurmrestd.slurm would be refused
     assert settings.dry_run is True and settings.slurm.backend == "rest"
 
 
@@ -336,7 +342,8 @@ def test_the_simulator_writes_only_real_settings() -> None:
     assert all(
         "://simulator:" in overrides[k] for k in overrides if k.endswith(("_URL", "_ENDPOINT", "__HOST"))
     )
-    settings = load_settings(**kwargs)
+    settings = load_settings(**kwargs)  # slurm.rest_token over http:// to "simulator" would be refused
+    assert settings.slurm.rest_url is not None and settings.slurm.rest_url.startswith("https://simulator:")
     assert settings.machine.azure_endpoint is not None and settings.machine.azure_endpoint.startswith(
         "https://simulator:"
     )
@@ -412,12 +419,9 @@ HEALTH_SERVERS = {
 CLUSTER = "(cluster)"
 SLURM_NAMESPACE = "slurm"  # kube.pod_namespace in deploy/base/config.yaml
 RBAC = {
-    ("remediation-worker", CLUSTER): {
-        ("", "nodes", "get"),
-        ("", "nodes", "patch"),
-        ("", "pods", "list"),
-        ("", "pods/eviction", "create"),
-    },
+    ("remediation-worker", CLUSTER): {("", "nodes", "get"), ("", "nodes", "patch")},
+    # kube.workload_namespaces in deploy/base/config.yaml: the pods evicted from a Node, listed there only
+    ("remediation-worker", SLURM_NAMESPACE): {("", "pods", "list"), ("", "pods/eviction", "create")},
     ("remediation-watcher-kube", CLUSTER): {("", "nodes", "list"), ("", "nodes", "watch")},
     ("remediation-watcher-kube", SLURM_NAMESPACE): {("", "pods", "list")},
 }
@@ -446,6 +450,7 @@ SECRET_KEYS = {
         "REMEDIATION_BROKER__REDIS_URL",
         "REMEDIATION_API__ADMIN_TOKENS",
         "REMEDIATION_API__READ_TOKENS",
+        "REMEDIATION_API__SESSION_KEY",
     },
     "remediation-migrate": {"REMEDIATION_DATABASE__URL"},
 }
@@ -716,9 +721,9 @@ def test_the_high_availability_component_points_every_process_at_the_sentinels(
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_checkpoint_pods_component_grants_pods_patch_and_nothing_more(overlay: str, tmp_path: Path) -> None:
     """workflow.checkpoint_pods annotates pods (remediation/adapters/kube/adapter.py, request_checkpoint):
-    pods patch for the workers, cluster-wide as their pods list is; no exec, no delete."""
+    pods patch for the workers, in the namespace their pods list is; no exec, no delete."""
     objs = _with_validation(overlay, tmp_path, "checkpoint-pods")
-    worker = ("remediation-worker", CLUSTER)
+    worker = ("remediation-worker", SLURM_NAMESPACE)
     assert _granted(objs) == {**RBAC, worker: RBAC[worker] | {("", "pods", "patch")}}
     for workload in _workloads(objs):
         env = {e["name"]: e.get("value") for e in _pod_spec(workload)["containers"][0]["env"]}
@@ -734,9 +739,10 @@ def test_rbac_check_catches_a_grant_in_the_wrong_place() -> None:
     assert _granted((wide, binding)) == {("remediation-watcher-kube", CLUSTER): {("", "pods", "list")}}
 
 
-def test_the_watchers_pod_grant_is_in_the_namespace_it_lists() -> None:
+def test_the_pod_grants_are_in_the_namespaces_listed() -> None:
     (config,) = _docs(ROOT / "deploy/base/config.yaml")
-    assert yaml.safe_load(config["data"]["config.yaml"])["kube"]["pod_namespace"] == SLURM_NAMESPACE
+    kube = yaml.safe_load(config["data"]["config.yaml"])["kube"]
+    assert kube["pod_namespace"] == SLURM_NAMESPACE and kube["workload_namespaces"] == [SLURM_NAMESPACE]
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -968,3 +974,131 @@ def test_compose_tls_overlay_keeps_each_components_user() -> None:
         assert env["REMEDIATION_BROKER__CA_FILE"].startswith("/tls/"), name
         assert "redis-tls:/tls:ro" in tls["services"][name]["volumes"], name
     assert "--tls-port" in tls["services"]["redis"]["command"] and "0" in tls["services"]["redis"]["command"]
+
+
+WORKER_USER = f"system:serviceaccount:{NAMESPACE}:remediation-worker"
+REQUESTED_AT, DEADLINE = "remediation.gpu.io/checkpoint-requested-at", "remediation.gpu.io/checkpoint-deadline"
+
+
+def _admit(policy: dict[str, Any], user: str, old: dict[str, Any] | None, new: dict[str, Any],
+           params: dict[str, Any] | None = None) -> list[str]:
+    """What a kube-apiserver's ValidatingAdmissionPolicy plugin does with a pod UPDATE: the match
+    conditions, then the variables in order, then each validation; returns the refusals' messages.
+    (The suite's local apiserver is a fake that runs no CEL, so the expressions run here, in cel-python.)"""
+    import celpy
+
+    env = celpy.Environment()
+
+    def cel(value: Any) -> Any:  # celpy.json_to_cel reads a bool as an int (bool is an int in Python)
+        if isinstance(value, bool):
+            return celpy.celtypes.BoolType(value)
+        if isinstance(value, dict):
+            return celpy.celtypes.MapType({celpy.celtypes.StringType(k): cel(v) for k, v in value.items()})
+        if isinstance(value, list):
+            return celpy.celtypes.ListType([cel(v) for v in value])
+        return value if isinstance(value, celpy.celtypes.BoolType) else celpy.json_to_cel(value)
+
+    def run(expression: str, scope: dict[str, Any]) -> Any:
+        return env.program(env.compile(expression)).evaluate({k: cel(v) for k, v in scope.items()})
+
+    scope: dict[str, Any] = {"object": new, "oldObject": old, "request": {"userInfo": {"username": user}},
+                             "params": params, "variables": {}}
+    if not all(run(c["expression"], scope) for c in policy["spec"].get("matchConditions", [])):
+        return []
+    for variable in policy["spec"].get("variables", []):
+        scope["variables"][variable["name"]] = run(variable["expression"], scope)
+    return [v["message"] for v in policy["spec"]["validations"] if not run(v["expression"], scope)]
+
+
+def _pod(**meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "llama-0", "namespace": "training", "labels": {"app": "llama"}, **meta},
+            "spec": {"nodeName": "gke-a3-0", "containers": [{"name": "main", "image": "trainer@sha256:0"}]}}
+
+
+@pytest.mark.parametrize(
+    ("user", "new", "allowed"),
+    [
+        (WORKER_USER, _pod(annotations={"team": "llm", REQUESTED_AT: "t0", DEADLINE: "t1"}), True),
+        (WORKER_USER, _pod(annotations={"team": "llm"}), True),  # nothing changed
+        (WORKER_USER, _pod(annotations={REQUESTED_AT: "t0"}), False),  # removes another annotation
+        (WORKER_USER, _pod(annotations={"team": "ops", REQUESTED_AT: "t0"}), False),
+        (WORKER_USER, _pod(annotations={"team": "llm", "sidecar.istio.io/inject": "false"}), False),
+        (WORKER_USER, {**_pod(annotations={"team": "llm"}), "metadata": {
+            **_pod()["metadata"], "annotations": {"team": "llm"}, "labels": {"app": "mine"}}}, False),
+        (WORKER_USER, _pod(annotations={"team": "llm"}, finalizers=["x/hold"]), False),
+        ("system:serviceaccount:kube-system:some-controller", _pod(labels={"app": "other"}), True),
+    ],
+    ids=["own-two", "no-change", "drops-other", "changes-other", "adds-other", "label", "finalizer",
+         "other-user"],
+)
+def test_the_checkpoint_policy_lets_the_worker_touch_only_its_two_annotations(
+    tmp_path: Path, user: str, new: dict[str, Any], allowed: bool
+) -> None:
+    objs = _with_validation("gcp", tmp_path, "checkpoint-pods")
+    (policy,) = _of(objs, "ValidatingAdmissionPolicy")
+    (binding,) = _of(objs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    assert "namespace" not in policy["metadata"] and policy["spec"]["failurePolicy"] == "Fail"
+    names = [c["expression"] for c in policy["spec"]["variables"] if c["name"] == "ours"]
+    assert names == [f'["{REQUESTED_AT}", "{DEADLINE}"]']
+    assert Settings().kube.annotation_domain == REQUESTED_AT.split("/")[0]  # the keys the adapter writes
+    old = _pod(annotations={"team": "llm"})
+    assert (_admit(policy, user, old, new) == []) is allowed
+
+
+CHECK_CASES: dict[str, tuple[Callable[[dict[str, Any]], None], bool]] = {
+    "the-check": (lambda spec: None, True),
+    "the-reset": (lambda spec: spec["containers"][0].update(command=list(reset_command("0000:3b:00"))), True),
+    "reset-all": (lambda spec: spec["containers"][0].update(command=list(reset_command(None))), True),
+    "other-image": (lambda spec: spec["containers"][0].update(image="busybox:latest"), False),
+    "shell": (lambda spec: spec["containers"][0].update(command=["/bin/sh", "-c", "curl x | sh"]), False),
+    "reset-edited": (lambda spec: spec["containers"][0].update(
+        command=["/bin/sh", "-c", "rm -rf /host", "nr-gpu-reset", ""]), False),
+    "added-args": (lambda spec: spec["containers"][0].update(args=["-r", "1"]), False),
+    "capability": (lambda spec: spec["containers"][0]["securityContext"].update(
+        capabilities={"add": ["SYS_ADMIN"]}), False),
+    "host-pid": (lambda spec: spec.update(hostPID=True), False),
+    "host-path": (lambda spec: spec.update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]), False),
+    "token": (lambda spec: spec.update(automountServiceAccountToken=True), False),
+    "sidecar": (lambda spec: spec["containers"].append({"name": "x", "image": "busybox"}), False),
+}
+
+
+@pytest.mark.parametrize("case", list(CHECK_CASES), ids=list(CHECK_CASES))
+def test_the_check_namespace_admits_only_the_pinned_check(tmp_path: Path, case: str) -> None:
+    """The check namespace is privileged (the check needs it), so the policy does what Pod Security
+    does not: the pod the workers' Job makes passes; the same pod changed in any way that matters is
+    refused. The workers read the pinned image from the same ConfigMap the policy reads."""
+    objs = _with_validation("gcp", tmp_path)
+    (policy,) = [p for p in _of(objs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "remediation-check-pods"]
+    (binding,) = _of(objs, "ValidatingAdmissionPolicyBinding")
+    (pin,) = [c for c in _of(objs, "ConfigMap") if c["metadata"]["name"] == "remediation-check-image"]
+    assert binding["spec"]["paramRef"] == {"name": "remediation-check-image", "namespace": NAMESPACE,
+                                           "parameterNotFoundAction": "Deny"}
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert re.fullmatch(r"[^@]+@sha256:[0-9a-f]{64}", pin["data"]["image"])
+    for workload in _workloads(objs):
+        env = {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+        ref = env["REMEDIATION_VALIDATION__KUBE_IMAGE"]["valueFrom"]["configMapKeyRef"]
+        assert ref == {"name": "remediation-check-image", "key": "image"}, workload["metadata"]["name"]
+    cfg = Settings(validation={"kube_image": pin["data"]["image"]}).validation
+    check = ValidationCheck("gpu-node-1", "nr-check-7-1", tuple(cfg.check_for("gpu-memory")), 60.0, "gpu-memory")
+    spec = copy.deepcopy(job_manifest(check, "gke-a3-0", cfg, "remediation.gpu.io/quarantine")["spec"]["template"]["spec"])
+    change, allowed = CHECK_CASES[case]
+    change(spec)
+    pod = {"metadata": {"name": "nr-check-7-1-x", "namespace": VALIDATION_NAMESPACE}, "spec": spec}
+    refusals = _admit(policy, "system:serviceaccount:kube-system:job-controller", None, pod, pin)
+    assert (refusals == []) is allowed, refusals
+
+
+def test_the_check_policy_names_every_configured_check_command() -> None:
+    """validation.checks and the policy's list must not drift (a check the policy refuses never runs)."""
+    (policy,) = [d for d in _docs(ROOT / "deploy/components/validation-kubernetes/admission.yaml")
+                 if d["kind"] == "ValidatingAdmissionPolicy"]
+    import celpy
+
+    env = celpy.Environment()
+    listed = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    checks = env.program(env.compile(listed["checks"])).evaluate({})
+    assert {tuple(str(a) for a in argv) for argv in checks} == {tuple(v) for v in Settings().validation.checks.values()}
+    assert str(env.program(env.compile(listed["reset"])).evaluate({})) == reset_command(None)[2]

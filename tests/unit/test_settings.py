@@ -200,3 +200,32 @@ def test_unreadable_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 def test_redis_tls_always_verifies(url: str, ca_file: str | None, expected: dict[str, Any]) -> None:
     """rediss:// verifies the server's certificate, against broker.ca_file when set; redis:// is plain."""
     assert load_settings(broker={"redis_url": url, "ca_file": ca_file}).broker.tls(url) == expected
+
+
+def test_a_short_session_key_is_refused_without_echoing_it() -> None:
+    with pytest.raises(SettingsError, match="api.session_key") as err:
+        load_settings(api={"session_key": "short-secret-key"})
+    assert "short-secret-key" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://slurmrestd.slurm:6820", "http://10.0.0.7:6820", "HTTP://0.0.0.0:6820"],
+    ids=["name", "address", "any-address"],
+)
+def test_the_slurm_jwt_never_goes_over_plain_http_to_another_host(url: str) -> None:
+    secret = "eyJ-a-slurm-jwt-that-must-not-be-echoed"
+    with pytest.raises(SettingsError, match="rest_token would be sent in clear over http://") as err:
+        load_settings(slurm={"backend": "rest", "rest_url": url, "rest_token": secret})
+    assert secret not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://slurmrestd.slurm:6820", "http://127.0.0.1:6820", "http://localhost:6820", "http://[::1]:6820",
+     "unix:/run/slurmrestd.sock"],
+    ids=["https", "loopback", "localhost", "ipv6-loopback", "unix"],
+)
+def test_the_slurm_jwt_may_go_over_tls_a_socket_or_loopback(url: str) -> None:
+    settings = load_settings(slurm={"backend": "rest", "rest_url": url, "rest_token": "jwt"})
+    assert settings.slurm.rest_url == url

@@ -79,7 +79,7 @@ def test_rest_v0_0_39_writes_post_the_node_update_with_jwt_headers() -> None:
 
     settings = SlurmSettings(
         backend="rest",
-        rest_url="http://slurmrestd:6820",
+        rest_url="https://slurmrestd:6820",
         rest_api_version="v0.0.39",
         rest_user="remediation",
         rest_token="jwt-secret",  # type: ignore[arg-type]

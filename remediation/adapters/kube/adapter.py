@@ -218,11 +218,7 @@ class KubeAdapter:
         why), not a static
         pod's mirror (the kubelet owns it, the API cannot remove it), not a DaemonSet's (it would be
         recreated; it tolerates the cordon by design)."""
-        with api_errors(f"list pods on Node {name}"):
-            pods = self.api.list_pod_for_all_namespaces(
-                field_selector=f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed",
-                _request_timeout=self.s.request_timeout_s,
-            ).items
+        pods = self._pods_on(name)
         slurmd = self._slurmd_pods(name)
         return [
             pod for pod in pods
@@ -230,6 +226,17 @@ class KubeAdapter:
             and MIRROR_ANNOTATION not in (pod.metadata.annotations or {})
             and not any(ref.kind == "DaemonSet" and ref.controller for ref in pod.metadata.owner_references or [])
         ]
+
+    def _pods_on(self, name: str) -> list[client.V1Pod]:
+        """The running pods on Node ``name``: in each of ``kube.workload_namespaces`` (what a Role per
+        namespace allows), or with none configured, in every namespace at once."""
+        where = f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed"
+        timeout = self.s.request_timeout_s
+        with api_errors(f"list pods on Node {name}"):
+            if not self.s.workload_namespaces:
+                return list(self.api.list_pod_for_all_namespaces(field_selector=where, _request_timeout=timeout).items)
+            return [pod for ns in self.s.workload_namespaces
+                    for pod in self.api.list_namespaced_pod(ns, field_selector=where, _request_timeout=timeout).items]
 
     def request_checkpoint(self, name: str, requested_at: datetime, deadline: datetime) -> list[str]:
         """A merge patch of two annotations on each pod that does not carry our request yet (a

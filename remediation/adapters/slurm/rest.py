@@ -29,6 +29,7 @@ whole seconds, and a change in the same second as our read must not be taken as 
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from typing import Any, Literal
 
@@ -83,7 +84,8 @@ class RestSlurm:
             transport = transport or httpx.HTTPTransport(uds=url[len("unix:") :])
             url = "http://slurmrestd"
         self.client = httpx.Client(
-            base_url=url, headers=headers, timeout=settings.command_timeout_s, transport=transport
+            base_url=url, headers=headers, timeout=settings.command_timeout_s, transport=transport,
+            verify=_verify(settings),
         )
         self._parser = NodesParser()
         self._since: int | None = None
@@ -343,3 +345,14 @@ def _seconds(value: str | None) -> float | None:
         return float(value) if value is not None else None
     except ValueError:
         return None
+
+
+def _verify(settings: SlurmSettings) -> ssl.SSLContext | bool:
+    """How slurmrestd's certificate is checked: against ``rest_ca_file``, else the system store; never
+    skipped. An unreadable CA file is a configuration error (automation pauses), not a node's fault."""
+    if not settings.rest_ca_file:
+        return True
+    try:
+        return ssl.create_default_context(cafile=settings.rest_ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"slurm.rest_ca_file {settings.rest_ca_file}: {exc}", component="slurm") from None

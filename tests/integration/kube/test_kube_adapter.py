@@ -211,6 +211,26 @@ def test_eviction_skips_daemonset_mirror_finished_and_terminating_pods(
     assert adapter.evict_pods("n1").done  # only DaemonSet and mirror pods remain
 
 
+def test_with_workload_namespaces_the_pods_are_listed_and_evicted_there_only(
+    kube_api: KubeAPIServer, make_settings: Callable[..., Settings]
+) -> None:
+    """kube.workload_namespaces: one namespaced list per namespace (what a Role there grants), never
+    the cluster-wide pod list; a pod in another namespace stays on the cordoned Node."""
+    kube_api.add_node("n1")
+    kube_api.add_pod("ml", "trainer", node_name="n1")
+    kube_api.add_pod("slurm", "batch-helper", node_name="n1")
+    kube_api.add_pod("team-x", "notebook", node_name="n1")
+    adapter = make_kube(make_settings(kube={"workload_namespaces": ["ml", "slurm"]}))
+    progress = adapter.evict_pods("n1")
+    assert progress.remaining == 2
+    evicted = sorted(r.path.split("/")[-2] for r in kube_api.requests if r.path.endswith("/eviction"))
+    assert evicted == ["batch-helper", "trainer"]
+    lists = [r.path for r in kube_api.requests if r.method == "GET" and r.path.endswith("/pods")]
+    assert "/api/v1/pods" not in lists  # the slurm list is also the slurmd pods' (kube.pod_namespace)
+    assert set(lists) == {"/api/v1/namespaces/ml/pods", "/api/v1/namespaces/slurm/pods"}
+    assert {p["metadata"]["name"] for p in kube_api.pods()} == {"notebook"}
+
+
 def test_pdb_blocks_with_429_then_eviction_succeeds_once_the_budget_allows(
     kube_api: KubeAPIServer, adapter: KubeAdapter
 ) -> None:

@@ -1,0 +1,57 @@
+"""Which nodes make up the pool the storm breaker divides by: the ones a watcher's resync confirmed.
+
+Any name on the stream becomes a ``nodes`` row (events need one), so counting rows let a publisher
+dilute the breaker with names no cluster has, and a node long gone kept counting forever. A node is
+*confirmed* when the Slurm or Kubernetes watcher lists it (an ``inventory`` event: the Slurm watcher
+sends one per node at every resync, so a re-sent one, though a duplicate event, confirms again); the
+ingest's clock stamps ``nodes.confirmed_at``. The pool is the confirmed nodes listed within
+``policy.pool_stale_s`` of the latest confirmation: a node the resyncs of that span left out leaves it
+(its row stays, with its history), while a stopped watcher, confirming nobody, shrinks nothing. Until a watcher has confirmed anything at all (an install whose watchers predate
+confirmation, or before the first resync) every row counts, as before: a pool of zero would disable
+the breaker. docs/policy.md, "Storm breaker", says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from remediation.db.models import Node
+from remediation.db.queries import confirmed_since
+from remediation.domain.events import EventKind, NodeEvent, Source
+
+#: The sources whose inventory is a confirmation: what each watcher read from its own system.
+CONFIRMING = frozenset({Source.SLURM, Source.KUBERNETES})
+
+
+def confirm_nodes(session: Session, events: Iterable[NodeEvent], now: datetime) -> int:
+    """Stamp ``confirmed_at`` on the nodes a watcher's inventory lists; returns how many."""
+    names = sorted({ev.node for ev in events if ev.kind == EventKind.INVENTORY and ev.source in CONFIRMING})
+    if names:
+        session.execute(update(Node).where(Node.name.in_(names)).values(confirmed_at=now))
+    return len(names)
+
+
+@dataclass(frozen=True)
+class PoolMembership:
+    """The rows and how many of them the breaker counts (``counted``), for status pages."""
+
+    rows: int
+    confirmed: int  # listed by a resync within pool_stale_s
+    stale: int  # confirmed once, not listed within pool_stale_s: left the pool
+    unconfirmed: int  # never listed by a watcher: never in the pool
+    counted: int  # the breaker's denominator (every row until anything is confirmed)
+
+
+def membership(session: Session, stale_after: timedelta) -> PoolMembership:
+    since = confirmed_since(session, stale_after)
+    rows, confirmed, ever = session.execute(
+        select(func.count(), func.count().filter(Node.confirmed_at >= since), func.count(Node.confirmed_at))
+        .select_from(Node)
+    ).one()
+    counted = confirmed if ever else rows
+    return PoolMembership(rows, confirmed, ever - confirmed, rows - ever, counted)
