@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                         "missing install step or an order-dependent failure shows (uncommitted changes are not "
                         "in the clone)")
     parser.add_argument("--workers", type=int, default=None, help="pytest-xdist workers per run (0 = one "
-                        "process); default: with --all, as scripts/test.sh ($REMEDIATION_TEST_WORKERS or 4), "
+                        "process); default: with --all, as scripts/test.sh ($REMEDIATION_TEST_WORKERS or 6), "
                         "else 0")
     parser.add_argument("paths", nargs="*", help="test paths or node ids instead of the default selection")
     args, extra = parser.parse_known_args(argv)
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     if not whole and not args.paths and "-k" not in extra:
         extra = ["-k", f"({DESELECT}) or {ALWAYS}", *extra]
     workers = args.workers if args.workers is not None else (
-        int(os.environ.get("REMEDIATION_TEST_WORKERS", "4")) if whole else 0)
+        int(os.environ.get("REMEDIATION_TEST_WORKERS", "6")) if whole else 0)
     if args.fresh_clone:  # scripts/test.sh passes -n and --dist itself
         os.environ["REMEDIATION_TEST_WORKERS"] = str(workers)
     elif workers:  # split like CI: a module per worker at a time
