@@ -1,4 +1,4 @@
-"""The run's closing line naming the Slurm releases it tested against: a pytest plugin (loaded by
+"""The run's last line, naming the Slurm releases it tested against: a pytest plugin (loaded by
 tests/conftest.py).
 
 The Slurm fixtures (tests/integration/slurm/conftest.py) call :func:`record` when a cluster is up. In
@@ -33,7 +33,10 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     STARTED.update(getattr(node, "workeroutput", {}).get(_KEY, {}))
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if STARTED:
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """After pytest's own summary ("N passed in ..."), so that the run's very last line names them."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if STARTED and reporter is not None and getattr(config, "workeroutput", None) is None:
         versions = ", ".join(STARTED[v] for v in sorted(STARTED))
-        terminalreporter.write_line(f"slurm versions under test: {versions}")
+        reporter.write_line(f"slurm versions under test: {versions}")
