@@ -67,11 +67,15 @@ WRAP
     chmod 0755 "$D/bin/$cmd"
   done
   # Absolute paths inside the root: DIR/bin is visible there too and must not be found on PATH.
+  # Clusters of one release come up at once (one per xdist worker): one of them starts munged.
+  exec 9>/run/lock/node-remediation-munge.lock
+  flock 9
   if ! chroot "$ROOT" /usr/bin/munge -n >/dev/null 2>&1; then
     chroot "$ROOT" /usr/bin/install -d -o munge -g munge -m 0755 /run/munge
     chroot "$ROOT" /usr/sbin/runuser -u munge -- /usr/sbin/munged
     for _ in $(seq 1 50); do chroot "$ROOT" /usr/bin/munge -n >/dev/null 2>&1 && break; sleep 0.1; done
   fi
+  flock -u 9
   export PATH="$D/bin:$PATH"
 fi
 
@@ -86,13 +90,17 @@ if [ "$need_install" = 1 ]; then
 fi
 
 # munge authenticates every Slurm RPC. The Debian postinst normally creates the key; create one if not.
-if [ -z "$ROOT" ] && [ ! -s /etc/munge/munge.key ]; then
-  runuser -u munge -- mungekey -c
-fi
-[ -n "$ROOT" ] || install -d -o munge -g munge -m 0755 /run/munge
-if [ -z "$ROOT" ] && ! munge -n >/dev/null 2>&1; then
-  runuser -u munge -- /usr/sbin/munged
-  for _ in $(seq 1 50); do munge -n >/dev/null 2>&1 && break; sleep 0.1; done
+# Clusters come up at once (one per xdist worker): one of them creates the key and starts munged.
+if [ -z "$ROOT" ]; then
+  exec 9>/run/lock/node-remediation-munge.lock
+  flock 9
+  [ -s /etc/munge/munge.key ] || runuser -u munge -- mungekey -c
+  install -d -o munge -g munge -m 0755 /run/munge
+  if ! munge -n >/dev/null 2>&1; then
+    runuser -u munge -- /usr/sbin/munged
+    for _ in $(seq 1 50); do munge -n >/dev/null 2>&1 && break; sleep 0.1; done
+  fi
+  flock -u 9
 fi
 
 mkdir -p "$D"/{state,spool,log,run,dev}
