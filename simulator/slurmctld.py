@@ -174,8 +174,8 @@ class SlurmCtld:
             node.silent_since = None
             node.ping_due = None
             node.flags.discard("NOT_RESPONDING")
-            if restarted or booted:
-                node.slurmd_start_time = int(now)
+            if restarted or booted:  # whole seconds, as Slurm; a start in the same second is still a new one
+                node.slurmd_start_time = max(int(now), node.slurmd_start_time + 1)
             if booted:
                 node.boot_time = int(now)
             if node.down and node.reason == "Not responding":  # ReturnToService=1

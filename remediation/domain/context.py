@@ -59,6 +59,7 @@ class RemediationContext(JsonRecord):
     vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
     vm_op_ref: str | None = None  # the completed operation's reference
     slurmctld_action_at: str | None = None  # ISO: when slurmctld took it, on its clock (Slurm's reboot); ""
+    slurmd_start_before: str | None = None  # ISO: slurmd's start as slurmctld had it before the action; "" none
     # -- admission and holds
     reconfirm: bool | None = None  # re-confirm the trigger before the next disruptive step (breaker, incident)
     incident: int | None = None  # the incident the remediation joined

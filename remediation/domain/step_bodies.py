@@ -198,6 +198,17 @@ def slurmctld_time(op: Operation) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat() if isinstance(at, int) and not isinstance(at, bool) else ""
 
 
+SLURMD_BEFORE = "slurmd_start_before"
+
+
+def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
+    """slurmd's last start as slurmctld has it, read before a machine action: a later start is the
+    proof of a boot on slurmctld's clock alone, like a boot counter. docs/architecture.md, "Believe
+    nothing unchecked"."""
+    started = ad.slurm.get_node(node).slurmd_start_time
+    return {SLURMD_BEFORE: started.isoformat() if started is not None else ""}
+
+
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
     if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
@@ -210,7 +221,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     if inp.provider_op is None:
         # Bare metal has no providerID: a backend that names the machine by the node does.
         vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
-        before = read_identity(ad, vm)  # the hardware the fault happened on
+        before = {**read_identity(ad, vm), **slurmd_start(ad, inp.node)}  # the hardware, slurmd's last start
         op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(), detail=before)
@@ -225,7 +236,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
             vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False,
-            slurmctld_action_at=slurmctld_time(op)), detail=after)
+            slurmctld_action_at=slurmctld_time(op), slurmd_start_before=inp.detail.get(SLURMD_BEFORE)), detail=after)
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
@@ -253,6 +264,9 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     since = datetime.fromisoformat(stamp) if stamp else inp.started_at
     started, than = snode.slurmd_start_time, f"the action at {since:%Y-%m-%d %H:%M:%S}"
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
+    if (last := inp.context.slurmd_start_before) is not None:  # slurmctld's clock alone: a new start
+        slurmd_after = started is not None and (not last or started > datetime.fromisoformat(last))
+        than = f"its start before the action ({last or 'none'})"
     before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if knode and before else slurmd_after
     responding = SlurmState.NOT_RESPONDING not in snode.flags

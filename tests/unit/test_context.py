@@ -21,7 +21,7 @@ OLD_ROW: dict[str, Any] = {
                                    "at": "2026-03-01T00:06:00+00:00", "step": "verify"},
 }
 #: Keys declared since the context was typed: no old row carries them, and one without them reads as None.
-NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at"}
+NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at", "slurmd_start_before"}
 
 
 def test_every_key_the_old_rows_carry_is_declared() -> None:
