@@ -71,25 +71,27 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
 
 
 def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
-    """Confirm an old event against the world before the first action: an event can be stale (replayed
-    after a restart, queued through an outage) and the node healthy again; then nothing is done. A
-    fresh event is the watcher's own recent observation and is acted on at once. Our own drain counts
-    as bad, so a step re-run after we drained is never mistaken for a recovery."""
+    """Confirm the event against its authority before the first action: an event on the stream is its
+    publisher's claim (stale after an outage, replayed, or forged), so Slurm must show the node bad now,
+    or the apiserver the Node's condition. Nothing is done to a node its authority shows healthy. Our
+    own drain counts as bad, so a step re-run after we drained is never mistaken for a recovery.
+    docs/architecture.md, "Believe nothing unchecked"."""
     if inp.checks > 0 or inp.source not in ("slurm", "kubernetes"):
         return None
     observed = inp.context.observed
-    if observed and (now - observed).total_seconds() < cfg.workflow.stale_event_s:
-        return None
+    old = observed is not None and (now - observed).total_seconds() >= cfg.workflow.stale_event_s
+    word = "stale" if old else "unconfirmed"
     if inp.source == "slurm":
         if node.states & slurm_states.BAD:
             return None
-        return Cancel(f"stale: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
+        return Cancel(f"{word}: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
                       node_healthy=True)
-    cond_type, cond_status = inp.context.condition
-    knode = ad.node_now(inp.node, inp.context.k8s_node)
-    if knode is None or knode.conditions.get(cond_type) in (None, cond_status) or node.states & slurm_states.BAD:
+    cond_type, _ = inp.context.condition
+    knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Node to read; Slurm's drain decides
+    now_status = knode.condition(cond_type) if knode is not None else None
+    if knode is None or f"{cond_type}={now_status}" in cfg.policy.kube_conditions or node.states & slurm_states.BAD:
         return None
-    return Cancel(f"stale: {cond_type} is {knode.conditions.get(cond_type)} on {knode.name} now; nothing done",
+    return Cancel(f"{word}: {cond_type} is {now_status or 'not reported'} on {knode.name} now; nothing done",
                   node_healthy=True)
 
 

@@ -130,9 +130,9 @@ class WorkflowSettings(Section):
     stale_event_s: float = Field(
         120.0,
         ge=0,
-        description="An event older than this when its remediation starts is confirmed against the live "
-        "Slurm/Kubernetes state first, and nothing is done if the node is healthy again (a replay after "
-        "an outage must not drain a good node). Younger events are the watchers' fresh observations.",
+        description="Every event is confirmed against the live Slurm/Kubernetes state before the first "
+        "action, and nothing is done if the node is healthy there. One older than this when its remediation "
+        "starts is called stale in the outcome (a replay after an outage); a younger one unconfirmed.",
     )
     unproven: Literal["hold", "quarantine"] = Field(
         "hold",
