@@ -60,6 +60,7 @@ from remediation.domain.policy import (
 from remediation.domain.profiles import Governance, Resolution, govern
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
+from remediation.services.dedupe import taken_by_others, unique_by_key
 from remediation.services.fencing import fence_events
 from remediation.services.incidents import correlate_opened, record_domains
 from remediation.services.payloads import admit_events, parse_payloads, reject
@@ -130,15 +131,15 @@ def record(
     if not events:
         return result
     # Within one batch the same key may appear twice (edge + resync); keep the first.
-    unique: dict[str, NodeEvent] = {}
-    for ev in events:
-        unique.setdefault(ev.dedupe_key, ev)
-    result.duplicates = len(events) - len(unique)
+    unique, result.duplicates = unique_by_key(events)
 
     _ensure_nodes(session, {ev.node for ev in unique.values()}, now)
     confirm_nodes(session, unique.values(), now)  # a resync's re-sent inventory confirms too
     new_keys = insert_events(session, [_event_row(ev) for ev in unique.values()], now)
-    result.duplicates += len(unique) - len(new_keys)
+    if rekeyed := taken_by_others(session, [ev for key, ev in unique.items() if key not in new_keys]):
+        unique.update((ev.dedupe_key, ev) for ev in rekeyed)  # a key sent ahead hides no real edge
+        new_keys.update(insert_events(session, [_event_row(ev) for ev in rekeyed], now))
+    result.duplicates += len(unique) - len(rekeyed) - len(new_keys)
     fresh = sorted(
         (ev for key, ev in unique.items() if key in new_keys), key=lambda e: e.observed_at
     )
