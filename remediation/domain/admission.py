@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from remediation.domain.events import NodeEvent, Source
+from remediation.domain.topology import BLOCK, LEAF_SWITCH, SWITCH
 
 
 class Refusal(StrEnum):
@@ -35,6 +36,7 @@ class Refusal(StrEnum):
     FOREIGN_FENCE = "foreign-fence"  # a fence of a lock its publisher may not hold
     FORGED_TOKEN = "forged-token"  # a token above what its lock's counter ever handed out
     UNFENCED = "unfenced"  # no fence, from a publisher whose lock hands out tokens
+    FOREIGN_FACT = "foreign-fact"  # a domain kind, label key or inventory field its source does not have
 
 
 class Publisher(StrEnum):
@@ -59,6 +61,22 @@ class Published(bytes):
 
 #: The one source each publisher reports.
 SOURCE_OF = {Publisher.SLURM: Source.SLURM, Publisher.KUBE: Source.KUBERNETES}
+
+
+@dataclass(frozen=True)
+class Reportable:
+    """What a watcher may say of a node besides its health: the Slurm watcher its topology's switch
+    and block kinds and the node's partitions and features; the Kubernetes watcher the label keys
+    configured as failure domains (``incidents.label_keys``) and those the profiles select on. None:
+    not checked (a setting this ingest was not given)."""
+
+    label_domains: frozenset[str] | None = None
+    profile_labels: frozenset[str] | None = None
+
+    def domain_kinds(self, publisher: Publisher) -> frozenset[str] | None:
+        if publisher is Publisher.SLURM:
+            return frozenset({LEAF_SWITCH, SWITCH, BLOCK})
+        return self.label_domains
 
 
 @dataclass(frozen=True)
@@ -87,10 +105,12 @@ def admit(
     bounds: TimeBounds | None,
     publisher: Publisher | None = None,
     counters: Mapping[str, int] | None = None,
+    reportable: Reportable | None = None,
 ) -> NodeEvent | Rejection:
     """``event`` as the ingest records it (its future timestamps clamped to ``now``), or why not.
     ``publisher``: the stream it was read from (None: the workers' own, which no watcher may write).
     ``counters``: each lock's fencing-token counter as Redis holds it now (None: not checked).
+    ``reportable``: the facts each publisher may report (None: not checked).
     Without ``bounds`` the timestamps are taken as written (a rehearsal's simulated clock)."""
     if event.source is Source.MANUAL:
         return Rejection(
@@ -98,6 +118,8 @@ def admit(
         )
     if (refused := bound(event, publisher, counters)) is not None:
         return refused
+    if publisher is not None and reportable is not None and (why := foreign_fact(event, publisher, reportable)):
+        return Rejection(Refusal.FOREIGN_FACT, why)
     if bounds is None:
         return event
     ahead = now + bounds.skew
@@ -152,6 +174,21 @@ def bound(
         at = "has never handed one out" if drawn is None else f"is at {drawn}"
         why = f"{fence.lock} token {fence.token} was never handed out: the lock's counter {at}"
         return Rejection(Refusal.FORGED_TOKEN, why)
+    return None
+
+
+def foreign_fact(event: NodeEvent, publisher: Publisher, reportable: Reportable) -> str | None:
+    """What in ``event`` its publisher's source does not have (None: nothing): a domain kind, a label
+    key, or an inventory field, each of which would re-profile nodes or group them into incidents."""
+    kinds = reportable.domain_kinds(publisher)
+    if event.domains and kinds is not None and (extra := sorted(set(event.domains) - kinds)):
+        return f"the {publisher.value} watcher reports no domain of kind {', '.join(extra)}"
+    if event.labels is not None:
+        keys = reportable.profile_labels if publisher is Publisher.KUBE else frozenset()
+        if keys is not None and (extra := sorted(set(event.labels) - keys)):
+            return f"the {publisher.value} watcher reports no label {', '.join(extra)}"
+    if publisher is not Publisher.SLURM and (event.partitions is not None or event.features is not None):
+        return f"the {publisher.value} watcher reports no partitions or features"
     return None
 
 

@@ -43,7 +43,7 @@ from remediation.db.queries import (
     latest_windows,
     open_remediations_for,
 )
-from remediation.domain.admission import TimeBounds
+from remediation.domain.admission import Reportable, TimeBounds
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
 from remediation.domain.context import RemediationContext
@@ -57,7 +57,7 @@ from remediation.domain.policy import (
     decide,
     slurm_bad_states,
 )
-from remediation.domain.profiles import Governance, Resolution, govern
+from remediation.domain.profiles import Governance, Resolution, govern, label_keys
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.services.audit import would
 from remediation.services.dedupe import taken_by_others, unique_by_key
@@ -106,10 +106,18 @@ def ingest(
     tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
     now = clock.now()
     parsed, rejected = parse_payloads(payloads, max_bytes)
-    events, refused = admit_events(parsed, now, bounds, counters)
+    events, refused = admit_events(parsed, now, bounds, counters, reportable(incidents, governance))
     events, fenced = fence_events(session, events, now)  # what a replaced leader published
     return record(session, events, policy, clock, dry_run, incidents, gpu_reset, governance,
                   rejected=rejected + refused + fenced)
+
+
+def reportable(incidents: IncidentSettings | None, governance: Governance | None) -> Reportable:
+    """The facts the watchers may report under this configuration (what it was not given: unchecked)."""
+    return Reportable(
+        label_domains=frozenset(incidents.label_keys) if incidents is not None else None,
+        profile_labels=frozenset(label_keys(governance.profiles)) if governance is not None else None,
+    )
 
 
 def record(

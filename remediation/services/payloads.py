@@ -16,7 +16,15 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session
 
 from remediation.db.models import RejectedEvent
-from remediation.domain.admission import Published, Publisher, Refusal, Rejection, TimeBounds, admit
+from remediation.domain.admission import (
+    Published,
+    Publisher,
+    Refusal,
+    Rejection,
+    Reportable,
+    TimeBounds,
+    admit,
+)
 from remediation.domain.events import InvalidEvent, NodeEvent
 from remediation.settings import BrokerSettings
 
@@ -85,13 +93,15 @@ def admit_events(
     now: datetime,
     bounds: TimeBounds | None,
     counters: Mapping[str, int] | None = None,
+    reportable: Reportable | None = None,
 ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
     """The events their publishers may report (:func:`remediation.domain.admission.admit`), and
-    (payload, why) of each one refused. ``counters``: each lock's fencing-token counter in Redis."""
+    (payload, why) of each one refused. ``counters``: each lock's fencing-token counter in Redis;
+    ``reportable``: the facts each publisher may report."""
     kept: list[NodeEvent] = []
     refused: list[tuple[str, str]] = []
     for event, publisher in events:
-        verdict = admit(event, now, bounds, publisher, counters)
+        verdict = admit(event, now, bounds, publisher, counters, reportable)
         if isinstance(verdict, Rejection):
             log.warning("refused an event for node %s from the stream: %s", event.node, verdict.refusal.value)
             refused.append((storable(event.to_json()), storable(str(verdict), 4000)))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.domain.admission import Publisher, Refusal, Rejection, TimeBounds, admit
+from remediation.domain.admission import Publisher, Refusal, Rejection, Reportable, TimeBounds, admit
 from remediation.domain.events import EventKind, Fence, InvalidEvent, NodeEvent, Source
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -123,3 +123,45 @@ def test_what_its_publisher_may_report_is_admitted(
     ev: NodeEvent, publisher: Publisher, counters: dict[str, int] | None
 ) -> None:
     assert isinstance(admit(ev, NOW, BOUNDS, publisher, counters), NodeEvent)
+
+
+def fact(source: Source, kind: EventKind, **facts: object) -> NodeEvent:
+    return NodeEvent(source=source, node="gpu-node-1", kind=kind, state="x", reason="", observed_at=NOW, **facts)
+
+
+REPORTABLE = Reportable(label_domains=frozenset({"nvidia.com/gpu.clique"}), profile_labels=frozenset({"pool"}))
+
+
+@pytest.mark.parametrize(
+    ("publisher", "ev", "why"),
+    [
+        (Publisher.SLURM, fact(Source.SLURM, EventKind.DOMAINS, domains={"nvidia.com/gpu.clique": "c.1"}),
+         "no domain of kind nvidia.com/gpu.clique"),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.DOMAINS, domains={"block": "b1"}), "of kind block"),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.LABELS, labels={"tier": "gold"}), "no label tier"),
+        (Publisher.SLURM, fact(Source.SLURM, EventKind.LABELS, labels={"pool": "shadow"}), "no label pool"),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.INVENTORY, partitions=["gpu"]), "no partitions"),
+    ],
+    ids=["slurm-label-domain", "kube-slurm-domain", "kube-unselected-label", "slurm-labels", "kube-inventory"],
+)
+def test_a_fact_its_publishers_source_does_not_have_is_refused(
+    publisher: Publisher, ev: NodeEvent, why: str
+) -> None:
+    verdict = admit(ev, NOW, BOUNDS, publisher, None, REPORTABLE)
+    assert isinstance(verdict, Rejection) and verdict.refusal is Refusal.FOREIGN_FACT
+    assert why in verdict.detail
+
+
+@pytest.mark.parametrize(
+    ("publisher", "ev"),
+    [
+        (Publisher.SLURM, fact(Source.SLURM, EventKind.DOMAINS, domains={"block": "b1", "leaf-switch": "s1"})),
+        (Publisher.SLURM, fact(Source.SLURM, EventKind.INVENTORY, partitions=["gpu"], features=["h100"])),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.DOMAINS, domains={"nvidia.com/gpu.clique": "c.1"})),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.LABELS, labels={"pool": "a"})),
+        (Publisher.KUBE, fact(Source.KUBERNETES, EventKind.DOMAINS, domains={})),
+    ],
+    ids=["slurm-topology", "slurm-inventory", "kube-clique", "kube-selected-label", "kube-no-domains"],
+)
+def test_the_facts_its_source_has_are_admitted(publisher: Publisher, ev: NodeEvent) -> None:
+    assert admit(ev, NOW, BOUNDS, publisher, None, REPORTABLE) == ev
