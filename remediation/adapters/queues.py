@@ -1,7 +1,7 @@
 """Queue depth for the dashboard and /metrics: events waiting in the stream and tasks in each queue.
 
 ``events`` is the ingest consumer group's lag: entries it has not acknowledged, whether never
-delivered or read and still pending (``events_pending``). The stream may hold acknowledged history
+delivered or read and still pending (``events_pending``); ``requests`` holds what the API and beat ask. The stream may hold acknowledged history
 besides (``broker.stream_max_len``), which waits for nothing and is not counted.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import redis
 
 from remediation.adapters.bus import Keys
-from remediation.adapters.celery import INGEST_QUEUE, WORKFLOW_QUEUE
+from remediation.adapters.celery import INGEST_QUEUE, REQUEST_QUEUE, WORKFLOW_QUEUE
 from remediation.adapters.factory import redis_client
 from remediation.adapters.stream import ingest_lag
 from remediation.settings import Settings
@@ -28,7 +28,8 @@ def queue_depth(settings: Settings) -> dict[str, int]:
         pipe = client.pipeline(transaction=False)
         pipe.llen(prefix + INGEST_QUEUE)
         pipe.llen(prefix + WORKFLOW_QUEUE)
-        ingest, workflow = pipe.execute()
+        pipe.llen(prefix + REQUEST_QUEUE)
+        ingest, workflow, requests = pipe.execute()
         try:
             events, pending = ingest_lag(client, keys)
         except redis.ResponseError:  # no stream yet
@@ -37,4 +38,5 @@ def queue_depth(settings: Settings) -> dict[str, int]:
         return {}
     finally:
         client.close()
-    return {"events": events, "events_pending": pending, "ingest": int(ingest), "workflow": int(workflow)}
+    return {"events": events, "events_pending": pending, "ingest": int(ingest), "workflow": int(workflow),
+            "requests": int(requests)}
