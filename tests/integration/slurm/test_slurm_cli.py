@@ -257,3 +257,35 @@ def test_rest_unreachable_is_transient(tmp_path: Path, slurm: SlurmCluster) -> N
     with RestSlurm(slurm.settings(backend="rest", rest_url=f"unix:{tmp_path / 'missing.sock'}")) as rest:
         with pytest.raises(TransientError):
             rest.list_nodes()
+
+
+def test_a_heterogeneous_job_is_listed_by_component_and_acted_on_whole(slurm: SlurmCluster) -> None:
+    """A heterogeneous job shows on each node by its component (``123+0``, ``123+1``); requeue, signal
+    and cancel take it as Slurm does, whole, so a node running one is never refused its job safety."""
+    cli = CliSlurm(slurm.settings())
+
+    script = slurm.workdir / "het.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -w gpu-node-3\n#SBATCH hetjob\n#SBATCH -w gpu-node-2\nsleep 300\n")
+
+    def submit(*extra: str) -> str:
+        out = slurm.run("sbatch", "--parsable", "-o", "/dev/null", "-D", str(slurm.workdir), *extra, str(script))
+        return out.stdout.strip().split(";")[0]
+
+    def wait_jobs(expected: dict[str, list[str]]) -> None:
+        deadline = time.monotonic() + 30
+        while (seen := {n: cli.jobs_on(n) for n in expected}) != expected:
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.2)
+
+    het = submit("--requeue")
+    wait_jobs({"gpu-node-3": [f"{het}+0"], "gpu-node-2": [f"{het}+1"]})
+    cli.signal_jobs(cli.jobs_on("gpu-node-3"), "USR1", "full")  # a checkpoint request reaches it
+    cli.drain("gpu-node-3", "remediation: heterogeneous job test")  # keeps the requeued job off the node
+    cli.requeue_jobs(cli.jobs_on("gpu-node-3"))
+    wait_jobs({"gpu-node-3": [], "gpu-node-2": []})
+    slurm.run("scancel", het)
+    cli.resume("gpu-node-3")
+    again = submit()
+    wait_jobs({"gpu-node-3": [f"{again}+0"], "gpu-node-2": [f"{again}+1"]})
+    cli.cancel_jobs(cli.jobs_on("gpu-node-2"))
+    wait_jobs({"gpu-node-3": [], "gpu-node-2": []})
