@@ -26,6 +26,7 @@ from remediation.adapters.celery import SWEEP_TASK
 from remediation.adapters.lock import LeaderLock
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
+from remediation.domain.statemachine import OPEN_STATUSES
 from remediation.settings import load_settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.apiproc import ApiProcess, base_env
@@ -145,6 +146,7 @@ def storm_end_to_end(server: AclRedis, pg_url: str, tmp_path: Path, ca: str | No
         wait_for(lambda: worker.acknowledged(SWEEP_TASK) > sweeps + 1, 30, "beat's sweeps", worker)
         metrics = httpx.get(f"{api.url}/metrics", timeout=10).text
         assert 'remediation_queue_depth{queue="events"}' in metrics  # the API read the ingest group's lag
+        assert 'remediation_queue_depth{queue="requests"}' in metrics  # and the levers' queue
     finally:
         stopper.stop()
         if watcher.is_alive():
@@ -265,32 +267,42 @@ def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
     """Poisoned and forged entries, written with the Slurm watcher's own credential to the one stream
     it may write, in one batch with a real fault: the real worker refuses each (kept in
     rejected_events, with its reason, and acknowledged), opens nothing for them, and remediates the
-    real fault."""
+    real fault, though an entry ahead of it took its dedupe key. A well-formed fault on a node Slurm
+    shows healthy is recorded but acted on never: Slurm does not confirm it."""
     env = worker_env(pg_url, plain.url("worker"), PREFIX, tmp_path)
-    MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
+    world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(12)], journal=tmp_path / "world.json")
+    world.set_slurm("gpu-node-1", flags=["FAIL"], reason="xid 79")  # the real fault: Slurm shows it
     watcher = plain.client("watcher-slurm")
     lock = LeaderLock(watcher, f"{PREFIX}:leader:slurm")
     assert lock.acquire_or_renew()  # fencing is on: the slurm lock hands out tokens
     token = lock.token
-    bad = {
-        "invalid event": forged("gpu-node-2", token, observed_at="9999-12-31T23:59:59-01:00"),
-        "future": forged("gpu-node-3", token, observed_at=(datetime.now(UTC) + timedelta(days=1)).isoformat()),
-        "manual": forged("gpu-node-4", token, source="manual"),
-        "foreign-source": forged("gpu-node-5", token, source="kubernetes", state="Ready=False"),
-        "foreign-fence": forged("gpu-node-6", token, fence={"lock": "kube", "token": token}),
-        "forged-token": forged("gpu-node-7", token, fence={"lock": "slurm", "token": token + 1000}),
-        "unfenced": forged("gpu-node-0", token, fence=None),
-        "oversize": forged("gpu-node-8", token, reason="x" * 100_000),
-    }
-    real = forged("gpu-node-1", token)
+    topology = {"kind": "domains", "state": "topology", "reason": "forged"}
+    bad = [
+        ("invalid event", forged("gpu-node-2", token, observed_at="9999-12-31T23:59:59-01:00")),
+        ("future", forged("gpu-node-3", token, observed_at=(datetime.now(UTC) + timedelta(days=1)).isoformat())),
+        ("manual", forged("gpu-node-4", token, source="manual")),
+        ("foreign-source", forged("gpu-node-5", token, source="kubernetes", state="Ready=False")),
+        ("foreign-fence", forged("gpu-node-6", token, fence={"lock": "kube", "token": token})),
+        ("forged-token", forged("gpu-node-7", token, fence={"lock": "slurm", "token": token + 1000})),
+        ("unfenced", forged("gpu-node-0", token, fence=None)),
+        ("oversize", forged("gpu-node-8", token, reason="x" * 100_000)),
+        ("foreign-fact", forged("gpu-node-9", token, **topology, domains={"nvidia.com/gpu.clique": "c.1"})),
+        ("foreign-fact", forged("gpu-node-9", token, kind="labels", state="labels", reason="forged",
+                                labels={"pool": "shadow"})),
+    ]
+    key = "slurm:gpu-node-1:FAIL:2026-11-28T12:00:00:0a1b2c3d"  # Slurm's keys can be foretold
+    ahead = forged("gpu-node-1", token, kind="healthy", state="IDLE", reason="", dedupe_key=key)
+    real = forged("gpu-node-1", token, dedupe_key=key)
+    unconfirmed = forged("gpu-node-10", token)  # Slurm shows gpu-node-10 IDLE
     pipe = watcher.pipeline(transaction=False)
-    for payload in [*bad.values(), real]:
+    for payload in [*(p for _, p in bad), ahead, real, unconfirmed]:
         pipe.xadd(f"{PREFIX}:events:slurm", {"e": payload})
     pipe.execute()
     worker = Worker(env, tmp_path, beat=False)  # the kick relay finds the entries and starts the ingest
     try:
         wait_for(lambda: "gpu-node-1" in opened(pg_url), 60, "the real fault's remediation", worker)
         wait_for(lambda: " on gpu-node-1" in worker.output(), 60, "a worker to act on the real fault", worker)
+        wait_for(lambda: outcome(pg_url, "gpu-node-10") is not None, 60, "the forged fault's end", worker)
         admin = plain.client(ADMIN_USER)
         wait_for(lambda: admin.xpending(f"{PREFIX}:events:slurm", "ingest")["pending"] == 0, 30, "the acks", worker)
     finally:
@@ -300,6 +312,18 @@ def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
     with Session(engine) as s:
         errors = list(s.scalars(select(RejectedEvent.error)))
     engine.dispose()
-    assert sorted(e.split(":")[0] for e in errors) == sorted(bad), errors
-    assert opened(pg_url) == {"gpu-node-1"}
+    assert sorted(e.split(":")[0] for e in errors) == sorted(r for r, _ in bad), errors
+    assert opened(pg_url) == {"gpu-node-1", "gpu-node-10"}
+    assert outcome(pg_url, "gpu-node-10") == ("cancelled", "unconfirmed: Slurm reports gpu-node-10 IDLE now; nothing done")
+    assert world.calls(op="slurm.drain", effect=True) and {c["node"] for c in world.calls(effect=True)} == {"gpu-node-1"}
     assert plain.denials() == []
+
+
+def outcome(pg_url: str, node: str) -> tuple[str, str] | None:
+    """How ``node``'s remediation ended (None: it has not)."""
+    engine = create_engine(pg_url, poolclass=NullPool)
+    with Session(engine) as s:
+        row = s.scalars(select(Remediation).where(Remediation.node == node)).first()
+        ended = (row.status, row.outcome) if row is not None and row.status not in OPEN_STATUSES else None
+    engine.dispose()
+    return ended
