@@ -65,11 +65,11 @@ from tests.policies import SHIPPED, policy_of
 MARK = "scenario"
 
 #: The security section's kinds of bad input, in the order it lists them.
-OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, FORGED, CONFIG_SECRET = (
+OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, FORGED, IMPOSTOR, CONFIG_SECRET = (
     "oversize bodies", "malformed events", "huge events", "long and odd node names",
-    "events a watcher may not report", "secrets in bad config",
+    "events a watcher may not report", "jobs and BMCs that pose as ours", "secrets in bad config",
 )
-BAD_INPUT_KINDS = (OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, FORGED, CONFIG_SECRET)
+BAD_INPUT_KINDS = (OVERSIZE, MALFORMED, HUGE_EVENT, NODE_NAME, FORGED, IMPOSTOR, CONFIG_SECRET)
 #: Where the session writes the security section for ``python -m bench.reliability`` (unset: nowhere).
 SECURITY_OUT = "REMEDIATION_SECURITY_OUT"
 

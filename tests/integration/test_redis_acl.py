@@ -33,6 +33,7 @@ from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
 from tests.redisproc import ADMIN as ADMIN_USER
 from tests.redisproc import AclRedis
+from tests.scenario_table import FORGED, BadInputs
 from watchers.runtime import Stopper
 from watchers.slurm import run as run_slurm_watcher
 
@@ -262,7 +263,7 @@ def forged(node: str, token: int, **fields: object) -> str:
 
 
 def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
-    plain: AclRedis, pg_url: str, tmp_path: Path
+    plain: AclRedis, pg_url: str, tmp_path: Path, bad_inputs: BadInputs
 ) -> None:
     """Poisoned and forged entries, written with the Slurm watcher's own credential to the one stream
     it may write, in one batch with a real fault: the real worker refuses each (kept in
@@ -317,6 +318,13 @@ def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
     assert outcome(pg_url, "gpu-node-10") == ("cancelled", "unconfirmed: Slurm reports gpu-node-10 IDLE now; nothing done")
     assert world.calls(op="slurm.drain", effect=True) and {c["node"] for c in world.calls(effect=True)} == {"gpu-node-1"}
     assert plain.denials() == []
+    for error in errors:  # the real fault beside them was remediated: none lost
+        bad_inputs.tried(FORGED, f"{error.split(':')[0]} entry on the Slurm stream, with the watcher's credential",
+                         f"rejected and kept ({error[:80]}), acknowledged", lost=0)
+    bad_inputs.tried(FORGED, "a healthy edge sent ahead under the real fault's foretold dedupe key",
+                     "both recorded, the real fault remediated", lost=0)
+    bad_inputs.tried(FORGED, "a well-formed, fenced fault on a node Slurm shows IDLE",
+                     "recorded; cancelled unconfirmed before any action", lost=0)
 
 
 def outcome(pg_url: str, node: str) -> tuple[str, str] | None:

@@ -60,6 +60,7 @@ from remediation.settings import RedfishSettings, Settings
 from simulator.kube_tls import write_cluster_pki
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
 from tests.ports import dead_address
+from tests.scenario_table import IMPOSTOR, BadInputs
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -396,7 +397,8 @@ def annotated(
 
 
 def test_an_annotation_never_sends_the_login_to_a_host_it_names(
-    emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path, trap: socket.socket
+    emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path, trap: socket.socket,
+    bad_inputs: BadInputs,
 ) -> None:
     own = f"https://127.0.0.1:{trap.getsockname()[1]}"
     provider = annotated(
@@ -426,6 +428,8 @@ def test_an_annotation_never_sends_the_login_to_a_host_it_names(
             provider.start(provider.machine_of(node), VMAction.RESTART, step_key(sessions, node))
         assert not connected(trap), f"{node}: the login went where its annotation said"
         assert why in info.value.message and info.value.scope is Scope.NODE  # that node's error alone
+        bad_inputs.tried(IMPOSTOR, f"a Node annotation: {node.removeprefix('gpu-node-').replace('-', ' ')}",
+                         f"refused ({why}); no login sent", lost=0)
     # A system picked on a BMC the inventory lists, with the inventory's login for it, is acted on.
     node = "gpu-node-on-the-chassis"
     op = provider.start(provider.machine_of(node), VMAction.RESTART, step_key(sessions, node))

@@ -40,6 +40,7 @@ from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.scenario_table import IMPOSTOR, BadInputs
 
 pytestmark = pytest.mark.slurm
 # The reservation test runs with each backend where slurmrestd writes (not 22.05's): see conftest.
@@ -354,7 +355,8 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
 
 
 def test_jobs_another_user_named_like_the_check_return_nothing(slurm: SlurmCluster, check_dir: Path,
-                                                               sessions: sessionmaker[Session]) -> None:
+                                                               sessions: sessionmaker[Session],
+                                                               bad_inputs: BadInputs) -> None:
     """Any cluster user can name a job. ``nobody`` runs ``true`` under the names the check would have
     had without a nonce (``nr-gate-rN-a1``) and under its very name (the nonce read off the step row), and
     both finish with exit 0. The real check fails (the GPU is still bad): neither of nobody's jobs is
@@ -393,6 +395,8 @@ def test_jobs_another_user_named_like_the_check_return_nothing(slurm: SlurmClust
         op = dict(row.provider_op or {})
     assert op["reservation"] == check_name(key, nonce) and op["job_id"] not in planted
     assert (v.outcome, v.exit_code) == ("failed", 1) and "result: exit 1" in v.output_tail
+    bad_inputs.tried(IMPOSTOR, f"Slurm {slurm.version}: 2 finished jobs of user nobody named like the next check",
+                     "neither adopted; the real check failed and the node stayed drained", lost=0)
 
 
 def test_a_check_cancelled_or_held_is_taken_down(slurm: SlurmCluster, check_dir: Path,
