@@ -10,8 +10,9 @@ the endpoints' request logs, and the fuzzing row counts the examples actually ex
 tests did not run has an empty row, and that fails the run, as does any failed test.
 
 Under the table, the security section: the tests in :data:`SECURITY` try bad inputs (oversize bodies,
-malformed and huge events, long and odd node names, secrets in bad config) against the real API,
-stream, ingest and start-up, and each says what its input got and what was lost beside it.
+malformed, huge and forged events, long and odd node names, jobs and BMCs that pose as ours, secrets in
+bad config) against the real API, stream, ingest, Slurm, BMC and start-up, and each says what its input
+got and what was lost beside it.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ SECURITY = [
     "tests/unit/test_policy.py::test_node_names_are_matched_whole",
     "tests/unit/test_slurm_adapters.py::test_bad_names_are_refused",
     "tests/unit/test_validation.py::test_names_are_unique_whatever_the_input",
+    "tests/integration/test_redis_acl.py::test_the_watchers_credential_reports_its_own_source_and_nothing_more",
+    "tests/integration/slurm/test_slurm_validation.py::test_jobs_another_user_named_like_the_check_return_nothing",
+    "tests/integration/redfish/test_redfish_bmc.py::test_an_annotation_never_sends_the_login_to_a_host_it_names",
 ]
 
 
