@@ -3,7 +3,7 @@
     python -m bench.fault_intelligence [--nodes 2048] [--seeds 1 2 3 4 5] [--truth FILE ...] [--jobs 2]
 
 For every (outcome model, seed) the Llama 3 mix is synthesised once (with causes and leaf groups) and
-replayed through ``remediation simulate``'s engine under both policies, each run in its own process.
+replayed through ``remediation rehearse``'s engine under both policies, each run in its own process.
 Every figure is what the rehearsal's world counted (VM actions that fixed nothing, node-hours out,
 faults fixed automatically, VM actions and quarantines on fabric faults, incidents, pages); the goals are
 checked on the totals over the seeds and printed beside them. The shipped outcome model is an

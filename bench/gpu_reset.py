@@ -3,7 +3,7 @@
     python -m bench.gpu_reset [--nodes 2048] [--seeds 1 2 3] [--site bare-metal] [--truth FILE] [--jobs 2]
 
 A rehearsal, not a measurement on hardware: for every seed the Llama 3 mix is synthesised once (with
-causes and leaf groups) and replayed through ``remediation simulate --gpu-reset``'s engine twice, each in
+causes and leaf groups) and replayed through ``remediation rehearse --gpu-reset``'s engine twice, each in
 its own process: the shipped policy with jobs on the node (so the gpu-reset rung is planned) and the same
 policy with the rung taken out (both run the GPU check after every action). The times come from the
 outcome model (``times``: the GPU reset, and the site's reboot); whether a reset fixes a fault is its

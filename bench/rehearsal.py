@@ -1,4 +1,4 @@
-"""`remediation simulate` at fleet scale: the event loop against the polling loop, and the issue's goals.
+"""`remediation rehearse` at fleet scale: the event loop against the polling loop, and the issue's goals.
 
     python -m bench.rehearsal [--seed 3] [--skip-10k]
 
@@ -37,7 +37,7 @@ from remediation.rehearsal.run import rehearse
 from remediation.rehearsal.trace import load
 from remediation.settings import Settings
 mix, nodes, days, seed, loop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
-# What `remediation simulate` runs: the shipped outcome model, nodes in leaf groups of 16.
+# What `remediation rehearse` runs: the shipped outcome model, nodes in leaf groups of 16.
 faults = load(Path(mix), nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
               model=outcome_model(None), leaf_size=16)
 names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})

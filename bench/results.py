@@ -99,7 +99,7 @@ BENCHES = (
         (),
         ("--remediations", "20"),
     ),
-    Bench("rehearsal", "`remediation simulate` at fleet scale", (), ("--skip-10k",)),
+    Bench("rehearsal", "`remediation rehearse` at fleet scale", (), ("--skip-10k",)),
     Bench(
         "fault_intelligence",
         "Default policy against the naive ladder (rehearsal)",

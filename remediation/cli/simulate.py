@@ -1,4 +1,4 @@
-"""`remediation simulate --trace FILE`: rehearse the policy on a failure trace before turning it on.
+"""`remediation rehearse --trace FILE`: rehearse the policy on a failure trace before turning it on.
 
 Loads the settings (``--config`` as everywhere), replays the trace through remediation.rehearsal.run and
 prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which

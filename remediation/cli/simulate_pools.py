@@ -1,4 +1,4 @@
-"""`remediation simulate` pool by pool: what the watchers would report of the nodes (``--node-facts``),
+"""`remediation rehearse` pool by pool: what the watchers would report of the nodes (``--node-facts``),
 and every figure for each profile's pool beside the baseline's for the same nodes.
 
 A mixed fleet (an NVL72 pool, an H100 pool, an inference pool) is rehearsed under one global policy

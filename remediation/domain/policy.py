@@ -11,7 +11,7 @@ Two questions are answered here and nowhere else:
    minimum gap throttle VM actions.
 
 Nothing here touches a database or a network, so the table-driven tests run in microseconds and the
-same functions drive the trace replay (``remediation simulate``).
+same functions drive the trace replay (``remediation rehearse``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ the spine above it, its zone). Domains come from two places, both as ``kind -> n
   Level-0 switches are ``leaf-switch`` domains, higher ones ``switch``, blocks ``block``.
 - Node labels (``incidents.label_keys``): the label key is the kind, its value the name.
 
-:func:`correlate` is the rule, pure so that the ingest and the rehearsal (``remediation simulate``)
+:func:`correlate` is the rule, pure so that the ingest and the rehearsal (``remediation rehearse``)
 share it. Given the nodes that failed within the window, the domains' members and the nodes already
 in an incident, it returns the domains whose *unclaimed* failures reach ``min_nodes`` or
 ``min_fraction`` of the domain (and at least two). Domains are tried in order of the fraction that

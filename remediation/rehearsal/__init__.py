@@ -1,4 +1,4 @@
-"""The policy rehearsal behind ``remediation simulate``: replay a fault trace against the policy and
+"""The policy rehearsal behind ``remediation rehearse``: replay a fault trace against the policy and
 compare what it would cost.
 
 The rehearsal is a tool *about* the service, not part of it, so it sits above the services (it drives

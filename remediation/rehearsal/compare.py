@@ -1,4 +1,4 @@
-"""Two policies, one trace: the side-by-side rehearsal behind ``remediation simulate --baseline``.
+"""Two policies, one trace: the side-by-side rehearsal behind ``remediation rehearse --baseline``.
 
 The same faults (same seed, same outcome draws) go through :func:`remediation.rehearsal.run.rehearse`
 once per policy. The comparison is made only on figures the world measured (VM actions that fixed

@@ -1,6 +1,6 @@
 """The rehearsal's outcome model: what each kind of fault really needs, as data, never as policy.
 
-``remediation simulate`` has to say whether an action *worked*, and no decision code may know the
+``remediation rehearse`` has to say whether an action *worked*, and no decision code may know the
 answer: that is the ground truth the policy is trying to guess. So it lives here, read from a file
 (``--truth``), one entry per failure-mix category:
 

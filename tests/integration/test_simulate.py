@@ -1,4 +1,4 @@
-"""`remediation simulate`: the rehearsal takes exactly the decisions live processing takes.
+"""`remediation rehearse`: the rehearsal takes exactly the decisions live processing takes.
 
 Live: the events go through Redis to real Celery worker processes and Postgres, batch by batch, each
 batch after the previous one settled. Rehearsal: the same events, one simulated hour apart, through
@@ -102,7 +102,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
     # the same world, every fault here is one a restart fixes and none is the fabric's.
     (tmp_path / "restart-fixes.yaml").write_text(yaml.safe_dump({"categories": {
         r.category: {"p_restart": 1.0, "p_move": 1.0, "source": "test"} for r in read_mix(trace)}}))
-    env_cmd = [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
+    env_cmd = [sys.executable, "-c", "from remediation.cli.main import main; main()", "rehearse", "--trace", str(trace),
                "--nodes", "32", "--days", "54", "--seed", "2", "-o", "json", "--dump-events", str(tmp_path / "t.jsonl"),
                "--truth", str(tmp_path / "restart-fixes.yaml")]
     proc = subprocess.run(env_cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -123,7 +123,7 @@ def test_simulate_command_on_the_published_mix(tmp_path: Path) -> None:
 def test_simulate_rejects_a_bad_trace_with_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("what,ever\n")
-    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace",
+    proc = subprocess.run([sys.executable, "-c", "from remediation.cli.main import main; main()", "rehearse", "--trace",
                            str(bad)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("error: ") and "needs the columns" in proc.stderr
@@ -135,7 +135,7 @@ def test_side_by_side_rehearsal_shows_what_fault_intelligence_changes(tmp_path: 
     the fabric's nodes get no VM action and no quarantine, far fewer VM actions are wasted."""
     trace = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
     proc = subprocess.run(
-        [sys.executable, "-c", "from remediation.cli.main import main; main()", "simulate", "--trace", str(trace),
+        [sys.executable, "-c", "from remediation.cli.main import main; main()", "rehearse", "--trace", str(trace),
          "--nodes", "256", "--days", "54", "--seed", "3", "--baseline",
          str(ROOT / "deploy" / "policies" / "naive-ladder.yaml"), "-o", "json"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
@@ -166,7 +166,7 @@ def test_a_mixed_fleet_rehearsed_per_pool_under_profiles_and_one_global_policy()
     """The shipped mixed fleet (an NVL72, an H100 and an inference pool) under its profiles and under one
     global policy on the same trace: every figure per pool, both read by the same pools."""
     policies = ROOT / "deploy" / "policies"
-    out = _simulate("--config", str(policies / "mixed-fleet-profiles.yaml"), "simulate", "--trace",
+    out = _simulate("--config", str(policies / "mixed-fleet-profiles.yaml"), "rehearse", "--trace",
                     str(ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"), "--nodes", "256",
                     "--days", "20", "--seed", "2", "--node-facts", str(policies / "mixed-fleet-nodes.yaml"),
                     "--baseline", str(policies / "mixed-fleet-global.yaml"))
@@ -185,7 +185,7 @@ def test_a_profile_off_in_the_rehearsal_opens_nothing_in_its_pool(tmp_path: Path
     config = tmp_path / "off.yaml"
     config.write_text(yaml.safe_dump({"profiles": [{"name": "dark", "select": {"hostlist": "gpu-node-[0-31]"},
                                                     "mode": "off"}]}))
-    out = _simulate("--config", str(config), "simulate", "--trace",
+    out = _simulate("--config", str(config), "simulate", "--trace",  # the old name, an alias
                     str(ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"), "--nodes", "64",
                     "--days", "54", "--seed", "1")
     dark, rest = out["profiles"]["dark"], out["profiles"]["(base)"]

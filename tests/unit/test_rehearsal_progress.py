@@ -1,4 +1,4 @@
-"""`remediation simulate`'s progress bar: simulated days done and faults handled, redrawn at most every
+"""`remediation rehearse`'s progress bar: simulated days done and faults handled, redrawn at most every
 ``every_s`` of wall time, and wiped at the end so that the report starts on a clean line."""
 
 from __future__ import annotations
