@@ -63,9 +63,12 @@ def publish(
     sessions: sessionmaker[Session],
     settings: Settings,
     clock: FakeClock,
+    world: MemoryWorld,
     node: str,
     reason: str = "hung training step",
 ) -> FollowUp:
+    """A researcher's ``scontrol update state=fail reason=...`` on ``node``, and the watcher's event for it."""
+    world.set_slurm(node, flags=["FAIL"], reason=reason, user="researcher")
     event = NodeEvent(
         source=Source.SLURM,
         node=node,
@@ -118,7 +121,7 @@ def test_jobs_are_signalled_once_audited_and_the_remediation_goes_on_when_they_l
     settings = make_settings()
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-1", ["4242", "4243"])
-    f = publish(sessions, settings, clock, "gpu-node-1")
+    f = publish(sessions, settings, clock, world, "gpu-node-1")
     asked = clock.now()
     f = poll_drain(engine, clock, f, 40)  # 8 looks at the busy node: one request
     # One scancel per job, each recorded on the row before and after it runs.
@@ -146,7 +149,7 @@ def test_jobs_that_ignore_the_request_get_on_jobs_timeout_after_checkpoint_wait_
     settings = make_settings(on_jobs_timeout=policy)
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-2", ["77"])
-    f = publish(sessions, settings, clock, "gpu-node-2")
+    f = publish(sessions, settings, clock, world, "gpu-node-2")
     start = clock.now()
     f = poll_drain(engine, clock, f, 60)  # up to checkpoint_wait_s (60 s): still waiting, nothing done
     assert not world.calls("slurm.requeue") and not audits(sessions, "jobs_timeout")
@@ -172,7 +175,7 @@ def test_an_urgent_class_is_never_asked_and_waits_out_drain_timeout(
     settings = make_settings(on_jobs_timeout="cancel")
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-3", ["9"])
-    f = publish(sessions, settings, clock, "gpu-node-3", reason="xid 48 double-bit ECC")  # gpu-memory: urgent
+    f = publish(sessions, settings, clock, world, "gpu-node-3", reason="xid 48 double-bit ECC")  # gpu-memory: urgent
     assert rem_of(sessions, f.remediation_id).ctx.fault_class == "gpu-memory"
     f = poll_drain(engine, clock, f, 120)  # past checkpoint_wait_s: nothing asked, nothing cancelled
     assert not world.calls("slurm.signal") and not world.calls("slurm.cancel")
@@ -186,8 +189,8 @@ def test_a_listed_class_is_asked_even_when_urgent_and_others_are_not(
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-0", ["1"])
     world.set_jobs("gpu-node-1", ["2"])
-    memory = publish(sessions, settings, clock, "gpu-node-0", reason="xid 48")
-    other = publish(sessions, settings, clock, "gpu-node-1", reason="hung")  # unknown: not listed
+    memory = publish(sessions, settings, clock, world, "gpu-node-0", reason="xid 48")
+    other = publish(sessions, settings, clock, world, "gpu-node-1", reason="hung")  # unknown: not listed
     engine.run(memory.remediation_id, memory.step)
     engine.run(other.remediation_id, other.step)
     assert [c["jobs"] for c in world.calls("slurm.signal")] == [["1"]]
@@ -199,7 +202,7 @@ def test_a_worker_killed_after_the_intent_never_signals_twice(
     settings = make_settings()
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-2", ["31"])
-    f = publish(sessions, settings, clock, "gpu-node-2")
+    f = publish(sessions, settings, clock, world, "gpu-node-2")
     # A worker claims the step, runs it (the intent is committed, scancel sent) and dies before the
     # engine records anything.
     claimed = engine._claim(f.remediation_id, Step.SLURM_DRAIN, token="dead-worker")
@@ -227,7 +230,7 @@ def test_dry_run_records_would_signal_and_signals_nothing(
     adapters = make_adapters(settings, world, intents=StepIntents(sessions))
     engine = Workflow(sessions, adapters, settings, clock)
     world.set_jobs("gpu-node-3", ["55"])
-    f = publish(sessions, settings, clock, "gpu-node-3")
+    f = publish(sessions, settings, clock, world, "gpu-node-3")
     poll_drain(engine, clock, f, 20)
     assert not world.calls("slurm.signal")  # the real world was never signalled
     recorder = adapters.slurm.record  # type: ignore[attr-defined]
@@ -245,7 +248,7 @@ def test_without_a_signal_nothing_is_asked(
     settings = make_settings(checkpoint_signal="")
     engine = make_engine(sessions, world, settings, clock)
     world.set_jobs("gpu-node-0", ["8"])
-    f = publish(sessions, settings, clock, "gpu-node-0")
+    f = publish(sessions, settings, clock, world, "gpu-node-0")
     poll_drain(engine, clock, f, 90)
     assert not world.calls("slurm.signal") and not world.calls("slurm.requeue")
     assert rem_of(sessions, f.remediation_id).wait_reason == "waiting for 1 job (8) to leave"
@@ -267,7 +270,7 @@ def test_pods_are_asked_only_where_the_site_and_the_class_allow(
     settings = make_settings(checkpoint_pods=pods_on)
     engine = make_engine(sessions, world, settings, clock)
     world.set_k8s("gpu-node-0", pods=2)
-    f = publish(sessions, settings, clock, "gpu-node-0", reason=reason)
+    f = publish(sessions, settings, clock, world, "gpu-node-0", reason=reason)
     for _ in range(6):  # drain, cordon, then 4 looks at the eviction: 15 s, well inside checkpoint_wait_s
         nxt = engine.run(f.remediation_id, f.step)
         assert nxt is not None

@@ -38,7 +38,7 @@ def waiting(db: tuple[str, sessionmaker[Session]]) -> tuple[Workflow, FollowUp, 
     settings = make_settings(checkpoint_wait_s=300)
     engine = make_engine(db[1], world, settings, clock)
     world.set_jobs(NODE, ["123"])
-    f = publish(db[1], settings, clock, NODE)
+    f = publish(db[1], settings, clock, world, NODE)
     nxt = engine.run(f.remediation_id, f.step)
     assert nxt is not None and nxt.step == "slurm_drain"
     return engine, nxt, world, clock

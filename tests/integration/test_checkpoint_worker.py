@@ -42,6 +42,7 @@ def test_a_worker_killed_after_signalling_never_signals_twice(
 ) -> None:
     world = MemoryWorld(nodes=[NODE], journal=tmp_path / "world.json")
     world.set_jobs(NODE, ["4242"])
+    world.set_slurm(NODE, flags=["FAIL"], reason="training hung", user="researcher")  # what the event reports
     first = Worker(
         {**env, **CHECKPOINT, "REMEDIATION_MEMORY__CALL_DELAY_S": '{"slurm.signal": 30}'}, tmp_path
     )

@@ -87,6 +87,8 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     settings = Settings(dry_run=True, slurm={"backend": "memory"}, kube={"backend": "memory"},
                         machine={"backend": "memory"}, policy={"min_restart_gap_s": 0})
     world = MemoryWorld(nodes=["gpu-node-5"])
+    world.set_slurm("gpu-node-5", flags=["FAIL"], reason=SOFTWARE_FAULT, user="researcher")  # the event's fault
+    shown = world.node("gpu-node-5")["slurm"]
     adapters = make_adapters(settings, world)
     assert isinstance(adapters.slurm, NoopSlurm) and isinstance(adapters.kube, NoopKube)
     clock = FakeClock()
@@ -105,7 +107,7 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     would = [a["would"] for a in adapters.slurm.record.actions]
     assert would == EXPECTED_WOULD
     assert world.calls() == []  # the world was read, never changed
-    assert world.node("gpu-node-5")["slurm"]["flags"] == []
+    assert world.node("gpu-node-5")["slurm"] == shown  # still the researcher's FAIL: never drained
 
 
 def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,8 @@ def test_a_batch_is_isolated_at_once_each_step_once(pg_url: str, tmp_path: Path)
     workflow = Workflow(
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
+    for n in NODES:  # the rack's nodes marked failed in Slurm, as the events report
+        world.set_slurm(n, flags=["FAIL"], reason="rack PDU lost power")
     events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="IDLE+FAIL",
                         reason="rack PDU lost power", observed_at=clock.now()).to_json() for n in NODES]  # fmt: skip
     with sessions() as s, s.begin():

@@ -75,8 +75,21 @@ def sessions(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[session
     engine.dispose()
 
 
-def _publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str,
-             source: Source, kind: EventKind, state: str, reason: str = "") -> list[FollowUp]:
+def _show_fault(world: MemoryWorld, node: str, source: Source, state: str, reason: str) -> None:
+    """The world shows the fault a watcher reports, as it did when the watcher saw it: a Kubernetes
+    condition on the Node, or a researcher's ``scontrol update state=fail`` (or drain) in Slurm."""
+    if source == Source.KUBERNETES:
+        condition, status = state.split("=", 1)
+        assert condition == "Ready", condition
+        world.set_k8s(node, ready=status)
+    else:
+        world.set_slurm(node, flags=[state], reason=reason, user="researcher")
+
+
+def _publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, world: MemoryWorld,
+             node: str, source: Source, kind: EventKind, state: str, reason: str = "") -> list[FollowUp]:
+    if kind == EventKind.UNHEALTHY:
+        _show_fault(world, node, source, state, reason)
     event = NodeEvent(source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now())
     with sessions() as s, s.begin():
         result = ingest(s, [event.to_json()], settings.policy, clock)
@@ -96,27 +109,27 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     slurm, kube = Source.SLURM, Source.KUBERNETES
 
     for node in NODES:
-        _publish(sessions, settings, clock, node, slurm, EventKind.INVENTORY, "IDLE")
+        _publish(sessions, settings, clock, world, node, slurm, EventKind.INVENTORY, "IDLE")
     with sessions() as s, s.begin():
         ingest(s, [b"{not json"], settings.policy, clock)
 
-    drive(engine, clock, _publish(sessions, settings, clock, "gpu-1", slurm, EventKind.UNHEALTHY, "FAIL", "xid 79"))
+    drive(engine, clock, _publish(sessions, settings, clock, world, "gpu-1", slurm, EventKind.UNHEALTHY, "FAIL", "xid 79"))
 
     clock.advance(3600)
     with world.mutate() as st:
         st["nodes"]["gpu-2"]["vm"]["broken"] = True
-    drive(engine, clock, _publish(sessions, settings, clock, "gpu-2", kube, EventKind.UNHEALTHY, "Ready=False"))
+    drive(engine, clock, _publish(sessions, settings, clock, world, "gpu-2", kube, EventKind.UNHEALTHY, "Ready=False"))
 
     clock.advance(3600)
     world.set_jobs("gpu-3", 2)
-    (drain,) = _publish(sessions, settings, clock, "gpu-3", slurm, EventKind.UNHEALTHY, "DRAIN", "ecc errors")
+    (drain,) = _publish(sessions, settings, clock, world, "gpu-3", slurm, EventKind.UNHEALTHY, "DRAIN", "ecc errors")
     waiting = engine.run(drain.remediation_id, drain.step)
     assert waiting is not None and waiting.step == "slurm_drain"
     clock.advance(250)  # the two jobs finish 250 s after the drain started
     world.set_jobs("gpu-3", 0)
     drive(engine, clock, [engine.run(drain.remediation_id, drain.step)])  # type: ignore[list-item]
     clock.advance(60)
-    _publish(sessions, settings, clock, "gpu-3", slurm, EventKind.HEALTHY, "IDLE")
+    _publish(sessions, settings, clock, world, "gpu-3", slurm, EventKind.HEALTHY, "IDLE")
 
     clock.advance(3600)
     with sessions() as s, s.begin():
@@ -132,7 +145,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     clock.advance(3600)  # the storm: three nodes within a minute, past the breaker's limit
     storm_at = clock.now()
     storm = [f for node in ("gpu-5", "gpu-6", "gpu-7")
-             for f in _publish(sessions, settings, clock, node, slurm, EventKind.UNHEALTHY, "FAIL", "xid 48")]
+             for f in _publish(sessions, settings, clock, world, node, slurm, EventKind.UNHEALTHY, "FAIL", "xid 48")]
     first_gated: datetime | None = None
     for f in storm:
         while f.step != "k8s_evict" or f.countdown == 0:
