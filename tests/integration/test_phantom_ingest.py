@@ -26,6 +26,7 @@ from remediation.services.ingest import ingest
 from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from tests.faults import show_fault
 
 NODE = "gpu-node-8"
 T0 = datetime(2026, 11, 23, 6, 20, 43, tzinfo=UTC)
@@ -42,6 +43,8 @@ def ev(source: Source, kind: EventKind, state: str, at: datetime, reason: str = 
 def remediate(sessions: sessionmaker[Session], clock: FakeClock, payload: str) -> int:
     """Ingest the trigger and run its remediation to the end; returns its id."""
     world = MemoryWorld(nodes=[NODE])
+    trigger = json.loads(payload)
+    show_fault(world, NODE, trigger["state"], trigger["reason"])  # Slurm shows the fault the trigger reports
     engine = Workflow(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
     with sessions() as s, s.begin():
         (rid, step), = ingest(s, [payload], SETTINGS.policy, clock).opened

@@ -20,7 +20,7 @@ from remediation.services.ingest import ingest
 from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from tests.faults import UNKNOWN_FAULT
+from tests.faults import UNKNOWN_FAULT, show_fault
 from tests.integration.test_workflow_engine import clock, drive, rem_for, steps_of, world  # noqa: F401
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
@@ -60,9 +60,14 @@ def publish(
     clock: FakeClock,
     node: str,
     kind: EventKind = EventKind.UNHEALTHY,
+    world: MemoryWorld | None = None,
     **facts: list[str],
 ) -> list[FollowUp]:
+    """Ingest the Slurm watcher's event; given the ``world``, a fault is first shown there (a
+    researcher's ``state=fail``), as Slurm shows it before the workflow confirms the event."""
     state = "IDLE" if kind is EventKind.INVENTORY else "FAIL"
+    if world is not None and kind is EventKind.UNHEALTHY:
+        show_fault(world, node, state, UNKNOWN_FAULT)
     event = NodeEvent(
         source=Source.SLURM,
         node=node,
@@ -96,7 +101,9 @@ def test_a_node_is_governed_by_the_profile_its_partition_selects(sessions, world
         node = s.get(Node, "gpu-node-1")
         assert (node.partitions, node.features) == (["train"], ["h100"])
     drive(
-        engine_for(sessions, world, settings, clock), clock, publish(sessions, settings, clock, "gpu-node-1")
+        engine_for(sessions, world, settings, clock),
+        clock,
+        publish(sessions, settings, clock, "gpu-node-1", world=world),
     )
     rem = rem_for(sessions, "gpu-node-1")
     assert (rem.status, rem.profile, rem.dry_run) == ("succeeded", "train", False)
@@ -111,13 +118,16 @@ def test_shadow_records_what_it_would_do_beside_a_pool_that_acts(sessions, world
     drive(
         engine,
         clock,
-        publish(sessions, settings, clock, "gpu-node-3") + publish(sessions, settings, clock, "gpu-node-6"),
+        publish(sessions, settings, clock, "gpu-node-3", world=world)
+        + publish(sessions, settings, clock, "gpu-node-6", world=world),
     )
     acted, shadow = rem_for(sessions, "gpu-node-3"), rem_for(sessions, "gpu-node-6")
     assert (acted.profile, acted.dry_run, acted.status) == (None, False, "succeeded")
     assert (shadow.profile, shadow.dry_run, shadow.status) == ("serve", True, "succeeded")
     assert machine_calls(world, "gpu-node-3") == ["vm.restart"] and machine_calls(world, "gpu-node-6") == []
-    assert world.snapshot()["nodes"]["gpu-node-6"]["slurm"]["reason"] == ""  # never drained: only recorded
+    shadowed = world.snapshot()["nodes"]["gpu-node-6"]["slurm"]
+    # Never drained, only recorded: Slurm still shows the researcher's fail, nothing of ours.
+    assert (shadowed["reason"], shadowed["flags"]) == (UNKNOWN_FAULT, ["FAIL"])
     assert all(r.dry_run for r in steps_of(sessions, shadow.id))
     assert not any(r.dry_run for r in steps_of(sessions, acted.id))
     with sessions() as s:
@@ -134,7 +144,7 @@ def run_steps(engine: Workflow, clock: FakeClock, f: FollowUp, steps: int) -> No
 
 
 def test_drain_only_drains_and_holds_for_a_human(sessions, world, settings, clock) -> None:
-    (f,) = publish(sessions, settings, clock, "gpu-node-10")
+    (f,) = publish(sessions, settings, clock, "gpu-node-10", world=world)
     run_steps(engine_for(sessions, world, settings, clock), clock, f, 6)
     rem = rem_for(sessions, "gpu-node-10")
     assert rem.status == "waiting" and "held for a human" in (rem.wait_reason or "")
@@ -153,7 +163,7 @@ def test_off_opens_nothing(sessions, settings, clock) -> None:
 
 def test_a_profile_hammer_overrides_the_site(sessions, world, settings, clock) -> None:
     """machine.backend none for one node: no machine step, the node held for want of evidence."""
-    (f,) = publish(sessions, settings, clock, "gpu-node-15")
+    (f,) = publish(sessions, settings, clock, "gpu-node-15", world=world)
     run_steps(engine_for(sessions, world, settings, clock), clock, f, 6)
     rem = rem_for(sessions, "gpu-node-15")
     assert rem.profile == "bare" and rem.policy["machine"] == {"backend": "none"}
@@ -164,7 +174,7 @@ def test_a_profile_hammer_overrides_the_site(sessions, world, settings, clock) -
 
 def test_a_config_change_does_not_rewrite_an_open_ladder(sessions, world, settings, clock) -> None:
     publish(sessions, settings, clock, "gpu-node-2", EventKind.INVENTORY, partitions=["train"])
-    (f,) = publish(sessions, settings, clock, "gpu-node-2")
+    (f,) = publish(sessions, settings, clock, "gpu-node-2", world=world)
     f = engine_for(sessions, world, settings, clock).run(f.remediation_id, f.step)  # drained under [reimage]
     changed = make_settings(
         [{**PROFILES[0], "workflow": {"ladder": ["restart"]}, "policy": {"max_concurrent": 1}}]
@@ -175,7 +185,7 @@ def test_a_config_change_does_not_rewrite_an_open_ladder(sessions, world, settin
     assert rem.status == "succeeded" and machine_calls(world, "gpu-node-2") == ["vm.reimage"]
     assert rem.policy["workflow"]["ladder"] == ["reimage"] and rem.policy["policy"]["max_concurrent"] == 4
     clock.advance(3600)
-    publish(sessions, changed, clock, "gpu-node-2")  # the next one opens under the new config
+    publish(sessions, changed, clock, "gpu-node-2", world=world)  # the next one opens under the new config
     assert rem_for(sessions, "gpu-node-2").policy["workflow"]["ladder"] == ["restart"]
 
 
@@ -232,9 +242,9 @@ def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clo
     inventory(sessions, settings, clock)
     engine = engine_for(sessions, world, settings, clock)
     storm = [
-        f for n in range(4) for f in publish(sessions, settings, clock, f"gpu-node-{n}")
+        f for n in range(4) for f in publish(sessions, settings, clock, f"gpu-node-{n}", world=world)
     ]  # 4/10 of pool-a
-    other = publish(sessions, settings, clock, "gpu-node-12")
+    other = publish(sessions, settings, clock, "gpu-node-12", world=world)
     run_steps_all(engine, clock, storm + other, rounds=12)
     assert rem_for(sessions, "gpu-node-12").status == "succeeded"  # pool-b's remediation went on
     assert machine_calls(world, "gpu-node-12") == ["vm.restart"]
@@ -261,7 +271,7 @@ def test_the_fleet_latch_stays_above_every_pool(sessions, world, clock) -> None:
     inventory(sessions, settings, clock)
     engine = engine_for(sessions, world, settings, clock)
     # 3 of pool-b's 10 is within its own limit (50%).
-    todo = [f for n in (10, 11, 12) for f in publish(sessions, settings, clock, f"gpu-node-{n}")]
+    todo = [f for n in (10, 11, 12) for f in publish(sessions, settings, clock, f"gpu-node-{n}", world=world)]
     run_steps_all(engine, clock, todo, rounds=6)
     held = [rem_for(sessions, f"gpu-node-{n}") for n in (10, 11, 12)]
     assert {r.status for r in held} == {"waiting"}
@@ -309,9 +319,9 @@ def test_a_profile_sets_its_own_job_timeout_and_repeat_offender_count(sessions, 
     engine = engine_for(sessions, world, settings, clock)
     world.set_jobs("gpu-node-0", ["1001"])
     world.set_jobs("gpu-node-9", ["2002"])
-    batch = publish(sessions, settings, clock, "gpu-node-0")
-    base = publish(sessions, settings, clock, "gpu-node-9")
-    (strict,) = publish(sessions, settings, clock, "gpu-node-2")
+    batch = publish(sessions, settings, clock, "gpu-node-0", world=world)
+    base = publish(sessions, settings, clock, "gpu-node-9", world=world)
+    (strict,) = publish(sessions, settings, clock, "gpu-node-2", world=world)
     assert strict.step == "quarantine"  # N = 1: this failure is the Nth
     run_steps_all(engine, clock, batch + base, rounds=4)
     assert [c["node"] for c in world.calls("slurm.requeue", effect=True)] == ["gpu-node-0"]

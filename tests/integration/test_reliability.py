@@ -94,16 +94,17 @@ def build_known(sessions: sessionmaker[Session]) -> tuple[Reliability, dict[str,
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)
     domains(sessions, settings, clock)
     clock.set(start + timedelta(hours=6))
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="xid 79"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="xid 79", world=world))
     clock.set(start + timedelta(days=1, hours=6))
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="xid 48"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="xid 48", world=world))
     clock.set(start + timedelta(days=1, hours=12))
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", reason="xid 79"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", reason="xid 79", world=world))
     clock.set(start + timedelta(days=2, hours=6))
     with world.mutate() as st:
         st["nodes"]["gpu-node-2"]["vm"]["broken"] = True
     drive(
-        engine, clock, publish(sessions, settings, clock, "gpu-node-2", state="DOWN", reason="Not responding")
+        engine, clock, publish(sessions, settings, clock, "gpu-node-2", state="DOWN", reason="Not responding",
+                               world=world)
     )
     with sessions() as s:
         rows = dict(enumerate(s.scalars(select(Remediation).order_by(Remediation.id))))

@@ -25,7 +25,7 @@ from remediation.services.breaker import state as breaker_state
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
-from tests.faults import SOFTWARE_FAULT
+from tests.faults import SOFTWARE_FAULT, show_fault
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
 
@@ -68,7 +68,12 @@ def publish(
     reason: str = SOFTWARE_FAULT,
     kind: EventKind = EventKind.UNHEALTHY,
     source: Source = Source.SLURM,
+    world: MemoryWorld | None = None,
 ) -> list[FollowUp]:
+    """Ingest a watcher's event; given the ``world``, it first shows the fault the event reports, as
+    Slurm would before its watcher saw it (the workflow confirms the event there before acting)."""
+    if world is not None:
+        show_fault(world, node, state, reason)
     event = NodeEvent(
         source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now()
     )
@@ -109,7 +114,7 @@ def steps_of(sessions: sessionmaker[Session], rid: int) -> list[RemediationStep]
 
 
 def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, settings, clock) -> None:
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", world=world))
     rem = rem_for(sessions, "gpu-node-3")
     assert rem.status == "succeeded"
     rows = steps_of(sessions, rem.id)
@@ -178,7 +183,7 @@ def test_malformed_payload_is_kept_with_its_error(sessions, settings, clock) -> 
 def test_drain_waits_for_jobs(sessions, engine, world, settings, clock) -> None:
     world.set_slurm("gpu-node-4", state="ALLOCATED")
     world.set_jobs("gpu-node-4", 2)
-    (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors")
+    (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors", world=world)
     nxt = engine.run(f.remediation_id, f.step)
     assert nxt is not None and nxt.step == "slurm_drain" and nxt.countdown == 5
     rem = rem_for(sessions, "gpu-node-4")
@@ -199,7 +204,7 @@ def test_drain_timeout_holds_drained_and_pages_once_never_quarantines(sessions, 
     """workflow.on_jobs_timeout=hold (the default): past drain_timeout_s the node stays drained, one
     jobs_timeout audit row pages on-call, and the step keeps waiting; no verdict, no VM action."""
     world.set_jobs("gpu-node-5", 1)
-    (f,) = publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad")
+    (f,) = publish(sessions, settings, clock, "gpu-node-5", state="DRAIN", reason="bad", world=world)
     for _ in range(130):  # 130 checks, 5 s apart: past drain_timeout_s (600 s here)
         f = engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "slurm_drain"
@@ -218,7 +223,7 @@ def test_drain_timeout_holds_drained_and_pages_once_never_quarantines(sessions, 
 
 
 def test_crash_mid_restart_resumes_without_second_restart(sessions, engine, world, settings, clock) -> None:
-    (f,) = publish(sessions, settings, clock, "gpu-node-6")
+    (f,) = publish(sessions, settings, clock, "gpu-node-6", world=world)
     f = engine.run(f.remediation_id, f.step)  # drain
     f = engine.run(f.remediation_id, f.step)  # cordon
     f = engine.run(f.remediation_id, f.step)  # evict
@@ -251,7 +256,7 @@ def engine_step(name: str):  # noqa: ANN201
 def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, world, settings, clock) -> None:
     with world.mutate() as st:
         st["nodes"]["gpu-node-8"]["vm"]["broken"] = True
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8"), limit=2000)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8", world=world), limit=2000)
     rem = rem_for(sessions, "gpu-node-8")
     assert rem.status == "quarantined" and rem.ladder == 1
     assert "VM ladder exhausted" in rem.context["quarantine_reason"]
@@ -269,10 +274,10 @@ def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, wor
 
 def test_repeat_offender_is_quarantined_on_the_nth_failure(sessions, engine, world, settings, clock) -> None:
     for i in range(2):
-        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {i}"))
+        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {i}", world=world))
         clock.advance(3600)
     assert rem_for(sessions, "gpu-node-9").status == "succeeded"
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason="xid 3"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason="xid 3", world=world))
     rem = rem_for(sessions, "gpu-node-9")
     assert rem.status == "quarantined" and rem.cause.startswith("repeat offender: 3 failures")
     assert len(world.calls("vm.restart", effect=True)) == 2  # no third restart
@@ -290,7 +295,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
     )
     todo = []
     for i in range(5):  # 5 of 20 nodes = 25% > 10%
-        todo += publish(sessions, settings, clock, f"gpu-node-{i}")
+        todo += publish(sessions, settings, clock, f"gpu-node-{i}", world=world)
     queue = deque(todo)
     for _ in range(60):
         f = queue.popleft()
@@ -346,7 +351,7 @@ def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, cloc
     )
     todo = []
     for i in range(5):
-        todo += publish(sessions, settings, clock, f"gpu-node-{i}")
+        todo += publish(sessions, settings, clock, f"gpu-node-{i}", world=world)
     queue = deque(todo)
     for _ in range(20):
         f = queue.popleft()
@@ -374,7 +379,8 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
         sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
     )
     queue = deque(
-        publish(sessions, settings, clock, "gpu-node-10") + publish(sessions, settings, clock, "gpu-node-11")
+        publish(sessions, settings, clock, "gpu-node-10", world=world)
+        + publish(sessions, settings, clock, "gpu-node-11", world=world)
     )
     peak = 0
     for _ in range(400):
@@ -404,7 +410,8 @@ def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
     drive(
         engine,
         clock,
-        publish(sessions, settings, clock, "gpu-node-12") + publish(sessions, settings, clock, "gpu-node-13"),
+        publish(sessions, settings, clock, "gpu-node-12", world=world)
+        + publish(sessions, settings, clock, "gpu-node-13", world=world),
         limit=3000,
     )
     starts = [c["at"] for c in world.calls("vm.restart", effect=True)]
@@ -422,7 +429,7 @@ def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
 def test_pause_all_stops_every_step_until_resumed(sessions, engine, world, settings, clock) -> None:
     with sessions() as s, s.begin():
         control_set(s, PAUSED, {"paused": True}, clock.now())
-    (f,) = publish(sessions, settings, clock, "gpu-node-14")
+    (f,) = publish(sessions, settings, clock, "gpu-node-14", world=world)
     nxt = engine.run(f.remediation_id, f.step)
     assert nxt.step == "slurm_drain"
     assert rem_for(sessions, "gpu-node-14").wait_reason == "automation is paused"
@@ -434,7 +441,7 @@ def test_pause_all_stops_every_step_until_resumed(sessions, engine, world, setti
 
 
 def test_human_drain_placed_mid_remediation_is_not_resumed(sessions, engine, world, settings, clock) -> None:
-    (f,) = publish(sessions, settings, clock, "gpu-node-15")
+    (f,) = publish(sessions, settings, clock, "gpu-node-15", world=world)
     while f.step != "return":  # through verify
         f = engine.run(f.remediation_id, f.step)
     world.set_slurm("gpu-node-15", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
@@ -448,7 +455,7 @@ def test_human_drain_placed_mid_remediation_is_not_resumed(sessions, engine, wor
 
 def test_human_cordon_is_never_undone(sessions, engine, world, settings, clock) -> None:
     world.set_k8s("gpu-node-16", unschedulable=True, ours=False)
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-16"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-16", world=world))
     assert world.node("gpu-node-16")["k8s"]["unschedulable"] is True
     assert not world.calls("k8s.uncordon", effect=True)
 
@@ -461,7 +468,7 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
             raise TransientError("503 Service Unavailable", retry_after=7)
 
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock)
-    (f,) = publish(sessions, settings, clock, "gpu-node-17")
+    (f,) = publish(sessions, settings, clock, "gpu-node-17", world=world)
     for _ in range(3):
         f = engine.run(f.remediation_id, f.step)
     with pytest.raises(RetryLater) as info:
@@ -515,7 +522,7 @@ def test_transient_errors_spread_over_a_long_operation_do_not_escalate(sessions,
     row): the restart that was going well completes, and nothing climbs the ladder."""
     vm = SlowNoisyVM(world, polls=60, errors={i for i in range(1, 81) if i % 4 == 2})
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
-    run_to_end(engine, clock, publish(sessions, settings, clock, "gpu-node-17"))
+    run_to_end(engine, clock, publish(sessions, settings, clock, "gpu-node-17", world=world))
     rem = rem_for(sessions, "gpu-node-17")
     assert (vm.calls, vm.answered) == (80, 60)
     assert 20 > 2 * settings.workflow.transient_retries
@@ -532,7 +539,7 @@ def test_transient_retries_plus_one_errors_in_a_row_escalate(sessions, world, se
     assert (wf.transient_retries, wf.transient_budget_s, wf.backoff_base_s, wf.max_wait_s) == (8, 240, 2, 60)
     vm = SlowNoisyVM(world, polls=1, errors=set(range(1, 100)))
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
-    f = publish(sessions, settings, clock, "gpu-node-17")[0]
+    f = publish(sessions, settings, clock, "gpu-node-17", world=world)[0]
     while f.step != "vm_restart":
         f = engine.run(f.remediation_id, f.step)
     f = engine.run(f.remediation_id, f.step)  # the restart is issued; its polls all fail from here on
@@ -562,14 +569,14 @@ def test_unparseable_provider_id_fails_that_remediation_clearly(
             return replace(super().get(name), provider_id="openstack:///abc")
 
     engine.adapters = Adapters(MemorySlurm(world), BadIds(world), MemoryVM(world))
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-18"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-18", world=world))
     rem = rem_for(sessions, "gpu-node-18")
     assert rem.status == "quarantined"
     assert "unsupported providerID 'openstack:///abc'" in rem.context["quarantine_reason"]
 
 
 def test_stale_delivery_for_a_passed_step_does_nothing(sessions, engine, world, settings, clock) -> None:
-    (f,) = publish(sessions, settings, clock, "gpu-node-19")
+    (f,) = publish(sessions, settings, clock, "gpu-node-19", world=world)
     drive(engine, clock, [f])
     calls = len(world.calls())
     assert engine.run(f.remediation_id, "vm_restart") is None
@@ -578,7 +585,7 @@ def test_stale_delivery_for_a_passed_step_does_nothing(sessions, engine, world, 
 
 def test_human_uncordon_mid_remediation_cancels_cleanly(sessions, engine, world, settings, clock) -> None:
     world.set_k8s("gpu-node-11", pods=2, blocked=2)  # eviction stays blocked: the workflow waits
-    (f,) = publish(sessions, settings, clock, "gpu-node-11")
+    (f,) = publish(sessions, settings, clock, "gpu-node-11", world=world)
     while f.step != "k8s_evict":
         f = engine.run(f.remediation_id, f.step)
     f = engine.run(f.remediation_id, f.step)
@@ -595,7 +602,7 @@ def test_human_uncordon_mid_remediation_cancels_cleanly(sessions, engine, world,
 
 def test_never_claims_a_cordon_a_human_placed_first(sessions, engine, world, settings, clock) -> None:
     world.set_k8s("gpu-node-10", unschedulable=True, ours=False)
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-10"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-10", world=world))
     rem = rem_for(sessions, "gpu-node-10")
     assert rem.status == "succeeded" and rem.context["we_cordoned"] is False
     assert world.node("gpu-node-10")["k8s"]["unschedulable"] is True
