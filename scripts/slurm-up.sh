@@ -131,6 +131,8 @@ SlurmdTimeout=10
 ReturnToService=1
 MailProg=/bin/true
 MpiDefault=none
+# Heterogeneous jobs start only from the backfill scheduler: a pass each second, not each 30 s.
+SchedulerParameters=bf_interval=1
 GresTypes=gpu
 NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$PORT_BASE-$((PORT_BASE + LAST))] CPUs=64 RealMemory=512000 Gres=gpu:8 State=UNKNOWN
 PartitionName=gpu Nodes=gpu-node-[0-$LAST] Default=YES MaxTime=INFINITE State=UP
