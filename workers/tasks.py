@@ -30,7 +30,7 @@ from remediation.adapters.celery import (
     step_task,
 )
 from remediation.adapters.lock import drawn_tokens
-from remediation.adapters.stream import drain
+from remediation.adapters.stream import consume
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
@@ -81,9 +81,9 @@ def ingest(self: DomainTask) -> int:
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:
-        n = memstream.drain(handle, rt.settings.broker.ingest_batch)
+        n = memstream.consume(handle, rt.settings.broker.ingest_batch)
     else:
-        n = drain(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
+        n = consume(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
                   rt.settings.broker.ingest_claim_idle_s * 1000, keep=rt.settings.broker.stream_max_len)
     enqueue(opened)
     return n

@@ -1,4 +1,4 @@
-"""The event bus: a Redis stream that watchers append to and the ingest task drains.
+"""The event bus: a Redis stream that watchers append to and the ingest task consumes.
 
 Why a stream and not one Celery message per event: the ingest task reads events in batches (up to
 ``broker.ingest_batch``) and records each batch in one transaction, which is what lets a 2-core box

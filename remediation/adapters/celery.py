@@ -118,7 +118,7 @@ class CeleryDispatcher:
         self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)
 
     def kick_ingest(self) -> None:
-        """Ask a worker to drain the event stream (publishers call this after XADD)."""
+        """Ask a worker to consume the event stream (publishers call this after XADD)."""
         self._app.send_task(INGEST_TASK, queue=INGEST_QUEUE)
 
 

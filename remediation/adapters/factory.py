@@ -150,11 +150,11 @@ def noop_machine(settings: Settings, machine: MachineProvider, recorder: Recorde
     its node, so the twin must find it too); Slurm's reboot names the node itself; ``auto`` beside a
     BMC inventory finds machines as the real router does; a cloud's reads nothing."""
     if settings.machine.backend == "redfish":
-        from remediation.adapters.redfish.dryrun import RedfishDryRun
+        from remediation.adapters.redfish.noop import NoopRedfish
         from remediation.adapters.redfish.provider import RedfishProvider
 
         assert isinstance(machine, RedfishProvider)
-        return RedfishDryRun(machine, recorder)
+        return NoopRedfish(machine, recorder)
     if settings.machine.backend == "slurm":
         return NoopSlurmReboot(recorder)
     if isinstance(machine, MachinesByNode):  # auto beside a BMC inventory

@@ -2,7 +2,7 @@
 
 Used when ``broker.redis_url`` is ``memory://`` (the embedded default and the demo), together with
 Celery's ``memory://`` transport. Same semantics as remediation.adapters.bus + remediation.adapters.stream: publish appends and
-kicks the ingest task; ``drain`` hands batches to a handler and drops them only after it returned (a
+kicks the ingest task; ``consume`` hands batches to a handler and drops them only after it returned (a
 handler that raises leaves them queued). One process only, which is all the embedded mode promises.
 """
 
@@ -41,9 +41,9 @@ class MemoryEventBus:
             self._kick()
 
 
-def drain(handle: Callable[[Sequence[bytes]], None], batch: int) -> int:
+def consume(handle: Callable[[Sequence[bytes]], None], batch: int) -> int:
     total = 0
-    with _lock:  # one drainer at a time keeps per-node order
+    with _lock:  # one consumer at a time keeps per-node order
         while _queue:
             chunk = [_queue[i] for i in range(min(batch, len(_queue)))]
             handle(chunk)

@@ -1,7 +1,8 @@
 """No-op adapters for dry-run: they record what would have been done and change nothing.
 
-Swapping these in is the whole of dry-run (no ``dry_run`` flag threads through the workflow). Reads are
-delegated to a real reader when one is given, so a dry run against a live cluster still sees real node
+Swapping these in is what keeps dry-run from acting: no step body asks whether it is in a dry run. The
+records do carry a ``dry_run`` mark (each remediation, step and audit row says whether it acted), and
+a shadow profile's remediations get these twins beside pools that act. Reads are delegated to a real reader when one is given, so a dry run against a live cluster still sees real node
 states and real job counts; without a reader they answer with a healthy, idle world. ``VERIFY`` passes in
 dry-run because the no-op Node reports a fresh bootID on every read: nothing was restarted, and the
 recorded steps say so ("would restart ...").

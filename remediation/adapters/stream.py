@@ -1,16 +1,16 @@
 """Drain the event streams in batches, acknowledging entries only after they are recorded.
 
 Each watcher appends to a stream of its own, ``<prefix>:events:<publisher>`` (the only one its Redis
-user may write), beside the workers' own ``<prefix>:events``; ``drain`` reads them all in one
+user may write), beside the workers' own ``<prefix>:events``; ``consume`` reads them all in one
 XREADGROUP and hands each payload over as a :class:`~remediation.domain.admission.Published`, which
 names the publisher its stream does. The ingest judges each event by that, never by a field in it.
 
-``drain`` reads with a consumer group: first it takes back what it read itself and never acknowledged
+``consume`` reads with a consumer group: first it takes back what it read itself and never acknowledged
 (its last batch failed, say the database failed over mid-transaction), then it claims entries another
 consumer read but never acknowledged (that consumer died mid-batch), then it reads new ones. ``handle`` records a batch and
 commits; only then are the entries acknowledged (the database, not Redis, is the record). If
 ``handle`` raises (Postgres is down), nothing is acknowledged and the entries are claimed again later.
-See remediation.adapters.bus for the kick protocol that makes ``drain`` end without losing a late
+See remediation.adapters.bus for the kick protocol that makes ``consume`` end without losing a late
 event, and :func:`wait_for_new` and :func:`claim_kick` for the workers' side of it.
 
 **Bounded, never lossy.** After each acknowledgement :func:`trim` cuts the stream's acknowledged
@@ -64,7 +64,7 @@ BATCH_BYTES = 8 << 20
 Entry = tuple[Keys, bytes, dict[bytes, bytes]]
 
 
-def drain(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_idle_ms: int,
+def consume(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_idle_ms: int,
           max_batches: int = 10_000, linger_s: float = 0.02, keep: int = 0) -> int:
     """Process everything available on every stream of ``keys``' prefix; returns how many entries
     were handled. Each payload is handed over as a :class:`Published`, naming the publisher whose
@@ -129,7 +129,7 @@ def _recover(client: redis.Redis, streams: list[Keys], me: str, idle_ms: int) ->
     """A page of entries read and never acknowledged: first this consumer's own (its last batch
     failed, say the database went away mid-transaction; they are ours to record again at once, not
     after ``claim_idle_ms``), then another consumer's that sat ``idle_ms`` (it died mid-batch).
-    :func:`drain` asks again until none is left."""
+    :func:`consume` asks again until none is left."""
     mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, PAGE, after="0") if fields]
     if mine:
         return mine

@@ -20,8 +20,8 @@ from sushy import exceptions as sushy_exc
 from remediation.adapters.factory import machine_backend, make_adapters
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.adapters.redfish.client import MaybeSent, never_sent, on_this_bmc
-from remediation.adapters.redfish.dryrun import RedfishDryRun
 from remediation.adapters.redfish.inventory import Bmc, Inventory, parse_entry
+from remediation.adapters.redfish.noop import NoopRedfish
 from remediation.adapters.redfish.provider import RedfishProvider, plan_reset
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, StepInput, StepSettings, Wait
@@ -319,7 +319,7 @@ def test_the_factory_builds_redfish_only_with_its_files_and_the_intents(tmp_path
         kube={"backend": "memory"},
     )
     dry = make_adapters(simulated, MemoryWorld(nodes=["n"]), intents=object())  # type: ignore[arg-type]
-    assert isinstance(dry.machine, RedfishDryRun)
+    assert isinstance(dry.machine, NoopRedfish)
 
 
 # -------------------------------------------------------------- a reset's intent and its POST

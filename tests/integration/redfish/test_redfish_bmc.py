@@ -44,8 +44,8 @@ from sqlalchemy.pool import NullPool
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.adapters.noop import Recorder
 from remediation.adapters.redfish.client import BmcSession
-from remediation.adapters.redfish.dryrun import RedfishDryRun
 from remediation.adapters.redfish.inventory import Inventory
+from remediation.adapters.redfish.noop import NoopRedfish
 from remediation.adapters.redfish.provider import RedfishProvider
 from remediation.clock import FakeClock
 from remediation.db.intents import StepIntents
@@ -321,7 +321,7 @@ def test_tls_is_verified_against_the_ca_file_and_a_wrong_one_fails_clearly(
 
 def test_dry_run_reads_the_bmc_and_sends_nothing(emulator, sessions, tmp_path) -> None:
     recorder = Recorder()
-    dry = RedfishDryRun(provider_for(configure(tmp_path, emulator), sessions), recorder)
+    dry = NoopRedfish(provider_for(configure(tmp_path, emulator), sessions), recorder)
     op = dry.start(dry.machine_of("node-dry"), VMAction.RESTART, "r0:vm_restart:1")
     assert op.ref == "dry-run:r0:vm_restart:1" and dry.poll(op).done
     assert recorder.actions[0]["would"] == "GracefulRestart" and recorder.actions[0]["power"] == "On"

@@ -14,7 +14,7 @@ from remediation.adapters.redfish.provider import RedfishProvider
 from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
 
 
-class RedfishDryRun:
+class NoopRedfish:
     def __init__(self, real: RedfishProvider, recorder: Recorder | None = None) -> None:
         self.real = real
         self.record = recorder or Recorder()
