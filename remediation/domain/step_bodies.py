@@ -204,7 +204,7 @@ SLURMD_BEFORE = "slurmd_start_before"
 
 
 def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
-    """slurmd's last start as slurmctld has it, read before a machine action: a later start is the
+    """slurmd's last start as slurmctld has it, recorded before a machine action: a later start is the
     proof of a boot on slurmctld's clock alone, like a boot counter. docs/architecture.md, "Believe
     nothing unchecked"."""
     started = ad.slurm.get_node(node).slurmd_start_time
@@ -220,10 +220,14 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     machine = ad.machine
     if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
+    if inp.provider_op is None and SLURMD_BEFORE not in inp.detail:
+        # Recorded before the action, in a write of its own: a worker killed inside the provider's call
+        # then resumes with the start from before it, never one the action itself caused.
+        return Wait("read slurmd's start before the machine action", 0.0, detail=slurmd_start(ad, inp.node))
     if inp.provider_op is None:
         # Bare metal has no providerID: a backend that names the machine by the node does.
         vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
-        before = {**read_identity(ad, vm), **slurmd_start(ad, inp.node)}  # the hardware, slurmd's last start
+        before = read_identity(ad, vm)  # the hardware the fault happened on
         op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(), detail=before)
