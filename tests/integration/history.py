@@ -64,6 +64,15 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
+def show_fault(world: MemoryWorld, node: str, state: str = "FAIL", reason: str = "xid 79") -> None:
+    """Make Slurm show the fault an event reports, as it would before a watcher saw it: a researcher's
+    ``state=fail``, slurmctld marking an unanswering node DOWN, or a human's drain."""
+    if state == "DOWN":
+        world.set_slurm(node, state="DOWN", flags=["NOT_RESPONDING"], reason=reason, user="slurm")
+    else:
+        world.set_slurm(node, flags=[state], reason=reason, user="researcher")
+
+
 def drive(engine: Workflow, clock: FakeClock, todo: list[FollowUp], limit: int = 2000) -> None:
     queue = deque(todo)
     for _ in range(limit):
@@ -94,18 +103,22 @@ def build(sessions: sessionmaker[Session], settings: Settings | None = None) -> 
     with sessions() as s, s.begin():
         ingest(s, [b"{not json"], settings.policy, clock)
 
+    show_fault(world, "gpu-node-3")
     drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3"))
     ok = _latest(sessions, "gpu-node-3")
     clock.advance(3600)
     for i in range(2):
+        show_fault(world, "gpu-node-9", reason=f"xid {48 + i}")
         drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {48 + i}"))
         clock.advance(3600)
     with world.mutate() as st:
         st["nodes"]["gpu-node-8"]["vm"]["broken"] = True
+    show_fault(world, "gpu-node-8", state="DOWN", reason="Not responding")
     drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8", state="DOWN", reason="Not responding"))
     quarantined = _latest(sessions, "gpu-node-8")
     clock.advance(3600)
     world.set_jobs("gpu-node-4", 2)
+    show_fault(world, "gpu-node-4", state="DRAIN", reason="ecc errors")
     (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors")
     engine.run(f.remediation_id, f.step)  # drains, then waits for the jobs: left open
     return History(ok=ok, quarantined=quarantined, waiting=f.remediation_id, start=start)
