@@ -36,6 +36,7 @@ from remediation.ports.errors import NotFound
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer, Request
+from tests.faults import SOFTWARE_FAULT
 from tests.integration.test_workflow_engine import drive, publish, rem_for, steps_of
 
 SLURM = "gpu-node-7"
@@ -167,7 +168,11 @@ class Cluster:
     boot_id: str = ""
 
     def publish(self) -> FollowUp:
-        (f,) = publish(self.sessions, self.settings, self.clock, SLURM)
+        """A researcher marks the node failed in Slurm (``scontrol update state=fail``); the watcher
+        publishes what Slurm now shows."""
+        flags = set(self.world.node(SLURM)["slurm"]["flags"]) | {"FAIL"}
+        self.world.set_slurm(SLURM, flags=sorted(flags), reason=SOFTWARE_FAULT, user="researcher")
+        (f,) = publish(self.sessions, self.settings, self.clock, SLURM, reason=SOFTWARE_FAULT)
         return f
 
     def run_until(self, f: FollowUp, step: str, limit: int = 200) -> FollowUp:

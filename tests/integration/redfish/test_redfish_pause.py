@@ -109,6 +109,8 @@ def at_the_machine_step(
     clock = ShiftedClock()
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings, clock)
     rids: dict[str, int] = {}
+    for node in nodes:  # a researcher marks each node failed: Slurm shows what the event reports
+        world.set_slurm(node, flags=["FAIL"], reason=GPU_OFF_THE_BUS, user="researcher")
     with sessions() as s, s.begin():
         for node in nodes:
             event = NodeEvent(source=Source.SLURM, node=node, observed_at=clock.now(), **FAILED)
