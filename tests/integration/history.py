@@ -35,6 +35,7 @@ from remediation.services.ingest import ingest
 from remediation.services.lever_rules import committed_release
 from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
+from tests.faults import show_fault
 
 NODES = [f"gpu-node-{i}" for i in range(10)]
 
@@ -56,7 +57,11 @@ def engine_settings(**extra: object) -> Settings:
 
 
 def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str,
-            state: str = "FAIL", reason: str = "xid 79", kind: EventKind = EventKind.UNHEALTHY) -> list[FollowUp]:
+            state: str = "FAIL", reason: str = "xid 79", kind: EventKind = EventKind.UNHEALTHY,
+            world: MemoryWorld | None = None) -> list[FollowUp]:
+    """Ingest the Slurm watcher's event for ``node``; with ``world``, the world shows the fault first."""
+    if world is not None and kind == EventKind.UNHEALTHY:
+        show_fault(world, node, state, reason)
     event = NodeEvent(source=Source.SLURM, node=node, kind=kind, state=state, reason=reason,
                       observed_at=clock.now())
     with sessions() as s, s.begin():
@@ -94,19 +99,20 @@ def build(sessions: sessionmaker[Session], settings: Settings | None = None) -> 
     with sessions() as s, s.begin():
         ingest(s, [b"{not json"], settings.policy, clock)
 
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", world=world))
     ok = _latest(sessions, "gpu-node-3")
     clock.advance(3600)
     for i in range(2):
-        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {48 + i}"))
+        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-9", reason=f"xid {48 + i}", world=world))
         clock.advance(3600)
     with world.mutate() as st:
         st["nodes"]["gpu-node-8"]["vm"]["broken"] = True
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8", state="DOWN", reason="Not responding"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8", state="DOWN", reason="Not responding",
+                                 world=world))
     quarantined = _latest(sessions, "gpu-node-8")
     clock.advance(3600)
     world.set_jobs("gpu-node-4", 2)
-    (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors")
+    (f,) = publish(sessions, settings, clock, "gpu-node-4", state="DRAIN", reason="ecc errors", world=world)
     engine.run(f.remediation_id, f.step)  # drains, then waits for the jobs: left open
     return History(ok=ok, quarantined=quarantined, waiting=f.remediation_id, start=start)
 
