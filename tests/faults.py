@@ -13,27 +13,40 @@ machine to another host at once, then quarantines. A reason the table cannot rea
 from __future__ import annotations
 
 from remediation.adapters.memory import MemoryWorld
-from remediation.domain import slurm_states
+from remediation.domain.events import Source
+from remediation.domain.slurm_states import DRAINED, SlurmState, named
 
 SOFTWARE_FAULT = "nvidia-smi hangs: driver wedged"
 GPU_OFF_THE_BUS = "xid 79"
 UNKNOWN_FAULT = "node misbehaving"
 
+#: Slurm's base states; the rest of a state text (FAIL, DRAIN, NOT_RESPONDING, ...) are flags.
+BASE_STATES = frozenset({SlurmState.IDLE, SlurmState.ALLOCATED, SlurmState.MIXED, SlurmState.COMPLETING,
+                         SlurmState.DOWN})
 
-def show_fault(world: MemoryWorld, node: str, state: str = "FAIL", reason: str = "",
-               user: str = "researcher") -> None:
-    """Make the in-memory cluster show the fault a Slurm event of ``state`` reports, as Slurm shows it
-    before its watcher publishes anything: slurmctld marking a node that stopped answering DOWN and
-    NOT_RESPONDING, or someone's ``scontrol update state=fail|drain reason=...``. The workflow confirms
-    every event against Slurm before its first action and cancels one Slurm shows healthy."""
-    states = slurm_states.named(state)
-    flags = set(world.node(node)["slurm"]["flags"])
-    if states & {slurm_states.S.DOWN, slurm_states.S.NOT_RESPONDING}:
-        world.set_slurm(node, state="DOWN", flags=sorted(flags | {"NOT_RESPONDING"}),
-                        reason=reason or "Not responding", user="slurm")
-    elif states & slurm_states.FAILED:
-        world.set_slurm(node, flags=sorted(flags | {"FAIL"}), reason=reason, user=user)
-    elif states & slurm_states.DRAINED:
-        world.set_slurm(node, flags=sorted(flags | {"DRAIN"}), reason=reason, user=user)
-    else:
-        raise ValueError(f"no fault to show for Slurm state {state!r}")
+
+def show_fault(world: MemoryWorld, node: str, state: str = "FAIL", reason: str = SOFTWARE_FAULT,
+               source: Source = Source.SLURM, user: str | None = None) -> None:
+    """Make the simulated world show the fault an event reports, as its authority would before anyone
+    published it: the service confirms every event against Slurm (or the apiserver) before acting, and
+    does nothing to a node that looks healthy there.
+
+    A Slurm ``state`` (``FAIL``, ``DRAIN``, ``DOWN``, ``MIXED+FAIL``) sets its flags and base state with
+    ``reason``: a researcher's ``scontrol update state=fail``, an admin's drain, or slurmctld's own
+    ``DOWN``/``NOT_RESPONDING`` when the reason is "Not responding". A Kubernetes ``Type=Status``
+    (``Ready=False``, ``GpuXidError=True``) sets that condition on the Node."""
+    if source == Source.KUBERNETES:
+        cond, _, status = state.partition("=")
+        if cond == "Ready":
+            world.set_k8s(node, ready=status)
+        else:
+            world.set_k8s(node, conditions={**world.node(node)["k8s"].get("conditions", {}), cond: status})
+        return
+    states = named(state)
+    base = next((str(s) for s in states if s in BASE_STATES), None)
+    flags = set(world.node(node)["slurm"]["flags"]) | (states - BASE_STATES)
+    if base == SlurmState.DOWN and reason == "Not responding":
+        flags.add(SlurmState.NOT_RESPONDING)
+        user = user or "slurm"
+    default_user = "admin" if flags & DRAINED else "researcher"
+    world.set_slurm(node, state=base, flags=sorted(map(str, flags)), reason=reason, user=user or default_user)

@@ -23,7 +23,7 @@ from remediation.db.models import Event, RejectedEvent, Remediation, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
-from tests.faults import SOFTWARE_FAULT
+from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
 from workers.celery_app import make_app
 
@@ -49,7 +49,11 @@ def db(pg_url: str):  # noqa: ANN201
     engine.dispose()
 
 
-def fail_event(node: str, reason: str = SOFTWARE_FAULT) -> NodeEvent:
+def fail_event(node: str, reason: str = SOFTWARE_FAULT, world: MemoryWorld | None = None) -> NodeEvent:
+    """The Slurm watcher's event for a node failed with ``reason``; with ``world``, the world (the workers'
+    journal) shows the failure first, as Slurm would when the watcher saw it."""
+    if world is not None:
+        show_fault(world, node, "FAIL", reason)
     return NodeEvent(
         source=Source.SLURM,
         node=node,
@@ -69,7 +73,7 @@ def test_event_goes_through_every_step_in_a_real_worker(env, bus, db, tmp_path) 
     world = MemoryWorld(nodes=["gpu-node-0"], journal=tmp_path / "world.json")
     worker = Worker(env, tmp_path)
     try:
-        bus.publish([fail_event("gpu-node-0")])
+        bus.publish([fail_event("gpu-node-0", world=world)])
         wait_for(lambda: remediation_status(db, "gpu-node-0") == "succeeded", 60, "the remediation", worker)
     finally:
         worker.stop()
@@ -107,7 +111,7 @@ def test_sigkill_mid_step_resumes_with_each_action_exactly_once(env, bus, db, tm
     op = {"vm.start": "vm.restart", "k8s.cordon": "k8s.cordon", "slurm.drain": "slurm.drain"}[step]
     first = Worker(env, tmp_path)
     try:
-        bus.publish([fail_event("gpu-node-1")])
+        bus.publish([fail_event("gpu-node-1", world=world)])
         wait_for(lambda: world.calls(op, effect=True), 60, f"{op} to be called", first)
     finally:
         first.kill()  # inside the step: the effect happened, its result was never recorded
@@ -143,11 +147,11 @@ def test_sigkill_mid_step_resumes_with_each_action_exactly_once(env, bus, db, tm
 
 
 def test_malformed_payload_is_kept_and_the_rest_processed(env, bus, db, tmp_path) -> None:  # noqa: ANN001
-    MemoryWorld(nodes=["gpu-node-2"], journal=tmp_path / "world.json")
+    world = MemoryWorld(nodes=["gpu-node-2"], journal=tmp_path / "world.json")
     worker = Worker(env, tmp_path)
     try:
         bus.publish_raw('{"source": "slurm", "node": "gpu-node-2", "kind": "exploded"}')
-        bus.publish([fail_event("gpu-node-2")])
+        bus.publish([fail_event("gpu-node-2", world=world)])
         wait_for(lambda: remediation_status(db, "gpu-node-2") == "succeeded", 60, "the good event", worker)
     finally:
         worker.stop()
@@ -160,8 +164,8 @@ def test_events_published_while_workers_are_down_are_not_lost(
     env, bus, db, tmp_path, redis_client, redis_prefix
 ) -> None:  # noqa: ANN001
     env = {**env, "REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "1.0"}  # 3 of 8 at once is not a storm here
-    MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
-    bus.publish([fail_event(f"gpu-node-{i}", reason="down while no worker") for i in range(3)])
+    world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
+    bus.publish([fail_event(f"gpu-node-{i}", reason="down while no worker", world=world) for i in range(3)])
     worker = Worker(env, tmp_path)
     try:
         wait_for(

@@ -9,11 +9,15 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryWorld
+from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, Event, Remediation
 from remediation.domain.events import Source
+from remediation.ports.dispatch import FollowUp
 from remediation.settings import Settings
+from tests.faults import show_fault
 from tests.integration.test_workflow_engine import clock, drive, engine, publish, rem_for, steps_of, world  # noqa: F401  (fixtures)
 
 
@@ -32,12 +36,20 @@ def settings() -> Settings:
     return fault_settings()
 
 
+def fail(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock, node: str,
+         reason: str) -> list[FollowUp]:
+    """The node is failed in Slurm with ``reason`` (the world shows it), then the watcher's event for it
+    is ingested."""
+    show_fault(world, node, "FAIL", reason)
+    return publish(sessions, settings, clock, node, reason=reason)
+
+
 def vm_calls(world: MemoryWorld) -> list[str]:
     return [c["op"] for c in world.calls(effect=True) if c["op"].startswith("vm.")]
 
 
 def test_xid_48_goes_straight_to_a_new_host(sessions, engine, world, settings, clock) -> None:
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="Xid 48 on gpu3, DBE"))
+    drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-1", reason="Xid 48 on gpu3, DBE"))
     rem = rem_for(sessions, "gpu-node-1")
     assert rem.status == "succeeded"
     assert (rem.fault_class, rem.action) == ("gpu-memory", "move-host")
@@ -50,7 +62,7 @@ def test_xid_48_that_does_not_recover_is_quarantined_for_rma_without_a_restart(s
                                                                                settings, clock) -> None:
     with world.mutate() as st:
         st["nodes"]["gpu-node-2"]["vm"]["broken"] = True
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-2", reason="xid 48"), limit=2000)
+    drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-2", reason="xid 48"), limit=2000)
     rem = rem_for(sessions, "gpu-node-2")
     assert rem.status == "quarantined" and rem.action == "quarantine"
     assert vm_calls(world) == ["vm.stop_start"]  # one move-host, then quarantine: not restart twice
@@ -62,7 +74,7 @@ def test_xid_48_that_does_not_recover_is_quarantined_for_rma_without_a_restart(s
 def test_unknown_cause_keeps_the_sites_ladder(sessions, engine, world, settings, clock) -> None:
     with world.mutate() as st:
         st["nodes"]["gpu-node-3"]["vm"]["broken"] = True
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", reason="acting up, ticket 4711"),
+    drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-3", reason="acting up, ticket 4711"),
           limit=2000)
     rem = rem_for(sessions, "gpu-node-3")
     assert rem.fault_class == "unknown" and rem.status == "quarantined"
@@ -72,7 +84,7 @@ def test_unknown_cause_keeps_the_sites_ladder(sessions, engine, world, settings,
 def test_gpu_transient_restarts_then_moves_host(sessions, engine, world, settings, clock) -> None:
     with world.mutate() as st:
         st["nodes"]["gpu-node-4"]["vm"]["broken"] = True
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-4", reason="xid 119 GSP timeout"), limit=2000)
+    drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-4", reason="xid 119 GSP timeout"), limit=2000)
     rem = rem_for(sessions, "gpu-node-4")
     assert rem.fault_class == "gpu-transient" and rem.status == "quarantined"
     assert vm_calls(world) == ["vm.restart", "vm.stop_start"]
@@ -85,13 +97,13 @@ def test_gpu_transient_restarts_then_moves_host(sessions, engine, world, setting
 def test_application_xid_is_recorded_and_opens_nothing_until_it_repeats(sessions, engine, world, settings,
                                                                        clock) -> None:
     for i in range(2):
-        assert publish(sessions, settings, clock, "gpu-node-5", reason=f"xid 13, job {900 + i} crashed") == []
+        assert fail(sessions, world, settings, clock, "gpu-node-5", reason=f"xid 13, job {900 + i} crashed") == []
         clock.advance(600)
     with sessions() as s:
         decisions = s.scalars(select(Event.decision).where(Event.node == "gpu-node-5")).all()
         assert decisions == ["app_xid", "app_xid"]
         assert s.scalar(select(Remediation.id).where(Remediation.node == "gpu-node-5")) is None
-    followups = publish(sessions, settings, clock, "gpu-node-5", reason="xid 13, job 902 crashed")
+    followups = fail(sessions, world, settings, clock, "gpu-node-5", reason="xid 13, job 902 crashed")
     assert len(followups) == 1  # the third within the window is a node fault
     drive(engine, clock, followups)
     rem = rem_for(sessions, "gpu-node-5")
@@ -129,10 +141,10 @@ def test_fabric_fault_is_drained_paged_and_held_with_no_vm_action(sessions, engi
 
 def test_lemon_score_quarantines_a_node_failing_weekly(sessions, engine, world, settings, clock) -> None:
     for week in range(3):
-        drive(engine, clock, publish(sessions, settings, clock, "gpu-node-7", reason=f"acting up, week {week}"))
+        drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-7", reason=f"acting up, week {week}"))
         assert rem_for(sessions, "gpu-node-7").status == "succeeded"
         clock.advance(6 * 86400)
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-7", reason="acting up again"))
+    drive(engine, clock, fail(sessions, world, settings, clock, "gpu-node-7", reason="acting up again"))
     rem = rem_for(sessions, "gpu-node-7")
     assert rem.status == "quarantined" and rem.cause.startswith("lemon: 4 failure(s)")
     assert len(world.calls("vm.restart", effect=True)) == 3  # no fourth restart

@@ -23,6 +23,7 @@ from remediation.services.notify import run_pass
 from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings, Settings
+from tests.faults import show_fault
 from tests.integration.history import drive
 
 NODES = [f"gpu-node-{i}" for i in range(20)]
@@ -52,7 +53,11 @@ def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Se
 
 
 def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
-            reason: str = "xid 79", source: Source = Source.SLURM) -> list[FollowUp]:
+            reason: str = "xid 79", source: Source = Source.SLURM, world: MemoryWorld | None = None) -> list[FollowUp]:
+    """Ingest the watcher's event for ``node``; with ``world``, the world shows the fault first (a test
+    that set the node up itself passes none)."""
+    if world is not None:
+        show_fault(world, node, state, reason, source)
     event = NodeEvent(source=source, node=node, kind=EventKind.UNHEALTHY, state=state, reason=reason,
                       observed_at=clock.now())
     with sessions() as s, s.begin():
@@ -111,7 +116,7 @@ def test_no_vm_action_if_a_job_is_back_on_the_node(sessions, world, clock) -> No
     """The guard of the destructive steps: jobs seen at vm_restart (someone resumed the node) hold it."""
     settings = make_settings()
     engine = engine_for(sessions, world, settings, clock)
-    (f,) = publish(sessions, settings, clock, "gpu-node-2")
+    (f,) = publish(sessions, settings, clock, "gpu-node-2", world=world)
     for expected in ("k8s_cordon", "k8s_evict", "vm_restart"):
         f = engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == expected
@@ -137,7 +142,7 @@ def test_on_jobs_timeout_requeue_or_cancel_names_the_jobs(sessions, world, clock
     engine = engine_for(sessions, world, settings, clock)
     world.set_slurm("gpu-node-3", state="ALLOCATED")
     world.set_jobs("gpu-node-3", ["501", "502"])
-    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", state="DRAIN", reason="ecc"))
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", state="DRAIN", reason="ecc", world=world))
     assert rem_for(sessions, "gpu-node-3").status == "succeeded"
     (row,) = audits(sessions, action)
     assert row.target == "gpu-node-3" and row.detail["jobs"] == ["501", "502"] and "501, 502" in row.reason
@@ -192,7 +197,7 @@ def test_verify_needs_slurmd_started_after_the_action_not_a_missing_flag(session
     re-registered. The node waits, and is not returned."""
     settings = make_settings()
     engine = engine_for(sessions, world, settings, clock)
-    (f,) = publish(sessions, settings, clock, "gpu-node-6")
+    (f,) = publish(sessions, settings, clock, "gpu-node-6", world=world)
     while f.step != "verify":
         f = engine.run(f.remediation_id, f.step)
         clock.advance(f.countdown)
@@ -214,7 +219,7 @@ def test_verify_needs_slurmd_started_after_the_action_not_a_missing_flag(session
 def test_cancel_give_back_undoes_what_is_ours_and_only_that(sessions, world, clock, give) -> None:
     settings = make_settings()
     engine = engine_for(sessions, world, settings, clock)
-    (f,) = publish(sessions, settings, clock, "gpu-node-7")
+    (f,) = publish(sessions, settings, clock, "gpu-node-7", world=world)
     f = engine.run(f.remediation_id, f.step)  # drained
     f = engine.run(f.remediation_id, f.step)  # cordoned
     assert world.node("gpu-node-7")["k8s"]["unschedulable"] and "DRAIN" in world.node("gpu-node-7")["slurm"]["flags"]
@@ -234,7 +239,7 @@ def test_cancel_give_back_undoes_what_is_ours_and_only_that(sessions, world, clo
 def test_give_back_leaves_a_humans_drain(sessions, world, clock) -> None:
     settings = make_settings()
     engine = engine_for(sessions, world, settings, clock)
-    (f,) = publish(sessions, settings, clock, "gpu-node-8")
+    (f,) = publish(sessions, settings, clock, "gpu-node-8", world=world)
     f = engine.run(f.remediation_id, f.step)
     world.set_slurm("gpu-node-8", reason="maint: PSU swap", user="carol")  # a human took the drain over
     note = give_back(Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), "gpu-node-8", "remediation:")
@@ -256,7 +261,7 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     with sessions() as s:
         before = recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window)
     for name in names:
-        drive(dry, clock, publish(sessions, settings, clock, name))
+        drive(dry, clock, publish(sessions, settings, clock, name, world=world))
     with sessions() as s:
         rems = list(s.scalars(select(Remediation).where(Remediation.node.in_(names))))
         assert len(rems) == 5 and all(r.dry_run and r.status == "succeeded" for r in rems)

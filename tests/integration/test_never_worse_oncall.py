@@ -58,12 +58,12 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     dry_settings = Settings(dry_run=True, policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5})
     dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopMachine()), dry_settings,
                  clock)
-    (f,) = publish(db, dry_settings, clock, "gpu-node-19")
+    (f,) = publish(db, dry_settings, clock, "gpu-node-19", world=world)
     drive(dry, clock, [f])
     dry_id = f.remediation_id
     held = []
     for i in range(5):
-        (f,) = publish(db, settings, clock, f"gpu-node-{i}", reason="leaf switch lost")
+        (f,) = publish(db, settings, clock, f"gpu-node-{i}", reason="leaf switch lost", world=world)
         for _ in range(4):  # drain, cordon, then held at the breaker
             f = engine.run(f.remediation_id, f.step)
         held.append(f.remediation_id)

@@ -25,7 +25,7 @@ from remediation.db.models import Node, Remediation
 from remediation.db.queries import breaker_key, control_get
 from remediation.domain.events import EventKind, NodeEvent, Source
 from tests.conftest import REDIS_URL
-from tests.faults import UNKNOWN_FAULT
+from tests.faults import UNKNOWN_FAULT, show_fault
 from tests.integration.test_celery_pipeline import bus, db  # noqa: F401  (fixtures; bus takes env from here)
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
 
@@ -84,9 +84,10 @@ def test_a_storm_in_one_pool_holds_that_pool_and_the_other_goes_on(env, bus, db,
             "every node in its pool",
             worker,
         )
-        bus.publish(
-            [event(n, EventKind.UNHEALTHY, "FAIL") for n in ("gpu-node-0", "gpu-node-1", "gpu-node-5")]
-        )
+        failed = ("gpu-node-0", "gpu-node-1", "gpu-node-5")
+        for n in failed:  # Slurm shows them failed, as the watcher saw
+            show_fault(world, n, "FAIL", UNKNOWN_FAULT)
+        bus.publish([event(n, EventKind.UNHEALTHY, "FAIL") for n in failed])
         wait_for(
             lambda: (r := rems(db).get("gpu-node-5")) is not None and r.status == "succeeded",
             60,

@@ -43,7 +43,7 @@ from remediation.services.notify import run_pass
 from remediation.services.workflow import RetryLater
 from remediation.settings import NotifySettings, load_settings
 from tests.conftest import REDIS_URL
-from tests.faults import SOFTWARE_FAULT
+from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
 from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixture)
     Pipeline,
@@ -258,6 +258,8 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
     world = MemoryWorld(nodes=nodes, journal=tmp_path / "world.json")
     world.set_slurm("gpu-node-1", state="ALLOCATED")
     world.set_jobs("gpu-node-1", ["4242"])  # a busy node: dry-run says it would wait for the job
+    for n in failing:  # Slurm shows them failed, as the watcher saw: nothing of ours changes that
+        show_fault(world, n, "FAIL", SOFTWARE_FAULT)
     before = world.snapshot()["nodes"]
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
                      REMEDIATION_DRY_RUN="true", REMEDIATION_MEMORY__NODES=f"gpu-node-[0-{pool - 1}]",

@@ -45,7 +45,7 @@ from remediation.db.models import Event, RejectedEvent, Remediation, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
 from tests.conftest import REDIS_URL
-from tests.faults import SOFTWARE_FAULT
+from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.infra import missing
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.ports import lease
@@ -246,7 +246,10 @@ def duplicate_effects(world: MemoryWorld) -> Counter[tuple[str, str]]:
     return Counter({k: n - 1 for k, n in counts.items() if n > 1})
 
 
-def fail_event(node: str) -> NodeEvent:
+def fail_event(node: str, world: MemoryWorld) -> NodeEvent:
+    """The Slurm watcher's event for a node failed with a software fault, which the world (the workers'
+    journal) shows first, as Slurm would when the watcher saw it."""
+    show_fault(world, node, "FAIL", SOFTWARE_FAULT)
     return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state="FAIL", reason=SOFTWARE_FAULT,
                      observed_at=datetime.now(UTC))
 
@@ -412,7 +415,8 @@ def steps_now(db: Engine) -> dict[str, str]:
         return {node: v for node, v in s.execute(select(Remediation.node, Remediation.step))}
 
 
-def mid_workflow(db: Engine, bus: RedisEventBus, worker: Worker, nodes: list[str]) -> dict[str, str]:
+def mid_workflow(db: Engine, bus: RedisEventBus, worker: Worker, world: MemoryWorld,
+                 nodes: list[str]) -> dict[str, str]:
     """Open a first wave and wait until one of its VM operations is in flight, then open a second wave:
     returns where each remediation stands (steps from the drain to the VM restart in flight)."""
 
@@ -421,9 +425,9 @@ def mid_workflow(db: Engine, bus: RedisEventBus, worker: Worker, nodes: list[str
             return bool(s.scalar(select(func.count()).where(RemediationStep.step == "vm_restart",
                                                              RemediationStep.provider_op.is_not(None))))
 
-    bus.publish([fail_event(n) for n in nodes[:3]])
+    bus.publish([fail_event(n, world) for n in nodes[:3]])
     wait_for(vm_op_recorded, 60, "a VM operation to be in flight", worker)
-    bus.publish([fail_event(n) for n in nodes[3:]])
+    bus.publish([fail_event(n, world) for n in nodes[3:]])
     wait_for(lambda: len(steps_now(db)) == len(nodes), 30, "the second wave to open", worker)
     return steps_now(db)
 
@@ -479,7 +483,7 @@ def outage_mid_workflow(db_url: str, redis_prefix: str, tmp_path: Path, figures:
     figures.count_in(db)
     worker = Worker(postgres_env(db_url, redis_prefix, tmp_path, **env), tmp_path, concurrency=4)
     try:
-        in_flight = mid_workflow(db, bus, worker, nodes)
+        in_flight = mid_workflow(db, bus, worker, world, nodes)
         stop()
         down_at = time.monotonic()
         wait_for_a_failed_sweep(worker)
