@@ -308,7 +308,9 @@ def _kill_during_call(rig: CloudRig, node: str, verb: str) -> Worker:
         first.kill()
         hold.release.set()
     row = rig.row(node, "vm_restart")
-    assert row is not None and row.status == "started" and row.provider_op is None
+    # Killed inside the call: no operation recorded, but slurmd's start from before the action is.
+    assert row is not None and row.status == "waiting" and row.provider_op is None
+    assert "slurmd_start_before" in row.detail
     return first
 
 
