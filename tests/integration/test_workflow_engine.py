@@ -471,11 +471,12 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
     (f,) = publish(sessions, settings, clock, "gpu-node-17", world=world)
     for _ in range(3):
         f = engine.run(f.remediation_id, f.step)
+    f = engine.run(f.remediation_id, "vm_restart")  # slurmd's start from before the action is recorded
     with pytest.raises(RetryLater) as info:
         engine.run(f.remediation_id, "vm_restart")
     assert info.value.countdown == 7
     row = [r for r in steps_of(sessions, f.remediation_id) if r.step == "vm_restart"][0]
-    assert (row.status, row.retries, row.error_kind) == ("started", 1, "TransientError")
+    assert (row.status, row.retries, row.error_kind) == ("waiting", 1, "TransientError")
     assert row.detail["streak"] == 1 and rem_for(sessions, "gpu-node-17").ladder == 0
 
 
@@ -542,6 +543,7 @@ def test_transient_retries_plus_one_errors_in_a_row_escalate(sessions, world, se
     f = publish(sessions, settings, clock, "gpu-node-17", world=world)[0]
     while f.step != "vm_restart":
         f = engine.run(f.remediation_id, f.step)
+    f = engine.run(f.remediation_id, f.step)  # slurmd's start from before the action is recorded
     f = engine.run(f.remediation_id, f.step)  # the restart is issued; its polls all fail from here on
     for n in range(1, wf.transient_retries + 1):
         clock.advance(f.countdown)
