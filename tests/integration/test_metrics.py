@@ -207,7 +207,8 @@ DURATIONS = {
     "slurm_drain": [0, 0, 250, 0, 0, 0],  # gpu-1, gpu-2, gpu-3 (jobs), gpu-5..7
     "k8s_cordon": [0] * 6,
     "k8s_evict": [0] * 3,
-    "vm_restart": [30, 30, 30, 30],  # gpu-1, gpu-2 restart + reimage, gpu-3: done on the third poll
+    # gpu-1, gpu-2 restart + reimage, gpu-3: done on the third poll, a second after slurmd's start is recorded
+    "vm_restart": [31, 31, 31, 31],
     "verify": [0, 70, 70, 0],  # gpu-2's two attempts time out after 60 s (first check past it: 70 s)
     "return": [0, 0],
     "quarantine": [0, 0],  # gpu-2, gpu-0

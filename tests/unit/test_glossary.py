@@ -25,7 +25,7 @@ RETIRED = {
     "VM for the machine port (a machine is not always a cloud's VM)": r"\b(VMProvider|VMSettings|NoopVM|vm_backend)\b",
     "DryRun for a twin (the dry-run twins are Noop*)": r"\b[A-Za-z]+DryRun\b|redfish\.dryrun",
     "drain for reading the stream (drain is Slurm's; the ingest consumes)": (
-        r"\b(memstream|stream)\.drain\b|import drain\b|the ingest task drains|drain the event stream"
+        r"\b(memstream|stream)\.drain\b|stream import (.*, )?drain\b|the ingest task drains|drain the event stream"
     ),
 }
 #: What keeps an old word on purpose (docs/architecture.md, after the table).

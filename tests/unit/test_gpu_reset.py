@@ -33,12 +33,16 @@ def cfg(backend: str = "slurm") -> StepSettings:
         validation={"backend": backend, "poll_interval_s": 2}))
 
 
+#: slurmd's start, recorded in a write of its own before a machine action (none yet, as in a new cluster)
+RECORDED = {"slurmd_start_before": ""}
+
+
 def inp(op: dict[str, Any] | None = None, pci: str | None = "0000:3b:00", ladder: int = 0, started: datetime = T0,
         **ctx: Any) -> StepInput:
     context = RemediationContext(fault_class="gpu-transient", gpu_pci=pci, provider_id=f"memory:///{NODE}", **ctx)
     return StepInput(remediation_id=7, node=NODE, cause="xid 46", ladder=ladder, context=context,
                      key="r7:vm_restart:1", attempt=1, started_at=started, checks=0 if op is None else 1,
-                     provider_op=op, detail={}, source="slurm")
+                     provider_op=op, detail=RECORDED, source="slurm")
 
 
 def adapters(validator: Any, world: MemoryWorld | None = None) -> Adapters:

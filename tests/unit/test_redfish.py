@@ -297,7 +297,7 @@ def test_the_workflow_finds_a_bare_metal_machine_by_its_node(
         started_at=datetime.now(UTC),
         checks=0,
         provider_op=None,
-        detail={},
+        detail={"slurmd_start_before": ""},  # recorded in a write of its own before the action
     )
     out = vm_restart(inp, Adapters(MemorySlurm(world), MemoryKube(world), vm), cfg, datetime.now(UTC))  # type: ignore[arg-type]
     assert isinstance(out, Wait) and out.provider_op is not None

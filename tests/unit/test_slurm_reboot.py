@@ -175,7 +175,8 @@ def test_a_recorded_operation_without_its_request_time_is_refused() -> None:
 
 def step_input() -> StepInput:
     return StepInput(remediation_id=12, node=NODE, cause="xid 79", ladder=0, context=RemediationContext(),
-                     key=KEY, attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None, detail={})
+                     key=KEY, attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None,
+                     detail={"slurmd_start_before": ""})  # recorded in a write of its own before the action
 
 
 def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_no_provider_id() -> None:

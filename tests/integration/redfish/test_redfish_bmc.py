@@ -254,6 +254,7 @@ def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
         sent(self, reset_type)
         raise WorkerDied
 
+    assert engine.run(rid, "vm_restart") is not None  # slurmd's start, recorded before the action
     monkeypatch.setattr(BmcSession, "reset", sent_then_died)
     with pytest.raises(WorkerDied):
         engine.run(rid, "vm_restart")  # the reset reached the BMC; the worker died before recording it
