@@ -34,7 +34,7 @@ from remediation.domain.recheck import human_took_back, without_vm_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Site
 from remediation.settings import WorkflowSettings
-from remediation.vocabulary import MACHINE_ACTIONS
+from remediation.vocabulary import MACHINE_ACTIONS, QUARANTINE
 
 
 def lacks(site: Site) -> RemediationContext:
@@ -63,7 +63,7 @@ def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
     lacks = "no machine action and no GPU check at this site"
-    if cfg.workflow.unproven == "quarantine":
+    if cfg.workflow.unproven == QUARANTINE:
         return Quarantine(f"{lacks}, so nothing can prove {inp.node} healthy (workflow.unproven: quarantine): "
                           f"{inp.cause}")
     node = ad.slurm.get_node(inp.node)
