@@ -29,7 +29,13 @@ from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.checkpoint import CheckpointRequest
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import episodes
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    CLOSED_STATUSES,
+    OPEN_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
 from remediation.services.lemons import lemon_scores
 from remediation.services.read_rows import (
     AuditRow,
@@ -110,19 +116,21 @@ def parse_node_status(value: str | None) -> NodeStatus | None:
         ) from None
 
 
+#: The status filter's words for a group of statuses, beside the statuses themselves.
+STATUS_GROUPS: dict[str, frozenset[RemediationStatus]] = {"open": OPEN_STATUSES, "closed": CLOSED_STATUSES}
+
+
 def parse_remediation_status(value: str | None) -> frozenset[str] | None:
     """A remediation status, or ``open`` (running + waiting) / ``closed``."""
     if value is None or value == "":
         return None
     v = value.lower()
-    if v == "open":
-        return frozenset(OPEN_STATUSES)
-    if v == "closed":
-        return frozenset(RemediationStatus) - OPEN_STATUSES
+    if v in STATUS_GROUPS:
+        return frozenset(STATUS_GROUPS[v])
     try:
         return frozenset({RemediationStatus(v)})
     except ValueError:
-        choices = ", ".join(["open", "closed", *(s.value for s in RemediationStatus)])
+        choices = ", ".join([*STATUS_GROUPS, *(s.value for s in RemediationStatus)])
         raise ReadModelError(f"unknown remediation status {value!r} (choose from {choices})") from None
 
 
@@ -347,8 +355,8 @@ def overview(s: Session) -> Overview:
     for status, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
         by_node[status] = int(n)
     by_rem = {st.value: 0 for st in RemediationStatus}
-    for status, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
-        by_rem[status] = int(n)
+    for rstatus, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
+        by_rem[rstatus] = int(n)
     paused = control_get(s, PAUSED)
     breaker = control_get(s, BREAKER)
     return Overview(

@@ -29,6 +29,7 @@ from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.states import StepStatus, ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
@@ -45,7 +46,7 @@ from remediation.ports.validator import ValidationResult, Validator
 from remediation.services.audit import audit
 from remediation.settings import Settings
 
-OUTCOMES = ("passed", "failed", "timeout", "no_result", "cannot_run")
+OUTCOMES = tuple(o for o in ValidationOutcome if o != ValidationOutcome.DRY_RUN)
 
 
 class ValidationRefused(ValueError):
@@ -55,7 +56,7 @@ class ValidationRefused(ValueError):
 def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
     row = Validation(
         remediation_id=remediation_id, node=rec["node"], backend=rec["backend"], name=rec["name"],
-        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=rec["outcome"],
+        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=ValidationOutcome(rec["outcome"]),
         exit_code=rec["exit_code"], started_at=datetime.fromisoformat(rec["started_at"]),
         finished_at=datetime.fromisoformat(rec["finished_at"]), duration_s=float(rec["duration_s"]),
         output_tail=rec["output"], actor=actor, dry_run=dry_run,
@@ -70,7 +71,7 @@ def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: 
 def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
     rec = (getattr(outcome, "detail", None) or {}).get("validation")
-    if rec and rec.get("outcome") != "dry_run":
+    if rec and rec.get("outcome") != ValidationOutcome.DRY_RUN:
         add_row(s, rec, rem.id, actor, dry)
 
 
@@ -79,7 +80,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     """Hold ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
     step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
     if row is not None:
-        row.status, row.finished_at = "failed", now
+        row.status, row.finished_at = StepStatus.FAILED, now
         row.error, row.error_kind = outcome.reason[:4000], outcome.kind[:64]
         row.detail = {**(row.detail or {}), **outcome.detail}
     rem.ctx = replace(rem.ctx, held=Held(outcome.kind, outcome.reason[:1000], now.isoformat(), rem.step))
@@ -170,11 +171,12 @@ def summary(s: Session) -> dict[str, Any]:
     """Checks by outcome, the pass rate and the durations, over every real (non-dry-run) check."""
     rows = s.execute(select(Validation.outcome, func.count(), func.sum(Validation.duration_s))
                      .where(Validation.dry_run.is_(False)).group_by(Validation.outcome)).all()
-    counts = {outcome: 0 for outcome in OUTCOMES}
-    seconds = {outcome: 0.0 for outcome in OUTCOMES}
+    counts: dict[ValidationOutcome, int] = {outcome: 0 for outcome in OUTCOMES}
+    seconds: dict[ValidationOutcome, float] = {outcome: 0.0 for outcome in OUTCOMES}
     for outcome, n, total in rows:
         counts[outcome] = int(n)
         seconds[outcome] = float(total or 0.0)
-    ended = counts["passed"] + counts["failed"]
+    passed, failed = counts[ValidationOutcome.PASSED], counts[ValidationOutcome.FAILED]
+    ended = passed + failed
     return {"counts": counts, "seconds": seconds,
-            "pass_rate": (counts["passed"] / ended) if ended else None, "total": sum(counts.values())}
+            "pass_rate": (passed / ended) if ended else None, "total": sum(counts.values())}

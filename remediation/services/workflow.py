@@ -52,6 +52,7 @@ from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
+from remediation.domain.states import StepStatus
 from remediation.domain.step_bodies import (
     STEPS,
     Adapters,
@@ -321,13 +322,13 @@ class Workflow:
                 return hold_for_human(s, rem, row, outcome, now, cfg)
             if isinstance(outcome, Cancel):
                 if row is not None:
-                    row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
+                    row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
                 close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
                             node_healthy=outcome.node_healthy)
                 return None
             if row is not None:
                 row.finished_at = now
-                row.status = "done" if isinstance(outcome, Done) else "failed"
+                row.status = StepStatus.DONE if isinstance(outcome, Done) else StepStatus.FAILED
                 if isinstance(outcome, Done):
                     row.outcome = outcome.outcome[:4000]
                     row.detail = {**(row.detail or {}), **outcome.detail}
