@@ -20,13 +20,14 @@ from remediation.clock import aware
 from remediation.db.models import Event, Node, Remediation, Validation
 from remediation.db.queries import among
 from remediation.domain.lemon import Failure
+from remediation.domain.policy import DecisionKind
 from remediation.domain.states import ValidationOutcome
 
 
 def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, window: timedelta) -> dict[str, int]:
     rows = session.execute(
         select(Event.node, func.count()).where(
-            among(session, Event.node, nodes), Event.decision == "app_xid", Event.observed_at > now - window)
+            among(session, Event.node, nodes), Event.decision == DecisionKind.APP_XID, Event.observed_at > now - window)
         .group_by(Event.node))
     return {node: int(n) for node, n in rows}
 

@@ -47,7 +47,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
-from remediation.domain.states import IncidentStatus, StepStatus, ValidationOutcome
+from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -213,7 +213,7 @@ class AuditLog(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(index=True)
     actor: Mapped[str] = mapped_column(String(128))
-    action: Mapped[str] = mapped_column(String(64))
+    action: Mapped[AuditAction] = mapped_column(state(AuditAction, 64))
     target: Mapped[str] = mapped_column(String(253), default="", index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -33,6 +33,7 @@ from remediation.domain.outcomes import (
 from remediation.domain.recheck import human_took_back, without_vm_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Site
+from remediation.domain.states import AuditAction
 from remediation.settings import WorkflowSettings
 from remediation.vocabulary import MACHINE_ACTIONS, QUARANTINE
 
@@ -72,6 +73,6 @@ def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
                       f"reason {node.reason!r}); nothing of ours to give back")
     why = (f"held for a human: {lacks}, so nothing can prove {inp.node} healthy; it stays drained and "
            "on-call was paged; resume it in Slurm when it is fixed, or cancel with --give-back")
-    note = Note("unproven_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": inp.context.fault_class}) \
+    note = Note(AuditAction.UNPROVEN_HOLD, f"{inp.node}: {why}: {inp.cause}", {"fault_class": inp.context.fault_class}) \
         if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)

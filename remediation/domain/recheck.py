@@ -23,6 +23,7 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.states import AuditAction
 from remediation.ports.cluster import KubeNode, SlurmNode
 from remediation.vocabulary import QUARANTINE
 
@@ -81,7 +82,7 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
                       node_healthy=True)
     kept = "drained and cordoned" if ad.kube is not None else "drained (no Kubernetes)"
     why = f"held for a human: class {cls} takes no VM action; {kept}, on-call paged ({still}); cancel or release when fixed"
-    note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
+    note = Note(AuditAction.FAULT_HOLD, f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)
 
 

@@ -49,7 +49,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.policy import Clock
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, Step
-from remediation.domain.states import IncidentStatus
+from remediation.domain.states import INCIDENT_CLOSES, AuditAction, IncidentStatus
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.topology import Correlated, Rule, correlate, domain_key, likely_cause
 from remediation.hostlist import compress
@@ -168,7 +168,7 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
             inc.nodes = sorted(set(inc.nodes or []) | set(joining))
             inc.updated_at = now
             claimed.update(joining)
-            audit(session, now, actor, "incident_joined", domain_key(inc.kind, inc.name),
+            audit(session, now, actor, AuditAction.INCIDENT_JOINED, domain_key(inc.kind, inc.name),
                   f"{compress(joining)} joined incident #{inc.id} ({inc.cause} {inc.name})",
                   {"incident": inc.id, "nodes": joining}, dry_run=dry_run)
     opened = []
@@ -189,7 +189,7 @@ def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_ru
             f"together; likely cause: {found.cause}; nodes: {compress(found.nodes)}. They are drained in Slurm "
             "and get no VM action; resolve with `remediation incidents resolve "
             f"{inc.id} -r REASON` once the {found.cause} is fixed")
-    audit(session, now, actor, "incident_opened", found.key, page,
+    audit(session, now, actor, AuditAction.INCIDENT_OPENED, found.key, page,
           {"incident": inc.id, "kind": found.kind, "name": found.name, "cause": found.cause,
            "nodes": list(found.nodes), "domain_size": found.size}, dry_run=dry_run)
     return inc
@@ -207,7 +207,7 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             rem.ctx = replace(rem.ctx, quarantine_reason=None, quarantine_decided=None,
                               quarantine_taken_back=rem.cause)
             rem.step, rem.action, rem.next_run_at, rem.updated_at = Step.SLURM_DRAIN, None, now, now
-            audit(session, now, "remediation", "quarantine_taken_back", node,
+            audit(session, now, "remediation", AuditAction.QUARANTINE_TAKEN_BACK, node,
                   f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
                   {"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
         n = session.get(Node, node)
@@ -267,7 +267,7 @@ def _release(session: Session, inc: Incident, now: datetime) -> list[FollowUp]:
 def _close(session: Session, inc: Incident, status: IncidentStatus, actor: str, reason: str, now: datetime) -> list[FollowUp]:
     inc.status, inc.closed_at, inc.closed_by, inc.close_reason, inc.updated_at = status, now, actor, reason, now
     followups = _release(session, inc, now)
-    audit(session, now, actor, f"incident_{status}", domain_key(inc.kind, inc.name),
+    audit(session, now, actor, INCIDENT_CLOSES[status], domain_key(inc.kind, inc.name),
           f"incident #{inc.id} ({inc.cause} {inc.name}) {status}: {reason}",
           {"incident": inc.id, "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
     return followups

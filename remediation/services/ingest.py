@@ -59,6 +59,7 @@ from remediation.domain.policy import (
 )
 from remediation.domain.profiles import Governance, Resolution, govern, label_keys
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
+from remediation.domain.states import AuditAction
 from remediation.services.audit import would
 from remediation.services.dedupe import taken_by_others, unique_by_key
 from remediation.services.fencing import fence_events
@@ -319,7 +320,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     )
     opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
     session.execute(insert(AuditLog), [
-        {"at": now, "actor": "remediation", "action": "open", "target": name,
+        {"at": now, "actor": "remediation", "action": AuditAction.OPEN, "target": name,
          "reason": would(opens[name][1].reason) if dry[name] else opens[name][1].reason,
          "detail": {"remediation": rid, **({"profile": gov[name][0].name} if gov[name][0].name else {})},
          "dry_run": dry[name]} for name, rid in opened.items()

@@ -36,6 +36,7 @@ from remediation.domain.statemachine import (
     RemediationStatus,
     Step,
 )
+from remediation.domain.states import AuditAction
 from remediation.services.lemons import lemon_scores
 from remediation.services.read_rows import (
     AuditRow,
@@ -90,7 +91,8 @@ __all__ = [
 ]
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
-QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "release_done")
+QUARANTINE_ACTIONS = (AuditAction.QUARANTINE, AuditAction.REMEDIATION_QUARANTINED, AuditAction.RELEASE,
+                      AuditAction.RELEASE_DONE)
 MAX_LIMIT = 1000
 
 
@@ -272,7 +274,9 @@ def list_audit(s: Session, target: str | None = None, action: str | None = None,
     if target:
         q = q.where(AuditLog.target == target)
     if action:
-        q = q.where(AuditLog.action == action)
+        if action not in frozenset(AuditAction):
+            return []  # no row holds an action outside the vocabulary
+        q = q.where(AuditLog.action == AuditAction(action))
     return [_audit(a) for a in s.scalars(q.order_by(AuditLog.id.desc()).limit(_limit(limit)))]
 
 
@@ -342,7 +346,7 @@ def _timeline(rems: list[RemediationDetail], events: list[EventRow],
             out.append(TimelineEntry(r.closed_at, "remediation", f"remediation #{r.id} {r.status}",
                                      r.outcome or "", r.id, r.duration_s, status=r.status))
     for a in audit_rows:
-        if a.action == "open" or a.action.startswith("remediation_"):
+        if a.action == AuditAction.OPEN or AuditAction(a.action).closes_a_remediation:
             continue  # already told by the remediation rows above
         out.append(TimelineEntry(a.at, "audit", f"{a.action} by {a.actor}", a.reason,
                                  a.detail.get("remediation"), status=a.action))

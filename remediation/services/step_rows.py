@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.outcomes import Hold
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
-from remediation.domain.states import LIVE_STEP_STATUSES, StepStatus
+from remediation.domain.states import LIVE_STEP_STATUSES, REMEDIATION_CLOSES, StepStatus
 from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
 from remediation.domain.stepdetail import HeldTime, JobNonce
 from remediation.ports.dispatch import FollowUp, Hint
@@ -130,5 +130,5 @@ def close(
     dry = bool(rem.dry_run)
     if dry:
         rem.outcome = would(rem.outcome or "")
-    audit(s, now, actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
+    audit(s, now, actor, REMEDIATION_CLOSES[status], rem.node, rem.outcome or "",
           {"remediation": rem.id}, dry_run=dry)

@@ -29,7 +29,7 @@ from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
-from remediation.domain.states import StepStatus, ValidationOutcome
+from remediation.domain.states import AuditAction, CheckPurpose, StepStatus, ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
@@ -88,7 +88,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
     wait = settings.workflow.max_wait_s
     rem.next_run_at = now + timedelta(seconds=wait)
-    audit(s, now, settings.actor, "validation_held", rem.node, outcome.reason[:2000],
+    audit(s, now, settings.actor, AuditAction.VALIDATION_HELD, rem.node, outcome.reason[:2000],
           {"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
     return FollowUp(rem.id, rem.step, wait)
 
@@ -96,7 +96,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
 def run_check(
     sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, settings: Settings, node: str,
     actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
-    purpose: str = "validate",
+    purpose: CheckPurpose = CheckPurpose.VALIDATE,
 ) -> dict[str, Any]:
     """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
     record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
@@ -121,7 +121,7 @@ def run_check(
     check = check_for(settings.validation, node, name, cls, nonce)
     op = start_job(validator, check, started)
     with sessions() as s, s.begin():
-        audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({validator.backend})",
+        audit(s, started, actor, purpose.started(), node, f"GPU check {' '.join(check.command)} ({validator.backend})",
               {"name": check.name})
     result: ValidationResult = validator.poll(op)
     while not result.done:
@@ -135,7 +135,7 @@ def run_check(
     outcome, rec = verdict(op, result, now(), settings.validation.output_bytes)
     with sessions() as s, s.begin():
         add_row(s, rec, None, actor, settings.dry_run)
-        audit(s, now(), actor, f"{purpose}_{outcome}", node, f"{describe(rec)}; {taken_down}"[:2000],
+        audit(s, now(), actor, purpose.ended(outcome), node, f"{describe(rec)}; {taken_down}"[:2000],
               {"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
     return {**rec, "undone": taken_down}
 

@@ -52,7 +52,7 @@ from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
-from remediation.domain.states import StepStatus
+from remediation.domain.states import AuditAction, StepStatus
 from remediation.domain.step_bodies import (
     STEPS,
     Adapters,
@@ -361,7 +361,7 @@ class Workflow:
                 elif rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
                     rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
-                    audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
+                    audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)
                 else:
@@ -370,7 +370,7 @@ class Workflow:
             if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.ctx = replace(rem.ctx, quarantine_reason=reason)
-            audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
+            audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid}, dry_run=dry)
             return move(rem, step, Step.QUARANTINE, now)
 
     def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
