@@ -1,7 +1,8 @@
 """The states of the rows beside a remediation: a step attempt, a GPU check, an incident, an audit row.
 
 Each is spelled once here and typed all the way down to its column (``remediation/db/models.py``), so
-that no code compares a state with a string (docs/architecture.md, "Typed state, never text").
+that no code compares a state with a string (docs/architecture.md, "States are enums down to the
+column").
 """
 
 from __future__ import annotations

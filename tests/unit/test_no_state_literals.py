@@ -1,7 +1,7 @@
 """No state is compared with a string literal in the domain, the services or the workers.
 
-Every state the code branches on has an enum, typed down to its column (docs/architecture.md, "Typed
-state, never text"); this test keeps a ``row.status == "done"`` from coming back.
+Every state the code branches on has an enum, typed down to its column (docs/architecture.md, "States
+are enums down to the column"); this test keeps a ``row.status == "done"`` from coming back.
 """
 
 from __future__ import annotations
