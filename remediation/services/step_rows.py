@@ -60,9 +60,14 @@ def new_row(rid: int, step: Step, attempt: int, now: datetime, *, dry_run: bool)
     )
 
 
+def live_row(s: Session, rid: int, step: Step) -> RemediationStep | None:
+    """The open attempt (started or waiting) of ``step`` in remediation ``rid``."""
+    return s.scalars(_CURRENT_ROW, {"rid": rid, "step": step}).first()
+
+
 def current_row(s: Session, rem: Remediation) -> RemediationStep | None:
-    """The open attempt (started or waiting) of the remediation's current step."""
-    return s.scalars(_CURRENT_ROW, {"rid": rem.id, "step": rem.step}).first()
+    """The open attempt of the remediation's current step."""
+    return live_row(s, rem.id, rem.step)
 
 
 def as_dry_run(outcome: Outcome) -> Outcome:
