@@ -29,7 +29,10 @@ GPU_RESET = "gpu-reset"
 #: The ladder's machine rungs: what a machine backend does; a site with none (``machine.backend: none``)
 #: skips them.
 MACHINE_ACTIONS = ("restart", "move-host", "reimage")
-FAULT_ACTIONS = (GPU_RESET, *MACHINE_ACTIONS, "hold", "quarantine")
+#: The rung that drains and holds for a human, and the end of every ladder.
+HOLD = "hold"
+QUARANTINE = "quarantine"
+FAULT_ACTIONS = (GPU_RESET, *MACHINE_ACTIONS, HOLD, QUARANTINE)
 #: Ladder actions renamed, old name -> new name: a site's configuration may still say ``none`` for
 #: ``hold`` (the word now names the backends a site lacks).
 RENAMED_ACTIONS = {"none": "hold"}

@@ -34,6 +34,7 @@ from remediation.adapters.stream import consume
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
+from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
@@ -102,7 +103,7 @@ def release(self: DomainTask, audit_id: int) -> str:
         return "refused"
     outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
-        audit(s, SystemClock().now(), rt.settings.actor, "release_done", node, outcome, {"release": int(audit_id)})
+        audit(s, SystemClock().now(), rt.settings.actor, AuditAction.RELEASE_DONE, node, outcome, {"release": int(audit_id)})
     return outcome
 
 

@@ -29,7 +29,7 @@ from remediation.ports.cluster import (
     VMAction,
     VMRef,
 )
-from remediation.ports.validator import ValidationCheck, ValidationResult
+from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
 
 log = logging.getLogger("remediation.dry_run")
 
@@ -160,7 +160,7 @@ class NoopValidator:
     exit code, which the step records as "would ..." (never a pass or a fail, never a verdict)."""
 
     recorder: Recorder = field(default_factory=Recorder)
-    backend: str = "noop"
+    backend: str = Backend.NOOP
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         self.recorder(check.purpose, node=check.node, name=check.name, command=list(check.command))

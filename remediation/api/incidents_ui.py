@@ -14,6 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import USER_COOKIE, check_csrf
 from remediation.api.ui import Fields, Viewer, _page
+from remediation.domain.states import IncidentStatus
 from remediation.services import incidents as svc
 from remediation.services.lever_rules import LeverError
 
@@ -24,7 +25,7 @@ router = APIRouter(include_in_schema=False)
 def incidents_page(request: Request, who: Viewer) -> HTMLResponse:
     with request.app.state.sessions() as s:
         rows = svc.list_incidents(s, limit=200)
-        members = {r["id"]: svc.show(s, r["id"])["remediations"] for r in rows if r["status"] == svc.OPEN}
+        members = {r["id"]: svc.show(s, r["id"])["remediations"] for r in rows if r["status"] == IncidentStatus.OPEN}
     return _page(request, who, "incidents.html", rows=rows, members=members)
 
 

@@ -43,6 +43,8 @@ from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, check_
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
 from remediation.cli.validate import run_validation, validate, verdict_line
+from remediation.domain.statemachine import NodeStatus
+from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.settings import CONFIG_ENV
 
 app = typer.Typer(
@@ -138,11 +140,11 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
     st = state(ctx)
     if validate_first:
         status = backend(st).node(node).status
-        if status != "quarantined":
+        if status != NodeStatus.QUARANTINED:
             raise CliError(f"{node} is not quarantined (status: {status}); nothing to release", EXIT_REQUEST)
-        rec = run_validation(st, node, "release_validate")
+        rec = run_validation(st, node, CheckPurpose.RELEASE_VALIDATE)
         typer.echo(verdict_line(node, rec))
-        if rec["outcome"] != "passed":
+        if rec["outcome"] != ValidationOutcome.PASSED:
             raise CliError(f"node/{node} stays quarantined: its GPU check did not pass", EXIT_REQUEST)
     _done(backend(st).release(node, reason))
 

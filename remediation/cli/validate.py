@@ -15,13 +15,14 @@ import typer
 from remediation.adapters.factory import slurm_backend, validator_backend
 from remediation.adapters.slurm.backend import close_slurm
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
+from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.domain.validation import last_line
 from remediation.services.validation import ValidationRefused, run_check
 
 
-def run_validation(st: State, node: str, purpose: str) -> dict[str, Any]:
+def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any]:
     if st.server is not None:
-        raise CliError(f"{'release --validate' if purpose == 'release_validate' else 'validate'} runs the GPU "
+        raise CliError(f"{'release --validate' if purpose is CheckPurpose.RELEASE_VALIDATE else 'validate'} runs the GPU "
                        "check from this machine through Slurm and writes the database directly: run it on the "
                        "database host without --server", EXIT_CONFIG)
     settings = st.settings()
@@ -51,7 +52,7 @@ def validate(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm nod
     """Run the GPU check the node's last cause picks, now, through the configured validator; the node must be
     drained (it stays drained: a pass returns nothing by itself). Exit 0 on a pass, 1 otherwise."""
     st = state(ctx)
-    rec = run_validation(st, node, "validate")
+    rec = run_validation(st, node, CheckPurpose.VALIDATE)
     typer.echo(verdict_line(node, rec))
-    if rec["outcome"] != "passed":
+    if rec["outcome"] != ValidationOutcome.PASSED:
         raise typer.Exit(EXIT_REQUEST)

@@ -20,12 +20,14 @@ from remediation.clock import aware
 from remediation.db.models import Event, Node, Remediation, Validation
 from remediation.db.queries import among
 from remediation.domain.lemon import Failure
+from remediation.domain.policy import DecisionKind
+from remediation.domain.states import ValidationOutcome
 
 
 def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, window: timedelta) -> dict[str, int]:
     rows = session.execute(
         select(Event.node, func.count()).where(
-            among(session, Event.node, nodes), Event.decision == "app_xid", Event.observed_at > now - window)
+            among(session, Event.node, nodes), Event.decision == DecisionKind.APP_XID, Event.observed_at > now - window)
         .group_by(Event.node))
     return {node: int(n) for node, n in rows}
 
@@ -49,7 +51,7 @@ def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime
     v = (select(Validation.node, Validation.finished_at, Remediation.fault_class)
          .join(Remediation, Remediation.id == Validation.remediation_id)
          .join(Node, Node.name == Validation.node)
-         .where(Validation.outcome == "failed", Validation.dry_run.is_(False),
+         .where(Validation.outcome == ValidationOutcome.FAILED, Validation.dry_run.is_(False),
                 Validation.finished_at > now - horizon, Remediation.incident_id.is_(None),
                 or_(Node.released_at.is_(None), Validation.finished_at > Node.released_at)))
     if nodes is not None:

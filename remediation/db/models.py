@@ -26,6 +26,7 @@ Tables and why they exist:
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
@@ -33,6 +34,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Enum,
     ForeignKey,
     Index,
     Integer,
@@ -43,11 +45,21 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from remediation.domain.context import RemediationContext
-from remediation.domain.statemachine import OPEN_STATUSES
+from remediation.domain.events import EventKind, Source
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON()
+
+
+def state_type(enum: type[StrEnum], length: int) -> Enum:
+    """A column holding one of ``enum``'s values: VARCHAR(``length``) in the database (no type, no
+    CHECK, no migration), the enum's member in Python, and a value outside it refused on write."""
+    return Enum(enum, native_enum=False, create_constraint=False, length=length, validate_strings=True,
+                values_callable=lambda e: [m.value for m in e])
+
 
 _open_list = ", ".join(f"'{s}'" for s in sorted(OPEN_STATUSES))
 OPEN_PREDICATE = text(f"status IN ({_open_list})")
@@ -61,7 +73,7 @@ class Node(Base):
     __tablename__ = "nodes"
 
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
-    status: Mapped[str] = mapped_column(String(32), default="healthy", index=True)
+    status: Mapped[NodeStatus] = mapped_column(state_type(NodeStatus, 32), default=NodeStatus.HEALTHY, index=True)
     status_reason: Mapped[str] = mapped_column(Text, default="")
     first_seen_at: Mapped[datetime]
     updated_at: Mapped[datetime]
@@ -86,9 +98,9 @@ class Event(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     dedupe_key: Mapped[str] = mapped_column(String(512), unique=True)
-    source: Mapped[str] = mapped_column(String(16))
+    source: Mapped[Source] = mapped_column(state_type(Source, 16))
     node: Mapped[str] = mapped_column(String(253))
-    kind: Mapped[str] = mapped_column(String(16))
+    kind: Mapped[EventKind] = mapped_column(state_type(EventKind, 16))
     state: Mapped[str] = mapped_column(String(128))
     reason: Mapped[str] = mapped_column(Text, default="")
     reason_user: Mapped[str | None] = mapped_column(String(128))
@@ -126,9 +138,9 @@ class Remediation(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     node: Mapped[str] = mapped_column(String(253), ForeignKey("nodes.name"))
     cause: Mapped[str] = mapped_column(Text)
-    source: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16))
-    step: Mapped[str] = mapped_column(String(32))
+    source: Mapped[Source] = mapped_column(state_type(Source, 16))
+    status: Mapped[RemediationStatus] = mapped_column(state_type(RemediationStatus, 16))
+    step: Mapped[Step] = mapped_column(state_type(Step, 32))
     ladder: Mapped[int] = mapped_column(Integer, default=0)
     opened_at: Mapped[datetime]
     updated_at: Mapped[datetime]
@@ -176,10 +188,10 @@ class RemediationStep(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     remediation_id: Mapped[int] = mapped_column(BigId, ForeignKey("remediations.id"))
-    step: Mapped[str] = mapped_column(String(32))
+    step: Mapped[Step] = mapped_column(state_type(Step, 32))
     attempt: Mapped[int] = mapped_column(Integer)
     idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
-    status: Mapped[str] = mapped_column(String(16))  # started, waiting, done, failed
+    status: Mapped[StepStatus] = mapped_column(state_type(StepStatus, 16))
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
     checks: Mapped[int] = mapped_column(Integer, default=0)
@@ -200,7 +212,7 @@ class AuditLog(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     at: Mapped[datetime] = mapped_column(index=True)
     actor: Mapped[str] = mapped_column(String(128))
-    action: Mapped[str] = mapped_column(String(64))
+    action: Mapped[AuditAction] = mapped_column(state_type(AuditAction, 64))
     target: Mapped[str] = mapped_column(String(253), default="", index=True)
     reason: Mapped[str] = mapped_column(Text, default="")
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
@@ -242,7 +254,7 @@ class Incident(Base):
     kind: Mapped[str] = mapped_column(String(253))
     name: Mapped[str] = mapped_column(String(253))
     cause: Mapped[str] = mapped_column(Text)  # the likely cause on-call is told (leaf switch, zone...)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # open, recovered, resolved
+    status: Mapped[IncidentStatus] = mapped_column(state_type(IncidentStatus, 16), index=True)
     nodes: Mapped[list[str]] = mapped_column(Json, default=list)
     domain_size: Mapped[int] = mapped_column(Integer, default=0)
     opened_at: Mapped[datetime] = mapped_column(index=True)
@@ -267,7 +279,7 @@ class Validation(Base):
     name: Mapped[str] = mapped_column(String(128))  # reservation / job / Job name
     cause_class: Mapped[str] = mapped_column(String(32), default="unknown")
     command: Mapped[str] = mapped_column(Text)  # the argument list, joined by spaces for display
-    outcome: Mapped[str] = mapped_column(String(16), index=True)  # passed, failed, timeout, cannot_run
+    outcome: Mapped[ValidationOutcome] = mapped_column(state_type(ValidationOutcome, 16), index=True)
     exit_code: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[datetime] = mapped_column(index=True)
     finished_at: Mapped[datetime]
@@ -314,7 +326,7 @@ class HardwareSighting(Base):
     node: Mapped[str] = mapped_column(String(253))
     at: Mapped[datetime]
     remediation_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"), index=True)
-    step: Mapped[str] = mapped_column(String(32))  # vm_restart, quarantine, validate
+    step: Mapped[Step] = mapped_column(state_type(Step, 32))  # vm_restart, quarantine, validate
     action: Mapped[str | None] = mapped_column(String(32))  # the VM action just completed (after-action rows)
     provider: Mapped[str | None] = mapped_column(String(16))
     instance_id: Mapped[str | None] = mapped_column(String(253))

@@ -19,8 +19,10 @@ from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
+from remediation.domain.events import EventKind
 from remediation.domain.policy import ClusterView
 from remediation.domain.statemachine import OPEN_STATUSES, Step
+from remediation.domain.states import LIVE_STEP_STATUSES
 
 PAUSED = "paused"
 BREAKER = "breaker"
@@ -154,7 +156,8 @@ def latest_healthy(
     (see :func:`remediation.domain.attribution.healthy_observations`)."""
     rows = session.execute(
         select(Event.node, Event.source, Event.kind, Event.state, Event.observed_at).where(
-            among(session, Event.node, nodes), Event.observed_at >= since, Event.kind.in_(("healthy", "inventory"))
+            among(session, Event.node, nodes), Event.observed_at >= since,
+            Event.kind.in_((EventKind.HEALTHY, EventKind.INVENTORY)),
         )
     ).all()
     out: dict[str, dict[Condition, datetime]] = {}
@@ -202,7 +205,7 @@ def _counts(pool: bool) -> Select[Any]:
                     .where(
                         RemediationStep.remediation_id == Remediation.id,
                         RemediationStep.step == Step.VM_RESTART,
-                        RemediationStep.status.in_(("started", "waiting")),
+                        RemediationStep.status.in_(LIVE_STEP_STATUSES),
                     )
                     .exists(),
                 ),

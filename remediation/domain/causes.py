@@ -33,10 +33,11 @@ from typing import Any
 
 import yaml
 
+from remediation.domain.events import Source
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import VMAction
 from remediation.settings import FaultSettings, WorkflowSettings
-from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, UNKNOWN
+from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, HOLD, QUARANTINE, UNKNOWN
 
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
 SEVERITY = ("gpu-rma", "gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host",
@@ -183,7 +184,7 @@ def xids_in(text: str, error_codes: bool = False) -> list[int]:
 def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     """The cause of one unhealthy signal (``source`` slurm, kubernetes or manual; ``state`` a Slurm
     state or ``Type=Status``; ``reason`` the Slurm reason or the condition's message)."""
-    cond_type = state.partition("=")[0] if source == "kubernetes" else ""
+    cond_type = state.partition("=")[0] if source == Source.KUBERNETES else ""
     cond = tbl.conditions.get(cond_type)
     codes = xids_in(reason, error_codes=bool(cond and cond[1]))
     if codes:
@@ -192,7 +193,7 @@ def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     if cond is not None and not cond[1] and cond[0] != UNKNOWN:
         return Cause(cond[0], f"condition {cond_type}")
     text = reason
-    if source == "kubernetes" and text.startswith("Node ") and ": " in text:
+    if source == Source.KUBERNETES and text.startswith("Node ") and ": " in text:
         text = text.split(": ", 1)[1]  # the watcher's "Node <name>: " prefix names no cause
     for pattern, cls in tbl.messages:
         if m := pattern.search(text):
@@ -200,7 +201,7 @@ def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
     if cond is not None:  # an XID condition whose message named no code
         return Cause(cond[0], f"condition {cond_type} without a named cause")
     upper = {s for s in re.split(r"[+\s,]+", state.upper()) if s}
-    if source == "slurm" and upper & {SlurmState.DOWN, SlurmState.NOT_RESPONDING} and not reason.strip():
+    if source == Source.SLURM and upper & {SlurmState.DOWN, SlurmState.NOT_RESPONDING} and not reason.strip():
         return Cause("host", f"Slurm {'+'.join(sorted(upper))} without a reason: the host stopped answering")
     return Cause(UNKNOWN, "nothing in the signal names a cause")
 
@@ -245,7 +246,7 @@ def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowS
     """The ladder's rungs: what vm_restart climbs (a GPU reset, machine actions); quarantine follows the
     last one. A class without any holds for a human or is quarantined at once."""
     return tuple(a for a in ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)
-                 if a not in ("hold", "quarantine"))
+                 if a not in (HOLD, QUARANTINE))
 
 
 def first_action(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,

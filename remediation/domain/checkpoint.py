@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from remediation.domain.causes import urgent
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
+from remediation.domain.states import AuditAction
 from remediation.ports.errors import ConfigError, RemediationError
 from remediation.settings import WorkflowSettings
 
@@ -202,7 +203,7 @@ def request_checkpoint(
         "sent": request.sent,
     }
     return wait(
-        workflow, why, detail=detail, provider_op=request.dump(), note=Note("checkpoint_requested", why, ids)
+        workflow, why, detail=detail, provider_op=request.dump(), note=Note(AuditAction.CHECKPOINT_REQUESTED, why, ids)
     )
 
 
@@ -250,7 +251,7 @@ def ask_pods(
     note = (
         None
         if recorded is not None and recorded.sent
-        else Note("checkpoint_requested", why, {"pods": list(pods), "node": inp.node, "k8s_node": k8s_node})
+        else Note(AuditAction.CHECKPOINT_REQUESTED, why, {"pods": list(pods), "node": inp.node, "k8s_node": k8s_node})
     )
     return wait(
         workflow,

@@ -19,7 +19,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from remediation.domain.statemachine import OPEN_STATUSES
+from remediation.domain.events import EventKind
+from remediation.domain.policy import DecisionKind
+from remediation.domain.statemachine import OPEN_STATUSES, Step
+from remediation.domain.states import StepStatus
 
 
 class _Event(Protocol):
@@ -77,8 +80,8 @@ def episodes(
     out = []
     for r in rems:
         linked = by_rem.get(r.id, [])
-        bad = [e.observed_at for e in linked if e.kind == "unhealthy"]
-        verified = [s.finished_at for s in r.steps if s.step == "verify" and s.status == "done" and s.finished_at]
+        bad = [e.observed_at for e in linked if e.kind == EventKind.UNHEALTHY]
+        verified = [s.finished_at for s in r.steps if s.step == Step.VERIFY and s.status == StepStatus.DONE and s.finished_at]
         settles = r.closed_at + settle if r.closed_at is not None else None
         state = "open" if r.status in OPEN_STATUSES else ("settling" if settles and now < settles else "over")
         out.append(EpisodeRow(
@@ -87,7 +90,7 @@ def episodes(
             settles_at=settles,
             counted=not getattr(r, "dry_run", False) and r.opened_at > now - window
             and (released_at is None or r.opened_at > released_at),
-            signals=len(linked), attributed=sum(e.decision == "attributed" for e in linked),
+            signals=len(linked), attributed=sum(e.decision == DecisionKind.ATTRIBUTED for e in linked),
             evidence=[e.id for e in linked],
         ))
     return sorted(out, key=lambda x: x.started_at, reverse=True)

@@ -33,8 +33,9 @@ from remediation.domain.outcomes import (
 from remediation.domain.recheck import human_took_back, without_vm_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Site
+from remediation.domain.states import AuditAction
 from remediation.settings import WorkflowSettings
-from remediation.vocabulary import MACHINE_ACTIONS
+from remediation.vocabulary import MACHINE_ACTIONS, QUARANTINE
 
 
 def lacks(site: Site) -> RemediationContext:
@@ -63,7 +64,7 @@ def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
     lacks = "no machine action and no GPU check at this site"
-    if cfg.workflow.unproven == "quarantine":
+    if cfg.workflow.unproven == QUARANTINE:
         return Quarantine(f"{lacks}, so nothing can prove {inp.node} healthy (workflow.unproven: quarantine): "
                           f"{inp.cause}")
     node = ad.slurm.get_node(inp.node)
@@ -72,6 +73,6 @@ def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
                       f"reason {node.reason!r}); nothing of ours to give back")
     why = (f"held for a human: {lacks}, so nothing can prove {inp.node} healthy; it stays drained and "
            "on-call was paged; resume it in Slurm when it is fixed, or cancel with --give-back")
-    note = Note("unproven_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": inp.context.fault_class}) \
+    note = Note(AuditAction.UNPROVEN_HOLD, f"{inp.node}: {why}: {inp.cause}", {"fault_class": inp.context.fault_class}) \
         if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)

@@ -49,6 +49,7 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.recheck import trigger_present
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.states import ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     cause_class,
@@ -145,18 +146,19 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, cfg.validation.output_bytes)
     detail: dict[str, Any] = {"gpu_reset": rec, "undone": taken_down}
-    if outcome == "dry_run":
+    if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
                     context=RemediationContext(vm_op_ref=f"{DRY_RUN_REF}{op['name']}"))
     last = last_line(rec["output"])
     said = f"exit {rec['exit_code']} after {rec['duration_s']:.1f}s{f': {last[:200]}' if last else ''}"
-    if outcome == "passed":
+    if outcome == ValidationOutcome.PASSED:
         return Done(f"GPU reset of {what} done ({op['name']}: {said}); {taken_down}", detail=detail,
                     context=RemediationContext(vm_action_at=inp.started_at.isoformat(), vm_op_ref=op["name"],
                                                reconfirm=False))
-    why = {"failed": "the reset failed", "timeout": f"not done within {op['timeout_s']:g}s",
-           "no_result": f"ended without a result ({rec['state'] or 'unknown'})",
-           "cannot_run": "the reset could not run (is nvidia-smi on the node or in the image?)"}[outcome]
+    why = {ValidationOutcome.FAILED: "the reset failed",
+           ValidationOutcome.TIMEOUT: f"not done within {op['timeout_s']:g}s",
+           ValidationOutcome.NO_RESULT: f"ended without a result ({rec['state'] or 'unknown'})",
+           ValidationOutcome.CANNOT_RUN: "the reset could not run (is nvidia-smi on the node or in the image?)"}[outcome]
     return Escalate(f"GPU reset of {what}: {why} ({op['name']}: {said})", detail=detail)
 
 

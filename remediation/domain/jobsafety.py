@@ -22,6 +22,7 @@ from typing import Any
 from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, request_checkpoint
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, elapsed, wait
 from remediation.domain.slurm_states import BUSY
+from remediation.domain.states import AuditAction
 from remediation.domain.stepdetail import JobsProgress
 from remediation.ports.cluster import SlurmNode
 from remediation.settings import WorkflowSettings
@@ -80,13 +81,14 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
     detail = {**detail, **progress.dump()}
     if policy in ("requeue", "cancel") and todo:
         (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
-        verb = "requeued" if policy == "requeue" else "cancelled"
+        verb, action = (("requeued", AuditAction.JOBS_REQUEUED) if policy == "requeue"
+                        else ("cancelled", AuditAction.JOBS_CANCELLED))
         why = f"{verb} {jobs_text(todo)} still on {inp.node} {after}"
-        return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(f"jobs_{verb}", why, ids))
+        return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(action, why, ids))
     why = (f"{busy} still on {inp.node} {after}; on_jobs_timeout={policy}: the node stays "
            "drained and nothing destructive happens until the jobs leave or a human decides")
     return wait(workflow, f"held: {why}", detail={**detail, **replace(progress, timeout_paged=True).dump()},
-                 note=None if progress.timeout_paged else Note("jobs_timeout", why, ids))
+                 note=None if progress.timeout_paged else Note(AuditAction.JOBS_TIMEOUT, why, ids))
 
 
 def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str) -> Wait | None:

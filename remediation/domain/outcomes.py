@@ -14,6 +14,7 @@ from typing import Any
 
 from remediation.domain.context import RemediationContext
 from remediation.domain.statemachine import Site
+from remediation.domain.states import AuditAction
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
@@ -90,7 +91,7 @@ class Note:
     """An audit row the engine writes with the outcome (and so pages through notify when the action
     is notifiable): what a step did or decided that on-call must hear about, such as jobs requeued."""
 
-    action: str
+    action: AuditAction
     reason: str
     detail: dict[str, Any] = field(default_factory=dict)
 

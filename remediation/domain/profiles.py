@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from remediation.domain.policy import Decision, DecisionKind
 from remediation.hostlist import expand
 from remediation.settings import EffectivePolicy, ProfileSelect, ProfileSettings
-from remediation.settings.profiles import SECTIONS, effective
+from remediation.settings.profiles import SECTIONS, Mode, effective
 from remediation.settings.selector import Requirement, matches, parse_selector
 
 
@@ -100,7 +100,7 @@ class Governance:
 
 def govern(decision: Decision, policy: EffectivePolicy) -> Decision:
     """A profile in mode ``off`` opens nothing: the fault is recorded, and the node left to humans."""
-    if policy.mode == "off" and decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
+    if policy.mode == Mode.OFF and decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
         return Decision(
             DecisionKind.RECORD, f"profile {policy.profile} is off: {decision.reason}", cause=decision.cause
         )

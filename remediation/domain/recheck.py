@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from remediation.domain import slurm_states
 from remediation.domain.causes import first_action, vm_rungs
+from remediation.domain.events import Source
 from remediation.domain.outcomes import (
     Adapters,
     Cancel,
@@ -22,7 +23,9 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.states import AuditAction
 from remediation.ports.cluster import KubeNode, SlurmNode
+from remediation.vocabulary import QUARANTINE
 
 
 def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | None:
@@ -48,7 +51,7 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     and healthy; not reported yet is not proof. A manual report has nothing to re-check."""
     if snode.states & (slurm_states.FAILED | {SlurmState.DOWN}) and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
         return f"Slurm reports {'+'.join(sorted(snode.states))} ({snode.reason or 'no reason'})"
-    if inp.source == "kubernetes":
+    if inp.source == Source.KUBERNETES:
         cond_type, bad = inp.context.condition
         knode = knode or ad.node_now(inp.node, inp.context.k8s_node)
         if knode is None:  # nothing can show the condition healthy again
@@ -70,7 +73,7 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if first_action(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs) == "quarantine":
+    if first_action(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs) == QUARANTINE:
         # The engine adds the RMA note to every quarantine of a class with hardware to return.
         return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
@@ -79,7 +82,7 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
                       node_healthy=True)
     kept = "drained and cordoned" if ad.kube is not None else "drained (no Kubernetes)"
     why = f"held for a human: class {cls} takes no VM action; {kept}, on-call paged ({still}); cancel or release when fixed"
-    note = Note("fault_hold", f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
+    note = Note(AuditAction.FAULT_HOLD, f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)
 
 
@@ -88,11 +91,11 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | 
     does not hide a DOWN node here: nothing was restarted, so DOWN is still the fault. Nor a FAIL:
     slurmctld drops a node's FAIL when we drain it, so while our drain stands, the FAIL it replaced
     is only over when a human says so (resumes the node, or drains it with a reason of their own)."""
-    if inp.source == "manual":
+    if inp.source == Source.MANUAL:
         return "reported by hand"
     snode = ad.slurm.get_node(inp.node)
     bad = snode.states & slurm_states.UNSERVING
-    if inp.source == "slurm":
+    if inp.source == Source.SLURM:
         failed = slurm_states.named(inp.context.event_state or "") & slurm_states.FAILED
         ours = snode.reason_is_ours(cfg.policy.our_reason_prefix) and SlurmState.DRAIN in snode.flags
         if not bad and failed and ours:

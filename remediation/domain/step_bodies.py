@@ -19,6 +19,7 @@ from remediation.domain import slurm_states
 from remediation.domain.causes import vm_rungs
 from remediation.domain.checkpoint import ask_pods
 from remediation.domain.context import RemediationContext
+from remediation.domain.events import Source
 from remediation.domain.evidence import unproven
 from remediation.domain.gpu_reset import gpu_reset, verify_reset
 from remediation.domain.hardware import identity_now, machine_ref, read_identity
@@ -76,12 +77,12 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
     or the apiserver the Node's condition. Nothing is done to a node its authority shows healthy. Our
     own drain counts as bad, so a step re-run after we drained is never mistaken for a recovery.
     docs/architecture.md, "Believe nothing unchecked"."""
-    if inp.checks > 0 or inp.source not in ("slurm", "kubernetes"):
+    if inp.checks > 0 or inp.source not in (Source.SLURM, Source.KUBERNETES):
         return None
     observed = inp.context.observed
     old = observed is not None and (now - observed).total_seconds() >= cfg.workflow.stale_event_s
     word = "stale" if old else "unconfirmed"
-    if inp.source == "slurm":
+    if inp.source == Source.SLURM:
         if node.states & slurm_states.BAD:
             return None
         return Cancel(f"{word}: Slurm reports {inp.node} {'+'.join(sorted(node.states))} now; nothing done",
@@ -128,10 +129,10 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
     live state before its next disruptive action (``context.reconfirm``, set by the close). A node
     that is healthy again (a human resumed it in Slurm, its condition cleared) is cancelled and what
     is ours (drain, cordon, taint) is given back; a node still bad goes on."""
-    if not inp.context.reconfirm or inp.source == "manual":
+    if not inp.context.reconfirm or inp.source == Source.MANUAL:
         return None
     snode = ad.slurm.get_node(inp.node)
-    if inp.source == "slurm":
+    if inp.source == Source.SLURM:
         bad = snode.states & slurm_states.BAD
         if inp.context.incident_closed and snode.reason_is_ours(cfg.policy.our_reason_prefix):
             # A member of a closed incident kept our drain (and DOWN, which our reason replaced

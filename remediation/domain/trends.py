@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from remediation.domain.statemachine import RemediationStatus
+
 UNKNOWN = "unknown"
 
 
@@ -47,7 +49,7 @@ class Fault:
         """When the node came back into service from this fault (``until`` if not yet)."""
         if self.closed_at is None:
             return until
-        if self.status == "quarantined":
+        if self.status == RemediationStatus.QUARANTINED:
             return self.released_at if self.released_at and self.released_at > self.closed_at else until
         return self.closed_at
 
@@ -133,7 +135,7 @@ def repairs_h(faults: Iterable[Fault], w: Window) -> list[float]:
     return [
         (f.closed_at - f.opened_at).total_seconds() / 3600.0
         for f in faults
-        if f.status == "succeeded" and f.closed_at is not None and w.since <= f.closed_at < w.until
+        if f.status == RemediationStatus.SUCCEEDED and f.closed_at is not None and w.since <= f.closed_at < w.until
     ]
 
 

@@ -42,10 +42,11 @@ from remediation.domain.outcomes import (
 )
 from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.states import ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import ValidationCheck, ValidationResult, Validator
+from remediation.ports.validator import Backend, ValidationCheck, ValidationResult, Validator
 from remediation.settings import ValidationSettings
 
 #: Exit codes a shell gives a command it could not run: not executable, not found.
@@ -110,30 +111,31 @@ def check_for(cfg: ValidationSettings, node: str, name: str, cls: str, nonce: st
                            cause_class=cls, nonce=nonce)
 
 
-def record(check: dict[str, Any], result: ValidationResult, outcome: str, now: datetime, limit: int) -> dict[str, Any]:
+def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, now: datetime, limit: int) -> dict[str, Any]:
     """What the database keeps of one check (remediation.services.validation writes it)."""
     started = datetime.fromisoformat(check["started_at"])
     return {
         "backend": check.get("backend", ""), "name": check.get("name", ""), "node": check.get("node", ""),
         "cause_class": check.get("cause_class", "unknown"), "command": list(check.get("command", [])),
-        "started_at": check["started_at"], "finished_at": now.isoformat(), "outcome": outcome,
+        "started_at": check["started_at"], "finished_at": now.isoformat(), "outcome": outcome.value,
         "exit_code": result.exit_code, "state": result.state,
         "duration_s": round((now - started).total_seconds(), 3), "output": tail(result.output, limit),
     }
 
 
-def verdict(check: dict[str, Any], result: ValidationResult, now: datetime, limit: int) -> tuple[str, dict[str, Any]]:
+def verdict(check: dict[str, Any], result: ValidationResult, now: datetime,
+            limit: int) -> tuple[ValidationOutcome, dict[str, Any]]:
     """passed / failed / timeout / no_result / cannot_run / dry_run, and the record to keep."""
     if result.state == "DRY-RUN":
-        outcome = "dry_run"
+        outcome = ValidationOutcome.DRY_RUN
     elif result.timed_out:
-        outcome = "timeout"
+        outcome = ValidationOutcome.TIMEOUT
     elif result.exit_code is None:
-        outcome = "no_result"  # cancelled, node failure, or the record and its output both gone
+        outcome = ValidationOutcome.NO_RESULT  # cancelled, node failure, or the record and its output both gone
     elif result.exit_code in CANNOT_RUN:
-        outcome = "cannot_run"
+        outcome = ValidationOutcome.CANNOT_RUN
     else:
-        outcome = "passed" if result.exit_code == 0 else "failed"
+        outcome = ValidationOutcome.PASSED if result.exit_code == 0 else ValidationOutcome.FAILED
     return outcome, record(check, result, outcome, now, limit)
 
 
@@ -162,7 +164,7 @@ def job_runner(ad: Adapters, step: str) -> Validator:
 def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, cfg: StepSettings) -> str | None:
     """The reason of a drain a human placed meanwhile, where the job would lift it: the Slurm validator
     resumes the node into its reservation, and a human's drain is theirs (None: go ahead)."""
-    if validator.backend != "slurm":
+    if validator.backend != Backend.SLURM:
         return None
     snode = ad.slurm.get_node(inp.node)
     if SlurmState.DRAIN in snode.flags and not snode.reason_is_ours(cfg.policy.our_reason_prefix):
@@ -227,16 +229,16 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     outcome, rec = verdict(op, result, now, vcfg.output_bytes)
     detail = {"validation": rec, "undone": taken_down}
     what = describe(rec)
-    if outcome == "dry_run":
+    if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would run the GPU check {' '.join(op['command'])} on {inp.node}", detail=detail)
-    if outcome == "passed":
+    if outcome == ValidationOutcome.PASSED:
         return Done(f"GPU check passed: {what}; {taken_down}", detail=detail)
-    if outcome == "failed":
+    if outcome == ValidationOutcome.FAILED:
         return Escalate(f"GPU check failed: {what}", detail=detail)
-    if outcome == "timeout":
+    if outcome == ValidationOutcome.TIMEOUT:
         return Hold(f"GPU check did not finish within {op['timeout_s']:g}s: {what}; node held until a human "
                     f"decides (resume runs it again, cancel gives the node back)", "ValidationTimeout", detail)
-    if outcome == "no_result":
+    if outcome == ValidationOutcome.NO_RESULT:
         return Hold(f"GPU check ended without a result ({rec['state'] or 'unknown'}): {what}; node held",
                     "ValidationNoResult", detail)
     return Hold(f"GPU check could not run (exit {rec['exit_code']}: is it installed on the node or in the image?): "

@@ -18,6 +18,7 @@ the node had) and is harmless to repeat.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 
@@ -53,6 +54,14 @@ class ValidationResult:
     @property
     def passed(self) -> bool:
         return self.done and not self.timed_out and self.exit_code == 0
+
+
+class Backend(StrEnum):
+    """What runs a job on a node: the validation's backends (``validation.backend``) and the no-op."""
+
+    SLURM = "slurm"
+    KUBERNETES = "kubernetes"
+    NOOP = "noop"
 
 
 @runtime_checkable

@@ -39,7 +39,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
-from remediation.db.models import Node, Remediation, RemediationStep
+from remediation.db.models import Node, Remediation
 from remediation.db.queries import cluster_view
 from remediation.domain.causes import classify, table
 from remediation.domain.ownership import release_node
@@ -52,8 +52,10 @@ from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, st
 from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.lever_rules import release
+from remediation.services.step_rows import live_row
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from remediation.vocabulary import HOLD
 
 Loop = Literal["events", "polling"]
 FAULT, REPAIR, STEP = 0, 1, 2
@@ -215,7 +217,7 @@ class Rehearsal:
             rem = s.execute(select(Remediation.status, Remediation.action).where(Remediation.id == rid)).first()
             if rem is None or rem.status == RemediationStatus.SUCCEEDED:
                 return
-            if nxt is not None and not (rem.action == "hold" and rem.status in OPEN_STATUSES):
+            if nxt is not None and not (rem.action == HOLD and rem.status in OPEN_STATUSES):
                 return
         with self.world.mutate() as st:
             node = st["nodes"].get(name)
@@ -268,12 +270,7 @@ class Rehearsal:
         if timeout is None:
             return None
         with self.sessions() as s:
-            row = s.execute(
-                select(RemediationStep.started_at, RemediationStep.provider_op, RemediationStep.detail)
-                .where(RemediationStep.remediation_id == rid, RemediationStep.step == step,
-                       RemediationStep.status.in_(("started", "waiting")))
-                .order_by(RemediationStep.id.desc()).limit(1)
-            ).first()
+            row = live_row(s, rid, Step(step))
         if row is None or (started := aware(row.started_at)) is None:
             return None
         until = started + timedelta(seconds=timeout + HeldTime.load(row.detail).held_s)  # held time is not its own

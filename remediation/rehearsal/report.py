@@ -23,6 +23,9 @@ from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep
 from remediation.domain.events import EventKind
 from remediation.domain.gpu_reset import machine_step_did
+from remediation.domain.policy import DecisionKind
+from remediation.domain.statemachine import RemediationStatus, Step
+from remediation.domain.states import AuditAction
 from remediation.rehearsal.trace import Fault
 from remediation.services.notify import NOTIFIABLE
 
@@ -73,7 +76,7 @@ def fabric_quarantines(sessions: Any, faults: list[Fault]) -> int:
         return 0
     with sessions() as s:
         rows = s.execute(select(Event.dedupe_key).join(Remediation, Remediation.event_id == Event.id)
-                         .where(Remediation.status == "quarantined")).scalars().all()
+                         .where(Remediation.status == RemediationStatus.QUARANTINED)).scalars().all()
     return sum(1 for k in rows if k in keys)
 
 
@@ -101,19 +104,19 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
             if mine(node)]
         r.per_event = events
         r.decisions = dict(Counter(d for _, d, _ in events))
-        r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == "record"))
+        r.ignored = dict(Counter(why.split(" (")[0].split(":")[0] for _, d, why in events if d == DecisionKind.RECORD))
         rems = [x for x in s.scalars(select(Remediation).order_by(Remediation.id)) if mine(x.node)]
         r.history = [(x.node, x.cause, x.status, x.outcome, _iso(x.opened_at), _iso(x.closed_at), x.ladder,
                       [(st.step, st.attempt, st.status, _iso(st.started_at), _iso(st.finished_at), st.outcome,
                         st.error) for st in x.steps]) for x in rems]
         r.outcomes = dict(Counter(x.status for x in rems))
         r.quarantined = [(x.node, x.ctx.quarantine_reason or x.cause) for x in rems
-                         if x.status == "quarantined"]
+                         if x.status == RemediationStatus.QUARANTINED]
         recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems  # type: ignore[operator]
-                 if x.status == "succeeded" and x.closed_at]
+                 if x.status == RemediationStatus.SUCCEEDED and x.closed_at]
         r.recovery_p50_s = statistics.median(recov) if recov else None
         vm_rows = [row for row, node in s.execute(select(RemediationStep, Remediation.node).join(Remediation)
-                                                  .where(RemediationStep.step == "vm_restart")) if mine(node)]
+                                                  .where(RemediationStep.step == Step.VM_RESTART)) if mine(node)]
         r.vm_actions = dict(Counter(machine_step_did(row.provider_op or {}) for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
         r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
@@ -124,11 +127,11 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
             profile is not None and (detail or {}).get("profile") == profile)))
         audit = [(action, at) for action, at, detail in s.execute(
             select(AuditLog.action, AuditLog.at, AuditLog.detail)
-            .where(AuditLog.action.in_(("breaker_open", "breaker_closed"))).order_by(AuditLog.id))
+            .where(AuditLog.action.in_((AuditAction.BREAKER_OPEN, AuditAction.BREAKER_CLOSED))).order_by(AuditLog.id))
             if (detail or {}).get("profile") == profile]
     opened_at = None
     for action, at in audit:
-        if action == "breaker_open":
+        if action == AuditAction.BREAKER_OPEN:
             r.breaker_openings += 1
             opened_at = aware(at)
         elif opened_at is not None:

@@ -35,6 +35,7 @@ from remediation.db.queries import BREAKER, breaker_key, cluster_view, control_g
 from remediation.domain.controls import BreakerLatch
 from remediation.domain.policy import Clock, ClusterView, breaker_may_auto_close, breaker_open
 from remediation.domain.statemachine import OPEN_STATUSES, Step
+from remediation.domain.states import AuditAction
 from remediation.services.audit import audit
 from remediation.settings import PolicySettings
 
@@ -64,7 +65,7 @@ def open_latch(s: Session, now: datetime, actor: str, failed: int, pool: int, re
     value = replace(current, open=True, reason=reason, at=now.isoformat(), failed=failed, pool=pool)
     control_set(s, breaker_key(profile), value.dump(), now)
     whose = {"profile": profile} if profile is not None else {}
-    audit(s, now, actor, "breaker_open", "", reason, {"failed": failed, "pool": pool, "open": True, **whose})
+    audit(s, now, actor, AuditAction.BREAKER_OPEN, "", reason, {"failed": failed, "pool": pool, "open": True, **whose})
     return True
 
 
@@ -86,7 +87,7 @@ def close_latch(s: Session, now: datetime, actor: str, reason: str, profile: str
                          opened_at=current.at, open_reason=current.reason)
     control_set(s, breaker_key(profile), value.dump(), now)
     whose = {"profile": profile} if profile is not None else {}
-    audit(s, now, actor, "breaker_closed", "", reason,
+    audit(s, now, actor, AuditAction.BREAKER_CLOSED, "", reason,
           {"open": False, "was": current.reason, "reconfirm": [r.id for r in held], **whose})
     return [r.id for r in held]
 

@@ -36,6 +36,7 @@ from remediation.db.queries import PAUSED, control_set, lock_control
 from remediation.domain.context import Held
 from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.states import AuditAction
 from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services import breaker
@@ -80,7 +81,7 @@ def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | No
         self_healing=fault.self_healing, component=fault.component, node=node, remediation=rid, probe_ok=0,
     )
     control_set(s, PAUSED, value.dump(), now)
-    audit(s, now, SYSTEM_ACTOR, "pause", "", f"automation paused by a fault in our own plumbing: {fault.summary}",
+    audit(s, now, SYSTEM_ACTOR, AuditAction.PAUSE, "", f"automation paused by a fault in our own plumbing: {fault.summary}",
           {"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
     return True
 
@@ -104,7 +105,7 @@ def hold(
         return poll_s
     rem.ctx = replace(rem.ctx, held=Held(fault.kind, fault.message[:1000], now.isoformat(), rem.step))
     rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
-    audit(s, now, SYSTEM_ACTOR, "hold", rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
+    audit(s, now, SYSTEM_ACTOR, AuditAction.HOLD, rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
           {"remediation": rem.id, "error_kind": fault.kind})
     seen = lock_control(s, UNMAPPED, now)
     nodes = sorted(set(seen.get(fault.kind, [])) | {rem.node})
@@ -129,7 +130,7 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
             rem.ctx = replace(rem.ctx, held=None)
             rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
             lifted.append(rem.id)
-            audit(s, now, actor, "unhold", rem.node, reason, {"remediation": rem.id})
+            audit(s, now, actor, AuditAction.UNHOLD, rem.node, reason, {"remediation": rem.id})
     control_set(s, UNMAPPED, {}, now)
     return lifted
 
@@ -154,7 +155,7 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
     reason = f"health probe: {state.component} answered {ok} times in a row after: {state.reason}"
     resumed = PauseState(paused=False, by=SYSTEM_ACTOR, reason=reason[:2000], at=now.isoformat()).dump()
     control_set(s, PAUSED, resumed, now)
-    audit(s, now, SYSTEM_ACTOR, "resume", "", reason[:2000], {"system": True})
+    audit(s, now, SYSTEM_ACTOR, AuditAction.RESUME, "", reason[:2000], {"system": True})
     return resumed
 
 

@@ -45,10 +45,11 @@ from remediation.db.models import Incident, Node, NodeDomain, Remediation
 from remediation.db.queries import among, lock_control
 from remediation.domain import slurm_states
 from remediation.domain.context import RemediationContext
-from remediation.domain.events import EventKind, NodeEvent
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.policy import Clock
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, Step
+from remediation.domain.states import INCIDENT_CLOSES, AuditAction, IncidentStatus
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.topology import Correlated, Rule, correlate, domain_key, likely_cause
 from remediation.hostlist import compress
@@ -60,9 +61,8 @@ from remediation.settings import IncidentSettings, Settings
 
 log = logging.getLogger(__name__)
 
-OPEN = "open"
-RECOVERED = "recovered"
-RESOLVED = "resolved"
+#: The listing filter for every incident no longer open (recovered or resolved).
+CLOSED = "closed"
 HELD_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART, Step.QUARANTINE})
 INCIDENTS_LOCK = "incidents"  # the control row correlations queue on
 
@@ -159,7 +159,7 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
     rem_of = {r.node: r.id for r in open_rems if r.incident_id is None}
     # A domain whose incident is open takes its members' new failures without a second page.
     for inc in session.scalars(select(Incident).where(
-            Incident.status == OPEN, Incident.dry_run.is_(dry_run),
+            Incident.status == IncidentStatus.OPEN, Incident.dry_run.is_(dry_run),
             among(session, Incident.kind, {k for k, _ in members}),
             among(session, Incident.name, {n for _, n in members}))):
         joining = sorted((members.get((inc.kind, inc.name), set()) & set(failed_at)) - claimed)
@@ -168,7 +168,7 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
             inc.nodes = sorted(set(inc.nodes or []) | set(joining))
             inc.updated_at = now
             claimed.update(joining)
-            audit(session, now, actor, "incident_joined", domain_key(inc.kind, inc.name),
+            audit(session, now, actor, AuditAction.INCIDENT_JOINED, domain_key(inc.kind, inc.name),
                   f"{compress(joining)} joined incident #{inc.id} ({inc.cause} {inc.name})",
                   {"incident": inc.id, "nodes": joining}, dry_run=dry_run)
     opened = []
@@ -180,7 +180,8 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
 
 
 def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_run: bool) -> Incident:
-    inc = Incident(kind=found.kind, name=found.name, cause=found.cause, status=OPEN, nodes=list(found.nodes),
+    inc = Incident(kind=found.kind, name=found.name, cause=found.cause, status=IncidentStatus.OPEN,
+                   nodes=list(found.nodes),
                    domain_size=found.size, opened_at=now, updated_at=now, dry_run=dry_run)
     session.add(inc)
     session.flush()
@@ -188,7 +189,7 @@ def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_ru
             f"together; likely cause: {found.cause}; nodes: {compress(found.nodes)}. They are drained in Slurm "
             "and get no VM action; resolve with `remediation incidents resolve "
             f"{inc.id} -r REASON` once the {found.cause} is fixed")
-    audit(session, now, actor, "incident_opened", found.key, page,
+    audit(session, now, actor, AuditAction.INCIDENT_OPENED, found.key, page,
           {"incident": inc.id, "kind": found.kind, "name": found.name, "cause": found.cause,
            "nodes": list(found.nodes), "domain_size": found.size}, dry_run=dry_run)
     return inc
@@ -206,7 +207,7 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             rem.ctx = replace(rem.ctx, quarantine_reason=None, quarantine_decided=None,
                               quarantine_taken_back=rem.cause)
             rem.step, rem.action, rem.next_run_at, rem.updated_at = Step.SLURM_DRAIN, None, now, now
-            audit(session, now, "remediation", "quarantine_taken_back", node,
+            audit(session, now, "remediation", AuditAction.QUARANTINE_TAKEN_BACK, node,
                   f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
                   {"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
         n = session.get(Node, node)
@@ -236,7 +237,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
         return None
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
-        if inc is not None and inc.status == OPEN:
+        if inc is not None and inc.status == IncidentStatus.OPEN:
             return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it "
                                 "is open; it closes when its nodes recover or a human resolves it", True)
     decided = step is Step.QUARANTINE and bool(rem.ctx.quarantine_decided)
@@ -263,10 +264,10 @@ def _release(session: Session, inc: Incident, now: datetime) -> list[FollowUp]:
     return out
 
 
-def _close(session: Session, inc: Incident, status: str, actor: str, reason: str, now: datetime) -> list[FollowUp]:
+def _close(session: Session, inc: Incident, status: IncidentStatus, actor: str, reason: str, now: datetime) -> list[FollowUp]:
     inc.status, inc.closed_at, inc.closed_by, inc.close_reason, inc.updated_at = status, now, actor, reason, now
     followups = _release(session, inc, now)
-    audit(session, now, actor, f"incident_{status}", domain_key(inc.kind, inc.name),
+    audit(session, now, actor, INCIDENT_CLOSES[status], domain_key(inc.kind, inc.name),
           f"incident #{inc.id} ({inc.cause} {inc.name}) {status}: {reason}",
           {"incident": inc.id, "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
     return followups
@@ -277,9 +278,9 @@ def resolve(session: Session, incident_id: int, actor: str, reason: str, now: da
     inc = session.get(Incident, incident_id, with_for_update=True)
     if inc is None:
         raise IncidentNotFound(f"no incident #{incident_id}")
-    if inc.status != OPEN:
+    if inc.status != IncidentStatus.OPEN:
         raise IncidentError(f"incident #{incident_id} is already {inc.status}")
-    return _close(session, inc, RESOLVED, actor, reason, now)
+    return _close(session, inc, IncidentStatus.RESOLVED, actor, reason, now)
 
 
 UNREACHABLE = ("", "not responding")  # the Slurm reasons of a node that stopped answering
@@ -298,12 +299,12 @@ def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:
     with a reason of their own is not something Slurm can show ended once our drain replaced that
     reason: such an incident waits for a human's resolve."""
     ctx = rem.ctx
-    if rem.source == "kubernetes":
+    if rem.source == Source.KUBERNETES:
         cond_type, bad = ctx.condition
         knode = ad.node_now(rem.node, ctx.k8s_node)
         now_status = knode.condition(cond_type) if knode else None
         return now_status is not None and now_status != bad
-    if rem.source != "slurm" or (ctx.reason or "").strip().lower() not in UNREACHABLE:
+    if rem.source != Source.SLURM or (ctx.reason or "").strip().lower() not in UNREACHABLE:
         return False
     node = ad.slurm.get_node(rem.node)
     return member_recovered(node.states, node.flags, node.reason_is_ours(prefix))
@@ -316,7 +317,7 @@ def check_recovery(sessions: sessionmaker[Session], adapters: Adapters, settings
     with sessions() as s:
         todo = [(i.id, list(i.nodes or []), [r for r in s.scalars(select(Remediation).where(
                     Remediation.incident_id == i.id, Remediation.status.in_(OPEN_STATUSES)))])
-                for i in s.scalars(select(Incident).where(Incident.status == OPEN))]
+                for i in s.scalars(select(Incident).where(Incident.status == IncidentStatus.OPEN))]
     out: list[FollowUp] = []
     prefix = settings.policy.our_reason_prefix
     for iid, nodes, members in todo:
@@ -328,8 +329,8 @@ def check_recovery(sessions: sessionmaker[Session], adapters: Adapters, settings
             continue
         with sessions() as s, s.begin():
             inc = s.get(Incident, iid, with_for_update=True)
-            if inc is not None and inc.status == OPEN:
-                out += _close(s, inc, RECOVERED, settings.actor,
+            if inc is not None and inc.status == IncidentStatus.OPEN:
+                out += _close(s, inc, IncidentStatus.RECOVERED, settings.actor,
                               f"all {len(nodes)} nodes ({compress(nodes)}) answer again", clock.now())
     return out
 
@@ -354,10 +355,10 @@ def as_dict(inc: Incident, members: list[Remediation] | None = None) -> dict[str
 def list_incidents(session: Session, status: str | None = None, limit: int = 200,
                    dry_run: bool | None = None) -> list[dict[str, Any]]:
     query = select(Incident).order_by(Incident.id.desc()).limit(limit)
-    if status == "closed":
-        query = query.where(Incident.status != OPEN)
+    if status == CLOSED:
+        query = query.where(Incident.status != IncidentStatus.OPEN)
     elif status is not None:
-        if status not in (OPEN, RECOVERED, RESOLVED):
+        if status not in frozenset(IncidentStatus):
             raise IncidentError(f"unknown status {status!r} (open, closed, recovered, resolved)")
         query = query.where(Incident.status == status)
     if dry_run is not None:
@@ -380,4 +381,4 @@ def counts(session: Session) -> dict[str, int]:
     """For /metrics: open incidents now, and every incident ever opened (real ones only)."""
     rows = dict(session.execute(select(Incident.status, func.count()).where(Incident.dry_run.is_(False))
                                 .group_by(Incident.status)).all())
-    return {"open": int(rows.get(OPEN, 0)), "total": int(sum(rows.values()))}
+    return {"open": int(rows.get(IncidentStatus.OPEN, 0)), "total": int(sum(rows.values()))}

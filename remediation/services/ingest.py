@@ -59,6 +59,7 @@ from remediation.domain.policy import (
 )
 from remediation.domain.profiles import Governance, Resolution, govern, label_keys
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
+from remediation.domain.states import AuditAction
 from remediation.services.audit import would
 from remediation.services.dedupe import taken_by_others, unique_by_key
 from remediation.services.fencing import fence_events
@@ -67,6 +68,7 @@ from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.pool import confirm_nodes
 from remediation.services.profiles import base_only, governed, histories, record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
+from remediation.settings.profiles import Mode
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +212,7 @@ def record(
                 open_by_node.update(open_remediations_for(session, [name]))
             else:
                 open_by_node[name] = rid
-                dry = dry_run or gov[name][1].mode == "shadow"
+                dry = dry_run or gov[name][1].mode == Mode.SHADOW
                 windows[name] = Window(rid, now, dry_run=dry)
                 failures[name] = failures.get(name, 0) + 1
                 if not dry:
@@ -292,7 +294,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     dry: dict[str, bool] = {}
     for name, (ev, decision) in opens.items():
         profile, eff = gov[name]
-        dry[name] = dry_run or eff.mode == "shadow"
+        dry[name] = dry_run or eff.mode == Mode.SHADOW
         quarantine = decision.kind is DecisionKind.QUARANTINE
         cause = decision.cause
         # Quarantined on this failure (N-in-W, the lemon score): an incident that takes the failure in
@@ -318,7 +320,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
     )
     opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
     session.execute(insert(AuditLog), [
-        {"at": now, "actor": "remediation", "action": "open", "target": name,
+        {"at": now, "actor": "remediation", "action": AuditAction.OPEN, "target": name,
          "reason": would(opens[name][1].reason) if dry[name] else opens[name][1].reason,
          "detail": {"remediation": rid, **({"profile": gov[name][0].name} if gov[name][0].name else {})},
          "dry_run": dry[name]} for name, rid in opened.items()

@@ -27,6 +27,7 @@ from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
 from remediation.domain.profiles import Governance
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
 from remediation.services.audit import audit
@@ -81,7 +82,7 @@ def set_paused(session: Session, paused: bool, actor: str, reason: str, now: dat
     reason = _reason(reason)
     before = is_paused(session)
     control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now)
-    audit(session, now, actor, "pause" if paused else "resume", "", reason)
+    audit(session, now, actor, AuditAction.PAUSE if paused else AuditAction.RESUME, "", reason)
     if not paused:
         lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too
     return before
@@ -114,7 +115,7 @@ def quarantine(session: Session, name: str, actor: str, reason: str, now: dateti
         rem.ctx = replace(rem.ctx, quarantine_reason=why)
     node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, why, now
     session.flush()
-    audit(session, now, actor, "quarantine", name, reason, {"remediation": rem.id})
+    audit(session, now, actor, AuditAction.QUARANTINE, name, reason, {"remediation": rem.id})
     return FollowUp(rem.id, Step.QUARANTINE.value)
 
 
@@ -126,7 +127,7 @@ def release(session: Session, name: str, actor: str, reason: str, now: datetime)
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
     node.quarantined_at = None
-    row = audit(session, now, actor, "release", name, reason, {"was": node.quarantine_reason})
+    row = audit(session, now, actor, AuditAction.RELEASE, name, reason, {"was": node.quarantine_reason})
     node.quarantine_reason = None
     session.flush()
     return ReleaseActions(name, row.id)
@@ -153,7 +154,7 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, rem.outcome, now
     else:
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
-    row = audit(session, now, actor, "cancel", rem.node, reason,
+    row = audit(session, now, actor, AuditAction.CANCEL, rem.node, reason,
                 {"remediation": rem.id, "step": rem.step, "give_back": give_back})
     session.flush()
     return Cancel(rem, ReleaseActions(rem.node, row.id) if give_back else None)
@@ -174,7 +175,7 @@ def committed_release(session: Session, audit_id: int) -> str | None:
     a message carried: whoever can write to its queue can name an audit row, not forge one."""
     row = session.get(AuditLog, audit_id)
     if row is None or row.dry_run or not (
-            row.action == "release" or (row.action == "cancel" and row.detail.get("give_back") is True)):
+            row.action == AuditAction.RELEASE or (row.action == AuditAction.CANCEL and row.detail.get("give_back") is True)):
         return None
     node = session.get(Node, row.target)
     if node is None or node.status in (NodeStatus.QUARANTINED, NodeStatus.REMEDIATING):
@@ -216,7 +217,7 @@ def report(session: Session, name: str, actor: str, reason: str, now: datetime,
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
     result = record(session, [event], policy, _Fixed(now), governance=governance)
-    audit(session, now, actor, "report", name, reason, {"opened": [rid for rid, _ in result.opened]})
+    audit(session, now, actor, AuditAction.REPORT, name, reason, {"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 

@@ -137,10 +137,10 @@ class DatabaseCollector(Collector):
 
         nodes = GaugeMetricFamily("remediation_nodes", "Nodes by status", labels=["status"])
         by_status = {st.value: 0 for st in NodeStatus}
-        for status, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
-            by_status[status] = n
-        for status, n in by_status.items():
-            nodes.add_metric([status], n)
+        for nstatus, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
+            by_status[nstatus] = n
+        for label, n in by_status.items():
+            nodes.add_metric([label], n)
         yield nodes
         yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
                                 value=by_status[NodeStatus.QUARANTINED.value])
@@ -170,8 +170,8 @@ class DatabaseCollector(Collector):
         for step, first in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
                                      .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
             ages[step] = max(0.0, (now - aware(first)).total_seconds())  # type: ignore[operator]
-        for step, seconds in ages.items():
-            age.add_metric([step], seconds)
+        for label, seconds in ages.items():
+            age.add_metric([label], seconds)
         yield age
         yield from validation_metrics(s)
         yield from profile_metrics(s)

@@ -48,6 +48,7 @@ from remediation.clock import SystemClock, aware
 from remediation.db.models import AuditLog, Control
 from remediation.db.queries import control_set
 from remediation.domain.policy import Clock
+from remediation.domain.states import AuditAction
 from remediation.hostlist import compress
 from remediation.settings import NotifySettings
 
@@ -57,28 +58,28 @@ CURSOR = "notify_cursor"
 LEASE_MARGIN_S = 30.0  # beyond the posts' own timeouts, before a crashed pass's rows are taken over
 
 # action -> (emoji, headline)
-NOTIFIABLE: dict[str, tuple[str, str]] = {
-    "breaker_open": (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
-    "breaker_closed": (":white_check_mark:", "Storm breaker closed: VM actions resume"),
-    "incident_opened": (":zap:", "Correlated INCIDENT: one failure domain, many nodes; no VM actions"),
-    "incident_recovered": (":white_check_mark:", "Incident closed: its nodes answer again"),
-    "incident_resolved": (":white_check_mark:", "Incident resolved by a human: its nodes go on on their own"),
-    "escalate": (":arrow_double_up:", "Escalated"),
-    "remediation_quarantined": (":no_entry:", "Quarantined"),
-    "remediation_failed": (":x:", "Remediation FAILED"),
-    "quarantine": (":no_entry:", "Quarantined by hand"),
-    "release": (":unlock:", "Released from quarantine"),
-    "pause": (":double_vertical_bar:", "Automation PAUSED"),
-    "resume": (":arrow_forward:", "Automation resumed"),
-    "hold": (":warning:", "Remediation HELD on an error nobody mapped"),
-    "fault_hold": (":construction:", "Held for a human: the cause takes no VM action (drained, nothing restarted)"),
-    "unproven_hold": (":construction:", "Held for a human: nothing at this site can prove the node healthy "
+NOTIFIABLE: dict[AuditAction, tuple[str, str]] = {
+    AuditAction.BREAKER_OPEN: (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
+    AuditAction.BREAKER_CLOSED: (":white_check_mark:", "Storm breaker closed: VM actions resume"),
+    AuditAction.INCIDENT_OPENED: (":zap:", "Correlated INCIDENT: one failure domain, many nodes; no VM actions"),
+    AuditAction.INCIDENT_RECOVERED: (":white_check_mark:", "Incident closed: its nodes answer again"),
+    AuditAction.INCIDENT_RESOLVED: (":white_check_mark:", "Incident resolved by a human: its nodes go on on their own"),
+    AuditAction.ESCALATE: (":arrow_double_up:", "Escalated"),
+    AuditAction.REMEDIATION_QUARANTINED: (":no_entry:", "Quarantined"),
+    AuditAction.REMEDIATION_FAILED: (":x:", "Remediation FAILED"),
+    AuditAction.QUARANTINE: (":no_entry:", "Quarantined by hand"),
+    AuditAction.RELEASE: (":unlock:", "Released from quarantine"),
+    AuditAction.PAUSE: (":double_vertical_bar:", "Automation PAUSED"),
+    AuditAction.RESUME: (":arrow_forward:", "Automation resumed"),
+    AuditAction.HOLD: (":warning:", "Remediation HELD on an error nobody mapped"),
+    AuditAction.FAULT_HOLD: (":construction:", "Held for a human: the cause takes no VM action (drained, nothing restarted)"),
+    AuditAction.UNPROVEN_HOLD: (":construction:", "Held for a human: nothing at this site can prove the node healthy "
                       "(no machine action, no GPU check; drained, never resumed by the service)"),
-    "jobs_timeout": (":hourglass:", "Jobs still on a drained node past drain_timeout_s or checkpoint_wait_s: held for a human"),
-    "checkpoint_requested": (":floppy_disk:", "Jobs asked to save their work before their node is taken"),
-    "jobs_requeued": (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
-    "jobs_cancelled": (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
-    "validation_held": (":stopwatch:", "GPU check gave no verdict (timeout, no result, cannot run): node HELD for a human"),
+    AuditAction.JOBS_TIMEOUT: (":hourglass:", "Jobs still on a drained node past drain_timeout_s or checkpoint_wait_s: held for a human"),
+    AuditAction.CHECKPOINT_REQUESTED: (":floppy_disk:", "Jobs asked to save their work before their node is taken"),
+    AuditAction.JOBS_REQUEUED: (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
+    AuditAction.JOBS_CANCELLED: (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
+    AuditAction.VALIDATION_HELD: (":stopwatch:", "GPU check gave no verdict (timeout, no result, cannot run): node HELD for a human"),
 }
 
 

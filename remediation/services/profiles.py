@@ -32,6 +32,7 @@ from remediation.settings import (
     ValidationSettings,
     WorkflowSettings,
 )
+from remediation.settings.profiles import Mode
 
 
 def record_facts(session: Session, events: Iterable[NodeEvent]) -> int:
@@ -62,7 +63,7 @@ def governance(settings: Settings) -> Governance:
 def base_only(policy: PolicySettings, incidents: IncidentSettings | None) -> EffectivePolicy:
     """The policy of an ingest whose caller names no profiles: ``policy`` and ``incidents``, the only
     sections the ingest reads (such an ingest records no policy on what it opens)."""
-    return EffectivePolicy(None, "act", policy, WorkflowSettings(), MachineSettings(), ValidationSettings(),
+    return EffectivePolicy(None, Mode.ACT, policy, WorkflowSettings(), MachineSettings(), ValidationSettings(),
                            incidents or IncidentSettings())
 
 

@@ -29,7 +29,14 @@ from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.checkpoint import CheckpointRequest
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import episodes
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    CLOSED_STATUSES,
+    OPEN_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
+from remediation.domain.states import AuditAction
 from remediation.services.lemons import lemon_scores
 from remediation.services.read_rows import (
     AuditRow,
@@ -84,7 +91,8 @@ __all__ = [
 ]
 
 # Audit actions that change whether a node is in quarantine: its quarantine history.
-QUARANTINE_ACTIONS = ("quarantine", "remediation_quarantined", "release", "release_done")
+QUARANTINE_ACTIONS = (AuditAction.QUARANTINE, AuditAction.REMEDIATION_QUARANTINED, AuditAction.RELEASE,
+                      AuditAction.RELEASE_DONE)
 MAX_LIMIT = 1000
 
 
@@ -110,19 +118,21 @@ def parse_node_status(value: str | None) -> NodeStatus | None:
         ) from None
 
 
+#: The status filter's words for a group of statuses, beside the statuses themselves.
+STATUS_GROUPS: dict[str, frozenset[RemediationStatus]] = {"open": OPEN_STATUSES, "closed": CLOSED_STATUSES}
+
+
 def parse_remediation_status(value: str | None) -> frozenset[str] | None:
     """A remediation status, or ``open`` (running + waiting) / ``closed``."""
     if value is None or value == "":
         return None
     v = value.lower()
-    if v == "open":
-        return frozenset(OPEN_STATUSES)
-    if v == "closed":
-        return frozenset(RemediationStatus) - OPEN_STATUSES
+    if v in STATUS_GROUPS:
+        return frozenset(STATUS_GROUPS[v])
     try:
         return frozenset({RemediationStatus(v)})
     except ValueError:
-        choices = ", ".join(["open", "closed", *(s.value for s in RemediationStatus)])
+        choices = ", ".join([*STATUS_GROUPS, *(s.value for s in RemediationStatus)])
         raise ReadModelError(f"unknown remediation status {value!r} (choose from {choices})") from None
 
 
@@ -264,7 +274,9 @@ def list_audit(s: Session, target: str | None = None, action: str | None = None,
     if target:
         q = q.where(AuditLog.target == target)
     if action:
-        q = q.where(AuditLog.action == action)
+        if action not in frozenset(AuditAction):
+            return []  # no row holds an action outside the vocabulary
+        q = q.where(AuditLog.action == AuditAction(action))
     return [_audit(a) for a in s.scalars(q.order_by(AuditLog.id.desc()).limit(_limit(limit)))]
 
 
@@ -334,7 +346,7 @@ def _timeline(rems: list[RemediationDetail], events: list[EventRow],
             out.append(TimelineEntry(r.closed_at, "remediation", f"remediation #{r.id} {r.status}",
                                      r.outcome or "", r.id, r.duration_s, status=r.status))
     for a in audit_rows:
-        if a.action == "open" or a.action.startswith("remediation_"):
+        if a.action == AuditAction.OPEN or AuditAction(a.action).closes_a_remediation:
             continue  # already told by the remediation rows above
         out.append(TimelineEntry(a.at, "audit", f"{a.action} by {a.actor}", a.reason,
                                  a.detail.get("remediation"), status=a.action))
@@ -347,8 +359,8 @@ def overview(s: Session) -> Overview:
     for status, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
         by_node[status] = int(n)
     by_rem = {st.value: 0 for st in RemediationStatus}
-    for status, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
-        by_rem[status] = int(n)
+    for rstatus, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
+        by_rem[rstatus] = int(n)
     paused = control_get(s, PAUSED)
     breaker = control_get(s, BREAKER)
     return Overview(

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import Node, NodeDomain, Remediation
 from remediation.domain.hardware import Era, era_at, shared_serials
+from remediation.domain.statemachine import RemediationStatus, Step
 from remediation.domain.trends import (
     Fault,
     Mtbf,
@@ -80,7 +81,7 @@ def _faults(s: Session, w: Window, eras: dict[str, list[Era]], before: dict[int,
     r = Remediation
     q = select(r.id, r.node, r.fault_class, r.status, r.opened_at, r.closed_at).where(
         r.dry_run.is_(False), r.opened_at < w.until,
-        or_(r.closed_at.is_(None), r.closed_at >= w.since, r.status == "quarantined"),
+        or_(r.closed_at.is_(None), r.closed_at >= w.since, r.status == RemediationStatus.QUARANTINED),
     )  # fmt: skip
     out = []
     for rid, node, fault_class, status, opened_at, closed_at in s.execute(q.order_by(r.id)):
@@ -145,7 +146,7 @@ def reliability(
     seen = sightings(s, until=until)
     eras = eras_by_node(seen)
     before = {sg.remediation_id: era.key for sg in seen
-              if sg.remediation_id is not None and sg.step == "vm_restart" and sg.action is None
+              if sg.remediation_id is not None and sg.step == Step.VM_RESTART and sg.action is None
               for era in [era_at(eras[sg.node], sg.at)] if era is not None}  # fmt: skip
     faults = _faults(s, w, eras, before)
     first = {

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.outcomes import Hold
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
+from remediation.domain.states import LIVE_STEP_STATUSES, REMEDIATION_CLOSES, StepStatus
 from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
 from remediation.domain.stepdetail import HeldTime, JobNonce
 from remediation.ports.dispatch import FollowUp, Hint
@@ -31,7 +32,7 @@ _CURRENT_ROW = (
     .where(
         RemediationStep.remediation_id == bindparam("rid"),
         RemediationStep.step == bindparam("step"),
-        RemediationStep.status.in_(("started", "waiting")),
+        RemediationStep.status.in_(LIVE_STEP_STATUSES),
     )
     .order_by(RemediationStep.id.desc())
     .limit(1)
@@ -54,14 +55,19 @@ def new_row(rid: int, step: Step, attempt: int, now: datetime, *, dry_run: bool)
     committed with the row, before the step body submits anything."""
     return RemediationStep(
         remediation_id=rid, step=step, attempt=attempt, idempotency_key=f"r{rid}:{step}:{attempt}",
-        status="started", started_at=now, checks=0, retries=0, dry_run=dry_run,
+        status=StepStatus.STARTED, started_at=now, checks=0, retries=0, dry_run=dry_run,
         detail=JobNonce.new().dump() if step in JOB_STEPS else {},
     )
 
 
+def live_row(s: Session, rid: int, step: Step) -> RemediationStep | None:
+    """The open attempt (started or waiting) of ``step`` in remediation ``rid``."""
+    return s.scalars(_CURRENT_ROW, {"rid": rid, "step": step}).first()
+
+
 def current_row(s: Session, rem: Remediation) -> RemediationStep | None:
-    """The open attempt (started or waiting) of the remediation's current step."""
-    return s.scalars(_CURRENT_ROW, {"rid": rem.id, "step": rem.step}).first()
+    """The open attempt of the remediation's current step."""
+    return live_row(s, rem.id, rem.step)
 
 
 def as_dry_run(outcome: Outcome) -> Outcome:
@@ -76,7 +82,7 @@ def as_dry_run(outcome: Outcome) -> Outcome:
 def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
     """The step waits: its row and the remediation say on what, and when to look again."""
     if row is not None:
-        row.status = "waiting"
+        row.status = StepStatus.WAITING
         row.checks += 1
         row.outcome = w.reason[:4000]
         if w.provider_op is not None:
@@ -129,5 +135,5 @@ def close(
     dry = bool(rem.dry_run)
     if dry:
         rem.outcome = would(rem.outcome or "")
-    audit(s, now, actor, f"remediation_{status.value}", rem.node, rem.outcome or "",
+    audit(s, now, actor, REMEDIATION_CLOSES[status], rem.node, rem.outcome or "",
           {"remediation": rem.id}, dry_run=dry)

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.ownership import give_back
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
+from remediation.domain.states import LIVE_STEP_STATUSES, StepStatus
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.validation import is_job_ref
 from remediation.services.step_rows import JOB_STEPS
@@ -54,7 +55,7 @@ def orphans(s: Session, now: datetime) -> list[tuple[Orphan, Remediation]]:
     rows = s.execute(
         select(RemediationStep, Remediation)
         .join(Remediation, Remediation.id == RemediationStep.remediation_id)
-        .where(RemediationStep.step.in_(JOB_STEPS), RemediationStep.status.in_(("started", "waiting")),
+        .where(RemediationStep.step.in_(JOB_STEPS), RemediationStep.status.in_(LIVE_STEP_STATUSES),
                RemediationStep.provider_op.is_not(None), Remediation.updated_at >= now - RECENT,
                or_(Remediation.status.not_in(OPEN_STATUSES), Remediation.context["held"].as_string().is_not(None)))
         .limit(BATCH)
@@ -88,8 +89,8 @@ def take_down(sessions: sessionmaker[Session], adapters_of: Callable[[Remediatio
             continue
         with sessions() as s, s.begin():
             row = s.get(RemediationStep, orphan.row_id, with_for_update=True)
-            if row is not None and row.status in ("started", "waiting"):
-                row.status, row.finished_at = "failed", now()
+            if row is not None and row.status in LIVE_STEP_STATUSES:
+                row.status, row.finished_at = StepStatus.FAILED, now()
                 row.error, row.error_kind = f"check taken down: its remediation stopped waiting ({note})"[:4000], \
                     "CheckTakenDown"
                 ended.append(orphan.row_id)

@@ -29,6 +29,7 @@ from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
+from remediation.domain.states import AuditAction, CheckPurpose, StepStatus, ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
@@ -45,7 +46,7 @@ from remediation.ports.validator import ValidationResult, Validator
 from remediation.services.audit import audit
 from remediation.settings import Settings
 
-OUTCOMES = ("passed", "failed", "timeout", "no_result", "cannot_run")
+OUTCOMES = tuple(o for o in ValidationOutcome if o != ValidationOutcome.DRY_RUN)
 
 
 class ValidationRefused(ValueError):
@@ -55,7 +56,7 @@ class ValidationRefused(ValueError):
 def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
     row = Validation(
         remediation_id=remediation_id, node=rec["node"], backend=rec["backend"], name=rec["name"],
-        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=rec["outcome"],
+        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=ValidationOutcome(rec["outcome"]),
         exit_code=rec["exit_code"], started_at=datetime.fromisoformat(rec["started_at"]),
         finished_at=datetime.fromisoformat(rec["finished_at"]), duration_s=float(rec["duration_s"]),
         output_tail=rec["output"], actor=actor, dry_run=dry_run,
@@ -70,7 +71,7 @@ def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: 
 def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
     rec = (getattr(outcome, "detail", None) or {}).get("validation")
-    if rec and rec.get("outcome") != "dry_run":
+    if rec and rec.get("outcome") != ValidationOutcome.DRY_RUN:
         add_row(s, rec, rem.id, actor, dry)
 
 
@@ -79,7 +80,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     """Hold ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
     step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
     if row is not None:
-        row.status, row.finished_at = "failed", now
+        row.status, row.finished_at = StepStatus.FAILED, now
         row.error, row.error_kind = outcome.reason[:4000], outcome.kind[:64]
         row.detail = {**(row.detail or {}), **outcome.detail}
     rem.ctx = replace(rem.ctx, held=Held(outcome.kind, outcome.reason[:1000], now.isoformat(), rem.step))
@@ -87,7 +88,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
     wait = settings.workflow.max_wait_s
     rem.next_run_at = now + timedelta(seconds=wait)
-    audit(s, now, settings.actor, "validation_held", rem.node, outcome.reason[:2000],
+    audit(s, now, settings.actor, AuditAction.VALIDATION_HELD, rem.node, outcome.reason[:2000],
           {"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
     return FollowUp(rem.id, rem.step, wait)
 
@@ -95,7 +96,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
 def run_check(
     sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, settings: Settings, node: str,
     actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
-    purpose: str = "validate",
+    purpose: CheckPurpose = CheckPurpose.VALIDATE,
 ) -> dict[str, Any]:
     """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
     record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
@@ -120,7 +121,7 @@ def run_check(
     check = check_for(settings.validation, node, name, cls, nonce)
     op = start_job(validator, check, started)
     with sessions() as s, s.begin():
-        audit(s, started, actor, f"{purpose}_started", node, f"GPU check {' '.join(check.command)} ({validator.backend})",
+        audit(s, started, actor, purpose.started(), node, f"GPU check {' '.join(check.command)} ({validator.backend})",
               {"name": check.name})
     result: ValidationResult = validator.poll(op)
     while not result.done:
@@ -134,7 +135,7 @@ def run_check(
     outcome, rec = verdict(op, result, now(), settings.validation.output_bytes)
     with sessions() as s, s.begin():
         add_row(s, rec, None, actor, settings.dry_run)
-        audit(s, now(), actor, f"{purpose}_{outcome}", node, f"{describe(rec)}; {taken_down}"[:2000],
+        audit(s, now(), actor, purpose.ended(outcome), node, f"{describe(rec)}; {taken_down}"[:2000],
               {"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
     return {**rec, "undone": taken_down}
 
@@ -170,11 +171,12 @@ def summary(s: Session) -> dict[str, Any]:
     """Checks by outcome, the pass rate and the durations, over every real (non-dry-run) check."""
     rows = s.execute(select(Validation.outcome, func.count(), func.sum(Validation.duration_s))
                      .where(Validation.dry_run.is_(False)).group_by(Validation.outcome)).all()
-    counts = {outcome: 0 for outcome in OUTCOMES}
-    seconds = {outcome: 0.0 for outcome in OUTCOMES}
+    counts: dict[ValidationOutcome, int] = {outcome: 0 for outcome in OUTCOMES}
+    seconds: dict[ValidationOutcome, float] = {outcome: 0.0 for outcome in OUTCOMES}
     for outcome, n, total in rows:
         counts[outcome] = int(n)
         seconds[outcome] = float(total or 0.0)
-    ended = counts["passed"] + counts["failed"]
+    passed, failed = counts[ValidationOutcome.PASSED], counts[ValidationOutcome.FAILED]
+    ended = passed + failed
     return {"counts": counts, "seconds": seconds,
-            "pass_rate": (counts["passed"] / ended) if ended else None, "total": sum(counts.values())}
+            "pass_rate": (passed / ended) if ended else None, "total": sum(counts.values())}

@@ -17,6 +17,7 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Validation
+from remediation.domain.states import ValidationOutcome
 
 BUCKETS = (10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
 
@@ -29,8 +30,8 @@ def validation_metrics(s: Session) -> Iterable[Metric]:
     for outcome, backend, n in s.execute(select(Validation.outcome, Validation.backend, func.count())
                                          .where(real).group_by(Validation.outcome, Validation.backend)):
         total.add_metric([outcome, backend], n)
-        passed += n if outcome == "passed" else 0
-        failed += n if outcome == "failed" else 0
+        passed += n if outcome == ValidationOutcome.PASSED else 0
+        failed += n if outcome == ValidationOutcome.FAILED else 0
     yield total
     yield GaugeMetricFamily("remediation_validation_pass_rate", "Passed / (passed + failed) GPU checks",
                             value=passed / (passed + failed) if passed + failed else float("nan"))

@@ -52,6 +52,7 @@ from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
+from remediation.domain.states import AuditAction, StepStatus
 from remediation.domain.step_bodies import (
     STEPS,
     Adapters,
@@ -321,13 +322,13 @@ class Workflow:
                 return hold_for_human(s, rem, row, outcome, now, cfg)
             if isinstance(outcome, Cancel):
                 if row is not None:
-                    row.status, row.finished_at, row.outcome = "done", now, outcome.reason[:4000]
+                    row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
                 close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
                             node_healthy=outcome.node_healthy)
                 return None
             if row is not None:
                 row.finished_at = now
-                row.status = "done" if isinstance(outcome, Done) else "failed"
+                row.status = StepStatus.DONE if isinstance(outcome, Done) else StepStatus.FAILED
                 if isinstance(outcome, Done):
                     row.outcome = outcome.outcome[:4000]
                     row.detail = {**(row.detail or {}), **outcome.detail}
@@ -360,7 +361,7 @@ class Workflow:
                 elif rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
                     rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
-                    audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid},
+                    audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)
                 else:
@@ -369,7 +370,7 @@ class Workflow:
             if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.ctx = replace(rem.ctx, quarantine_reason=reason)
-            audit(s, now, self.settings.actor, "escalate", rem.node, reason, {"remediation": rid}, dry_run=dry)
+            audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid}, dry_run=dry)
             return move(rem, step, Step.QUARANTINE, now)
 
     def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:

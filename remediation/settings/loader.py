@@ -47,7 +47,7 @@ from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
-from remediation.settings.profiles import EffectivePolicy, ProfileSettings, deep_merge, effective
+from remediation.settings.profiles import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
 from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
@@ -146,7 +146,7 @@ class Settings(BaseSettings):
     def base_policy(self) -> EffectivePolicy:
         """What governs a node no profile selects."""
         return EffectivePolicy(
-            None, "act", self.policy, self.workflow, self.machine, self.validation, self.incidents
+            None, Mode.ACT, self.policy, self.workflow, self.machine, self.validation, self.incidents
         )
 
     def profile(self, name: str | None) -> ProfileSettings | None:

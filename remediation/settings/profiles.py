@@ -27,7 +27,8 @@ merged in. A remediation records it, whole, when it opens, and reads it back unt
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
@@ -41,10 +42,18 @@ from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
 from remediation.vocabulary import FAULT_CLASSES
 
-Mode = Literal["act", "shadow", "drain-only", "off"]
+
+class Mode(StrEnum):
+    """What a profile does with its nodes' faults (see :class:`Profile`)."""
+
+    ACT = "act"
+    SHADOW = "shadow"
+    DRAIN_ONLY = "drain-only"
+    OFF = "off"
+
 #: A profile's name: a metric label value and part of its breaker's control row, so short and plain.
 PROFILE_NAME = r"^[a-z0-9]([a-z0-9_-]{0,46}[a-z0-9])?$"
-MODES: tuple[Mode, ...] = ("act", "shadow", "drain-only", "off")
+MODES: tuple[Mode, ...] = tuple(Mode)
 
 #: Section -> the fields a profile may override. Adding a field here is all it takes to make it
 #: per profile: the recorded policy, ``policy explain`` and the checks follow.
@@ -135,7 +144,7 @@ class ProfileSettings(Section):
     )
     select: ProfileSelect
     mode: Mode = Field(
-        "act",
+        Mode.ACT,
         description="act: remediate; shadow: record what would be done (dry-run, for this group "
         "only, marked as such); drain-only: drain in Slurm and hold for a human, no machine action; "
         "off: record events, open nothing.",
@@ -167,7 +176,7 @@ class ProfileSettings(Section):
         """Section -> the fields this profile sets (the sections it leaves alone are left out). A
         drain-only profile holds every fault class for a human: its ladders are all ``hold``."""
         out = {s: dict(getattr(self, s)) for s in SECTIONS if getattr(self, s)}
-        if self.mode == "drain-only":
+        if self.mode == Mode.DRAIN_ONLY:
             policy = out.setdefault("policy", {})
             policy["faults"] = {**policy.get("faults", {}), "ladders": {c: ["hold"] for c in FAULT_CLASSES}}
         return out
@@ -208,7 +217,7 @@ class EffectivePolicy:
 
         return cls(
             record.get("profile"),
-            record.get("mode", "act"),
+            Mode(record.get("mode", Mode.ACT)),
             section(PolicySettings, record["policy"]),
             section(WorkflowSettings, record["workflow"]),
             machine.model_copy(update={"backend": record["machine"]["backend"]}),

@@ -30,12 +30,16 @@ from remediation.db.models import AuditLog, Incident, Node, Remediation
 from remediation.db.queries import recent_failure_counts
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.states import AuditAction
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
 from tests.integration.history import RecordingDispatcher, drive, engine_settings
+
+INCIDENT_ACTIONS = (AuditAction.INCIDENT_OPENED, AuditAction.INCIDENT_JOINED, AuditAction.INCIDENT_RECOVERED,
+                    AuditAction.INCIDENT_RESOLVED)
 
 CLIQUE = "nvidia.com/gpu.clique"
 NODES = [f"gpu-node-{i}" for i in range(6)]
@@ -120,7 +124,7 @@ def test_late_failure_folds_the_first_into_one_incident_before_any_vm_action(ses
     story.fail("gpu-node-4")  # c2: one node alone
     with sessions() as s:
         assert s.scalar(select(func.count()).select_from(Incident)) == 1
-        actions = [a for (a,) in s.execute(select(AuditLog.action).where(AuditLog.action.like("incident%"))
+        actions = [a for (a,) in s.execute(select(AuditLog.action).where(AuditLog.action.in_(INCIDENT_ACTIONS))
                                            .order_by(AuditLog.id))]
         assert actions == ["incident_opened", "incident_joined"]  # one page
         assert s.get(Incident, inc.id).nodes == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]  # type: ignore[union-attr]

@@ -35,7 +35,7 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.adapters.kube.client import api_errors
 from remediation.ports.errors import PermanentError
-from remediation.ports.validator import ValidationCheck, ValidationResult
+from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
 from remediation.settings import KubeSettings, ValidationSettings
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
@@ -88,7 +88,7 @@ class ForeignJob(PermanentError):
 
 
 class KubeValidator:
-    backend = "kubernetes"
+    backend: str = Backend.KUBERNETES
 
     def __init__(self, core: client.CoreV1Api, kube: KubeSettings, validation: ValidationSettings,
                  node_for: Callable[[str], str]) -> None:

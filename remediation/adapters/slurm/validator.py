@@ -45,7 +45,7 @@ from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.validator_io import Submission, exit_code, parse_job, validator_io
 from remediation.hostlist import HostlistError, expand
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import ValidationCheck, ValidationResult
+from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
 from remediation.settings.validation import loose_mode, loose_mode_message
 
@@ -67,7 +67,7 @@ ACTIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDE
 
 
 class SlurmValidator:
-    backend = "slurm"
+    backend: str = Backend.SLURM
 
     def __init__(self, slurm: SlurmSettings, validation: ValidationSettings, prefix: str = "remediation:") -> None:
         self.io = validator_io(slurm)

@@ -25,6 +25,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Incident, NodeDomain, Remediation
 from remediation.db.queries import recent_failure_counts
+from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.services import incidents
 from remediation.services.workflow import RetryLater
@@ -39,6 +40,9 @@ from tests.integration.slurm.test_slurm_workflow import (
     steps_of,
     wait_idle,
 )
+
+INCIDENT_ACTIONS = (AuditAction.INCIDENT_OPENED, AuditAction.INCIDENT_JOINED, AuditAction.INCIDENT_RECOVERED,
+                    AuditAction.INCIDENT_RESOLVED)
 
 pytestmark = pytest.mark.slurm
 
@@ -152,5 +156,5 @@ def test_a_whole_leaf_down_is_one_incident_and_a_lone_node_is_remediated(
             counted = recent_failure_counts(s, slurm.nodes, SystemClock().now(), p.settings.policy.repeat_offender_window)
             assert counted == {ALONE: 1}  # the incident's nodes are no repeat offenders
             assert s.scalar(select(func.count()).select_from(NodeDomain)) == 2 * len(slurm.nodes)
-            actions = [a for (a,) in s.execute(select(AuditLog.action).where(AuditLog.action.like("incident%")))]
+            actions = [a for (a,) in s.execute(select(AuditLog.action).where(AuditLog.action.in_(INCIDENT_ACTIONS)))]
         assert actions == ["incident_opened", "incident_resolved"]
