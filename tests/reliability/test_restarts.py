@@ -264,13 +264,14 @@ def steps_in_flight(db: Engine) -> set[int]:
 
 
 def restarts_begun(db: Engine, within: timedelta) -> set[int]:
-    """Machine restarts started in the last ``within`` and not finished: with the 2 s call, each still
-    has most of its call to run, so a kill that follows at once lands inside it even on a loaded machine
-    (a quick step seen in flight may end before the kill)."""
+    """Machine restarts started in the last ``within`` and not yet answered: slurmd's start recorded (the
+    row waits), no operation yet. With the 2 s call, each still has most of its call to run, so a kill
+    that follows at once lands inside it even on a loaded machine (a quick step seen in flight may end
+    before the kill)."""
     with Session(db) as s:
         return set(s.scalars(select(RemediationStep.id).where(
-            RemediationStep.step == "vm_restart", RemediationStep.status == "started",
-            RemediationStep.started_at > datetime.now(UTC) - within)))
+            RemediationStep.step == "vm_restart", RemediationStep.status.in_(("started", "waiting")),
+            RemediationStep.provider_op.is_(None), RemediationStep.started_at > datetime.now(UTC) - within)))
 
 
 def steps_spanning(db: Engine, at: datetime) -> set[int]:
