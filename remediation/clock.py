@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import overload
 
 
 class SystemClock:
@@ -32,6 +33,12 @@ class FakeClock:
         return self._now
 
 
+@overload
+def aware(value: datetime) -> datetime: ...
+@overload
+def aware(value: None) -> None: ...
+@overload
+def aware(value: datetime | None) -> datetime | None: ...
 def aware(value: datetime | None) -> datetime | None:
     """SQLite returns naive datetimes for timezone-aware columns; they are UTC by construction."""
     if value is None or value.tzinfo is not None:

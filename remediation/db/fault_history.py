@@ -45,7 +45,7 @@ def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime
         q = q.where(among(session, Remediation.node, nodes))
     out: dict[str, list[Failure]] = {}
     for node, opened, cls in session.execute(q):
-        out.setdefault(node, []).append(Failure(aware(opened), cls))  # type: ignore[arg-type]
+        out.setdefault(node, []).append(Failure(aware(opened), cls))
     # A GPU check that failed after the node looked recovered (validate before return) is evidence
     # against the node as much as the failure that opened its remediation: it weighs as one more.
     v = (select(Validation.node, Validation.finished_at, Remediation.fault_class)
@@ -57,7 +57,7 @@ def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime
     if nodes is not None:
         v = v.where(among(session, Validation.node, nodes))
     for node, finished, cls in session.execute(v):
-        out.setdefault(node, []).append(Failure(aware(finished), cls))  # type: ignore[arg-type]
+        out.setdefault(node, []).append(Failure(aware(finished), cls))
     for failures in out.values():
         failures.sort(key=lambda f: f.at)
     return out

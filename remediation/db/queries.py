@@ -143,7 +143,7 @@ def latest_windows(session: Session, nodes: Iterable[str]) -> dict[str, Window]:
         .group_by(RemediationStep.remediation_id)
     ).all())
     return {
-        r.node: Window(r.id, aware(r.opened_at), aware(r.closed_at), aware(vm_at.get(r.id)),  # type: ignore[arg-type]
+        r.node: Window(r.id, aware(r.opened_at), aware(r.closed_at), aware(vm_at.get(r.id)),
                        dry_run=bool(r.dry_run))
         for r in rems
     }
@@ -162,7 +162,7 @@ def latest_healthy(
     ).all()
     out: dict[str, dict[Condition, datetime]] = {}
     found = healthy_observations(
-        ((n, src, k, st, aware(at)) for n, src, k, st, at in rows), {"slurm": slurm_bad}  # type: ignore[misc]
+        ((n, src, k, st, aware(at)) for n, src, k, st, at in rows), {"slurm": slurm_bad}
     )
     for (node, cond), at in found.items():
         out.setdefault(node, {})[cond] = at

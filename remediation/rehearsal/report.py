@@ -112,14 +112,14 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
         r.outcomes = dict(Counter(x.status for x in rems))
         r.quarantined = [(x.node, x.ctx.quarantine_reason or x.cause) for x in rems
                          if x.status == RemediationStatus.QUARANTINED]
-        recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems  # type: ignore[operator]
+        recov = [(aware(x.closed_at) - aware(x.opened_at)).total_seconds() for x in rems
                  if x.status == RemediationStatus.SUCCEEDED and x.closed_at]
         r.recovery_p50_s = statistics.median(recov) if recov else None
         vm_rows = [row for row, node in s.execute(select(RemediationStep, Remediation.node).join(Remediation)
                                                   .where(RemediationStep.step == Step.VM_RESTART)) if mine(node)]
         r.vm_actions = dict(Counter(machine_step_did(row.provider_op or {}) for row in vm_rows))
         spans = [(aware(row.started_at), aware(row.finished_at) or end) for row in vm_rows]
-        r.max_vm_in_flight = _max_overlap(spans)  # type: ignore[arg-type]
+        r.max_vm_in_flight = _max_overlap(spans)
         r.incidents = sum(1 for members in s.scalars(select(Incident.nodes)) if any(mine(n) for n in members))
         pages = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)
                           .where(AuditLog.action.in_(NOTIFIABLE))).all()
@@ -135,15 +135,15 @@ def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str
             r.breaker_openings += 1
             opened_at = aware(at)
         elif opened_at is not None:
-            r.breaker_open_s += (aware(at) - opened_at).total_seconds()  # type: ignore[operator]
+            r.breaker_open_s += (aware(at) - opened_at).total_seconds()
             opened_at = None
     if opened_at is not None:  # still open at the end
-        r.breaker_open_s += (aware(end) - opened_at).total_seconds()  # type: ignore[operator]
+        r.breaker_open_s += (aware(end) - opened_at).total_seconds()
     return r
 
 
 def _iso(at: datetime | None) -> str | None:
-    return aware(at).isoformat() if at is not None else None  # type: ignore[union-attr]
+    return aware(at).isoformat() if at is not None else None
 
 
 def _max_overlap(spans: list[tuple[datetime, datetime]]) -> int:

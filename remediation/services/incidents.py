@@ -155,7 +155,7 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
                  if r.step != Step.QUARANTINE or RemediationContext.load(r.context).quarantine_decided]
     claimed = {r.node for r in open_rems if r.incident_id is not None}
     failed_at = {r.node: aware(r.opened_at) for r in open_rems
-                 if r.incident_id is None and aware(r.opened_at) > start}  # type: ignore[operator]
+                 if r.incident_id is None and aware(r.opened_at) > start}
     rem_of = {r.node: r.id for r in open_rems if r.incident_id is None}
     # A domain whose incident is open takes its members' new failures without a second page.
     for inc in session.scalars(select(Incident).where(
@@ -242,7 +242,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
                                 "is open; it closes when its nodes recover or a human resolves it", True)
     decided = step is Step.QUARANTINE and bool(rem.ctx.quarantine_decided)
     if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
-        due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)  # type: ignore[operator]
+        due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first VM action"
             return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "

@@ -161,7 +161,7 @@ class DatabaseCollector(Collector):
                                 value=1 if PauseState.load(control_get(s, PAUSED)).paused else 0)
         oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(
             Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now))
-        lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0  # type: ignore[operator]
+        lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0
         yield GaugeMetricFamily("remediation_workflow_lag_seconds",
                                 "How overdue the most overdue open remediation step is", value=lag)
         age = GaugeMetricFamily("remediation_oldest_open_seconds", "Age of the oldest open remediation, by the "
@@ -169,7 +169,7 @@ class DatabaseCollector(Collector):
         ages = {st.value: 0.0 for st in Step if st is not Step.DONE}  # 0: none open there (a series, not a gap)
         for step, first in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
                                      .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
-            ages[step] = max(0.0, (now - aware(first)).total_seconds())  # type: ignore[operator]
+            ages[step] = max(0.0, (now - aware(first)).total_seconds())
         for label, seconds in ages.items():
             age.add_metric([label], seconds)
         yield age

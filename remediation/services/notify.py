@@ -176,7 +176,7 @@ def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: No
     for row in rows:
         if row.action not in NOTIFIABLE:
             continue
-        if aware(row.at) < horizon:  # type: ignore[operator]
+        if aware(row.at) < horizon:
             result.stale += 1
             continue
         key = f"{row.action}|{row.target}"

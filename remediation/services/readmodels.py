@@ -148,12 +148,12 @@ def _limit(limit: int) -> int:
 def _seconds(start: datetime | None, end: datetime | None) -> float | None:
     if start is None or end is None:
         return None
-    return round((aware(end) - aware(start)).total_seconds(), 3)  # type: ignore[operator]
+    return round((aware(end) - aware(start)).total_seconds(), 3)
 
 
 def _event(e: Event) -> EventRow:
     return EventRow(
-        id=e.id, observed_at=aware(e.observed_at), received_at=aware(e.received_at),  # type: ignore[arg-type]
+        id=e.id, observed_at=aware(e.observed_at), received_at=aware(e.received_at),
         source=e.source, node=e.node, kind=e.kind, state=e.state, reason=e.reason,
         reason_user=e.reason_user, decision=e.decision, decision_reason=e.decision_reason,
         remediation_id=e.remediation_id,
@@ -162,7 +162,7 @@ def _event(e: Event) -> EventRow:
 
 def _step(r: RemediationStep) -> StepRow:
     return StepRow(
-        id=r.id, step=r.step, attempt=r.attempt, status=r.status, started_at=aware(r.started_at),  # type: ignore[arg-type]
+        id=r.id, step=r.step, attempt=r.attempt, status=r.status, started_at=aware(r.started_at),
         finished_at=aware(r.finished_at), duration_s=_seconds(r.started_at, r.finished_at),
         checks=r.checks, retries=r.retries, outcome=r.outcome, error=r.error, error_kind=r.error_kind,
         provider_op=dict(r.provider_op) if r.provider_op else None,
@@ -181,13 +181,13 @@ def _rem_fields(r: Remediation) -> dict[str, Any]:
 
 
 def _audit(a: AuditLog) -> AuditRow:
-    return AuditRow(id=a.id, at=aware(a.at), actor=a.actor, action=a.action, target=a.target,  # type: ignore[arg-type]
+    return AuditRow(id=a.id, at=aware(a.at), actor=a.actor, action=a.action, target=a.target,
                     reason=a.reason, detail=dict(a.detail or {}), via=a.via)
 
 
 def _node(n: Node, rem: Remediation | None) -> NodeRow:
     return NodeRow(
-        name=n.name, status=n.status, status_reason=n.status_reason, updated_at=aware(n.updated_at),  # type: ignore[arg-type]
+        name=n.name, status=n.status, status_reason=n.status_reason, updated_at=aware(n.updated_at),
         last_event_at=aware(n.last_event_at), quarantined_at=aware(n.quarantined_at),
         quarantine_reason=n.quarantine_reason, released_at=aware(n.released_at),
         open_remediation=rem.id if rem else None, step=rem.step if rem else None,
@@ -282,7 +282,7 @@ def list_audit(s: Session, target: str | None = None, action: str | None = None,
 
 def list_rejected(s: Session, limit: int = 50) -> list[RejectedRow]:
     rows = s.scalars(select(RejectedEvent).order_by(RejectedEvent.id.desc()).limit(_limit(limit)))
-    return [RejectedRow(id=r.id, received_at=aware(r.received_at), error=r.error,  # type: ignore[arg-type]
+    return [RejectedRow(id=r.id, received_at=aware(r.received_at), error=r.error,
                         payload=r.payload[:2000]) for r in rows]
 
 
@@ -382,7 +382,7 @@ def ago(at: datetime | None, now: datetime) -> str:
     """"3m ago" / "in 20s": the form a tired reader parses fastest."""
     if at is None:
         return "-"
-    secs = (now - aware(at)).total_seconds()  # type: ignore[operator]
+    secs = (now - aware(at)).total_seconds()
     text = human_duration(abs(secs))
     return f"{text} ago" if secs >= 0 else f"in {text}"
 

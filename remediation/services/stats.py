@@ -87,7 +87,7 @@ def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
     by_cause = [Count(k, v) for k, v in sorted(causes.items(), key=lambda kv: (-kv[1], kv[0]))[:top]]
 
     days_count: Counter[str] = Counter(
-        aware(at).date().isoformat()  # type: ignore[union-attr]
+        aware(at).date().isoformat()
         for at in s.scalars(select(Remediation.opened_at).where(in_window)))
     by_day = [Count(d, n) for d, n in sorted(days_count.items())]
 
@@ -126,4 +126,4 @@ def offenders(s: Session, now: datetime, window: timedelta, top: int = 10,
         .group_by(Remediation.node, Node.status)
         .having(func.count() >= 2)
         .order_by(n.desc(), Remediation.node).limit(top))
-    return [Offender(node, int(c), status, aware(last)) for node, c, last, status in rows]  # type: ignore[arg-type]
+    return [Offender(node, int(c), status, aware(last)) for node, c, last, status in rows]
