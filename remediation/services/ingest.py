@@ -24,49 +24,37 @@ report is recorded by :func:`record` directly, never read from the stream.
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import insert
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.db.bulk import ensure_nodes, insert_events, set_decisions, update_nodes
-from remediation.db.models import OPEN_PREDICATE, AuditLog, Node, RejectedEvent, Remediation
-from remediation.db.queries import (
-    among,
-    latest_healthy,
-    latest_windows,
-    open_remediations_for,
-)
+from remediation.db.bulk import ensure_nodes, insert_events
+from remediation.db.models import OPEN_PREDICATE, AuditLog, RejectedEvent, Remediation
 from remediation.domain.admission import Reportable, TimeBounds
-from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.causes import planned_action
 from remediation.domain.context import RemediationContext
-from remediation.domain.events import EventKind, NodeEvent
-from remediation.domain.lemon import Failure
+from remediation.domain.events import NodeEvent
 from remediation.domain.policy import (
     Clock,
     Decision,
     DecisionKind,
-    NodeView,
-    decide,
-    slurm_bad_states,
 )
-from remediation.domain.profiles import Governance, Resolution, govern, label_keys
+from remediation.domain.profiles import Governance, Resolution, label_keys
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
 from remediation.services.audit import would
+from remediation.services.decisions import Batch
 from remediation.services.dedupe import taken_by_others, unique_by_key
 from remediation.services.fencing import fence_events
-from remediation.services.incidents import correlate_opened, record_domains
+from remediation.services.incidents import record_domains
 from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.pool import confirm_nodes
-from remediation.services.profiles import base_only, governed, histories, record_facts
+from remediation.services.profiles import record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 from remediation.settings.profiles import Mode
 
@@ -129,20 +117,47 @@ def record(
 ) -> IngestResult:
     """Record and decide events already admitted: the stream's, after :func:`ingest` checked them, or a
     human's report, built by the lever that recorded its actor (never read from the stream).
-    ``rejected``: (payload, why) of what the batch refused, kept in ``rejected_events``."""
+    ``rejected``: (payload, why) of what the batch refused, kept in ``rejected_events``.
+    Its phases: keep the refused, record the new events, decide them round by round, write back."""
     now = clock.now()
     result = IngestResult()
+    _keep_rejected(session, rejected, now, result)
+    if not events:
+        return result
+    fresh, unique, new_keys = _record_events(session, events, now, result)
+    if not fresh:
+        return result
+    batch = Batch.load(session, fresh, unique, policy, incidents, governance, now)
+    todo = fresh
+    while todo:
+        # One round decides every event up to (and including) the first one that opens a remediation
+        # on its node; the node's later events wait for the next round, when the new remediation has
+        # its id. All of a round's remediations are inserted together.
+        todo, opens = batch.decide_round(todo, new_keys, now)
+        opened = _open(session, opens, new_keys, now, dry_run, batch.gov, gpu_reset, record=governance is not None)
+        result.opened += batch.opened_round(session, opens, opened, new_keys, now, dry_run)
+    batch.write_back(session, now)
+    result.decisions = dict(batch.counts)
+    return result
+
+
+def _keep_rejected(session: Session, rejected: Sequence[tuple[str, str]], now: datetime,
+                   result: IngestResult) -> None:
     if rejected:
         session.execute(
             insert(RejectedEvent),
             [{"received_at": now, "payload": p, "error": e} for p, e in rejected],
         )
         result.rejected = len(rejected)
-    if not events:
-        return result
+
+
+def _record_events(
+    session: Session, events: Sequence[NodeEvent], now: datetime, result: IngestResult
+) -> tuple[list[NodeEvent], dict[str, NodeEvent], dict[str, int]]:
+    """Insert the batch's events (each key once) and their nodes' facts; returns the events new to the
+    database, oldest first, every event by key, and the new events' ids by key."""
     # Within one batch the same key may appear twice (edge + resync); keep the first.
     unique, result.duplicates = unique_by_key(events)
-
     _ensure_nodes(session, {ev.node for ev in unique.values()}, now)
     confirm_nodes(session, unique.values(), now)  # a resync's re-sent inventory confirms too
     new_keys = insert_events(session, [_event_row(ev) for ev in unique.values()], now)
@@ -150,137 +165,12 @@ def record(
         unique.update((ev.dedupe_key, ev) for ev in rekeyed)  # a key sent ahead hides no real edge
         new_keys.update(insert_events(session, [_event_row(ev) for ev in rekeyed], now))
     result.duplicates += len(unique) - len(rekeyed) - len(new_keys)
-    fresh = sorted(
-        (ev for key, ev in unique.items() if key in new_keys), key=lambda e: e.observed_at
-    )
+    fresh = sorted((ev for key, ev in unique.items() if key in new_keys), key=lambda e: e.observed_at)
     result.recorded = len(fresh)
-    if not fresh:
-        return result
-    record_domains(session, fresh, now)
-    record_facts(session, fresh)
-
-    names = {ev.node for ev in fresh}
-    # The batch's nodes, locked until commit, as plain rows: written back in one UPDATE at the end
-    # (ORM objects would flush one statement shape per changed-column set, hundreds per batch).
-    nodes = {
-        name: LockedNode(name, status, reason, updated, last)
-        for name, status, reason, updated, last in session.execute(
-            select(Node.name, Node.status, Node.status_reason, Node.updated_at, Node.last_event_at)
-            .where(among(session, Node.name, names)).with_for_update()
-        )
-    }
-    open_by_node = open_remediations_for(session, names)
-    gov = governed(session, governance or Governance(base_only(policy, incidents)), names)
-    past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
-    failures, app_xids, history = past.failures, past.app_xids, past.history
-    windows = latest_windows(session, names)
-    healthy = _healthy(session, fresh, unique.values(), policy)
-    counts: dict[str, int] = defaultdict(int)
-    updates: list[dict[str, Any]] = []
-    failed_now: set[str] = set()  # nodes whose remediation opened in this batch (incident candidates)
-    by_policy: dict[tuple[str | None, bool], tuple[EffectivePolicy, set[str]]] = {}  # ... by profile, dry-run
-    todo = fresh
-    while todo:
-        # One round decides every event up to (and including) the first one that opens a remediation
-        # on its node; the node's later events wait for the next round, when the new remediation has
-        # its id. All of a round's remediations are inserted together.
-        deferred: list[NodeEvent] = []
-        opens: dict[str, tuple[NodeEvent, Decision]] = {}
-        for ev in todo:
-            if ev.node in opens:
-                deferred.append(ev)
-                continue
-            node = nodes[ev.node]
-            view = NodeView(NodeStatus(node.status), open_by_node.get(ev.node), failures.get(ev.node, 0),
-                            windows.get(ev.node), healthy.get(ev.node, {}), app_xids.get(ev.node, 0),
-                            history.get(ev.node, ()))
-            decision = govern(decide(ev, view, gov[ev.node][1].policy), gov[ev.node][1])
-            node.last_event_at = ev.observed_at
-            if decision.kind is DecisionKind.APP_XID:
-                app_xids[ev.node] = app_xids.get(ev.node, 0) + 1
-            if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
-                opens[ev.node] = (ev, decision)
-                continue
-            _apply_record(ev, node, decision, now)
-            counts[decision.kind] += 1
-            updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
-        opened = _open(session, opens, new_keys, now, dry_run, gov, gpu_reset, record=governance is not None)
-        for name, (ev, decision) in opens.items():
-            rid = opened.get(name)
-            if rid is None:  # a concurrent ingest opened one first: this event is recorded only
-                decision = Decision(DecisionKind.RECORD, "a remediation was opened concurrently")
-                open_by_node.update(open_remediations_for(session, [name]))
-            else:
-                open_by_node[name] = rid
-                dry = dry_run or gov[name][1].mode == Mode.SHADOW
-                windows[name] = Window(rid, now, dry_run=dry)
-                failures[name] = failures.get(name, 0) + 1
-                if not dry:
-                    cls = decision.cause.fault_class if decision.cause else None
-                    history[name] = [*history.get(name, ()), Failure(ev.observed_at, cls)]
-                node = nodes[name]
-                node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, decision.reason, now
-                first = Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN
-                result.opened.append((rid, first.value))
-                failed_now.add(name)  # a quarantine decided on this failure too: an incident may take it back
-                by_policy.setdefault((gov[name][1].profile, dry), (gov[name][1], set()))[1].add(name)
-            counts[decision.kind] += 1
-            updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
-        todo = deferred
-    set_decisions(session, updates)
-    update_nodes(session, [
-        {"name": n.name, "status": n.status, "status_reason": n.status_reason, "updated_at": n.updated_at,
-         "last_event_at": n.last_event_at} for n in nodes.values()
-    ])
-    for (_, dry), (eff, opened_here) in by_policy.items():  # each profile's incident rule (K, F), on its nodes
-        correlate_opened(session, opened_here, eff.incidents, "remediation", now, dry)
-    result.decisions = dict(counts)
-    return result
-
-
-@dataclass(slots=True)
-class LockedNode:
-    """One locked ``nodes`` row as the batch changes it (status and last event)."""
-
-    name: str
-    status: str
-    status_reason: str
-    updated_at: datetime
-    last_event_at: datetime | None
-
-
-def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent],
-             policy: PolicySettings) -> dict[str, dict[Condition, datetime]]:
-    """The latest healthy observation per node and condition, at or after the oldest unhealthy edge
-    of the batch: recorded ones and the batch's own (a later event in the batch counts too)."""
-    edges = [ev.observed_at for ev in fresh if ev.kind is EventKind.UNHEALTHY]
-    if not edges:
-        return {}
-    bad = slurm_bad_states(policy)
-    names = {ev.node for ev in fresh if ev.kind is EventKind.UNHEALTHY}
-    out = latest_healthy(session, names, min(edges), bad)
-    mine = healthy_observations(
-        ((ev.node, ev.source.value, ev.kind.value, ev.state, ev.observed_at) for ev in batch if ev.node in names),
-        {"slurm": bad},
-    )
-    for (node, cond), at in mine.items():
-        seen = out.setdefault(node, {})
-        if cond not in seen or at > seen[cond]:
-            seen[cond] = at
-    return out
-
-
-def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, Any]:
-    return {"id": event_id, "decision": decision.kind.value, "decision_reason": decision.reason[:2000],
-            "remediation_id": rid}
-
-
-def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: datetime) -> None:
-    if decision.kind is DecisionKind.RECOVERED:
-        node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
-    elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY
-          and decision.kind in (DecisionKind.RECORD, DecisionKind.APP_XID) and not decision.our_own):
-        node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, decision.reason, now
+    if fresh:
+        record_domains(session, fresh, now)
+        record_facts(session, fresh)
+    return fresh, unique, new_keys
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
