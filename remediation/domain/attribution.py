@@ -45,8 +45,8 @@ class Window:
     id: int
     opened_at: datetime
     closed_at: datetime | None = None  # None while it is open
-    vm_action_at: datetime | None = None  # when its first VM action was started (None: none yet)
-    vm_action: str = "vm_restart"  # the step (and action) that disturbed the node
+    machine_action_at: datetime | None = None  # when its first VM action was started (None: none yet)
+    machine_action: str = "vm_restart"  # the step (and action) that disturbed the node
     dry_run: bool = False  # a dry run acted on nothing, so nothing can be its echo
 
     @property
@@ -112,17 +112,17 @@ def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, settle: 
         # Our drain (or quarantine) reason on the node: our own action, whatever the state.
         step = "quarantine" if "quarantined" in event.reason[len(our_prefix):][:40] else "slurm_drain"
         return _because(window, step)
-    if window.vm_action_at is None or not _reboot_signal(event):
+    if window.machine_action_at is None or not _reboot_signal(event):
         return None
     began = event.since or observed
-    if began < window.vm_action_at - SKEW:
+    if began < window.machine_action_at - SKEW:
         return None  # it was there before we touched the VM: the trigger, or a different fault
     if window.closed_at is not None and began > window.closed_at + SKEW:
         # It began after we proved the node healthy and closed: a new fault. The one exception is
         # Slurm's bare NOT_RESPONDING, which slurmctld keeps on a node we resumed until its next ping.
         if not (event.source is Source.SLURM and slurm_states.named(event.state) == {SlurmState.NOT_RESPONDING}):
             return None
-    return _because(window, window.vm_action)
+    return _because(window, window.machine_action)
 
 
 def _reboot_signal(event: NodeEvent) -> bool:

@@ -70,7 +70,7 @@ class BreakerLatch(JsonRecord):
 
 
 @dataclass(frozen=True)
-class LastVMAction(JsonRecord):
+class LastMachineAction(JsonRecord):
     """Row ``last_vm_action``: the minimum gap between VM actions counts from it."""
 
     at: str | None = None  # ISO time the last VM action was admitted

@@ -9,7 +9,7 @@ domain has to import the step bodies back.
 from __future__ import annotations
 
 from remediation.domain import slurm_states
-from remediation.domain.causes import first_action, vm_rungs
+from remediation.domain.causes import action_rungs, first_action
 from remediation.domain.events import Source
 from remediation.domain.outcomes import (
     Adapters,
@@ -62,14 +62,14 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
 
 
-def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
+def without_machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """A class whose ladder has no VM action: ``quarantine`` at once (hardware to return),
     or ``hold``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
     (then what is ours is given back). None: the class has VM actions; go on."""
     cls = inp.context.fault_class
     jobs = ad.site.validation
-    if vm_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
+    if action_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel

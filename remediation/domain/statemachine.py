@@ -57,7 +57,7 @@ class Step(StrEnum):
 
 
 # Steps that act on the VM; they wait while the breaker is open or the gap/concurrency is used up.
-VM_STEPS = frozenset({Step.VM_RESTART, Step.VERIFY})
+MACHINE_STEPS = frozenset({Step.VM_RESTART, Step.VERIFY})
 
 HAPPY_PATH = (
     Step.SLURM_DRAIN,

@@ -206,7 +206,7 @@ def still_running(result: ValidationResult) -> str:
 
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     validator = job_runner(ad, "validate")
-    if recorded_only(inp.context.vm_op_ref):
+    if recorded_only(inp.context.machine_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
     poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)

@@ -230,7 +230,7 @@ class IncidentHold:
 
 
 def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, cfg: IncidentSettings,
-                new_vm_action: bool) -> IncidentHold | None:
+                new_machine_action: bool) -> IncidentHold | None:
     """Why this remediation may not take its next disruptive step yet, or None: its node is in an
     open incident, or (first VM action only) an incident of its domain may still form."""
     if step not in HELD_STEPS:
@@ -241,7 +241,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, c
             return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it "
                                 "is open; it closes when its nodes recover or a human resolves it", True)
     decided = step is Step.QUARANTINE and bool(rem.ctx.quarantine_decided)
-    if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
+    if ((step is Step.VM_RESTART and new_machine_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
         due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)  # type: ignore[operator]
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first VM action"
