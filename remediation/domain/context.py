@@ -53,14 +53,14 @@ class RemediationContext(JsonRecord):
     quarantine_taken_back: str | None = None  # an incident explained that failure: the cause it took back
     # -- k8s_cordon
     k8s_node: str | None = None  # the Kubernetes Node of the Slurm node
-    boot_id_before: str | None = None  # its bootID before any VM action (verify wants a new one)
-    provider_id: str | None = None  # its providerID: which VM the VM actions act on
+    boot_id_before: str | None = None  # its bootID before any machine action (verify wants a new one)
+    provider_id: str | None = None  # its providerID: which VM the machine actions act on
     we_cordoned: bool | None = None  # the cordon is ours (a human's cordon placed first is never ours)
     # -- the site (the engine, at the first claim): a half it lacks, whose steps this remediation skips
     no_kubernetes: bool | None = None  # kube.backend none: nothing cordoned, evicted or tainted
     no_machine: bool | None = None  # machine.backend none: nothing restarted, moved or reimaged, nothing verified
     # -- vm_restart
-    machine_action_at: str | None = None  # ISO start of the attempt that completed a VM action
+    machine_action_at: str | None = None  # ISO start of the attempt that completed a machine action
     machine_op_ref: str | None = None  # the completed operation's reference
     slurmctld_action_at: str | None = None  # ISO: when slurmctld took it, on its clock (Slurm's reboot); ""
     slurmd_start_before: str | None = None  # ISO: slurmd's start as slurmctld had it before the action; "" none

@@ -7,8 +7,8 @@ Two questions are answered here and nowhere else:
    exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
    unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
 2. ``admit`` (admission): may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
-   (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
-   minimum gap throttle VM actions.
+   (eviction and machine actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
+   minimum gap throttle machine actions.
 
 Nothing here touches a database or a network, so the table-driven tests run in microseconds and the
 same functions drive the trace replay (``remediation rehearse``).
@@ -195,7 +195,7 @@ class ClusterView:
     paused: bool
     pool_size: int
     failed_in_window: int  # distinct nodes with a remediation opened within the breaker window
-    machine_active: int  # remediations (other than this one) with a VM action in flight or verifying
+    machine_active: int  # remediations (other than this one) with a machine action in flight or verifying
     last_machine_action_at: datetime | None
     pause_reason: str = ""  # who paused automation and why (a human, or the system on a fault of ours)
     breaker_latched: bool = False  # the storm breaker is open until a human closes it (remediation.services.breaker)
@@ -271,11 +271,11 @@ def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, 
                          else (view.machine_active, policy.max_concurrent))
         if active >= limit:
             whose = f" in profile {pool.profile}" if pool else ""
-            return Admission(False, f"max_concurrent reached{whose} ({active}/{limit} VM actions)")
+            return Admission(False, f"max_concurrent reached{whose} ({active}/{limit} machine actions)")
         if view.last_machine_action_at is not None:
             due = view.last_machine_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if now < due:
-                return Admission(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
+                return Admission(False, f"minimum gap between machine actions ({policy.min_restart_gap_s:g}s)")
     return Admission(True)
 
 

@@ -56,7 +56,7 @@ class Step(StrEnum):
     DONE = "done"  # terminal marker
 
 
-# Steps that act on the VM; they wait while the breaker is open or the gap/concurrency is used up.
+# Steps that act on the machine; they wait while the breaker is open or the gap/concurrency is used up.
 MACHINE_STEPS = frozenset({Step.VM_RESTART, Step.VERIFY})
 
 HAPPY_PATH = (

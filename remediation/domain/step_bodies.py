@@ -2,7 +2,7 @@
 
 Each function gets a frozen snapshot of its remediation (``StepInput``) and the adapters, calls outside
 at most once or twice, and returns an outcome: ``Done`` (advance), ``Wait`` (check again after a
-countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the VM
+countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the
 ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
 functions never touch the database, which is what makes them safe to run twice.
 
@@ -156,7 +156,7 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
 
 
 def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str) -> Outcome | None:
-    """The checks before an eviction or a VM action, in order: a human took the node back, it is
+    """The checks before an eviction or a machine action, in order: a human took the node back, it is
     healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
     return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg.workflow, what)
 
@@ -190,7 +190,7 @@ def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
 
 
 def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung, as ``provider`` carries it out."""
+    """The machine action of the remediation's ladder rung, as ``provider`` carries it out."""
     return provider_action(rung(inp, ad, cfg), provider)
 
 
@@ -214,7 +214,7 @@ def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
-    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
+    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "machine action")):
         return stop
     if reset:
         return gpu_reset(inp, ad, cfg, now)
@@ -252,7 +252,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
 
 def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
-    later than the VM action), slurmd registered after the action as its start time shows (compared with
+    later than the machine action), slurmd registered after the action as its start time shows (compared with
     slurmctld's own time of the action where the action has one; a missing NOT_RESPONDING flag is not
     enough: a pre-reboot state satisfies it), and the trigger cleared. A
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""

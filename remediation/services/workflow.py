@@ -10,7 +10,7 @@
 
 A worker killed in phase 2 leaves a ``started`` row and a lease that expires; the sweeper (or the
 redelivered task) runs the step again with the *same* idempotency key, and the adapters' contract
-(idempotent writes; a VM start with a used key does not act again) makes the repeat harmless. For
+(idempotent writes; a machine action started with a used key does not act again) makes the repeat harmless. For
 vm_restart the provider operation is recorded before anyone waits on it, so a redelivered task resumes
 polling that operation and never issues a second restart.
 
@@ -217,9 +217,9 @@ class Workflow:
                 # then (or the sweeper after it) runs the step.
                 return None
             if step is Step.VM_RESTART and row is None:
-                # A new VM action is admitted by counting the ones in flight and checking the gap. Two
+                # A new machine action is admitted by counting the ones in flight and checking the gap. Two
                 # claims counting at once would both see room for one more, so admissions queue on the
-                # last-VM-action row: each counts only after the one before it has committed.
+                # last-machine-action row: each counts only after the one before it has committed.
                 lock_control(s, LAST_MACHINE_ACTION, now)
                 now = self.clock.now()
             verdict = self._admit(s, rem, step, cfg, now, new_machine_action=row is None)
@@ -365,7 +365,7 @@ class Workflow:
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)
                 else:
-                    reason = f"VM ladder exhausted: {reason}"
+                    reason = f"ladder exhausted: {reason}"
             rem.action = "quarantine"
             if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
