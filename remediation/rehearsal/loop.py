@@ -243,8 +243,8 @@ class Rehearsal:
             # Held until its incident closes: the repair that closes it wakes it (see _repair).
             self.idle[rid] = Idle(nxt.step, at, period, parked=False, node=self._node(rid))
             return
-        if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_VM):
-            new_machine = nxt.hint is Hint.ADMISSION_NEW_VM
+        if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_MACHINE):
+            new_machine = nxt.hint is Hint.ADMISSION_NEW_MACHINE
             self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_machine=new_machine)
             self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return

@@ -233,7 +233,7 @@ class Workflow:
                 new_machine = row is None and step is Step.VM_RESTART
                 # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_VM if new_machine else Hint.ADMISSION
+                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
                     steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
