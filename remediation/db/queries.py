@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, aliased, lazyload
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
 from remediation.domain.attribution import Condition, Window, healthy_observations
-from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
+from remediation.domain.controls import BreakerLatch, LastMachineAction, PauseState
 from remediation.domain.events import EventKind
 from remediation.domain.policy import ClusterView
 from remediation.domain.statemachine import OPEN_STATUSES, Step
@@ -26,7 +26,7 @@ from remediation.domain.states import LIVE_STEP_STATUSES
 
 PAUSED = "paused"
 BREAKER = "breaker"
-LAST_VM_ACTION = "last_vm_action"
+LAST_MACHINE_ACTION = "last_vm_action"
 
 
 def control_get(session: Session, key: str) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def latest_healthy(
 
 _REAL = Remediation.dry_run.is_(False)
 _VIEW_CONTROLS = select(Control.key, Control.value).where(
-    or_(*(Control.key == k for k in (BREAKER, LAST_VM_ACTION, PAUSED))))
+    or_(*(Control.key == k for k in (BREAKER, LAST_MACHINE_ACTION, PAUSED))))
 # One statement for the four counts admission needs, built once: admission reads the view on every claim
 # and every sweep, and building five statements per read was most of a claim's cost. The pool's is the
 # same, over one profile's nodes and remediations (its storm breaker and max_concurrent).
@@ -247,21 +247,21 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exc
     since = now - breaker_window
     if (closed := latch.closed) is not None:
         since = max(since, closed)
-    pool, failed, last_failure, vm_active = session.execute(
+    pool, failed, last_failure, machine_active = session.execute(
         _VIEW_COUNTS if profile is None else _POOL_COUNTS,
         {"since": since, "exclude": exclude if exclude is not None else -1,
          "confirmed_since": confirmed_since(session, pool_stale),
          **({"profile": profile} if profile is not None else {})},
     ).one()
-    last = LastVMAction.load(found.get(LAST_VM_ACTION)).when
+    last = LastMachineAction.load(found.get(LAST_MACHINE_ACTION)).when
     pause = PauseState.load(found.get(PAUSED))
     return ClusterView(
         paused=bool(pause.paused),
         pause_reason=pause.why,
         pool_size=int(pool or 0),
         failed_in_window=int(failed or 0),
-        vm_active=int(vm_active or 0),
-        last_vm_action_at=aware(last),
+        machine_active=int(machine_active or 0),
+        last_machine_action_at=aware(last),
         breaker_latched=bool(latch.open),
         breaker_reason=(latch.reason or "") if latch.open else "",
         last_failure_at=aware(last_failure),

@@ -1,7 +1,7 @@
 """Explain a signal before it is counted: our own echo, a superseded edge, or a fault.
 
-A remediation disturbs the node it repairs. It drains it in Slurm, cordons it, and restarts its VM,
-and the watchers report what they see: the Node goes ``Ready=Unknown`` while the VM is down,
+A remediation disturbs the node it repairs. It drains it in Slurm, cordons it, and restarts its machine,
+and the watchers report what they see: the Node goes ``Ready=Unknown`` while the machine is down,
 slurmctld marks the node NOT_RESPONDING and then DOWN, a resumed node is NOT_RESPONDING until the next
 ping, and a watcher may deliver any of this late (a held condition, a Redis outage, a slow batch).
 None of it is a new fault. Counting it turned one GPU fault into a quarantine or a reboot loop.
@@ -11,7 +11,7 @@ Two questions are answered here, purely (the ingest passes the facts in):
 - :func:`own_cause`: did *our* action cause this signal? The answer is anchored to what the
   remediation did and when (its :class:`Window`), never to a timer alone. A signal of a kind our
   actions produce is ours when the condition it reports *began* inside the remediation's disruption
-  window (from its first VM action to its close) and it was *observed* no later than
+  window (from its first machine action to its close) and it was *observed* no later than
   ``policy.settle_s`` after the close. Anything else (a GPU condition, a researcher's FAIL with a
   reason that is not ours, a Ready=False that began after we proved the node healthy, a DOWN after
   we resumed) is a different fault and is decided as one.
@@ -45,8 +45,8 @@ class Window:
     id: int
     opened_at: datetime
     closed_at: datetime | None = None  # None while it is open
-    vm_action_at: datetime | None = None  # when its first VM action was started (None: none yet)
-    vm_action: str = "vm_restart"  # the step (and action) that disturbed the node
+    machine_action_at: datetime | None = None  # when its first machine action was started (None: none yet)
+    machine_action: str = "vm_restart"  # the step (and action) that disturbed the node
     dry_run: bool = False  # a dry run acted on nothing, so nothing can be its echo
 
     @property
@@ -112,21 +112,21 @@ def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, settle: 
         # Our drain (or quarantine) reason on the node: our own action, whatever the state.
         step = "quarantine" if "quarantined" in event.reason[len(our_prefix):][:40] else "slurm_drain"
         return _because(window, step)
-    if window.vm_action_at is None or not _reboot_signal(event):
+    if window.machine_action_at is None or not _reboot_signal(event):
         return None
     began = event.since or observed
-    if began < window.vm_action_at - SKEW:
-        return None  # it was there before we touched the VM: the trigger, or a different fault
+    if began < window.machine_action_at - SKEW:
+        return None  # it was there before we touched the machine: the trigger, or a different fault
     if window.closed_at is not None and began > window.closed_at + SKEW:
         # It began after we proved the node healthy and closed: a new fault. The one exception is
         # Slurm's bare NOT_RESPONDING, which slurmctld keeps on a node we resumed until its next ping.
         if not (event.source is Source.SLURM and slurm_states.named(event.state) == {SlurmState.NOT_RESPONDING}):
             return None
-    return _because(window, window.vm_action)
+    return _because(window, window.machine_action)
 
 
 def _reboot_signal(event: NodeEvent) -> bool:
-    """A kind of signal a VM restart, reimage or the boot of a new VM produces."""
+    """A kind of signal a machine restart, reimage or host move (a boot on new hardware) produces."""
     if event.source is Source.KUBERNETES:
         type_, _, status = event.state.partition("=")
         return type_ == "Ready" and status != "True"

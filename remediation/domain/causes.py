@@ -1,7 +1,7 @@
 """Cause classification: read the fault's cause from the signal itself, and pick the class's ladder.
 
 A restart cannot fix a GPU whose memory has a double-bit error, nor a switch shared by many nodes;
-climbing the same restart-reimage ladder for every fault wastes VM actions and hours. So every signal
+climbing the same restart-reimage ladder for every fault wastes machine actions and hours. So every signal
 is classified before its remediation opens:
 
 1. XID codes in the text, in the forms people and tools write them: a researcher's Slurm reason
@@ -241,8 +241,8 @@ def runnable(actions: tuple[str, ...], gpu_reset: bool) -> tuple[str, ...]:
     return actions if gpu_reset else tuple(a for a in actions if a != GPU_RESET) or ("quarantine",)
 
 
-def vm_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
-             gpu_reset: bool) -> tuple[str, ...]:
+def action_rungs(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *,
+                 gpu_reset: bool) -> tuple[str, ...]:
     """The ladder's rungs: what vm_restart climbs (a GPU reset, machine actions); quarantine follows the
     last one. A class without any holds for a human or is quarantined at once."""
     return tuple(a for a in ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)
@@ -256,8 +256,8 @@ def first_action(fault_class: str | None, faults: FaultSettings, workflow: Workf
 
 def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int, *,
               gpu_reset: bool) -> str:
-    """The action of ladder rung ``rung`` (past the VM actions: quarantine)."""
-    rungs = vm_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)
+    """The action of ladder rung ``rung`` (past the machine actions and a GPU reset: quarantine)."""
+    rungs = action_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)
     if not rungs:
         return first_action(fault_class, faults, workflow, gpu_reset=gpu_reset)
     return rungs[rung] if rung < len(rungs) else "quarantine"
@@ -287,8 +287,8 @@ def urgent(fault_class: str | None) -> bool:
 _MOVE_HOST = {"azure": VMAction.REDEPLOY}
 
 
-def to_vm_action(action: str, provider: str | None) -> VMAction:
-    """A ladder action as the VM provider's action (``move-host`` depends on the cloud)."""
+def to_machine_action(action: str, provider: str | None) -> VMAction:
+    """A ladder action as the machine backend's action (``move-host`` depends on the cloud)."""
     if action == "move-host":
         return _MOVE_HOST.get(provider or "", VMAction.STOP_START)
     return VMAction(action)

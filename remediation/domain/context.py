@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Self
 
 from remediation.domain.record import JsonRecord
 
@@ -32,6 +32,10 @@ class Held(JsonRecord):
     at: str | None = None  # ISO time it was held
     step: str | None = None  # the step it was held at
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+#: Keys older rows carry under a retired name -> the field that reads them; only the new name is written.
+RENAMED = {"vm_action_at": "machine_action_at", "vm_op_ref": "machine_op_ref"}
 
 
 @dataclass(frozen=True)
@@ -49,15 +53,15 @@ class RemediationContext(JsonRecord):
     quarantine_taken_back: str | None = None  # an incident explained that failure: the cause it took back
     # -- k8s_cordon
     k8s_node: str | None = None  # the Kubernetes Node of the Slurm node
-    boot_id_before: str | None = None  # its bootID before any VM action (verify wants a new one)
-    provider_id: str | None = None  # its providerID: which VM the VM actions act on
+    boot_id_before: str | None = None  # its bootID before any machine action (verify wants a new one)
+    provider_id: str | None = None  # its providerID: which VM the machine actions act on
     we_cordoned: bool | None = None  # the cordon is ours (a human's cordon placed first is never ours)
     # -- the site (the engine, at the first claim): a half it lacks, whose steps this remediation skips
     no_kubernetes: bool | None = None  # kube.backend none: nothing cordoned, evicted or tainted
     no_machine: bool | None = None  # machine.backend none: nothing restarted, moved or reimaged, nothing verified
     # -- vm_restart
-    vm_action_at: str | None = None  # ISO start of the attempt that completed a VM action
-    vm_op_ref: str | None = None  # the completed operation's reference
+    machine_action_at: str | None = None  # ISO start of the attempt that completed a machine action
+    machine_op_ref: str | None = None  # the completed operation's reference
     slurmctld_action_at: str | None = None  # ISO: when slurmctld took it, on its clock (Slurm's reboot); ""
     slurmd_start_before: str | None = None  # ISO: slurmd's start as slurmctld had it before the action; "" none
     # -- admission and holds
@@ -67,6 +71,13 @@ class RemediationContext(JsonRecord):
     held: Held | None = None  # held for a human; None: not held
     # Keys this version does not know, kept as they were.
     extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, raw: Mapping[str, Any] | None) -> Self:
+        """Read a row, a key under its retired name as its field (the new name wins if both are there)."""
+        if isinstance(raw, Mapping) and not RENAMED.keys().isdisjoint(raw):
+            raw = {RENAMED.get(k, k): v for k, v in raw.items() if RENAMED.get(k) not in raw}
+        return super().load(raw)
 
     def merged(self, patch: RemediationContext) -> RemediationContext:
         """This context with every field ``patch`` sets (not None) replaced."""

@@ -1,5 +1,5 @@
 """The ``control`` rows the engine decides on, typed: the pause, the storm breaker's latch and the
-last VM action. Each row is one JSON value; these records declare its keys (read tolerantly and
+last machine action. Each row is one JSON value; these records declare its keys (read tolerantly and
 written in the same shape: :class:`remediation.domain.record.JsonRecord`). The API and the CLI show
 the stored JSON as it is.
 """
@@ -70,10 +70,10 @@ class BreakerLatch(JsonRecord):
 
 
 @dataclass(frozen=True)
-class LastVMAction(JsonRecord):
-    """Row ``last_vm_action``: the minimum gap between VM actions counts from it."""
+class LastMachineAction(JsonRecord):
+    """Row ``last_vm_action``: the minimum gap between machine actions counts from it."""
 
-    at: str | None = None  # ISO time the last VM action was admitted
+    at: str | None = None  # ISO time the last machine action was admitted
     remediation: int | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 

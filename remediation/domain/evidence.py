@@ -6,7 +6,7 @@ runs at least one of them before ``return`` wherever it can; :func:`unproven` is
 at why it may be without one, and what it does instead of resuming:
 
 - the class's ladder has no machine rung (``hold``, ``quarantine``): the class's own rule, as at
-  ``k8s_evict`` (:func:`remediation.domain.recheck.without_vm_action`): held for a human, or
+  ``k8s_evict`` (:func:`remediation.domain.recheck.without_machine_action`): held for a human, or
   quarantined at once;
 - the site has no machine action and no GPU check (``machine.backend`` and ``validation.backend``
   both ``none``): nothing can prove the node healthy. ``workflow.unproven`` says what happens:
@@ -18,7 +18,7 @@ at why it may be without one, and what it does instead of resuming:
 
 from __future__ import annotations
 
-from remediation.domain.causes import vm_rungs
+from remediation.domain.causes import action_rungs
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import (
     Adapters,
@@ -30,7 +30,7 @@ from remediation.domain.outcomes import (
     StepSettings,
     wait,
 )
-from remediation.domain.recheck import human_took_back, without_vm_action
+from remediation.domain.recheck import human_took_back, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Site
 from remediation.domain.states import AuditAction
@@ -57,8 +57,9 @@ def action_here(action: str | None, site: Site, workflow: WorkflowSettings) -> s
 def unproven(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
     """What ``return`` does instead of resuming when nothing can have proven the node healthy; None:
     verify or the GPU check did, return goes on."""
-    if not vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow, gpu_reset=ad.site.validation):
-        return without_vm_action(inp, ad, cfg)
+    faults, wf = cfg.policy.faults, cfg.workflow
+    if not action_rungs(inp.context.fault_class, faults, wf, gpu_reset=ad.site.validation):
+        return without_machine_action(inp, ad, cfg)
     if ad.machine is not None or ad.validator is not None:
         return None
     if cancel := human_took_back(inp, ad, cfg):

@@ -148,13 +148,13 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     detail: dict[str, Any] = {"gpu_reset": rec, "undone": taken_down}
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
-                    context=RemediationContext(vm_op_ref=f"{DRY_RUN_REF}{op['name']}"))
+                    context=RemediationContext(machine_op_ref=f"{DRY_RUN_REF}{op['name']}"))
     last = last_line(rec["output"])
     said = f"exit {rec['exit_code']} after {rec['duration_s']:.1f}s{f': {last[:200]}' if last else ''}"
     if outcome == ValidationOutcome.PASSED:
         return Done(f"GPU reset of {what} done ({op['name']}: {said}); {taken_down}", detail=detail,
-                    context=RemediationContext(vm_action_at=inp.started_at.isoformat(), vm_op_ref=op["name"],
-                                               reconfirm=False))
+                    context=RemediationContext(machine_action_at=inp.started_at.isoformat(),
+                                               machine_op_ref=op["name"], reconfirm=False))
     why = {ValidationOutcome.FAILED: "the reset failed",
            ValidationOutcome.TIMEOUT: f"not done within {op['timeout_s']:g}s",
            ValidationOutcome.NO_RESULT: f"ended without a result ({rec['state'] or 'unknown'})",
@@ -171,7 +171,7 @@ def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime)
     trigger = trigger_present(inp, ad, None, snode, cfg)
     silent = SlurmState.NOT_RESPONDING in snode.flags
     if trigger is None and not silent:
-        return Done(f"GPU reset proven by its job's exit 0 ({inp.context.vm_op_ref}); nothing rebooted; slurmd "
+        return Done(f"GPU reset proven by its job's exit 0 ({inp.context.machine_op_ref}); nothing rebooted; slurmd "
                     "answers; trigger cleared")
     still = trigger or f"slurmd on {inp.node} not responding"
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:

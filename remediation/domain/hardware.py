@@ -87,7 +87,7 @@ class Sighting(Machine):
     node: str
     at: datetime
     step: str  # vm_restart (before the action: waiting; after it: done), quarantine, validate
-    action: str | None = None  # the VM action that had just completed (an after-action sighting)
+    action: str | None = None  # the machine action that had just completed (an after-action sighting)
     gpus: tuple[Gpu, ...] = ()
     remediation_id: int | None = None
 

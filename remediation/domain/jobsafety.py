@@ -4,7 +4,7 @@ A node has jobs if ``squeue -w NODE`` lists any (always asked), or if Slurm's st
 ALLOCATED, MIXED or COMPLETING, or the FAILING or DRAINING flag. A FAIL on an allocated node (a
 researcher's ``scontrol update state=fail`` on a busy node, the everyday case) shows as FAILING or
 MIXED/ALLOCATED+FAIL: its jobs are still there. ``slurm_drain`` waits for them (waiting is not
-blocking), and the eviction and VM steps check again before acting (:func:`no_jobs_left`).
+blocking), and the eviction and machine steps check again before acting (:func:`no_jobs_left`).
 
 After ``workflow.drain_timeout_s``, ``workflow.on_jobs_timeout`` decides (:func:`jobs_timed_out`):
 hold (stay drained, page once, keep waiting), requeue or cancel, each audited with the job ids. Where

@@ -7,7 +7,7 @@ it, so the record names what was actually asked for.
 
 from __future__ import annotations
 
-from remediation.domain.causes import to_vm_action
+from remediation.domain.causes import to_machine_action
 from remediation.ports.cluster import VMAction
 
 #: Clouds without a reimage or redeploy API get their nearest heavier action: a stop/start moves a GCE
@@ -27,7 +27,7 @@ def provider_action(rung: str, provider: str | None) -> VMAction:
     hardware)."""
     if provider in _ONLY:
         return _ONLY[provider]
-    action = to_vm_action(rung, provider)
+    action = to_machine_action(rung, provider)
     if provider in _NATIVE and action not in _NATIVE[provider]:
         return _HEAVIER.get(action, action)
     return action

@@ -7,8 +7,8 @@ Two questions are answered here and nowhere else:
    exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
    unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
 2. ``admit`` (admission): may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
-   (eviction and VM actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
-   minimum gap throttle VM actions.
+   (eviction and machine actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
+   minimum gap throttle machine actions.
 
 Nothing here touches a database or a network, so the table-driven tests run in microseconds and the
 same functions drive the trace replay (``remediation rehearse``).
@@ -195,8 +195,8 @@ class ClusterView:
     paused: bool
     pool_size: int
     failed_in_window: int  # distinct nodes with a remediation opened within the breaker window
-    vm_active: int  # remediations (other than this one) with a VM action in flight or verifying
-    last_vm_action_at: datetime | None
+    machine_active: int  # remediations (other than this one) with a machine action in flight or verifying
+    last_machine_action_at: datetime | None
     pause_reason: str = ""  # who paused automation and why (a human, or the system on a fault of ours)
     breaker_latched: bool = False  # the storm breaker is open until a human closes it (remediation.services.breaker)
     breaker_reason: str = ""  # why it opened
@@ -254,28 +254,28 @@ class Pool:
 BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
-def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_vm_action: bool,
+def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_machine_action: bool,
           pool: Pool | None = None) -> Admission:
-    """May ``step`` act now? ``new_vm_action`` is true only when vm_restart would start an action
+    """May ``step`` act now? ``new_machine_action`` is true only when vm_restart would start an action
     (polling an operation already started is always allowed, or a restart could never finish).
     ``pool``: the step's remediation belongs to a profile (see :class:`Pool`)."""
     if view.paused:
         return Admission(False, f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused")
-    if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_vm_action):
+    if step in BREAKER_STEPS and (step is not Step.VM_RESTART or new_machine_action):
         if breaker_holds(view, policy):
             return Admission(False, breaker_text(view, policy))
         if pool is not None and breaker_holds(pool.view, pool.policy):
             return Admission(False, breaker_text(pool.view, pool.policy, pool.profile))
-    if step is Step.VM_RESTART and new_vm_action:
-        active, limit = (pool.view.vm_active, pool.policy.max_concurrent) if pool else (view.vm_active,
-                                                                                        policy.max_concurrent)
+    if step is Step.VM_RESTART and new_machine_action:
+        active, limit = ((pool.view.machine_active, pool.policy.max_concurrent) if pool
+                         else (view.machine_active, policy.max_concurrent))
         if active >= limit:
             whose = f" in profile {pool.profile}" if pool else ""
-            return Admission(False, f"max_concurrent reached{whose} ({active}/{limit} VM actions)")
-        if view.last_vm_action_at is not None:
-            due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
+            return Admission(False, f"max_concurrent reached{whose} ({active}/{limit} machine actions)")
+        if view.last_machine_action_at is not None:
+            due = view.last_machine_action_at + timedelta(seconds=policy.min_restart_gap_s)
             if now < due:
-                return Admission(False, f"minimum gap between VM actions ({policy.min_restart_gap_s:g}s)")
+                return Admission(False, f"minimum gap between machine actions ({policy.min_restart_gap_s:g}s)")
     return Admission(True)
 
 

@@ -9,7 +9,7 @@ domain has to import the step bodies back.
 from __future__ import annotations
 
 from remediation.domain import slurm_states
-from remediation.domain.causes import first_action, vm_rungs
+from remediation.domain.causes import action_rungs, first_action
 from remediation.domain.events import Source
 from remediation.domain.outcomes import (
     Adapters,
@@ -62,14 +62,14 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode:
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
 
 
-def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
-    """A class whose ladder has no VM action: ``quarantine`` at once (hardware to return),
+def without_machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:
+    """A class whose ladder has no machine action: ``quarantine`` at once (hardware to return),
     or ``hold``: the node stays drained and cordoned, nothing is evicted or restarted, on-call is paged
     once, and the remediation holds until a human acts (cancel, release) or the fault clears by itself
-    (then what is ours is given back). None: the class has VM actions; go on."""
+    (then what is ours is given back). None: the class has machine actions (or a GPU reset); go on."""
     cls = inp.context.fault_class
     jobs = ad.site.validation
-    if vm_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
+    if action_rungs(cls, cfg.policy.faults, cfg.workflow, gpu_reset=jobs):
         return None
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
@@ -78,10 +78,10 @@ def without_vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcom
         return Quarantine(f"class {cls} is quarantined at once: {inp.cause}")
     if (still := fault_still_there(inp, ad, cfg)) is None:
         given = give_back(ad, inp.node, cfg.policy.our_reason_prefix)
-        return Cancel(f"the fault cleared while held (class {cls}, no VM action); gave back what was ours ({given})",
+        return Cancel(f"the fault cleared while held (class {cls}, no machine action); gave back what was ours ({given})",
                       node_healthy=True)
     kept = "drained and cordoned" if ad.kube is not None else "drained (no Kubernetes)"
-    why = f"held for a human: class {cls} takes no VM action; {kept}, on-call paged ({still}); cancel or release when fixed"
+    why = f"held for a human: class {cls} takes no machine action; {kept}, on-call paged ({still}); cancel or release when fixed"
     note = Note(AuditAction.FAULT_HOLD, f"{inp.node}: {why}: {inp.cause}", {"fault_class": cls}) if inp.checks == 0 else None
     return wait(cfg.workflow, why, note=note)
 

@@ -56,8 +56,8 @@ class Step(StrEnum):
     DONE = "done"  # terminal marker
 
 
-# Steps that act on the VM; they wait while the breaker is open or the gap/concurrency is used up.
-VM_STEPS = frozenset({Step.VM_RESTART, Step.VERIFY})
+# Steps that act on the machine; they wait while the breaker is open or the gap/concurrency is used up.
+MACHINE_STEPS = frozenset({Step.VM_RESTART, Step.VERIFY})
 
 HAPPY_PATH = (
     Step.SLURM_DRAIN,

@@ -2,7 +2,7 @@
 
 Each function gets a frozen snapshot of its remediation (``StepInput``) and the adapters, calls outside
 at most once or twice, and returns an outcome: ``Done`` (advance), ``Wait`` (check again after a
-countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the VM
+countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the
 ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
 functions never touch the database, which is what makes them safe to run twice.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from remediation.domain import slurm_states
-from remediation.domain.causes import vm_rungs
+from remediation.domain.causes import action_rungs
 from remediation.domain.checkpoint import ask_pods
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import Source
@@ -40,7 +40,7 @@ from remediation.domain.outcomes import elapsed, wait
 from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.policy import ignored_reason
 from remediation.domain.providerid import parse_provider_id
-from remediation.domain.recheck import human_took_back, trigger_present, without_vm_action
+from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.domain.validation import validate
@@ -156,13 +156,13 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
 
 
 def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str) -> Outcome | None:
-    """The checks before an eviction or a VM action, in order: a human took the node back, it is
+    """The checks before an eviction or a machine action, in order: a human took the node back, it is
     healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
     return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg.workflow, what)
 
 
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    if stop := without_vm_action(inp, ad, cfg):
+    if stop := without_machine_action(inp, ad, cfg):
         return stop
     if stop := before_disruption(inp, ad, cfg, "eviction"):
         return stop
@@ -184,13 +184,13 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
 
 def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     """The action of the remediation's rung (class unknown: workflow.ladder; gpu-reset only where jobs run)."""
-    rungs = vm_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
-                     gpu_reset=ad.site.validation) or tuple(cfg.workflow.ladder)
+    rungs = action_rungs(inp.context.fault_class, cfg.policy.faults, cfg.workflow,
+                         gpu_reset=ad.site.validation) or tuple(cfg.workflow.ladder)
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
-def vm_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
-    """The VM action of the remediation's ladder rung, as ``provider`` carries it out."""
+def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
+    """The machine action of the remediation's ladder rung, as ``provider`` carries it out."""
     return provider_action(rung(inp, ad, cfg), provider)
 
 
@@ -214,7 +214,7 @@ def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
-    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "VM action")):
+    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "machine action")):
         return stop
     if reset:
         return gpu_reset(inp, ad, cfg, now)
@@ -229,7 +229,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         # Bare metal has no providerID: a backend that names the machine by the node does.
         vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
         before = read_identity(ad, vm)  # the hardware the fault happened on
-        op = machine.start(vm, vm_action(inp, ad, cfg, vm.provider), inp.key)
+        op = machine.start(vm, machine_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(), detail=before)
     op = Operation.from_dict(inp.provider_op)
@@ -242,7 +242,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
         after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
-            vm_action_at=inp.started_at.isoformat(), vm_op_ref=op.ref, reconfirm=False,
+            machine_action_at=inp.started_at.isoformat(), machine_op_ref=op.ref, reconfirm=False,
             slurmctld_action_at=slurmctld_time(op), slurmd_start_before=inp.detail.get(SLURMD_BEFORE)), detail=after)
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
@@ -252,19 +252,19 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
 
 def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
-    later than the VM action), slurmd registered after the action as its start time shows (compared with
+    later than the machine action), slurmd registered after the action as its start time shows (compared with
     slurmctld's own time of the action where the action has one; a missing NOT_RESPONDING flag is not
     enough: a pre-reboot state satisfies it), and the trigger cleared. A
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if recorded_only(inp.context.vm_op_ref):
+    if recorded_only(inp.context.machine_op_ref):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
     if rung(inp, ad, cfg) == GPU_RESET:
         return verify_reset(inp, ad, cfg, now)
     knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
-    action_at, ctld = inp.context.vm_action_at, inp.context.slurmctld_action_at
+    action_at, ctld = inp.context.machine_action_at, inp.context.slurmctld_action_at
     # One clock: slurmctld's own time of the action where the machine action has one (Slurm's reboot),
     # else the attempt's start. Slurm stamps in whole seconds: a start in the action's second counts.
     stamp = ctld or action_at
@@ -288,7 +288,8 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
                     detail={"boot_id": knode.boot_id} if knode else {})
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
-        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {vm_action(inp, ad, cfg)}: {facts}"
+        acted = machine_action(inp, ad, cfg)
+        return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {acted}: {facts}"
                         f"{', slurmd not responding' if not responding else ''}{still}")
     return wait(cfg.workflow, f"waiting for proof of recovery: {facts}{still}")
 

@@ -1,6 +1,6 @@
 """The ``validate`` step: a GPU check chosen by the cause runs on the node before it returns.
 
-Verify proves the VM restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
+Verify proves the machine restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
 a degraded NVLink or a flaky InfiniBand port passes verify and kills the next job. So between verify and
 return the node runs a check through the configured :class:`~remediation.ports.validator.Validator`, picked
 by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
@@ -10,7 +10,7 @@ by the remediation's cause class (``validation.checks``; ``unknown`` until the c
   delivery started, and a job someone else named like it is never taken for it) and records the check's reference on the step before
   anyone waits on it;
 - later looks poll it; when it ends the validator takes its set-up down (reservation deleted, drain put back);
-- exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the VM ladder within
+- exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the ladder within
   the same remediation with the check's output on the step; a check that does not end by its deadline
   (or that the backend's own limit ended) is neither: the node is **held** and on-call paged once; so
   is a check that ended without a result (cancelled by someone, its node failed). A
@@ -206,7 +206,7 @@ def still_running(result: ValidationResult) -> str:
 
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     validator = job_runner(ad, "validate")
-    if recorded_only(inp.context.vm_op_ref):
+    if recorded_only(inp.context.machine_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
     poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)

@@ -24,7 +24,7 @@ class Hint(StrEnum):
 
     NONE = ""  # anything else: run it after its countdown
     ADMISSION = "admission"  # admission refused the step; its verdict may change with the cluster view
-    ADMISSION_NEW_VM = "admission:new_vm"  # admission refused a step that would start a VM action
+    ADMISSION_NEW_MACHINE = "admission:new_machine"  # refused a step that would start a machine action
     WAIT = "wait"  # the step body asked to look again (an operation, a reboot, jobs or pods leaving)
     INCIDENT = "incident"  # held by an open incident: nothing changes until the incident closes
 

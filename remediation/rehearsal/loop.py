@@ -44,7 +44,7 @@ from remediation.db.queries import cluster_view
 from remediation.domain.causes import classify, table
 from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
-from remediation.domain.statemachine import OPEN_STATUSES, VM_STEPS, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import MACHINE_STEPS, OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.stepdetail import HeldTime
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
@@ -70,7 +70,7 @@ class Idle:
     last: datetime
     period: timedelta
     parked: bool  # True: parked by admission; False: asleep in a step's wait
-    new_vm: bool = False  # admission would let through a new VM action
+    new_machine: bool = False  # admission would let through a new VM action
     node: str = ""
 
 
@@ -243,8 +243,9 @@ class Rehearsal:
             # Held until its incident closes: the repair that closes it wakes it (see _repair).
             self.idle[rid] = Idle(nxt.step, at, period, parked=False, node=self._node(rid))
             return
-        if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_VM):
-            self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_vm=nxt.hint is Hint.ADMISSION_NEW_VM)
+        if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_MACHINE):
+            new_machine = nxt.hint is Hint.ADMISSION_NEW_MACHINE
+            self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_machine=new_machine)
             self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return
         if nxt.hint is Hint.WAIT and (until := self._wait_until(rid, nxt.step)) is not None:
@@ -301,8 +302,8 @@ class Rehearsal:
             self.view = None
             return
         view = self._current_view()
-        fp = (view.paused, view.pause_reason, view.breaker_latched, view.vm_active, view.last_vm_action_at,
-              breaker_open(view, self.settings.policy))
+        fp = (view.paused, view.pause_reason, view.breaker_latched, view.machine_active,
+              view.last_machine_action_at, breaker_open(view, self.settings.policy))
         if fp == self.view and not rank:
             return
         global_change = self.view is not None and fp[:3] != self.view[:3]
@@ -315,10 +316,10 @@ class Rehearsal:
 
     def _rank_parked(self, key: Key, view: ClusterView) -> None:
         """Schedule the parked remediations that can get through, and no more: when a VM action slot
-        frees, every parked one would be admitted, but only the first ``max_concurrent - vm_active`` to
+        frees, every parked one would be admitted, but only the first ``max_concurrent - machine_active`` to
         poll (in the loop's order) can take a slot; the rest would be refused again. If one of
         the first is turned away after all (the gap, a newcomer took the slot), its claim ranks again."""
-        slots = self.settings.policy.max_concurrent - view.vm_active
+        slots = self.settings.policy.max_concurrent - view.machine_active
         contenders: list[tuple[datetime, int]] = []
         for rid, idle in self.idle.items():
             if not idle.parked:
@@ -326,7 +327,7 @@ class Rehearsal:
             at, exact = self._admissible(key, rid, idle, view)
             if at is None:
                 self._unschedule(rid)  # shut until the view changes
-            elif idle.new_vm and exact:
+            elif idle.new_machine and exact:
                 contenders.append((at, rid))
             else:
                 self._step(rid, idle.step, at)
@@ -351,11 +352,11 @@ class Rehearsal:
         if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
                 not view.breaker_latched and breaker_open(view, policy)):
             return nxt, False
-        if admit(step, view, policy, nxt, new_vm_action=idle.new_vm).ok:
+        if admit(step, view, policy, nxt, new_machine_action=idle.new_machine).ok:
             return nxt, True
-        if view.last_vm_action_at is not None:
-            due = view.last_vm_action_at + timedelta(seconds=policy.min_restart_gap_s)
-            if due > nxt and admit(step, view, policy, due, new_vm_action=idle.new_vm).ok:
+        if view.last_machine_action_at is not None:
+            due = view.last_machine_action_at + timedelta(seconds=policy.min_restart_gap_s)
+            if due > nxt and admit(step, view, policy, due, new_machine_action=idle.new_machine).ok:
                 return self._grid_at_or_after(idle, due, key, rid), True  # only the gap holds it
         return None, True
 
@@ -394,4 +395,4 @@ def _left_vm_phase(step: str, nxt: str | None) -> bool:
     """Did a remediation leave its VM phase (the only way a slot under ``max_concurrent`` frees up)?
     Other changes admission depends on come from ingest (pool, breaker window) or close admission (a new VM
     action); a view read later than it could be only costs a poll that would have been skipped."""
-    return step in VM_STEPS and not (step == Step.VM_RESTART and nxt == Step.VERIFY)
+    return step in MACHINE_STEPS and not (step == Step.VM_RESTART and nxt == Step.VERIFY)

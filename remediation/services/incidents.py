@@ -1,7 +1,7 @@
 """Topology-correlated incidents: many nodes of one failure domain failing at once are one incident.
 
 A dead leaf switch takes all its nodes' slurmds out of reach together. Remediating them one by one
-would restart healthy VMs behind a broken switch, page once per node and mark every one a repeat
+would restart healthy machines behind a broken switch, page once per node and mark every one a repeat
 offender. So, in the ingest's transaction, right after remediations open (:func:`correlate_opened`):
 
 1. the domains of the nodes that just failed are read from ``node_domains`` (learnt from Slurm's
@@ -15,8 +15,8 @@ offender. So, in the ingest's transaction, right after remediations open (:func:
 
 A member remediation keeps draining and cordoning (the safe steps), then waits at the first
 disruptive step: the workflow's claim asks :func:`hold_reason` ("is my node in an open incident?")
-before an eviction or a VM action. Failures that arrive one by one may open normal remediations
-before the K-th: ``incidents.vm_grace_s`` holds the first VM action of a node that has a domain until
+before an eviction or a machine action. Failures that arrive one by one may open normal remediations
+before the K-th: ``incidents.vm_grace_s`` holds the first machine action of a node that has a domain until
 its incident could have formed, and a remediation folded in later is held at its next claim.
 
 The incident closes when every member responds again (:func:`check_recovery`, run by the sweeper)
@@ -187,7 +187,7 @@ def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_ru
     session.flush()
     page = (f"incident #{inc.id}: {len(found.nodes)} of {found.size} nodes of {found.kind} {found.name} failed "
             f"together; likely cause: {found.cause}; nodes: {compress(found.nodes)}. They are drained in Slurm "
-            "and get no VM action; resolve with `remediation incidents resolve "
+            "and get no machine action; resolve with `remediation incidents resolve "
             f"{inc.id} -r REASON` once the {found.cause} is fixed")
     audit(session, now, actor, AuditAction.INCIDENT_OPENED, found.key, page,
           {"incident": inc.id, "kind": found.kind, "name": found.name, "cause": found.cause,
@@ -230,21 +230,21 @@ class IncidentHold:
 
 
 def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, cfg: IncidentSettings,
-                new_vm_action: bool) -> IncidentHold | None:
+                new_machine_action: bool) -> IncidentHold | None:
     """Why this remediation may not take its next disruptive step yet, or None: its node is in an
-    open incident, or (first VM action only) an incident of its domain may still form."""
+    open incident, or (first machine action only) an incident of its domain may still form."""
     if step not in HELD_STEPS:
         return None
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
         if inc is not None and inc.status == IncidentStatus.OPEN:
-            return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no VM action while it "
+            return IncidentHold(f"held by incident #{inc.id} ({inc.cause} {inc.name}): no machine action while it "
                                 "is open; it closes when its nodes recover or a human resolves it", True)
     decided = step is Step.QUARANTINE and bool(rem.ctx.quarantine_decided)
-    if ((step is Step.VM_RESTART and new_vm_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
+    if ((step is Step.VM_RESTART and new_machine_action) or decided) and cfg.enabled and cfg.vm_grace_s > 0:
         due = aware(rem.opened_at) + timedelta(seconds=cfg.vm_grace_s)
         if now < due and domains_of(session, [rem.node]):
-            what = "quarantining" if decided else "the first VM action"
+            what = "quarantining" if decided else "the first machine action"
             return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
                                 "other nodes of its failure domains may be failing too", False)
     return None

@@ -145,7 +145,7 @@ class DatabaseCollector(Collector):
         yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
                                 value=by_status[NodeStatus.QUARANTINED.value])
         latch = BreakerLatch.load(control_get(s, BREAKER))
-        yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds VM actions "
+        yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds machine actions "
                                 "(it latches: open until a human closes it)", value=1 if latch.open else 0)
         why = GaugeMetricFamily("remediation_breaker_open_info", "Why the storm breaker is open (1 while open)",
                                 labels=["reason", "since"])

@@ -59,9 +59,9 @@ LEASE_MARGIN_S = 30.0  # beyond the posts' own timeouts, before a crashed pass's
 
 # action -> (emoji, headline)
 NOTIFIABLE: dict[AuditAction, tuple[str, str]] = {
-    AuditAction.BREAKER_OPEN: (":rotating_light:", "Storm breaker OPEN: VM actions are held"),
-    AuditAction.BREAKER_CLOSED: (":white_check_mark:", "Storm breaker closed: VM actions resume"),
-    AuditAction.INCIDENT_OPENED: (":zap:", "Correlated INCIDENT: one failure domain, many nodes; no VM actions"),
+    AuditAction.BREAKER_OPEN: (":rotating_light:", "Storm breaker OPEN: machine actions are held"),
+    AuditAction.BREAKER_CLOSED: (":white_check_mark:", "Storm breaker closed: machine actions resume"),
+    AuditAction.INCIDENT_OPENED: (":zap:", "Correlated INCIDENT: one failure domain, many nodes; no machine actions"),
     AuditAction.INCIDENT_RECOVERED: (":white_check_mark:", "Incident closed: its nodes answer again"),
     AuditAction.INCIDENT_RESOLVED: (":white_check_mark:", "Incident resolved by a human: its nodes go on on their own"),
     AuditAction.ESCALATE: (":arrow_double_up:", "Escalated"),
@@ -72,7 +72,7 @@ NOTIFIABLE: dict[AuditAction, tuple[str, str]] = {
     AuditAction.PAUSE: (":double_vertical_bar:", "Automation PAUSED"),
     AuditAction.RESUME: (":arrow_forward:", "Automation resumed"),
     AuditAction.HOLD: (":warning:", "Remediation HELD on an error nobody mapped"),
-    AuditAction.FAULT_HOLD: (":construction:", "Held for a human: the cause takes no VM action (drained, nothing restarted)"),
+    AuditAction.FAULT_HOLD: (":construction:", "Held for a human: the cause takes no machine action (drained, nothing restarted)"),
     AuditAction.UNPROVEN_HOLD: (":construction:", "Held for a human: nothing at this site can prove the node healthy "
                       "(no machine action, no GPU check; drained, never resumed by the service)"),
     AuditAction.JOBS_TIMEOUT: (":hourglass:", "Jobs still on a drained node past drain_timeout_s or checkpoint_wait_s: held for a human"),

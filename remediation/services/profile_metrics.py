@@ -56,7 +56,7 @@ def profile_metrics(s: Session) -> Iterable[Metric]:
     yield closed
     latched = GaugeMetricFamily(
         "remediation_profile_breaker_open",
-        "1 while a profile's own storm breaker holds its pool's VM actions",
+        "1 while a profile's own storm breaker holds its pool's machine actions",
         labels=["profile"],
     )
     for profile, value in breaker.latches(s).items():

@@ -10,7 +10,7 @@
 
 A worker killed in phase 2 leaves a ``started`` row and a lease that expires; the sweeper (or the
 redelivered task) runs the step again with the *same* idempotency key, and the adapters' contract
-(idempotent writes; a VM start with a used key does not act again) makes the repeat harmless. For
+(idempotent writes; a machine action started with a used key does not act again) makes the repeat harmless. For
 vm_restart the provider operation is recorded before anyone waits on it, so a redelivered task resumes
 polling that operation and never issues a second restart.
 
@@ -39,15 +39,15 @@ from remediation.adapters.factory import AdaptersByPolicy
 from remediation.clock import aware
 from remediation.db.models import Remediation
 from remediation.db.queries import (
-    LAST_VM_ACTION,
+    LAST_MACHINE_ACTION,
     cluster_view,
     control_set,
     lock_control,
     remediation_locked,
     step_row,
 )
-from remediation.domain.causes import action_at, needs_rma, vm_rungs
-from remediation.domain.controls import LastVMAction
+from remediation.domain.causes import action_at, action_rungs, needs_rma
+from remediation.domain.controls import LastMachineAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
@@ -217,23 +217,23 @@ class Workflow:
                 # then (or the sweeper after it) runs the step.
                 return None
             if step is Step.VM_RESTART and row is None:
-                # A new VM action is admitted by counting the ones in flight and checking the gap. Two
+                # A new machine action is admitted by counting the ones in flight and checking the gap. Two
                 # claims counting at once would both see room for one more, so admissions queue on the
-                # last-VM-action row: each counts only after the one before it has committed.
-                lock_control(s, LAST_VM_ACTION, now)
+                # last-machine-action row: each counts only after the one before it has committed.
+                lock_control(s, LAST_MACHINE_ACTION, now)
                 now = self.clock.now()
-            verdict = self._admit(s, rem, step, cfg, now, new_vm_action=row is None)
+            verdict = self._admit(s, rem, step, cfg, now, new_machine_action=row is None)
             held_by_incident = False
             if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
-                                                              new_vm_action=row is None)):
+                                                              new_machine_action=row is None)):
                 verdict = replace(verdict, ok=False, reason=waits.reason)
                 held_by_incident = waits.by_incident
             if not verdict.ok:
                 countdown = min(wf.poll_interval_s, wf.max_wait_s)
-                new_vm = row is None and step is Step.VM_RESTART
+                new_machine = row is None and step is Step.VM_RESTART
                 # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
                 # change with the cluster view; an incident's hold only when the incident closes.
-                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_VM if new_vm else Hint.ADMISSION
+                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
                 if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
                     steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
@@ -252,7 +252,7 @@ class Workflow:
                 row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
                 s.add(row)
                 if step is Step.VM_RESTART:
-                    control_set(s, LAST_VM_ACTION, LastVMAction(at=now.isoformat(), remediation=rid).dump(), now)
+                    control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now)
                 s.flush()
             held_time = HeldTime.load(row.detail).resumed(now)
             if held_time.held_s:
@@ -270,7 +270,7 @@ class Workflow:
             return inp, row.id, g
 
     def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
-               new_vm_action: bool) -> Admission:
+               new_machine_action: bool) -> Admission:
         """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
         max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
         under its recorded policy, as before profiles."""
@@ -282,7 +282,7 @@ class Workflow:
             mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile, pool_stale=cfg.policy.pool_stale)
             mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
             pool = Pool(rem.profile, mine, cfg.policy)
-        return admit(step, view, fleet, now, new_vm_action=new_vm_action, pool=pool)
+        return admit(step, view, fleet, now, new_machine_action=new_machine_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
         return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)
@@ -343,7 +343,7 @@ class Workflow:
                     return None
                 site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
                 cls, jobs = rem.ctx.fault_class, site.validation
-                nxt = next_on_success(step, site, acts=bool(vm_rungs(cls, faults, wf, gpu_reset=jobs)),
+                nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
                                       resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
                 if nxt is Step.DONE:
                     close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
@@ -358,14 +358,14 @@ class Workflow:
             if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
                 if g.adapters.machine is None:
                     reason = f"no machine action at this site: {reason}"
-                elif rem.ladder + 1 < len(vm_rungs(cls, faults, wf, gpu_reset=jobs)):
+                elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
                     rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
                     audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now)
                 else:
-                    reason = f"VM ladder exhausted: {reason}"
+                    reason = f"ladder exhausted: {reason}"
             rem.action = "quarantine"
             if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"

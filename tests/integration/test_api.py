@@ -174,7 +174,7 @@ def test_dashboard_requires_login_then_renders(client, history) -> None:
     bad = client.post("/login", data={"token": "nope", "next": "/"})
     assert bad.status_code == 401 and "not valid" in bad.text
     _login(client, READ)
-    pages = {"/": "In flight", "/nodes": "gpu-node-9", "/nodes/gpu-node-8": "VM ladder exhausted",
+    pages = {"/": "In flight", "/nodes": "gpu-node-9", "/nodes/gpu-node-8": "ladder exhausted",
              f"/remediations/{history.quarantined}": "vm_restart", "/remediations": "gpu-node-4",
              "/quarantine": "gpu-node-8", "/audit": "remediation_quarantined", "/events": "ecc errors"}
     for path, text in pages.items():

@@ -120,7 +120,7 @@ def test_admin_releases_a_quarantined_node_from_the_dashboard(
     # Not logged in: the node page sends the browser to the login form, which brings it back.
     login(browser, base_url, f"/nodes/{NODE}")
     assert browser.find_element(By.CSS_SELECTOR, "h1 .st").text == "quarantined"
-    assert "VM ladder exhausted" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
+    assert "ladder exhausted" in browser.find_element(By.CSS_SELECTOR, "dl.facts").text
     assert "admin" in browser.find_element(By.CSS_SELECTOR, ".me .badge").text
     _screenshot(browser, tmp_path, "node-quarantined.png")
 

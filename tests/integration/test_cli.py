@@ -81,7 +81,7 @@ def test_nodes_list_filters_and_json_parses(run, history) -> None:
     assert res.exit_code == 0, res.output
     data = json.loads(res.stdout)
     assert [n["name"] for n in data] == ["gpu-node-8"]
-    assert data[0]["quarantine_reason"].startswith("VM ladder exhausted")
+    assert data[0]["quarantine_reason"].startswith("ladder exhausted")
 
 
 @pytest.mark.parametrize(

@@ -66,7 +66,7 @@ def test_xid_48_that_does_not_recover_is_quarantined_for_rma_without_a_restart(s
     rem = rem_for(sessions, "gpu-node-2")
     assert rem.status == "quarantined" and rem.action == "quarantine"
     assert vm_calls(world) == ["vm.stop_start"]  # one move-host, then quarantine: not restart twice
-    assert "VM ladder exhausted" in rem.context["quarantine_reason"]
+    assert "ladder exhausted" in rem.context["quarantine_reason"]
     assert "RMA" in rem.context["quarantine_reason"]
     assert world.node("gpu-node-2")["k8s"]["taint"] is True
 
@@ -125,7 +125,7 @@ def test_fabric_fault_is_drained_paged_and_held_with_no_vm_action(sessions, engi
         queue.append(nxt)
     rem = rem_for(sessions, "gpu-node-6")
     assert (rem.fault_class, rem.action, rem.status, rem.step) == ("fabric", "hold", "waiting", "k8s_evict")
-    assert rem.wait_reason.startswith("held for a human: class fabric takes no VM action")
+    assert rem.wait_reason.startswith("held for a human: class fabric takes no machine action")
     assert vm_calls(world) == [] and not world.calls("k8s.evict")
     assert world.node("gpu-node-6")["slurm"]["reason"].startswith("remediation:")
     with sessions() as s:

@@ -127,7 +127,7 @@ def test_no_vm_action_if_a_job_is_back_on_the_node(sessions, world, clock) -> No
         clock.advance(f.countdown)
     assert not world.calls("vm.restart")
     assert rem_for(sessions, "gpu-node-2").wait_reason == \
-        "no VM action while jobs remain: waiting for 1 job (777) to leave"
+        "no machine action while jobs remain: waiting for 1 job (777) to leave"
     world.set_jobs("gpu-node-2", [])
     drive(engine, clock, [f])
     assert rem_for(sessions, "gpu-node-2").status == "succeeded"

@@ -259,7 +259,7 @@ def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, wor
     drive(engine, clock, publish(sessions, settings, clock, "gpu-node-8", world=world), limit=2000)
     rem = rem_for(sessions, "gpu-node-8")
     assert rem.status == "quarantined" and rem.ladder == 1
-    assert "VM ladder exhausted" in rem.context["quarantine_reason"]
+    assert "ladder exhausted" in rem.context["quarantine_reason"]
     actions = [c["op"] for c in world.calls(effect=True) if c["op"].startswith("vm.")]
     assert actions == ["vm.restart", "vm.reimage"]
     with sessions() as s:

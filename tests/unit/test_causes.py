@@ -8,6 +8,7 @@ import pytest
 
 from remediation.domain.causes import (
     action_at,
+    action_rungs,
     classify,
     first_action,
     ladder,
@@ -15,8 +16,7 @@ from remediation.domain.causes import (
     planned_action,
     shipped,
     table,
-    to_vm_action,
-    vm_rungs,
+    to_machine_action,
     xids_in,
 )
 from remediation.ports.cluster import VMAction
@@ -154,7 +154,7 @@ def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
     assert ladder("unknown", *on, gpu_reset=True) == ("restart", "redeploy")
     assert ladder(None, *on, gpu_reset=True) == ("restart", "redeploy")
     assert first_action("gpu-memory", *on, gpu_reset=False) == "move-host"
-    assert vm_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "hold"
+    assert action_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "hold"
     assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
     assert action_at("gpu-transient", *on, 1, gpu_reset=False) == "move-host"
     assert action_at("gpu-transient", *on, 2, gpu_reset=False) == "quarantine"
@@ -167,9 +167,9 @@ def test_a_gpu_reset_rung_is_left_out_where_no_job_can_run_on_a_node() -> None:
                                       "ladders": {"gpu-transient": ["gpu-reset", "restart", "quarantine"],
                                                   "nvlink": ["gpu-reset"]}}})
     on = (cfg.policy.faults, cfg.workflow)
-    assert vm_rungs("gpu-transient", *on, gpu_reset=True) == ("gpu-reset", "restart")
+    assert action_rungs("gpu-transient", *on, gpu_reset=True) == ("gpu-reset", "restart")
     assert action_at("gpu-transient", *on, 1, gpu_reset=True) == "restart"
-    assert vm_rungs("gpu-transient", *on, gpu_reset=False) == ("restart",)  # validation.backend none
+    assert action_rungs("gpu-transient", *on, gpu_reset=False) == ("restart",)  # validation.backend none
     assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
     # A ladder that was only a reset ends where every ladder ends.
     assert ladder("nvlink", *on, gpu_reset=False) == ("quarantine",)
@@ -181,8 +181,8 @@ def test_a_gpu_reset_rung_is_left_out_where_no_job_can_run_on_a_node() -> None:
 @pytest.mark.parametrize(("provider", "want"), [("gce", VMAction.STOP_START), ("aws", VMAction.STOP_START),
                                                  ("azure", VMAction.REDEPLOY), ("memory", VMAction.STOP_START)])
 def test_move_host_is_each_clouds_way_to_new_hardware(provider: str, want: VMAction) -> None:
-    assert to_vm_action("move-host", provider) is want
-    assert to_vm_action("restart", provider) is VMAction.RESTART
+    assert to_machine_action("move-host", provider) is want
+    assert to_machine_action("restart", provider) is VMAction.RESTART
 
 
 def test_site_overrides_merge_over_the_shipped_table() -> None:
@@ -281,7 +281,7 @@ def test_contact_support_takes_no_machine_action_and_asks_for_an_rma(code: int) 
     cause = classify("slurm", "FAIL", f"xid {code}", T)
     for jobs in (True, False):
         assert ladder(cause.fault_class, faults, wf, gpu_reset=jobs) == ("quarantine",)
-        assert vm_rungs(cause.fault_class, faults, wf, gpu_reset=jobs) == ()
+        assert action_rungs(cause.fault_class, faults, wf, gpu_reset=jobs) == ()
     assert needs_rma(cause.fault_class, faults)
 
 

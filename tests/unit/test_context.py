@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from remediation.domain.context import Held, RemediationContext
-from remediation.domain.controls import BreakerLatch, LastVMAction, PauseState
+from remediation.domain.context import RENAMED, Held, RemediationContext
+from remediation.domain.controls import BreakerLatch, LastMachineAction, PauseState
 
 # A row as the service wrote it before the context was typed, every key it used.
 OLD_ROW: dict[str, Any] = {
@@ -22,11 +22,13 @@ OLD_ROW: dict[str, Any] = {
 }
 #: Keys declared since the context was typed: no old row carries them, and one without them reads as None.
 NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at", "slurmd_start_before"}
+#: The old row as this version writes it back: the renamed keys under their new names.
+REWRITTEN = {RENAMED.get(k, k): v for k, v in OLD_ROW.items()}
 
 
 def test_every_key_the_old_rows_carry_is_declared() -> None:
     declared = {f.name for f in fields(RemediationContext)} - {"extra"}
-    assert declared == set(OLD_ROW) | NEWER
+    assert declared == set(REWRITTEN) | NEWER
     assert RemediationContext.load({**OLD_ROW, "gpu_pci": "0000:3b:00"}).gpu_pci == "0000:3b:00"
 
 
@@ -35,7 +37,19 @@ def test_an_old_row_reads_typed_and_writes_back_unchanged() -> None:
     assert ctx.held == Held("unmapped builtins.ValueError", "boom", "2026-03-01T00:06:00+00:00", "verify")
     assert ctx.condition == ("Ready", "False") and ctx.we_cordoned is False and ctx.incident == 4
     assert ctx.extra == {}
-    assert ctx.dump() == OLD_ROW
+    assert ctx.dump() == REWRITTEN
+
+
+def test_an_old_rows_vm_action_at_loads_as_machine_action_at() -> None:
+    ctx = RemediationContext.load({"vm_action_at": "2026-03-01T00:05:00+00:00", "vm_op_ref": "op-1"})
+    assert ctx.machine_action_at == "2026-03-01T00:05:00+00:00" and ctx.machine_op_ref == "op-1"
+    assert ctx.extra == {}
+    assert ctx.dump() == {"machine_action_at": "2026-03-01T00:05:00+00:00", "machine_op_ref": "op-1"}
+
+
+def test_the_new_key_wins_over_the_old_one() -> None:
+    ctx = RemediationContext.load({"vm_action_at": "old", "machine_action_at": "new"})
+    assert ctx.machine_action_at == "new" and ctx.dump() == {"machine_action_at": "new"}
 
 
 @pytest.mark.parametrize(("raw", "expected"), [
@@ -73,4 +87,4 @@ def test_control_rows_read_as_the_service_wrote_them() -> None:
     assert pause.dump() == system
     closed = BreakerLatch.load({"open": False, "closed_at": "2026-03-01T00:00:00+00:00", "closed_by": "alice"})
     assert closed.closed is not None and BreakerLatch.load({"open": True, "closed_at": "x"}).closed is None
-    assert LastVMAction.load({"at": "not a time"}).when is None and PauseState.load(None) == PauseState()
+    assert LastMachineAction.load({"at": "not a time"}).when is None and PauseState.load(None) == PauseState()

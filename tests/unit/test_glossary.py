@@ -23,6 +23,10 @@ RETIRED = {
     "lever_service beside levers": r"\blever_service\b",
     "cli.ops / cli.gate (the console script and validate lived elsewhere)": r"remediation\.cli\.(ops|gate)\b",
     "VM for the machine port (a machine is not always a cloud's VM)": r"\b(VMProvider|VMSettings|NoopVM|vm_backend)\b",
+    "VM for a machine action (a GPU reset is none: the ladder's rungs are action_rungs)": (
+        r"\b(vm_rungs|VM_STEPS|vm_action_at|vm_op_ref|without_vm_action|to_vm_action|vm_active|"
+        r"last_vm_action_at|new_vm_action|LAST_VM_ACTION|LastVMAction|vm_action|new_vm|ADMISSION_NEW_VM)\b"
+    ),
     "DryRun for a twin (the dry-run twins are Noop*)": r"\b[A-Za-z]+DryRun\b|redfish\.dryrun",
     "drain for reading the stream (drain is Slurm's; the ingest consumes)": (
         r"\b(memstream|stream)\.drain\b|stream import (.*, )?drain\b|the ingest task drains|drain the event stream"
@@ -31,6 +35,7 @@ RETIRED = {
 #: What keeps an old word on purpose (docs/architecture.md, after the table).
 KEPT = re.compile(
     r'nr-gate|node-remediation/gate|/var/lib/node-remediation/gate|gate: dict|gate=checked|"gated"'
+    r'|RENAMED = \{"vm_action_at": "machine_action_at", "vm_op_ref": "machine_op_ref"\}'
 )
 #: A word that is right in one part of the code and means something else everywhere else -> its
 #: pattern (any case) and the directories where it is the right word.

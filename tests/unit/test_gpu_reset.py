@@ -75,7 +75,7 @@ def finish(result: ValidationResult, at: datetime = T0 + timedelta(seconds=20)) 
 def test_exit_0_is_the_proof_and_moves_on_to_verify() -> None:
     out, validator = finish(ValidationResult(True, 0, "gpu-reset: GPU 2 is at PCI 0000:3b:00\nGPU reset\n"))
     assert isinstance(out, Done) and "GPU reset of GPU 0000:3b:00" in out.outcome and "exit 0" in out.outcome
-    assert out.context.vm_op_ref == "nr-reset-r7-a1" and out.context.vm_action_at == T0.isoformat()
+    assert out.context.machine_op_ref == "nr-reset-r7-a1" and out.context.machine_action_at == T0.isoformat()
     assert out.detail["gpu_reset"]["exit_code"] == 0 and validator.calls[-1] == ("finish", "nr-reset-r7-a1")
 
 
@@ -123,7 +123,7 @@ def test_dry_run_records_would_reset_gpu_and_judges_nothing() -> None:
     out = vm_restart(inp(out.provider_op, pci=None), adapters(validator), cfg(), T0 + timedelta(seconds=1))
     assert isinstance(out, Done) and out.outcome.startswith("would reset every GPU of gpu-node-3")
     assert [a["would"] for a in validator.recorder.actions] == ["reset GPU"]
-    assert (out.context.vm_op_ref or "").startswith("dry-run:")  # verify and the GPU check judge nothing
+    assert (out.context.machine_op_ref or "").startswith("dry-run:")  # verify and the GPU check judge nothing
 
 
 def test_without_a_job_runner_the_rung_is_left_out_and_the_machine_restarts() -> None:
@@ -138,7 +138,7 @@ def test_without_a_job_runner_the_rung_is_left_out_and_the_machine_restarts() ->
 def test_verify_after_a_reset_asks_no_new_boot_but_the_trigger_must_clear() -> None:
     world = MemoryWorld(nodes=[NODE])
     world.set_slurm(NODE, flags=["DRAIN"], reason="remediation: xid 46")
-    after = {"vm_op_ref": "nr-reset-r7-a1", "vm_action_at": T0.isoformat(), "event_state": "FAIL"}
+    after = {"machine_op_ref": "nr-reset-r7-a1", "machine_action_at": T0.isoformat(), "event_state": "FAIL"}
     out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), T0 + timedelta(seconds=5))
     assert isinstance(out, Done) and "nothing rebooted" in out.outcome
     world.set_slurm(NODE, flags=["FAIL"], reason="xid 46 again -- bob")  # a researcher's new verdict

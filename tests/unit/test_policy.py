@@ -117,7 +117,7 @@ def test_window_expiry_counts_only_inside_the_window() -> None:
 
 def view(**kw: object) -> ClusterView:
     base: dict[str, object] = dict(
-        paused=False, pool_size=100, failed_in_window=0, vm_active=0, last_vm_action_at=None
+        paused=False, pool_size=100, failed_in_window=0, machine_active=0, last_machine_action_at=None
     )
     base.update(kw)
     return ClusterView(**base)  # type: ignore[arg-type]
@@ -139,12 +139,12 @@ GATE_CASES = [
     ("breaker-at-exact-fraction-closed", Step.VM_RESTART, view(failed_in_window=10), True, True),
     ("breaker-min-failures-small-pool", Step.VM_RESTART, view(pool_size=8, failed_in_window=2), True, True),
     ("breaker-small-pool-opens-at-min", Step.VM_RESTART, view(pool_size=8, failed_in_window=3), True, False),
-    ("max-concurrent-reached", Step.VM_RESTART, view(vm_active=2), True, False),
-    ("max-concurrent-below", Step.VM_RESTART, view(vm_active=1), True, True),
-    ("max-concurrent-ignores-polling", Step.VM_RESTART, view(vm_active=5), False, True),
-    ("min-gap-not-elapsed", Step.VM_RESTART, view(last_vm_action_at=T0 - timedelta(seconds=29)), True, False),
-    ("min-gap-elapsed", Step.VM_RESTART, view(last_vm_action_at=T0 - timedelta(seconds=30)), True, True),
-    ("min-gap-only-for-vm", Step.SLURM_DRAIN, view(last_vm_action_at=T0), True, True),
+    ("max-concurrent-reached", Step.VM_RESTART, view(machine_active=2), True, False),
+    ("max-concurrent-below", Step.VM_RESTART, view(machine_active=1), True, True),
+    ("max-concurrent-ignores-polling", Step.VM_RESTART, view(machine_active=5), False, True),
+    ("min-gap-not-elapsed", Step.VM_RESTART, view(last_machine_action_at=T0 - timedelta(seconds=29)), True, False),
+    ("min-gap-elapsed", Step.VM_RESTART, view(last_machine_action_at=T0 - timedelta(seconds=30)), True, True),
+    ("min-gap-only-for-vm", Step.SLURM_DRAIN, view(last_machine_action_at=T0), True, True),
 ]
 
 
@@ -152,7 +152,7 @@ GATE_CASES = [
     ("step", "cluster", "new_action", "ok"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
 )
 def test_admission(step: Step, cluster: ClusterView, new_action: bool, ok: bool) -> None:
-    verdict = admit(step, cluster, ADMISSION_POLICY, T0, new_vm_action=new_action)
+    verdict = admit(step, cluster, ADMISSION_POLICY, T0, new_machine_action=new_action)
     assert verdict.ok is ok, verdict.reason
     if not ok:
         assert verdict.reason

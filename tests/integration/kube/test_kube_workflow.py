@@ -350,7 +350,7 @@ def test_verify_does_not_pass_without_a_new_boot_id(build: Callable[..., Cluster
     drive(c.engine, c.clock, [c.publish()], limit=2000)
     rem = rem_for(c.sessions, SLURM)
     assert rem.status == "quarantined"
-    assert "VM ladder exhausted" in rem.context["quarantine_reason"]
+    assert "ladder exhausted" in rem.context["quarantine_reason"]
     assert "new bootID=False" in rem.context["quarantine_reason"]
     assert [a for _, a, _ in c.vm.started] == [VMAction.RESTART, VMAction.STOP_START]  # GCE has no reimage
     assert c.k8s()["status"]["nodeInfo"]["bootID"] == c.boot_id
