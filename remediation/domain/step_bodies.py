@@ -272,7 +272,8 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     started, than = snode.slurmd_start_time, f"the action at {since:%Y-%m-%d %H:%M:%S}"
     slurmd_after = started is not None and started.timestamp() >= int(since.timestamp())
     if (last := inp.context.slurmd_start_before) is not None:  # slurmctld's clock alone: a new start
-        slurmd_after = started is not None and (not last or started > datetime.fromisoformat(last))
+        newer = started is not None and (not last or started > datetime.fromisoformat(last))
+        slurmd_after = newer or (bool(ctld) and slurmd_after)  # or after slurmctld's own time of it
         than = f"its start before the action ({last or 'none'})"
     before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if knode and before else slurmd_after
