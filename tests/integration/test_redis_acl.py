@@ -318,13 +318,14 @@ def test_the_watchers_credential_reports_its_own_source_and_nothing_more(
     assert outcome(pg_url, "gpu-node-10") == ("cancelled", "unconfirmed: Slurm reports gpu-node-10 IDLE now; nothing done")
     assert world.calls(op="slurm.drain", effect=True) and {c["node"] for c in world.calls(effect=True)} == {"gpu-node-1"}
     assert plain.denials() == []
-    for error in errors:  # the real fault beside them was remediated: none lost
+    lost = int("gpu-node-1" not in {c["node"] for c in world.calls(op="slurm.drain", effect=True)})  # the real fault
+    for error in errors:
         bad_inputs.tried(FORGED, f"{error.split(':')[0]} entry on the Slurm stream, with the watcher's credential",
-                         f"rejected and kept ({error[:80]}), acknowledged", lost=0)
+                         f"rejected and kept ({error[:80]}), acknowledged", lost=lost)
     bad_inputs.tried(FORGED, "a healthy edge sent ahead under the real fault's foretold dedupe key",
-                     "both recorded, the real fault remediated", lost=0)
+                     "both recorded, the real fault remediated", lost=lost)
     bad_inputs.tried(FORGED, "a well-formed, fenced fault on a node Slurm shows IDLE",
-                     "recorded; cancelled unconfirmed before any action", lost=0)
+                     "recorded; cancelled unconfirmed before any action", lost=lost)
 
 
 def outcome(pg_url: str, node: str) -> tuple[str, str] | None:
