@@ -23,9 +23,9 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import insert
 
 from bench.common import goal, scratch_database, tail
-from remediation.api.reliability_report import standalone_html, to_csv
 from remediation.db.models import HardwareSighting, Node, NodeDomain, Remediation
 from remediation.db.session import make_engine, make_session_factory
+from remediation.reports.reliability import standalone_html, to_csv
 from remediation.services.reliability import reliability
 from remediation.settings import DatabaseSettings, LemonSettings
 

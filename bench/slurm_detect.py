@@ -36,8 +36,8 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
-from watchers import slurm as slurm_watcher
 from watchers.runtime import Stopper
+from watchers.slurm import watcher as slurm_watcher
 
 NODES = 16
 

@@ -28,8 +28,8 @@ from pathlib import Path
 from bench._cluster import RELEASES, slurm_cluster
 from bench.common import goal, tail
 from remediation.adapters.slurm.validator import SlurmValidator
-from remediation.ports.validator import ValidationCheck
 from remediation.settings import ValidationSettings, load_settings
+from remediation.validation.port import ValidationCheck
 
 NODES = 4
 #: What validation may add to a remediation beyond the check's own run time (docs/policy.md).

@@ -7,7 +7,7 @@
 It starts `remediation demo` (the console script next to this interpreter) with `--port 0`, reads the
 dashboard URL and admin token the demo prints, waits until ``--at`` seconds into the scenario (by
 default 20 s after the storm: the breaker is open, drained nodes wait on it for their VM restarts,
-the lemon is in verify, and the first remediations have succeeded; see simulator/demo.py), logs in through the login form as a human would, opens the
+the lemon is in verify, and the first remediations have succeeded; see demo/run.py), logs in through the login form as a human would, opens the
 overview (or ``--page``) and saves a ``--width`` x ``--height`` PNG. Then it stops the demo.
 
 The browser is Debian's ``chromium`` driven by its ``chromedriver`` (``scripts/setup.sh`` installs

@@ -2,7 +2,7 @@
 
 :class:`SimCluster` starts, on 127.0.0.1 with free ports:
 
-- the kube-apiserver subset (:mod:`simulator.kube_api`), TLS-only with a per-run cluster CA and a
+- the kube-apiserver subset (:mod:`simulator.kube.api`), TLS-only with a per-run cluster CA and a
   bearer token, as a real cluster (``kubectl`` works against it: :meth:`SimCluster.write_kubeconfig`);
 - the Compute Engine fake (:mod:`simulator.gce_api`, http) and the Azure Resource Manager fake
   (:mod:`simulator.azure_api`, HTTPS with a self-signed certificate written into a temp dir);
@@ -62,7 +62,7 @@ from typing import Any
 from simulator.azure_api import AzureFake, make_self_signed_cert
 from simulator.fault_injection import FaultInjector
 from simulator.gce_api import GceFake
-from simulator.kube_api import KubeAPIServer
+from simulator.kube.api import KubeAPIServer
 from simulator.redfish_bmc import RedfishBmc
 from simulator.slurmctld import SlurmCtld
 from simulator.slurmrestd import SlurmRestd
@@ -305,7 +305,7 @@ class SimCluster(FaultInjector):
         self.links[name] = link
 
     def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
-        """What a validation check Job's pod does on ``k8s_node`` (simulator.kube_jobs): a node with a
+        """What a validation check Job's pod does on ``k8s_node`` (simulator.kube.jobs): a node with a
         bad HBM row fails DCGM's memory test however often it reboots; every other node passes. The
         gpu-reset rung's Job (its script is named ``nr-gpu-reset``) fails on a broken VM, whose GPU is
         gone, and elsewhere succeeds and clears the GPU conditions injected on the node, as NVSentinel

@@ -11,7 +11,7 @@ show, put where the real system keeps it.
   but the GPU fault returns and slurmd never registers (verify must fail), and it fails now; or, with
   ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
 - ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the validation's check
-  Job (``simulator.kube_jobs``) fails on it every time.
+  Job (``simulator.kube.jobs``) fails on it every time.
 - ``storm``: a fraction of the pool, drawn at random across racks and clouds, loses slurmd at once (a
   bad slurmd roll-out, a control-plane partition): a mass failure no one part explains.
 - ``switch_down`` / ``switch_up``: a leaf switch dies, and every node behind it (its sub-block, say)
@@ -41,7 +41,7 @@ from simulator import replay as trace
 
 if TYPE_CHECKING:
     from simulator.cluster import Link
-    from simulator.kube_api import KubeAPIServer
+    from simulator.kube.api import KubeAPIServer
     from simulator.slurmctld import SlurmCtld
 
 

@@ -12,7 +12,7 @@ sushy):
   signs in; there is no SessionService, since the backend never opens a Redfish session.
 
 HTTPS only, as the backend requires: the certificate is signed by a CA generated per run
-(:func:`simulator.kube_tls.write_pki`), which the backend trusts through ``redfish.ca_file``.
+(:func:`simulator.kube.tls.write_pki`), which the backend trusts through ``redfish.ca_file``.
 
 Power takes time, as on a real machine: a restart or power cycle takes the system Off at once and On
 again ``op_seconds`` later, which is a new boot; ``ForceOff`` leaves it Off until an ``On``. The
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.fakehttp import FakeServer, Response
-from simulator.kube_tls import write_pki
+from simulator.kube.tls import write_pki
 
 ROOT = "/redfish/v1"
 SYSTEMS = f"{ROOT}/Systems"

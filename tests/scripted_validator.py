@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from remediation.ports.validator import ValidationCheck, ValidationResult
+from remediation.validation.port import ValidationCheck, ValidationResult
 
 
 @dataclass

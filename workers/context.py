@@ -20,8 +20,8 @@ from remediation.adapters.factory import AdaptersByPolicy, redis_client
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
 from remediation.db.session import make_engine, make_session_factory
-from remediation.domain.profiles import Governance
-from remediation.services.profiles import governance
+from remediation.profiles.rules import Governance
+from remediation.profiles.service import governance
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 

@@ -3,11 +3,11 @@
 - **Database**: SQLite (migrated with the same Alembic scripts as Postgres).
 - **Broker**: Celery's ``memory://`` transport, with a real Celery worker (threads pool) running the
   real tasks in a background thread, plus an in-process event bus (remediation.adapters.memstream).
-- **Cluster**: whatever the settings point at; the demo (simulator.demo) points them at the wire-protocol
+- **Cluster**: whatever the settings point at; the demo (demo.run) points them at the wire-protocol
   simulator (simulator.cluster), the tests at the in-memory world of remediation.adapters.memory.
 
 ``configure_environment`` must run before ``workers.celery_app`` is first imported, because the Celery
-app reads its settings at import. The demo scenario lives in simulator.demo.
+app reads its settings at import. The demo scenario lives in demo.run.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ from remediation.domain.step_bodies import Adapters
 from remediation.hostlist import expand
 from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import Validator
 from remediation.settings import EffectivePolicy, Settings
+from remediation.validation.port import Validator
 
 if TYPE_CHECKING:
     import redis

@@ -4,7 +4,7 @@ Each process calls :func:`configure` once at start-up with the settings' ``log_l
 ``log_format``. It owns the root logger: one handler on stderr, and every library logger (Celery's,
 uvicorn's, SQLAlchemy's) propagates to it, so one process never prints two formats.
 
-- ``text``: ``2026-11-23 18:13:07,123 INFO watchers.slurm: message`` for a terminal.
+- ``text``: ``2026-11-23 18:13:07,123 INFO watchers.slurm.watcher: message`` for a terminal.
 - ``json``: one object per line (python-json-logger) with ``time``, ``level``, ``logger``,
   ``message`` and any ``extra=`` fields the call passed, so a log pipeline can filter on
   ``remediation_id`` or ``node`` without parsing prose. The workflow's step lines carry

@@ -29,7 +29,7 @@ from remediation.ports.cluster import (
     VMAction,
     VMRef,
 )
-from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult
 
 log = logging.getLogger("remediation.dry_run")
 

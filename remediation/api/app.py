@@ -34,12 +34,12 @@ from remediation.api.routes import router
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, make_engine, make_session_factory
 from remediation.domain.policy import Clock
+from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
-from remediation.services.incidents import IncidentError
+from remediation.profiles.service import governance
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
 from remediation.services.metrics import make_registry
-from remediation.services.profiles import governance
 from remediation.services.readmodels import ReadModelError, RecordNotFound, ago, human_duration
 from remediation.settings import Settings
 

@@ -1,6 +1,6 @@
 """``/api/v1/incidents``: topology-correlated incidents, read and resolved over JSON.
 
-The same functions as ``remediation incidents list|show|resolve`` (:mod:`remediation.services.incidents`
+The same functions as ``remediation incidents list|show|resolve`` (:mod:`remediation.incidents.service`
 for reads, the lever service for the resolve), so the terminal and the API write the same audit row.
 """
 
@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from remediation.api.auth import API_ERRORS
 from remediation.api.routes import Admin, LeverBody, Reader
-from remediation.services import incidents as svc
+from remediation.incidents import service as svc
 
 IncidentId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 

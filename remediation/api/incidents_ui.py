@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from remediation.api.auth import USER_COOKIE, check_csrf
 from remediation.api.ui import Fields, Viewer, _page
 from remediation.domain.states import IncidentStatus
-from remediation.services import incidents as svc
+from remediation.incidents import service as svc
 from remediation.services.lever_rules import LeverError
 
 router = APIRouter(include_in_schema=False)

@@ -1,7 +1,7 @@
 """The dashboard's Reliability page and the report downloads.
 
 ``/reliability?since=30d&by=pool,zone``: trends, hardware and lemons over the window, charts drawn on
-the server as SVG (:mod:`remediation.api.charts`). ``/reliability/report.html`` is the same figures as
+the server as SVG (:mod:`remediation.reports.charts`). ``/reliability/report.html`` is the same figures as
 one self-contained file to attach to a postmortem, ``/reliability/report.csv`` the long-form CSV for a
 notebook. Reading needs a read or admin token, like every dashboard page (:mod:`remediation.api.ui`).
 """
@@ -13,8 +13,8 @@ from datetime import datetime
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 
-from remediation.api import reliability_report as report
 from remediation.api.ui import Viewer, _page
+from remediation.reports import reliability as report
 from remediation.services.reliability import Reliability
 
 router = APIRouter(include_in_schema=False)

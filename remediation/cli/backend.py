@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from remediation.cli.context import EXIT_REQUEST, CliError, State
-from remediation.services import incidents as inc
+from remediation.incidents import service as inc
 from remediation.services import policy_views
 from remediation.services.holds import automation_status
 from remediation.services.lemons import LemonRow, lemons

@@ -25,12 +25,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters import logs
 from remediation.clock import SystemClock
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
+from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.profiles.service import governance
 from remediation.services.audit import VIA
-from remediation.services.incidents import IncidentError
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
-from remediation.services.profiles import governance
 from remediation.services.readmodels import ReadModelError
 from remediation.settings import Settings, SettingsError, load_settings
 

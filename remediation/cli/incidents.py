@@ -4,7 +4,7 @@ An incident is one failure domain (a leaf switch, an NVLink domain, a zone) whos
 together: they are drained, get no VM action, and wait for the incident to close. ``resolve`` is the
 human's way to close it once the part is fixed; each member then re-checks its own trigger (healthy
 ones are given back, bad ones are remediated on their own). Reads go through the CLI's backend
-(:mod:`remediation.services.incidents` directly, or the API with ``--server``).
+(:mod:`remediation.incidents.service` directly, or the API with ``--server``).
 """
 
 from __future__ import annotations

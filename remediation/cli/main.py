@@ -1,7 +1,7 @@
 """The `remediation` console script: the on-call CLI plus the commands that start processes.
 
 ``worker``, ``beat``, ``watch`` and ``demo`` hand the process over to its own entry point by name
-(``celery -A workers.celery_app``, ``python -m watchers.slurm``, ``python -m simulator.demo``), the way
+(``celery -A workers.celery_app``, ``python -m watchers.slurm.watcher``, ``python -m demo.run``), the way
 ``celery`` itself is started: the CLI never imports the workers, the watchers or the simulator, so the
 packages stay a straight line (see docs/architecture.md) and each process loads only what it runs.
 ``api`` and ``db`` run here. :func:`main` passes the Celery dispatcher to the lever commands.
@@ -48,7 +48,7 @@ def demo(
     """Run the whole loop on a simulated 32-node cluster (kube-apiserver, GCE, Azure and slurmrestd
     endpoints on 127.0.0.1): SQLite, an in-process broker, the dashboard, no servers to install."""
     args = ["--timeout", str(timeout), "--port", str(port)]
-    _exec_module("simulator.demo", *(["--workdir", str(workdir)] if workdir else []), *args)
+    _exec_module("demo.run", *(["--workdir", str(workdir)] if workdir else []), *args)
 
 
 @app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -72,7 +72,7 @@ def watch(kind: Annotated[str, typer.Argument(help="slurm or kube")]) -> None:
         typer.echo(f"error: unknown watcher {kind!r}: choose slurm or kube", err=True)
         raise typer.Exit(2)
     _settings_or_exit()
-    _exec_module(f"watchers.{kind}")
+    _exec_module(f"watchers.{kind}.watcher")
 
 
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
@@ -137,17 +137,9 @@ def api(
         help="Port (default: api.port; 0: any free port, the one uvicorn's start-up line names).")] = None,
 ) -> None:
     """Serve the dashboard, the JSON API and /metrics."""
-    import uvicorn
-
-    from remediation.adapters.queues import queue_depth
-    from remediation.api.app import create_app
-
-    settings = _settings_or_exit()
-    # log_config=None: uvicorn adds no handlers of its own; its loggers reach ours at settings.log_level.
-    uvicorn.run(create_app(settings, queue_depth=lambda: queue_depth(settings), dispatcher=broker_dispatcher(settings)),
-                host=host or settings.api.bind, port=settings.api.port if port is None else port,
-                log_config=None, log_level=settings.log_level.lower(),
-                proxy_headers=True, forwarded_allow_ips=settings.api.forwarded_allow_ips)
+    _settings_or_exit()
+    _exec_module("remediation.api.serve", *(["--host", host] if host else []),
+                 *(["--port", str(port)] if port is not None else []))
 
 
 def broker_dispatcher(settings: Settings) -> Dispatcher:

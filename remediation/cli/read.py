@@ -18,13 +18,13 @@ from remediation.cli import render as r
 from remediation.cli.backend import backend
 from remediation.cli.context import State, cli_errors, state
 from remediation.domain.context import RemediationContext
-from remediation.domain.validation import last_line
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
     RemediationDetail,
     jsonable,
 )
+from remediation.validation.rules import last_line
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
 PROFILE = typer.Option(None, "--profile", help="Only what this profile governs.")

@@ -16,8 +16,8 @@ from pathlib import Path
 import typer
 
 from remediation.adapters.pdf import PdfError, html_to_pdf
-from remediation.api import reliability_report as report
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, cli_errors, state
+from remediation.reports import reliability as report
 
 
 @cli_errors

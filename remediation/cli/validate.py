@@ -16,8 +16,8 @@ from remediation.adapters.factory import slurm_backend, validator_backend
 from remediation.adapters.slurm.backend import close_slurm
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
 from remediation.domain.states import CheckPurpose, ValidationOutcome
-from remediation.domain.validation import last_line
-from remediation.services.validation import ValidationRefused, run_check
+from remediation.validation.rules import last_line
+from remediation.validation.service import ValidationRefused, run_check
 
 
 def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any]:

@@ -245,7 +245,7 @@ class NodeDomain(Base):
 
 
 class Incident(Base):
-    """Nodes of one failure domain that failed together (see remediation.services.incidents)."""
+    """Nodes of one failure domain that failed together (see remediation.incidents.service)."""
 
     __tablename__ = "incidents"
     __table_args__ = (Index("ix_incidents_status_domain", "status", "kind", "name"),)

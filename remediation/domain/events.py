@@ -80,7 +80,7 @@ class NodeEvent(BaseModel):
     domains: dict[str, str] | None = None
     # The publishing leader's fencing token; None for what no leader publishes (`remediation report`).
     fence: Fence | None = None
-    # What a profile selects on (remediation.domain.profiles). A Slurm INVENTORY event carries the node's
+    # What a profile selects on (remediation.profiles.rules). A Slurm INVENTORY event carries the node's
     # partitions and available features; a LABELS event the labels of its Kubernetes Node that some
     # profile's selector names (a key missing from it is a label the Node does not have).
     partitions: list[str] | None = Field(None, max_length=256)

@@ -3,7 +3,7 @@
 NVIDIA's Xid catalogue puts the XIDs a GPU reset clears (46, 62, 119, 120, ...) in its RESET_GPU
 bucket: the GPU is reset, not the machine. A class whose ladder starts with ``gpu-reset`` therefore
 first resets the GPU the XID named, with a job on the node run by the validator that runs the GPU check
-(:mod:`remediation.ports.validator`: a job in the maintenance reservation only the service's user may
+(:mod:`remediation.validation.port`: a job in the maintenance reservation only the service's user may
 use, or a Kubernetes Job bound to the Node), and climbs to a reboot only when that fails:
 
 - The job runs a fixed script; the GPU's PCI address (read with the XID, ``context.gpu_pci``) is its
@@ -51,7 +51,9 @@ from remediation.domain.recheck import trigger_present
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
-from remediation.domain.validation import (
+from remediation.ports.cluster import DRY_RUN_REF
+from remediation.validation.port import ValidationCheck
+from remediation.validation.rules import (
     cause_class,
     humans_drain,
     job_name,
@@ -62,8 +64,6 @@ from remediation.domain.validation import (
     still_running,
     verdict,
 )
-from remediation.ports.cluster import DRY_RUN_REF
-from remediation.ports.validator import ValidationCheck
 from remediation.vocabulary import GPU_RESET
 
 #: What the dry-run validator records, and what a check's ``purpose`` says for a reset.

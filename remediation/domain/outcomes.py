@@ -18,8 +18,8 @@ from remediation.domain.states import AuditAction
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
-from remediation.ports.validator import Validator
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
+from remediation.validation.port import Validator
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,7 @@ class Step(StrEnum):
     K8S_EVICT = "k8s_evict"
     VM_RESTART = "vm_restart"
     VERIFY = "verify"
-    VALIDATE = "validate"  # the GPU validation (remediation.domain.validation)
+    VALIDATE = "validate"  # the GPU validation (remediation.validation.rules)
     RETURN = "return"
     QUARANTINE = "quarantine"
     DONE = "done"  # terminal marker

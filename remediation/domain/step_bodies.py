@@ -43,7 +43,6 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
-from remediation.domain.validation import validate
 from remediation.ports.cluster import (
     Operation,
     SlurmNode,
@@ -51,6 +50,7 @@ from remediation.ports.cluster import (
     recorded_only,
 )
 from remediation.ports.errors import ConfigError, NotFound, UnknownNode
+from remediation.validation.rules import validate
 from remediation.vocabulary import GPU_RESET
 
 

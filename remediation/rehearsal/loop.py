@@ -46,10 +46,10 @@ from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
 from remediation.domain.statemachine import MACHINE_STEPS, OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.stepdetail import HeldTime
+from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, strike
-from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.lever_rules import release
 from remediation.services.step_rows import live_row

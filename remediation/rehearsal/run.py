@@ -45,15 +45,15 @@ from remediation.clock import FakeClock
 from remediation.db.models import Node
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.profiles import winners
 from remediation.hostlist import expand
+from remediation.profiles.metrics import BASE
+from remediation.profiles.rules import winners
+from remediation.profiles.service import facts_of, refresh_pools
 from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
 from remediation.rehearsal.world import WorldJobs
 from remediation.services.ingest import ingest
-from remediation.services.profile_metrics import BASE
-from remediation.services.profiles import facts_of, refresh_pools
 from remediation.services.workflow import Workflow
 from remediation.settings import ProfileSettings, Settings
 

@@ -25,8 +25,8 @@ from typing import Any
 from remediation.adapters.memory import MemoryWorld
 from remediation.domain.events import Source
 from remediation.domain.gpu_reset import PURPOSE as RESET_PURPOSE
-from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.rehearsal.trace import Fault
+from remediation.validation.port import ValidationCheck, ValidationResult
 
 
 def strike(world: MemoryWorld, fault: Fault) -> None:

@@ -32,10 +32,10 @@ from remediation.domain.policy import (
     decide,
     slurm_bad_states,
 )
-from remediation.domain.profiles import Governance, Resolution, govern
 from remediation.domain.statemachine import NodeStatus, Step
-from remediation.services.incidents import correlate_opened
-from remediation.services.profiles import base_only, governed, histories
+from remediation.incidents.service import correlate_opened
+from remediation.profiles.rules import Governance, Resolution, govern
+from remediation.profiles.service import base_only, governed, histories
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 from remediation.settings.profiles import Mode
 

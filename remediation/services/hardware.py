@@ -2,7 +2,7 @@
 
 - :func:`record_findings`: the engine calls it with every recorded step outcome. A ``validate`` step's
   check becomes a ``validations`` row and, when its output names GPUs, a sighting of them
-  (:func:`remediation.services.validation.add_row`); a ``hardware`` read in the step's detail (the
+  (:func:`remediation.validation.service.add_row`); a ``hardware`` read in the step's detail (the
   machine's identity before and after a machine action, at a quarantine) becomes a sighting.
 - :func:`sightings` / :func:`node_eras`: the rows as :class:`remediation.domain.hardware.Sighting`, and
   each node's eras (:func:`remediation.domain.hardware.eras`).
@@ -25,7 +25,7 @@ from remediation.db.models import HardwareSighting, Remediation
 from remediation.domain.hardware import Era, Gpu, Sighting, eras, shared_serials
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import Step
-from remediation.services.validation import record_validation
+from remediation.validation.service import record_validation
 
 
 def record_findings(

@@ -44,17 +44,17 @@ from remediation.domain.policy import (
     Decision,
     DecisionKind,
 )
-from remediation.domain.profiles import Governance, Resolution, label_keys
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
+from remediation.incidents.service import record_domains
+from remediation.profiles.rules import Governance, Resolution, label_keys
+from remediation.profiles.service import record_facts
 from remediation.services.audit import would
 from remediation.services.decisions import Batch
 from remediation.services.dedupe import taken_by_others, unique_by_key
 from remediation.services.fencing import fence_events
-from remediation.services.incidents import record_domains
 from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.pool import confirm_nodes
-from remediation.services.profiles import record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 from remediation.settings.profiles import Mode
 

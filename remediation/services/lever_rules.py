@@ -25,15 +25,15 @@ from remediation.db.queries import PAUSED, control_set, is_paused
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.profiles import Governance
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
+from remediation.profiles.rules import Governance
+from remediation.profiles.service import governed
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
 from remediation.services.ingest import record
-from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
 

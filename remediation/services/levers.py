@@ -22,9 +22,10 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.domain.policy import Clock
-from remediation.domain.profiles import Governance
+from remediation.incidents import service as incidents
 from remediation.ports.dispatch import Dispatcher, FollowUp
-from remediation.services import incidents, lever_rules
+from remediation.profiles.rules import Governance
+from remediation.services import lever_rules
 from remediation.services.audit import Via, through
 from remediation.settings import PolicySettings
 

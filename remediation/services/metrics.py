@@ -25,8 +25,8 @@ Series (no per-node labels: a cluster of thousands of nodes must not become thou
   ``remediation_fenced_events_total{lock}``: events a replaced leader published, dropped at ingest (also
   counted as rejected; :mod:`remediation.domain.fencing`)
 - the validation's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
-  and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.services.validation_metrics`)
-- each profile's ``remediation_profile_*{profile}`` series (:mod:`remediation.services.profile_metrics`)
+  and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.validation.metrics`)
+- each profile's ``remediation_profile_*{profile}`` series (:mod:`remediation.profiles.metrics`)
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from remediation.db.queries import BREAKER, PAUSED, control_get
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
-from remediation.services import incidents
-from remediation.services.profile_metrics import profile_metrics
-from remediation.services.validation_metrics import validation_metrics
+from remediation.incidents import service as incidents
+from remediation.profiles.metrics import profile_metrics
+from remediation.validation.metrics import validation_metrics
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Remediation
-from remediation.domain.profiles import NodeFacts, explain, resolve, winners
 from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.services.profiles import facts_of
+from remediation.profiles.rules import NodeFacts, explain, resolve, winners
+from remediation.profiles.service import facts_of
 from remediation.services.readmodels import RecordNotFound
 from remediation.settings import ProfileSettings, Settings
 

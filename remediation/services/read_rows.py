@@ -15,7 +15,7 @@ from datetime import date, datetime
 from typing import Any
 
 from remediation.domain.episodes import EpisodeRow
-from remediation.services.validation import ValidationRow
+from remediation.validation.service import ValidationRow
 
 
 @dataclass

@@ -52,9 +52,9 @@ from remediation.services.read_rows import (
     TimelineEntry,
     jsonable,
 )
-from remediation.services.validation import node_validations
-from remediation.services.validation import summary as validation_summary
 from remediation.settings import LemonSettings, PolicySettings
+from remediation.validation.service import node_validations
+from remediation.validation.service import summary as validation_summary
 
 # The rows live in read_rows; callers import them, with the queries, from here.
 __all__ = [

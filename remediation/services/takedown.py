@@ -27,8 +27,8 @@ from remediation.domain.ownership import give_back
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
 from remediation.domain.states import LIVE_STEP_STATUSES, StepStatus
 from remediation.domain.step_bodies import Adapters
-from remediation.domain.validation import is_job_ref
 from remediation.services.step_rows import JOB_STEPS
+from remediation.validation.rules import is_job_ref
 
 log = logging.getLogger(__name__)
 

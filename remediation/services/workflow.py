@@ -65,14 +65,15 @@ from remediation.domain.step_bodies import (
     Wait,
 )
 from remediation.domain.stepdetail import HeldTime, RetryState
+from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
-from remediation.services import breaker, incidents, step_rows, steplog, takedown
+from remediation.profiles.recorded import Governed, RecordedPolicies
+from remediation.profiles.service import governance, refresh_pools
+from remediation.services import breaker, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
-from remediation.services.profiles import governance, refresh_pools
-from remediation.services.recorded import Governed, RecordedPolicies
 from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import (
     as_dry_run,
@@ -83,8 +84,8 @@ from remediation.services.step_rows import (
     next_attempt,
     record_wait,
 )
-from remediation.services.validation import hold_for_human
 from remediation.settings import Settings
+from remediation.validation.service import hold_for_human
 from remediation.vocabulary import GPU_RESET
 
 log = logging.getLogger(__name__)

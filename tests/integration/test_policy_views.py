@@ -21,8 +21,8 @@ from remediation.api import create_app
 from remediation.cli.oncall import app as cli
 from remediation.clock import FakeClock
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.profiles.service import governance
 from remediation.services.ingest import ingest
-from remediation.services.profiles import governance
 from remediation.settings import Settings
 from tests.integration.history import sessions  # noqa: F401  (the fixture: the database the CLI reads too)
 from tests.integration.test_profiles_engine import inventory_events

@@ -13,11 +13,11 @@ from remediation.db.models import AuditLog, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
+from remediation.profiles.service import governance
 from remediation.services import lever_rules
 from remediation.services.breaker import latches as breaker_latches
 from remediation.services.holds import automation_status
 from remediation.services.ingest import ingest
-from remediation.services.profiles import governance
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from tests.faults import UNKNOWN_FAULT, show_fault

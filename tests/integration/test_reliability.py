@@ -15,11 +15,11 @@ from remediation.clock import FakeClock, aware
 from remediation.db.models import HardwareSighting, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
-from remediation.ports.validator import ValidationResult
 from remediation.services.ingest import ingest
 from remediation.services.reliability import Reliability, reliability
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
+from remediation.validation.port import ValidationResult
 from tests.integration.history import drive, engine_settings, publish, sessions  # noqa: F401
 from tests.scripted_validator import ScriptedValidator
 

@@ -21,8 +21,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.api import create_app
-from remediation.api.reliability_report import hours
 from remediation.clock import FakeClock
+from remediation.reports.reliability import hours
 from remediation.services.reliability import Reliability
 from remediation.settings import Settings
 from tests.integration.history import sessions  # noqa: F401  (fixture)

@@ -131,7 +131,7 @@ CONDITIONS = [
 
 @pytest.mark.parametrize(("state", "message", "cls"), CONDITIONS, ids=[f"{c[0]}:{c[2]}" for c in CONDITIONS])
 def test_kubernetes_conditions_from_each_source(state: str, message: str, cls: str) -> None:
-    # The Kubernetes watcher passes the message on as "Node <name>: <message>" (watchers/kube_mapping.py).
+    # The Kubernetes watcher passes the message on as "Node <name>: <message>" (watchers/kube/mapping.py).
     cause = classify("kubernetes", state, f"Node gke-a3-pool-7: {message or state}", T)
     assert cause.fault_class == cls, cause.evidence
 

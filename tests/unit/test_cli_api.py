@@ -1,5 +1,7 @@
 """`remediation api`: the port it asks uvicorn for. ``--port 0`` is a port (any free one, which uvicorn
-names in its start-up line), not an unset option: tests start the API that way and read the port back."""
+names in its start-up line), not an unset option: tests start the API that way and read the port back.
+The CLI execs ``python -m remediation.api.serve`` with the options it was given; the server picks the
+port."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+from remediation.api import serve
 from remediation.cli import main
 
 
@@ -22,8 +25,23 @@ def test_api_asks_uvicorn_for_the_port_given(
 ) -> None:
     asked: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: asked.update(kwargs))
-    monkeypatch.setattr(main.logs, "configure_from", lambda settings: None)  # the test process's logging
+    monkeypatch.setattr(serve.logs, "configure_from", lambda settings: None)  # the test process's logging
     monkeypatch.setenv("REMEDIATION_API__PORT", env_port)
+    serve.main(argv)
+    assert asked["port"] == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "passed"),
+    [(["--port", "0"], ["--port", "0"]), (["--host", "::1"], ["--host", "::1"]), ([], [])],
+    ids=["port-zero-is-passed-on", "host-is-passed-on", "nothing-when-unset"],
+)
+def test_the_cli_execs_the_server_with_its_options(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], passed: list[str]
+) -> None:
+    execs: list[tuple[str, ...]] = []
+    monkeypatch.setattr(main, "_exec_module", lambda *args: execs.append(args))
+    monkeypatch.setattr(main.logs, "configure_from", lambda settings: None)
     result = CliRunner().invoke(main.app, ["api", *argv])
     assert result.exit_code == 0, result.output
-    assert asked["port"] == expected
+    assert execs == [("remediation.api.serve", *passed)]

@@ -21,8 +21,8 @@ import yaml
 
 from remediation.adapters.kube.validator import job_manifest
 from remediation.domain.gpu_reset import reset_command
-from remediation.ports.validator import ValidationCheck
 from remediation.settings import Settings, load_settings
+from remediation.validation.port import ValidationCheck
 from tests.composefile import MissingVariable, compose
 
 ROOT = Path(__file__).resolve().parents[2]

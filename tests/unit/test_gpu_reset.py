@@ -18,8 +18,8 @@ from remediation.domain.gpu_reset import NO_SUCH_GPU, reset_command, reset_name
 from remediation.domain.outcomes import Adapters, Done, Escalate, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Site, Step, next_on_success
 from remediation.domain.step_bodies import verify, vm_restart
-from remediation.ports.validator import ValidationResult
 from remediation.settings import load_settings
+from remediation.validation.port import ValidationResult
 from tests.scripted_validator import ScriptedValidator
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.domain.profiles import Layer, NodeFacts, explain, resolve, winners
+from remediation.profiles.rules import Layer, NodeFacts, explain, resolve, winners
 from remediation.settings import CONFIG_ENV, SettingsError, load_settings
 from remediation.settings.selector import parse_selector
 

@@ -26,11 +26,11 @@ from remediation.db.models import Node, Remediation
 from remediation.db.session import make_session_factory, memory_engine
 from remediation.domain import outcomes, policy
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.incidents import service as incidents
 from remediation.ports.errors import TransientError
 from remediation.rehearsal.report import Report
 from remediation.rehearsal.run import _migrated_template, rehearse
 from remediation.rehearsal.trace import Fault
-from remediation.services import incidents
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings

@@ -12,8 +12,8 @@ import pytest
 from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.validator import SlurmValidator
 from remediation.ports.errors import ConfigError, PermanentError
-from remediation.ports.validator import ValidationCheck
 from remediation.settings import load_settings
+from remediation.validation.port import ValidationCheck
 
 BAD_JOB_IDS = ["123;rm", "--all", "-1", "", "12 34", "12\n", None, 12.5]
 

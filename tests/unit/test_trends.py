@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.api.charts import hbars, stacked_days
-from remediation.api.reliability_report import ReportError, dimensions, window
 from remediation.domain.trends import Fault, Window, out_hours, trends
+from remediation.reports.charts import hbars, stacked_days
+from remediation.reports.reliability import ReportError, dimensions, window
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 

@@ -15,10 +15,10 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Site, Step, check_transition, next_on_success
-from remediation.domain.validation import check_name, last_line, manual_check_name, tail, validate
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import ValidationCheck, ValidationResult
 from remediation.settings import SettingsError, load_settings
+from remediation.validation.port import ValidationCheck, ValidationResult
+from remediation.validation.rules import check_name, last_line, manual_check_name, tail, validate
 from tests.scenario_table import NODE_NAME, BadInputs
 from tests.scripted_validator import ScriptedValidator
 

@@ -35,8 +35,8 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.adapters.kube.client import api_errors
 from remediation.ports.errors import PermanentError
-from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
 from remediation.settings import KubeSettings, ValidationSettings
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")

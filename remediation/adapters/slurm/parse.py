@@ -60,7 +60,7 @@ class NodeRecord(NamedTuple):
     # When the node's machine last booted (``BootTime``, ``boot_time``): slurmd reports its uptime and
     # slurmctld subtracts, so the same boot may read a second apart from one registration to the next.
     boot_time: int = 0
-    # What a profile selects on (remediation.domain.profiles): the node's partitions and its available
+    # What a profile selects on (remediation.profiles.rules): the node's partitions and its available
     # features, in Slurm's order. Empty where the reading does not carry them (sinfo -O's delta lines keep
     # the last ones known).
     partitions: tuple[str, ...] = ()

@@ -45,9 +45,9 @@ from remediation.adapters.slurm.parse import NodeRecord
 from remediation.adapters.slurm.validator_io import Submission, exit_code, parse_job, validator_io
 from remediation.hostlist import HostlistError, expand
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import Backend, ValidationCheck, ValidationResult
 from remediation.settings import SlurmSettings, ValidationSettings
 from remediation.settings.validation import loose_mode, loose_mode_message
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult
 
 __all__ = ["EXEC_SCRIPT", "SlurmValidator", "exit_code", "parse_job"]
 

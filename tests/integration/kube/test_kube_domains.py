@@ -1,6 +1,6 @@
 """The Kubernetes watcher learns failure domains from Node labels, over the wire.
 
-The local kube-apiserver (simulator/kube_api.py) serves GPU Nodes as GKE registers them, with the
+The local kube-apiserver (simulator/kube/api.py) serves GPU Nodes as GKE registers them, with the
 ``cloud.google.com/gce-topology-*`` labels, plus the NVLink clique label the NVIDIA GPU operator sets.
 The real watcher (list+watch) publishes a DOMAINS event per Node with the configured label keys'
 values, again when a label changes, and the real ingest keeps them in Postgres, where two nodes of one
@@ -23,12 +23,12 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.clock import SystemClock
 from remediation.db.models import Incident
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.services import incidents
+from remediation.incidents import service as incidents
 from remediation.services.ingest import ingest
 from remediation.settings import Settings
-from simulator.kube_api import KubeAPIServer
+from simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from watchers import kube as kube_watcher
+from watchers.kube import watcher as kube_watcher
 from watchers.runtime import Stopper
 
 CLIQUE = "nvidia.com/gpu.clique"

@@ -1,6 +1,6 @@
 """A profile selected by a Kubernetes Node label, over the wire.
 
-The real watcher (list+watch against the local kube-apiserver, simulator/kube_api.py) publishes the
+The real watcher (list+watch against the local kube-apiserver, simulator/kube/api.py) publishes the
 labels the profiles' selectors name, and the Ready=False condition of a Node; the real ingest keeps the
 labels on the node and opens each remediation under the profile they select: the serving pool's in
 shadow (dry-run, recorded as such), the training pool's acting. A relabel moves the next remediation.
@@ -21,12 +21,12 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent
+from remediation.profiles.service import facts_of, governance
 from remediation.services.ingest import ingest
-from remediation.services.profiles import facts_of, governance
 from remediation.settings import Settings
-from simulator.kube_api import KubeAPIServer
+from simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from watchers import kube as kube_watcher
+from watchers.kube import watcher as kube_watcher
 from watchers.runtime import Stopper
 
 POOL = "example.com/pool"

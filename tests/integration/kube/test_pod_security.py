@@ -17,11 +17,11 @@ import yaml
 from kubernetes import client
 
 from remediation.adapters.kube.validator import job_manifest
-from remediation.ports.validator import ValidationCheck
 from remediation.settings import ValidationSettings
-from simulator.kube_api import KubeAPIServer
-from simulator.kube_podsecurity import violations
-from simulator.kube_store import ApiError
+from remediation.validation.port import ValidationCheck
+from simulator.kube.api import KubeAPIServer
+from simulator.kube.podsecurity import violations
+from simulator.kube.store import ApiError
 from tests.integration.kube.conftest import ROOT, shipped_namespaces
 
 NODE = "gke-a3-0"

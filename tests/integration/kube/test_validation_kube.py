@@ -1,6 +1,6 @@
 """The validation's Kubernetes backend against the simulated apiserver, with the real BatchV1Api.
 
-The simulator runs Jobs as a Job controller and kubelet would show them (simulator.kube_jobs): one pod
+The simulator runs Jobs as a Job controller and kubelet would show them (simulator.kube.jobs): one pod
 bound to the Job's nodeName, admitted only if it tolerates the Node's taints and cordon, ended with the
 exit code and log its ``outcome`` hook decides, and killed at ``activeDeadlineSeconds``
 (``DeadlineExceeded``). The workflow engine drives the ``validate`` step on a Node we cordoned and
@@ -30,7 +30,7 @@ from remediation.services.metrics import make_registry
 from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from simulator.kube_api import KubeAPIServer
+from simulator.kube.api import KubeAPIServer
 
 NODE = "gpu-node-1"
 PREFIX = "remediation:"
@@ -191,7 +191,7 @@ def test_a_job_someone_else_named_like_the_check_returns_nothing(settings: Setti
     label, so it is not taken for the check and its pass never returns the node: the node stays
     cordoned and drained, and the remediation ends in quarantine."""
     from remediation.adapters.kube.validator import MANAGED_BY
-    from remediation.domain.validation import check_name
+    from remediation.validation.rules import check_name
 
     kube_api.add_node(NODE)
     kube_api.jobs.outcome = lambda node, argv: (0, "", 0.01) if argv == ["true"] else (226, "Memory | Fail\n", 0.01)

@@ -33,9 +33,9 @@ from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation, RemediationStep
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.stepdetail import JobNonce
-from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings, load_settings
+from remediation.validation.port import ValidationCheck
 from tests.integration.slurm.conftest import SlurmCluster
 from tests.integration.slurm.test_slurm_validation import drive, reservations, status
 

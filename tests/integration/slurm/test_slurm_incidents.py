@@ -26,8 +26,8 @@ from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Incident, NodeDomain, Remediation
 from remediation.db.queries import recent_failure_counts
 from remediation.domain.states import AuditAction
+from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp
-from remediation.services import incidents
 from remediation.services.workflow import RetryLater
 from tests.integration.slurm.conftest import SlurmCluster
 from tests.integration.slurm.test_slurm_workflow import (

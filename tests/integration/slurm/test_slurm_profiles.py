@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import AuditLog, Node
 from remediation.ports.dispatch import FollowUp
+from remediation.profiles.service import governance
 from remediation.services import policy_views
 from remediation.services.ingest import ingest
-from remediation.services.profiles import governance
 from remediation.settings import ProfileSettings
 from tests.integration.slurm.conftest import SlurmCluster
 from tests.integration.slurm.test_slurm_workflow import (

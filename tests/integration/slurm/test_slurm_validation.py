@@ -35,10 +35,10 @@ from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation, RemediationStep, Validation
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.stepdetail import JobNonce
-from remediation.domain.validation import check_name
-from remediation.ports.validator import ValidationCheck
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings, load_settings
+from remediation.validation.port import ValidationCheck
+from remediation.validation.rules import check_name
 from tests.integration.slurm.conftest import SlurmCluster
 from tests.scenario_table import IMPOSTOR, BadInputs
 

@@ -23,8 +23,8 @@ from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
-from watchers import slurm as slurm_watcher
 from watchers.runtime import Polls, Stopper
+from watchers.slurm import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli, rest): see conftest. The tests that wait on
 # slurmctld's own timers (a killed slurmd turns NOT_RESPONDING, then DOWN) run once per release with
@@ -311,7 +311,7 @@ def test_sigterm_exits_cleanly_and_releases_the_lock(
     )
     env.pop("REMEDIATION_CONFIG", None)
     proc = subprocess.Popen(  # noqa: S603 - fixed argv
-        [sys.executable, "-m", "watchers.slurm"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "watchers.slurm.watcher"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         started(redis_client, redis_prefix, slurm.nodes)

@@ -60,8 +60,8 @@ from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
-from watchers import slurm as slurm_watcher
 from watchers.runtime import Polls, Stopper
+from watchers.slurm import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -180,7 +180,7 @@ class Pipeline:
 
     @contextmanager
     def watching(self) -> Iterator[Polls]:
-        """A watcher thread (the real ``watchers.slurm.run``); waits until its first resync is in
+        """A watcher thread (the real ``watchers.slurm.watcher.run``); waits until its first resync is in
         Postgres, so every node is in the inventory. Yields the watcher's poll count. Once the watcher
         has stopped, what it published last is ingested too (as the ingest task would): a count of
         lost events after the block sees every publication."""

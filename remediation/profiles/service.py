@@ -3,7 +3,7 @@
 The Slurm watcher's inventory events carry a node's partitions and features, the Kubernetes watcher's
 ``labels`` events the Node labels some profile's selector names; :func:`record_facts` keeps the latest
 of each on the ``nodes`` row. :func:`governed` resolves the profile of each node of an ingest batch from
-those rows (:class:`remediation.domain.profiles.Governance`), and :func:`histories` reads each node's
+those rows (:class:`remediation.profiles.rules.Governance`), and :func:`histories` reads each node's
 repeat-offender, application-XID and lemon history over the windows of its own policy.
 """
 
@@ -22,7 +22,7 @@ from remediation.db.models import Node
 from remediation.db.queries import among, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.lemon import Failure
-from remediation.domain.profiles import Governance, NodeFacts, Resolution
+from remediation.profiles.rules import Governance, NodeFacts, Resolution
 from remediation.settings import (
     EffectivePolicy,
     IncidentSettings,

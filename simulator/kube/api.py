@@ -3,12 +3,12 @@
 Run it in-process (``KubeAPIServer().start()`` binds 127.0.0.1 on a free port and returns its
 ``https://`` URL) and point a client at it with :attr:`KubeAPIServer.ca_file` as its CA, or hand any
 client (``kubectl`` included) the file :meth:`KubeAPIServer.write_kubeconfig` writes. It is TLS-only,
-as a real cluster is: a per-run cluster CA signs its serving certificate (:mod:`simulator.kube_tls`).
+as a real cluster is: a per-run cluster CA signs its serving certificate (:mod:`simulator.kube.tls`).
 The HTTP layer answers as the real server does, per ``docs/wire-protocols.md``: discovery, Status
 bodies for every error, bearer auth (401), chunked newline-delimited watch
 streams that honour ``resourceVersion``, ``timeoutSeconds`` and ``allowWatchBookmarks``, and a 410
 Expired ERROR event for a resourceVersion the history no longer holds. State and semantics live in
-:mod:`simulator.kube_store`, routing and streaming in :mod:`simulator.kube_http`; this module is the
+:mod:`simulator.kube.store`, routing and streaming in :mod:`simulator.kube.http`; this module is the
 server's lifecycle and the methods tests use to change the world behind it.
 
 Test hooks: ``fail_next`` injects errors (429/5xx/403 with optional Retry-After) ahead of routing,
@@ -30,14 +30,14 @@ from typing import Any
 import yaml
 
 from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
-from simulator.kube_http import Handler, Request
-from simulator.kube_jobs import JobRunner
-from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
-from simulator.kube_pages import Snapshots
-from simulator.kube_podsecurity import forbidden, level_of
-from simulator.kube_select import to_label_selector
-from simulator.kube_store import ApiError, Obj, Store, now_micro, now_rfc3339, status
-from simulator.kube_tls import write_cluster_pki
+from simulator.kube.http import Handler, Request
+from simulator.kube.jobs import JobRunner
+from simulator.kube.objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube.pages import Snapshots
+from simulator.kube.podsecurity import forbidden, level_of
+from simulator.kube.select import to_label_selector
+from simulator.kube.store import ApiError, Obj, Store, now_micro, now_rfc3339, status
+from simulator.kube.tls import write_cluster_pki
 
 __all__ = ["KubeAPIServer", "Request"]
 
@@ -157,7 +157,7 @@ class KubeAPIServer:
         unschedulable: bool = False,
         taints: list[Obj] | None = None,
     ) -> Obj:
-        """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube_objects.gpu_node_object`),
+        """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube.objects.gpu_node_object`),
         with its heartbeat Lease."""
         now = now_rfc3339()
         node = gpu_node_object(
@@ -229,7 +229,7 @@ class KubeAPIServer:
         terminating: bool = False,
         empty_dir: bool = False,
     ) -> Obj:
-        """A Pod (:func:`~simulator.kube_objects.pod_object`). A DaemonSet owner is created as an
+        """A Pod (:func:`~simulator.kube.objects.pod_object`). A DaemonSet owner is created as an
         object of its own if it does not exist yet, since ``kubectl drain`` looks it up."""
         owner = None
         if owner_kind:

@@ -10,7 +10,7 @@ controller does. Stricter than a kubelet on purpose: a pod that does not tolerat
 NoExecute taint of its Node, and the cordon (``node.kubernetes.io/unschedulable``), never starts (a real
 kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the check Job's tolerations
 are there for a scheduler that would look at them. The pod passes Pod Security admission first
-(simulator.kube_podsecurity, the namespace's ``enforce`` level): a refused pod is never made, the Job gets a
+(simulator.kube.podsecurity, the namespace's ``enforce`` level): a refused pod is never made, the Job gets a
 ``FailedCreate`` Warning event with the admission's message, as the real controller records it, and stays
 active without a pod until its deadline fails it (``DeadlineExceeded``).
 
@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simulator.kube_podsecurity import forbidden
-from simulator.kube_store import ApiError, Obj, Store, now_rfc3339, status
+from simulator.kube.podsecurity import forbidden
+from simulator.kube.store import ApiError, Obj, Store, now_rfc3339, status
 
 Outcome = tuple[int | None, str, float]
 PASS: Outcome = (0, "Test Summary: all tests passed\n", 0.2)

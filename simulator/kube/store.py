@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube_discovery import RESOURCES
-from simulator.kube_patch import PatchError, apply_patch
-from simulator.kube_select import selector_matcher
-from simulator.kube_validate import metadata_errors, node_errors
+from simulator.kube.discovery import RESOURCES
+from simulator.kube.patch import PatchError, apply_patch
+from simulator.kube.select import selector_matcher
+from simulator.kube.validate import metadata_errors, node_errors
 
 Obj = dict[str, Any]
 

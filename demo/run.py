@@ -43,7 +43,7 @@ that each safety rule shows once:
 
 Five faults at most open remediations (outside an incident) within any 15 s before the storm, and the
 demo's breaker opens above 15% of 36 nodes (6 or more), so only the storm (7 nodes) trips it. Summaries are read
-back from the database and the simulated clouds' request logs (:mod:`simulator.demo_report`).
+back from the database and the simulated clouds' request logs (:mod:`demo.report`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ DEMO_ENV = {
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
     "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
-    # A real validation: each node's check runs as a batch/v1 Job on its Node (simulator.kube_jobs).
+    # A real validation: each node's check runs as a batch/v1 Job on its Node (simulator.kube.jobs).
     "REMEDIATION_VALIDATION__BACKEND": "kubernetes",
     "REMEDIATION_VALIDATION__POLL_INTERVAL_S": "0.5",
     # Failure domains from the GKE Nodes' sub-block label (simulator.cluster), on the demo's clock: a
@@ -138,7 +138,7 @@ def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
 def run_demo(
     workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
 ) -> dict[str, Any]:
-    """Run the scenario; returns the summary read back from the database (see simulator.demo_report)."""
+    """Run the scenario; returns the summary read back from the database (see demo.report)."""
     from simulator.cluster import SimCluster
     from workers.embedded import configure_environment
 
@@ -149,12 +149,12 @@ def run_demo(
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
     os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
     _quiet()
+    from demo.report import Progress, read_summary
     from remediation.adapters.factory import make_bus
     from remediation.settings import load_settings
-    from simulator.demo_report import Progress, read_summary
-    from watchers.kube import run as run_kube_watcher
+    from watchers.kube.watcher import run as run_kube_watcher
     from watchers.runtime import Stopper
-    from watchers.slurm import run as run_slurm_watcher
+    from watchers.slurm.watcher import run as run_slurm_watcher
     from workers.embedded import join_all, start
 
     settings = load_settings()
@@ -256,7 +256,7 @@ def _quiet() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``remediation demo`` execs this (``python -m simulator.demo``); exit 1 if the scenario timed out."""
+    """``remediation demo`` execs this (``python -m demo.run``); exit 1 if the scenario timed out."""
     import argparse
     import json
     import sys

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from simulator.kube_discovery import (
+from simulator.kube.discovery import (
     AGGREGATED,
     SERVER_VERSION,
     Resource,
@@ -30,13 +30,13 @@ from simulator.kube_discovery import (
     resource_list,
     wants_aggregated,
 )
-from simulator.kube_pages import bad_request, parse_limit
-from simulator.kube_select import SelectorError, field_selector, label_selector
-from simulator.kube_store import ApiError, Obj, status
-from simulator.kube_table import table, wants_table
+from simulator.kube.pages import bad_request, parse_limit
+from simulator.kube.select import SelectorError, field_selector, label_selector
+from simulator.kube.store import ApiError, Obj, status
+from simulator.kube.table import table, wants_table
 
 if TYPE_CHECKING:
-    from simulator.kube_api import KubeAPIServer
+    from simulator.kube.api import KubeAPIServer
 
 REASONS = {
     401: "Unauthorized",
@@ -234,7 +234,7 @@ def _paged_list(
     as_table: bool,
     include: str,
 ) -> None:
-    """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube_pages`)."""
+    """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube.pages`)."""
     limit = parse_limit(query.get("limit"))
     selectors = "|".join((query.get("fieldSelector", ""), query.get("labelSelector", "")))
     token = query.get("continue", "")

@@ -5,7 +5,7 @@ Each Node's values of ``incidents.label_keys`` (say ``topology.kubernetes.io/zon
 ``cloud.google.com/gce-topology-subblock``, ``nvidia.com/gpu.clique``) are that Node's failure
 domains. Whenever they change (and for every Node on the watcher's first list) one ``DOMAINS`` event
 is published per Slurm node running on it, translated with the same Node -> Slurm node map as the
-conditions (:class:`watchers.kube_mapping.SlurmNames`); until the map can be read the change waits
+conditions (:class:`watchers.kube.mapping.SlurmNames`); until the map can be read the change waits
 here. The ingest keeps them in ``node_domains`` for the incident rule. A ``LABELS`` publisher does the
 same for the label keys some profile selects on (a label set to "" counts: ``key`` and ``!key`` select
 on presence); the ingest keeps them on the node, for the profiles.
@@ -22,9 +22,9 @@ from typing import Any
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.topology import label_domains
-from watchers.kube_mapping import SlurmNames
+from watchers.kube.mapping import SlurmNames
 
-log = logging.getLogger("watchers.kube")
+log = logging.getLogger("watchers.kube.watcher")
 
 
 class DomainLabels:

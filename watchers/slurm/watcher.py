@@ -53,10 +53,10 @@ from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
 from watchers.health import WatcherHealth
 from watchers.runtime import Polls, Stopper
-from watchers.slurm_reasons import KeptReasons
-from watchers.slurm_topology import TopologyPublisher
+from watchers.slurm.reasons import KeptReasons
+from watchers.slurm.topology import TopologyPublisher
 
-log = logging.getLogger("watchers.slurm")
+log = logging.getLogger("watchers.slurm.watcher")
 
 
 @runtime_checkable

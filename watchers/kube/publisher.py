@@ -1,7 +1,7 @@
 """The main-thread half of the Kubernetes watcher: held conditions in, NodeEvents on the bus out.
 
 :class:`Publisher` feeds queued Nodes through the pure :class:`~remediation.domain.flap.FlapFilter`,
-translates Node names to Slurm node names (:mod:`watchers.kube_mapping`), publishes a condition once
+translates Node names to Slurm node names (:mod:`watchers.kube.mapping`), publishes a condition once
 it has held ``kube.min_condition_s`` and its end as HEALTHY, re-publishes the bad conditions already
 published on every relist (same dedupe keys, so the ingest records them once: that covers an event
 lost to a Redis outage), and keeps what Redis refused in an outbox for the next wake-up.
@@ -26,13 +26,13 @@ from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.flap import Change, FlapFilter
-from remediation.domain.profiles import label_keys
+from remediation.profiles.rules import label_keys
 from remediation.settings import Settings
-from watchers.kube_domains import DomainLabels
-from watchers.kube_mapping import SlurmNames, conditions_of, to_event
-from watchers.kube_stream import Item
+from watchers.kube.domains import DomainLabels
+from watchers.kube.mapping import SlurmNames, conditions_of, to_event
+from watchers.kube.stream import Item
 
-log = logging.getLogger("watchers.kube")
+log = logging.getLogger("watchers.kube.watcher")
 
 class Publisher:
     """The leader's side: flap filter, Node -> Slurm node translation, outbox and lock renewal."""

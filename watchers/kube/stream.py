@@ -2,7 +2,7 @@
 
 It works the way an informer does: list, then watch from the list's resourceVersion, resume each
 timed-out watch from the last resourceVersion seen (bookmarks included), relist on 410 Expired and
-every ``kube.resync_interval_s``; errors back off and relist. The main thread (:mod:`watchers.kube`)
+every ``kube.resync_interval_s``; errors back off and relist. The main thread (:mod:`watchers.kube.watcher`)
 consumes the queue, so no wait in here can starve the leader lock's renewal.
 
 Memory stays bounded however large the fleet: a relist reads ``kube.list_page_size`` Nodes per request
@@ -27,12 +27,12 @@ import urllib3
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from remediation.domain.profiles import label_keys
+from remediation.profiles.rules import label_keys
 from remediation.settings import Settings
 from watchers.health import WatcherHealth
-from watchers.kube_nodes import decode_page, slim
+from watchers.kube.nodes import decode_page, slim
 
-log = logging.getLogger("watchers.kube")
+log = logging.getLogger("watchers.kube.watcher")
 
 Item = tuple[str, Any]  # ("RELIST", [node, ...]) or ("ADDED"|"MODIFIED"|"DELETED", node)
 

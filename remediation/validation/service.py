@@ -31,7 +31,12 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.states import AuditAction, CheckPurpose, StepStatus, ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
-from remediation.domain.validation import (
+from remediation.ports.cluster import SlurmControl
+from remediation.ports.dispatch import FollowUp
+from remediation.services.audit import audit
+from remediation.settings import Settings
+from remediation.validation.port import ValidationResult, Validator
+from remediation.validation.rules import (
     DEADLINE_SLACK_S,
     cause_class,
     check_for,
@@ -40,11 +45,6 @@ from remediation.domain.validation import (
     start_job,
     verdict,
 )
-from remediation.ports.cluster import SlurmControl
-from remediation.ports.dispatch import FollowUp
-from remediation.ports.validator import ValidationResult, Validator
-from remediation.services.audit import audit
-from remediation.settings import Settings
 
 OUTCOMES = tuple(o for o in ValidationOutcome if o != ValidationOutcome.DRY_RUN)
 

@@ -29,7 +29,7 @@ from remediation.domain.topology import TopologyError, slurm_domains
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings
 
-log = logging.getLogger("watchers.slurm")
+log = logging.getLogger("watchers.slurm.watcher")
 
 
 class TopologyPublisher:

@@ -1,9 +1,9 @@
-"""The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m watchers.kube``).
+"""The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m watchers.kube.watcher``).
 
 Only the leader watches. :func:`run` waits for the leader lock; while it holds it, :func:`_lead` starts
-the list+watch thread (:mod:`watchers.kube_stream`) and, on this thread, hands what it queues to the
-:class:`~watchers.kube_publisher.Publisher` (flap filter, Node -> Slurm node names from
-:mod:`watchers.kube_mapping`, outbox). Two threads, so that no wait can starve another: the main loop
+the list+watch thread (:mod:`watchers.kube.stream`) and, on this thread, hands what it queues to the
+:class:`~watchers.kube.publisher.Publisher` (flap filter, Node -> Slurm node names from
+:mod:`watchers.kube.mapping`, outbox). Two threads, so that no wait can starve another: the main loop
 wakes at least every half second, for the flap filter's next deadline, the lock renewal (every
 ``kube.leader_ttl_s / 3``) or SIGTERM, even when the watch is silent.
 
@@ -27,11 +27,11 @@ from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.kube.client import kube_client
 from remediation.settings import Settings, load_settings
 from watchers.health import WatcherHealth
-from watchers.kube_publisher import Publisher
-from watchers.kube_stream import Item, NodeStream
+from watchers.kube.publisher import Publisher
+from watchers.kube.stream import Item, NodeStream
 from watchers.runtime import Polls, Stopper
 
-log = logging.getLogger("watchers.kube")
+log = logging.getLogger("watchers.kube.watcher")
 
 
 def _lead(

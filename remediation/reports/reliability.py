@@ -18,13 +18,14 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from sqlalchemy.orm import Session
 
-from remediation.api.charts import hbars, stacked_days
+from remediation.reports.charts import hbars, stacked_days
 from remediation.services.readmodels import human_duration
 from remediation.services.reliability import BY, DIMENSIONS, Reliability, reliability
 from remediation.settings import LemonSettings, parse_duration
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
-STYLE = Path(__file__).resolve().parent / "static" / "style.css"
+# The dashboard's stylesheet, inlined so that the file stands alone and matches the Reliability page.
+STYLE = Path(__file__).resolve().parent.parent / "api" / "static" / "style.css"
 FORMATS = ("html", "pdf", "csv")
 MAX_WINDOW = timedelta(days=3660)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube_discovery import Resource
+from simulator.kube.discovery import Resource
 
 Obj = dict[str, Any]
 

@@ -8,7 +8,7 @@ A real cluster runs the PodSecurity admission plugin: each namespace's label
 no label gets the cluster's default, ``privileged`` unless the cluster configures another; a label
 that names no level is read here as ``restricted`` (closed, not open). Workload objects (a Job) are not
 refused, only the pods their controller makes: a Job whose pod is refused stays active with a
-``FailedCreate`` event until its deadline (simulator.kube_jobs).
+``FailedCreate`` event until its deadline (simulator.kube.jobs).
 
 The checks are the Standards' controls for Linux pods (every container, init and ephemeral included):
 

@@ -2,7 +2,7 @@
 
 Verify proves the machine restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
 a degraded NVLink or a flaky InfiniBand port passes verify and kills the next job. So between verify and
-return the node runs a check through the configured :class:`~remediation.ports.validator.Validator`, picked
+return the node runs a check through the configured :class:`~remediation.validation.port.Validator`, picked
 by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
 
 - the first look starts it (the check's names come from the step's idempotency key and the nonce its
@@ -46,8 +46,8 @@ from remediation.domain.states import ValidationOutcome
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
-from remediation.ports.validator import Backend, ValidationCheck, ValidationResult, Validator
 from remediation.settings import ValidationSettings
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult, Validator
 
 #: Exit codes a shell gives a command it could not run: not executable, not found.
 CANNOT_RUN = frozenset({126, 127})
@@ -112,7 +112,7 @@ def check_for(cfg: ValidationSettings, node: str, name: str, cls: str, nonce: st
 
 
 def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, now: datetime, limit: int) -> dict[str, Any]:
-    """What the database keeps of one check (remediation.services.validation writes it)."""
+    """What the database keeps of one check (remediation.validation.service writes it)."""
     started = datetime.fromisoformat(check["started_at"])
     return {
         "backend": check.get("backend", ""), "name": check.get("name", ""), "node": check.get("node", ""),
