@@ -66,7 +66,7 @@ def goal(what: str, measured: str, ok: bool) -> str:
     """A goal's line: what it asks, what was measured, and its verdict, ``met`` or ``not met``.
 
     Every goal a benchmark names is printed through this, so RESULTS.md never names a goal without
-    saying whether the run met it (tests/unit/test_bench_results.py checks the file).
+    saying whether the run met it (tests/unit/bench/test_results.py checks the file).
     """
     return f"goal {what} ({measured}): {verdict(ok)}"
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make sure the kubectl on PATH is 1.21 or newer, for `kubectl kustomize` in tests/unit/test_deploy.py.
+# Make sure the kubectl on PATH is 1.21 or newer, for `kubectl kustomize` in tests/unit/repo/test_deploy.py.
 #
 # Debian 12's only package, kubernetes-client, is kubectl 1.20, whose embedded kustomize (v2.0.3) cannot
 # read the `patches:` field the overlays use. A machine's own kubectl is used when it is recent enough.

@@ -66,13 +66,13 @@ wait "$root_2605" || { echo "building the Slurm 26.05 root failed" >&2; exit 1; 
 #     `remediation reliability -o pdf`, which prints the report with headless Chromium.
 apt_install chromium chromium-driver
 
-# --- promtool, for tests/unit/test_alerts.py (`promtool check rules` and `promtool test rules` on
+# --- promtool, for tests/unit/repo/test_alerts.py (`promtool check rules` and `promtool test rules` on
 # deploy/base/prometheus-rules.yaml). Debian packages it with the Prometheus server, whose service the
 # package starts on :9090 where services may start (not under a policy-rc.d that forbids it, as in
 # containers); the tests use only promtool.
 apt_install prometheus
 
-# --- kubectl 1.21+, for `kubectl kustomize deploy/overlays/*` in tests/unit/test_deploy.py: the machine's
+# --- kubectl 1.21+, for `kubectl kustomize deploy/overlays/*` in tests/unit/repo/test_deploy.py: the machine's
 # own when recent enough, else the binary of Debian's trixie package (Debian 12's kubernetes-client is 1.20,
 # too old for the overlays' `patches:`), fetched with the trixie root's apt. See scripts/kubectl.sh.
 bash scripts/kubectl.sh >/dev/null

@@ -34,7 +34,7 @@ from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, spawn, wait_for, worker_env
 from tests.ports import HEALTH_LINE, reported_port
 from tests.redisproc import PrivateRedis
-from tests.unit.test_alerts import alerts, series_names
+from tests.unit.repo.test_alerts import alerts, series_names
 
 
 def get(port: int, path: str) -> tuple[int, Any]:

@@ -1,0 +1,164 @@
+"""The house holds: the import-linter contracts in pyproject.toml (layers; watchers and workers never
+import each other; no SDK below the adapters; the core never imports the rehearsal) pass and are live,
+every module of the core sits in a layer, and no import cycle joins the top-level packages, the
+modules of the core or the modules of workers/."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+TOP = ("remediation", "watchers", "workers", "simulator", "demo")
+
+
+def lint_imports() -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+@contextmanager
+def probe(relpath: str, source: str) -> Iterator[None]:
+    bad = ROOT / relpath
+    bad.write_text(source)
+    try:
+        yield
+    finally:
+        bad.unlink()
+
+
+def test_import_contracts_hold() -> None:
+    proc = lint_imports()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Contracts: " in proc.stdout and " broken" in proc.stdout and "0 broken" in proc.stdout
+    for contract in ("Layers: entry points > services > adapters > domain > ports > settings > vocabulary",
+                     "The entry points are independent: they share the core below them, not each other",
+                     "The production core never imports the rehearsal"):
+        assert contract in " ".join(proc.stdout.split())  # lint-imports wraps long names
+
+
+@pytest.mark.parametrize(
+    ("relpath", "source", "expected"),
+    [
+        ("remediation/domain/_contract_probe.py", "import celery  # noqa: F401\n",
+         "remediation.domain._contract_probe -> celery"),
+        ("remediation/domain/_contract_probe.py", "import remediation.services.workflow  # noqa: F401\n",
+         "remediation.domain._contract_probe -> remediation.services.workflow"),
+        ("remediation/adapters/_contract_probe.py", "import remediation.services.lever_rules  # noqa: F401\n",
+         "remediation.adapters._contract_probe -> remediation.services.lever_rules"),
+        ("watchers/_contract_probe.py", "import workers.tasks  # noqa: F401\n",
+         "watchers._contract_probe -> workers.tasks"),
+        ("workers/_contract_probe.py", "import watchers.kube.watcher  # noqa: F401\n",
+         "workers._contract_probe -> watchers.kube.watcher"),
+        ("remediation/services/_contract_probe.py", "import redis  # noqa: F401\n",
+         "remediation.services._contract_probe -> redis"),
+        ("remediation/settings/_contract_probe.py", "import remediation.domain.causes  # noqa: F401\n",
+         "remediation.settings._contract_probe -> remediation.domain.causes"),
+    ],
+    ids=["domain-imports-celery", "domain-imports-a-service", "adapter-imports-a-service",
+         "watcher-imports-workers", "worker-imports-watchers", "service-imports-redis",
+         "settings-import-the-domain"],
+)
+def test_contracts_catch_a_wrong_import(relpath: str, source: str, expected: str) -> None:
+    """Prove each contract is live: the wrong import must break it, naming the import."""
+    with probe(relpath, source):
+        proc = lint_imports()
+    assert proc.returncode != 0
+    assert expected in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("relpath", "module"),
+    [("remediation/services/_contract_probe.py", "remediation.rehearsal.run"),
+     ("workers/_contract_probe.py", "remediation.rehearsal.trace")],
+    ids=["service-imports-the-rehearsal", "worker-imports-the-rehearsal"],
+)
+def test_the_core_never_imports_the_rehearsal(relpath: str, module: str) -> None:
+    """A production module that imports the rehearsal breaks its own contract, not only the layers."""
+    with probe(relpath, f"import {module}  # noqa: F401\n"):
+        proc = lint_imports()
+    assert proc.returncode != 0
+    assert "The production core never imports the rehearsal BROKEN" in " ".join(proc.stdout.split())
+    importer = relpath.removesuffix(".py").replace("/", ".")
+    assert f"{importer} -> {module}" in proc.stdout
+
+
+def layer_entries() -> list[str]:
+    """Every module or package the layers contract in pyproject.toml names."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in config if c["name"].startswith("Layers:"))
+    return [name.strip() for layer in layers for name in re.split(r"[|:]", layer)]
+
+
+def test_every_core_module_sits_in_a_layer() -> None:
+    """A module dropped straight into remediation/, or into a feature package without its layer, would
+    escape every layer contract. Package ``__init__`` modules hold no code of their own."""
+    entries = layer_entries()
+    core = grimp.build_graph("remediation", cache_dir=None)
+    packages = {m for m in core.modules if core.find_children(m)}
+    stray = sorted(m for m in core.modules - packages
+                   if not any(m == e or m.startswith(e + ".") for e in entries))
+    assert stray == []
+
+
+def _cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the directed graph, or None."""
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*TOP, cache_dir=None)
+
+
+def test_no_cycle_among_top_level_packages(graph: grimp.ImportGraph) -> None:
+    edges = {a: {b for b in TOP if a != b and graph.direct_import_exists(importer=a, imported=b, as_packages=True)}
+             for a in TOP}
+    assert _cycle(edges) is None
+    assert edges["remediation"] == set()  # the core imports none of the processes
+
+
+def test_no_cycle_within_workers(graph: grimp.ImportGraph) -> None:
+    modules = {m for m in graph.find_descendants("workers")} | {"workers"}
+    edges = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
+    assert _cycle(edges) is None
+
+
+def test_no_cycle_among_the_modules_of_the_core() -> None:
+    """An import inside a function hides a circle from the layers contract (both ends sit in one
+    layer) but not from the running code. Imports made only for the type checker never run."""
+    core = grimp.build_graph("remediation", cache_dir=None, exclude_type_checking_imports=True)
+    modules = set(core.modules)
+    assert _cycle({m: core.find_modules_directly_imported_by(m) & modules for m in modules}) is None
+
+
+def test_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
