@@ -2,7 +2,8 @@
 
 Each line carries ``remediation_id``, ``node``, ``step``, ``attempt`` and ``outcome`` as ``extra=``
 fields, so a JSON log search can follow one remediation. Outcomes: done, wait, escalate, quarantine,
-hold, cancel, retry (transient), held (not the node's error) and gated (not admitted).
+hold, cancel, retry (transient), held (not the node's error) and "gated" (not admitted; the
+log's word, kept for searches).
 
 Why: docs/architecture.md#a-step-runs-in-three-phases
 """
