@@ -64,8 +64,8 @@ from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from simulator.kube.api import KubeAPIServer
 from tests.ports import HEALTH_LINE, reported_port
-from watchers.kube import watcher as kube_watcher
 from watchers.kube.stream import NodeStream
+from watchers.kube.watcher import watcher as kube_watcher
 from watchers.runtime import Stopper
 
 GOAL_P99_MS = 200.0

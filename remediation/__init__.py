@@ -1,2 +1,5 @@
-"""node-remediation's core, in layers (docs/architecture.md): ``cli`` and ``api`` (entry points),
-``services``, ``adapters`` and ``db``, ``domain``, ``ports``, and under them ``settings`` and ``clock``."""
+"""node-remediation's core, in layers: ``cli`` and ``api`` (entry points), ``services``, ``adapters`` and
+``db``, ``domain``, ``ports``, and under them ``settings`` and ``clock``.
+
+Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+"""

@@ -1,20 +1,11 @@
 """Slurm hostlist expressions: ``gpu-node-[0-3,7]`` <-> ``gpu-node-0 ... gpu-node-3, gpu-node-7``.
 
-Slurm prints node sets compressed wherever it can (a job's ``nodes``, a partition's node list,
-``sinfo -o %N``), so every place that reads a node set from Slurm goes through :func:`expand`.
+Every place that reads a node set from Slurm goes through :func:`expand`. The grammar is Slurm's
+(comma-separated terms, bracket ranges that keep ``lo``'s zero padding, several groups as a cartesian
+product), made strict: whitespace, bad brackets, empty terms or ranges, and expansions too large to
+build raise :class:`HostlistError`.
 
-The grammar accepted is Slurm's, made strict where Slurm is lenient, because the names we expand end up
-as arguments of ``scontrol`` and as keys in our database:
-
-- A top-level comma separates host terms (``a[1-2],b3``); a comma inside brackets separates ranges.
-- A term is literal text and bracket groups. Several groups form a cartesian product, left group
-  outermost (``r[1-2]n[1-2]`` -> ``r1n1 r1n2 r2n1 r2n2``), as Slurm does.
-- A range ``lo-hi`` keeps the zero padding of ``lo`` (``n[001-010]``); ``lo`` must not exceed ``hi``.
-- Literal characters are letters, digits, ``.``, ``_`` and ``-``. Whitespace, nested or unbalanced
-  brackets, empty terms and empty ranges are errors (:class:`HostlistError`), never silent guesses.
-
-The size of an expansion is computed before anything is generated, so ``n[0-999999999999]`` is
-rejected at once instead of exhausting memory.
+Why: docs/architecture.md#slurms-hostlist-grammar-made-strict
 """
 
 from __future__ import annotations

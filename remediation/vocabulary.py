@@ -1,9 +1,10 @@
 """The fault vocabulary: the names of fault classes and ladder actions, spelled once.
 
-These are the domain's words (:mod:`remediation.domain.causes` classifies into them, the workflow
-climbs their ladders), but the settings check a site's overrides against them at start-up, and the
-settings sit below the domain. So the words live here, at the bottom of the house beside the settings
-and the clock, where both can import them: pure names, no rules.
+:mod:`remediation.domain.causes` classifies into them and the workflow climbs their ladders, while the
+settings check a site's overrides against them at start-up; so they sit at the bottom of the house,
+beside the settings and the clock, where both can import them. Pure names, no rules.
+
+Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Batch writes of the ingest path, one statement per batch however many rows.
 
-Why: at storm rates the ingest is bound by what it costs to *send* rows, not by Postgres. A multi-row
-``INSERT ... VALUES`` of 500 events is a 6,000-parameter statement that the driver re-parses for every
-batch (its text differs with the row count), and an ORM bulk UPDATE is 500 statements in a pipeline.
-On Postgres each batch here is one short, constant statement whose columns travel as arrays through
-``unnest``: parsed once, planned once, one round trip. Other databases (SQLite, the embedded default)
-take the portable SQLAlchemy form, which gives the same rows.
+On Postgres each batch is one short, constant statement whose columns travel as arrays through
+``unnest``; other databases (SQLite, the embedded default) take the portable SQLAlchemy form, which
+gives the same rows.
+
+Why: docs/architecture.md#the-ingest-writes-a-batch-as-one-statement
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The reads behind cause classification and lemon scoring, one query each.
 
-- :func:`app_xid_counts`: application-level XIDs recorded per node within the repeat window (the
-  events the policy decided ``app_xid``), so a repeat is remediated and a one-off is not.
-- :func:`failure_history`: each node's real failures since its last human release within the lemon
-  horizon, with their class: what :func:`remediation.domain.lemon.score` reads. Counted the way the
-  repeat-offender rule counts (one remediation is one failure; dry-run never counts), plus each GPU
-  check that failed after the node looked recovered.
+:func:`app_xid_counts`: application-level XIDs per node within the repeat window (decided
+``app_xid``). :func:`failure_history`: each node's real failures since its last human release within
+the lemon horizon, with their class, counted as the repeat-offender rule counts, plus each GPU check
+that failed after the node looked recovered.
+
+Why: docs/policy.md#lemons-the-score
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """Intents: an action that cannot be taken back, written to its step row before it is sent.
 
-A BMC takes no request id and keeps no tag: asked twice, it resets twice. The clouds close the gap
-between "sent" and "recorded" on their side (GCE's request id, the Azure and AWS tags); for a BMC it is
-closed here. Before the POST, the redfish provider writes the operation it is about to start (what,
-where, when) to the ``provider_op`` of the step row that holds the idempotency key, in a transaction of
-its own, committed, and only if that row has none yet. A worker killed at any point after that leaves
-the intent where the workflow itself looks: the next claim of the step reads it as the operation in
-flight and polls it, and a repeated ``start`` with the key returns it. Either way no second reset is
-sent for the key. The price is at most once, never twice: a worker killed between the intent and the
-POST leaves a reset that never happened, which the poll sees (no power change, no reboot) and the
-ladder's next rung, with a key of its own, makes up for.
+:class:`StepIntents` writes the operation a provider is about to start to the ``provider_op`` of the
+step row holding the idempotency key, in a transaction of its own, only if the row has none yet; the
+next claim of the step polls it instead of sending again. :meth:`StepIntents.release` takes back the
+intent of a request the provider refused. The entry points hand it to the adapter factory.
 
-A POST the BMC refused with an error status did nothing, so its intent is taken back (:meth:`release`)
-and a later try may send it; a POST that may have reached the BMC (a read timeout) keeps it. The entry
-points build :class:`StepIntents` on their session factory and hand it to the adapter factory
-(adapters never import the database layer).
+Why: docs/architecture.md#claim-before-sending-what-has-no-request-id
 """
 
 from __future__ import annotations

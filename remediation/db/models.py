@@ -1,26 +1,10 @@
 """SQLAlchemy 2 models: the faulty-node database.
 
-Postgres is the real target; SQLite works for the embedded default. Both honour the partial unique index
-that allows one *open* remediation per node, which is what makes "open a remediation" safe to race.
+Postgres is the real target; SQLite works for the embedded default. Both honour the partial unique
+index that allows one *open* remediation per node, which makes opening a remediation safe to race.
+Each table's purpose is listed in the docs.
 
-Tables and why they exist:
-- ``nodes``: the current status of every node we know (the pool the storm breaker counts).
-- ``events``: append-only observations; ``dedupe_key`` is unique so a re-published condition is recorded
-  once. The decision taken is written on the row, so on-call can see why nothing happened.
-- ``rejected_events``: payloads that could not be parsed or applied. Kept, never dropped.
-- ``remediations``: one workflow per failure; ``step`` is where the state machine stands.
-- ``remediation_steps``: one row per attempt of a step, written "started" before the outside call and
-  finished after it, with the idempotency key and the provider operation.
-- ``audit_log``: every human lever and every automated action, with actor and reason.
-- ``control``: small cluster-wide state (paused, breaker open, last VM action time).
-- ``node_domains``: each node's failure domains (switch, zone, NVLink clique), per source.
-- ``incidents``: one row per topology-correlated incident; its remediations point at it.
-- ``leader_fences``: per watcher leader lock, the highest fencing token the ingest has recorded and how
-  many events it dropped for carrying a lower one (see :mod:`remediation.domain.fencing`).
-- ``dashboard_sessions``: one row per dashboard login, so that every API replica knows it and logout
-  or a rotated token ends it (see :mod:`remediation.services.dashboard_sessions`).
-- ``hardware_sightings``: the hardware a node name stood on at each machine action, quarantine and
-  GPU check (see :mod:`remediation.domain.hardware`).
+Why: docs/architecture.md#the-faulty-node-database-one-table-per-fact
 """
 
 from __future__ import annotations

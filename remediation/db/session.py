@@ -1,19 +1,11 @@
 """Engine and session set-up for Postgres (the real target) and SQLite (the embedded default).
 
-SQLite gets WAL, a busy timeout and foreign keys so that a worker thread and the API can share the file
-during the demo. Postgres connections are pre-pinged so a restarted server costs one failed checkout,
-not a crashed worker. ``DatabaseUnavailable`` turns "connection refused" into one clear sentence.
+SQLite gets WAL, a busy timeout and foreign keys, so a worker thread and the API can share the file
+during the demo. Postgres connections are pre-pinged, and a server that is no longer the primary
+empties the pool and reaches the caller as an ``OperationalError``, which every caller retries.
+``DatabaseUnavailable`` turns "connection refused" into one clear sentence.
 
-**Failover.** An HA Postgres is a multi-host URL with ``target_session_attrs=read-write``
-(``database.url``): libpq tries the hosts in turn and keeps only the one that takes writes, so every new
-connection finds the current primary. What this module adds is that the *old* connections go: a
-server that refuses a write because it is (now) a standby, or that is shutting down or starting up,
-is taken as a lost connection (:func:`_failover_is_a_disconnect`), so the pool throws away every
-connection it holds and the error reaches the caller as an ``OperationalError``, the one error every
-caller already retries (the tasks' ``autoretry_for``; an ingest batch's entries stay unacknowledged).
-A transaction cut off mid-way is never half-applied (Postgres commits all of it or none), and its
-retry runs the whole unit of work again from a fresh read, which the workflow's claim and idempotency
-keys make safe.
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Admission: what an event read from the stream may claim, judged before it is recorded.
 
-The stream is a trust boundary (docs/architecture.md, "Believe nothing unchecked"): a watcher's
-credential reports what its own source saw, nothing more. Who published an entry is known by the
-stream it is on, never by a field in it: each watcher's Redis user may append to its own stream only
-(:class:`Publisher`). So an event is refused when it claims to be a human's report (``source:
-manual``; humans report through the API or the CLI, which record the actor) or another source's, when
-it carries another lock's fence, a token its lock never handed out, or no fence from a publisher whose
-lock hands out tokens, and when its times are beyond what one clock may be off from another.
-Freshness is judged on the ingest's own clock: an ``observed_at`` a little ahead of it (within the
-skew bound) is clamped to it, so it never counts as fresher than now.
+An event is refused when it claims to be a human's report (``source: manual``) or another source's,
+carries another lock's fence, a token its lock never handed out, or no fence where one is due, or has
+times beyond the clock-skew bound; an ``observed_at`` a little ahead of the ingest's clock is clamped
+to it. Rules alone, on plain values; :mod:`remediation.services.payloads` applies them to each payload.
 
-Rules alone, on plain values; :mod:`remediation.services.payloads` applies them to each payload.
+Why: docs/architecture.md#believe-nothing-unchecked
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Explain a signal before it is counted: our own echo, a superseded edge, or a fault.
 
-A remediation disturbs the node it repairs. It drains it in Slurm, cordons it, and restarts its machine,
-and the watchers report what they see: the Node goes ``Ready=Unknown`` while the machine is down,
-slurmctld marks the node NOT_RESPONDING and then DOWN, a resumed node is NOT_RESPONDING until the next
-ping, and a watcher may deliver any of this late (a held condition, a Redis outage, a slow batch).
-None of it is a new fault. Counting it turned one GPU fault into a quarantine or a reboot loop.
+:func:`own_cause`: did *our* action cause this signal? It is ours when the condition *began* inside
+the remediation's disruption window (:class:`Window`, from its first machine action to its close) and
+was *observed* no later than ``policy.settle_s`` after the close. :func:`superseded`: is this unhealthy
+edge contradicted by a newer healthy observation of the same condition from the same source? Pure: the
+ingest passes the facts in.
 
-Two questions are answered here, purely (the ingest passes the facts in):
-
-- :func:`own_cause`: did *our* action cause this signal? The answer is anchored to what the
-  remediation did and when (its :class:`Window`), never to a timer alone. A signal of a kind our
-  actions produce is ours when the condition it reports *began* inside the remediation's disruption
-  window (from its first machine action to its close) and it was *observed* no later than
-  ``policy.settle_s`` after the close. Anything else (a GPU condition, a researcher's FAIL with a
-  reason that is not ours, a Ready=False that began after we proved the node healthy, a DOWN after
-  we resumed) is a different fault and is decided as one.
-- :func:`superseded`: is this unhealthy edge already contradicted by a newer healthy observation of
-  the same condition from the same source? Then it acts on nothing (decisions are level-triggered).
+Why: docs/policy.md#every-signal-is-explained-before-it-is-counted-no-phantom-faults
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Cause classification: read the fault's cause from the signal itself, and pick the class's ladder.
 
-A restart cannot fix a GPU whose memory has a double-bit error, nor a switch shared by many nodes;
-climbing the same restart-reimage ladder for every fault wastes machine actions and hours. So every signal
-is classified before its remediation opens:
+In order: XID codes in the text (the most severe class wins), the Kubernetes condition type,
+well-known words, a Slurm state without a reason (``host``), else ``unknown`` with the site's
+``workflow.ladder``. The table is data (``remediation/data/causes.yaml``) merged with the site's
+``policy.faults``; application-level XIDs come back with ``app_level``. Pure: the shipped table is
+package data read once.
 
-1. XID codes in the text, in the forms people and tools write them: a researcher's Slurm reason
-   (``xid 79``, ``Xid48``, ``XID=48``), a kernel line (``NVRM: Xid (PCI:0000:3b:00): 79, pid=...``),
-   an EKS reason (``NvidiaXID79Error``), NVSentinel's ``ErrorCode:79`` on its XID condition. Several
-   codes: the most severe class wins.
-2. The Kubernetes condition type (NVSentinel's, node-problem-detector's, GKE's, AKS's, EKS's, or a
-   site's alias).
-3. Well-known words in the text (``double-bit ECC``, ``fallen off the bus``, ``leaf switch``...).
-4. A Slurm state without a reason (DOWN, NOT_RESPONDING) is the host not answering: ``host``.
-5. Anything else is ``unknown`` and keeps the site's ``workflow.ladder``.
-
-The table is data (``remediation/data/causes.yaml``, shipped with its sources: NVIDIA's Xid catalogue
-and each tool's documentation), merged with the site's overrides (``policy.faults``). Application-level
-XIDs (NVIDIA: RESTART_APP, IGNORE) come back with ``app_level``: the policy records them and acts only
-when they repeat (:func:`remediation.domain.policy.decide`).
-
-Pure: the shipped table is package data read once; nothing here touches a database or a network.
+Why: docs/policy.md#fault-classes-the-cause-picks-the-first-action
 """
 
 from __future__ import annotations

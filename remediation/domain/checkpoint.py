@@ -1,28 +1,12 @@
 """Checkpoint before the hammer: ask the jobs on a draining node to save their work, once.
 
-A requeue or a cancel after ``drain_timeout_s`` throws away everything a job did since its last
-checkpoint. Most training frameworks save a checkpoint on a signal, and Slurm delivers one
-(``scancel --signal=USR1 --batch JOB``, or ``--full`` for every step). So, where a site names
-``workflow.checkpoint_signal`` and the fault's class allows it (``workflow.checkpoint_classes``;
-unset: every class not marked urgent in the cause table), ``slurm_drain`` signals the jobs it finds,
-as soon as it finds them; it goes on the moment they leave, and applies ``on_jobs_timeout`` once
-``checkpoint_wait_s`` have passed since the request, without waiting out the rest of
-``drain_timeout_s``.
+Where ``workflow.checkpoint_signal`` is set and the fault's class allows it, ``slurm_drain`` signals
+the jobs it finds and ``k8s_evict`` annotates the pods (:func:`ask_pods`, with
+``workflow.checkpoint_pods``); ``on_jobs_timeout`` follows ``checkpoint_wait_s`` after the request.
+The request and each job's signal are intents, sent at most once. :class:`CheckpointRequest` is the
+typed record that ``nodes show`` and the dashboard render.
 
-A signal is not idempotent: a job signalled twice saves twice, or ends on a second USR1 it no longer
-traps. The request is an intent (:mod:`remediation.ports.intents`): claimed on the drain step's row,
-committed, before ``scancel`` runs, and so is each job's signal: claimed before its own ``scancel``,
-confirmed after. A run that Slurm stops part way (a transient error on the third of five jobs) takes
-that job's claim back, and the next run reads the request back (``StepInput.provider_op``) and
-signals only the jobs no run claimed. A worker killed between a job's claim and its confirmation
-leaves that job claimed: it is never signalled again, at most once. What the request was (jobs, signal, scope, when, how long it waits) is typed
-(:class:`CheckpointRequest`) and is what ``nodes show`` and the dashboard render, never the text.
-
-Pods get the same request where the site says so (``workflow.checkpoint_pods``): before its first
-eviction, ``k8s_evict`` annotates the pods it would remove (:func:`ask_pods`; no exec), goes on when
-they have left and evicts the rest ``checkpoint_wait_s`` after the request. An annotation is
-idempotent on the object (a pod that carries one keeps it), and the request's time is claimed as an
-intent too, so a repeated run writes the same times: a pod is asked once.
+Why: docs/policy.md#checkpoint-before-the-hammer-ask-the-jobs-first-workflowcheckpoint_signal-off-by-default
 """
 
 from __future__ import annotations

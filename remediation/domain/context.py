@@ -1,15 +1,11 @@
 """A remediation's context: every fact its steps learn and later steps decide on, typed.
 
-The ``remediations.context`` JSON column used to be a free-form dict whose keys were written in one
-module and read in another. Every key is declared here, with its type and who writes it; the column
-keeps the same JSON, so rows written before this module existed read as they were.
+Every key of the ``remediations.context`` JSON column is declared here, with its type and who writes
+it; the JSON keeps its shape. A step returns the keys it learnt as a partial context
+(``Done.context``): the fields it sets replace the stored ones (:meth:`RemediationContext.merged`),
+the rest stay.
 
-Reading is tolerant and writing leaves out what is None, as the dict did (see
-:class:`remediation.domain.record.JsonRecord`).
-
-A step returns the keys it learnt as a partial context (``Done.context``): the fields it sets
-replace the stored ones (:meth:`RemediationContext.merged`); the rest, which others may have written
-meanwhile (an incident, the breaker, a hold), stay.
+Why: docs/architecture.md#typed-records-kept-as-json
 """
 
 from __future__ import annotations

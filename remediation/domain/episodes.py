@@ -1,15 +1,11 @@
 """A node's fault episodes, with the evidence for each: the read model behind ``nodes show``.
 
-The repeat-offender rule counts episodes, not events (``docs/policy.md``, "Every signal is explained
-before it is counted"). An episode is one remediation and every signal it explains: the event that
-opened it, the events recorded while it ran, and those its own actions caused up to
-``policy.settle_s`` after it closed (decision ``attributed``), each linked to it by
-``events.remediation_id``. It runs from its first bad signal to its verified recovery (the last
-``verify`` that passed) plus the settle period. On-call sees here, for each episode, why it counted
-and which of the node's signals it absorbed, so "why was this node quarantined?" has an answer in
-one screen.
+An episode is one remediation and every signal it explains (linked by ``events.remediation_id``),
+from its first bad signal to its verified recovery plus ``policy.settle_s``; the repeat-offender rule
+counts episodes, not events. Built from rows :func:`remediation.services.readmodels.node_detail`
+already read; no query of its own.
 
-Built from rows :func:`remediation.services.readmodels.node_detail` already read; no query of its own.
+Why: docs/policy.md#every-signal-is-explained-before-it-is-counted-no-phantom-faults
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """NodeEvent: the one message watchers publish and the ingest task records.
 
-An event is a *fact observed* about one node: "slurmctld reports gpu-node-7 FAIL with reason 'xid 79'",
-"Node n-7 has had Ready=False for 5 minutes", "gpu-node-7 is healthy again". It carries no decision;
-the domain decides when the event is ingested.
+An event is a *fact observed* about one node and carries no decision. Its dedupe key names the
+*condition instance*, so a resync that re-publishes a bad state is recorded once. Parsing is strict:
+anything that is not a valid event raises :class:`InvalidEvent` naming the field.
 
-The dedupe key identifies the *condition instance*, not the message. A watcher's edge event and the
-periodic resync that re-publishes the same bad state carry the same key (for Slurm it includes the time
-the reason was set), so the ingest records each condition once however often it is re-published.
-
-Parsing is strict: anything that is not a valid event raises :class:`InvalidEvent` with a message that
-names the field, and the ingest keeps the raw payload in ``rejected_events`` rather than dropping it.
+Why: docs/architecture.md#an-event-is-a-fact-keyed-by-its-condition
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Nothing returns a node to service without evidence that it is healthy.
 
-The evidence is a machine action proven by ``verify`` (a new bootID, slurmd registered after it, the
-trigger gone) or a passed GPU check (``validate``). The site's path (:class:`~remediation.domain.statemachine.Site`)
-runs at least one of them before ``return`` wherever it can; :func:`unproven` is ``return``'s own look
-at why it may be without one, and what it does instead of resuming:
+The evidence is a machine action proven by ``verify`` or a passed GPU check (``validate``).
+:func:`unproven` is ``return``'s look at why it may have neither, and what it does instead of
+resuming: a class whose ladder has no machine rung follows its own rule (hold or quarantine); a site
+with no machine action and no GPU check follows ``workflow.unproven`` (``hold``, the default, or
+``quarantine``). The service never resumes such a node itself.
 
-- the class's ladder has no machine rung (``hold``, ``quarantine``): the class's own rule, as at
-  ``k8s_evict`` (:func:`remediation.domain.recheck.without_machine_action`): held for a human, or
-  quarantined at once;
-- the site has no machine action and no GPU check (``machine.backend`` and ``validation.backend``
-  both ``none``): nothing can prove the node healthy. ``workflow.unproven`` says what happens:
-  ``hold`` (the default) keeps it drained, pages once (``unproven_hold``) and waits until a human
-  gives it back; ``quarantine`` quarantines it now. The service never resumes it: a human who
-  resumes it in Slurm (or drains it with a reason of their own) takes it back, and the remediation
-  ends there, cancelled, with nothing of ours left to give back.
+Why: docs/policy.md#no-machine-action-only-evidence-returns-a-node-without-a-check-workflowunproven--hold
 """
 
 from __future__ import annotations

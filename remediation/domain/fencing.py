@@ -1,16 +1,10 @@
 """Fencing: a leader's events count only until a newer leader has published.
 
-A leader lock with a TTL cannot by itself stop two watchers from publishing as leader: one paused
-(SIGSTOP, a long GC, a frozen VM) past its TTL wakes up still believing it leads, and a Redis failover
-can lose the lock key itself. So every lock holder gets a **fencing token** when it takes the lock, a
-number higher than every token given before (:mod:`remediation.adapters.lock`), and stamps it on each
-event it publishes (:class:`~remediation.domain.events.Fence`). The ingest, which reads the stream in
-order and records into Postgres, keeps the highest token it has seen per lock and drops every event
-that carries a lower one: once a newer leader's first event is recorded, nothing its predecessor
-publishes afterwards counts, however long that predecessor slept.
+Every leader lock holder stamps its fencing token on the events it publishes; the ingest keeps the
+highest token it has seen per lock and drops every event carrying a lower one. This module is the rule
+alone, on plain values; :mod:`remediation.services.fencing` holds the highest tokens in Postgres.
 
-This module is the rule alone, on plain values; :mod:`remediation.services.fencing` holds the highest
-tokens in Postgres, locked for the batch, so that concurrent ingests agree.
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """Flap suppression for Kubernetes Node conditions: publish a bad condition only once it has held.
 
-A Node whose Ready condition blinks False for ten seconds during a kubelet restart is not broken, and
-opening a remediation for it would drain a healthy GPU node. So a bad condition (one of the configured
-``Type=Status`` pairs, e.g. ``Ready=False``) becomes an *episode* when first seen, and is published
-once the episode has lasted ``min_hold_s``. An episode ends when the condition type returns to a status
-that is not bad; if it was published, its end is published as a recovery. One episode is published
-once, however many MODIFIED events or resyncs repeat it; changing between bad statuses (Ready
-False -> Unknown) continues the same episode.
+A bad ``Type=Status`` pair starts an *episode*, published once it has lasted ``min_hold_s`` and still
+bad then; its end is published as a recovery. ``lastTransitionTime`` dates the start only when clearly
+older than our first sighting (by more than ``skew_s``). Pure, on an injected clock: the watcher turns
+the returned :class:`Change` values into NodeEvents.
 
-When did an episode start? The condition's ``lastTransitionTime`` says so, but it comes from another
-machine's clock with one-second resolution. We trust it only when it is clearly older than our first
-sighting (by more than ``skew_s``), which is the case that matters: after a watcher restart or a missed
-watch, a condition that has been bad for ten minutes is published at once instead of waiting another
-full hold. Otherwise the hold counts from our own first sighting, so skew can never shorten it.
-
-A held condition is published only if it is still bad when its hold ends: an episode that ended
-before (healthy again, or the Node gone) publishes nothing, not even its end. Each change carries the
-moment it was decided (``at``) and the episode's start (``since``), so the ingest can order a bad
-edge against the healthy observation that ended it and tell whether our own reboot caused it.
-
-The module is pure: the clock is injected, nothing here does I/O, and the watcher turns the returned
-:class:`Change` values into NodeEvents. The dedupe key names the condition instance
-(``k8s:NODE:Type=Status:lastTransitionTime``), so re-publishing an episode yields the same key.
+Why: docs/policy.md#a-conditions-hold-when-its-episode-began
 """
 
 from __future__ import annotations

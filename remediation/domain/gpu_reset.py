@@ -1,32 +1,11 @@
 """The ``gpu-reset`` rung: ``nvidia-smi -r`` on the node, as a job, before any reboot.
 
-NVIDIA's Xid catalogue puts the XIDs a GPU reset clears (46, 62, 119, 120, ...) in its RESET_GPU
-bucket: the GPU is reset, not the machine. A class whose ladder starts with ``gpu-reset`` therefore
-first resets the GPU the XID named, with a job on the node run by the validator that runs the GPU check
-(:mod:`remediation.validation.port`: a job in the maintenance reservation only the service's user may
-use, or a Kubernetes Job bound to the Node), and climbs to a reboot only when that fails:
+The job, run by the validator (:mod:`remediation.validation.port`), resets the GPU at the XID's PCI
+address (``context.gpu_pci``, an argument, never shell text), or every GPU when the signal names none.
+Exit 0 goes on to ``verify``; any other verdict climbs to the next rung. Job names come from the
+step's idempotency key, so a killed worker never submits a second reset.
 
-- The job runs a fixed script; the GPU's PCI address (read with the XID, ``context.gpu_pci``) is its
-  argument, never part of a shell string. The script maps the address to the GPU's index with
-  ``nvidia-smi --query-gpu=index,pci.bus_id`` inside the same job (a container numbers its GPUs from
-  0, so only the job's own view is right), then runs ``nvidia-smi -pm 0 -i INDEX`` (persistence mode
-  keeps the GPU open) and ``nvidia-smi -r -i INDEX``. No GPU at that address: exit 3.
-- A signal that names no GPU (a researcher's ``xid 46``, EKS's ``NvidiaXID46Error``) resets every GPU
-  of the node (``nvidia-smi -pm 0``, ``nvidia-smi -r``): what the reboot it replaces would reset, and on
-  NVSwitch systems without Fabric Manager the GPUs an NVLink joins must be reset together anyway.
-- The job's exit code is the proof of the action. Exit 0 moves on to ``verify`` (nothing rebooted, so
-  no new bootID is asked for; slurmd must answer and the trigger must clear) and then to the GPU
-  check, as after any hammer. Any other verdict (a non-zero exit, no result, the job's deadline
-  ``validation.gpu_reset_timeout_s``, a command that cannot run) climbs to the next rung: that is a
-  reboot, which needs no job, so nothing here holds for a human.
-- The job's names come from the step's idempotency key and nonce (``nr-reset-r12-a1-NONCE``), and
-  its reference is recorded on the step before anyone waits on it: a worker killed anywhere resumes
-  with that reference, or finds its own job by the name, and never submits a second reset for the key.
-- A node whose slurmd is not answering can run no job, and a human's drain is not lifted for one:
-  the rung is skipped, with the reason, for the next.
-
-Dry-run's validator records the reset it would run and gives no verdict: the step says "would reset"
-and, as after a dry-run reboot, verify and the GPU check have nothing to judge.
+Why: docs/policy.md#fault-classes-the-cause-picks-the-first-action
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """Hardware identity: which machine and which GPUs a node name stood on, and when that changed.
 
-A node's *name* outlives its hardware: a GCE stop/start or an Azure redeploy moves the same instance
-(same instance id) to another host, a reimage keeps the host, a bare-metal board is swapped under the
-same hostname. The workflow reads the machine's identity (:class:`remediation.ports.cluster.
-HardwareIdentity`) when it is about to act and after the action, and the GPU check's output names the
-GPUs (``nvidia-smi -q`` or ``nvidia-smi --query-gpu=uuid,serial``); each read is a *sighting*
-(``hardware_sightings``). This module turns a node's sightings into *eras*: stretches of one name on
-one piece of hardware.
+Each read of a machine's identity (:class:`remediation.ports.cluster.HardwareIdentity`) or of the GPUs
+a check named is a *sighting*; this module turns a node's sightings into *eras*, stretches of one name
+on one piece of hardware. A sighting that contradicts the era, or a completed move on a provider that
+exposes no host, starts a new one. Pure: :func:`read_identity` calls the machine port only through the
+step's adapters.
 
-A new era starts when a sighting contradicts the era's identity (another host, BMC UUID or serial,
-instance id, or set of GPU serials), or when an action that moves the machine to another host (a
-stop/start, a redeploy) completed on a provider that exposes no host: the move itself is then the
-only evidence, and it is recorded as a change of hardware.
-
-Pure: no I/O; :func:`read_identity` calls the machine port only through the step's adapters.
+Why: docs/on-call.md#is-the-fleet-getting-better
 """
 
 from __future__ import annotations

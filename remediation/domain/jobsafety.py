@@ -1,16 +1,12 @@
 """Job safety: nothing destructive happens while Slurm shows jobs on the node.
 
-A node has jobs if ``squeue -w NODE`` lists any (always asked), or if Slurm's state still says so:
-ALLOCATED, MIXED or COMPLETING, or the FAILING or DRAINING flag. A FAIL on an allocated node (a
-researcher's ``scontrol update state=fail`` on a busy node, the everyday case) shows as FAILING or
-MIXED/ALLOCATED+FAIL: its jobs are still there. ``slurm_drain`` waits for them (waiting is not
-blocking), and the eviction and machine steps check again before acting (:func:`no_jobs_left`).
+A node has jobs if ``squeue -w NODE`` lists any, or if its Slurm state says so (ALLOCATED, MIXED,
+COMPLETING, or the FAILING or DRAINING flag). :func:`no_jobs_left` is the check before eviction and
+machine steps; :func:`jobs_timed_out` applies ``workflow.on_jobs_timeout`` after
+``workflow.drain_timeout_s``; :func:`wait_for_jobs` brings it forward when jobs were asked to
+checkpoint.
 
-After ``workflow.drain_timeout_s``, ``workflow.on_jobs_timeout`` decides (:func:`jobs_timed_out`):
-hold (stay drained, page once, keep waiting), requeue or cancel, each audited with the job ids. Where
-the site asks jobs to checkpoint first (:mod:`remediation.domain.checkpoint`), they are signalled as
-soon as the drain finds them, and ``on_jobs_timeout`` comes ``checkpoint_wait_s`` after the request
-(:func:`wait_for_jobs`).
+Why: docs/policy.md#job-safety-nothing-destructive-while-jobs-remain-on_jobs_timeout--hold
 """
 
 from __future__ import annotations

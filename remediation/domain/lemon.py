@@ -1,26 +1,11 @@
 """Lemon scoring: a node's failure history as one number, and the words that explain it.
 
-N failures within W (the repeat-offender rule) catches a node failing fast; it misses the node that
-fails every week or so, each time "fixed" by a restart, which Meta's RSC reliability study (Kokolis et
-al., "Revisiting Reliability in Large-Scale Machine Learning Research Clusters", 2024) calls a *lemon*
-and found worth finding and repairing. The score:
+The score sums each failure's class weight, halved every ``half_life_s`` of age, and multiplies by a
+bonus per distinct cause class. A node at or over ``policy.lemon.threshold`` with at least
+``policy.lemon.min_failures`` failures is quarantined; only real failures after its last human release
+count. Pure: the caller passes the history; the clock is the time of the failure being decided.
 
-    score = (sum over failures of  weight(class) * 0.5 ** (age / half_life))
-            * (1 + distinct_bonus) ** (distinct classes - 1)
-
-- decayed: a failure counts half after ``half_life_s``, so old history fades instead of falling off a
-  cliff at the window's edge;
-- weighted by class: hardware and memory faults count more than software ones, a shared switch
-  (``fabric``) not at all (``remediation/data/causes.yaml``, ``policy.lemon.weights``);
-- distinct causes counted: a node failing in several different ways is likelier a lemon than one
-  with one known recurring cause.
-
-A node at or over ``policy.lemon.threshold``, with at least ``policy.lemon.min_failures`` failures
-counted, is quarantined like a repeat offender. Only real
-(not dry-run) failures after the node's last human release count, as for N-in-W. Every number is an
-assumption, documented in docs/policy.md ("Lemons").
-
-Pure: the caller passes the history; the clock is the time of the failure being decided.
+Why: docs/policy.md#lemons-the-score
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Giving back what is ours, and only that.
 
 We resume a Slurm node only while its reason still carries our prefix, and uncordon and untaint only
-what we marked as ours: a human's drain or cordon, placed before us or meanwhile, is theirs and left
-alone. These are the undo of a remediation that stops (cancelled, or the fault cleared), of a human's
-release and of ``return``'s resume, in one place so that every path keeps the same rule.
+what we marked as ours: a human's drain or cordon, placed before us or meanwhile, is left alone. One
+place for every undo: a remediation that stops (cancelled, or the fault cleared), a human's release and
+``return``'s resume.
+
+Why: docs/architecture.md#ownership
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """Policy: pure decisions, with the clock and every fact passed in.
 
-Two questions are answered here and nowhere else:
+``decide``: what one event means for its node (record only, attributed, superseded, open a
+remediation, quarantine a repeat offender, or recovered); every unhealthy signal is explained before
+it is counted. ``admit``: may a step act *now*, given pause, the storm breaker, ``max_concurrent``
+and the minimum gap. Nothing here touches a database or a network; the rehearsal runs the same
+functions.
 
-1. ``decide``: what does one event mean for its node? Record it only, attribute it to the remediation
-   whose own action caused it, call it superseded (a newer healthy observation of the same condition
-   exists), open a remediation, quarantine the node (a repeat offender), or mark it recovered. Every
-   unhealthy signal is explained (:mod:`remediation.domain.attribution`) before it is counted.
-2. ``admit`` (admission): may a step act *now*? Pause-all stops every step; the storm breaker stops disruptive steps
-   (eviction and machine actions) while still letting nodes be drained in Slurm; ``max_concurrent`` and the
-   minimum gap throttle machine actions.
-
-Nothing here touches a database or a network, so the table-driven tests run in microseconds and the
-same functions drive the trace replay (``remediation rehearse``).
+Why: docs/architecture.md#admission
 """
 
 from __future__ import annotations

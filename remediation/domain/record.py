@@ -1,12 +1,10 @@
 """Typed records kept as JSON: the remediation context and the ``control`` rows.
 
-A subclass is a frozen dataclass whose fields are the keys it declares, each ``X | None`` (or with a
-default). :meth:`JsonRecord.load` reads a stored value tolerantly: a missing key or one of the wrong
-type reads as its default (rows written by an older version, or by hand, never fail a step), a
-nested record is read the same way, and keys the class does not declare are kept in ``extra`` and
-written back unchanged (a row a newer version wrote survives an older worker touching it).
-:meth:`JsonRecord.dump` writes what is set, leaving out None, so the JSON keeps the shape the
-untyped dicts had.
+A subclass is a frozen dataclass whose fields are the keys it declares. :meth:`JsonRecord.load` reads
+tolerantly (a missing or mistyped key reads as its default; undeclared keys are kept in ``extra`` and
+written back); :meth:`JsonRecord.dump` writes what is set, leaving out None.
+
+Why: docs/architecture.md#typed-records-kept-as-json
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """The vocabulary of the state machine: node statuses, remediation statuses, steps and transitions.
 
-The workflow is linear with branches:
+Steps run ``slurm_drain``, ``k8s_cordon``, ``k8s_evict``, ``vm_restart``, ``verify``, ``validate``,
+``return``, with escalation up the ladder and quarantine; :class:`Site` leaves out the steps of a half
+the site lacks. ``TRANSITIONS`` lists every allowed step change; the engine refuses anything else.
 
-    slurm_drain -> k8s_cordon -> k8s_evict -> vm_restart -> verify -> validate -> return -> (succeeded)
-                                                  ^            |          |
-                                                  +-- escalate-+----------+   (verify or the GPU check
-                                                                               failed: next ladder action)
-    A step the site cannot take is no step at all (:class:`Site`): k8s_cordon and k8s_evict are
-    skipped when ``kube.backend`` is ``none``, validate when ``validation.backend`` is, vm_restart and
-    verify when ``machine.backend`` is, except for a GPU reset, a job on the node (and for a class
-    whose ladder has no machine rung: it holds or is quarantined instead).
-    any step --permanent error / ladder exhausted--> quarantine -> (quarantined)
-    any step --human cancel--------------------------------------> (cancelled)
-    quarantine step failing --------------------------------------> (failed)
-
-``TRANSITIONS`` lists every allowed step change; the engine refuses anything else, so a bug shows up as
-a loud error rather than a skipped step.
+Why: docs/architecture.md#the-workflows-steps-and-transitions
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The body of each workflow step: one look at the world, at most one action, and a verdict.
 
 Each function gets a frozen snapshot of its remediation (``StepInput``) and the adapters, calls outside
-at most once or twice, and returns an outcome: ``Done`` (advance), ``Wait`` (check again after a
-countdown; the task reschedules itself rather than sleeping), ``Escalate`` (try the next rung of the
-ladder, or quarantine when none is left) or ``Quarantine``. The engine persists the outcome; these
-functions never touch the database, which is what makes them safe to run twice.
+at most once or twice, and returns ``Done``, ``Wait``, ``Escalate`` or ``Quarantine``. The engine
+persists the outcome; these functions never touch the database. Ownership rules
+(:mod:`remediation.domain.ownership`) apply to every step.
 
-Ownership rules apply to every step (:mod:`remediation.domain.ownership`): we resume a Slurm node only
-while its reason still carries our prefix and uncordon only a cordon we marked, so a human's drain or
-cordon placed mid-remediation is never undone.
+Why: docs/architecture.md#a-step-runs-in-three-phases
 """
 
 from __future__ import annotations

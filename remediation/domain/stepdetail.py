@@ -1,10 +1,10 @@
 """The keys of a step row's ``detail`` that the engine and the step bodies decide on, typed.
 
-A step row's ``detail`` (JSON) is mostly a record for people: the jobs a drain waited for, the pods
-left, the GPU check's output. A few keys are state a later run of the same step reads back; they are
-declared here, each group with the module that owns it, and read tolerantly (a row written before
-they were typed, or by hand, reads as "nothing recorded" where a value is missing or malformed).
-Writing merges them into the rest of ``detail``, which stays free-form.
+Most of ``detail`` is a free-form record for people; the few keys a later run of the same step reads
+back are declared here, each group with the module that owns it, read tolerantly (missing or
+malformed reads as "nothing recorded") and merged into the rest on write.
+
+Why: docs/architecture.md#typed-records-kept-as-json
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Failure domains and the rule that turns simultaneous failures in one domain into one incident.
 
-A **failure domain** is a set of nodes that one broken part takes down together: a leaf switch, an
-NVLink domain (clique), a reserved block or a zone. A node belongs to several at once (its leaf switch,
-the spine above it, its zone). Domains come from two places, both as ``kind -> name`` per node:
+Domains (``kind -> name`` per node) come from Slurm's topology (``scontrol show topology``, or
+``topology.conf`` via :func:`parse_topology_conf`) and from Node labels (``incidents.label_keys``).
+:func:`correlate` returns the domains whose unclaimed failures within the window reach ``min_nodes``
+or ``min_fraction`` (and at least two), each node claimed by one incident at most. Pure: the ingest
+and the rehearsal share it.
 
-- Slurm's topology, as ``scontrol show topology`` prints it (or as ``topology.conf`` defines it,
-  :func:`parse_topology_conf`, for a service that reaches Slurm only through slurmrestd). topology/tree prints one switch per line,
-  ``SwitchName=leaf0 Level=0 LinkSpeed=1 Nodes=gpu-node-[0-1]`` (22.05 ends each line with a space;
-  24.11 does not, and adds nothing else: both seen on the test clusters), a higher switch adding
-  ``Switches=leaf[0-1]``. topology/block (newer releases) prints ``BlockName=b1 BlockIndex=0 Nodes=...``. A cluster without a topology plugin prints
-  nothing on stdout (``No topology information available`` on stderr): no domains, not an error.
-  Level-0 switches are ``leaf-switch`` domains, higher ones ``switch``, blocks ``block``.
-- Node labels (``incidents.label_keys``): the label key is the kind, its value the name.
-
-:func:`correlate` is the rule, pure so that the ingest and the rehearsal (``remediation rehearse``)
-share it. Given the nodes that failed within the window, the domains' members and the nodes already
-in an incident, it returns the domains whose *unclaimed* failures reach ``min_nodes`` or
-``min_fraction`` of the domain (and at least two). Domains are tried in order of the fraction that
-failed (highest first), then size (largest first): when a spine's every node fails, the spine is the
-incident and its leaves have nothing left to claim; when one leaf fails, the leaf (all of it) beats
-the spine (half of it). A node is claimed by one incident at most.
+Why: docs/policy.md#failure-domains-where-they-come-from-and-which-wins
 """
 
 from __future__ import annotations

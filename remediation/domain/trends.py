@@ -1,17 +1,9 @@
 """Reliability trends: the arithmetic of faults over a window, on rows the caller read from the database.
 
-Definitions (docs/reliability.md says the same for on-call):
+Faults per day by cause class, time to repair, node-hours out of service and MTBF per node and per
+piece of hardware (an era of :mod:`remediation.domain.hardware`). Pure: no I/O.
 
-- a *fault* is a remediation opened in the window, dry-run excluded, whatever became of it;
-- *faults per day* count faults by the UTC day they opened, per cause class (``unknown`` unclassified);
-- *time to repair* is detected (opened) to returned (closed ``succeeded``), for repairs that returned in
-  the window;
-- *node-hours out of service* is, per fault, the part of the window from its opening to its close; a
-  quarantine keeps the node out from the close until the node's release (or the window's end);
-- *MTBF* (mean time between failures) is hours in service within the window divided by faults, per
-  node and per piece of hardware (an era of :mod:`remediation.domain.hardware`); None without a fault.
-
-Pure: no I/O.
+Why: docs/on-call.md#is-the-fleet-getting-better
 """
 
 from __future__ import annotations

@@ -1,31 +1,12 @@
 """Topology-correlated incidents: many nodes of one failure domain failing at once are one incident.
 
-A dead leaf switch takes all its nodes' slurmds out of reach together. Remediating them one by one
-would restart healthy machines behind a broken switch, page once per node and mark every one a repeat
-offender. So, in the ingest's transaction, right after remediations open (:func:`correlate_opened`):
+In the ingest's transaction :func:`correlate_opened` reads the failing nodes' domains
+(:func:`record_domains` keeps them), applies :func:`remediation.domain.topology.correlate`, and opens
+one incident and one page per domain. Members drain and cordon, then :func:`hold_reason` holds them
+before disruptive steps. :func:`check_recovery` (the sweeper) or :func:`resolve` (a human) closes it,
+releasing members to re-confirm.
 
-1. the domains of the nodes that just failed are read from ``node_domains`` (learnt from Slurm's
-   topology and Node labels, :func:`record_domains`), with every member of those domains;
-2. the failing members are those with an open remediation opened within ``incidents.window_s`` (the
-   ingest has already decided each on the node's latest state: a superseded edge opened nothing);
-3. :func:`remediation.domain.topology.correlate` names the domains that fail as one; each gets ONE
-   ``incidents`` row, its members' remediations point at it, and ONE audit row ``incident_opened``
-   (the page, through the notification outbox) names the domain, the likely cause and the nodes.
-   A later failure in a domain whose incident is open joins it (no second page).
-
-A member remediation keeps draining and cordoning (the safe steps), then waits at the first
-disruptive step: the workflow's claim asks :func:`hold_reason` ("is my node in an open incident?")
-before an eviction or a machine action. Failures that arrive one by one may open normal remediations
-before the K-th: ``incidents.vm_grace_s`` holds the first machine action of a node that has a domain until
-its incident could have formed, and a remediation folded in later is held at its next claim.
-
-The incident closes when every member responds again (:func:`check_recovery`, run by the sweeper)
-or when a human resolves it (:func:`resolve`). Either way each member still open is released with
-``reconfirm``: a node healthy again is given back (our drain and cordon undone), a node still bad is
-remediated on its own. Members never count toward the repeat-offender rule or the storm breaker
-(:mod:`remediation.db.queries`): an incident is local and expected; the breaker is the last resort.
-
-Dry-run: an incident opened in dry-run is marked ``dry_run`` and its audit rows read "would ...".
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
-"""The three small interfaces the workflow acts through, and the value types they exchange.
+"""The three small interfaces the workflow acts through (Slurm, Kubernetes, a machine's hammer) and the
+value types they exchange.
 
-These are ports: the domain calls them, :mod:`remediation.adapters` implements them (scontrol,
-slurmrestd or pyslurm; the kubernetes client; a machine's hammer, today the GCE, Azure and AWS SDKs),
-and besides each real backend there are two more: ``remediation.adapters.noop`` (dry-run: records
-what would have happened, changes nothing) and ``remediation.adapters.memory`` (a simulated world
-for unit and integration tests). :mod:`remediation.adapters.factory` picks one from the settings.
+:mod:`remediation.adapters` implements each, with a no-op (dry-run) and an in-memory twin beside every
+real backend; :mod:`remediation.adapters.factory` picks one from the settings. Every implementation
+keeps three contracts: writes are idempotent, errors are those of :mod:`remediation.ports.errors`, and
+no call blocks for long (waiting is the workflow's job).
 
-Contracts every implementation keeps:
-- Writes are idempotent: draining a drained node, cordoning a cordoned Node, restarting with an
-  idempotency key already used, all succeed without acting twice.
-- Errors are the typed errors of :mod:`remediation.ports.errors`, carrying the provider's own message.
-- Nothing blocks for long: waiting is the workflow's job (it reschedules); adapters answer one question
-  or start one operation per call.
+Why: docs/architecture.md#ports-small-interfaces-each-with-a-no-op
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Where work goes after a lever or an ingest commits: the port the entry points fill.
 
-The services never import a broker. Whoever builds a :class:`remediation.services.levers.LeverService`
-(the CLI, the API, the demo) passes it a dispatcher: the Celery one
-(:class:`remediation.adapters.celery.CeleryDispatcher`) in production, :class:`SweeperOnly` where there is
-no broker. Without a broker, step follow-ups are still safe: they were committed with ``next_run_at``
-set, so the sweeper resumes them; only a release's undo in Slurm and Kubernetes cannot wait for it.
+Whoever builds a :class:`remediation.services.levers.LeverService` passes it a dispatcher: the Celery
+one (:class:`remediation.adapters.celery.CeleryDispatcher`) in production, :class:`SweeperOnly` where
+there is no broker.
+
+Why: docs/architecture.md#without-a-broker-the-sweeper-resumes-the-work
 """
 
 from __future__ import annotations

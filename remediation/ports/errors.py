@@ -1,22 +1,12 @@
 """The few error types that decide what the workflow does next, and the one table that picks them.
 
 Adapters translate every SDK or command error at their boundary into one of these, keeping the
-provider's own message. The workflow engine never inspects SDK exceptions. Every error has a **scope**,
-which decides who pays for it:
+provider's message. Each has a scope: ``transient`` (:class:`TransientError`, retry with backoff),
+``node`` (:class:`PermanentError` and its kin, the node escalates) or ``system``
+(:class:`SystemicError`, automation pauses). The tables here are the only map from HTTP statuses and
+Slurm messages to scopes.
 
-- ``transient`` (:class:`TransientError`): retry later with backoff, honouring ``retry_after`` (429,
-  5xx, timeouts, connection refused).
-- ``node`` (:class:`PermanentError` and its kin): retrying cannot help and the error is about this one
-  node (its VM is gone, its providerID is invalid, Slurm refused this node's command); the node
-  escalates.
-- ``system`` (:class:`SystemicError`): our own plumbing is broken (a credential expired, a role was
-  revoked, a quota ran out, the configuration is wrong, slurmctld cannot be reached). That says nothing
-  about the node: automation pauses with the reason, on-call is paged once, and no node is quarantined
-  or charged a failure for it.
-
-An exception nobody mapped has no scope at all; the engine holds its remediation and pages (see
-:mod:`remediation.services.workflow`). The tables below are the only place that maps HTTP statuses and Slurm
-messages to scopes, so GCE, Azure, AWS, the Kubernetes API and slurmrestd agree on every status.
+Why: docs/architecture.md#every-error-has-a-scope-the-nodes-the-systems-or-nobody-knows
 """
 
 from __future__ import annotations

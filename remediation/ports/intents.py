@@ -1,10 +1,10 @@
 """Intents: where an action that must not be sent twice is recorded before it is sent.
 
-A signal to a job, like a BMC reset, takes no request id: sent twice, it acts twice. The step that
-sends one first claims it on its step row (found by the step's idempotency key), in a transaction of
-its own, and sends only a claim it won; a worker killed after the claim leaves it there, and the next
-run of the step finds it and sends nothing. :class:`remediation.db.intents.StepIntents` keeps them in
-Postgres; the entry points hand it to the adapter factory.
+A step claims the action on its step row (by the step's idempotency key) in a transaction of its own
+and sends only a claim it won; a rerun that finds the claim sends nothing.
+:class:`remediation.db.intents.StepIntents` keeps them in Postgres.
+
+Why: docs/architecture.md#claim-before-sending-what-has-no-request-id
 """
 
 from __future__ import annotations

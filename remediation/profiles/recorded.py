@@ -1,12 +1,11 @@
 """What one remediation runs under: the policy it recorded when it opened, not today's configuration.
 
-A remediation records its profile and its effective policy, every field, when it opens
-(:mod:`remediation.services.ingest`). Every step of it reads that record back: its ladders, timeouts,
-admission limits, validation and hammer are the ones it opened with, so a configuration changed (or a
-service restarted with a new one) while it runs never rewrites its ladder half-way. A profile in
-``shadow`` opened it as dry-run: its steps run on the dry-run twins and record what they would do.
+Every step reads back the profile and effective policy its remediation recorded at opening
+(:mod:`remediation.services.ingest`): ladders, timeouts, admission limits, validation, hammer. A
+``shadow`` profile's remediation runs as dry-run. A row opened before profiles existed runs under
+today's configuration.
 
-A row opened before profiles existed recorded nothing, and runs under today's configuration, as then.
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Which profile governs a node, and why each field of its policy has the value it has.
 
-:func:`resolve` walks the profiles in their configured order over what is known of the node
-(:class:`NodeFacts`: its Slurm partitions and features, and its Kubernetes Node's labels). The first
-profile that selects it wins; the later ones that also select it are kept, so that ``policy explain``
-can say that an order decided it. A node no profile selects is governed by the base policy.
+:func:`resolve` walks the profiles in order over :class:`NodeFacts`; the first that selects the node
+wins, and the later ones that also select it are kept for ``policy explain``. :func:`explain` lists each
+field of the effective policy with the layer that set it (``default``, ``base config`` or
+``profile``). Pure: the facts and the settings are passed in.
 
-:func:`explain` lists every field of the effective policy with the layer that set it: ``default``
-(the shipped default), ``base config`` (the site's sections) or ``profile``. Pure: the facts and the
-settings are passed in.
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

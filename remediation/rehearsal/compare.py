@@ -1,13 +1,11 @@
 """Two policies, one trace: the side-by-side rehearsal behind ``remediation rehearse --baseline``.
 
-The same faults (same seed, same outcome draws) go through :func:`remediation.rehearsal.run.rehearse`
-once per policy. The comparison is made only on figures the world measured (VM actions that fixed
-nothing, node-hours out, faults fixed automatically, quarantines, VM actions on fabric faults, pages),
-and each ratio is candidate / baseline, so "0.25" reads "a quarter of the baseline's".
+The same faults (same seed, same outcome draws) run once per policy; only figures the world measured
+are compared, each ratio candidate / baseline. ``--gpu-reset`` compares one policy with and without
+the gpu-reset rung (:func:`with_reset`, :func:`without_reset`), node-hours out per fault class
+(:func:`by_class`).
 
-``simulate --gpu-reset`` compares the same policy with and without the gpu-reset rung
-(:func:`with_reset`, :func:`without_reset`): both run jobs on the node, so both run the GPU check after
-every action, and only the reset differs; node-hours out are compared per fault class (:func:`by_class`).
+Why: docs/rehearsal.md#the-gpu-reset
 """
 
 from __future__ import annotations

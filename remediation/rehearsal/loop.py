@@ -1,29 +1,12 @@
 """The rehearsal's discrete-event loop: cost follows decisions, not waiting time.
 
-Both loops run the real ``ingest`` and the real ``Workflow.run`` on a simulated clock; they differ only in
-which of a waiting remediation's polls they actually run.
+Both loops run the real ``ingest`` and ``Workflow.run`` on a simulated clock. **polling** runs every
+follow-up after its countdown, as Celery would; **events** runs only the polls that can see something
+new (admission refusals are parked, waits sleep until their answer can differ), at the instants the
+polling loop would, so every decision comes out the same. Ties at one instant are ordered by kind,
+then remediation id.
 
-- **polling** (the original loop, kept for comparison): every follow-up runs after its countdown, exactly as
-  Celery would deliver it. A remediation held by admission or waiting on a 10-minute reboot is polled every
-  ``poll_interval_s``, and each poll is several database transactions.
-- **events**: a poll that cannot decide anything new is not run. Only the polls that *can* see something
-  new run, at the very instant the polling loop would have run them (the next point of the same poll
-  grid), so every decision, timestamp and audit row comes out the same:
-
-  - a remediation admission refused (``FollowUp.hint`` ``Hint.ADMISSION``) is *parked*. Admission's inputs are the
-    cluster view (pause, breaker latch, VM actions in flight, the last VM action); after anything that
-    changed that view the loop re-evaluates ``admit`` (the pure domain function the workflow uses) for
-    each parked remediation and schedules its next grid point at which admission lets it through: at
-    once, after the minimum gap, or never until the view changes again;
-  - a step that waits on the world (``Hint.WAIT``: a provider operation, a reboot to verify, jobs or
-    pods to leave) *sleeps* until the first grid point at which its answer can differ: the operation's
-    completion time, the step's timeout, or a change the loop makes to its node (a fault strikes, a
-    repair lands), or a change of pause or breaker;
-  - with ``policy.breaker_auto_close_s`` set, any claim may close a latched breaker once the quiet period
-    can have passed; from then until it closes nothing is skipped.
-
-Ties at one instant are ordered by kind (faults, then repairs, then steps) and then by remediation id,
-in both loops, so the order never depends on how many polls ran before (a global sequence number would).
+Why: docs/rehearsal.md#the-event-loop-skips-the-polls-that-cannot-decide
 """
 
 from __future__ import annotations

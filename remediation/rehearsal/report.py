@@ -1,10 +1,11 @@
 """What a rehearsal reports: the decisions and remediations as the service recorded them, and what the
 policy cost as the world saw it.
 
-:func:`read_report` reads the throw-away database after the replay (decisions, remediations and their
-steps, VM actions, quarantines, the storm breaker's openings, incidents, pages); :func:`world_figures`
-and :func:`fabric_quarantines` judge by the world (the outcome model), never by the policy's own
-records: a VM action that fixed nothing is one the world says left the node broken.
+:func:`read_report` reads the throw-away database after the replay; :func:`world_figures` and
+:func:`fabric_quarantines` judge by the world (the outcome model), never by the policy's own records: a
+VM action that fixed nothing is one the world says left the node broken.
+
+Why: docs/rehearsal.md#how-the-rehearsal-is-built
 """
 
 from __future__ import annotations

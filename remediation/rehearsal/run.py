@@ -1,28 +1,10 @@
 """Rehearse a policy: replay a failure trace through the real ingest and workflow, on a simulated clock.
 
-Nothing here is a model of the service: the trace's events go through the same ``ingest`` and the same
-``Workflow`` as live processing, against a throw-away in-memory SQLite database and the in-memory world,
-with a fake clock that jumps from one due task to the next, skipping the polls that cannot decide
-anything (:mod:`remediation.rehearsal.loop`). The decisions are therefore exactly the ones the
-service would take for the same events under the same settings (a test holds the two side by side).
+:func:`rehearse` sets the stage (a throw-away in-memory SQLite database, the in-memory world and its
+fleet and topology, adapters from the one adapter factory) and hands the trace to
+:mod:`remediation.rehearsal.loop`; :mod:`remediation.rehearsal.report` reads the figures.
 
-The world reacts as a cluster would: a fault makes its node bad in Slurm or Kubernetes; a VM action
-takes ``reboot_s`` (a cloud VM's restart or a bare machine's reboot, per site). Where the settings run
-jobs on a node (``validation.backend`` not none), the world runs them (:class:`~remediation.rehearsal.world.WorldJobs`):
-a GPU reset takes ``reset_s``, the GPU check ``check_s``. Whether it fixes the node is the world's business, never the policy's: with an
-outcome model (:mod:`remediation.rehearsal.truth`) each fault knows which action kinds fix it (restart,
-move to other hardware, reimage); without one, the mix's ``remediable_by_vm_restart`` column decides
-and a fault a restart cannot fix stays until ``repair_s`` after it struck. A node the service hands to
-a human (quarantined, or held with a page) is repaired by hand ``repair_s`` later and released; a
-fabric fault is repaired ``repair_s`` after it struck, for every node of its leaf at once, and an
-incident over those nodes closes as the sweeper would close it.
-
-The report says what was decided, how many VM actions were taken, who was quarantined, how long the
-storm breaker was open, and what the policy cost as the world saw it: VM actions that fixed nothing,
-faults fixed automatically, VM actions on fabric faults, node-hours out of service, incidents, pages
-(:mod:`remediation.rehearsal.report`). This module only sets the stage (database, world, fleet,
-topology) and hands the trace to the loop; the adapters over the world come from the one adapter
-factory.
+Why: docs/rehearsal.md#how-the-rehearsal-is-built
 """
 
 from __future__ import annotations

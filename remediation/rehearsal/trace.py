@@ -1,23 +1,11 @@
 """Failure traces: read them, or synthesise one from a published failure mix, as timed NodeEvents.
 
-Two formats:
+An **events** file (``.jsonl``, one NodeEvent per line) is replayed as it is; a **mix** (``.csv``,
+one row per fault category) is scaled to ``nodes`` over ``days`` and spread at random. With an outcome
+model each fault carries its cause in its signal and nodes sit in leaf-switch groups of ``leaf_size``.
+A given seed always gives the same trace.
 
-- **events** (``.jsonl``): one NodeEvent per line (what `remediation events tail -o json` prints, or what
-  a site exports from slurmctld logs). Replayed as they are.
-- **mix** (``.csv`` with ``category,count,...,suggested_signal,remediable_by_vm_restart`` columns, such
-  as the Llama 3 405B interruption table): each category's count is scaled from the paper's cluster
-  (2,048 nodes over 54 days) to ``nodes`` over ``days`` and spread at random (seeded) over that time.
-  The ``suggested_signal`` column says how a fault shows itself; faults with no node signal (software
-  bugs, NCCL timeouts) produce no event at all, correlated network faults hit several nodes at once, host
-  maintenance is a human drain. ``remediable_by_vm_restart = no`` marks the fault as one a restart does
-  not fix (the rehearsal's world keeps such a node broken until it is repaired by hand).
-
-With an outcome model (:mod:`remediation.rehearsal.truth`, ``--truth``) the mix gains what a policy that
-reads causes needs: every fault carries its cause in its signal (an XID in a researcher's reason or a
-kernel ``NVRM: Xid`` line, a GPU condition's message), each fault draws what would fix it, and nodes sit
-in leaf-switch groups of ``leaf_size``: a fabric fault takes one whole group down at once.
-
-Everything is deterministic for a given seed, so a rehearsal can be repeated after changing a threshold.
+Why: docs/rehearsal.md#traces-events-or-a-failure-mix
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """The rehearsal's outcome model: what each kind of fault really needs, as data, never as policy.
 
-``remediation rehearse`` has to say whether an action *worked*, and no decision code may know the
-answer: that is the ground truth the policy is trying to guess. So it lives here, read from a file
-(``--truth``), one entry per failure-mix category:
+Read from a file (``--truth``), one entry per failure-mix category: the chances that a GPU reset, a
+restart, a move to other hardware or a reimage fixes it (``p_reset``, ``p_restart``, ``p_move``,
+``p_reimage``), whether it is the fabric's, and the causes its signals show; ``times`` says how long each
+machine action takes. Every number must name its ``source``, or the model is refused.
 
-- ``p_restart``: the chance that a restart on the same host fixes the fault;
-- ``p_move``: the chance that moving to other hardware (GCE/AWS stop-start, Azure redeploy) fixes it;
-  a move also reboots, so it is at least ``p_restart``;
-- ``p_reimage``: the chance that a fresh disk image fixes it (defaults to ``p_restart``: a reimage
-  reboots the same host, and fixes software besides);
-- ``p_reset``: the chance that a GPU reset (the ``gpu-reset`` rung, ``nvidia-smi -r``) fixes it
-  (defaults to 0: a reset touches only the GPU); a reboot resets every GPU too, so it is at most
-  ``p_restart``;
-- ``fabric``: the fault is outside the node (a switch, a cable): no node action fixes it, the fabric
-  is repaired by hand and every node it hit comes back together;
-- ``xids`` / ``conditions``: the causes the fault shows in its signals, drawn at random by the trace.
-
-One uniform draw per fault decides all four (``u < p``), so the outcomes are nested: whatever a reset
-fixes, a restart fixes, and whatever a restart fixes, a move fixes too.
-
-Beside the categories, ``times`` says how long each machine action takes, in minutes, each with its
-source: ``gpu-reset`` (the reset job), ``vm-restart`` (a cloud VM's restart) and ``bare-metal-reboot``
-(a bare machine's reboot, firmware and POST included). Every number and every time must say where it
-came from (``source``): a model that does not is refused. Everything else is repaired by hand ``repair_hours`` after a human is
-handed the node (a quarantine, a page) — that part lives in the rehearsal's world, not here.
-
-These numbers are assumptions. The shipped file says where each one came from, and the rehearsal's
-gains are checked against other models (``remediation/data/truth-*.yaml``) because of that.
+Why: docs/rehearsal.md#the-outcome-model-file
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """The world's side of a rehearsal: what a fault does to a node, what a repair by hand undoes, and how
 long each node was out of service.
 
-None of this is the policy's business, so it is kept apart from the loop that drives the policy
-(:mod:`remediation.rehearsal.loop`): the loop calls :func:`strike` when a fault is due and :func:`repair`
-when a human's repair lands, and :class:`Fleet` reads the world after every simulated moment. A fault
-makes its node bad in Slurm or Kubernetes; whether an action fixes it is the world's ``vm.fault`` (from
-the outcome model, :mod:`remediation.rehearsal.truth`) or the mix's ``remediable_by_vm_restart`` column.
+The loop calls :func:`strike` when a fault is due and :func:`repair` when a human's repair lands;
+:class:`Fleet` reads the world after every simulated moment and splits node-hours out by fault class.
+:class:`WorldJobs` runs the service's jobs on a node (the GPU reset and the GPU check) at the
+validator port.
 
-:class:`WorldJobs` runs the jobs the service runs on a node (a validator at the service's own port): the
-``gpu-reset`` rung's reset takes ``reset_s`` and fixes the fault when the outcome model says a reset fixes
-it (``fixed_by`` holds ``reset``); otherwise it fails, as ``nvidia-smi -r`` fails on a GPU that is lost,
-and the ladder climbs. The GPU check takes ``check_s`` and passes on a node the world no longer holds
-broken. :class:`Fleet` also splits the node-hours out by the fault class of the fault that took the node
-out.
+Why: docs/rehearsal.md#how-the-rehearsal-is-built
 """
 
 from __future__ import annotations

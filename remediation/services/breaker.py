@@ -1,24 +1,11 @@
 """The latching storm breaker: once open, it stays open until a human closes it.
 
-A sliding window alone only delays: when the window slides past a correlated fault (a leaf switch, a
-detector bug, an apiserver partition), every held remediation would go on to its machine action within
-seconds, and the pool would be rebooted in batches of ``max_concurrent``. So opening is latched in the
-``breaker`` control row ({"open": true, "reason", "at", "failed", "pool"}), and only these close it:
+Opening is latched in the ``breaker`` control row. Only a human (``remediation breaker close -r
+REASON``, the API or the dashboard, audited) or, opt-in, ``policy.breaker_auto_close_s`` closes it. On
+close, every remediation that has not started a machine action re-confirms its trigger before its next
+disruptive step. Each profile has its own latch (row ``breaker:NAME``) over its pool.
 
-- a human, ``remediation breaker close -r REASON`` (or the API / dashboard button), audited;
-- opt-in, ``policy.breaker_auto_close_s``: the window no longer trips it and no node has failed for
-  that long (audited as the system's own action).
-
-On close, every remediation that has not yet started a machine action is marked ``reconfirm``: before its
-next disruptive step it checks its trigger against the live state (``steps.healthy_again``). Nodes that
-are healthy again are cancelled with our drain and cordon given back; nodes still bad proceed. Failures
-before the close no longer count toward the breaker (``closed_at`` bounds its window), so a human's close
-is not undone by the very storm they just looked at.
-
-While open, nodes are still drained and cordoned (safe steps); admission keeps eviction and machine actions waiting.
-
-Each profile has a latch of its own (row ``breaker:NAME``) over its pool, the nodes it governs, with its
-own thresholds: a storm in one pool holds that pool, and the fleet's latch stays above every pool.
+Why: docs/policy.md#storm-breaker-more-than-10-of-the-pool-within-10-minutes-at-least-3-nodes
 """
 
 from __future__ import annotations

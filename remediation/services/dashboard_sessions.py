@@ -1,13 +1,11 @@
 """Dashboard sessions, kept in the database so that every API replica shares them.
 
-A login makes a random id (256 bits) that only the browser holds, in an HttpOnly cookie. The row keeps
-the id's HMAC-SHA-256 under the server's key (``api.session_key``): a copy of the table opens no
-session, and without the key its rows cannot even be matched against a stolen cookie. It also keeps
-the SHA-256 of the token that logged in, and an expiry. A session ends four ways: it expires, the user
-logs out (the row is deleted), its token is no longer configured (the caller checks the token's
-SHA-256 against the configuration on every request, so rotating a token out ends every session made
-with it, on every replica, at its restart), or the key changes (no row matches any more). Expired rows
-are removed at each login.
+A login makes a random id held only in the browser's HttpOnly cookie; the row keeps the id's
+HMAC-SHA-256 under ``api.session_key``, the SHA-256 of the token that logged in, and an expiry. A
+session ends when it expires, at logout, when its token is no longer configured, or when the key
+changes. Expired rows are removed at each login.
+
+Why: docs/architecture.md#dashboard-sessions-a-stolen-table-opens-nothing
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Dedupe keys bound to content: a key names one condition instance only with what it first said.
 
-A publisher picks its keys, and Slurm's can be foretold (state, reason time, reason digest). An entry
-sent ahead under the key a real edge will carry, saying something else, must not make the real edge a
-duplicate. So an event whose key is taken by other content is recorded under its key bound to its own
-content. docs/architecture.md, "Believe nothing unchecked", says why.
+An event whose key is already taken by other content is recorded under its key bound to its own
+content, so an entry sent ahead under the key a real edge will carry cannot make that edge a
+duplicate.
+
+Why: docs/architecture.md#believe-nothing-unchecked
 """
 
 from __future__ import annotations

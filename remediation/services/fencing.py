@@ -1,12 +1,11 @@
 """The ingest's fence: drop what a replaced leader published, keeping the highest tokens in Postgres.
 
-The rule is :func:`remediation.domain.fencing.sort_by_fence`; this module gives it the highest token
-per lock from ``leader_fences`` and writes back what a batch raised and how many events it fenced.
-The rows are locked (``FOR UPDATE``, in lock-name order so two ingests never wait on each other in a
-circle) for the rest of the ingest's transaction: two ingests recording batches at once would
-otherwise each read the old token, and one could keep a stale leader's events after the other had
-recorded its successor's. Fenced events are never dropped silently: each is kept in
-``rejected_events`` with the two tokens, and ``leader_fences.fenced`` counts them per lock.
+The rule is :func:`remediation.domain.fencing.sort_by_fence`; this module reads the highest token per
+lock from ``leader_fences``, locked (``FOR UPDATE``, in lock-name order) for the rest of the ingest's
+transaction, and writes back what a batch raised. Fenced events go to ``rejected_events`` with both
+tokens, counted in ``leader_fences.fenced``.
+
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

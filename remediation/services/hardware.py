@@ -1,14 +1,11 @@
 """Hardware sightings: written when a step ends, read back as each node's hardware eras.
 
-- :func:`record_findings`: the engine calls it with every recorded step outcome. A ``validate`` step's
-  check becomes a ``validations`` row and, when its output names GPUs, a sighting of them
-  (:func:`remediation.validation.service.add_row`); a ``hardware`` read in the step's detail (the
-  machine's identity before and after a machine action, at a quarantine) becomes a sighting.
-- :func:`sightings` / :func:`node_eras`: the rows as :class:`remediation.domain.hardware.Sighting`, and
-  each node's eras (:func:`remediation.domain.hardware.eras`).
-- :func:`shared_gpus`: GPU serials seen failing under two or more node names.
+:func:`record_findings` turns a recorded step outcome into sightings (a check's GPUs, a machine's
+identity before and after a machine action or at a quarantine); :func:`sightings` and
+:func:`node_eras` read them back; :func:`shared_gpus` finds GPU serials seen failing under two or more
+node names. Dry-run sightings are recorded, marked, and never read back.
 
-Dry-run sightings are recorded (marked) but never read back: a dry-run acted on nothing.
+Why: docs/on-call.md#is-the-fleet-getting-better
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Errors that are not the node's fault: pause automation, hold the remediation, page, charge nothing.
 
-The engine sends here every error whose scope is not ``node`` or ``transient`` (see
-:mod:`remediation.ports.errors`):
+A **systemic** error pauses all automation once, with one paging audit row, and leaves the step
+``started`` to run again on resume. An **unmapped** exception holds its own remediation with a page;
+the same on a second node pauses automation. Neither quarantines or counts. A human's ``remediation
+resume`` lifts it all; :func:`probe`, run by beat, resumes after ``policy.probe_successes`` answers.
 
-- A **systemic** error (an expired credential, a revoked role, an exhausted quota, a configuration the
-  backend cannot serve, an unreachable slurmctld) pauses all automation with the reason, exactly once
-  however many workers meet it at the same moment (they queue on the ``paused`` control row), and that one
-  pause writes the one audit row that pages on-call. The step is left ``started`` with the error on it, so
-  it runs again, with the same idempotency key, when automation resumes.
-- An **unmapped** exception (a type no adapter translated) holds its own remediation with a page: the node
-  stays drained, nothing counts against it, and nothing else stops. The same unmapped error on a second
-  node is no longer a coincidence: it pauses automation like a systemic error.
-
-Neither path ever quarantines a node or closes its remediation, so neither counts toward the
-repeat-offender rule or the storm breaker.
-
-Automation resumes by a human (``remediation resume``, which also lifts every hold), or, when the fault
-heals by itself (an unreachable controller), by :func:`probe`: the beat task calls it, and after
-``policy.probe_successes`` answers in a row from the component that failed it resumes automation, audited
-as the system's own action.
+Why: docs/architecture.md#every-error-has-a-scope-the-nodes-the-systems-or-nobody-knows
 """
 
 from __future__ import annotations

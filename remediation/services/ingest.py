@@ -1,24 +1,12 @@
 """Ingest: record a batch of published events and apply the domain's decision to each, in one transaction.
 
-Per batch (not per event) the ingest makes a fixed number of round trips: one INSERT ... ON CONFLICT DO
-NOTHING RETURNING for the events (the RETURNING set is exactly the events never seen before, race-free
-against a concurrent ingest), one SELECT of the nodes involved, one of their open remediations, one of
-their recent failure counts (episodes), two for their latest remediation (what its own actions may
-explain) and one for their latest healthy observations, then the decisions, written back in one
-executemany UPDATE.
+A batch takes a fixed number of round trips, however many events. Decisions are level-triggered:
+each unhealthy edge is judged against the node's latest observations (in the database and the rest of
+the batch) and the remediation that may have caused it. Payloads that fail to parse, are not
+admitted, or were fenced go to ``rejected_events``. A human's report is recorded by :func:`record`,
+never read from the stream.
 
-Decisions are level-triggered: an unhealthy edge is decided against the node's latest observation of
-the same condition, from the database *and* from the rest of the batch (a watcher may flush a stale
-edge together with the healthy observation that ended it), and against the remediation that may
-have caused it (:mod:`remediation.domain.attribution`). New
-remediations are inserted together with ON CONFLICT DO NOTHING against the one-open-per-node index, so
-losing a race to a concurrent ingest costs that one event a "record" decision, not the batch.
-
-Payloads that do not parse, however they fail, are stored in ``rejected_events`` with the reason, and
-so are events the stream may not report (:mod:`remediation.domain.admission`: a human's report, a time
-beyond the clock bounds) and events a replaced leader published (:mod:`remediation.services.fencing`).
-Nothing published is ever dropped silently, and nothing in one payload fails the batch. A human's
-report is recorded by :func:`record` directly, never read from the stream.
+Why: docs/architecture.md#the-ingest-writes-a-batch-as-one-statement
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """On-call reads of fault intelligence (cause classification, lemon scoring): each node's lemon
-score with its explanation, and the ``stats --lemons`` ranking. The score is computed on read from the
-remediations table (one query for every node), the same way the policy computes it when it decides, so
-the number on-call sees is the number the next failure will be judged by."""
+score with its explanation, and the ``stats --lemons`` ranking. The score is computed on read, one
+query for every node, the same way the policy computes it when it decides, so the number on-call sees
+is the number the next failure will be judged by.
+
+Why: docs/policy.md#lemons-the-score
+"""
 
 from __future__ import annotations
 

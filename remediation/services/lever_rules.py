@@ -1,13 +1,11 @@
 """On-call levers: pause/resume, quarantine, release, cancel and report. All audited with the actor.
 
-The CLI and the API call these same functions; each runs inside the caller's transaction and returns
-the follow-ups to enqueue after the commit (the caller owns both). They validate first and raise
-:class:`LeverError` (a clear one-line message) on a bad request: an unknown node, releasing a node that
-is not quarantined, cancelling a closed remediation.
+Each runs inside the caller's transaction, returns the follow-ups to enqueue after the commit, and
+raises :class:`LeverError` (one clear line) on a bad request. A release is the one way out of
+quarantine: it forgives earlier failures for the repeat-offender rule and queues the undo of our Slurm
+drain, taint and cordon.
 
-A release is the one way a node leaves quarantine. It resets the repeat-offender count (failures before
-the release are forgiven) and queues ``release`` actions that resume the node in Slurm, remove our taint
-and our cordon. Nothing the service does afterwards re-quarantines it until it fails N more times.
+Why: docs/architecture.md#one-lever-service-one-set-of-read-models
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """The one lever service: every on-call lever, one transaction each, then the follow-up work.
 
-The CLI and the API (JSON routes and dashboard forms alike) call this class and only format what it
-returns, so a release from the terminal, from ``curl`` and from the browser write the same audit row
-and queue the same work. The transactional rules live in :mod:`remediation.services.lever_rules`; this class
-adds what every caller needs around them: the session, the clock, and the dispatcher it was given
-(never a global), used only after the commit so a follow-up never runs against uncommitted state.
+The CLI and the API call this class and only format what it returns. It adds the session, the clock
+and the dispatcher it was given around :mod:`remediation.services.lever_rules`, dispatching only after
+the commit. Audit rows record the door (``via``: ``api`` or ``db``). A release whose undo cannot be
+queued is still committed, with ``undo_error`` set.
 
-Every audit row it writes records the door the lever came through (``via``, see
-:mod:`remediation.services.audit`): the API builds it with ``via="api"``, the CLI in direct database mode
-with ``via="db"``.
-
-A release (and a cancel with ``give_back``) is committed even when its undo in Slurm and Kubernetes
-cannot be queued; the result says so (``undo_error``) and the caller tells the human what is left.
+Why: docs/architecture.md#one-lever-service-one-set-of-read-models
 """
 
 from __future__ import annotations

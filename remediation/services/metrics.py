@@ -1,32 +1,11 @@
 """Prometheus metrics read from the database at scrape time.
 
-Workers are many processes (Celery prefork, several hosts); counters kept in process memory would each
-tell part of the story and reset on restart. The database is the one place that knows the whole
-truth, so this collector runs a handful of aggregate queries per scrape and reports what is there. The
-"counters" are counts of append-only rows (events, closed remediations, finished steps), so they only
-go up, as Prometheus expects.
+A handful of aggregate queries per scrape report what the database holds: events, decisions,
+remediations (closed and open), steps, nodes, incidents, the breaker and pause, workflow lag, rejected
+and fenced events, validations and each profile's series. Counters are counts of append-only rows, so
+they only go up; no series has a per-node label.
 
-Series (no per-node labels: a cluster of thousands of nodes must not become thousands of series):
-
-- ``remediation_events_total{source,kind}`` and ``remediation_event_decisions_total{decision}``
-- ``remediation_remediations_total{outcome}`` (closed, by final status) and
-  ``remediation_remediations_open{status,step}`` (in flight, where they stand)
-- ``remediation_remediations_by_class_total{fault_class,action}``: by the cause's class and the action
-  its ladder chose (``unset`` on rows from before cause classification)
-- ``remediation_step_duration_seconds{step}``: histogram over finished step attempts
-- ``remediation_nodes{status}``, ``remediation_quarantined_nodes``
-- ``remediation_incidents_open`` and ``remediation_incidents_total``: correlated incidents (services.incidents)
-- ``remediation_breaker_open``, ``remediation_breaker_open_info{reason,since}`` (why, while open), ``remediation_paused``
-- ``remediation_workflow_lag_seconds``: how overdue the most overdue open remediation is (work nobody
-  has picked up), ``remediation_oldest_open_seconds{step}`` (the oldest open remediation's age by
-  the step it stands at), and ``remediation_queue_depth{queue}`` when the composition root injects the
-  broker's queue lengths
-- ``remediation_rejected_events_total``, ``remediation_database_up``, and
-  ``remediation_fenced_events_total{lock}``: events a replaced leader published, dropped at ingest (also
-  counted as rejected; :mod:`remediation.domain.fencing`)
-- the validation's ``remediation_validations_total{outcome,backend}``, ``remediation_validation_pass_rate``
-  and ``remediation_validation_duration_seconds{outcome}`` (:mod:`remediation.validation.metrics`)
-- each profile's ``remediation_profile_*{profile}`` series (:mod:`remediation.profiles.metrics`)
+Why: docs/architecture.md#metrics-are-read-from-the-database
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Slack-compatible webhook notifications, with the audit log as a durable outbox.
 
-Everything worth telling on-call is already written to ``audit_log`` in the same transaction as the
-change itself (a quarantine, the breaker opening, an escalation). So instead of sending from inside
-the workflow (and losing the message when a process dies between commit and send), one periodic pass
-reads audit rows after a cursor kept in the ``control`` table (``notify_cursor``) and posts them.
+One periodic pass reads audit rows after a cursor (``notify_cursor``) in three phases: **plan** (one
+short transaction: pick, rate-limit and summarise rows, take a lease), **post** (no transaction open),
+**record** (advance the cursor, give back the lease). Delivery is at-least-once. Dry-run rows are
+marked, outside text is escaped, and the webhook URL, a secret, is never logged.
 
-A pass has three phases, so that no HTTP call is made while a database row is locked (a slow webhook
-would otherwise hold the cursor row, and a connection, for as long as it takes):
-
-1. **plan**, in one short transaction holding the cursor row: read up to ``batch`` audit rows after the
-   cursor, keep the notifiable actions, skip rows older than ``notify.max_age_s`` (stale news after an
-   outage is not worth a page); drop repeats (at most one message per (action, node) within
-   ``notify.min_interval_s``; the last-sent times live in the cursor row too, so the limit survives
-   restarts); keep at most ``notify.max_per_pass`` messages and collapse the rest into one summary, so
-   a storm of 500 escalations pages a handful of times and one "...and 495 more" line. The plan takes
-   a lease on the cursor row (``lease_until``) and commits: an overlapping pass sees the lease and
-   leaves these rows alone, so two workers never send the same rows;
-2. **post**, with no transaction open (:mod:`remediation.adapters.webhook`);
-3. **record**, in a second short transaction: advance the cursor past what was posted and give the
-   lease back. A failed post stops the pass and leaves the cursor before the failed message, so it is
-   retried on the next pass (delivery is at-least-once: a crash between the post and the record
-   repeats that message once the lease has expired, it never loses it).
-
-A row written in dry-run (``audit_log.dry_run``) is posted marked ``[DRY-RUN] ... (nothing was changed)``,
-so a rehearsal never reads like a real action. What a row carries from outside (a reason, a node name,
-an actor) is escaped as Slack's mrkdwn asks (``&``, ``<``, ``>``), so it cannot ping ``<!channel>``.
-
-Without ``notify.webhook_url`` a pass only advances the cursor. The webhook URL is a secret (it is the
-credential) and is never logged: errors are reported by type and status code only.
+Why: docs/architecture.md#notifications-the-audit-log-is-the-outbox
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Admission of the stream's payloads: what the ingest records, and why it keeps each one it refuses.
 
-A payload from the stream is the publisher's word. Every failure to parse one, whatever raised it, is
-that payload's (a ``rejected_events`` row with the reason), never the batch's; an event that parsed is
-then judged by :func:`remediation.domain.admission.admit` (no human's report, no time beyond the clock
-bounds). docs/architecture.md, "Believe nothing unchecked", says why.
+Every failure to parse a payload, whatever raised it, is that payload's (a ``rejected_events`` row with
+the reason), never the batch's; an event that parsed is then judged by
+:func:`remediation.domain.admission.admit`.
+
+Why: docs/architecture.md#believe-nothing-unchecked
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """What ``remediation policy show`` and ``remediation policy explain`` say, and the API serves.
 
-``show`` lists the profiles in their order with what each selects, its mode, what it overrides and how
-many known nodes it governs; a profile that governs none is flagged (not an error: a pool may be empty,
-or a selector may be wrong, which is what the flag is for). With a name it also lists every field of
-that profile's effective policy and the layer that set it.
+``show`` lists the profiles in order: what each selects, its mode, its overrides and how many known
+nodes it governs (flagging none); with a name, each effective field and its layer. ``explain`` takes a
+node: its reported facts, its profile and the later ones that also select it, each field with its
+layer, and the policy an open remediation recorded.
 
-``explain`` takes one node: what the watchers reported of it, the profile that governs it and the later
-ones that also select it (the order decided), every effective field with its layer, and, when a
-remediation is open on it, the profile and policy that remediation recorded, which are what it runs
-under whatever the configuration says now.
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

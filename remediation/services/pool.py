@@ -1,14 +1,10 @@
 """Which nodes make up the pool the storm breaker divides by: the ones a watcher's resync confirmed.
 
-Any name on the stream becomes a ``nodes`` row (events need one), so counting rows let a publisher
-dilute the breaker with names no cluster has, and a node long gone kept counting forever. A node is
-*confirmed* when the Slurm or Kubernetes watcher lists it (an ``inventory`` event: the Slurm watcher
-sends one per node at every resync, so a re-sent one, though a duplicate event, confirms again); the
-ingest's clock stamps ``nodes.confirmed_at``. The pool is the confirmed nodes listed within
-``policy.pool_stale_s`` of the latest confirmation: a node the resyncs of that span left out leaves it
-(its row stays, with its history), while a stopped watcher, confirming nobody, shrinks nothing. Until a watcher has confirmed anything at all (an install whose watchers predate
-confirmation, or before the first resync) every row counts, as before: a pool of zero would disable
-the breaker. docs/policy.md, "Storm breaker", says why.
+A watcher's ``inventory`` event stamps ``nodes.confirmed_at`` on the ingest's clock; the pool is the
+nodes confirmed within ``policy.pool_stale_s`` of the latest confirmation. Until anything has been
+confirmed, every row counts.
+
+Why: docs/policy.md#storm-breaker-more-than-10-of-the-pool-within-10-minutes-at-least-3-nodes
 """
 
 from __future__ import annotations

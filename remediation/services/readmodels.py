@@ -1,18 +1,11 @@
 """On-call read models: the queries behind the CLI, the JSON API and the dashboard.
 
-Every on-call surface reads through this module so that ``remediation nodes show gpu-node-7``, the
-``/api/v1/nodes/gpu-node-7`` JSON and the dashboard's node page can never disagree. Functions take a
-session and plain arguments and return plain dataclasses (no ORM objects escape, so nothing lazy-loads
-after the session closes; the rows are in :mod:`remediation.services.read_rows`, and callers import
-them from here); :func:`jsonable` turns them into JSON-ready dicts and FastAPI uses the same
-dataclasses as its response models, which is what the OpenAPI spec documents.
+Functions take a session and plain arguments and return plain dataclasses (the rows are in
+:mod:`remediation.services.read_rows`; import them from here); :func:`jsonable` makes them JSON, and the
+API uses them as response models. Queries are bounded. Bad input raises :class:`ReadModelError` or
+:class:`RecordNotFound`, one readable sentence. ``stats`` lives in :mod:`remediation.services.stats`.
 
-Queries are bounded (``limit``) and ride the indexes the on-call questions need: nodes by status,
-events by (node, observed_at), remediations by (node, opened_at) and audit rows by target and time.
-Aggregates for ``stats`` live in :mod:`remediation.services.stats`.
-
-Bad input (an unknown status, an unknown node) raises :class:`ReadModelError` / :class:`RecordNotFound` with one
-readable sentence; the CLI prints it as ``error: ...`` and the API maps it to 422 / 404.
+Why: docs/architecture.md#one-lever-service-one-set-of-read-models
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """The reliability report: trends, hardware and lemons over a window, read from the database only.
 
-What it reads: ``remediations`` (the faults), ``nodes`` (members, first seen, releases),
-``node_domains`` (pools, racks, zones, as the watchers reported them) and ``hardware_sightings``
-(:mod:`remediation.services.hardware`). The arithmetic is :mod:`remediation.domain.trends`.
+It reads ``remediations``, ``nodes``, ``node_domains`` and ``hardware_sightings``; the arithmetic is
+:mod:`remediation.domain.trends`. Groups are named by a *dimension*: ``pool``, ``rack`` and ``zone``
+(the failure-domain kinds in :data:`DIMENSIONS`), ``sku``, ``node``, or any other failure-domain kind as
+recorded.
 
-Groups are named by a *dimension*: ``pool``, ``rack`` and ``zone`` read the failure-domain kinds in
-:data:`DIMENSIONS` (the first a node has), ``sku`` the hardware a fault ran on, ``node`` the node itself,
-and any other word is taken as a failure-domain kind as recorded (``switch``, a Node label key). The
-dimension is a parameter, so that another way to group nodes is one more entry here.
+Why: docs/on-call.md#is-the-fleet-getting-better
 """
 
 from __future__ import annotations

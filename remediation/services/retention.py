@@ -1,17 +1,10 @@
 """Retention: prune old observed events, never a remediation's own and never the audit log.
 
-The events table is append-only and grows with every watcher observation. An event older than
-``retention.events_older_than`` is deleted only when nothing points at it: no remediation was opened by
-it (``remediations.event_id``) and it was not attributed to one (``events.remediation_id``). So every
-remediation keeps its whole evidence, and the audit log (``audit_log``) is not touched at all, whatever
-its age. Deletes go in batches of ``retention.batch`` rows, one transaction each, so a first prune of a
-large table never holds a long lock and a crash mid-way loses nothing that should stay.
+An event older than ``retention.events_older_than`` goes only when no remediation was opened by it or
+attributed it; ``rejected_events`` go by the same age. Deletes run in batches of ``retention.batch``
+rows, one transaction each. A dry run counts exactly what a real run would delete.
 
-Payloads the ingest refused (``rejected_events``) go by the same age: they are evidence of a broken or
-hostile publisher, worth keeping as long as events, but nothing points at them, and a stream flooded
-with junk must not grow the table without bound.
-
-A dry run counts exactly what a real run would delete (the same predicate), and deletes nothing.
+Why: docs/architecture.md#retention-prunes-observations-never-evidence
 """
 
 from __future__ import annotations

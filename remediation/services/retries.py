@@ -1,9 +1,11 @@
 """When a step that met a transient error runs again, and when it gives up.
 
-Kept apart from the workflow engine (:mod:`remediation.services.workflow`) because this is policy about
-time, not about a step: the step row is the one retry counter, its failure streak (errors in a row
-since the last success) sets the backoff, and :func:`failing_too_long` decides when a streak is long
-enough, in count *and* in time, to give up. Celery's own retry count plays no part.
+The step row is the one retry counter: its failure streak (errors in a row since the last success)
+sets the backoff, and :func:`failing_too_long` decides when a streak is long enough, in count *and* in
+time, to give up. Kept apart from the workflow engine because it is policy about time, not about a
+step.
+
+Why: docs/policy.md#transient-errors-8-in-a-row-and-4-minutes-of-failing-both
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Failure statistics for on-call and capacity reviews: by node, by cause, by day, time to recovery,
 and the repeat offenders that are about to be (or already are) quarantined.
 
-Aggregates run in SQL where they are portable (counts grouped by a column); bucketing by UTC day is
-done in Python over one narrow column so the same code serves Postgres and the SQLite default. The
-window is bounded by ``days`` so the query cost does not grow with the age of the database.
-
 "Cause" is the class of the signal that opened the remediation (``slurm FAIL``, ``kubernetes
-Ready=False``, ``manual REPORTED``), not its free-text reason, so that a thousand distinct XID
-messages still group into a handful of rows. A remediation opened by hand without an event (a manual
-quarantine) counts as ``manual quarantine``.
+Ready=False``; ``manual quarantine`` without an event), not its reason text. Counts run in SQL, day
+buckets in Python (Postgres and SQLite alike), over a window bounded by ``days``.
+
+Why: docs/architecture.md#one-lever-service-one-set-of-read-models
 """
 
 from __future__ import annotations

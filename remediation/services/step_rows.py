@@ -1,10 +1,11 @@
 """What a workflow step writes: the step row, the remediation row and, when it ends, the node's.
 
-The engine (:mod:`remediation.services.workflow`) decides *when* to write (claim, record, the lease);
-these functions are *what* is written for each kind of outcome, so the three phases read as decisions
-and the bookkeeping reads in one place: the open attempt of a step, the next attempt's number, a wait,
-a move to the next step (through an allowed transition only), the close of a remediation with its
-node's status and audit row, and the "would ..." wording of a dry run.
+The engine (:mod:`remediation.services.workflow`) decides *when* to write; these functions are *what*
+is written for each outcome: the open attempt, the next attempt's number, a wait, a move to the next
+step (allowed transitions only), the close with the node's status and audit row, and a dry run's
+"would ..." wording.
+
+Why: docs/architecture.md#a-step-runs-in-three-phases
 """
 
 from __future__ import annotations

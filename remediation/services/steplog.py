@@ -1,12 +1,11 @@
 """The workflow's decision log: one INFO line per step decision, with its five fields as record fields.
 
-Every line carries ``remediation_id``, ``node``, ``step``, ``attempt`` and ``outcome`` as ``extra=``
-fields, so with ``log_format: json`` (:mod:`remediation.adapters.logs`) a log search can follow one
-remediation or one node without parsing prose; the text format shows the same facts in the message.
-Outcomes: done, wait, escalate, quarantine, hold, cancel (the step's own verdict), retry (a transient
-error, retried after a backoff), held (an error that is not the node's: the remediation holds, maybe
-automation pauses) and "gated" (not admitted: admission or an incident kept the step from starting;
-the log's word, kept for searches).
+Each line carries ``remediation_id``, ``node``, ``step``, ``attempt`` and ``outcome`` as ``extra=``
+fields, so a JSON log search can follow one remediation. Outcomes: done, wait, escalate, quarantine,
+hold, cancel, retry (transient), held (not the node's error) and "gated" (not admitted; the
+log's word, kept for searches).
+
+Why: docs/architecture.md#a-step-runs-in-three-phases
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """Take down a check nobody waits for any more: its remediation was cancelled, or held for a human.
 
-The ``validate`` step (and a GPU reset on the machine step) takes its check down itself when the check
-ends. A check can outlive its step: on-call cancels the remediation mid-check, or an error nobody
-mapped holds it. The Slurm validator resumed the node into its reservation for the check; left there,
-the node is out of anyone's hands, and a check the step no longer reads can never return it. So the
-sweeper, level-triggered, finds each step row still running a check whose remediation is closed or
-held, and calls the validator's ``finish`` (the check cancelled, the drain the node had put back, the
-reservation deleted), then ends the row, so that a held remediation's ``resume`` starts a fresh
-check. A node a cancel gave back (its status ``healthy``) is given back again after the drain is put
-back. See docs/architecture.md (the GPU check).
+The sweeper finds each step row still running a check whose remediation is closed or held, calls the
+validator's ``finish`` (check cancelled, drain put back, reservation deleted) and ends the row, so a
+held remediation's ``resume`` starts a fresh check. A node a cancel gave back is given back again.
+
+Why: docs/architecture.md#a-check-can-outlive-its-step
 """
 
 from __future__ import annotations

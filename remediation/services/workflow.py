@@ -1,27 +1,12 @@
 """The workflow engine: runs one step of one remediation, crash-safely, in three phases.
 
-1. **Claim** (transaction 1): lock the remediation row, check that it is still open and still at this
-   step (a stale or duplicate delivery stops here), ask admission (pause, storm breaker, concurrency,
-   gap), take a lease, and write the step row as ``started`` with its idempotency key. Commit.
-2. **Act** (no transaction): call the step function, which calls an adapter at most once or twice.
-3. **Record** (transaction 2): if the lease is still ours, write ``done``/``waiting``/``failed`` with
-   the outcome, the provider operation and any error, move the state machine, and release the lease.
-   Commit, and only then return the follow-up for the caller to enqueue.
+**Claim** (lock the row, check the step, admission, lease, step row ``started`` with its idempotency
+key; commit), **act** (the step function, no transaction), **record** (if the lease is still ours: the
+outcome, the operation, the next step; commit; then return the follow-up). Transient errors raise
+:class:`RetryLater` with the backoff; the step row's failure streak is the one retry counter
+(:mod:`remediation.services.retries`).
 
-A worker killed in phase 2 leaves a ``started`` row and a lease that expires; the sweeper (or the
-redelivered task) runs the step again with the *same* idempotency key, and the adapters' contract
-(idempotent writes; a machine action started with a used key does not act again) makes the repeat harmless. For
-vm_restart the provider operation is recorded before anyone waits on it, so a redelivered task resumes
-polling that operation and never issues a second restart.
-
-Transient errors are recorded on the step row (with the time the retry is due) and raised as
-:class:`RetryLater` carrying the backoff (honouring Retry-After); the Celery task turns it into
-``self.retry``. A delivery that claims the step before that time (a duplicate) is dropped. The step row
-is the one retry counter: its failure streak (errors in a row since the last success) sets the backoff
-and decides when to give up (:mod:`remediation.services.retries`); Celery's own retry count plays no part.
-What each outcome writes to the step, remediation and node rows is :mod:`remediation.services.step_rows`.
-
-Every step's decision is logged with its five fields (:mod:`remediation.services.steplog`).
+Why: docs/architecture.md#a-step-runs-in-three-phases
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Typed settings, one module per section.
 
-Each section (``database``, ``broker``, ``policy`` with its ``faults`` and ``lemon``, ``workflow``,
-``slurm``, ``kube``, ``machine``, ``redfish``, ``api``, ``notify``, ``memory``, ``incidents``, ``validation``, ``health``,
-``retention``, and the ordered ``profiles``) is a pydantic model in a module of its own, with every field's unit and the reason its
-default is safe. :mod:`remediation.settings.loader` puts them together as :class:`Settings` and is the
-one place that maps the environment and the config file onto them.
+Each section is a pydantic model in a module of its own, with every field's unit and the reason its
+default is safe; :mod:`remediation.settings.loader` puts them together as :class:`Settings`. The names
+below are the package's public face: ``from remediation.settings import PolicySettings`` works for
+every one of them.
 
-A pure function takes only the sections it uses, so this package is imported for its section classes
-as much as for :func:`load_settings`. The names below are the package's public face:
-``from remediation.settings import PolicySettings`` works for every one of them.
+Why: docs/architecture.md#settings-one-section-a-module-bad-config-fails-loudly
 """
 
 from remediation.settings.api import ApiSettings, ApiToken

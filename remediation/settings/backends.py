@@ -1,22 +1,11 @@
 """The backends a site names, checked together at start-up.
 
-Each section checks its own fields; what only makes sense across sections is checked here, by pure
-functions of the sections they read, and :class:`remediation.settings.loader.Settings` turns every
-refusal into one :class:`~remediation.settings.base.SettingsError` naming the fields (never a value
-that could be a secret).
+What only makes sense across sections is checked here, by pure functions of the sections they read:
+a half named ``none`` whose steps the configuration still asks for, and a ``noop`` backend outside
+dry-run, are refused. :class:`remediation.settings.loader.Settings` turns every refusal into one
+:class:`~remediation.settings.base.SettingsError` naming the fields.
 
-A site without a half names it ``none``. Such a site skips that half's steps, so a configuration that
-asks for one of them anyway is a contradiction, refused before anything acts: a ladder written with a
-restart, a host move or a reimage where ``machine.backend`` is ``none`` (or a host move or a reimage
-where it is ``slurm``, which can only reboot); a GPU check run as a Kubernetes Job, or a cloud that
-finds each node's VM through its Node's providerID, where ``kube.backend`` is ``none``. The shipped
-ladders are the project's defaults, not the site's words: where there is no machine backend their
-machine rungs are skipped.
-
-``noop`` is the dry-run twin and nothing else. It acts on nothing and records what it would have done,
-so a ``noop`` backend outside dry-run writes rows that say a restart completed and a node recovered
-when nothing happened. Outside dry-run it is refused, pointing at what the site means: ``none`` for a
-half it lacks, or ``dry_run: true``, which swaps every backend for its twin at once.
+Why: docs/architecture.md#a-half-the-site-lacks-is-no-step-and-nothing-returns-without-evidence
 """
 
 from __future__ import annotations

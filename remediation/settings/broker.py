@@ -1,17 +1,11 @@
 """``broker``: Redis, holding the event stream and the Celery queues (``REMEDIATION_BROKER__*``).
 
-Each component connects as its own Redis ACL user, named with its password in its URL
-(``redis://USER:PASSWORD@HOST:6379/0``); the users and what each may do are in
-``deploy/base/redis/users.acl``. A URL without a user is Redis's default user, as before. A
-``rediss://`` URL speaks TLS, verified against :attr:`BrokerSettings.ca_file`. Under Redis Sentinel
-(``broker.sentinel``, :mod:`remediation.settings.sentinel`) the URL keeps the user, password, database
-and scheme, and the sentinels name the host.
+Each component connects as its own Redis ACL user named in its URL
+(``redis://USER:PASSWORD@HOST:6379/0``; users in ``deploy/base/redis/users.acl``); ``rediss://`` speaks
+TLS verified against :attr:`BrokerSettings.ca_file`. ``replica_acks`` makes writes that must not be
+lost wait until that many replicas hold them. Sentinel: :mod:`remediation.settings.sentinel`.
 
-Replication is asynchronous: a primary that dies before its replica has a write takes that write with
-it. ``replica_acks`` closes that for what must not be lost (events, the leader lock's fencing token):
-the writer waits (``WAIT``) until that many replicas hold the write, and a write they did not confirm
-counts as not done, so the publisher keeps its events and sends them again (docs/architecture.md,
-"Failover loses nothing").
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

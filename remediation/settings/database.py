@@ -1,10 +1,11 @@
 """``database``: where the faulty-node database lives (``REMEDIATION_DATABASE__*``).
 
-An HA Postgres (Patroni, CloudNativePG, a primary with streaming replicas) is named by every host in
-one URL, ``postgresql+psycopg://USER:PASSWORD@/DBNAME?host=pg-0:5432&host=pg-1:5432&target_session_attrs=read-write``:
-libpq tries each in turn and keeps the one that takes writes. A URL with several hosts must say
-``target_session_attrs=read-write`` (or ``primary``): without it a process could settle on a standby
-and fail every write, so it is refused at start-up.
+An HA Postgres is named by every host in one URL,
+``postgresql+psycopg://USER:PASSWORD@/DBNAME?host=pg-0:5432&host=pg-1:5432&target_session_attrs=read-write``.
+A URL with several hosts must say ``target_session_attrs=read-write`` (or ``primary``): without it a
+process could settle on a standby and fail every write, so it is refused at start-up.
+
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """The whole settings, and the one place that maps environment, config file and defaults onto them.
 
 Precedence (highest first): constructor arguments, environment variables (``REMEDIATION_`` prefix,
-``__`` between nested sections, e.g. ``REMEDIATION_POLICY__MAX_CONCURRENT=4``), the config file named
-by ``REMEDIATION_CONFIG`` (YAML or TOML), then the defaults below. A section that was renamed is still
-read under its old name, from every source (``RENAMED_SECTIONS``); the new name wins where both are set.
+``__`` between sections), the config file named by ``REMEDIATION_CONFIG`` (YAML or TOML), the
+defaults. Renamed sections are still read under their old names (``RENAMED_SECTIONS``). Bad config
+raises :class:`SettingsError`, naming the field and never echoing a secret's value.
 
-Every default is chosen to be safe on a production GPU cluster: when in doubt the service waits, drains
-and asks a human rather than restarting VMs. The reasons for the policy defaults are in ``docs/policy.md``
-(drawn from the published failure traces of large GPU clusters).
-
-Bad config fails at start-up with :class:`SettingsError`, whose message names the offending field and
-never echoes a secret's value: a value is quoted back only when the field it belongs to carries no
-secret (no ``SecretStr`` anywhere in its type, and not a URL, which may hold a password). A YAML
-syntax error names the file, line and column, not the text there. The sections themselves live in the
-modules beside this one.
+Why: docs/architecture.md#settings-one-section-a-module-bad-config-fails-loudly
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """``policy``: which signals open a remediation and how much automation may do at once
-(``REMEDIATION_POLICY__*``). The reasons for its defaults are in ``docs/policy.md``."""
+(``REMEDIATION_POLICY__*``).
+
+Why: docs/policy.md#policy-defaults-and-why
+"""
 
 from __future__ import annotations
 

@@ -1,27 +1,11 @@
-"""``profiles``: policy per node group, an ordered list (docs/policy.md, "Profiles").
+"""``profiles``: policy per node group, an ordered list.
 
-Each profile names the nodes it selects (Slurm partitions, Slurm node features, a node-name
-hostlist, a Kubernetes Node label selector) and overrides part of the policy for them: its ``mode``
-and fields of the ``policy``, ``workflow``, ``machine``, ``validation`` and ``incidents`` sections,
-written under the section's own name with the section's own field names:
+Each profile selects nodes (Slurm partitions, features, a hostlist, a Node label selector) and
+overrides the fields :data:`OVERRIDABLE` lists, validated by each section's own model
+(:func:`effective`). :class:`EffectivePolicy` is what one node is governed by; a remediation records it
+when it opens and reads it back until it ends.
 
-.. code-block:: yaml
-
-    profiles:
-      - name: inference
-        select: {partitions: [inference]}
-        mode: drain-only
-        workflow: {drain_timeout_s: 600, on_jobs_timeout: requeue}
-
-What a profile may override is :data:`OVERRIDABLE`, one list per section; anything else is a start-up
-error naming the field, as is a malformed selector. A field joins a profile's reach by joining that
-list, and its type is checked by the section's own model: an override is merged over the base section
-and the result validated as the base is (:func:`effective`), so a profile's value obeys every rule the
-base value does. What must stay one for the whole service (our reason prefix, the signals that open a
-remediation, the minimum gap between machine actions) is not in the list.
-
-:class:`EffectivePolicy` is what one node is governed by: the sections with its profile's overrides
-merged in. A remediation records it, whole, when it opens, and reads it back until it ends.
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""Kubernetes label selectors, as ``kubectl get nodes -l`` reads them: the syntax a profile's
-``select.labels`` is written in, parsed once at start-up into typed requirements.
+"""Kubernetes label selectors, as ``kubectl get nodes -l`` reads them: the syntax of a profile's
+``select.labels``, parsed once at start-up into typed requirements.
 
-The grammar is the apiserver's set-based one: comma-separated requirements, each ``key``, ``!key``,
-``key=value`` (or ``==``), ``key!=value``, ``key in (a,b)`` or ``key notin (a,b)``; every requirement
-must hold. Keys and values are checked against the rules the apiserver applies to Node labels, so a
-selector that could never match anything (a space in a value, a missing parenthesis) is a start-up
-error naming the selector, never a profile that silently selects no node.
+The grammar is the apiserver's set-based one (``key``, ``!key``, ``key=value``, ``key!=value``,
+``key in (a,b)``, ``key notin (a,b)``, comma-separated, all must hold), with the apiserver's rules for
+Node label keys and values: a malformed selector is a start-up error naming it.
+
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

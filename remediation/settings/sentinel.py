@@ -1,12 +1,10 @@
 """``broker.sentinel``: find the Redis primary through Redis Sentinel (``REMEDIATION_BROKER__SENTINEL__*``).
 
-Unset (no ``addresses``), every process talks to the one Redis ``broker.redis_url`` names, as on a
-single server. Set, the sentinels name the primary of ``master``: redis-py's Sentinel client for the
-event bus, the leader lock and the workers' stream reads, and Celery's ``sentinel://`` transport for the
-task queues. ``broker.redis_url`` then still carries the component's ACL user and password, the
-database number and the scheme (``rediss://`` for TLS); its host and port are not used. After a
-failover each client asks the sentinels again on its next connection, so every process follows the
-new primary without a restart.
+Unset (no ``addresses``), every process talks to the one Redis ``broker.redis_url`` names. Set, the
+sentinels name the primary of ``master`` for redis-py and for Celery's ``sentinel://`` transport, and
+``broker.redis_url`` supplies only the ACL user, password, database and scheme.
+
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

@@ -1,18 +1,11 @@
 """The validation's port: run one check on one node before anyone else's job can land there.
 
-The same port runs every other job the service runs on a node out of the pool, with the same
-guarantees: the GPU reset of the ``gpu-reset`` rung (:mod:`remediation.domain.gpu_reset`) is a
-``ValidationCheck`` whose command resets the GPU and whose exit code is the verdict.
+It also runs the GPU reset (:mod:`remediation.domain.gpu_reset`). Implementations: Slurm
+(:mod:`remediation.adapters.slurm.validator`), Kubernetes (:mod:`remediation.adapters.kube.validator`)
+and ``NoopValidator`` for dry-run. Every call is idempotent and never blocks: ``start`` with a used name
+finds that check, ``poll`` looks once, ``finish`` undoes the set-up and may be repeated.
 
-Two implementations: :mod:`remediation.adapters.slurm.validator` (a maintenance reservation only the
-service's user may use, the node resumed into it, the check submitted as a job pinned to the node in
-that reservation) and :mod:`remediation.adapters.kube.validator` (a ``batch/v1`` Job bound to the Node,
-tolerating our cordon and taint, with a deadline). Plus ``NoopValidator`` (:mod:`remediation.adapters.noop`) for dry-run.
-
-Contract, as for the other ports: every call is idempotent and never blocks for long. ``start`` with a
-name already used finds the check that name started (a killed worker resumes without submitting twice);
-``poll`` looks once; ``finish`` undoes the set-up (deletes the reservation or the Job, puts back the drain
-the node had) and is harmless to repeat.
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

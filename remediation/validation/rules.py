@@ -1,24 +1,11 @@
 """The ``validate`` step: a GPU check chosen by the cause runs on the node before it returns.
 
-Verify proves the machine restarted and slurmd registered; it cannot prove the GPUs work. A failing HBM row,
-a degraded NVLink or a flaky InfiniBand port passes verify and kills the next job. So between verify and
-return the node runs a check through the configured :class:`~remediation.validation.port.Validator`, picked
-by the remediation's cause class (``validation.checks``; ``unknown`` until the cause is classified):
+The first look starts the check through the :class:`~remediation.validation.port.Validator` (names
+from the step's idempotency key and nonce) and records its reference; later looks poll it. Exit 0
+passes; any other exit fails and climbs the ladder; a deadline, no result, or exit 126/127 holds the
+node and pages. The check's record travels in the outcome's ``detail["validation"]``.
 
-- the first look starts it (the check's names come from the step's idempotency key and the nonce its
-  row recorded before anything was submitted, so a redelivered task finds the check the first
-  delivery started, and a job someone else named like it is never taken for it) and records the check's reference on the step before
-  anyone waits on it;
-- later looks poll it; when it ends the validator takes its set-up down (reservation deleted, drain put back);
-- exit 0 is a **pass** (return follows); any other exit is a **fail**, which climbs the ladder within
-  the same remediation with the check's output on the step; a check that does not end by its deadline
-  (or that the backend's own limit ended) is neither: the node is **held** and on-call paged once; so
-  is a check that ended without a result (cancelled by someone, its node failed). A
-  command that could not run at all (exit 126 or 127: not executable, not found) is also held: it says
-  the check is missing from the node or image, not that the GPUs are bad.
-
-This module does no I/O itself; the engine persists the outcome, and the record of the check (command,
-exit code, duration, the end of the output) travels in the outcome's ``detail["validation"]``.
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

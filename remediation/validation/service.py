@@ -1,14 +1,11 @@
 """The validation's records and its human uses.
 
-- :func:`record_validation`: the engine calls it when a ``validate`` step ends; one ``validations`` row
-  per check (command, exit code, duration, the last ``validation.output_bytes`` of output), and a
-  hardware sighting of the GPUs its output names (on-demand checks too).
-- :func:`hold_for_human`: a check that never ended (or could not run) holds its remediation: the node
-  stays out, one audit row pages on-call, and only a human's ``resume`` (run it again) or ``cancel``
-  moves it on.
-- :func:`run_check`: ``remediation validate NODE`` and ``release NODE --validate`` run the same validation on
-  demand, from the CLI process, on a node already out of the pool, and record it the same way.
-- :func:`summary`: pass rate and durations for ``/metrics`` and the dashboard.
+:func:`record_validation` writes one ``validations`` row per check and a sighting of the GPUs it names;
+:func:`hold_for_human` holds a check that never ended or could not run, paging once;
+:func:`run_check` runs the same validation on demand (``remediation validate NODE``, ``release NODE
+--validate``); :func:`summary` gives pass rate and durations.
+
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

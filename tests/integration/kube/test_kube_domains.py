@@ -28,7 +28,7 @@ from remediation.services.ingest import ingest
 from remediation.settings import Settings
 from simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
-from watchers.kube import watcher as kube_watcher
+from watchers.kube.watcher import watcher as kube_watcher
 from watchers.runtime import Stopper
 
 CLIQUE = "nvidia.com/gpu.clique"

@@ -29,9 +29,9 @@ from remediation.settings import Settings
 from simulator.kube.api import KubeAPIServer
 from simulator.kube.objects import gpu_node_object
 from tests.conftest import REDIS_URL
-from watchers.kube import watcher as kube_watcher
 from watchers.kube.nodes import decode_page, slim
 from watchers.kube.stream import Item, NodeStream
+from watchers.kube.watcher import watcher as kube_watcher
 from watchers.runtime import Polls, Stopper
 
 HOLD = 1.0

@@ -24,7 +24,7 @@ from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
 from watchers.runtime import Polls, Stopper
-from watchers.slurm import watcher as slurm_watcher
+from watchers.slurm.watcher import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli, rest): see conftest. The tests that wait on
 # slurmctld's own timers (a killed slurmd turns NOT_RESPONDING, then DOWN) run once per release with

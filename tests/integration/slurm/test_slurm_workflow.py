@@ -61,7 +61,7 @@ from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
 from watchers.runtime import Polls, Stopper
-from watchers.slurm import watcher as slurm_watcher
+from watchers.slurm.watcher import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
