@@ -1,8 +1,8 @@
 """Reading slurmctld's node table at the cost of what changed, not of the cluster's size.
 
 :class:`DeltaReader` asks the change probe first, then the aggregated bad set (``sinfo -h -t ...``), then
-``scontrol show node -o LIST`` for the nodes a line cannot describe (:attr:`DeltaReader.pending` asks for
-that poll at once), and the whole table at resync. Unchanged nodes come back as the same objects, so the
+``scontrol show node -o LIST`` for the nodes a line cannot describe (:attr:`DeltaReader.pending`), and
+the whole table at resync. Unchanged nodes come back as the same objects, so the
 watcher's diff skips them by identity. A bad state sinfo cannot filter on makes every poll a full read.
 
 Why: docs/architecture.md#the-slurm-watcher-reads-what-changed
