@@ -1,19 +1,10 @@
 """What the demo prints, read back from the database the service wrote (never from its own guesses).
 
-- :class:`Progress` polls the remediations and the breaker's audit rows and prints each change as
-  it happens (a live log of the workflow moving through its steps).
-- :func:`read_summary` collects the facts the demo promises: remediations succeeded (with every step
-  of the happy path recorded ``done``), each one's fault class and action and what its machine steps
-  did (a VM action, or a GPU reset, which is none),
-  the quarantined nodes, the breaker opening and closing, each correlated incident (its domain, likely
-  cause, nodes, pages, the VM actions on its nodes and whether they are back in service), the VM
-  actions the cloud endpoints answered, and detection (fault injected -> event recorded) and recovery
-  (remediation opened -> closed) times.
+:class:`Progress` prints each change of the remediations and the breaker as it happens;
+:func:`read_summary` collects the demo's promised facts: outcomes, quarantines, the breaker, incidents, VM
+actions and detection and recovery times.
 
-VM actions are counted twice, independently: from the simulated clouds' and BMC's request logs
-(``SimCluster.vm_actions``) and from the workflow's ``vm_restart`` steps that recorded a machine action
-(a GPU reset, the other thing such a step does, is none and is named apart). "Back in service" is read from the simulated cluster itself at the end: slurmctld has the
-node neither DOWN nor drained nor failed, and its Kubernetes Node is not cordoned.
+Why: docs/running.md#the-demo
 """
 
 from __future__ import annotations

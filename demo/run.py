@@ -1,49 +1,11 @@
-"""`remediation demo`: the whole loop against a simulated cluster that speaks the real wire protocols.
+"""``remediation demo``: the whole loop against a simulated cluster that speaks the real wire protocols.
 
-In one process, in about a minute, with no servers to install:
+In one process, in about a minute: :class:`simulator.cluster.SimCluster` (36 nodes, a bare-metal pool of 4
+among them), the production watchers, a real Celery worker, SQLite and the dashboard. A scripted scenario
+shows each safety rule once; :mod:`demo.report` reads the summaries back from the database and
+the clouds' request logs.
 
-- **the cluster** is :class:`simulator.cluster.SimCluster`: a kube-apiserver subset, GCE and Azure
-  endpoints (HTTPS for Azure) and a slurmrestd stand-in, linked the way Slurm-on-Kubernetes links
-  them (32 Slurm nodes, slurmd pods on Nodes whose providerIDs name GCE and Azure VMs), and a
-  bare-metal pool of 4 more behind a Redfish BMC (:mod:`simulator.redfish_bmc`): their Nodes have no
-  providerID, and the redfish inventory the demo writes routes them to the ``redfish`` backend;
-- **the service** is the production code: the Slurm watcher (``rest`` backend) and the Kubernetes
-  watcher (list+watch) publish to the in-process bus, a real Celery worker (``memory://`` broker) runs
-  ingest and the workflow with the real adapters (httpx to slurmrestd, the ``kubernetes`` client, the
-  GCE and Azure SDKs), SQLite records everything, and the dashboard is served while it runs.
-
-The scenario follows the fault mix of the Llama 3 405B interruption trace (docs/policy.md), spaced so
-that each safety rule shows once:
-
-- t=1 s: a researcher marks gpu-node-7 FAIL; slurmd on gpu-node-3 stops answering (DOWN "Not
-  responding"); an admin drains gpu-node-12 for maintenance (recorded, never touched); gpu-node-5's
-  Ready flaps (shorter than the hold time: no remediation);
-- t=2 s: gpu-node-9 is a lemon: its VM is broken, the GPU reset (a Kubernetes Job on its Node) fails,
-  the host move does not fix it, verify times out and it is quarantined (Xid 48 is ``gpu-memory``: a
-  GPU reset, one GCE stop/start or Azure redeploy, then quarantine; this takes ``verify_timeout_s``,
-  30 s);
-- t=3 s: gpu-node-6 has a bad HBM row (Xid 48): the GPU reset and then the host move "work" (verify
-  passes), but the validation's memory check (a Kubernetes Job on its Node) fails after each, so it
-  is quarantined after its one VM action; every other recovered node passes its check;
-- t=6 s: the leaf switch of GKE sub-block ``sb-2`` dies: its four nodes (gpu-node-16, -18, -20, -22)
-  lose slurmd at the same instant. The Kubernetes watcher learnt their sub-block from their Nodes'
-  ``cloud.google.com/gce-topology-subblock`` label, so this is ONE incident: the four are drained and
-  cordoned, get no VM action, on-call gets one page, and the breaker does not count them;
-- t=10 s: slurmd on bare-metal gpu-node-33 hangs: one reset through its BMC (sushy, over HTTPS),
-  the system powers off and boots, and the node returns like the cloud ones;
-- t=14 s: the switch is replaced: their slurmds answer again, the incident closes by itself and the
-  four nodes are handed back (our drain and cordon undone);
-- t=17 s: a GPU Xid condition on gpu-node-4's Node;
-- t=20 s: a mass failure (a bad roll-out, say) takes slurmd off 20% of the pool at once, nodes drawn at
-  random across sub-blocks and clouds, which no one part explains: the storm breaker opens, nodes are
-  drained and cordoned but no VM is restarted until the breaker closes (it latches; the unattended demo
-  opts in to ``policy.breaker_auto_close_s``, 15 s without a new failure, where production waits for a
-  human);
-- t=37 s: a 12-second segment of the Llama 3 trace, scaled to 32 nodes and sped up 78,000x.
-
-Five faults at most open remediations (outside an incident) within any 15 s before the storm, and the
-demo's breaker opens above 15% of 36 nodes (6 or more), so only the storm (7 nodes) trips it. Summaries are read
-back from the database and the simulated clouds' request logs (:mod:`demo.report`).
+Why: docs/running.md#the-demo
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Alembic environment: the URL comes from the caller (remediation.db.migrate) or from settings."""
+"""Alembic environment: the URL comes from the caller (remediation.db.migrate) or from settings.
+
+Why: docs/running.md#schema-migrations
+"""
 
 from __future__ import annotations
 

@@ -1,24 +1,11 @@
 """A stateful Azure Resource Manager endpoint for Microsoft.Compute VMs and scale-set VMs, over HTTPS.
 
-No Microsoft.Compute emulator exists, so this fake answers what azure-mgmt-compute sends (shapes in
-``docs/wire-protocols.md``). It serves HTTPS because azure-core's bearer-token policy refuses plain http;
-:func:`make_self_signed_cert` writes a throw-away certificate for 127.0.0.1 that the client trusts via
-``connection_verify``.
+Serves VM and scale-set VM GET/PATCH, the restart, redeploy, reimage, powerOff and start POSTs (202 with
+``Azure-AsyncOperation`` and ``Location``), and the operation GETs, with ARM's error bodies and injected
+429/5xx. An action lands when its operation finishes (``op_seconds``) and bumps ``boot_count``
+(:meth:`AzureFake.vm`). :func:`make_self_signed_cert` writes its certificate.
 
-Protocol, matched case-insensitively as ARM does, and always requiring ``?api-version=``:
-- ``GET|PATCH .../virtualMachines/VM`` (PATCH merges ``tags``, honours ``If-Match``),
-  ``GET .../virtualMachines/VM/instanceView`` (``PowerState/running`` etc.).
-- ``POST .../virtualMachines/VM/restart|redeploy|reimage|powerOff|start``, and the same under
-  ``virtualMachineScaleSets/SS/virtualMachines/ID``: ``202`` with an empty body and
-  ``Azure-AsyncOperation``, ``Location`` and ``Retry-After`` headers.
-- ``GET .../locations/L/operations/ID``: ``InProgress`` → ``Succeeded`` or ``Failed`` with an error;
-  with ``monitor=true`` (the Location URL): ``202`` while running, then ``200``.
-- Errors are ARM's ``{"error": {"code", "message"}}``: 404 ``ResourceNotFound``, 412, 409, and
-  injected 429/5xx with ``Retry-After``.
-
-An action's effect lands when its operation finishes (``op_seconds``): restart, redeploy and reimage
-bump ``boot_count``, which tests read through :meth:`AzureFake.vm`. State advances lazily on each
-request, like the GCE fake.
+Why: docs/wire-protocols.md#the-cloud-and-bmc-fakes
 """
 
 from __future__ import annotations

@@ -1,43 +1,11 @@
 """A simulated Slurm-on-Kubernetes GPU cluster that speaks the real wire protocols.
 
-:class:`SimCluster` starts, on 127.0.0.1 with free ports:
+:class:`SimCluster` starts the kube-apiserver subset, the GCE and Azure fakes, the slurmrestd stand-in
+and, with ``bare_metal=N``, a Redfish BMC, and links them as Slurm-on-Kubernetes does: a clock thread
+(``tick_s``) turns each VM's state into its Node's and slurmd's. Faults: :mod:`simulator.fault_injection`.
+``python -m simulator.cluster`` serves it (:mod:`simulator.standalone`).
 
-- the kube-apiserver subset (:mod:`simulator.kube.api`), TLS-only with a per-run cluster CA and a
-  bearer token, as a real cluster (``kubectl`` works against it: :meth:`SimCluster.write_kubeconfig`);
-- the Compute Engine fake (:mod:`simulator.gce_api`, http) and the Azure Resource Manager fake
-  (:mod:`simulator.azure_api`, HTTPS with a self-signed certificate written into a temp dir);
-- the slurmrestd stand-in (:mod:`simulator.slurmrestd`) over a simulated slurmctld, with a JWT.
-
-and links them the way Slurm-on-Kubernetes (Slinky, SUNK, Slonk) does: Slurm node ``gpu-node-i`` is
-the slurmd pod ``slurm/gpu-node-i`` (label ``app.kubernetes.io/component=slurmd``, owned by a
-DaemonSet, so an eviction leaves it in place as kubelet-managed slurmd pods are), which runs on
-Kubernetes Node ``gke-a3-pool-i`` or ``aks-ndv4-i``, whose ``spec.providerID`` names a VM at GCE (even
-i) or Azure (odd i). Each Node also runs one training pod that an eviction really removes. GKE Nodes
-carry GKE's topology labels: one ``cloud.google.com/gce-topology-block`` for all, and a
-``cloud.google.com/gce-topology-subblock`` (``sb-0``, ``sb-1``...) per four consecutive GKE Nodes, the
-rack behind one leaf switch (``subblocks`` lists each one's Slurm nodes). With ``bare_metal=N``, N more
-nodes form a bare-metal pool: Kubernetes Nodes ``bm-hgx-i`` with no providerID, each a system of one
-Redfish BMC (:mod:`simulator.redfish_bmc`, HTTPS under a per-run CA), listed in a redfish inventory
-the settings point the service at.
-
-**The link is causal, not scripted.** A clock thread (every ``tick_s``) reads each VM's state from
-its cloud fake. While a provider operation runs (or the VM is stopped) the Node goes
-``Ready=Unknown`` and slurmd stops answering, so slurmctld marks the node NOT_RESPONDING, then DOWN.
-When the operation has bumped the VM's boot count, ``reboot_delay_s`` later the Node gets a new
-``bootID`` and ``Ready=True``, injected Node faults are gone, and slurmd registers again (clearing
-NOT_RESPONDING; a DRAIN we placed stays, as with ``ReturnToService=1``). A VM marked broken
-(:meth:`~simulator.fault_injection.FaultInjector.repeat_offender`) boots but its GPU fault is back at once and
-slurmd never registers, so the workflow's verify step fails on it. Nothing else changes the world:
-the service under test must act through the endpoints for anything to recover.
-
-Fault injection and trace replay are in :mod:`simulator.fault_injection`.
-
-``python -m simulator.cluster`` serves a cluster until SIGTERM (:mod:`simulator.standalone`). For
-that, the cluster can listen on a chosen address and fixed ports (``bind``, ``base_port``), name
-itself by another host in every URL it hands out (``advertise``: the Azure certificate's SANs
-included, since ARM's async-operation headers carry absolute URLs) and keep its certificate in a
-``state_dir`` next to the env file it writes (:meth:`SimCluster.write_env_file`), with the kube
-CA and a kubeconfig.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """Keep a simulated cluster busy, so that a long-running stack (``docker compose up``) shows the loop.
 
-:class:`ContinuousReplay` replays the bundled failure trace (the Llama 3 405B interruption mix, see
-:mod:`simulator.replay`) round after round on the cluster's clock:
+:class:`ContinuousReplay` replays the bundled failure trace round after round on the cluster's clock (mean
+gap ``mean_gap_s``), resumes maintenance drains after ``maintenance_s``, and every ``storm_every_s`` fails
+``storm_fraction`` of the pool. No repeat offenders.
 
-- **Rounds.** Each round is the whole 54-day trace, scaled to the cluster (N/2048 of its 419
-  failures) and sped up. The default speedup makes the mean gap between two faults ``mean_gap_s``
-  (20 s): at 32 nodes a round is 7 faults in about 140 s. Each round draws new times, nodes and
-  signals (seed + round number), so the mix repeats and the sequence does not.
-- **Maintenance ends.** An admin's maintenance drain (the trace's "Host Maintenance" rows) is
-  resumed ``maintenance_s`` later, as the admin would, if the node still carries that drain.
-  Otherwise a long run would leave the whole pool drained by humans, which the service rightly
-  never touches.
-- **Storms.** Every ``storm_every_s`` a mass failure takes ``storm_fraction`` of the pool at once,
-  which trips the service's storm breaker.
-
-New faults avoid nodes under maintenance. Repeat offenders (broken VMs) are not injected: each would
-stay quarantined until a human releases it, and a long run would collect them.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """What the cloud fakes share: a threaded stdlib HTTP(S) server, a request log and fault injection.
 
-The GCE and Azure fakes (:mod:`simulator.gce_api`, :mod:`simulator.azure_api`) speak their service's
-wire protocol; this module owns everything that is not protocol:
+:class:`FakeServer` serves from a daemon thread on a free port, HTTPS with an ``ssl_context``;
+:class:`RequestLog` records every request; :class:`Faults` fails the next N (or a random share of)
+matching requests; :class:`Hold` delays an answer after the request acted.
 
-- :class:`FakeServer` binds 127.0.0.1 on port 0 (so parallel test runs never collide), serves from a
-  daemon thread and stops cleanly. With an ``ssl_context`` it serves HTTPS; the TLS handshake runs in
-  the per-connection thread, so one slow client cannot stall the accept loop.
-- :class:`RequestLog` records every request (method, path, query) so that a test can count restarts
-  exactly ("one POST .../reset, however many times the worker retried").
-- :class:`Faults` makes the next N matching requests fail with a given status (and Retry-After), the way
-  a throttled or overloaded service would, or a random share of them (``fail_randomly``). The protocol
-  module renders the error body in its own shape.
-- :class:`Hold` (``faults.delay_next``) holds the response to the next matching requests *after* the
-  request acted, so a test can kill a client inside a call whose effect has already happened.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
-"""Fault injection for :class:`simulator.cluster.SimCluster`: each fault is what the real system would
-show, put where the real system keeps it.
+"""Fault injection for :class:`simulator.cluster.SimCluster`: each fault is what the real system would show,
+put where the real system keeps it.
 
-- ``researcher_fail``: ``scontrol update state=fail reason=...`` by a user (the FAIL flag in slurmctld).
-- ``slurmd_stop``: slurmd stops answering; slurmctld's own timers make the node NOT_RESPONDING, then
-  DOWN "Not responding".
-- ``node_not_ready`` and ``gpu_condition``: the kubelet's ``Ready=False`` or a node-problem-detector
-  / GPU-operator condition (``GpuXidError=True`` by default) on the Kubernetes Node.
-- ``flap``: ``Ready`` toggling False/True, each bad phase shorter than any sane hold time.
-- ``repeat_offender``: a "lemon": its VM is broken, so a restart brings the Node back with a new bootID
-  but the GPU fault returns and slurmd never registers (verify must fail), and it fails now; or, with
-  ``relapse_after_s``, it passes verify and its GPU fault returns that long after each boot.
-- ``bad_hbm``: a failing HBM row: the node reboots and passes verify, but the validation's check
-  Job (``simulator.kube.jobs``) fails on it every time.
-- ``storm``: a fraction of the pool, drawn at random across racks and clouds, loses slurmd at once (a
-  bad slurmd roll-out, a control-plane partition): a mass failure no one part explains.
-- ``switch_down`` / ``switch_up``: a leaf switch dies, and every node behind it (its sub-block, say)
-  loses slurmd at the same instant; once the switch is replaced their slurmds answer again. Nothing on
-  the nodes themselves is broken: no restart can help, and none is needed afterwards.
-- ``human_drain``: an admin's drain with a maintenance reason, which the service must leave alone.
-- ``replay``: a published trace (see :mod:`simulator.replay`) scheduled on the cluster's clock.
+Faults: ``researcher_fail``, ``slurmd_stop``, ``node_not_ready``, ``gpu_condition``, ``flap``,
+``repeat_offender``, ``bad_hbm``, ``storm``, ``switch_down``/``switch_up``, ``human_drain`` and
+``replay``. A VM reboot undoes Node faults, never a human's Slurm state. Each injection is logged in
+``injections``.
 
-Faults on the Node (conditions, NotReady, flapping) are undone by a reboot of its VM; Slurm states a
-human set are not (a reboot does not clear a drain). Every injection is logged in ``injections`` with
-its wall-clock time, so a caller can measure detection and recovery against the service's records.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

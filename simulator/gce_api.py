@@ -1,27 +1,10 @@
 """A stateful Compute Engine endpoint (the subset a VM restart needs), served by the standard library.
 
-Google offers no Compute Engine emulator, so this fake answers the REST calls google-cloud-compute
-makes with ``transport="rest"`` (shapes in ``docs/wire-protocols.md``):
+Instances, ``reset``/``stop``/``start`` Operations, and operation GET and wait, with Google's error
+shapes. A repeated ``requestId`` returns the original operation (:meth:`GceFake.actions` tells asked from
+acted). Operations take ``op_seconds`` and bump ``boot_count``. State advances lazily on each request.
 
-- ``GET  /compute/v1/projects/P/zones/Z/instances/I``: the Instance, ``status`` RUNNING, STOPPING,
-  TERMINATED, STAGING...
-- ``POST .../instances/I/reset|stop|start``: an Operation (PENDING → RUNNING → DONE).
-- ``GET  .../operations/OP`` and ``POST .../operations/OP/wait`` (which blocks for a short while, as
-  the real one blocks for up to two minutes).
-
-Behaviour that matters for exactly-once tests:
-- ``requestId``: a mutating call repeated with the same id returns the original operation and does
-  not act again; the request log still shows both calls, so a test can tell "asked twice" from
-  "acted twice" (see :meth:`GceFake.actions`).
-- Operations take ``op_seconds`` of wall time; their effect lands when they finish: a reset or a
-  start bumps the instance's ``boot_count`` (the Kubernetes side turns that into a new bootID).
-- A running instance shows the host it runs on as ``resourceStatus.physicalHost``, as the real API
-  does; a stop releases the host and the start after it lands on a new one (a reset keeps it).
-- Errors use Google's JSON shape ``{"error": {"code", "message", "errors": [{"reason"}]}}``; a failed
-  operation ends DONE with ``error.errors`` plus ``httpErrorStatusCode`` and ``httpErrorMessage``.
-
-State advances lazily: every request (and :meth:`GceFake.vm`) first completes operations whose time is
-up, so no background clock thread is needed.
+Why: docs/wire-protocols.md#the-cloud-and-bmc-fakes
 """
 
 from __future__ import annotations

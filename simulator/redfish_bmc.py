@@ -1,24 +1,10 @@
 """A bare-metal pool's BMC: the few Redfish resources sushy reads and the one action it posts.
 
-:class:`RedfishBmc` is one BMC (a chassis manager, say) serving several ComputerSystems, enough of
-DMTF Redfish for the ``redfish`` machine backend (:mod:`remediation.adapters.redfish`, through
-sushy):
+:class:`RedfishBmc` serves the service root, Systems and ``ComputerSystem.Reset``, over HTTPS with basic
+auth. A reset takes the system Off and On ``op_seconds`` later; ``ForceOff`` waits for ``On``. The cluster
+reads :meth:`RedfishBmc.vm_state`; :meth:`RedfishBmc.resets` counts resets.
 
-- ``GET /redfish/v1/`` (the service root, public as the standard has it), ``/redfish/v1/Systems``
-  and ``/redfish/v1/Systems/ID`` (``PowerState``, and ``Actions/#ComputerSystem.Reset`` with its
-  ``target`` and ``ResetType@Redfish.AllowableValues``);
-- ``POST .../Actions/ComputerSystem.Reset`` with a ``ResetType``: 204, or 400 for a type it does not
-  offer. Every other resource needs HTTP basic authentication (401 otherwise), the way the backend
-  signs in; there is no SessionService, since the backend never opens a Redfish session.
-
-HTTPS only, as the backend requires: the certificate is signed by a CA generated per run
-(:func:`simulator.kube.tls.write_pki`), which the backend trusts through ``redfish.ca_file``.
-
-Power takes time, as on a real machine: a restart or power cycle takes the system Off at once and On
-again ``op_seconds`` later, which is a new boot; ``ForceOff`` leaves it Off until an ``On``. The
-simulated cluster reads :meth:`RedfishBmc.vm_state` the way it reads the clouds' VMs, so the node's
-Kubernetes Node and slurmd go away while the system is Off and come back after the boot. The request
-log (:class:`simulator.fakehttp.FakeServer`) counts resets exactly (:meth:`RedfishBmc.resets`).
+Why: docs/wire-protocols.md#the-cloud-and-bmc-fakes
 """
 
 from __future__ import annotations

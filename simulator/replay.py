@@ -1,24 +1,10 @@
 """Turn a published failure trace into a timed list of faults for a simulated cluster.
 
-The input is the rows of a CSV like ``llama3-405b-interruptions.csv`` (read by
-:func:`remediation.rehearsal.trace.read_mix`, the one reader of that format) (Meta's Llama 3 405B pre-training: 419
-unexpected interruptions in 54 days on 2,048 nodes of 8 GPUs), one row per root-cause category with
-``count``, ``component``, ``suggested_signal`` and ``remediable_by_vm_restart``. :func:`plan`:
+:func:`plan` reads the rows (:func:`remediation.rehearsal.trace.read_mix`), scales the counts to the
+cluster, spreads them over the trace's span divided by ``speedup`` (``until_s`` keeps a leading segment)
+and maps each category to a signal. Reproducible from ``seed``.
 
-1. **Scales the counts** to the simulated cluster: a cluster of N nodes sees N/2048 of the failures
-   (the per-node rate is what carries over). Each category's share is rounded by largest remainder,
-   so the scaled counts add up to the rounded total and, at N = 2048, equal the published counts.
-2. **Spreads them over time**: each fault gets a uniformly random moment in the trace's 54 days,
-   divided by ``speedup`` (a failure every ~3 h at full scale becomes one every few seconds in a
-   demo). ``until_s`` keeps only a leading segment.
-3. **Maps each category to what this service would see**, from ``suggested_signal``: a GPU condition
-   on the Node, a researcher's ``state=fail``, a slurmd that stops answering, a Node NotReady, a
-   maintenance drain by a human, or nothing at all for faults a restart cannot fix and that never
-   reach Slurm or Kubernetes as node states (software bugs, NCCL timeouts). A fabric fault (switch or
-   cable) takes ``network_blast`` nodes NotReady at once.
-
-Everything random comes from one ``random.Random(seed)``, so a plan is reproducible; the category mix
-does not depend on the seed at all.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """The node table of a simulated slurmctld, with the state rules of the real one (Slurm 22.05-23.11).
 
-:mod:`simulator.slurmrestd` serves this table over slurmrestd's wire protocol; :mod:`simulator.cluster`
-drives it from the simulated VMs (a VM that reboots takes its slurmd down and, once booted, brings it
-back). The rules reproduce what ``docs/wire-protocols.md`` records of a real controller with
-``ReturnToService=1``:
+:mod:`simulator.slurmrestd` serves it and :mod:`simulator.cluster` drives it. Drain, fail, down and resume
+follow ``scontrol``'s rules and errnos; a silent slurmd goes NOT_RESPONDING, then DOWN; a registering one
+returns with ``ReturnToService=1``. :meth:`SlurmCtld.tick` advances wall-clock timers.
 
-- ``scontrol update state=drain|fail reason=R`` adds the DRAIN or FAIL flag and stamps the reason with
-  its user and ``reason_changed_at`` (whole seconds, as Slurm stamps them). ``state=down`` makes the
-  base state DOWN. ``state=resume`` clears DRAIN and FAIL and the reason; a DOWN node comes back IDLE
-  but NOT_RESPONDING until slurmctld's next ping reaches its slurmd. Resuming a node that is neither
-  DOWN, drained nor failed is refused with ``Invalid node state specified`` (errno 2028), an unknown
-  node with ``Invalid node name specified`` (errno 2018).
-- A slurmd that stops answering shows NOT_RESPONDING after ``not_responding_after_s`` (about 13 s on a
-  real cluster) and DOWN after ``slurmd_timeout_s`` (``SlurmdTimeout``, about 26 s observed). The DOWN
-  reason becomes "Not responding" only when the node had no other reason, so our drain reason
-  survives the reboot it caused. Jobs on a node that goes DOWN end as NODE_FAIL.
-- A slurmd that registers clears NOT_RESPONDING. A DOWN node whose reason is exactly "Not responding"
-  returns to service (``ReturnToService=1``); any other DOWN node (a drain placed since) stays DOWN,
-  which is why our workflow resumes it itself.
-
-Time is wall-clock seconds (``time.time``) because Slurm reports Unix times; the timers advance when
-:meth:`SlurmCtld.tick` runs, which the HTTP layer calls before every answer and the cluster calls on
-its own clock, so no state ever depends on a request having arrived.
+Why: docs/wire-protocols.md#the-slurm-stand-ins
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """A slurmrestd stand-in: the node and job endpoints the ``rest`` Slurm backend uses, over real HTTP.
 
-Served by the standard library (:class:`simulator.fakehttp.FakeServer`, 127.0.0.1, a free port) from a
-:class:`simulator.slurmctld.SlurmCtld` node table. What it answers is what
-``remediation/adapters/slurm/rest.py`` sends, in the shapes a real slurmrestd answers (observed on 22.05.8
-for v0.0.38, and on 24.11.5 for v0.0.40, v0.0.41 and v0.0.42; v0.0.39 from Slurm's OpenAPI documents).
-tests/integration/slurm/test_slurmrestd_contract.py sends the same requests to it and to the real
-slurmrestd of each release and requires the same answers; it is kept for what a real server cannot do
-here (fault injection, JWT auth, thousands of nodes):
+Serves a :class:`simulator.slurmctld.SlurmCtld` table in the shapes of v0.0.38 to v0.0.42: nodes (with
+``update_time`` and 304), one node, jobs, node updates (v0.0.39+). With ``token`` set, requests need
+``X-SLURM-USER-TOKEN``. Kept for fault injection, JWT auth and scale; its answers are checked against real
+slurmrestd.
 
-- ``GET /slurm/vX/nodes``: ``{"meta", "errors", "nodes"}``, pretty-printed with two-space indents as
-  Slurm prints it. v0.0.38 gives the lower-case base ``state`` and ``state_flags``; v0.0.39+ put base
-  state and flags in one upper-case ``state`` list, and v0.0.40+ wrap times as
-  ``{"set", "infinite", "number"}``. With ``?update_time=T`` the answer is ``304 Not Modified`` while
-  no node changed since T (slurmctld's rule: no change when ``T - 1 >= last_node_update``).
-- ``GET /slurm/vX/node/NAME``: the same document with one node; an unknown name is ``500`` with
-  ``errors: [{"error": "Invalid node name specified", "errno": 2018}]`` (v0.0.38), or (v0.0.40+,
-  as 24.11 answers) ``200`` with no ``nodes`` and ``errors: [{"description": "Failure to query node
-  NAME", "error_number": 0, "error": "No error", "source": "_dump_nodes"}]``.
-- ``GET /slurm/vX/jobs``: the jobs with ``job_state`` (a string in v0.0.38, a list from v0.0.39) and
-  ``nodes`` as a hostlist.
-- ``POST /slurm/vX/node/NAME`` (v0.0.39 and later only; v0.0.38 is read-only and answers ``405``):
-  ``{"state": ["DRAIN"|"DOWN"|"FAIL"|"RESUME"], "reason": ...}``, applied with slurmctld's rules; a
-  refusal is ``500`` with ``{"description": "Failure to update node NAME", "error_number": ERRNO,
-  "error": MESSAGE, "source": "_update_node"}`` as 24.11 answers it.
-- Unknown paths answer ``404`` in slurmrestd's plain-text words.
-
-Auth: with ``token`` set, requests must carry ``X-SLURM-USER-TOKEN`` (and the user name, which becomes
-``reason_set_by_user``) or get ``401``, as with ``rest_auth/jwt``; without it every request is taken
-as root (``rest_auth/local``).
+Why: docs/wire-protocols.md#the-slurm-stand-ins
 """
 
 from __future__ import annotations

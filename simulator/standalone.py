@@ -1,18 +1,10 @@
 """``python -m simulator.cluster``: serve a simulated cluster until SIGTERM, for docker-compose or a shell.
 
-It prints the ``REMEDIATION_*`` environment that points the service at the cluster, as ``export``
-lines. For docker-compose (see docker-compose.yml) it:
+Prints the ``REMEDIATION_*`` environment as ``export`` lines. Options: ``--bind``, ``--base-port``,
+``--advertise``, ``--state-dir`` (certificates, a kubeconfig and ``simulator.env``, written last as the
+ready signal) and ``--replay``.
 
-- listens on ``--bind`` (0.0.0.0 in a container) with fixed ports, ``--base-port N``: the
-  kube-apiserver subset, GCE, Azure and slurmrestd on N, N+1, N+2 and N+3;
-- names itself ``--advertise HOST`` (the compose service name) in every URL and in the Azure
-  certificate; a host that is not loopback is also named in ``machine.azure_test_host``, the one setting
-  that lets the Azure test token go to a non-loopback endpoint;
-- writes the certificates (the kube-apiserver's cluster CA among them), a ``kubeconfig`` for
-  ``kubectl`` and ``simulator.env`` into ``--state-dir``, a volume the other containers read. The env file comes last (its presence means "ready" to the healthcheck) and is removed on
-  exit, since its per-run tokens die with the process;
-- with ``--replay``, keeps injecting the Llama 3 failure mix (:mod:`simulator.continuous`) and prints
-  each fault as it lands, so ``docker compose logs simulator`` tells what the service is reacting to.
+Why: docs/wire-protocols.md#the-simulated-cluster
 """
 
 from __future__ import annotations

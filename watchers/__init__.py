@@ -1,2 +1,5 @@
 """Watchers: processes that turn slurmctld and the Kubernetes API into NodeEvents on Redis. Adapters
-come from ``remediation.adapters``; nothing here imports ``workers``."""
+come from ``remediation.adapters``; nothing here imports ``workers``.
+
+Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+"""

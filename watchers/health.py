@@ -1,17 +1,11 @@
 """A watcher's health and metrics: what ``/livez``, ``/readyz`` and ``/metrics`` of its process say.
 
-- **liveness**: the main loop turned within ``health.liveness_stale_s``. A standby's loop turns too
-  (it retries the lock), so a standby is alive, and nothing outside the process (Redis, Slurm, the
-  Kubernetes API) can fail it;
-- **readiness**: a standby is ready (waiting is its job); the leader is ready while its last
-  successful Slurm poll, or Kubernetes list or watch response (bookmarks and a quiet watch's clean end
-  count), is within ``health.readiness_stale_s`` of now, counted from when it took the lead;
-- **metrics** (one series set per watcher, label ``watcher``, no node names):
-  ``remediation_watcher_leader`` (1 while this replica holds the lock),
-  ``remediation_watcher_last_success_timestamp_seconds`` (Unix time of the last successful poll or watch
-  response, 0 before any) and ``remediation_watcher_poll_duration_seconds`` (a Slurm poll, a Node list).
+Alive while the main loop turns (a standby too); ready as a standby, or as a leader whose last successful
+poll or watch response is within ``health.readiness_stale_s``. Metrics, labelled ``watcher``:
+``remediation_watcher_leader``, ``..._last_success_timestamp_seconds`` and ``..._poll_duration_seconds``.
+Each watcher owns its registry.
 
-Each watcher owns a registry of its own (tests run several in one process).
+Why: docs/architecture.md#each-process-says-how-it-is-without-asking-anyone-else
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""What every watcher process shares: clean shutdown and a count of its polls (its bus and leader lock
-come from :mod:`remediation.adapters.factory`).
+"""What every watcher process shares: clean shutdown and a count of its polls (its bus and leader lock come
+from :mod:`remediation.adapters.factory`).
 
-A watcher's loop is: wait for the leader lock, observe, publish, sleep until the next poll or until
-SIGTERM/SIGINT. ``Stopper.wait`` is an interruptible sleep, so a signal ends the process within one
-poll at most, after it has released its lock.
+``Stopper.wait`` is an interruptible sleep, so SIGTERM/SIGINT ends the process within one poll, lock
+released. ``Polls`` counts the loop's passes and keeps each pass's clock reading.
 
-``Polls`` counts the passes of the loop and keeps the clock reading each pass decided with. A watcher
-that stopped polling shows as a count that no longer moves; and a check that something was *not*
-published can wait until the watcher provably had its chance (N polls after the change, or a pass
-whose clock is past a flap window) instead of sleeping and hoping.
+Why: docs/running.md#the-watchers
 """
 
 from __future__ import annotations

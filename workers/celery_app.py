@@ -1,18 +1,11 @@
 """The worker side's Celery app: the broker app every side shares, plus the tasks and the beat schedule.
 
-The broker settings, queues and routes come from :mod:`remediation.adapters.celery`, which watchers,
-the CLI and the API also use to send tasks by name. Every task is acknowledged only after it ran (``acks_late``) and is requeued if its worker process dies
-(``reject_on_worker_lost``), so a killed worker loses no step; the steps themselves are idempotent (see
-remediation.services.workflow). Prefetch is 1 so a worker never sits on a step another worker could run. Two
-queues keep a storm of events from starving running workflows: ``ingest`` and ``workflow``.
+Broker settings, queues and routes come from :mod:`remediation.adapters.celery`. Tasks are ``acks_late``
+and ``reject_on_worker_lost``, prefetch 1, on ``ingest`` and ``workflow`` queues. Settings are read once,
+at import. Logging goes to :func:`remediation.adapters.logs.configure` through Celery's ``setup_logging``
+signal.
 
-Settings are read once, at import, and a bad configuration stops the worker at start-up with a message
-naming the field.
-
-Logging is ours, not Celery's: a receiver of Celery's ``setup_logging`` signal hands the worker and beat
-to :func:`remediation.adapters.logs.configure` (settings' ``log_level`` and ``log_format``, so Celery's
-``--loglevel`` is not used), which is how the worker's INFO lines (task received, succeeded, retried)
-reach stderr in the same format as every other process.
+Why: docs/running.md#the-workers
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Built lazily on first use *in the process that uses them* (Celery's prefork children must not inherit
 their parent's sockets), and rebuilt if the pid changes.
+
+Why: docs/running.md#the-workers
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The embedded mode: the whole service in one process, with no servers to install.
 
-- **Database**: SQLite (migrated with the same Alembic scripts as Postgres).
-- **Broker**: Celery's ``memory://`` transport, with a real Celery worker (threads pool) running the
-  real tasks in a background thread, plus an in-process event bus (remediation.adapters.memstream).
-- **Cluster**: whatever the settings point at; the demo (demo.run) points them at the wire-protocol
-  simulator (simulator.cluster), the tests at the in-memory world of remediation.adapters.memory.
+SQLite (same Alembic scripts), Celery's ``memory://`` with a real worker thread, an in-process event bus
+(:mod:`remediation.adapters.memstream`), and whatever cluster the settings name. ``configure_environment``
+must run before :mod:`workers.celery_app` is first imported.
 
-``configure_environment`` must run before ``workers.celery_app`` is first imported, because the Celery
-app reads its settings at import. The demo scenario lives in demo.run.
+Why: docs/architecture.md#embedded-mode-and-the-simulated-cluster
 """
 
 from __future__ import annotations

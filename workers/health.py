@@ -1,25 +1,10 @@
 """The worker's and beat's health endpoint (``/livez``, ``/readyz``, ``/metrics`` on ``health.port``).
 
-**Worker.** The endpoint runs in the worker's main process. Its liveness asks no broker: a timer on
-the worker's own event loop touches a heartbeat every few seconds, so ``/livez`` fails only when that
-loop is wedged. While the consumer is (re)connecting to the broker, the main thread sits in Celery's
-retry loop and the timer does not fire; that wait is Celery doing its job, not a wedge, so it counts
-as alive (a Redis outage must not restart every worker: unacked tasks wait in Redis either way).
-``/readyz`` is the broker connection: ready while connected and the loop turns.
+Worker: a timer on its event loop is the heartbeat; readiness is the broker connection; task counters
+(``remediation_worker_tasks_total``) use prometheus_client's multiprocess mode, set up by
+:class:`HealthStep` before the pool forks. Beat: :class:`BeatScheduler` records ticks and sends.
 
-The task counters, ``remediation_worker_tasks_total{task,outcome}`` (outcome ``succeeded``,
-``failed`` or ``retried``), are counted where tasks run: in the prefork pool's children. They use
-prometheus_client's multiprocess mode (one small mmap file per process in ``PROMETHEUS_MULTIPROC_DIR``,
-summed by the main process at scrape time). The directory must be known before prometheus_client is
-first imported and before the pool forks, so it is set up when the worker's blueprint is built
-(:class:`HealthStep`), and prometheus_client is imported only after that. Unset, a fresh directory
-under the temporary directory is used; set, it is emptied first (a restarted container starts its
-counters at zero, which Prometheus reads as a counter reset).
-
-**Beat.** :class:`BeatScheduler` (Celery's persistent scheduler plus a heartbeat) records each tick and
-whether its last send reached the broker: ``/livez`` is a recent tick, ``/readyz`` adds the last send,
-and ``remediation_beat_last_tick_timestamp_seconds`` is the tick's Unix time. Beat embedded in a worker
-(``-B``) serves nothing of its own; the worker's endpoint covers the process.
+Why: docs/running.md#the-workers
 """
 
 from __future__ import annotations

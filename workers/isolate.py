@@ -1,20 +1,10 @@
 """Isolation at fleet speed: many remediations taken out of the schedulers' hands at once.
 
-When a rack's power or a spine switch fails, hundreds of remediations open in one ingest, and what
-matters is how soon every one of those nodes is drained in Slurm and cordoned in Kubernetes, so that no
-new job lands on a dead node. One task per step would queue them: each node's drain behind every other
-node's, and every cordon behind all the drains, at a step or two per worker process at a time.
+``remediation.isolate`` takes a batch of newly opened remediations (``workflow.isolate_batch``) through
+``slurm_drain`` then ``k8s_cordon``, ``workflow.isolate_threads`` at a time, each step through
+``Workflow.run``. What follows isolation is queued as its own task. The task is acknowledged late.
 
-``remediation.isolate`` takes a batch of newly opened remediations (the dispatcher groups them,
-``workflow.isolate_batch``) through their isolation steps, ``workflow.isolate_threads`` at a time: each
-thread runs one remediation's ``slurm_drain`` and, the moment it is done, its ``k8s_cordon``, through
-the same engine (``Workflow.run``: claim, act, record; idempotent and crash-safe as any step). The
-threads' Slurm reads and drains merge into commands that carry many nodes
-(:mod:`remediation.adapters.slurm.merged`). What comes after isolation, or a step that must wait (jobs
-still running, a retry), is queued as its own task, as always.
-
-A worker killed mid-batch loses nothing: the task is acknowledged late, so it is delivered again, and a
-step already done is not done twice (the engine's claim sees it); the sweeper covers the rest.
+Why: docs/architecture.md#a-mass-failure-is-isolated-in-batches
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """The workers' kick relay: it starts the ingest task when an event lands on the stream.
 
-A publisher's Redis user may only XADD to the stream (deploy/base/redis/users.acl): a user that could
-put messages on a Celery queue could run any task by name, so a watcher never sends the ingest task
-itself. The relay, a thread in each worker's main process, blocks on the stream's tail (``XREAD
-BLOCK``); on a new entry it sets the kick key and, if it was the one to set it, sends the ingest task.
-This is the kick protocol of remediation.adapters.bus, run where the Celery user is: the ingest
-deletes the key before its final read, so an entry either reaches the running ingest or kicks a new
-one. With several workers each runs a relay and the kick key lets one send. The beat's periodic
-ingest covers a relay that is down (Redis unreachable); the relay retries once a second.
+A thread in each worker's main process blocks on the streams' tails (``XREAD BLOCK``); on a new entry it
+sets the kick key and, if it set it, sends the ingest task. It retries once a second; beat's periodic
+ingest covers a relay that is down.
+
+Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Thin on purpose: the pass owns its transaction and the cursor lock, so overlapping runs (a slow
 webhook, two beat ticks) simply queue behind each other and never post the same row twice.
+
+Why: docs/on-call.md#on-call
 """
 
 from __future__ import annotations

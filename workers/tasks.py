@@ -1,13 +1,10 @@
 """Thin Celery tasks: each takes plain ids, calls the domain, and enqueues follow-ups after the commit.
 
-One base class owns what every task shares: late acks and the runtime (database, adapters, the
-workflow); the step tasks turn the workflow's ``RetryLater`` into Celery's own retry (honouring
-Retry-After). Task outcomes are not counted here: a per-process counter no endpoint served was dead
-code, and what on-call needs (steps, waits, errors) is read from the database by the API's /metrics. Tasks never commit; the domain's unit of work does, before the task enqueues
-anything, so a follow-up never runs against uncommitted state.
+One base class owns late acks and the runtime; step tasks turn ``RetryLater`` into Celery's retry
+(honouring Retry-After). Tasks never commit. Every workflow step is its own task,
+``remediation.step.<name>``.
 
-Every workflow step is its own task (``remediation.step.<name>``), so queues and Flower show where
-remediations stand.
+Why: docs/running.md#the-workers
 """
 
 from __future__ import annotations

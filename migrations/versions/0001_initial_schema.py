@@ -1,5 +1,7 @@
 """initial schema
 
+Why: docs/running.md#schema-migrations
+
 Revision ID: 0001
 Revises:
 Create Date: 2026-11-22

@@ -5,6 +5,8 @@ the storm breaker never count them, and on-call views can show or hide them. Exi
 mark and are taken as real (false), which is what they were unless the site ran in dry-run; such a site
 can mark them by hand.
 
+Why: docs/policy.md#honest-dry-run
+
 Revision ID: 0002
 Revises: 0001
 Create Date: 2026-11-23

@@ -5,6 +5,8 @@ XID, the condition, the words in the reason) and the action its class's ladder c
 move-host, reimage, none, quarantine). Rows from before have NULLs: on-call views show "-", the lemon
 score counts them as class ``unknown``.
 
+Why: docs/policy.md#fault-classes-the-cause-picks-the-first-action
+
 Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-23

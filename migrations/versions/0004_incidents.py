@@ -4,6 +4,8 @@
 values); ``incidents`` one row per domain that failed as one; a remediation folded into an incident
 points at it (no VM action, never a repeat-offender count). Existing remediations belong to none.
 
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
+
 Revision ID: 0004
 Revises: 0003
 Create Date: 2026-11-23

@@ -4,6 +4,8 @@ One row per check the gate ran (the ``validate`` step, ``remediation validate``,
 --validate``): command, cause class, outcome, exit code, duration and the last 4 KB of output. Nothing
 existing changes; a downgrade drops the table.
 
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
+
 Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-23

@@ -5,6 +5,8 @@ for one pulled by the CLI in direct database mode (an admin on the database host
 ``--actor`` or ``$USER`` says), ``service`` for what the service did by itself. Rows written before this
 revision keep NULL: nobody recorded the door then. A downgrade drops the column.
 
+Why: docs/running.md#the-cli
+
 Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-23

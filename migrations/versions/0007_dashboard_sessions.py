@@ -1,10 +1,9 @@
 """dashboard_sessions: server-side dashboard logins
 
-The dashboard's cookie used to hold the bearer token itself, for twelve hours, with no way to end it.
-It now holds a random session id; this table keeps the id's SHA-256, the SHA-256 of the token that
-logged in (checked against the configured tokens on every request, so removing a token from the
-configuration ends its sessions) and when the session expires. In the database, so that every API
-replica shares the sessions. A downgrade drops the table, which logs everyone out.
+One row per session: the id's digest, the digest of the token that logged in, and its expiry. A downgrade
+drops the table, which logs everyone out.
+
+Why: docs/running.md#schema-migrations
 
 Revision ID: 0007
 Revises: 0006

@@ -1,9 +1,9 @@
 """leader_fences: the highest fencing token per watcher leader lock
 
-A watcher paused past its lock's TTL, or a Redis failover that lost the lock, could leave two watchers
-publishing as leader. Each holder now stamps its events with the fencing token it got with the lock;
-this table keeps, per lock, the highest token the ingest has recorded and how many events it dropped
-for carrying a lower one. A downgrade drops the table: the ingest then accepts every token again.
+Per lock, the highest token the ingest has recorded and how many events it dropped for a lower one. A
+downgrade drops the table: the ingest then accepts every token again.
+
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 
 Revision ID: 0008
 Revises: 0007

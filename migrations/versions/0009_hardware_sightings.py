@@ -1,10 +1,9 @@
 """hardware_sightings: which hardware a node name stood on, at each fault and action
 
-One row per read of a node's hardware: the machine's identity before and after each machine action
-and at a quarantine (instance id, physical host where the provider exposes one, BMC system UUID and
-serial, SKU), and the GPUs a GPU check's output named (UUIDs and serials). The reliability reads
-(remediation.services.reliability) turn them into stretches of one name on one piece of hardware.
-A downgrade drops the table and its history.
+One row per read of a node's hardware (machine identity around each machine action and at a quarantine,
+and the GPUs a check named). A downgrade drops the table and its history.
+
+Why: docs/running.md#schema-migrations
 
 Revision ID: 0009
 Revises: 0008

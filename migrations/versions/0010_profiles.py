@@ -1,12 +1,9 @@
 """Profiles: what a node is selected by, and the policy each remediation opened with
 
-``nodes.partitions``, ``nodes.features`` (from the Slurm watcher's inventory) and ``nodes.labels``
-(the Kubernetes Node labels some profile's selector names) are what a profile selects on; NULL until a
-watcher reports them; ``nodes.profile`` is the profile that governs the node now (its pool, which
-that profile's storm breaker counts), kept by the ingest and the sweeper. ``remediations.profile`` names the profile that governed the node when the
-remediation opened (NULL: the base policy), and ``remediations.policy`` is that effective policy itself,
-every field, which the workflow reads until the remediation ends; rows opened before this revision
-keep NULL and are run under the configuration of the day, as before. A downgrade drops the columns.
+Adds ``nodes.partitions``, ``features``, ``labels`` and ``profile``, and ``remediations.profile`` and
+``policy``. A downgrade drops the columns.
+
+Why: docs/running.md#schema-migrations
 
 Revision ID: 0010
 Revises: 0009

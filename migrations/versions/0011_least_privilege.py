@@ -1,13 +1,9 @@
 """Dashboard session ids kept as an HMAC under the server key; nodes confirmed by a resync
 
-``dashboard_sessions.id_sha256`` (an unsalted SHA-256 of the session id) becomes ``id_hmac``, the
-id's HMAC-SHA-256 under ``api.session_key``. Sessions stored the old way cannot be converted (the id
-itself was never kept), so they are deleted: every dashboard user logs in once more after the
-upgrade. A downgrade deletes the HMAC rows the same way.
+``dashboard_sessions.id_sha256`` becomes ``id_hmac`` (old sessions are deleted); ``nodes.confirmed_at`` is
+added. A downgrade deletes the HMAC rows and drops the column.
 
-``nodes.confirmed_at`` is when a watcher's resync last listed the node (NULL: never). Only confirmed
-nodes seen lately make up the storm breaker's pool; until any is confirmed, every row counts, so the
-upgrade changes nothing before the first resync. A downgrade drops the column.
+Why: docs/running.md#schema-migrations
 
 Revision ID: 0011
 Revises: 0010

@@ -1,1 +1,4 @@
-"""Alembic revision scripts (one module per revision)."""
+"""Alembic revision scripts (one module per revision).
+
+Why: docs/running.md#schema-migrations
+"""

@@ -1,38 +1,11 @@
 """The event bus: a Redis stream that watchers append to and the ingest task consumes.
 
-Why a stream and not one Celery message per event: the ingest task reads events in batches (up to
-``broker.ingest_batch``) and records each batch in one transaction, which is what lets a 2-core box
-record thousands of events a second. Entries are acknowledged (XACK) only after the transaction that
-recorded them commits; an ingest worker that dies leaves its entries pending, and the next ingest claims
-them (XAUTOCLAIM) after ``broker.ingest_claim_idle_s``. Recording is idempotent (dedupe key), so a claim
-that repeats work changes nothing.
+Publishing is "XADD, then kick": a batch goes out as one pipeline, ending with ``WAIT`` when
+``broker.replica_acks`` is set (else :class:`BusUnavailable`, and the caller keeps the batch). A watcher's
+bus is :meth:`RedisEventBus.fenced_by` its leader lock: events carry the fencing token, on the watcher's
+own stream. The kick is the workers' relay (:mod:`workers.kick_relay`), or a ``kick`` callable.
 
-Publishing is "XADD, then kick". A publisher on Redis only appends: its ACL user may XADD to its own stream
-and nothing else (deploy/base/redis/users.acl), so it cannot read, delete or trim events, nor put a task
-on a Celery queue. The kick is the workers': their relay (workers.kick_relay) blocks on the streams'
-tails, and on a new entry sets a short-lived kick key and, if it was the one to set it, sends the ingest
-task. The ingest task deletes the key before its final read, so an event is either seen by the running
-ingest or triggers a new one. A periodic beat task covers anything else. (A ``kick`` callable given
-here, as tests and the embedded mode do, sets the key and kicks from the publisher instead.)
-
-A batch (whatever one poll or one watch burst produced) goes to Redis as **one pipeline**: every XADD
-(and a kick's SET NX) in one round trip. Production Redis runs with ``appendfsync always`` (see
-docs/architecture.md), which fsyncs once per event-loop pass before it answers, so a pipelined batch pays
-one fsync, where one XADD per event paid one each and capped publishing at about 900 events/s. The
-outbox guarantee is unchanged: the caller drops its events only after this returns, i.e. after Redis
-acknowledged (and, with ``always``, persisted) every entry.
-
-**Across a failover.** Under Redis Sentinel a primary can die with writes its replica never received.
-With ``replica_acks`` (``broker.replica_acks``) the pipeline ends with ``WAIT``: publish returns only
-once that many replicas hold the batch, and raises :class:`BusUnavailable` otherwise, so the caller
-keeps the batch and sends it again (the dedupe key makes a repeat harmless). An acknowledged event is
-then on a replica before the watcher forgets it, whichever server Sentinel promotes.
-
-**Fenced.** A watcher's bus is :meth:`RedisEventBus.fenced_by` its leader lock: each event it publishes
-carries the lock's fencing token, on the stream of its own (``<prefix>:events:slurm``, ``...:kube``),
-the one its ACL user may append to; publishing without a held lock raises :class:`NotLeader` (see
-remediation.adapters.lock and remediation.domain.fencing). The ingest knows each entry's publisher by
-its stream, and never believes a field for it (remediation.domain.admission).
+Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """The broker as a client sees it: one Celery app that only *sends* tasks, by name.
 
-Watchers kick the ingest, and the CLI and the API hand a lever's follow-up work to the workers, without
-importing the workers: a task is addressed by its name (``remediation.ingest``, ``remediation.step.<step>``,
-``remediation.release``), exactly as a worker on another machine would be. The worker process
-(``workers.celery_app``) builds on :func:`make_app`, so the broker settings, queues and routes a
-client sends with are the ones the workers consume with, by construction.
+Watchers, the CLI and the API send tasks by name (``remediation.ingest``, ``remediation.step.<step>``,
+``remediation.release``, ...) without importing the workers; task names are listed here once.
+:mod:`workers.celery_app` builds on :func:`make_app`, so both sides share broker settings, queues and
+routes. The API, the CLI and beat write only the ``requests`` queue.
 
-Task names, not modules, are the contract between the two sides; they are listed here once.
-
-**Who may write which queue.** The ``ingest`` and ``workflow`` queues hold tasks that act (record the
-stream, run a step); only the workers' Redis user may write them (deploy/base/redis/users.acl). The API,
-the CLI and beat write the ``requests`` queue alone, and only tasks that re-read from Postgres what
-they are to do: a lever's follow-up is ``remediation.resume`` with remediation ids (the worker runs each
-one's step as the database has it), a release is ``remediation.release`` with the id of the audit row
-that recorded the human release (the worker acts only on a committed one), and beat's periodic tasks.
-Whoever can write ``requests`` can ask for work the database already calls for, nothing else.
+Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
 
 from __future__ import annotations

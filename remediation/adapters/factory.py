@@ -1,18 +1,11 @@
 """The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
 
-Each kind of adapter has one selector here: :func:`slurm_backend`, :func:`kube_backend`,
-:func:`machine_backend`, and for the event path :func:`make_bus` and :func:`make_lock`. A selector returns
-the ``memory`` (the simulated world of :mod:`remediation.adapters.memory`), ``noop`` or real backend,
-or None for a half the site lacks (``none``: no adapter at all, so its steps are never taken); the
-real ones come from the per-adapter builders (``make_slurm``, ``make_kube``, ``make_vm_provider``),
-which know nothing of the others.
+Selectors: :func:`slurm_backend`, :func:`kube_backend`, :func:`machine_backend`, :func:`make_bus` and
+:func:`make_lock`; each returns the ``memory``, ``noop`` or real backend, or None for a half the site
+lacks. :func:`make_adapters` applies dry-run in one place. The policy rehearsal gets a private world
+(:func:`memory_world`, :func:`memory_adapters`).
 
-Dry-run is applied in exactly one place, :func:`make_adapters`: every writer is swapped for its no-op
-twin, which still reads through the chosen backend (a dry run sees the real cluster) and writes into
-one shared :class:`Recorder`. A half the site lacks has no twin: it stays absent. The ``memory`` backends of a process share one simulated world
-(optionally a journal file shared across worker processes). The policy rehearsal gets a private world
-of its own on its simulated clock (:func:`memory_world`) and the adapters over it
-(:func:`memory_adapters`), whatever backends the settings name: it replays a policy, it never acts.
+Why: docs/running.md#what-the-site-has-a-backend-per-half-or-none
 """
 
 from __future__ import annotations

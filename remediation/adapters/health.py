@@ -1,17 +1,10 @@
 """The health endpoint of a long-running process: ``/livez``, ``/readyz`` and ``/metrics`` on a local port.
 
-Watchers, workers and beat serve nothing else over HTTP, so each answers these three on the port
-``health.port`` (the API has its own ``/healthz`` and ``/metrics``). The two probes are deliberately
-different questions:
+Watchers, workers and beat answer these on ``health.port``. Liveness asks only whether the process's own
+loop still turns; readiness whether it does its job right now. Each answer is a small JSON object saying
+why. One daemon thread, the standard library's server.
 
-- **liveness** asks only whether the process's own loop still turns (a heartbeat the loop touches).
-  Nothing outside the process can fail it, so a Redis, Postgres or Slurm outage never makes the
-  kubelet restart a process that a restart cannot help;
-- **readiness** asks whether the process does its job right now (a leading watcher polled
-  successfully lately; a worker holds its broker connection). It may depend on the outside world.
-
-Each answer is a small JSON object saying why, so ``curl`` tells an operator what the probe saw. The
-server is the standard library's, one daemon thread; a probe is a few microseconds of work.
+Why: docs/architecture.md#each-process-says-how-it-is-without-asking-anyone-else
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """A Redis leader lock with a fencing token: only one watcher of a kind publishes, and only its events count.
 
-The holder renews the lock well inside its TTL; a watcher that dies loses it after the TTL and a standby
-takes over. Renew and release are compare-and-set scripts, so a watcher whose lock expired (say it was
-paused for longer than the TTL) can never extend or delete a lock that another watcher now holds.
+The holder renews well inside the TTL; renew and release are compare-and-set scripts. Taking the lock
+draws a fencing token (:meth:`LeaderLock.fence`), never below the server's clock in milliseconds; the
+ingest drops events fenced below one it recorded (:mod:`remediation.domain.fencing`). With
+``broker.replica_acks``, a new holder leads only once replicas hold its lock.
 
-That alone does not stop two watchers from publishing as leader: the paused one wakes up and publishes
-once before its next renewal tells it the lock is gone, and a Redis failover can lose the lock key.
-So taking the lock also draws a **fencing token** (:meth:`LeaderLock.fence`), in the same script: one
-more than the last token drawn for this lock, and never below the Redis server's clock in
-milliseconds, so that a Redis that lost its data entirely still hands out tokens above every earlier
-one. The watcher stamps the token on every event it publishes, and the ingest drops events whose token
-is below one it has recorded (:mod:`remediation.domain.fencing`).
-
-With ``broker.replica_acks`` set (Redis under Sentinel), a new holder waits until that many replicas
-hold its lock and token (``WAIT``) before it leads: a failover right after cannot hand the next holder
-the same token. A holder the replicas did not confirm gives the lock back and tries again next poll.
+Why: docs/architecture.md#past-one-machine-failover-loses-nothing-and-a-leader-cannot-be-two
 """
 
 from __future__ import annotations

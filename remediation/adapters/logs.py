@@ -1,19 +1,11 @@
 """The one logging set-up every process shares: watchers, worker, beat, the API and the CLI.
 
-Each process calls :func:`configure` once at start-up with the settings' ``log_level`` and
-``log_format``. It owns the root logger: one handler on stderr, and every library logger (Celery's,
-uvicorn's, SQLAlchemy's) propagates to it, so one process never prints two formats.
+Each process calls :func:`configure` once with ``log_level`` and ``log_format`` (``text``, or ``json``:
+one object per line with the call's ``extra=`` fields). It owns the root logger: one handler on stderr,
+and every library logger (Celery's, uvicorn's, SQLAlchemy's) propagates to it, so one process never prints
+two formats.
 
-- ``text``: ``2026-11-23 18:13:07,123 INFO watchers.slurm.watcher: message`` for a terminal.
-- ``json``: one object per line (python-json-logger) with ``time``, ``level``, ``logger``,
-  ``message`` and any ``extra=`` fields the call passed, so a log pipeline can filter on
-  ``remediation_id`` or ``node`` without parsing prose. The workflow's step lines carry
-  ``remediation_id``, ``node``, ``step``, ``attempt`` and ``outcome``
-  (:mod:`remediation.services.workflow`).
-
-Celery and uvicorn each configure logging their own way unless told not to: the worker and beat hand
-the job back through Celery's ``setup_logging`` signal (:mod:`workers.celery_app`), and ``remediation
-api`` starts uvicorn with ``log_config=None`` so its loggers keep no handlers of their own.
+Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
 """
 
 from __future__ import annotations

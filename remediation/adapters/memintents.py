@@ -2,6 +2,8 @@
 
 The workers record an intent (:mod:`remediation.ports.intents`) on its step row in Postgres. The
 policy rehearsal and unit tests run no database; they keep intents here, with the same contract.
+
+Why: docs/architecture.md#glossary
 """
 
 from __future__ import annotations

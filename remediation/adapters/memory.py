@@ -1,24 +1,12 @@
-"""An in-memory world (Slurm nodes, Kubernetes Nodes, VMs) and the three adapters over it (the VM
-adapter in :mod:`remediation.adapters.memory_vm`, imported from here as well).
+"""An in-memory world (Slurm nodes, Kubernetes Nodes, VMs) and the three adapters over it (the VM adapter in
+:mod:`remediation.adapters.memory_vm`, imported from here as well).
 
-Used by unit tests and by integration tests that run real Celery workers: with ``journal`` set, the
-world lives in a JSON file guarded by an exclusive file lock, so several worker *processes* share it and
-a worker killed with SIGKILL loses nothing already written. Every call is appended to ``calls`` with an
-``effect`` flag; a VM start repeated with a used idempotency key is logged with ``effect: false``. That
-log is how tests prove each external action happened exactly once: :meth:`MemoryWorld.double_vm_actions`
-counts the VM actions the world *performed* more than once for one remediation and rung, whatever key
-each came with (a retry its key deduplicated performed nothing, so it is no double).
+With ``journal`` set the world lives in a locked JSON file that several worker processes share. Every call
+is logged in ``calls`` with an ``effect`` flag; :meth:`MemoryWorld.double_vm_actions` counts actions
+performed twice. Knobs: ``op_polls``/``op_seconds``, ``finish_jobs``, ``unblock_pods``, ``vm.fault``,
+``call_delay_s``.
 
-The world behaves like the real systems in the ways the workflow depends on: a restart completes after
-``op_polls`` polls (or, given a ``clock``, once ``op_seconds`` have passed on it, however often it was
-polled: the rehearsal's event loop polls an operation only when it can have finished), gives the Node a new bootID and brings slurmd back (a DOWN node returns to service
-but a drained one stays drained, as with ``ReturnToService=1``); jobs keep a node busy until
-``finish_jobs``; evictions blocked by a budget answer "blocked" until ``unblock_pods``.
-A broken VM (``vm.broken``) stays unhealthy through any action, unless its ``vm.fault`` names the action
-kinds that fix it (``fixed_by``; the rehearsal's outcome model); each completed operation records whether
-it ``fixed`` the node. ``call_delay_s`` makes a chosen call sleep *after* its effect is recorded, to give crash tests a window
-in which to kill the worker mid-step; ``slurm.list_nodes`` (a watcher's read) is then recorded too, so
-that a test can pause a watcher that has read and not yet published.
+Why: docs/benchmarks.md#the-in-memory-world
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The memory world's machines: a VM action on the simulated cluster (:mod:`remediation.adapters.memory`).
 
-A restart completes after the world's ``op_polls`` polls (or ``op_seconds`` on its clock), gives the
-Node a new bootID and brings slurmd back; a broken VM stays unhealthy unless its fault names the kind
-of action that fixes it (``fixed_by``). An idempotency key used before returns the operation it started,
-so a repeated step never acts twice. Apart from the world itself, which it is given, it shares nothing
-with the other memory adapters.
+A restart completes after ``op_polls`` polls (or ``op_seconds``), gives the Node a new bootID and brings
+slurmd back; a broken VM stays unhealthy unless its fault's ``fixed_by`` names the action. A used
+idempotency key returns the operation it started. It shares only the world with the other memory adapters.
+
+Why: docs/benchmarks.md#the-in-memory-world
 """
 
 from __future__ import annotations

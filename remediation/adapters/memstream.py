@@ -4,6 +4,8 @@ Used when ``broker.redis_url`` is ``memory://`` (the embedded default and the de
 Celery's ``memory://`` transport. Same semantics as remediation.adapters.bus + remediation.adapters.stream: publish appends and
 kicks the ingest task; ``consume`` hands batches to a handler and drops them only after it returned (a
 handler that raises leaves them queued). One process only, which is all the embedded mode promises.
+
+Why: docs/architecture.md#embedded-mode-and-the-simulated-cluster
 """
 
 from __future__ import annotations

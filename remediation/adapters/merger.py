@@ -1,15 +1,9 @@
 """Calls from several threads, merged into one: a group commit for commands that take a list.
 
-A mass failure runs many remediations' steps at once (``remediation.isolate``), and each step asks Slurm
-about its own node. A Slurm command costs the same for one node as for a hundred (it starts, reads
-slurm.conf, asks slurmctld once), so calls that arrive while one is running wait for it and then go out
-together, as one command for all of them. A call that arrives while nothing runs goes out at once:
-merging never adds a delay; it only stops a queue of single-node commands from forming.
+Calls that arrive while one runs go out together next; a lone call goes out at once. A merged command's
+failure about a node reruns each call alone; a system-scope or transient failure is every call's answer.
 
-What a merged command could not do is never blamed on the calls it carried: when it fails with an error
-about a node (an unknown name, a refusal), each call is run again alone, so each gets its own answer. A
-system-scope or transient failure (the controller unreachable, a timeout) is every call's answer, without
-asking again N times.
+Why: docs/architecture.md#a-mass-failure-is-isolated-in-batches
 """
 
 from __future__ import annotations

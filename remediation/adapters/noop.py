@@ -1,11 +1,9 @@
 """No-op adapters for dry-run: they record what would have been done and change nothing.
 
-Swapping these in is what keeps dry-run from acting: no step body asks whether it is in a dry run. The
-records do carry a ``dry_run`` mark (each remediation, step and audit row says whether it acted), and
-a shadow profile's remediations get these twins beside pools that act. Reads are delegated to a real reader when one is given, so a dry run against a live cluster still sees real node
-states and real job counts; without a reader they answer with a healthy, idle world. ``VERIFY`` passes in
-dry-run because the no-op Node reports a fresh bootID on every read: nothing was restarted, and the
-recorded steps say so ("would restart ...").
+Reads go to a real reader when one is given, else answer with a healthy, idle world. The no-op Node
+reports a fresh bootID on every read, so ``VERIFY`` passes and the steps say "would restart ...".
+
+Why: docs/policy.md#honest-dry-run
 """
 
 from __future__ import annotations

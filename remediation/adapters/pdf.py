@@ -1,9 +1,9 @@
 """HTML to PDF through a headless Chromium's print-to-PDF.
 
-Chromium (Debian's ``chromium``, or Google Chrome) installs on a fresh machine from the distribution;
-no Python PDF stack is needed and the PDF is the page as a browser prints it (the report's print
-styles: white paper, no navigation). The HTML is written to a private temporary directory and opened
-as a ``file://`` URL with a throw-away profile; the browser is run with an argument list, never a shell.
+The HTML is written to a private temporary directory and opened as a ``file://`` URL with a throw-away
+profile; the browser runs from an argument list, never a shell.
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

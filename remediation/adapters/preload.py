@@ -1,11 +1,9 @@
 """Import, before a prefork worker forks, the SDK modules its adapters will need.
 
-Each pool child builds its adapters on its first task (it must not inherit its parent's sockets), and
-the SDKs' modules are big: google-cloud-compute alone takes seconds to import, the Kubernetes client
-about one, and on a loaded machine several times that. In a mass failure those first tasks are the first
-drains, so every child's import stood between the fault and the first node out of the scheduler's hands
-(bench.mass_failure). Imported once in the parent, the modules are in every child from the fork
-(copy-on-write). Nothing is built here: no client, socket or thread exists before the fork, only modules.
+Imported once in the parent, the modules are in every child from the fork. Nothing is built here: no
+client, socket or thread exists before the fork, only modules.
+
+Why: docs/architecture.md#a-mass-failure-is-isolated-in-batches
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 ``events`` is the ingest consumer group's lag: entries it has not acknowledged, whether never
 delivered or read and still pending (``events_pending``); ``requests`` holds what the API and beat ask. The stream may hold acknowledged history
 besides (``broker.stream_max_len``), which waits for nothing and is not counted.
+
+Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """Drain the event streams in batches, acknowledging entries only after they are recorded.
 
-Each watcher appends to a stream of its own, ``<prefix>:events:<publisher>`` (the only one its Redis
-user may write), beside the workers' own ``<prefix>:events``; ``consume`` reads them all in one
-XREADGROUP and hands each payload over as a :class:`~remediation.domain.admission.Published`, which
-names the publisher its stream does. The ingest judges each event by that, never by a field in it.
+``consume`` reads every publisher's stream in one XREADGROUP (its own unacknowledged entries first, then
+others' stale ones, then new), hands each payload over as a
+:class:`~remediation.domain.admission.Published` and acknowledges after ``handle`` commits. :func:`trim`
+cuts acknowledged history, never past :func:`acknowledged_floor`. :func:`wait_for_new` and
+:func:`claim_kick` are the workers' side of the kick.
 
-``consume`` reads with a consumer group: first it takes back what it read itself and never acknowledged
-(its last batch failed, say the database failed over mid-transaction), then it claims entries another
-consumer read but never acknowledged (that consumer died mid-batch), then it reads new ones. ``handle`` records a batch and
-commits; only then are the entries acknowledged (the database, not Redis, is the record). If
-``handle`` raises (Postgres is down), nothing is acknowledged and the entries are claimed again later.
-See remediation.adapters.bus for the kick protocol that makes ``consume`` end without losing a late
-event, and :func:`wait_for_new` and :func:`claim_kick` for the workers' side of it.
-
-**Bounded, never lossy.** After each acknowledgement :func:`trim` cuts the stream's acknowledged
-history down to ``broker.stream_max_len`` entries with ``XTRIM MINID``, never past
-:func:`acknowledged_floor`: the oldest entry some consumer group still needs (its oldest pending entry,
-or the first one after what it was last delivered). A ``MAXLEN`` on XADD, or XDEL of what one group
-acknowledged, could drop entries a group never read; this cannot. Entries nobody read stay, however
-many, and :func:`ingest_lag` is what the alert on them reads.
+Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The outbox logic (what to send, when, how often) is :mod:`remediation.services.notify`; this module
 only delivers. The webhook URL is the credential, so errors are reported by type and status code only.
+
+Why: docs/on-call.md#on-call
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 ``create_app`` is imported on first use, not with the package: the CLI reads the reliability report's
 module from here, and importing FastAPI would add seconds to every command that serves no page.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from typing import Any

@@ -1,14 +1,10 @@
 """The FastAPI application: JSON API, dashboard, ``/healthz`` and ``/metrics``.
 
-:func:`create_app` is a factory with its dependencies passed in (settings, a session factory, an
-optional queue-depth callable, a clock, the dispatcher levers hand their follow-up work to); it creates
-no global state, so tests build as many apps as they like and the entry point (``remediation api`` in
-:mod:`remediation.cli.main`, or the demo) decides where the dispatcher and the queue depth come from.
+:func:`create_app` takes its dependencies (settings, a session factory, an optional queue-depth callable,
+a clock, the dispatcher) and creates no global state. Errors map the same everywhere: 422 a bad filter,
+404 unknown, 409 a refused lever, 503 no database; JSON on ``/api`` paths, HTML elsewhere.
 
-Errors map the same way everywhere: a bad filter is 422, an unknown node or remediation 404, a
-refused lever 409, an unreachable database 503. On ``/api`` paths the body is JSON; elsewhere it is
-an HTML page. Tokens never appear in logs: they travel in a header or an HttpOnly cookie, never in a
-URL, and uvicorn's access log records only paths.
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Authentication for the API and the dashboard: bearer tokens from settings, two roles.
 
-- A ``read`` token may read everything; an ``admin`` token may also pull levers. Every write needs admin.
-- Tokens have names. ``api.tokens`` lists named ones (``{name, role, token_file}``): a lever pulled with
-  one is audited with the token's name as the actor, whatever the request claims. The unnamed lists
-  ``admin_tokens`` and ``read_tokens`` stay accepted; their names are derived from the token's
-  fingerprint (``admin-1a2b3c4d``), and, as before, a request may add a human name, recorded with the
-  fingerprint (``alice (token 1a2b3c4d)``).
-- The JSON API takes ``Authorization: Bearer <token>`` only. It never reads the cookie, so a browser
-  cannot be tricked into pulling a lever through it (no CSRF surface).
-- The dashboard takes the token once in a login form and opens a server-side session
-  (:mod:`remediation.services.dashboard_sessions`): the HttpOnly, SameSite=Strict cookie (Secure over
-  https) holds a random session id, never the token; the database keeps only its HMAC under
-  ``api.session_key``. A session ends when it expires
-  (``api.session_ttl_s``), at logout, or when its token leaves the configuration: the SHA-256 of the
-  token it was made with is matched against the configured tokens on every request. Its forms also
-  carry a CSRF value derived from the session id (HMAC), which a third-party page cannot compute.
-- Tokens are compared with :func:`hmac.compare_digest` against every configured token (no early exit
-  that would time-leak which list matched). They are never logged or echoed: the audit log records a
-  short SHA-256 fingerprint so two admins' actions can be told apart without storing the secret.
+``read`` tokens read, ``admin`` tokens also pull levers. Named tokens (``api.tokens``) audit levers under
+their name; unnamed ones under their fingerprint. The JSON API takes ``Authorization: Bearer`` only; the
+dashboard holds a server-side session (:mod:`remediation.services.dashboard_sessions`) whose forms carry a
+CSRF value. Tokens are compared in constant time and never logged.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

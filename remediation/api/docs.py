@@ -1,11 +1,9 @@
 """``/api/docs``: the Swagger UI of the JSON API, for someone who may use the API, served from here.
 
-FastAPI's own docs page is open to anyone and loads Swagger UI from a CDN: a browser on an air-gapped
-on-call network shows a blank page, and the page's script would come from a host we do not control.
-Here the page needs a principal (a bearer token, or a dashboard session; a browser without one is sent
-to the login page), and its script, stylesheet and icon are the Swagger UI files the ``fastapi-offline``
-package ships, served under ``/api/docs/assets``: nothing is fetched from the network at run time.
-The spec itself stays at ``/openapi.json`` (it names routes and fields, never data).
+The page needs a bearer token or a dashboard session; its assets are the ``fastapi-offline`` package's
+Swagger UI files, served under ``/api/docs/assets``. The spec stays at ``/openapi.json``.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

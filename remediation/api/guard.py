@@ -1,19 +1,10 @@
 """Authenticate, then cap, every request body before anything reads it.
 
-FastAPI reads and validates a body before a route's dependencies run, so the bearer check in
-:mod:`remediation.api.routes` comes too late to protect memory: a 200 MB POST without a token used to
-be read whole and answered 422. This pure ASGI middleware sits in front of the routes and sees only
-the request line and headers:
+A pure ASGI middleware in front of the routes: a request with a body must first show a known bearer token
+(``/api``) or a live session (else 401 or a redirect to the login page), and a body over the cap is a 413.
+The login form is the one body taken without credentials. Roles are still the routes' job.
 
-- A request that carries a body (a Content-Length above 0, or a chunked body) must first show who
-  it is: a known bearer token on ``/api`` paths, a live dashboard session elsewhere. Otherwise it is
-  answered at once (401 on the API, a redirect to the login page on the dashboard) and its body is
-  never read. The login form is the one body taken without credentials; it has a small cap of its own.
-- A declared Content-Length above the cap is a 413 before a byte is read. A body without one
-  (chunked) is counted as it arrives, and the read that crosses the cap raises a 413.
-
-The routes still check roles (a read token on a lever is 403 there); this only decides whether a
-body may be read at all.
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 The same functions as ``remediation incidents list|show|resolve`` (:mod:`remediation.incidents.service`
 for reads, the lever service for the resolve), so the terminal and the API write the same audit row.
+
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
 """
 
 from __future__ import annotations

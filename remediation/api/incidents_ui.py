@@ -3,6 +3,8 @@
 Same rules as the rest of the dashboard (:mod:`remediation.api.ui`): reading needs a token, resolving
 needs an admin token and the form's CSRF value, and the form redirects back with one line. The resolve
 goes through the one lever service, as ``remediation incidents resolve`` and the JSON API do.
+
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Both the JSON routes and the dashboard's forms go through :func:`pull`, which ca
 :class:`remediation.services.levers.LeverService` (the CLI calls the same service), so a release
 from the browser and one from ``curl`` write the same audit row and queue the same follow-up work. The
 node is looked up first so an unknown node is a 404 rather than a refused lever.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

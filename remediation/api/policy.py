@@ -2,6 +2,8 @@
 
 The same functions as ``remediation policy show|explain`` (:mod:`remediation.services.policy_views`),
 read under the API process's own configuration.
+
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

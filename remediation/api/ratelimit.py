@@ -1,10 +1,9 @@
 """How often one client may try to log in to the dashboard (``api.login_attempts_per_minute``).
 
-A token is too long to guess, but an unlimited login form still lets a client try tokens as fast as
-the API answers, and fills the log. Each client (its address as uvicorn reports it, which honours
-``X-Forwarded-For`` only from ``api.forwarded_allow_ips``) may make that many attempts in any sliding
-minute; one more is refused with 429 and a Retry-After, before the token is even compared. The count
-is per API process: with N replicas behind a load balancer a client gets at most N times the limit.
+Per client address (as uvicorn reports it) in a sliding minute; one more is a 429 with Retry-After, before
+the token is compared. The count is per API process.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

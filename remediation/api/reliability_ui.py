@@ -4,6 +4,8 @@
 the server as SVG (:mod:`remediation.reports.charts`). ``/reliability/report.html`` is the same figures as
 one self-contained file to attach to a postmortem, ``/reliability/report.csv`` the long-form CSV for a
 notebook. Reading needs a read or admin token, like every dashboard page (:mod:`remediation.api.ui`).
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

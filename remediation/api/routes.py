@@ -1,10 +1,10 @@
-"""The JSON API under ``/api/v1``: the same read models as the CLI (:mod:`remediation.services.readmodels`) and the
-levers as POST endpoints with validated JSON bodies.
+"""The JSON API under ``/api/v1``: the same read models as the CLI (:mod:`remediation.services.readmodels`)
+and the levers as POST endpoints with validated JSON bodies.
 
-Inputs are constrained in the schema itself (node-name pattern, id and limit ranges, single-line
-reasons) so that bad input is a 422 from validation, never a 500 from the database, and the OpenAPI
-spec tells clients exactly what is accepted. Handlers are plain ``def``: FastAPI runs them in its
-thread pool, which is right for blocking SQLAlchemy sessions.
+Inputs are constrained in the schema (node-name pattern, ranges, single-line reasons). Handlers are plain
+``def``, run in FastAPI's thread pool.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

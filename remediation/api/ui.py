@@ -1,11 +1,10 @@
 """The server-rendered dashboard: overview, nodes, node timeline, remediations, quarantine, audit.
 
-Plain HTML from Jinja2 templates and one stylesheet; no JavaScript. Forms POST and redirect (303) back
-with a one-line message, so reloading a page never repeats a lever. Reading needs a read or admin
-token, acting needs admin plus the form's CSRF value (see :mod:`remediation.api.auth`). A browser
-without a live session is sent to ``/login``, which opens a server-side session (its random id in the
-cookie, never the token) and returns to where the user was going (local paths only, so the login page
-cannot be used as an open redirect). ``/logout`` ends the session on the server.
+Jinja2 templates, one stylesheet, no JavaScript. Forms POST and redirect (303) with a one-line message.
+Reading needs a read or admin token, acting admin plus the form's CSRF value. ``/login`` opens a session
+and returns to a local path only; ``/logout`` ends it.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

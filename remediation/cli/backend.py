@@ -1,16 +1,11 @@
 """Where the CLI's reads and levers go: straight to the database, or through the API.
 
-Every command asks its :class:`Backend` and only renders what comes back, so the two modes print the
-same tables:
+:class:`Direct` (no ``--server``, for admins on the database host; audited ``via=db`` as ``--actor`` or
+``$USER``) or :class:`remediation.cli.remote.Remote` (``--server``; audited ``via=api`` as the token's
+name). Commands only render what comes back. A refused lever, or follow-up work that could not be queued,
+raises :class:`remediation.cli.context.CliError`.
 
-- :class:`Direct` (no ``--server``): the read models and the lever service over a database session,
-  for an admin on the database host. Its audit rows say ``via=db`` and the actor is ``--actor`` or
-  ``$USER``: whoever holds the database URL can claim any name, which is why this mode is for admins.
-- :class:`remediation.cli.remote.Remote` (``--server URL`` with a token): the JSON API. The server
-  authenticates the token and audits the lever with the token's name, ``via=api``.
-
-A lever returns the one line to print; a lever that was refused, or committed but could not queue its
-follow-up work, raises :class:`remediation.cli.context.CliError` with what is left to do.
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ sub-commands and options from the same command tree that parses them, so complet
 from the CLI. The console script fixes the program name (``remediation``) so the variable matches
 however the CLI was started. (``--install-completion`` and ``--show-completion``, typer's options for
 the shell it detects, are there too.)
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

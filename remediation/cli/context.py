@@ -1,10 +1,8 @@
-"""What every CLI command shares: the lazily loaded settings and database, the actor, and the rule
-that an error is one line on stderr and a non-zero exit, never a traceback.
+"""What every CLI command shares: the lazily loaded settings and database, the actor, and the rule that an
+error is one line on stderr and a non-zero exit (1 the request, 2 configuration or usage, 3 the database),
+never a traceback.
 
-Settings and the database are opened on first use, not in the app callback, so ``--help`` works on a
-machine with no config and no database. Exit codes follow kubectl's spirit and are documented in
-``remediation --help``: 1 a request that cannot be done (unknown node, bad filter, a lever refused),
-2 bad configuration or usage, 3 the database is unavailable.
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ together: they are drained, get no VM action, and wait for the incident to close
 human's way to close it once the part is fixed; each member then re-checks its own trigger (healthy
 ones are given back, bad ones are remediated on their own). Reads go through the CLI's backend
 (:mod:`remediation.incidents.service` directly, or the API with ``--server``).
+
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
 """
 
 from __future__ import annotations

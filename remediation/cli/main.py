@@ -1,10 +1,11 @@
-"""The `remediation` console script: the on-call CLI plus the commands that start processes.
+"""The ``remediation`` console script: the on-call CLI plus the commands that start processes.
 
-``worker``, ``beat``, ``watch`` and ``demo`` hand the process over to its own entry point by name
-(``celery -A workers.celery_app``, ``python -m watchers.slurm.watcher``, ``python -m demo.run``), the way
-``celery`` itself is started: the CLI never imports the workers, the watchers or the simulator, so the
-packages stay a straight line (see docs/architecture.md) and each process loads only what it runs.
-``api`` and ``db`` run here. :func:`main` passes the Celery dispatcher to the lever commands.
+``worker``, ``beat``, ``watch``, ``demo`` and ``api`` hand the process to its own entry point by name
+(``celery -A workers.celery_app``, ``python -m watchers.slurm.watcher``, ``python -m demo.run``,
+``python -m remediation.api.serve``); the CLI never imports them. ``db`` runs here. :func:`main` passes
+the Celery dispatcher to the lever commands.
+
+Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
 """
 
 from __future__ import annotations

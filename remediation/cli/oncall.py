@@ -1,21 +1,10 @@
 """The ``remediation`` on-call CLI: read commands and the audited levers.
 
-Conventions are kubectl's and scontrol's: ``noun verb`` for reads (``nodes list``, ``nodes show
-NODE``), a table by default, ``-o wide`` / ``-o json`` on every read, ``--help`` everywhere, and on any
-error one line ``error: ...`` on stderr with a non-zero exit. Exit codes: 1 the request cannot be done
-(unknown node, bad filter, a lever refused), 2 bad configuration or usage, 3 database unavailable.
+``noun verb`` reads with a table, ``-o wide`` or ``-o json``; one-line errors. Reads and levers go through
+:mod:`remediation.cli.backend`. Levers call :class:`remediation.services.levers.LeverService`; the
+dispatcher comes in as the click context's ``obj`` (:func:`remediation.cli.main.main`).
 
-Two modes reach the service (:mod:`remediation.cli.backend`): with ``--server URL`` (or
-``REMEDIATION_SERVER``) and a token, every read and lever goes through the API, which audits each lever
-with the token's name (``via=api``); without it, the CLI opens the database itself (direct database
-mode, for admins on the database host), and the audit actor is ``--actor`` or ``$USER`` (``via=db``).
-
-Levers (``quarantine``, ``release``, ``cancel``, ``pause``, ``resume``, ``report``, ``breaker close``,
-``incidents resolve``) call the one :class:`remediation.services.levers.LeverService` (directly
-or behind the API), which runs each in one transaction and hands follow-up work to its dispatcher only
-after the commit. The dispatcher is passed in, never looked up: the console script
-(:func:`remediation.cli.main.main`) passes the Celery one as the click context's ``obj``; without one,
-follow-ups wait for the sweeper.
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

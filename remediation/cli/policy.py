@@ -1,12 +1,8 @@
-"""``remediation policy show [PROFILE]`` and ``remediation policy explain NODE``: which policy governs
-which nodes, and why.
-
-``show`` lists the profiles in their order (first match wins), what each selects, its mode, what it
-overrides and how many known nodes it governs, flagging a profile that governs none; with a name, every
-field of that profile's effective policy and the layer that set it (default, base config, profile).
-``explain`` says of one node what the watchers reported, which profile governs it, which later ones
-also select it, every field with its value and layer, and the policy an open remediation recorded
+"""``remediation policy show [PROFILE]`` and ``remediation policy explain NODE``: which policy governs which
+nodes, and why, with each field's value and the layer that set it
 (:mod:`remediation.services.policy_views`; the API with ``--server``).
+
+Why: docs/policy.md#profiles-policy-per-node-group
 """
 
 from __future__ import annotations

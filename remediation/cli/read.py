@@ -3,6 +3,8 @@
 Each command is a thin shell over the CLI's backend (:mod:`remediation.cli.backend`): the read models
 of :mod:`remediation.services.readmodels` in direct database mode, the API (which serves the same
 functions) with ``--server``. Every command has the same three outputs: a table, ``-o wide`` with more columns, and ``-o json``.
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """``remediation reliability --since 30d -o html|pdf|csv``: the reliability report as a file.
 
-(Not ``remediation report``: that is the lever that reports a node as bad; one word, one idea.)
+HTML is one self-contained page, PDF that page printed by headless Chromium
+(:mod:`remediation.adapters.pdf`), CSV the long form. Read from the database
+(:mod:`remediation.services.reliability`), never through ``--server``.
 
-HTML is one self-contained page to attach to a postmortem (the dashboard's Reliability page without
-its links); PDF is that page printed by a headless Chromium (:mod:`remediation.adapters.pdf`); CSV is
-the long form a notebook reads (section, group_by, key, metric, value). Every figure is read from the
-database (:mod:`remediation.services.reliability`), so the report runs where the database is reachable,
-not through ``--server`` (the dashboard serves the HTML and CSV there: ``/reliability``).
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

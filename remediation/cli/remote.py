@@ -1,15 +1,10 @@
 """The CLI's API mode: every read and lever over ``/api/v1`` with a bearer token (``--server URL``).
 
-Like a kubeconfig, the pair "where is the server, what is my token" comes from flags or the
-environment: ``--server`` / ``REMEDIATION_SERVER``, and the token from ``--token-file`` /
-``REMEDIATION_TOKEN_FILE`` or ``REMEDIATION_TOKEN``. There is no ``--token`` flag: a secret on a command
-line is readable by every user of the machine (``ps``) and lands in shell history.
+Server and token come from flags or the environment (``--token-file``, ``REMEDIATION_TOKEN_FILE``,
+``REMEDIATION_TOKEN``); there is no ``--token`` flag. Replies parse into the direct mode's read-model
+types. HTTP errors map to exit codes: 401 is 2, 403/404/409/422 are 1, 5xx and no server are 3.
 
-The server authenticates the token; a lever is audited with the token's name as the actor and
-``via=api``, so ``--actor`` plays no part here. Replies are parsed back into the same read-model types
-the direct mode returns, so every command renders the same way. HTTP errors become the CLI's one-line
-errors and exit codes: 401 a bad token (2, configuration), 403 a read token pulling a lever, 404, 409
-and 422 (1, the request), 5xx and an unreachable server (3, the service unavailable).
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

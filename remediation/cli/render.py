@@ -4,6 +4,8 @@ script sees exactly what the API returns.
 
 Colour is rich's: on for a terminal, off when piped. When piped, lines are not wrapped at 80 columns
 (``COLUMNS`` still wins) so ``| grep`` sees one row per line.
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

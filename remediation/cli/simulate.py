@@ -1,19 +1,11 @@
-"""`remediation rehearse --trace FILE`: rehearse the policy on a failure trace before turning it on.
+"""``remediation rehearse --trace FILE``: rehearse the policy on a failure trace before turning it on.
 
-Loads the settings (``--config`` as everywhere), replays the trace through remediation.rehearsal.run and
-prints what the service would have done. ``--dump-events`` writes the synthesised events as JSONL, which
-is also the format to replay a site's own history. On a terminal a progress bar on stderr shows the
-simulated days done and the faults handled; ``-o json`` carries the wall time it took (``wall_s``).
+Replays the trace through :mod:`remediation.rehearsal` and prints what the service would have done.
+Options: ``--dump-events`` (JSONL), ``--truth`` (the outcome model), ``--baseline`` (a second policy, with
+ratios), ``--gpu-reset``, ``--site``/``--reboot-minutes``, ``--node-facts`` (per-pool figures,
+:mod:`remediation.cli.simulate_pools`); ``-o json`` carries ``wall_s``.
 
-``--truth`` is the outcome model (what really fixes each kind of fault; default the shipped
-``truth-llama3.yaml``), and ``--baseline`` runs the same trace under a second policy (a YAML file laid over
-the current settings, e.g. ``deploy/policies/naive-ladder.yaml``) and prints both with the ratios.
-``--gpu-reset`` runs the policy with and without the gpu-reset rung and prints node-hours out per fault
-class side by side. ``--site`` picks the reboot time from the outcome model (a cloud VM's restart or a
-bare machine's reboot); ``--reboot-minutes`` overrides it. With profiles, every figure is also printed per
-pool (the nodes each profile selects; ``--node-facts`` says what the watchers would report of the
-nodes: their partitions, features and labels), beside the baseline's for the same nodes
-(:mod:`remediation.cli.simulate_pools`).
+Why: docs/rehearsal.md#rehearse-a-policy-before-turning-it-on
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ and every figure for each profile's pool beside the baseline's for the same node
 A mixed fleet (an NVL72 pool, an H100 pool, an inference pool) is rehearsed under one global policy
 and under profiles on the same trace: the baseline is read by the same pools, so each pool's numbers
 sit side by side. What is an assumption is printed under the table, never mixed into it.
+
+Why: docs/rehearsal.md#profiles-and-a-mixed-fleet
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
 """``remediation status``: is automation running, and if not, who or what stopped it and why.
 
-The first command to type at 3 a.m. It reads the same overview as the dashboard
-(:func:`remediation.services.holds.automation_status`, served as ``GET /api/v1/status``):
-whether automation is paused (by a human, or by the system on a fault in its own plumbing, with the
-error and whether the health probe will lift it), the storm breaker, remediations by status and the ones
-held on an error nobody mapped, each with what it waits on.
+The same overview as the dashboard (:func:`remediation.services.holds.automation_status`, ``GET
+/api/v1/status``): whether automation is paused (by a human, or by the system on its own fault, and
+whether the health probe will lift it), the storm breaker, remediations by status and the ones held on
+an unmapped error, each with what it waits on.
+
+Why: docs/on-call.md#on-call
 """
 
 from __future__ import annotations

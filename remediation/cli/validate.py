@@ -4,6 +4,8 @@ The same validation the workflow's ``validate`` step uses (``validation.backend`
 it waits for the check (printing where it stands), takes its set-up down, records the check in the
 database and the audit log with ``--actor``, and exits 0 on a pass and 1 otherwise. ``release NODE
 --validate`` (:mod:`remediation.cli.oncall`) runs it first and releases only on a pass.
+
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
-"""Charts as inline SVG, drawn on the server: no JavaScript, no build, the same markup in the dashboard,
-the HTML report and its PDF.
+"""Charts as inline SVG, drawn on the server: the same markup in the dashboard, the HTML report and its PDF.
 
-Two shapes cover the Reliability page: :func:`stacked_days` (faults per day, a bar per day stacked by
-cause class, with a legend) and :func:`hbars` (one horizontal bar per group: faults, hours out of
-service, MTBF). Every text is escaped; every bar has a ``<title>`` with its exact figure, which a
-browser shows on hover and a screen reader reads.
+:func:`stacked_days` (faults per day, stacked by cause class) and :func:`hbars` (one bar per group). Every
+text is escaped; every bar has a ``<title>`` with its exact figure.
+
+Why: docs/running.md#the-api-and-the-dashboard
 """
 
 from __future__ import annotations

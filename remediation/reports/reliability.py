@@ -3,6 +3,8 @@ standalone file to attach to a postmortem), CSV (long form, one figure per row) 
 browser, PDF (:mod:`remediation.adapters.pdf`).
 
 Every figure comes from :func:`remediation.services.reliability.reliability`; nothing here computes one.
+
+Why: docs/running.md#the-cli
 """
 
 from __future__ import annotations

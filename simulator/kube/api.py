@@ -1,19 +1,11 @@
-"""A small, faithful kube-apiserver for tests and the demo: nodes, pods, pods/eviction, jobs and node watches.
+"""A small, faithful kube-apiserver for tests and the demo: nodes, pods, pods/eviction, jobs and node
+watches.
 
-Run it in-process (``KubeAPIServer().start()`` binds 127.0.0.1 on a free port and returns its
-``https://`` URL) and point a client at it with :attr:`KubeAPIServer.ca_file` as its CA, or hand any
-client (``kubectl`` included) the file :meth:`KubeAPIServer.write_kubeconfig` writes. It is TLS-only,
-as a real cluster is: a per-run cluster CA signs its serving certificate (:mod:`simulator.kube.tls`).
-The HTTP layer answers as the real server does, per ``docs/wire-protocols.md``: discovery, Status
-bodies for every error, bearer auth (401), chunked newline-delimited watch
-streams that honour ``resourceVersion``, ``timeoutSeconds`` and ``allowWatchBookmarks``, and a 410
-Expired ERROR event for a resourceVersion the history no longer holds. State and semantics live in
-:mod:`simulator.kube.store`, routing and streaming in :mod:`simulator.kube.http`; this module is the
-server's lifecycle and the methods tests use to change the world behind it.
+``KubeAPIServer().start()`` returns its ``https://`` URL; trust :attr:`KubeAPIServer.ca_file` or use
+:meth:`KubeAPIServer.write_kubeconfig`. State lives in :mod:`simulator.kube.store`, HTTP in
+:mod:`simulator.kube.http`. Test hooks: ``fail_next``, ``delay_next`` and ``requests``.
 
-Test hooks: ``fail_next`` injects errors (429/5xx/403 with optional Retry-After) ahead of routing,
-``delay_next`` holds the answer of a request that has acted (to kill a client inside the call), and
-``requests`` records every request, so a test can prove what a client did *not* do (e.g. never DELETE).
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """What the fake kube-apiserver serves, and the discovery documents that tell clients so.
 
-A client that was not written for this fake (``kubectl``, client-go) knows nothing in advance: it
-reads ``/api`` and ``/apis`` to learn the group versions, then ``/api/v1`` and ``/apis/G/V`` for the
-resources, their kinds, scope, verbs and short names, and builds its REST mapping from that. Without
-discovery ``kubectl get nodes`` cannot even find "nodes". ``kubectl drain`` also looks for
-``pods/eviction`` (group policy, version v1, kind Eviction) in ``/api/v1`` and, finding it, evicts
-instead of deleting. :data:`RESOURCES` is the single table the router and the documents are built
-from, so discovery can never claim a resource or verb the router does not serve: verbs list only
-what this fake implements (a subset of a real server's).
+:data:`RESOURCES` is the one table the router and the documents are built from. Both formats are answered,
+chosen by ``Accept``: the legacy documents and the aggregated ``apidiscovery.k8s.io/v2``.
 
-Both discovery formats are answered, chosen by ``Accept`` as a real 1.32 server does: the legacy
-documents (``APIVersions``, ``APIGroupList``, ``APIResourceList``) and the aggregated
-``apidiscovery.k8s.io/v2`` ``APIGroupDiscoveryList`` that kubectl asks for first.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """HTTP for the fake kube-apiserver: routing, Status errors, auth, fault injection and watch streams.
 
-Each request is answered the way the real server answers it: errors are ``Status`` bodies, the bearer
-token is checked first (401), then an injected fault (if a test armed one), then the route. A watch is
-a chunked stream of newline-delimited events that honours ``resourceVersion`` (replaying the store's
-history after it; none or "0" starts with synthetic ADDED events), ``timeoutSeconds`` (the stream then
-ends cleanly) and ``allowWatchBookmarks``; a resourceVersion the history no longer holds, or a
-compaction while the watch is open, ends it with an ERROR event carrying a 410 Expired Status.
+Bearer token first (401), then an injected fault, then the route; errors are ``Status`` bodies. Watches
+are chunked event streams honouring ``resourceVersion``, ``timeoutSeconds`` and ``allowWatchBookmarks``,
+ended by a 410 Expired ERROR event when the history is gone.
+
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """batch/v1 Jobs for the fake kube-apiserver: the validation's check Jobs and the pods they run.
 
-Only what a Job controller and a kubelet would show a client is simulated, per the real API's shapes:
-creating a Job (POST, 409 AlreadyExists on a name in use) makes one pod ``NAME-xxxxx`` labelled
-``job-name`` and ``batch.kubernetes.io/job-name``, owned by the Job, bound to ``spec.template.spec.nodeName``
-(our validator binds by nodeName); the pod runs, then terminates with an exit code and a log, and the Job gets
-``status.succeeded`` or ``status.failed`` and a ``Complete``/``Failed`` condition. A pod still running at
-``activeDeadlineSeconds`` is killed and the Job fails with reason ``DeadlineExceeded``, as the real
-controller does. Stricter than a kubelet on purpose: a pod that does not tolerate every NoSchedule and
-NoExecute taint of its Node, and the cordon (``node.kubernetes.io/unschedulable``), never starts (a real
-kubelet admits a pod bound by nodeName past NoSchedule taints), so a test shows the check Job's tolerations
-are there for a scheduler that would look at them. The pod passes Pod Security admission first
-(simulator.kube.podsecurity, the namespace's ``enforce`` level): a refused pod is never made, the Job gets a
-``FailedCreate`` Warning event with the admission's message, as the real controller records it, and stays
-active without a pod until its deadline fails it (``DeadlineExceeded``).
+A Job makes one pod bound to its ``nodeName``, which runs and ends with an exit code and a log, or is
+killed at ``activeDeadlineSeconds``. Pod Security and taint tolerations are checked first. What the check
+does is ``outcome(k8s_node, argv)``, the fault injector's.
 
-What the check does on a node is decided by ``outcome(k8s_node, argv)`` (the fault injector's: see
-:meth:`simulator.fault_injection.FaultInjector.bad_hbm`): ``(exit_code, log, seconds)``, or ``exit_code`` None
-for a check that hangs.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The objects the fake kube-apiserver holds, shaped as a real GPU cluster's are.
 
-A Node a kubelet registers on a cloud GPU pool is not a name and a Ready condition: it carries dozens of
-labels (the cloud's, the well-known topology ones, GPU feature discovery's and node feature
-discovery's), capacity and allocatable with extended resources (``nvidia.com/gpu``), addresses,
-``nodeInfo``, the pressure conditions and node-problem-detector's, the container images on its disk
-(the largest part: GPU nodes keep CUDA and driver images of several GiB) and ``managedFields`` for
-every writer (kubelet, kube-controller-manager, the feature discoverers). That is 15-30 KiB of JSON,
-and what a relist of 10,000 Nodes costs depends on it, so every Node built here is that size.
-Values derive from the Node's name (a stable hash), so two runs build the same cluster.
+Nodes are 15-30 KiB, as a GPU kubelet registers them, with values derived from the name so runs repeat;
+pods carry owners, requests, IPs, container statuses and emptyDirs; DaemonSets are objects. Every
+builder's output validates against the official schema.
 
-Pods carry what ``kubectl get pods -o wide``, ``describe node`` and ``drain`` read: owner references,
-resource requests, IPs, container statuses, and an ``emptyDir`` where a training job has one (which
-is why a drain needs ``--delete-emptydir-data``). Owners that ``kubectl drain`` looks up (DaemonSets)
-are objects of their own. Every builder's output validates against the official schema for its kind
-(tests/integration/kube/test_kube_schema.py).
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

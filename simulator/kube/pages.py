@@ -1,17 +1,10 @@
 """Chunked lists, served the way the real kube-apiserver serves them: ``limit`` and ``continue``.
 
-A list with ``limit=N`` answers at most N items in key order (``namespace/name``, or ``name`` for a
-cluster-scoped kind, as etcd orders its keys). When more remain, its ``metadata.continue`` is an opaque
-token and, for a list without selectors, ``metadata.remainingItemCount`` says how many. Every page of
-one list is the same snapshot: the token pins the first page's resourceVersion, and the pages after it
-carry that resourceVersion too, so a client can watch from it and miss nothing.
+Pages in key order, one snapshot per list (the first page's resourceVersion), ``remainingItemCount``
+without selectors. Snapshots of the last few lists are kept and forgotten on compaction (then 410). A
+foreign token, or a continue with a ``resourceVersion``, is a 400.
 
-The real server reads later pages from etcd at that revision, until compaction drops it; then a
-continue answers 410 Expired and the client lists again. This fake keeps the snapshot instead (the
-objects' already-encoded JSON, so a snapshot of 10,000 Nodes costs a list of references) for the last
-few lists, and forgets every snapshot when the store compacts its history: a continue whose snapshot
-is gone gets the same 410. A token that is not one of ours is a 400, as is a continue together with a
-``resourceVersion``.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

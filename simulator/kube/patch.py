@@ -1,16 +1,8 @@
-"""The three PATCH kinds the kube-apiserver accepts for built-in types, applied to plain dicts.
+"""The three PATCH kinds the kube-apiserver accepts for built-in types, applied to plain dicts: merge (RFC
+7386), strategic merge (per-type merge keys; ``spec.taints`` has none, so it is replaced whole) and JSON
+patch (RFC 6902; a failing op is a 422).
 
-- ``application/merge-patch+json`` (RFC 7386): maps merge recursively, ``null`` deletes a key, and any
-  list is replaced whole.
-- ``application/strategic-merge-patch+json``: like a merge patch, except lists the Go types tag with a
-  ``patchMergeKey`` are merged element by element on that key (``$patch: delete`` inside an element
-  removes it). Which lists have a merge key is per type: on a Node, ``status.conditions`` and
-  ``status.addresses`` merge on ``type``, but **``spec.taints`` has none**, so a strategic patch that
-  carries taints replaces the whole list. That trap is the reason this module exists: a client that
-  "adds a taint" with a one-element strategic patch wipes the others, here as on a real cluster.
-  ``$setElementOrder``/``$retainKeys`` directives are accepted and ignored (they only order output).
-- ``application/json-patch+json`` (RFC 6902): add, remove, replace, move, copy and test, with JSON
-  pointers (``~1`` is ``/``, which matters for annotation keys). A failing op is a 422.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

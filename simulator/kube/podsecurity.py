@@ -1,27 +1,11 @@
-"""Pod Security admission for the fake kube-apiserver: the namespace's ``enforce`` level, checked when a
-Pod is created.
+"""Pod Security admission for the fake kube-apiserver: the namespace's ``enforce`` level, checked when a Pod
+is created.
 
-A real cluster runs the PodSecurity admission plugin: each namespace's label
-``pod-security.kubernetes.io/enforce`` names a level of the Pod Security Standards (``privileged``,
-``baseline``, ``restricted``), and a Pod that breaks it is refused at creation with 403 Forbidden,
-``pods "NAME" is forbidden: violates PodSecurity "LEVEL:latest": CHECK (DETAIL), ...``. A namespace with
-no label gets the cluster's default, ``privileged`` unless the cluster configures another; a label
-that names no level is read here as ``restricted`` (closed, not open). Workload objects (a Job) are not
-refused, only the pods their controller makes: a Job whose pod is refused stays active with a
-``FailedCreate`` event until its deadline (simulator.kube.jobs).
+A Pod that breaks the level is a 403 in the real server's words; no label means ``privileged``, an unknown
+level ``restricted``. The baseline and restricted controls for Linux pods are checked. Version pins,
+exemptions, ``warn`` and ``audit`` are not modelled.
 
-The checks are the Standards' controls for Linux pods (every container, init and ephemeral included):
-
-- baseline: no host namespaces (hostNetwork, hostPID, hostIPC), no privileged container, capabilities
-  added only from the default set, no hostPath volume, no hostPort, no Unconfined seccomp, AppArmor
-  only ``RuntimeDefault``/``Localhost``, SELinux only the container types and no user or role, the
-  default /proc mount, only the safe sysctls, no Windows HostProcess;
-- restricted, on top: only the volume types that need no privilege, ``allowPrivilegeEscalation: false``,
-  ``runAsNonRoot: true`` (pod or every container), no ``runAsUser: 0``, a ``RuntimeDefault`` or
-  ``Localhost`` seccomp profile (pod or every container), capabilities dropping ``ALL`` and adding at
-  most ``NET_BIND_SERVICE``.
-
-Version pins (``enforce-version``), exemptions, and the ``warn`` and ``audit`` modes are not modelled.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

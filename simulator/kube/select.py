@@ -1,11 +1,9 @@
 """Field and label selectors, as the kube-apiserver parses and applies them.
 
-Field selectors only accept the fields each resource registers; anything else is a 400 "field label not
-supported", exactly as the real server answers (a client that relies on an unsupported field should fail
-here too, not silently get every object). Terms join with ``,`` and use ``=``, ``==`` or ``!=``.
+A field the resource does not register is a 400 "field label not supported". Label selectors take the
+equality, set and existence forms; ``!=`` and ``notin`` match objects without the label.
 
-Label selectors support the equality forms (``a=b``, ``a==b``, ``a!=b``), the set forms (``a in (x,y)``,
-``a notin (x)``) and existence (``a``, ``!a``). A ``!=``/``notin`` term matches objects without the label.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,16 +1,9 @@
 """The state behind the fake kube-apiserver: objects, resourceVersions, watch history and PDBs.
 
-One counter stamps every write, as etcd's revision does, so resourceVersions are comparable across
-kinds and a list's ``metadata.resourceVersion`` is a point a watch can resume from. Every write
-appends a ``(rv, type, kind, object)`` record to a bounded history. A watch replays the records after
-its resourceVersion; once the history has dropped a record the watch would need, the store answers
-410 Expired, which is what forces a real client to relist. ``compact()`` drops the whole history, so
-a test can force that path deterministically.
+One counter stamps every write; a bounded history feeds watches, and ``compact()`` drops it (410). Errors
+are :class:`ApiError` with the real Status body. Eviction follows the real budget rules.
 
-Errors are raised as :class:`ApiError` carrying the exact Status body the real server sends.
-Eviction follows the real admission rules: terminal or already-terminating pods are evicted without
-consulting budgets; otherwise every PodDisruptionBudget selecting the pod must allow one disruption,
-and if none allows it the answer is 429 TooManyRequests with a ``DisruptionBudget`` cause.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

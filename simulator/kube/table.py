@@ -1,16 +1,9 @@
 """Server-side printing: the ``meta.k8s.io/v1`` Table a real apiserver renders for ``kubectl get``.
 
-``kubectl get`` does not format Nodes itself: it asks for ``Accept: application/json;as=Table;v=v1;
-g=meta.k8s.io`` and prints the columns the server chose (given a plain list it falls back to NAME and
-AGE). So ``STATUS Ready,SchedulingDisabled`` after a cordon, or a pod's ``NODE`` and ``IP`` under
-``-o wide``, are the server's output, and a fake that skipped this would show kubectl users
-something no cluster shows. The columns, their priorities (``1`` = only with ``-o wide``) and the
-cell rules follow the apiserver's printers for Nodes, Pods, PodDisruptionBudgets and Events; the other
-kinds get the default ``Name``/``Created At`` table a server uses for types without a printer.
+Columns and cells follow the apiserver's printers for Nodes, Pods, PodDisruptionBudgets and Events; other
+kinds get the default table. Rows carry metadata, the object, or nothing (``includeObject``).
 
-Rows carry the object's metadata as ``PartialObjectMetadata`` (the default ``includeObject=Metadata``),
-``includeObject=Object`` the whole object and ``None`` nothing. In a watch only the first event's Table
-carries the column definitions, as on a real server.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

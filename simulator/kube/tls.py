@@ -1,18 +1,10 @@
 """The fake kube-apiserver's PKI: a per-run cluster CA and a serving certificate it signed.
 
-A real cluster is TLS-only, and clients trust the cluster CA, not the server's certificate itself
-(kubeadm's ``ca.crt`` signs ``apiserver.crt``; a kubeconfig's ``certificate-authority`` names the CA).
-client-go refuses to send a bearer token over plain HTTP, so without TLS ``kubectl`` gets 401 on
-every call. This module writes the same two-level layout, freshly generated for each run (nothing
-here is a secret worth keeping, and a fresh key per run means no test trusts another run's server):
+Writes ``kube-ca.crt`` (the only file clients need) and ``kube-apiserver.crt``/``.key`` with a real
+apiserver's SANs plus 127.0.0.1, ``localhost`` and any names given. SAN parsing comes from
+:mod:`simulator.azure_api`.
 
-- ``kube-ca.crt``: the CA, CN ``kubernetes`` as kubeadm names it; the only file clients need;
-- ``kube-apiserver.crt`` / ``kube-apiserver.key``: the serving certificate, CN ``kube-apiserver``,
-  ``serverAuth`` only, with the SANs a real apiserver carries (``kubernetes``,
-  ``kubernetes.default.svc``, ...) plus 127.0.0.1, ``localhost`` and any name the caller adds (the
-  docker-compose service name), since Go and Python both check the host name against the SANs.
-
-The certificate helpers of the Azure fake (:mod:`simulator.azure_api`) supply the SAN parsing.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Write-time validation of Nodes, as the apiserver's registry strategy does before storing a patch.
+"""Write-time validation of Nodes, as the apiserver's registry strategy does before storing a patch: a wrong
+JSON type or a bad taint or label is a 422 in the apiserver's ``field: reason`` form. Only the fields
+clients write are checked.
 
-A real server decodes a patched Node into its Go type (a wrong JSON type is a 422 "Invalid" naming the
-field) and then runs the Node validation (taint effects, label syntax). Without this a client's bad
-patch would be stored and handed to every watcher, which no cluster does, and the schema conformance
-tests (tests/integration/kube/test_kube_schema.py) would see objects no real server can return. Only
-the fields clients write are checked; the messages follow the apiserver's ``field: reason`` form.
+Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""The Kubernetes watcher's failure domains: configured Node labels in, DOMAINS events out (and, the
-same way, the labels the profiles' selectors name: LABELS events).
+"""The Kubernetes watcher's failure domains: configured Node labels in, DOMAINS events out (and, the same
+way, the labels the profiles' selectors name: LABELS events).
 
-Each Node's values of ``incidents.label_keys`` (say ``topology.kubernetes.io/zone``,
-``cloud.google.com/gce-topology-subblock``, ``nvidia.com/gpu.clique``) are that Node's failure
-domains. Whenever they change (and for every Node on the watcher's first list) one ``DOMAINS`` event
-is published per Slurm node running on it, translated with the same Node -> Slurm node map as the
-conditions (:class:`watchers.kube.mapping.SlurmNames`); until the map can be read the change waits
-here. The ingest keeps them in ``node_domains`` for the incident rule. A ``LABELS`` publisher does the
-same for the label keys some profile selects on (a label set to "" counts: ``key`` and ``!key`` select
-on presence); the ingest keeps them on the node, for the profiles.
+A Node's values of ``incidents.label_keys`` are its failure domains; on a change (and on the first list)
+one ``DOMAINS`` event goes out per Slurm node on it, through :class:`watchers.kube.mapping.SlurmNames`.
+``LABELS`` does the same for the keys profiles select on.
+
+Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
 """
 
 from __future__ import annotations

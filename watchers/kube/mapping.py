@@ -1,22 +1,11 @@
 """From a Kubernetes Node to the Slurm nodes it hosts, and from a held condition to a NodeEvent.
 
-The rest of the service keys everything on the Slurm node (it drains it, and resolves its Node again
-through ``kube.mapping``), so the Kubernetes watcher translates before it publishes: a condition on Node
-``gke-pool-abc-1`` is published once per Slurm node running there, with the Node named in the reason.
-:class:`SlurmNames` holds the Node -> Slurm nodes map of ``kube.mapping``: ``node`` is the identity,
-``static`` inverts the mapping file (:class:`~remediation.adapters.kube.mapping.StaticMap`, shared with
-the adapter so both sides agree), ``pod`` inverts the slurmd pods' ``spec.nodeName``.
+:class:`SlurmNames` holds the Node -> Slurm nodes map of ``kube.mapping`` (``node``, ``static``, or
+``pod``: the slurmd pods, LISTed on demand at most every :data:`POD_LIST_INTERVAL_S`).
+:meth:`SlurmNames.on` answers only with a map listed after the moment given, else None and the caller
+keeps the change queued. Pure apart from that LIST.
 
-For ``pod`` the slurmd pods are LISTed (one request, namespace + label selector) on demand rather than
-watched: the RBAC we ask for grants pods ``list`` only, a healthy cluster then costs no pod requests at
-all, and a pod watch would be a second stream to keep in sync for a map read only when a condition has
-held. What makes the LIST trustworthy: :meth:`SlurmNames.on` answers only with a map listed after the
-moment it is given (when the condition became due), so a slurmd pod re-created on another Node can
-never send a Node's problem to the wrong Slurm node (the workflow would drain the wrong node, and the
-adapter would restart the pod's new Node). LISTs are rate-limited to one per
-:data:`POD_LIST_INTERVAL_S`; until a fresh enough map can be read (rate limit, API error, bad mapping
-file) ``on`` answers None and the caller keeps the change queued. The functions here are pure apart
-from that LIST.
+Why: docs/kubernetes.md#the-kubernetes-watcher
 """
 
 from __future__ import annotations

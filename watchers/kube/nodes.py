@@ -1,12 +1,8 @@
-"""What the Kubernetes watcher reads of a Node, and nothing more.
+"""What the Kubernetes watcher reads of a Node, and nothing more: name, resourceVersion, the domain and
+profile labels, conditions. A relist page is decoded straight into those with msgspec; :func:`slim` cuts a
+watch event to the same shape. Repeated strings are shared across Nodes.
 
-A Node as a kubelet registers it is about 20 KiB of JSON, mostly its container images, managedFields,
-capacity and labels. The watcher reads five things: the name, the resourceVersion, the failure-domain
-labels (``incidents.label_keys``, and the keys the profiles select on) and the conditions. A relist page
-is decoded straight into those (msgspec skips every other field without making Python objects of it),
-and each Node kept is a small dict in the shape the publisher reads, its repeated strings (condition
-types, reasons, messages) shared across Nodes. A watch event, already parsed by the client, is cut to
-the same shape by :func:`slim`.
+Why: docs/architecture.md#the-kubernetes-watchers-memory-does-not-grow-with-the-answer
 """
 
 from __future__ import annotations

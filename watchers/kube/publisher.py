@@ -1,16 +1,11 @@
 """The main-thread half of the Kubernetes watcher: held conditions in, NodeEvents on the bus out.
 
-:class:`Publisher` feeds queued Nodes through the pure :class:`~remediation.domain.flap.FlapFilter`,
-translates Node names to Slurm node names (:mod:`watchers.kube.mapping`), publishes a condition once
-it has held ``kube.min_condition_s`` and its end as HEALTHY, re-publishes the bad conditions already
-published on every relist (same dedupe keys, so the ingest records them once: that covers an event
-lost to a Redis outage), and keeps what Redis refused in an outbox for the next wake-up.
+:class:`Publisher` runs queued Nodes through :class:`~remediation.domain.flap.FlapFilter`, maps them to
+Slurm nodes, publishes a condition held ``kube.min_condition_s`` and its end, re-publishes bad conditions
+on every relist, and keeps what Redis refused in an outbox. An episode keeps the Slurm nodes it was first
+published for (``sent``).
 
-An episode keeps the Slurm nodes it was first published for (``sent``): its re-publishes and its end go
-to them even after the remediation evicted the pod elsewhere, so the dedupe keys
-(``k8s:SLURM_NODE@NODE:Type=Status:lastTransitionTime``) stay stable. A Node that hosts no Slurm node is
-none of our business: it is logged once, counted and skipped, and a later resync re-offers its
-condition, so a slurmd pod scheduled later is picked up.
+Why: docs/kubernetes.md#the-kubernetes-watcher
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """The list+watch thread of the Kubernetes watcher: Nodes in, queued items out, nothing published.
 
-It works the way an informer does: list, then watch from the list's resourceVersion, resume each
-timed-out watch from the last resourceVersion seen (bookmarks included), relist on 410 Expired and
-every ``kube.resync_interval_s``; errors back off and relist. The main thread (:mod:`watchers.kube.watcher`)
-consumes the queue, so no wait in here can starve the leader lock's renewal.
+List, watch from its resourceVersion, resume after a timeout, relist on 410 and every
+``kube.resync_interval_s``; errors back off. Lists are paged (``kube.list_page_size``), Nodes kept slim
+(:func:`slim`), and the queue bounded (``kube.queue_max_items``): a slow publisher stops the reading.
 
-Memory stays bounded however large the fleet: a relist reads ``kube.list_page_size`` Nodes per request
-(``limit`` and ``continue``; every page is one snapshot at one resourceVersion, and an expired continue
-is a 410 that relists), and of each Node keeps only what the watcher reads (:func:`slim`): its name,
-resourceVersion, failure-domain labels (and those profiles select on) and conditions. A Node as a
-kubelet registers it is about 20 KiB of JSON, mostly images, managedFields and capacity; what is kept is
-a few hundred bytes. The queue to the main thread holds at most ``kube.queue_max_items`` items: when the
-publisher falls behind, this thread stops reading (back-pressure) rather than buffering the stream in
-memory.
+Why: docs/architecture.md#the-kubernetes-watchers-memory-does-not-grow-with-the-answer
 """
 
 from __future__ import annotations

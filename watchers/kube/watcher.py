@@ -1,14 +1,10 @@
 """The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m watchers.kube.watcher``).
 
-Only the leader watches. :func:`run` waits for the leader lock; while it holds it, :func:`_lead` starts
-the list+watch thread (:mod:`watchers.kube.stream`) and, on this thread, hands what it queues to the
-:class:`~watchers.kube.publisher.Publisher` (flap filter, Node -> Slurm node names from
-:mod:`watchers.kube.mapping`, outbox). Two threads, so that no wait can starve another: the main loop
-wakes at least every half second, for the flap filter's next deadline, the lock renewal (every
-``kube.leader_ttl_s / 3``) or SIGTERM, even when the watch is silent.
+:func:`run` waits for the leader lock; while it holds it, :func:`_lead` runs the list+watch thread
+(:mod:`watchers.kube.stream`) and, on this thread, the :class:`~watchers.kube.publisher.Publisher`. A
+leader that cannot renew stands by again; SIGTERM stops the stream and releases the lock.
 
-A leader that cannot renew stops its stream and stands by again. On SIGTERM the loop returns within a
-fraction of a second, stops the stream (closing its socket) and releases the lock.
+Why: docs/kubernetes.md#the-kubernetes-watcher
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Which part of a Slurm node's reason belongs to the fault the watcher sees now.
 
-Slurm 24.11 keeps a node's last reason after the node is resumed (22.05 clears it). When that node
-later stops responding, slurmctld shows the old reason beside NOT_RESPONDING, and when it marks the
-node DOWN it appends its own: "OLD : Not responding", stamped anew (seen on 24.11.5). A reason from an
-earlier episode is not the reason of the new fault: an old ``remediation:`` reason would make a new
-fault look like our own action, and an old human reason would put it on the ignore list.
+Slurm 24.11 keeps a node's reason after a resume. The kept reason is learnt from the node's history (a
+reason shown while in service or merely not responding) and cut from its next DOWN; a DRAIN or FAIL keeps
+its reason. Pure: no I/O.
 
-The kept reason is learnt from the node's own history, never from its wording: slurmctld sets no reason
-of its own for a node that is in service or merely not responding, so a reason shown then is history
-(whatever its text, including a kept "Not responding"). The first read counts too, so a watcher that
-starts while a node is between a resume and its next ping learns the kept reason there. Once the node
-is DOWN, the kept reason, or the kept reason and slurmctld's " : " before its own words, is cut off. A
-DRAIN or FAIL is a new verdict (a human's or ours) and keeps its reason as set; so does a DOWN whose
-reason does not start with the kept one. A watcher that first sees a node already DOWN has no history
-and takes the reason as read. Pure: no I/O.
+Why: docs/slurm-releases.md#kept-reasons
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The Slurm watcher's topology half: topology.conf switches in, DOMAINS events out.
 
-Every ``incidents.topology_refresh_s`` (and when the watcher becomes the leader) it reads the switches
-from the source :func:`remediation.adapters.slurm.topology.topology_source` chose (``topology.conf``,
-or ``scontrol show topology``; the start-up log names it), turns it into each node's failure domains
-(:func:`remediation.domain.topology.slurm_domains`: its leaf switch, the switch above, or its block)
-and publishes one ``DOMAINS`` event per node whose domains changed since the last publish (a node
-that left every switch gets an empty set). The ingest keeps them in ``node_domains``, where the
-incident rule finds them.
+Every ``incidents.topology_refresh_s`` (and on taking the lead) it reads the switches from the source
+:func:`remediation.adapters.slurm.topology.topology_source` chose and publishes a ``DOMAINS`` event per
+node whose domains changed. Unreadable output is logged and the last domains stand.
 
-A cluster without a topology plugin has no switch domains: nothing is published, nothing is wrong.
-Output that cannot be read is logged with the line at fault and the last published domains stand
-(nothing is lost); with no source at all (slurmrestd serves no switch list, no topology.conf is
-configured and no scontrol is installed) a warning at start-up says so.
+Why: docs/slurm-releases.md#topology
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """The Slurm watcher: turns slurmctld's node table into NodeEvents on the Redis stream.
 
-Every ``slurm.poll_interval_s`` it reads all nodes and diffs them against the previous snapshot
-(:func:`remediation.adapters.slurm.diff.diff`). It publishes transitions only:
+Every ``slurm.poll_interval_s`` it diffs the node table against the last snapshot
+(:func:`remediation.adapters.slurm.diff.diff`) and publishes transitions: ``UNHEALTHY`` into a bad state
+(``policy.slurm_states``) or between bad conditions, ``HEALTHY`` back, ``INVENTORY`` for a new node. Every
+``slurm.resync_interval_s`` it re-publishes the bad set. Only the ``slurm`` lock's holder publishes,
+fenced.
 
-- into DOWN, DRAIN, FAIL or NOT_RESPONDING (or any state in ``policy.slurm_states``), or from one bad
-  condition to another (a new reason, DRAIN turning DOWN): ``UNHEALTHY``, state = the bad state;
-- back to health: ``HEALTHY``;
-- a node seen for the first time: ``INVENTORY``.
-
-Every ``slurm.resync_interval_s``, on start and on gaining the leader lock, it re-publishes the whole
-bad set plus an INVENTORY event per node (level, not edge), so a lost message, a Redis outage or a
-watcher restart costs latency, never a missed failure. Dedupe keys name the *condition* (node, state,
-``reason_changed_at``, a hash of the reason), so a resync re-publish is recorded once with its edge;
-a HEALTHY event is keyed by the condition it ends.
-
-If publishing fails the snapshot is not advanced, so the same transitions are found and published on
-the next poll. A bare NOT_RESPONDING must last ``slurm.not_responding_grace_s`` before it counts:
-slurmctld marks every node it resumes as not responding until its next ping.
-
-With the cli backend's delta reader a new fault is published from slurmctld's aggregated bad-set line,
-before any detail read; what a line cannot tell (a recovery, a node keyed by slurmd's start time) is read
-in detail right after, within the same turn of the loop. Backends that can tell "nothing changed" cheaply
-(slurmrestd's ``update_time`` answers 304) make an idle poll nearly free; with ``sinfo --json`` the memoised parser decodes only changed nodes.
-Only the holder of the ``slurm`` leader lock publishes, each event stamped with the lock's fencing
-token so that the ingest ignores a replaced leader; SIGTERM stops the loop within one poll and
-releases the lock.
+Why: docs/running.md#the-watchers
 """
 
 from __future__ import annotations

@@ -1,25 +1,10 @@
 """EC2 VM actions through boto3: ``reboot_instances``, and ``stop_instances``/``start_instances``.
 
-Idempotency: EC2's reboot, stop and start take no client token, so a repeated ``start()`` needs
-evidence on the instance. Before acting we tag it with a marker (a digest of the idempotency key and
-the time, see ``cloud_common``). A repeated ``start()`` that finds its own marker does not act again and
-returns an operation that follows the instance (for ``stop_start`` as a stop phase, so the start still
-happens). When EC2 refuses the action itself (throttling, a 5xx: it answered, so nothing happened) we
-withdraw the marker so that the retry acts. The cost: a crash or a timeout between the tag and the
-action means no reboot at all, which ``verify`` catches (no new bootID) and escalates. We prefer that to
-rebooting a node twice: a reboot leaves no trace in the EC2 API that could tell the two cases apart.
+A marker tag written before acting makes a repeated ``start()`` follow the instance instead of acting
+twice. ``Operation.ref`` is the AWS request id; ``poll`` reads ``describe_instance_status`` once and
+issues the start phase of ``stop_start``. No reimage. SDK retries are off.
 
-Operations: EC2 has no operation object. ``Operation.ref`` is the call's AWS request id (for
-CloudTrail) and ``data`` holds the phase, the region and the state EC2 reported. ``poll`` reads
-``describe_instance_status(IncludeAllInstances=True)`` once; without that flag a stopped instance is
-simply absent. ``stop_start`` (and ``redeploy``, which on EC2 is also "move to a new host") is two
-phases: when the instance is ``stopped``, ``poll`` issues the start and hands back the new phase through
-``replace``. Starting a running instance is a no-op, so a repeated poll is harmless. A reboot is
-asynchronous and the instance may stay ``running`` throughout; the proof that it happened is
-``verify``'s new bootID, not this poll. EC2's nearest thing to a reimage (replacing the root volume)
-is not supported here.
-
-SDK retries are off (``total_max_attempts=1``): the workflow owns retries and honours Retry-After.
+Why: docs/clouds.md#aws-operations
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
 """Azure VM actions through azure-mgmt-compute: VMs and scale-set VMs.
 
-Starting: ``begin_restart`` / ``begin_redeploy`` / ``begin_reimage`` (and ``begin_power_off`` then
-``begin_start`` for ``stop_start``) are sent with ``polling=False``. Only the initial POST goes out;
-its ``Azure-AsyncOperation`` URL becomes ``Operation.ref`` (and ``Location`` goes in ``data``). Those
-two plain URLs are all another process needs to resume: ``poll`` GETs the async URL once through the
-client's own pipeline (``send_request``: same credential, TLS and endpoint), and after ``Succeeded``
-makes the final GET on Location, as the SDK's poller would. We persist URLs rather than the SDK's
-continuation token because a URL is inspectable in the database, and ``poll`` refuses a URL whose host
-is not the configured ARM endpoint, so a tampered row cannot send our bearer token elsewhere.
+Actions go out with ``polling=False``; the ``Azure-AsyncOperation`` URL is ``Operation.ref`` and ``poll``
+follows it once through the client's pipeline, refusing any host but the ARM endpoint. A marker tag
+(standalone VMs) or a recent provisioning change (scale-set VMs) makes a repeated ``start()`` observe
+instead of acting twice. SDK retries are off.
 
-Idempotency: ARM restart calls take no request id, so a repeated ``start()`` must find evidence on the
-VM itself. We prefer under-acting (caught by ``verify``, which then escalates) to double-acting (a
-second restart kills whatever came up after the first):
-
-- A standalone VM carries a marker tag (a digest of the key and the time, see ``cloud_common``)
-  written with ``If-Match`` on the VM's etag *before* the action. A repeated ``start()`` that finds its
-  own marker asks the VM: an operation in progress, or a provisioning change since the marker was
-  written (less ``_CLOCK_MARGIN_S`` for clock skew), means the first call acted, and we return an
-  "observe" operation that follows the VM's provisioning state. No change at all means the first
-  POST never took effect (refused with a 429, or the worker died before sending it), so we act. The
-  remaining risk leans to under-acting: any provisioning change near the marker counts as ours.
-- A uniform scale-set instance cannot carry tags (ARM does not tag individual instances). There, a
-  ``start()`` that finds a provisioning operation in progress, or one that finished less than
-  ``machine.azure_vmss_recent_s`` ago, observes instead of acting. This under-acts when a human touched the
-  instance just before us, and double-acts only when a crashed worker's call is retried later than that
-  window (the window exceeds the workflow's lease, after which the retry normally comes).
-
-SDK retries are off (``retry_total=0``): the workflow owns retries, honouring Retry-After, so backoff is
-visible in the step records and no worker sleeps inside the SDK.
+Why: docs/clouds.md#azure-operations
 """
 
 from __future__ import annotations

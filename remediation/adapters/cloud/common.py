@@ -1,14 +1,9 @@
 """What the three cloud VM adapters share: the translation of an HTTP answer and the idempotency marker.
 
-Every cloud maps its HTTP status through :func:`remediation.ports.errors.error_for_status`, the one table
-every adapter uses (a 401 or 403 is the system's fault and pauses automation; a 404 is this VM gone; 408,
-409, 410, 425, 429 and 5xx are retried with the server's Retry-After), so the workflow sees the same
-typed error for the same situation at GCE, Azure and AWS.
+Status codes go through :func:`remediation.ports.errors.error_for_status`. The marker's value is
+``<action>:<digest of the key>@<unix time written>``.
 
-The marker is what Azure and AWS record on the VM (a tag) before they act, because their restart calls
-take no request id. Its value is ``<action>:<digest of the key>@<unix time written>``: a digest, never
-the key itself (tags are visible to anyone who can read the VM, and have length limits), and the time,
-so that a repeated call can ask the VM whether anything happened to it since.
+Why: docs/clouds.md#the-idempotency-marker
 """
 
 from __future__ import annotations

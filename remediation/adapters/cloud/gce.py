@@ -1,26 +1,11 @@
 """Compute Engine VM actions through google-cloud-compute (REST transport).
 
-Idempotency: every mutating call carries a ``request_id`` derived (UUIDv5) from the workflow's
-idempotency key and the verb. Compute Engine answers a repeated request id with the original
-operation instead of acting again (Google documents at least 60 minutes of memory), so a worker that
-crashed after ``start()`` and before the operation was persisted gets the same operation back. That is
-the whole crash story for GCE: no marker on the VM is needed.
+Every mutating call carries a ``request_id`` derived from the idempotency key, so a repeat returns the
+original operation. ``poll`` reads the operation once with a :class:`ZoneOperationsClient` and issues the
+start phase of ``stop_start``. No reimage (:class:`NotSupported`). ``identify`` reads the instance once.
+SDK retries are off.
 
-Operations: ``reset_unary``/``stop_unary``/``start_unary`` return at once with an Operation; ``poll``
-reads it once with a :class:`ZoneOperationsClient` built with the same client options. We never call
-``ExtendedOperation.result()``: its lazily built operations client ignores an endpoint override and
-would poll the real Google host. A DONE operation is checked for ``error.errors`` ourselves, because a
-failed operation is still DONE.
-
-``stop_start`` (and ``redeploy``, whose point on GCE is the same: a stop releases the host) is two
-phases. When the stop is DONE, ``poll`` starts the instance, with its own derived request id so that a
-repeated poll cannot start twice, and hands back the new operation through ``replace``. Compute Engine
-has no reimage; asking for one is a :class:`NotSupported` error naming the action to configure instead.
-
-``identify`` reads the instance once: its id, ``resourceStatus.physicalHost`` and machine type.
-
-SDK retries are off (``retry=None``): the workflow retries with visible, persisted backoff, and a task
-must not sleep inside an SDK for up to ten minutes, the library's default for GETs.
+Why: docs/clouds.md#gce-operations
 """
 
 from __future__ import annotations

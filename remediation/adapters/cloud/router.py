@@ -1,18 +1,9 @@
-"""Choose the VM provider from settings, the way warehouse picks its mail backend from config.
+"""Choose the VM provider from ``machine.backend``: one cloud, or ``auto``, whose :class:`VMRouter` sends
+each call to the cloud a Node's providerID names (an :class:`InventoryRouter` when
+``redfish.inventory_file`` lists bare-metal nodes). ``memory`` and ``noop`` are built by
+:mod:`remediation.adapters.factory`. Each provider is built on first use.
 
-``machine.backend``:
-- ``gce`` / ``azure`` / ``aws``: that cloud only; a VM of another cloud is a permanent error.
-- ``auto`` (default): a :class:`VMRouter` that sends each call to the cloud a Node's providerID names
-  (``VMRef.provider`` for ``start``, ``Operation.provider`` for ``poll``). Each cloud's provider is built
-  on first use, so a cluster that only runs on Azure never needs Google or AWS credentials. With
-  ``redfish.inventory_file`` set it is an :class:`InventoryRouter`: the nodes the inventory lists are
-  bare metal, acted on through their BMCs (bare metal has no providerID to route by); every other node
-  goes by its providerID, so one service serves cloud pools and a bare-metal pool side by side.
-- ``memory`` / ``noop``: built by :mod:`remediation.adapters.factory`, which also applies dry-run,
-  once for all adapters.
-
-SDK imports stay inside the builders: importing this module costs nothing, and a worker that never
-touches GCE never loads google-cloud-compute.
+Why: docs/clouds.md#choosing-the-machine-provider
 """
 
 from __future__ import annotations

@@ -1,2 +1,5 @@
 """Kubernetes: the adapter (cordon, taint, evict, read), the Slurm-node-to-Node ``mapping`` and the
-``client`` configuration with its error translation."""
+``client`` configuration with its error translation.
+
+Why: docs/kubernetes.md#how-the-adapter-acts-on-nodes
+"""

@@ -1,35 +1,11 @@
 """KubeNodes over the official ``kubernetes`` client: cordon, taint, evict, read, and name mapping.
 
-Acting the way a careful controller does:
+Our cordon carries ``<domain>/cordoned-by`` and we only lift a cordon with that mark. Writes carry the
+``resourceVersion`` read, so a concurrent change is re-read, never overwritten. Eviction goes through the
+Eviction API only, one pass per call. With ``workflow.checkpoint_pods`` each pod gets the checkpoint
+annotations once. SDK errors are translated in :mod:`remediation.adapters.kube.client`.
 
-- **Ownership.** A cordon we make carries ``<domain>/cordoned-by`` (and the reason). A Node that is
-  already unschedulable without that mark is a human's: ``cordon`` leaves it as it is, and
-  ``uncordon`` only ever lifts a cordon that carries our mark. Both writes are strategic merge patches
-  that carry the ``resourceVersion`` we read, so the server refuses them (409) if anyone changed the
-  Node in between; we re-read and decide again rather than overwrite a human's concurrent change.
-- **Taints.** ``spec.taints`` has no merge key, so any patch replaces the whole list. We read the list,
-  add or remove only our ``<domain>/quarantined:NoSchedule`` entry, and write it back with a JSON patch
-  whose first op tests ``/metadata/resourceVersion``: another controller's taint added meanwhile makes
-  the test fail (422) and we start over, instead of silently dropping it.
-- **Eviction** goes through the Eviction API only, which enforces PodDisruptionBudgets. One call is one
-  pass: DaemonSet and mirror pods are skipped (they cannot leave), terminating pods are counted but not
-  evicted again, a 429 with a ``DisruptionBudget`` cause is reported as blocked with a retry delay, a
-  404 means the pod is already gone. Waiting and escalation belong to the workflow; nothing here
-  deletes a pod.
-
-Every SDK error is translated at this boundary: 429, 5xx, conflicts and connection errors are
-transient (keeping Retry-After); 401/403 and other 4xx are permanent; 404 is NotFound. The client
-configuration and that translation live in :mod:`remediation.adapters.kube.client`, the
-Slurm-node-to-Node mapping in :mod:`remediation.adapters.kube.mapping`.
-
-- **Checkpoint request.** Where the site asks pods to save their work before they are evicted
-  (``workflow.checkpoint_pods``), each pod an eviction would remove gets two annotations,
-  ``<domain>/checkpoint-requested-at`` and ``<domain>/checkpoint-deadline`` (RFC 3339), once: a pod
-  that carries them keeps them. Nothing execs into a pod; whatever runs it (a training operator, the
-  job's own sidecar) watches the annotation.
-
-RBAC this module needs: nodes get+patch, pods list (all namespaces, and the slurmd namespace for the
-``pod`` mapping), pods/eviction create; pods patch only with ``workflow.checkpoint_pods``.
+Why: docs/kubernetes.md#how-the-adapter-acts-on-nodes
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 
 :func:`kube_client` builds the ``CoreV1Api`` the adapter and the watcher share: ``kube.host`` with a
 bearer token (and ``kube.ca_file``) when configured, else the in-cluster service account, else a
-kubeconfig; urllib3 retries only connection failures, briefly, so a 429's Retry-After is honoured by the
-workflow rather than slept out inside a worker. :func:`translate` maps every SDK and transport error
+kubeconfig; urllib3 retries only connection failures, briefly: the workflow honours a 429's Retry-After. :func:`translate` maps every SDK and transport error
 onto the typed errors of :mod:`remediation.ports.errors` (the one HTTP table), keeping the server's
 message and Retry-After.
+
+Why: docs/kubernetes.md#kubernetes
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
 
 An unknown or unmappable node is :class:`~remediation.ports.errors.UnknownNode`: a fault of that node,
 never of the system.
+
+Why: docs/kubernetes.md#the-kubernetes-watcher
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The validation through Kubernetes: a ``batch/v1`` Job bound to the Node, read through BatchV1Api.
 
-For a site where Kubernetes, not Slurm, places the check (or whose slurmd pod should not run it): the
-Job's pod is bound with ``spec.nodeName`` (no scheduler, so our cordon cannot keep it off), tolerates
-our cordon (``node.kubernetes.io/unschedulable``) and our quarantine taint (so the kubelet admits it),
-requests the node's GPUs, runs ``validation.kube_image`` with the configured argument list as its
-command, never restarts (``restartPolicy: Never``, ``backoffLimit: 0``: one run, one verdict) and has
-``activeDeadlineSeconds``: the Job controller kills it at the deadline and says ``DeadlineExceeded``.
+The Job is bound with ``spec.nodeName``, tolerates our cordon and quarantine taint, requests the node's
+GPUs, runs once with a deadline, in ``validation.kube_namespace`` (privileged, no service-account token).
+Its name carries the step's nonce, so a second ``start`` finds the first Job. ``finish`` deletes it.
 
-The Job runs in its own namespace (``validation.kube_namespace``, ``node-remediation-validation``,
-shipped by ``deploy/components/validation-kubernetes`` at the ``privileged`` Pod Security level), because
-the check needs what the ``restricted`` level of the service's own namespace refuses: DCGM's diagnostics
-and a GPU reset (``nvidia-smi -r``) open every GPU device and the driver's control files and reset the
-hardware, which takes root in a privileged container. Nothing else is granted: the pod mounts no
-service-account token (the check never calls the API server, so a compromised check image gets no
-credential), shares none of the host's namespaces, mounts no host path and has no service links; its
-seccomp profile is the runtime's. The kubelet adds the GPU devices the ``nvidia.com/gpu`` request
-allocates.
-
-The Job's name comes from the caller (the remediation id and attempt, and the nonce the step recorded
-before it started): a second ``start`` finds the first one's Job (409 AlreadyExists) instead of running
-the check twice, and takes it for the check only if its labels carry that nonce and it is bound to the
-node; any other is someone else's, and the node stays out. ``finish`` deletes the Job with
-its pod (``propagationPolicy: Background``); 404 is done. User pods cannot land meanwhile: the Node stays
-cordoned until the return step, which runs only after a pass.
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
-"""What the adapter reads of a Node, decoded straight from the apiserver's JSON.
+"""What the adapter reads of a Node, decoded straight from the apiserver's JSON with msgspec.
 
-The client's own models build a Python object for every field of a Node: its container images,
-managedFields, capacity, labels. That costs milliseconds of CPU per read, and a mass failure reads and
-cordons hundreds of Nodes at once on the same cores that run everything else. The adapter reads a
-handful of fields; msgspec decodes those and skips the rest without making objects of it.
+Only a handful of fields are decoded; the rest is skipped without making objects. A taint is decoded
+whole, because the taint patch writes the list back.
 
-A taint is decoded whole (the API's four fields), because the taint patch writes the list back.
+Why: docs/architecture.md#a-mass-failure-is-isolated-in-batches
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@
 ``provider`` is the VM provider the workflow drives (which rung sends which reset, the intent it
 records before sending, the evidence it waits for), and ``dryrun`` its dry-run twin. :func:`make_redfish` builds it from the settings (``vm.backend: redfish``
 and the ``redfish`` section), for :mod:`remediation.adapters.factory`.
+
+Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """One conversation with one BMC through sushy, and the translation of what goes wrong into typed errors.
 
-A :class:`BmcSession` is opened per call (``start`` or ``poll``) and closed after it: the credentials
-are read afresh each time (a rotated Secret needs no restart) and nothing holds a BMC connection
-between the workflow's checks. It signs in with HTTP basic authentication rather than a Redfish
-session: a BMC keeps few session slots, and one left behind by a killed worker would hold one until it
-expires.
+A :class:`BmcSession` is opened per call, signs in with basic auth, sends one attempt per request and
+always verifies TLS. A reset target must be a path on that BMC (:func:`on_this_bmc`); :func:`never_sent`
+tells whether a failed POST may have reached it. Errors map through the one HTTP table; the password is
+cut from every message.
 
-Retries are the workflow's, never sushy's: sushy retries a request whose connection failed or timed out
-(``server_side_retries`` or 3 times), whatever the method, and a repeated reset POST is a second reset.
-So every session runs with one attempt per request, and :meth:`BmcSession.reset` sends its POST with no
-server-side retry either. Whether a failed POST may have reached the BMC decides what the provider
-records (:func:`never_sent`).
-
-The login goes to the inventory's BMC only: a reset ``target`` the BMC's JSON names must be a path on
-that BMC (:func:`on_this_bmc`); an absolute URL to another host is refused before anything is sent.
-
-TLS is always verified, against ``redfish.ca_file`` or the system trust store: sushy is never given
-``verify=False``. A certificate that does not verify is a configuration error (automation pauses), so a
-wrong CA file never looks like an unreachable BMC.
-
-Errors (the one HTTP table, :func:`remediation.ports.errors.error_for_status`): 401 and 403 are
-:class:`CredentialError` (system: automation pauses, no node is charged); no answer, 5xx and 429 are
-transient (the workflow retries, then climbs that node's ladder: an unreachable BMC holds its node
-alone); 404 is the system gone from the BMC (node). The password is cut from every message.
+Why: docs/clouds.md#redfish-sessions-and-retries
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Where each node's BMC is and what signs in to it: the inventory, a Node annotation, the credentials.
 
-The inventory (``redfish.inventory_file``, YAML or JSON) maps a node to its BMC::
+Reads ``redfish.inventory_file`` (node to BMC, system, credentials name), ``redfish.node_annotation`` (a
+system on a listed BMC only) and ``redfish.credentials_file``, re-read when they change. A wrong entry is
+that node's :class:`PermanentError`; an unreadable file or missing credentials name is a
+:class:`ConfigError`.
 
-    gpu-node-7: {bmc: "https://10.1.0.7", system: "1", credentials: rack-12}
-
-``system`` is the Redfish system the node is (an id under ``/redfish/v1/Systems/`` or the full path).
-It is required, never guessed: a chassis BMC may serve several systems, and picking the wrong one would
-reset another node. A node the file does not list may pick its system in a Node annotation
-(``redfish.node_annotation``, JSON ``{bmc, system}``), on a BMC the file lists for other nodes and with
-their credentials: the node's own kubelet writes its Node, so the BMC host and the login never come from
-it (a system the file gives another node is refused too). ``credentials`` names an entry of the credentials file
-(``redfish.credentials_file``: ``{NAME: {username, password}}``, a Kubernetes Secret mounted as a file),
-one BMC's or a whole group's; without it, ``default``.
-
-Both files are read when a BMC is called and re-read when they change, so a rotated Secret needs no
-restart. A password lives in a :class:`Login` only, whose repr hides it; messages about the credentials
-file name the file and the entry, never a value (a YAML error's own text quotes the line it choked on,
-so only its line number is kept).
-
-Errors: an entry that is wrong (no https URL, no system) concerns that node alone (:class:`PermanentError`:
-it is quarantined with the reason until the entry is fixed); a file that cannot be read, and a
-credentials name it lacks, are the configuration's (:class:`ConfigError`: automation pauses).
+Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Dry-run's redfish: everything the real provider reads, nothing it sends.
 
-Like the other dry-run twins that read through (``NoopSlurm``, ``NoopKube``), it looks at the real
-machines: it finds the node's BMC, signs in and reads the system, so a dry run shows the reset each
-node would get and surfaces a wrong inventory entry, credential or CA before anyone turns it on. It
-records the reset it would send and sends none; its operation's ref starts with ``dry-run:``, which
-tells the verify step that nothing was restarted.
+It finds the node's BMC, signs in and reads the system, so a dry run shows the reset each node would get
+and surfaces a wrong inventory entry, credential or CA. It records the reset and sends none; its
+operation's ref starts with ``dry-run:``, which tells the verify step nothing was restarted.
+
+Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
 """The ``redfish`` VM provider: power actions on bare-metal nodes through their BMCs (DMTF Redfish).
 
-The ladder's actions as BMC resets, each chosen from the ResetType values the system offers:
+``start`` reads the system, records the reset's intent on the step row, then sends one POST, chosen from
+the ResetType values offered. ``poll`` records each power state seen; done once the system left On and
+came On again, or after ``redfish.unobserved_after_s``.
 
-==================================  ==============================================================
-``restart``                         GracefulRestart (the OS shuts down first); ForceRestart where
-                                    GracefulRestart is not offered
-``stop_start`` (the ladder's        PowerCycle (power removed, then restored: clears what a warm
-``move-host``; ``reimage`` and      reset may keep); where it is not offered ForceOff, then On once
-``redeploy`` become it)             the system is seen Off; else ForceRestart
-a system that is Off                On, whatever the rung
-==================================  ==============================================================
-
-``start`` reads the system (power state, offered resets), records the reset's intent on the step row
-(an intent: :mod:`remediation.db.intents`) and only then sends one POST. The operation's data keeps
-what was requested: the BMC, the system, the credentials' name, the reset, the power state before and
-when. ``poll`` reads the power state once and records every change it sees (``seen``: state and
-seconds after the request). The evidence is the system seen leaving On and On again after the request
-(a system that was Off: seen On after it). A warm reset need not drop power, and an Off shorter than
-the poll interval is missed: a system On throughout is taken as done ``redfish.unobserved_after_s``
-after the request (``evidence: unobserved``), and the verify step's new bootID or slurmd registration
-is then the only proof, as it is for every provider. A ForceOff that never took the system Off within
-``unobserved_after_s`` is an error (the rung failed); until then, and until its On is sent, the operation
-is *midway*: the machine step waits past its timeout rather than leave the machine Off. ``poll`` reports done only once the operation the workflow stored shows the
-evidence, so the step row keeps what was seen.
+Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
 
 from __future__ import annotations

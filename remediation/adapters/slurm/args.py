@@ -1,13 +1,9 @@
 """Checks on what we hand to Slurm, shared by every Slurm backend and done before anything runs.
 
-A node name reaches ``scontrol`` (as ``nodename=NAME``), a URL path (slurmrestd) or the Slurm API.
-Slurm reads that field as a hostlist, and ``nodename=ALL`` means every node (checked on 22.05: it
-drains the whole cluster). So a name must be one plain node: letters, digits, ``.``, ``_``, ``-``, no
-brackets or commas, and not ``ALL``.
+A node name must be one plain node (letters, digits, ``.``, ``_``, ``-``; not ``ALL``). A reason must have
+no control characters and a bounded length.
 
-A reason is free text written by us (with our prefix) or passed on from a human. It travels as one
-argv element, so shell metacharacters are harmless; what is refused is what would corrupt Slurm's
-one-line outputs (newlines, NUL and other control characters) and unbounded length.
+Why: docs/slurm-releases.md#what-we-hand-to-slurm
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Each backend is imported only when chosen, so a site without pyslurm or slurmrestd never imports
 them, and a backend that cannot work here (pyslurm missing) fails at start-up with its own message.
+
+Why: docs/running.md#slurm-releases-and-backends
 """
 
 from __future__ import annotations

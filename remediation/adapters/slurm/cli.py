@@ -1,30 +1,12 @@
-"""SlurmControl over the Slurm commands: ``sinfo --json`` to read, ``scontrol update`` to write.
+"""SlurmControl over the Slurm commands: ``sinfo --json`` or ``scontrol show node --json`` to read (by the
+version ``scontrol --version`` reports), ``scontrol update`` to write, ``scontrol show node -o NAME`` for
+one node.
 
-Every command is an argument list run without a shell, so nothing in a node name or reason is ever
-interpreted by one. Names and reasons are still checked first (:mod:`slurm_args`), because Slurm
-itself interprets some of them: ``nodename=`` takes a hostlist (``ALL`` is every node), and scontrol
-strips one leading and one trailing double quote from ``reason=``. We therefore always wrap the reason
-in quotes, so that exactly what we pass is what Slurm stores.
+Every command is an argument list run without a shell; names and reasons are checked first
+(:mod:`slurm_args`) and the reason is always quoted. Slurm's messages map to typed errors through the one
+Slurm table in :mod:`remediation.ports.errors`.
 
-Slurm's messages are mapped to typed errors, keeping its text:
-
-- "Unable to contact slurm controller", socket errors, munge failures -> :class:`ControllerUnreachable`
-  (the system's fault: automation pauses until slurmctld answers again);
-- "Access/permission denied" -> :class:`CredentialError` (the service's user lacks the operator role);
-- "Invalid node name specified" / "Node X not found" -> :class:`UnknownNode`;
-- a command timeout -> :class:`TransientError`; a missing binary -> :class:`ConfigError`;
-- everything else -> :class:`SlurmCommandError` (Slurm refused this node's command).
-
-The markers are the one Slurm table in :mod:`remediation.ports.errors`, shared with slurmrestd and pyslurm.
-
-The whole table is read by version, detected once from ``scontrol --version``: 22.05 reads
-``sinfo --json`` (one object per node, openapi v0.0.38). From 23.02 ``sinfo --json`` groups nodes by
-state and lists no node objects, so 23.02+ (24.11 is tested) reads ``scontrol show node --json``, whose
-states are lists (``["IDLE", "DRAIN"]``) and numbers ``{"set": true, "number": N}``; both documents go
-through the same parser. ``sinfo --json`` in 22.05 exits 0 when slurmctld is unreachable and prints an
-``errors`` entry "Unspecified error" with no nodes; that is a transient error here, never "the cluster
-has no nodes". It also ignores ``-n``, so one node is read with ``scontrol show node -o NAME`` (on
-every version).
+Why: docs/slurm-releases.md#the-cli-backend
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
 """Reading slurmctld's node table at the cost of what changed, not of the cluster's size.
 
-At 10,000 nodes ``sinfo --json`` costs about 0.45 s of CPU and 200 MB per call: a watcher polling it
-twice a second needs a whole core. Slurm offers cheaper reads, and the watcher only needs transitions of
-the *bad* set (DOWN, DRAIN, FAIL, NOT_RESPONDING and their kin) plus an inventory now and then:
+:class:`DeltaReader` asks the change probe first, then the aggregated bad set (``sinfo -h -t ...``), then
+``scontrol show node -o LIST`` for the nodes a line cannot describe (:attr:`DeltaReader.pending`), and
+the whole table at resync. Unchanged nodes come back as the same objects, so the
+watcher's diff skips them by identity. A bad state sinfo cannot filter on makes every poll a full read.
 
-0. **Every poll of a quiet cluster, first:** slurmctld's own "changed since?" answer
-   (:mod:`remediation.adapters.slurm.probe`, through libslurm when it can be loaded): on a quiet cluster
-   nothing else runs. slurmctld answers it to the second, so for up to a second after any change it
-   answers "changed" and loads the whole table into the watcher, only for the bad set to be read again
-   after it. While the bad set is changing (until it has stayed the same for :data:`SETTLE_S`) the
-   reader therefore skips the probe and reads the bad set straight away; the first probe after that
-   still asks "since" the last time it answered, so nothing that changed in between is missed.
-1. **When the node table changed:** the bad set, aggregated by slurmctld's own grouping,
-   ``sinfo -h -t down,drain,fail,no_respond -O NodeList,StateComplete,Reason,Timestamp,User`` (``|``
-   after each field): one line per (state, reason, time, user) with a hostlist, a few lines even with
-   hundreds of bad nodes. Identical text to the last poll means the bad set did not change: nothing else
-   is read.
-2. **When it changed, at once:** a node that entered the bad set or changed within it is taken from its
-   line. The line carries everything the watcher's events and condition keys use: the complete state
-   (``IDLE+DRAIN+...``, exactly as ``scontrol`` prints it), the reason, who set it and when. Its
-   slurmd start time (used only when a condition has no reason time) is carried over from the last
-   detail read. So a new fault is published after two reads of the table, not three.
-3. **Right after, on the next poll:** ``scontrol show node -o LIST`` for just the nodes a line cannot
-   describe: those that left the bad set (their healthy state and kept reason), those whose line has no
-   reason time (a bare NOT_RESPONDING, keyed by slurmd's start time), and nodes new to the reader.
-   Until read, such a node keeps its previous status; :attr:`DeltaReader.pending` tells the watcher
-   to poll again at once, within the same turn of its loop (its CPU budget counts both polls).
-4. **Every resync** (``slurm.resync_interval_s``, and on start): the whole table with ``scontrol show
-   node -o``, a tenth of the CPU of ``sinfo --json`` and no JSON document in memory.
-
-The reader keeps the latest status of every node and hands the watcher a copy in which unchanged nodes
-are the *same objects* as before, so the watcher's diff skips them by identity. A line's record and
-``scontrol``'s record of the same node agree on every field the diff compares (state, flags, reason, its
-time and user), so moving between the two reads never looks like a transition.
-
-A configured bad state sinfo cannot filter on (``-t`` knows no such state) makes every poll a full read,
-which is correct, only dearer; the watcher logs it once.
+Why: docs/architecture.md#the-slurm-watcher-reads-what-changed
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ A wire parser gives the watcher one :class:`~remediation.adapters.slurm.parse.No
 poll; this module decides what changed between two polls and names each bad condition with a key that
 stays the same across polls, resyncs and watcher restarts, so the same condition is one event however
 often it is seen. Pure functions over records, no I/O.
+
+Why: docs/running.md#the-watchers
 """
 
 from __future__ import annotations

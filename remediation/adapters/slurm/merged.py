@@ -1,15 +1,9 @@
 """The ``cli`` backend with its per-node reads and drains merged across threads.
 
-A step asks Slurm about its own node: ``scontrol show node -o NODE``, ``squeue -w NODE``, ``scontrol
-update nodename=NODE state=drain``. When many steps run at once (a mass failure, ``remediation.isolate``),
-those single-node commands would queue up behind each other, each paying a command's start-up and a
-read of slurm.conf. Here the calls that arrive while one command runs go out together in the next, as
-one command with a node list (:mod:`remediation.adapters.merger`), so Slurm answers a hundred nodes for
-the cost of one. A lone call still goes out at once, alone: nothing waits for company.
+Calls that arrive while one command runs go out together in the next, as one command with a node list
+(:mod:`remediation.adapters.merger`); a lone call goes out at once. Every answer is still per node.
 
-Every answer is still per node: a node Slurm does not know is that node's :class:`UnknownNode`, a drain
-Slurm refuses for one node is retried alone so the refusal is that node's, and a drain that asks for
-nothing new (already drained with the same reason) is still skipped, as in :class:`CliSlurm`.
+Why: docs/architecture.md#a-mass-failure-is-isolated-in-batches
 """
 
 from __future__ import annotations

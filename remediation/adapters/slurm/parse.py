@@ -1,23 +1,11 @@
 """Parse what Slurm says about its nodes into :class:`NodeRecord` (comparing two snapshots:
 :mod:`remediation.adapters.slurm.diff`).
 
-Inputs:
-- ``sinfo --json`` (openapi v0.0.38 in Slurm 22.05) and slurmrestd ``GET /slurm/vX/nodes``: the same
-  document, ``{"meta": ..., "errors": [...], "nodes": [...]}``. In v0.0.38 a node's ``state`` is the
-  lower-case base state and ``state_flags`` the flags; v0.0.39+ put everything in a ``state`` list and
-  wrap numbers as ``{"set": true, "number": N}``. Both are read.
-- ``scontrol show node -o``: one ``Key=Value`` line per node, the reason last as
-  ``Reason=TEXT [USER@TIME]``.
+Reads ``sinfo --json`` and slurmrestd's nodes document (v0.0.38 and v0.0.39+ shapes) and ``scontrol show
+node -o`` lines. :class:`NodesParser` decodes only the node objects whose text changed. Malformed input
+raises :class:`SlurmFormatError`; errors Slurm reported raise :class:`SlurmReportedError`.
 
-The watcher polls every second, so parsing must stay cheap at 10,000 nodes. A full ``json.loads`` of
-such a document (13 MB) costs ~70 ms; most polls change a handful of nodes. :class:`NodesParser`
-therefore splits Slurm's pretty-printed document at the node boundaries (a line ``    },`` followed by
-``    {`` can only be a boundary of the ``nodes`` array: JSON strings cannot contain a raw newline) and
-only decodes node objects whose text changed since the previous poll. Anything not laid out exactly as
-expected goes through the plain full parse, so the shortcut can make a poll slower, never wrong.
-
-Malformed input raises :class:`SlurmFormatError` naming the offending field; errors Slurm itself
-reported in ``errors`` raise :class:`SlurmReportedError` carrying Slurm's messages.
+Why: docs/slurm-releases.md#parsing-the-node-table
 """
 
 from __future__ import annotations

@@ -1,26 +1,10 @@
 """Has slurmctld's node table changed since we last looked? One cheap RPC, answered by Slurm itself.
 
-Every Slurm command starts with no memory, so each ``sinfo`` makes slurmctld pack its whole node table
-(about 24 ms of the controller's time at 10,000 nodes, measured with ``sdiag``) and the command unpack
-it (about 30 ms of CPU). Slurm's own API can do better: ``slurm_load_node(update_time, ...)`` answers
-``SLURM_NO_CHANGE_IN_DATA`` at once when no node changed since ``update_time`` (slurmctld compares
-with its ``last_node_update``; within the second of a change it answers "changed", so nothing is
-missed). That is what the interactive ``sview``/``smap`` loops use.
+``slurm_load_node(update_time)`` through ``ctypes`` and the libslurm the Slurm commands link. One process
+probes one controller. Any error answers "changed", so the commands run: the probe can make polls cheaper,
+never blind. The delta reader (:mod:`remediation.adapters.slurm.delta`) asks it first.
 
-The probe calls it through ``ctypes`` from the library the Slurm commands themselves link
-(``libslurm.so.NN`` from Debian's ``libslurmNN``, or slurm-client's private ``libslurmfull.so``),
-reads only ``last_update`` (the first field of ``node_info_msg_t``, where it has been for every Slurm
-release) and frees the message with Slurm's own function: no struct layout of ours to go stale.
-
-libslurm reads its configuration once per process (``slurm_init``) into globals. One process may
-therefore probe one controller only: a second probe for another ``slurm.conf`` (a test running two
-clusters, an operator pointing a second watcher elsewhere) would ask the first controller and be told
-"no change" forever. Such a probe is refused, and that watcher reads with the commands alone.
-
-The delta reader (:mod:`remediation.adapters.slurm.delta`) asks the probe first: a quiet cluster then costs
-well under a millisecond per poll at both ends. Any error (no library, a controller that cannot be
-reached, a protocol mismatch) answers "changed", so the commands run and raise their typed errors; the
-probe can make polls cheaper, never blind.
+Why: docs/slurm-releases.md#the-change-probe
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """SlurmControl over pyslurm (the Slurm C API), an optional extra: ``pip install node-remediation[pyslurm]``.
 
-**Untested: no matching Slurm could be installed.** pyslurm is built against one Slurm release: PyPI's
-pyslurm releases are 25.11 (Slurm 25.11 only) and very old ones, while Debian offers Slurm 22.05,
-24.11 (trixie) and 26.05 (sid). A site would need Slurm 25.11 with pyslurm 25.11.x. This backend has
-therefore never run against a real slurmctld here and is not presented as supported; the ``cli``
-(default) and ``rest`` backends are tested on 22.05, 24.11 and 26.05.
+**Untested.** At start-up it refuses any pairing where pyslurm's release is not the release ``scontrol
+--version`` reports. States come from ``node_state_string_complete``, split as ``scontrol show node``
+states are.
 
-Because of that, the backend checks at start-up, before anything else, that pyslurm imports and that
-its release (``pyslurm.__version__``, e.g. ``25.11.0``) is the release of the Slurm the configured
-commands report (``scontrol --version``): any other pairing is refused with a clear error naming both,
-instead of a crash or a silent misreading on the first remediation.
-
-State strings come from Slurm's own ``node_state_string_complete`` (``IDLE+DRAIN``), the same form as
-``scontrol show node``, so they are split the same way.
+Why: docs/slurm-releases.md#everything-else
 """
 
 from __future__ import annotations

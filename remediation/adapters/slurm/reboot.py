@@ -1,41 +1,11 @@
 """Slurm's own reboot as the machine action: ``scontrol reboot ASAP nextstate=DOWN reason=... NODE``.
 
-A site without a cloud reboots a node through the cluster's RebootProgram, with no credentials beyond
-Slurm's. The machine is the Slurm node itself, ``VMRef("slurm", NODE)`` (:meth:`SlurmReboot.machine_of`),
-not a VM a Kubernetes providerID names.
+The machine is the Slurm node itself, ``VMRef("slurm", NODE)``. The reason's marker names the attempt, so
+a redelivered ``start`` never asks twice. ``poll`` proves the reboot from slurmctld's flags and boot
+times, never a timer. A rung heavier than restart raises :class:`RebootOnly`. Always through scontrol,
+whatever ``slurm.backend`` reads with.
 
-**The request.** ``ASAP`` drains the node and reboots it only once no job holds it: the workflow has
-drained it already, and ASAP is Slurm's own guarantee that nothing runs under the reboot.
-``nextstate=DOWN`` keeps the node out of service when it is back, so the validation and the return step
-put it back, never Slurm. The reason carries our prefix and a marker of this attempt,
-``<action>:<digest of the idempotency key>@<unix time of the request>`` (the clouds' tag marker); Slurm
-appends " : reboot issued" and then " : reboot complete" (or " : reboot timed out") and keeps it.
-
-**Once per idempotency key.** A worker may die after ``scontrol reboot`` and before the workflow recorded
-the Operation. The redelivered ``start`` reads the node first and asks only if slurmctld shows neither
-this attempt's marker in the reason (then the Operation is rebuilt from the marker, request time
-included) nor a reboot pending (REBOOT_REQUESTED or REBOOT_ISSUED: someone's reboot is on its way; it is
-waited on, never doubled). A human who rewrites the reason between our request and the redelivery, after
-the reboot completed, would get a second reboot: nothing else records the first.
-
-**Proof from slurmctld, not a timer.** ``poll`` reads the node (``scontrol show node -o``, one parser
-for 22.05 and 24.11). The reboot is done when slurmctld has cleared both reboot flags and the node's
-BootTime and SlurmdStartTime are not earlier than the request, the request's time being slurmctld's own
-(the ReasonTime it stamped on our reason; a reboot adopted without one: a BootTime newer than the node's
-then), never the worker's clock, which may run ahead of slurmctld's and read a real reboot as none: slurmd registered from a machine that
-booted after we asked. SlurmdStartTime alone proves nothing: a slurmd restarted without a reboot
-registers with the old BootTime, and slurmctld keeps waiting. Flags cleared without such a boot mean
-slurmctld ended the reboot without one: ResumeTimeout passed (the node is DOWN, on 24.11 still DRAIN
-too), or a human resumed the node. That is an operation error, which the machine step turns into the
-next rung of the ladder. The verdict comes from flags and times, never from the words Slurm appends to
-the reason. A reboot slurmctld still waits on is waited on, up to ``workflow.vm_operation_timeout_s``.
-
-**Only restart.** Slurm reboots and can do nothing heavier. A rung asking for more (move-host,
-reimage) raises :class:`RebootOnly`, a permanent error about the node: the ladder ends there and the
-node is quarantined for a human, as at the end of any ladder.
-
-Always through scontrol, whatever ``slurm.backend`` reads with: slurmrestd has no reboot (none of
-v0.0.38 to v0.0.42 offers one).
+Why: docs/slurm-releases.md#slurm-reboot
 """
 
 from __future__ import annotations

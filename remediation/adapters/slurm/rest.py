@@ -1,29 +1,11 @@
 """SlurmControl over slurmrestd, for deployments where the service runs without munge.
 
-Transport: ``rest_url`` is ``http(s)://host:port`` or ``unix:/path/to.sock`` (httpx's UDS transport).
-Auth: JWT via ``X-SLURM-USER-NAME`` / ``X-SLURM-USER-TOKEN`` when configured; on a unix socket
-slurmrestd may instead authenticate the peer (``rest_auth/local``).
+``rest_url`` is ``http(s)://host:port`` or ``unix:/path/to.sock``; JWT auth via ``rest_user`` and
+``rest_token``, or peer auth on a socket. Reads on every API version; writes from v0.0.39
+(:class:`NotSupported` on v0.0.38). Idle polls use ``update_time`` and 304. Refusals are classified by the
+one Slurm table and the one HTTP table (:mod:`remediation.ports.errors`).
 
-Reads work on every API version (``GET /slurm/vX/nodes`` has the ``sinfo --json`` shape, parsed by
-:mod:`remediation.adapters.slurm.parse`). Node updates exist from v0.0.39 (``POST /slurm/vX/node/NAME``); on
-v0.0.38, the only version Slurm 22.05 offers, every write raises :class:`NotSupported`.
-
-Change detection: ``GET nodes?update_time=T`` answers ``304 Not Modified`` when no node changed since
-T, so an idle poll costs one empty response. When something did change, 22.05 and 24.11 answer ``500``
-instead of the nodes (observed on 22.05.8 and 24.11.5), so any answer but 304 is followed by a plain
-full read. 24.11's v0.0.40 and v0.0.41 cannot parse a Unix time there at all (errno 9202); after the
-first such answer the backend stops asking and every poll is a full read (v0.0.42 keeps the 304 path).
-
-Versions: v0.0.38 (22.05) reads only. v0.0.40, v0.0.41 and v0.0.42 (24.11) read and write with the
-same node document and the same ``POST /slurm/vX/node/NAME`` body, checked against the real server
-(tests/integration/slurm/test_slurm_rest.py); a version the server does not serve is a configuration
-error. slurmrestd's refusals arrive as 500 (26.05: 422) with ``errors[]`` carrying Slurm's errno and are classified
-by the one Slurm table (:func:`remediation.ports.errors.error_for_slurm`); 401/403 by the one HTTP table
-(:func:`remediation.ports.errors.error_for_status`): a systemic fault that pauses automation, never a node's.
-
-Token auth (``rest_token``/``rest_user``, sent as ``X-SLURM-USER-TOKEN``/``X-SLURM-USER-NAME``) is for
-a slurmrestd run with ``rest_auth/jwt``; docs/running.md says how a site issues and rotates the token. T is the start of our last full read minus one second: Slurm stamps changes in
-whole seconds, and a change in the same second as our read must not be taken as already seen.
+Why: docs/slurm-releases.md#slurmrestd-change-detection
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Where the Slurm watcher learns switch domains from, whatever the backend, and says so.
 
-Three sources, the first that applies wins:
+First that applies: ``slurm.topology_conf``, then ``scontrol show topology``; slurmrestd serves no switch
+list. With none, the watcher warns at start-up.
 
-1. ``slurm.topology_conf``: the cluster's ``topology.conf``, re-read at every refresh
-   (:func:`remediation.domain.topology.parse_topology_conf`). For a service that reaches Slurm only
-   through slurmrestd, with the file mounted from the cluster's configuration.
-2. ``scontrol show topology``: the cli backend's own reader, and the rest backend's too where
-   ``slurm.scontrol`` is installed beside the watcher with a slurm.conf (``slurm.slurm_conf``,
-   ``SLURM_CONF`` or /etc/slurm/slurm.conf; it then needs munge, like the cli backend).
-3. slurmrestd itself serves no switch list: no release tested here does (22.05's v0.0.38, 24.11's
-   v0.0.40-42, 26.05's v0.0.42-45). 26.05 has ``GET /conf`` (``TopologyPlugin`` names the plugin, not
-   its switches) and a per-node ``topology`` string that stays empty for nodes topology.conf places.
-
-Where none applies the watcher learns no switch domains, and says why at start-up (a warning), rather
-than leaving the incident rule silently without them.
+Why: docs/slurm-releases.md#topology
 """
 
 from __future__ import annotations

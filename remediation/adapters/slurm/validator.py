@@ -1,33 +1,11 @@
 """The validation through Slurm itself: a maintenance reservation only the service's user may use.
 
-Where Slurm owns the node, the check must be one Slurm accounts for, and no user job may land on the
-node before it ends. :class:`SlurmValidator` therefore, all with argument lists (never a shell string):
+:class:`SlurmValidator` reserves the node, resumes it, submits the check job into the reservation, polls
+it, then drains the node again and only then deletes the reservation. Each step looks before it acts, so a
+worker killed anywhere resumes without submitting twice. I/O goes through
+:mod:`remediation.adapters.slurm.validator_io`.
 
-1. ``scontrol create reservation ReservationName=NAME Nodes=NODE Users=USER StartTime=now
-   Duration=UNLIMITED Flags=maint,ignore_jobs``: from now on only USER's jobs that ask for NAME run
-   there, until step 5 deletes it (no end of its own: a check cancelled or held meanwhile must not
-   leave the resumed node open to users);
-2. resumes the node (it is drained by us, or by the human who asked for the check, or DOWN under our
-   reason after Slurm's own reboot) and remembers the reason it had, in ``WORKDIR/NAME.state.json``;
-3. ``sbatch --parsable --job-name=NAME --reservation=NAME --nodelist=NODE --exclusive --time=MIN
-   --output=WORKDIR/NAME.out WORKDIR/nr-gate-exec.sh ARGV...``: the script runs its arguments (the
-   configured check) and prints ``nr-gate-exit: N`` last, so the exit code survives even when
-   slurmctld has forgotten the job (MinJobAge) and there is no accounting storage to ask;
-4. polls ``scontrol show job -o ID`` (JobState, ExitCode, Start/EndTime) and reads the output file;
-5. on finish: cancels a check still running, drains the node again with the reason it had (unless
-   someone drained it meanwhile: theirs stays), and only then deletes the reservation, so the node is
-   never open to users between the check and the return step.
-
-Each step goes through :mod:`remediation.adapters.slurm.validator_io`: the commands above, or with
-``slurm.backend: rest`` slurmrestd's reservation and job endpoints where the configured API version
-has them (v0.0.43+), the start-up log saying which and, on a fallback, why.
-
-Names come from the caller (derived from the remediation id and attempt, and ending in the nonce the
-step recorded before it started), and every step looks before it acts: an existing reservation is
-reused, a job of that name (``squeue --name NAME -t all``) that runs as our user in our reservation on
-the node is not submitted again, a deleted reservation is not an error. A worker killed anywhere in
-``start`` resumes without submitting twice. A job of the name that is anyone else's is never taken for
-the check: any cluster user can name a job.
+Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """How the Slurm validator reaches slurmctld: its reservation, its check job and the node.
 
-:class:`remediation.adapters.slurm.validator.SlurmValidator` decides what to do; the I/O here does
-each step, through one of two paths with the same meaning:
+:class:`CommandIO` runs ``scontrol``, ``sbatch``, ``squeue`` and ``scancel`` (every release);
+:class:`RestIO` uses slurmrestd (v0.0.43+). :func:`validator_io` picks one and says why.
 
-- :class:`CommandIO`: ``scontrol create/show/delete reservation``, ``sbatch``, ``squeue``,
-  ``scontrol show job`` and ``scancel`` (argument lists, never a shell string), the node through the cli
-  backend. Every release; the one path of the cli and pyslurm backends.
-- :class:`RestIO`: slurmrestd, for ``slurm.backend: rest``. ``POST /reservation`` (create), ``GET
-  /reservations`` (does it exist: 26.05 answers a GET of one unknown reservation with a bare 422 and
-  errno 9000, no better than a parse error), ``DELETE /reservation/NAME``, ``POST /job/submit`` (the same
-  wrapper script as the text of the job, the check as its ``argv``), ``GET /jobs`` (by name, as squeue
-  ``-t all``), ``GET /job/ID`` and ``DELETE /job/ID``; the node through the rest backend. Creating a
-  reservation needs v0.0.43 or later (Slurm 25.05+; 26.05 serves v0.0.42 to v0.0.45); with an older
-  ``slurm.rest_api_version`` :func:`validator_io` falls back to the commands and says why.
-
-Checked against the real slurmctld and slurmrestd of 26.05 (tests/integration/slurm/test_slurm_validation.py).
+Why: docs/slurm-releases.md#the-validation-validationbackend-slurm
 """
 
 from __future__ import annotations
