@@ -170,7 +170,7 @@ def _argv_problem(argv: list[str]) -> str | None:
         cmd.make_context(argv[0], list(args))
     except Exception as exc:  # click's UsageError family (typer vendors click)
         return f"{argv}: {exc}"
-    if argv[0] == "watch" and not (ROOT / "watchers" / f"{argv[1]}.py").exists():
+    if argv[0] == "watch" and not (ROOT / "watchers" / argv[1] / "watcher.py").exists():
         return f"{argv}: no watcher {argv[1]!r}"
     return None
 

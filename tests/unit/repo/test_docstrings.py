@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TREES = ("remediation", "watchers", "workers", "simulator")
+ROOT = Path(__file__).resolve().parents[3]
+TREES = ("remediation", "watchers", "workers", "simulator", "demo")
 MAX_WORDS = 90
 LINK = re.compile(r"docs/([\w.-]+\.md)(?:#([\w-]+))?")
 FENCE = re.compile(r"^\s*(```|~~~)")
