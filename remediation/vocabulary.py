@@ -4,7 +4,7 @@
 settings check a site's overrides against them at start-up; so they sit at the bottom of the house,
 beside the settings and the clock, where both can import them. Pure names, no rules.
 
-Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """
 
 from __future__ import annotations

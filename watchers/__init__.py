@@ -1,5 +1,5 @@
 """Watchers: processes that turn slurmctld and the Kubernetes API into NodeEvents on Redis. Adapters
 come from ``remediation.adapters``; nothing here imports ``workers``.
 
-Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """

@@ -5,7 +5,7 @@ one object per line with the call's ``extra=`` fields). It owns the root logger:
 and every library logger (Celery's, uvicorn's, SQLAlchemy's) propagates to it, so one process never prints
 two formats.
 
-Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``python -m remediation.api.serve``: the dashboard, the JSON API and /metrics under uvicorn.
 
 ``remediation api`` execs this, as it execs the workers and the watchers, so the CLI imports no entry
-point beside it. Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+point beside it. Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 ``python -m remediation.api.serve``); the CLI never imports them. ``db`` runs here. :func:`main` passes
 the Celery dispatcher to the lever commands.
 
-Why: docs/architecture.md#the-house-five-layers-imports-pointing-down
+Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """
 
 from __future__ import annotations

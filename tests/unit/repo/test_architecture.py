@@ -99,6 +99,25 @@ def layer_entries() -> list[str]:
     return [name.strip() for layer in layers for name in re.split(r"[|:]", layer)]
 
 
+def picture_layers() -> list[set[str]]:
+    """The layers docs/architecture.md draws: one line per layer, its modules after the bar."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## The house: layers, imports pointing down", 1)[1]
+    block = section.split("```", 2)[1]
+    return [{name.strip() for name in line.split("│", 1)[1].split("·")} for line in block.splitlines() if "│" in line]
+
+
+def test_the_layer_picture_is_the_contract() -> None:
+    """One picture of the layers is kept (README links to it), and it is the contract, top to bottom."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(c["layers"] for c in config if c["name"].startswith("Layers:"))
+    contract = [{name.strip().removeprefix("remediation.") for name in re.split(r"[|:]", layer)} for layer in layers]
+    assert picture_layers() == contract
+    readme = (ROOT / "README.md").read_text()
+    assert "docs/architecture.md#the-house-layers-imports-pointing-down" in readme
+    assert "│" not in readme  # no second picture to drift
+
+
 def test_every_core_module_sits_in_a_layer() -> None:
     """A module dropped straight into remediation/, or into a feature package without its layer, would
     escape every layer contract. Package ``__init__`` modules hold no code of their own."""

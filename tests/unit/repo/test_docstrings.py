@@ -1,6 +1,6 @@
 """Every module says what it is for in a few words and links the docs/ section that says why.
 
-The reasoning lives in docs/ once (docs/architecture.md#the-house-five-layers-imports-pointing-down);
+The reasoning lives in docs/ once (docs/architecture.md#the-house-layers-imports-pointing-down);
 this test keeps module docstrings short and their links to docs/ pointing at headings that exist.
 """
 
