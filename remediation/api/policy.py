@@ -14,8 +14,8 @@ from fastapi import APIRouter, Path, Request
 
 from remediation.api.auth import API_ERRORS
 from remediation.api.routes import NodeName, Reader
+from remediation.profiles.settings import PROFILE_NAME
 from remediation.services import policy_views
-from remediation.settings.profiles import PROFILE_NAME
 
 router = APIRouter(prefix="/api/v1", tags=["policy"], responses=API_ERRORS)
 ProfileName = Annotated[str, Path(pattern=PROFILE_NAME)]

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, require_admin
 from remediation.api.levers import Lever, LeverResult, pull
 from remediation.domain.events import NODE_NAME
+from remediation.profiles.settings import PROFILE_NAME
 from remediation.services.holds import automation_status
 from remediation.services.lemons import LemonRow
 from remediation.services.lemons import lemons as compute_lemons
@@ -42,7 +43,6 @@ from remediation.services.readmodels import (
 from remediation.services.readmodels import get_remediation as get_rem
 from remediation.services.stats import Stats
 from remediation.services.stats import stats as compute_stats
-from remediation.settings.profiles import PROFILE_NAME
 
 MAX_ID = 2**63 - 1
 NodeName = Annotated[str, Path(pattern=NODE_NAME.pattern, max_length=253, examples=["gpu-node-7"])]

@@ -147,7 +147,7 @@ class Remediation(Base):
     fault_evidence: Mapped[str | None] = mapped_column(Text)
     action: Mapped[str | None] = mapped_column(String(32))
     # The profile that governed the node when this opened (NULL: the base policy) and that effective
-    # policy itself (remediation.settings.profiles.EffectivePolicy), read until the remediation ends.
+    # policy itself (remediation.profiles.settings.EffectivePolicy), read until the remediation ends.
     # NULL policy on rows from before profiles: they run under today's configuration.
     profile: Mapped[str | None] = mapped_column(String(63), index=True)
     policy: Mapped[dict[str, Any] | None] = mapped_column(Json)

@@ -20,8 +20,8 @@ from pydantic import BaseModel
 
 from remediation.domain.policy import Decision, DecisionKind
 from remediation.hostlist import expand
+from remediation.profiles.settings import SECTIONS, Mode, effective
 from remediation.settings import EffectivePolicy, ProfileSelect, ProfileSettings
-from remediation.settings.profiles import SECTIONS, Mode, effective
 from remediation.settings.selector import Requirement, matches, parse_selector
 
 

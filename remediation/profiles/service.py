@@ -23,6 +23,7 @@ from remediation.db.queries import among, recent_failure_counts
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.lemon import Failure
 from remediation.profiles.rules import Governance, NodeFacts, Resolution
+from remediation.profiles.settings import Mode
 from remediation.settings import (
     EffectivePolicy,
     IncidentSettings,
@@ -32,7 +33,6 @@ from remediation.settings import (
     ValidationSettings,
     WorkflowSettings,
 )
-from remediation.settings.profiles import Mode
 
 
 def record_facts(session: Session, events: Iterable[NodeEvent]) -> int:

@@ -36,8 +36,8 @@ from remediation.domain.statemachine import NodeStatus, Step
 from remediation.incidents.service import correlate_opened
 from remediation.profiles.rules import Governance, Resolution, govern
 from remediation.profiles.service import base_only, governed, histories
+from remediation.profiles.settings import Mode
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
-from remediation.settings.profiles import Mode
 
 
 @dataclass

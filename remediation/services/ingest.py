@@ -37,6 +37,7 @@ from remediation.domain.states import AuditAction
 from remediation.incidents.service import record_domains
 from remediation.profiles.rules import Governance, Resolution, label_keys
 from remediation.profiles.service import record_facts
+from remediation.profiles.settings import Mode
 from remediation.services.audit import would
 from remediation.services.decisions import Batch
 from remediation.services.dedupe import taken_by_others, unique_by_key
@@ -44,7 +45,6 @@ from remediation.services.fencing import fence_events
 from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.pool import confirm_nodes
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
-from remediation.settings.profiles import Mode
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from remediation.settings.faults import FaultSettings
 from remediation.settings.kube import KubeSettings
 from remediation.settings.machine import MachineSettings
 from remediation.settings.slurm import SlurmSettings
-from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
+from remediation.validation.settings import ValidationSettings
 from remediation.vocabulary import MACHINE_ACTIONS
 
 NONE = "none"

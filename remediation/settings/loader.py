@@ -27,24 +27,24 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from remediation.incidents.settings import IncidentSettings
+from remediation.profiles.settings import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
 from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
 from remediation.settings.broker import BrokerSettings
 from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
-from remediation.settings.incidents import IncidentSettings
 from remediation.settings.kube import KubeSettings
 from remediation.settings.machine import MachineSettings
 from remediation.settings.memory import MemoryWorldSettings
 from remediation.settings.notify import NotifySettings
 from remediation.settings.policy import PolicySettings
-from remediation.settings.profiles import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
 from remediation.settings.redfish import RedfishSettings
 from remediation.settings.retention import RetentionSettings
 from remediation.settings.slurm import SlurmSettings
-from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
+from remediation.validation.settings import ValidationSettings
 
 CONFIG_ENV = "REMEDIATION_CONFIG"
 

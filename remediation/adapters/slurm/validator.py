@@ -24,8 +24,8 @@ from remediation.adapters.slurm.validator_io import Submission, exit_code, parse
 from remediation.hostlist import HostlistError, expand
 from remediation.ports.errors import ConfigError
 from remediation.settings import SlurmSettings, ValidationSettings
-from remediation.settings.validation import loose_mode, loose_mode_message
 from remediation.validation.port import Backend, ValidationCheck, ValidationResult
+from remediation.validation.settings import loose_mode, loose_mode_message
 
 __all__ = ["EXEC_SCRIPT", "SlurmValidator", "exit_code", "parse_job"]
 

@@ -14,7 +14,7 @@ from remediation.domain.events import EventKind, Source
 from remediation.domain.policy import DecisionKind
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
-from remediation.settings.profiles import Mode
+from remediation.profiles.settings import Mode
 
 ROOT = Path(__file__).resolve().parents[3]
 TREES = ("remediation/domain", "remediation/services", "remediation/db", "remediation/rehearsal", "workers",

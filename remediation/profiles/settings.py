@@ -17,13 +17,13 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from remediation.hostlist import HostlistError, expand
+from remediation.incidents.settings import IncidentSettings
 from remediation.settings.base import Section
-from remediation.settings.incidents import IncidentSettings
 from remediation.settings.machine import MachineSettings
 from remediation.settings.policy import PolicySettings
 from remediation.settings.selector import parse_selector
-from remediation.settings.validation import ValidationSettings
 from remediation.settings.workflow import WorkflowSettings
+from remediation.validation.settings import ValidationSettings
 from remediation.vocabulary import FAULT_CLASSES
 
 
