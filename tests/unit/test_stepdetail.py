@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from remediation.domain.stepdetail import JobsProgress, RetryState
+from remediation.domain.step_records import DrainDetail
+from remediation.domain.stepdetail import RetryState
 
 T = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -33,6 +34,7 @@ def test_a_success_ends_the_streak_and_keeps_the_retry_record() -> None:
 
 
 def test_jobs_progress_reads_old_rows_and_tolerates_junk() -> None:
-    assert JobsProgress.load({"jobs_acted": ["7", 8], "jobs_timeout_paged": True}) == JobsProgress(("7", "8"), True)
-    assert JobsProgress.load({"jobs_acted": "7"}) == JobsProgress()
-    assert JobsProgress(("7",)).dump() == {"jobs_acted": ["7"]}
+    assert DrainDetail.load({"jobs_acted": ["7", 8], "jobs_timeout_paged": True}) == DrainDetail(
+        acted=("7", "8"), timeout_paged=True)
+    assert DrainDetail.load({"jobs_acted": "7"}) == DrainDetail()
+    assert DrainDetail(acted=("7",)).dump() == {"jobs_acted": ["7"]}
