@@ -1,12 +1,9 @@
-"""What each workflow step records on its row: one typed record per step, dumped to the row's JSON
-``detail`` by the engine and loaded back tolerantly.
+"""What each workflow step records on its row: one typed record per step.
 
-A step body returns its record in the outcome; the engine merges ``dump()`` into the stored
-``detail`` (a later write of the same step replaces the keys it sets and keeps the others, such as the
-engine's own in :mod:`remediation.domain.stepdetail`). The key names and value shapes are the ones the
-CLI, the API and the dashboard read. ``load()`` reads a row written before these records existed, or
-by hand: a missing or malformed value reads as "not recorded", an unknown key is left to the row.
-docs/architecture.md, "States are enums down to the column".
+A step body returns its record in the outcome; the engine merges ``dump()`` into the row's JSON
+``detail``, beside the engine's own keys (:mod:`remediation.domain.stepdetail`), under the key names
+the CLI, the API and the dashboard read. ``load()`` reads any row, old or written by hand: a missing
+or malformed value reads as "not recorded". docs/architecture.md, "A step runs in three phases".
 """
 
 from __future__ import annotations
@@ -233,7 +230,7 @@ class VerifyDetail(StepDetail):
 
 
 @dataclass(frozen=True)
-class CheckDetail(StepDetail):
+class GpuCheckDetail(StepDetail):
     """``validate``: the GPU check's record, and what taking its set-up down did."""
 
     validation: JobRecord | None = None
@@ -248,7 +245,7 @@ class CheckDetail(StepDetail):
         return out
 
     @classmethod
-    def load(cls, stored: Stored | None) -> CheckDetail:
+    def load(cls, stored: Stored | None) -> GpuCheckDetail:
         stored = stored or {}
         return cls(JobRecord.load(stored.get("validation")), _maybe_text(stored.get("undone")))
 
@@ -270,7 +267,7 @@ class QuarantineDetail(StepDetail):
 #: The record each step writes (``k8s_cordon`` and ``return`` record nothing).
 RECORDS: dict[Step, type[StepDetail]] = {
     Step.SLURM_DRAIN: DrainDetail, Step.K8S_CORDON: StepDetail, Step.K8S_EVICT: EvictDetail,
-    Step.VM_RESTART: MachineDetail, Step.VERIFY: VerifyDetail, Step.VALIDATE: CheckDetail,
+    Step.VM_RESTART: MachineDetail, Step.VERIFY: VerifyDetail, Step.VALIDATE: GpuCheckDetail,
     Step.RETURN: StepDetail, Step.QUARANTINE: QuarantineDetail,
 }  # fmt: skip
 

@@ -19,7 +19,7 @@ by the remediation's cause class (``validation.checks``; ``unknown`` until the c
 
 This module does no I/O itself; the engine persists the outcome, and the record of the check (command,
 exit code, duration, the end of the output) travels in the outcome's record
-(:class:`~remediation.domain.step_records.CheckDetail`).
+(:class:`~remediation.domain.step_records.GpuCheckDetail`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from remediation.domain.outcomes import (
 from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
-from remediation.domain.step_records import CheckDetail, JobRecord
+from remediation.domain.step_records import GpuCheckDetail, JobRecord
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
@@ -229,7 +229,7 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
         return Wait(f"GPU check on {inp.node} {still_running(result)}: {' '.join(op['command'])}", poll)
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, vcfg.output_bytes)
-    detail = CheckDetail(rec, taken_down)
+    detail = GpuCheckDetail(rec, taken_down)
     what = describe(rec)
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would run the GPU check {' '.join(op['command'])} on {inp.node}", detail=detail)

@@ -30,7 +30,7 @@ from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.states import AuditAction, CheckPurpose, StepStatus, ValidationOutcome
-from remediation.domain.step_records import CheckDetail, JobRecord, dumped
+from remediation.domain.step_records import GpuCheckDetail, JobRecord, dumped
 from remediation.domain.stepdetail import JobNonce
 from remediation.domain.validation import (
     DEADLINE_SLACK_S,
@@ -71,7 +71,7 @@ def add_row(s: Session, rec: JobRecord, remediation_id: int | None, actor: str, 
 def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
     detail = getattr(outcome, "detail", None)
-    rec = detail.validation if isinstance(detail, CheckDetail) else None
+    rec = detail.validation if isinstance(detail, GpuCheckDetail) else None
     if rec is not None and rec.outcome != ValidationOutcome.DRY_RUN:
         add_row(s, rec, rem.id, actor, dry)
 

@@ -33,7 +33,7 @@ def test_a_success_ends_the_streak_and_keeps_the_retry_record() -> None:
     assert RetryState.cleared(detail) == {"retry_after": 1.5, "jobs": ["1"]}
 
 
-def test_jobs_progress_reads_old_rows_and_tolerates_junk() -> None:
+def test_the_drains_job_progress_reads_old_rows_and_tolerates_junk() -> None:
     assert DrainDetail.load({"jobs_acted": ["7", 8], "jobs_timeout_paged": True}) == DrainDetail(
         acted=("7", "8"), timeout_paged=True)
     assert DrainDetail.load({"jobs_acted": "7"}) == DrainDetail()

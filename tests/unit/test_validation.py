@@ -15,7 +15,7 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Site, Step, check_transition, next_on_success
-from remediation.domain.step_records import CheckDetail
+from remediation.domain.step_records import GpuCheckDetail
 from remediation.domain.validation import check_name, last_line, manual_check_name, tail, validate
 from remediation.ports.errors import ConfigError
 from remediation.ports.validator import ValidationCheck, ValidationResult
@@ -116,7 +116,7 @@ def finish(settings: StepSettings, result: ValidationResult, at: datetime) -> tu
 def test_pass_is_done_with_the_record_and_the_gate_taken_down() -> None:
     out, validator = finish(cfg(), ValidationResult(True, 0, "Memory | Pass\n"), T0 + timedelta(seconds=90))
     assert isinstance(out, Done) and "passed" in out.outcome
-    rec = CheckDetail.load(out.detail.dump()).validation
+    rec = GpuCheckDetail.load(out.detail.dump()).validation
     assert rec is not None
     assert (rec.outcome, rec.exit_code, rec.duration_s, rec.cause_class) == ("passed", 0, 90.0, "gpu-memory")
     assert validator.calls[-1] == ("finish", "nr-gate-r7-a2")

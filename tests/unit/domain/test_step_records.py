@@ -13,9 +13,9 @@ from remediation.domain.statemachine import Step
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.step_records import (
     RECORDS,
-    CheckDetail,
     DrainDetail,
     EvictDetail,
+    GpuCheckDetail,
     Identity,
     JobRecord,
     MachineDetail,
@@ -41,7 +41,7 @@ FULL = [
                   after_action=VMAction.STOP_START),
     MachineDetail(slurmd_read=True, identity=Identity(error="instance gone"), gpu_reset=JOB, undone="reservation deleted"),
     VerifyDetail(boot_id="b00t"),
-    CheckDetail(validation=JOB, undone="reservation deleted; drain put back"),
+    GpuCheckDetail(validation=JOB, undone="reservation deleted; drain put back"),
     QuarantineDetail(Identity(HW)),
     StepDetail(),
 ]
@@ -97,7 +97,7 @@ def test_a_row_written_by_hand_reads_as_not_recorded_where_it_is_malformed() -> 
     assert EvictDetail.load(junk) == EvictDetail()
     assert MachineDetail.load(junk) == MachineDetail()
     assert VerifyDetail.load(junk) == VerifyDetail()
-    assert CheckDetail.load(junk) == CheckDetail()
+    assert GpuCheckDetail.load(junk) == GpuCheckDetail()
     assert QuarantineDetail.load(junk) == QuarantineDetail()
 
 
