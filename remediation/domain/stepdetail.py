@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 
 #: A step row's ``detail`` as stored: JSON, whoever wrote it.
 Stored = Mapping[str, object]
@@ -72,6 +73,32 @@ class RetryState:
         record (the last Retry-After and when the retry was due) stays unless a hold replaces it."""
         gone = ("streak", "failing_since") if keep_retry_record else ("streak", "failing_since", "retry_at")
         return {k: v for k, v in (detail or {}).items() if k not in gone}
+
+
+class HoldScope(StrEnum):
+    """Whose error held an attempt: the system's (automation paused), or nobody's yet (unmapped)."""
+
+    SYSTEM = "system"
+    UNMAPPED = "unmapped"
+
+
+@dataclass(frozen=True)
+class ErrorHold:
+    """An error that is not the node's held the attempt (services.holds), and since when."""
+
+    scope: HoldScope
+    held_at: datetime
+
+    @classmethod
+    def load(cls, detail: Stored | None) -> ErrorHold | None:
+        detail = detail or {}
+        scope, at = detail.get("scope"), read_time(detail.get("held_at"))
+        if at is None or scope not in (HoldScope.SYSTEM.value, HoldScope.UNMAPPED.value):
+            return None
+        return cls(HoldScope(str(scope)), at)
+
+    def dump(self) -> Json:
+        return {"scope": self.scope.value, "held_at": self.held_at.isoformat()}
 
 
 _NONCE = re.compile(r"[0-9a-f]{8,32}")

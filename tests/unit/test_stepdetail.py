@@ -38,3 +38,13 @@ def test_the_drains_job_progress_reads_old_rows_and_tolerates_junk() -> None:
         acted=("7", "8"), timeout_paged=True)
     assert DrainDetail.load({"jobs_acted": "7"}) == DrainDetail()
     assert DrainDetail(acted=("7",)).dump() == {"jobs_acted": ["7"]}
+
+
+def test_an_error_hold_reads_back_and_junk_is_no_hold() -> None:
+    from remediation.domain.stepdetail import ErrorHold, HoldScope
+
+    hold = ErrorHold(HoldScope.UNMAPPED, T)
+    assert hold.dump() == {"scope": "unmapped", "held_at": T.isoformat()}
+    assert ErrorHold.load(hold.dump()) == hold
+    assert ErrorHold.load({"scope": "node", "held_at": T.isoformat()}) is None
+    assert ErrorHold.load({"scope": "system", "held_at": 5}) is None
