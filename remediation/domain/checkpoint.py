@@ -19,6 +19,8 @@ from typing import Any, Literal
 from remediation.domain.causes import urgent
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, wait
 from remediation.domain.states import AuditAction
+from remediation.domain.step_records import DrainDetail
+from remediation.domain.stepdetail import Json
 from remediation.ports.errors import ConfigError, RemediationError
 from remediation.settings import WorkflowSettings
 
@@ -147,7 +149,7 @@ def request_checkpoint(
     ad: Adapters,
     workflow: WorkflowSettings,
     jobs: list[str],
-    detail: dict[str, Any],
+    detail: DrainDetail,
     now: datetime,
 ) -> Wait:
     """Claim the request as an intent, signal each job no run has claimed yet, and wait for the jobs to
@@ -179,7 +181,7 @@ def request_checkpoint(
         f"checkpoint request: {how} to {len(request.jobs)} job(s) ({', '.join(request.jobs)}) on {inp.node}; "
         f"on_jobs_timeout={workflow.on_jobs_timeout} applies {request.wait_s}s after it if they have not left"
     )
-    ids = {
+    ids: Json = {
         "jobs": list(request.jobs),
         "signal": request.signal,
         "scope": request.scope,

@@ -29,6 +29,7 @@ from remediation.domain.outcomes import (
 from remediation.domain.recheck import trigger_present
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
+from remediation.domain.step_records import MachineDetail
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import DRY_RUN_REF
 from remediation.validation.port import ValidationCheck
@@ -124,19 +125,19 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
         return Wait(f"GPU reset of {what} {still_running(result)}", poll)
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, cfg.validation.output_bytes)
-    detail: dict[str, Any] = {"gpu_reset": rec, "undone": taken_down}
+    detail = MachineDetail(gpu_reset=rec, undone=taken_down)
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
                     context=RemediationContext(machine_op_ref=f"{DRY_RUN_REF}{op['name']}"))
-    last = last_line(rec["output"])
-    said = f"exit {rec['exit_code']} after {rec['duration_s']:.1f}s{f': {last[:200]}' if last else ''}"
+    last = last_line(rec.output)
+    said = f"exit {rec.exit_code} after {rec.duration_s:.1f}s{f': {last[:200]}' if last else ''}"
     if outcome == ValidationOutcome.PASSED:
         return Done(f"GPU reset of {what} done ({op['name']}: {said}); {taken_down}", detail=detail,
                     context=RemediationContext(machine_action_at=inp.started_at.isoformat(),
                                                machine_op_ref=op["name"], reconfirm=False))
     why = {ValidationOutcome.FAILED: "the reset failed",
            ValidationOutcome.TIMEOUT: f"not done within {op['timeout_s']:g}s",
-           ValidationOutcome.NO_RESULT: f"ended without a result ({rec['state'] or 'unknown'})",
+           ValidationOutcome.NO_RESULT: f"ended without a result ({rec.state or 'unknown'})",
            ValidationOutcome.CANNOT_RUN: "the reset could not run (is nvidia-smi on the node or in the image?)"}[outcome]
     return Escalate(f"GPU reset of {what}: {why} ({op['name']}: {said})", detail=detail)
 

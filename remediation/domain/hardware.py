@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import cached_property
-from typing import Any
 
 from remediation.domain.outcomes import Adapters, StepInput
 from remediation.domain.providerid import parse_provider_id
+from remediation.domain.step_records import Identity
 from remediation.ports.cluster import MachineIdentity, MachinesByNode, VMAction, VMRef
 from remediation.ports.errors import PermanentError, RemediationError
 
@@ -180,30 +180,30 @@ def machine_ref(inp: StepInput, ad: Adapters) -> VMRef | None:
     return vm
 
 
-def read_identity(ad: Adapters, vm: VMRef | None, *, strict: bool = True) -> dict[str, Any]:
-    """The step detail recording the machine's identity (``hardware``), or why it could not be read
+def read_identity(ad: Adapters, vm: VMRef | None, *, strict: bool = True) -> Identity:
+    """The machine's identity a step records (``hardware``), or why it could not be read
     (``hardware_error``): who the hardware is never decides an action. Strict (the machine step, which
     calls the same provider next), a transient or systemic error is raised as any call's would be: the
     step is retried after the provider's Retry-After, or automation pauses, rather than calling the
     provider again at once. A permanent error about this machine is recorded; the action reports its own."""
     if vm is None or not isinstance(ad.machine, MachineIdentity):
-        return {}
+        return Identity()
     try:
-        return {"hardware": ad.machine.identify(vm).to_dict()}
+        return Identity(ad.machine.identify(vm))
     except PermanentError as exc:
-        return {"hardware_error": exc.message[:500]}
+        return Identity(error=exc.message[:500])
     except RemediationError as exc:
         if strict:
             raise
-        return {"hardware_error": exc.message[:500]}
+        return Identity(error=exc.message[:500])
 
 
-def identity_now(inp: StepInput, ad: Adapters) -> dict[str, Any]:
+def identity_now(inp: StepInput, ad: Adapters) -> Identity:
     """:func:`read_identity` of the node's machine, never raising (a quarantine does not wait on it); the
     machine may not be known (no machine backend, no providerID, a node the inventory does not list):
     then nothing is recorded."""
     try:
         vm = machine_ref(inp, ad) if ad.machine is not None else None
     except RemediationError:
-        return {}
+        return Identity()
     return read_identity(ad, vm, strict=False)

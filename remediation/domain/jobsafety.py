@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, request_checkpoint
 from remediation.domain.outcomes import Adapters, Note, StepInput, Wait, elapsed, wait
 from remediation.domain.slurm_states import BUSY
 from remediation.domain.states import AuditAction
-from remediation.domain.stepdetail import JobsProgress
+from remediation.domain.step_records import DrainDetail, EvictDetail, MachineDetail
+from remediation.domain.stepdetail import Json
 from remediation.ports.cluster import SlurmNode
 from remediation.settings import WorkflowSettings
 
@@ -47,7 +47,7 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
     class allow it), wait for them to leave, and apply ``on_jobs_timeout`` at the deadline:
     ``checkpoint_wait_s`` after the request, or ``drain_timeout_s`` after the drain if that is sooner
     or nothing was asked."""
-    detail: dict[str, Any] = {"jobs": jobs, "job_count": len(jobs)}
+    detail = DrainDetail(tuple(jobs))
     request = CheckpointRequest.load(inp.provider_op)
     if (request is None and jobs and asks_checkpoint(inp.context.fault_class, workflow)) or (
             request is not None and request.sent is None):
@@ -63,18 +63,18 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
 
 
 def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
-                   detail: dict[str, Any], after: str) -> Wait:
+                   detail: DrainDetail, after: str) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
     the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node.
     ``after`` says which deadline passed."""
     policy = workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.
-    progress = JobsProgress.load(inp.detail)
-    todo = [j for j in jobs if j not in progress.acted]
-    ids = {"jobs": todo, "policy": policy, "node": inp.node}
-    progress = replace(progress, acted=(*progress.acted, *todo))
-    detail = {**detail, **progress.dump()}
+    progress = DrainDetail.load(inp.detail)
+    acted = progress.acted or ()
+    todo = [j for j in jobs if j not in acted]
+    ids: Json = {"jobs": todo, "policy": policy, "node": inp.node}
+    detail = replace(detail, acted=(*acted, *todo), timeout_paged=progress.timeout_paged)
     if policy in ("requeue", "cancel") and todo:
         (ad.slurm.requeue_jobs if policy == "requeue" else ad.slurm.cancel_jobs)(todo)
         verb, action = (("requeued", AuditAction.JOBS_REQUEUED) if policy == "requeue"
@@ -83,15 +83,17 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
         return wait(workflow, f"{why}; waiting for them to leave", detail=detail, note=Note(action, why, ids))
     why = (f"{busy} still on {inp.node} {after}; on_jobs_timeout={policy}: the node stays "
            "drained and nothing destructive happens until the jobs leave or a human decides")
-    return wait(workflow, f"held: {why}", detail={**detail, **replace(progress, timeout_paged=True).dump()},
+    return wait(workflow, f"held: {why}", detail=replace(detail, timeout_paged=True),
                  note=None if progress.timeout_paged else Note(AuditAction.JOBS_TIMEOUT, why, ids))
 
 
-def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str) -> Wait | None:
+def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str,
+                 record: type[EvictDetail | MachineDetail]) -> Wait | None:
     """Guard of every destructive step: nothing is evicted or restarted while Slurm shows jobs on the
-    node (they can only be back if someone resumed it in Slurm); wait instead."""
+    node (they can only be back if someone resumed it in Slurm); wait instead, the jobs on the step's
+    ``record``."""
     jobs, busy = jobs_holding(ad, ad.slurm.get_node(inp.node))
     if busy is None:
         return None
     return wait(workflow, f"no {what} while jobs remain: waiting for {busy} to leave" if jobs
-                 else f"no {what} while jobs may remain: {busy}", detail={"jobs": jobs, "job_count": len(jobs)})
+                 else f"no {what} while jobs may remain: {busy}", detail=record(jobs=tuple(jobs)))

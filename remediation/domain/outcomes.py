@@ -15,6 +15,8 @@ from typing import Any
 from remediation.domain.context import RemediationContext
 from remediation.domain.statemachine import Site
 from remediation.domain.states import AuditAction
+from remediation.domain.step_records import StepDetail
+from remediation.domain.stepdetail import Json, Stored
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
@@ -81,7 +83,7 @@ class StepInput:
     started_at: datetime  # when this attempt started (timeouts count from here)
     checks: int
     provider_op: dict[str, Any] | None
-    detail: dict[str, Any]
+    detail: Stored  # the step row's detail as stored: the step's record and the engine's keys
     source: str = ""  # where the opening event came from: slurm, kubernetes or manual
     held_s: float = 0.0  # time this attempt was held (pause, breaker, system error): never its own
 
@@ -93,7 +95,7 @@ class Note:
 
     action: AuditAction
     reason: str
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: Json = field(default_factory=dict)  # the audit row's detail (job ids, the policy)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,7 @@ class Done:
     outcome: str
     # What the step learnt; the fields it sets replace the stored ones (RemediationContext.merged).
     context: RemediationContext = field(default_factory=RemediationContext)
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: StepDetail | None = None  # the step's record, merged into its row (None: nothing to add)
     note: Note | None = None
 
 
@@ -110,14 +112,14 @@ class Wait:
     reason: str
     countdown: float
     provider_op: dict[str, Any] | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: StepDetail | None = None
     note: Note | None = None
 
 
 @dataclass(frozen=True)
 class Escalate:
     reason: str
-    detail: dict[str, Any] = field(default_factory=dict)  # recorded on the failed step row
+    detail: StepDetail | None = None  # recorded on the failed step row
     # The engine gave up on transient errors (not the step's verdict on the node): the failure streak
     # on the step row is kept as the record of why, where any other outcome ends it.
     gave_up: bool = False
@@ -131,7 +133,7 @@ class Hold:
 
     reason: str
     kind: str
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: StepDetail | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ def elapsed(inp: StepInput, now: datetime) -> float:
     return (now - inp.started_at).total_seconds() - inp.held_s
 
 
-def wait(workflow: WorkflowSettings, reason: str, hint: float | None = None, **kw: Any) -> Wait:
+def wait(workflow: WorkflowSettings, reason: str, hint: float | None = None, *,
+         provider_op: dict[str, Any] | None = None, detail: StepDetail | None = None, note: Note | None = None) -> Wait:
     """Check again after the poll interval (or the hint, e.g. a Retry-After), never past max_wait_s."""
     countdown = min(max(hint or 0.0, workflow.poll_interval_s), workflow.max_wait_s)
-    return Wait(reason, countdown, **kw)
+    return Wait(reason, countdown, provider_op, detail, note)

@@ -40,6 +40,7 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
+from remediation.domain.step_records import EvictDetail, MachineDetail, QuarantineDetail, VerifyDetail
 from remediation.ports.cluster import (
     Operation,
     SlurmNode,
@@ -152,16 +153,19 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
                   f"what was ours ({given})", node_healthy=True)
 
 
-def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str) -> Outcome | None:
+def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str,
+                      record: type[EvictDetail | MachineDetail]) -> Outcome | None:
     """The checks before an eviction or a machine action, in order: a human took the node back, it is
-    healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
-    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg.workflow, what)
+    healthy again (after the breaker closed), or jobs still run on it (on the step's ``record``).
+    None: go ahead."""
+    return (human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg)
+            or no_jobs_left(inp, ad, cfg.workflow, what, record))
 
 
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     if stop := without_machine_action(inp, ad, cfg):
         return stop
-    if stop := before_disruption(inp, ad, cfg, "eviction"):
+    if stop := before_disruption(inp, ad, cfg, "eviction", EvictDetail):
         return stop
     kube = ad.kubernetes(Step.K8S_EVICT)
     k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
@@ -175,7 +179,7 @@ def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
         return Quarantine(f"eviction still blocked after {cfg.workflow.evict_timeout_s}s ({blocked}); not forcing")
     return wait(
         cfg.workflow, f"{progress.remaining} pod(s) left, {len(progress.blocked)} blocked by a disruption budget",
-        progress.retry_after, detail={"remaining": progress.remaining, "blocked": list(progress.blocked)},
+        progress.retry_after, detail=EvictDetail(remaining=progress.remaining, blocked=tuple(progress.blocked)),
     )
 
 
@@ -198,27 +202,33 @@ def slurmctld_time(op: Operation) -> str:
     return datetime.fromtimestamp(at, UTC).isoformat() if isinstance(at, int) and not isinstance(at, bool) else ""
 
 
-SLURMD_BEFORE = "slurmd_start_before"
-
-
-def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
+def slurmd_start(ad: Adapters, node: str) -> MachineDetail:
     """slurmd's last start as slurmctld has it, recorded before a machine action: a later start is the
     proof of a boot on slurmctld's clock alone, like a boot counter. docs/architecture.md, "Believe
     nothing unchecked"."""
-    started = ad.slurm.get_node(node).slurmd_start_time
-    return {SLURMD_BEFORE: started.isoformat() if started is not None else ""}
+    return MachineDetail(slurmd_read=True, slurmd_start_before=ad.slurm.get_node(node).slurmd_start_time)
+
+
+def slurmd_before(recorded: MachineDetail) -> str | None:
+    """slurmd's start before the action as the context keeps it: ISO, "" where it was read and
+    unknown, None where it was never read."""
+    if not recorded.slurmd_read:
+        return None
+    return recorded.slurmd_start_before.isoformat() if recorded.slurmd_start_before else ""
 
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
-    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "machine action")):
+    if inp.provider_op is None and (
+            stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "machine action", MachineDetail)):
         return stop
     if reset:
         return gpu_reset(inp, ad, cfg, now)
     machine = ad.machine
     if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
-    if inp.provider_op is None and SLURMD_BEFORE not in inp.detail:
+    recorded = MachineDetail.load(inp.detail)
+    if inp.provider_op is None and not recorded.slurmd_read:
         # Recorded before the action, in a write of its own: a worker killed inside the provider's call
         # then resumes with the start from before it, never one the action itself caused.
         return Wait("read slurmd's start before the machine action", 0.0, detail=slurmd_start(ad, inp.node))
@@ -228,7 +238,8 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         before = read_identity(ad, vm)  # the hardware the fault happened on
         op = machine.start(vm, machine_action(inp, ad, cfg, vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
-        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(), detail=before)
+        return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(),
+                    detail=MachineDetail(identity=before))
     op = Operation.from_dict(inp.provider_op)
     status = machine.poll(op)
     if status.error:
@@ -237,10 +248,11 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
         ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
-        after = {**read_identity(ad, op.vm), "after_action": str(op.action)} if not recorded_only(op.ref) else {}
+        after = (MachineDetail(identity=read_identity(ad, op.vm), after_action=op.action)
+                 if not recorded_only(op.ref) else None)
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
             machine_action_at=inp.started_at.isoformat(), machine_op_ref=op.ref, reconfirm=False,
-            slurmctld_action_at=slurmctld_time(op), slurmd_start_before=inp.detail.get(SLURMD_BEFORE)), detail=after)
+            slurmctld_action_at=slurmctld_time(op), slurmd_start_before=slurmd_before(recorded)), detail=after)
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
     current = status.replace or op
@@ -283,7 +295,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     if ready and rebooted and slurmd_after and responding and trigger is None:
         boot = f"Ready with new bootID {knode.boot_id}" if knode else "no Kubernetes Node"
         return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after {than}; trigger cleared",
-                    detail={"boot_id": knode.boot_id} if knode else {})
+                    detail=VerifyDetail(knode.boot_id) if knode else None)
     still = f"; trigger still present: {trigger}" if trigger else ""
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         acted = machine_action(inp, ad, cfg)
@@ -313,7 +325,7 @@ def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         ad.slurm.drain(inp.node, reason)
     notes = ["kept out of the Slurm pool", taint(ad, inp.node, inp.context.k8s_node)]
     held = identity_now(inp, ad)  # the hardware kept out
-    return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why), detail=held)
+    return Done("; ".join(notes), context=RemediationContext(quarantine_reason=why), detail=QuarantineDetail(held))
 
 
 def taint(ad: Adapters, node: str, k8s_node: str | None) -> str:

@@ -14,18 +14,32 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from enum import StrEnum
+
+#: A step row's ``detail`` as stored: JSON, whoever wrote it.
+Stored = Mapping[str, object]
+#: What a record adds to a row's ``detail`` (JSON values).
+Json = dict[str, object]
 
 
-def _time(value: object) -> datetime | None:
+def read_time(value: object) -> datetime | None:
     try:
         return datetime.fromisoformat(value) if isinstance(value, str) and value else None
     except ValueError:
         return None
 
 
-def _number(value: object) -> float | None:
+def read_number(value: object) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def read_text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def read_strs(value: object) -> tuple[str, ...] | None:
+    """A stored list of ids (jobs, pods) as strings; None when there is no list."""
+    return tuple(str(v) for v in value) if isinstance(value, list | tuple) else None
 
 
 @dataclass(frozen=True)
@@ -38,13 +52,13 @@ class RetryState:
     retry_at: datetime | None = None  # the retry is due then; a delivery before it is dropped
 
     @classmethod
-    def load(cls, detail: Mapping[str, Any] | None) -> RetryState:
+    def load(cls, detail: Stored | None) -> RetryState:
         detail = detail or {}
-        streak = _number(detail.get("streak"))
-        return cls(int(streak or 0), _time(detail.get("failing_since")), _number(detail.get("retry_after")),
-                   _time(detail.get("retry_at")))
+        streak = read_number(detail.get("streak"))
+        return cls(int(streak or 0), read_time(detail.get("failing_since")), read_number(detail.get("retry_after")),
+                   read_time(detail.get("retry_at")))
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> Json:
         return {
             "streak": self.streak,
             "failing_since": self.failing_since.isoformat() if self.failing_since else None,
@@ -53,32 +67,37 @@ class RetryState:
         }
 
     @classmethod
-    def cleared(cls, detail: Mapping[str, Any] | None, keep_retry_record: bool = False) -> dict[str, Any]:
+    def cleared(cls, detail: Stored | None, keep_retry_record: bool = False) -> Json:
         """``detail`` without the streak (a success ended it, or a hold took over). The retry's own
         record (the last Retry-After and when the retry was due) stays unless a hold replaces it."""
         gone = ("streak", "failing_since") if keep_retry_record else ("streak", "failing_since", "retry_at")
         return {k: v for k, v in (detail or {}).items() if k not in gone}
 
 
-@dataclass(frozen=True)
-class JobsProgress:
-    """What a drain that timed out on jobs did about them (domain.jobsafety)."""
+class HoldScope(StrEnum):
+    """Whose error held an attempt: the system's (automation paused), or nobody's yet (unmapped)."""
 
-    acted: tuple[str, ...] = ()  # jobs requeued or cancelled once: never acted on (and paged) again
-    timeout_paged: bool = False  # on-call was paged about the jobs holding the node
+    SYSTEM = "system"
+    UNMAPPED = "unmapped"
+
+
+@dataclass(frozen=True)
+class ErrorHold:
+    """An error that is not the node's held the attempt (services.holds), and since when."""
+
+    scope: HoldScope
+    held_at: datetime
 
     @classmethod
-    def load(cls, detail: Mapping[str, Any] | None) -> JobsProgress:
+    def load(cls, detail: Stored | None) -> ErrorHold | None:
         detail = detail or {}
-        acted = detail.get("jobs_acted")
-        return cls(tuple(str(j) for j in acted) if isinstance(acted, list | tuple) else (),
-                   bool(detail.get("jobs_timeout_paged")))
+        scope, at = detail.get("scope"), read_time(detail.get("held_at"))
+        if at is None or scope not in (HoldScope.SYSTEM.value, HoldScope.UNMAPPED.value):
+            return None
+        return cls(HoldScope(str(scope)), at)
 
-    def dump(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"jobs_acted": list(self.acted)}
-        if self.timeout_paged:
-            out["jobs_timeout_paged"] = True
-        return out
+    def dump(self) -> Json:
+        return {"scope": self.scope.value, "held_at": self.held_at.isoformat()}
 
 
 _NONCE = re.compile(r"[0-9a-f]{8,32}")
@@ -101,11 +120,11 @@ class JobNonce:
         return cls(secrets.token_hex(5))
 
     @classmethod
-    def load(cls, detail: Mapping[str, Any] | None) -> JobNonce:
+    def load(cls, detail: Stored | None) -> JobNonce:
         value = (detail or {}).get("nonce")
         return cls(value) if isinstance(value, str) and _NONCE.fullmatch(value) else cls()
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> Json:
         return {"nonce": self.value} if self.value else {}
 
 
@@ -119,11 +138,11 @@ class HeldTime:
     held_since: datetime | None = None  # the hold under way began then; None: not held
 
     @classmethod
-    def load(cls, detail: Mapping[str, Any] | None) -> HeldTime:
+    def load(cls, detail: Stored | None) -> HeldTime:
         detail = detail or {}
-        return cls(_number(detail.get("held_s")) or 0.0, _time(detail.get("held_since")))
+        return cls(read_number(detail.get("held_s")) or 0.0, read_time(detail.get("held_since")))
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> Json:
         return {"held_s": round(self.held_s, 3),
                 "held_since": self.held_since.isoformat() if self.held_since else None}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -22,6 +21,7 @@ from remediation.db.models import HardwareSighting, Remediation
 from remediation.domain.hardware import Era, Gpu, Sighting, eras, shared_serials
 from remediation.domain.outcomes import Outcome
 from remediation.domain.statemachine import Step
+from remediation.domain.step_records import MachineDetail, QuarantineDetail
 from remediation.validation.service import record_validation
 
 
@@ -29,17 +29,17 @@ def record_findings(
     s: Session, rem: Remediation, step: Step, outcome: Outcome, now: datetime, actor: str, dry: bool
 ) -> None:
     """Keep what a step learnt about the node's hardware (and a validate step's check)."""
-    detail: dict[str, Any] = getattr(outcome, "detail", None) or {}
+    detail = getattr(outcome, "detail", None)
     if step is Step.VALIDATE:
         record_validation(s, rem, outcome, now, actor, dry)  # with the GPUs its output names
-    hw = detail.get("hardware")
-    if isinstance(hw, dict):
-        s.add(HardwareSighting(
-            node=rem.node, at=now, remediation_id=rem.id, step=step.value, action=detail.get("after_action"),
-            provider=hw.get("provider"), instance_id=hw.get("instance_id"), host=hw.get("host"),
-            bmc_uuid=hw.get("bmc_uuid"), bmc_serial=hw.get("bmc_serial"), sku=hw.get("sku"), gpus=[],
-            dry_run=dry,
-        ))  # fmt: skip
+    if not isinstance(detail, MachineDetail | QuarantineDetail) or (hw := detail.identity.hardware) is None:
+        return
+    action = detail.after_action if isinstance(detail, MachineDetail) else None
+    s.add(HardwareSighting(
+        node=rem.node, at=now, remediation_id=rem.id, step=step.value, action=str(action) if action else None,
+        provider=hw.provider, instance_id=hw.instance_id, host=hw.host, bmc_uuid=hw.bmc_uuid,
+        bmc_serial=hw.bmc_serial, sku=hw.sku, gpus=[], dry_run=dry,
+    ))  # fmt: skip
 
 
 _COLUMNS = (HardwareSighting.node, HardwareSighting.at, HardwareSighting.step, HardwareSighting.action,

@@ -24,7 +24,7 @@ from remediation.domain.context import Held
 from remediation.domain.controls import PauseState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.states import AuditAction
-from remediation.domain.stepdetail import HeldTime, RetryState
+from remediation.domain.stepdetail import ErrorHold, HeldTime, HoldScope, RetryState
 from remediation.ports.errors import SystemicError
 from remediation.services import breaker
 from remediation.services.audit import audit
@@ -81,7 +81,8 @@ def hold(
     if row is not None:
         row.error, row.error_kind = fault.message[:4000], fault.kind[:64]
         detail = RetryState.cleared(row.detail)
-        row.detail = {**detail, "scope": "system" if fault.systemic else "unmapped", "held_at": now.isoformat(),
+        scope = HoldScope.SYSTEM if fault.systemic else HoldScope.UNMAPPED
+        row.detail = {**detail, **ErrorHold(scope, now).dump(),
                       **HeldTime.load(detail).holding(now).dump()}  # the step's clock stops while held
     rem.lease_owner = rem.lease_until = None
     rem.status, rem.updated_at = RemediationStatus.WAITING, now

@@ -21,6 +21,7 @@ from remediation.domain.outcomes import Hold
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step, check_transition
 from remediation.domain.states import LIVE_STEP_STATUSES, REMEDIATION_CLOSES, StepStatus
 from remediation.domain.step_bodies import Cancel, Done, Escalate, Outcome, Quarantine, Wait
+from remediation.domain.step_records import dumped
 from remediation.domain.stepdetail import HeldTime, JobNonce
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.services.audit import audit, would
@@ -88,7 +89,7 @@ def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: dat
         row.outcome = w.reason[:4000]
         if w.provider_op is not None:
             row.provider_op = w.provider_op
-        row.detail = {**(row.detail or {}), **w.detail}
+        row.detail = {**(row.detail or {}), **dumped(w.detail)}
     rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
     rem.next_run_at = now + timedelta(seconds=w.countdown)
     return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)

@@ -49,6 +49,7 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
+from remediation.domain.step_records import dumped
 from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
@@ -317,11 +318,10 @@ class Workflow:
                 row.status = StepStatus.DONE if isinstance(outcome, Done) else StepStatus.FAILED
                 if isinstance(outcome, Done):
                     row.outcome = outcome.outcome[:4000]
-                    row.detail = {**(row.detail or {}), **outcome.detail}
                 else:
                     row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
-                    if isinstance(outcome, Escalate) and outcome.detail:
-                        row.detail = {**(row.detail or {}), **outcome.detail}
+                if isinstance(outcome, Done | Escalate):
+                    row.detail = {**(row.detail or {}), **dumped(outcome.detail)}
             if isinstance(outcome, Done):
                 rem.ctx = rem.ctx.merged(outcome.context)
                 if step is Step.QUARANTINE:

@@ -30,6 +30,7 @@ from remediation.domain.outcomes import (
 from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
+from remediation.domain.step_records import GpuCheckDetail, JobRecord
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
@@ -98,20 +99,20 @@ def check_for(cfg: ValidationSettings, node: str, name: str, cls: str, nonce: st
                            cause_class=cls, nonce=nonce)
 
 
-def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, now: datetime, limit: int) -> dict[str, Any]:
+def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, now: datetime,
+           limit: int) -> JobRecord:
     """What the database keeps of one check (remediation.validation.service writes it)."""
     started = datetime.fromisoformat(check["started_at"])
-    return {
-        "backend": check.get("backend", ""), "name": check.get("name", ""), "node": check.get("node", ""),
-        "cause_class": check.get("cause_class", "unknown"), "command": list(check.get("command", [])),
-        "started_at": check["started_at"], "finished_at": now.isoformat(), "outcome": outcome.value,
-        "exit_code": result.exit_code, "state": result.state,
-        "duration_s": round((now - started).total_seconds(), 3), "output": tail(result.output, limit),
-    }
+    return JobRecord(
+        started_at=started, finished_at=now, outcome=outcome, backend=check.get("backend", ""),
+        name=check.get("name", ""), node=check.get("node", ""), cause_class=check.get("cause_class", "unknown"),
+        command=tuple(check.get("command", [])), exit_code=result.exit_code, state=result.state,
+        duration_s=round((now - started).total_seconds(), 3), output=tail(result.output, limit),
+    )
 
 
 def verdict(check: dict[str, Any], result: ValidationResult, now: datetime,
-            limit: int) -> tuple[ValidationOutcome, dict[str, Any]]:
+            limit: int) -> tuple[ValidationOutcome, JobRecord]:
     """passed / failed / timeout / no_result / cannot_run / dry_run, and the record to keep."""
     if result.state == "DRY-RUN":
         outcome = ValidationOutcome.DRY_RUN
@@ -134,11 +135,11 @@ def last_line(output: str) -> str:
     return ""
 
 
-def describe(rec: dict[str, Any]) -> str:
-    cmd = " ".join(rec["command"])
-    last = last_line(rec["output"])
+def describe(rec: JobRecord) -> str:
+    cmd = " ".join(rec.command)
+    last = last_line(rec.output)
     said = f": {last[:200]}" if last else ""
-    return f"`{cmd}` on {rec['node']} ({rec['cause_class']}) exit {rec['exit_code']} after {rec['duration_s']:.1f}s{said}"
+    return f"`{cmd}` on {rec.node} ({rec.cause_class}) exit {rec.exit_code} after {rec.duration_s:.1f}s{said}"
 
 
 def job_runner(ad: Adapters, step: str) -> Validator:
@@ -214,7 +215,7 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
         return Wait(f"GPU check on {inp.node} {still_running(result)}: {' '.join(op['command'])}", poll)
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now, vcfg.output_bytes)
-    detail = {"validation": rec, "undone": taken_down}
+    detail = GpuCheckDetail(rec, taken_down)
     what = describe(rec)
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would run the GPU check {' '.join(op['command'])} on {inp.node}", detail=detail)
@@ -226,7 +227,7 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
         return Hold(f"GPU check did not finish within {op['timeout_s']:g}s: {what}; node held until a human "
                     f"decides (resume runs it again, cancel gives the node back)", "ValidationTimeout", detail)
     if outcome == ValidationOutcome.NO_RESULT:
-        return Hold(f"GPU check ended without a result ({rec['state'] or 'unknown'}): {what}; node held",
+        return Hold(f"GPU check ended without a result ({rec.state or 'unknown'}): {what}; node held",
                     "ValidationNoResult", detail)
-    return Hold(f"GPU check could not run (exit {rec['exit_code']}: is it installed on the node or in the image?): "
+    return Hold(f"GPU check could not run (exit {rec.exit_code}: is it installed on the node or in the image?): "
                 f"{what}; node held", "ValidationCannotRun", detail)

@@ -27,6 +27,7 @@ from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
 from remediation.domain.states import AuditAction, CheckPurpose, StepStatus, ValidationOutcome
+from remediation.domain.step_records import GpuCheckDetail, JobRecord, dumped
 from remediation.domain.stepdetail import JobNonce
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.dispatch import FollowUp
@@ -50,16 +51,15 @@ class ValidationRefused(ValueError):
     """An on-demand check that cannot be run as asked; the message says why."""
 
 
-def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
+def add_row(s: Session, rec: JobRecord, remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
     row = Validation(
-        remediation_id=remediation_id, node=rec["node"], backend=rec["backend"], name=rec["name"],
-        cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=ValidationOutcome(rec["outcome"]),
-        exit_code=rec["exit_code"], started_at=datetime.fromisoformat(rec["started_at"]),
-        finished_at=datetime.fromisoformat(rec["finished_at"]), duration_s=float(rec["duration_s"]),
-        output_tail=rec["output"], actor=actor, dry_run=dry_run,
+        remediation_id=remediation_id, node=rec.node, backend=rec.backend, name=rec.name,
+        cause_class=rec.cause_class, command=" ".join(rec.command), outcome=rec.outcome,
+        exit_code=rec.exit_code, started_at=rec.started_at, finished_at=rec.finished_at,
+        duration_s=rec.duration_s, output_tail=rec.output, actor=actor, dry_run=dry_run,
     )
     s.add(row)
-    if gpus := parse_gpus(str(rec.get("output") or "")):  # the GPUs the check's output names
+    if gpus := parse_gpus(rec.output):  # the GPUs the check's output names
         s.add(HardwareSighting(node=row.node, at=row.finished_at, remediation_id=remediation_id, step="validate",
                                gpus=[{"uuid": g.uuid, "serial": g.serial} for g in gpus], dry_run=dry_run))
     return row
@@ -67,8 +67,9 @@ def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, actor: 
 
 def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
-    rec = (getattr(outcome, "detail", None) or {}).get("validation")
-    if rec and rec.get("outcome") != ValidationOutcome.DRY_RUN:
+    detail = getattr(outcome, "detail", None)
+    rec = detail.validation if isinstance(detail, GpuCheckDetail) else None
+    if rec is not None and rec.outcome != ValidationOutcome.DRY_RUN:
         add_row(s, rec, rem.id, actor, dry)
 
 
@@ -79,7 +80,7 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     if row is not None:
         row.status, row.finished_at = StepStatus.FAILED, now
         row.error, row.error_kind = outcome.reason[:4000], outcome.kind[:64]
-        row.detail = {**(row.detail or {}), **outcome.detail}
+        row.detail = {**(row.detail or {}), **dumped(outcome.detail)}
     rem.ctx = replace(rem.ctx, held=Held(outcome.kind, outcome.reason[:1000], now.isoformat(), rem.step))
     rem.status, rem.updated_at = RemediationStatus.WAITING, now
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
@@ -133,8 +134,8 @@ def run_check(
     with sessions() as s, s.begin():
         add_row(s, rec, None, actor, settings.dry_run)
         audit(s, now(), actor, purpose.ended(outcome), node, f"{describe(rec)}; {taken_down}"[:2000],
-              {"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
-    return {**rec, "undone": taken_down}
+              {"name": check.name, "exit_code": rec.exit_code}, dry_run=settings.dry_run)
+    return {**rec.dump(), "undone": taken_down}
 
 
 @dataclass(frozen=True)

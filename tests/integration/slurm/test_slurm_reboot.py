@@ -24,6 +24,7 @@ from remediation.clock import SystemClock
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, StepInput, StepSettings, Wait
 from remediation.domain.step_bodies import verify, vm_restart
+from remediation.domain.step_records import dumped
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import SlurmSettings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
@@ -139,7 +140,7 @@ def test_a_worker_clock_ahead_of_slurmctld_still_proves_a_real_reboot(slurm: Slu
     while isinstance(out := vm_restart(inp, machine, cfg, ahead.now()), Wait):  # as the workflow runs it
         assert time.monotonic() < deadline, out
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
-                      detail={**inp.detail, **out.detail})
+                      detail={**inp.detail, **dumped(out.detail)})
         time.sleep(0.2)
     assert isinstance(out, Done), out  # the reboot slurmctld saw is proven
     assert reboots(slurm, node) == ran_before + 1

@@ -18,6 +18,7 @@ from remediation.domain.gpu_reset import NO_SUCH_GPU, reset_command, reset_name
 from remediation.domain.outcomes import Adapters, Done, Escalate, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Site, Step, next_on_success
 from remediation.domain.step_bodies import verify, vm_restart
+from remediation.domain.step_records import MachineDetail
 from remediation.settings import load_settings
 from remediation.validation.port import ValidationResult
 from tests.scripted_validator import ScriptedValidator
@@ -76,7 +77,8 @@ def test_exit_0_is_the_proof_and_moves_on_to_verify() -> None:
     out, validator = finish(ValidationResult(True, 0, "gpu-reset: GPU 2 is at PCI 0000:3b:00\nGPU reset\n"))
     assert isinstance(out, Done) and "GPU reset of GPU 0000:3b:00" in out.outcome and "exit 0" in out.outcome
     assert out.context.machine_op_ref == "nr-reset-r7-a1" and out.context.machine_action_at == T0.isoformat()
-    assert out.detail["gpu_reset"]["exit_code"] == 0 and validator.calls[-1] == ("finish", "nr-reset-r7-a1")
+    assert isinstance(out.detail, MachineDetail) and out.detail.gpu_reset is not None
+    assert out.detail.gpu_reset.exit_code == 0 and validator.calls[-1] == ("finish", "nr-reset-r7-a1")
 
 
 @pytest.mark.parametrize(("result", "said"), [
@@ -90,7 +92,8 @@ def test_exit_0_is_the_proof_and_moves_on_to_verify() -> None:
 def test_any_other_verdict_climbs_to_the_next_rung(result: ValidationResult, said: str) -> None:
     out, validator = finish(result)
     assert isinstance(out, Escalate) and said in out.reason, out
-    assert out.detail["gpu_reset"]["output"] == result.output and validator.calls[-1][0] == "finish"
+    assert isinstance(out.detail, MachineDetail) and out.detail.gpu_reset is not None
+    assert out.detail.gpu_reset.output == result.output and validator.calls[-1][0] == "finish"
 
 
 def test_running_waits_then_our_own_deadline_ends_it() -> None:

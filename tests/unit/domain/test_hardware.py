@@ -93,7 +93,7 @@ def test_an_identity_read_never_hides_a_retry_after_but_a_gone_machine_is_only_n
     vm = VMRef("gce", "i-1", "z", "p")
 
     def read(error: Exception, strict: bool = True) -> dict[str, object]:
-        return read_identity(Adapters(None, None, _Machine(error)), vm, strict=strict)  # type: ignore[arg-type]
+        return read_identity(Adapters(None, None, _Machine(error)), vm, strict=strict).dump()  # type: ignore[arg-type]
 
     with pytest.raises(TransientError):  # the machine step is retried after the provider's Retry-After
         read(TransientError("429", retry_after=5))

@@ -16,6 +16,7 @@ from remediation.clock import FakeClock
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, StepInput, StepSettings, Wait
 from remediation.domain.step_bodies import verify, vm_restart
+from remediation.domain.step_records import dumped
 from remediation.settings import Settings
 
 NODE = "gpu-node-1"
@@ -33,7 +34,7 @@ def restarted(world: MemoryWorld, worker_now: datetime) -> tuple[StepInput, Adap
     out = vm_restart(inp, ad, cfg, worker_now)
     while isinstance(out, Wait):
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
-                      detail={**inp.detail, **out.detail})
+                      detail={**inp.detail, **dumped(out.detail)})
         out = vm_restart(inp, ad, cfg, worker_now)
     assert isinstance(out, Done), out
     after = replace(inp, context=inp.context.merged(out.context), provider_op=None, checks=0, detail={},

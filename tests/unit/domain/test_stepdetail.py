@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from remediation.domain.stepdetail import JobsProgress, RetryState
+from remediation.domain.step_records import DrainDetail
+from remediation.domain.stepdetail import RetryState
 
 T = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -32,7 +33,18 @@ def test_a_success_ends_the_streak_and_keeps_the_retry_record() -> None:
     assert RetryState.cleared(detail) == {"retry_after": 1.5, "jobs": ["1"]}
 
 
-def test_jobs_progress_reads_old_rows_and_tolerates_junk() -> None:
-    assert JobsProgress.load({"jobs_acted": ["7", 8], "jobs_timeout_paged": True}) == JobsProgress(("7", "8"), True)
-    assert JobsProgress.load({"jobs_acted": "7"}) == JobsProgress()
-    assert JobsProgress(("7",)).dump() == {"jobs_acted": ["7"]}
+def test_the_drains_job_progress_reads_old_rows_and_tolerates_junk() -> None:
+    assert DrainDetail.load({"jobs_acted": ["7", 8], "jobs_timeout_paged": True}) == DrainDetail(
+        acted=("7", "8"), timeout_paged=True)
+    assert DrainDetail.load({"jobs_acted": "7"}) == DrainDetail()
+    assert DrainDetail(acted=("7",)).dump() == {"jobs_acted": ["7"]}
+
+
+def test_an_error_hold_reads_back_and_junk_is_no_hold() -> None:
+    from remediation.domain.stepdetail import ErrorHold, HoldScope
+
+    hold = ErrorHold(HoldScope.UNMAPPED, T)
+    assert hold.dump() == {"scope": "unmapped", "held_at": T.isoformat()}
+    assert ErrorHold.load(hold.dump()) == hold
+    assert ErrorHold.load({"scope": "node", "held_at": T.isoformat()}) is None
+    assert ErrorHold.load({"scope": "system", "held_at": 5}) is None

@@ -15,6 +15,7 @@ from remediation.adapters.noop import NoopValidator
 from remediation.domain.context import RemediationContext
 from remediation.domain.outcomes import Adapters, Done, Escalate, Hold, StepInput, StepSettings, Wait
 from remediation.domain.statemachine import Site, Step, check_transition, next_on_success
+from remediation.domain.step_records import GpuCheckDetail
 from remediation.ports.errors import ConfigError
 from remediation.settings import SettingsError, load_settings
 from remediation.validation.port import ValidationCheck, ValidationResult
@@ -115,8 +116,9 @@ def finish(settings: StepSettings, result: ValidationResult, at: datetime) -> tu
 def test_pass_is_done_with_the_record_and_the_gate_taken_down() -> None:
     out, validator = finish(cfg(), ValidationResult(True, 0, "Memory | Pass\n"), T0 + timedelta(seconds=90))
     assert isinstance(out, Done) and "passed" in out.outcome
-    rec = out.detail["validation"]
-    assert (rec["outcome"], rec["exit_code"], rec["duration_s"], rec["cause_class"]) == ("passed", 0, 90.0, "gpu-memory")
+    rec = GpuCheckDetail.load(out.detail.dump()).validation
+    assert rec is not None
+    assert (rec.outcome, rec.exit_code, rec.duration_s, rec.cause_class) == ("passed", 0, 90.0, "gpu-memory")
     assert validator.calls[-1] == ("finish", "nr-gate-r7-a2")
 
 
@@ -124,7 +126,7 @@ def test_fail_escalates_with_the_output_and_keeps_only_its_end() -> None:
     noisy = "x" * 10_000 + "\nMemory | Fail: row remap failure GPU 3\n"
     out, _ = finish(cfg(output_bytes=512), ValidationResult(True, 226, noisy), T0 + timedelta(seconds=60))
     assert isinstance(out, Escalate) and "exit 226" in out.reason and "row remap failure" in out.reason
-    assert len(out.detail["validation"]["output"].encode()) == 512
+    assert len(out.detail.dump()["validation"]["output"].encode()) == 512
 
 
 @pytest.mark.parametrize(("result", "kind"), [
