@@ -32,7 +32,14 @@ import yaml
 from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube_http import Handler, Request
 from simulator.kube_jobs import JobRunner
-from simulator.kube_objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube_objects import (
+    NodeState,
+    PodState,
+    daemonset_object,
+    gpu_node_object,
+    node_lease_object,
+    pod_object,
+)
 from simulator.kube_pages import Snapshots
 from simulator.kube_podsecurity import forbidden, level_of
 from simulator.kube_select import to_label_selector
@@ -160,11 +167,11 @@ class KubeAPIServer:
         """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube_objects.gpu_node_object`),
         with its heartbeat Lease."""
         now = now_rfc3339()
-        node = gpu_node_object(
-            name, ready=ready, provider_id=provider_id, boot_id=boot_id or str(uuid.uuid4()),
-            labels=dict(labels or {}), annotations=dict(annotations or {}), unschedulable=unschedulable,
-            taints=taints, now=now,
+        state = NodeState(
+            ready=ready, provider_id=provider_id, boot_id=boot_id or str(uuid.uuid4()), labels=dict(labels or {}),
+            annotations=dict(annotations or {}), unschedulable=unschedulable, taints=taints,
         )  # fmt: skip
+        node = gpu_node_object(name, state, now=now)
         self.store.create("leases", (NODE_LEASE_NAMESPACE, name), node_lease_object(name, now_micro()))
         return self.store.create("nodes", name, node)
 
@@ -244,10 +251,11 @@ class KubeAPIServer:
                         )
                     uid = self.store.tables["daemonsets"][key]["metadata"]["uid"]
             owner = (owner_kind, owner_name, uid)
-        pod = pod_object(
-            namespace, name, node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror,
-            phase=phase, terminating=terminating, empty_dir=empty_dir, now=now_rfc3339(),
+        state = PodState(
+            node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror, phase=phase,
+            terminating=terminating, empty_dir=empty_dir,
         )  # fmt: skip
+        pod = pod_object(namespace, name, state, now=now_rfc3339())
         refused = forbidden(name, self.pod_security_level(namespace), pod["spec"])
         if refused is not None:
             raise ApiError(status(403, "Forbidden", refused, {"name": name, "kind": "pods"}))
