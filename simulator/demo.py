@@ -139,11 +139,11 @@ def run_demo(
     workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
 ) -> dict[str, Any]:
     """Run the scenario; returns the summary read back from the database (see simulator.demo_report)."""
-    from simulator.cluster import SimCluster
+    from simulator.cluster import SimCluster, Timing
     from workers.embedded import configure_environment
 
     console = console or Console()
-    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0, bare_metal=BARE_METAL).start()
+    cluster = SimCluster(NODES, timing=Timing(reboot_delay_s=1.5, op_seconds=1.0), bare_metal=BARE_METAL).start()
     admin_token = secrets.token_urlsafe(16)
     configure_environment(workdir, DEMO_ENV)
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
