@@ -87,7 +87,8 @@ def measure(release: str, changes: int, poll: float) -> None:
         stopper = Stopper(install=False)
         bus = RedisEventBus(client, prefix, kick=None)
         thread = threading.Thread(
-            target=slurm_watcher.run, args=(settings, stopper, bus, CliSlurm(settings.slurm)), daemon=True
+            target=slurm_watcher.run, args=(settings, stopper, bus), kwargs={"slurm": CliSlurm(settings.slurm)},
+            daemon=True,
         )
         thread.start()
         nodes = [f"gpu-node-{i}" for i in range(NODES)]

@@ -40,7 +40,7 @@ from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
-from simulator.cluster import SimCluster
+from simulator.cluster import SimCluster, Timing
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from workers.celery_app import make_app
 
@@ -76,7 +76,7 @@ def main() -> None:
         scratch_database() as pg_url,
         scratch_dir() as tmp,
         SimCluster(
-            total, op_seconds=0.0, reboot_delay_s=0.0, tick_s=0.02, not_responding_after_s=0.3
+            total, timing=Timing(op_seconds=0.0, reboot_delay_s=0.0, tick_s=0.02, not_responding_after_s=0.3)
         ) as cluster,
     ):
         env = worker_env(

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep, Validation
 from remediation.db.session import make_engine, make_session_factory
@@ -183,9 +184,12 @@ def _took(r: dict[str, Any]) -> str:
 
 
 def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[str, Any]:
+    """What the demo did, read back from the database and checked against the cluster's own counts:
+    remediations, incidents, the breaker, VM actions, detection and recovery times, the validation's
+    verdicts and hardware moves."""
     sessions = make_session_factory(make_engine(settings.database))
     with sessions() as s:
-        rems = s.scalars(select(Remediation).order_by(Remediation.id)).all()
+        remediations = _remediation_rows(s.scalars(select(Remediation).order_by(Remediation.id)).all())
         events = s.execute(select(Event.node, Event.kind, Event.decision, Event.decision_reason,
                                   Event.received_at).order_by(Event.id)).all()  # fmt: skip
         audit_rows = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)).all()
@@ -193,43 +197,9 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
         moves = [{"node": node, "why": e.why, "before": eras[e.ordinal - 2].key, "after": e.key}
                  for node, eras in node_eras(s).items() for e in eras if e.ordinal > 1]
-        remediations: list[dict[str, Any]] = [
-            {
-                "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
-                "fault_class": r.fault_class, "action": r.action, "incident": r.incident_id,
-                "machine_steps": machine_steps(r.steps),
-                "steps_done": sorted({st.step for st in r.steps if st.status == "done"}),
-                "recovery_s": _ts(r.closed_at) - _ts(r.opened_at) if r.closed_at and r.status == "succeeded" else None,
-            }
-            for r in rems
-        ]  # fmt: skip
-        incidents: list[dict[str, Any]] = [
-            {
-                "id": i.id, "domain": domain_key(i.kind, i.name), "cause": i.cause, "status": i.status,
-                "nodes": sorted(i.nodes or [], key=_natural), "domain_size": i.domain_size,
-                "open_s": _ts(i.closed_at) - _ts(i.opened_at) if i.closed_at else None,
-                "pages": sum(1 for a in audit_rows
-                             if a.action == "incident_opened" and (a.detail or {}).get("incident") == i.id),
-            }
-            for i in s.scalars(select(Incident).order_by(Incident.id))
-        ]  # fmt: skip
-    for inc in incidents:
-        members = set(inc["nodes"])
-        inc["vm_actions"] = sum(cluster.vm_actions(n) for n in members)
-        inc["vm_steps"] = sum(len(vm_actions(r["machine_steps"])) for r in remediations if r["node"] in members)
-        inc["in_service"] = [n for n in inc["nodes"] if _in_service(cluster, n)]
+        incidents = _incident_rows(s, audit_rows)
+    _add_cluster_counts(incidents, remediations, cluster)
     happy = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
-    detection = []
-    for inj in cluster.injections:
-        if inj.kind not in DETECTABLE:
-            continue
-        seen = [
-            _ts(e.received_at)
-            for e in events
-            if e.node == inj.node and e.kind == "unhealthy" and _ts(e.received_at) >= inj.at
-        ]
-        if seen:
-            detection.append(min(seen) - inj.at)
     ignored = {
         e.node: e.decision_reason for e in events
         if e.kind == "unhealthy" and e.decision == "record" and "ignore" in e.decision_reason
@@ -245,7 +215,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "breaker_opened": audit.count("breaker_open"),
         "breaker_closed": audit.count("breaker_closed"),
         "vm_actions": {n: k for n in cluster.names if (k := cluster.vm_actions(n))},
-        "detection_s": detection,
+        "detection_s": _detection_delays(cluster, events),
         "recovery_s": [r["recovery_s"] for r in remediations if r["recovery_s"] is not None],
         "ignored": ignored,
         "validation": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
@@ -254,3 +224,59 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "hardware_moves": sorted(moves, key=lambda m: _natural(m["node"])),
         "timed_out": timed_out,
     }
+
+
+def _remediation_rows(rems: Iterable[Remediation]) -> list[dict[str, Any]]:
+    """Each remediation as the summary shows it; recovery time only for one that succeeded."""
+    return [
+        {
+            "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
+            "fault_class": r.fault_class, "action": r.action, "incident": r.incident_id,
+            "machine_steps": machine_steps(r.steps),
+            "steps_done": sorted({st.step for st in r.steps if st.status == "done"}),
+            "recovery_s": _ts(r.closed_at) - _ts(r.opened_at) if r.closed_at and r.status == "succeeded" else None,
+        }
+        for r in rems
+    ]  # fmt: skip
+
+
+def _incident_rows(s: Session, audit_rows: Iterable[Any]) -> list[dict[str, Any]]:
+    """Each incident: its domain, nodes, how long it stayed open and the pages it raised."""
+    audit_rows = list(audit_rows)
+    return [
+        {
+            "id": i.id, "domain": domain_key(i.kind, i.name), "cause": i.cause, "status": i.status,
+            "nodes": sorted(i.nodes or [], key=_natural), "domain_size": i.domain_size,
+            "open_s": _ts(i.closed_at) - _ts(i.opened_at) if i.closed_at else None,
+            "pages": sum(1 for a in audit_rows
+                         if a.action == "incident_opened" and (a.detail or {}).get("incident") == i.id),
+        }
+        for i in s.scalars(select(Incident).order_by(Incident.id))
+    ]  # fmt: skip
+
+
+def _add_cluster_counts(incidents: list[dict[str, Any]], remediations: list[dict[str, Any]], cluster: Any) -> None:
+    """Per incident: the VM actions the clouds counted on its nodes, the machine steps the database
+    recorded, and which of its nodes are in service now."""
+    for inc in incidents:
+        members = set(inc["nodes"])
+        inc["vm_actions"] = sum(cluster.vm_actions(n) for n in members)
+        inc["vm_steps"] = sum(len(vm_actions(r["machine_steps"])) for r in remediations if r["node"] in members)
+        inc["in_service"] = [n for n in inc["nodes"] if _in_service(cluster, n)]
+
+
+def _detection_delays(cluster: Any, events: Iterable[Any]) -> list[float]:
+    """For each detectable fault injected, the seconds until its node's first unhealthy event after it."""
+    events = list(events)
+    detection = []
+    for inj in cluster.injections:
+        if inj.kind not in DETECTABLE:
+            continue
+        seen = [
+            _ts(e.received_at)
+            for e in events
+            if e.node == inj.node and e.kind == "unhealthy" and _ts(e.received_at) >= inj.at
+        ]
+        if seen:
+            detection.append(min(seen) - inj.at)
+    return detection

@@ -101,33 +101,25 @@ def run_demo(
     workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
 ) -> dict[str, Any]:
     """Run the scenario; returns the summary read back from the database (see demo.report)."""
-    from simulator.cluster import SimCluster
+    from simulator.cluster import SimCluster, Timing
     from workers.embedded import configure_environment
 
     console = console or Console()
-    cluster = SimCluster(NODES, reboot_delay_s=1.5, op_seconds=1.0, bare_metal=BARE_METAL).start()
+    cluster = SimCluster(NODES, timing=Timing(reboot_delay_s=1.5, op_seconds=1.0), bare_metal=BARE_METAL).start()
     admin_token = secrets.token_urlsafe(16)
     configure_environment(workdir, DEMO_ENV)
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
     os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
     _quiet()
     from demo.report import Progress, read_summary
-    from remediation.adapters.factory import make_bus
     from remediation.settings import load_settings
-    from watchers.kube.watcher import run as run_kube_watcher
     from watchers.runtime import Stopper
-    from watchers.slurm.watcher import run as run_slurm_watcher
     from workers.embedded import join_all, start
 
     settings = load_settings()
     emb = start()
     stopper = Stopper(install=False)
-    watchers = [
-        threading.Thread(target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True)
-        for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher"))
-    ]
-    for thread in watchers:
-        thread.start()
+    watchers = _start_watchers(settings, stopper)
     server, url, serving = _serve_dashboard(settings, port)
     dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
     console.print(
@@ -139,12 +131,7 @@ def run_demo(
     progress = Progress(settings, console)
     started = time.monotonic()
     try:
-        for at, what, action in scenario(cluster):
-            while time.monotonic() - started < at:
-                progress.poll(time.monotonic() - started)
-                time.sleep(0.25)
-            action()
-            console.print(f"[{time.monotonic() - started:5.1f}s] [yellow]fault[/] {what}")
+        _inject(cluster, progress, console=console, started=started)
         deadline = started + timeout_s
         while time.monotonic() < deadline and not (
             time.monotonic() - started > REPLAY_AT + 8 and progress.settled(min_remediations=15)
@@ -169,6 +156,31 @@ def run_demo(
     summary["dashboard"] = dashboard
     progress.print_summary(summary)
     return summary
+
+
+def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:
+    """The Slurm and Kubernetes watchers, each in a daemon thread with its own bus, started."""
+    from remediation.adapters.factory import make_bus
+    from watchers.kube.watcher import run as run_kube_watcher
+    from watchers.slurm.watcher import run as run_slurm_watcher
+
+    watchers = [
+        threading.Thread(target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True)
+        for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher"))
+    ]
+    for thread in watchers:
+        thread.start()
+    return watchers
+
+
+def _inject(cluster: Any, progress: Any, *, console: Console, started: float) -> None:
+    """Inject the scenario's faults, each at its time after ``started``, polling progress between."""
+    for at, what, action in scenario(cluster):
+        while time.monotonic() - started < at:
+            progress.poll(time.monotonic() - started)
+            time.sleep(0.25)
+        action()
+        console.print(f"[{time.monotonic() - started:5.1f}s] [yellow]fault[/] {what}")
 
 
 def _serve_dashboard(settings: Any, port: int) -> tuple[Any, str, threading.Thread]:

@@ -118,46 +118,81 @@ class Link:
     bad_hbm: bool = False  # a GPU memory fault a reboot does not cure: only the validation's check sees it
 
 
+@dataclass(frozen=True)
+class Timing:
+    """How fast the simulated world moves, in seconds."""
+
+    reboot_delay_s: float = 1.0  # a VM's boot
+    op_seconds: float = 0.5  # a cloud or BMC operation, from accepted to done
+    slurmd_timeout_s: float = 1.0  # slurmctld's SlurmdTimeout: a silent node goes DOWN after it
+    not_responding_after_s: float = 0.3  # a silent node is NOT_RESPONDING after it
+    tick_s: float = 0.05  # the clock thread's tick
+
+
+@dataclass(frozen=True)
+class Listen:
+    """Where the endpoints listen, the host name their URLs carry, and where the certificate is kept.
+
+    ``bind``/``base_port`` choose the address and ports (kube, GCE, Azure, slurmrestd on
+    ``base_port``..+3; 0 = free ports), ``advertise`` the host name in the URLs (default: ``bind``,
+    or 127.0.0.1 when binding every interface), ``state_dir`` where the certificate is kept (default:
+    a temp dir)."""
+
+    bind: str = "127.0.0.1"
+    advertise: str | None = None
+    base_port: int = 0
+    state_dir: Path | None = None
+
+
 class SimCluster(FaultInjector):
     """The linked endpoints; use as a context manager or call :meth:`start` / :meth:`stop`.
 
     By default every endpoint listens on 127.0.0.1 on a free port and the Azure certificate lives in
-    a temp dir. ``bind``/``base_port`` choose the address and ports (kube, GCE, Azure, slurmrestd on
-    ``base_port``..+3; 0 = free ports), ``advertise`` the host name in the URLs (default: ``bind``,
-    or 127.0.0.1 when binding every interface), ``state_dir`` where the certificate is kept."""
+    a temp dir; :class:`Listen` says otherwise, :class:`Timing` how fast the world moves."""
 
     def __init__(
         self,
         nodes: int = 8,
         *,
-        reboot_delay_s: float = 1.0,
-        op_seconds: float = 0.5,
-        slurmd_timeout_s: float = 1.0,
-        not_responding_after_s: float = 0.3,
-        tick_s: float = 0.05,
+        timing: Timing | None = None,
+        listen: Listen | None = None,
         seed: int = 0,
-        bind: str = "127.0.0.1",
-        advertise: str | None = None,
-        base_port: int = 0,
-        state_dir: Path | None = None,
         bare_metal: int = 0,
     ) -> None:
         super().__init__(seed)
-        self.reboot_delay_s = reboot_delay_s
-        self.tick_s = tick_s
+        timing, listen = timing or Timing(), listen or Listen()
+        self.reboot_delay_s = timing.reboot_delay_s
+        self.tick_s = timing.tick_s
         self.names = [f"gpu-node-{i}" for i in range(nodes + bare_metal)]
         self.clouds = nodes  # gpu-node-0..nodes-1 are cloud VMs, the rest bare metal
         self.ctld = SlurmCtld(
-            self.names, not_responding_after_s=not_responding_after_s, slurmd_timeout_s=slurmd_timeout_s
+            self.names,
+            not_responding_after_s=timing.not_responding_after_s,
+            slurmd_timeout_s=timing.slurmd_timeout_s,
         )
         self.kube_token, self.slurm_token, self.azure_token = (secrets.token_hex(12) for _ in range(3))
-        self.bind, self.base_port = bind, base_port
-        self.advertise = advertise or (bind if bind not in ("0.0.0.0", "") else "127.0.0.1")
+        self.bind, self.base_port = listen.bind, listen.base_port
+        self.advertise = listen.advertise or (listen.bind if listen.bind not in ("0.0.0.0", "") else "127.0.0.1")
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         valid_days = 365  # a docker-compose simulator may well run for longer than a test
+        state_dir = listen.state_dir
         if state_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="simcluster-")
             state_dir, valid_days = Path(self._tmp.name), 1
+        self.state_dir: Path = state_dir
+        self._make_servers(timing.op_seconds, valid_days, bare_metal=bare_metal)
+        self.links: dict[str, Link] = {}
+        self.subblocks: dict[str, list[str]] = {}  # GKE sub-block label value -> its Slurm nodes
+        self.lock = threading.RLock()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _make_servers(self, op_seconds: float, valid_days: int, *, bare_metal: int) -> None:
+        """The kube-apiserver, GCE, Azure, slurmrestd and (with bare metal) BMC fakes, their
+        certificates in ``state_dir``, each rebound where :class:`Listen` asked."""
+        state_dir = self.state_dir
         self.cert_file, key_file = make_self_signed_cert(
             state_dir, ["localhost", self.advertise], valid_days=valid_days
         )
@@ -171,7 +206,6 @@ class SimCluster(FaultInjector):
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(self.cert_file, key_file)
         self.slurmrestd = LinkedSlurmRestd(self.ctld, token=self.slurm_token, ssl_context=tls)
-        self.state_dir: Path = state_dir
         self.bmc = (
             RedfishBmc(state_dir, op_seconds=op_seconds, hosts=(self.advertise,)) if bare_metal else None
         )
@@ -183,15 +217,8 @@ class SimCluster(FaultInjector):
         )
         for offset, server in enumerate(servers, start=1):
             server.advertise = self.advertise
-            if (bind, base_port) != ("127.0.0.1", 0):
-                _rebind(server._httpd, bind, base_port + offset if base_port else 0)
-        self.links: dict[str, Link] = {}
-        self.subblocks: dict[str, list[str]] = {}  # GKE sub-block label value -> its Slurm nodes
-        self.lock = threading.RLock()
-        self._timers: list[tuple[float, int, Callable[[], None]]] = []
-        self._seq = itertools.count()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+            if (self.bind, self.base_port) != ("127.0.0.1", 0):
+                _rebind(server._httpd, self.bind, self.base_port + offset if self.base_port else 0)
 
     # -------------------------------------------------------------------------------- lifecycle
 

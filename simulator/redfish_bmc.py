@@ -42,7 +42,7 @@ class RedfishBmc(FakeServer):
     advertise = "127.0.0.1"  # the host name in the URL handed out
 
     def __init__(self, tls_dir: Path, *, op_seconds: float = 1.0, hosts: tuple[str, ...] = ()) -> None:
-        pki = write_pki(tls_dir, ("sim-bmc-ca", "bmc-ca"), "bmc", hosts)
+        pki = write_pki(tls_dir, ("sim-bmc-ca", "bmc-ca"), "bmc", hosts=hosts)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(pki.cert_file, pki.key_file)
         super().__init__(context)

@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from simulator.cluster import SimCluster
+from simulator.cluster import Listen, SimCluster, Timing
 
 ENV_FILE = "simulator.env"
 TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.state_dir is not None:
         args.state_dir.mkdir(parents=True, exist_ok=True)
     cluster = SimCluster(
-        args.nodes, reboot_delay_s=args.reboot_delay, op_seconds=args.op_seconds, seed=args.seed,
-        bind=args.bind, advertise=args.advertise, base_port=args.base_port, state_dir=args.state_dir,
+        args.nodes, timing=Timing(reboot_delay_s=args.reboot_delay, op_seconds=args.op_seconds), seed=args.seed,
+        listen=Listen(bind=args.bind, advertise=args.advertise, base_port=args.base_port, state_dir=args.state_dir),
     )  # fmt: skip
     env_file = args.state_dir / ENV_FILE if args.state_dir is not None else None
     with cluster:

@@ -1,4 +1,4 @@
-"""The on-call web API and dashboard: ``create_app(settings, sessions, queue_depth, clock, dispatcher)``.
+"""The on-call web API and dashboard: ``create_app(settings, sessions, queue_depth, *, clock, dispatcher)``.
 
 ``create_app`` is imported on first use, not with the package: the CLI reads the reliability report's
 module from here, and importing FastAPI would add seconds to every command that serves no page.

@@ -43,8 +43,10 @@ HERE = Path(__file__).parent
 
 
 def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None,
-               queue_depth: Callable[[], dict[str, int]] | None = None, clock: Clock | None = None,
+               queue_depth: Callable[[], dict[str, int]] | None = None, *, clock: Clock | None = None,
                dispatcher: Dispatcher | None = None) -> FastAPI:
+    """The API and dashboard on ``sessions`` (else the configured database); levers hand follow-up
+    work to ``dispatcher``, and ``queue_depth`` reports the broker's queues in the metrics."""
     app = FastAPI(
         title="node-remediation",
         version="1",
@@ -81,6 +83,12 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     _errors(app)
     app.add_middleware(BodyGuard, max_bytes=settings.api.max_body_bytes)
     app.add_exception_handler(ui.LoginRequired, ui.login_redirect)
+    _ops(app, settings, sessions)
+    return app
+
+
+def _ops(app: FastAPI, settings: Settings, sessions: sessionmaker[Session]) -> None:
+    """The operators' endpoints: ``/healthz`` (no auth) and ``/metrics`` (a token if so configured)."""
 
     @app.get("/healthz", tags=["ops"], summary="Liveness and database reachability (no auth)",
              responses={200: {"description": "Alive, and the database answers"},
@@ -103,8 +111,6 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
             if identify(header_token(request), settings.api) is None:
                 return PlainTextResponse("unauthorized\n", 401, headers={"WWW-Authenticate": "Bearer"})
         return Response(generate_latest(app.state.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return app
 
 
 def _errors(app: FastAPI) -> None:

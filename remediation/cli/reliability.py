@@ -72,14 +72,21 @@ def reliability_cmd(
         text = report.to_csv(rep)
     else:
         text = report.standalone_html(rep, now)
-    if output == "pdf":
+    if _write(text, target, fmt=output, browser=browser):
+        typer.echo(f"wrote {target} ({output}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)", err=True)
+
+
+def _write(text: str, target: Path, *, fmt: str, browser: str | None) -> bool:
+    """Write the report to ``target``, a PDF as ``browser`` prints it; '-' prints it to stdout instead.
+    True when a file was written."""
+    if fmt == "pdf":
         try:
             html_to_pdf(text, target, browser)
         except PdfError as exc:
             raise CliError(str(exc), EXIT_REQUEST) from None
     elif str(target) == "-":
         typer.echo(text, nl=False)
-        return
+        return False
     else:
         target.write_text(text, encoding="utf-8")
-    typer.echo(f"wrote {target} ({output}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)", err=True)
+    return True

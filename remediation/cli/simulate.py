@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -109,29 +110,14 @@ def simulate(
     second policy on the same trace, side by side)."""
     fmt = check_format(output)
     settings = state(ctx).settings()
-    second: Settings | None = None
-    if baseline is not None:
-        try:
-            second = overlay(settings, baseline)
-        except SettingsError as exc:
-            raise CliError(str(exc), 2) from None
+    second = _baseline_policy(settings, baseline)
     model = outcome_model(truth)
-    if site not in SITE_REBOOT:
-        raise CliError(f"--site must be one of {', '.join(SITE_REBOOT)}, not {site!r}", 2)
-    try:
-        reboot = reboot_minutes or model.minutes(SITE_REBOOT[site], 10.0 if site == "cloud" else None)
-        reset = model.minutes("gpu-reset", 2.0)
-    except TruthError as exc:
-        raise CliError(str(exc), 2) from None
+    reboot, reset = _action_minutes(model, site, reboot_minutes)
     if gpu_reset:
         if second is not None:
             raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
         settings, second = with_reset(settings), without_reset(settings)
-    try:
-        faults = load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-                      model=model, leaf_size=leaf_size)
-    except TraceError as exc:
-        raise CliError(str(exc)) from None
+    faults = _load_faults(trace, model, nodes=nodes, days=days, seed=seed, leaf_size=leaf_size)
     if dump_events_to is not None:
         dump_events(faults, dump_events_to)
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
@@ -141,39 +127,83 @@ def simulate(
     t0 = time.monotonic()
     report = _run(faults, settings, names, reboot, reset, repair_hours, leaves, groups, by)
     base = _run(faults, second, names, reboot, reset, repair_hours, leaves, groups, by) if second is not None else None
-    took = time.monotonic() - t0
+    ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline)
     if fmt == "json":
-        doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
-        if base is not None:
-            doc = {"policy": report, "baseline": {**base, "config": "without gpu-reset" if gpu_reset else str(baseline)},
-                   "ratios": ratios(report, base), "wall_s": round(took, 2), "truth": model.name, "seed": seed,
-                   "nodes": nodes, "site": site, "reboot_minutes": reboot, "reset_minutes": reset}
-        print_json(doc)
+        print_json(_json_doc(ran, seed=seed, nodes=nodes))
         return
-    p = settings.policy
-    columns = [report] + ([base] if base is not None else [])
-    rows = [
-        ("faults replayed", *[r["faults"] for r in columns]),
-        ("events decided", *[", ".join(f"{k}: {v}" for k, v in sorted(r["decisions"].items())) or "-" for r in columns]),
-        ("remediations", *[", ".join(f"{k}: {v}" for k, v in sorted(r["outcomes"].items())) or "-" for r in columns]),
-        ("VM actions", *[", ".join(f"{k}: {v}" for k, v in sorted(r["vm_actions"].items())) or "none" for r in columns]),
-        ("VM actions that fixed nothing", *[r["wasted_vm_actions"] for r in columns]),
-        ("VM actions · quarantines on fabric faults", *[f"{r['fabric_vm_actions']} · {r['fabric_quarantines']}"
-                                                       for r in columns]),
-        ("faults fixed automatically", *[r["auto_fixed"] for r in columns]),
-        ("node-hours out of service", *[f"{r['node_hours_out']:.1f}" for r in columns]),
-        ("incidents · pages", *[f"{r['incidents']} · {r['pages']}" for r in columns]),
-        ("most VM actions at once", *[f"{r['max_vm_in_flight']} (max_concurrent {p.max_concurrent})" for r in columns]),
-        ("storm breaker", *[f"opened {r['breaker_openings']}x, open {r['breaker_open_s'] / 3600:.1f} h in all"
-                            for r in columns]),
-        ("median time to recover", *[f"{r['recovery_p50_s'] / 60:.1f} min" if r["recovery_p50_s"] else "-"
-                                     for r in columns]),
-        ("quarantined", *[len(r["quarantined"]) for r in columns]),
-    ]
+    _show_tables(ran, trace.name, settings.policy.max_concurrent)
+    if report["profiles"]:
+        show_pools(report, base, baseline.name if baseline is not None else None, model.name, site, reboot,
+                   repair_hours)
+
+
+@dataclass(frozen=True)
+class _Rehearsed:
+    """What a rehearsal reported, under the policy and under the second one, and what it ran with."""
+
+    report: dict[str, Any]
+    base: dict[str, Any] | None  # the second policy's report: the baseline, or the run without gpu-reset
+    took: float  # wall time of both runs, in seconds
+    truth: str  # the outcome model's name
+    site: str
+    reboot: float  # minutes a VM action takes
+    reset: float  # minutes a GPU reset takes
+    gpu_reset: bool
+    baseline: Path | None
+
+
+def _baseline_policy(settings: Settings, baseline: Path | None) -> Settings | None:
+    """``--baseline`` laid over the current settings (exit 2 when it does not load), or None."""
+    if baseline is None:
+        return None
+    try:
+        return overlay(settings, baseline)
+    except SettingsError as exc:
+        raise CliError(str(exc), 2) from None
+
+
+def _action_minutes(model: OutcomeModel, site: str, reboot_minutes: float | None) -> tuple[float, float]:
+    """How long a VM action (``--reboot-minutes``, else the model's time for the site) and a GPU reset take."""
+    if site not in SITE_REBOOT:
+        raise CliError(f"--site must be one of {', '.join(SITE_REBOOT)}, not {site!r}", 2)
+    try:
+        reboot = reboot_minutes or model.minutes(SITE_REBOOT[site], 10.0 if site == "cloud" else None)
+        reset = model.minutes("gpu-reset", 2.0)
+    except TruthError as exc:
+        raise CliError(str(exc), 2) from None
+    return reboot, reset
+
+
+def _load_faults(trace: Path, model: OutcomeModel, *, nodes: int, days: float, seed: int,
+                 leaf_size: int) -> list[Fault]:
+    """The trace's faults: read from an events file, or synthesised from a failure mix."""
+    try:
+        return load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                    model=model, leaf_size=leaf_size)
+    except TraceError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _json_doc(ran: _Rehearsed, *, seed: int, nodes: int) -> dict[str, Any]:
+    """``-o json``: the report, or with a second policy both reports, their ratios and the run's inputs."""
+    report, base = ran.report, ran.base
+    if base is None:
+        return {**report, "wall_s": round(ran.took, 2)}
+    return {"policy": report,
+            "baseline": {**base, "config": "without gpu-reset" if ran.gpu_reset else str(ran.baseline)},
+            "ratios": ratios(report, base), "wall_s": round(ran.took, 2), "truth": ran.truth, "seed": seed,
+            "nodes": nodes, "site": ran.site, "reboot_minutes": ran.reboot, "reset_minutes": ran.reset}
+
+
+def _show_tables(ran: _Rehearsed, trace_name: str, max_concurrent: int) -> None:
+    """The summary side by side, then per fault class (--gpu-reset) or per figure with ratios
+    (--baseline), then the events recorded and not acted on."""
+    report, base, gpu_reset, baseline = ran.report, ran.base, ran.gpu_reset, ran.baseline
     second_head = "without gpu-reset" if gpu_reset else f"baseline ({baseline.name})" if baseline else ""
     heads = ["", "with gpu-reset" if gpu_reset else "with these settings"] + ([second_head] if base is not None else [])
-    show(table(heads, rows, title=f"simulated {trace.name} ({took:.1f}s, outcomes: {model.name}, {site}: reboot "
-                                  f"{reboot:g} min, GPU reset {reset:g} min)"))
+    rows = _summary_rows([report] + ([base] if base is not None else []), max_concurrent)
+    show(table(heads, rows, title=f"simulated {trace_name} ({ran.took:.1f}s, outcomes: {ran.truth}, {ran.site}: reboot "
+                                  f"{ran.reboot:g} min, GPU reset {ran.reset:g} min)"))
     if gpu_reset and base is not None:
         show(table(["fault class", "node-hours out with gpu-reset", "without", "ratio"],
                    [(c, f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}" if b else "-") for c, a, b in by_class(report, base)]))
@@ -185,9 +215,28 @@ def simulate(
                     for k, v in ratios(report, base).items()]))
     if report["ignored"]:
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
-    if report["profiles"]:
-        show_pools(report, base, baseline.name if baseline is not None else None, model.name, site, reboot,
-                   repair_hours)
+
+
+def _summary_rows(columns: list[dict[str, Any]], max_concurrent: int) -> list[tuple[Any, ...]]:
+    """One row per figure, one column per report."""
+    return [
+        ("faults replayed", *[r["faults"] for r in columns]),
+        ("events decided", *[", ".join(f"{k}: {v}" for k, v in sorted(r["decisions"].items())) or "-" for r in columns]),
+        ("remediations", *[", ".join(f"{k}: {v}" for k, v in sorted(r["outcomes"].items())) or "-" for r in columns]),
+        ("VM actions", *[", ".join(f"{k}: {v}" for k, v in sorted(r["vm_actions"].items())) or "none" for r in columns]),
+        ("VM actions that fixed nothing", *[r["wasted_vm_actions"] for r in columns]),
+        ("VM actions · quarantines on fabric faults", *[f"{r['fabric_vm_actions']} · {r['fabric_quarantines']}"
+                                                       for r in columns]),
+        ("faults fixed automatically", *[r["auto_fixed"] for r in columns]),
+        ("node-hours out of service", *[f"{r['node_hours_out']:.1f}" for r in columns]),
+        ("incidents · pages", *[f"{r['incidents']} · {r['pages']}" for r in columns]),
+        ("most VM actions at once", *[f"{r['max_vm_in_flight']} (max_concurrent {max_concurrent})" for r in columns]),
+        ("storm breaker", *[f"opened {r['breaker_openings']}x, open {r['breaker_open_s'] / 3600:.1f} h in all"
+                            for r in columns]),
+        ("median time to recover", *[f"{r['recovery_p50_s'] / 60:.1f} min" if r["recovery_p50_s"] else "-"
+                                     for r in columns]),
+        ("quarantined", *[len(r["quarantined"]) for r in columns]),
+    ]
 
 
 def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float, reset_minutes: float,

@@ -86,22 +86,10 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
     ``Switches`` is one level above the highest of them and holds all their nodes. Keys are read as
     Slurm reads them (any case), ``#`` starts a comment and a trailing ``\\`` continues a line. A switch
     named twice, a ``Switches`` naming no defined switch, or a loop of switches is refused."""
-    lines: list[tuple[int, str]] = []
-    pending, first = "", 0
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].rstrip()
-        if not pending:
-            first = number
-        if line.endswith("\\"):
-            pending += line[:-1] + " "
-            continue
-        line, pending = (pending + line).strip(), ""
-        if line:
-            lines.append((first, line))
     children: dict[str, tuple[str, ...]] = {}
     nodes: dict[str, tuple[str, ...]] = {}
     blocks: list[Switch] = []
-    for number, line in lines:
+    for number, line in _logical_lines(text):
         fields = {k.lower(): v for k, v in _PAIR.findall(line)}
         if _PAIR.sub("", line).strip() or not fields:
             raise TopologyError(f"{source} line {number}: cannot read {line[:200]!r}")
@@ -142,6 +130,24 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
         members = tuple(sorted(under(name))) if children[name] else nodes[name]
         switches.append(Switch(LEAF_SWITCH if depth == 0 else SWITCH, name, members, depth))
     return switches + blocks
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """A ``topology.conf``'s lines without comments, continued lines joined, blank ones dropped; each
+    with the number of the line it starts on."""
+    lines: list[tuple[int, str]] = []
+    pending, first = "", 0
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].rstrip()
+        if not pending:
+            first = number
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        line, pending = (pending + line).strip(), ""
+        if line:
+            lines.append((first, line))
+    return lines
 
 
 def slurm_domains(switches: Collection[Switch]) -> dict[str, dict[str, str]]:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.factory import AdaptersByPolicy
 from remediation.clock import aware
-from remediation.db.models import Remediation
+from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import (
     LAST_MACHINE_ACTION,
     cluster_view,
@@ -180,6 +180,8 @@ class Workflow:
     # ------------------------------------------------------------------------------------- phases
 
     def _claim(self, rid: int, step: Step, token: str) -> tuple[StepInput, int, Governed] | FollowUp | None:
+        """Phase 1: check that the remediation is still open at ``step`` and nobody holds its lease,
+        pass admission, choose the rung's action, take the lease and write the step row as started."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():
             rem = remediation_locked(s, rid)
@@ -191,7 +193,7 @@ class Workflow:
             if self.settings.dry_run and not rem.dry_run:
                 rem.dry_run = True  # however it was opened, a remediation run in dry-run is one
             g = self.policies.of(rem)  # the policy it opened with, never today's
-            cfg, wf = g.settings, g.settings.workflow
+            wf = g.settings.workflow
             if held := held_reason(rem):
                 # Held by an error nobody mapped: only a human lifts it (resume or cancel).
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, held[:2000]
@@ -209,52 +211,36 @@ class Workflow:
                 # last-machine-action row: each counts only after the one before it has committed.
                 lock_control(s, LAST_MACHINE_ACTION, now)
                 now = self.clock.now()
-            verdict = self._admit(s, rem, step, cfg, now, new_machine_action=row is None)
-            held_by_incident = False
-            if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
-                                                              new_machine_action=row is None)):
-                verdict = replace(verdict, ok=False, reason=waits.reason)
-                held_by_incident = waits.by_incident
-            if not verdict.ok:
-                countdown = min(wf.poll_interval_s, wf.max_wait_s)
-                new_machine = row is None and step is Step.VM_RESTART
-                # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
-                # change with the cluster view; an incident's hold only when the incident closes.
-                hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
-                attempt = row.attempt if row is not None else next_attempt(s, rid, step)
-                if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
-                    steplog.decided(rid, rem.node, step.value, attempt, "gated", verdict.reason)
-                return FollowUp(rid, step, countdown, hint)
-            site = g.adapters.site
-            if rem.action is None or (step is Step.VM_RESTART and row is None):
-                # The ladder's action for its rung: class unknown (or opened by hand), or the rung now
-                # starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
-                rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-                    rem.ctx.fault_class, cfg.policy.faults, wf, rem.ladder,
-                    gpu_reset=site.validation)
-            rem.action = action_here(rem.action, site, wf)
-            rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
+            if (deferred := self._defer(s, rem, step, g=g, row=row, now=now)) is not None:
+                return deferred
+            _choose_action(rem, step, g, starting=row is None)
             if row is None:
-                attempt = next_attempt(s, rid, step)
-                row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
-                s.add(row)
-                if step is Step.VM_RESTART:
-                    control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now)
-                s.flush()
-            held_time = HeldTime.load(row.detail).resumed(now)
-            if held_time.held_s:
-                row.detail = {**(row.detail or {}), **held_time.dump()}
-            rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=wf.lease_s)
-            rem.next_run_at = rem.lease_until
-            rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
-            inp = StepInput(
-                remediation_id=rid, node=rem.node, cause=rem.cause, ladder=rem.ladder,
-                context=rem.ctx, key=row.idempotency_key, attempt=row.attempt,
-                started_at=aware(row.started_at) or now, checks=row.checks,
-                provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
-                source=rem.source, held_s=held_time.held_s,
-            )
-            return inp, row.id, g
+                row = _start_row(s, rem, step, now=now)
+            return _take_lease(rem, row, g, token=token, now=now), row.id, g
+
+    def _defer(
+        self, s: Session, rem: Remediation, step: Step, *, g: Governed, row: RemediationStep | None, now: datetime
+    ) -> FollowUp | None:
+        """Admission's verdict and, when it admits, an incident's hold: the follow-up to look again
+        when either holds the step (logged once per hold), None when the step may run."""
+        cfg, wf = g.settings, g.settings.workflow
+        verdict = self._admit(s, rem, step, cfg, now, new_machine_action=row is None)
+        held_by_incident = False
+        if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
+                                                          new_machine_action=row is None)):
+            verdict = replace(verdict, ok=False, reason=waits.reason)
+            held_by_incident = waits.by_incident
+        if verdict.ok:
+            return None
+        countdown = min(wf.poll_interval_s, wf.max_wait_s)
+        new_machine = row is None and step is Step.VM_RESTART
+        # The hint is for the rehearsal's event loop (Celery ignores it): admission's verdict may
+        # change with the cluster view; an incident's hold only when the incident closes.
+        hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
+        attempt = row.attempt if row is not None else next_attempt(s, rem.id, step)
+        if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
+            steplog.decided(rem.id, rem.node, step.value, attempt, "gated", verdict.reason)
+        return FollowUp(rem.id, step, countdown, hint)
 
     def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
                new_machine_action: bool) -> Admission:
@@ -275,6 +261,8 @@ class Workflow:
         return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)
 
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
+        """Phase 3: if the lease is still ours, release it, record the outcome's note and findings,
+        and write the outcome (:meth:`_settle`)."""
         now = self.clock.now()
         with self.sessions() as s, s.begin():
             rem = remediation_locked(s, rid)
@@ -289,75 +277,84 @@ class Workflow:
             rem.updated_at = now
             step = Step(rem.step)
             g = self.policies.of(rem)
-            cfg, dry = g.settings, bool(rem.dry_run)
+            dry = bool(rem.dry_run)
             if isinstance(outcome, (Wait, Done)) and outcome.note is not None:
                 note = outcome.note
                 audit(s, now, self.settings.actor, note.action, rem.node, note.reason,
                       {**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
             record_findings(s, rem, step, outcome, now, self.settings.actor, dry)  # its check, its hardware
-            if isinstance(outcome, Wait):
-                if dry:
-                    outcome = replace(outcome, reason=would(outcome.reason))
-                    if row is not None:
-                        row.dry_run = True
-                return record_wait(rem, row, outcome, now)
             if dry:
-                outcome = as_dry_run(outcome)
+                outcome = replace(outcome, reason=would(outcome.reason)) if isinstance(outcome, Wait) else (
+                    as_dry_run(outcome))
                 if row is not None:
                     row.dry_run = True
-            if isinstance(outcome, Hold):
-                return hold_for_human(s, rem, row, outcome, now, cfg)
-            if isinstance(outcome, Cancel):
-                if row is not None:
-                    row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-                close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
-                            node_healthy=outcome.node_healthy)
-                return None
+            return self._settle(s, rem, row, outcome=outcome, g=g, now=now)
+
+    def _settle(
+        self, s: Session, rem: Remediation, row: RemediationStep | None, *, outcome: Outcome, g: Governed,
+        now: datetime,
+    ) -> FollowUp | None:
+        """Write the outcome: a wait, a hold for a human, a cancel, or a finished attempt that moves on."""
+        if isinstance(outcome, Wait):
+            return record_wait(rem, row, outcome, now)
+        if isinstance(outcome, Hold):
+            return hold_for_human(s, rem, row, outcome, now, g.settings)
+        if isinstance(outcome, Cancel):
             if row is not None:
-                row.finished_at = now
-                row.status = StepStatus.DONE if isinstance(outcome, Done) else StepStatus.FAILED
-                if isinstance(outcome, Done):
-                    row.outcome = outcome.outcome[:4000]
-                else:
-                    row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
-                if isinstance(outcome, Done | Escalate):
-                    row.detail = {**(row.detail or {}), **dumped(outcome.detail)}
-            if isinstance(outcome, Done):
-                rem.ctx = rem.ctx.merged(outcome.context)
-                if step is Step.QUARANTINE:
-                    close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
-                    return None
-                site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
-                cls, jobs = rem.ctx.fault_class, site.validation
-                nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
-                                      resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
-                if nxt is Step.DONE:
-                    close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
-                    return None
-                return move(rem, step, nxt, now)
-            if step is Step.QUARANTINE:
-                close(s, rem, RemediationStatus.FAILED, now, self.settings.actor, error=outcome.reason)
-                return None
-            reason = outcome.reason
-            cls = rem.ctx.fault_class
-            faults, wf, jobs = cfg.policy.faults, cfg.workflow, g.adapters.site.validation
-            if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
-                if g.adapters.machine is None:
-                    reason = f"no machine action at this site: {reason}"
-                elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
-                    rem.ladder += 1
-                    rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
-                    audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
-                          dry_run=dry)
-                    return move(rem, step, Step.VM_RESTART, now)
-                else:
-                    reason = f"ladder exhausted: {reason}"
-            rem.action = "quarantine"
-            if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
-                reason = f"{reason} (class {cls}: hardware to return, RMA)"
-            rem.ctx = replace(rem.ctx, quarantine_reason=reason)
-            audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid}, dry_run=dry)
-            return move(rem, step, Step.QUARANTINE, now)
+                row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
+            close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
+                        node_healthy=outcome.node_healthy)
+            return None
+        if row is not None:
+            _finish_row(row, outcome, now)
+        if isinstance(outcome, Done):
+            return self._succeeded(s, rem, outcome, g=g, now=now)
+        return self._failed(s, rem, outcome, g=g, now=now)
+
+    def _succeeded(self, s: Session, rem: Remediation, outcome: Done, *, g: Governed, now: datetime) -> FollowUp | None:
+        """The step did its work: merge what it learned, then the next step on the happy path, or close."""
+        step, cfg = Step(rem.step), g.settings
+        rem.ctx = rem.ctx.merged(outcome.context)
+        if step is Step.QUARANTINE:
+            close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
+            return None
+        site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
+        cls, jobs = rem.ctx.fault_class, site.validation
+        nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
+                              resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
+        if nxt is Step.DONE:
+            close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
+            return None
+        return move(rem, step, nxt, now)
+
+    def _failed(
+        self, s: Session, rem: Remediation, outcome: Escalate | Quarantine, *, g: Governed, now: datetime
+    ) -> FollowUp | None:
+        """The step failed: climb the ladder's next rung when there is one, else quarantine."""
+        step, cfg, rid, dry = Step(rem.step), g.settings, rem.id, bool(rem.dry_run)
+        if step is Step.QUARANTINE:
+            close(s, rem, RemediationStatus.FAILED, now, self.settings.actor, error=outcome.reason)
+            return None
+        reason = outcome.reason
+        cls = rem.ctx.fault_class
+        faults, wf, jobs = cfg.policy.faults, cfg.workflow, g.adapters.site.validation
+        if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
+            if g.adapters.machine is None:
+                reason = f"no machine action at this site: {reason}"
+            elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
+                rem.ladder += 1
+                rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
+                audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
+                      dry_run=dry)
+                return move(rem, step, Step.VM_RESTART, now)
+            else:
+                reason = f"ladder exhausted: {reason}"
+        rem.action = "quarantine"
+        if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
+            reason = f"{reason} (class {cls}: hardware to return, RMA)"
+        rem.ctx = replace(rem.ctx, quarantine_reason=reason)
+        audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid}, dry_run=dry)
+        return move(rem, step, Step.QUARANTINE, now)
 
     def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause
@@ -384,3 +381,57 @@ class Workflow:
 
         with self.sessions() as s, s.begin():
             return probe(s, self.clock.now(), check, self.settings.policy.probe_successes)
+
+
+def _choose_action(rem: Remediation, step: Step, g: Governed, *, starting: bool) -> None:
+    """The action the remediation's ladder takes at this site, and what the site lacks, on its record."""
+    cfg, wf, site = g.settings, g.settings.workflow, g.adapters.site
+    if rem.action is None or (step is Step.VM_RESTART and starting):
+        # The ladder's action for its rung: class unknown (or opened by hand), or the rung now
+        # starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
+        rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
+            rem.ctx.fault_class, cfg.policy.faults, wf, rem.ladder,
+            gpu_reset=site.validation)
+    rem.action = action_here(rem.action, site, wf)
+    rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
+
+
+def _start_row(s: Session, rem: Remediation, step: Step, *, now: datetime) -> RemediationStep:
+    """A new attempt's step row; a machine action's start is also the last machine action's time."""
+    rid = rem.id
+    attempt = next_attempt(s, rid, step)
+    row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
+    s.add(row)
+    if step is Step.VM_RESTART:
+        control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now)
+    s.flush()
+    return row
+
+
+def _take_lease(rem: Remediation, row: RemediationStep, g: Governed, *, token: str, now: datetime) -> StepInput:
+    """Lease the remediation to ``token``, mark it running, and read what the step function gets."""
+    held_time = HeldTime.load(row.detail).resumed(now)
+    if held_time.held_s:
+        row.detail = {**(row.detail or {}), **held_time.dump()}
+    rem.lease_owner, rem.lease_until = token, now + timedelta(seconds=g.settings.workflow.lease_s)
+    rem.next_run_at = rem.lease_until
+    rem.status, rem.wait_reason, rem.updated_at = RemediationStatus.RUNNING, None, now
+    return StepInput(
+        remediation_id=rem.id, node=rem.node, cause=rem.cause, ladder=rem.ladder,
+        context=rem.ctx, key=row.idempotency_key, attempt=row.attempt,
+        started_at=aware(row.started_at) or now, checks=row.checks,
+        provider_op=dict(row.provider_op) if row.provider_op else None, detail=dict(row.detail or {}),
+        source=rem.source, held_s=held_time.held_s,
+    )
+
+
+def _finish_row(row: RemediationStep, outcome: Done | Escalate | Quarantine, now: datetime) -> None:
+    """Close the attempt's step row: done with its outcome and detail, or failed with its error."""
+    row.finished_at = now
+    row.status = StepStatus.DONE if isinstance(outcome, Done) else StepStatus.FAILED
+    if isinstance(outcome, Done):
+        row.outcome = outcome.outcome[:4000]
+    else:
+        row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
+    if isinstance(outcome, Done | Escalate):
+        row.detail = {**(row.detail or {}), **dumped(outcome.detail)}

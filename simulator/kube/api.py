@@ -24,7 +24,14 @@ import yaml
 from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
 from simulator.kube.http import Handler, Request
 from simulator.kube.jobs import JobRunner
-from simulator.kube.objects import daemonset_object, gpu_node_object, node_lease_object, pod_object
+from simulator.kube.objects import (
+    NodeState,
+    PodState,
+    daemonset_object,
+    gpu_node_object,
+    node_lease_object,
+    pod_object,
+)
 from simulator.kube.pages import Snapshots
 from simulator.kube.podsecurity import forbidden, level_of
 from simulator.kube.select import to_label_selector
@@ -152,11 +159,11 @@ class KubeAPIServer:
         """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube.objects.gpu_node_object`),
         with its heartbeat Lease."""
         now = now_rfc3339()
-        node = gpu_node_object(
-            name, ready=ready, provider_id=provider_id, boot_id=boot_id or str(uuid.uuid4()),
-            labels=dict(labels or {}), annotations=dict(annotations or {}), unschedulable=unschedulable,
-            taints=taints, now=now,
+        state = NodeState(
+            ready=ready, provider_id=provider_id, boot_id=boot_id or str(uuid.uuid4()), labels=dict(labels or {}),
+            annotations=dict(annotations or {}), unschedulable=unschedulable, taints=taints,
         )  # fmt: skip
+        node = gpu_node_object(name, state, now=now)
         self.store.create("leases", (NODE_LEASE_NAMESPACE, name), node_lease_object(name, now_micro()))
         return self.store.create("nodes", name, node)
 
@@ -236,10 +243,11 @@ class KubeAPIServer:
                         )
                     uid = self.store.tables["daemonsets"][key]["metadata"]["uid"]
             owner = (owner_kind, owner_name, uid)
-        pod = pod_object(
-            namespace, name, node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror,
-            phase=phase, terminating=terminating, empty_dir=empty_dir, now=now_rfc3339(),
+        state = PodState(
+            node_name=node_name, labels=dict(labels or {}), owner=owner, mirror=mirror, phase=phase,
+            terminating=terminating, empty_dir=empty_dir,
         )  # fmt: skip
+        pod = pod_object(namespace, name, state, now=now_rfc3339())
         refused = forbidden(name, self.pod_security_level(namespace), pod["spec"])
         if refused is not None:
             raise ApiError(status(403, "Forbidden", refused, {"name": name, "kind": "pods"}))

@@ -31,7 +31,7 @@ from simulator.kube.discovery import (
 )
 from simulator.kube.pages import bad_request, parse_limit
 from simulator.kube.select import SelectorError, field_selector, label_selector
-from simulator.kube.store import ApiError, Obj, status
+from simulator.kube.store import ApiError, Obj, Record, status
 from simulator.kube.table import table, wants_table
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Handler(BaseHTTPRequestHandler):
                 details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
                 reason = REASONS.get(fault.status, "Unknown")
                 raise ApiError(status(fault.status, reason, f"injected {reason}", details), headers)
-            _route(self, method, url.path.rstrip("/"), query, body, content_type)
+            _route(self, replace(self._entry, path=url.path.rstrip("/")))
         except ApiError as exc:
             self._send(exc.code, exc.body, exc.headers)
         except (BrokenPipeError, ConnectionResetError):
@@ -148,13 +148,15 @@ class Handler(BaseHTTPRequestHandler):
         res: Resource,
         query: dict[str, str],
         match: Callable[[Obj], bool],
+        *,
         render: Callable[[Obj], Obj] = lambda obj: obj,
     ) -> None:
+        """Stream the changes to ``res`` that ``match`` as watch events, until ``timeoutSeconds``, the
+        server's close, or a resourceVersion the history lost (a 410 ERROR event)."""
         api, store, kind = self.api, self.api.store, res.name
         timeout = float(query.get("timeoutSeconds") or api.default_watch_timeout_s)
         deadline = time.monotonic() + timeout
         bookmarks = query.get("allowWatchBookmarks") == "true"
-        rv_text = query.get("resourceVersion", "")
         # Fixed before the request is logged: a test that saw the watch in the log and then compacts
         # the history knows this watch will get its 410.
         epoch = store.epoch
@@ -163,24 +165,13 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        if rv_text in ("", "0"):
-            # No resourceVersion: synthetic ADDED for the current state, then changes from there on.
-            items, pos = store.list(kind)
-            for obj in items:
-                if match(obj):
-                    self._chunk({"type": "ADDED", "object": render(obj)})
-        else:
-            pos = int(rv_text) if rv_text.isdigit() else -1
+        pos = self._watch_start(kind, query.get("resourceVersion", ""), match=match, render=render)
         next_bookmark = time.monotonic() + api.bookmark_interval_s
         try:
             while not api._closing.is_set():
-                with store.lock:
-                    records = store.since(kind, pos, epoch)  # ApiError(410) once the history lost pos
-                    if not records:
-                        wait = min(deadline, next_bookmark if bookmarks else deadline) - time.monotonic()
-                        if wait > 0:
-                            store.changed.wait(wait)
-                        records = [] if api._closing.is_set() else store.since(kind, pos, epoch)
+                until = min(deadline, next_bookmark if bookmarks else deadline)
+                # ApiError(410) once the history lost pos
+                records = self._changes(kind, pos, epoch, until=until)
                 for record in records:
                     pos = record.rv
                     if match(record.obj):
@@ -191,24 +182,51 @@ class Handler(BaseHTTPRequestHandler):
                 # Like the real apiserver, a bookmark marks a quiet stream: never between two changes
                 # that are ready to go, so a client sees every pending change before the next bookmark.
                 if bookmarks and now >= next_bookmark and not records:
-                    self._chunk(
-                        {
-                            "type": "BOOKMARK",
-                            "object": {
-                                "kind": res.kind,
-                                "apiVersion": res.api_version,
-                                "metadata": {"resourceVersion": str(pos)},
-                            },
-                        }
-                    )
+                    self._bookmark(res, pos)
                     next_bookmark = now + api.bookmark_interval_s
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
         except ApiError as exc:  # 410: the real server sends the Status as an ERROR event, then closes
             self._chunk({"type": "ERROR", "object": exc.body})
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
-        return
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def _watch_start(
+        self, kind: str, rv_text: str, *, match: Callable[[Obj], bool], render: Callable[[Obj], Obj]
+    ) -> int:
+        """The history position a watch starts after. No resourceVersion (or "0"): synthetic ADDED
+        events for the current state first, then changes from there on."""
+        if rv_text not in ("", "0"):
+            return int(rv_text) if rv_text.isdigit() else -1
+        items, pos = self.api.store.list(kind)
+        for obj in items:
+            if match(obj):
+                self._chunk({"type": "ADDED", "object": render(obj)})
+        return pos
+
+    def _changes(self, kind: str, pos: int, epoch: int, *, until: float) -> list[Record]:
+        """The changes to ``kind`` after ``pos``, waiting for one until ``until`` (monotonic) if none
+        is ready; none once the server is closing."""
+        api, store = self.api, self.api.store
+        with store.lock:
+            records = store.since(kind, pos, epoch)
+            if not records:
+                wait = until - time.monotonic()
+                if wait > 0:
+                    store.changed.wait(wait)
+                records = [] if api._closing.is_set() else store.since(kind, pos, epoch)
+        return records
+
+    def _bookmark(self, res: Resource, pos: int) -> None:
+        """A BOOKMARK event: the stream is quiet and has seen everything up to ``pos``."""
+        self._chunk(
+            {
+                "type": "BOOKMARK",
+                "object": {
+                    "kind": res.kind,
+                    "apiVersion": res.api_version,
+                    "metadata": {"resourceVersion": str(pos)},
+                },
+            }
+        )
 
 
 NOT_FOUND = "the server could not find the requested resource"
@@ -286,11 +304,41 @@ def _discovery(h: Handler, path: str) -> bool:
     return True
 
 
-def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any, content_type: str) -> None:
-    if method == "GET" and _discovery(h, path or "/"):
+@dataclass(frozen=True)
+class _Target:
+    """What a resource path names, and how the request wants it shown."""
+
+    res: Resource
+    namespace: str | None
+    rest: list[str]  # the resource, then the object's name and a subresource when given
+    match: Callable[[Obj], bool]  # in the namespace and the selectors
+    view: Callable[[Obj], Obj]
+    as_table: bool
+    include: str
+
+
+def _route(h: Handler, req: Request) -> None:
+    """Answer a request: a discovery path, a resource's collection, one object or a subresource."""
+    if req.method == "GET" and _discovery(h, req.path or "/"):
         return
-    api, store = h.api, h.api.store
-    parts = path.strip("/").split("/")
+    t = _target(h, req)
+    if len(t.rest) == 1 and req.method == "GET":
+        _collection(h, req.query, t)
+        return
+    if len(t.rest) == 1 and req.method == "POST" and t.res.name == "jobs" and t.namespace is not None:
+        h._send(201, h.api.jobs.create(t.namespace, req.body))
+        return
+    if len(t.rest) >= 2 and t.res.namespaced and t.namespace is None:
+        raise ApiError(status(404, "NotFound", NOT_FOUND))
+    if not _object(h, req, t):
+        raise ApiError(
+            status(405, "MethodNotAllowed", f"the server does not allow this method on {req.path}")
+        )
+
+
+def _target(h: Handler, req: Request) -> _Target:
+    """The resource, namespace and selectors a path and its query name; 404 for a path naming none."""
+    parts = req.path.strip("/").split("/")
     if parts[:2] == ["api", "v1"]:
         group, version, rest = "", "v1", parts[2:]
     elif parts[0] == "apis" and len(parts) >= 4:
@@ -303,10 +351,9 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
     res = resource_for(group, version, rest[0]) if rest else None
     if res is None or (namespace is not None and not res.namespaced):
         raise ApiError(status(404, "NotFound", NOT_FOUND))
-    kind = res.name
     try:
-        fields = field_selector(kind, query.get("fieldSelector"))
-        labels = label_selector(query.get("labelSelector"))
+        fields = field_selector(res.name, req.query.get("fieldSelector"))
+        labels = label_selector(req.query.get("labelSelector"))
     except SelectorError as exc:
         raise ApiError(status(400, "BadRequest", str(exc))) from None
 
@@ -314,69 +361,70 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
         in_ns = namespace is None or obj["metadata"].get("namespace") == namespace
         return in_ns and fields(obj) and labels(obj)
 
-    view = store.pdb_with_status if kind == "poddisruptionbudgets" else (lambda o: o)
+    store = h.api.store
+    view = store.pdb_with_status if res.name == "poddisruptionbudgets" else (lambda o: o)
     as_table = wants_table(h.headers.get("Accept", ""))
-    include = query.get("includeObject", "Metadata")
-    if len(rest) == 1 and method == "GET":
-        if query.get("watch") in ("true", "1"):
-            render = view
-            if as_table:
-                first = [True]
+    return _Target(res, namespace, rest, match, view, as_table, req.query.get("includeObject", "Metadata"))
 
-                def render(obj: Obj) -> Obj:  # the column definitions go with the first event only
-                    rv = obj["metadata"].get("resourceVersion", "")
-                    out = table(res, [view(obj)], rv, include, with_columns=first[0])
-                    first[0] = False
-                    return out
 
-            h.watch(res, query, match, render)
-            return
-        if query.get("limit", "0") != "0" or query.get("continue"):
-            _paged_list(h, res, query, match, view, as_table, include)
-            return
-        if not as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
-            encoded, rv = store.list_encoded(kind, match)
-            head = json.dumps(_list(res, [], rv)).encode()[:-2]  # without the closing "]}"
-            h._send_raw(200, head + b",".join(encoded) + b"]}", "application/json")
-            return
-        items, rv = store.list(kind)
-        selected = [view(o) for o in items if match(o)]
-        h._send(200, table(res, selected, str(rv), include) if as_table else _list(res, selected, rv))
+def _collection(h: Handler, query: dict[str, str], t: _Target) -> None:
+    """GET on a collection: a watch, a page, or the whole list (as stored, or as a Table)."""
+    store, kind = h.api.store, t.res.name
+    if query.get("watch") in ("true", "1"):
+        h.watch(t.res, query, t.match, render=_table_events(t) if t.as_table else t.view)
         return
-    if len(rest) == 1 and method == "POST" and kind == "jobs" and namespace is not None:
-        h._send(201, api.jobs.create(namespace, body))
+    if query.get("limit", "0") != "0" or query.get("continue"):
+        _paged_list(h, t.res, query, t.match, t.view, t.as_table, t.include)
         return
-    if len(rest) >= 2 and res.namespaced and namespace is None:
-        raise ApiError(status(404, "NotFound", NOT_FOUND))
-    key: Any = (
-        rest[1] if len(rest) >= 2 and not res.namespaced else (namespace, rest[1] if len(rest) >= 2 else "")
-    )
-    if len(rest) == 2:
-        if method == "GET":
-            obj = view(store.get(kind, key))
-            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"], include) if as_table else obj)
-            return
-        if method == "PATCH" and kind == "nodes":
-            h._send(200, store.patch_node(rest[1], body, content_type))
-            return
-        if method == "PATCH" and kind == "pods":
-            h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
-            return
-    if len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method in ("GET", "PATCH"):
-        if method == "GET":
-            h._send(200, store.get(kind, rest[1]))
-        else:
-            h._send(200, store.patch_node(rest[1], body, content_type, subresource="status"))
+    if not t.as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
+        encoded, rv = store.list_encoded(kind, t.match)
+        head = json.dumps(_list(t.res, [], rv)).encode()[:-2]  # without the closing "]}"
+        h._send_raw(200, head + b",".join(encoded) + b"]}", "application/json")
         return
-    if len(rest) == 2 and method == "DELETE" and kind == "jobs":
+    items, rv = store.list(kind)
+    selected = [t.view(o) for o in items if t.match(o)]
+    h._send(200, table(t.res, selected, str(rv), t.include) if t.as_table else _list(t.res, selected, rv))
+
+
+def _table_events(t: _Target) -> Callable[[Obj], Obj]:
+    """A watch's objects as Tables; the column definitions go with the first event only."""
+    first = [True]
+
+    def render(obj: Obj) -> Obj:
+        rv = obj["metadata"].get("resourceVersion", "")
+        out = table(t.res, [t.view(obj)], rv, t.include, with_columns=first[0])
+        first[0] = False
+        return out
+
+    return render
+
+
+def _object(h: Handler, req: Request, t: _Target) -> bool:
+    """One object or its subresource (status, log, eviction); False when the method is not allowed."""
+    api, store, kind, rest, method = h.api, h.api.store, t.res.name, t.rest, req.method
+    body, content_type, namespace = req.body, req.content_type, t.namespace
+    if len(rest) == 2 and method == "GET":
+        key: Any = rest[1] if not t.res.namespaced else (namespace, rest[1])
+        obj = t.view(store.get(kind, key))
+        h._send(
+            200, table(t.res, [obj], obj["metadata"]["resourceVersion"], t.include) if t.as_table else obj
+        )
+    elif len(rest) == 2 and method == "PATCH" and kind == "nodes":
+        h._send(200, store.patch_node(rest[1], body, content_type))
+    elif len(rest) == 2 and method == "PATCH" and kind == "pods":
+        h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
+    elif len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method == "GET":
+        h._send(200, store.get(kind, rest[1]))
+    elif len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method == "PATCH":
+        h._send(200, store.patch_node(rest[1], body, content_type, subresource="status"))
+    elif len(rest) == 2 and method == "DELETE" and kind == "jobs":
         h._send(200, api.jobs.delete(namespace or "", rest[1]))
-        return
-    if len(rest) == 3 and kind == "pods" and rest[2] == "log" and method == "GET":
+    elif len(rest) == 3 and kind == "pods" and rest[2] == "log" and method == "GET":
         h._send_raw(200, api.jobs.log(namespace or "", rest[1]).encode(), "text/plain")
-        return
-    if len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST":
+    elif len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST":
         if not isinstance(body, dict) or body.get("kind") != "Eviction":
             raise ApiError(status(400, "BadRequest", "body must be a policy/v1 Eviction"))
         h._send(201, store.evict(namespace or "", rest[1], api.evict_grace_s))
-        return
-    raise ApiError(status(405, "MethodNotAllowed", f"the server does not allow this method on {path}"))
+    else:
+        return False
+    return True

@@ -45,13 +45,13 @@ def write_cluster_pki(directory: Path, hosts: Sequence[str] = (), *, valid_days:
         directory,
         ("kubernetes", "kube-ca"),
         "kube-apiserver",
-        [*IN_CLUSTER_NAMES, *hosts],
+        hosts=[*IN_CLUSTER_NAMES, *hosts],
         valid_days=valid_days,
     )
 
 
 def write_pki(
-    directory: Path, ca_names: tuple[str, str], server: str, hosts: Sequence[str] = (), *, valid_days: int = 1
+    directory: Path, ca_names: tuple[str, str], server: str, *, hosts: Sequence[str] = (), valid_days: int = 1
 ) -> ClusterPKI:
     """A CA (``ca_names``: its CN and file stem) and a ``serverAuth`` certificate it signed (CN and file stem
     ``server``) for 127.0.0.1, localhost and ``hosts``, written into ``directory``. The simulated
@@ -59,20 +59,13 @@ def write_pki(
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+    from cryptography.x509.oid import ExtendedKeyUsageOID
 
     now = dt.datetime.now(dt.UTC)
-    start, end = now - dt.timedelta(minutes=5), now + dt.timedelta(days=valid_days)
+    window = (now - dt.timedelta(minutes=5), now + dt.timedelta(days=valid_days))
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, ca_names[0])])
     ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
+        _certificate(ca_names[0], ca_names[0], ca_key.public_key(), window=window)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(_usage(x509, digital_signature=True, key_cert_sign=True, crl_sign=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
@@ -80,13 +73,7 @@ def write_pki(
     )
     key = ec.generate_private_key(ec.SECP256R1())
     cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, server)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(start)
-        .not_valid_after(end)
+        _certificate(server, ca_names[0], key.public_key(), window=window)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_usage(x509, digital_signature=True, key_encipherment=True), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -111,3 +98,25 @@ def write_pki(
     )
     pki.key_file.chmod(0o600)
     return pki
+
+
+def _certificate(
+    subject: str, issuer: str, public_key: Any, *, window: tuple[dt.datetime, dt.datetime]
+) -> Any:
+    """A certificate builder for CN ``subject`` issued by CN ``issuer``, valid over ``window``, with a
+    random serial number and no extensions yet."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    def name(cn: str) -> x509.Name:
+        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name(subject))
+        .issuer_name(name(issuer))
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(window[0])
+        .not_valid_after(window[1])
+    )

@@ -37,7 +37,7 @@ from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import GROUP, Keys
 from remediation.db.models import Event, Node, Remediation, RemediationStep
-from simulator.cluster import SimCluster
+from simulator.cluster import SimCluster, Timing
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import worker_env
 from tests.reliability.phantoms import start_stack, wait_for
@@ -126,7 +126,7 @@ def inject(cluster: SimCluster, i: int) -> None:
 def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
     pg_url: str, redis_client: redis.Redis, redis_prefix: str, tmp_path: Path, db: Engine
 ) -> None:
-    with SimCluster(NODES + 2, op_seconds=OP_S, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0) as cluster:
+    with SimCluster(NODES + 2, timing=Timing(op_seconds=OP_S, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0)) as cluster:
         for i in range(NODES):
             cluster.link(f"gpu-node-{i}").reboot_delay_s = BOOT_S[i // 4]
         slow = {f"gpu-node-{i}" for i in range(NODES) if OP_S + BOOT_S[i // 4] > HOLD_S}

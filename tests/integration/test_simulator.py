@@ -28,16 +28,17 @@ from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
 from simulator import replay
-from simulator.cluster import SimCluster
+from simulator.cluster import Listen, SimCluster, Timing
 from simulator.continuous import ContinuousReplay
 from tests.ports import lease
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
+FAST = Timing(op_seconds=0.1, reboot_delay_s=0.3)  # a cloud operation and a boot, quick enough for tests
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[SimCluster]:
-    with SimCluster(8, op_seconds=0.1, reboot_delay_s=0.3, slurmd_timeout_s=1.0, seed=3) as sim:
+    with SimCluster(8, timing=Timing(op_seconds=0.1, reboot_delay_s=0.3, slurmd_timeout_s=1.0), seed=3) as sim:
         yield sim
 
 
@@ -247,7 +248,7 @@ def test_trace_scaled_to_32_nodes_is_deterministic() -> None:
 
 
 def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
-    with SimCluster(32, op_seconds=0.1, reboot_delay_s=0.3) as sim:
+    with SimCluster(32, timing=FAST) as sim:
         plan = sim.replay(TRACE, speedup=54 * 86400 / 2.0, seed=11)  # 54 days in 2 seconds
         until(lambda: len({(i.node, i.detail) for i in sim.injections}) >= sum(len(f.nodes) for f in plan), 5)
         logged = Counter(i.kind for i in sim.injections)
@@ -261,7 +262,7 @@ def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
 
 
 def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> None:
-    with SimCluster(32, op_seconds=0.1, reboot_delay_s=0.3, seed=2) as sim:
+    with SimCluster(32, timing=FAST, seed=2) as sim:
         # Rounds of 0.5 s (the whole trace each), a storm every second, maintenance of 0.3 s.
         loop = ContinuousReplay(
             sim, TRACE, speedup=54 * 86400 / 0.5, storm_every_s=1.0, maintenance_s=0.3, seed=4
@@ -277,7 +278,7 @@ def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> Non
 
 
 def test_continuous_replay_leaves_other_drains_alone() -> None:
-    with SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3) as sim:
+    with SimCluster(4, timing=FAST) as sim:
         loop = ContinuousReplay(sim, TRACE, storm_every_s=0)
         sim.human_drain("gpu-node-1", "maintenance: PSU swap")
         sim.ctld.update("gpu-node-2", "DRAIN", "remediation: xid 79", user="remediation")
@@ -325,8 +326,8 @@ def test_azure_test_token_needs_loopback_or_the_named_simulator_host(
 def fixed_port_sim(tmp_path: Path) -> Iterator[SimCluster]:
     """A SimCluster on four consecutive fixed ports, leased until it has stopped."""
     with lease(4) as ports:
-        sim = SimCluster(4, op_seconds=0.1, reboot_delay_s=0.3, advertise="localhost",
-                         base_port=ports.port, state_dir=tmp_path, bind="127.0.0.1").start()  # fmt: skip
+        listen = Listen(advertise="localhost", base_port=ports.port, state_dir=tmp_path, bind="127.0.0.1")
+        sim = SimCluster(4, timing=FAST, listen=listen).start()
         try:
             yield sim
         finally:

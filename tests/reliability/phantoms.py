@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from remediation.db.models import Event, Node, Remediation
-from simulator.cluster import SimCluster
+from simulator.cluster import SimCluster, Timing
 from simulator.continuous import ContinuousReplay
 from tests.integration.workerproc import Worker, spawn, worker_env
 
@@ -117,7 +117,7 @@ def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str
          quiesce_s: float = 120.0) -> SoakResult:
     """Replay faults for ``duration_s``, let the service finish (up to ``quiesce_s``), and count."""
     result = SoakResult(nodes, duration_s, limit)
-    with SimCluster(nodes, op_seconds=0.5, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0, seed=seed) as cluster:
+    with SimCluster(nodes, timing=Timing(op_seconds=0.5, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0), seed=seed) as cluster:
         for i, name in enumerate(cluster.names):
             cluster.link(name).reboot_delay_s = BOOT_S[i % len(BOOT_S)]
         env = worker_env(pg_url, redis_url, prefix, workdir, **{

@@ -23,7 +23,6 @@ from typing import Protocol, runtime_checkable
 from remediation.adapters import logs
 from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock, slurm_backend
-from remediation.adapters.lock import LeaderLock
 from remediation.adapters.slurm.backend import close_slurm
 from remediation.adapters.slurm.diff import BAD_PRIORITY, bad_state, condition_key, diff
 from remediation.adapters.slurm.parse import NodeRecord
@@ -226,8 +225,8 @@ def run(
     settings: Settings,
     stopper: Stopper,
     bus: RedisEventBus | None = None,
+    *,
     slurm: SlurmControl | None = None,
-    lock: LeaderLock | None = None,
     health: WatcherHealth | None = None,
     polls: Polls | None = None,
 ) -> None:
@@ -241,7 +240,7 @@ def run(
     bus = bus or make_bus(settings)
     poll = settings.slurm.poll_interval_s
     # Renewed every poll; a TTL of several polls rides out one slow sinfo without a leader change.
-    lock = lock or make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
+    lock = make_lock(settings, "slurm", client=bus.client, ttl_s=max(10.0, 5 * poll))
     bus.fenced_by(lock)  # every event carries the lock's fencing token (remediation.domain.fencing)
     watcher = SlurmWatcher(settings, bus, as_source(slurm, watched_states(settings)))
     pace = Pace(poll, settings.slurm.cpu_budget)
@@ -262,19 +261,7 @@ def run(
                     topology.reset()
                     leading = True
                     health.leading(True)
-                try:
-                    polled = time.monotonic()
-                    watcher.step()
-                    if getattr(watcher.source, "pending", False) is True:
-                        # The delta reader published what its lines told and owes a detail read: it is
-                        # done now, as part of this poll, so its cost counts against the CPU budget.
-                        watcher.step()
-                    topology.step()
-                    health.succeeded(time.monotonic() - polled)
-                except BusUnavailable as exc:
-                    log.warning("cannot publish, will retry the same transitions: %s", exc)
-                except RemediationError as exc:
-                    log.warning("cannot read Slurm: %s", exc)
+                _poll(watcher, topology, health)
             elif leading:
                 log.info("slurm watcher lost the leader lock")
                 leading = False
@@ -289,6 +276,24 @@ def run(
         if owned:
             close_slurm(slurm)
         log.info("slurm watcher stopped")
+
+
+def _poll(watcher: SlurmWatcher, topology: TopologyPublisher, health: WatcherHealth) -> None:
+    """One poll as the leader: node states, then the topology. A bus or Slurm error is logged and
+    the next poll retries."""
+    try:
+        polled = time.monotonic()
+        watcher.step()
+        if getattr(watcher.source, "pending", False) is True:
+            # The delta reader published what its lines told and owes a detail read: it is
+            # done now, as part of this poll, so its cost counts against the CPU budget.
+            watcher.step()
+        topology.step()
+        health.succeeded(time.monotonic() - polled)
+    except BusUnavailable as exc:
+        log.warning("cannot publish, will retry the same transitions: %s", exc)
+    except RemediationError as exc:
+        log.warning("cannot read Slurm: %s", exc)
 
 
 def main() -> int:

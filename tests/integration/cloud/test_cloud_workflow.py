@@ -40,7 +40,7 @@ from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
-from simulator.cluster import SimCluster
+from simulator.cluster import SimCluster, Timing
 from simulator.fakehttp import LoggedRequest
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT
@@ -172,7 +172,7 @@ def make_rig(
     **extra: str,
 ) -> Iterator[CloudRig]:
     """The body of a rig fixture: ``nodes`` simulated nodes (even: GCE, odd: Azure)."""
-    with SimCluster(nodes, op_seconds=0.3, reboot_delay_s=reboot_delay_s, slurmd_timeout_s=1.0) as cluster:
+    with SimCluster(nodes, timing=Timing(op_seconds=0.3, reboot_delay_s=reboot_delay_s, slurmd_timeout_s=1.0)) as cluster:
         env = worker_env(
             pg_url, REDIS_URL, prefix, tmp, **{**cluster.settings_overrides(), **WORKFLOW_ENV, **extra}
         )

@@ -27,7 +27,7 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import Settings
 from simulator.kube.api import KubeAPIServer
-from simulator.kube.objects import gpu_node_object
+from simulator.kube.objects import NodeState, gpu_node_object
 from tests.conftest import REDIS_URL
 from watchers.kube.nodes import decode_page, slim
 from watchers.kube.stream import Item, NodeStream
@@ -600,10 +600,11 @@ def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
 
 
 def test_a_relisted_node_keeps_only_what_the_watcher_reads() -> None:
-    node = gpu_node_object(
-        "n1", ready="True", provider_id="gce://p/z/n1", boot_id="b1", annotations={}, unschedulable=False,
-        taints=None, now="2026-11-26T00:00:00Z", labels={"topology.kubernetes.io/zone": "z1", "other": "x"},
+    state = NodeState(
+        ready="True", provider_id="gce://p/z/n1", boot_id="b1",
+        labels={"topology.kubernetes.io/zone": "z1", "other": "x"},
     )  # fmt: skip
+    node = gpu_node_object("n1", state, now="2026-11-26T00:00:00Z")
     kept = slim(node, ["topology.kubernetes.io/zone", "absent"])
     assert kept["metadata"] == {
         "name": "n1", "resourceVersion": node["metadata"].get("resourceVersion", ""),

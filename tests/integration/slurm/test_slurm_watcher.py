@@ -89,8 +89,8 @@ def watcher(settings: Settings, client: redis.Redis, stream_prefix: str) -> Iter
     slurm = make_slurm(settings)
     thread = threading.Thread(
         target=slurm_watcher.run,
-        args=(settings, running.stopper, bus, slurm),
-        kwargs={"polls": running.polls},
+        args=(settings, running.stopper, bus),
+        kwargs={"slurm": slurm, "polls": running.polls},
         daemon=True,
     )
     thread.start()

@@ -189,8 +189,8 @@ class Pipeline:
         slurm = make_slurm(self.settings)  # the watcher's own, as a watcher process has
         thread = threading.Thread(
             target=slurm_watcher.run,
-            args=(self.settings, stopper, bus, slurm),
-            kwargs={"polls": polls},
+            args=(self.settings, stopper, bus),
+            kwargs={"slurm": slurm, "polls": polls},
             daemon=True,
         )
         thread.start()

@@ -331,9 +331,9 @@ def test_the_simulator_writes_only_real_settings() -> None:
     """What compose's services source is the simulator's settings_overrides: each a real setting, and
     together valid for the advertised, non-loopback host (vm.azure_test_host names it)."""
     from remediation.settings import load_settings
-    from simulator.cluster import SimCluster
+    from simulator.cluster import Listen, SimCluster
 
-    with SimCluster(2, advertise="simulator") as sim:
+    with SimCluster(2, listen=Listen(advertise="simulator")) as sim:
         overrides = sim.settings_overrides()
         kwargs = sim.settings_kwargs()
     unknown = sorted(k for k in overrides if not _setting_exists(k))
