@@ -86,7 +86,7 @@ class GceFake(FakeServer):
 
     # -------------------------------------------------------------------------------- test controls
 
-    def add_instance(self, project: str, zone: str, name: str, status: str = "RUNNING") -> None:
+    def add_instance(self, project: str, zone: str, name: str, *, status: str = "RUNNING") -> None:
         with self._lock:
             self._instances[(project, zone, name)] = {
                 "id": str(next(self._ids)),
@@ -120,8 +120,7 @@ class GceFake(FakeServer):
     def fail_operations(
         self,
         count: int = 1,
-        *,
-        http_status: int = 503,
+        *, http_status: int = 503,
         code: str = "INTERNAL_ERROR",
         message: str = "Internal error. Please try again.",
     ) -> None:
@@ -137,7 +136,7 @@ class GceFake(FakeServer):
     # ------------------------------------------------------------------------------------- protocol
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         fault = self.faults.take(method, path)
         if fault is not None:

@@ -67,7 +67,7 @@ class KubeAPIServer:
         token: str | None = None,
         history: int = 1000,
         bookmark_interval_s: float = 1.0,
-        evict_grace_s: float = 0.0,
+        *, evict_grace_s: float = 0.0,
         default_watch_timeout_s: float = 1800.0,
         tls_dir: Path | None = None,
         hosts: Sequence[str] = (),
@@ -148,8 +148,7 @@ class KubeAPIServer:
     def add_node(
         self,
         name: str,
-        *,
-        ready: str = "True",
+        *, ready: str = "True",
         provider_id: str = "",
         boot_id: str | None = None,
         labels: dict[str, str] | None = None,
@@ -185,8 +184,7 @@ class KubeAPIServer:
         node: str,
         type_: str,
         status_: str,
-        *,
-        reason: str = "",
+        *, reason: str = "",
         message: str = "",
         last_transition: str | None = None,
     ) -> Obj:
@@ -219,8 +217,7 @@ class KubeAPIServer:
         self,
         namespace: str,
         name: str,
-        *,
-        node_name: str | None = None,
+        *, node_name: str | None = None,
         labels: dict[str, str] | None = None,
         owner_kind: str | None = None,
         owner_name: str | None = None,
@@ -250,7 +247,7 @@ class KubeAPIServer:
         )  # fmt: skip
         refused = forbidden(name, self.pod_security_level(namespace), pod["spec"])
         if refused is not None:
-            raise ApiError(status(403, "Forbidden", refused, {"name": name, "kind": "pods"}))
+            raise ApiError(status(403, "Forbidden", refused, details={"name": name, "kind": "pods"}))
         return self.store.create("pods", (namespace, name), pod)
 
     def remove_pod(self, namespace: str, name: str) -> None:
@@ -294,8 +291,7 @@ class KubeAPIServer:
         namespace: str,
         name: str,
         selector: str,
-        *,
-        min_available: int | None = None,
+        *, min_available: int | None = None,
         max_unavailable: int | None = None,
     ) -> None:
         """A policy/v1 PodDisruptionBudget over the pods matching a label selector (set one bound)."""
@@ -331,8 +327,7 @@ class KubeAPIServer:
         self,
         count: int,
         code: int,
-        *,
-        retry_after: int | None = None,
+        *, retry_after: int | None = None,
         method: str | None = None,
         path: str | None = None,
     ) -> None:

@@ -106,7 +106,7 @@ class Handler(BaseHTTPRequestHandler):
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
                 reason = REASONS.get(fault.status, "Unknown")
-                raise ApiError(status(fault.status, reason, f"injected {reason}", details), headers)
+                raise ApiError(status(fault.status, reason, f"injected {reason}", details=details), headers)
             _route(self, method, url.path.rstrip("/"), query, body, content_type)
         except ApiError as exc:
             self._send(exc.code, exc.body, exc.headers)
@@ -121,12 +121,12 @@ class Handler(BaseHTTPRequestHandler):
         code: int,
         body: Obj,
         headers: dict[str, str] | None = None,
-        content_type: str = "application/json",
+        *, content_type: str = "application/json",
     ) -> None:
-        self._send_raw(code, json.dumps(body).encode(), content_type, headers)
+        self._send_raw(code, json.dumps(body).encode(), content_type, headers=headers)
 
     def _send_raw(
-        self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+        self, code: int, data: bytes, content_type: str, *, headers: dict[str, str] | None = None
     ) -> None:
         self._log(code)
         if hold := self.api._take_hold(self._entry.method, self._entry.path):
@@ -229,7 +229,7 @@ def _paged_list(
     h: Handler,
     res: Resource,
     query: dict[str, str],
-    match: Callable[[Obj], bool],
+    *, match: Callable[[Obj], bool],
     view: Callable[[Obj], Obj],
     as_table: bool,
     include: str,
@@ -241,10 +241,10 @@ def _paged_list(
     if token:
         if query.get("resourceVersion"):
             raise bad_request("specifying resource version is not allowed when using continue")
-        page = h.api.pages.next(res.name, selectors, token, limit)
+        page = h.api.pages.next(res.name, selectors, token, limit=limit)
     else:
         entries, rv = h.api.store.list_keyed(res.name, match)
-        page = h.api.pages.first(res.name, selectors, entries, rv, limit)
+        page = h.api.pages.first(res.name, selectors, entries, rv=rv, limit=limit)
     meta: Obj = {"resourceVersion": str(page.rv)}
     if page.token:
         meta["continue"] = page.token
@@ -252,7 +252,7 @@ def _paged_list(
         meta["remainingItemCount"] = page.remaining
     if as_table or res.name == "poddisruptionbudgets":
         objs = [view(json.loads(blob)) for blob in page.items]
-        body = table(res, objs, str(page.rv), include) if as_table else _list(res, objs, page.rv)
+        body = table(res, objs, str(page.rv), include=include) if as_table else _list(res, objs, page.rv)
         body["metadata"] = meta
         h._send(200, body)
         return
@@ -326,14 +326,14 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
 
                 def render(obj: Obj) -> Obj:  # the column definitions go with the first event only
                     rv = obj["metadata"].get("resourceVersion", "")
-                    out = table(res, [view(obj)], rv, include, with_columns=first[0])
+                    out = table(res, [view(obj)], rv, include=include, with_columns=first[0])
                     first[0] = False
                     return out
 
             h.watch(res, query, match, render)
             return
         if query.get("limit", "0") != "0" or query.get("continue"):
-            _paged_list(h, res, query, match, view, as_table, include)
+            _paged_list(h, res, query, match=match, view=view, as_table=as_table, include=include)
             return
         if not as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
             encoded, rv = store.list_encoded(kind, match)
@@ -342,7 +342,7 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
             return
         items, rv = store.list(kind)
         selected = [view(o) for o in items if match(o)]
-        h._send(200, table(res, selected, str(rv), include) if as_table else _list(res, selected, rv))
+        h._send(200, table(res, selected, str(rv), include=include) if as_table else _list(res, selected, rv))
         return
     if len(rest) == 1 and method == "POST" and kind == "jobs" and namespace is not None:
         h._send(201, api.jobs.create(namespace, body))
@@ -355,13 +355,13 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
     if len(rest) == 2:
         if method == "GET":
             obj = view(store.get(kind, key))
-            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"], include) if as_table else obj)
+            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"], include=include) if as_table else obj)
             return
         if method == "PATCH" and kind == "nodes":
             h._send(200, store.patch_node(rest[1], body, content_type))
             return
         if method == "PATCH" and kind == "pods":
-            h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
+            h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type=content_type))
             return
     if len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method in ("GET", "PATCH"):
         if method == "GET":

@@ -38,14 +38,14 @@ def _lead(
     settings: Settings,
     stopper: Stopper,
     bus: RedisEventBus,
-    api: client.CoreV1Api,
+    *, api: client.CoreV1Api,
     lock: Any,
     health: WatcherHealth,
     polls: Polls,
 ) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
     items: queue.Queue[Item] = queue.Queue(maxsize=settings.kube.queue_max_items)
-    stream = NodeStream(api, settings, items, health)
+    stream = NodeStream(api, settings, items, health=health)
     publisher = Publisher(settings, bus, api)
     renew_every = settings.kube.leader_ttl_s / 3
     renew_at = time.monotonic() + renew_every
@@ -80,7 +80,7 @@ def run(
     settings: Settings,
     stopper: Stopper,
     bus: RedisEventBus | None = None,
-    api: client.CoreV1Api | None = None,
+    *, api: client.CoreV1Api | None = None,
     health: WatcherHealth | None = None,
     polls: Polls | None = None,
 ) -> None:
@@ -100,7 +100,7 @@ def run(
                 log.info("leader lock acquired; watching Nodes")
                 health.leading(True)
                 try:
-                    _lead(settings, stopper, bus, api, lock, health, polls)
+                    _lead(settings, stopper, bus, api=api, lock=lock, health=health, polls=polls)
                 finally:
                     health.leading(False)
             else:

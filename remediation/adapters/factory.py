@@ -112,7 +112,7 @@ class AdaptersByPolicy:
     (default: the backends its settings name; the rehearsal maps them onto its world)."""
 
     def __init__(self, settings: Settings, real: Adapters, base: Adapters | None = None,
-                 world: MemoryWorld | None = None, intents: Intents | None = None,
+                 *, world: MemoryWorld | None = None, intents: Intents | None = None,
                  machines: Callable[[Settings], MachineProvider | None] | None = None,
                  validators: Callable[[Settings], Validator | None] | None = None) -> None:
         self.settings, self.world, self.intents = settings, world, intents
@@ -179,7 +179,7 @@ def validator_backend(settings: Settings) -> Validator | None:
     from remediation.adapters.kube.validator import KubeValidator
 
     kube = make_kube(settings)
-    return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
+    return KubeValidator(kube.api, settings.kube, settings.validation, node_for=kube.node_for)
 
 
 def needs_slurm_commands(settings: Settings, what: str, component: str) -> None:
@@ -290,7 +290,7 @@ def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEven
                          replica_ack_timeout_ms=b.replica_ack_timeout_ms)
 
 
-def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0,
+def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, *, ttl_s: float = 10.0,
               bus: RedisEventBus | None = None) -> LeaderLock:
     """The leader lock of one kind of watcher (only the holder publishes). Given the watcher's ``bus``,
     the bus stamps the lock's fencing token on what it publishes and refuses to publish without it."""

@@ -70,7 +70,7 @@ class MemoryWorld:
     """The simulated cluster. ``mutate()`` is the single way to read-modify-write its state."""
 
     def __init__(self, nodes: list[str] | None = None, journal: str | Path | None = None,
-                 op_polls: int = 1, call_delay_s: dict[str, float] | None = None,
+                 op_polls: int = 1, *, call_delay_s: dict[str, float] | None = None,
                  clock: Callable[[], datetime] | None = None, op_seconds: float | None = None,
                  restart_clears_conditions: bool = False) -> None:
         self.journal = Path(journal) if journal else None
@@ -132,7 +132,7 @@ class MemoryWorld:
         )
         return sum(n - 1 for n in performed.values())
 
-    def _log(self, st: dict[str, Any], op: str, node: str, effect: bool = True, **kw: Any) -> None:
+    def _log(self, st: dict[str, Any], op: str, node: str, *, effect: bool = True, **kw: Any) -> None:
         st["calls"].append({"at": time.time(), "op": op, "node": node, "effect": effect, "pid": os.getpid(), **kw})
 
     def now_s(self) -> float:
@@ -164,7 +164,7 @@ class MemoryWorld:
 
     # -- test levers (the "outside world" changing) ------------------------------------------------
     def set_slurm(self, name: str, state: str | None = None, flags: list[str] | None = None,
-                  reason: str | None = None, user: str | None = "admin") -> None:
+                  *, reason: str | None = None, user: str | None = "admin") -> None:
         with self.mutate() as st:
             s = self._get(st, name)["slurm"]
             if state is not None:
@@ -246,7 +246,7 @@ class MemorySlurm:
                     d["jobs"] = sorted(held - wanted)
                     _free_if_idle(d)
                 if held & wanted:
-                    self.w._log(st, op, name, True, jobs=sorted(held & wanted), **kw)
+                    self.w._log(st, op, name, effect=True, jobs=sorted(held & wanted), **kw)
 
     def drain(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -256,7 +256,7 @@ class MemorySlurm:
             if s["reason"] != reason:
                 s["reason_time"] = time.time()
             s["reason"], s["reason_user"] = reason, "root"
-            self.w._log(st, "slurm.drain", name, effect, reason=reason)
+            self.w._log(st, "slurm.drain", name, effect=effect, reason=reason)
         self.w._pause("slurm.drain")
 
     def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
@@ -276,7 +276,7 @@ class MemorySlurm:
             s["flags"] = [f for f in s["flags"] if f not in ("DRAIN", "FAIL", "NOT_RESPONDING")]
             s["state"] = "IDLE" if s["state"] == "DOWN" else s["state"]
             s["reason"], s["reason_user"], s["reason_time"] = "", None, None
-            self.w._log(st, "slurm.resume", name, effect)
+            self.w._log(st, "slurm.resume", name, effect=effect)
 
 
 class MemoryKube:
@@ -303,7 +303,7 @@ class MemoryKube:
             already = bool(k["unschedulable"])
             if not already:
                 k["unschedulable"], k["ours"] = True, True
-            self.w._log(st, "k8s.cordon", name, not already)
+            self.w._log(st, "k8s.cordon", name, effect=not already)
         if not already:
             self.w._pause("k8s.cordon")
         return self.get(name)
@@ -313,7 +313,7 @@ class MemoryKube:
             k = self.w._get(st, name)["k8s"]
             if not (k["unschedulable"] and k["ours"]):
                 k["ours"] = False  # a stale mark (a human uncordoned) must not claim a later cordon
-                self.w._log(st, "k8s.uncordon", name, False)
+                self.w._log(st, "k8s.uncordon", name, effect=False)
                 return False
             k["unschedulable"], k["ours"] = False, False
             self.w._log(st, "k8s.uncordon", name)

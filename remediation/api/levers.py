@@ -28,7 +28,7 @@ class LeverResult:
     queued: bool = True  # false when the follow-up work could not be handed to the workers
 
 
-def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, actor: str, reason: str,
+def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, *, actor: str, reason: str,
          node: str | None = None, remediation_id: int | None = None, give_back: bool = False,
          profile: str | None = None) -> LeverResult:
     with sessions() as s:  # an unknown node or remediation is a 404, not a refused lever

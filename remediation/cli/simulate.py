@@ -59,7 +59,7 @@ def outcome_model(path: Path | None) -> OutcomeModel:
 
 
 def progress_bar(faults: list[Fault], out: TextIO, every_s: float = 0.2,
-                 tick: Callable[[], float] = time.monotonic) -> tuple[Callable[[datetime, Tally], None],
+                 *, tick: Callable[[], float] = time.monotonic) -> tuple[Callable[[datetime, Tally], None],
                                                                       Callable[[], None]]:
     """A one-line bar (simulated days done, faults handled), redrawn at most every ``every_s`` of wall
     time, and the function that clears it. The caller only installs it when ``out`` is a terminal."""
@@ -147,8 +147,8 @@ def simulate(
     groups = load_facts(node_facts)
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot, reset, repair_hours, leaves, groups, by)
-    base = _run(faults, second, names, reboot, reset, repair_hours, leaves, groups, by) if second is not None else None
+    report = _run(faults, settings, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by)
+    base = _run(faults, second, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
         doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
@@ -194,11 +194,11 @@ def simulate(
     if report["ignored"]:
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
     if report["profiles"]:
-        show_pools(report, base, baseline.name if baseline is not None else None, model.name, site, reboot,
-                   repair_hours)
+        show_pools(report, base, baseline.name if baseline is not None else None, truth=model.name, site=site, reboot_minutes=reboot,
+                   repair_hours=repair_hours)
 
 
-def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float, reset_minutes: float,
+def _run(faults: list[Fault], settings: Settings, names: list[str], *, reboot_minutes: float, reset_minutes: float,
          repair_hours: float, leaf_size: int | None, groups: list[NodeGroup],
          by: Sequence[ProfileSettings]) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""

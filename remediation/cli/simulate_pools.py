@@ -74,7 +74,7 @@ def show_pools(
     report: dict[str, Any],
     base: dict[str, Any] | None,
     baseline: str | None,
-    truth: str,
+    *, truth: str,
     site: str,
     reboot_minutes: float,
     repair_hours: float,

@@ -45,7 +45,7 @@ def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
     return [], None
 
 
-def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
+def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, jobs: list[str], busy: str,
                   now: datetime) -> Wait:
     """The drain found the node busy: ask its jobs to checkpoint once (where the site and the fault's
     class allow it), wait for them to leave, and apply ``on_jobs_timeout`` at the deadline:
@@ -55,7 +55,7 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
     request = CheckpointRequest.load(inp.provider_op)
     if (request is None and jobs and asks_checkpoint(inp.context.fault_class, workflow)) or (
             request is not None and request.sent is None):
-        return request_checkpoint(inp, ad, workflow, jobs, detail, now)
+        return request_checkpoint(inp, ad, workflow, jobs=jobs, detail=detail, now=now)
     deadline = float(workflow.drain_timeout_s)
     after = f"{workflow.drain_timeout_s}s after the drain"
     if request is not None and (ends := request.ends_at(inp.started_at, deadline)) < deadline:
@@ -63,10 +63,10 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
     if elapsed(inp, now) <= deadline:
         waiting = f"waiting for {busy} to leave" if jobs else f"waiting: {busy}"
         return wait(workflow, f"{request.text(now)}; {waiting}" if request else waiting, detail=detail)
-    return jobs_timed_out(inp, ad, workflow, jobs, busy, detail, after)
+    return jobs_timed_out(inp, ad, workflow, jobs=jobs, busy=busy, detail=detail, after=after)
 
 
-def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
+def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, jobs: list[str], busy: str,
                    detail: dict[str, Any], after: str) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
     the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node.
@@ -91,7 +91,7 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
                  note=None if progress.timeout_paged else Note(AuditAction.JOBS_TIMEOUT, why, ids))
 
 
-def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str) -> Wait | None:
+def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, what: str) -> Wait | None:
     """Guard of every destructive step: nothing is evicted or restarted while Slurm shows jobs on the
     node (they can only be back if someone resumed it in Slurm); wait instead."""
     jobs, busy = jobs_holding(ad, ad.slurm.get_node(inp.node))

@@ -90,7 +90,7 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     sessions = make_session_factory(db)
     start = faults[0].at if faults else datetime.now().astimezone()
     clock = FakeClock(start - timedelta(seconds=1))
-    _inventory(sessions, nodes, clock.now(), facts or [])
+    _inventory(sessions, nodes, clock.now(), groups=facts or [])
     world = memory_world(nodes, clock.now, reboot_s)
     adapters = memory_adapters(world)
     every = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s)
@@ -100,15 +100,15 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     # machines (at this rehearsal's reboot time) and runs the world's jobs.
     engine = Workflow(sessions, AdaptersByPolicy(
         settings, real, base=real, machines=lambda s: None if s.machine.backend == "none" else adapters.machine,
-        validators=lambda s: every if s.validation.runs_jobs else None), settings, clock)
+        validators=lambda s: every if s.validation.runs_jobs else None), settings, clock=clock)
     with sessions() as s, s.begin():
         refresh_pools(s, engine.governance)
     if leaf_size:
         # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
         with sessions() as s, s.begin():
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
-                   settings.policy, clock, incidents=settings.incidents, governance=engine.governance)
-    rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, repair_s=repair_s)
+                   settings.policy, clock=clock, incidents=settings.incidents, governance=engine.governance)
+    rehearsal = Rehearsal(sessions, engine, world, settings=settings, clock=clock, loop=loop, repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
     until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
     rehearsal.run(faults, until, progress)
@@ -122,12 +122,12 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     report.hand_repairs = rehearsal.tally.hand_repairs
     world_figures(world, report)
     if groups := (settings.profiles if report_by is None else report_by):
-        report.profiles = by_profile(sessions, faults, clock.now(), world, rehearsal.fleet.by_node, groups)
+        report.profiles = by_profile(sessions, faults, clock.now(), world=world, hours=rehearsal.fleet.by_node, profiles=groups)
     db.dispose()
     return report
 
 
-def by_profile(sessions: Any, faults: list[Fault], end: datetime, world: Any, hours: dict[str, float],
+def by_profile(sessions: Any, faults: list[Fault], end: datetime, *, world: Any, hours: dict[str, float],
                profiles: Sequence[ProfileSettings]) -> dict[str, dict[str, Any]]:
     """Every figure for each profile's pool (the nodes it selects first), "(base)" for the nodes none does.
     A pool's storm breaker is its own latch's only where the rehearsed settings have that profile."""
@@ -139,7 +139,7 @@ def by_profile(sessions: Any, faults: list[Fault], end: datetime, world: Any, ho
     out = {}
     for name, members in sorted((name, members) for name, members in pools.items() if members):
         mine = [f for f in faults if f.event.node in members]
-        sub = read_report(sessions, len(mine), end, members, None if name == BASE else name)
+        sub = read_report(sessions, len(mine), end, nodes=members, profile=None if name == BASE else name)
         sub.fabric_quarantines = fabric_quarantines(sessions, mine)
         sub.node_hours_out = sum(hours.get(n, 0.0) for n in members)
         world_figures(world, sub, members)
@@ -157,7 +157,7 @@ class NodeGroup:
     labels: tuple[tuple[str, str], ...] = ()
 
 
-def _inventory(sessions: Any, nodes: list[str], at: datetime, groups: list[NodeGroup]) -> None:
+def _inventory(sessions: Any, nodes: list[str], at: datetime, *, groups: list[NodeGroup]) -> None:
     """The whole fleet is known before the first fault, as the watchers' first resync makes it live: the
     storm breaker's pool is the cluster, not the few nodes that have failed so far. A node gets the facts
     of the last group that lists it."""

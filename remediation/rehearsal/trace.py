@@ -136,7 +136,7 @@ def _kind_of(signal: str) -> tuple[Source, str, str] | None:
 
 
 def _cause_signal(kind: tuple[Source, str, str], row: MixRow, model: OutcomeModel | None,
-                  rng: random.Random) -> tuple[Source, str, str]:
+                  *, rng: random.Random) -> tuple[Source, str, str]:
     """The signal with the fault's cause in it, the way the source would show it."""
     source, state, reason = kind
     if model is None or row.category not in model.categories:
@@ -190,7 +190,7 @@ def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, s
                 targets = rng.sample(range(nodes), min(width, nodes))
             for node in targets:
                 name = f"gpu-node-{node}"
-                source, state, reason = _cause_signal(kind, row, model, fate)
+                source, state, reason = _cause_signal(kind, row, model, rng=fate)
                 outcome = model.roll(row.category, fate) if model is not None and row.category in model.categories \
                     else None
                 ev = NodeEvent(source=source, node=name, kind=EventKind.UNHEALTHY, state=state,

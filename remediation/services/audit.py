@@ -28,7 +28,7 @@ def audit(
     session: Session,
     at: datetime,
     actor: str,
-    action: str,
+    *, action: str,
     target: str = "",
     reason: str = "",
     detail: dict[str, Any] | None = None,

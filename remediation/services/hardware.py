@@ -29,12 +29,12 @@ from remediation.services.validation import record_validation
 
 
 def record_findings(
-    s: Session, rem: Remediation, step: Step, outcome: Outcome, now: datetime, actor: str, dry: bool
+    s: Session, rem: Remediation, step: Step, *, outcome: Outcome, now: datetime, actor: str, dry: bool
 ) -> None:
     """Keep what a step learnt about the node's hardware (and a validate step's check)."""
     detail: dict[str, Any] = getattr(outcome, "detail", None) or {}
     if step is Step.VALIDATE:
-        record_validation(s, rem, outcome, now, actor, dry)  # with the GPUs its output names
+        record_validation(s, rem, outcome, now=now, actor=actor, dry=dry)  # with the GPUs its output names
     hw = detail.get("hardware")
     if isinstance(hw, dict):
         s.add(HardwareSighting(

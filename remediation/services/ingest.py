@@ -75,9 +75,9 @@ def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
 
 
 def ingest(
-    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    gpu_reset: bool = False, governance: Governance | None = None, bounds: TimeBounds | None = None,
     counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
     """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
@@ -96,9 +96,9 @@ def ingest(
     tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
     now = clock.now()
     parsed, rejected = parse_payloads(payloads, max_bytes)
-    events, refused = admit_events(parsed, now, bounds, counters, reportable(incidents, governance))
+    events, refused = admit_events(parsed, now, bounds, counters=counters, reportable=reportable(incidents, governance))
     events, fenced = fence_events(session, events, now)  # what a replaced leader published
-    return record(session, events, policy, clock, dry_run, incidents, gpu_reset, governance,
+    return record(session, events, policy, clock=clock, dry_run=dry_run, incidents=incidents, gpu_reset=gpu_reset, governance=governance,
                   rejected=rejected + refused + fenced)
 
 
@@ -111,9 +111,9 @@ def reportable(incidents: IncidentSettings | None, governance: Governance | None
 
 
 def record(
-    session: Session, events: Sequence[NodeEvent], policy: PolicySettings, clock: Clock,
+    session: Session, events: Sequence[NodeEvent], policy: PolicySettings, *, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, gpu_reset: bool = False,
-    governance: Governance | None = None, *, rejected: Sequence[tuple[str, str]] = (),
+    governance: Governance | None = None, rejected: Sequence[tuple[str, str]] = (),
 ) -> IngestResult:
     """Record and decide events already admitted: the stream's, after :func:`ingest` checked them, or a
     human's report, built by the lever that recorded its actor (never read from the stream).
@@ -121,28 +121,28 @@ def record(
     Its phases: keep the refused, record the new events, decide them round by round, write back."""
     now = clock.now()
     result = IngestResult()
-    _keep_rejected(session, rejected, now, result)
+    _keep_rejected(session, rejected, now, result=result)
     if not events:
         return result
-    fresh, unique, new_keys = _record_events(session, events, now, result)
+    fresh, unique, new_keys = _record_events(session, events, now, result=result)
     if not fresh:
         return result
-    batch = Batch.load(session, fresh, unique, policy, incidents, governance, now)
+    batch = Batch.load(session, fresh, unique, policy=policy, incidents=incidents, governance=governance, now=now)
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
         # on its node; the node's later events wait for the next round, when the new remediation has
         # its id. All of a round's remediations are inserted together.
         todo, opens = batch.decide_round(todo, new_keys, now)
-        opened = _open(session, opens, new_keys, now, dry_run, batch.gov, gpu_reset, record=governance is not None)
-        result.opened += batch.opened_round(session, opens, opened, new_keys, now, dry_run)
+        opened = _open(session, opens, new_keys, now=now, dry_run=dry_run, gov=batch.gov, gpu_reset=gpu_reset, record=governance is not None)
+        result.opened += batch.opened_round(session, opens, opened, new_keys=new_keys, now=now, dry_run=dry_run)
     batch.write_back(session, now)
     result.decisions = dict(batch.counts)
     return result
 
 
 def _keep_rejected(session: Session, rejected: Sequence[tuple[str, str]], now: datetime,
-                   result: IngestResult) -> None:
+                   *, result: IngestResult) -> None:
     if rejected:
         session.execute(
             insert(RejectedEvent),
@@ -152,7 +152,7 @@ def _keep_rejected(session: Session, rejected: Sequence[tuple[str, str]], now: d
 
 
 def _record_events(
-    session: Session, events: Sequence[NodeEvent], now: datetime, result: IngestResult
+    session: Session, events: Sequence[NodeEvent], now: datetime, *, result: IngestResult
 ) -> tuple[list[NodeEvent], dict[str, NodeEvent], dict[str, int]]:
     """Insert the batch's events (each key once) and their nodes' facts; returns the events new to the
     database, oldest first, every event by key, and the new events' ids by key."""
@@ -174,7 +174,7 @@ def _record_events(
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime, dry_run: bool, gov: dict[str, tuple[Resolution, EffectivePolicy]],
+          *, now: datetime, dry_run: bool, gov: dict[str, tuple[Resolution, EffectivePolicy]],
           gpu_reset: bool = False, record: bool = True) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
     arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
@@ -234,13 +234,13 @@ def _event_row(ev: NodeEvent) -> dict[str, object]:
 
 def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
     """Watchers observe real nodes, so an event's node joins the inventory (and the breaker's pool)."""
-    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now)
+    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now=now)
 
 
 def ingest_batch(
-    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
+    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
     dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
+    gpu_reset: bool = False, governance: Governance | None = None, bounds: TimeBounds | None = None,
     counters: Mapping[str, int] | None = None,
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
@@ -249,7 +249,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
+            return ingest(s, payloads, policy, clock=clock, dry_run=dry_run, incidents=incidents, max_bytes=max_bytes, gpu_reset=gpu_reset, governance=governance,
                           bounds=bounds, counters=counters)
     except (OperationalError, InterfaceError):
         raise
@@ -259,14 +259,14 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
+                one = ingest(s, [payload], policy, clock=clock, dry_run=dry_run, incidents=incidents, max_bytes=max_bytes, gpu_reset=gpu_reset, governance=governance,
                              bounds=bounds, counters=counters)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:
             with sessions() as s, s.begin():
                 reject(s, payload, f"could not be recorded: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
-                       clock.now())
+                       now=clock.now())
             total.rejected += 1
             continue
         total.recorded += one.recorded

@@ -95,7 +95,7 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
 
     def handle(payloads: list[bytes]) -> None:  # type: ignore[type-arg]
         # As the ingest task calls it: with the shipped bounds on a payload's size and its times.
-        ingest_batch(sessions, payloads, settings.policy, SystemClock(), max_bytes=settings.broker.max_event_bytes,
+        ingest_batch(sessions, payloads, settings.policy, clock=SystemClock(), max_bytes=settings.broker.max_event_bytes,
                      bounds=time_bounds(settings.broker))
 
     try:

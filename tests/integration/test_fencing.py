@@ -85,7 +85,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
     )  # woke up, still "leading"
     RedisEventBus(redis_client, redis_prefix).publish([event("gpu-node-5", "report")])  # no leader: unfenced
     with sessions() as s, s.begin():
-        result = ingest(s, stream(redis_client, redis_prefix), PolicySettings(), FakeClock(NOW))
+        result = ingest(s, stream(redis_client, redis_prefix), PolicySettings(), clock=FakeClock(NOW))
     with sessions() as s:
         recorded = set(s.scalars(select(Event.dedupe_key)))
         rejected = s.scalars(select(RejectedEvent.error)).all()
@@ -101,7 +101,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
             s,
             [event("gpu-node-6", "stale-3").model_copy(update={"fence": old.fence()}).to_json()],
             PolicySettings(),
-            FakeClock(NOW),
+            clock=FakeClock(NOW),
         )
     assert again.rejected == 1 and again.recorded == 0
 

@@ -52,7 +52,7 @@ def fleet(sessions: sessionmaker[Session], settings: Settings) -> None:  # noqa:
     events += [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="FAIL", reason="xid 79",
                          observed_at=clock.now()).to_json() for n in ("gpu-node-2", "gpu-node-5")]
     with sessions() as s, s.begin():
-        ingest(s, events, settings.policy, clock, governance=governance(settings))
+        ingest(s, events, settings.policy, clock=clock, governance=governance(settings))
 
 
 @pytest.fixture

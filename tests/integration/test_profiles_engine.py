@@ -50,7 +50,7 @@ def engine_for(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> Workflow:
     return Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
 
 
@@ -82,7 +82,7 @@ def publish(
             s,
             [event.to_json()],
             settings.policy,
-            clock,
+            clock=clock,
             incidents=settings.incidents,
             governance=governance(settings),
         )
@@ -230,7 +230,7 @@ def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeCl
             s,
             inventory_events(clock, {n: (["gpu"], []) for n in NODES}),
             settings.policy,
-            clock,
+            clock=clock,
             governance=governance(settings),
         )
         pools = dict(s.execute(select(Node.name, Node.profile)).all())
@@ -260,7 +260,7 @@ def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clo
 
     # A human closes pool-a's breaker: its remediations re-check their trigger and go on.
     with sessions() as s, s.begin():
-        followups = lever_rules.close_breaker(s, "alice", "switch replaced", clock.now(), "pool-a")
+        followups = lever_rules.close_breaker(s, "alice", "switch replaced", now=clock.now(), profile="pool-a")
     assert sorted(f.remediation_id for f in followups) == sorted(r.id for r in held)
     drive(engine, clock, followups)
     assert {rem_for(sessions, f"gpu-node-{n}").status for n in range(4)} == {"succeeded"}
@@ -291,7 +291,7 @@ def run_steps_all(engine: Workflow, clock: FakeClock, todo: list[FollowUp], roun
 def test_a_human_quarantine_records_the_profile_too(sessions, world, settings, clock) -> None:
     publish(sessions, settings, clock, "gpu-node-7", EventKind.INVENTORY, partitions=["gpu"])
     with sessions() as s, s.begin():
-        f = lever_rules.quarantine(s, "gpu-node-7", "alice", "fan noise", clock.now(), governance(settings))
+        f = lever_rules.quarantine(s, "gpu-node-7", "alice", reason="fan noise", now=clock.now(), governance=governance(settings))
     drive(engine_for(sessions, world, settings, clock), clock, [f])
     rem = rem_for(sessions, "gpu-node-7")
     # A human's lever is real even in a shadow profile: the node is quarantined, the row is not dry-run.

@@ -30,11 +30,11 @@ def restarted(world: MemoryWorld, worker_now: datetime) -> tuple[StepInput, Adap
     inp = StepInput(remediation_id=7, node=NODE, cause="software fault", ladder=0,
                     context=RemediationContext(provider_id=f"memory:///{NODE}"), key="r7:vm_restart:1",
                     attempt=1, checks=0, provider_op=None, detail={}, started_at=worker_now)
-    out = vm_restart(inp, ad, cfg, worker_now)
+    out = vm_restart(inp, ad, cfg, now=worker_now)
     while isinstance(out, Wait):
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
                       detail={**inp.detail, **out.detail})
-        out = vm_restart(inp, ad, cfg, worker_now)
+        out = vm_restart(inp, ad, cfg, now=worker_now)
     assert isinstance(out, Done), out
     after = replace(inp, context=inp.context.merged(out.context), provider_op=None, checks=0, detail={},
                     started_at=worker_now)
@@ -46,7 +46,7 @@ def test_a_real_boot_is_proven_whatever_the_workers_clock(skew_s: int) -> None:
     world = MemoryWorld(nodes=[NODE], clock=FakeClock(T0).now)
     inp, ad, cfg = restarted(world, T0 + timedelta(seconds=skew_s))
     assert inp.context.slurmd_start_before  # read from slurmctld before the action
-    proved = verify(inp, ad, cfg, inp.started_at)
+    proved = verify(inp, ad, cfg, now=inp.started_at)
     assert isinstance(proved, Done), proved
 
 
@@ -61,5 +61,5 @@ def test_no_boot_is_no_proof_even_with_a_worker_clock_behind() -> None:
     before = inp.context.slurmd_start_before
     with world.mutate() as st:  # the boot never happened: slurmd's start is the one from before
         st["nodes"][NODE]["slurm"]["slurmd_start"] = datetime.fromisoformat(before).timestamp()
-    out = verify(inp, ad, cfg, behind)
+    out = verify(inp, ad, cfg, now=behind)
     assert isinstance(out, Wait) and "slurmd started after the action=False" in out.reason, out

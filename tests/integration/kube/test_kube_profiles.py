@@ -69,7 +69,8 @@ def watcher(
 ) -> Iterator[Callable[[], None]]:
     stopper = Stopper(install=False)
     bus = RedisEventBus(redis_client, redis_prefix, kick=None)
-    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus, core), daemon=True)
+    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus), kwargs={"api": core},
+                              daemon=True)
     yield thread.start
     stopper.stop()
     thread.join(timeout=5)
@@ -113,7 +114,7 @@ def test_a_label_selected_profile_governs_its_pool(
     with sessions() as s, s.begin():
         events = [e.to_json() for e in labels + faults]  # type: ignore[operator]
         ingest(
-            s, events, settings.policy, clock, incidents=settings.incidents, governance=governance(settings)
+            s, events, settings.policy, clock=clock, incidents=settings.incidents, governance=governance(settings)
         )
         assert s.get(Node, "n1").labels == {POOL: "serving"}
         rems = {r.node: r for r in s.scalars(select(Remediation))}
@@ -131,7 +132,7 @@ def test_a_label_selected_profile_governs_its_pool(
         ]
     )
     with sessions() as s, s.begin():
-        ingest(s, [e.to_json() for e in relabel], settings.policy, clock, governance=governance(settings))  # type: ignore[union-attr]
+        ingest(s, [e.to_json() for e in relabel], settings.policy, clock=clock, governance=governance(settings))  # type: ignore[union-attr]
         assert s.get(Node, "n2").labels == {POOL: "serving"}
         found, _ = governance(settings).of(facts_of(s, ["n2"])["n2"])
         assert found.name == "serving"

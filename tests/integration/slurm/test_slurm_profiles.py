@@ -52,7 +52,7 @@ class ProfiledPipeline(Pipeline):
     def _handle(self, payloads: Sequence[bytes]) -> None:
         with self.sessions() as s, s.begin():
             result = ingest(
-                s, payloads, self.settings.policy, self.clock, governance=governance(self.settings)
+                s, payloads, self.settings.policy, clock=self.clock, governance=governance(self.settings)
             )
         self.handled += len(payloads)
         self.opened += [FollowUp(rid, step) for rid, step in result.opened]
