@@ -401,5 +401,6 @@ class AzureFake(FakeServer):
             json.dumps(body).encode(),
         )
 
-    def _error(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None) -> Response:
+    def _error(self, status: int, code: str, message: str, *, headers: dict[str,
+        str] | None = None) -> Response:
         return self._json(status, {"error": {"code": code, "message": message}}, headers)

@@ -355,7 +355,8 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
     if len(rest) == 2:
         if method == "GET":
             obj = view(store.get(kind, key))
-            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"], include=include) if as_table else obj)
+            h._send(200, table(res, [obj], obj["metadata"]["resourceVersion"],
+                               include=include) if as_table else obj)
             return
         if method == "PATCH" and kind == "nodes":
             h._send(200, store.patch_node(rest[1], body, content_type))

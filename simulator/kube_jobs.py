@@ -159,7 +159,8 @@ class JobRunner:
         self.logs[(namespace, pod)] = log
         self._set_pod(namespace, pod, "Succeeded" if code == 0 else "Failed", code=code)
         ok = code == 0
-        self._finish_job(namespace, job, "Complete" if ok else "Failed", reason="" if ok else "BackoffLimitExceeded",
+        self._finish_job(namespace, job, "Complete" if ok else "Failed",
+                         reason="" if ok else "BackoffLimitExceeded",
                          message="" if ok else "Job has reached the specified backoff limit")
 
     def _deadline(self, namespace: str, job: str, pod: str | None) -> None:
@@ -168,7 +169,8 @@ class JobRunner:
             return
         if pod is not None:
             self._set_pod(namespace, pod, "Failed", code=137, reason="DeadlineExceeded")
-        self._finish_job(namespace, job, "Failed", reason="DeadlineExceeded", message="Job was active longer than specified deadline")
+        self._finish_job(namespace, job, "Failed", reason="DeadlineExceeded",
+                         message="Job was active longer than specified deadline")
 
     def _failed_create(self, namespace: str, job: Obj, message: str) -> None:
         """The Job controller's Warning event for a pod the API server refused; the Job has no pod."""

@@ -65,7 +65,8 @@ class ApiError(Exception):
 
 
 def not_found(kind: str, name: str) -> ApiError:
-    return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', details={"name": name, "kind": kind}))
+    return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', details={"name": name,
+        "kind": kind}))
 
 
 @dataclass(frozen=True)
@@ -152,12 +153,14 @@ class Store:
         """PATCH nodes/NAME ignores status changes and nodes/NAME/status ignores spec changes, as the
         real registry strategies do (the kubelet owns status; controllers own spec)."""
         kept = "spec" if subresource == "status" else "status"
-        return self._patch("nodes", name, name, body=body, content_type=content_type, kept=(kept,), errors_of=node_errors)
+        return self._patch("nodes", name, name, body=body, content_type=content_type, kept=(kept,),
+                           errors_of=node_errors)
 
     def patch_pod(self, namespace: str, name: str, body: Any, *, content_type: str) -> Obj:
         """PATCH pods/NAME, for its metadata (annotations, labels): a running pod's spec is all but
         immutable and its status is the kubelet's, so changes to either are ignored here."""
-        return self._patch("pods", (namespace, name), name, body=body, content_type=content_type, kept=("spec", "status"),
+        return self._patch("pods", (namespace, name), name, body=body, content_type=content_type,
+                           kept=("spec", "status"),
                            errors_of=metadata_errors)
 
     def _patch(self, kind: str, key: Any, name: str, *, body: Any, content_type: str, kept: tuple[str, ...],
@@ -197,7 +200,8 @@ class Store:
                 raise ApiError(
                     status(
                         422, "Invalid", f'{singular} "{name}" is invalid: ' + "; ".join(errors),
-                        details={"name": name, "kind": singular, "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]},
+                        details={"name": name, "kind": singular, "causes": [{"reason": "FieldValueInvalid",
+                            "message": e} for e in errors]},
                     )
                 )  # fmt: skip
             if patched == current:

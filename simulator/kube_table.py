@@ -73,9 +73,12 @@ NODE_COLUMNS = [
     _col("Version", "string", "Kubelet Version reported by the node."),
     _col("Internal-IP", "string", "List of addresses reachable to the node.", priority=1),
     _col("External-IP", "string", "List of addresses reachable to the node.", priority=1),
-    _col("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", priority=1),
-    _col("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", priority=1),
-    _col("Container-Runtime", "string", "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2).", priority=1),
+    _col("OS-Image", "string",
+         "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", priority=1),
+    _col("Kernel-Version", "string",
+         "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", priority=1),
+    _col("Container-Runtime", "string",
+         "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2).", priority=1),
 ]  # fmt: skip
 
 POD_COLUMNS = [
@@ -84,10 +87,13 @@ POD_COLUMNS = [
     _col("Status", "string", "The aggregate status of the containers in this pod."),
     _col("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
     _col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created."),
-    _col("IP", "string", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", priority=1),
+    _col("IP", "string",
+         "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", priority=1),
     _col("Node", "string", "NodeName is a request to schedule this pod onto a specific node.", priority=1),
-    _col("Nominated Node", "string", "nominatedNodeName is set when this pod preempts other pods on the node.", priority=1),
-    _col("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness.", priority=1),
+    _col("Nominated Node", "string",
+         "nominatedNodeName is set when this pod preempts other pods on the node.", priority=1),
+    _col("Readiness Gates", "string",
+         "If specified, all readiness gates will be evaluated for pod readiness.", priority=1),
 ]  # fmt: skip
 
 PDB_COLUMNS = [
@@ -104,7 +110,8 @@ EVENT_COLUMNS = [
     _col("Reason", "string", "Reason is why the action was taken. It is human-readable. This field can have at most 128 characters."),
     _col("Object", "string", "The object that this event is about."),
     _col("Subobject", "string", "The subobject that this event is about.", priority=1),
-    _col("Source", "string", "The component reporting this event. Should be a short machine understandable string.", priority=1),
+    _col("Source", "string",
+         "The component reporting this event. Should be a short machine understandable string.", priority=1),
     _col("Message", "string", "A human-readable description of the status of this operation."),
     _col("First Seen", "string", "Time when first Event occurred", priority=1),
     _col("Count", "string", "The number of times this event has occurred.", priority=1),

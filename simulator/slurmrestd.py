@@ -121,7 +121,8 @@ class SlurmRestd(FakeServer):
                 doc = node_doc(self.ctld, self.ctld.node(name), version)
         except SlurmError as exc:
             if version not in ("v0.0.38", "v0.0.39"):  # 24.11: 200, no nodes, errno 0 "No error"
-                body = _errors(version, 0, "No error", source="_dump_nodes", description=f"Failure to query node {name}")
+                body = _errors(version, 0, "No error", source="_dump_nodes",
+                               description=f"Failure to query node {name}")
                 return _json(200, body)
             return _error(version, exc, "slurm_load_node_single", extra={"nodes": []})
         return _json(200, {**_envelope(version), "nodes": [doc]})
@@ -179,7 +180,8 @@ def _error(
 ) -> Response:
     # slurmrestd answers Slurm's refusals with the errno in the body, and 500 INTERNAL ERROR (22.05 and
     # 24.11) or, for a node update, 422 UNPROCESSABLE CONTENT (26.05).
-    return _json(status, {**_errors(version, exc.errno, exc.message, source=source, description=description), **(extra or {})})
+    return _json(status, {**_errors(version, exc.errno, exc.message, source=source, description=description),
+                          **(extra or {})})
 
 
 def _number(version: str, value: int) -> Any:

@@ -141,7 +141,8 @@ class SlurmWatcher:
                     del effective[status.name]
                 continue
             if not resync:
-                events.append(self._event(EventKind.UNHEALTHY, status, state, key=condition_key(status, state), observed=observed))
+                events.append(self._event(EventKind.UNHEALTHY, status, state, key=condition_key(status,
+                    state), observed=observed))
         for status, before, before_state in changes.healthy:
             key = f"slurm:{status.name}:healthy:" + condition_key(before, before_state).split(":", 2)[2]
             events.append(self._event(EventKind.HEALTHY, status, status.state, key=key, observed=observed))

@@ -130,7 +130,8 @@ def _recover(client: redis.Redis, streams: list[Keys], me: str, *, idle_ms: int)
     failed, say the database went away mid-transaction; they are ours to record again at once, not
     after ``claim_idle_ms``), then another consumer's that sat ``idle_ms`` (it died mid-batch).
     :func:`consume` asks again until none is left."""
-    mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, count=PAGE, after="0") if fields]
+    mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, count=PAGE,
+                                                                 after="0") if fields]
     if mine:
         return mine
     for one in streams:

@@ -67,7 +67,8 @@ def identify(token: str | None, cfg: ApiSettings) -> Principal | None:
     if not token:
         return None
     given = token.encode()
-    return _match(cfg, lambda secret: hmac.compare_digest(given, secret.encode()), sha256(token), csrf_key=token)
+    return _match(cfg, lambda secret: hmac.compare_digest(given, secret.encode()), sha256(token),
+                  csrf_key=token)
 
 
 def identify_sha256(digest: str, cfg: ApiSettings, csrf_key: str) -> Principal | None:

@@ -76,7 +76,8 @@ def get_incident(request: Request, _: Reader, incident_id: IncidentId) -> dict[s
 
 
 @router.post("/incidents/{incident_id}/resolve", response_model=IncidentResolved, tags=["levers"])
-def post_resolve(request: Request, who: Admin, incident_id: IncidentId, *, body: LeverBody) -> IncidentResolved:
+def post_resolve(request: Request, who: Admin, incident_id: IncidentId, *,
+                 body: LeverBody) -> IncidentResolved:
     """Close an open incident: each member re-checks its trigger (healthy: given back; bad: remediated alone)."""
     followups = request.app.state.levers.resolve_incident(incident_id, who.actor(body.actor), body.reason)
     return IncidentResolved(message=f"incident #{incident_id} resolved; {len(followups)} member "

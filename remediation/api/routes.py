@@ -105,7 +105,8 @@ def _pull(request: Request, who: Principal, body: LeverBody, *, lever: Lever, no
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
     profile = body.profile if isinstance(body, BreakerCloseBody) else None
-    return pull(st.levers, st.sessions, lever, actor=who.actor(body.actor), reason=body.reason, node=node, remediation_id=remediation_id,
+    return pull(st.levers, st.sessions, lever, actor=who.actor(body.actor), reason=body.reason, node=node,
+                remediation_id=remediation_id,
                 give_back=give_back, profile=profile)
 
 
@@ -185,7 +186,8 @@ def get_audit(request: Request, _: Reader, target: NodeFilter = None,
 
 @router.get("/events", response_model=list[EventRow])
 def get_events(request: Request, _: Reader, node: NodeFilter = None,
-               *, after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None, limit: Limit = 50) -> list[EventRow]:
+               *, after: Annotated[int | None, Query(ge=0,
+                                                     le=MAX_ID)] = None, limit: Limit = 50) -> list[EventRow]:
     """The newest events, oldest first; pass ``after`` (the last id seen) to follow."""
     with request.app.state.sessions() as s:
         return list_events(s, node, after, limit=limit)
@@ -205,7 +207,8 @@ def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3
     ``profile``: only what opened under that profile."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top=top, repeat_window=st.settings.policy.repeat_offender_window, include_dry_run=dry_run,
+        return compute_stats(s, st.clock.now(), days, top=top,
+                             repeat_window=st.settings.policy.repeat_offender_window, include_dry_run=dry_run,
                              profile=profile)
 
 

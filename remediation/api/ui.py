@@ -109,7 +109,8 @@ def login(request: Request, f: Fields) -> Response:
         response.headers["Retry-After"] = str(int(wait + 0.999))
         return response
     if identify(token, request.app.state.settings.api) is None:
-        return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, status_code=401)
+        return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.",
+                                               "who": None}, status_code=401)
     st = request.app.state
     ttl = st.settings.api.session_ttl_s
     with st.sessions() as s, s.begin():
@@ -151,10 +152,12 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
 
 
 @router.get("/nodes")
-def nodes(request: Request, who: Viewer, status: str | None = None, *, profile: str | None = None) -> HTMLResponse:
+def nodes(request: Request, who: Viewer, status: str | None = None, *,
+          profile: str | None = None) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
-        rows = list_nodes(s, status or None, st.settings.policy.lemon, now=st.clock.now(), profile=profile or None)
+        rows = list_nodes(s, status or None, st.settings.policy.lemon, now=st.clock.now(),
+                          profile=profile or None)
     return _page(request, who, "nodes.html", rows=rows, status=status or "", profile=profile or "",
                  profiles=[p.name for p in st.settings.profiles], lemon_threshold=st.settings.policy.lemon.threshold)
 
@@ -219,7 +222,8 @@ def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, leve
     st = request.app.state
     try:
         result = pull(st.levers, st.sessions, lever, actor=who.actor(request.cookies.get(USER_COOKIE)),
-                      reason=f.get("reason", "")[:1000], node=node, remediation_id=remediation_id, give_back=f.get("give_back") == "1")
+                      reason=f.get("reason", "")[:1000], node=node, remediation_id=remediation_id,
+                      give_back=f.get("give_back") == "1")
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
     key = "msg" if result.queued else "err"
@@ -239,7 +243,8 @@ def quarantine(request: Request, who: Viewer, node: str, *, f: Fields) -> Respon
 
 @router.post("/remediations/{remediation_id}/cancel")
 def cancel(request: Request, who: Viewer, remediation_id: int, *, f: Fields) -> Response:
-    return _act(request, who, f, back=f"/remediations/{remediation_id}", lever="cancel", remediation_id=remediation_id)
+    return _act(request, who, f, back=f"/remediations/{remediation_id}", lever="cancel",
+                remediation_id=remediation_id)
 
 
 @router.post("/breaker/close")

@@ -131,7 +131,8 @@ class Direct:
     def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats:
         with self.st.sessions()() as s:
             return stats(
-                s, self.st.now(), days, top=top, repeat_window=self.st.settings().policy.repeat_offender_window, include_dry_run=dry_run, profile=profile
+                s, self.st.now(), days, top=top, repeat_window=self.st.settings().policy.repeat_offender_window,
+                include_dry_run=dry_run, profile=profile,
             )
 
     def lemons(self, top: int) -> list[LemonRow]:

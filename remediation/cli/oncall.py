@@ -134,7 +134,8 @@ def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 @cli_errors
 def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
             reason: str = REASON,
-            *, validate_first: bool = typer.Option(False, "--validate", help="Run the GPU check first (the validation) "
+            *, validate_first: bool = typer.Option(False, "--validate",
+                                                   help="Run the GPU check first (the validation) "
                                        "and release only if it passes (direct database mode).")) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
     st = state(ctx)

@@ -92,7 +92,8 @@ class Remote:
     # ------------------------------------------------------------------------------------- HTTP
 
     def _call(
-        self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str, Any] | None = None
+        self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str,
+            Any] | None = None
     ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:

@@ -147,8 +147,10 @@ def simulate(
     groups = load_facts(node_facts)
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by)
-    base = _run(faults, second, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by) if second is not None else None
+    report = _run(faults, settings, names, reboot_minutes=reboot, reset_minutes=reset,
+                  repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by)
+    base = _run(faults, second, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours,
+                leaf_size=leaves, groups=groups, by=by) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
         doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
@@ -194,11 +196,13 @@ def simulate(
     if report["ignored"]:
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
     if report["profiles"]:
-        show_pools(report, base, baseline.name if baseline is not None else None, truth=model.name, site=site, reboot_minutes=reboot,
+        show_pools(report, base, baseline.name if baseline is not None else None, truth=model.name,
+                   site=site, reboot_minutes=reboot,
                    repair_hours=repair_hours)
 
 
-def _run(faults: list[Fault], settings: Settings, names: list[str], *, reboot_minutes: float, reset_minutes: float,
+def _run(faults: list[Fault], settings: Settings, names: list[str], *, reboot_minutes: float,
+         reset_minutes: float,
          repair_hours: float, leaf_size: int | None, groups: list[NodeGroup],
          by: Sequence[ProfileSettings]) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""

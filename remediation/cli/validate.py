@@ -33,7 +33,8 @@ def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any
     typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
     slurm = slurm_backend(settings)
     try:
-        return run_check(st.sessions(), validator, slurm, settings=settings, node=node, actor=st.actor, now=st.now, purpose=purpose)
+        return run_check(st.sessions(), validator, slurm, settings=settings, node=node, actor=st.actor,
+                         now=st.now, purpose=purpose)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
     finally:

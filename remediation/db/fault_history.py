@@ -24,7 +24,8 @@ from remediation.domain.policy import DecisionKind
 from remediation.domain.states import ValidationOutcome
 
 
-def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, *, window: timedelta) -> dict[str, int]:
+def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, *, window: timedelta) -> dict[str,
+    int]:
     rows = session.execute(
         select(Event.node, func.count()).where(
             among(session, Event.node, nodes), Event.decision == DecisionKind.APP_XID, Event.observed_at > now - window)

@@ -254,7 +254,8 @@ def first_action(fault_class: str | None, faults: FaultSettings, workflow: Workf
     return ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)[0]
 
 
-def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *, rung: int, gpu_reset: bool) -> str:
+def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *, rung: int,
+              gpu_reset: bool) -> str:
     """The action of ladder rung ``rung`` (past the machine actions and a GPU reset: quarantine)."""
     rungs = action_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)
     if not rungs:

@@ -123,7 +123,8 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
     if (why := superseded(event, node.healthy)) is not None:
         return Decision(DecisionKind.SUPERSEDED, why)
-    cause = classify(event.source, event.state, event.reason, tbl=table(policy.faults)) if policy.faults.classify else None
+    cause = classify(event.source, event.state, event.reason,
+                     tbl=table(policy.faults)) if policy.faults.classify else None
     if cause is not None and cause.app_level and event.source is not Source.MANUAL:
         seen, limit = node.app_xids + 1, policy.faults.app_xid_repeat_count
         within = _human(timedelta(seconds=policy.faults.app_xid_repeat_window_s))

@@ -126,7 +126,8 @@ def explain(base: EffectivePolicy, profile: ProfileSettings | None) -> list[Fiel
     overrides = profile.overrides() if profile is not None else {}
     out = [FieldValue("mode", eff.mode, Layer.PROFILE if profile is not None else Layer.DEFAULT)]
     for section in SECTIONS:
-        out += _fields(section, getattr(eff, section), getattr(base, section), override=overrides.get(section, {}))
+        out += _fields(section, getattr(eff, section), getattr(base, section),
+                       override=overrides.get(section, {}))
     return out
 
 

@@ -71,7 +71,8 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
     )
 
 
-def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, *, cfg: StepSettings, now: datetime) -> Cancel | None:
+def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, *, cfg: StepSettings,
+              now: datetime) -> Cancel | None:
     """Confirm the event against its authority before the first action: an event on the stream is its
     publisher's claim (stale after an outage, replayed, or forged), so Slurm must show the node bad now,
     or the apiserver the Node's condition. Nothing is done to a node its authority shows healthy. Our
@@ -158,7 +159,8 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
 def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, *, what: str) -> Outcome | None:
     """The checks before an eviction or a machine action, in order: a human took the node back, it is
     healthy again (after the breaker closed), or jobs still run on it. None: go ahead."""
-    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad, cfg.workflow, what=what)
+    return human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg) or no_jobs_left(inp, ad,
+        cfg.workflow, what=what)
 
 
 def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
@@ -189,7 +191,8 @@ def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
-def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, *, provider: str | None = None) -> VMAction:
+def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, *,
+                   provider: str | None = None) -> VMAction:
     """The machine action of the remediation's ladder rung, as ``provider`` carries it out."""
     return provider_action(rung(inp, ad, cfg), provider)
 
@@ -214,7 +217,8 @@ def slurmd_start(ad: Adapters, node: str) -> dict[str, str]:
 
 def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
-    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg, what="GPU reset" if reset else "machine action")):
+    if inp.provider_op is None and (stop := before_disruption(inp, ad, cfg,
+                                                              what="GPU reset" if reset else "machine action")):
         return stop
     if reset:
         return gpu_reset(inp, ad, cfg, now=now)

@@ -182,7 +182,8 @@ def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, *, by: st
         g = key(f.node, f)
         members[g].add(f.node)
         of_group[g].append(f)
-    groups = sorted((group(g, members[g], of_group[g], w=w) for g in members), key=lambda x: (-x.faults, x.name))
+    groups = sorted((group(g, members[g], of_group[g], w=w) for g in members), key=lambda x: (-x.faults,
+        x.name))
     inside = opened_in(faults, w)
     classes = sorted({f.cause for f in inside})
     per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}

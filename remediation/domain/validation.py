@@ -111,7 +111,8 @@ def check_for(cfg: ValidationSettings, node: str, name: str, *, cls: str, nonce:
                            cause_class=cls, nonce=nonce)
 
 
-def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, *, now: datetime, limit: int) -> dict[str, Any]:
+def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, *, now: datetime,
+           limit: int) -> dict[str, Any]:
     """What the database keeps of one check (remediation.services.validation writes it)."""
     started = datetime.fromisoformat(check["started_at"])
     return {
@@ -217,7 +218,8 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) 
             return Done(f"no GPU check: a human drained {inp.node} meanwhile ({theirs!r}); the node "
                         "stays out for its owner")
         nonce = JobNonce.load(inp.detail).value
-        check = check_for(vcfg, inp.node, check_name(inp.key, nonce), cls=cause_class(inp.context), nonce=nonce)
+        check = check_for(vcfg, inp.node, check_name(inp.key, nonce), cls=cause_class(inp.context),
+                          nonce=nonce)
         op = start_job(validator, check, now)
         return Wait(f"GPU check started on {inp.node} ({validator.backend}): {' '.join(check.command)}", poll,
                     provider_op=op)

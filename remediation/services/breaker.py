@@ -65,11 +65,13 @@ def open_latch(s: Session, now: datetime, actor: str, *, failed: int, pool: int,
     value = replace(current, open=True, reason=reason, at=now.isoformat(), failed=failed, pool=pool)
     control_set(s, breaker_key(profile), value.dump(), now=now)
     whose = {"profile": profile} if profile is not None else {}
-    audit(s, now, actor, action=AuditAction.BREAKER_OPEN, target="", reason=reason, detail={"failed": failed, "pool": pool, "open": True, **whose})
+    audit(s, now, actor, action=AuditAction.BREAKER_OPEN, target="", reason=reason, detail={"failed": failed,
+        "pool": pool, "open": True, **whose})
     return True
 
 
-def close_latch(s: Session, now: datetime, actor: str, *, reason: str, profile: str | None = None) -> list[int] | None:
+def close_latch(s: Session, now: datetime, actor: str, *, reason: str,
+                profile: str | None = None) -> list[int] | None:
     """Close the breaker (the fleet's, or ``profile``'s) and mark the remediations it held to re-confirm;
     None when it was not open."""
     current = BreakerLatch.load(lock_control(s, breaker_key(profile), now))
@@ -96,7 +98,8 @@ def closed_at(value: dict[str, Any]) -> datetime | None:
     return BreakerLatch.load(value).closed
 
 
-def note(s: Session, view: ClusterView, now: datetime, *, exclude: int | None, policy: PolicySettings, actor: str,
+def note(s: Session, view: ClusterView, now: datetime, *, exclude: int | None, policy: PolicySettings,
+         actor: str,
          clock: Clock, profile: str | None = None) -> ClusterView:
     """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period.
     Exactly once however many workers notice: the common case (no change) costs no lock; a change
@@ -106,15 +109,19 @@ def note(s: Session, view: ClusterView, now: datetime, *, exclude: int | None, p
     if not view.breaker_latched and breaker_open(view, policy):
         lock_control(s, breaker_key(profile), now)
         now = clock.now()
-        view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile, pool_stale=policy.pool_stale)
+        view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile,
+                            pool_stale=policy.pool_stale)
         if not view.breaker_latched and breaker_open(view, policy):
             whose = f"profile {profile}: " if profile is not None else ""
             reason = (f"{whose}{view.failed_in_window}/{view.pool_size} nodes failed within "
                       f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
-            open_latch(s, now, actor, failed=view.failed_in_window, pool=view.pool_size, reason=reason, profile=profile)
-            view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile, pool_stale=policy.pool_stale)
+            open_latch(s, now, actor, failed=view.failed_in_window, pool=view.pool_size, reason=reason,
+                       profile=profile)
+            view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile,
+                                pool_stale=policy.pool_stale)
     elif breaker_may_auto_close(view, policy, now):
         quiet = f"no node failed for {policy.breaker_auto_close_s:g}s (policy.breaker_auto_close_s)"
         close_latch(s, now, actor, reason=f"auto-close: {quiet}", profile=profile)
-        view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile, pool_stale=policy.pool_stale)
+        view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile,
+                            pool_stale=policy.pool_stale)
     return view

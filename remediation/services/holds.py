@@ -81,13 +81,15 @@ def pause(s: Session, now: datetime, fault: PagedError, *, node: str, rid: int |
         self_healing=fault.self_healing, component=fault.component, node=node, remediation=rid, probe_ok=0,
     )
     control_set(s, PAUSED, value.dump(), now=now)
-    audit(s, now, SYSTEM_ACTOR, action=AuditAction.PAUSE, target="", reason=f"automation paused by a fault in our own plumbing: {fault.summary}",
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.PAUSE, target="",
+          reason=f"automation paused by a fault in our own plumbing: {fault.summary}",
           detail={"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
     return True
 
 
 def hold(
-    s: Session, now: datetime, rem: Remediation, *, row: RemediationStep | None, fault: PagedError, poll_s: float
+    s: Session, now: datetime, rem: Remediation, *, row: RemediationStep | None, fault: PagedError,
+    poll_s: float,
 ) -> float:
     """Record ``fault`` on the step at once and hold the remediation; returns the countdown to the next
     look (admission refuses it while a pause or a hold lasts)."""
@@ -105,7 +107,8 @@ def hold(
         return poll_s
     rem.ctx = replace(rem.ctx, held=Held(fault.kind, fault.message[:1000], now.isoformat(), rem.step))
     rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
-    audit(s, now, SYSTEM_ACTOR, action=AuditAction.HOLD, target=rem.node, reason=f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.HOLD, target=rem.node,
+          reason=f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
           detail={"remediation": rem.id, "error_kind": fault.kind})
     seen = lock_control(s, UNMAPPED, now)
     nodes = sorted(set(seen.get(fault.kind, [])) | {rem.node})
@@ -130,7 +133,8 @@ def lift_holds(s: Session, now: datetime, actor: str, *, reason: str) -> list[in
             rem.ctx = replace(rem.ctx, held=None)
             rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
             lifted.append(rem.id)
-            audit(s, now, actor, action=AuditAction.UNHOLD, target=rem.node, reason=reason, detail={"remediation": rem.id})
+            audit(s, now, actor, action=AuditAction.UNHOLD, target=rem.node, reason=reason,
+                  detail={"remediation": rem.id})
     control_set(s, UNMAPPED, {}, now=now)
     return lifted
 
@@ -155,7 +159,8 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], *, neede
     reason = f"health probe: {state.component} answered {ok} times in a row after: {state.reason}"
     resumed = PauseState(paused=False, by=SYSTEM_ACTOR, reason=reason[:2000], at=now.isoformat()).dump()
     control_set(s, PAUSED, resumed, now=now)
-    audit(s, now, SYSTEM_ACTOR, action=AuditAction.RESUME, target="", reason=reason[:2000], detail={"system": True})
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.RESUME, target="", reason=reason[:2000],
+          detail={"system": True})
     return resumed
 
 

@@ -168,7 +168,8 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
             inc.nodes = sorted(set(inc.nodes or []) | set(joining))
             inc.updated_at = now
             claimed.update(joining)
-            audit(session, now, actor, action=AuditAction.INCIDENT_JOINED, target=domain_key(inc.kind, inc.name),
+            audit(session, now, actor, action=AuditAction.INCIDENT_JOINED, target=domain_key(inc.kind,
+                inc.name),
                   reason=f"{compress(joining)} joined incident #{inc.id} ({inc.cause} {inc.name})",
                   detail={"incident": inc.id, "nodes": joining}, dry_run=dry_run)
     opened = []
@@ -195,7 +196,8 @@ def _open(session: Session, found: Correlated, actor: str, *, now: datetime, dry
     return inc
 
 
-def _link(session: Session, inc: Incident, nodes: list[str], *, rem_of: dict[str, int], now: datetime) -> None:
+def _link(session: Session, inc: Incident, nodes: list[str], *, rem_of: dict[str, int],
+          now: datetime) -> None:
     for node in nodes:
         rem = session.get(Remediation, rem_of[node])
         if rem is None:
@@ -264,12 +266,14 @@ def _release(session: Session, inc: Incident, now: datetime) -> list[FollowUp]:
     return out
 
 
-def _close(session: Session, inc: Incident, status: IncidentStatus, *, actor: str, reason: str, now: datetime) -> list[FollowUp]:
+def _close(session: Session, inc: Incident, status: IncidentStatus, *, actor: str, reason: str,
+           now: datetime) -> list[FollowUp]:
     inc.status, inc.closed_at, inc.closed_by, inc.close_reason, inc.updated_at = status, now, actor, reason, now
     followups = _release(session, inc, now)
     audit(session, now, actor, action=INCIDENT_CLOSES[status], target=domain_key(inc.kind, inc.name),
           reason=f"incident #{inc.id} ({inc.cause} {inc.name}) {status}: {reason}",
-          detail={"incident": inc.id, "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
+          detail={"incident": inc.id,
+                  "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
     return followups
 
 

@@ -32,7 +32,8 @@ class LemonRow:
 def lemon_scores(s: Session, now: datetime, cfg: LemonSettings,
                  *, nodes: Iterable[str] | None = None) -> dict[str, LemonScore]:
     """Score of every node with counted failures (all nodes, or ``nodes``)."""
-    history = failure_history(s, None if nodes is None else list(nodes), now, horizon=timedelta(seconds=cfg.horizon_s))
+    history = failure_history(s, None if nodes is None else list(nodes), now,
+                              horizon=timedelta(seconds=cfg.horizon_s))
     return {node: score(failures, now, cfg) for node, failures in history.items()}
 
 

@@ -61,7 +61,8 @@ class LeverService:
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():
-            followup = lever_rules.quarantine(s, node, actor, reason=reason, now=self._clock.now(), governance=self._governance)
+            followup = lever_rules.quarantine(s, node, actor, reason=reason, now=self._clock.now(),
+                                              governance=self._governance)
         self._dispatcher.steps([followup])
         return followup
 
@@ -72,13 +73,15 @@ class LeverService:
 
     def cancel(self, remediation_id: int, actor: str, reason: str, *, give_back: bool = False) -> Cancelled:
         with self._sessions() as s, s.begin():
-            done = lever_rules.cancel(s, remediation_id, actor, reason=reason, now=self._clock.now(), give_back=give_back)
+            done = lever_rules.cancel(s, remediation_id, actor, reason=reason, now=self._clock.now(),
+                                      give_back=give_back)
             rid, node, step = done.remediation.id, done.remediation.node, done.remediation.step
         return Cancelled(rid, node, step, self._undo(done.give_back) if done.give_back else None)
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.report(s, node, actor, reason=reason, now=self._clock.now(), policy=self._policy,
+            followups = lever_rules.report(s, node, actor, reason=reason, now=self._clock.now(),
+                                           policy=self._policy,
                                            governance=self._governance)
         self._dispatcher.steps(followups)
         return followups
@@ -101,7 +104,8 @@ class LeverService:
     def resolve_incident(self, incident_id: int, actor: str, reason: str) -> list[FollowUp]:
         """A human closes a correlated incident; its members re-check their trigger and go on alone."""
         with self._sessions() as s, s.begin():
-            followups = incidents.resolve(s, incident_id, actor, reason=lever_rules.checked_reason(reason), now=self._clock.now())
+            followups = incidents.resolve(s, incident_id, actor, reason=lever_rules.checked_reason(reason),
+                                          now=self._clock.now())
         self._dispatcher.steps(followups)
         return followups
 

@@ -209,10 +209,12 @@ def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | Non
     if profile is not None:
         q = q.where(Node.profile == profile)
     rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
-    return _with_lemon(s, rows, lemon, now=now, names=None if wanted is None and profile is None else [r.name for r in rows])
+    return _with_lemon(s, rows, lemon, now=now,
+                       names=None if wanted is None and profile is None else [r.name for r in rows])
 
 
-def get_node(s: Session, name: str, lemon: LemonSettings | None = None, *, now: datetime | None = None) -> NodeRow:
+def get_node(s: Session, name: str, lemon: LemonSettings | None = None, *,
+             now: datetime | None = None) -> NodeRow:
     n = s.get(Node, name)
     if n is None:
         raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")

@@ -90,7 +90,8 @@ def _old_rejected(cutoff: datetime) -> ColumnElement[bool]:
     return RejectedEvent.received_at < cutoff
 
 
-def _delete_batches(sessions: sessionmaker[Session], key: Any, where: ColumnElement[bool], *, batch: int) -> int:
+def _delete_batches(sessions: sessionmaker[Session], key: Any, where: ColumnElement[bool], *,
+                    batch: int) -> int:
     """Delete the rows of ``key``'s table matching ``where``, ``batch`` rows per transaction."""
     table = key.class_
     pruned = 0

@@ -57,7 +57,8 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
-def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, *, rid: int, row_id: int,
+def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, *, rid: int,
+                     row_id: int,
                      token: str, exc: TransientError) -> RetryLater | Escalate:
     """Record a transient error; retry after a backoff, or give up once the step has been failing
     back to back for longer than the budget (see :func:`failing_too_long`)."""
@@ -66,7 +67,8 @@ def record_transient(sessions: sessionmaker[Session], now: datetime, wf: Workflo
         detail = dict(row.detail or {}) if row is not None else {}
         prior = RetryState.load(detail)
         streak, since = prior.streak + 1, prior.failing_since or now
-        countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, cap=wf.backoff_max_s), wf.max_wait_s)
+        countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, cap=wf.backoff_max_s),
+                        wf.max_wait_s)
         if exc.retry_after:
             countdown = max(countdown, exc.retry_after)
         if row is not None:
@@ -74,7 +76,8 @@ def record_transient(sessions: sessionmaker[Session], now: datetime, wf: Workflo
             row.error, row.error_kind = exc.message[:4000], exc.kind
             retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
             row.detail = {**detail, **retry.dump()}
-        if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, budget_s=wf.transient_budget_s):
+        if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries,
+                            budget_s=wf.transient_budget_s):
             # The lease stays ours: the caller records the escalation at once.
             return Escalate(f"gave up after {streak} transient errors in a row over "
                             f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)

@@ -93,7 +93,8 @@ def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, *, now: 
     return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
 
 
-def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, *, now: datetime, countdown: float) -> bool:
+def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, *, now: datetime,
+                countdown: float) -> bool:
     """Admission (or an incident) keeps the step from acting: the remediation waits on ``reason``, and a
     started attempt's clock stops until it runs again (a pause never counts toward its timeout). Returns
     whether the hold is new (its reason changed), so that it is logged once, not once per look."""
@@ -113,8 +114,8 @@ def move(rem: Remediation, step: Step, nxt: Step, *, now: datetime) -> FollowUp:
 
 
 def close(
-    s: Session, rem: Remediation, status: RemediationStatus, *, now: datetime, actor: str, error: str | None = None,
-    node_healthy: bool = False,
+    s: Session, rem: Remediation, status: RemediationStatus, *, now: datetime, actor: str,
+    error: str | None = None, node_healthy: bool = False,
 ) -> None:
     """End ``rem`` with ``status``, set its node's status to match, and audit it as ``actor``."""
     rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE

@@ -53,7 +53,8 @@ class ValidationRefused(ValueError):
     """An on-demand check that cannot be run as asked; the message says why."""
 
 
-def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, *, actor: str, dry_run: bool) -> Validation:
+def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, *, actor: str,
+            dry_run: bool) -> Validation:
     row = Validation(
         remediation_id=remediation_id, node=rec["node"], backend=rec["backend"], name=rec["name"],
         cause_class=rec["cause_class"], command=" ".join(rec["command"]), outcome=ValidationOutcome(rec["outcome"]),
@@ -68,7 +69,8 @@ def add_row(s: Session, rec: dict[str, Any], remediation_id: int | None, *, acto
     return row
 
 
-def record_validation(s: Session, rem: Remediation, outcome: Outcome, *, now: datetime, actor: str, dry: bool) -> None:
+def record_validation(s: Session, rem: Remediation, outcome: Outcome, *, now: datetime, actor: str,
+                      dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
     rec = (getattr(outcome, "detail", None) or {}).get("validation")
     if rec and rec.get("outcome") != ValidationOutcome.DRY_RUN:
@@ -88,14 +90,15 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, *,
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
     wait = settings.workflow.max_wait_s
     rem.next_run_at = now + timedelta(seconds=wait)
-    audit(s, now, settings.actor, action=AuditAction.VALIDATION_HELD, target=rem.node, reason=outcome.reason[:2000],
+    audit(s, now, settings.actor, action=AuditAction.VALIDATION_HELD, target=rem.node,
+          reason=outcome.reason[:2000],
           detail={"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
     return FollowUp(rem.id, rem.step, wait)
 
 
 def run_check(
-    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, *, settings: Settings, node: str,
-    actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
+    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, *, settings: Settings,
+    node: str, actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
     purpose: CheckPurpose = CheckPurpose.VALIDATE,
 ) -> dict[str, Any]:
     """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
@@ -121,7 +124,8 @@ def run_check(
     check = check_for(settings.validation, node, name, cls=cls, nonce=nonce)
     op = start_job(validator, check, started)
     with sessions() as s, s.begin():
-        audit(s, started, actor, action=purpose.started(), target=node, reason=f"GPU check {' '.join(check.command)} ({validator.backend})",
+        audit(s, started, actor, action=purpose.started(), target=node,
+              reason=f"GPU check {' '.join(check.command)} ({validator.backend})",
               detail={"name": check.name})
     result: ValidationResult = validator.poll(op)
     while not result.done:
@@ -135,7 +139,8 @@ def run_check(
     outcome, rec = verdict(op, result, now(), limit=settings.validation.output_bytes)
     with sessions() as s, s.begin():
         add_row(s, rec, None, actor=actor, dry_run=settings.dry_run)
-        audit(s, now(), actor, action=purpose.ended(outcome), target=node, reason=f"{describe(rec)}; {taken_down}"[:2000],
+        audit(s, now(), actor, action=purpose.ended(outcome), target=node,
+              reason=f"{describe(rec)}; {taken_down}"[:2000],
               detail={"name": check.name, "exit_code": rec["exit_code"]}, dry_run=settings.dry_run)
     return {**rec, "undone": taken_down}
 

@@ -180,8 +180,10 @@ class Workflow:
             refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
             for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
                 policy = self.governance.named(name).policy
-                view = cluster_view(s, now, policy.breaker_window, exclude=None, profile=name, pool_stale=policy.pool_stale)
-                breaker.note(s, view, now, exclude=None, policy=policy, actor=self.settings.actor, clock=self.clock, profile=name)
+                view = cluster_view(s, now, policy.breaker_window, exclude=None, profile=name,
+                                    pool_stale=policy.pool_stale)
+                breaker.note(s, view, now, exclude=None, policy=policy, actor=self.settings.actor,
+                             clock=self.clock, profile=name)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, clock=self.clock)
         # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
         takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
@@ -235,8 +237,10 @@ class Workflow:
                 # change with the cluster view; an incident's hold only when the incident closes.
                 hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
                 attempt = row.attempt if row is not None else next_attempt(s, rid, step)
-                if step_rows.record_gate(rem, row, verdict.reason, now=now, countdown=countdown):  # logged once per hold
-                    steplog.decided(rid, rem.node, step.value, attempt=attempt, outcome="gated", why=verdict.reason)
+                if step_rows.record_gate(rem, row, verdict.reason, now=now,
+                                         countdown=countdown):  # logged once per hold
+                    steplog.decided(rid, rem.node, step.value, attempt=attempt, outcome="gated",
+                                    why=verdict.reason)
                 return FollowUp(rid, step, countdown, hint)
             site = g.adapters.site
             if rem.action is None or (step is Step.VM_RESTART and row is None):
@@ -252,7 +256,8 @@ class Workflow:
                 row = new_row(rid, step, attempt, now=now, dry_run=bool(rem.dry_run))
                 s.add(row)
                 if step is Step.VM_RESTART:
-                    control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now=now)
+                    control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(),
+                        remediation=rid).dump(), now=now)
                 s.flush()
             held_time = HeldTime.load(row.detail).resumed(now)
             if held_time.held_s:
@@ -269,22 +274,27 @@ class Workflow:
             )
             return inp, row.id, g
 
-    def _admit(self, s: Session, rem: Remediation, step: Step, *, cfg: Settings, now: datetime, new_machine_action: bool) -> Admission:
+    def _admit(self, s: Session, rem: Remediation, step: Step, *, cfg: Settings, now: datetime,
+               new_machine_action: bool) -> Admission:
         """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
         max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
         under its recorded policy, as before profiles."""
         fleet = self.settings.policy if rem.profile is not None else cfg.policy
         view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id, pool_stale=fleet.pool_stale)
-        view = breaker.note(s, view, now, exclude=rem.id, policy=fleet, actor=self.settings.actor, clock=self.clock)
+        view = breaker.note(s, view, now, exclude=rem.id, policy=fleet, actor=self.settings.actor,
+                            clock=self.clock)
         pool = None
         if rem.profile is not None:
-            mine = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id, profile=rem.profile, pool_stale=cfg.policy.pool_stale)
-            mine = breaker.note(s, mine, now, exclude=rem.id, policy=cfg.policy, actor=self.settings.actor, clock=self.clock, profile=rem.profile)
+            mine = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id, profile=rem.profile,
+                                pool_stale=cfg.policy.pool_stale)
+            mine = breaker.note(s, mine, now, exclude=rem.id, policy=cfg.policy, actor=self.settings.actor,
+                                clock=self.clock, profile=rem.profile)
             pool = Pool(rem.profile, mine, cfg.policy)
         return admit(step, view, fleet, now=now, new_machine_action=new_machine_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, *, exc: TransientError) -> RetryLater | Escalate:
-        return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid=rid, row_id=row_id, token=token, exc=exc)
+        return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid=rid,
+                                row_id=row_id, token=token, exc=exc)
 
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
@@ -306,7 +316,8 @@ class Workflow:
                 note = outcome.note
                 audit(s, now, self.settings.actor, action=note.action, target=rem.node, reason=note.reason,
                       detail={**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
-            record_findings(s, rem, step, outcome=outcome, now=now, actor=self.settings.actor, dry=dry)  # its check, its hardware
+            record_findings(s, rem, step, outcome=outcome, now=now, actor=self.settings.actor,
+                            dry=dry)  # its check, its hardware
             if isinstance(outcome, Wait):
                 if dry:
                     outcome = replace(outcome, reason=would(outcome.reason))
@@ -322,7 +333,8 @@ class Workflow:
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-                close(s, rem, RemediationStatus.CANCELLED, now=now, actor=self.settings.actor, error=outcome.reason,
+                close(s, rem, RemediationStatus.CANCELLED, now=now, actor=self.settings.actor,
+                      error=outcome.reason,
                             node_healthy=outcome.node_healthy)
                 return None
             if row is not None:
@@ -343,13 +355,15 @@ class Workflow:
                 site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
                 cls, jobs = rem.ctx.fault_class, site.validation
                 nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
-                                      resets=action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs) == GPU_RESET)
+                                      resets=action_at(cls, faults, wf, rung=rem.ladder,
+                                                       gpu_reset=jobs) == GPU_RESET)
                 if nxt is Step.DONE:
                     close(s, rem, RemediationStatus.SUCCEEDED, now=now, actor=self.settings.actor)
                     return None
                 return move(rem, step, nxt, now=now)
             if step is Step.QUARANTINE:
-                close(s, rem, RemediationStatus.FAILED, now=now, actor=self.settings.actor, error=outcome.reason)
+                close(s, rem, RemediationStatus.FAILED, now=now, actor=self.settings.actor,
+                      error=outcome.reason)
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
@@ -360,7 +374,8 @@ class Workflow:
                 elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
                     rem.ladder += 1
                     rem.action = action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs)
-                    audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason, detail={"remediation": rid},
+                    audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node,
+                          reason=reason, detail={"remediation": rid},
                           dry_run=dry)
                     return move(rem, step, Step.VM_RESTART, now=now)
                 else:
@@ -369,7 +384,8 @@ class Workflow:
             if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
                 reason = f"{reason} (class {cls}: hardware to return, RMA)"
             rem.ctx = replace(rem.ctx, quarantine_reason=reason)
-            audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason, detail={"remediation": rid}, dry_run=dry)
+            audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
+                  detail={"remediation": rid}, dry_run=dry)
             return move(rem, step, Step.QUARANTINE, now=now)
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
@@ -382,7 +398,8 @@ class Workflow:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
                 return None
             row = step_row(s, row_id)
-            countdown = hold(s, now, rem, row=row, fault=fault, poll_s=min(self.settings.workflow.poll_interval_s,
+            countdown = hold(s, now, rem, row=row, fault=fault,
+                             poll_s=min(self.settings.workflow.poll_interval_s,
                                                           self.settings.workflow.max_wait_s))
             return FollowUp(rid, rem.step, countdown)
 

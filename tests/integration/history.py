@@ -94,7 +94,8 @@ def build(sessions: sessionmaker[Session], settings: Settings | None = None) -> 
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
     clock = FakeClock(start)
     world = MemoryWorld(nodes=NODES)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     for node in NODES:
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)
     with sessions() as s, s.begin():

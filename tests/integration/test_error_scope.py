@@ -149,7 +149,8 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert failed_row.status == "waiting" and failed_row.error_kind == type(error()).__name__
     assert vm.calls == 1
     with sessions() as s:
-        assert recent_failure_counts(s, NODES[:6], clock.now(), window=settings.policy.repeat_offender_window) == {
+        assert recent_failure_counts(s, NODES[:6], clock.now(),
+                                     window=settings.policy.repeat_offender_window) == {
             n: 1 for n in NODES[:6]}  # the one remediation each, nothing more
     # A credential heals only by a human: the probe does nothing, a resume lets every remediation finish.
     for _ in range(5):
@@ -205,7 +206,8 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise Surprise(f"credential plugin exploded for {vm.name}")
 
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock=clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)),
+                      settings, clock=clock)
     (first,) = open_for(sessions, settings, clock, NODES[:1], world)
     f = first
     while f.step != "vm_restart":

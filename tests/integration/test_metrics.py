@@ -105,7 +105,8 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
     )
     clock = FakeClock(START)
     world = MemoryWorld(nodes=NODES, op_polls=3)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     slurm, kube = Source.SLURM, Source.KUBERNETES
 
     for node in NODES:
@@ -133,7 +134,8 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
 
     clock.advance(3600)
     with sessions() as s, s.begin():
-        (report,) = lever_rules.report(s, "gpu-4", "dana", reason="NCCL hangs", now=clock.now(), policy=settings.policy)
+        (report,) = lever_rules.report(s, "gpu-4", "dana", reason="NCCL hangs", now=clock.now(),
+                                       policy=settings.policy)
     clock.advance(120)
     with sessions() as s, s.begin():
         lever_rules.cancel(s, report.remediation_id, "dana", reason="false alarm", now=clock.now())

@@ -49,7 +49,8 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     clock, world = FakeClock(datetime.now(UTC) - timedelta(hours=2)), MemoryWorld(nodes=nodes)
     settings = Settings(policy={"min_restart_gap_s": 0, "breaker_max_fraction": 0.10},
                         workflow={"poll_interval_s": 5})
-    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock)
+    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     with db() as s, s.begin():  # the watchers' resync: every node is in the pool
         ingest(s, [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE",
                              observed_at=clock.now()).to_json() for n in nodes], settings.policy, clock=clock)

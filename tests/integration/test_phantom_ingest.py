@@ -148,7 +148,8 @@ def test_nodes_show_lists_the_episodes_with_their_evidence(pg_url: str, monkeypa
     with sessions() as s, s.begin():
         ingest(s, [ev(Source.KUBERNETES, EventKind.UNHEALTHY, "Ready=Unknown", flushed, "NodeStatusUnknown",
                       since=started + timedelta(seconds=0.2)),
-                   ev(Source.SLURM, EventKind.UNHEALTHY, "NOT_RESPONDING", flushed)], SETTINGS.policy, clock=clock)
+                   ev(Source.SLURM, EventKind.UNHEALTHY, "NOT_RESPONDING",
+                      flushed)], SETTINGS.policy, clock=clock)
     clock.advance(900)  # past the settle period: a new GPU fault is a second episode
     with sessions() as s, s.begin():
         (second, _), = ingest(s, [ev(Source.KUBERNETES, EventKind.UNHEALTHY, "GpuXidError=True", clock.now(),

@@ -88,7 +88,8 @@ def build_known(sessions: sessionmaker[Session]) -> tuple[Reliability, dict[str,
         [ValidationResult(done=True, exit_code=0, output=f"PASS\n{c}", state="COMPLETED") for c in CHECKS]
     )
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), checks), settings, clock=clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world),
+                           checks), settings, clock=clock
     )
     for node in NODES:
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)

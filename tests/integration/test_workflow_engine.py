@@ -56,7 +56,8 @@ def settings() -> Settings:
 def engine(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                    clock=clock)
 
 
 def publish(
@@ -467,7 +468,8 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise TransientError("503 Service Unavailable", retry_after=7)
 
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock=clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings,
+                      clock=clock)
     (f,) = publish(sessions, settings, clock, "gpu-node-17", world=world)
     for _ in range(3):
         f = engine.run(f.remediation_id, f.step)

@@ -52,7 +52,8 @@ def settings() -> Settings:
 
 @pytest.fixture
 def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                    clock=clock)
 
 
 @pytest.fixture(autouse=True)
@@ -149,7 +150,8 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
     assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)], scenario_figures) == []
     with sessions() as s, s.begin():  # a human's report: through the lever, never the stream
-        reported = report(s, "gpu-node-2", "dana", reason="gpu looks slow", now=clock.now(), policy=settings.policy)
+        reported = report(s, "gpu-node-2", "dana", reason="gpu looks slow", now=clock.now(),
+                          policy=settings.policy)
     settle(engine, clock, reported)
     checks = {"maintenance drain kept": world.node("gpu-node-2")["slurm"]["reason"] == "maintenance: PSU swap"
               and "DRAIN" in world.node("gpu-node-2")["slurm"]["flags"]}

@@ -104,7 +104,8 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     for fake in (rig.cluster.gce, rig.cluster.azure):
         fake.faults.fail_randomly(0)
     with Session(db) as s, s.begin():
-        lever_rules.set_paused(s, False, "alice", reason="rotated the service account key", now=SystemClock().now())
+        lever_rules.set_paused(s, False, "alice", reason="rotated the service account key",
+                               now=SystemClock().now())
     resumed = time.monotonic()
     rig.wait_status(storm, "succeeded", 120, worker)
     recovery = time.monotonic() - resumed

@@ -117,7 +117,8 @@ def test_return_resumes_where_the_path_had_a_proof_to_run(world: MemoryWorld, pr
 
 
 def test_a_hold_class_holds_at_return_for_a_human_as_at_k8s_evict(world: MemoryWorld) -> None:
-    out = return_to_service(look(0, fault_class="fabric"), site(world, validator=NoopValidator()), settings(), now=T0)
+    out = return_to_service(look(0, fault_class="fabric"), site(world, validator=NoopValidator()),
+                            settings(), now=T0)
     assert isinstance(out, Wait) and out.note is not None and out.note.action == "fault_hold"
     assert not world.calls("slurm.resume")
 

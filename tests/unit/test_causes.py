@@ -300,7 +300,8 @@ def test_a_contact_support_node_is_quarantined_before_any_eviction_or_machine_ac
                     key="r1:k8s_evict:1", attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None,
                     detail={}, source="slurm")
     cfg = StepSettings.of(load_settings(policy={"faults": {"classify": True}}, validation={"backend": "slurm"}))
-    out = k8s_evict(inp, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, now=datetime.now(UTC))
+    out = k8s_evict(inp, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg,
+                    now=datetime.now(UTC))
     assert isinstance(out, Quarantine) and "gpu-rma" in out.reason
     assert world.calls("k8s.evict") == [] and [c for c in world.calls() if c["op"].startswith("vm.")] == []
 

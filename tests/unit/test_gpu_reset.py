@@ -120,7 +120,8 @@ def test_dry_run_records_would_reset_gpu_and_judges_nothing() -> None:
     validator = NoopValidator()
     out = vm_restart(inp(pci=None), adapters(validator), cfg(), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None
-    out = vm_restart(inp(out.provider_op, pci=None), adapters(validator), cfg(), now=T0 + timedelta(seconds=1))
+    out = vm_restart(inp(out.provider_op, pci=None), adapters(validator), cfg(),
+                     now=T0 + timedelta(seconds=1))
     assert isinstance(out, Done) and out.outcome.startswith("would reset every GPU of gpu-node-3")
     assert [a["would"] for a in validator.recorder.actions] == ["reset GPU"]
     assert (out.context.machine_op_ref or "").startswith("dry-run:")  # verify and the GPU check judge nothing

@@ -160,11 +160,13 @@ def engine_run(vm: type[MemoryVM], event_reason: str) -> dict[str, Any]:
     clock = FakeClock(T0)
     world = MemoryWorld(nodes=NODES, clock=clock.now)
     settings = Settings(policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5, "lease_s": 30})
-    engine = Workflow(sessions, outcomes.Adapters(MemorySlurm(world), MemoryKube(world), vm(world)), settings, clock=clock)
+    engine = Workflow(sessions, outcomes.Adapters(MemorySlurm(world), MemoryKube(world), vm(world)),
+                      settings, clock=clock)
     event = NodeEvent(source=Source.SLURM, node="gpu-node-3", kind=EventKind.UNHEALTHY, state="FAIL",
                       reason=event_reason, observed_at=clock.now())
     with sessions() as s, s.begin():
-        todo = [(rid, step, 0.0) for rid, step in ingest(s, [event.to_json()], settings.policy, clock=clock).opened]
+        todo = [(rid, step, 0.0) for rid, step in ingest(s, [event.to_json()], settings.policy,
+                                                         clock=clock).opened]
     for _ in range(500):
         if not todo:
             break

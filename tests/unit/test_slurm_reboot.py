@@ -191,7 +191,8 @@ def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_n
     # A cloud provider still needs the Node's providerID.
     assert not isinstance(MemoryVM(world), MachinesByNode)
     with pytest.raises(InvalidProviderID):
-        vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, now=datetime.now(UTC))
+        vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg,
+                   now=datetime.now(UTC))
 
 
 def test_the_factory_builds_the_reboot_and_its_dry_run_twin() -> None:

@@ -47,7 +47,8 @@ NODE_ANNOTATION = "node-remediation/slurm-node"
 CHECK_SECURITY: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
 
 
-def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, *, taint_key: str) -> dict[str, Any]:
+def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, *,
+                 taint_key: str) -> dict[str, Any]:
     """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
     labels = {MANAGED_BY[0]: MANAGED_BY[1], GATE_LABEL: check.name}
     if check.nonce:

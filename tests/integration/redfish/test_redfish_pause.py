@@ -107,7 +107,8 @@ def at_the_machine_step(
     )
     provider = provider_for(configure(tmp, emulator), sessions)
     clock = ShiftedClock()
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings, clock=clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings,
+                      clock=clock)
     rids: dict[str, int] = {}
     for node in nodes:  # a researcher marks each node failed: Slurm shows what the event reports
         world.set_slurm(node, flags=["FAIL"], reason=GPU_OFF_THE_BUS, user="researcher")
