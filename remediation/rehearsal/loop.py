@@ -50,7 +50,7 @@ from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, strike
 from remediation.services import incidents
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.lever_rules import release
 from remediation.services.step_rows import live_row
 from remediation.services.workflow import Workflow
@@ -159,10 +159,12 @@ class Rehearsal:
                 self._push(at + self.repair_td, REPAIR, key[2], payload=("fabric", fault.group))
             self.groups.setdefault(fault.group, []).append(node)
         elif fault.event.state_upper == "DRAIN" or (fault.outcome is None and not fault.fixed_by_restart):
-            self._push(at + self.repair_td, REPAIR, key[2], payload=("node", node))  # a human's own maintenance
+            self._push(at + self.repair_td, REPAIR, key[2], payload=("node",
+                                                                     node))  # a human's own maintenance
         with self.sessions() as s, s.begin():
             opened = ingest(s, [fault.event.to_json()], self.settings.policy, clock=self.clock,
-                            incidents=self.settings.incidents, governance=self.engine.governance).opened
+                            rules=IngestRules(incidents=self.settings.incidents,
+                                              governance=self.engine.governance)).opened
         for rid, step in opened:
             self.nodes[rid] = fault.event.node
             self._step(rid, step, at)
@@ -187,7 +189,8 @@ class Rehearsal:
         for name in names:
             self._world_changed(key, name)
         if self.settings.incidents.enabled:
-            for f in incidents.check_recovery(self.sessions, self.engine.adapters, self.settings, clock=self.clock):
+            for f in incidents.check_recovery(self.sessions, self.engine.adapters, self.settings,
+                                              clock=self.clock):
                 self.idle.pop(f.remediation_id, None)
                 self._step(f.remediation_id, f.step, key[0])
         return names
@@ -342,7 +345,8 @@ class Rehearsal:
         with self.sessions() as s:
             return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, exclude=None)
 
-    def _admissible(self, key: Key, rid: int, idle: Idle, *, view: ClusterView) -> tuple[datetime | None, bool]:
+    def _admissible(self, key: Key, rid: int, idle: Idle, *, view: ClusterView) -> tuple[datetime | None,
+        bool]:
         """The first grid point at which the parked remediation is admitted under ``view``
         (None: not before the view changes), and whether that is admission's verdict (False: its claim may
         change the breaker, so it runs whatever admission says)."""

@@ -51,7 +51,7 @@ from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
 from remediation.rehearsal.world import WorldJobs
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.profile_metrics import BASE
 from remediation.services.profiles import facts_of, refresh_pools
 from remediation.services.workflow import Workflow
@@ -107,8 +107,10 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
         # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
         with sessions() as s, s.begin():
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
-                   settings.policy, clock=clock, incidents=settings.incidents, governance=engine.governance)
-    rehearsal = Rehearsal(sessions, engine, world, settings=settings, clock=clock, loop=loop, repair_s=repair_s)
+                   settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
+                                                                   governance=engine.governance))
+    rehearsal = Rehearsal(sessions, engine, world, settings=settings, clock=clock, loop=loop,
+                          repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
     until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
     rehearsal.run(faults, until, progress)
@@ -122,7 +124,8 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     report.hand_repairs = rehearsal.tally.hand_repairs
     world_figures(world, report)
     if groups := (settings.profiles if report_by is None else report_by):
-        report.profiles = by_profile(sessions, faults, clock.now(), world=world, hours=rehearsal.fleet.by_node, profiles=groups)
+        report.profiles = by_profile(sessions, faults, clock.now(), world=world,
+                                     hours=rehearsal.fleet.by_node, profiles=groups)
     db.dispose()
     return report
 

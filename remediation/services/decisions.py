@@ -35,8 +35,8 @@ from remediation.domain.policy import (
 from remediation.domain.profiles import Governance, Resolution, govern
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.services.incidents import correlate_opened
-from remediation.services.profiles import base_only, governed, histories
-from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
+from remediation.services.profiles import governed, histories
+from remediation.settings import EffectivePolicy, PolicySettings
 from remediation.settings.profiles import Mode
 
 
@@ -60,8 +60,7 @@ class Batch:
 
     @classmethod
     def load(cls, session: Session, fresh: list[NodeEvent], unique: dict[str, NodeEvent],
-             *, policy: PolicySettings, incidents: IncidentSettings | None, governance: Governance | None,
-             now: datetime) -> Batch:
+             *, policy: PolicySettings, governance: Governance, now: datetime) -> Batch:
         names = {ev.node for ev in fresh}
         nodes = {
             name: LockedNode(name, status, reason, updated, last)
@@ -70,10 +69,11 @@ class Batch:
                 .where(among(session, Node.name, names)).with_for_update()
             )
         }
-        gov = governed(session, governance or Governance(base_only(policy, incidents)), names)
+        gov = governed(session, governance, names)
         past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
         return cls(nodes, open_remediations_for(session, names), gov, past.failures, past.app_xids,
-                   past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(), policy=policy))
+                   past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(),
+                       policy=policy))
 
     def decide_round(self, todo: list[NodeEvent], new_keys: dict[str, int], now: datetime
                      ) -> tuple[list[NodeEvent], dict[str, tuple[NodeEvent, Decision]]]:

@@ -54,7 +54,7 @@ from remediation.services.fencing import fence_events
 from remediation.services.incidents import record_domains
 from remediation.services.payloads import admit_events, parse_payloads, reject
 from remediation.services.pool import confirm_nodes
-from remediation.services.profiles import record_facts
+from remediation.services.profiles import base_only, record_facts
 from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
 from remediation.settings.profiles import Mode
 
@@ -74,32 +74,59 @@ def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
-def ingest(
-    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, bounds: TimeBounds | None = None,
-    counters: Mapping[str, int] | None = None,
-) -> IngestResult:
-    """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
-    then enqueue). Every payload that is not an event the stream may report is kept in
-    ``rejected_events`` with the reason, and the rest of the batch goes on.
+@dataclass(frozen=True)
+class IngestRules:
+    """How a batch is decided beyond its policy; the same for every batch one service reads.
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
-    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
     ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned.
     ``governance``: the profiles; each node is decided under its profile's policy, and what opens records
-    its profile and that policy. Without it, every node is under ``policy`` and nothing is recorded (the
-    workflow then reads today's configuration).
-    ``bounds``: how far timestamps may be from ``clock`` (``broker.max_clock_skew_s``,
+    its profile and that policy. Without it, every node is under the batch's policy and nothing is
+    recorded (the workflow then reads today's configuration)."""
+
+    dry_run: bool = False
+    incidents: IncidentSettings | None = None
+    gpu_reset: bool = False
+    governance: Governance | None = None
+
+
+@dataclass(frozen=True)
+class StreamChecks:
+    """What a payload read from the stream is checked against before it is recorded.
+    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
+    ``bounds``: how far timestamps may be from the ingest's clock (``broker.max_clock_skew_s``,
     ``broker.max_event_age_s``); None takes them as written (a rehearsal's simulated clock).
     ``counters``: each leader lock's fencing-token counter, read from Redis after the batch was (None:
     tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
-    now = clock.now()
-    parsed, rejected = parse_payloads(payloads, max_bytes)
-    events, refused = admit_events(parsed, now, bounds, counters=counters, reportable=reportable(incidents, governance))
+
+    max_bytes: int | None = None
+    bounds: TimeBounds | None = None
+    counters: Mapping[str, int] | None = None
+
+
+def ingest(
+    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
+    rules: IngestRules = IngestRules(), checks: StreamChecks = StreamChecks(),
+) -> IngestResult:
+    """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
+    then enqueue). Every payload that is not an event the stream may report is kept in
+    ``rejected_events`` with the reason, and the rest of the batch goes on."""
+    events, rejected = admitted(session, payloads, clock.now(), checks=checks,
+                                reportable=reportable(rules.incidents, rules.governance))
+    return record(session, events, policy, clock=clock, rules=rules, rejected=rejected)
+
+
+def admitted(
+    session: Session, payloads: Sequence[str | bytes], now: datetime, *, checks: StreamChecks,
+    reportable: Reportable,
+) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
+    """The events of a batch the stream may report, and (payload, why) of every other payload: what
+    does not parse, what the stream may not report, what a replaced leader published."""
+    parsed, rejected = parse_payloads(payloads, checks.max_bytes)
+    events, refused = admit_events(parsed, now, checks.bounds, counters=checks.counters,
+                                   reportable=reportable)
     events, fenced = fence_events(session, events, now)  # what a replaced leader published
-    return record(session, events, policy, clock=clock, dry_run=dry_run, incidents=incidents, gpu_reset=gpu_reset, governance=governance,
-                  rejected=rejected + refused + fenced)
+    return events, rejected + refused + fenced
 
 
 def reportable(incidents: IncidentSettings | None, governance: Governance | None) -> Reportable:
@@ -112,8 +139,7 @@ def reportable(incidents: IncidentSettings | None, governance: Governance | None
 
 def record(
     session: Session, events: Sequence[NodeEvent], policy: PolicySettings, *, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, gpu_reset: bool = False,
-    governance: Governance | None = None, rejected: Sequence[tuple[str, str]] = (),
+    rules: IngestRules = IngestRules(), rejected: Sequence[tuple[str, str]] = (),
 ) -> IngestResult:
     """Record and decide events already admitted: the stream's, after :func:`ingest` checked them, or a
     human's report, built by the lever that recorded its actor (never read from the stream).
@@ -127,15 +153,17 @@ def record(
     fresh, unique, new_keys = _record_events(session, events, now, result=result)
     if not fresh:
         return result
-    batch = Batch.load(session, fresh, unique, policy=policy, incidents=incidents, governance=governance, now=now)
+    governance = rules.governance or Governance(base_only(policy, rules.incidents))
+    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now)
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
         # on its node; the node's later events wait for the next round, when the new remediation has
         # its id. All of a round's remediations are inserted together.
         todo, opens = batch.decide_round(todo, new_keys, now)
-        opened = _open(session, opens, new_keys, now=now, dry_run=dry_run, gov=batch.gov, gpu_reset=gpu_reset, record=governance is not None)
-        result.opened += batch.opened_round(session, opens, opened, new_keys=new_keys, now=now, dry_run=dry_run)
+        opened = _open(session, opens, new_keys, now=now, gov=batch.gov, rules=rules)
+        result.opened += batch.opened_round(session, opens, opened, new_keys=new_keys, now=now,
+                                            dry_run=rules.dry_run)
     batch.write_back(session, now)
     result.decisions = dict(batch.counts)
     return result
@@ -174,12 +202,14 @@ def _record_events(
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          *, now: datetime, dry_run: bool, gov: dict[str, tuple[Resolution, EffectivePolicy]],
-          gpu_reset: bool = False, record: bool = True) -> dict[str, int]:
+          *, now: datetime, gov: dict[str, tuple[Resolution,
+                                                 EffectivePolicy]], rules: IngestRules) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
-    arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
+    arbiter against a concurrent ingest: a conflicting row is skipped, not an error. What opens records
+    its policy only under profiles (``rules.governance``)."""
     if not opens:
         return {}
+    dry_run, gpu_reset, record = rules.dry_run, rules.gpu_reset, rules.governance is not None
     rows = []
     dry: dict[str, bool] = {}
     for name, (ev, decision) in opens.items():
@@ -239,9 +269,7 @@ def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
 
 def ingest_batch(
     sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, bounds: TimeBounds | None = None,
-    counters: Mapping[str, int] | None = None,
+    rules: IngestRules = IngestRules(), checks: StreamChecks = StreamChecks(),
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -249,8 +277,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock=clock, dry_run=dry_run, incidents=incidents, max_bytes=max_bytes, gpu_reset=gpu_reset, governance=governance,
-                          bounds=bounds, counters=counters)
+            return ingest(s, payloads, policy, clock=clock, rules=rules, checks=checks)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -259,8 +286,7 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock=clock, dry_run=dry_run, incidents=incidents, max_bytes=max_bytes, gpu_reset=gpu_reset, governance=governance,
-                             bounds=bounds, counters=counters)
+                one = ingest(s, [payload], policy, clock=clock, rules=rules, checks=checks)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:

@@ -32,7 +32,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
-from remediation.services.ingest import record
+from remediation.services.ingest import IngestRules, record
 from remediation.services.profiles import governed
 from remediation.settings import PolicySettings
 
@@ -81,8 +81,10 @@ def set_paused(session: Session, paused: bool, actor: str, *, reason: str, now: 
     """Pause or resume all automation; returns the previous state."""
     reason = _reason(reason)
     before = is_paused(session)
-    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now=now)
-    audit(session, now, actor, action=AuditAction.PAUSE if paused else AuditAction.RESUME, target="", reason=reason)
+    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason,
+                                            at=now.isoformat()).dump(), now=now)
+    audit(session, now, actor, action=AuditAction.PAUSE if paused else AuditAction.RESUME, target="",
+          reason=reason)
     if not paused:
         lift_holds(session, now, actor, reason=reason)  # a human looked: held remediations go on too
     return before
@@ -115,7 +117,8 @@ def quarantine(session: Session, name: str, actor: str, *, reason: str, now: dat
         rem.ctx = replace(rem.ctx, quarantine_reason=why)
     node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, why, now
     session.flush()
-    audit(session, now, actor, action=AuditAction.QUARANTINE, target=name, reason=reason, detail={"remediation": rem.id})
+    audit(session, now, actor, action=AuditAction.QUARANTINE, target=name, reason=reason,
+          detail={"remediation": rem.id})
     return FollowUp(rem.id, Step.QUARANTINE.value)
 
 
@@ -127,7 +130,8 @@ def release(session: Session, name: str, actor: str, *, reason: str, now: dateti
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
     node.quarantined_at = None
-    row = audit(session, now, actor, action=AuditAction.RELEASE, target=name, reason=reason, detail={"was": node.quarantine_reason})
+    row = audit(session, now, actor, action=AuditAction.RELEASE, target=name, reason=reason,
+                detail={"was": node.quarantine_reason})
     node.quarantine_reason = None
     session.flush()
     return ReleaseActions(name, row.id)
@@ -216,8 +220,9 @@ def report(session: Session, name: str, actor: str, *, reason: str, now: datetim
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = record(session, [event], policy, clock=_Fixed(now), governance=governance)
-    audit(session, now, actor, action=AuditAction.REPORT, target=name, reason=reason, detail={"opened": [rid for rid, _ in result.opened]})
+    result = record(session, [event], policy, clock=_Fixed(now), rules=IngestRules(governance=governance))
+    audit(session, now, actor, action=AuditAction.REPORT, target=name, reason=reason,
+          detail={"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 

@@ -19,7 +19,7 @@ from remediation.adapters.bus import GROUP, Keys, RedisEventBus
 from remediation.adapters.stream import BATCH_BYTES, PAGE, consume, ensure_group, ingest_lag, trim
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
-from remediation.services.ingest import ingest
+from remediation.services.ingest import StreamChecks, ingest
 from remediation.settings import Settings
 from tests.integration.test_bus import events
 
@@ -113,7 +113,8 @@ def test_an_oversize_event_is_rejected_with_a_record(
     small = events(1)[0].to_json()  # gpu-node-0
     big = events(8)[7].to_json()[:-1] + ", " + json.dumps({"padding": "x" * limit})[1:]
     with caplog.at_level(logging.WARNING, logger="remediation.services.ingest"), sessions() as s, s.begin():
-        result = ingest(s, [big, small], Settings().policy, clock=SystemClock(), max_bytes=limit)
+        result = ingest(s, [big, small], Settings().policy, clock=SystemClock(),
+                        checks=StreamChecks(max_bytes=limit))
     assert (result.recorded, result.rejected) == (1, 1)
     with sessions() as s:
         (row,) = s.scalars(select(RejectedEvent))

@@ -21,7 +21,7 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.profiles import facts_of, governance
 from remediation.settings import Settings
 from simulator.kube_api import KubeAPIServer
@@ -113,9 +113,8 @@ def test_a_label_selected_profile_governs_its_pool(
     clock = SystemClock()
     with sessions() as s, s.begin():
         events = [e.to_json() for e in labels + faults]  # type: ignore[operator]
-        ingest(
-            s, events, settings.policy, clock=clock, incidents=settings.incidents, governance=governance(settings)
-        )
+        ingest(s, events, settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
+            governance=governance(settings)))
         assert s.get(Node, "n1").labels == {POOL: "serving"}
         rems = {r.node: r for r in s.scalars(select(Remediation))}
         assert (rems["n1"].profile, rems["n1"].dry_run) == ("serving", True)  # the shadow pool records only
@@ -132,7 +131,8 @@ def test_a_label_selected_profile_governs_its_pool(
         ]
     )
     with sessions() as s, s.begin():
-        ingest(s, [e.to_json() for e in relabel], settings.policy, clock=clock, governance=governance(settings))  # type: ignore[union-attr]
+        ingest(s, [e.to_json() for e in relabel], settings.policy, clock=clock,
+               rules=IngestRules(governance=governance(settings)))  # type: ignore[union-attr]
         assert s.get(Node, "n2").labels == {POOL: "serving"}
         found, _ = governance(settings).of(facts_of(s, ["n2"])["n2"])
         assert found.name == "serving"
