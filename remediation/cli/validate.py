@@ -17,7 +17,7 @@ from remediation.adapters.slurm.backend import close_slurm
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
 from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.domain.validation import last_line
-from remediation.services.validation import ValidationRefused, run_check
+from remediation.services.validation import ManualCheck, ValidationRefused, run_check
 
 
 def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any]:
@@ -33,8 +33,8 @@ def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any
     typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
     slurm = slurm_backend(settings)
     try:
-        return run_check(st.sessions(), validator, slurm, settings=settings, node=node, actor=st.actor,
-                         now=st.now, purpose=purpose)
+        return run_check(st.sessions(), validator, slurm, asked=ManualCheck(node, st.actor, purpose),
+                         settings=settings, now=st.now)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
     finally:

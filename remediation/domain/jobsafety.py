@@ -15,7 +15,7 @@ soon as the drain finds them, and ``on_jobs_timeout`` comes ``checkpoint_wait_s`
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -63,14 +63,24 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, j
     if elapsed(inp, now) <= deadline:
         waiting = f"waiting for {busy} to leave" if jobs else f"waiting: {busy}"
         return wait(workflow, f"{request.text(now)}; {waiting}" if request else waiting, detail=detail)
-    return jobs_timed_out(inp, ad, workflow, jobs=jobs, busy=busy, detail=detail, after=after)
+    return jobs_timed_out(inp, ad, workflow, overdue=Overdue(jobs, busy, after), detail=detail)
 
 
-def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, jobs: list[str], busy: str,
-                   detail: dict[str, Any], after: str) -> Wait:
+@dataclass(frozen=True)
+class Overdue:
+    """What is still on a node past its deadline: the job ids, how to name what keeps it busy, and which
+    deadline passed (``after``)."""
+
+    jobs: list[str]
+    busy: str
+    after: str
+
+
+def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, overdue: Overdue,
+                   detail: dict[str, Any]) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
-    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node.
-    ``after`` says which deadline passed."""
+    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node."""
+    jobs, busy, after = overdue.jobs, overdue.busy, overdue.after
     policy = workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.

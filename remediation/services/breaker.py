@@ -56,9 +56,11 @@ def latches(s: Session) -> dict[str | None, dict[str, Any]]:
     return {(None if key == BREAKER else key.split(":", 1)[1]): value for key, value in rows}
 
 
-def open_latch(s: Session, now: datetime, actor: str, *, failed: int, pool: int, reason: str,
+def open_latch(s: Session, now: datetime, actor: str, *, view: ClusterView, reason: str,
                profile: str | None = None) -> bool:
-    """Latch the breaker open; False when it already was (recorded once however many workers see it)."""
+    """Latch the breaker open on what ``view`` counts; False when it already was (recorded once however
+    many workers see it)."""
+    failed, pool = view.failed_in_window, view.pool_size
     current = BreakerLatch.load(lock_control(s, breaker_key(profile), now))
     if current.open:
         return False
@@ -115,8 +117,7 @@ def note(s: Session, view: ClusterView, now: datetime, *, exclude: int | None, p
             whose = f"profile {profile}: " if profile is not None else ""
             reason = (f"{whose}{view.failed_in_window}/{view.pool_size} nodes failed within "
                       f"{policy.breaker_window_s}s (limit {policy.breaker_max_fraction:.0%})")
-            open_latch(s, now, actor, failed=view.failed_in_window, pool=view.pool_size, reason=reason,
-                       profile=profile)
+            open_latch(s, now, actor, view=view, reason=reason, profile=profile)
             view = cluster_view(s, now, policy.breaker_window, exclude=exclude, profile=profile,
                                 pool_stale=policy.pool_stale)
     elif breaker_may_auto_close(view, policy, now):

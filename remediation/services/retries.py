@@ -8,6 +8,7 @@ enough, in count *and* in time, to give up. Celery's own retry count plays no pa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -57,13 +58,22 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
-def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, *, rid: int,
-                     row_id: int,
-                     token: str, exc: TransientError) -> RetryLater | Escalate:
+@dataclass(frozen=True)
+class Attempt:
+    """The claimed attempt a transient error interrupted: its remediation, its step row, and the lease
+    token that claims it."""
+
+    rid: int
+    row_id: int
+    token: str
+
+
+def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, *, attempt: Attempt,
+                     exc: TransientError) -> RetryLater | Escalate:
     """Record a transient error; retry after a backoff, or give up once the step has been failing
     back to back for longer than the budget (see :func:`failing_too_long`)."""
     with sessions() as s, s.begin():
-        row = step_row(s, row_id)
+        row = step_row(s, attempt.row_id)
         detail = dict(row.detail or {}) if row is not None else {}
         prior = RetryState.load(detail)
         streak, since = prior.streak + 1, prior.failing_since or now
@@ -81,8 +91,8 @@ def record_transient(sessions: sessionmaker[Session], now: datetime, wf: Workflo
             # The lease stays ours: the caller records the escalation at once.
             return Escalate(f"gave up after {streak} transient errors in a row over "
                             f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
-        rem = remediation_locked(s, rid)
-        if rem is not None and rem.lease_owner == token:
+        rem = remediation_locked(s, attempt.rid)
+        if rem is not None and rem.lease_owner == attempt.token:
             rem.lease_owner = rem.lease_until = None
             rem.next_run_at = now + timedelta(seconds=countdown)
             rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]

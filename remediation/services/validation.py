@@ -96,13 +96,22 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, *,
     return FollowUp(rem.id, rem.step, wait)
 
 
+@dataclass(frozen=True)
+class ManualCheck:
+    """A GPU check a human asked for: on which node, who asked, and for what (``purpose``)."""
+
+    node: str
+    actor: str
+    purpose: CheckPurpose = CheckPurpose.VALIDATE
+
+
 def run_check(
-    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, *, settings: Settings,
-    node: str, actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
-    purpose: CheckPurpose = CheckPurpose.VALIDATE,
+    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, *, asked: ManualCheck,
+    settings: Settings, now: Callable[[], datetime],
 ) -> dict[str, Any]:
-    """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
-    record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
+    """Run the validation once on ``asked.node`` (out of the Slurm pool, with no open remediation), wait for
+    it and record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
+    node, actor, purpose = asked.node, asked.actor, asked.purpose
     with sessions() as s, s.begin():
         if s.get(Node, node) is None:
             raise ValidationRefused(f"unknown node {node!r}: it is not in the inventory")
@@ -133,7 +142,7 @@ def run_check(
             result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
                                 timed_out=True)
             break
-        sleep(min(settings.validation.poll_interval_s, 5.0))
+        time.sleep(min(settings.validation.poll_interval_s, 5.0))
         result = validator.poll(op)
     taken_down = validator.finish(op)
     outcome, rec = verdict(op, result, now(), limit=settings.validation.output_bytes)

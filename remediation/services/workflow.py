@@ -73,7 +73,7 @@ from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
 from remediation.services.profiles import governance, refresh_pools
 from remediation.services.recorded import Governed, RecordedPolicies
-from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
+from remediation.services.retries import Attempt, RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import (
     as_dry_run,
     close,
@@ -293,8 +293,8 @@ class Workflow:
         return admit(step, view, fleet, now=now, new_machine_action=new_machine_action, pool=pool)
 
     def _transient(self, rid: int, row_id: int, token: str, *, exc: TransientError) -> RetryLater | Escalate:
-        return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid=rid,
-                                row_id=row_id, token=token, exc=exc)
+        return record_transient(self.sessions, self.clock.now(), self.settings.workflow,
+                                attempt=Attempt(rid, row_id, token), exc=exc)
 
     def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
         now = self.clock.now()
