@@ -109,14 +109,14 @@ class AdaptersByPolicy:
     Slurm and Kubernetes adapters are the service's own; what a policy changes is built once.
     ``base`` is what a remediation under the configuration's own policy uses (``real``, or under the
     service's dry-run its twins). ``machines`` and ``validators`` build a policy's hammer and validation
-    (default: the backends its settings name; the rehearsal maps them onto its world)."""
+    (default: the backends its settings name, outside any world; :meth:`build` gives the world and the
+    intents; the rehearsal maps them onto its world)."""
 
     def __init__(self, settings: Settings, real: Adapters, base: Adapters | None = None,
-                 *, world: MemoryWorld | None = None, intents: Intents | None = None,
-                 machines: Callable[[Settings], MachineProvider | None] | None = None,
+                 *, machines: Callable[[Settings], MachineProvider | None] | None = None,
                  validators: Callable[[Settings], Validator | None] | None = None) -> None:
-        self.settings, self.world, self.intents = settings, world, intents
-        self.machines = machines or (lambda s: machine_backend(s, self.world, self.intents))
+        self.settings = settings
+        self.machines = machines or machine_backend
         self.validators = validators or validator_backend
         self.real = real
         self.base = base if base is not None else twin(settings, real) if settings.dry_run else real
@@ -126,7 +126,7 @@ class AdaptersByPolicy:
     def build(cls, settings: Settings, world: MemoryWorld | None = None,
               intents: Intents | None = None) -> AdaptersByPolicy:
         real = make_adapters(settings.model_copy(update={"dry_run": False}), world, intents)
-        return cls(settings, real, world=world, intents=intents)
+        return cls(settings, real, machines=lambda s: machine_backend(s, world, intents))
 
     def of(self, policy: EffectivePolicy | None, shadow: bool) -> Adapters:
         """The adapters of a remediation under ``policy`` (None: the configuration's own), in its

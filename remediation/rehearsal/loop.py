@@ -35,7 +35,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
@@ -54,7 +53,6 @@ from remediation.services.ingest import IngestRules, ingest
 from remediation.services.lever_rules import release
 from remediation.services.step_rows import live_row
 from remediation.services.workflow import Workflow
-from remediation.settings import Settings
 from remediation.vocabulary import HOLD
 
 Loop = Literal["events", "polling"]
@@ -84,9 +82,11 @@ class Tally:
 
 
 class Rehearsal:
-    def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
-                 *, settings: Settings, clock: FakeClock, loop: Loop = "events", repair_s: float) -> None:
-        self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
+    def __init__(self, engine: Workflow, world: MemoryWorld, *, clock: FakeClock, loop: Loop = "events",
+                 repair_s: float) -> None:
+        """Rehearse on ``engine``'s database under its settings; ``clock`` is the engine's own."""
+        self.sessions, self.engine, self.world, self.settings, self.clock = (
+            engine.sessions, engine, world, engine.settings, clock)
         self.skip = loop == "events"
         self.repair_td = timedelta(seconds=repair_s)
         self.queue: list[tuple[datetime, int, int, int, Any]] = []
@@ -98,7 +98,7 @@ class Rehearsal:
         self.fleet = Fleet()
         self.handed: set[str] = set()
         self.groups: dict[int, list[str]] = {}  # a fabric fault's group -> the nodes it hit
-        self.causes = table(settings.policy.faults)
+        self.causes = table(self.settings.policy.faults)
         self._seq = 0
 
     # ------------------------------------------------------------------------------------------ queue

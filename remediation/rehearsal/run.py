@@ -109,8 +109,7 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
                    settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
                                                                    governance=engine.governance))
-    rehearsal = Rehearsal(sessions, engine, world, settings=settings, clock=clock, loop=loop,
-                          repair_s=repair_s)
+    rehearsal = Rehearsal(engine, world, clock=clock, loop=loop, repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
     until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
     rehearsal.run(faults, until, progress)
