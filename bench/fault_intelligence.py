@@ -36,12 +36,13 @@ def one(truth: str, seed: int, nodes: int, days: float, policy: str) -> dict[str
     for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
         del os.environ[key]  # the shipped defaults, not the caller's environment
     from remediation.rehearsal.run import rehearse
-    from remediation.rehearsal.trace import load
+    from remediation.rehearsal.trace import Scale, load
     from remediation.rehearsal.truth import parse_model
     from remediation.settings import Settings, overlay
 
     model = parse_model(truth, yaml.safe_load(Path(truth).read_text()))
-    faults = load(MIX, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed, model=model)
+    faults = load(MIX, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed),
+                  model=model)
     names = [f"gpu-node-{i}" for i in range(nodes)]
     settings = Settings() if policy == "default" else overlay(Settings(), NAIVE)
     t0 = time.monotonic()

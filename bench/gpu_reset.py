@@ -37,12 +37,13 @@ def one(truth: str, seed: int, nodes: int, days: float, site: str, reset: bool) 
         del os.environ[key]  # the shipped defaults, not the caller's environment
     from remediation.rehearsal.compare import with_reset, without_reset
     from remediation.rehearsal.run import rehearse
-    from remediation.rehearsal.trace import load
+    from remediation.rehearsal.trace import Scale, load
     from remediation.rehearsal.truth import SITE_REBOOT, parse_model
     from remediation.settings import Settings
 
     model = parse_model(truth, yaml.safe_load(Path(truth).read_text()))
-    faults = load(MIX, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed, model=model)
+    faults = load(MIX, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed),
+                  model=model)
     names = [f"gpu-node-{i}" for i in range(nodes)]
     settings = (with_reset if reset else without_reset)(Settings())
     t0 = time.monotonic()

@@ -34,12 +34,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from remediation.cli.simulate import outcome_model
 from remediation.rehearsal.run import rehearse
-from remediation.rehearsal.trace import load
+from remediation.rehearsal.trace import Scale, load
 from remediation.settings import Settings
 mix, nodes, days, seed, loop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 # What `remediation rehearse` runs: the shipped outcome model, nodes in leaf groups of 16.
-faults = load(Path(mix), nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-              model=outcome_model(None), leaf_size=16)
+faults = load(Path(mix), Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                              leaf_size=16), model=outcome_model(None))
 names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
 t0 = time.monotonic()
 r = rehearse(faults, Settings(), names, loop=loop, leaf_size=16)

@@ -35,7 +35,7 @@ from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
 from remediation.rehearsal.run import NodeGroup, rehearse
-from remediation.rehearsal.trace import Fault, TraceError, dump_events, load
+from remediation.rehearsal.trace import Fault, Scale, TraceError, dump_events, load
 from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, parse_model
 from remediation.settings import ProfileSettings, Settings, SettingsError, overlay
 
@@ -136,8 +136,8 @@ def simulate(
             raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
         settings, second = with_reset(settings), without_reset(settings)
     try:
-        faults = load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-                      model=model, leaf_size=leaf_size)
+        faults = load(trace, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                                   leaf_size=leaf_size), model=model)
     except TraceError as exc:
         raise CliError(str(exc)) from None
     if dump_events_to is not None:

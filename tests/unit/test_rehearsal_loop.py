@@ -20,7 +20,7 @@ import pytest
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.report import Report
 from remediation.rehearsal.run import rehearse
-from remediation.rehearsal.trace import Fault, load
+from remediation.rehearsal.trace import Fault, Scale, load
 from remediation.settings import Settings
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -52,7 +52,7 @@ def burst() -> list[Fault]:
 # Minutes, not the defaults' tens of minutes, so that the polling loop stays quick.
 FAST = {"poll_interval_s": 120, "max_wait_s": 120, "verify_timeout_s": 360, "vm_operation_timeout_s": 600}
 CASES: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = [
-    ("llama-mix-24-nodes", lambda: load(MIX, nodes=48, days=54, start=T0, seed=5), {}, FAST),
+    ("llama-mix-24-nodes", lambda: load(MIX, Scale(nodes=48, days=54, start=T0, seed=5)), {}, FAST),
     ("burst-max-concurrent-and-gap", burst, {"max_concurrent": 2, "min_restart_gap_s": 150, "breaker_max_fraction": 0.5}, FAST),
     ("breaker-latched", burst, {"breaker_max_fraction": 0.22, "max_concurrent": 3}, FAST),
     ("breaker-auto-close", burst, {"breaker_max_fraction": 0.22, "breaker_auto_close_s": 1800}, FAST),
