@@ -40,7 +40,7 @@ from remediation.services.readmodels import (
     quarantined,
 )
 from remediation.services.readmodels import get_remediation as get_rem
-from remediation.services.stats import Stats
+from remediation.services.stats import Stats, StatsQuery
 from remediation.services.stats import stats as compute_stats
 from remediation.settings.profiles import PROFILE_NAME
 
@@ -207,9 +207,9 @@ def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3
     ``profile``: only what opened under that profile."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top=top,
-                             repeat_window=st.settings.policy.repeat_offender_window, include_dry_run=dry_run,
-                             profile=profile)
+        return compute_stats(s, st.clock.now(), StatsQuery(days, top, include_dry_run=dry_run,
+                                                           profile=profile),
+                             repeat_window=st.settings.policy.repeat_offender_window)
 
 
 @router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")

@@ -39,7 +39,7 @@ from remediation.services.readmodels import (
     list_remediations,
     node_detail,
 )
-from remediation.services.stats import Stats, stats
+from remediation.services.stats import Stats, StatsQuery, stats
 from remediation.settings import LemonSettings
 
 
@@ -130,10 +130,8 @@ class Direct:
 
     def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats:
         with self.st.sessions()() as s:
-            return stats(
-                s, self.st.now(), days, top=top, repeat_window=self.st.settings().policy.repeat_offender_window,
-                include_dry_run=dry_run, profile=profile,
-            )
+            return stats(s, self.st.now(), StatsQuery(days, top, include_dry_run=dry_run, profile=profile),
+                         repeat_window=self.st.settings().policy.repeat_offender_window)
 
     def lemons(self, top: int) -> list[LemonRow]:
         with self.st.sessions()() as s:
