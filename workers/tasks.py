@@ -30,7 +30,7 @@ from remediation.adapters.celery import (
     step_task,
 )
 from remediation.adapters.lock import drawn_tokens
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
@@ -86,9 +86,10 @@ def ingest(self: DomainTask) -> int:
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
     else:
-        n = consume(rt.redis, rt.keys, handle, batch=rt.settings.broker.ingest_batch,
-                    claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
-                    keep=rt.settings.broker.stream_max_len)
+        reading = Reading(batch=rt.settings.broker.ingest_batch,
+                          claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
+                          keep=rt.settings.broker.stream_max_len)
+        n = consume(rt.redis, rt.keys, handle, reading)
     enqueue(opened)
     return n
 

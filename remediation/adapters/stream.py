@@ -27,6 +27,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -64,8 +65,20 @@ BATCH_BYTES = 8 << 20
 Entry = tuple[Keys, bytes, dict[bytes, bytes]]
 
 
-def consume(client: redis.Redis, keys: Keys, handle: Handler, *, batch: int, claim_idle_ms: int,
-          max_batches: int = 10_000, linger_s: float = 0.02, keep: int = 0) -> int:
+@dataclass(frozen=True)
+class Reading:
+    """How :func:`consume` reads: ``batch`` entries at most per handled batch, another consumer's
+    entries claimed once idle ``claim_idle_ms``, at most ``max_batches`` batches per call, ``linger_s``
+    waited once for more entries, ``keep`` acknowledged entries left in each stream."""
+
+    batch: int
+    claim_idle_ms: int
+    max_batches: int = 10_000
+    linger_s: float = 0.02
+    keep: int = 0
+
+
+def consume(client: redis.Redis, keys: Keys, handle: Handler, reading: Reading) -> int:
     """Process everything available on every stream of ``keys``' prefix; returns how many entries
     were handled. Each payload is handed over as a :class:`Published`, naming the publisher whose
     stream it was on.
@@ -77,12 +90,13 @@ def consume(client: redis.Redis, keys: Keys, handle: Handler, *, batch: int, cla
     transactions into a few large ones (the cost of an ingest transaction is mostly per batch, not per
     event) for 20 ms of added latency. ``keep``: the acknowledged history left in each stream
     (``broker.stream_max_len``)."""
+    batch, linger_s = reading.batch, reading.linger_s
     ensure_group(client, keys)
     streams = keys.every_stream()
     me = consumer_name()
     total, recovering = 0, True
-    for _ in range(max_batches):
-        entries = _recover(client, streams, me, idle_ms=claim_idle_ms) if recovering else []
+    for _ in range(reading.max_batches):
+        entries = _recover(client, streams, me, idle_ms=reading.claim_idle_ms) if recovering else []
         recovering = bool(entries)
         entries = entries or _read(client, streams, me, batch=batch)
         if entries and len(entries) < batch // 4 and linger_s > 0:
@@ -98,7 +112,7 @@ def consume(client: redis.Redis, keys: Keys, handle: Handler, *, batch: int, cla
         for where in streams:
             if ids := [eid for at, eid, _ in entries if at == where]:
                 client.xack(where.stream, GROUP, *ids)
-                trim(client, where, keep)
+                trim(client, where, reading.keep)
         total += len(entries)
     return total
 

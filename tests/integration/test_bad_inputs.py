@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import RedisEventBus
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -100,7 +100,7 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
                                          bounds=time_bounds(settings.broker)))
 
     try:
-        handled = consume(redis_client, bus.keys, handle, batch=100, claim_idle_ms=0)
+        handled = consume(redis_client, bus.keys, handle, Reading(batch=100, claim_idle_ms=0))
         with Session(engine) as s:
             rejected = s.scalars(select(RejectedEvent)).all()
             kept = set(s.scalars(select(Event.dedupe_key)))

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import BusUnavailable, Keys, RedisEventBus
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RemediationStep
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine
@@ -62,10 +62,11 @@ def test_events_survive_a_postgres_outage(redis_client: redis.Redis, redis_prefi
         return handle
 
     with pytest.raises(OperationalError):
-        consume(redis_client, keys, handle_with(down), batch=100, claim_idle_ms=0)
+        consume(redis_client, keys, handle_with(down), Reading(batch=100, claim_idle_ms=0))
     assert redis_client.xlen(keys.stream) == 2  # still there, pending for the dead attempt
     up_engine = create_engine(pg_url, poolclass=NullPool)
-    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), batch=100, claim_idle_ms=0)
+    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), Reading(batch=100,
+        claim_idle_ms=0))
     assert handled == 2 and redis_client.xlen(keys.stream) == 0
     with Session(up_engine) as s:
         assert sorted(s.scalars(select(Event.node))) == ["gpu-node-1", "gpu-node-2"]

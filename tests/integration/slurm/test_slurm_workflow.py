@@ -39,7 +39,7 @@ from remediation.adapters.memory import MemoryKube, MemoryWorld
 from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.domain.admission import Publisher
@@ -205,7 +205,7 @@ class Pipeline:
             self.ingest()
 
     def ingest(self) -> int:
-        return consume(self.client, Keys(self.prefix), self._handle, batch=500, claim_idle_ms=1000)
+        return consume(self.client, Keys(self.prefix), self._handle, Reading(batch=500, claim_idle_ms=1000))
 
     def _handle(self, payloads: Sequence[bytes]) -> None:
         with self.sessions() as s, s.begin():
