@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, require_admin
-from remediation.api.levers import Lever, LeverResult, pull
+from remediation.api.levers import Aim, Lever, LeverResult, Pull, pull
 from remediation.domain.events import NODE_NAME
 from remediation.services.holds import automation_status
 from remediation.services.lemons import LemonRow
@@ -105,9 +105,9 @@ def _pull(request: Request, who: Principal, body: LeverBody, *, lever: Lever, no
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
     profile = body.profile if isinstance(body, BreakerCloseBody) else None
-    return pull(st.levers, st.sessions, lever, actor=who.actor(body.actor), reason=body.reason, node=node,
-                remediation_id=remediation_id,
-                give_back=give_back, profile=profile)
+    req = Pull(Aim(lever, node, remediation_id), who.actor(body.actor), body.reason, give_back=give_back,
+               profile=profile)
+    return pull(st.levers, st.sessions, req)
 
 
 @router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")

@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
-from remediation.api.levers import Lever, pull
+from remediation.api.levers import Aim, Pull, pull
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
@@ -214,16 +214,15 @@ def events_page(request: Request, who: Viewer) -> HTMLResponse:
 # -------------------------------------------------------------------------------------- levers
 
 
-def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, lever: Lever,
-         node: str | None = None, remediation_id: int | None = None) -> Response:
+def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, aim: Aim) -> Response:
     if not who.admin:
         return RedirectResponse(f"{back}?err=" + quote("read-only token: levers need an admin token"), 303)
     check_csrf(who, f.get("csrf"))
     st = request.app.state
     try:
-        result = pull(st.levers, st.sessions, lever, actor=who.actor(request.cookies.get(USER_COOKIE)),
-                      reason=f.get("reason", "")[:1000], node=node, remediation_id=remediation_id,
-                      give_back=f.get("give_back") == "1")
+        req = Pull(aim, who.actor(request.cookies.get(USER_COOKIE)), f.get("reason", "")[:1000],
+                   give_back=f.get("give_back") == "1")
+        result = pull(st.levers, st.sessions, req)
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
     key = "msg" if result.queued else "err"
@@ -233,30 +232,30 @@ def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, leve
 @router.post("/nodes/{node}/release")
 def release(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
     back = _safe_next(f.get("back") or f"/nodes/{quote(node, safe='')}")
-    return _act(request, who, f, back=back, lever="release", node=node)
+    return _act(request, who, f, back=back, aim=Aim("release", node))
 
 
 @router.post("/nodes/{node}/quarantine")
 def quarantine(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
-    return _act(request, who, f, back=f"/nodes/{quote(node, safe='')}", lever="quarantine", node=node)
+    return _act(request, who, f, back=f"/nodes/{quote(node, safe='')}", aim=Aim("quarantine", node))
 
 
 @router.post("/remediations/{remediation_id}/cancel")
 def cancel(request: Request, who: Viewer, remediation_id: int, *, f: Fields) -> Response:
-    return _act(request, who, f, back=f"/remediations/{remediation_id}", lever="cancel",
-                remediation_id=remediation_id)
+    return _act(request, who, f, back=f"/remediations/{remediation_id}",
+                aim=Aim("cancel", remediation_id=remediation_id))
 
 
 @router.post("/breaker/close")
 def breaker_close(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, back="/", lever="breaker_close")
+    return _act(request, who, f, back="/", aim=Aim("breaker_close"))
 
 
 @router.post("/pause")
 def pause(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, back="/", lever="pause")
+    return _act(request, who, f, back="/", aim=Aim("pause"))
 
 
 @router.post("/resume")
 def resume(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, back="/", lever="resume")
+    return _act(request, who, f, back="/", aim=Aim("resume"))
