@@ -208,12 +208,21 @@ def close_breaker(session: Session, actor: str, reason: str, *, now: datetime,
     return [FollowUp(r.id, r.step) for r in rems]
 
 
-def report(session: Session, name: str, actor: str, *, reason: str, now: datetime,
-           policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
+@dataclass(frozen=True)
+class HumanReport:
+    """A human's word that ``node`` is unhealthy: who says so and why."""
+
+    node: str
+    actor: str
+    reason: str
+
+
+def report(session: Session, said: HumanReport, *, now: datetime, policy: PolicySettings,
+           governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
     exactly like a watcher's. It is recorded here, with its actor, and never goes through the stream,
     which refuses ``source: manual`` (remediation.domain.admission)."""
-    reason = _reason(reason)
+    name, actor, reason = said.node, said.actor, _reason(said.reason)
     _node(session, name)
     try:
         event = NodeEvent(source=Source.MANUAL, node=name, kind=EventKind.UNHEALTHY, state="REPORTED",

@@ -80,9 +80,9 @@ class LeverService:
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.report(s, node, actor, reason=reason, now=self._clock.now(),
-                                           policy=self._policy,
-                                           governance=self._governance)
+            followups = lever_rules.report(s, lever_rules.HumanReport(node, actor, reason),
+                                           now=self._clock.now(),
+                                           policy=self._policy, governance=self._governance)
         self._dispatcher.steps(followups)
         return followups
 

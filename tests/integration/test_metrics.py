@@ -134,8 +134,8 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
 
     clock.advance(3600)
     with sessions() as s, s.begin():
-        (report,) = lever_rules.report(s, "gpu-4", "dana", reason="NCCL hangs", now=clock.now(),
-                                       policy=settings.policy)
+        (report,) = lever_rules.report(s, lever_rules.HumanReport("gpu-4", "dana", "NCCL hangs"),
+                                       now=clock.now(), policy=settings.policy)
     clock.advance(120)
     with sessions() as s, s.begin():
         lever_rules.cancel(s, report.remediation_id, "dana", reason="false alarm", now=clock.now())

@@ -24,7 +24,7 @@ from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.ingest import ingest
-from remediation.services.lever_rules import release, report
+from remediation.services.lever_rules import HumanReport, release, report
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
 from tests.scenario_table import Figures, Table
@@ -150,7 +150,7 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
     assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)], scenario_figures) == []
     with sessions() as s, s.begin():  # a human's report: through the lever, never the stream
-        reported = report(s, "gpu-node-2", "dana", reason="gpu looks slow", now=clock.now(),
+        reported = report(s, HumanReport("gpu-node-2", "dana", "gpu looks slow"), now=clock.now(),
                           policy=settings.policy)
     settle(engine, clock, reported)
     checks = {"maintenance drain kept": world.node("gpu-node-2")["slurm"]["reason"] == "maintenance: PSU swap"

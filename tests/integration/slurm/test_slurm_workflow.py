@@ -494,8 +494,8 @@ def test_human_maintenance_drain_is_recorded_and_never_remediated_or_resumed(
         # Even a remediation opened by another signal (here a researcher's report) leaves the
         # maintenance drain in place: it is not ours, so it is neither taken over nor resumed.
         with p.sessions() as s, s.begin():
-            todo = lever_rules.report(s, node, "bob", reason="nvidia-smi hangs", now=p.clock.now(),
-                                      policy=p.settings.policy)
+            todo = lever_rules.report(s, lever_rules.HumanReport(node, "bob", "nvidia-smi hangs"),
+                                      now=p.clock.now(), policy=p.settings.policy)
         p.settle(todo)
         assert rems_of(p.sessions, node)[-1].status == "succeeded"
         assert slurm.nodes_now()[node] == ("IDLE", frozenset({"DRAIN"}), "maintenance: PSU swap")
@@ -607,10 +607,10 @@ def test_reason_with_shell_metacharacters_reaches_scontrol_literally_and_runs_no
     )
     with p.watching():
         with p.sessions() as s, s.begin(), pytest.raises(lever_rules.LeverError, match="single line"):
-            lever_rules.report(s, node, "alice", reason=f"{reason}\ntouch {marker}", now=p.clock.now(),
-                               policy=p.settings.policy)
+            lever_rules.report(s, lever_rules.HumanReport(node, "alice", f"{reason}\ntouch {marker}"),
+                               now=p.clock.now(), policy=p.settings.policy)
         with p.sessions() as s, s.begin():
-            (f,) = lever_rules.report(s, node, "alice", reason=reason, now=p.clock.now(),
+            (f,) = lever_rules.report(s, lever_rules.HumanReport(node, "alice", reason), now=p.clock.now(),
                                       policy=p.settings.policy)
         f = p.engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "k8s_cordon"
