@@ -9,7 +9,7 @@ node's status and audit row, and the "would ..." wording of a dry run.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, func, select
@@ -113,11 +113,19 @@ def move(rem: Remediation, step: Step, nxt: Step, *, now: datetime) -> FollowUp:
     return FollowUp(rem.id, nxt)
 
 
-def close(
-    s: Session, rem: Remediation, status: RemediationStatus, *, now: datetime, actor: str,
-    error: str | None = None, node_healthy: bool = False,
-) -> None:
-    """End ``rem`` with ``status``, set its node's status to match, and audit it as ``actor``."""
+@dataclass(frozen=True)
+class Ending:
+    """How a remediation ends: its status, the error that ended it, and whether its node is healthy
+    after all (a cancel's ``node_healthy``)."""
+
+    status: RemediationStatus
+    error: str | None = None
+    node_healthy: bool = False
+
+
+def close(s: Session, rem: Remediation, end: Ending, *, now: datetime, actor: str) -> None:
+    """End ``rem`` as ``end`` says, set its node's status to match, and audit it as ``actor``."""
+    status, error, node_healthy = end.status, end.error, end.node_healthy
     rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
     why = rem.ctx.quarantine_reason or rem.cause
     rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)

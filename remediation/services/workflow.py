@@ -75,6 +75,7 @@ from remediation.services.profiles import governance, refresh_pools
 from remediation.services.recorded import Governed, RecordedPolicies
 from remediation.services.retries import Attempt, RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import (
+    Ending,
     as_dry_run,
     close,
     current_row,
@@ -333,9 +334,8 @@ class Workflow:
             if isinstance(outcome, Cancel):
                 if row is not None:
                     row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-                close(s, rem, RemediationStatus.CANCELLED, now=now, actor=self.settings.actor,
-                      error=outcome.reason,
-                            node_healthy=outcome.node_healthy)
+                close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason, node_healthy=outcome.node_healthy),
+                      now=now, actor=self.settings.actor)
                 return None
             if row is not None:
                 row.finished_at = now
@@ -350,7 +350,7 @@ class Workflow:
             if isinstance(outcome, Done):
                 rem.ctx = rem.ctx.merged(outcome.context)
                 if step is Step.QUARANTINE:
-                    close(s, rem, RemediationStatus.QUARANTINED, now=now, actor=self.settings.actor)
+                    close(s, rem, Ending(RemediationStatus.QUARANTINED), now=now, actor=self.settings.actor)
                     return None
                 site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
                 cls, jobs = rem.ctx.fault_class, site.validation
@@ -358,12 +358,11 @@ class Workflow:
                                       resets=action_at(cls, faults, wf, rung=rem.ladder,
                                                        gpu_reset=jobs) == GPU_RESET)
                 if nxt is Step.DONE:
-                    close(s, rem, RemediationStatus.SUCCEEDED, now=now, actor=self.settings.actor)
+                    close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
                     return None
                 return move(rem, step, nxt, now=now)
             if step is Step.QUARANTINE:
-                close(s, rem, RemediationStatus.FAILED, now=now, actor=self.settings.actor,
-                      error=outcome.reason)
+                close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), now=now, actor=self.settings.actor)
                 return None
             reason = outcome.reason
             cls = rem.ctx.fault_class
