@@ -23,7 +23,7 @@ own thresholds: a storm in one pool holds that pool, and the fleet's latch stays
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -100,14 +100,24 @@ def closed_at(value: dict[str, Any]) -> datetime | None:
     return BreakerLatch.load(value).closed
 
 
-def note(s: Session, view: ClusterView, now: datetime, *, exclude: int | None, policy: PolicySettings,
-         actor: str,
-         clock: Clock, profile: str | None = None) -> ClusterView:
+@dataclass(frozen=True)
+class BreakerScope:
+    """Which latch a view is noted on: the fleet's (``profile`` None) or a profile's pool's, under
+    ``policy``; the view leaves out the claiming remediation (``exclude``)."""
+
+    policy: PolicySettings
+    exclude: int | None = None
+    profile: str | None = None
+
+
+def note(s: Session, view: ClusterView, now: datetime, *, scope: BreakerScope, actor: str,
+         clock: Clock) -> ClusterView:
     """Latch the breaker open when the window trips it, and (opt-in) close it after a quiet period.
     Exactly once however many workers notice: the common case (no change) costs no lock; a change
     queues the claims on the breaker row, and only the first records it (one audit row, so on-call is
     paged once). Returns the view to admit on; a claim leaves its own remediation out (``exclude``).
-    ``profile``: the view is that profile's pool, and so is the latch."""
+    ``scope.profile``: the view is that profile's pool, and so is the latch."""
+    policy, exclude, profile = scope.policy, scope.exclude, scope.profile
     if not view.breaker_latched and breaker_open(view, policy):
         lock_control(s, breaker_key(profile), now)
         now = clock.now()

@@ -183,8 +183,8 @@ class Workflow:
                 policy = self.governance.named(name).policy
                 view = cluster_view(s, now, policy.breaker_window, exclude=None, profile=name,
                                     pool_stale=policy.pool_stale)
-                breaker.note(s, view, now, exclude=None, policy=policy, actor=self.settings.actor,
-                             clock=self.clock, profile=name)
+                breaker.note(s, view, now, scope=breaker.BreakerScope(policy, profile=name),
+                             actor=self.settings.actor, clock=self.clock)
         out += incidents.check_recovery(self.sessions, self.adapters, self.settings, clock=self.clock)
         # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
         takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
@@ -282,14 +282,14 @@ class Workflow:
         under its recorded policy, as before profiles."""
         fleet = self.settings.policy if rem.profile is not None else cfg.policy
         view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id, pool_stale=fleet.pool_stale)
-        view = breaker.note(s, view, now, exclude=rem.id, policy=fleet, actor=self.settings.actor,
-                            clock=self.clock)
+        view = breaker.note(s, view, now, scope=breaker.BreakerScope(fleet, exclude=rem.id),
+                            actor=self.settings.actor, clock=self.clock)
         pool = None
         if rem.profile is not None:
             mine = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id, profile=rem.profile,
                                 pool_stale=cfg.policy.pool_stale)
-            mine = breaker.note(s, mine, now, exclude=rem.id, policy=cfg.policy, actor=self.settings.actor,
-                                clock=self.clock, profile=rem.profile)
+            mine = breaker.note(s, mine, now, scope=breaker.BreakerScope(cfg.policy, rem.id, rem.profile),
+                                actor=self.settings.actor, clock=self.clock)
             pool = Pool(rem.profile, mine, cfg.policy)
         return admit(step, view, fleet, now=now, new_machine_action=new_machine_action, pool=pool)
 
