@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -34,10 +34,10 @@ from remediation.cli.render import check_format, print_json, show, table
 from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
-from remediation.rehearsal.run import NodeGroup, rehearse
+from remediation.rehearsal.run import Layout, Pace, rehearse
 from remediation.rehearsal.trace import Fault, Scale, TraceError, dump_events, load
 from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, parse_model
-from remediation.settings import ProfileSettings, Settings, SettingsError, overlay
+from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
 
@@ -147,10 +147,10 @@ def simulate(
     groups = load_facts(node_facts)
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot_minutes=reboot, reset_minutes=reset,
-                  repair_hours=repair_hours, leaf_size=leaves, groups=groups, by=by)
-    base = _run(faults, second, names, reboot_minutes=reboot, reset_minutes=reset, repair_hours=repair_hours,
-                leaf_size=leaves, groups=groups, by=by) if second is not None else None
+    pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
+    layout = Layout(leaves, groups, by)
+    report = _run(faults, settings, names, pace=pace, layout=layout)
+    base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
     took = time.monotonic() - t0
     if fmt == "json":
         doc: dict[str, Any] = {**report, "wall_s": round(took, 2)}
@@ -197,19 +197,14 @@ def simulate(
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
     if report["profiles"]:
         show_pools(report, base, baseline.name if baseline is not None else None, truth=model.name,
-                   site=site, reboot_minutes=reboot,
-                   repair_hours=repair_hours)
+                   site=site, pace=pace)
 
 
-def _run(faults: list[Fault], settings: Settings, names: list[str], *, reboot_minutes: float,
-         reset_minutes: float,
-         repair_hours: float, leaf_size: int | None, groups: list[NodeGroup],
-         by: Sequence[ProfileSettings]) -> dict[str, Any]:
+def _run(faults: list[Fault], settings: Settings, names: list[str], *, pace: Pace,
+         layout: Layout) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""
     draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     try:
-        return rehearse(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
-                        progress=draw, leaf_size=leaf_size, reset_s=reset_minutes * 60, facts=groups,
-                        report_by=by).as_dict()
+        return rehearse(faults, settings, names, pace=pace, layout=layout, progress=draw).as_dict()
     finally:
         clear()

@@ -72,19 +72,42 @@ def _migrated_template() -> Path:
     return path
 
 
-def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
-             repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
-             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None,
-             reset_s: float = 120.0, check_s: float = 120.0, facts: list[NodeGroup] | None = None,
-             report_by: Sequence[ProfileSettings] | None = None) -> Report:
-    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
-    event loop (default) or the original polling loop (see :mod:`remediation.rehearsal.loop`); the
-    two decide the same. ``progress`` is called after each event with the simulated time and a tally.
-    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so.
-    ``facts``: what the watchers would report of the nodes (partitions, features, labels), which the
-    settings' profiles select on; with profiles, every figure is reported for each profile's pool too.
-    ``report_by``: the profiles whose pools the figures are broken down by (default: the settings' own),
-    so that a policy without profiles can be read pool by pool beside one with them."""
+@dataclass(frozen=True)
+class Pace:
+    """How simulated time passes: a machine action's reboot, a human's repair, a GPU reset and a GPU
+    check take ``reboot_s``, ``repair_s``, ``reset_s`` and ``check_s``; the rehearsal ends ``settle``
+    after the last fault's repair. ``loop`` picks the event loop (default) or the original polling
+    loop (see :mod:`remediation.rehearsal.loop`); the two decide the same."""
+
+    reboot_s: float = 600.0
+    repair_s: float = 4 * 3600.0
+    reset_s: float = 120.0
+    check_s: float = 120.0
+    settle: timedelta = timedelta(days=1)
+    loop: Loop = "events"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the rehearsal knows of its nodes beyond their names, and how it reads them out.
+    ``leaf_size``: nodes per leaf switch (None: no topology is published). ``facts``: what the watchers
+    would report of the nodes (partitions, features, labels), which the settings' profiles select on;
+    with profiles, every figure is reported for each profile's pool too. ``report_by``: the profiles
+    whose pools the figures are broken down by (default: the settings' own), so that a policy without
+    profiles can be read pool by pool beside one with them."""
+
+    leaf_size: int | None = None
+    facts: list[NodeGroup] | None = None
+    report_by: Sequence[ProfileSettings] | None = None
+
+
+def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, pace: Pace = Pace(),
+             layout: Layout = Layout(), progress: Callable[[datetime, Tally], None] | None = None) -> Report:
+    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``progress`` is called
+    after each event with the simulated time and a tally. What is still open when the rehearsal ends
+    is reported so."""
+    reboot_s, repair_s, reset_s, check_s = pace.reboot_s, pace.repair_s, pace.reset_s, pace.check_s
+    leaf_size, facts, report_by = layout.leaf_size, layout.facts, layout.report_by
     # A throw-away database in memory: durability buys nothing here.
     db = memory_engine(_migrated_template())
     sessions = make_session_factory(db)
@@ -109,9 +132,9 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
                    settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
                                                                    governance=engine.governance))
-    rehearsal = Rehearsal(engine, world, clock=clock, loop=loop, repair_s=repair_s)
+    rehearsal = Rehearsal(engine, world, clock=clock, loop=pace.loop, repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
-    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
+    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + pace.settle
     rehearsal.run(faults, until, progress)
     report = read_report(sessions, len(faults), clock.now())
     report.runs = rehearsal.tally.runs

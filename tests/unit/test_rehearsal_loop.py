@@ -11,6 +11,7 @@ faults a restart cannot fix (verify waits, then the ladder climbs).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.report import Report
-from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.run import Pace, rehearse
 from remediation.rehearsal.trace import Fault, Scale, load
 from remediation.settings import Settings
 
@@ -59,7 +60,7 @@ CASES: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = [
     ("odd-poll-grid", burst, {"max_concurrent": 3, "min_restart_gap_s": 31, "breaker_max_fraction": 0.5},
      {**FAST, "poll_interval_s": 47, "max_wait_s": 45}),
 ]
-RUN = {"reboot_s": 240, "repair_s": 1800, "settle": timedelta(minutes=20)}
+RUN = Pace(reboot_s=240, repair_s=1800, settle=timedelta(minutes=20))
 
 
 def masked(report: Report) -> dict[str, Any]:
@@ -84,8 +85,8 @@ def test_event_loop_decides_like_the_polling_loop(trace: Any, policy: dict[str, 
     faults = trace()
     settings = Settings(policy=policy, workflow=workflow)
     fleet = sorted(set(nodes(48)) | {f.event.node for f in faults})
-    polled = rehearse(faults, settings, fleet, loop="polling", **RUN)
-    evented = rehearse(faults, settings, fleet, loop="events", **RUN)
+    polled = rehearse(faults, settings, fleet, pace=replace(RUN, loop="polling"))
+    evented = rehearse(faults, settings, fleet, pace=replace(RUN, loop="events"))
     assert polled.history, "the case opened no remediation: it compares nothing"
     assert sum(1 for h in polled.history for st in h[7] if st[0] == "vm_restart") > 0
     if policy.get("breaker_max_fraction", 1) < 0.5:

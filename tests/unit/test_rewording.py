@@ -28,7 +28,7 @@ from remediation.domain import outcomes, policy
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.errors import TransientError
 from remediation.rehearsal.report import Report
-from remediation.rehearsal.run import _migrated_template, rehearse
+from remediation.rehearsal.run import Layout, Pace, _migrated_template, rehearse
 from remediation.rehearsal.trace import Fault
 from remediation.services import incidents
 from remediation.services.ingest import ingest
@@ -134,8 +134,9 @@ def test_rehearsal_decides_the_same_whatever_the_words(
     faults = trace()
 
     def run() -> Report:
-        return rehearse(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
-                        settle=timedelta(minutes=20), **extra)
+        return rehearse(faults, settings, NODES, pace=Pace(reboot_s=240, repair_s=1800,
+                                                           settle=timedelta(minutes=20), loop=loop),
+                        layout=Layout(**extra))
 
     shipped = run()
     assert shipped.history, "the case opened no remediation: it compares nothing"
