@@ -28,10 +28,11 @@ from remediation.domain.statemachine import Step
 from remediation.services.validation import record_validation
 
 
-def record_findings(
-    s: Session, rem: Remediation, step: Step, *, outcome: Outcome, now: datetime, actor: str, dry: bool
-) -> None:
-    """Keep what a step learnt about the node's hardware (and a validate step's check)."""
+def record_findings(s: Session, rem: Remediation, step: Step, *, outcome: Outcome, now: datetime,
+                    actor: str) -> None:
+    """Keep what a step learnt about the node's hardware (and a validate step's check), marked dry-run
+    as ``rem`` is."""
+    dry = bool(rem.dry_run)
     detail: dict[str, Any] = getattr(outcome, "detail", None) or {}
     if step is Step.VALIDATE:
         record_validation(s, rem, outcome, now=now, actor=actor, dry=dry)  # with the GPUs its output names

@@ -317,8 +317,8 @@ class Workflow:
                 note = outcome.note
                 audit(s, now, self.settings.actor, action=note.action, target=rem.node, reason=note.reason,
                       detail={**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
-            record_findings(s, rem, step, outcome=outcome, now=now, actor=self.settings.actor,
-                            dry=dry)  # its check, its hardware
+            record_findings(s, rem, step, outcome=outcome, now=now,
+                            actor=self.settings.actor)  # its check, its hardware
             if isinstance(outcome, Wait):
                 if dry:
                     outcome = replace(outcome, reason=would(outcome.reason))
