@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memintents import MemoryIntents
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.adapters.noop import (
     NoopKube,
     NoopMachine,
@@ -62,7 +62,7 @@ def make_world(settings: Settings) -> MemoryWorld:
     world = MemoryWorld(
         nodes=expand(settings.memory.nodes),
         journal=settings.memory.journal,
-        op_polls=settings.memory.op_polls,
+        timing=OpTiming(polls=settings.memory.op_polls),
         call_delay_s=settings.memory.call_delay_s,
     )
     if settings.memory.journal is None:
@@ -74,7 +74,8 @@ def memory_world(nodes: list[str], clock: Callable[[], datetime], op_seconds: fl
     """A private simulated world on ``clock`` (the rehearsal's): a VM action completes ``op_seconds``
     after it started on that clock, and a restart clears the conditions a fault set. Nothing else in
     the process shares it."""
-    return MemoryWorld(nodes=nodes, clock=clock, op_seconds=op_seconds, restart_clears_conditions=True)
+    return MemoryWorld(nodes=nodes, timing=OpTiming(clock=clock, seconds=op_seconds),
+                       restart_clears_conditions=True)
 
 
 def memory_adapters(world: MemoryWorld) -> Adapters:

@@ -32,6 +32,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -66,18 +67,27 @@ def _free_if_idle(d: dict[str, Any]) -> None:
     d["slurm"]["flags"] = [f for f in d["slurm"]["flags"] if d["jobs"] or f not in ("FAILING", "COMPLETING")]
 
 
+@dataclass(frozen=True)
+class OpTiming:
+    """When a VM operation completes: after ``polls`` polls of it or, on a simulated ``clock`` (None:
+    wall time, and operations count polls), ``seconds`` after it started."""
+
+    polls: int = 1
+    clock: Callable[[], datetime] | None = None
+    seconds: float | None = None
+
+
 class MemoryWorld:
     """The simulated cluster. ``mutate()`` is the single way to read-modify-write its state."""
 
     def __init__(self, nodes: list[str] | None = None, journal: str | Path | None = None,
-                 op_polls: int = 1, *, call_delay_s: dict[str, float] | None = None,
-                 clock: Callable[[], datetime] | None = None, op_seconds: float | None = None,
+                 *, timing: OpTiming = OpTiming(), call_delay_s: dict[str, float] | None = None,
                  restart_clears_conditions: bool = False) -> None:
         self.journal = Path(journal) if journal else None
         self._state: dict[str, Any] = {"nodes": {}, "ops": {}, "keys": {}, "calls": []}
-        self.op_polls = op_polls
-        self.clock = clock  # the simulated clock; None: wall time, and operations count polls
-        self.op_seconds = op_seconds if clock is not None else None
+        self.op_polls = timing.polls
+        self.clock = timing.clock  # the simulated clock; None: wall time, and operations count polls
+        self.op_seconds = timing.seconds if timing.clock is not None else None
         # A restart that fixes the VM also clears its problem conditions (the rehearsal's faults); off,
         # conditions stay as a test set them.
         self.restart_clears_conditions = restart_clears_conditions

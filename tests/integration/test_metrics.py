@@ -32,7 +32,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.api import create_app
 from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
@@ -104,7 +104,7 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
         workflow={"poll_interval_s": 10, "verify_timeout_s": 60, "lease_s": 30},
     )
     clock = FakeClock(START)
-    world = MemoryWorld(nodes=NODES, op_polls=3)
+    world = MemoryWorld(nodes=NODES, timing=OpTiming(polls=3))
     engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
                       clock=clock)
     slurm, kube = Source.SLURM, Source.KUBERNETES

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.adapters.memory import MemorySlurm, MemoryWorld, OpTiming
 from remediation.adapters.memory_vm import MemoryVM
 from remediation.adapters.noop import NoopKube
 from remediation.clock import FakeClock
@@ -43,7 +43,7 @@ def restarted(world: MemoryWorld, worker_now: datetime) -> tuple[StepInput, Adap
 
 @pytest.mark.parametrize("skew_s", [600, -600, 0], ids=["worker-ahead", "worker-behind", "same-clock"])
 def test_a_real_boot_is_proven_whatever_the_workers_clock(skew_s: int) -> None:
-    world = MemoryWorld(nodes=[NODE], clock=FakeClock(T0).now)
+    world = MemoryWorld(nodes=[NODE], timing=OpTiming(clock=FakeClock(T0).now))
     inp, ad, cfg = restarted(world, T0 + timedelta(seconds=skew_s))
     assert inp.context.slurmd_start_before  # read from slurmctld before the action
     proved = verify(inp, ad, cfg, now=inp.started_at)
@@ -53,7 +53,7 @@ def test_a_real_boot_is_proven_whatever_the_workers_clock(skew_s: int) -> None:
 def test_no_boot_is_no_proof_even_with_a_worker_clock_behind() -> None:
     """The action completed but slurmd never started again: a worker clock ten minutes behind would
     have read slurmd's old start as after the action."""
-    world = MemoryWorld(nodes=[NODE], clock=FakeClock(T0).now)
+    world = MemoryWorld(nodes=[NODE], timing=OpTiming(clock=FakeClock(T0).now))
     with world.mutate() as st:  # slurmd last started five minutes before the action
         st["nodes"][NODE]["slurm"]["slurmd_start"] = (T0 - timedelta(minutes=5)).timestamp()
     behind = T0 - timedelta(minutes=10)

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.clock import FakeClock
 from remediation.db.models import Node, Remediation
 from remediation.db.session import make_session_factory, memory_engine
@@ -159,7 +159,7 @@ def engine_run(vm: type[MemoryVM], event_reason: str) -> dict[str, Any]:
     countdown as the Celery task does; returns what was decided and recorded, without the words."""
     sessions = make_session_factory(memory_engine(_migrated_template()))
     clock = FakeClock(T0)
-    world = MemoryWorld(nodes=NODES, clock=clock.now)
+    world = MemoryWorld(nodes=NODES, timing=OpTiming(clock=clock.now))
     settings = Settings(policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5, "lease_s": 30})
     engine = Workflow(sessions, outcomes.Adapters(MemorySlurm(world), MemoryKube(world), vm(world)),
                       settings, clock=clock)
