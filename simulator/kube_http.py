@@ -225,16 +225,20 @@ def _list(res: Resource, items: list[Obj], rv: int) -> Obj:
     }
 
 
-def _paged_list(
-    h: Handler,
-    res: Resource,
-    query: dict[str, str],
-    *, match: Callable[[Obj], bool],
-    view: Callable[[Obj], Obj],
-    as_table: bool,
-    include: str,
-) -> None:
+@dataclass(frozen=True)
+class Shown:
+    """How a list shows each object: through ``view``, and as a Table (``as_table``, with the
+    ``includeObject`` mode ``include``) or as the kind's list."""
+
+    view: Callable[[Obj], Obj]
+    as_table: bool
+    include: str
+
+
+def _paged_list(h: Handler, res: Resource, query: dict[str, str], *, match: Callable[[Obj], bool],
+                shown: Shown) -> None:
     """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube_pages`)."""
+    view, as_table, include = shown.view, shown.as_table, shown.include
     limit = parse_limit(query.get("limit"))
     selectors = "|".join((query.get("fieldSelector", ""), query.get("labelSelector", "")))
     token = query.get("continue", "")
@@ -333,7 +337,7 @@ def _route(h: Handler, method: str, path: str, query: dict[str, str], body: Any,
             h.watch(res, query, match, render)
             return
         if query.get("limit", "0") != "0" or query.get("continue"):
-            _paged_list(h, res, query, match=match, view=view, as_table=as_table, include=include)
+            _paged_list(h, res, query, match=match, shown=Shown(view, as_table, include))
             return
         if not as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
             encoded, rv = store.list_encoded(kind, match)

@@ -82,6 +82,16 @@ def _key(obj: Obj) -> Any:
     return (meta["namespace"], meta["name"]) if "namespace" in meta else meta["name"]
 
 
+@dataclass(frozen=True)
+class Patchable:
+    """What a PATCH of ``kind`` may change: the parts it leaves as they were (``kept``), and the check
+    of the object it makes (``errors_of``: a list of field errors, empty when valid)."""
+
+    kind: str
+    kept: tuple[str, ...]
+    errors_of: Any
+
+
 class Store:
     def __init__(self, history: int = 1000) -> None:
         self.lock = threading.RLock()
@@ -153,18 +163,17 @@ class Store:
         """PATCH nodes/NAME ignores status changes and nodes/NAME/status ignores spec changes, as the
         real registry strategies do (the kubelet owns status; controllers own spec)."""
         kept = "spec" if subresource == "status" else "status"
-        return self._patch("nodes", name, name, body=body, content_type=content_type, kept=(kept,),
-                           errors_of=node_errors)
+        return self._patch(Patchable("nodes", (kept,), node_errors), name, name, body=body,
+                           content_type=content_type)
 
     def patch_pod(self, namespace: str, name: str, body: Any, *, content_type: str) -> Obj:
         """PATCH pods/NAME, for its metadata (annotations, labels): a running pod's spec is all but
         immutable and its status is the kubelet's, so changes to either are ignored here."""
-        return self._patch("pods", (namespace, name), name, body=body, content_type=content_type,
-                           kept=("spec", "status"),
-                           errors_of=metadata_errors)
+        return self._patch(Patchable("pods", ("spec", "status"), metadata_errors), (namespace, name), name,
+                           body=body, content_type=content_type)
 
-    def _patch(self, kind: str, key: Any, name: str, *, body: Any, content_type: str, kept: tuple[str, ...],
-               errors_of: Any) -> Obj:
+    def _patch(self, rules: Patchable, key: Any, name: str, *, body: Any, content_type: str) -> Obj:
+        kind, kept, errors_of = rules.kind, rules.kept, rules.errors_of
         with self.lock:
             current = self._table(kind).get(key)
             if current is None:

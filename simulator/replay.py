@@ -15,7 +15,7 @@ unexpected interruptions in 54 days on 2,048 nodes of 8 GPUs), one row per root-
    on the Node, a researcher's ``state=fail``, a slurmd that stops answering, a Node NotReady, a
    maintenance drain by a human, or nothing at all for faults a restart cannot fix and that never
    reach Slurm or Kubernetes as node states (software bugs, NCCL timeouts). A fabric fault (switch or
-   cable) takes ``network_blast`` nodes NotReady at once.
+   cable) takes :data:`NETWORK_BLAST` nodes NotReady at once.
 
 Everything random comes from one ``random.Random(seed)``, so a plan is reproducible; the category mix
 does not depend on the seed at all.
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from remediation.rehearsal.trace import PAPER_DAYS, PAPER_NODES, MixRow
 
+#: The nodes one fabric fault (a switch or a cable) takes NotReady at once.
+NETWORK_BLAST = 4
 #: Fault kinds a plan can hold; each is a SimCluster method of the same name, except "none".
 KINDS = ("gpu_condition", "researcher_fail", "slurmd_stop", "node_not_ready", "human_drain", "none")
 
@@ -80,7 +82,6 @@ def plan(
     speedup: float = 1.0,
     seed: int = 0,
     until_s: float | None = None,
-    network_blast: int = 4,
 ) -> list[PlannedFault]:
     """The faults to inject, in time order (see the module docstring)."""
     rng = random.Random(seed)
@@ -91,7 +92,7 @@ def plan(
         for _ in range(counts[row.category]):
             kind = kind_for(row, rng)
             at = rng.uniform(0, span_s)
-            blast = min(network_blast, len(nodes)) if "several nodes" in row.signal.lower() else 1
+            blast = min(NETWORK_BLAST, len(nodes)) if "several nodes" in row.signal.lower() else 1
             targets = tuple(sorted(rng.sample(nodes, blast)))
             out.append(PlannedFault(at, row.category, kind, targets, row.remediable, row.component))
     out.sort(key=lambda f: (f.at_s, f.category))
