@@ -89,7 +89,7 @@ def ingest(self: DomainTask) -> int:
         reading = Reading(batch=rt.settings.broker.ingest_batch,
                           claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
                           keep=rt.settings.broker.stream_max_len)
-        n = consume(rt.redis, rt.keys, handle, reading)
+        n = consume(rt.redis, rt.keys, handle, reading=reading)
     enqueue(opened)
     return n
 

@@ -78,7 +78,7 @@ class Reading:
     keep: int = 0
 
 
-def consume(client: redis.Redis, keys: Keys, handle: Handler, reading: Reading) -> int:
+def consume(client: redis.Redis, keys: Keys, handle: Handler, *, reading: Reading) -> int:
     """Process everything available on every stream of ``keys``' prefix; returns how many entries
     were handled. Each payload is handed over as a :class:`Published`, naming the publisher whose
     stream it was on.

@@ -100,7 +100,7 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
                                          bounds=time_bounds(settings.broker)))
 
     try:
-        handled = consume(redis_client, bus.keys, handle, Reading(batch=100, claim_idle_ms=0))
+        handled = consume(redis_client, bus.keys, handle, reading=Reading(batch=100, claim_idle_ms=0))
         with Session(engine) as s:
             rejected = s.scalars(select(RejectedEvent)).all()
             kept = set(s.scalars(select(Event.dedupe_key)))

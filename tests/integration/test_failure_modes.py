@@ -62,10 +62,10 @@ def test_events_survive_a_postgres_outage(redis_client: redis.Redis, redis_prefi
         return handle
 
     with pytest.raises(OperationalError):
-        consume(redis_client, keys, handle_with(down), Reading(batch=100, claim_idle_ms=0))
+        consume(redis_client, keys, handle_with(down), reading=Reading(batch=100, claim_idle_ms=0))
     assert redis_client.xlen(keys.stream) == 2  # still there, pending for the dead attempt
     up_engine = create_engine(pg_url, poolclass=NullPool)
-    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), Reading(batch=100,
+    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), reading=Reading(batch=100,
         claim_idle_ms=0))
     assert handled == 2 and redis_client.xlen(keys.stream) == 0
     with Session(up_engine) as s:

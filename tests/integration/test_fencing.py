@@ -142,9 +142,9 @@ def test_an_ingest_takes_back_its_own_unacknowledged_batch_at_once(
         raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
 
     with pytest.raises(OperationalError):
-        consume(redis_client, keys, cut_off, Reading(batch=10, claim_idle_ms=3_600_000, linger_s=0))
-    assert consume(redis_client, keys, seen.extend, Reading(batch=10, claim_idle_ms=3_600_000,
-                                                            linger_s=0)) == 3
+        consume(redis_client, keys, cut_off, reading=Reading(batch=10, claim_idle_ms=3_600_000, linger_s=0))
+    assert consume(redis_client, keys, seen.extend, reading=Reading(batch=10, claim_idle_ms=3_600_000,
+                                                                    linger_s=0)) == 3
     assert len(seen) == 3 and redis_client.xpending(keys.stream, "ingest")["pending"] == 0
 
 

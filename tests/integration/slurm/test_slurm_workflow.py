@@ -205,7 +205,8 @@ class Pipeline:
             self.ingest()
 
     def ingest(self) -> int:
-        return consume(self.client, Keys(self.prefix), self._handle, Reading(batch=500, claim_idle_ms=1000))
+        return consume(self.client, Keys(self.prefix), self._handle, reading=Reading(batch=500,
+            claim_idle_ms=1000))
 
     def _handle(self, payloads: Sequence[bytes]) -> None:
         with self.sessions() as s, s.begin():
