@@ -137,7 +137,8 @@ class AzureFake(FakeServer):
         self,
         cert_file: Path,
         key_file: Path,
-        *, op_seconds: float = 0.05,
+        *,
+        op_seconds: float = 0.05,
         location: str = "eastus",
         retry_after: int = 0,
     ) -> None:
@@ -169,7 +170,8 @@ class AzureFake(FakeServer):
         sub: str,
         rg: str,
         name: str,
-        *, scale_set: str | None = None,
+        *,
+        scale_set: str | None = None,
         power: str = "running",
         provisioned_ago_s: float = 86400.0,
     ) -> None:
@@ -206,7 +208,8 @@ class AzureFake(FakeServer):
     def fail_operations(
         self,
         count: int = 1,
-        *, code: str = "InternalExecutionError",
+        *,
+        code: str = "InternalExecutionError",
         message: str = "An internal execution error occurred. Please retry later.",
     ) -> None:
         """The next ``count`` operations started end ``Failed`` with this error and no effect."""

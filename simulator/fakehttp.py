@@ -135,7 +135,8 @@ class Faults:
         self,
         count: int,
         status: int = 503,
-        *, retry_after: float | None = None,
+        *,
+        retry_after: float | None = None,
         match: str | None = None,
         method: str | None = None,
     ) -> None:

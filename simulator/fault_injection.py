@@ -195,7 +195,8 @@ class FaultInjector:
     def replay(
         self,
         trace_csv: str | Path,
-        *, scale_nodes: int | None = None,
+        *,
+        scale_nodes: int | None = None,
         speedup: float = 300_000.0,
         seed: int = 0,
         until_s: float | None = None,

@@ -120,7 +120,8 @@ class GceFake(FakeServer):
     def fail_operations(
         self,
         count: int = 1,
-        *, http_status: int = 503,
+        *,
+        http_status: int = 503,
         code: str = "INTERNAL_ERROR",
         message: str = "Internal error. Please try again.",
     ) -> None:

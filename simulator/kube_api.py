@@ -158,7 +158,8 @@ class KubeAPIServer:
     def add_node(
         self,
         name: str,
-        *, ready: str = "True",
+        *,
+        ready: str = "True",
         provider_id: str = "",
         boot_id: str | None = None,
         labels: dict[str, str] | None = None,
@@ -194,7 +195,8 @@ class KubeAPIServer:
         node: str,
         type_: str,
         status_: str,
-        *, reason: str = "",
+        *,
+        reason: str = "",
         message: str = "",
         last_transition: str | None = None,
     ) -> Obj:
@@ -301,7 +303,8 @@ class KubeAPIServer:
         namespace: str,
         name: str,
         selector: str,
-        *, min_available: int | None = None,
+        *,
+        min_available: int | None = None,
         max_unavailable: int | None = None,
     ) -> None:
         """A policy/v1 PodDisruptionBudget over the pods matching a label selector (set one bound)."""
@@ -337,7 +340,8 @@ class KubeAPIServer:
         self,
         count: int,
         code: int,
-        *, retry_after: int | None = None,
+        *,
+        retry_after: int | None = None,
         method: str | None = None,
         path: str | None = None,
     ) -> None:

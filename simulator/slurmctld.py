@@ -82,7 +82,8 @@ class SlurmCtld:
     def __init__(
         self,
         names: Iterable[str],
-        *, not_responding_after_s: float = 0.3,
+        *,
+        not_responding_after_s: float = 0.3,
         slurmd_timeout_s: float = 1.0,
         ping_after_resume_s: float = 0.3,
         clock: Callable[[], float] = time.time,

@@ -83,7 +83,8 @@ def run(
     settings: Settings,
     stopper: Stopper,
     bus: RedisEventBus | None = None,
-    *, api: client.CoreV1Api | None = None,
+    *,
+    api: client.CoreV1Api | None = None,
     health: WatcherHealth | None = None,
     polls: Polls | None = None,
 ) -> None:

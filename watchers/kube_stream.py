@@ -45,7 +45,8 @@ class NodeStream(threading.Thread):
         api: client.CoreV1Api,
         settings: Settings,
         out: queue.Queue[Item],
-        *, health: WatcherHealth | None = None,
+        *,
+        health: WatcherHealth | None = None,
     ) -> None:
         super().__init__(name="kube-node-stream", daemon=True)
         self.api, self.s, self.out = api, settings.kube, out

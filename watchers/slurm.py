@@ -94,7 +94,8 @@ class SlurmWatcher:
         settings: Settings,
         bus: RedisEventBus,
         source: SnapshotSource,
-        *, clock: Callable[[], float] = time.monotonic,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bus = bus
         self.source = source

@@ -74,7 +74,8 @@ def show_pools(
     report: dict[str, Any],
     base: dict[str, Any] | None,
     baseline: str | None,
-    *, truth: str,
+    *,
+    truth: str,
     site: str,
     pace: Pace,
 ) -> None:

@@ -220,7 +220,8 @@ def correlate(
     failed_at: Mapping[str, datetime],
     members: Mapping[tuple[str, str], Collection[str]],
     claimed: Collection[str],
-    *, now: datetime,
+    *,
+    now: datetime,
     rule: Rule,
 ) -> list[Correlated]:
     """The domains (``(kind, name) -> member nodes``) that fail as one, given when each failing node

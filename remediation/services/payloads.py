@@ -92,7 +92,8 @@ def admit_events(
     events: Sequence[Parsed],
     now: datetime,
     bounds: TimeBounds | None,
-    *, counters: Mapping[str, int] | None = None,
+    *,
+    counters: Mapping[str, int] | None = None,
     reportable: Reportable | None = None,
 ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
     """The events their publishers may report (:func:`remediation.domain.admission.admit`), and

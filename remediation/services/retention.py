@@ -53,7 +53,8 @@ def prune_events(
     sessions: sessionmaker[Session],
     older_than: timedelta,
     now: datetime,
-    *, batch: int = 10000,
+    *,
+    batch: int = 10000,
     dry_run: bool = False,
 ) -> PruneResult:
     """Delete (or with ``dry_run`` only count) unlinked events observed before ``now - older_than``."""

@@ -97,7 +97,8 @@ class Workflow:
         sessions: sessionmaker[Session],
         adapters: Adapters | AdaptersByPolicy,
         settings: Settings,
-        *, clock: Clock,
+        *,
+        clock: Clock,
         worker: str = "worker",
     ) -> None:
         self.sessions = sessions
