@@ -35,17 +35,19 @@ def one(truth: str, seed: int, nodes: int, days: float, policy: str) -> dict[str
     """One rehearsal in this (child) process: figures of ``policy`` ("default" or "naive")."""
     for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
         del os.environ[key]  # the shipped defaults, not the caller's environment
-    from remediation.rehearsal.run import rehearse
-    from remediation.rehearsal.trace import load
+    from remediation.rehearsal.run import Layout, Pace, rehearse
+    from remediation.rehearsal.trace import Scale, load
     from remediation.rehearsal.truth import parse_model
     from remediation.settings import Settings, overlay
 
     model = parse_model(truth, yaml.safe_load(Path(truth).read_text()))
-    faults = load(MIX, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed, model=model)
+    faults = load(MIX, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed),
+                  model=model)
     names = [f"gpu-node-{i}" for i in range(nodes)]
     settings = Settings() if policy == "default" else overlay(Settings(), NAIVE)
     t0 = time.monotonic()
-    report = rehearse(faults, settings, names, reboot_s=600, repair_s=4 * 3600, leaf_size=16).as_dict()
+    report = rehearse(faults, settings, names, pace=Pace(reboot_s=600, repair_s=4 * 3600),
+                      layout=Layout(leaf_size=16)).as_dict()
     report["quarantined"] = len(report["quarantined"])
     return {"truth": Path(truth).name, "seed": seed, "policy": policy, "wall_s": time.monotonic() - t0,
             "faults": report["faults"], **{k: report[k] for k in FIGURES}}

@@ -36,18 +36,20 @@ def one(truth: str, seed: int, nodes: int, days: float, site: str, reset: bool) 
     for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
         del os.environ[key]  # the shipped defaults, not the caller's environment
     from remediation.rehearsal.compare import with_reset, without_reset
-    from remediation.rehearsal.run import rehearse
-    from remediation.rehearsal.trace import load
+    from remediation.rehearsal.run import Layout, Pace, rehearse
+    from remediation.rehearsal.trace import Scale, load
     from remediation.rehearsal.truth import SITE_REBOOT, parse_model
     from remediation.settings import Settings
 
     model = parse_model(truth, yaml.safe_load(Path(truth).read_text()))
-    faults = load(MIX, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed, model=model)
+    faults = load(MIX, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed),
+                  model=model)
     names = [f"gpu-node-{i}" for i in range(nodes)]
     settings = (with_reset if reset else without_reset)(Settings())
     t0 = time.monotonic()
-    report = rehearse(faults, settings, names, reboot_s=model.minutes(SITE_REBOOT[site]) * 60,
-                      reset_s=model.minutes("gpu-reset") * 60, repair_s=4 * 3600, leaf_size=16)
+    pace = Pace(reboot_s=model.minutes(SITE_REBOOT[site]) * 60, repair_s=4 * 3600,
+                reset_s=model.minutes("gpu-reset") * 60)
+    report = rehearse(faults, settings, names, pace=pace, layout=Layout(leaf_size=16))
     return {"seed": seed, "reset": reset, "wall_s": time.monotonic() - t0, "faults": report.faults,
             "by_class": report.node_hours_by_class, "total": report.node_hours_out,
             "resets": report.gpu_resets, "resets_fixed": report.gpu_resets_fixed,

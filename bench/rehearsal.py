@@ -33,16 +33,16 @@ import json, resource, sys, time
 from datetime import UTC, datetime
 from pathlib import Path
 from remediation.cli.simulate import outcome_model
-from remediation.rehearsal.run import rehearse
-from remediation.rehearsal.trace import load
+from remediation.rehearsal.run import Layout, Pace, rehearse
+from remediation.rehearsal.trace import Scale, load
 from remediation.settings import Settings
 mix, nodes, days, seed, loop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 # What `remediation rehearse` runs: the shipped outcome model, nodes in leaf groups of 16.
-faults = load(Path(mix), nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-              model=outcome_model(None), leaf_size=16)
+faults = load(Path(mix), Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                              leaf_size=16), model=outcome_model(None))
 names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
 t0 = time.monotonic()
-r = rehearse(faults, Settings(), names, loop=loop, leaf_size=16)
+r = rehearse(faults, Settings(), names, pace=Pace(loop=loop), layout=Layout(leaf_size=16))
 print(json.dumps({"wall_s": time.monotonic() - t0, "runs": r.runs, "faults": r.faults,
                   "outcomes": r.outcomes, "vm_actions": sum(r.vm_actions.values()),
                   "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))

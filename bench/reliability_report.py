@@ -131,7 +131,7 @@ def main() -> None:
         for _ in range(args.repeats):
             t0, c0 = time.monotonic(), time.process_time()
             with sessions() as s:
-                rep = reliability(s, until - timedelta(days=args.days), until, LemonSettings())
+                rep = reliability(s, until - timedelta(days=args.days), until, lemon=LemonSettings())
             took.append(time.monotonic() - t0)
             cpu.append(time.process_time() - c0)
         t0 = time.monotonic()

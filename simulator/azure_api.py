@@ -148,7 +148,7 @@ class AzureFake(FakeServer):
     # -------------------------------------------------------------------------------- test controls
 
     @staticmethod
-    def _key(sub: str, rg: str, name: str, scale_set: str | None = None) -> tuple[str, ...]:
+    def _key(sub: str, rg: str, name: str, *, scale_set: str | None = None) -> tuple[str, ...]:
         parts = (sub, rg, scale_set, name) if scale_set else (sub, rg, name)
         return tuple(p.lower() for p in parts)
 
@@ -164,7 +164,7 @@ class AzureFake(FakeServer):
     ) -> None:
         """Add a VM whose last provisioning change (creation, say) was ``provisioned_ago_s`` ago."""
         with self._lock:
-            self._vms[self._key(sub, rg, name, scale_set)] = {
+            self._vms[self._key(sub, rg, name, scale_set=scale_set)] = {
                 "name": name,
                 "sub": sub,
                 "rg": rg,
@@ -182,7 +182,7 @@ class AzureFake(FakeServer):
         """A copy of the VM's state, including ``boot_count`` (not part of the real API)."""
         with self._lock:
             self._advance()
-            state = self._vms[self._key(sub, rg, name, scale_set)]
+            state = self._vms[self._key(sub, rg, name, scale_set=scale_set)]
             return {**state, "tags": dict(state["tags"])}
 
     def end_running_operations(self) -> None:
@@ -206,7 +206,7 @@ class AzureFake(FakeServer):
     # ------------------------------------------------------------------------------------- protocol
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         fault = self.faults.take(method, path)
         if fault is not None:
@@ -214,7 +214,7 @@ class AzureFake(FakeServer):
             code = {429: "TooManyRequests", 403: "AuthorizationFailed", 404: "ResourceNotFound"}.get(
                 fault.status, "InternalServerError" if fault.status >= 500 else "BadRequest"
             )
-            return self._error(fault.status, code, f"injected {fault.status}", headers)
+            return self._error(fault.status, code, f"injected {fault.status}", headers=headers)
         api_version = {k.lower(): v for k, v in query.items()}.get("api-version")
         if not api_version:
             return self._error(
@@ -227,7 +227,7 @@ class AzureFake(FakeServer):
             self._advance()
             if m := _VM.match(lower):
                 name, scale_set = (m["id"], m["ss"]) if m["ss"] else (m["vm"], None)
-                key = self._key(m["sub"], m["rg"], name, scale_set)
+                key = self._key(m["sub"], m["rg"], name, scale_set=scale_set)
                 vm = self._vms.get(key)
                 if vm is None:
                     kind = "virtualMachineScaleSets/virtualMachines" if scale_set else "virtualMachines"
@@ -242,9 +242,9 @@ class AzureFake(FakeServer):
                 if method == "GET" and verb == "instanceview":
                     return self._json(200, self._instance_view(vm))
                 if method == "PATCH" and verb is None and scale_set is None:
-                    return self._patch(vm, body, headers.get("if-match"), api_version)
+                    return self._patch(vm, body, headers.get("if-match"), api_version=api_version)
                 if method == "POST" and verb not in (None, "instanceview"):
-                    return self._begin(vm, key, verb, api_version)
+                    return self._begin(vm, key, verb, api_version=api_version)
             elif (m := _OPERATION.match(lower)) and method == "GET":
                 op = self._ops.get(m["op"])
                 if op is None:
@@ -265,7 +265,7 @@ class AzureFake(FakeServer):
                 return self._json(200, self._op_body(op))
             return self._error(404, "NotFound", f"No route for {method} {path}")
 
-    def _patch(self, vm: dict[str, Any], body: bytes, if_match: str | None, api_version: str) -> Response:
+    def _patch(self, vm: dict[str, Any], body: bytes, if_match: str | None, *, api_version: str) -> Response:
         # Tags only: the provider records its idempotency marker this way; a stale If-Match loses.
         if if_match and if_match not in ("*", f'"{vm["etag"]}"'):
             return self._error(412, "PreconditionFailed", "The specified precondition 'If-Match' failed.")
@@ -275,7 +275,7 @@ class AzureFake(FakeServer):
         vm["etag"] = next(self._etags)
         return self._json(200, self._vm_body(vm, api_version), {"ETag": f'"{vm["etag"]}"'})
 
-    def _begin(self, vm: dict[str, Any], key: tuple[str, ...], verb: str, api_version: str) -> Response:
+    def _begin(self, vm: dict[str, Any], key: tuple[str, ...], verb: str, *, api_version: str) -> Response:
         if vm["provisioning"] == "updating":
             return self._error(
                 409,
@@ -391,5 +391,6 @@ class AzureFake(FakeServer):
             json.dumps(body).encode(),
         )
 
-    def _error(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    def _error(self, status: int, code: str, message: str, *, headers: dict[str,
+        str] | None = None) -> Response:
         return self._json(status, {"error": {"code": code, "message": message}}, headers)

@@ -30,7 +30,7 @@ from typing import Any
 from simulator.azure_api import AzureFake, make_self_signed_cert
 from simulator.fault_injection import FaultInjector
 from simulator.gce_api import GceFake
-from simulator.kube.api import KubeAPIServer
+from simulator.kube.api import KubeAPIServer, ServingPki
 from simulator.redfish_bmc import RedfishBmc
 from simulator.slurmctld import SlurmCtld
 from simulator.slurmrestd import SlurmRestd
@@ -197,7 +197,7 @@ class SimCluster(FaultInjector):
             state_dir, ["localhost", self.advertise], valid_days=valid_days
         )
         self.kube = KubeAPIServer(
-            token=self.kube_token, tls_dir=state_dir, hosts=[self.advertise], valid_days=valid_days
+            token=self.kube_token, pki=ServingPki(state_dir, [self.advertise], valid_days=valid_days)
         )
         self.gce = LinkedGce(op_seconds=op_seconds, wait_seconds=0.5)
         self.azure = LinkedAzure(self.cert_file, key_file, op_seconds=op_seconds)

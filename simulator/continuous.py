@@ -9,6 +9,7 @@ Why: docs/wire-protocols.md#the-simulated-cluster
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,23 @@ def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
     return PAPER_DAYS * 86400 / (faults * mean_gap_s)
 
 
+@dataclass(frozen=True)
+class Tempo:
+    """How fast the trace plays: ``speedup`` times its own pace (None: so that faults arrive about
+    ``mean_gap_s`` apart on this cluster)."""
+
+    speedup: float | None = None
+    mean_gap_s: float = 20.0
+
+
+@dataclass(frozen=True)
+class Storms:
+    """A storm every ``every_s`` seconds (0: none), hitting ``fraction`` of the nodes at once."""
+
+    every_s: float = 240.0
+    fraction: float = 0.2
+
+
 class ContinuousReplay:
     """Schedules itself on ``cluster.at``; call :meth:`start` once the cluster runs."""
 
@@ -36,19 +54,17 @@ class ContinuousReplay:
         cluster: SimCluster,
         trace_csv: Path,
         *,
-        speedup: float | None = None,
-        mean_gap_s: float = 20.0,
-        storm_every_s: float = 240.0,
-        storm_fraction: float = 0.2,
+        tempo: Tempo = Tempo(),
+        storms: Storms = Storms(),
         maintenance_s: float = 120.0,
         seed: int = 0,
     ) -> None:
         self.cluster = cluster
         self.trace_csv = trace_csv
-        self.speedup = speedup or default_speedup(trace_csv, len(cluster.names), mean_gap_s)
+        self.speedup = tempo.speedup or default_speedup(trace_csv, len(cluster.names), tempo.mean_gap_s)
         self.round_s = PAPER_DAYS * 86400 / self.speedup
-        self.storm_every_s = storm_every_s
-        self.storm_fraction = storm_fraction
+        self.storm_every_s = storms.every_s
+        self.storm_fraction = storms.fraction
         self.maintenance_s = maintenance_s
         self.seed = seed
         self.rounds = 0

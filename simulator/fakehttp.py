@@ -139,8 +139,7 @@ class Faults:
         self,
         rate: float,
         choices: Sequence[tuple[int, float | None]] = ((503, None),),
-        *,
-        seed: int = 0,
+        *, seed: int = 0,
         match: str | None = None,
         method: str | None = None,
     ) -> None:
@@ -283,7 +282,7 @@ class FakeServer:
                 try:
                     request_headers = {k.lower(): v for k, v in self.headers.items()}
                     status, headers, payload = outer.dispatch(
-                        self.command, parts.path, query, body, request_headers
+                        self.command, parts.path, query, body=body, headers=request_headers
                     )
                 except Exception as exc:  # a bug in the fake must surface as a 500, not a hung client
                     status, headers, payload = 500, {"Content-Type": "text/plain"}, repr(exc).encode()
@@ -314,7 +313,7 @@ class FakeServer:
         return int(self._httpd.server_address[1])
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         raise NotImplementedError  # each protocol module answers its own paths
 

@@ -60,7 +60,7 @@ class FaultInjector:
     def researcher_fail(
         self, node: str, reason: str = "xid 79: GPU fell off the bus", user: str = "alice"
     ) -> None:
-        self.ctld.update(node, "FAIL", reason, user)
+        self.ctld.update(node, "FAIL", reason, user=user)
         self._log(node, "researcher_fail", reason)
 
     def slurmd_stop(self, node: str) -> None:
@@ -68,7 +68,7 @@ class FaultInjector:
         self._log(node, "slurmd_stop", "slurmd stopped answering")
 
     def human_drain(self, node: str, reason: str = "maintenance: PSU swap", user: str = "root") -> None:
-        self.ctld.update(node, "DRAIN", reason, user)
+        self.ctld.update(node, "DRAIN", reason, user=user)
         self._log(node, "human_drain", reason)
 
     # ---------------------------------------------------------------------------- Node faults

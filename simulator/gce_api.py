@@ -69,7 +69,7 @@ class GceFake(FakeServer):
 
     # -------------------------------------------------------------------------------- test controls
 
-    def add_instance(self, project: str, zone: str, name: str, status: str = "RUNNING") -> None:
+    def add_instance(self, project: str, zone: str, name: str, *, status: str = "RUNNING") -> None:
         with self._lock:
             self._instances[(project, zone, name)] = {
                 "id": str(next(self._ids)),
@@ -120,7 +120,7 @@ class GceFake(FakeServer):
     # ------------------------------------------------------------------------------------- protocol
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         fault = self.faults.take(method, path)
         if fault is not None:

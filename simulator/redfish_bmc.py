@@ -108,7 +108,7 @@ class RedfishBmc(FakeServer):
     # ------------------------------------------------------------------------------- protocol
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         path = path.rstrip("/") or "/"
         if method == "GET" and path == ROOT:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from remediation.rehearsal.trace import PAPER_DAYS, PAPER_NODES, MixRow
 
+#: The nodes one fabric fault (a switch or a cable) takes NotReady at once.
+NETWORK_BLAST = 4
 #: Fault kinds a plan can hold; each is a SimCluster method of the same name, except "none".
 KINDS = ("gpu_condition", "researcher_fail", "slurmd_stop", "node_not_ready", "human_drain", "none")
 
@@ -66,7 +68,6 @@ def plan(
     speedup: float = 1.0,
     seed: int = 0,
     until_s: float | None = None,
-    network_blast: int = 4,
 ) -> list[PlannedFault]:
     """The faults to inject, in time order (see the module docstring)."""
     rng = random.Random(seed)
@@ -77,7 +78,7 @@ def plan(
         for _ in range(counts[row.category]):
             kind = kind_for(row, rng)
             at = rng.uniform(0, span_s)
-            blast = min(network_blast, len(nodes)) if "several nodes" in row.signal.lower() else 1
+            blast = min(NETWORK_BLAST, len(nodes)) if "several nodes" in row.signal.lower() else 1
             targets = tuple(sorted(rng.sample(nodes, blast)))
             out.append(PlannedFault(at, row.category, kind, targets, row.remediable, row.component))
     out.sort(key=lambda f: (f.at_s, f.category))

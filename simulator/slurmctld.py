@@ -108,7 +108,7 @@ class SlurmCtld:
 
     # ---------------------------------------------------------------------------------- writes
 
-    def update(self, name: str, state: str, reason: str = "", user: str = "root") -> None:
+    def update(self, name: str, state: str, reason: str = "", *, user: str = "root") -> None:
         """``scontrol update nodename=NAME state=STATE reason=REASON`` with its real refusals."""
         with self.lock:
             self.tick()
@@ -125,14 +125,14 @@ class SlurmCtld:
                     node.ping_due = now + self.ping_after_resume_s if node.slurmd_up else None
                     if not node.slurmd_up:
                         node.silent_since = now
-                self._set_reason(node, "", "", now)
+                self._set_reason(node, "", "", now=now)
             elif state in ("DRAIN", "FAIL", "DOWN"):
                 if state == "DOWN":
                     node.down = True
                     self._end_jobs(node.name, "NODE_FAIL")
                 else:
                     node.flags.add(state)
-                self._set_reason(node, reason, user, now)
+                self._set_reason(node, reason, user, now=now)
             else:
                 raise SlurmError(ERR_INVALID_NODE_STATE, "Invalid node state specified")
             self._touch(now)
@@ -164,7 +164,7 @@ class SlurmCtld:
             if node.down and node.reason == "Not responding":  # ReturnToService=1
                 node.down = False
                 if not node.flags & {"DRAIN", "FAIL"}:
-                    self._set_reason(node, "", "", now)
+                    self._set_reason(node, "", "", now=now)
             self._touch(now)
 
     def add_job(
@@ -205,7 +205,7 @@ class SlurmCtld:
                 if silent >= self.slurmd_timeout_s and not node.down:
                     node.down = True
                     if not node.reason:
-                        self._set_reason(node, "Not responding", "slurm", now)
+                        self._set_reason(node, "Not responding", "slurm", now=now)
                     self._end_jobs(node.name, "NODE_FAIL")
                     changed = True
             if changed:
@@ -229,7 +229,7 @@ class SlurmCtld:
                 job.end_time = int(self.clock())
 
     @staticmethod
-    def _set_reason(node: CtldNode, reason: str, user: str, now: float) -> None:
+    def _set_reason(node: CtldNode, reason: str, user: str, *, now: float) -> None:
         node.reason, node.reason_user = reason, user if reason else ""
         node.reason_changed_at = int(now) if reason else 0
 

@@ -53,7 +53,7 @@ class SlurmRestd(FakeServer):
         return "http" if self._httpd.ssl_context is None else "https"
 
     def dispatch(
-        self, method: str, path: str, query: dict[str, str], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, query: dict[str, str], *, body: bytes, headers: dict[str, str]
     ) -> Response:
         fault = self.faults.take(method, path)
         if fault is not None:
@@ -79,7 +79,7 @@ class SlurmRestd(FakeServer):
         if method == "POST" and what == "node" and name:
             if version == "v0.0.38":
                 return 405, {"Content-Type": "text/plain"}, b"Method not allowed: v0.0.38 is read-only"
-            return self._update(version, name, body, user)
+            return self._update(version, name, body, user=user)
         return 404, {"Content-Type": "text/plain"}, self.not_found
 
     # ------------------------------------------------------------------------------------ routes
@@ -99,25 +99,26 @@ class SlurmRestd(FakeServer):
                 doc = node_doc(self.ctld, self.ctld.node(name), version)
         except SlurmError as exc:
             if version not in ("v0.0.38", "v0.0.39"):  # 24.11: 200, no nodes, errno 0 "No error"
-                body = _errors(version, 0, "No error", "_dump_nodes", f"Failure to query node {name}")
+                body = _errors(version, 0, "No error", source="_dump_nodes",
+                               description=f"Failure to query node {name}")
                 return _json(200, body)
-            return _error(version, exc, "slurm_load_node_single", {"nodes": []})
+            return _error(version, exc, "slurm_load_node_single", extra={"nodes": []})
         return _json(200, {**_envelope(version), "nodes": [doc]})
 
     def _jobs(self, version: str) -> Response:
         return _json(200, {**_envelope(version), "jobs": [job_doc(j, version) for j in self.ctld.jobs()]})
 
-    def _update(self, version: str, name: str, body: bytes, user: str) -> Response:
+    def _update(self, version: str, name: str, body: bytes, *, user: str) -> Response:
         try:
             update = json.loads(body or b"{}")
         except ValueError:
-            return _json(400, _errors(version, 9001, "Unable to parse query", "parse"))
+            return _json(400, _errors(version, 9001, "Unable to parse query", source="parse"))
         states = update.get("state") or []
         states = [states] if isinstance(states, str) else states
         try:
             if len(states) != 1:
                 raise SlurmError(2028, "Invalid node state specified")
-            self.ctld.update(name, str(states[0]), str(update.get("reason") or ""), user)
+            self.ctld.update(name, str(states[0]), str(update.get("reason") or ""), user=user)
         except SlurmError as exc:
             if self.newest and exc.errno == 2028:  # 26.05 refuses a resume of a node in service so
                 exc = SlurmError(ERR_INVALID_NODE_STATE_TRANSITION, "Invalid node state transition")
@@ -143,7 +144,7 @@ def _envelope(version: str) -> dict[str, Any]:
     }
 
 
-def _errors(version: str, errno: int, message: str, source: str, description: str = "") -> dict[str, Any]:
+def _errors(version: str, errno: int, message: str, *, source: str, description: str = "") -> dict[str, Any]:
     if version == "v0.0.38":
         error: dict[str, Any] = {"error": message, "errno": errno}
     else:
@@ -152,12 +153,13 @@ def _errors(version: str, errno: int, message: str, source: str, description: st
 
 
 def _error(
-    version: str, exc: SlurmError, source: str, extra: dict[str, Any] | None = None, description: str = "",
+    version: str, exc: SlurmError, source: str, *, extra: dict[str, Any] | None = None, description: str = "",
     status: int = 500,
 ) -> Response:
     # slurmrestd answers Slurm's refusals with the errno in the body, and 500 INTERNAL ERROR (22.05 and
     # 24.11) or, for a node update, 422 UNPROCESSABLE CONTENT (26.05).
-    return _json(status, {**_errors(version, exc.errno, exc.message, source, description), **(extra or {})})
+    return _json(status, {**_errors(version, exc.errno, exc.message, source=source, description=description),
+                          **(extra or {})})
 
 
 def _number(version: str, value: int) -> Any:

@@ -74,11 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in cluster.settings_overrides().items():
             print(f"export {key}={shlex.quote(value)}", flush=True)
         if args.replay:
-            from simulator.continuous import ContinuousReplay
+            from simulator.continuous import ContinuousReplay, Storms, Tempo
 
-            ContinuousReplay(
-                cluster, TRACE, speedup=args.speedup, storm_every_s=args.storm_every, seed=args.seed
-            ).start()
+            ContinuousReplay(cluster, TRACE, tempo=Tempo(speedup=args.speedup),
+                             storms=Storms(every_s=args.storm_every), seed=args.seed).start()
         if args.state_dir is not None:
             kubeconfig = cluster.write_kubeconfig(args.state_dir / "kubeconfig")
             print(f"# kubectl --kubeconfig {kubeconfig} get nodes", flush=True)

@@ -95,4 +95,5 @@ class WatcherHealth:
         """Start the endpoint if ``health.port`` is set."""
         if self.s.port is None:
             return None
-        return HealthServer(self.s.bind, self.s.port, self.live, self.ready, self.registry).start()
+        return HealthServer(self.s.bind, self.s.port, self.live, ready=self.ready,
+                            registry=self.registry).start()

@@ -44,7 +44,7 @@ class Runtime:
     def workflow(self) -> Workflow:
         return Workflow(
             self.sessions, AdaptersByPolicy.build(self.settings, intents=StepIntents(self.sessions)), self.settings,
-            SystemClock(),
+            clock=SystemClock(),
             worker=f"{socket.gethostname()}:{os.getpid()}",
         )
 

@@ -148,7 +148,8 @@ class HealthStep(bootsteps.StartStopStep):  # type: ignore[misc]
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
         _worker.turned()
         w.timer.call_repeatedly(TICK_S, _worker.turned)
-        self.server = HealthServer(_settings.health.bind, port, _worker.live, _worker.ready, registry).start()
+        self.server = HealthServer(_settings.health.bind, port, _worker.live, ready=_worker.ready,
+                                   registry=registry).start()
 
     def stop(self, w: Any) -> None:
         if self.server is not None:
@@ -249,4 +250,5 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
             "Unix time of celery beat's last scheduler tick.",
             registry=registry,
         )
-        self._server = HealthServer(_settings.health.bind, port, self.live, self.ready, registry).start()
+        self._server = HealthServer(_settings.health.bind, port, self.live, ready=self.ready,
+                                    registry=registry).start()

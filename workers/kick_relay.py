@@ -43,7 +43,7 @@ class KickRelay:
                 if after is None:
                     after = tail(client, self.keys)
                     self.kick(client)  # whatever waits from before this worker started
-                elif wait_for_new(client, self.keys, after, BLOCK_MS):
+                elif wait_for_new(client, self.keys, after, block_ms=BLOCK_MS):
                     after = tail(client, self.keys)
                     self.kick(client)
             except redis.RedisError as exc:

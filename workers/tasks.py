@@ -27,7 +27,7 @@ from remediation.adapters.celery import (
     step_task,
 )
 from remediation.adapters.lock import drawn_tokens
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
@@ -35,7 +35,7 @@ from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
-from remediation.services.ingest import ingest_batch
+from remediation.services.ingest import IngestRules, StreamChecks, ingest_batch
 from remediation.services.lever_rules import committed_release, open_steps
 from remediation.services.payloads import time_bounds
 from remediation.services.retention import prune_events
@@ -72,17 +72,21 @@ def ingest(self: DomainTask) -> int:
     def handle(payloads: Sequence[bytes]) -> None:
         # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
         counters = None if rt.embedded else drawn_tokens(rt.redis, rt.settings.broker.key_prefix)
-        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, SystemClock(), rt.settings.dry_run,
-                              rt.settings.incidents, rt.settings.broker.max_event_bytes,
-                              rt.settings.validation.runs_jobs, rt.governance,
-                              bounds=time_bounds(rt.settings.broker), counters=counters)
+        rules = IngestRules(dry_run=rt.settings.dry_run, incidents=rt.settings.incidents,
+                            gpu_reset=rt.settings.validation.runs_jobs, governance=rt.governance)
+        checks = StreamChecks(max_bytes=rt.settings.broker.max_event_bytes, bounds=time_bounds(rt.settings.broker),
+                              counters=counters)
+        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, clock=SystemClock(), rules=rules,
+                              checks=checks)
         opened.extend(FollowUp(rid, step) for rid, step in result.opened)
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
     else:
-        n = consume(rt.redis, rt.keys, handle, rt.settings.broker.ingest_batch,
-                  rt.settings.broker.ingest_claim_idle_s * 1000, keep=rt.settings.broker.stream_max_len)
+        reading = Reading(batch=rt.settings.broker.ingest_batch,
+                          claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
+                          keep=rt.settings.broker.stream_max_len)
+        n = consume(rt.redis, rt.keys, handle, reading=reading)
     enqueue(opened)
     return n
 
@@ -100,7 +104,8 @@ def release(self: DomainTask, audit_id: int) -> str:
         return "refused"
     outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
     with rt.sessions() as s, s.begin():
-        audit(s, SystemClock().now(), rt.settings.actor, AuditAction.RELEASE_DONE, node, outcome, {"release": int(audit_id)})
+        audit(s, SystemClock().now(), rt.settings.actor, action=AuditAction.RELEASE_DONE, target=node,
+              reason=outcome, detail={"release": int(audit_id)})
     return outcome
 
 
@@ -125,7 +130,8 @@ def sweep(self: DomainTask) -> int:
 def prune(self: DomainTask) -> int:
     """Retention (beat, every retention.prune_interval_s): old events no remediation owns; never audit rows."""
     cfg = self.rt.settings.retention
-    return prune_events(self.rt.sessions, cfg.events_older_than, SystemClock().now(), cfg.batch).events_pruned
+    return prune_events(self.rt.sessions, cfg.events_older_than, SystemClock().now(),
+                        batch=cfg.batch).events_pruned
 
 
 @app.task(name=ISOLATE_TASK, base=DomainTask, bind=True)

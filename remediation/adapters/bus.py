@@ -61,7 +61,7 @@ class Keys:
 class RedisEventBus:
     def __init__(
         self, client: redis.Redis, prefix: str, kick: Callable[[], None] | None = None,
-        replica_acks: int = 0, replica_ack_timeout_ms: int = 1000,
+        *, replica_acks: int = 0, replica_ack_timeout_ms: int = 1000,
     ) -> None:
         self.client = client
         self.keys = Keys(prefix)

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from remediation.adapters.memintents import MemoryIntents
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.adapters.noop import (
     NoopKube,
     NoopMachine,
@@ -55,7 +55,7 @@ def make_world(settings: Settings) -> MemoryWorld:
     world = MemoryWorld(
         nodes=expand(settings.memory.nodes),
         journal=settings.memory.journal,
-        op_polls=settings.memory.op_polls,
+        timing=OpTiming(polls=settings.memory.op_polls),
         call_delay_s=settings.memory.call_delay_s,
     )
     if settings.memory.journal is None:
@@ -67,7 +67,8 @@ def memory_world(nodes: list[str], clock: Callable[[], datetime], op_seconds: fl
     """A private simulated world on ``clock`` (the rehearsal's): a VM action completes ``op_seconds``
     after it started on that clock, and a restart clears the conditions a fault set. Nothing else in
     the process shares it."""
-    return MemoryWorld(nodes=nodes, clock=clock, op_seconds=op_seconds, restart_clears_conditions=True)
+    return MemoryWorld(nodes=nodes, timing=OpTiming(clock=clock, seconds=op_seconds),
+                       restart_clears_conditions=True)
 
 
 def memory_adapters(world: MemoryWorld) -> Adapters:
@@ -102,14 +103,14 @@ class AdaptersByPolicy:
     Slurm and Kubernetes adapters are the service's own; what a policy changes is built once.
     ``base`` is what a remediation under the configuration's own policy uses (``real``, or under the
     service's dry-run its twins). ``machines`` and ``validators`` build a policy's hammer and validation
-    (default: the backends its settings name; the rehearsal maps them onto its world)."""
+    (default: the backends its settings name, outside any world; :meth:`build` gives the world and the
+    intents; the rehearsal maps them onto its world)."""
 
     def __init__(self, settings: Settings, real: Adapters, base: Adapters | None = None,
-                 world: MemoryWorld | None = None, intents: Intents | None = None,
-                 machines: Callable[[Settings], MachineProvider | None] | None = None,
+                 *, machines: Callable[[Settings], MachineProvider | None] | None = None,
                  validators: Callable[[Settings], Validator | None] | None = None) -> None:
-        self.settings, self.world, self.intents = settings, world, intents
-        self.machines = machines or (lambda s: machine_backend(s, self.world, self.intents))
+        self.settings = settings
+        self.machines = machines or machine_backend
         self.validators = validators or validator_backend
         self.real = real
         self.base = base if base is not None else twin(settings, real) if settings.dry_run else real
@@ -119,7 +120,7 @@ class AdaptersByPolicy:
     def build(cls, settings: Settings, world: MemoryWorld | None = None,
               intents: Intents | None = None) -> AdaptersByPolicy:
         real = make_adapters(settings.model_copy(update={"dry_run": False}), world, intents)
-        return cls(settings, real, world=world, intents=intents)
+        return cls(settings, real, machines=lambda s: machine_backend(s, world, intents))
 
     def of(self, policy: EffectivePolicy | None, shadow: bool) -> Adapters:
         """The adapters of a remediation under ``policy`` (None: the configuration's own), in its
@@ -172,7 +173,7 @@ def validator_backend(settings: Settings) -> Validator | None:
     from remediation.adapters.kube.validator import KubeValidator
 
     kube = make_kube(settings)
-    return KubeValidator(kube.api, settings.kube, settings.validation, kube.node_for)
+    return KubeValidator(kube.api, settings.kube, settings.validation, node_for=kube.node_for)
 
 
 def needs_slurm_commands(settings: Settings, what: str, component: str) -> None:
@@ -283,7 +284,7 @@ def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEven
                          replica_ack_timeout_ms=b.replica_ack_timeout_ms)
 
 
-def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, ttl_s: float = 10.0,
+def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, *, ttl_s: float = 10.0,
               bus: RedisEventBus | None = None) -> LeaderLock:
     """The leader lock of one kind of watcher (only the holder publishes). Given the watcher's ``bus``,
     the bus stamps the lock's fencing token on what it publishes and refuses to publish without it."""

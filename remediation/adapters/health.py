@@ -26,7 +26,8 @@ Check = Callable[[], tuple[bool, dict[str, Any]]]
 class HealthServer:
     """``/livez``, ``/readyz`` (200 or 503, with a JSON body) and ``/metrics`` from ``registry``."""
 
-    def __init__(self, bind: str, port: int, live: Check, ready: Check, registry: CollectorRegistry) -> None:
+    def __init__(self, bind: str, port: int, live: Check, *, ready: Check,
+                 registry: CollectorRegistry) -> None:
         checks = {"/livez": live, "/readyz": ready}
 
         class Handler(BaseHTTPRequestHandler):

@@ -53,7 +53,7 @@ def drawn_tokens(client: redis.Redis, prefix: str) -> dict[str, int]:
 
 
 class LeaderLock:
-    def __init__(self, client: redis.Redis, key: str, ttl_s: float = 10.0, kind: str | None = None,
+    def __init__(self, client: redis.Redis, key: str, ttl_s: float = 10.0, *, kind: str | None = None,
                  replica_acks: int = 0, replica_ack_timeout_ms: int = 1000) -> None:
         self.client = client
         self.key = key

@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -54,18 +55,27 @@ def _free_if_idle(d: dict[str, Any]) -> None:
     d["slurm"]["flags"] = [f for f in d["slurm"]["flags"] if d["jobs"] or f not in ("FAILING", "COMPLETING")]
 
 
+@dataclass(frozen=True)
+class OpTiming:
+    """When a VM operation completes: after ``polls`` polls of it or, on a simulated ``clock`` (None:
+    wall time, and operations count polls), ``seconds`` after it started."""
+
+    polls: int = 1
+    clock: Callable[[], datetime] | None = None
+    seconds: float | None = None
+
+
 class MemoryWorld:
     """The simulated cluster. ``mutate()`` is the single way to read-modify-write its state."""
 
     def __init__(self, nodes: list[str] | None = None, journal: str | Path | None = None,
-                 op_polls: int = 1, call_delay_s: dict[str, float] | None = None,
-                 clock: Callable[[], datetime] | None = None, op_seconds: float | None = None,
+                 *, timing: OpTiming = OpTiming(), call_delay_s: dict[str, float] | None = None,
                  restart_clears_conditions: bool = False) -> None:
         self.journal = Path(journal) if journal else None
         self._state: dict[str, Any] = {"nodes": {}, "ops": {}, "keys": {}, "calls": []}
-        self.op_polls = op_polls
-        self.clock = clock  # the simulated clock; None: wall time, and operations count polls
-        self.op_seconds = op_seconds if clock is not None else None
+        self.op_polls = timing.polls
+        self.clock = timing.clock  # the simulated clock; None: wall time, and operations count polls
+        self.op_seconds = timing.seconds if timing.clock is not None else None
         # A restart that fixes the VM also clears its problem conditions (the rehearsal's faults); off,
         # conditions stay as a test set them.
         self.restart_clears_conditions = restart_clears_conditions
@@ -120,7 +130,7 @@ class MemoryWorld:
         )
         return sum(n - 1 for n in performed.values())
 
-    def _log(self, st: dict[str, Any], op: str, node: str, effect: bool = True, **kw: Any) -> None:
+    def _log(self, st: dict[str, Any], op: str, node: str, *, effect: bool = True, **kw: Any) -> None:
         st["calls"].append({"at": time.time(), "op": op, "node": node, "effect": effect, "pid": os.getpid(), **kw})
 
     def now_s(self) -> float:
@@ -152,7 +162,7 @@ class MemoryWorld:
 
     # -- test levers (the "outside world" changing) ------------------------------------------------
     def set_slurm(self, name: str, state: str | None = None, flags: list[str] | None = None,
-                  reason: str | None = None, user: str | None = "admin") -> None:
+                  *, reason: str | None = None, user: str | None = "admin") -> None:
         with self.mutate() as st:
             s = self._get(st, name)["slurm"]
             if state is not None:
@@ -234,7 +244,7 @@ class MemorySlurm:
                     d["jobs"] = sorted(held - wanted)
                     _free_if_idle(d)
                 if held & wanted:
-                    self.w._log(st, op, name, True, jobs=sorted(held & wanted), **kw)
+                    self.w._log(st, op, name, effect=True, jobs=sorted(held & wanted), **kw)
 
     def drain(self, name: str, reason: str) -> None:
         with self.w.mutate() as st:
@@ -244,7 +254,7 @@ class MemorySlurm:
             if s["reason"] != reason:
                 s["reason_time"] = time.time()
             s["reason"], s["reason_user"] = reason, "root"
-            self.w._log(st, "slurm.drain", name, effect, reason=reason)
+            self.w._log(st, "slurm.drain", name, effect=effect, reason=reason)
         self.w._pause("slurm.drain")
 
     def set_state(self, name: str, state: Literal["DOWN", "FAIL"], reason: str) -> None:
@@ -264,7 +274,7 @@ class MemorySlurm:
             s["flags"] = [f for f in s["flags"] if f not in ("DRAIN", "FAIL", "NOT_RESPONDING")]
             s["state"] = "IDLE" if s["state"] == "DOWN" else s["state"]
             s["reason"], s["reason_user"], s["reason_time"] = "", None, None
-            self.w._log(st, "slurm.resume", name, effect)
+            self.w._log(st, "slurm.resume", name, effect=effect)
 
 
 class MemoryKube:
@@ -291,7 +301,7 @@ class MemoryKube:
             already = bool(k["unschedulable"])
             if not already:
                 k["unschedulable"], k["ours"] = True, True
-            self.w._log(st, "k8s.cordon", name, not already)
+            self.w._log(st, "k8s.cordon", name, effect=not already)
         if not already:
             self.w._pause("k8s.cordon")
         return self.get(name)
@@ -301,7 +311,7 @@ class MemoryKube:
             k = self.w._get(st, name)["k8s"]
             if not (k["unschedulable"] and k["ours"]):
                 k["ours"] = False  # a stale mark (a human uncordoned) must not claim a later cordon
-                self.w._log(st, "k8s.uncordon", name, False)
+                self.w._log(st, "k8s.uncordon", name, effect=False)
                 return False
             k["unschedulable"], k["ours"] = False, False
             self.w._log(st, "k8s.uncordon", name)

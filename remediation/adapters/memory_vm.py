@@ -30,7 +30,7 @@ class MemoryVM:
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         with self.w.mutate() as st:
             if idempotency_key in st["keys"]:
-                self.w._log(st, f"vm.{action}", vm.name, False, key=idempotency_key)
+                self.w._log(st, f"vm.{action}", vm.name, effect=False, key=idempotency_key)
                 return Operation.from_dict(st["ops"][st["keys"][idempotency_key]])
             node = self.w._get(st, vm.name)
             if node["vm"].get("gone"):
@@ -44,7 +44,7 @@ class MemoryVM:
             st["ops"][ref] = op.to_dict()
             st["keys"][idempotency_key] = ref
             node["k8s"]["ready"] = "Unknown"
-            self.w._log(st, f"vm.{action}", vm.name, True, key=idempotency_key, op_ref=ref)
+            self.w._log(st, f"vm.{action}", vm.name, effect=True, key=idempotency_key, op_ref=ref)
         self.w._pause("vm.start")
         return op
 

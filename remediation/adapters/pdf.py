@@ -36,7 +36,7 @@ def find_browser(explicit: str | None = None) -> str:
     )
 
 
-def html_to_pdf(html: str, out: Path, browser: str | None = None, timeout_s: float = 120.0) -> Path:
+def html_to_pdf(html: str, out: Path, browser: str | None = None, *, timeout_s: float = 120.0) -> Path:
     """Print ``html`` to ``out`` (A4/Letter as the browser's default); return ``out``."""
     exe = find_browser(browser)
     with tempfile.TemporaryDirectory(prefix="remediation-pdf-") as tmp:

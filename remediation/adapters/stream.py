@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -52,8 +53,20 @@ BATCH_BYTES = 8 << 20
 Entry = tuple[Keys, bytes, dict[bytes, bytes]]
 
 
-def consume(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_idle_ms: int,
-          max_batches: int = 10_000, linger_s: float = 0.02, keep: int = 0) -> int:
+@dataclass(frozen=True)
+class Reading:
+    """How :func:`consume` reads: ``batch`` entries at most per handled batch, another consumer's
+    entries claimed once idle ``claim_idle_ms``, at most ``max_batches`` batches per call, ``linger_s``
+    waited once for more entries, ``keep`` acknowledged entries left in each stream."""
+
+    batch: int
+    claim_idle_ms: int
+    max_batches: int = 10_000
+    linger_s: float = 0.02
+    keep: int = 0
+
+
+def consume(client: redis.Redis, keys: Keys, handle: Handler, *, reading: Reading) -> int:
     """Process everything available on every stream of ``keys``' prefix; returns how many entries
     were handled. Each payload is handed over as a :class:`Published`, naming the publisher whose
     stream it was on.
@@ -65,28 +78,29 @@ def consume(client: redis.Redis, keys: Keys, handle: Handler, batch: int, claim_
     transactions into a few large ones (the cost of an ingest transaction is mostly per batch, not per
     event) for 20 ms of added latency. ``keep``: the acknowledged history left in each stream
     (``broker.stream_max_len``)."""
+    batch, linger_s = reading.batch, reading.linger_s
     ensure_group(client, keys)
     streams = keys.every_stream()
     me = consumer_name()
     total, recovering = 0, True
-    for _ in range(max_batches):
-        entries = _recover(client, streams, me, claim_idle_ms) if recovering else []
+    for _ in range(reading.max_batches):
+        entries = _recover(client, streams, me, idle_ms=reading.claim_idle_ms) if recovering else []
         recovering = bool(entries)
-        entries = entries or _read(client, streams, me, batch)
+        entries = entries or _read(client, streams, me, batch=batch)
         if entries and len(entries) < batch // 4 and linger_s > 0:
             time.sleep(linger_s)
-            entries += _read(client, streams, me, batch - len(entries), _size(entries))
+            entries += _read(client, streams, me, batch=batch - len(entries), held=_size(entries))
         if not entries:
             # Close the race with publishers: drop the kick key, then look once more.
             client.delete(keys.kick)
-            entries = _read(client, streams, me, batch)
+            entries = _read(client, streams, me, batch=batch)
             if not entries:
                 break
         handle([Published(fields.get(b"e", b""), where.publisher) for where, _, fields in entries])
         for where in streams:
             if ids := [eid for at, eid, _ in entries if at == where]:
                 client.xack(where.stream, GROUP, *ids)
-                trim(client, where, keep)
+                trim(client, where, reading.keep)
         total += len(entries)
     return total
 
@@ -95,11 +109,11 @@ def _size(entries: list[Entry]) -> int:
     return sum(len(fields.get(b"e", b"")) for _, _, fields in entries)
 
 
-def _read(client: redis.Redis, streams: list[Keys], me: str, batch: int, held: int = 0) -> list[Entry]:
+def _read(client: redis.Redis, streams: list[Keys], me: str, *, batch: int, held: int = 0) -> list[Entry]:
     """New entries, a page at a time, up to ``batch`` of them or :data:`BATCH_BYTES` with ``held``."""
     out: list[Entry] = []
     while len(out) < batch and held < BATCH_BYTES:
-        page = _page(client, streams, me, min(PAGE, batch - len(out)))
+        page = _page(client, streams, me, count=min(PAGE, batch - len(out)))
         out += page
         held += _size(page)
         if len(page) < PAGE:
@@ -107,18 +121,19 @@ def _read(client: redis.Redis, streams: list[Keys], me: str, batch: int, held: i
     return out
 
 
-def _page(client: redis.Redis, streams: list[Keys], me: str, count: int, after: str = ">") -> list[Entry]:
+def _page(client: redis.Redis, streams: list[Keys], me: str, *, count: int, after: str = ">") -> list[Entry]:
     resp: Any = client.xreadgroup(GROUP, me, {one.stream: after for one in streams}, count=count) or []
     named = {one.stream: one for one in streams}
     return [(named[_text(name)], eid, fields) for name, entries in resp for eid, fields in entries]
 
 
-def _recover(client: redis.Redis, streams: list[Keys], me: str, idle_ms: int) -> list[Entry]:
+def _recover(client: redis.Redis, streams: list[Keys], me: str, *, idle_ms: int) -> list[Entry]:
     """A page of entries read and never acknowledged: first this consumer's own (its last batch
     failed, say the database went away mid-transaction; they are ours to record again at once, not
     after ``claim_idle_ms``), then another consumer's that sat ``idle_ms`` (it died mid-batch).
     :func:`consume` asks again until none is left."""
-    mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, PAGE, after="0") if fields]
+    mine = [(where, eid, fields) for where, eid, fields in _page(client, streams, me, count=PAGE,
+                                                                 after="0") if fields]
     if mine:
         return mine
     for one in streams:
@@ -217,7 +232,7 @@ def tail(client: redis.Redis, keys: Keys) -> dict[str, str]:
     return out
 
 
-def wait_for_new(client: redis.Redis, keys: Keys, after: dict[str, str], block_ms: int) -> bool:
+def wait_for_new(client: redis.Redis, keys: Keys, after: dict[str, str], *, block_ms: int) -> bool:
     """Block up to ``block_ms`` until some stream holds an entry newer than its id in ``after``."""
     return bool(client.xread({one.stream: after.get(one.stream, "0-0") for one in keys.every_stream()},
                              count=1, block=block_ms))

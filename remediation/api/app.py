@@ -64,7 +64,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.state.session_key = settings.api.session_key_bytes()  # in memory only; never logged
     app.state.login_limiter = LoginLimiter(settings.api.login_attempts_per_minute)
     # Levers hand their follow-up work to the dispatcher passed in; without one it waits for the sweeper.
-    app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy, app.state.clock,
+    app.state.levers = LeverService(sessions, dispatcher or SweeperOnly(), settings.policy,
+                                    clock=app.state.clock,
                                     via="api", governance=governance(settings))
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
     templates = Jinja2Templates(directory=str(HERE / "templates"))

@@ -55,16 +55,17 @@ def identify(token: str | None, cfg: ApiSettings) -> Principal | None:
     if not token:
         return None
     given = token.encode()
-    return _match(cfg, lambda secret: hmac.compare_digest(given, secret.encode()), sha256(token), token)
+    return _match(cfg, lambda secret: hmac.compare_digest(given, secret.encode()), sha256(token),
+                  csrf_key=token)
 
 
 def identify_sha256(digest: str, cfg: ApiSettings, csrf_key: str) -> Principal | None:
     """The principal whose configured token has this SHA-256 (a session's), or None once it is gone."""
     return _match(cfg, lambda secret: hmac.compare_digest(digest.encode(), sha256(secret).encode()), digest,
-                  csrf_key)
+                  csrf_key=csrf_key)
 
 
-def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, csrf_key: str) -> Principal | None:
+def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, *, csrf_key: str) -> Principal | None:
     admin = read = False
     named: tuple[str, Literal["admin", "read"]] | None = None
     for entry in cfg.tokens:  # every entry is compared: no early exit that would time-leak the match
@@ -115,7 +116,7 @@ def browser_principal(request: Request) -> Principal | None:
         return None
     st = request.app.state
     with st.sessions() as s:
-        digest = session_token(s, session_id, st.clock.now(), st.session_key)
+        digest = session_token(s, session_id, st.clock.now(), key=st.session_key)
     return None if digest is None else identify_sha256(digest, st.settings.api, session_id)
 
 

@@ -85,7 +85,7 @@ async def _refuse(scope: Scope, send: Send) -> None:
             send,
             401,
             {"detail": "a valid bearer token must come before a body"},
-            [(b"www-authenticate", b"Bearer")],
+            extra=[(b"www-authenticate", b"Bearer")],
         )
         return
     location = "/login?" + urlencode({"next": scope["path"]})
@@ -100,7 +100,7 @@ async def _refuse(scope: Scope, send: Send) -> None:
 
 
 async def _answer(
-    send: Send, status: int, body: dict[str, str], extra: list[tuple[bytes, bytes]] | None = None
+    send: Send, status: int, body: dict[str, str], *, extra: list[tuple[bytes, bytes]] | None = None
 ) -> None:
     data = json.dumps(body).encode()
     headers = [

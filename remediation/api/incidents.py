@@ -66,7 +66,7 @@ router = APIRouter(prefix="/api/v1", tags=["incidents"], responses=API_ERRORS)
 @router.get("/incidents", response_model=list[IncidentRow], summary="Correlated incidents, newest first")
 def get_incidents(request: Request, _: Reader,
                   status: Annotated[str | None, Query(pattern="^(open|closed|recovered|resolved)$")] = None,
-                  limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+                  *, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
     with request.app.state.sessions() as s:
         return svc.list_incidents(s, status, limit)
 
@@ -78,7 +78,8 @@ def get_incident(request: Request, _: Reader, incident_id: IncidentId) -> dict[s
 
 
 @router.post("/incidents/{incident_id}/resolve", response_model=IncidentResolved, tags=["levers"])
-def post_resolve(request: Request, who: Admin, incident_id: IncidentId, body: LeverBody) -> IncidentResolved:
+def post_resolve(request: Request, who: Admin, incident_id: IncidentId, *,
+                 body: LeverBody) -> IncidentResolved:
     """Close an open incident: each member re-checks its trigger (healthy: given back; bad: remediated alone)."""
     followups = request.app.state.levers.resolve_incident(incident_id, who.actor(body.actor), body.reason)
     return IncidentResolved(message=f"incident #{incident_id} resolved; {len(followups)} member "

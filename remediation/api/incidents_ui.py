@@ -32,7 +32,7 @@ def incidents_page(request: Request, who: Viewer) -> HTMLResponse:
 
 
 @router.post("/incidents/{incident_id}/resolve")
-def resolve(request: Request, who: Viewer, incident_id: int, f: Fields) -> Response:
+def resolve(request: Request, who: Viewer, incident_id: int, *, f: Fields) -> Response:
     if not who.admin:
         return RedirectResponse("/incidents?err=" + quote("read-only token: levers need an admin token"), 303)
     check_csrf(who, f.get("csrf"))

@@ -30,9 +30,31 @@ class LeverResult:
     queued: bool = True  # false when the follow-up work could not be handed to the workers
 
 
-def pull(service: LeverService, sessions: sessionmaker[Session], lever: Lever, actor: str, reason: str,
-         node: str | None = None, remediation_id: int | None = None, give_back: bool = False,
-         profile: str | None = None) -> LeverResult:
+@dataclass(frozen=True)
+class Aim:
+    """What a lever is pulled on: the lever, and the node or the remediation it acts on (neither for
+    the fleet-wide ones)."""
+
+    lever: Lever
+    node: str | None = None
+    remediation_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Pull:
+    """One pull of a lever: on what (``aim``), by whom, why; ``give_back`` for a cancel, ``profile``
+    for a breaker close."""
+
+    aim: Aim
+    actor: str
+    reason: str
+    give_back: bool = False
+    profile: str | None = None
+
+
+def pull(service: LeverService, sessions: sessionmaker[Session], req: Pull) -> LeverResult:
+    lever, node, remediation_id = req.aim.lever, req.aim.node, req.aim.remediation_id
+    actor, reason, give_back, profile = req.actor, req.reason, req.give_back, req.profile
     with sessions() as s:  # an unknown node or remediation is a 404, not a refused lever
         if node is not None:
             get_node(s, node)

@@ -31,19 +31,19 @@ def _load(request: Request, since: str, by: str | None) -> tuple[Reliability, da
     except report.ReportError as exc:
         raise HTTPException(400, str(exc)) from None
     with st.sessions() as s:
-        return report.build(s, start, until, st.settings.policy.lemon, dims), now
+        return report.build(s, start, until, lemon=st.settings.policy.lemon, by=dims), now
 
 
 @router.get("/reliability")
 def reliability_page(
-    request: Request, who: Viewer, since: str = "30d", by: str | None = None
+    request: Request, who: Viewer, since: str = "30d", *, by: str | None = None
 ) -> HTMLResponse:
     rep, _ = _load(request, since, by)
     return _page(request, who, "reliability.html", since=since, **report.context(rep))
 
 
 @router.get("/reliability/report.html")
-def report_html(request: Request, who: Viewer, since: str = "30d", by: str | None = None) -> HTMLResponse:
+def report_html(request: Request, who: Viewer, since: str = "30d", *, by: str | None = None) -> HTMLResponse:
     rep, now = _load(request, since, by)
     name = f"reliability-{now:%Y%m%d}.html"
     return HTMLResponse(
@@ -52,7 +52,7 @@ def report_html(request: Request, who: Viewer, since: str = "30d", by: str | Non
 
 
 @router.get("/reliability/report.csv")
-def report_csv(request: Request, who: Viewer, since: str = "30d", by: str | None = None) -> Response:
+def report_csv(request: Request, who: Viewer, since: str = "30d", *, by: str | None = None) -> Response:
     rep, now = _load(request, since, by)
     return Response(
         report.to_csv(rep),

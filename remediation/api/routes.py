@@ -16,7 +16,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, require_admin
-from remediation.api.levers import Lever, LeverResult, pull
+from remediation.api.levers import Aim, Lever, LeverResult, Pull, pull
 from remediation.domain.events import NODE_NAME
 from remediation.profiles.settings import PROFILE_NAME
 from remediation.services.holds import automation_status
@@ -41,7 +41,7 @@ from remediation.services.readmodels import (
     quarantined,
 )
 from remediation.services.readmodels import get_remediation as get_rem
-from remediation.services.stats import Stats
+from remediation.services.stats import Stats, StatsQuery
 from remediation.services.stats import stats as compute_stats
 
 MAX_ID = 2**63 - 1
@@ -100,13 +100,14 @@ class BreakerState(BaseModel):
     close_reason: str | None = None
 
 
-def _pull(request: Request, who: Principal, body: LeverBody, lever: Lever, node: str | None = None,
+def _pull(request: Request, who: Principal, body: LeverBody, *, lever: Lever, node: str | None = None,
           remediation_id: int | None = None) -> LeverResult:
     st = request.app.state
     give_back = isinstance(body, CancelBody) and body.give_back
     profile = body.profile if isinstance(body, BreakerCloseBody) else None
-    return pull(st.levers, st.sessions, lever, who.actor(body.actor), body.reason, node, remediation_id,
-                give_back, profile)
+    req = Pull(Aim(lever, node, remediation_id), who.actor(body.actor), body.reason, give_back=give_back,
+               profile=profile)
+    return pull(st.levers, st.sessions, req)
 
 
 @router.get("/overview", response_model=Overview, summary="Counts by status, breaker, pause, queue depth")
@@ -141,26 +142,26 @@ def get_status(request: Request, _: Reader) -> dict[str, Any]:
 
 
 @router.get("/nodes", response_model=list[NodeRow])
-def get_nodes(request: Request, _: Reader, status: StatusFilter = None, profile: ProfileFilter = None
+def get_nodes(request: Request, _: Reader, status: StatusFilter = None, *, profile: ProfileFilter = None
               ) -> list[NodeRow]:
     st = request.app.state
     with st.sessions() as s:
-        return list_nodes(s, status, st.settings.policy.lemon, st.clock.now(), profile)
+        return list_nodes(s, status, st.settings.policy.lemon, now=st.clock.now(), profile=profile)
 
 
 @router.get("/nodes/{node}", response_model=NodeDetail, summary="A node and its timeline")
-def get_node_detail(request: Request, _: Reader, node: NodeName, limit: Limit = 200) -> NodeDetail:
+def get_node_detail(request: Request, _: Reader, node: NodeName, *, limit: Limit = 200) -> NodeDetail:
     st = request.app.state
     with st.sessions() as s:
-        return node_detail(s, node, limit, st.settings.policy, st.clock.now())
+        return node_detail(s, node, limit, policy=st.settings.policy, now=st.clock.now())
 
 
 @router.get("/remediations", response_model=list[RemediationRow])
-def get_remediations(request: Request, _: Reader, status: StatusFilter = "open", node: NodeFilter = None,
+def get_remediations(request: Request, _: Reader, status: StatusFilter = "open", *, node: NodeFilter = None,
                      limit: Limit = 100, profile: ProfileFilter = None) -> list[RemediationRow]:
     """Remediations, newest first; in flight (``status=open``) unless asked otherwise."""
     with request.app.state.sessions() as s:
-        return list_remediations(s, status, node, limit, profile)
+        return list_remediations(s, status, node, limit=limit, profile=profile)
 
 
 @router.get("/remediations/{remediation_id}", response_model=RemediationDetail)
@@ -177,18 +178,19 @@ def get_quarantine(request: Request, _: Reader) -> list[NodeRow]:
 
 @router.get("/audit", response_model=list[AuditRow])
 def get_audit(request: Request, _: Reader, target: NodeFilter = None,
-              action: Annotated[str | None, Query(pattern=r"^[a-z_]{1,64}$")] = None,
+              *, action: Annotated[str | None, Query(pattern=r"^[a-z_]{1,64}$")] = None,
               limit: Limit = 100) -> list[AuditRow]:
     with request.app.state.sessions() as s:
-        return list_audit(s, target, action, limit)
+        return list_audit(s, target, action, limit=limit)
 
 
 @router.get("/events", response_model=list[EventRow])
 def get_events(request: Request, _: Reader, node: NodeFilter = None,
-               after: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None, limit: Limit = 50) -> list[EventRow]:
+               *, after: Annotated[int | None, Query(ge=0,
+                                                     le=MAX_ID)] = None, limit: Limit = 50) -> list[EventRow]:
     """The newest events, oldest first; pass ``after`` (the last id seen) to follow."""
     with request.app.state.sessions() as s:
-        return list_events(s, node, after, limit)
+        return list_events(s, node, after, limit=limit)
 
 
 @router.get("/rejected", response_model=list[RejectedRow])
@@ -199,14 +201,15 @@ def get_rejected(request: Request, _: Reader, limit: Limit = 50) -> list[Rejecte
 
 @router.get("/stats", response_model=Stats)
 def get_stats(request: Request, _: Reader, days: Annotated[int, Query(ge=1, le=3650)] = 30,
-              top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False,
+              *, top: Annotated[int, Query(ge=1, le=1000)] = 10, dry_run: bool = False,
               profile: ProfileFilter = None) -> Stats:
     """Real history; ``dry_run=true`` includes what dry-run recorded (always counted in ``dry_run``);
     ``profile``: only what opened under that profile."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_stats(s, st.clock.now(), days, top, st.settings.policy.repeat_offender_window, dry_run,
-                             profile)
+        return compute_stats(s, st.clock.now(), StatsQuery(days, top, include_dry_run=dry_run,
+                                                           profile=profile),
+                             repeat_window=st.settings.policy.repeat_offender_window)
 
 
 @router.get("/lemons", response_model=list[LemonRow], summary="Nodes by lemon score, worst first")
@@ -215,27 +218,27 @@ def get_lemons(request: Request, _: Reader, top: Annotated[int, Query(ge=1, le=1
     node at or over ``policy.lemon.threshold`` is quarantined on its next failure."""
     st = request.app.state
     with st.sessions() as s:
-        return compute_lemons(s, st.clock.now(), st.settings.policy.lemon, top)
+        return compute_lemons(s, st.clock.now(), st.settings.policy.lemon, top=top)
 
 
 @router.post("/nodes/{node}/quarantine", response_model=LeverResult, tags=["levers"])
-def post_quarantine(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
-    return _pull(request, who, body, "quarantine", node=node)
+def post_quarantine(request: Request, who: Admin, node: NodeName, *, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, lever="quarantine", node=node)
 
 
 @router.post("/nodes/{node}/release", response_model=LeverResult, tags=["levers"])
-def post_release(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
-    return _pull(request, who, body, "release", node=node)
+def post_release(request: Request, who: Admin, node: NodeName, *, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, lever="release", node=node)
 
 
 @router.post("/nodes/{node}/report", response_model=LeverResult, tags=["levers"])
-def post_report(request: Request, who: Admin, node: NodeName, body: LeverBody) -> LeverResult:
-    return _pull(request, who, body, "report", node=node)
+def post_report(request: Request, who: Admin, node: NodeName, *, body: LeverBody) -> LeverResult:
+    return _pull(request, who, body, lever="report", node=node)
 
 
 @router.post("/remediations/{remediation_id}/cancel", response_model=LeverResult, tags=["levers"])
-def post_cancel(request: Request, who: Admin, remediation_id: RemId, body: CancelBody) -> LeverResult:
-    return _pull(request, who, body, "cancel", remediation_id=remediation_id)
+def post_cancel(request: Request, who: Admin, remediation_id: RemId, *, body: CancelBody) -> LeverResult:
+    return _pull(request, who, body, lever="cancel", remediation_id=remediation_id)
 
 
 class BreakerCloseBody(LeverBody):
@@ -253,14 +256,14 @@ def get_breaker(request: Request, _: Reader, profile: ProfileFilter = None) -> B
 
 @router.post("/breaker/close", response_model=LeverResult, tags=["levers"])
 def post_breaker_close(request: Request, who: Admin, body: BreakerCloseBody) -> LeverResult:
-    return _pull(request, who, body, "breaker_close")
+    return _pull(request, who, body, lever="breaker_close")
 
 
 @router.post("/pause", response_model=LeverResult, tags=["levers"])
 def post_pause(request: Request, who: Admin, body: LeverBody) -> LeverResult:
-    return _pull(request, who, body, "pause")
+    return _pull(request, who, body, lever="pause")
 
 
 @router.post("/resume", response_model=LeverResult, tags=["levers"])
 def post_resume(request: Request, who: Admin, body: LeverBody) -> LeverResult:
-    return _pull(request, who, body, "resume")
+    return _pull(request, who, body, lever="resume")

@@ -17,7 +17,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
-from remediation.api.levers import Lever, pull
+from remediation.api.levers import Aim, Pull, pull
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
@@ -77,7 +77,7 @@ def _page(request: Request, who: Principal, template: str, **ctx: Any) -> HTMLRe
     return _render(request, template, ctx)
 
 
-def _render(request: Request, template: str, ctx: dict[str, Any], status_code: int = 200) -> HTMLResponse:
+def _render(request: Request, template: str, ctx: dict[str, Any], *, status_code: int = 200) -> HTMLResponse:
     response: HTMLResponse = request.app.state.templates.TemplateResponse(request, template, ctx,
                                                                           status_code=status_code)
     return response
@@ -104,15 +104,16 @@ def login(request: Request, f: Fields) -> Response:
     wait = request.app.state.login_limiter.retry_after(client, request.app.state.clock.now())
     if wait is not None:
         ctx = {"next": nxt, "error": "Too many login attempts: wait a minute.", "who": None}
-        response = _render(request, "login.html", ctx, 429)
+        response = _render(request, "login.html", ctx, status_code=429)
         response.headers["Retry-After"] = str(int(wait + 0.999))
         return response
     if identify(token, request.app.state.settings.api) is None:
-        return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.", "who": None}, 401)
+        return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.",
+                                               "who": None}, status_code=401)
     st = request.app.state
     ttl = st.settings.api.session_ttl_s
     with st.sessions() as s, s.begin():
-        session_id = open_session(s, token, st.clock.now(), timedelta(seconds=ttl), st.session_key)
+        session_id = open_session(s, token, st.clock.now(), ttl=timedelta(seconds=ttl), key=st.session_key)
     resp = RedirectResponse(nxt, status_code=303)
     secure = request.url.scheme == "https"
     resp.set_cookie(COOKIE, session_id, httponly=True, samesite="strict", secure=secure, max_age=ttl)
@@ -150,10 +151,12 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
 
 
 @router.get("/nodes")
-def nodes(request: Request, who: Viewer, status: str | None = None, profile: str | None = None) -> HTMLResponse:
+def nodes(request: Request, who: Viewer, status: str | None = None, *,
+          profile: str | None = None) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
-        rows = list_nodes(s, status or None, st.settings.policy.lemon, st.clock.now(), profile or None)
+        rows = list_nodes(s, status or None, st.settings.policy.lemon, now=st.clock.now(),
+                          profile=profile or None)
     return _page(request, who, "nodes.html", rows=rows, status=status or "", profile=profile or "",
                  profiles=[p.name for p in st.settings.profiles], lemon_threshold=st.settings.policy.lemon.threshold)
 
@@ -169,7 +172,7 @@ def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
 
 @router.get("/remediations")
 def remediations(request: Request, who: Viewer, status: str | None = "open",
-                 profile: str | None = None) -> HTMLResponse:
+                 *, profile: str | None = None) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
         rows = list_remediations(s, status or None, limit=300, profile=profile or None)
@@ -210,15 +213,15 @@ def events_page(request: Request, who: Viewer) -> HTMLResponse:
 # -------------------------------------------------------------------------------------- levers
 
 
-def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: Lever,
-         node: str | None = None, remediation_id: int | None = None) -> Response:
+def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, aim: Aim) -> Response:
     if not who.admin:
         return RedirectResponse(f"{back}?err=" + quote("read-only token: levers need an admin token"), 303)
     check_csrf(who, f.get("csrf"))
     st = request.app.state
     try:
-        result = pull(st.levers, st.sessions, lever, who.actor(request.cookies.get(USER_COOKIE)),
-                      f.get("reason", "")[:1000], node, remediation_id, give_back=f.get("give_back") == "1")
+        req = Pull(aim, who.actor(request.cookies.get(USER_COOKIE)), f.get("reason", "")[:1000],
+                   give_back=f.get("give_back") == "1")
+        result = pull(st.levers, st.sessions, req)
     except LeverError as exc:
         return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
     key = "msg" if result.queued else "err"
@@ -226,31 +229,32 @@ def _act(request: Request, who: Principal, f: dict[str, str], back: str, lever: 
 
 
 @router.post("/nodes/{node}/release")
-def release(request: Request, who: Viewer, node: str, f: Fields) -> Response:
+def release(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
     back = _safe_next(f.get("back") or f"/nodes/{quote(node, safe='')}")
-    return _act(request, who, f, back, "release", node=node)
+    return _act(request, who, f, back=back, aim=Aim("release", node))
 
 
 @router.post("/nodes/{node}/quarantine")
-def quarantine(request: Request, who: Viewer, node: str, f: Fields) -> Response:
-    return _act(request, who, f, f"/nodes/{quote(node, safe='')}", "quarantine", node=node)
+def quarantine(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
+    return _act(request, who, f, back=f"/nodes/{quote(node, safe='')}", aim=Aim("quarantine", node))
 
 
 @router.post("/remediations/{remediation_id}/cancel")
-def cancel(request: Request, who: Viewer, remediation_id: int, f: Fields) -> Response:
-    return _act(request, who, f, f"/remediations/{remediation_id}", "cancel", remediation_id=remediation_id)
+def cancel(request: Request, who: Viewer, remediation_id: int, *, f: Fields) -> Response:
+    return _act(request, who, f, back=f"/remediations/{remediation_id}",
+                aim=Aim("cancel", remediation_id=remediation_id))
 
 
 @router.post("/breaker/close")
 def breaker_close(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, "/", "breaker_close")
+    return _act(request, who, f, back="/", aim=Aim("breaker_close"))
 
 
 @router.post("/pause")
 def pause(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, "/", "pause")
+    return _act(request, who, f, back="/", aim=Aim("pause"))
 
 
 @router.post("/resume")
 def resume(request: Request, who: Viewer, f: Fields) -> Response:
-    return _act(request, who, f, "/", "resume")
+    return _act(request, who, f, back="/", aim=Aim("resume"))

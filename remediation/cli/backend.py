@@ -34,7 +34,7 @@ from remediation.services.readmodels import (
     list_remediations,
     node_detail,
 )
-from remediation.services.stats import Stats, stats
+from remediation.services.stats import Stats, StatsQuery, stats
 from remediation.settings import LemonSettings
 
 
@@ -46,11 +46,11 @@ class Backend(Protocol):
     def node_detail(self, name: str, limit: int) -> NodeDetail: ...
     def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]: ...
     def remediations(self, status: str | None, node: str | None, limit: int,
-                     profile: str | None = None) -> list[RemediationRow]: ...
+                     *, profile: str | None = None) -> list[RemediationRow]: ...
     def remediation(self, remediation_id: int) -> RemediationDetail: ...
     def rejected(self, limit: int) -> list[RejectedRow]: ...
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]: ...
-    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats: ...
+    def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats: ...
     def lemons(self, top: int) -> list[LemonRow]: ...
     def lemon_policy(self) -> LemonSettings | None: ...
     def status(self) -> dict[str, Any]: ...
@@ -92,7 +92,7 @@ class Direct:
 
     def nodes(self, status: str | None, profile: str | None = None) -> list[NodeRow]:
         with self.st.sessions()() as s:
-            return list_nodes(s, status, self.st.settings().policy.lemon, self.st.now(), profile)
+            return list_nodes(s, status, self.st.settings().policy.lemon, now=self.st.now(), profile=profile)
 
     def node(self, name: str) -> NodeRow:
         with self.st.sessions()() as s:
@@ -100,16 +100,16 @@ class Direct:
 
     def node_detail(self, name: str, limit: int) -> NodeDetail:
         with self.st.sessions()() as s:
-            return node_detail(s, name, limit, self.st.settings().policy, self.st.now())
+            return node_detail(s, name, limit, policy=self.st.settings().policy, now=self.st.now())
 
     def events(self, node: str | None, after: int | None, limit: int) -> list[EventRow]:
         with self.st.sessions()() as s:
             return list_events(s, node=node, after_id=after, limit=limit)
 
     def remediations(self, status: str | None, node: str | None, limit: int,
-                     profile: str | None = None) -> list[RemediationRow]:
+                     *, profile: str | None = None) -> list[RemediationRow]:
         with self.st.sessions()() as s:
-            return list_remediations(s, status, node, limit, profile)
+            return list_remediations(s, status, node, limit=limit, profile=profile)
 
     def remediation(self, remediation_id: int) -> RemediationDetail:
         with self.st.sessions()() as s:
@@ -121,17 +121,16 @@ class Direct:
 
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]:
         with self.st.sessions()() as s:
-            return list_audit(s, target, action, limit)
+            return list_audit(s, target, action, limit=limit)
 
-    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats:
+    def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats:
         with self.st.sessions()() as s:
-            return stats(
-                s, self.st.now(), days, top, self.st.settings().policy.repeat_offender_window, dry_run, profile
-            )
+            return stats(s, self.st.now(), StatsQuery(days, top, include_dry_run=dry_run, profile=profile),
+                         repeat_window=self.st.settings().policy.repeat_offender_window)
 
     def lemons(self, top: int) -> list[LemonRow]:
         with self.st.sessions()() as s:
-            return lemons(s, self.st.now(), self.st.settings().policy.lemon, top)
+            return lemons(s, self.st.now(), self.st.settings().policy.lemon, top=top)
 
     def lemon_policy(self) -> LemonSettings | None:
         return self.st.settings().policy.lemon

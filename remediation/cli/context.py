@@ -95,7 +95,8 @@ class State:
     def levers(self) -> LeverService:
         """The lever service, with the dispatcher the console script passed in (built after --config)."""
         settings = self.settings()
-        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy, self.clock,
+        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy,
+                            clock=self.clock,
                             via="db", governance=governance(settings))
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ def incidents_list(
     ctx: typer.Context,
     status: str = typer.Option(None, "--status", "-s", help="open, closed, recovered or resolved."),
     limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
-    output: str = OUTPUT,
+    *, output: str = OUTPUT,
 ) -> None:
     """List incidents, newest first."""
     fmt = r.check_format(output)

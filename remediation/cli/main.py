@@ -117,7 +117,8 @@ def db_prune(
     engine = make_engine(settings.database)
     try:
         check_database(engine)
-        result = prune_events(make_session_factory(engine), age, SystemClock().now(), settings.retention.batch,
+        result = prune_events(make_session_factory(engine), age, SystemClock().now(),
+                              batch=settings.retention.batch,
                               dry_run=dry_run)
     except DatabaseUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)

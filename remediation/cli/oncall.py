@@ -76,7 +76,7 @@ def main(
     config: str = typer.Option(None, "--config", "-c", help="YAML or TOML config file (sets REMEDIATION_CONFIG)."),
     actor: str = typer.Option(None, "--actor", help="Direct database mode only: who is acting, for the audit "
                               "log (default: $USER). With --server the token's name is the actor."),
-    server: str | None = typer.Option(None, "--server", envvar=SERVER_ENV, show_envvar=True,
+    *, server: str | None = typer.Option(None, "--server", envvar=SERVER_ENV, show_envvar=True,
                                help="The API server's URL: every read and lever goes through it, authenticated "
                                "by your token. Without it: direct database mode (admins on the database host)."),
     token_file: str | None = typer.Option(None, "--token-file", envvar=TOKEN_FILE_ENV, show_envvar=True,
@@ -123,7 +123,8 @@ def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 @cli_errors
 def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
             reason: str = REASON,
-            validate_first: bool = typer.Option(False, "--validate", help="Run the GPU check first (the validation) "
+            *, validate_first: bool = typer.Option(False, "--validate",
+                                                   help="Run the GPU check first (the validation) "
                                        "and release only if it passes (direct database mode).")) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
     st = state(ctx)
@@ -142,7 +143,7 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
 @cli_errors
 def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="REMEDIATION_ID"),
            reason: str = REASON,
-           give_back: bool = typer.Option(False, "--give-back", help="Also resume our drain (only if the "
+           *, give_back: bool = typer.Option(False, "--give-back", help="Also resume our drain (only if the "
                                           "reason is still ours) and remove our cordon and taint.")) -> None:
     """Stop one remediation where it stands; the node is left as it is for a human to decide, or with
     --give-back, what is ours on it is undone."""

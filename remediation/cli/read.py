@@ -45,7 +45,7 @@ audit = typer.Typer(help="The audit log: every lever pulled, by a human or by th
 @cli_errors
 def nodes_list(ctx: typer.Context, status: str = typer.Option(
         None, "--status", "-s", help="healthy, unhealthy, remediating or quarantined."), output: str = OUTPUT,
-        profile: str = PROFILE) -> None:
+        *, profile: str = PROFILE) -> None:
     """List nodes with their status, profile and open remediation."""
     fmt = r.check_format(output)
     st = state(ctx)
@@ -77,7 +77,7 @@ def _lemon(score: float) -> str:
 @cli_errors
 def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
                limit: int = typer.Option(200, "--limit", help="Rows per section."),
-               output: str = OUTPUT) -> None:
+               *, output: str = OUTPUT) -> None:
     """A node's status, timeline (events, remediations, steps with durations and errors) and
     quarantine history."""
     fmt = r.check_format(output)
@@ -147,7 +147,7 @@ def events_tail(
     ctx: typer.Context,
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events (Ctrl-C stops)."),
     node: str = typer.Option(None, "--node", help="Only this node's events."),
-    lines: int = typer.Option(20, "-n", "--lines", help="How many recent events to show first."),
+    *, lines: int = typer.Option(20, "-n", "--lines", help="How many recent events to show first."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between polls with --follow."),
     output: str = OUTPUT,
 ) -> None:
@@ -199,7 +199,7 @@ def remediations_list(
     status: str = typer.Option(None, "--status", "-s",
                                help="open, closed, running, waiting, succeeded, quarantined, cancelled, failed."),
     node: str = typer.Option(None, "--node", help="Only this node's remediations."),
-    limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
+    *, limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
     output: str = OUTPUT,
     profile: str = PROFILE,
 ) -> None:
@@ -208,7 +208,7 @@ def remediations_list(
     st = state(ctx)
     if node:
         backend(st).node(node)
-    rows = backend(st).remediations(status, node, limit, profile)
+    rows = backend(st).remediations(status, node, limit, profile=profile)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
@@ -300,7 +300,7 @@ def rejected_list(ctx: typer.Context, limit: int = typer.Option(50, "--limit"), 
 @cli_errors
 def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help="Only this target."),
                action: str = typer.Option(None, "--action", help="e.g. release, quarantine, escalate."),
-               limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
+               *, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
     """Audit log rows, newest first."""
     fmt = r.check_format(output)
     st = state(ctx)
@@ -318,7 +318,7 @@ def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help
 
 @cli_errors
 def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Window, in days."),
-          top: int = typer.Option(10, "--top", help="Rows per ranking."), output: str = OUTPUT,
+          top: int = typer.Option(10, "--top", help="Rows per ranking."), *, output: str = OUTPUT,
           dry_run: bool = typer.Option(False, "--dry-run/--no-dry-run",
                                        help="Include what dry-run recorded (hidden by default)."),
           lemons: bool = typer.Option(False, "--lemons", help="Nodes by lemon score instead: decayed, "
@@ -330,7 +330,7 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
     st = state(ctx)
     if lemons:
         return _lemons(st, top, fmt)
-    result = backend(st).stats(days, top, dry_run, profile)
+    result = backend(st).stats(days, top, dry_run, profile=profile)
     if fmt == "json":
         return r.print_json(result)
     outcomes = ", ".join(f"{k} {v}" for k, v in result.outcomes.items() if v) or "none"

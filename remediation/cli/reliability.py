@@ -66,7 +66,7 @@ def reliability_cmd(
     if output == "pdf" and str(file) == "-":
         raise CliError("a PDF is written to a file: pass --file PATH", EXIT_CONFIG)
     with st.sessions()() as s:
-        rep = report.build(s, start, end, st.settings().policy.lemon, dims)
+        rep = report.build(s, start, end, lemon=st.settings().policy.lemon, by=dims)
     target = file or Path(f"reliability-{now:%Y%m%d}.{output}")
     if output == "csv":
         text = report.to_csv(rep)

@@ -87,7 +87,8 @@ class Remote:
     # ------------------------------------------------------------------------------------- HTTP
 
     def _call(
-        self, method: str, path: str, params: dict[str, Any] | None = None, body: dict[str, Any] | None = None
+        self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str,
+            Any] | None = None
     ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         try:
@@ -134,7 +135,7 @@ class Remote:
         return self._get(list[EventRow], "/events", node=node, after=after, limit=limit)
 
     def remediations(self, status: str | None, node: str | None, limit: int,
-                     profile: str | None = None) -> list[RemediationRow]:
+                     *, profile: str | None = None) -> list[RemediationRow]:
         # The API lists open ones unless told otherwise; "" is every status, as the CLI means by no filter.
         return self._get(list[RemediationRow], "/remediations", status=status or "", node=node, limit=limit,
                          profile=profile)
@@ -148,7 +149,7 @@ class Remote:
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]:
         return self._get(list[AuditRow], "/audit", target=target, action=action, limit=limit)
 
-    def stats(self, days: int, top: int, dry_run: bool, profile: str | None = None) -> Stats:
+    def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats:
         return self._get(Stats, "/stats", days=days, top=top, dry_run=dry_run, profile=profile)
 
     def lemons(self, top: int) -> list[LemonRow]:

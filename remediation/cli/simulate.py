@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -27,10 +27,10 @@ from remediation.cli.render import check_format, print_json, show, table
 from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
-from remediation.rehearsal.run import NodeGroup, rehearse
-from remediation.rehearsal.trace import Fault, TraceError, dump_events, load
+from remediation.rehearsal.run import Layout, Pace, rehearse
+from remediation.rehearsal.trace import Fault, Scale, TraceError, dump_events, load
 from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, parse_model
-from remediation.settings import ProfileSettings, Settings, SettingsError, overlay
+from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
 
@@ -52,7 +52,7 @@ def outcome_model(path: Path | None) -> OutcomeModel:
 
 
 def progress_bar(faults: list[Fault], out: TextIO, every_s: float = 0.2,
-                 tick: Callable[[], float] = time.monotonic) -> tuple[Callable[[datetime, Tally], None],
+                 *, tick: Callable[[], float] = time.monotonic) -> tuple[Callable[[datetime, Tally], None],
                                                                       Callable[[], None]]:
     """A one-line bar (simulated days done, faults handled), redrawn at most every ``every_s`` of wall
     time, and the function that clears it. The caller only installs it when ``out`` is a terminal."""
@@ -125,16 +125,18 @@ def simulate(
     groups = load_facts(node_facts)
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
-    report = _run(faults, settings, names, reboot, reset, repair_hours, leaves, groups, by)
-    base = _run(faults, second, names, reboot, reset, repair_hours, leaves, groups, by) if second is not None else None
+    pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
+    layout = Layout(leaves, groups, by)
+    report = _run(faults, settings, names, pace=pace, layout=layout)
+    base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
     ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline)
     if fmt == "json":
         print_json(_json_doc(ran, seed=seed, nodes=nodes))
         return
     _show_tables(ran, trace.name, settings.policy.max_concurrent)
     if report["profiles"]:
-        show_pools(report, base, baseline.name if baseline is not None else None, model.name, site, reboot,
-                   repair_hours)
+        show_pools(report, base, baseline.name if baseline is not None else None, truth=model.name,
+                   site=site, pace=pace)
 
 
 @dataclass(frozen=True)
@@ -178,8 +180,8 @@ def _load_faults(trace: Path, model: OutcomeModel, *, nodes: int, days: float, s
                  leaf_size: int) -> list[Fault]:
     """The trace's faults: read from an events file, or synthesised from a failure mix."""
     try:
-        return load(trace, nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-                    model=model, leaf_size=leaf_size)
+        return load(trace, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
+                                 leaf_size=leaf_size), model=model)
     except TraceError as exc:
         raise CliError(str(exc)) from None
 
@@ -239,14 +241,11 @@ def _summary_rows(columns: list[dict[str, Any]], max_concurrent: int) -> list[tu
     ]
 
 
-def _run(faults: list[Fault], settings: Settings, names: list[str], reboot_minutes: float, reset_minutes: float,
-         repair_hours: float, leaf_size: int | None, groups: list[NodeGroup],
-         by: Sequence[ProfileSettings]) -> dict[str, Any]:
+def _run(faults: list[Fault], settings: Settings, names: list[str], *, pace: Pace,
+         layout: Layout) -> dict[str, Any]:
     """One rehearsal, with the progress bar on a terminal."""
     draw, clear = progress_bar(faults, sys.stderr) if sys.stderr.isatty() else (None, lambda: None)
     try:
-        return rehearse(faults, settings, names, reboot_s=reboot_minutes * 60, repair_s=repair_hours * 3600,
-                        progress=draw, leaf_size=leaf_size, reset_s=reset_minutes * 60, facts=groups,
-                        report_by=by).as_dict()
+        return rehearse(faults, settings, names, pace=pace, layout=layout, progress=draw).as_dict()
     finally:
         clear()

@@ -19,7 +19,7 @@ import yaml
 from remediation.cli.context import CliError
 from remediation.cli.render import show, table
 from remediation.hostlist import HostlistError, expand
-from remediation.rehearsal.run import NodeGroup
+from remediation.rehearsal.run import NodeGroup, Pace
 
 #: Per pool, each figure and how it reads (the same names as the report's).
 FIGURES: list[tuple[str, Callable[[dict[str, Any]], Any]]] = [
@@ -76,11 +76,13 @@ def show_pools(
     report: dict[str, Any],
     base: dict[str, Any] | None,
     baseline: str | None,
+    *,
     truth: str,
     site: str,
-    reboot_minutes: float,
-    repair_hours: float,
+    pace: Pace,
 ) -> None:
+    """The figures pool by pool, and what the rehearsal assumed (``pace``: its reboot and repair times)."""
+    reboot_minutes, repair_hours = pace.reboot_s / 60, pace.repair_s / 3600
     pools = sorted(report["profiles"])
     heads = ["figure"]
     for pool in pools:

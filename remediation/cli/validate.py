@@ -19,7 +19,7 @@ from remediation.adapters.slurm.backend import close_slurm
 from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
 from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.validation.rules import last_line
-from remediation.validation.service import ValidationRefused, run_check
+from remediation.validation.service import ManualCheck, ValidationRefused, run_check
 
 
 def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any]:
@@ -35,7 +35,8 @@ def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any
     typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
     slurm = slurm_backend(settings)
     try:
-        return run_check(st.sessions(), validator, slurm, settings, node, st.actor, st.now, purpose=purpose)
+        return run_check(st.sessions(), validator, slurm, asked=ManualCheck(node, st.actor, purpose),
+                         settings=settings, now=st.now)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
     finally:

@@ -93,7 +93,7 @@ def set_decisions(session: Session, decisions: Sequence[dict[str, Any]]) -> None
         session.execute(update(Event), list(decisions))
 
 
-def ensure_nodes(session: Session, names: Sequence[str], status: str, now: datetime) -> None:
+def ensure_nodes(session: Session, names: Sequence[str], status: str, *, now: datetime) -> None:
     """Add the nodes not in the inventory yet (``status``, first seen ``now``); existing rows untouched."""
     if not names:
         return

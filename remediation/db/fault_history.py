@@ -24,7 +24,8 @@ from remediation.domain.policy import DecisionKind
 from remediation.domain.states import ValidationOutcome
 
 
-def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, window: timedelta) -> dict[str, int]:
+def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, *, window: timedelta) -> dict[str,
+    int]:
     rows = session.execute(
         select(Event.node, func.count()).where(
             among(session, Event.node, nodes), Event.decision == DecisionKind.APP_XID, Event.observed_at > now - window)
@@ -33,7 +34,7 @@ def app_xid_counts(session: Session, nodes: Iterable[str], now: datetime, window
 
 
 def failure_history(session: Session, nodes: Iterable[str] | None, now: datetime,
-                    horizon: timedelta) -> dict[str, list[Failure]]:
+                    *, horizon: timedelta) -> dict[str, list[Failure]]:
     """Per node (all nodes when ``nodes`` is None), oldest first."""
     q = (select(Remediation.node, Remediation.opened_at, Remediation.fault_class)
          .join(Node, Node.name == Remediation.node)

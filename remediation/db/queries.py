@@ -34,7 +34,7 @@ def control_get(session: Session, key: str) -> dict[str, Any]:
     return dict(value) if value else {}
 
 
-def control_set(session: Session, key: str, value: dict[str, Any], now: datetime) -> None:
+def control_set(session: Session, key: str, value: dict[str, Any], *, now: datetime) -> None:
     """Upsert: two workers noticing the same change at once must not collide on the key."""
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
@@ -102,7 +102,7 @@ def open_remediations_for(session: Session, nodes: Iterable[str]) -> dict[str, i
 
 
 def recent_failure_counts(
-    session: Session, nodes: Iterable[str], now: datetime, window: timedelta
+    session: Session, nodes: Iterable[str], now: datetime, *, window: timedelta
 ) -> dict[str, int]:
     """Fault episodes per node within the window, counting only those after a human release.
 
@@ -150,7 +150,7 @@ def latest_windows(session: Session, nodes: Iterable[str]) -> dict[str, Window]:
 
 
 def latest_healthy(
-    session: Session, nodes: Iterable[str], since: datetime, slurm_bad: frozenset[str]
+    session: Session, nodes: Iterable[str], since: datetime, *, slurm_bad: frozenset[str]
 ) -> dict[str, dict[Condition, datetime]]:
     """Per node, the latest healthy observation of each condition recorded at or after ``since``
     (see :func:`remediation.domain.attribution.healthy_observations`)."""
@@ -236,8 +236,8 @@ def confirmed_since(session: Session, pool_stale: timedelta | None) -> datetime:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def cluster_view(session: Session, now: datetime, breaker_window: timedelta, exclude: int | None,
-                 profile: str | None = None, *, pool_stale: timedelta | None = None) -> ClusterView:
+def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, exclude: int | None,
+                 profile: str | None = None, pool_stale: timedelta | None = None) -> ClusterView:
     """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch.
     ``pool_stale``: a node no resync has listed for this long leaves the pool (None: none leaves)."""
     found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())

@@ -98,7 +98,7 @@ def admit(
     event: NodeEvent,
     now: datetime,
     bounds: TimeBounds | None,
-    publisher: Publisher | None = None,
+    *, publisher: Publisher | None = None,
     counters: Mapping[str, int] | None = None,
     reportable: Reportable | None = None,
 ) -> NodeEvent | Rejection:

@@ -91,7 +91,7 @@ def superseded(event: NodeEvent, healthy: Mapping[Condition, datetime]) -> str |
     return f"superseded: {cond[0]} {cond[1]} was observed healthy at {seen.isoformat(timespec='seconds')}"
 
 
-def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, settle: timedelta) -> str | None:
+def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, *, settle: timedelta) -> str | None:
     """``"caused by remediation #N: <step>"`` when our own action explains the signal, else None."""
     if window is None or window.dry_run or event.kind is not EventKind.UNHEALTHY:
         return None

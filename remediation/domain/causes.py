@@ -168,7 +168,7 @@ def xids_in(text: str, error_codes: bool = False) -> list[int]:
     return out
 
 
-def classify(source: str, state: str, reason: str, tbl: CauseTable) -> Cause:
+def classify(source: str, state: str, reason: str, *, tbl: CauseTable) -> Cause:
     """The cause of one unhealthy signal (``source`` slurm, kubernetes or manual; ``state`` a Slurm
     state or ``Type=Status``; ``reason`` the Slurm reason or the condition's message)."""
     cond_type = state.partition("=")[0] if source == Source.KUBERNETES else ""
@@ -241,7 +241,7 @@ def first_action(fault_class: str | None, faults: FaultSettings, workflow: Workf
     return ladder(fault_class, faults, workflow, gpu_reset=gpu_reset)[0]
 
 
-def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, rung: int, *,
+def action_at(fault_class: str | None, faults: FaultSettings, workflow: WorkflowSettings, *, rung: int,
               gpu_reset: bool) -> str:
     """The action of ladder rung ``rung`` (past the machine actions and a GPU reset: quarantine)."""
     rungs = action_rungs(fault_class, faults, workflow, gpu_reset=gpu_reset)

@@ -148,7 +148,7 @@ def request_checkpoint(
     inp: StepInput,
     ad: Adapters,
     workflow: WorkflowSettings,
-    jobs: list[str],
+    *, jobs: list[str],
     detail: DrainDetail,
     now: datetime,
 ) -> Wait:
@@ -194,7 +194,7 @@ def request_checkpoint(
 
 
 def ask_pods(
-    inp: StepInput, ad: Adapters, workflow: WorkflowSettings, k8s_node: str, now: datetime
+    inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, k8s_node: str, now: datetime
 ) -> Wait | None:
     """Before the first eviction (``workflow.checkpoint_pods``): annotate the pods it would remove
     with the request, and wait up to ``checkpoint_wait_s`` for them to leave. None: evict now (the

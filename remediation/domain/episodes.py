@@ -65,7 +65,7 @@ class EpisodeRow:
 
 
 def episodes(
-    rems: Iterable[_Remediation], events: Iterable[_Event], now: datetime, settle: timedelta,
+    rems: Iterable[_Remediation], events: Iterable[_Event], now: datetime, *, settle: timedelta,
     window: timedelta, released_at: datetime | None,
 ) -> list[EpisodeRow]:
     """The node's episodes, newest first."""

@@ -60,7 +60,7 @@ def parse_bad(conditions: Iterable[str]) -> dict[str, frozenset[str]]:
     return {k: frozenset(v) for k, v in bad.items()}
 
 
-def _key(node: str, type_: str, status: str, at: datetime | None, fallback: datetime) -> str:
+def _key(node: str, type_: str, status: str, *, at: datetime | None, fallback: datetime) -> str:
     return f"k8s:{node}:{type_}={status}:{(at or fallback).isoformat()}"
 
 
@@ -70,7 +70,7 @@ class FlapFilter:
         bad: Iterable[str],
         min_hold_s: float,
         clock: Callable[[], datetime],
-        skew_s: float = 5.0,
+        *, skew_s: float = 5.0,
     ) -> None:
         self.bad = parse_bad(bad)
         self.hold = timedelta(seconds=min_hold_s)
@@ -108,7 +108,7 @@ class FlapFilter:
                             EventKind.HEALTHY,
                             f"{type_}={status}",
                             cond.message if cond is not None else "",
-                            _key(node, type_, status, at, now),
+                            _key(node, type_, status, at=at, fallback=now),
                             now,
                             now,
                         )
@@ -154,7 +154,7 @@ class FlapFilter:
                     EventKind.UNHEALTHY,
                     f"{type_}={episode.status}",
                     episode.message,
-                    _key(name, type_, episode.status, episode.last_transition, episode.since),
+                    _key(name, type_, episode.status, at=episode.last_transition, fallback=episode.since),
                     episode.since,
                     now,
                 )

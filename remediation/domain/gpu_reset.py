@@ -91,7 +91,7 @@ def machine_step_did(op: dict[str, Any]) -> str:
 def reset_name(key: str, nonce: str = "") -> str:
     """Reservation, job and Job name of the reset from the machine step's key and nonce:
     ``r12:vm_restart:1`` -> ``nr-reset-r12-a1-NONCE``."""
-    return job_name(key, "vm_restart", "nr-reset", nonce)
+    return job_name(key, "vm_restart", "nr-reset", nonce=nonce)
 
 
 def target(gpu_pci: str | None) -> str:
@@ -105,7 +105,7 @@ def reset_check(inp: StepInput, cfg: StepSettings) -> ValidationCheck:
                            purpose=PURPOSE, nonce=nonce)
 
 
-def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     """The machine step on a ``gpu-reset`` rung (its caller has already checked for jobs, a human's
     uncordon and the breaker's re-confirmation, as before any machine action)."""
     validator = job_runner(ad, "vm_restart")
@@ -114,17 +114,17 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     if inp.provider_op is None:
         if SlurmState.NOT_RESPONDING in ad.slurm.get_node(inp.node).flags:
             return Escalate(f"no GPU reset: slurmd on {inp.node} is not responding, so no job can run there")
-        if (theirs := humans_drain(inp, ad, validator, cfg)) is not None:
+        if (theirs := humans_drain(inp, ad, validator, cfg=cfg)) is not None:
             return Escalate(f"no GPU reset: a human drained {inp.node} meanwhile ({theirs!r}), and the reset "
                             "job would lift that drain")
         op = start_job(validator, reset_check(inp, cfg), now)
         return Wait(f"GPU reset of {what} started ({validator.backend} job {op['name']})", poll, provider_op=op)
     op = inp.provider_op
-    result = look(validator, op, inp, now)
+    result = look(validator, op, inp, now=now)
     if not result.done:
         return Wait(f"GPU reset of {what} {still_running(result)}", poll)
     taken_down = validator.finish(op)
-    outcome, rec = verdict(op, result, now, cfg.validation.output_bytes)
+    outcome, rec = verdict(op, result, now, limit=cfg.validation.output_bytes)
     detail = MachineDetail(gpu_reset=rec, undone=taken_down)
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
@@ -142,13 +142,13 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) ->
     return Escalate(f"GPU reset of {what}: {why} ({op['name']}: {said})", detail=detail)
 
 
-def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     """``verify`` after a GPU reset. Nothing rebooted, so there is no new bootID or slurmd start to
     prove: the job's exit 0 proved the action. What verify asks after any action still holds: slurmd
     answers and the trigger has cleared, within ``workflow.verify_timeout_s`` (a detector may take a
     while to see the GPU healthy; one that keeps the fault until a reboot climbs to the reboot)."""
     snode = ad.slurm.get_node(inp.node)
-    trigger = trigger_present(inp, ad, None, snode, cfg)
+    trigger = trigger_present(inp, ad, None, snode=snode, cfg=cfg)
     silent = SlurmState.NOT_RESPONDING in snode.flags
     if trigger is None and not silent:
         return Done(f"GPU reset proven by its job's exit 0 ({inp.context.machine_op_ref}); nothing rebooted; slurmd "

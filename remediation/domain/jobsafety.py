@@ -11,7 +11,7 @@ Why: docs/policy.md#job-safety-nothing-destructive-while-jobs-remain-on_jobs_tim
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, request_checkpoint
@@ -41,7 +41,7 @@ def jobs_holding(ad: Adapters, node: SlurmNode) -> tuple[list[str], str | None]:
     return [], None
 
 
-def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
+def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, jobs: list[str], busy: str,
                   now: datetime) -> Wait:
     """The drain found the node busy: ask its jobs to checkpoint once (where the site and the fault's
     class allow it), wait for them to leave, and apply ``on_jobs_timeout`` at the deadline:
@@ -51,7 +51,7 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
     request = CheckpointRequest.load(inp.provider_op)
     if (request is None and jobs and asks_checkpoint(inp.context.fault_class, workflow)) or (
             request is not None and request.sent is None):
-        return request_checkpoint(inp, ad, workflow, jobs, detail, now)
+        return request_checkpoint(inp, ad, workflow, jobs=jobs, detail=detail, now=now)
     deadline = float(workflow.drain_timeout_s)
     after = f"{workflow.drain_timeout_s}s after the drain"
     if request is not None and (ends := request.ends_at(inp.started_at, deadline)) < deadline:
@@ -59,14 +59,24 @@ def wait_for_jobs(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs
     if elapsed(inp, now) <= deadline:
         waiting = f"waiting for {busy} to leave" if jobs else f"waiting: {busy}"
         return wait(workflow, f"{request.text(now)}; {waiting}" if request else waiting, detail=detail)
-    return jobs_timed_out(inp, ad, workflow, jobs, busy, detail, after)
+    return jobs_timed_out(inp, ad, workflow, overdue=Overdue(jobs, busy, after), detail=detail)
 
 
-def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, jobs: list[str], busy: str,
-                   detail: DrainDetail, after: str) -> Wait:
+@dataclass(frozen=True)
+class Overdue:
+    """What is still on a node past its deadline: the job ids, how to name what keeps it busy, and which
+    deadline passed (``after``)."""
+
+    jobs: list[str]
+    busy: str
+    after: str
+
+
+def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, overdue: Overdue,
+                   detail: DrainDetail) -> Wait:
     """``workflow.on_jobs_timeout``: hold (stay drained, page once, keep waiting), requeue or cancel
-    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node.
-    ``after`` says which deadline passed."""
+    the jobs. Each writes an audit row naming the job ids; nothing here ever quarantines the node."""
+    jobs, busy, after = overdue.jobs, overdue.busy, overdue.after
     policy = workflow.on_jobs_timeout
     # Each job is requeued or cancelled once: one still listed after that is leaving (completing) or
     # refused to go, and is waited for like under hold, never acted on (and paged about) again.
@@ -87,7 +97,7 @@ def jobs_timed_out(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, job
                  note=None if progress.timeout_paged else Note(AuditAction.JOBS_TIMEOUT, why, ids))
 
 
-def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, what: str,
+def no_jobs_left(inp: StepInput, ad: Adapters, workflow: WorkflowSettings, *, what: str,
                  record: type[EvictDetail | MachineDetail]) -> Wait | None:
     """Guard of every destructive step: nothing is evicted or restarted while Slurm shows jobs on the
     node (they can only be back if someone resumed it in Slurm); wait instead, the jobs on the step's

@@ -7,10 +7,9 @@ Kept apart from the step bodies so that the helpers each step family uses (job s
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from remediation.domain.context import RemediationContext
 from remediation.domain.statemachine import Site
@@ -151,7 +150,12 @@ class Cancel:
 
 
 Outcome = Done | Wait | Escalate | Quarantine | Cancel | Hold
-StepFn = Callable[[StepInput, Adapters, StepSettings, datetime], Outcome]
+
+
+class StepFn(Protocol):
+    """A step body: one attempt at one step, at ``now``."""
+
+    def __call__(self, inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome: ...
 
 
 def elapsed(inp: StepInput, now: datetime) -> float:

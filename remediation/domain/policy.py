@@ -104,7 +104,7 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return _decide_healthy(node)
     if node.status is NodeStatus.QUARANTINED:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
-    ours = own_cause(event, node.window, policy.our_reason_prefix, timedelta(seconds=policy.settle_s))
+    ours = own_cause(event, node.window, policy.our_reason_prefix, settle=timedelta(seconds=policy.settle_s))
     if ours is not None:
         return Decision(DecisionKind.ATTRIBUTED, ours, node.window.id if node.window else None)
     if node.open_remediation is not None:
@@ -118,7 +118,8 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
     if (why := superseded(event, node.healthy)) is not None:
         return Decision(DecisionKind.SUPERSEDED, why)
-    cause = classify(event.source, event.state, event.reason, table(policy.faults)) if policy.faults.classify else None
+    cause = classify(event.source, event.state, event.reason,
+                     tbl=table(policy.faults)) if policy.faults.classify else None
     if cause is not None and cause.app_level and event.source is not Source.MANUAL:
         seen, limit = node.app_xids + 1, policy.faults.app_xid_repeat_count
         within = _human(timedelta(seconds=policy.faults.app_xid_repeat_window_s))
@@ -249,7 +250,7 @@ class Pool:
 BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
 
 
-def admit(step: Step, view: ClusterView, policy: PolicySettings, now: datetime, *, new_machine_action: bool,
+def admit(step: Step, view: ClusterView, policy: PolicySettings, *, now: datetime, new_machine_action: bool,
           pool: Pool | None = None) -> Admission:
     """May ``step`` act now? ``new_machine_action`` is true only when vm_restart would start an action
     (polling an operation already started is always allowed, or a restart could never finish).

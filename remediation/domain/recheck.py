@@ -42,7 +42,7 @@ def human_took_back(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel |
     return Cancel(f"a human uncordoned {knode.name} during the remediation; stopped ({slurm_note})")
 
 
-def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, snode: SlurmNode,
+def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, *, snode: SlurmNode,
                     cfg: StepSettings) -> str | None:
     """What still shows the fault that opened this remediation (None: it has cleared).
 
@@ -101,4 +101,4 @@ def fault_still_there(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str | 
         if not bad and failed and ours:
             return f"Slurm {'+'.join(sorted(failed))}, which our drain replaced"
         return f"Slurm reports {'+'.join(sorted(bad))}" if bad else None
-    return trigger_present(inp, ad, None, snode, cfg)
+    return trigger_present(inp, ad, None, snode=snode, cfg=cfg)

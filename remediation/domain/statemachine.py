@@ -102,7 +102,7 @@ class Site:
         return tuple(s for s in HAPPY_PATH if s not in skipped)
 
 
-def next_on_success(step: Step, site: Site, acts: bool = True, resets: bool = False) -> Step:
+def next_on_success(step: Step, site: Site, acts: bool = True, *, resets: bool = False) -> Step:
     """The step after ``step`` succeeds: the next one on the site's path."""
     path = site.path(acts, resets)
     return next(s for s in HAPPY_PATH[HAPPY_PATH.index(step) + 1:] if s in path)

@@ -69,7 +69,8 @@ def human_hold(node: SlurmNode, cfg: StepSettings) -> bool:
     )
 
 
-def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, now: datetime) -> Cancel | None:
+def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, *, cfg: StepSettings,
+              now: datetime) -> Cancel | None:
     """Confirm the event against its authority before the first action: an event on the stream is its
     publisher's claim (stale after an outage, replayed, or forged), so Slurm must show the node bad now,
     or the apiserver the Node's condition. Nothing is done to a node its authority shows healthy. Our
@@ -94,10 +95,10 @@ def still_bad(inp: StepInput, ad: Adapters, node: SlurmNode, cfg: StepSettings, 
                   node_healthy=True)
 
 
-def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     node = ad.slurm.get_node(inp.node)
-    if stale := still_bad(inp, ad, node, cfg, now):
+    if stale := still_bad(inp, ad, node, cfg=cfg, now=now):
         return stale
     if not human_hold(node, cfg) and (not node.reason_is_ours(prefix) or SlurmState.DRAIN not in node.flags):
         ad.slurm.drain(inp.node, slurm_reason(f"{prefix} {inp.cause}"))
@@ -107,10 +108,10 @@ def slurm_drain(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) 
         if node.states & {SlurmState.DOWN, SlurmState.FAIL}:
             return Done(f"drained; node is {'+'.join(sorted(node.states))}, no jobs to wait for")
         return Done("drained; no jobs running")
-    return wait_for_jobs(inp, ad, cfg.workflow, jobs, busy, now)
+    return wait_for_jobs(inp, ad, cfg.workflow, jobs=jobs, busy=busy, now=now)
 
 
-def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def k8s_cordon(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     kube = ad.kubernetes(Step.K8S_CORDON)
     k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
     knode = kube.cordon(k8s_name, f"{cfg.policy.our_reason_prefix} {inp.cause}"[:250])
@@ -153,23 +154,23 @@ def healthy_again(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Cancel | N
                   f"what was ours ({given})", node_healthy=True)
 
 
-def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, what: str,
+def before_disruption(inp: StepInput, ad: Adapters, cfg: StepSettings, *, what: str,
                       record: type[EvictDetail | MachineDetail]) -> Outcome | None:
     """The checks before an eviction or a machine action, in order: a human took the node back, it is
     healthy again (after the breaker closed), or jobs still run on it (on the step's ``record``).
     None: go ahead."""
     return (human_took_back(inp, ad, cfg) or healthy_again(inp, ad, cfg)
-            or no_jobs_left(inp, ad, cfg.workflow, what, record))
+            or no_jobs_left(inp, ad, cfg.workflow, what=what, record=record))
 
 
-def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def k8s_evict(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     if stop := without_machine_action(inp, ad, cfg):
         return stop
-    if stop := before_disruption(inp, ad, cfg, "eviction", EvictDetail):
+    if stop := before_disruption(inp, ad, cfg, what="eviction", record=EvictDetail):
         return stop
     kube = ad.kubernetes(Step.K8S_EVICT)
     k8s_name = inp.context.k8s_node or kube.node_for(inp.node)
-    if asked := ask_pods(inp, ad, cfg.workflow, k8s_name, now):
+    if asked := ask_pods(inp, ad, cfg.workflow, k8s_node=k8s_name, now=now):
         return asked
     progress = kube.evict_pods(k8s_name)
     if progress.done:
@@ -190,7 +191,8 @@ def rung(inp: StepInput, ad: Adapters, cfg: StepSettings) -> str:
     return rungs[min(inp.ladder, len(rungs) - 1)]
 
 
-def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, provider: str | None = None) -> VMAction:
+def machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings, *,
+                   provider: str | None = None) -> VMAction:
     """The machine action of the remediation's ladder rung, as ``provider`` carries it out."""
     return provider_action(rung(inp, ad, cfg), provider)
 
@@ -217,13 +219,13 @@ def slurmd_before(recorded: MachineDetail) -> str | None:
     return recorded.slurmd_start_before.isoformat() if recorded.slurmd_start_before else ""
 
 
-def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     reset = rung(inp, ad, cfg) == GPU_RESET
-    if inp.provider_op is None and (
-            stop := before_disruption(inp, ad, cfg, "GPU reset" if reset else "machine action", MachineDetail)):
+    if inp.provider_op is None and (stop := before_disruption(
+            inp, ad, cfg, what="GPU reset" if reset else "machine action", record=MachineDetail)):
         return stop
     if reset:
-        return gpu_reset(inp, ad, cfg, now)
+        return gpu_reset(inp, ad, cfg, now=now)
     machine = ad.machine
     if machine is None:  # the site's path has no machine step; a remediation that reached one anyway
         raise ConfigError("vm_restart ran without a machine backend (machine.backend none)", component="machine")
@@ -236,7 +238,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
         # Bare metal has no providerID: a backend that names the machine by the node does.
         vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
         before = read_identity(ad, vm)  # the hardware the fault happened on
-        op = machine.start(vm, machine_action(inp, ad, cfg, vm.provider), inp.key)
+        op = machine.start(vm, machine_action(inp, ad, cfg, provider=vm.provider), inp.key)
         issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(),
                     detail=MachineDetail(identity=before))
@@ -259,7 +261,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -
     return wait(cfg.workflow, f"waiting on {current.action} ({current.ref})", provider_op=current.to_dict())
 
 
-def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
     later than the machine action), slurmd registered after the action as its start time shows (compared with
     slurmctld's own time of the action where the action has one; a missing NOT_RESPONDING flag is not
@@ -270,7 +272,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     if recorded_only(inp.context.machine_op_ref):
         return Done("nothing was restarted (dry-run), so recovery is not checked")
     if rung(inp, ad, cfg) == GPU_RESET:
-        return verify_reset(inp, ad, cfg, now)
+        return verify_reset(inp, ad, cfg, now=now)
     knode = ad.node_now(inp.node, inp.context.k8s_node)  # None: no Kubernetes; slurmd's start is the proof
     snode = ad.slurm.get_node(inp.node)
     action_at, ctld = inp.context.machine_action_at, inp.context.slurmctld_action_at
@@ -287,7 +289,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     before = inp.context.boot_id_before
     rebooted = knode.boot_id != before if knode and before else slurmd_after
     responding = SlurmState.NOT_RESPONDING not in snode.flags
-    trigger = trigger_present(inp, ad, knode, snode, cfg)
+    trigger = trigger_present(inp, ad, knode, snode=snode, cfg=cfg)
     ready = knode is None or knode.ready == "True" or not before
     seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"
     facts = (f"{seen}, slurmd started after the action={slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs "
@@ -304,7 +306,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Ou
     return wait(cfg.workflow, f"waiting for proof of recovery: {facts}{still}")
 
 
-def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     if stop := unproven(inp, ad, cfg):
         return stop
     notes = []
@@ -316,7 +318,7 @@ def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, now: date
     return Done("; ".join(notes))
 
 
-def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def quarantine(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     prefix = cfg.policy.our_reason_prefix
     why = inp.context.quarantine_reason or inp.cause
     node = ad.slurm.get_node(inp.node)
@@ -340,8 +342,8 @@ def taint(ad: Adapters, node: str, k8s_node: str | None) -> str:
         return f"no Kubernetes Node to taint ({exc.message})"
 
 
-def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
-    return validate(inp, ad, cfg, now)
+def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
+    return validate(inp, ad, cfg, now=now)
 
 
 STEPS: dict[Step, StepFn] = {

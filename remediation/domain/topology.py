@@ -202,7 +202,7 @@ class Correlated:
         return likely_cause(self.kind)
 
 
-def qualifies(failed: int, size: int, rule: Rule, kind: str = "") -> bool:
+def qualifies(failed: int, size: int, rule: Rule, *, kind: str = "") -> bool:
     """K nodes (K of this kind of domain), or a fraction F of the domain, and never fewer than two."""
     if failed < 2 or size <= 0:
         return False
@@ -213,6 +213,7 @@ def correlate(
     failed_at: Mapping[str, datetime],
     members: Mapping[tuple[str, str], Collection[str]],
     claimed: Collection[str],
+    *,
     now: datetime,
     rule: Rule,
 ) -> list[Correlated]:
@@ -228,7 +229,7 @@ def correlate(
     out: list[Correlated] = []
     for kind, name, nodes in ranked:
         failing = sorted((recent & nodes) - taken)
-        if qualifies(len(failing), len(nodes), rule, kind):
+        if qualifies(len(failing), len(nodes), rule, kind=kind):
             out.append(Correlated(kind, name, tuple(failing), len(nodes)))
             taken.update(failing)
     return out

@@ -46,7 +46,7 @@ class Fault:
         return self.closed_at
 
 
-def overlap_h(start: datetime, end: datetime, since: datetime, until: datetime) -> float:
+def overlap_h(start: datetime, end: datetime, since: datetime, *, until: datetime) -> float:
     """Hours of [start, end) inside [since, until)."""
     return max(0.0, (min(end, until) - max(start, since)).total_seconds() / 3600.0)
 
@@ -62,7 +62,7 @@ def out_hours(faults: Iterable[Fault], since: datetime, until: datetime) -> floa
         for start, end in sorted(spans):
             start = max(start, end_seen)
             if end > start:
-                total += overlap_h(start, end, since, until)
+                total += overlap_h(start, end, since, until=until)
                 end_seen = end
     return total
 
@@ -135,7 +135,7 @@ def mtbf(hours: float, faults: int) -> float | None:
     return hours / faults if faults else None
 
 
-def group(name: str, nodes: set[str], faults: list[Fault], w: Window) -> Group:
+def group(name: str, nodes: set[str], faults: list[Fault], *, w: Window) -> Group:
     """One group's figures: ``faults`` are every fault of its nodes (any time), ``nodes`` its members."""
     inside = opened_in(faults, w)
     rep = repairs_h(faults, w)
@@ -155,13 +155,13 @@ def per_node(faults: list[Fault], nodes: dict[str, datetime], w: Window) -> list
     rows = []
     for n, first in nodes.items():
         mine = by_node.get(n, [])
-        hours = overlap_h(first, w.until, w.since, w.until) - out_hours(mine, w.since, w.until)
+        hours = overlap_h(first, w.until, w.since, until=w.until) - out_hours(mine, w.since, w.until)
         count = len(opened_in(mine, w))
         rows.append(Mtbf(n, count, hours, mtbf(hours, count)))
     return sorted(rows, key=lambda m: (-m.faults, m.name))
 
 
-def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, by: str,
+def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, *, by: str,
            key: Callable[[str, Fault | None], str], node_rows: list[Mtbf] | None = None) -> Trends:
     """Every figure of the window. ``nodes``: node -> first seen; ``key(node, fault)`` names the group of
     a node (for a fault, of the node at that fault: the SKU it ran on); ``node_rows``: :func:`per_node`,
@@ -174,7 +174,8 @@ def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, by: str,
         g = key(f.node, f)
         members[g].add(f.node)
         of_group[g].append(f)
-    groups = sorted((group(g, members[g], of_group[g], w) for g in members), key=lambda x: (-x.faults, x.name))
+    groups = sorted((group(g, members[g], of_group[g], w=w) for g in members), key=lambda x: (-x.faults,
+        x.name))
     inside = opened_in(faults, w)
     classes = sorted({f.cause for f in inside})
     per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}

@@ -109,7 +109,7 @@ def rule_of(cfg: IncidentSettings) -> Rule:
     return Rule(cfg.min_nodes, cfg.min_fraction, cfg.window_s, dict(cfg.min_nodes_by_kind))
 
 
-def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSettings, actor: str,
+def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSettings, *, actor: str,
                      now: datetime, dry_run: bool = False) -> list[int]:
     """Fold the remediations just opened on ``nodes`` (and their domain-mates') into incidents.
     Returns the ids of the incidents opened. Runs in the caller's (the ingest's) transaction."""
@@ -145,22 +145,23 @@ def correlate_opened(session: Session, nodes: Collection[str], cfg: IncidentSett
             among(session, Incident.name, {n for _, n in members}))):
         joining = sorted((members.get((inc.kind, inc.name), set()) & set(failed_at)) - claimed)
         if joining:
-            _link(session, inc, joining, rem_of, now)
+            _link(session, inc, joining, rem_of=rem_of, now=now)
             inc.nodes = sorted(set(inc.nodes or []) | set(joining))
             inc.updated_at = now
             claimed.update(joining)
-            audit(session, now, actor, AuditAction.INCIDENT_JOINED, domain_key(inc.kind, inc.name),
-                  f"{compress(joining)} joined incident #{inc.id} ({inc.cause} {inc.name})",
-                  {"incident": inc.id, "nodes": joining}, dry_run=dry_run)
+            audit(session, now, actor, action=AuditAction.INCIDENT_JOINED, target=domain_key(inc.kind,
+                inc.name),
+                  reason=f"{compress(joining)} joined incident #{inc.id} ({inc.cause} {inc.name})",
+                  detail={"incident": inc.id, "nodes": joining}, dry_run=dry_run)
     opened = []
-    for found in correlate(failed_at, members, claimed, now, rule_of(cfg)):
-        inc = _open(session, found, actor, now, dry_run)
-        _link(session, inc, list(found.nodes), rem_of, now)
+    for found in correlate(failed_at, members, claimed, now=now, rule=rule_of(cfg)):
+        inc = _open(session, found, actor, now=now, dry_run=dry_run)
+        _link(session, inc, list(found.nodes), rem_of=rem_of, now=now)
         opened.append(inc.id)
     return opened
 
 
-def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_run: bool) -> Incident:
+def _open(session: Session, found: Correlated, actor: str, *, now: datetime, dry_run: bool) -> Incident:
     inc = Incident(kind=found.kind, name=found.name, cause=found.cause, status=IncidentStatus.OPEN,
                    nodes=list(found.nodes),
                    domain_size=found.size, opened_at=now, updated_at=now, dry_run=dry_run)
@@ -170,13 +171,14 @@ def _open(session: Session, found: Correlated, actor: str, now: datetime, dry_ru
             f"together; likely cause: {found.cause}; nodes: {compress(found.nodes)}. They are drained in Slurm "
             "and get no machine action; resolve with `remediation incidents resolve "
             f"{inc.id} -r REASON` once the {found.cause} is fixed")
-    audit(session, now, actor, AuditAction.INCIDENT_OPENED, found.key, page,
-          {"incident": inc.id, "kind": found.kind, "name": found.name, "cause": found.cause,
+    audit(session, now, actor, action=AuditAction.INCIDENT_OPENED, target=found.key, reason=page,
+          detail={"incident": inc.id, "kind": found.kind, "name": found.name, "cause": found.cause,
            "nodes": list(found.nodes), "domain_size": found.size}, dry_run=dry_run)
     return inc
 
 
-def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, int], now: datetime) -> None:
+def _link(session: Session, inc: Incident, nodes: list[str], *, rem_of: dict[str, int],
+          now: datetime) -> None:
     for node in nodes:
         rem = session.get(Remediation, rem_of[node])
         if rem is None:
@@ -188,9 +190,9 @@ def _link(session: Session, inc: Incident, nodes: list[str], rem_of: dict[str, i
             rem.ctx = replace(rem.ctx, quarantine_reason=None, quarantine_decided=None,
                               quarantine_taken_back=rem.cause)
             rem.step, rem.action, rem.next_run_at, rem.updated_at = Step.SLURM_DRAIN, None, now, now
-            audit(session, now, "remediation", AuditAction.QUARANTINE_TAKEN_BACK, node,
-                  f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
-                  {"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
+            audit(session, now, "remediation", action=AuditAction.QUARANTINE_TAKEN_BACK, target=node,
+                  reason=f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
+                  detail={"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
         n = session.get(Node, node)
         if n is not None:
             n.status_reason = f"incident #{inc.id}: {inc.cause} {inc.name}"
@@ -210,7 +212,7 @@ class IncidentHold:
     by_incident: bool
 
 
-def hold_reason(session: Session, rem: Remediation, step: Step, now: datetime, cfg: IncidentSettings,
+def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime, cfg: IncidentSettings,
                 new_machine_action: bool) -> IncidentHold | None:
     """Why this remediation may not take its next disruptive step yet, or None: its node is in an
     open incident, or (first machine action only) an incident of its domain may still form."""
@@ -245,23 +247,25 @@ def _release(session: Session, inc: Incident, now: datetime) -> list[FollowUp]:
     return out
 
 
-def _close(session: Session, inc: Incident, status: IncidentStatus, actor: str, reason: str, now: datetime) -> list[FollowUp]:
+def _close(session: Session, inc: Incident, status: IncidentStatus, *, actor: str, reason: str,
+           now: datetime) -> list[FollowUp]:
     inc.status, inc.closed_at, inc.closed_by, inc.close_reason, inc.updated_at = status, now, actor, reason, now
     followups = _release(session, inc, now)
-    audit(session, now, actor, INCIDENT_CLOSES[status], domain_key(inc.kind, inc.name),
-          f"incident #{inc.id} ({inc.cause} {inc.name}) {status}: {reason}",
-          {"incident": inc.id, "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
+    audit(session, now, actor, action=INCIDENT_CLOSES[status], target=domain_key(inc.kind, inc.name),
+          reason=f"incident #{inc.id} ({inc.cause} {inc.name}) {status}: {reason}",
+          detail={"incident": inc.id,
+                  "released": [f.remediation_id for f in followups]}, dry_run=bool(inc.dry_run))
     return followups
 
 
-def resolve(session: Session, incident_id: int, actor: str, reason: str, now: datetime) -> list[FollowUp]:
+def resolve(session: Session, incident_id: int, actor: str, *, reason: str, now: datetime) -> list[FollowUp]:
     """A human closes an open incident (audited); its members go on on their own."""
     inc = session.get(Incident, incident_id, with_for_update=True)
     if inc is None:
         raise IncidentNotFound(f"no incident #{incident_id}")
     if inc.status != IncidentStatus.OPEN:
         raise IncidentError(f"incident #{incident_id} is already {inc.status}")
-    return _close(session, inc, IncidentStatus.RESOLVED, actor, reason, now)
+    return _close(session, inc, IncidentStatus.RESOLVED, actor=actor, reason=reason, now=now)
 
 
 UNREACHABLE = ("", "not responding")  # the Slurm reasons of a node that stopped answering
@@ -292,7 +296,7 @@ def _recovered(rem: Remediation, ad: Adapters, prefix: str) -> bool:
 
 
 def check_recovery(sessions: sessionmaker[Session], adapters: Adapters, settings: Settings,
-                   clock: Clock) -> list[FollowUp]:
+                   *, clock: Clock) -> list[FollowUp]:
     """Close each open incident whose members all answer again (the sweeper runs this). A read error
     skips the incident this pass: an unreachable controller is never a verdict on the nodes."""
     with sessions() as s:
@@ -311,8 +315,8 @@ def check_recovery(sessions: sessionmaker[Session], adapters: Adapters, settings
         with sessions() as s, s.begin():
             inc = s.get(Incident, iid, with_for_update=True)
             if inc is not None and inc.status == IncidentStatus.OPEN:
-                out += _close(s, inc, IncidentStatus.RECOVERED, settings.actor,
-                              f"all {len(nodes)} nodes ({compress(nodes)}) answer again", clock.now())
+                out += _close(s, inc, IncidentStatus.RECOVERED, actor=settings.actor,
+                              reason=f"all {len(nodes)} nodes ({compress(nodes)}) answer again", now=clock.now())
     return out
 
 
@@ -334,7 +338,7 @@ def as_dict(inc: Incident, members: list[Remediation] | None = None) -> dict[str
 
 
 def list_incidents(session: Session, status: str | None = None, limit: int = 200,
-                   dry_run: bool | None = None) -> list[dict[str, Any]]:
+                   *, dry_run: bool | None = None) -> list[dict[str, Any]]:
     query = select(Incident).order_by(Incident.id.desc()).limit(limit)
     if status == CLOSED:
         query = query.where(Incident.status != IncidentStatus.OPEN)

@@ -124,12 +124,13 @@ def explain(base: EffectivePolicy, profile: ProfileSettings | None) -> list[Fiel
     overrides = profile.overrides() if profile is not None else {}
     out = [FieldValue("mode", eff.mode, Layer.PROFILE if profile is not None else Layer.DEFAULT)]
     for section in SECTIONS:
-        out += _fields(section, getattr(eff, section), getattr(base, section), overrides.get(section, {}))
+        out += _fields(section, getattr(eff, section), getattr(base, section),
+                       override=overrides.get(section, {}))
     return out
 
 
 def _fields(
-    prefix: str, model: BaseModel, base: BaseModel, override: Mapping[str, Any]
+    prefix: str, model: BaseModel, base: BaseModel, *, override: Mapping[str, Any]
 ) -> Iterator[FieldValue]:
     for name in type(model).model_fields:
         if prefix == "machine" and name != "backend":
@@ -138,7 +139,7 @@ def _fields(
         below = getattr(base, name)
         if isinstance(value, BaseModel) and isinstance(below, BaseModel):
             nested = override.get(name, {})
-            yield from _fields(path, value, below, nested if isinstance(nested, Mapping) else {})
+            yield from _fields(path, value, below, override=nested if isinstance(nested, Mapping) else {})
             continue
         layer = (
             Layer.PROFILE

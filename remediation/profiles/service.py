@@ -125,12 +125,12 @@ def histories(session: Session, policies: dict[str, EffectivePolicy], now: datet
     out = Histories({}, {}, {})
     for eff, names in groups.values():
         policy = eff.policy
-        out.failures.update(recent_failure_counts(session, names, now, policy.repeat_offender_window))
+        out.failures.update(recent_failure_counts(session, names, now, window=policy.repeat_offender_window))
         if policy.faults.classify:
             window = timedelta(seconds=policy.faults.app_xid_repeat_window_s)
-            out.app_xids.update(app_xid_counts(session, names, now, window))
+            out.app_xids.update(app_xid_counts(session, names, now, window=window))
         if policy.lemon.enabled:
             out.history.update(
-                failure_history(session, names, now, timedelta(seconds=policy.lemon.horizon_s))
+                failure_history(session, names, now, horizon=timedelta(seconds=policy.lemon.horizon_s))
             )
     return out

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
@@ -33,11 +32,10 @@ from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.world import Fleet, WorldJobs, in_service, repair, strike
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.lever_rules import release
 from remediation.services.step_rows import live_row
 from remediation.services.workflow import Workflow
-from remediation.settings import Settings
 from remediation.vocabulary import HOLD
 
 Loop = Literal["events", "polling"]
@@ -67,9 +65,11 @@ class Tally:
 
 
 class Rehearsal:
-    def __init__(self, sessions: sessionmaker[Session], engine: Workflow, world: MemoryWorld,
-                 settings: Settings, clock: FakeClock, *, loop: Loop = "events", repair_s: float) -> None:
-        self.sessions, self.engine, self.world, self.settings, self.clock = sessions, engine, world, settings, clock
+    def __init__(self, engine: Workflow, world: MemoryWorld, *, clock: FakeClock, loop: Loop = "events",
+                 repair_s: float) -> None:
+        """Rehearse on ``engine``'s database under its settings; ``clock`` is the engine's own."""
+        self.sessions, self.engine, self.world, self.settings, self.clock = (
+            engine.sessions, engine, world, engine.settings, clock)
         self.skip = loop == "events"
         self.repair_td = timedelta(seconds=repair_s)
         self.queue: list[tuple[datetime, int, int, int, Any]] = []
@@ -81,19 +81,19 @@ class Rehearsal:
         self.fleet = Fleet()
         self.handed: set[str] = set()
         self.groups: dict[int, list[str]] = {}  # a fabric fault's group -> the nodes it hit
-        self.causes = table(settings.policy.faults)
+        self.causes = table(self.settings.policy.faults)
         self._seq = 0
 
     # ------------------------------------------------------------------------------------------ queue
 
-    def _push(self, at: datetime, kind: int, ident: int, payload: Any) -> None:
+    def _push(self, at: datetime, kind: int, ident: int, *, payload: Any) -> None:
         self._seq += 1
         heapq.heappush(self.queue, (at, kind, ident, self._seq, payload))
 
     def _step(self, rid: int, step: str, at: datetime) -> None:
         """Schedule ``rid``'s one outstanding step (replacing any earlier schedule of it)."""
         v = self.version[rid] = self.version.get(rid, 0) + 1
-        self._push(at, STEP, rid, (v, step))
+        self._push(at, STEP, rid, payload=(v, step))
 
     def _unschedule(self, rid: int) -> None:
         self.version[rid] = self.version.get(rid, 0) + 1
@@ -104,7 +104,7 @@ class Rehearsal:
         latched breaker would otherwise keep the polling loop going for ever); the clock ends at
         ``until`` either way, so both loops report on the same moment."""
         for i, f in enumerate(faults):
-            self._push(f.at, FAULT, i, f)
+            self._push(f.at, FAULT, i, payload=f)
         while self.queue and self.queue[0][0] < until:
             at, kind, ident, _, payload = heapq.heappop(self.queue)
             self.clock.set(at)
@@ -120,7 +120,7 @@ class Rehearsal:
                     continue  # superseded by a later schedule of the same remediation
                 self.idle.pop(ident, None)
                 self.tally.runs += 1
-                self._after(key, ident, step, self.engine.run(ident, step))
+                self._after(key, ident, step, nxt=self.engine.run(ident, step))
                 touched = [self._node(ident)]
             self.fleet.observe(self.world, touched, at)
             if progress is not None:
@@ -135,17 +135,19 @@ class Rehearsal:
         self.tally.faults_handled += 1
         node = fault.event.node
         self.fleet.cause[node] = classify(fault.event.source.value, fault.event.state, fault.event.reason,
-                                          self.causes).fault_class
+                                          tbl=self.causes).fault_class
         if fault.outcome is not None and fault.outcome.fabric:
             # The fabric is repaired by hand, once for all the nodes it took down, whatever the policy did.
             if fault.group not in self.groups:
-                self._push(at + self.repair_td, REPAIR, key[2], ("fabric", fault.group))
+                self._push(at + self.repair_td, REPAIR, key[2], payload=("fabric", fault.group))
             self.groups.setdefault(fault.group, []).append(node)
         elif fault.event.state_upper == "DRAIN" or (fault.outcome is None and not fault.fixed_by_restart):
-            self._push(at + self.repair_td, REPAIR, key[2], ("node", node))  # a human's own maintenance
+            self._push(at + self.repair_td, REPAIR, key[2], payload=("node",
+                                                                     node))  # a human's own maintenance
         with self.sessions() as s, s.begin():
-            opened = ingest(s, [fault.event.to_json()], self.settings.policy, self.clock,
-                            incidents=self.settings.incidents, governance=self.engine.governance).opened
+            opened = ingest(s, [fault.event.to_json()], self.settings.policy, clock=self.clock,
+                            rules=IngestRules(incidents=self.settings.incidents,
+                                              governance=self.engine.governance)).opened
         for rid, step in opened:
             self.nodes[rid] = fault.event.node
             self._step(rid, step, at)
@@ -170,7 +172,8 @@ class Rehearsal:
         for name in names:
             self._world_changed(key, name)
         if self.settings.incidents.enabled:
-            for f in incidents.check_recovery(self.sessions, self.engine.adapters, self.settings, self.clock):
+            for f in incidents.check_recovery(self.sessions, self.engine.adapters, self.settings,
+                                              clock=self.clock):
                 self.idle.pop(f.remediation_id, None)
                 self._step(f.remediation_id, f.step, key[0])
         return names
@@ -187,10 +190,10 @@ class Rehearsal:
         with self.sessions() as s, s.begin():
             node = s.get(Node, name)
             if node is not None and node.status == NodeStatus.QUARANTINED:
-                release(s, name, "rehearsal", "repaired by hand", self.clock.now())
+                release(s, name, "rehearsal", reason="repaired by hand", now=self.clock.now())
         release_node(self.engine.adapters, name, self.settings.policy.our_reason_prefix)
 
-    def _hand_over(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
+    def _hand_over(self, key: Key, rid: int, step: str, *, nxt: FollowUp | None) -> None:
         """The service is done with the node (quarantined, failed, cancelled) or holds it for a human
         (class action ``hold``) while it is still broken: a human repairs it ``repair_s`` later."""
         name = self._node(rid)
@@ -207,11 +210,11 @@ class Rehearsal:
             if node is None or in_service(node):
                 return
         self.handed.add(name)
-        self._push(key[0] + self.repair_td, REPAIR, rid, ("hands", name))
+        self._push(key[0] + self.repair_td, REPAIR, rid, payload=("hands", name))
 
-    def _after(self, key: Key, rid: int, step: str, nxt: FollowUp | None) -> None:
+    def _after(self, key: Key, rid: int, step: str, *, nxt: FollowUp | None) -> None:
         at = key[0]
-        self._hand_over(key, rid, step, nxt)
+        self._hand_over(key, rid, step, nxt=nxt)
         if nxt is None:
             if _left_vm_phase(step, None):
                 self._view_changed(key)
@@ -236,7 +239,7 @@ class Rehearsal:
                 self._view_changed(key, force=True)  # know the view a sleeper went to sleep under
             idle = Idle(nxt.step, at, period, parked=False, node=self._node(rid))
             self.idle[rid] = idle
-            self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid))
+            self._step(rid, nxt.step, self._grid_at_or_after(idle, until, key, rid=rid))
             return
         self._step(rid, nxt.step, at + period)
         if _left_vm_phase(step, nxt.step) or nxt.hint is Hint.NONE:
@@ -307,7 +310,7 @@ class Rehearsal:
         for rid, idle in self.idle.items():
             if not idle.parked:
                 continue
-            at, exact = self._admissible(key, rid, idle, view)
+            at, exact = self._admissible(key, rid, idle, view=view)
             if at is None:
                 self._unschedule(rid)  # shut until the view changes
             elif idle.new_machine and exact:
@@ -323,9 +326,10 @@ class Rehearsal:
 
     def _current_view(self) -> ClusterView:
         with self.sessions() as s:
-            return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, None)
+            return cluster_view(s, self.clock.now(), self.settings.policy.breaker_window, exclude=None)
 
-    def _admissible(self, key: Key, rid: int, idle: Idle, view: ClusterView) -> tuple[datetime | None, bool]:
+    def _admissible(self, key: Key, rid: int, idle: Idle, *, view: ClusterView) -> tuple[datetime | None,
+        bool]:
         """The first grid point at which the parked remediation is admitted under ``view``
         (None: not before the view changes), and whether that is admission's verdict (False: its claim may
         change the breaker, so it runs whatever admission says)."""
@@ -335,12 +339,12 @@ class Rehearsal:
         if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
                 not view.breaker_latched and breaker_open(view, policy)):
             return nxt, False
-        if admit(step, view, policy, nxt, new_machine_action=idle.new_machine).ok:
+        if admit(step, view, policy, now=nxt, new_machine_action=idle.new_machine).ok:
             return nxt, True
         if view.last_machine_action_at is not None:
             due = view.last_machine_action_at + timedelta(seconds=policy.min_restart_gap_s)
-            if due > nxt and admit(step, view, policy, due, new_machine_action=idle.new_machine).ok:
-                return self._grid_at_or_after(idle, due, key, rid), True  # only the gap holds it
+            if due > nxt and admit(step, view, policy, now=due, new_machine_action=idle.new_machine).ok:
+                return self._grid_at_or_after(idle, due, key, rid=rid), True  # only the gap holds it
         return None, True
 
     def _auto_close_pending(self) -> bool:
@@ -358,9 +362,9 @@ class Rehearsal:
 
     def _next_grid(self, idle: Idle, key: Key, rid: int) -> datetime:
         """The remediation's first poll-grid point later (in the loop's order) than ``key``."""
-        return self._grid_at_or_after(idle, key[0], key, rid)
+        return self._grid_at_or_after(idle, key[0], key, rid=rid)
 
-    def _grid_at_or_after(self, idle: Idle, when: datetime, key: Key, rid: int) -> datetime:
+    def _grid_at_or_after(self, idle: Idle, when: datetime, key: Key, *, rid: int) -> datetime:
         n = max(1, -((idle.last - when) // idle.period))  # ceil((when - last) / period), at least one
         at = idle.last + n * idle.period
         while not self._after_key(at, rid, key):

@@ -89,7 +89,7 @@ def world_figures(world: MemoryWorld, r: Report, nodes: Collection[str] | None =
     r.fabric_vm_actions = sum(1 for o in ops if o["data"].get("fabric"))
 
 
-def read_report(sessions: Any, faults: int, end: datetime, nodes: Collection[str] | None = None,
+def read_report(sessions: Any, faults: int, end: datetime, *, nodes: Collection[str] | None = None,
                 profile: str | None = None) -> Report:
     """The figures of the whole fleet, or with ``nodes`` of one profile's pool (``profile``: whose latch
     is counted as the storm breaker; None: the fleet's)."""

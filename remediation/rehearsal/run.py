@@ -35,7 +35,7 @@ from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
 from remediation.rehearsal.world import WorldJobs
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import ProfileSettings, Settings
 
@@ -54,25 +54,48 @@ def _migrated_template() -> Path:
     return path
 
 
-def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboot_s: float = 600.0,
-             repair_s: float = 4 * 3600.0, loop: Loop = "events", settle: timedelta = timedelta(days=1),
-             progress: Callable[[datetime, Tally], None] | None = None, leaf_size: int | None = None,
-             reset_s: float = 120.0, check_s: float = 120.0, facts: list[NodeGroup] | None = None,
-             report_by: Sequence[ProfileSettings] | None = None) -> Report:
-    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``loop`` picks the
-    event loop (default) or the original polling loop (see :mod:`remediation.rehearsal.loop`); the
-    two decide the same. ``progress`` is called after each event with the simulated time and a tally.
-    The rehearsal ends ``settle`` after the last fault's repair; what is still open then is reported so.
-    ``facts``: what the watchers would report of the nodes (partitions, features, labels), which the
-    settings' profiles select on; with profiles, every figure is reported for each profile's pool too.
-    ``report_by``: the profiles whose pools the figures are broken down by (default: the settings' own),
-    so that a policy without profiles can be read pool by pool beside one with them."""
+@dataclass(frozen=True)
+class Pace:
+    """How simulated time passes: a machine action's reboot, a human's repair, a GPU reset and a GPU
+    check take ``reboot_s``, ``repair_s``, ``reset_s`` and ``check_s``; the rehearsal ends ``settle``
+    after the last fault's repair. ``loop`` picks the event loop (default) or the original polling
+    loop (see :mod:`remediation.rehearsal.loop`); the two decide the same."""
+
+    reboot_s: float = 600.0
+    repair_s: float = 4 * 3600.0
+    reset_s: float = 120.0
+    check_s: float = 120.0
+    settle: timedelta = timedelta(days=1)
+    loop: Loop = "events"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the rehearsal knows of its nodes beyond their names, and how it reads them out.
+    ``leaf_size``: nodes per leaf switch (None: no topology is published). ``facts``: what the watchers
+    would report of the nodes (partitions, features, labels), which the settings' profiles select on;
+    with profiles, every figure is reported for each profile's pool too. ``report_by``: the profiles
+    whose pools the figures are broken down by (default: the settings' own), so that a policy without
+    profiles can be read pool by pool beside one with them."""
+
+    leaf_size: int | None = None
+    facts: list[NodeGroup] | None = None
+    report_by: Sequence[ProfileSettings] | None = None
+
+
+def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, pace: Pace = Pace(),
+             layout: Layout = Layout(), progress: Callable[[datetime, Tally], None] | None = None) -> Report:
+    """Replay ``faults`` under ``settings``; a second policy is just a second call. ``progress`` is called
+    after each event with the simulated time and a tally. What is still open when the rehearsal ends
+    is reported so."""
+    reboot_s, repair_s, reset_s, check_s = pace.reboot_s, pace.repair_s, pace.reset_s, pace.check_s
+    leaf_size, facts, report_by = layout.leaf_size, layout.facts, layout.report_by
     # A throw-away database in memory: durability buys nothing here.
     db = memory_engine(_migrated_template())
     sessions = make_session_factory(db)
     start = faults[0].at if faults else datetime.now().astimezone()
     clock = FakeClock(start - timedelta(seconds=1))
-    _inventory(sessions, nodes, clock.now(), facts or [])
+    _inventory(sessions, nodes, clock.now(), groups=facts or [])
     world = memory_world(nodes, clock.now, reboot_s)
     adapters = memory_adapters(world)
     every = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s)
@@ -82,17 +105,18 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     # machines (at this rehearsal's reboot time) and runs the world's jobs.
     engine = Workflow(sessions, AdaptersByPolicy(
         settings, real, base=real, machines=lambda s: None if s.machine.backend == "none" else adapters.machine,
-        validators=lambda s: every if s.validation.runs_jobs else None), settings, clock)
+        validators=lambda s: every if s.validation.runs_jobs else None), settings, clock=clock)
     with sessions() as s, s.begin():
         refresh_pools(s, engine.governance)
     if leaf_size:
         # The Slurm watcher's first topology publish: every node's leaf switch, before any fault.
         with sessions() as s, s.begin():
             ingest(s, [_domains_event(name, leaf_size, clock.now()).to_json() for name in nodes],
-                   settings.policy, clock, incidents=settings.incidents, governance=engine.governance)
-    rehearsal = Rehearsal(sessions, engine, world, settings, clock, loop=loop, repair_s=repair_s)
+                   settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
+                                                                   governance=engine.governance))
+    rehearsal = Rehearsal(engine, world, clock=clock, loop=pace.loop, repair_s=repair_s)
     # Long enough after the last fault for its repair and the remediations after it to finish.
-    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + settle
+    until = (faults[-1].at if faults else start) + timedelta(seconds=repair_s) + pace.settle
     rehearsal.run(faults, until, progress)
     report = read_report(sessions, len(faults), clock.now())
     report.runs = rehearsal.tally.runs
@@ -104,12 +128,13 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, reboo
     report.hand_repairs = rehearsal.tally.hand_repairs
     world_figures(world, report)
     if groups := (settings.profiles if report_by is None else report_by):
-        report.profiles = by_profile(sessions, faults, clock.now(), world, rehearsal.fleet.by_node, groups)
+        report.profiles = by_profile(sessions, faults, clock.now(), world=world,
+                                     hours=rehearsal.fleet.by_node, profiles=groups)
     db.dispose()
     return report
 
 
-def by_profile(sessions: Any, faults: list[Fault], end: datetime, world: Any, hours: dict[str, float],
+def by_profile(sessions: Any, faults: list[Fault], end: datetime, *, world: Any, hours: dict[str, float],
                profiles: Sequence[ProfileSettings]) -> dict[str, dict[str, Any]]:
     """Every figure for each profile's pool (the nodes it selects first), "(base)" for the nodes none does.
     A pool's storm breaker is its own latch's only where the rehearsed settings have that profile."""
@@ -121,7 +146,7 @@ def by_profile(sessions: Any, faults: list[Fault], end: datetime, world: Any, ho
     out = {}
     for name, members in sorted((name, members) for name, members in pools.items() if members):
         mine = [f for f in faults if f.event.node in members]
-        sub = read_report(sessions, len(mine), end, members, None if name == BASE else name)
+        sub = read_report(sessions, len(mine), end, nodes=members, profile=None if name == BASE else name)
         sub.fabric_quarantines = fabric_quarantines(sessions, mine)
         sub.node_hours_out = sum(hours.get(n, 0.0) for n in members)
         world_figures(world, sub, members)
@@ -139,7 +164,7 @@ class NodeGroup:
     labels: tuple[tuple[str, str], ...] = ()
 
 
-def _inventory(sessions: Any, nodes: list[str], at: datetime, groups: list[NodeGroup]) -> None:
+def _inventory(sessions: Any, nodes: list[str], at: datetime, *, groups: list[NodeGroup]) -> None:
     """The whole fleet is known before the first fault, as the watchers' first resync makes it live: the
     storm breaker's pool is the cluster, not the few nodes that have failed so far. A node gets the facts
     of the last group that lists it."""

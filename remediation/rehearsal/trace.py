@@ -46,15 +46,25 @@ def leaf_of(node: int, leaf_size: int) -> str:
     return f"leaf-{node // leaf_size}"
 
 
-def load(path: Path, *, nodes: int, days: float, start: datetime, seed: int = 1,
-         model: OutcomeModel | None = None, leaf_size: int = 16) -> list[Fault]:
+@dataclass(frozen=True)
+class Scale:
+    """How a failure mix is scaled and placed: on ``nodes`` over ``days`` from ``start``, at random
+    from ``seed``, with a fabric fault hitting one leaf group of ``leaf_size`` nodes."""
+
+    nodes: int
+    days: float
+    start: datetime
+    seed: int = 1
+    leaf_size: int = 16
+
+
+def load(path: Path, scale: Scale, *, model: OutcomeModel | None = None) -> list[Fault]:
     if not path.is_file():
         raise TraceError(f"{path}: no such trace file")
     if path.suffix == ".jsonl":
         return _load_events(path)
     if path.suffix == ".csv":
-        return synthesise(read_mix(path), nodes=nodes, days=days, start=start, seed=seed, model=model,
-                          leaf_size=leaf_size)
+        return synthesise(read_mix(path), scale, model=model)
     raise TraceError(f"{path}: a trace is .jsonl (events) or .csv (a failure mix)")
 
 
@@ -124,7 +134,7 @@ def _kind_of(signal: str) -> tuple[Source, str, str] | None:
 
 
 def _cause_signal(kind: tuple[Source, str, str], row: MixRow, model: OutcomeModel | None,
-                  rng: random.Random) -> tuple[Source, str, str]:
+                  *, rng: random.Random) -> tuple[Source, str, str]:
     """The signal with the fault's cause in it, the way the source would show it."""
     source, state, reason = kind
     if model is None or row.category not in model.categories:
@@ -143,12 +153,12 @@ def _cause_signal(kind: tuple[Source, str, str], row: MixRow, model: OutcomeMode
     return source, state, f"{reason} ({row.category})"
 
 
-def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, seed: int = 1,
-               model: OutcomeModel | None = None, leaf_size: int = 16) -> list[Fault]:
+def synthesise(mix: list[MixRow], scale: Scale, *, model: OutcomeModel | None = None) -> list[Fault]:
     """Scale a failure mix to ``nodes`` over ``days`` and place each fault at random (seeded).
 
     With ``model``, faults carry their causes and their outcomes, and a fabric fault hits one whole
     leaf group of ``leaf_size`` nodes (see the module docstring)."""
+    nodes, days, start, seed, leaf_size = scale.nodes, scale.days, scale.start, scale.seed, scale.leaf_size
     if nodes < 1 or days <= 0:
         raise TraceError("nodes must be at least 1 and days positive")
     if leaf_size < 1:
@@ -156,12 +166,12 @@ def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, s
     rng = random.Random(seed)
     fate = random.Random(seed * 7919 + 1)  # outcomes and causes: the placement stream stays as it was
     span = timedelta(days=days).total_seconds()
-    scale = (nodes / PAPER_NODES) * (days / PAPER_DAYS)
+    factor = (nodes / PAPER_NODES) * (days / PAPER_DAYS)
     out: list[Fault] = []
     group = 0
     for row in mix:
         kind = _kind_of(row.signal)
-        expected = row.count * scale
+        expected = row.count * factor
         n = int(expected) + (1 if rng.random() < expected - int(expected) else 0)
         for i in range(n):
             at = start + timedelta(seconds=rng.uniform(0, span))
@@ -178,7 +188,7 @@ def synthesise(mix: list[MixRow], *, nodes: int, days: float, start: datetime, s
                 targets = rng.sample(range(nodes), min(width, nodes))
             for node in targets:
                 name = f"gpu-node-{node}"
-                source, state, reason = _cause_signal(kind, row, model, fate)
+                source, state, reason = _cause_signal(kind, row, model, rng=fate)
                 outcome = model.roll(row.category, fate) if model is not None and row.category in model.categories \
                     else None
                 ev = NodeEvent(source=source, node=name, kind=EventKind.UNHEALTHY, state=state,

@@ -88,7 +88,7 @@ class OutcomeModel:
         return Outcome(category, frozenset(fixed))
 
 
-def _probability(raw: Mapping[str, Any], key: str, category: str, default: float | None = None) -> float:
+def _probability(raw: Mapping[str, Any], key: str, category: str, *, default: float | None = None) -> float:
     value = raw.get(key, default)
     if value is None:
         raise TruthError(f"category {category!r}: {key} is required")
@@ -118,10 +118,10 @@ def _categories(data: Mapping[str, Any]) -> dict[str, CategoryTruth]:
         if unknown:
             raise TruthError(f"category {category!r}: unknown field(s) {sorted(unknown)}")
         fabric = bool(raw.get("fabric", False))
-        restart = _probability(raw, "p_restart", category, 0.0 if fabric else None)
-        move = _probability(raw, "p_move", category, 0.0 if fabric else None)
-        reimage = _probability(raw, "p_reimage", category, restart)
-        reset = _probability(raw, "p_reset", category, 0.0)
+        restart = _probability(raw, "p_restart", category, default=0.0 if fabric else None)
+        move = _probability(raw, "p_move", category, default=0.0 if fabric else None)
+        reimage = _probability(raw, "p_reimage", category, default=restart)
+        reset = _probability(raw, "p_reset", category, default=0.0)
         if reset > restart:
             raise TruthError(f"category {category!r}: p_reset ({reset}) must be at most p_restart ({restart}): "
                              "a reboot resets every GPU too")

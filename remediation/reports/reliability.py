@@ -68,9 +68,9 @@ def dimensions(by: str | None) -> tuple[str, ...]:
 
 
 def build(
-    s: Session, since: datetime, until: datetime, lemon: LemonSettings, by: tuple[str, ...] = BY
+    s: Session, since: datetime, until: datetime, *, lemon: LemonSettings, by: tuple[str, ...] = BY
 ) -> Reliability:
-    return reliability(s, since, until, lemon, by)
+    return reliability(s, since, until, lemon=lemon, by=by)
 
 
 def hours(value: float | None, digits: int = 1) -> str:

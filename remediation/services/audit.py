@@ -28,6 +28,7 @@ def audit(
     session: Session,
     at: datetime,
     actor: str,
+    *,
     action: str,
     target: str = "",
     reason: str = "",

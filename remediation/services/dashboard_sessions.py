@@ -30,7 +30,7 @@ def session_digest(key: bytes, session_id: str) -> str:
     return hmac.new(key, session_id.encode(), hashlib.sha256).hexdigest()
 
 
-def open_session(s: Session, token: str, now: datetime, ttl: timedelta, key: bytes) -> str:
+def open_session(s: Session, token: str, now: datetime, *, ttl: timedelta, key: bytes) -> str:
     """A new session for ``token`` (already authenticated); returns the id the cookie carries."""
     s.execute(delete(DashboardSession).where(DashboardSession.expires_at <= now))
     session_id = secrets.token_urlsafe(32)
@@ -43,7 +43,7 @@ def open_session(s: Session, token: str, now: datetime, ttl: timedelta, key: byt
     return session_id
 
 
-def session_token(s: Session, session_id: str, now: datetime, key: bytes) -> str | None:
+def session_token(s: Session, session_id: str, now: datetime, *, key: bytes) -> str | None:
     """The SHA-256 of the token a live session was made with; None for an unknown or expired one."""
     found: str | None = s.scalar(
         select(DashboardSession.token_sha256).where(

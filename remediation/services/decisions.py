@@ -35,9 +35,9 @@ from remediation.domain.policy import (
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.incidents.service import correlate_opened
 from remediation.profiles.rules import Governance, Resolution, govern
-from remediation.profiles.service import base_only, governed, histories
+from remediation.profiles.service import governed, histories
 from remediation.profiles.settings import Mode
-from remediation.settings import EffectivePolicy, IncidentSettings, PolicySettings
+from remediation.settings import EffectivePolicy, PolicySettings
 
 
 @dataclass
@@ -60,8 +60,7 @@ class Batch:
 
     @classmethod
     def load(cls, session: Session, fresh: list[NodeEvent], unique: dict[str, NodeEvent],
-             policy: PolicySettings, incidents: IncidentSettings | None, governance: Governance | None,
-             now: datetime) -> Batch:
+             *, policy: PolicySettings, governance: Governance, now: datetime) -> Batch:
         names = {ev.node for ev in fresh}
         nodes = {
             name: LockedNode(name, status, reason, updated, last)
@@ -70,10 +69,11 @@ class Batch:
                 .where(among(session, Node.name, names)).with_for_update()
             )
         }
-        gov = governed(session, governance or Governance(base_only(policy, incidents)), names)
+        gov = governed(session, governance, names)
         past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
         return cls(nodes, open_remediations_for(session, names), gov, past.failures, past.app_xids,
-                   past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(), policy))
+                   past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(),
+                       policy=policy))
 
     def decide_round(self, todo: list[NodeEvent], new_keys: dict[str, int], now: datetime
                      ) -> tuple[list[NodeEvent], dict[str, tuple[NodeEvent, Decision]]]:
@@ -95,13 +95,13 @@ class Batch:
             if decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
                 opens[ev.node] = (ev, decision)
                 continue
-            _apply_record(ev, node, decision, now)
+            _apply_record(ev, node, decision, now=now)
             self.counts[decision.kind] += 1
             self.updates.append(_decided(new_keys[ev.dedupe_key], decision, decision.remediation))
         return deferred, opens
 
     def opened_round(self, session: Session, opens: dict[str, tuple[NodeEvent, Decision]], opened: dict[str, int],
-                     new_keys: dict[str, int], now: datetime, dry_run: bool) -> list[tuple[int, str]]:
+                     *, new_keys: dict[str, int], now: datetime, dry_run: bool) -> list[tuple[int, str]]:
         """Take in what a round opened (or a concurrent ingest opened first); returns (remediation id,
         first step) of each remediation this batch opened."""
         started: list[tuple[int, str]] = []
@@ -111,12 +111,12 @@ class Batch:
                 decision = Decision(DecisionKind.RECORD, "a remediation was opened concurrently")
                 self.open_by_node.update(open_remediations_for(session, [name]))
             else:
-                started.append((rid, self._opened(name, ev, decision, rid, now, dry_run)))
+                started.append((rid, self._opened(name, ev, decision, rid=rid, now=now, dry_run=dry_run)))
             self.counts[decision.kind] += 1
             self.updates.append(_decided(new_keys[ev.dedupe_key], decision, rid))
         return started
 
-    def _opened(self, name: str, ev: NodeEvent, decision: Decision, rid: int, now: datetime,
+    def _opened(self, name: str, ev: NodeEvent, decision: Decision, *, rid: int, now: datetime,
                 dry_run: bool) -> str:
         """Take in one opened remediation; returns its first step."""
         self.open_by_node[name] = rid
@@ -141,7 +141,7 @@ class Batch:
              "last_event_at": n.last_event_at} for n in self.nodes.values()
         ])
         for (_, dry), (eff, opened_here) in self.by_policy.items():
-            correlate_opened(session, opened_here, eff.incidents, "remediation", now, dry)
+            correlate_opened(session, opened_here, eff.incidents, actor="remediation", now=now, dry_run=dry)
 
 
 @dataclass(slots=True)
@@ -156,7 +156,7 @@ class LockedNode:
 
 
 def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent],
-             policy: PolicySettings) -> dict[str, dict[Condition, datetime]]:
+             *, policy: PolicySettings) -> dict[str, dict[Condition, datetime]]:
     """The latest healthy observation per node and condition, at or after the oldest unhealthy edge
     of the batch: recorded ones and the batch's own (a later event in the batch counts too)."""
     edges = [ev.observed_at for ev in fresh if ev.kind is EventKind.UNHEALTHY]
@@ -164,7 +164,7 @@ def _healthy(session: Session, fresh: list[NodeEvent], batch: Iterable[NodeEvent
         return {}
     bad = slurm_bad_states(policy)
     names = {ev.node for ev in fresh if ev.kind is EventKind.UNHEALTHY}
-    out = latest_healthy(session, names, min(edges), bad)
+    out = latest_healthy(session, names, min(edges), slurm_bad=bad)
     mine = healthy_observations(
         ((ev.node, ev.source.value, ev.kind.value, ev.state, ev.observed_at) for ev in batch if ev.node in names),
         {"slurm": bad},
@@ -181,7 +181,7 @@ def _decided(event_id: int, decision: Decision, rid: int | None) -> dict[str, An
             "remediation_id": rid}
 
 
-def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, now: datetime) -> None:
+def _apply_record(ev: NodeEvent, node: LockedNode, decision: Decision, *, now: datetime) -> None:
     if decision.kind is DecisionKind.RECOVERED:
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, decision.reason, now
     elif (ev.kind is EventKind.UNHEALTHY and node.status == NodeStatus.HEALTHY

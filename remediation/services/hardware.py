@@ -25,13 +25,14 @@ from remediation.domain.step_records import MachineDetail, QuarantineDetail
 from remediation.validation.service import record_validation
 
 
-def record_findings(
-    s: Session, rem: Remediation, step: Step, outcome: Outcome, now: datetime, actor: str, dry: bool
-) -> None:
-    """Keep what a step learnt about the node's hardware (and a validate step's check)."""
+def record_findings(s: Session, rem: Remediation, step: Step, *, outcome: Outcome, now: datetime,
+                    actor: str) -> None:
+    """Keep what a step learnt about the node's hardware (and a validate step's check), marked dry-run
+    as ``rem`` is."""
+    dry = bool(rem.dry_run)
     detail = getattr(outcome, "detail", None)
     if step is Step.VALIDATE:
-        record_validation(s, rem, outcome, now, actor, dry)  # with the GPUs its output names
+        record_validation(s, rem, outcome, now=now, actor=actor, dry=dry)  # with the GPUs its output names
     if not isinstance(detail, MachineDetail | QuarantineDetail) or (hw := detail.identity.hardware) is None:
         return
     action = detail.after_action if isinstance(detail, MachineDetail) else None

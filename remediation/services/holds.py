@@ -58,7 +58,7 @@ class PagedError:
         return f"{self.kind}: {self.message}"[:2000]
 
 
-def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | None) -> bool:
+def pause(s: Session, now: datetime, fault: PagedError, *, node: str, rid: int | None) -> bool:
     """Pause automation for ``fault``; returns False when it was already paused (nothing recorded, so
     on-call is paged once per outage, not once per node)."""
     if PauseState.load(lock_control(s, PAUSED, now)).paused:
@@ -67,14 +67,16 @@ def pause(s: Session, now: datetime, fault: PagedError, node: str, rid: int | No
         paused=True, by=SYSTEM_ACTOR, reason=fault.summary, at=now.isoformat(), error_kind=fault.kind,
         self_healing=fault.self_healing, component=fault.component, node=node, remediation=rid, probe_ok=0,
     )
-    control_set(s, PAUSED, value.dump(), now)
-    audit(s, now, SYSTEM_ACTOR, AuditAction.PAUSE, "", f"automation paused by a fault in our own plumbing: {fault.summary}",
-          {"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
+    control_set(s, PAUSED, value.dump(), now=now)
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.PAUSE, target="",
+          reason=f"automation paused by a fault in our own plumbing: {fault.summary}",
+          detail={"system": True, "error_kind": fault.kind, "node": node, "remediation": rid})
     return True
 
 
 def hold(
-    s: Session, now: datetime, rem: Remediation, row: RemediationStep | None, fault: PagedError, poll_s: float
+    s: Session, now: datetime, rem: Remediation, *, row: RemediationStep | None, fault: PagedError,
+    poll_s: float,
 ) -> float:
     """Record ``fault`` on the step at once and hold the remediation; returns the countdown to the next
     look (admission refuses it while a pause or a hold lasts)."""
@@ -89,18 +91,19 @@ def hold(
     rem.next_run_at = now + timedelta(seconds=poll_s)
     if fault.systemic:
         rem.wait_reason = f"automation paused: {fault.summary}"[:2000]
-        pause(s, now, fault, rem.node, rem.id)
+        pause(s, now, fault, node=rem.node, rid=rem.id)
         return poll_s
     rem.ctx = replace(rem.ctx, held=Held(fault.kind, fault.message[:1000], now.isoformat(), rem.step))
     rem.wait_reason = f"held: {fault.summary} (a human decides: resume, or cancel)"[:2000]
-    audit(s, now, SYSTEM_ACTOR, AuditAction.HOLD, rem.node, f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
-          {"remediation": rem.id, "error_kind": fault.kind})
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.HOLD, target=rem.node,
+          reason=f"remediation #{rem.id} held at {rem.step}: {fault.summary}",
+          detail={"remediation": rem.id, "error_kind": fault.kind})
     seen = lock_control(s, UNMAPPED, now)
     nodes = sorted(set(seen.get(fault.kind, [])) | {rem.node})
-    control_set(s, UNMAPPED, {**seen, fault.kind: nodes}, now)
+    control_set(s, UNMAPPED, {**seen, fault.kind: nodes}, now=now)
     if len(nodes) >= 2:
         pause(s, now, PagedError(fault.kind, f"the same error on {', '.join(nodes[:5])}: {fault.message}", True),
-              rem.node, rem.id)
+              node=rem.node, rid=rem.id)
     return poll_s
 
 
@@ -109,7 +112,7 @@ def held_reason(rem: Remediation) -> str | None:
     return f"held: {held.kind}: {held.error}" if held else None
 
 
-def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
+def lift_holds(s: Session, now: datetime, actor: str, *, reason: str) -> list[int]:
     """A human resumed automation: every held remediation goes on at its next look."""
     lifted = []
     rows = s.scalars(select(Remediation).where(Remediation.status.in_(OPEN_STATUSES)).with_for_update()).all()
@@ -118,12 +121,13 @@ def lift_holds(s: Session, now: datetime, actor: str, reason: str) -> list[int]:
             rem.ctx = replace(rem.ctx, held=None)
             rem.wait_reason, rem.next_run_at, rem.updated_at = None, now, now
             lifted.append(rem.id)
-            audit(s, now, actor, AuditAction.UNHOLD, rem.node, reason, {"remediation": rem.id})
-    control_set(s, UNMAPPED, {}, now)
+            audit(s, now, actor, action=AuditAction.UNHOLD, target=rem.node, reason=reason,
+                  detail={"remediation": rem.id})
+    control_set(s, UNMAPPED, {}, now=now)
     return lifted
 
 
-def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: int) -> dict[str, Any]:
+def probe(s: Session, now: datetime, check: Callable[[str, str], None], *, needed: int) -> dict[str, Any]:
     """One health probe of a self-healing system pause. ``check(component, node)`` raises while the
     component still fails. Returns the pause state after the probe."""
     state = PauseState.load(lock_control(s, PAUSED, now))
@@ -133,17 +137,18 @@ def probe(s: Session, now: datetime, check: Callable[[str, str], None], needed: 
         check(state.component or "", state.node or "")
     except Exception as exc:  # noqa: BLE001 - any failure means "not yet"
         state = replace(state, probe_ok=0, probe_error=str(exc)[:500], probed_at=now.isoformat())
-        control_set(s, PAUSED, state.dump(), now)
+        control_set(s, PAUSED, state.dump(), now=now)
         return state.dump()
     ok = (state.probe_ok or 0) + 1
     if ok < needed:
         state = replace(state, probe_ok=ok, probed_at=now.isoformat())
-        control_set(s, PAUSED, state.dump(), now)
+        control_set(s, PAUSED, state.dump(), now=now)
         return state.dump()
     reason = f"health probe: {state.component} answered {ok} times in a row after: {state.reason}"
     resumed = PauseState(paused=False, by=SYSTEM_ACTOR, reason=reason[:2000], at=now.isoformat()).dump()
-    control_set(s, PAUSED, resumed, now)
-    audit(s, now, SYSTEM_ACTOR, AuditAction.RESUME, "", reason[:2000], {"system": True})
+    control_set(s, PAUSED, resumed, now=now)
+    audit(s, now, SYSTEM_ACTOR, action=AuditAction.RESUME, target="", reason=reason[:2000],
+          detail={"system": True})
     return resumed
 
 

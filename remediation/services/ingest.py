@@ -36,7 +36,7 @@ from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
 from remediation.incidents.service import record_domains
 from remediation.profiles.rules import Governance, Resolution, label_keys
-from remediation.profiles.service import record_facts
+from remediation.profiles.service import base_only, record_facts
 from remediation.profiles.settings import Mode
 from remediation.services.audit import would
 from remediation.services.decisions import Batch
@@ -62,32 +62,59 @@ def _dialect_insert(session: Session):  # type: ignore[no-untyped-def]
     return postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
 
 
-def ingest(
-    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
-    counters: Mapping[str, int] | None = None,
-) -> IngestResult:
-    """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
-    then enqueue). Every payload that is not an event the stream may report is kept in
-    ``rejected_events`` with the reason, and the rest of the batch goes on.
+@dataclass(frozen=True)
+class IngestRules:
+    """How a batch is decided beyond its policy; the same for every batch one service reads.
     ``dry_run``: the service runs in dry-run; what it opens is marked so (never counted: honest dry-run).
     ``incidents``: the correlated-incident rule (defaults when not given; see services.incidents).
-    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
     ``gpu_reset``: a job can run on a node (``validation.runs_jobs``), so a gpu-reset rung is planned.
     ``governance``: the profiles; each node is decided under its profile's policy, and what opens records
-    its profile and that policy. Without it, every node is under ``policy`` and nothing is recorded (the
-    workflow then reads today's configuration).
-    ``bounds``: how far timestamps may be from ``clock`` (``broker.max_clock_skew_s``,
+    its profile and that policy. Without it, every node is under the batch's policy and nothing is
+    recorded (the workflow then reads today's configuration)."""
+
+    dry_run: bool = False
+    incidents: IncidentSettings | None = None
+    gpu_reset: bool = False
+    governance: Governance | None = None
+
+
+@dataclass(frozen=True)
+class StreamChecks:
+    """What a payload read from the stream is checked against before it is recorded.
+    ``max_bytes``: a larger payload is rejected (``broker.max_event_bytes``; None: no limit).
+    ``bounds``: how far timestamps may be from the ingest's clock (``broker.max_clock_skew_s``,
     ``broker.max_event_age_s``); None takes them as written (a rehearsal's simulated clock).
     ``counters``: each leader lock's fencing-token counter, read from Redis after the batch was (None:
     tokens are checked only against each other, :mod:`remediation.services.fencing`)."""
-    now = clock.now()
-    parsed, rejected = parse_payloads(payloads, max_bytes)
-    events, refused = admit_events(parsed, now, bounds, counters, reportable(incidents, governance))
+
+    max_bytes: int | None = None
+    bounds: TimeBounds | None = None
+    counters: Mapping[str, int] | None = None
+
+
+def ingest(
+    session: Session, payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
+    rules: IngestRules = IngestRules(), checks: StreamChecks = StreamChecks(),
+) -> IngestResult:
+    """Record and decide a batch read from the stream. The caller owns the transaction (commit after,
+    then enqueue). Every payload that is not an event the stream may report is kept in
+    ``rejected_events`` with the reason, and the rest of the batch goes on."""
+    events, rejected = admitted(session, payloads, clock.now(), checks=checks,
+                                reportable=reportable(rules.incidents, rules.governance))
+    return record(session, events, policy, clock=clock, rules=rules, rejected=rejected)
+
+
+def admitted(
+    session: Session, payloads: Sequence[str | bytes], now: datetime, *, checks: StreamChecks,
+    reportable: Reportable,
+) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
+    """The events of a batch the stream may report, and (payload, why) of every other payload: what
+    does not parse, what the stream may not report, what a replaced leader published."""
+    parsed, rejected = parse_payloads(payloads, checks.max_bytes)
+    events, refused = admit_events(parsed, now, checks.bounds, counters=checks.counters,
+                                   reportable=reportable)
     events, fenced = fence_events(session, events, now)  # what a replaced leader published
-    return record(session, events, policy, clock, dry_run, incidents, gpu_reset, governance,
-                  rejected=rejected + refused + fenced)
+    return events, rejected + refused + fenced
 
 
 def reportable(incidents: IncidentSettings | None, governance: Governance | None) -> Reportable:
@@ -99,9 +126,8 @@ def reportable(incidents: IncidentSettings | None, governance: Governance | None
 
 
 def record(
-    session: Session, events: Sequence[NodeEvent], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, gpu_reset: bool = False,
-    governance: Governance | None = None, *, rejected: Sequence[tuple[str, str]] = (),
+    session: Session, events: Sequence[NodeEvent], policy: PolicySettings, *, clock: Clock,
+    rules: IngestRules = IngestRules(), rejected: Sequence[tuple[str, str]] = (),
 ) -> IngestResult:
     """Record and decide events already admitted: the stream's, after :func:`ingest` checked them, or a
     human's report, built by the lever that recorded its actor (never read from the stream).
@@ -109,28 +135,30 @@ def record(
     Its phases: keep the refused, record the new events, decide them round by round, write back."""
     now = clock.now()
     result = IngestResult()
-    _keep_rejected(session, rejected, now, result)
+    _keep_rejected(session, rejected, now, result=result)
     if not events:
         return result
-    fresh, unique, new_keys = _record_events(session, events, now, result)
+    fresh, unique, new_keys = _record_events(session, events, now, result=result)
     if not fresh:
         return result
-    batch = Batch.load(session, fresh, unique, policy, incidents, governance, now)
+    governance = rules.governance or Governance(base_only(policy, rules.incidents))
+    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now)
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
         # on its node; the node's later events wait for the next round, when the new remediation has
         # its id. All of a round's remediations are inserted together.
         todo, opens = batch.decide_round(todo, new_keys, now)
-        opened = _open(session, opens, new_keys, now, dry_run, batch.gov, gpu_reset, record=governance is not None)
-        result.opened += batch.opened_round(session, opens, opened, new_keys, now, dry_run)
+        opened = _open(session, opens, new_keys, now=now, gov=batch.gov, rules=rules)
+        result.opened += batch.opened_round(session, opens, opened, new_keys=new_keys, now=now,
+                                            dry_run=rules.dry_run)
     batch.write_back(session, now)
     result.decisions = dict(batch.counts)
     return result
 
 
 def _keep_rejected(session: Session, rejected: Sequence[tuple[str, str]], now: datetime,
-                   result: IngestResult) -> None:
+                   *, result: IngestResult) -> None:
     if rejected:
         session.execute(
             insert(RejectedEvent),
@@ -140,7 +168,7 @@ def _keep_rejected(session: Session, rejected: Sequence[tuple[str, str]], now: d
 
 
 def _record_events(
-    session: Session, events: Sequence[NodeEvent], now: datetime, result: IngestResult
+    session: Session, events: Sequence[NodeEvent], now: datetime, *, result: IngestResult
 ) -> tuple[list[NodeEvent], dict[str, NodeEvent], dict[str, int]]:
     """Insert the batch's events (each key once) and their nodes' facts; returns the events new to the
     database, oldest first, every event by key, and the new events' ids by key."""
@@ -162,12 +190,14 @@ def _record_events(
 
 
 def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_ids: dict[str, int],
-          now: datetime, dry_run: bool, gov: dict[str, tuple[Resolution, EffectivePolicy]],
-          gpu_reset: bool = False, record: bool = True) -> dict[str, int]:
+          *, now: datetime, gov: dict[str, tuple[Resolution,
+                                                 EffectivePolicy]], rules: IngestRules) -> dict[str, int]:
     """Insert a round's remediations at once. The partial unique index (one open per node) is the
-    arbiter against a concurrent ingest: a conflicting row is skipped, not an error."""
+    arbiter against a concurrent ingest: a conflicting row is skipped, not an error. What opens records
+    its policy only under profiles (``rules.governance``)."""
     if not opens:
         return {}
+    dry_run, gpu_reset, record = rules.dry_run, rules.gpu_reset, rules.governance is not None
     rows = []
     dry: dict[str, bool] = {}
     for name, (ev, decision) in opens.items():
@@ -222,14 +252,12 @@ def _event_row(ev: NodeEvent) -> dict[str, object]:
 
 def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
     """Watchers observe real nodes, so an event's node joins the inventory (and the breaker's pool)."""
-    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now)
+    ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now=now)
 
 
 def ingest_batch(
-    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, clock: Clock,
-    dry_run: bool = False, incidents: IncidentSettings | None = None, max_bytes: int | None = None,
-    gpu_reset: bool = False, governance: Governance | None = None, *, bounds: TimeBounds | None = None,
-    counters: Mapping[str, int] | None = None,
+    sessions: sessionmaker[Session], payloads: Sequence[str | bytes], policy: PolicySettings, *, clock: Clock,
+    rules: IngestRules = IngestRules(), checks: StreamChecks = StreamChecks(),
 ) -> IngestResult:
     """Record a batch in one transaction; if the database refuses it for its *content* (a data error,
     not an outage), record the payloads one by one and keep any that still fail in rejected_events.
@@ -237,8 +265,7 @@ def ingest_batch(
     (OperationalError, InterfaceError) propagate: nothing is acknowledged and the batch is retried."""
     try:
         with sessions() as s, s.begin():
-            return ingest(s, payloads, policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
-                          bounds=bounds, counters=counters)
+            return ingest(s, payloads, policy, clock=clock, rules=rules, checks=checks)
     except (OperationalError, InterfaceError):
         raise
     except SQLAlchemyError:
@@ -247,14 +274,13 @@ def ingest_batch(
     for payload in payloads:
         try:
             with sessions() as s, s.begin():
-                one = ingest(s, [payload], policy, clock, dry_run, incidents, max_bytes, gpu_reset, governance,
-                             bounds=bounds, counters=counters)
+                one = ingest(s, [payload], policy, clock=clock, rules=rules, checks=checks)
         except (OperationalError, InterfaceError):
             raise
         except SQLAlchemyError as exc:
             with sessions() as s, s.begin():
                 reject(s, payload, f"could not be recorded: {str(getattr(exc, 'orig', exc)).splitlines()[0]}",
-                       clock.now())
+                       now=clock.now())
             total.rejected += 1
             continue
         total.recorded += one.recorded

@@ -33,13 +33,14 @@ class LemonRow:
 
 
 def lemon_scores(s: Session, now: datetime, cfg: LemonSettings,
-                 nodes: Iterable[str] | None = None) -> dict[str, LemonScore]:
+                 *, nodes: Iterable[str] | None = None) -> dict[str, LemonScore]:
     """Score of every node with counted failures (all nodes, or ``nodes``)."""
-    history = failure_history(s, None if nodes is None else list(nodes), now, timedelta(seconds=cfg.horizon_s))
+    history = failure_history(s, None if nodes is None else list(nodes), now,
+                              horizon=timedelta(seconds=cfg.horizon_s))
     return {node: score(failures, now, cfg) for node, failures in history.items()}
 
 
-def lemons(s: Session, now: datetime, cfg: LemonSettings, top: int = 10) -> list[LemonRow]:
+def lemons(s: Session, now: datetime, cfg: LemonSettings, *, top: int = 10) -> list[LemonRow]:
     """Nodes by lemon score, worst first (only nodes with counted failures)."""
     scores = lemon_scores(s, now, cfg)
     status = dict(s.execute(select(Node.name, Node.status).where(Node.name.in_(list(scores)))).all())

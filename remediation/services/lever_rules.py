@@ -31,7 +31,7 @@ from remediation.profiles.service import governed
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
-from remediation.services.ingest import record
+from remediation.services.ingest import IngestRules, record
 from remediation.settings import PolicySettings
 
 
@@ -75,18 +75,20 @@ def _reason(reason: str) -> str:
 checked_reason = _reason  # for the levers that live beside this module (incidents)
 
 
-def set_paused(session: Session, paused: bool, actor: str, reason: str, now: datetime) -> bool:
+def set_paused(session: Session, paused: bool, actor: str, *, reason: str, now: datetime) -> bool:
     """Pause or resume all automation; returns the previous state."""
     reason = _reason(reason)
     before = is_paused(session)
-    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason, at=now.isoformat()).dump(), now)
-    audit(session, now, actor, AuditAction.PAUSE if paused else AuditAction.RESUME, "", reason)
+    control_set(session, PAUSED, PauseState(paused=paused, by=actor, reason=reason,
+                                            at=now.isoformat()).dump(), now=now)
+    audit(session, now, actor, action=AuditAction.PAUSE if paused else AuditAction.RESUME, target="",
+          reason=reason)
     if not paused:
-        lift_holds(session, now, actor, reason)  # a human looked: held remediations go on too
+        lift_holds(session, now, actor, reason=reason)  # a human looked: held remediations go on too
     return before
 
 
-def quarantine(session: Session, name: str, actor: str, reason: str, now: datetime,
+def quarantine(session: Session, name: str, actor: str, *, reason: str, now: datetime,
                governance: Governance | None = None) -> FollowUp:
     """Quarantine a node by hand: an open remediation jumps to its quarantine step, otherwise one is
     opened straight into it (recording the node's profile and policy, as every remediation does; a
@@ -113,11 +115,12 @@ def quarantine(session: Session, name: str, actor: str, reason: str, now: dateti
         rem.ctx = replace(rem.ctx, quarantine_reason=why)
     node.status, node.status_reason, node.updated_at = NodeStatus.REMEDIATING, why, now
     session.flush()
-    audit(session, now, actor, AuditAction.QUARANTINE, name, reason, {"remediation": rem.id})
+    audit(session, now, actor, action=AuditAction.QUARANTINE, target=name, reason=reason,
+          detail={"remediation": rem.id})
     return FollowUp(rem.id, Step.QUARANTINE.value)
 
 
-def release(session: Session, name: str, actor: str, reason: str, now: datetime) -> ReleaseActions:
+def release(session: Session, name: str, actor: str, *, reason: str, now: datetime) -> ReleaseActions:
     reason = _reason(reason)
     node = _node(session, name, lock=True)
     if node.status != NodeStatus.QUARANTINED:
@@ -125,13 +128,14 @@ def release(session: Session, name: str, actor: str, reason: str, now: datetime)
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
     node.quarantined_at = None
-    row = audit(session, now, actor, AuditAction.RELEASE, name, reason, {"was": node.quarantine_reason})
+    row = audit(session, now, actor, action=AuditAction.RELEASE, target=name, reason=reason,
+                detail={"was": node.quarantine_reason})
     node.quarantine_reason = None
     session.flush()
     return ReleaseActions(name, row.id)
 
 
-def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: datetime,
+def cancel(session: Session, remediation_id: int, actor: str, *, reason: str, now: datetime,
            give_back: bool = False) -> Cancel:
     """Stop one remediation where it stands. By default the node is left as it is (drained/cordoned
     by us, if we got that far) and marked unhealthy, so a human decides what comes next. With
@@ -152,8 +156,8 @@ def cancel(session: Session, remediation_id: int, actor: str, reason: str, now: 
         node.status, node.status_reason, node.updated_at = NodeStatus.HEALTHY, rem.outcome, now
     else:
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
-    row = audit(session, now, actor, AuditAction.CANCEL, rem.node, reason,
-                {"remediation": rem.id, "step": rem.step, "give_back": give_back})
+    row = audit(session, now, actor, action=AuditAction.CANCEL, target=rem.node, reason=reason,
+                detail={"remediation": rem.id, "step": rem.step, "give_back": give_back})
     session.flush()
     return Cancel(rem, ReleaseActions(rem.node, row.id) if give_back else None)
 
@@ -189,12 +193,12 @@ def breaker_status(session: Session, profile: str | None = None) -> dict[str, An
     return breaker.state(session, profile)
 
 
-def close_breaker(session: Session, actor: str, reason: str, now: datetime,
+def close_breaker(session: Session, actor: str, reason: str, *, now: datetime,
                   profile: str | None = None) -> list[FollowUp]:
     """A human closes the latched storm breaker, the fleet's or ``profile``'s (audited). Every held
     remediation re-confirms its trigger before its next disruptive action; the follow-ups run them now."""
     reason = _reason(reason)
-    held = breaker.close_latch(session, now, actor, reason, profile)
+    held = breaker.close_latch(session, now, actor, reason=reason, profile=profile)
     if held is None:
         whose = f"profile {profile}'s storm breaker" if profile is not None else "the storm breaker"
         raise LeverError(f"{whose} is not open; nothing to close")
@@ -202,20 +206,30 @@ def close_breaker(session: Session, actor: str, reason: str, now: datetime,
     return [FollowUp(r.id, r.step) for r in rems]
 
 
-def report(session: Session, name: str, actor: str, reason: str, now: datetime,
-           policy: PolicySettings, governance: Governance | None = None) -> list[FollowUp]:
+@dataclass(frozen=True)
+class HumanReport:
+    """A human's word that ``node`` is unhealthy: who says so and why."""
+
+    node: str
+    actor: str
+    reason: str
+
+
+def report(session: Session, said: HumanReport, *, now: datetime, policy: PolicySettings,
+           governance: Governance | None = None) -> list[FollowUp]:
     """A manual report (for researchers without scontrol rights): recorded as an event and decided
     exactly like a watcher's. It is recorded here, with its actor, and never goes through the stream,
     which refuses ``source: manual`` (remediation.domain.admission)."""
-    reason = _reason(reason)
+    name, actor, reason = said.node, said.actor, _reason(said.reason)
     _node(session, name)
     try:
         event = NodeEvent(source=Source.MANUAL, node=name, kind=EventKind.UNHEALTHY, state="REPORTED",
                           reason=f"{reason} (reported by {actor})", reason_user=actor[:128], observed_at=now)
     except Exception as exc:  # pragma: no cover - the checks above make this unreachable
         raise LeverError(str(exc)) from exc
-    result = record(session, [event], policy, _Fixed(now), governance=governance)
-    audit(session, now, actor, AuditAction.REPORT, name, reason, {"opened": [rid for rid, _ in result.opened]})
+    result = record(session, [event], policy, clock=_Fixed(now), rules=IngestRules(governance=governance))
+    audit(session, now, actor, action=AuditAction.REPORT, target=name, reason=reason,
+          detail={"opened": [rid for rid, _ in result.opened]})
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 

@@ -46,7 +46,7 @@ class Cancelled:
 
 class LeverService:
     def __init__(self, sessions: sessionmaker[Session], dispatcher: Dispatcher, policy: PolicySettings,
-                 clock: Clock, via: Via, governance: Governance | None = None) -> None:
+                 *, clock: Clock, via: Via, governance: Governance | None = None) -> None:
         self._factory = sessions
         self._via: Via = via
         self._dispatcher = dispatcher
@@ -56,32 +56,35 @@ class LeverService:
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():
-            followup = lever_rules.quarantine(s, node, actor, reason, self._clock.now(), self._governance)
+            followup = lever_rules.quarantine(s, node, actor, reason=reason, now=self._clock.now(),
+                                              governance=self._governance)
         self._dispatcher.steps([followup])
         return followup
 
     def release(self, node: str, actor: str, reason: str) -> Undo:
         with self._sessions() as s, s.begin():
-            actions = lever_rules.release(s, node, actor, reason, self._clock.now())
+            actions = lever_rules.release(s, node, actor, reason=reason, now=self._clock.now())
         return self._undo(actions)
 
-    def cancel(self, remediation_id: int, actor: str, reason: str, give_back: bool = False) -> Cancelled:
+    def cancel(self, remediation_id: int, actor: str, reason: str, *, give_back: bool = False) -> Cancelled:
         with self._sessions() as s, s.begin():
-            done = lever_rules.cancel(s, remediation_id, actor, reason, self._clock.now(), give_back=give_back)
+            done = lever_rules.cancel(s, remediation_id, actor, reason=reason, now=self._clock.now(),
+                                      give_back=give_back)
             rid, node, step = done.remediation.id, done.remediation.node, done.remediation.step
         return Cancelled(rid, node, step, self._undo(done.give_back) if done.give_back else None)
 
     def report(self, node: str, actor: str, reason: str) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.report(s, node, actor, reason, self._clock.now(), self._policy,
-                                           self._governance)
+            followups = lever_rules.report(s, lever_rules.HumanReport(node, actor, reason),
+                                           now=self._clock.now(),
+                                           policy=self._policy, governance=self._governance)
         self._dispatcher.steps(followups)
         return followups
 
     def set_paused(self, paused: bool, actor: str, reason: str) -> bool:
         """Pause or resume all automation; returns whether it was paused before."""
         with self._sessions() as s, s.begin():
-            return lever_rules.set_paused(s, paused, actor, reason, self._clock.now())
+            return lever_rules.set_paused(s, paused, actor, reason=reason, now=self._clock.now())
 
     def breaker_status(self, profile: str | None = None) -> dict[str, Any]:
         with self._sessions() as s:
@@ -89,14 +92,15 @@ class LeverService:
 
     def close_breaker(self, actor: str, reason: str, profile: str | None = None) -> list[FollowUp]:
         with self._sessions() as s, s.begin():
-            followups = lever_rules.close_breaker(s, actor, reason, self._clock.now(), profile)
+            followups = lever_rules.close_breaker(s, actor, reason, now=self._clock.now(), profile=profile)
         self._dispatcher.steps(followups)
         return followups
 
     def resolve_incident(self, incident_id: int, actor: str, reason: str) -> list[FollowUp]:
         """A human closes a correlated incident; its members re-check their trigger and go on alone."""
         with self._sessions() as s, s.begin():
-            followups = incidents.resolve(s, incident_id, actor, lever_rules.checked_reason(reason), self._clock.now())
+            followups = incidents.resolve(s, incident_id, actor, reason=lever_rules.checked_reason(reason),
+                                          now=self._clock.now())
         self._dispatcher.steps(followups)
         return followups
 

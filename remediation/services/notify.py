@@ -82,7 +82,7 @@ class _Msg:
 
 
 def run_pass(sessions: sessionmaker[Session], cfg: NotifySettings, post: Post | None = None,
-             clock: Clock | None = None, batch: int = 1000) -> PassResult:
+             *, clock: Clock | None = None, batch: int = 1000) -> PassResult:
     now = (clock or SystemClock()).now()
     url = cfg.webhook_url.get_secret_value() if cfg.webhook_url else None
     if post is None:
@@ -101,14 +101,14 @@ def run_pass(sessions: sessionmaker[Session], cfg: NotifySettings, post: Post | 
             return result
         if url is None:  # notifications off: just keep up, so enabling them later does not replay history
             result.cursor = rows[-1].id
-            control_set(s, CURSOR, {**state, "id": result.cursor}, now)
+            control_set(s, CURSOR, {**state, "id": result.cursor}, now=now)
             return result
         sent = _fresh_sent(state.get("sent", {}), now, cfg.min_interval_s)
-        messages = _plan(rows, sent, now, cfg, result)
+        messages = _plan(rows, sent, now, cfg=cfg, result=result)
         result.cursor = rows[-1].id
         # The lease outlives every post's timeout; the posts run after this commit, with no row locked.
         lease = now + timedelta(seconds=(len(messages) + 1) * cfg.timeout_s + LEASE_MARGIN_S)
-        control_set(s, CURSOR, {**state, "lease_until": lease.isoformat()}, now)
+        control_set(s, CURSOR, {**state, "lease_until": lease.isoformat()}, now=now)
     for msg in messages:
         try:
             post(url, msg.payload)
@@ -123,7 +123,7 @@ def run_pass(sessions: sessionmaker[Session], cfg: NotifySettings, post: Post | 
             sent[key] = now.isoformat()
     with sessions() as s, s.begin():
         _lock_cursor(s, now)
-        control_set(s, CURSOR, {"id": result.cursor, "sent": sent}, now)  # and the lease is given back
+        control_set(s, CURSOR, {"id": result.cursor, "sent": sent}, now=now)  # and the lease is given back
     return result
 
 
@@ -135,7 +135,7 @@ def _leased(state: dict[str, Any], now: datetime) -> bool:
 def _lock_cursor(s: Session, now: datetime) -> dict[str, Any]:
     row = s.get(Control, CURSOR, with_for_update=True)
     if row is None:
-        control_set(s, CURSOR, {"id": 0, "sent": {}}, now)
+        control_set(s, CURSOR, {"id": 0, "sent": {}}, now=now)
         s.flush()
         row = s.get(Control, CURSOR, with_for_update=True)
     return dict(row.value) if row is not None else {}
@@ -146,7 +146,7 @@ def _fresh_sent(sent: dict[str, str], now: datetime, interval: float) -> dict[st
     return {k: v for k, v in sent.items() if datetime.fromisoformat(v) > horizon}
 
 
-def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, cfg: NotifySettings,
+def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, *, cfg: NotifySettings,
           result: PassResult) -> list[_Msg]:
     horizon = now - timedelta(seconds=cfg.max_age_s)
     keep: list[AuditLog] = []

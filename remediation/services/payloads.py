@@ -93,6 +93,7 @@ def admit_events(
     events: Sequence[Parsed],
     now: datetime,
     bounds: TimeBounds | None,
+    *,
     counters: Mapping[str, int] | None = None,
     reportable: Reportable | None = None,
 ) -> tuple[list[NodeEvent], list[tuple[str, str]]]:
@@ -102,7 +103,7 @@ def admit_events(
     kept: list[NodeEvent] = []
     refused: list[tuple[str, str]] = []
     for event, publisher in events:
-        verdict = admit(event, now, bounds, publisher, counters, reportable)
+        verdict = admit(event, now, bounds, publisher=publisher, counters=counters, reportable=reportable)
         if isinstance(verdict, Rejection):
             log.warning("refused an event for node %s from the stream: %s", event.node, verdict.refusal.value)
             refused.append((storable(event.to_json()), storable(str(verdict), 4000)))
@@ -111,7 +112,7 @@ def admit_events(
     return kept, refused
 
 
-def reject(session: Session, payload: str | bytes, error: str, now: datetime) -> None:
+def reject(session: Session, payload: str | bytes, error: str, *, now: datetime) -> None:
     """Keep a payload that could not be recorded (the last resort of the ingest task)."""
     session.add(RejectedEvent(received_at=now, payload=storable(_text(payload)), error=storable(error, 4000)))
 

@@ -192,7 +192,7 @@ def _node(n: Node, rem: Remediation | None) -> NodeRow:
 
 
 def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | None = None,
-               now: datetime | None = None, profile: str | None = None) -> list[NodeRow]:
+               *, now: datetime | None = None, profile: str | None = None) -> list[NodeRow]:
     wanted = parse_node_status(status)
     q = select(Node, Remediation).outerjoin(
         Remediation, (Remediation.node == Node.name) & Remediation.status.in_(OPEN_STATUSES)
@@ -202,23 +202,25 @@ def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | Non
     if profile is not None:
         q = q.where(Node.profile == profile)
     rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
-    return _with_lemon(s, rows, lemon, now, None if wanted is None and profile is None else [r.name for r in rows])
+    return _with_lemon(s, rows, lemon, now=now,
+                       names=None if wanted is None and profile is None else [r.name for r in rows])
 
 
-def get_node(s: Session, name: str, lemon: LemonSettings | None = None, now: datetime | None = None) -> NodeRow:
+def get_node(s: Session, name: str, lemon: LemonSettings | None = None, *,
+             now: datetime | None = None) -> NodeRow:
     n = s.get(Node, name)
     if n is None:
         raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
     rem = s.scalars(
         select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
     ).first()
-    return _with_lemon(s, [_node(n, rem)], lemon, now, [name])[0]
+    return _with_lemon(s, [_node(n, rem)], lemon, now=now, names=[name])[0]
 
 
-def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, now: datetime | None,
+def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, *, now: datetime | None,
                 names: list[str] | None) -> list[NodeRow]:
     """Each node's lemon score and its explanation, one query for all of them."""
-    scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), names)
+    scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), nodes=names)
     for row in rows:
         if (sc := scores.get(row.name)) is not None:
             row.lemon_score, row.lemon = sc.score, sc.explanation
@@ -226,7 +228,7 @@ def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, no
 
 
 def list_events(s: Session, node: str | None = None, after_id: int | None = None,
-                limit: int = 50) -> list[EventRow]:
+                *, limit: int = 50) -> list[EventRow]:
     """The newest ``limit`` events (after ``after_id`` when following), returned oldest first."""
     q = select(Event)
     if node:
@@ -239,7 +241,7 @@ def list_events(s: Session, node: str | None = None, after_id: int | None = None
 
 
 def list_remediations(s: Session, status: str | None = None, node: str | None = None,
-                      limit: int = 100, profile: str | None = None) -> list[RemediationRow]:
+                      *, limit: int = 100, profile: str | None = None) -> list[RemediationRow]:
     wanted = parse_remediation_status(status)
     q = select(Remediation)
     if wanted is not None:
@@ -262,7 +264,7 @@ def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
 
 
 def list_audit(s: Session, target: str | None = None, action: str | None = None,
-               limit: int = 100) -> list[AuditRow]:
+               *, limit: int = 100) -> list[AuditRow]:
     q = select(AuditLog)
     if target:
         q = q.where(AuditLog.target == target)
@@ -283,13 +285,13 @@ def quarantined(s: Session) -> list[NodeRow]:
     return list_nodes(s, NodeStatus.QUARANTINED.value)
 
 
-def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings | None = None,
+def node_detail(s: Session, name: str, limit: int = 200, *, policy: PolicySettings | None = None,
                 now: datetime | None = None) -> NodeDetail:
     """Everything on-call needs about one node, newest first in each list and merged into one
     timeline (oldest first, the way a story reads), and its fault episodes with their evidence
     (settle period and window from ``policy``)."""
     policy = policy or PolicySettings()
-    node = get_node(s, name, policy.lemon, now)
+    node = get_node(s, name, policy.lemon, now=now)
     rem_ids = s.scalars(
         select(Remediation.id).where(Remediation.node == name).order_by(Remediation.opened_at.desc())
         .limit(_limit(limit))
@@ -298,8 +300,8 @@ def node_detail(s: Session, name: str, limit: int = 200, policy: PolicySettings 
     events = list(reversed(list_events(s, node=name, limit=limit)))
     audit_rows = list_audit(s, target=name, limit=limit)
     history = [a for a in audit_rows if a.action in QUARANTINE_ACTIONS]
-    found = episodes(rems, events, now or datetime.now(UTC), timedelta(seconds=policy.settle_s),
-                     policy.repeat_offender_window, node.released_at)
+    found = episodes(rems, events, now or datetime.now(UTC), settle=timedelta(seconds=policy.settle_s),
+                     window=policy.repeat_offender_window, released_at=node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
                       audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found,
                       validations=node_validations(s, name), checkpoint=_checkpoint(s, node, now or datetime.now(UTC)))

@@ -74,7 +74,7 @@ class Reliability:
         return next(iter(self.trends.values())).window
 
 
-def _faults(s: Session, w: Window, eras: dict[str, list[Era]], before: dict[int, str]) -> list[Fault]:
+def _faults(s: Session, w: Window, eras: dict[str, list[Era]], *, before: dict[int, str]) -> list[Fault]:
     released = dict(s.execute(select(Node.name, Node.released_at)).all())
     r = Remediation
     q = select(r.id, r.node, r.fault_class, r.status, r.opened_at, r.closed_at).where(
@@ -93,7 +93,7 @@ def _faults(s: Session, w: Window, eras: dict[str, list[Era]], before: dict[int,
 
 
 def _hardware(
-    faults: list[Fault], eras: dict[str, list[Era]], first: dict[str, datetime], w: Window
+    faults: list[Fault], eras: dict[str, list[Era]], first: dict[str, datetime], *, w: Window
 ) -> list[Mtbf]:
     hours: dict[str, float] = defaultdict(float)
     names: dict[str, set[str]] = defaultdict(set)
@@ -101,7 +101,7 @@ def _hardware(
     for node, node_eras_ in eras.items():
         for e in node_eras_:
             start = first.get(node, e.since) if e.ordinal == 1 else e.since
-            hours[e.key] += overlap_h(start, e.until or w.until, w.since, w.until)
+            hours[e.key] += overlap_h(start, e.until or w.until, w.since, until=w.until)
             names[e.key].add(node)
             sku[e.key] = sku.get(e.key) or e.sku
     on: dict[str | None, list[Fault]] = defaultdict(list)
@@ -135,7 +135,7 @@ def reliability(
     s: Session,
     since: datetime,
     until: datetime,
-    lemon: LemonSettings,
+    *, lemon: LemonSettings,
     by: tuple[str, ...] = BY,
     top: int = 10,
 ) -> Reliability:
@@ -146,13 +146,13 @@ def reliability(
     before = {sg.remediation_id: era.key for sg in seen
               if sg.remediation_id is not None and sg.step == Step.VM_RESTART and sg.action is None
               for era in [era_at(eras[sg.node], sg.at)] if era is not None}  # fmt: skip
-    faults = _faults(s, w, eras, before)
+    faults = _faults(s, w, eras, before=before)
     first = {
         n: aware(t) or t
         for n, t in s.execute(select(Node.name, Node.first_seen_at).where(Node.first_seen_at < until)).all()
     }
     rows = per_node(faults, first, w)
-    per = {d: trends(faults, first, w, d, _grouper(s, d, eras), rows) for d in by}
+    per = {d: trends(faults, first, w, by=d, key=_grouper(s, d, eras), node_rows=rows) for d in by}
     moves = [
         Move(n, e.since, e.why, es[e.ordinal - 2].key, e.key)
         for n, es in eras.items()
@@ -161,8 +161,8 @@ def reliability(
     ]
     return Reliability(
         per,
-        _hardware(faults, eras, first, w),
+        _hardware(faults, eras, first, w=w),
         sorted(moves, key=lambda m: m.at),
         shared_serials(seen),
-        lemons(s, until, lemon, top),
+        lemons(s, until, lemon, top=top),
     )

@@ -46,6 +46,7 @@ def prune_events(
     sessions: sessionmaker[Session],
     older_than: timedelta,
     now: datetime,
+    *,
     batch: int = 10000,
     dry_run: bool = False,
 ) -> PruneResult:
@@ -66,8 +67,8 @@ def prune_events(
             )
             junk = s.scalar(select(func.count()).select_from(RejectedEvent).where(_old_rejected(cutoff))) or 0
             return PruneResult(cutoff, True, would, kept, audit_rows, junk)
-    pruned = _delete_batches(sessions, Event.id, _old(cutoff) & _unlinked(), batch)
-    rejected = _delete_batches(sessions, RejectedEvent.id, _old_rejected(cutoff), batch)
+    pruned = _delete_batches(sessions, Event.id, _old(cutoff) & _unlinked(), batch=batch)
+    rejected = _delete_batches(sessions, RejectedEvent.id, _old_rejected(cutoff), batch=batch)
     log.info(
         "prune: deleted %d event(s) and %d rejected payload(s) from before %s; %d linked kept; "
         "audit log untouched",
@@ -83,7 +84,8 @@ def _old_rejected(cutoff: datetime) -> ColumnElement[bool]:
     return RejectedEvent.received_at < cutoff
 
 
-def _delete_batches(sessions: sessionmaker[Session], key: Any, where: ColumnElement[bool], batch: int) -> int:
+def _delete_batches(sessions: sessionmaker[Session], key: Any, where: ColumnElement[bool], *,
+                    batch: int) -> int:
     """Delete the rows of ``key``'s table matching ``where``, ``batch`` rows per transaction."""
     table = key.class_
     pruned = 0

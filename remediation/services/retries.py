@@ -10,6 +10,7 @@ Why: docs/policy.md#transient-errors-8-in-a-row-and-4-minutes-of-failing-both
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -30,13 +31,13 @@ def too_early(row: RemediationStep, now: datetime) -> bool:
     return retry_at is not None and retry_at - EARLY_SLACK > now
 
 
-def backoff(retries: int, retry_after: float | None, base: float, cap: float) -> float:
+def backoff(retries: int, retry_after: float | None, base: float, *, cap: float) -> float:
     """Exponential backoff, never shorter than the server's Retry-After."""
     delay: float = min(cap, base * float(2 ** max(retries, 0)))
     return max(delay, float(retry_after or 0.0))
 
 
-def failing_too_long(streak: int, failing_s: float, max_retries: int, budget_s: float) -> bool:
+def failing_too_long(streak: int, failing_s: float, max_retries: int, *, budget_s: float) -> bool:
     """Give up on transient errors only when they come back to back: more than ``max_retries`` in a
     row *and* ``budget_s`` seconds without a success. Counting every error a step ever met would make a
     long operation polled through a noisy API climb the ladder while it was going well; counting only
@@ -59,16 +60,27 @@ class RetryLater(Exception):
         self.countdown = countdown
 
 
-def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, rid: int, row_id: int,
-                     token: str, exc: TransientError) -> RetryLater | Escalate:
+@dataclass(frozen=True)
+class Attempt:
+    """The claimed attempt a transient error interrupted: its remediation, its step row, and the lease
+    token that claims it."""
+
+    rid: int
+    row_id: int
+    token: str
+
+
+def record_transient(sessions: sessionmaker[Session], now: datetime, wf: WorkflowSettings, *, attempt: Attempt,
+                     exc: TransientError) -> RetryLater | Escalate:
     """Record a transient error; retry after a backoff, or give up once the step has been failing
     back to back for longer than the budget (see :func:`failing_too_long`)."""
     with sessions() as s, s.begin():
-        row = step_row(s, row_id)
+        row = step_row(s, attempt.row_id)
         detail = dict(row.detail or {}) if row is not None else {}
         prior = RetryState.load(detail)
         streak, since = prior.streak + 1, prior.failing_since or now
-        countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, wf.backoff_max_s), wf.max_wait_s)
+        countdown = min(backoff(streak - 1, exc.retry_after, wf.backoff_base_s, cap=wf.backoff_max_s),
+                        wf.max_wait_s)
         if exc.retry_after:
             countdown = max(countdown, exc.retry_after)
         if row is not None:
@@ -76,12 +88,13 @@ def record_transient(sessions: sessionmaker[Session], now: datetime, wf: Workflo
             row.error, row.error_kind = exc.message[:4000], exc.kind
             retry = RetryState(streak, since, exc.retry_after, now + timedelta(seconds=countdown))
             row.detail = {**detail, **retry.dump()}
-        if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries, wf.transient_budget_s):
+        if failing_too_long(streak, (now - since).total_seconds(), wf.transient_retries,
+                            budget_s=wf.transient_budget_s):
             # The lease stays ours: the caller records the escalation at once.
             return Escalate(f"gave up after {streak} transient errors in a row over "
                             f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
-        rem = remediation_locked(s, rid)
-        if rem is not None and rem.lease_owner == token:
+        rem = remediation_locked(s, attempt.rid)
+        if rem is not None and rem.lease_owner == attempt.token:
             rem.lease_owner = rem.lease_until = None
             rem.next_run_at = now + timedelta(seconds=countdown)
             rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]

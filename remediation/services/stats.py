@@ -55,12 +55,22 @@ class Stats:
     profile: str | None = None  # only the remediations opened under this profile
 
 
-def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
-          repeat_window: timedelta = timedelta(days=7), include_dry_run: bool = False,
-          profile: str | None = None) -> Stats:
-    """Real history by default; ``include_dry_run`` adds what dry-run recorded (a shadow profile's
-    included). Repeat offenders are always counted as the policy counts them, without dry-run.
-    ``profile``: only what opened under that profile."""
+@dataclass(frozen=True)
+class StatsQuery:
+    """What a reader asks of the history: the last ``days``, ``top`` rows per ranking, what dry-run
+    recorded too (``include_dry_run``, a shadow profile's included), only what opened under ``profile``."""
+
+    days: int = 30
+    top: int = 10
+    include_dry_run: bool = False
+    profile: str | None = None
+
+
+def stats(s: Session, now: datetime, query: StatsQuery = StatsQuery(), *,
+          repeat_window: timedelta = timedelta(days=7)) -> Stats:
+    """Real history by default. Repeat offenders are always counted as the policy counts them
+    (``repeat_window``), without dry-run."""
+    days, top, include_dry_run, profile = query.days, query.top, query.include_dry_run, query.profile
     if days < 1 or days > 3650:
         raise ReadModelError(f"--days must be between 1 and 3650 (got {days})")
     if top < 1 or top > 1000:
@@ -105,11 +115,11 @@ def stats(s: Session, now: datetime, days: int = 30, top: int = 10,
     return Stats(since=since, days=days, total=sum(outcomes.values()), by_node=by_node,
                  by_cause=by_cause, by_day=by_day, outcomes=outcomes, mttr_s=mttr,
                  mttr_samples=len(durations), repeat_window_s=int(repeat_window.total_seconds()),
-                 offenders=offenders(s, now, repeat_window, top, profile), dry_run=dry,
+                 offenders=offenders(s, now, repeat_window, top=top, profile=profile), dry_run=dry,
                  include_dry_run=include_dry_run, profile=profile)
 
 
-def offenders(s: Session, now: datetime, window: timedelta, top: int = 10,
+def offenders(s: Session, now: datetime, window: timedelta, *, top: int = 10,
               profile: str | None = None) -> list[Offender]:
     """Nodes with two or more failures in the repeat-offender window, counted the way the policy
     counts them (failures before a human release are forgiven), worst first."""

@@ -10,7 +10,7 @@ Why: docs/architecture.md#a-step-runs-in-three-phases
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import bindparam, func, select
@@ -52,7 +52,7 @@ def next_attempt(s: Session, rid: int, step: Step) -> int:
 JOB_STEPS = frozenset({Step.VALIDATE, Step.VM_RESTART})
 
 
-def new_row(rid: int, step: Step, attempt: int, now: datetime, *, dry_run: bool) -> RemediationStep:
+def new_row(rid: int, step: Step, attempt: int, *, now: datetime, dry_run: bool) -> RemediationStep:
     """A new attempt's step row. A step that may run a job gets the nonce of the job's names here,
     committed with the row, before the step body submits anything."""
     return RemediationStep(
@@ -81,7 +81,7 @@ def as_dry_run(outcome: Outcome) -> Outcome:
     return outcome
 
 
-def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: datetime) -> FollowUp:
+def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, *, now: datetime) -> FollowUp:
     """The step waits: its row and the remediation say on what, and when to look again."""
     if row is not None:
         row.status = StepStatus.WAITING
@@ -95,7 +95,8 @@ def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, now: dat
     return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
 
 
-def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, now: datetime, countdown: float) -> bool:
+def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, *, now: datetime,
+                countdown: float) -> bool:
     """Admission (or an incident) keeps the step from acting: the remediation waits on ``reason``, and a
     started attempt's clock stops until it runs again (a pause never counts toward its timeout). Returns
     whether the hold is new (its reason changed), so that it is logged once, not once per look."""
@@ -107,18 +108,26 @@ def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, now:
     return new
 
 
-def move(rem: Remediation, step: Step, nxt: Step, now: datetime) -> FollowUp:
+def move(rem: Remediation, step: Step, nxt: Step, *, now: datetime) -> FollowUp:
     """Move the remediation to its next step, through an allowed transition only."""
     check_transition(step, nxt)
     rem.step, rem.status, rem.wait_reason, rem.next_run_at = nxt, RemediationStatus.RUNNING, None, now
     return FollowUp(rem.id, nxt)
 
 
-def close(
-    s: Session, rem: Remediation, status: RemediationStatus, now: datetime, actor: str, error: str | None = None,
-    node_healthy: bool = False,
-) -> None:
-    """End ``rem`` with ``status``, set its node's status to match, and audit it as ``actor``."""
+@dataclass(frozen=True)
+class Ending:
+    """How a remediation ends: its status, the error that ended it, and whether its node is healthy
+    after all (a cancel's ``node_healthy``)."""
+
+    status: RemediationStatus
+    error: str | None = None
+    node_healthy: bool = False
+
+
+def close(s: Session, rem: Remediation, end: Ending, *, now: datetime, actor: str) -> None:
+    """End ``rem`` as ``end`` says, set its node's status to match, and audit it as ``actor``."""
+    status, error, node_healthy = end.status, end.error, end.node_healthy
     rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
     why = rem.ctx.quarantine_reason or rem.cause
     rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
@@ -137,5 +146,5 @@ def close(
     dry = bool(rem.dry_run)
     if dry:
         rem.outcome = would(rem.outcome or "")
-    audit(s, now, actor, REMEDIATION_CLOSES[status], rem.node, rem.outcome or "",
-          {"remediation": rem.id}, dry_run=dry)
+    audit(s, now, actor, action=REMEDIATION_CLOSES[status], target=rem.node, reason=rem.outcome or "",
+          detail={"remediation": rem.id}, dry_run=dry)

@@ -17,7 +17,7 @@ from remediation.domain.outcomes import Outcome
 log = logging.getLogger("remediation.workflow")
 
 
-def decided(remediation_id: int, node: str, step: str, attempt: int, outcome: str, why: str) -> None:
+def decided(remediation_id: int, node: str, step: str, *, attempt: int, outcome: str, why: str) -> None:
     log.info(
         "remediation %s %s attempt %s on %s: %s (%s)",
         remediation_id,

@@ -67,7 +67,7 @@ def orphans(s: Session, now: datetime) -> list[tuple[Orphan, Remediation]]:
 
 
 def take_down(sessions: sessionmaker[Session], adapters_of: Callable[[Remediation], Adapters], prefix: str,
-              now: Callable[[], datetime]) -> list[int]:
+              *, now: Callable[[], datetime]) -> list[int]:
     """Finish every orphaned check (see the module docstring); returns the step rows ended. A finish
     that fails is logged and tried again at the next sweep."""
     with sessions() as s:

@@ -60,8 +60,9 @@ from remediation.services import breaker, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
 from remediation.services.holds import PagedError, held_reason, hold, probe
-from remediation.services.retries import RetryLater, gave_up, record_transient, too_early
+from remediation.services.retries import Attempt, RetryLater, gave_up, record_transient, too_early
 from remediation.services.step_rows import (
+    Ending,
     as_dry_run,
     close,
     current_row,
@@ -83,6 +84,7 @@ class Workflow:
         sessions: sessionmaker[Session],
         adapters: Adapters | AdaptersByPolicy,
         settings: Settings,
+        *,
         clock: Clock,
         worker: str = "worker",
     ) -> None:
@@ -117,12 +119,12 @@ class Workflow:
         inp, row_id, g = claimed
 
         def said(outcome: str, why: str) -> None:
-            steplog.decided(inp.remediation_id, inp.node, step, inp.attempt, outcome, why)
+            steplog.decided(inp.remediation_id, inp.node, step, attempt=inp.attempt, outcome=outcome, why=why)
 
         try:
-            outcome: Outcome = STEPS[Step(step)](inp, g.adapters, g.steps, self.clock.now())
+            outcome: Outcome = STEPS[Step(step)](inp, g.adapters, g.steps, now=self.clock.now())
         except TransientError as exc:
-            retry = self._transient(remediation_id, row_id, token, exc)
+            retry = self._transient(remediation_id, row_id, token, exc=exc)
             if isinstance(retry, RetryLater):
                 said("retry", str(retry))
                 raise retry from exc
@@ -130,23 +132,23 @@ class Workflow:
                 said("held", retry.reason)
                 # Minutes of errors from Slurm or the Kubernetes API say the dependency is down, not
                 # that this node is bad: pause (lifted by the health probe), never quarantine.
-                return self._hold(remediation_id, row_id, token, PagedError(
+                return self._hold(remediation_id, row_id, token, fault=PagedError(
                     "TransientErrorsPersisted", retry.reason, True, True,
                     "kubernetes" if Step(step) in (Step.K8S_CORDON, Step.K8S_EVICT) else "slurm"))
             said("escalate", retry.reason)
-            return self._record(remediation_id, row_id, token, retry)
+            return self._record(remediation_id, row_id, token, outcome=retry)
         except RemediationError as exc:
             if exc.scope is Scope.SYSTEM:
                 said("held", f"{exc.kind}: {exc.message}")
-                return self._hold(remediation_id, row_id, token, PagedError.of(exc))
+                return self._hold(remediation_id, row_id, token, fault=PagedError.of(exc))
             # A permanent error about this node: retrying or climbing the ladder cannot fix it.
             outcome = Quarantine(f"{exc.kind}: {exc.message}")
         except Exception as exc:  # noqa: BLE001 - nobody mapped it: hold with a page, never a verdict
             log.exception("remediation %s: %s raised an error no adapter mapped", remediation_id, step)
             said("held", f"unmapped {type(exc).__name__}")
-            return self._hold(remediation_id, row_id, token, PagedError.of(exc))
+            return self._hold(remediation_id, row_id, token, fault=PagedError.of(exc))
         said(steplog.name(outcome), steplog.why(outcome))
-        return self._record(remediation_id, row_id, token, outcome)
+        return self._record(remediation_id, row_id, token, outcome=outcome)
 
     def sweep(self) -> list[FollowUp]:
         """Find open remediations nobody is working on (a dead worker, a lost message) and resume
@@ -167,12 +169,14 @@ class Workflow:
             refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
             for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
                 policy = self.governance.named(name).policy
-                view = cluster_view(s, now, policy.breaker_window, None, name, pool_stale=policy.pool_stale)
-                breaker.note(s, view, now, None, policy, self.settings.actor, self.clock, name)
-        out += incidents.check_recovery(self.sessions, self.adapters, self.settings, self.clock)
+                view = cluster_view(s, now, policy.breaker_window, exclude=None, profile=name,
+                                    pool_stale=policy.pool_stale)
+                breaker.note(s, view, now, scope=breaker.BreakerScope(policy, profile=name),
+                             actor=self.settings.actor, clock=self.clock)
+        out += incidents.check_recovery(self.sessions, self.adapters, self.settings, clock=self.clock)
         # A check whose remediation was cancelled or held: finished, so the node is not left in its reservation.
         takedown.take_down(self.sessions, lambda rem: self.policies.of(rem).adapters,
-                           self.settings.policy.our_reason_prefix, self.clock.now)
+                           self.settings.policy.our_reason_prefix, now=self.clock.now)
         if out:
             log.info("sweeper resumed %d remediation(s)", len(out))
         return out
@@ -224,9 +228,9 @@ class Workflow:
         """Admission's verdict and, when it admits, an incident's hold: the follow-up to look again
         when either holds the step (logged once per hold), None when the step may run."""
         cfg, wf = g.settings, g.settings.workflow
-        verdict = self._admit(s, rem, step, cfg, now, new_machine_action=row is None)
+        verdict = self._admit(s, rem, step, cfg=cfg, now=now, new_machine_action=row is None)
         held_by_incident = False
-        if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now, cfg.incidents,
+        if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now=now, cfg=cfg.incidents,
                                                           new_machine_action=row is None)):
             verdict = replace(verdict, ok=False, reason=waits.reason)
             held_by_incident = waits.by_incident
@@ -238,29 +242,33 @@ class Workflow:
         # change with the cluster view; an incident's hold only when the incident closes.
         hint = Hint.INCIDENT if held_by_incident else Hint.ADMISSION_NEW_MACHINE if new_machine else Hint.ADMISSION
         attempt = row.attempt if row is not None else next_attempt(s, rem.id, step)
-        if step_rows.record_gate(rem, row, verdict.reason, now, countdown):  # logged once per hold
-            steplog.decided(rem.id, rem.node, step.value, attempt, "gated", verdict.reason)
+        if step_rows.record_gate(rem, row, verdict.reason, now=now, countdown=countdown):  # once per hold
+            steplog.decided(rem.id, rem.node, step.value, attempt=attempt, outcome="gated", why=verdict.reason)
         return FollowUp(rem.id, step, countdown, hint)
 
-    def _admit(self, s: Session, rem: Remediation, step: Step, cfg: Settings, now: datetime, *,
+    def _admit(self, s: Session, rem: Remediation, step: Step, *, cfg: Settings, now: datetime,
                new_machine_action: bool) -> Admission:
         """Admission under the fleet's latch and, for a profile's remediation, its pool's latch and
         max_concurrent (its recorded policy); a remediation without a profile is admitted on the fleet
         under its recorded policy, as before profiles."""
         fleet = self.settings.policy if rem.profile is not None else cfg.policy
         view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id, pool_stale=fleet.pool_stale)
-        view = breaker.note(s, view, now, rem.id, fleet, self.settings.actor, self.clock)
+        view = breaker.note(s, view, now, scope=breaker.BreakerScope(fleet, exclude=rem.id),
+                            actor=self.settings.actor, clock=self.clock)
         pool = None
         if rem.profile is not None:
-            mine = cluster_view(s, now, cfg.policy.breaker_window, rem.id, rem.profile, pool_stale=cfg.policy.pool_stale)
-            mine = breaker.note(s, mine, now, rem.id, cfg.policy, self.settings.actor, self.clock, rem.profile)
+            mine = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id, profile=rem.profile,
+                                pool_stale=cfg.policy.pool_stale)
+            mine = breaker.note(s, mine, now, scope=breaker.BreakerScope(cfg.policy, rem.id, rem.profile),
+                                actor=self.settings.actor, clock=self.clock)
             pool = Pool(rem.profile, mine, cfg.policy)
-        return admit(step, view, fleet, now, new_machine_action=new_machine_action, pool=pool)
+        return admit(step, view, fleet, now=now, new_machine_action=new_machine_action, pool=pool)
 
-    def _transient(self, rid: int, row_id: int, token: str, exc: TransientError) -> RetryLater | Escalate:
-        return record_transient(self.sessions, self.clock.now(), self.settings.workflow, rid, row_id, token, exc)
+    def _transient(self, rid: int, row_id: int, token: str, *, exc: TransientError) -> RetryLater | Escalate:
+        return record_transient(self.sessions, self.clock.now(), self.settings.workflow,
+                                attempt=Attempt(rid, row_id, token), exc=exc)
 
-    def _record(self, rid: int, row_id: int | None, token: str, outcome: Outcome) -> FollowUp | None:
+    def _record(self, rid: int, row_id: int | None, token: str, *, outcome: Outcome) -> FollowUp | None:
         """Phase 3: if the lease is still ours, release it, record the outcome's note and findings,
         and write the outcome (:meth:`_settle`)."""
         now = self.clock.now()
@@ -280,9 +288,9 @@ class Workflow:
             dry = bool(rem.dry_run)
             if isinstance(outcome, (Wait, Done)) and outcome.note is not None:
                 note = outcome.note
-                audit(s, now, self.settings.actor, note.action, rem.node, note.reason,
-                      {**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
-            record_findings(s, rem, step, outcome, now, self.settings.actor, dry)  # its check, its hardware
+                audit(s, now, self.settings.actor, action=note.action, target=rem.node, reason=note.reason,
+                      detail={**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
+            record_findings(s, rem, step, outcome=outcome, now=now, actor=self.settings.actor)  # its check, its hardware
             if dry:
                 outcome = replace(outcome, reason=would(outcome.reason)) if isinstance(outcome, Wait) else (
                     as_dry_run(outcome))
@@ -296,14 +304,14 @@ class Workflow:
     ) -> FollowUp | None:
         """Write the outcome: a wait, a hold for a human, a cancel, or a finished attempt that moves on."""
         if isinstance(outcome, Wait):
-            return record_wait(rem, row, outcome, now)
+            return record_wait(rem, row, outcome, now=now)
         if isinstance(outcome, Hold):
-            return hold_for_human(s, rem, row, outcome, now, g.settings)
+            return hold_for_human(s, rem, row, outcome=outcome, now=now, settings=g.settings)
         if isinstance(outcome, Cancel):
             if row is not None:
                 row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-            close(s, rem, RemediationStatus.CANCELLED, now, self.settings.actor, error=outcome.reason,
-                        node_healthy=outcome.node_healthy)
+            close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason, node_healthy=outcome.node_healthy),
+                  now=now, actor=self.settings.actor)
             return None
         if row is not None:
             _finish_row(row, outcome, now)
@@ -316,16 +324,16 @@ class Workflow:
         step, cfg = Step(rem.step), g.settings
         rem.ctx = rem.ctx.merged(outcome.context)
         if step is Step.QUARANTINE:
-            close(s, rem, RemediationStatus.QUARANTINED, now, self.settings.actor)
+            close(s, rem, Ending(RemediationStatus.QUARANTINED), now=now, actor=self.settings.actor)
             return None
         site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
         cls, jobs = rem.ctx.fault_class, site.validation
         nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
-                              resets=action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs) == GPU_RESET)
+                              resets=action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs) == GPU_RESET)
         if nxt is Step.DONE:
-            close(s, rem, RemediationStatus.SUCCEEDED, now, self.settings.actor)
+            close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
             return None
-        return move(rem, step, nxt, now)
+        return move(rem, step, nxt, now=now)
 
     def _failed(
         self, s: Session, rem: Remediation, outcome: Escalate | Quarantine, *, g: Governed, now: datetime
@@ -333,7 +341,7 @@ class Workflow:
         """The step failed: climb the ladder's next rung when there is one, else quarantine."""
         step, cfg, rid, dry = Step(rem.step), g.settings, rem.id, bool(rem.dry_run)
         if step is Step.QUARANTINE:
-            close(s, rem, RemediationStatus.FAILED, now, self.settings.actor, error=outcome.reason)
+            close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), now=now, actor=self.settings.actor)
             return None
         reason = outcome.reason
         cls = rem.ctx.fault_class
@@ -343,20 +351,21 @@ class Workflow:
                 reason = f"no machine action at this site: {reason}"
             elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
                 rem.ladder += 1
-                rem.action = action_at(cls, faults, wf, rem.ladder, gpu_reset=jobs)
-                audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid},
-                      dry_run=dry)
-                return move(rem, step, Step.VM_RESTART, now)
+                rem.action = action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs)
+                audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
+                      detail={"remediation": rid}, dry_run=dry)
+                return move(rem, step, Step.VM_RESTART, now=now)
             else:
                 reason = f"ladder exhausted: {reason}"
         rem.action = "quarantine"
         if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
             reason = f"{reason} (class {cls}: hardware to return, RMA)"
         rem.ctx = replace(rem.ctx, quarantine_reason=reason)
-        audit(s, now, self.settings.actor, AuditAction.ESCALATE, rem.node, reason, {"remediation": rid}, dry_run=dry)
-        return move(rem, step, Step.QUARANTINE, now)
+        audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
+              detail={"remediation": rid}, dry_run=dry)
+        return move(rem, step, Step.QUARANTINE, now=now)
 
-    def _hold(self, rid: int, row_id: int, token: str, fault: PagedError) -> FollowUp | None:
+    def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause
         automation when it is the system's), and look again after a poll. See remediation.services.holds."""
         now = self.clock.now()
@@ -366,7 +375,8 @@ class Workflow:
                 log.warning("remediation %s: lease lost before recording %s; leaving it", rid, fault.summary)
                 return None
             row = step_row(s, row_id)
-            countdown = hold(s, now, rem, row, fault, min(self.settings.workflow.poll_interval_s,
+            countdown = hold(s, now, rem, row=row, fault=fault,
+                             poll_s=min(self.settings.workflow.poll_interval_s,
                                                           self.settings.workflow.max_wait_s))
             return FollowUp(rid, rem.step, countdown)
 
@@ -380,7 +390,7 @@ class Workflow:
                 self.adapters.slurm.get_node(node)
 
         with self.sessions() as s, s.begin():
-            return probe(s, self.clock.now(), check, self.settings.policy.probe_successes)
+            return probe(s, self.clock.now(), check, needed=self.settings.policy.probe_successes)
 
 
 def _choose_action(rem: Remediation, step: Step, g: Governed, *, starting: bool) -> None:
@@ -390,7 +400,7 @@ def _choose_action(rem: Remediation, step: Step, g: Governed, *, starting: bool)
         # The ladder's action for its rung: class unknown (or opened by hand), or the rung now
         # starting (the action planned at open may be one this site skips: gpu-reset, no jobs).
         rem.action = "quarantine" if step is Step.QUARANTINE else action_at(
-            rem.ctx.fault_class, cfg.policy.faults, wf, rem.ladder,
+            rem.ctx.fault_class, cfg.policy.faults, wf, rung=rem.ladder,
             gpu_reset=site.validation)
     rem.action = action_here(rem.action, site, wf)
     rem.ctx = rem.ctx.merged(lacks(site))  # the record says what this site lacks
@@ -400,10 +410,10 @@ def _start_row(s: Session, rem: Remediation, step: Step, *, now: datetime) -> Re
     """A new attempt's step row; a machine action's start is also the last machine action's time."""
     rid = rem.id
     attempt = next_attempt(s, rid, step)
-    row = new_row(rid, step, attempt, now, dry_run=bool(rem.dry_run))
+    row = new_row(rid, step, attempt, now=now, dry_run=bool(rem.dry_run))
     s.add(row)
     if step is Step.VM_RESTART:
-        control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now)
+        control_set(s, LAST_MACHINE_ACTION, LastMachineAction(at=now.isoformat(), remediation=rid).dump(), now=now)
     s.flush()
     return row
 

@@ -75,7 +75,7 @@ def without_kubernetes(kube: KubeSettings, machine: MachineSettings, validation:
 
 
 def noop_outside_dry_run(dry_run: bool, slurm: SlurmSettings, kube: KubeSettings,
-                         machine: MachineSettings) -> list[str]:
+                         *, machine: MachineSettings) -> list[str]:
     """A refusal per ``noop`` backend named outside dry-run."""
     if dry_run:
         return []

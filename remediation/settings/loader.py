@@ -116,7 +116,7 @@ class Settings(BaseSettings):
                 "deliver a waiting task twice"
             )
         def refusals(p: EffectivePolicy) -> list[str]:
-            return [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, p.machine),
+            return [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, machine=p.machine),
                     *backends.without_kubernetes(self.kube, p.machine, p.validation),
                     *backends.ladders_beyond_the_machine(p.machine, p.workflow, p.policy.faults),
                     *backends.checkpoint_without_signals(self.slurm, p.workflow)]

@@ -47,10 +47,10 @@ def check_name(key: str, nonce: str = "") -> str:
     """Reservation, job and Job name from an idempotency key and the step's nonce: ``r12:validate:1``
     -> ``nr-gate-r12-a1-NONCE``. Lower case letters, digits and dashes only, so it is valid in Slurm
     and as a Kubernetes name."""
-    return job_name(key, "validate", "nr-gate", nonce)
+    return job_name(key, "validate", "nr-gate", nonce=nonce)
 
 
-def job_name(key: str, step: str, prefix: str, nonce: str = "") -> str:
+def job_name(key: str, step: str, prefix: str, *, nonce: str = "") -> str:
     """The name of a job a step runs on the node, from the step's idempotency key and the nonce its
     row recorded (:class:`~remediation.domain.stepdetail.JobNonce`): ``r12:STEP:1`` ->
     ``PREFIX-r12-a1-NONCE``. One attempt, one name: a redelivered step finds the job the first delivery
@@ -94,12 +94,12 @@ def tail(text: str, limit: int) -> str:
     return text if len(data) <= limit else data[-limit:].decode("utf-8", "ignore")
 
 
-def check_for(cfg: ValidationSettings, node: str, name: str, cls: str, nonce: str = "") -> ValidationCheck:
+def check_for(cfg: ValidationSettings, node: str, name: str, *, cls: str, nonce: str = "") -> ValidationCheck:
     return ValidationCheck(node=node, name=name, command=tuple(cfg.check_for(cls)), timeout_s=cfg.timeout_for(cls),
                            cause_class=cls, nonce=nonce)
 
 
-def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, now: datetime,
+def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationOutcome, *, now: datetime,
            limit: int) -> JobRecord:
     """What the database keeps of one check (remediation.validation.service writes it)."""
     started = datetime.fromisoformat(check["started_at"])
@@ -112,7 +112,7 @@ def record(check: dict[str, Any], result: ValidationResult, outcome: ValidationO
 
 
 def verdict(check: dict[str, Any], result: ValidationResult, now: datetime,
-            limit: int) -> tuple[ValidationOutcome, JobRecord]:
+            *, limit: int) -> tuple[ValidationOutcome, JobRecord]:
     """passed / failed / timeout / no_result / cannot_run / dry_run, and the record to keep."""
     if result.state == "DRY-RUN":
         outcome = ValidationOutcome.DRY_RUN
@@ -124,7 +124,7 @@ def verdict(check: dict[str, Any], result: ValidationResult, now: datetime,
         outcome = ValidationOutcome.CANNOT_RUN
     else:
         outcome = ValidationOutcome.PASSED if result.exit_code == 0 else ValidationOutcome.FAILED
-    return outcome, record(check, result, outcome, now, limit)
+    return outcome, record(check, result, outcome, now=now, limit=limit)
 
 
 def last_line(output: str) -> str:
@@ -149,7 +149,7 @@ def job_runner(ad: Adapters, step: str) -> Validator:
     return ad.validator
 
 
-def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, cfg: StepSettings) -> str | None:
+def humans_drain(inp: StepInput, ad: Adapters, validator: Validator, *, cfg: StepSettings) -> str | None:
     """The reason of a drain a human placed meanwhile, where the job would lift it: the Slurm validator
     resumes the node into its reservation, and a human's drain is theirs (None: go ahead)."""
     if validator.backend != Backend.SLURM:
@@ -175,7 +175,7 @@ def is_job_ref(op: object) -> bool:
     return isinstance(op, dict) and {"backend", "name", "node", "started_at"} <= op.keys() and "action" not in op
 
 
-def look(validator: Validator, op: dict[str, Any], inp: StepInput, now: datetime) -> ValidationResult:
+def look(validator: Validator, op: dict[str, Any], inp: StepInput, *, now: datetime) -> ValidationResult:
     """One look at a started job. Past its deadline (and the slack the backend gets to end it itself) a
     job still running is ended here and reads as timed out; a done result means the set-up is down."""
     result = validator.poll(op)
@@ -192,7 +192,7 @@ def still_running(result: ValidationResult) -> str:
     return f"pending: {result.waiting}" if result.waiting else (result.state or "running").lower()
 
 
-def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> Outcome:
+def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     validator = job_runner(ad, "validate")
     if recorded_only(inp.context.machine_op_ref):
         return Done("nothing was restarted (dry-run), so no GPU check is run")
@@ -201,20 +201,21 @@ def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, now: datetime) -> 
     if inp.provider_op is None:
         if cancel := human_took_back(inp, ad, cfg):
             return cancel
-        if (theirs := humans_drain(inp, ad, validator, cfg)) is not None:
+        if (theirs := humans_drain(inp, ad, validator, cfg=cfg)) is not None:
             return Done(f"no GPU check: a human drained {inp.node} meanwhile ({theirs!r}); the node "
                         "stays out for its owner")
         nonce = JobNonce.load(inp.detail).value
-        check = check_for(vcfg, inp.node, check_name(inp.key, nonce), cause_class(inp.context), nonce)
+        check = check_for(vcfg, inp.node, check_name(inp.key, nonce), cls=cause_class(inp.context),
+                          nonce=nonce)
         op = start_job(validator, check, now)
         return Wait(f"GPU check started on {inp.node} ({validator.backend}): {' '.join(check.command)}", poll,
                     provider_op=op)
     op = inp.provider_op
-    result = look(validator, op, inp, now)
+    result = look(validator, op, inp, now=now)
     if not result.done:
         return Wait(f"GPU check on {inp.node} {still_running(result)}: {' '.join(op['command'])}", poll)
     taken_down = validator.finish(op)
-    outcome, rec = verdict(op, result, now, vcfg.output_bytes)
+    outcome, rec = verdict(op, result, now, limit=vcfg.output_bytes)
     detail = GpuCheckDetail(rec, taken_down)
     what = describe(rec)
     if outcome == ValidationOutcome.DRY_RUN:

@@ -51,7 +51,8 @@ class ValidationRefused(ValueError):
     """An on-demand check that cannot be run as asked; the message says why."""
 
 
-def add_row(s: Session, rec: JobRecord, remediation_id: int | None, actor: str, dry_run: bool) -> Validation:
+def add_row(s: Session, rec: JobRecord, remediation_id: int | None, *, actor: str,
+            dry_run: bool) -> Validation:
     row = Validation(
         remediation_id=remediation_id, node=rec.node, backend=rec.backend, name=rec.name,
         cause_class=rec.cause_class, command=" ".join(rec.command), outcome=rec.outcome,
@@ -65,15 +66,16 @@ def add_row(s: Session, rec: JobRecord, remediation_id: int | None, actor: str, 
     return row
 
 
-def record_validation(s: Session, rem: Remediation, outcome: Outcome, now: datetime, actor: str, dry: bool) -> None:
+def record_validation(s: Session, rem: Remediation, outcome: Outcome, *, now: datetime, actor: str,
+                      dry: bool) -> None:
     """Keep the check a ``validate`` step ended with (nothing while it runs, nothing in dry-run)."""
     detail = getattr(outcome, "detail", None)
     rec = detail.validation if isinstance(detail, GpuCheckDetail) else None
     if rec is not None and rec.outcome != ValidationOutcome.DRY_RUN:
-        add_row(s, rec, rem.id, actor, dry)
+        add_row(s, rec, rem.id, actor=actor, dry_run=dry)
 
 
-def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, outcome: Any, now: datetime,
+def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, *, outcome: Any, now: datetime,
                    settings: Settings) -> FollowUp:
     """Hold ``rem`` at its step until a human decides, paging once (the audit row notify posts). The
     step row ends ``failed`` so that a ``resume`` starts a fresh attempt (a new check)."""
@@ -86,18 +88,28 @@ def hold_for_human(s: Session, rem: Remediation, row: RemediationStep | None, ou
     rem.wait_reason = f"held: {outcome.reason} (a human decides: resume, or cancel)"[:2000]
     wait = settings.workflow.max_wait_s
     rem.next_run_at = now + timedelta(seconds=wait)
-    audit(s, now, settings.actor, AuditAction.VALIDATION_HELD, rem.node, outcome.reason[:2000],
-          {"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
+    audit(s, now, settings.actor, action=AuditAction.VALIDATION_HELD, target=rem.node,
+          reason=outcome.reason[:2000],
+          detail={"remediation": rem.id, "kind": outcome.kind}, dry_run=bool(rem.dry_run))
     return FollowUp(rem.id, rem.step, wait)
 
 
+@dataclass(frozen=True)
+class ManualCheck:
+    """A GPU check a human asked for: on which node, who asked, and for what (``purpose``)."""
+
+    node: str
+    actor: str
+    purpose: CheckPurpose = CheckPurpose.VALIDATE
+
+
 def run_check(
-    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, settings: Settings, node: str,
-    actor: str, now: Callable[[], datetime], sleep: Callable[[float], None] = time.sleep,
-    purpose: CheckPurpose = CheckPurpose.VALIDATE,
+    sessions: sessionmaker[Session], validator: Validator, slurm: SlurmControl, *, asked: ManualCheck,
+    settings: Settings, now: Callable[[], datetime],
 ) -> dict[str, Any]:
-    """Run the validation once on ``node`` (out of the Slurm pool, with no open remediation), wait for it and
-    record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
+    """Run the validation once on ``asked.node`` (out of the Slurm pool, with no open remediation), wait for
+    it and record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
+    node, actor, purpose = asked.node, asked.actor, asked.purpose
     with sessions() as s, s.begin():
         if s.get(Node, node) is None:
             raise ValidationRefused(f"unknown node {node!r}: it is not in the inventory")
@@ -116,25 +128,27 @@ def run_check(
     started = now()
     nonce = JobNonce.new().value  # this call waits for its check: nothing to find again, nothing to take for it
     name = manual_check_name(node, started.strftime("%Y%m%d%H%M%S"), nonce)
-    check = check_for(settings.validation, node, name, cls, nonce)
+    check = check_for(settings.validation, node, name, cls=cls, nonce=nonce)
     op = start_job(validator, check, started)
     with sessions() as s, s.begin():
-        audit(s, started, actor, purpose.started(), node, f"GPU check {' '.join(check.command)} ({validator.backend})",
-              {"name": check.name})
+        audit(s, started, actor, action=purpose.started(), target=node,
+              reason=f"GPU check {' '.join(check.command)} ({validator.backend})",
+              detail={"name": check.name})
     result: ValidationResult = validator.poll(op)
     while not result.done:
         if (now() - started).total_seconds() > check.timeout_s + DEADLINE_SLACK_S:
             result = ValidationResult(done=True, exit_code=result.exit_code, output=result.output, state=result.state,
                                 timed_out=True)
             break
-        sleep(min(settings.validation.poll_interval_s, 5.0))
+        time.sleep(min(settings.validation.poll_interval_s, 5.0))
         result = validator.poll(op)
     taken_down = validator.finish(op)
-    outcome, rec = verdict(op, result, now(), settings.validation.output_bytes)
+    outcome, rec = verdict(op, result, now(), limit=settings.validation.output_bytes)
     with sessions() as s, s.begin():
-        add_row(s, rec, None, actor, settings.dry_run)
-        audit(s, now(), actor, purpose.ended(outcome), node, f"{describe(rec)}; {taken_down}"[:2000],
-              {"name": check.name, "exit_code": rec.exit_code}, dry_run=settings.dry_run)
+        add_row(s, rec, None, actor=actor, dry_run=settings.dry_run)
+        audit(s, now(), actor, action=purpose.ended(outcome), target=node,
+              reason=f"{describe(rec)}; {taken_down}"[:2000],
+              detail={"name": check.name, "exit_code": rec.exit_code}, dry_run=settings.dry_run)
     return {**rec.dump(), "undone": taken_down}
 
 

@@ -16,6 +16,7 @@ import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,25 +56,34 @@ class _TLSServer(_Server):
             super().handle_error(request, client_address)
 
 
+@dataclass(frozen=True)
+class ServingPki:
+    """The fake's certificates: kept in ``tls_dir`` (None: a temp dir, removed by
+    :meth:`KubeAPIServer.stop`), naming ``hosts`` besides 127.0.0.1 and localhost, valid ``valid_days``."""
+
+    tls_dir: Path | None = None
+    hosts: Sequence[str] = ()
+    valid_days: int = 1
+
+
 class KubeAPIServer:
     """The fake API server plus the methods tests use to change the world behind it.
 
-    ``tls_dir`` keeps the PKI (a temp dir, removed by :meth:`stop`, when unset); ``hosts`` adds
-    names to the serving certificate besides 127.0.0.1 and localhost."""
+    ``pki`` says where its certificates are kept and what they name (:class:`ServingPki`)."""
 
     def __init__(
         self,
         token: str | None = None,
         history: int = 1000,
         bookmark_interval_s: float = 1.0,
+        *,
         evict_grace_s: float = 0.0,
         default_watch_timeout_s: float = 1800.0,
-        tls_dir: Path | None = None,
-        hosts: Sequence[str] = (),
-        valid_days: int = 1,
+        pki: ServingPki = ServingPki(),
     ) -> None:
         self.token = token if token is not None else secrets.token_hex(8)
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        tls_dir, hosts, valid_days = pki.tls_dir, pki.hosts, pki.valid_days
         if tls_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="kube-api-")
             tls_dir = Path(self._tmp.name)
@@ -218,8 +228,7 @@ class KubeAPIServer:
         self,
         namespace: str,
         name: str,
-        *,
-        node_name: str | None = None,
+        *, node_name: str | None = None,
         labels: dict[str, str] | None = None,
         owner_kind: str | None = None,
         owner_name: str | None = None,
@@ -250,7 +259,7 @@ class KubeAPIServer:
         pod = pod_object(namespace, name, state, now=now_rfc3339())
         refused = forbidden(name, self.pod_security_level(namespace), pod["spec"])
         if refused is not None:
-            raise ApiError(status(403, "Forbidden", refused, {"name": name, "kind": "pods"}))
+            raise ApiError(status(403, "Forbidden", refused, details={"name": name, "kind": "pods"}))
         return self.store.create("pods", (namespace, name), pod)
 
     def remove_pod(self, namespace: str, name: str) -> None:

@@ -105,7 +105,7 @@ class Handler(BaseHTTPRequestHandler):
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after is not None else {}
                 details = {"retryAfterSeconds": fault.retry_after} if fault.retry_after is not None else None
                 reason = REASONS.get(fault.status, "Unknown")
-                raise ApiError(status(fault.status, reason, f"injected {reason}", details), headers)
+                raise ApiError(status(fault.status, reason, f"injected {reason}", details=details), headers)
             _route(self, replace(self._entry, path=url.path.rstrip("/")))
         except ApiError as exc:
             self._send(exc.code, exc.body, exc.headers)
@@ -120,12 +120,12 @@ class Handler(BaseHTTPRequestHandler):
         code: int,
         body: Obj,
         headers: dict[str, str] | None = None,
-        content_type: str = "application/json",
+        *, content_type: str = "application/json",
     ) -> None:
-        self._send_raw(code, json.dumps(body).encode(), content_type, headers)
+        self._send_raw(code, json.dumps(body).encode(), content_type, headers=headers)
 
     def _send_raw(
-        self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+        self, code: int, data: bytes, content_type: str, *, headers: dict[str, str] | None = None
     ) -> None:
         self._log(code)
         if hold := self.api._take_hold(self._entry.method, self._entry.path):
@@ -242,26 +242,30 @@ def _list(res: Resource, items: list[Obj], rv: int) -> Obj:
     }
 
 
-def _paged_list(
-    h: Handler,
-    res: Resource,
-    query: dict[str, str],
-    match: Callable[[Obj], bool],
-    view: Callable[[Obj], Obj],
-    as_table: bool,
-    include: str,
-) -> None:
+@dataclass(frozen=True)
+class Shown:
+    """How a list shows each object: through ``view``, and as a Table (``as_table``, with the
+    ``includeObject`` mode ``include``) or as the kind's list."""
+
+    view: Callable[[Obj], Obj]
+    as_table: bool
+    include: str
+
+
+def _paged_list(h: Handler, res: Resource, query: dict[str, str], *, match: Callable[[Obj], bool],
+                shown: Shown) -> None:
     """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube.pages`)."""
+    view, as_table, include = shown.view, shown.as_table, shown.include
     limit = parse_limit(query.get("limit"))
     selectors = "|".join((query.get("fieldSelector", ""), query.get("labelSelector", "")))
     token = query.get("continue", "")
     if token:
         if query.get("resourceVersion"):
             raise bad_request("specifying resource version is not allowed when using continue")
-        page = h.api.pages.next(res.name, selectors, token, limit)
+        page = h.api.pages.next(res.name, selectors, token, limit=limit)
     else:
         entries, rv = h.api.store.list_keyed(res.name, match)
-        page = h.api.pages.first(res.name, selectors, entries, rv, limit)
+        page = h.api.pages.first(res.name, selectors, entries, rv=rv, limit=limit)
     meta: Obj = {"resourceVersion": str(page.rv)}
     if page.token:
         meta["continue"] = page.token
@@ -269,7 +273,7 @@ def _paged_list(
         meta["remainingItemCount"] = page.remaining
     if as_table or res.name == "poddisruptionbudgets":
         objs = [view(json.loads(blob)) for blob in page.items]
-        body = table(res, objs, str(page.rv), include) if as_table else _list(res, objs, page.rv)
+        body = table(res, objs, str(page.rv), include=include) if as_table else _list(res, objs, page.rv)
         body["metadata"] = meta
         h._send(200, body)
         return
@@ -374,7 +378,7 @@ def _collection(h: Handler, query: dict[str, str], t: _Target) -> None:
         h.watch(t.res, query, t.match, render=_table_events(t) if t.as_table else t.view)
         return
     if query.get("limit", "0") != "0" or query.get("continue"):
-        _paged_list(h, t.res, query, t.match, t.view, t.as_table, t.include)
+        _paged_list(h, t.res, query, match=t.match, shown=Shown(t.view, t.as_table, t.include))
         return
     if not t.as_table and kind != "poddisruptionbudgets":  # as stored: straight from the cache
         encoded, rv = store.list_encoded(kind, t.match)

@@ -40,7 +40,7 @@ class JobRunner:
             raise ApiError(status(422, "Invalid", "Job.batch is invalid: metadata.name: Required value"))
         if (namespace, name) in self.store.tables["jobs"]:
             raise ApiError(status(409, "AlreadyExists", f'jobs.batch "{name}" already exists',
-                                  {"name": name, "group": "batch", "kind": "jobs"}))
+                                  details={"name": name, "group": "batch", "kind": "jobs"}))
         meta["namespace"] = namespace
         job.update(apiVersion="batch/v1", kind="Job")
         job["status"] = {"active": 1, "startTime": now_rfc3339()}
@@ -92,11 +92,11 @@ class JobRunner:
             return  # stays Pending: the Job runs into its deadline
         argv = list(spec["containers"][0].get("command", [])) + list(spec["containers"][0].get("args", []))
         code, log, seconds = self.outcome(node, argv)
-        self._set_pod(namespace, pod_name, "Running", None)
+        self._set_pod(namespace, pod_name, "Running", code=None)
         if deadline is not None:
             self._after(float(deadline), lambda: self._deadline(namespace, name, pod_name))
         if code is not None:
-            self._after(seconds, lambda: self._end(namespace, name, pod_name, code, log))
+            self._after(seconds, lambda: self._end(namespace, name, pod_name, code=code, log=log))
 
     def _tolerated(self, spec: Obj, node: str) -> bool:
         k8s = self.store.tables["nodes"].get(node)
@@ -120,7 +120,7 @@ class JobRunner:
         self._timers.append(timer)
         timer.start()
 
-    def _set_pod(self, namespace: str, pod: str, phase: str, code: int | None, reason: str = "") -> bool:
+    def _set_pod(self, namespace: str, pod: str, phase: str, *, code: int | None, reason: str = "") -> bool:
         def change(obj: Obj) -> None:
             obj["status"]["phase"] = phase
             state: Obj = {"running": {"startedAt": now_rfc3339()}}
@@ -140,23 +140,25 @@ class JobRunner:
         except ApiError:
             return False  # deleted meanwhile
 
-    def _end(self, namespace: str, job: str, pod: str, code: int, log: str) -> None:
+    def _end(self, namespace: str, job: str, pod: str, *, code: int, log: str) -> None:
         current = self.store.tables["jobs"].get((namespace, job))
         if current is None or current["status"].get("conditions"):
             return  # deleted, or its deadline came first
         self.logs[(namespace, pod)] = log
-        self._set_pod(namespace, pod, "Succeeded" if code == 0 else "Failed", code)
+        self._set_pod(namespace, pod, "Succeeded" if code == 0 else "Failed", code=code)
         ok = code == 0
-        self._finish_job(namespace, job, "Complete" if ok else "Failed", "" if ok else "BackoffLimitExceeded",
-                         "" if ok else "Job has reached the specified backoff limit")
+        self._finish_job(namespace, job, "Complete" if ok else "Failed",
+                         reason="" if ok else "BackoffLimitExceeded",
+                         message="" if ok else "Job has reached the specified backoff limit")
 
     def _deadline(self, namespace: str, job: str, pod: str | None) -> None:
         current = self.store.tables["jobs"].get((namespace, job))
         if current is None or current["status"].get("conditions"):
             return
         if pod is not None:
-            self._set_pod(namespace, pod, "Failed", 137, "DeadlineExceeded")
-        self._finish_job(namespace, job, "Failed", "DeadlineExceeded", "Job was active longer than specified deadline")
+            self._set_pod(namespace, pod, "Failed", code=137, reason="DeadlineExceeded")
+        self._finish_job(namespace, job, "Failed", reason="DeadlineExceeded",
+                         message="Job was active longer than specified deadline")
 
     def _failed_create(self, namespace: str, job: Obj, message: str) -> None:
         """The Job controller's Warning event for a pod the API server refused; the Job has no pod."""
@@ -172,7 +174,7 @@ class JobRunner:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
         })
 
-    def _finish_job(self, namespace: str, job: str, cond: str, reason: str, message: str) -> None:
+    def _finish_job(self, namespace: str, job: str, cond: str, *, reason: str, message: str) -> None:
         def change(obj: Obj) -> None:
             st = obj["status"]
             st.pop("active", None)

@@ -245,25 +245,26 @@ def _node_resources() -> tuple[Obj, Obj]:
 def _node_conditions(ready: str, now: str) -> list[Obj]:
     """node-problem-detector's five conditions, then the kubelet's, Ready last."""
 
-    def condition(type_: str, status_: str, reason: str, message: str) -> Obj:
+    def condition(type_: str, status_: str, why: tuple[str, str]) -> Obj:
+        reason, message = why
         return {
             "type": type_, "status": status_, "reason": reason, "message": message,
             "lastHeartbeatTime": now, "lastTransitionTime": now,
         }  # fmt: skip
 
     return [
-        condition("FrequentContainerdRestart", "False", "NoFrequentContainerdRestart", "containerd is functioning properly"),
-        condition("KernelDeadlock", "False", "KernelHasNoDeadlock", "kernel has no deadlock"),
-        condition("ReadonlyFilesystem", "False", "FilesystemIsNotReadOnly", "Filesystem is not read-only"),
-        condition("FrequentKubeletRestart", "False", "NoFrequentKubeletRestart", "kubelet is functioning properly"),
-        condition("FrequentUnregisterNetDevice", "False", "NoFrequentUnregisterNetDevice", "node is functioning properly"),
-        {**condition("NetworkUnavailable", "False", "RouteCreated", "NodeController create implicit route"),
+        condition("FrequentContainerdRestart", "False", ("NoFrequentContainerdRestart", "containerd is functioning properly")),
+        condition("KernelDeadlock", "False", ("KernelHasNoDeadlock", "kernel has no deadlock")),
+        condition("ReadonlyFilesystem", "False", ("FilesystemIsNotReadOnly", "Filesystem is not read-only")),
+        condition("FrequentKubeletRestart", "False", ("NoFrequentKubeletRestart", "kubelet is functioning properly")),
+        condition("FrequentUnregisterNetDevice", "False", ("NoFrequentUnregisterNetDevice", "node is functioning properly")),
+        {**condition("NetworkUnavailable", "False", ("RouteCreated", "NodeController create implicit route")),
          "lastHeartbeatTime": now},
-        condition("MemoryPressure", "False", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
-        condition("DiskPressure", "False", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
-        condition("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
-        condition("Ready", ready, "KubeletReady" if ready == "True" else "KubeletNotReady",
-                  "kubelet is posting ready status" if ready == "True" else "container runtime is down"),
+        condition("MemoryPressure", "False", ("KubeletHasSufficientMemory", "kubelet has sufficient memory available")),
+        condition("DiskPressure", "False", ("KubeletHasNoDiskPressure", "kubelet has no disk pressure")),
+        condition("PIDPressure", "False", ("KubeletHasSufficientPID", "kubelet has sufficient PID available")),
+        condition("Ready", ready, ("KubeletReady", "kubelet is posting ready status") if ready == "True"
+                  else ("KubeletNotReady", "container runtime is down")),
     ]  # fmt: skip
 
 

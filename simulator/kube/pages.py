@@ -77,26 +77,26 @@ class Snapshots:
         with self._lock:
             self._snaps.clear()
 
-    def first(self, kind: str, selectors: str, entries: list[Entry], rv: int, limit: int) -> Page:
+    def first(self, kind: str, selectors: str, entries: list[Entry], *, rv: int, limit: int) -> Page:
         entries = sorted(entries)
         if limit and len(entries) > limit:
             with self._lock:
                 self._snaps[(kind, selectors, rv)] = entries
                 while len(self._snaps) > self.keep:
                     self._snaps.popitem(last=False)
-        return _page(entries, 0, rv, limit, selectors)
+        return _page(entries, 0, rv, limit=limit, selectors=selectors)
 
-    def next(self, kind: str, selectors: str, token: str, limit: int) -> Page:
+    def next(self, kind: str, selectors: str, token: str, *, limit: int) -> Page:
         rv, start = decode_token(token)
         with self._lock:
             entries = self._snaps.get((kind, selectors, rv))
         if entries is None:
             raise ApiError(status(410, "Expired", TOO_OLD))
         at = bisect.bisect_left(entries, start, key=lambda e: e[0])
-        return _page(entries, at, rv, limit, selectors)
+        return _page(entries, at, rv, limit=limit, selectors=selectors)
 
 
-def _page(entries: list[Entry], at: int, rv: int, limit: int, selectors: str) -> Page:
+def _page(entries: list[Entry], at: int, rv: int, *, limit: int, selectors: str) -> Page:
     end = len(entries) if not limit else min(len(entries), at + limit)
     items = [blob for _, blob in entries[at:end]]
     if end >= len(entries):

@@ -39,7 +39,7 @@ class PatchError(ValueError):
         self.code = code
 
 
-def apply_patch(resource: str, obj: dict[str, Any], patch: Any, content_type: str) -> dict[str, Any]:
+def apply_patch(resource: str, obj: dict[str, Any], patch: Any, *, content_type: str) -> dict[str, Any]:
     """Return a patched deep copy of ``obj``."""
     kind = content_type.split(";", 1)[0].strip().lower()
     if kind == JSON_PATCH:
@@ -51,7 +51,7 @@ def apply_patch(resource: str, obj: dict[str, Any], patch: Any, content_type: st
     if kind == MERGE_PATCH:
         return merge_patch(obj, patch)
     if kind == STRATEGIC_PATCH:
-        return _strategic(obj, patch, MERGE_KEYS.get(resource, {}), "")
+        return _strategic(obj, patch, MERGE_KEYS.get(resource, {}), path="")
     raise PatchError(
         f"the body of the request was in an unknown format - accepted media types "
         f"include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}",
@@ -71,7 +71,7 @@ def merge_patch(target: Any, patch: Any) -> Any:
     return result
 
 
-def _strategic(target: Any, patch: dict[str, Any], keys: dict[str, str], path: str) -> Any:
+def _strategic(target: Any, patch: dict[str, Any], keys: dict[str, str], *, path: str) -> Any:
     if patch.get("$patch") == "replace":
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
@@ -84,20 +84,20 @@ def _strategic(target: Any, patch: dict[str, Any], keys: dict[str, str], path: s
         if value is None:
             result.pop(key, None)
         elif isinstance(value, dict):
-            merged = _strategic(result.get(key), value, keys, sub)
+            merged = _strategic(result.get(key), value, keys, path=sub)
             if merged is None:
                 result.pop(key, None)
             else:
                 result[key] = merged
         elif isinstance(value, list) and sub in keys:
-            result[key] = _merge_list(result.get(key) or [], value, keys[sub], keys, sub)
+            result[key] = _merge_list(result.get(key) or [], value, keys[sub], keys=keys, path=sub)
         else:
             result[key] = copy.deepcopy(value)
     return result
 
 
 def _merge_list(
-    current: list[Any], patch: list[Any], merge_key: str, keys: dict[str, str], path: str
+    current: list[Any], patch: list[Any], merge_key: str, *, keys: dict[str, str], path: str
 ) -> list[Any]:
     result = copy.deepcopy(current)
     for item in patch:
@@ -110,7 +110,7 @@ def _merge_list(
         elif index is None:
             result.append({k: v for k, v in copy.deepcopy(item).items() if not k.startswith("$")})
         else:
-            result[index] = _strategic(result[index], item, keys, path)
+            result[index] = _strategic(result[index], item, keys, path=path)
     return result
 
 

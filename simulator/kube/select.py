@@ -132,7 +132,7 @@ def label_selector(text: str | None) -> Matcher:
         else:
             terms.append(("exists", _check_key(term, text or ""), frozenset()))
 
-    def holds(op: str, key: str, values: frozenset[str], labels: dict[str, str]) -> bool:
+    def holds(op: str, key: str, values: frozenset[str], *, labels: dict[str, str]) -> bool:
         if op == "in":
             return labels.get(key) in values
         if op == "notin":
@@ -141,7 +141,7 @@ def label_selector(text: str | None) -> Matcher:
 
     def match(obj: Obj) -> bool:
         labels = (obj.get("metadata") or {}).get("labels") or {}
-        return all(holds(op, key, values, labels) for op, key, values in terms)
+        return all(holds(op, key, values, labels=labels) for op, key, values in terms)
 
     return match
 

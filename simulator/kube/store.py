@@ -34,7 +34,7 @@ def now_micro() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def status(code: int, reason: str, message: str, details: Obj | None = None) -> Obj:
+def status(code: int, reason: str, message: str, *, details: Obj | None = None) -> Obj:
     body: Obj = {
         "kind": "Status",
         "apiVersion": "v1",
@@ -58,7 +58,8 @@ class ApiError(Exception):
 
 
 def not_found(kind: str, name: str) -> ApiError:
-    return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', {"name": name, "kind": kind}))
+    return ApiError(status(404, "NotFound", f'{kind} "{name}" not found', details={"name": name,
+        "kind": kind}))
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,16 @@ class Record:
 def _key(obj: Obj) -> Any:
     meta = obj["metadata"]
     return (meta["namespace"], meta["name"]) if "namespace" in meta else meta["name"]
+
+
+@dataclass(frozen=True)
+class Patchable:
+    """What a PATCH of ``kind`` may change: the parts it leaves as they were (``kept``), and the check
+    of the object it makes (``errors_of``: a list of field errors, empty when valid)."""
+
+    kind: str
+    kept: tuple[str, ...]
+    errors_of: Any
 
 
 class Store:
@@ -141,25 +152,27 @@ class Store:
                 return copy.deepcopy(obj)
             return copy.deepcopy(self._write(kind, "MODIFIED", obj))
 
-    def patch_node(self, name: str, body: Any, content_type: str, subresource: str = "") -> Obj:
+    def patch_node(self, name: str, body: Any, content_type: str, *, subresource: str = "") -> Obj:
         """PATCH nodes/NAME ignores status changes and nodes/NAME/status ignores spec changes, as the
         real registry strategies do (the kubelet owns status; controllers own spec)."""
         kept = "spec" if subresource == "status" else "status"
-        return self._patch("nodes", name, name, body, content_type, (kept,), node_errors)
+        return self._patch(Patchable("nodes", (kept,), node_errors), name, name, body=body,
+                           content_type=content_type)
 
-    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
+    def patch_pod(self, namespace: str, name: str, body: Any, *, content_type: str) -> Obj:
         """PATCH pods/NAME, for its metadata (annotations, labels): a running pod's spec is all but
         immutable and its status is the kubelet's, so changes to either are ignored here."""
-        return self._patch("pods", (namespace, name), name, body, content_type, ("spec", "status"), metadata_errors)
+        return self._patch(Patchable("pods", ("spec", "status"), metadata_errors), (namespace, name), name,
+                           body=body, content_type=content_type)
 
-    def _patch(self, kind: str, key: Any, name: str, body: Any, content_type: str, kept: tuple[str, ...],
-               errors_of: Any) -> Obj:
+    def _patch(self, rules: Patchable, key: Any, name: str, *, body: Any, content_type: str) -> Obj:
+        kind, kept, errors_of = rules.kind, rules.kept, rules.errors_of
         with self.lock:
             current = self._table(kind).get(key)
             if current is None:
                 raise not_found(kind, name)
             try:
-                patched = apply_patch(kind, current, body, content_type)
+                patched = apply_patch(kind, current, body, content_type=content_type)
             except PatchError as exc:
                 reason = {400: "BadRequest", 415: "UnsupportedMediaType"}.get(exc.code, "Invalid")
                 raise ApiError(status(exc.code, reason, str(exc))) from None
@@ -176,7 +189,7 @@ class Store:
                         "Conflict",
                         f'Operation cannot be fulfilled on {kind} "{name}": the object has been modified; '
                         "please apply your changes to the latest version and try again",
-                        {"name": name, "kind": kind},
+                        details={"name": name, "kind": kind},
                     )
                 )
             for fixed in ("name", "namespace", "uid", "creationTimestamp", "resourceVersion"):
@@ -189,7 +202,8 @@ class Store:
                 raise ApiError(
                     status(
                         422, "Invalid", f'{singular} "{name}" is invalid: ' + "; ".join(errors),
-                        {"name": name, "kind": singular, "causes": [{"reason": "FieldValueInvalid", "message": e} for e in errors]},
+                        details={"name": name, "kind": singular, "causes": [{"reason": "FieldValueInvalid",
+                            "message": e} for e in errors]},
                     )
                 )  # fmt: skip
             if patched == current:
@@ -336,7 +350,7 @@ class Store:
                         429,
                         "TooManyRequests",
                         "Cannot evict pod as it would violate the pod's disruption budget.",
-                        {
+                        details={
                             "causes": [
                                 {
                                     "reason": "DisruptionBudget",

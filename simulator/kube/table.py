@@ -54,7 +54,7 @@ def _age(obj: Obj) -> str:
     return human_duration((datetime.now(UTC) - then).total_seconds())
 
 
-def _col(name: str, type_: str, description: str, priority: int = 0, format_: str = "") -> Obj:
+def _col(name: str, type_: str, description: str, *, priority: int = 0, format_: str = "") -> Obj:
     return {"name": name, "type": type_, "format": format_, "description": description, "priority": priority}
 
 
@@ -64,11 +64,14 @@ NODE_COLUMNS = [
     _col("Roles", "string", "The roles of the node"),
     _col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created."),
     _col("Version", "string", "Kubelet Version reported by the node."),
-    _col("Internal-IP", "string", "List of addresses reachable to the node.", 1),
-    _col("External-IP", "string", "List of addresses reachable to the node.", 1),
-    _col("OS-Image", "string", "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", 1),
-    _col("Kernel-Version", "string", "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
-    _col("Container-Runtime", "string", "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2).", 1),
+    _col("Internal-IP", "string", "List of addresses reachable to the node.", priority=1),
+    _col("External-IP", "string", "List of addresses reachable to the node.", priority=1),
+    _col("OS-Image", "string",
+         "OS Image reported by the node from /etc/os-release (e.g. Debian GNU/Linux 7 (wheezy)).", priority=1),
+    _col("Kernel-Version", "string",
+         "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64).", priority=1),
+    _col("Container-Runtime", "string",
+         "Container runtime version reported by the node through runtime remote API (e.g. containerd://1.4.2).", priority=1),
 ]  # fmt: skip
 
 POD_COLUMNS = [
@@ -77,10 +80,13 @@ POD_COLUMNS = [
     _col("Status", "string", "The aggregate status of the containers in this pod."),
     _col("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
     _col("Age", "string", "CreationTimestamp is a timestamp representing the server time when this object was created."),
-    _col("IP", "string", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", 1),
-    _col("Node", "string", "NodeName is a request to schedule this pod onto a specific node.", 1),
-    _col("Nominated Node", "string", "nominatedNodeName is set when this pod preempts other pods on the node.", 1),
-    _col("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness.", 1),
+    _col("IP", "string",
+         "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated.", priority=1),
+    _col("Node", "string", "NodeName is a request to schedule this pod onto a specific node.", priority=1),
+    _col("Nominated Node", "string",
+         "nominatedNodeName is set when this pod preempts other pods on the node.", priority=1),
+    _col("Readiness Gates", "string",
+         "If specified, all readiness gates will be evaluated for pod readiness.", priority=1),
 ]  # fmt: skip
 
 PDB_COLUMNS = [
@@ -96,12 +102,13 @@ EVENT_COLUMNS = [
     _col("Type", "string", "Type of this event (Normal, Warning), new types could be added in the future."),
     _col("Reason", "string", "Reason is why the action was taken. It is human-readable. This field can have at most 128 characters."),
     _col("Object", "string", "The object that this event is about."),
-    _col("Subobject", "string", "The subobject that this event is about.", 1),
-    _col("Source", "string", "The component reporting this event. Should be a short machine understandable string.", 1),
+    _col("Subobject", "string", "The subobject that this event is about.", priority=1),
+    _col("Source", "string",
+         "The component reporting this event. Should be a short machine understandable string.", priority=1),
     _col("Message", "string", "A human-readable description of the status of this operation."),
-    _col("First Seen", "string", "Time when first Event occurred", 1),
-    _col("Count", "string", "The number of times this event has occurred.", 1),
-    _col("Name", "string", "Name must be unique within a namespace.", 1, "name"),
+    _col("First Seen", "string", "Time when first Event occurred", priority=1),
+    _col("Count", "string", "The number of times this event has occurred.", priority=1),
+    _col("Name", "string", "Name must be unique within a namespace.", priority=1, format_="name"),
 ]  # fmt: skip
 
 DEFAULT_COLUMNS = [
@@ -211,7 +218,7 @@ def columns(res: Resource) -> list[Obj]:
     return by_resource.get(res.name, DEFAULT_COLUMNS)
 
 
-def table(res: Resource, objs: list[Obj], rv: str, include: str, *, with_columns: bool = True) -> Obj:
+def table(res: Resource, objs: list[Obj], rv: str, *, include: str, with_columns: bool = True) -> Obj:
     out: Obj = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv}}
     out["columnDefinitions"] = columns(res) if with_columns else None
     out["rows"] = [_row(res, o, include) for o in objs]

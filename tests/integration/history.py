@@ -66,7 +66,7 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     event = NodeEvent(source=Source.SLURM, node=node, kind=kind, state=state, reason=reason,
                       observed_at=clock.now())
     with sessions() as s, s.begin():
-        result = ingest(s, [event.to_json()], settings.policy, clock)
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock)
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -94,11 +94,12 @@ def build(sessions: sessionmaker[Session], settings: Settings | None = None) -> 
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=2)
     clock = FakeClock(start)
     world = MemoryWorld(nodes=NODES)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     for node in NODES:
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)
     with sessions() as s, s.begin():
-        ingest(s, [b"{not json"], settings.policy, clock)
+        ingest(s, [b"{not json"], settings.policy, clock=clock)
 
     drive(engine, clock, publish(sessions, settings, clock, "gpu-node-3", world=world))
     ok = _latest(sessions, "gpu-node-3")

@@ -40,7 +40,7 @@ def settings() -> Settings:
 
 
 def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), None), settings, clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), None), settings, clock=clock)
 
 
 @pytest.fixture

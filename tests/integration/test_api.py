@@ -141,7 +141,7 @@ def _metric(text: str, name: str, labels: str = "") -> float:
 
 def test_metrics_expose_the_history(client, history, sessions) -> None:
     with sessions() as s, s.begin():
-        control_set(s, BREAKER, {"open": True}, history.start)
+        control_set(s, BREAKER, {"open": True}, now=history.start)
     text = client.get("/metrics").text
     assert _metric(text, "remediation_events_total", '{kind="unhealthy",source="slurm"}') == 5
     assert _metric(text, "remediation_events_total", '{kind="inventory",source="slurm"}') == 10

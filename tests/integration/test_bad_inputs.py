@@ -14,11 +14,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import RedisEventBus
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.services.ingest import ingest_batch
+from remediation.services.ingest import StreamChecks, ingest_batch
 from remediation.services.payloads import time_bounds
 from remediation.settings import Settings
 from tests.scenario_table import FORGED, HUGE_EVENT, MALFORMED, NODE_NAME, BadInputs
@@ -95,11 +95,12 @@ def test_a_bad_event_on_the_stream_is_kept_as_rejected_and_nothing_else_is_lost(
 
     def handle(payloads: list[bytes]) -> None:  # type: ignore[type-arg]
         # As the ingest task calls it: with the shipped bounds on a payload's size and its times.
-        ingest_batch(sessions, payloads, settings.policy, SystemClock(), max_bytes=settings.broker.max_event_bytes,
-                     bounds=time_bounds(settings.broker))
+        ingest_batch(sessions, payloads, settings.policy, clock=SystemClock(),
+                     checks=StreamChecks(max_bytes=settings.broker.max_event_bytes,
+                                         bounds=time_bounds(settings.broker)))
 
     try:
-        handled = consume(redis_client, bus.keys, handle, batch=100, claim_idle_ms=0)
+        handled = consume(redis_client, bus.keys, handle, reading=Reading(batch=100, claim_idle_ms=0))
         with Session(engine) as s:
             rejected = s.scalars(select(RejectedEvent)).all()
             kept = set(s.scalars(select(Event.dedupe_key)))

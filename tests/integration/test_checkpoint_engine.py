@@ -56,7 +56,7 @@ def make_engine(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> Workflow:
     adapters = Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), intents=StepIntents(sessions))
-    return Workflow(sessions, adapters, settings, clock)
+    return Workflow(sessions, adapters, settings, clock=clock)
 
 
 def publish(
@@ -78,7 +78,7 @@ def publish(
         observed_at=clock.now(),
     )
     with sessions() as s, s.begin():
-        result = ingest(s, [event.to_json()], settings.policy, clock)
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock)
     ((rid, step),) = result.opened
     return FollowUp(rid, step)
 
@@ -208,7 +208,7 @@ def test_a_worker_killed_after_the_intent_never_signals_twice(
     claimed = engine._claim(f.remediation_id, Step.SLURM_DRAIN, token="dead-worker")
     assert isinstance(claimed, tuple)
     inp, _row, governed = claimed  # governed: what the remediation runs under (its recorded policy)
-    STEPS[Step.SLURM_DRAIN](inp, governed.adapters, governed.steps, clock.now())
+    STEPS[Step.SLURM_DRAIN](inp, governed.adapters, governed.steps, now=clock.now())
     assert len(world.calls("slurm.signal")) == 1
     assert CheckpointRequest.load(drain_row(sessions, f.remediation_id).provider_op) is not None
     clock.advance(31 + 30)  # the lease expires; the sweeper hands the step to a live worker
@@ -228,7 +228,7 @@ def test_dry_run_records_would_signal_and_signals_nothing(
 ) -> None:
     settings = make_settings().model_copy(update={"dry_run": True})
     adapters = make_adapters(settings, world, intents=StepIntents(sessions))
-    engine = Workflow(sessions, adapters, settings, clock)
+    engine = Workflow(sessions, adapters, settings, clock=clock)
     world.set_jobs("gpu-node-3", ["55"])
     f = publish(sessions, settings, clock, world, "gpu-node-3")
     poll_drain(engine, clock, f, 20)

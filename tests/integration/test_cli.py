@@ -246,7 +246,7 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
             ev = NodeEvent(source=Source.KUBERNETES, node="gpu-node-6", kind=EventKind.UNHEALTHY,
                            state="GpuXidError=True", reason="xid 79 on GPU 3", observed_at=SystemClock().now())
             with db[1]() as s, s.begin():
-                ingest(s, [ev.to_json()], engine_settings().policy, SystemClock())
+                ingest(s, [ev.to_json()], engine_settings().policy, clock=SystemClock())
             new = lines.get(timeout=20)
             assert "gpu-node-6" in new and "GpuXidError=True" in new and "xid 79 on GPU 3" in new
         finally:
@@ -264,7 +264,7 @@ def test_status_names_a_system_pause_its_error_and_who_lifts_it(run, db, history
         rem = s.scalars(select(Remediation).where(Remediation.status.in_(("running", "waiting")))).first()
         assert rem is not None
         pause(s, rem.opened_at, PagedError("CredentialError", "not authenticated: HTTP 401 token expired", True,
-                                      False, "cloud"), rem.node, rem.id)
+                                      False, "cloud"), node=rem.node, rid=rem.id)
     res = run("status")
     assert res.exit_code == 0, res.stdout
     assert "PAUSED by system: CredentialError: not authenticated: HTTP 401 token expired" in res.stdout

@@ -44,7 +44,7 @@ def test_a_key_taken_in_an_earlier_batch_hides_no_real_edge(sessions: sessionmak
     clock = FakeClock(T0 + timedelta(seconds=10))
     for batch in ([AHEAD], [REAL], [REAL]):  # the last: the real edge re-sent, a true duplicate
         with sessions() as s, s.begin():
-            result = ingest(s, batch, POLICY, clock)
+            result = ingest(s, batch, POLICY, clock=clock)
     assert result.duplicates == 1 and result.recorded == 0
     (first, _, _), (bound, state, decision) = recorded(sessions)
     assert first == KEY and bound.startswith(f"{KEY}#") and (state, decision) == ("FAIL", "open")
@@ -53,7 +53,7 @@ def test_a_key_taken_in_an_earlier_batch_hides_no_real_edge(sessions: sessionmak
 
 def test_a_key_taken_earlier_in_the_same_batch_hides_no_real_edge(sessions: sessionmaker[Session]) -> None:
     with sessions() as s, s.begin():
-        result = ingest(s, [AHEAD, REAL, REAL], POLICY, FakeClock(T0 + timedelta(seconds=10)))
+        result = ingest(s, [AHEAD, REAL, REAL], POLICY, clock=FakeClock(T0 + timedelta(seconds=10)))
     assert result.recorded == 2 and result.duplicates == 1
     assert [state for _, state, _ in recorded(sessions)] == ["IDLE", "FAIL"]
     assert opened(sessions) == [NODE]
@@ -63,5 +63,5 @@ def test_the_same_condition_re_sent_is_still_one_event(sessions: sessionmaker[Se
     clock = FakeClock(T0 + timedelta(seconds=10))
     for _ in range(3):
         with sessions() as s, s.begin():
-            ingest(s, [REAL], POLICY, clock)
+            ingest(s, [REAL], POLICY, clock=clock)
     assert [k for k, _, _ in recorded(sessions)] == [KEY]

@@ -86,7 +86,7 @@ def open_for(
     events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="FAIL", reason=SOFTWARE_FAULT,
                         observed_at=clock.now()).to_json() for n in nodes]
     with sessions() as s, s.begin():
-        result = ingest(s, events, settings.policy, clock)
+        result = ingest(s, events, settings.policy, clock=clock)
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -134,7 +134,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock, error: Any
 ) -> None:
     vm = FailingVM(world, error)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock=clock)
     pending = run(engine, clock, open_for(sessions, settings, clock, NODES[:6], world))
 
     pause = control_get_now(sessions)
@@ -149,7 +149,8 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert failed_row.status == "waiting" and failed_row.error_kind == type(error()).__name__
     assert vm.calls == 1
     with sessions() as s:
-        assert recent_failure_counts(s, NODES[:6], clock.now(), settings.policy.repeat_offender_window) == {
+        assert recent_failure_counts(s, NODES[:6], clock.now(),
+                                     window=settings.policy.repeat_offender_window) == {
             n: 1 for n in NODES[:6]}  # the one remediation each, nothing more
     # A credential heals only by a human: the probe does nothing, a resume lets every remediation finish.
     for _ in range(5):
@@ -157,7 +158,7 @@ def test_a_systemic_error_pauses_once_and_charges_no_node(
     assert control_get_now(sessions)["paused"] is True
     vm.failing = False
     with sessions() as s, s.begin():
-        lever_rules.set_paused(s, False, "alice", "rotated the service account key", clock.now())
+        lever_rules.set_paused(s, False, "alice", reason="rotated the service account key", now=clock.now())
     assert run(engine, clock, pending) == []
     assert [r.status for r in rems(sessions)] == ["succeeded"] * 6
     assert len(world.calls("vm.restart", effect=True)) == 6  # the held step ran again once, not twice
@@ -172,7 +173,7 @@ def test_an_unreachable_controller_pauses_and_the_probe_resumes_after_three_answ
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> None:
     slurm = ReachableAgainSlurm(world)
-    engine = Workflow(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(slurm, MemoryKube(world), MemoryVM(world)), settings, clock=clock)
     todo = open_for(sessions, settings, clock, NODES[:4], world)
     slurm.down = True
     pending = run(engine, clock, todo)
@@ -205,7 +206,8 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise Surprise(f"credential plugin exploded for {vm.name}")
 
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), SurprisingVM(world)),
+                      settings, clock=clock)
     (first,) = open_for(sessions, settings, clock, NODES[:1], world)
     f = first
     while f.step != "vm_restart":
@@ -229,7 +231,7 @@ def test_an_unmapped_error_holds_one_node_and_the_same_error_on_a_second_node_pa
     assert len(audits(sessions, "pause")) == 1 and len(audits(sessions, "hold")) == 2
     assert not [r for r in rems(sessions) if r.status in ("quarantined", "failed", "succeeded")]
     with sessions() as s, s.begin():
-        lever_rules.set_paused(s, False, "alice", "patched the plugin", clock.now())
+        lever_rules.set_paused(s, False, "alice", reason="patched the plugin", now=clock.now())
     assert len(audits(sessions, "unhold")) == 2
     assert all("held" not in (r.context or {}) for r in rems(sessions))
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import BusUnavailable, Keys, RedisEventBus
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RemediationStep
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine
@@ -58,14 +58,15 @@ def test_events_survive_a_postgres_outage(redis_client: redis.Redis, redis_prefi
     def handle_with(sessions: sessionmaker[Session]):  # noqa: ANN202
         def handle(payloads) -> None:  # noqa: ANN001
             with sessions() as s, s.begin():
-                ingest(s, payloads, policy, SystemClock())
+                ingest(s, payloads, policy, clock=SystemClock())
         return handle
 
     with pytest.raises(OperationalError):
-        consume(redis_client, keys, handle_with(down), batch=100, claim_idle_ms=0)
+        consume(redis_client, keys, handle_with(down), reading=Reading(batch=100, claim_idle_ms=0))
     assert redis_client.xlen(keys.stream) == 2  # still there, pending for the dead attempt
     up_engine = create_engine(pg_url, poolclass=NullPool)
-    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), batch=100, claim_idle_ms=0)
+    handled = consume(redis_client, keys, handle_with(sessionmaker(up_engine)), reading=Reading(batch=100,
+        claim_idle_ms=0))
     assert handled == 2 and redis_client.xlen(keys.stream) == 0
     with Session(up_engine) as s:
         assert sorted(s.scalars(select(Event.node))) == ["gpu-node-1", "gpu-node-2"]
@@ -93,8 +94,8 @@ def test_dry_run_records_every_step_and_changes_nothing(sessions: sessionmaker[S
     assert isinstance(adapters.slurm, NoopSlurm) and isinstance(adapters.kube, NoopKube)
     clock = FakeClock()
     with sessions() as s, s.begin():
-        opened = ingest(s, [event("gpu-node-5").to_json()], settings.policy, clock).opened
-    engine = Workflow(sessions, adapters, settings, clock)
+        opened = ingest(s, [event("gpu-node-5").to_json()], settings.policy, clock=clock).opened
+    engine = Workflow(sessions, adapters, settings, clock=clock)
     todo = [FollowUp(rid, step) for rid, step in opened]
     while todo:
         f = todo.pop()
@@ -122,17 +123,17 @@ def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str
 
     real = ingest_module.ingest
 
-    def picky(session, payloads, policy, clock, *rest, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def picky(session, payloads, policy, **options):  # noqa: ANN001, ANN002, ANN003, ANN202
         if any(b"poison" in (p if isinstance(p, bytes) else p.encode()) for p in payloads):
             raise DataError("INSERT ...", {}, Exception("invalid byte sequence for encoding"))
-        return real(session, payloads, policy, clock, *rest, **options)
+        return real(session, payloads, policy, **options)
 
     monkeypatch.setattr(ingest_module, "ingest", picky)
     engine = create_engine(pg_url, poolclass=NullPool)
     sessions = sessionmaker(engine)
     poison = event("gpu-node-3").model_copy(update={"reason": "poison"}).to_json()
     result = ingest_batch(sessions, [event("gpu-node-1").to_json(), poison, event("gpu-node-2").to_json()],
-                          Settings().policy, SystemClock())
+                          Settings().policy, clock=SystemClock())
     assert (result.recorded, result.rejected) == (2, 1)
     with Session(engine) as s:
         (row,) = s.scalars(select(RejectedEvent)).all()
@@ -145,4 +146,4 @@ def test_a_payload_the_database_refuses_costs_one_row_not_the_stream(pg_url: str
 
     monkeypatch.setattr(ingest_module, "ingest", down)
     with pytest.raises(OperationalError):  # an outage is not a poison: nothing is rejected, all is retried
-        ingest_batch(sessions, [event("gpu-node-4").to_json()], Settings().policy, SystemClock())
+        ingest_batch(sessions, [event("gpu-node-4").to_json()], Settings().policy, clock=SystemClock())

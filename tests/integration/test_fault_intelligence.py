@@ -177,6 +177,6 @@ def test_a_failed_gpu_check_weighs_on_the_lemon_score(sessions, clock) -> None:
                              cause_class="gpu-memory", command="dcgmi diag -r 3", outcome=outcome, exit_code=1,
                              started_at=now, finished_at=now, duration_s=1.0))
     with sessions() as s:
-        history = failure_history(s, ["gpu-node-3"], now, timedelta(days=90))
+        history = failure_history(s, ["gpu-node-3"], now, horizon=timedelta(days=90))
     # The remediation, and its failed check (the passed one is no evidence against the node).
     assert [f.fault_class for f in history["gpu-node-3"]] == ["gpu-memory", "gpu-memory"]

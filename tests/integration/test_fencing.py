@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import BusUnavailable, Keys, NotLeader, RedisEventBus
 from remediation.adapters.lock import LeaderLock
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import FakeClock
 from remediation.db.models import Event, LeaderFence, RejectedEvent
 from remediation.db.session import make_engine
@@ -85,7 +85,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
     )  # woke up, still "leading"
     RedisEventBus(redis_client, redis_prefix).publish([event("gpu-node-5", "report")])  # no leader: unfenced
     with sessions() as s, s.begin():
-        result = ingest(s, stream(redis_client, redis_prefix), PolicySettings(), FakeClock(NOW))
+        result = ingest(s, stream(redis_client, redis_prefix), PolicySettings(), clock=FakeClock(NOW))
     with sessions() as s:
         recorded = set(s.scalars(select(Event.dedupe_key)))
         rejected = s.scalars(select(RejectedEvent.error)).all()
@@ -101,7 +101,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
             s,
             [event("gpu-node-6", "stale-3").model_copy(update={"fence": old.fence()}).to_json()],
             PolicySettings(),
-            FakeClock(NOW),
+            clock=FakeClock(NOW),
         )
     assert again.rejected == 1 and again.recorded == 0
 
@@ -142,8 +142,9 @@ def test_an_ingest_takes_back_its_own_unacknowledged_batch_at_once(
         raise OperationalError("COMMIT", {}, Exception("server closed the connection unexpectedly"))
 
     with pytest.raises(OperationalError):
-        consume(redis_client, keys, cut_off, batch=10, claim_idle_ms=3_600_000, linger_s=0)
-    assert consume(redis_client, keys, seen.extend, batch=10, claim_idle_ms=3_600_000, linger_s=0) == 3
+        consume(redis_client, keys, cut_off, reading=Reading(batch=10, claim_idle_ms=3_600_000, linger_s=0))
+    assert consume(redis_client, keys, seen.extend, reading=Reading(batch=10, claim_idle_ms=3_600_000,
+                                                                    linger_s=0)) == 3
     assert len(seen) == 3 and redis_client.xpending(keys.stream, "ingest")["pending"] == 0
 
 

@@ -33,7 +33,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.states import AuditAction
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
 from tests.integration.history import RecordingDispatcher, drive, engine_settings
@@ -52,7 +52,7 @@ class Story:
         self.clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1))
         self.world = MemoryWorld(nodes=NODES)
         self.engine = Workflow(sessions, Adapters(MemorySlurm(self.world), MemoryKube(self.world),
-                                                  MemoryVM(self.world)), settings, self.clock)
+                                                  MemoryVM(self.world)), settings, clock=self.clock)
         events = [NodeEvent(source=Source.KUBERNETES, node=n, kind=EventKind.DOMAINS, state="labels",
                             domains={CLIQUE: "c1" if i < 4 else "c2"}, observed_at=self.clock.now())
                   for i, n in enumerate(NODES)]
@@ -60,8 +60,8 @@ class Story:
 
     def publish(self, *events: NodeEvent) -> list[FollowUp]:
         with self.sessions() as s, s.begin():
-            result = ingest(s, [e.to_json() for e in events], self.settings.policy, self.clock, self.dry_run,
-                            self.settings.incidents)
+            result = ingest(s, [e.to_json() for e in events], self.settings.policy, clock=self.clock,
+                            rules=IngestRules(dry_run=self.dry_run, incidents=self.settings.incidents))
         return [FollowUp(rid, step) for rid, step in result.opened]
 
     def fail(self, node: str) -> FollowUp:
@@ -128,7 +128,8 @@ def test_late_failure_folds_the_first_into_one_incident_before_any_vm_action(ses
                                            .order_by(AuditLog.id))]
         assert actions == ["incident_opened", "incident_joined"]  # one page
         assert s.get(Incident, inc.id).nodes == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]  # type: ignore[union-attr]
-        counted = recent_failure_counts(s, NODES, story.clock.now(), story.settings.policy.repeat_offender_window)
+        counted = recent_failure_counts(s, NODES, story.clock.now(),
+                                        window=story.settings.policy.repeat_offender_window)
         assert counted == {"gpu-node-4": 1}
 
 

@@ -31,14 +31,14 @@ def test_a_batch_is_isolated_at_once_each_step_once(pg_url: str, tmp_path: Path)
     sessions = make_session_factory(db)
     clock = SystemClock()
     workflow = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
     for n in NODES:  # the rack's nodes marked failed in Slurm, as the events report
         world.set_slurm(n, flags=["FAIL"], reason="rack PDU lost power")
     events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="IDLE+FAIL",
                         reason="rack PDU lost power", observed_at=clock.now()).to_json() for n in NODES]  # fmt: skip
     with sessions() as s, s.begin():
-        opened = ingest(s, events, settings.policy, clock).opened
+        opened = ingest(s, events, settings.policy, clock=clock).opened
     ids = [rid for rid, _ in opened]
 
     after = isolate(workflow, ids, threads=8)

@@ -32,7 +32,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.api import create_app
 from remediation.clock import FakeClock
 from remediation.db.migrate import upgrade
@@ -92,7 +92,7 @@ def _publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClo
         _show_fault(world, node, source, state, reason)
     event = NodeEvent(source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now())
     with sessions() as s, s.begin():
-        result = ingest(s, [event.to_json()], settings.policy, clock)
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock)
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -104,14 +104,15 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
         workflow={"poll_interval_s": 10, "verify_timeout_s": 60, "lease_s": 30},
     )
     clock = FakeClock(START)
-    world = MemoryWorld(nodes=NODES, op_polls=3)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    world = MemoryWorld(nodes=NODES, timing=OpTiming(polls=3))
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     slurm, kube = Source.SLURM, Source.KUBERNETES
 
     for node in NODES:
         _publish(sessions, settings, clock, world, node, slurm, EventKind.INVENTORY, "IDLE")
     with sessions() as s, s.begin():
-        ingest(s, [b"{not json"], settings.policy, clock)
+        ingest(s, [b"{not json"], settings.policy, clock=clock)
 
     drive(engine, clock, _publish(sessions, settings, clock, world, "gpu-1", slurm, EventKind.UNHEALTHY, "FAIL", "xid 79"))
 
@@ -133,13 +134,14 @@ def scenario(sessions: sessionmaker[Session]) -> Scenario:
 
     clock.advance(3600)
     with sessions() as s, s.begin():
-        (report,) = lever_rules.report(s, "gpu-4", "dana", "NCCL hangs", clock.now(), settings.policy)
+        (report,) = lever_rules.report(s, lever_rules.HumanReport("gpu-4", "dana", "NCCL hangs"),
+                                       now=clock.now(), policy=settings.policy)
     clock.advance(120)
     with sessions() as s, s.begin():
-        lever_rules.cancel(s, report.remediation_id, "dana", "false alarm", clock.now())
+        lever_rules.cancel(s, report.remediation_id, "dana", reason="false alarm", now=clock.now())
     clock.advance(60)
     with sessions() as s, s.begin():
-        manual = lever_rules.quarantine(s, "gpu-0", "dana", "fan failure", clock.now())
+        manual = lever_rules.quarantine(s, "gpu-0", "dana", reason="fan failure", now=clock.now())
     drive(engine, clock, [manual])
 
     clock.advance(3600)  # the storm: three nodes within a minute, past the breaker's limit
@@ -258,12 +260,12 @@ def test_breaker_and_pause_follow_the_database(scenario: Scenario) -> None:
     """The gauges are read at scrape time: a closed breaker and a pause show on the next scrape. The
     breaker latches: the window sliding past the storm leaves it open; a human's close closes it."""
     with scenario.sessions() as s, s.begin():
-        lever_rules.set_paused(s, True, "dana", "maintenance window", scenario.clock.now())
+        lever_rules.set_paused(s, True, "dana", reason="maintenance window", now=scenario.clock.now())
     scenario.clock.advance(3600)  # the storm leaves the breaker window
     scenario.engine.sweep()
     assert _scrape(scenario)["remediation_breaker_open"] == 1
     with scenario.sessions() as s, s.begin():
-        lever_rules.close_breaker(s, "dana", "switch replaced", scenario.clock.now())
+        lever_rules.close_breaker(s, "dana", "switch replaced", now=scenario.clock.now())
     samples = _scrape(scenario)
     assert samples["remediation_breaker_open"] == 0
     assert samples["remediation_paused"] == 1

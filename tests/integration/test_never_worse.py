@@ -18,7 +18,7 @@ from remediation.domain.ownership import give_back
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services import lever_rules
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.notify import run_pass
 from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
@@ -49,7 +49,8 @@ def make_settings(dry_run: bool = False, **workflow: object) -> Settings:
 
 
 def engine_for(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                    clock=clock)
 
 
 def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock, node: str, state: str = "FAIL",
@@ -61,7 +62,8 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     event = NodeEvent(source=source, node=node, kind=EventKind.UNHEALTHY, state=state, reason=reason,
                       observed_at=clock.now())
     with sessions() as s, s.begin():
-        result = ingest(s, [event.to_json()], settings.policy, clock, settings.dry_run)
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock,
+                        rules=IngestRules(dry_run=settings.dry_run))
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -224,7 +226,8 @@ def test_cancel_give_back_undoes_what_is_ours_and_only_that(sessions, world, clo
     f = engine.run(f.remediation_id, f.step)  # cordoned
     assert world.node("gpu-node-7")["k8s"]["unschedulable"] and "DRAIN" in world.node("gpu-node-7")["slurm"]["flags"]
     with sessions() as s, s.begin():
-        rem = lever_rules.cancel(s, f.remediation_id, "bob", "false alarm", clock.now(), give_back=give).remediation
+        rem = lever_rules.cancel(s, f.remediation_id, "bob", reason="false alarm", now=clock.now(),
+                                 give_back=give).remediation
         node = rem.node
     if give:  # what the release task does for the dispatcher
         note = give_back(Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), node, "remediation:")
@@ -256,10 +259,10 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
     settings = make_settings(dry_run=True)
     recorder = Recorder()
     dry = Workflow(sessions, Adapters(NoopSlurm(MemorySlurm(world), recorder), NoopKube(MemoryKube(world), recorder),
-                                    NoopMachine(recorder)), settings, clock)
+                                    NoopMachine(recorder)), settings, clock=clock)
     names = [f"gpu-node-{i}" for i in range(10, 15)]  # 5 of 20 = 25%: would trip a 10% breaker
     with sessions() as s:
-        before = recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window)
+        before = recent_failure_counts(s, names, clock.now(), window=settings.policy.repeat_offender_window)
     for name in names:
         drive(dry, clock, publish(sessions, settings, clock, name, world=world))
     with sessions() as s:
@@ -273,8 +276,9 @@ def test_dry_run_rows_say_would_and_never_count(sessions, world, clock) -> None:
         assert restarts and all("recorded, not issued" in o and "completed" not in o for o in restarts)
         logged = list(s.scalars(select(AuditLog).where(AuditLog.target.in_(names))))
         assert logged and all(a.dry_run and a.reason.startswith("would") for a in logged)
-        assert recent_failure_counts(s, names, clock.now(), settings.policy.repeat_offender_window) == before == {}
-        view = cluster_view(s, clock.now(), settings.policy.breaker_window, None)
+        assert recent_failure_counts(s, names, clock.now(),
+                                     window=settings.policy.repeat_offender_window) == before == {}
+        view = cluster_view(s, clock.now(), settings.policy.breaker_window, exclude=None)
         assert view.failed_in_window == 0 and not view.breaker_latched
         assert not s.scalars(select(AuditLog).where(AuditLog.action == "breaker_open")).all()
     assert not world.calls("slurm.drain") and not world.calls("vm.restart")  # nothing was touched
@@ -289,9 +293,11 @@ def test_dry_run_notifications_are_marked(sessions, clock) -> None:
     from remediation.services.audit import audit
 
     with sessions() as s, s.begin():
-        audit(s, clock.now(), "remediation", "escalate", "gpu-node-1", "verify failed", {"remediation": 1},
+        audit(s, clock.now(), "remediation", action="escalate", target="gpu-node-1", reason="verify failed",
+              detail={"remediation": 1},
               dry_run=True)
-        audit(s, clock.now(), "remediation", "escalate", "gpu-node-2", "verify failed", {"remediation": 2})
+        audit(s, clock.now(), "remediation", action="escalate", target="gpu-node-2", reason="verify failed",
+              detail={"remediation": 2})
     posted: list[str] = []
     result = run_pass(sessions, NotifySettings(webhook_url="http://hook.invalid/x", max_age_s=10**9),
                       post=lambda url, payload: posted.append(payload["text"]), clock=clock)

@@ -49,15 +49,16 @@ def storm(sessions: sessionmaker[Session]) -> Storm:  # noqa: F811
     clock, world = FakeClock(datetime.now(UTC) - timedelta(hours=2)), MemoryWorld(nodes=nodes)
     settings = Settings(policy={"min_restart_gap_s": 0, "breaker_max_fraction": 0.10},
                         workflow={"poll_interval_s": 5})
-    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    engine = Workflow(db, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                      clock=clock)
     with db() as s, s.begin():  # the watchers' resync: every node is in the pool
         ingest(s, [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.INVENTORY, state="IDLE",
-                             observed_at=clock.now()).to_json() for n in nodes], settings.policy, clock)
+                             observed_at=clock.now()).to_json() for n in nodes], settings.policy, clock=clock)
     clock.advance(1)
     # First a rehearsal: one node fails while the service runs in dry-run.
     dry_settings = Settings(dry_run=True, policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5})
     dry = Workflow(db, Adapters(NoopSlurm(MemorySlurm(world)), NoopKube(MemoryKube(world)), NoopMachine()), dry_settings,
-                 clock)
+                 clock=clock)
     (f,) = publish(db, dry_settings, clock, "gpu-node-19", world=world)
     drive(dry, clock, [f])
     dry_id = f.remediation_id

@@ -84,7 +84,8 @@ def add(sessions: sessionmaker[Session], clock: FakeClock, action: str, target: 
         n: int = 1) -> None:
     with sessions() as s, s.begin():
         for _ in range(n):
-            audit(s, clock.now(), "remediation", action, target, reason, {"remediation": 7})
+            audit(s, clock.now(), "remediation", action=action, target=target, reason=reason,
+                  detail={"remediation": 7})
 
 
 def test_old_history_is_not_paged_and_new_quarantine_is(sessions, receiver, clock) -> None:

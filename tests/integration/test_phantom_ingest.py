@@ -45,9 +45,9 @@ def remediate(sessions: sessionmaker[Session], clock: FakeClock, payload: str) -
     world = MemoryWorld(nodes=[NODE])
     trigger = json.loads(payload)
     show_fault(world, NODE, trigger["state"], trigger["reason"])  # Slurm shows the fault the trigger reports
-    engine = Workflow(sessions, make_adapters(SETTINGS, world), SETTINGS, clock)
+    engine = Workflow(sessions, make_adapters(SETTINGS, world), SETTINGS, clock=clock)
     with sessions() as s, s.begin():
-        (rid, step), = ingest(s, [payload], SETTINGS.policy, clock).opened
+        (rid, step), = ingest(s, [payload], SETTINGS.policy, clock=clock).opened
     todo = [FollowUp(rid, step)]
     while todo:
         f = todo.pop()
@@ -83,14 +83,14 @@ def test_the_reboots_own_ready_unknown_flushed_after_close_is_attributed(session
             ev(Source.KUBERNETES, EventKind.UNHEALTHY, "Ready=Unknown", flushed,
                "Node gke-a3-pool-8: NodeStatusUnknown: Kubelet stopped posting node status.", since=vm_started),
             ev(Source.KUBERNETES, EventKind.HEALTHY, "Ready=True", flushed, "Node gke-a3-pool-8: KubeletReady"),
-        ], SETTINGS.policy, clock)
+        ], SETTINGS.policy, clock=clock)
     assert result.opened == []
     *_, unknown, ready = decisions(sessions)
     assert unknown[1:] == ("Ready=Unknown", "attributed", f"caused by remediation #{rid}: vm_restart", rid)
     assert ready[1:3] == ("Ready=True", "record")
     assert remediations(sessions) == 1
     with sessions() as s:
-        assert recent_failure_counts(s, [NODE], clock.now(), timedelta(days=7)) == {NODE: 1}
+        assert recent_failure_counts(s, [NODE], clock.now(), window=timedelta(days=7)) == {NODE: 1}
         node = s.get(Node, NODE)
         assert node is not None and node.status == "healthy"
 
@@ -102,23 +102,23 @@ def test_a_stale_edge_is_superseded_by_a_newer_healthy_observation(sessions: ses
         result = ingest(s, [
             ev(Source.KUBERNETES, EventKind.UNHEALTHY, "Ready=False", T0, "PLEG", since=T0 - timedelta(seconds=300)),
             ev(Source.KUBERNETES, EventKind.HEALTHY, "Ready=True", T0 + timedelta(seconds=1)),
-        ], SETTINGS.policy, clock)
+        ], SETTINGS.policy, clock=clock)
     assert result.opened == [] and result.decisions.get("superseded") == 1
     # Across batches: the healthy observation is recorded; the edge it ended is delivered late.
     clock.advance(60)
     with sessions() as s, s.begin():
         ingest(s, [ev(Source.SLURM, EventKind.HEALTHY, "IDLE", T0 + timedelta(seconds=50), key="h")],
-               SETTINGS.policy, clock)
+               SETTINGS.policy, clock=clock)
     with sessions() as s, s.begin():
         late = ingest(s, [ev(Source.SLURM, EventKind.UNHEALTHY, "FAIL", T0 + timedelta(seconds=40), "xid")],
-                      SETTINGS.policy, clock)
+                      SETTINGS.policy, clock=clock)
     assert late.opened == []
     assert [d[2] for d in decisions(sessions) if d[0] == "slurm"] == ["record", "superseded"]
     assert remediations(sessions) == 0
     # A newer bad edge of the same condition is not superseded by the older healthy one: it acts.
     with sessions() as s, s.begin():
         fresh = ingest(s, [ev(Source.SLURM, EventKind.UNHEALTHY, "FAIL", T0 + timedelta(seconds=55), "xid 48")],
-                       SETTINGS.policy, clock)
+                       SETTINGS.policy, clock=clock)
     assert len(fresh.opened) == 1
 
 
@@ -130,7 +130,7 @@ def test_a_different_fault_in_the_settle_window_still_counts(sessions: sessionma
         result = ingest(s, [
             ev(Source.KUBERNETES, EventKind.UNHEALTHY, "GpuXidError=True", later, "XID 48",
                since=later - timedelta(seconds=5)),
-        ], SETTINGS.policy, clock)
+        ], SETTINGS.policy, clock=clock)
     assert [step for _, step in result.opened] == ["quarantine"]  # the 2nd episode, limit 2
     assert decisions(sessions)[-1][2:4] == ("quarantine", "repeat offender: 2 failures within 7d (limit 2)")
 
@@ -148,11 +148,12 @@ def test_nodes_show_lists_the_episodes_with_their_evidence(pg_url: str, monkeypa
     with sessions() as s, s.begin():
         ingest(s, [ev(Source.KUBERNETES, EventKind.UNHEALTHY, "Ready=Unknown", flushed, "NodeStatusUnknown",
                       since=started + timedelta(seconds=0.2)),
-                   ev(Source.SLURM, EventKind.UNHEALTHY, "NOT_RESPONDING", flushed)], SETTINGS.policy, clock)
+                   ev(Source.SLURM, EventKind.UNHEALTHY, "NOT_RESPONDING",
+                      flushed)], SETTINGS.policy, clock=clock)
     clock.advance(900)  # past the settle period: a new GPU fault is a second episode
     with sessions() as s, s.begin():
         (second, _), = ingest(s, [ev(Source.KUBERNETES, EventKind.UNHEALTHY, "GpuXidError=True", clock.now(),
-                                     "XID 48", since=clock.now())], SETTINGS.policy, clock).opened
+                                     "XID 48", since=clock.now())], SETTINGS.policy, clock=clock).opened
     with sessions() as s:
         detail = node_detail(s, NODE, policy=SETTINGS.policy, now=clock.now())
     newest, first = detail.episodes

@@ -22,7 +22,7 @@ from remediation.cli.oncall import app as cli
 from remediation.clock import FakeClock
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.profiles.service import governance
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
 from tests.integration.history import sessions  # noqa: F401  (the fixture: the database the CLI reads too)
 from tests.integration.test_profiles_engine import inventory_events
@@ -52,7 +52,7 @@ def fleet(sessions: sessionmaker[Session], settings: Settings) -> None:  # noqa:
     events += [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="FAIL", reason="xid 79",
                          observed_at=clock.now()).to_json() for n in ("gpu-node-2", "gpu-node-5")]
     with sessions() as s, s.begin():
-        ingest(s, events, settings.policy, clock, governance=governance(settings))
+        ingest(s, events, settings.policy, clock=clock, rules=IngestRules(governance=governance(settings)))
 
 
 @pytest.fixture

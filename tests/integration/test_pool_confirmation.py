@@ -28,12 +28,12 @@ def _send(sessions: sessionmaker[Session], clock: FakeClock, kind: EventKind, na
                         else "DOWN", observed_at=clock.now(), dedupe_key=f"slurm:{n}:{key}").to_json()
               for n in names]
     with sessions() as s, s.begin():
-        ingest(s, events, SETTINGS.policy, clock)
+        ingest(s, events, SETTINGS.policy, clock=clock)
 
 
 def _pool(sessions: sessionmaker[Session], clock: FakeClock) -> int:
     with sessions() as s:
-        view = cluster_view(s, clock.now(), SETTINGS.policy.breaker_window, None,
+        view = cluster_view(s, clock.now(), SETTINGS.policy.breaker_window, exclude=None,
                             pool_stale=SETTINGS.policy.pool_stale)
     return view.pool_size
 

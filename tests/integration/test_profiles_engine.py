@@ -17,7 +17,7 @@ from remediation.profiles.service import governance
 from remediation.services import lever_rules
 from remediation.services.breaker import latches as breaker_latches
 from remediation.services.holds import automation_status
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from tests.faults import UNKNOWN_FAULT, show_fault
@@ -50,7 +50,7 @@ def engine_for(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> Workflow:
     return Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
 
 
@@ -78,14 +78,8 @@ def publish(
         **facts,
     )
     with sessions() as s, s.begin():
-        result = ingest(
-            s,
-            [event.to_json()],
-            settings.policy,
-            clock,
-            incidents=settings.incidents,
-            governance=governance(settings),
-        )
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock,
+                        rules=IngestRules(incidents=settings.incidents, governance=governance(settings)))
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -226,13 +220,8 @@ def inventory_events(clock: FakeClock, facts: dict[str, tuple[list[str], list[st
 def inventory(sessions: sessionmaker[Session], settings: Settings, clock: FakeClock) -> None:
     """The Slurm watcher's first resync: every node, each then in its profile's pool."""
     with sessions() as s, s.begin():
-        ingest(
-            s,
-            inventory_events(clock, {n: (["gpu"], []) for n in NODES}),
-            settings.policy,
-            clock,
-            governance=governance(settings),
-        )
+        ingest(s, inventory_events(clock, {n: (["gpu"], []) for n in NODES}), settings.policy, clock=clock,
+               rules=IngestRules(governance=governance(settings)))
         pools = dict(s.execute(select(Node.name, Node.profile)).all())
     assert pools["gpu-node-3"] == "pool-a" and pools["gpu-node-13"] == "pool-b"
 
@@ -260,7 +249,8 @@ def test_a_storm_latches_its_own_pool_and_the_other_goes_on(sessions, world, clo
 
     # A human closes pool-a's breaker: its remediations re-check their trigger and go on.
     with sessions() as s, s.begin():
-        followups = lever_rules.close_breaker(s, "alice", "switch replaced", clock.now(), "pool-a")
+        followups = lever_rules.close_breaker(s, "alice", "switch replaced", now=clock.now(),
+                                              profile="pool-a")
     assert sorted(f.remediation_id for f in followups) == sorted(r.id for r in held)
     drive(engine, clock, followups)
     assert {rem_for(sessions, f"gpu-node-{n}").status for n in range(4)} == {"succeeded"}
@@ -291,7 +281,8 @@ def run_steps_all(engine: Workflow, clock: FakeClock, todo: list[FollowUp], roun
 def test_a_human_quarantine_records_the_profile_too(sessions, world, settings, clock) -> None:
     publish(sessions, settings, clock, "gpu-node-7", EventKind.INVENTORY, partitions=["gpu"])
     with sessions() as s, s.begin():
-        f = lever_rules.quarantine(s, "gpu-node-7", "alice", "fan noise", clock.now(), governance(settings))
+        f = lever_rules.quarantine(s, "gpu-node-7", "alice", reason="fan noise", now=clock.now(),
+                                   governance=governance(settings))
     drive(engine_for(sessions, world, settings, clock), clock, [f])
     rem = rem_for(sessions, "gpu-node-7")
     # A human's lever is real even in a shadow profile: the node is quarantined, the row is not dry-run.

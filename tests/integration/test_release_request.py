@@ -31,13 +31,14 @@ def test_only_a_committed_human_release_that_still_stands_is_handed_back(
     assert before and [handed_back(sessions, i) for i in before] == [None] * len(before)  # opens, quarantines
     assert handed_back(sessions, last + 1000) is None  # no such row
     with sessions() as s, s.begin():
-        dry = audit(s, datetime.now(UTC), "mallory", "release", NODE, "dry", dry_run=True)
+        dry = audit(s, datetime.now(UTC), "mallory", action="release", target=NODE, reason="dry",
+                    dry_run=True)
         s.flush()
         dry_id = dry.id
     assert handed_back(sessions, dry_id) is None
     with sessions() as s, s.begin():
-        released = lever_rules.release(s, NODE, "alice", "GPU swapped", datetime.now(UTC))
+        released = lever_rules.release(s, NODE, "alice", reason="GPU swapped", now=datetime.now(UTC))
     assert handed_back(sessions, released.audit_id) == NODE
     with sessions() as s, s.begin():
-        lever_rules.quarantine(s, NODE, "bob", "still flaky", datetime.now(UTC))
+        lever_rules.quarantine(s, NODE, "bob", reason="still flaky", now=datetime.now(UTC))
     assert handed_back(sessions, released.audit_id) is None  # quarantined again since: not undone

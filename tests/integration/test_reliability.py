@@ -45,7 +45,7 @@ def domains(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
         for n in NODES
     ]
     with sessions() as s, s.begin():
-        ingest(s, [e.to_json() for e in events], settings.policy, clock)
+        ingest(s, [e.to_json() for e in events], settings.policy, clock=clock)
 
 
 def gpu_lines(*serials: str) -> str:
@@ -88,7 +88,8 @@ def build_known(sessions: sessionmaker[Session]) -> tuple[Reliability, dict[str,
         [ValidationResult(done=True, exit_code=0, output=f"PASS\n{c}", state="COMPLETED") for c in CHECKS]
     )
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), checks), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world),
+                           checks), settings, clock=clock
     )
     for node in NODES:
         publish(sessions, settings, clock, node, state="IDLE", reason="", kind=EventKind.INVENTORY)
@@ -118,7 +119,7 @@ def build_known(sessions: sessionmaker[Session]) -> tuple[Reliability, dict[str,
         ]
     until = start + timedelta(days=3)
     with sessions() as s:
-        rep = reliability(s, start, until, settings.policy.lemon)
+        rep = reliability(s, start, until, lemon=settings.policy.lemon)
     return rep, {"rows": rows, "start": start, "until": until, "settings": settings, "moved_at": moved_at}
 
 

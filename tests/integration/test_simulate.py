@@ -26,7 +26,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.run import Pace, rehearse
 from remediation.rehearsal.trace import Fault, read_mix
 from remediation.settings import Settings, load_settings
 from tests.conftest import REDIS_URL
@@ -89,7 +89,7 @@ def test_rehearsal_decides_like_live_processing(pg_url: str, redis_client: redis
 
     faults = [Fault(T0 + timedelta(hours=i), e.model_copy(update={"observed_at": T0 + timedelta(hours=i)}))
               for i, batch in enumerate(BATCHES) for e in batch]
-    report = rehearse(faults, Settings(policy=POLICY), NODES, reboot_s=60)
+    report = rehearse(faults, Settings(policy=POLICY), NODES, pace=Pace(reboot_s=60))
     rehearsed = {k: (d, r) for k, d, r in report.per_event}
     assert rehearsed == live
     assert live["case:10"][0] == "quarantine" and live["case:11"][0] == "record"

@@ -29,7 +29,7 @@ from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
 from simulator import replay
 from simulator.cluster import Listen, SimCluster, Timing
-from simulator.continuous import ContinuousReplay
+from simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.ports import lease
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
@@ -264,9 +264,8 @@ def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
 def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> None:
     with SimCluster(32, timing=FAST, seed=2) as sim:
         # Rounds of 0.5 s (the whole trace each), a storm every second, maintenance of 0.3 s.
-        loop = ContinuousReplay(
-            sim, TRACE, speedup=54 * 86400 / 0.5, storm_every_s=1.0, maintenance_s=0.3, seed=4
-        ).start()
+        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5),
+                                storms=Storms(every_s=1.0), maintenance_s=0.3, seed=4).start()
         until(lambda: loop.rounds >= 4 and sum(i.kind == "storm" for i in sim.injections) >= 2 * 6, 10)
         kinds = Counter(i.kind for i in sim.injections)
         assert kinds["gpu_condition"] + kinds["researcher_fail"] >= 4  # the GPU-heavy mix, round after round
@@ -279,7 +278,7 @@ def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> Non
 
 def test_continuous_replay_leaves_other_drains_alone() -> None:
     with SimCluster(4, timing=FAST) as sim:
-        loop = ContinuousReplay(sim, TRACE, storm_every_s=0)
+        loop = ContinuousReplay(sim, TRACE, storms=Storms(every_s=0))
         sim.human_drain("gpu-node-1", "maintenance: PSU swap")
         sim.ctld.update("gpu-node-2", "DRAIN", "remediation: xid 79", user="remediation")
         sim.human_drain("gpu-node-3", "maintenance: PSU swap")

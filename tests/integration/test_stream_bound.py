@@ -16,10 +16,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import GROUP, Keys, RedisEventBus
-from remediation.adapters.stream import BATCH_BYTES, PAGE, consume, ensure_group, ingest_lag, trim
+from remediation.adapters.stream import BATCH_BYTES, PAGE, Reading, consume, ensure_group, ingest_lag, trim
 from remediation.clock import SystemClock
 from remediation.db.models import Event, RejectedEvent
-from remediation.services.ingest import ingest
+from remediation.services.ingest import StreamChecks, ingest
 from remediation.settings import Settings
 from tests.integration.test_bus import events
 
@@ -59,7 +59,8 @@ def test_a_group_that_read_nothing_keeps_every_entry(redis_client: redis.Redis, 
     published = publish(redis_client, redis_prefix, 30)
     ensure_group(redis_client, keys)
     redis_client.xgroup_create(keys.stream, "audit", id="0")
-    assert consume(redis_client, keys, ignore, batch=10, claim_idle_ms=60_000, linger_s=0) == 30
+    assert consume(redis_client, keys, ignore, reading=Reading(batch=10, claim_idle_ms=60_000,
+                                                               linger_s=0)) == 30
     assert ids(redis_client, keys) == published
     audit = redis_client.xreadgroup("audit", "a1", {keys.stream: ">"}, count=12)[0][1]
     redis_client.xack(keys.stream, "audit", *[eid for eid, _ in audit])
@@ -72,7 +73,8 @@ def test_acknowledged_history_is_trimmed_to_the_bound(
 ) -> None:
     keys = Keys(redis_prefix)
     published = publish(redis_client, redis_prefix, 50)
-    assert consume(redis_client, keys, ignore, batch=7, claim_idle_ms=60_000, linger_s=0, keep=keep) == 50
+    assert consume(redis_client, keys, ignore, reading=Reading(batch=7, claim_idle_ms=60_000, linger_s=0,
+                                                               keep=keep)) == 50
     assert ids(redis_client, keys) == published[len(published) - min(keep, 50) :]
     assert ingest_lag(redis_client, keys) == (0, 0)
 
@@ -88,8 +90,8 @@ def test_huge_entries_never_make_a_huge_batch(redis_client: redis.Redis, redis_p
         pipe.xadd(keys.stream, {"e": huge})
     pipe.execute()
     batches: list[int] = []
-    assert consume(redis_client, keys, lambda got: batches.append(sum(map(len, got))), batch=500,
-                 claim_idle_ms=60_000, linger_s=0) == 40
+    assert consume(redis_client, keys, lambda got: batches.append(sum(map(len, got))),
+                   reading=Reading(batch=500, claim_idle_ms=60_000, linger_s=0)) == 40
     assert max(batches) <= BATCH_BYTES + PAGE * len(huge), batches
     assert redis_client.xpending(keys.stream, GROUP)["pending"] == 0 and redis_client.xlen(keys.stream) == 0
 
@@ -113,7 +115,8 @@ def test_an_oversize_event_is_rejected_with_a_record(
     small = events(1)[0].to_json()  # gpu-node-0
     big = events(8)[7].to_json()[:-1] + ", " + json.dumps({"padding": "x" * limit})[1:]
     with caplog.at_level(logging.WARNING, logger="remediation.services.ingest"), sessions() as s, s.begin():
-        result = ingest(s, [big, small], Settings().policy, SystemClock(), max_bytes=limit)
+        result = ingest(s, [big, small], Settings().policy, clock=SystemClock(),
+                        checks=StreamChecks(max_bytes=limit))
     assert (result.recorded, result.rejected) == (1, 1)
     with sessions() as s:
         (row,) = s.scalars(select(RejectedEvent))

@@ -56,7 +56,8 @@ def settings() -> Settings:
 def engine(
     sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock
 ) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                    clock=clock)
 
 
 def publish(
@@ -78,7 +79,7 @@ def publish(
         source=source, node=node, kind=kind, state=state, reason=reason, observed_at=clock.now()
     )
     with sessions() as s, s.begin():
-        result = ingest(s, [event.to_json()], settings.policy, clock)
+        result = ingest(s, [event.to_json()], settings.policy, clock=clock)
     return [FollowUp(rid, step) for rid, step in result.opened]
 
 
@@ -149,9 +150,9 @@ def test_duplicate_and_resync_events_are_recorded_once(sessions, settings, clock
         dedupe_key="slurm:gpu-node-1:FAIL:t0",
     )
     with sessions() as s, s.begin():
-        first = ingest(s, [e.to_json(), e.to_json()], settings.policy, clock)
+        first = ingest(s, [e.to_json(), e.to_json()], settings.policy, clock=clock)
     with sessions() as s, s.begin():
-        again = ingest(s, [e.to_json()], settings.policy, clock)
+        again = ingest(s, [e.to_json()], settings.policy, clock=clock)
     assert (first.recorded, first.duplicates, len(first.opened)) == (1, 1, 1)
     assert (again.recorded, again.duplicates, again.opened) == (0, 1, [])
 
@@ -169,7 +170,7 @@ def test_malformed_payload_is_kept_with_its_error(sessions, settings, clock) -> 
             s,
             [b"{not json", '{"source":"slurm","node":"bad name;rm -rf"}', good.to_json()],
             settings.policy,
-            clock,
+            clock=clock,
         )
     assert (result.rejected, result.recorded) == (2, 1)
     from remediation.db.models import RejectedEvent
@@ -291,7 +292,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
     proceed."""
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600)
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
     todo = []
     for i in range(5):  # 5 of 20 nodes = 25% > 10%
@@ -326,7 +327,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
     for name in ("gpu-node-0", "gpu-node-1"):
         world.set_slurm(name, state="IDLE", flags=[], reason="")
     with sessions() as s, s.begin():
-        held = lever_rules.close_breaker(s, "alice", "leaf switch replaced", clock.now())
+        held = lever_rules.close_breaker(s, "alice", "leaf switch replaced", now=clock.now())
     assert len(held) == 5
     drive(engine, clock, held, limit=2000)
     by_node = {f"gpu-node-{i}": rem_for(sessions, f"gpu-node-{i}") for i in range(5)}
@@ -347,7 +348,7 @@ def test_breaker_latches_past_the_window_until_a_human_closes_it(sessions, world
 def test_breaker_auto_close_is_opt_in_after_a_quiet_period(sessions, world, clock) -> None:
     settings = make_settings(breaker_max_fraction=0.10, breaker_window_s=600, breaker_auto_close_s=900)
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
     todo = []
     for i in range(5):
@@ -376,7 +377,7 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(max_concurrent=1, breaker_max_fraction=1.0)
     world.op_polls = 3
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
     queue = deque(
         publish(sessions, settings, clock, "gpu-node-10", world=world)
@@ -405,7 +406,7 @@ def test_max_concurrent_limits_vm_actions(sessions, world, clock) -> None:
 def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
     settings = make_settings(min_restart_gap_s=300, breaker_max_fraction=1.0)
     engine = Workflow(
-        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock
+        sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock=clock
     )
     drive(
         engine,
@@ -428,14 +429,14 @@ def test_min_gap_spaces_vm_actions(sessions, world, clock) -> None:
 
 def test_pause_all_stops_every_step_until_resumed(sessions, engine, world, settings, clock) -> None:
     with sessions() as s, s.begin():
-        control_set(s, PAUSED, {"paused": True}, clock.now())
+        control_set(s, PAUSED, {"paused": True}, now=clock.now())
     (f,) = publish(sessions, settings, clock, "gpu-node-14", world=world)
     nxt = engine.run(f.remediation_id, f.step)
     assert nxt.step == "slurm_drain"
     assert rem_for(sessions, "gpu-node-14").wait_reason == "automation is paused"
     assert world.calls() == []
     with sessions() as s, s.begin():
-        control_set(s, PAUSED, {"paused": False}, clock.now())
+        control_set(s, PAUSED, {"paused": False}, now=clock.now())
     drive(engine, clock, [nxt])
     assert rem_for(sessions, "gpu-node-14").status == "succeeded"
 
@@ -467,7 +468,8 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
         def start(self, vm, action, key):  # noqa: ANN001, ANN201
             raise TransientError("503 Service Unavailable", retry_after=7)
 
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), Flaky(world)), settings,
+                      clock=clock)
     (f,) = publish(sessions, settings, clock, "gpu-node-17", world=world)
     for _ in range(3):
         f = engine.run(f.remediation_id, f.step)
@@ -522,7 +524,7 @@ def test_transient_errors_spread_over_a_long_operation_do_not_escalate(sessions,
     """20 errors among 80 polls (more than twice transient_retries in all, never more than one in a
     row): the restart that was going well completes, and nothing climbs the ladder."""
     vm = SlowNoisyVM(world, polls=60, errors={i for i in range(1, 81) if i % 4 == 2})
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock=clock)
     run_to_end(engine, clock, publish(sessions, settings, clock, "gpu-node-17", world=world))
     rem = rem_for(sessions, "gpu-node-17")
     assert (vm.calls, vm.answered) == (80, 60)
@@ -539,7 +541,7 @@ def test_transient_retries_plus_one_errors_in_a_row_escalate(sessions, world, se
     wf = settings.workflow
     assert (wf.transient_retries, wf.transient_budget_s, wf.backoff_base_s, wf.max_wait_s) == (8, 240, 2, 60)
     vm = SlowNoisyVM(world, polls=1, errors=set(range(1, 100)))
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock=clock)
     f = publish(sessions, settings, clock, "gpu-node-17", world=world)[0]
     while f.step != "vm_restart":
         f = engine.run(f.remediation_id, f.step)

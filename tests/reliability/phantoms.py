@@ -34,7 +34,7 @@ from sqlalchemy.pool import NullPool
 
 from remediation.db.models import Event, Node, Remediation
 from simulator.cluster import SimCluster, Timing
-from simulator.continuous import ContinuousReplay
+from simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.integration.workerproc import Worker, spawn, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -126,8 +126,8 @@ def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str
         procs = start_stack(env, workdir)
         engine = create_engine(pg_url, poolclass=NullPool)
         try:
-            replay = ContinuousReplay(cluster, TRACE, mean_gap_s=mean_gap_s, storm_every_s=storm_every_s,
-                                      seed=seed).start()
+            replay = ContinuousReplay(cluster, TRACE, tempo=Tempo(mean_gap_s=mean_gap_s),
+                                      storms=Storms(every_s=storm_every_s), seed=seed).start()
             time.sleep(duration_s)  # the soak's length: faults arrive on the cluster's own clock
             replay.stop()
             stopped = time.time()

@@ -82,7 +82,7 @@ def test_event_payloads_never_crash_the_ingest(scenario_figures: Figures, pg_url
     with engine.connect() as conn:
         tx = conn.begin()
         session = Session(bind=conn, join_transaction_mode="create_savepoint")
-        result = ingest(session, batch, Settings().policy, FakeClock(datetime(2026, 1, 2, tzinfo=UTC)))
+        result = ingest(session, batch, Settings().policy, clock=FakeClock(datetime(2026, 1, 2, tzinfo=UTC)))
         session.flush()
         rejected = session.scalar(select(func.count()).select_from(RejectedEvent))
         recorded = session.scalar(select(func.count()).select_from(Event))

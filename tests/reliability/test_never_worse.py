@@ -219,7 +219,7 @@ def test_latching_breaker_holds_past_the_window_until_closed_on_the_real_slurmct
         p.wait_event("gpu-node-0", 5.0, kind="healthy")
         closed = time.monotonic()
         with p.sessions() as s, s.begin():
-            followups = lever_rules.close_breaker(s, "oncall", "leaf switch replaced", datetime.now(UTC))
+            followups = lever_rules.close_breaker(s, "oncall", "leaf switch replaced", now=datetime.now(UTC))
         assert sorted(f.remediation_id for f in followups) == sorted(looks_after_slide)
         p.settle(followups, timeout=120)
         recovery = time.monotonic() - closed
@@ -298,8 +298,8 @@ def test_dry_run_storm_writes_would_everywhere_and_counts_nothing(
         rems = list(s.scalars(select(Remediation)))
         steps = list(s.scalars(select(RemediationStep)))
         logged = [a for a in s.scalars(select(AuditLog)) if a.target in failing]
-        offenders = recent_failure_counts(s, failing, now(), settings.policy.repeat_offender_window)
-        view = cluster_view(s, now(), settings.policy.breaker_window, None)
+        offenders = recent_failure_counts(s, failing, now(), window=settings.policy.repeat_offender_window)
+        view = cluster_view(s, now(), settings.policy.breaker_window, exclude=None)
         latch = breaker_state(s)
         busy = next(r for r in rems if r.node == "gpu-node-1")
         busy_drain = next(st for st in steps if st.remediation_id == busy.id and st.step == "slurm_drain")

@@ -24,7 +24,7 @@ from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.ingest import ingest
-from remediation.services.lever_rules import release, report
+from remediation.services.lever_rules import HumanReport, release, report
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings
 from tests.scenario_table import Figures, Table
@@ -52,7 +52,8 @@ def settings() -> Settings:
 
 @pytest.fixture
 def engine(sessions: sessionmaker[Session], world: MemoryWorld, settings: Settings, clock: FakeClock) -> Workflow:
-    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings, clock)
+    return Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), settings,
+                    clock=clock)
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +70,7 @@ def publish(sessions: sessionmaker[Session], settings: Settings, clock: FakeCloc
     if figures is not None:
         figures.sent(events)
     with sessions() as s, s.begin():
-        opened = ingest(s, [e.to_json() for e in events], settings.policy, clock).opened
+        opened = ingest(s, [e.to_json() for e in events], settings.policy, clock=clock).opened
     return [FollowUp(rid, step) for rid, step in opened]
 
 
@@ -149,7 +150,8 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="maintenance: PSU swap", user="alice")
     assert publish(sessions, settings, clock, [slurm_event("gpu-node-2", "DRAIN", "maintenance: PSU swap", now)], scenario_figures) == []
     with sessions() as s, s.begin():  # a human's report: through the lever, never the stream
-        reported = report(s, "gpu-node-2", "dana", "gpu looks slow", clock.now(), settings.policy)
+        reported = report(s, HumanReport("gpu-node-2", "dana", "gpu looks slow"), now=clock.now(),
+                          policy=settings.policy)
     settle(engine, clock, reported)
     checks = {"maintenance drain kept": world.node("gpu-node-2")["slurm"]["reason"] == "maintenance: PSU swap"
               and "DRAIN" in world.node("gpu-node-2")["slurm"]["flags"]}
@@ -180,7 +182,7 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     our_drain = world.node(node)["slurm"]["reason"]
     assert our_drain.startswith("remediation: quarantined: repeat offender")
     with sessions() as s, s.begin():
-        release(s, node, "dave", "PSU replaced, burn-in passed", clock.now())
+        release(s, node, "dave", reason="PSU replaced, burn-in passed", now=clock.now())
     release_node(engine.adapters, node, settings.policy.our_reason_prefix)
     # A watcher that lagged re-publishes the old failures and our quarantine drain (late edge events).
     resync = history + [slurm_event(node, "DRAIN", our_drain, clock.now(), "late-edge-of-our-drain")]
@@ -264,7 +266,7 @@ class AnswerLostOnce(MemoryVM):
 def test_a_retry_that_acts_again_is_a_double_action_and_fails_the_row(sessions, world, settings, clock,
                                                                      new_key) -> None:
     vm = AnswerLostOnce(world, new_key)
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), vm), settings, clock=clock)
     node = "gpu-node-6"
     world.set_slurm(node, flags=["FAIL"], reason="xid 79", user="eve")
     todo = deque(publish(sessions, settings, clock, [slurm_event(node, "FAIL", "xid 79", clock.now())]))

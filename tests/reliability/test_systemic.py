@@ -104,7 +104,8 @@ def test_cloud_answering_401_mid_storm_pauses_quarantines_nothing_and_pages_once
     for fake in (rig.cluster.gce, rig.cluster.azure):
         fake.faults.fail_randomly(0)
     with Session(db) as s, s.begin():
-        lever_rules.set_paused(s, False, "alice", "rotated the service account key", SystemClock().now())
+        lever_rules.set_paused(s, False, "alice", reason="rotated the service account key",
+                               now=SystemClock().now())
     resumed = time.monotonic()
     rig.wait_status(storm, "succeeded", 120, worker)
     recovery = time.monotonic() - resumed
@@ -144,7 +145,7 @@ def test_unreachable_scontrol_pauses_and_the_probe_resumes_when_slurmctld_answer
     conf.write_text("\n".join("SlurmctldPort=1" if x.startswith("SlurmctldPort=") else x for x in lines) + "\n")
     down = Adapters(CliSlurm(p.settings.slurm.model_copy(update={"slurm_conf": str(conf), "command_timeout_s": 20})),
                     MemoryKube(p.world), p.vm)
-    engine = Workflow(p.sessions, down, p.settings, p.clock)
+    engine = Workflow(p.sessions, down, p.settings, clock=p.clock)
     with p.watching():
         for node in nodes:
             slurm.scontrol("update", f"nodename={node}", "state=fail", "reason=xid 79")

@@ -37,6 +37,7 @@ class NodeStream(threading.Thread):
         api: client.CoreV1Api,
         settings: Settings,
         out: queue.Queue[Item],
+        *,
         health: WatcherHealth | None = None,
     ) -> None:
         super().__init__(name="kube-node-stream", daemon=True)

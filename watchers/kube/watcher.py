@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,18 +31,20 @@ from watchers.runtime import Polls, Stopper
 log = logging.getLogger("watchers.kube.watcher")
 
 
-def _lead(
-    settings: Settings,
-    stopper: Stopper,
-    bus: RedisEventBus,
-    api: client.CoreV1Api,
-    lock: Any,
-    health: WatcherHealth,
-    polls: Polls,
-) -> None:
+@dataclass(frozen=True)
+class Hooks:
+    """What the watcher's loop stops on and reports to: SIGTERM (``stopper``), its health, its passes."""
+
+    stopper: Stopper
+    health: WatcherHealth
+    polls: Polls
+
+
+def _lead(settings: Settings, bus: RedisEventBus, *, api: client.CoreV1Api, lock: Any, hooks: Hooks) -> None:
     """Watch and publish while we hold the lock; return on SIGTERM or when the lock is lost."""
+    stopper, health, polls = hooks.stopper, hooks.health, hooks.polls
     items: queue.Queue[Item] = queue.Queue(maxsize=settings.kube.queue_max_items)
-    stream = NodeStream(api, settings, items, health)
+    stream = NodeStream(api, settings, items, health=health)
     publisher = Publisher(settings, bus, api)
     renew_every = settings.kube.leader_ttl_s / 3
     renew_at = time.monotonic() + renew_every
@@ -76,6 +79,7 @@ def run(
     settings: Settings,
     stopper: Stopper,
     bus: RedisEventBus | None = None,
+    *,
     api: client.CoreV1Api | None = None,
     health: WatcherHealth | None = None,
     polls: Polls | None = None,
@@ -96,7 +100,7 @@ def run(
                 log.info("leader lock acquired; watching Nodes")
                 health.leading(True)
                 try:
-                    _lead(settings, stopper, bus, api, lock, health, polls)
+                    _lead(settings, bus, api=api, lock=lock, hooks=Hooks(stopper, health, polls))
                 finally:
                     health.leading(False)
             else:

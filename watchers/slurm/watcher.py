@@ -75,6 +75,7 @@ class SlurmWatcher:
         settings: Settings,
         bus: RedisEventBus,
         source: SnapshotSource,
+        *,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bus = bus
@@ -122,16 +123,17 @@ class SlurmWatcher:
                     del effective[status.name]
                 continue
             if not resync:
-                events.append(self._event(EventKind.UNHEALTHY, status, state, condition_key(status, state), observed))
+                events.append(self._event(EventKind.UNHEALTHY, status, state, key=condition_key(status,
+                    state), observed=observed))
         for status, before, before_state in changes.healthy:
             key = f"slurm:{status.name}:healthy:" + condition_key(before, before_state).split(":", 2)[2]
-            events.append(self._event(EventKind.HEALTHY, status, status.state, key, observed))
+            events.append(self._event(EventKind.HEALTHY, status, status.state, key=key, observed=observed))
         if resync:
             for status in effective.values():
                 bad = bad_state(status, self.bad)
                 if bad is not None and status.name not in held:
                     key = condition_key(status, bad)
-                    events.append(self._event(EventKind.UNHEALTHY, status, bad, key, observed))
+                    events.append(self._event(EventKind.UNHEALTHY, status, bad, key=key, observed=observed))
                 events.append(self._inventory(status, observed))
         else:
             events.extend(self._inventory(s, observed) for s in changes.added if s.name not in held)
@@ -154,7 +156,7 @@ class SlurmWatcher:
         since = self._not_responding_since.setdefault(status.name, now)
         return now - since < self.grace
 
-    def _event(self, kind: EventKind, status: NodeRecord, state: str, key: str, observed: datetime,
+    def _event(self, kind: EventKind, status: NodeRecord, state: str, *, key: str, observed: datetime,
                **facts: list[str]) -> NodeEvent:
         return NodeEvent(
             source=Source.SLURM,
@@ -173,7 +175,7 @@ class SlurmWatcher:
         state = bad_state(status, self.bad) or status.state
         stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
         key = f"slurm:{status.name}:inventory:{state}:{stamp}:{_digest(status.partitions, status.features)}"
-        return self._event(EventKind.INVENTORY, status, state, key, observed,
+        return self._event(EventKind.INVENTORY, status, state, key=key, observed=observed,
                            partitions=list(status.partitions), features=list(status.features))
 
 

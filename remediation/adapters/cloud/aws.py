@@ -97,7 +97,7 @@ class AWSProvider:
                                 host=(instance.get("Placement") or {}).get("HostId"), sku=instance.get("InstanceType"))
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
-        check_restartable(vm, action, "aws", "AWS", "EC2 has no reimage here")
+        check_restartable(vm, action, "aws", label="AWS", service="EC2 has no reimage here")
         ec2 = self._ec2(vm)
         region = ec2.meta.region_name
         marker = marker_for(action, idempotency_key)

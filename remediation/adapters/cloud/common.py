@@ -66,7 +66,7 @@ def error_for_status(
     return classify(status, message + where, retry_after=parse_retry_after(retry_after), component="cloud")
 
 
-def check_restartable(vm: VMRef, action: VMAction, provider: str, label: str, service: str) -> None:
+def check_restartable(vm: VMRef, action: VMAction, provider: str, *, label: str, service: str) -> None:
     """Refuse, before any call, a VM of another cloud (permanent: routing is wrong) and a reimage on a
     cloud that has none (configuration: the ladder must use stop_start there)."""
     if vm.provider != provider:

@@ -82,7 +82,7 @@ class GCEProvider:
             return self._clients
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
-        check_restartable(vm, action, "gce", "GCE", "Compute Engine has no reimage")
+        check_restartable(vm, action, "gce", label="GCE", service="Compute Engine has no reimage")
         verb = "reset" if action == VMAction.RESTART else "stop"
         data: dict[str, Any] = {"phase": verb, "request_id": request_id_for(idempotency_key, verb)}
         if verb == "stop":

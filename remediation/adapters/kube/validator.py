@@ -29,7 +29,8 @@ NODE_ANNOTATION = "node-remediation/slurm-node"
 CHECK_SECURITY: dict[str, Any] = {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
 
 
-def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, taint_key: str) -> dict[str, Any]:
+def job_manifest(check: ValidationCheck, k8s_node: str, cfg: ValidationSettings, *,
+                 taint_key: str) -> dict[str, Any]:
     """The Job manifest (a plain dict: what is sent is what a reviewer reads)."""
     labels = {MANAGED_BY[0]: MANAGED_BY[1], GATE_LABEL: check.name}
     if check.nonce:
@@ -73,7 +74,7 @@ class KubeValidator:
     backend: str = Backend.KUBERNETES
 
     def __init__(self, core: client.CoreV1Api, kube: KubeSettings, validation: ValidationSettings,
-                 node_for: Callable[[str], str]) -> None:
+                 *, node_for: Callable[[str], str]) -> None:
         self.core = core
         self.batch = client.BatchV1Api(core.api_client)
         self.cfg = validation
@@ -82,7 +83,7 @@ class KubeValidator:
         self.node_for = node_for
 
     def job(self, check: ValidationCheck, k8s_node: str) -> dict[str, Any]:
-        return job_manifest(check, k8s_node, self.cfg, self.taint_key)
+        return job_manifest(check, k8s_node, self.cfg, taint_key=self.taint_key)
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         k8s_node = self.node_for(check.node)

@@ -111,13 +111,13 @@ class BmcSession:
     def _translate(self, exc: Exception, doing: str) -> RemediationError:
         if isinstance(exc, RemediationError):
             return exc
-        return translate(exc, f"cannot {doing} {self.where}", self._trust, self._redact)
+        return translate(exc, f"cannot {doing} {self.where}", self._trust, redact=self._redact)
 
     def _redact(self, text: str) -> str:
         return text.replace(self._login.password, "***") if self._login.password else text
 
 
-def translate(exc: Exception, what: str, trust: str, redact: Callable[[str], str]) -> RemediationError:
+def translate(exc: Exception, what: str, trust: str, *, redact: Callable[[str], str]) -> RemediationError:
     """The typed error for a sushy failure; ``what`` says what was being done where, ``trust`` what the
     BMC's certificate was checked against."""
     if isinstance(exc, sushy_exc.ResourceNotFoundError):

@@ -127,8 +127,8 @@ class CliSlurm:
             self._run,
             self.settings.sinfo,
             self.settings.scontrol,
-            bad,
-            probe.changed if probe is not None else None,
+            bad=bad,
+            probe=probe.changed if probe is not None else None,
         )
 
     def poll(self) -> dict[str, NodeRecord] | None:

@@ -54,7 +54,7 @@ class DeltaReader:
         run: Run,
         sinfo: str,
         scontrol: str,
-        bad: Iterable[str],
+        *, bad: Iterable[str],
         probe: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:

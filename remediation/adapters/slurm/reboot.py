@@ -66,13 +66,13 @@ class SlurmReboot:
         current = self.cli.status(name)
         asked = requested_at(current.reason, marker)
         if asked is not None:  # this attempt asked already (the worker died before recording it)
-            return _operation(vm, action, marker, stamped(current), "found")
+            return _operation(vm, action, marker, at=stamped(current), how="found")
         if current.flags & REBOOT_FLAGS:  # a reboot is on its way already: wait on it, never add one
             since = current.reason_changed_at or current.boot_time + BOOT_SLACK_S + 1  # or a newer boot
-            return _operation(vm, action, marker, since, "adopted")
+            return _operation(vm, action, marker, at=since, how="adopted")
         now = int(self.clock.now().timestamp())  # the marker's, for people: no proof reads it
         self.cli.reboot(name, f"{self.prefix} reboot {marker_value(marker, now)}")
-        return _operation(vm, action, marker, stamped(self.cli.status(name)), "requested")
+        return _operation(vm, action, marker, at=stamped(self.cli.status(name)), how="requested")
 
     def poll(self, op: Operation) -> OperationStatus:
         name = _node(op.vm)
@@ -105,7 +105,7 @@ def _node(vm: VMRef) -> str:
     return check_node_name(vm.name)
 
 
-def _operation(vm: VMRef, action: VMAction, marker: str, at: int, how: str) -> Operation:
+def _operation(vm: VMRef, action: VMAction, marker: str, *, at: int, how: str) -> Operation:
     # requested_at is slurmctld's time (stamped), as slurmctld_at says to the verify step.
     data: dict[str, Any] = {"requested_at": at, "slurmctld_at": at, "marker": marker, "request": how}
     return Operation("slurm", f"reboot:{vm.name}@{at}", action, vm, data)

@@ -57,7 +57,7 @@ def with_intents(c: Cluster, sessions: sessionmaker[Session]) -> Cluster:
         sessions,
         Adapters(MemorySlurm(c.world), kube, c.vm, intents=StepIntents(sessions)),
         c.settings,
-        c.clock,
+        clock=c.clock,
     )
     return c
 

@@ -24,7 +24,7 @@ from remediation.clock import SystemClock
 from remediation.db.models import Incident
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.incidents import service as incidents
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
 from simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
@@ -58,7 +58,8 @@ def watcher(make_settings: Callable[..., Settings], redis_client: redis.Redis, r
     )
     stopper = Stopper(install=False)
     bus = RedisEventBus(redis_client, redis_prefix, kick=None)
-    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus, core), daemon=True)
+    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus), kwargs={"api": core},
+                              daemon=True)
     yield thread.start
     stopper.stop()
     thread.join(timeout=5)
@@ -93,12 +94,14 @@ def test_node_labels_become_domains_and_an_incident(
     settings = Settings(incidents={"label_keys": [CLIQUE], "min_fraction": 1.0, "min_nodes": 10})
     clock = SystemClock()
     with sessions() as s, s.begin():
-        ingest(s, [e.to_json() for e in events], settings.policy, clock, incidents=settings.incidents)  # type: ignore[union-attr]
+        ingest(s, [e.to_json() for e in events], settings.policy, clock=clock,
+               rules=IngestRules(incidents=settings.incidents))  # type: ignore[union-attr]
         assert incidents.domains_of(s, ["n3"]) == {"n3": {CLIQUE: "c0ffee.1", SUBBLOCK: "sb-n3"}}
         for node in ("n1", "n2", "n3"):
             bad = NodeEvent(source=Source.KUBERNETES, node=node, kind=EventKind.UNHEALTHY, state="Ready=False",
                             reason=f"Node {node}: NVLink down", observed_at=datetime.now(UTC))
-            ingest(s, [bad.to_json()], settings.policy, clock, incidents=settings.incidents)
+            ingest(s, [bad.to_json()], settings.policy, clock=clock,
+                   rules=IngestRules(incidents=settings.incidents))
             found = s.scalars(select(Incident)).all()
             assert len(found) == (1 if node == "n3" else 0), node
         assert (found[0].kind, found[0].name, found[0].nodes) == (CLIQUE, "c0ffee.1", ["n1", "n2", "n3"])

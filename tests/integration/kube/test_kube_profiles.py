@@ -22,7 +22,7 @@ from remediation.clock import SystemClock
 from remediation.db.models import Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.profiles.service import facts_of, governance
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
 from simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
@@ -69,7 +69,8 @@ def watcher(
 ) -> Iterator[Callable[[], None]]:
     stopper = Stopper(install=False)
     bus = RedisEventBus(redis_client, redis_prefix, kick=None)
-    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus, core), daemon=True)
+    thread = threading.Thread(target=kube_watcher.run, args=(settings, stopper, bus), kwargs={"api": core},
+                              daemon=True)
     yield thread.start
     stopper.stop()
     thread.join(timeout=5)
@@ -112,9 +113,8 @@ def test_a_label_selected_profile_governs_its_pool(
     clock = SystemClock()
     with sessions() as s, s.begin():
         events = [e.to_json() for e in labels + faults]  # type: ignore[operator]
-        ingest(
-            s, events, settings.policy, clock, incidents=settings.incidents, governance=governance(settings)
-        )
+        ingest(s, events, settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
+            governance=governance(settings)))
         assert s.get(Node, "n1").labels == {POOL: "serving"}
         rems = {r.node: r for r in s.scalars(select(Remediation))}
         assert (rems["n1"].profile, rems["n1"].dry_run) == ("serving", True)  # the shadow pool records only
@@ -131,7 +131,8 @@ def test_a_label_selected_profile_governs_its_pool(
         ]
     )
     with sessions() as s, s.begin():
-        ingest(s, [e.to_json() for e in relabel], settings.policy, clock, governance=governance(settings))  # type: ignore[union-attr]
+        ingest(s, [e.to_json() for e in relabel], settings.policy, clock=clock,
+               rules=IngestRules(governance=governance(settings)))  # type: ignore[union-attr]
         assert s.get(Node, "n2").labels == {POOL: "serving"}
         found, _ = governance(settings).of(facts_of(s, ["n2"])["n2"])
         assert found.name == "serving"

@@ -56,8 +56,8 @@ class Watcher:
         self.polls = Polls()
         self.thread = threading.Thread(
             target=kube_watcher.run,
-            args=(settings, self.stopper, bus, api),
-            kwargs={"polls": self.polls},
+            args=(settings, self.stopper, bus),
+            kwargs={"api": api, "polls": self.polls},
             daemon=True,
         )
 

@@ -273,7 +273,7 @@ def build(
         vm = RebootingVM(kube_api, world, {vm_ref.name: (node, SLURM)}, reboot=reboot)
         kube = make_kube(settings)
         assert isinstance(kube, KubeAdapter)  # the real adapter over the official client
-        engine = Workflow(sessions, Adapters(MemorySlurm(world), kube, vm), settings, clock)
+        engine = Workflow(sessions, Adapters(MemorySlurm(world), kube, vm), settings, clock=clock)
         boot_id = kube_api.node(node)["status"]["nodeInfo"]["bootID"]
         kube_api.clear_requests()
         return Cluster(kube_api, world, vm, engine, settings, clock, sessions, node, boot_id)

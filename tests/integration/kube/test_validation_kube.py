@@ -54,7 +54,8 @@ def engine(settings: Settings, kube_api: KubeAPIServer, sessions: sessionmaker[S
     kube.set_quarantine_taint(NODE, True)  # the Job must tolerate our taint too
     validator = validator_backend(settings)
     assert isinstance(validator, KubeValidator)
-    return Workflow(sessions, Adapters(MemorySlurm(world), kube, MemoryVM(world), validator), settings, SystemClock()), world
+    return Workflow(sessions, Adapters(MemorySlurm(world), kube, MemoryVM(world), validator), settings,
+                    clock=SystemClock()), world
 
 
 def open_at_validate(sessions: sessionmaker[Session], cause_class: str) -> int:

@@ -230,7 +230,8 @@ def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
     )
     provider = provider_for(configure(tmp_path, emulator), sessions)
     clock = FakeClock(datetime.now(UTC))
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings,
+                      clock=clock)
     world.set_slurm("node-workflow", flags=["FAIL"], reason="xid 79", user="researcher")  # what the event reports
     event = NodeEvent(
         source=Source.SLURM,
@@ -241,7 +242,7 @@ def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
         observed_at=clock.now(),
     )
     with sessions() as s, s.begin():
-        ((rid, step),) = ingest(s, [event.to_json()], settings.policy, clock).opened
+        ((rid, step),) = ingest(s, [event.to_json()], settings.policy, clock=clock).opened
     for _ in range(3):  # drain, cordon, evict in the memory world
         followup = engine.run(rid, step)
         assert followup is not None

@@ -107,14 +107,15 @@ def at_the_machine_step(
     )
     provider = provider_for(configure(tmp, emulator), sessions)
     clock = ShiftedClock()
-    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings, clock)
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), provider), settings,
+                      clock=clock)
     rids: dict[str, int] = {}
     for node in nodes:  # a researcher marks each node failed: Slurm shows what the event reports
         world.set_slurm(node, flags=["FAIL"], reason=GPU_OFF_THE_BUS, user="researcher")
     with sessions() as s, s.begin():
         for node in nodes:
             event = NodeEvent(source=Source.SLURM, node=node, observed_at=clock.now(), **FAILED)
-            ((rids[node], _),) = ingest(s, [event.to_json()], settings.policy, clock).opened
+            ((rids[node], _),) = ingest(s, [event.to_json()], settings.policy, clock=clock).opened
     for node in nodes:
         step = "slurm_drain"
         while step != "vm_restart":
@@ -166,7 +167,7 @@ def test_credentials_wrong_longer_than_the_timeout_cost_no_node_anything(
     clock.shift += WRONG_FOR_S  # the credentials stay wrong that long: longer than the step's timeout
     credentials(tmp_path, PASSWORD)  # fixed; on-call resumes
     with sessions() as s, s.begin():
-        set_paused(s, False, "oncall", "BMC credentials fixed", clock.now())
+        set_paused(s, False, "oncall", reason="BMC credentials fixed", now=clock.now())
 
     final = run_to_the_end(site, NODES)
     with sessions() as s:

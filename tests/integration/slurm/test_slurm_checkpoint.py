@@ -326,7 +326,7 @@ def test_a_signal_slurm_refused_is_sent_on_the_retry_and_none_twice(
     clock = FakeClock(SystemClock().now())
     world = MemoryWorld(nodes=slurm.nodes)
     engine = Workflow(sessions, Adapters(CliSlurm(settings.slurm), MemoryKube(world), None,
-                                         intents=StepIntents(sessions)), settings, clock)
+                                         intents=StepIntents(sessions)), settings, clock=clock)
     slurm.scontrol("update", f"nodename={NODE}", "state=fail", "reason=loss went NaN after a hang")
     now = clock.now()
     with sessions() as s, s.begin():

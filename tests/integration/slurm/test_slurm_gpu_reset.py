@@ -98,7 +98,7 @@ def open_at_vm_restart(sessions: sessionmaker[Session], node: str) -> int:
 def engine_for(cfg: Settings, sessions: sessionmaker[Session], cluster: SlurmCluster) -> tuple[Workflow, MemoryWorld]:
     world = MemoryWorld(nodes=list(cluster.nodes))
     adapters = Adapters(CliSlurm(cfg.slurm), MemoryKube(world), MemoryVM(world), SlurmValidator(cfg.slurm, cfg.validation))
-    return Workflow(sessions, adapters, cfg, SystemClock()), world
+    return Workflow(sessions, adapters, cfg, clock=SystemClock()), world
 
 
 def reset_jobs(cluster: SlurmCluster, name: str) -> list[str]:

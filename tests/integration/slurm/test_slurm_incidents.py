@@ -140,9 +140,10 @@ def test_a_whole_leaf_down_is_one_incident_and_a_lone_node_is_remediated(
 
         # A DOWN a human set with their own reason: Slurm cannot show it ended, so the incident stays
         # open (the sweeper's check had its chance) until a human resolves it.
-        assert incidents.check_recovery(p.sessions, p.adapters, p.settings, SystemClock()) == []
+        assert incidents.check_recovery(p.sessions, p.adapters, p.settings, clock=SystemClock()) == []
         with p.sessions() as s, s.begin():
-            released = incidents.resolve(s, inc.id, "alice", "leaf0 uplink replaced", SystemClock().now())
+            released = incidents.resolve(s, inc.id, "alice", reason="leaf0 uplink replaced",
+                                         now=SystemClock().now())
         assert sorted(f.remediation_id for f in released) == sorted(f.remediation_id for f in members)
         p.settle(released)
         for node in LEAF0:
@@ -153,7 +154,8 @@ def test_a_whole_leaf_down_is_one_incident_and_a_lone_node_is_remediated(
         assert [n for n, _ in p.vm.revived] == [ALONE]  # type: ignore[attr-defined]
         with p.sessions() as s:
             assert s.get(Incident, inc.id).status == "resolved"  # type: ignore[union-attr]
-            counted = recent_failure_counts(s, slurm.nodes, SystemClock().now(), p.settings.policy.repeat_offender_window)
+            counted = recent_failure_counts(s, slurm.nodes, SystemClock().now(),
+                                            window=p.settings.policy.repeat_offender_window)
             assert counted == {ALONE: 1}  # the incident's nodes are no repeat offenders
             assert s.scalar(select(func.count()).select_from(NodeDomain)) == 2 * len(slurm.nodes)
             actions = [a for (a,) in s.execute(select(AuditLog.action).where(AuditLog.action.in_(INCIDENT_ACTIONS)))]

@@ -24,7 +24,7 @@ from remediation.db.models import AuditLog, Node
 from remediation.ports.dispatch import FollowUp
 from remediation.profiles.service import governance
 from remediation.services import policy_views
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import ProfileSettings
 from tests.integration.slurm.conftest import SlurmCluster
 from tests.integration.slurm.test_slurm_workflow import (
@@ -51,9 +51,8 @@ class ProfiledPipeline(Pipeline):
 
     def _handle(self, payloads: Sequence[bytes]) -> None:
         with self.sessions() as s, s.begin():
-            result = ingest(
-                s, payloads, self.settings.policy, self.clock, governance=governance(self.settings)
-            )
+            result = ingest(s, payloads, self.settings.policy, clock=self.clock,
+                            rules=IngestRules(governance=governance(self.settings)))
         self.handled += len(payloads)
         self.opened += [FollowUp(rid, step) for rid, step in result.opened]
 

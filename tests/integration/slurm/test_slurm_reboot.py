@@ -114,7 +114,7 @@ def test_a_reboot_that_never_happens_is_waited_on_then_reported_as_an_error(slur
         waited = StepInput(remediation_id=42, node=node, cause="xid 79", ladder=0, context=RemediationContext(),
                            key="r42:vm_restart:1", attempt=1, checks=3, provider_op=op.to_dict(), detail={},
                            started_at=now - timedelta(seconds=cfg.workflow.vm_operation_timeout_s + 1))
-        assert isinstance(vm_restart(waited, Adapters(cli, NoopKube(), worker), cfg, now), Escalate)
+        assert isinstance(vm_restart(waited, Adapters(cli, NoopKube(), worker), cfg, now=now), Escalate)
         # slurmctld ends a reboot without a boot at ResumeTimeout (its check runs every half minute or
         # so: too slow here) or when someone resumes the node, as here. Either is an operation error.
         slurm.scontrol("update", f"nodename={node}", "state=resume")
@@ -137,7 +137,7 @@ def test_a_worker_clock_ahead_of_slurmctld_still_proves_a_real_reboot(slurm: Slu
     inp = StepInput(remediation_id=43, node=node, cause="xid 79", ladder=0, context=RemediationContext(),
                     key=key, attempt=1, checks=0, provider_op=None, detail={}, started_at=ahead.now())
     deadline = time.monotonic() + 30
-    while isinstance(out := vm_restart(inp, machine, cfg, ahead.now()), Wait):  # as the workflow runs it
+    while isinstance(out := vm_restart(inp, machine, cfg, now=ahead.now()), Wait):  # as the workflow runs it
         assert time.monotonic() < deadline, out
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
                       detail={**inp.detail, **dumped(out.detail)})
@@ -145,5 +145,5 @@ def test_a_worker_clock_ahead_of_slurmctld_still_proves_a_real_reboot(slurm: Slu
     assert isinstance(out, Done), out  # the reboot slurmctld saw is proven
     assert reboots(slurm, node) == ran_before + 1
     proved = verify(replace(inp, context=inp.context.merged(out.context), provider_op=None, checks=0, detail={},
-                            started_at=ahead.now()), machine, cfg, ahead.now())
+                            started_at=ahead.now()), machine, cfg, now=ahead.now())
     assert isinstance(proved, Done), proved  # and so is slurmd's registration after it

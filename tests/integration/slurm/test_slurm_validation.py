@@ -226,7 +226,7 @@ def engine_for(cfg: Settings, sessions: sessionmaker[Session], cluster: SlurmClu
     world = MemoryWorld(nodes=list(cluster.nodes))
     validator = SlurmValidator(cfg.slurm, cfg.validation)
     adapters = Adapters(CliSlurm(cfg.slurm), MemoryKube(world), MemoryVM(world), validator)
-    return Workflow(sessions, adapters, cfg, SystemClock())
+    return Workflow(sessions, adapters, cfg, clock=SystemClock())
 
 
 def status(sessions: sessionmaker[Session], rid: int) -> tuple[str, str, int]:
@@ -430,11 +430,11 @@ def test_a_check_cancelled_or_held_is_taken_down(slurm: SlurmCluster, check_dir:
         assert shown["Duration"] in ("UNLIMITED", "365-00:00:00"), shown
     now = datetime.now(UTC)
     with sessions() as s, s.begin():
-        lever_rules.cancel(s, rids[0], "oncall", "wrong node", now)
-        lever_rules.cancel(s, rids[2], "oncall", "fixed by hand", now, give_back=True)
+        lever_rules.cancel(s, rids[0], "oncall", reason="wrong node", now=now)
+        lever_rules.cancel(s, rids[2], "oncall", reason="fixed by hand", now=now, give_back=True)
         rem = s.get(Remediation, rids[1], with_for_update=True)
         assert rem is not None
-        hold(s, now, rem, None, PagedError("unmapped ValueError", "boom", False), 1.0)
+        hold(s, now, rem, row=None, fault=PagedError("unmapped ValueError", "boom", False), poll_s=1.0)
     engine.sweep()
     for node, op in zip(nodes, ops, strict=True):
         _, flags, reason = slurm.nodes_now()[node]

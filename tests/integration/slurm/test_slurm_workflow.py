@@ -39,7 +39,7 @@ from remediation.adapters.memory import MemoryKube, MemoryWorld
 from remediation.adapters.slurm.args import InvalidSlurmArgument
 from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
-from remediation.adapters.stream import consume
+from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.domain.admission import Publisher
@@ -176,7 +176,7 @@ class Pipeline:
 
     @property
     def engine(self) -> Workflow:
-        return Workflow(self.sessions, self.adapters, self.settings, self.clock)
+        return Workflow(self.sessions, self.adapters, self.settings, clock=self.clock)
 
     @contextmanager
     def watching(self) -> Iterator[Polls]:
@@ -205,11 +205,12 @@ class Pipeline:
             self.ingest()
 
     def ingest(self) -> int:
-        return consume(self.client, Keys(self.prefix), self._handle, batch=500, claim_idle_ms=1000)
+        return consume(self.client, Keys(self.prefix), self._handle, reading=Reading(batch=500,
+            claim_idle_ms=1000))
 
     def _handle(self, payloads: Sequence[bytes]) -> None:
         with self.sessions() as s, s.begin():
-            result = ingest(s, payloads, self.settings.policy, self.clock)
+            result = ingest(s, payloads, self.settings.policy, clock=self.clock)
         self.handled += len(payloads)
         self.opened += [FollowUp(rid, step) for rid, step in result.opened]
 
@@ -494,7 +495,8 @@ def test_human_maintenance_drain_is_recorded_and_never_remediated_or_resumed(
         # Even a remediation opened by another signal (here a researcher's report) leaves the
         # maintenance drain in place: it is not ours, so it is neither taken over nor resumed.
         with p.sessions() as s, s.begin():
-            todo = lever_rules.report(s, node, "bob", "nvidia-smi hangs", p.clock.now(), p.settings.policy)
+            todo = lever_rules.report(s, lever_rules.HumanReport(node, "bob", "nvidia-smi hangs"),
+                                      now=p.clock.now(), policy=p.settings.policy)
         p.settle(todo)
         assert rems_of(p.sessions, node)[-1].status == "succeeded"
         assert slurm.nodes_now()[node] == ("IDLE", frozenset({"DRAIN"}), "maintenance: PSU swap")
@@ -539,7 +541,8 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
             assert s.get(Node, node).status == "quarantined"
 
         with p.sessions() as s, s.begin():
-            actions = lever_rules.release(s, node, "alice", "PSU replaced, burn-in passed", p.clock.now())
+            actions = lever_rules.release(s, node, "alice", reason="PSU replaced, burn-in passed",
+                                          now=p.clock.now())
         note = release_node(p.adapters, actions.node, p.settings.policy.our_reason_prefix)
         assert "resumed in Slurm" in note
         wait_idle(slurm, node)
@@ -605,9 +608,11 @@ def test_reason_with_shell_metacharacters_reaches_scontrol_literally_and_runs_no
     )
     with p.watching():
         with p.sessions() as s, s.begin(), pytest.raises(lever_rules.LeverError, match="single line"):
-            lever_rules.report(s, node, "alice", f"{reason}\ntouch {marker}", p.clock.now(), p.settings.policy)
+            lever_rules.report(s, lever_rules.HumanReport(node, "alice", f"{reason}\ntouch {marker}"),
+                               now=p.clock.now(), policy=p.settings.policy)
         with p.sessions() as s, s.begin():
-            (f,) = lever_rules.report(s, node, "alice", reason, p.clock.now(), p.settings.policy)
+            (f,) = lever_rules.report(s, lever_rules.HumanReport(node, "alice", reason), now=p.clock.now(),
+                                      policy=p.settings.policy)
         f = p.engine.run(f.remediation_id, f.step)
         assert f is not None and f.step == "k8s_cordon"
         ours = f"{PREFIX} manual REPORTED: {reason} (reported by alice)"

@@ -105,7 +105,7 @@ def fenced(lock: str = "slurm", token: int = 5, source: Source = Source.SLURM) -
 def test_a_publisher_reports_its_own_source_under_its_own_fence(
     ev: NodeEvent, publisher: Publisher | None, counters: dict[str, int], refusal: Refusal
 ) -> None:
-    verdict = admit(ev, NOW, BOUNDS, publisher, counters)
+    verdict = admit(ev, NOW, BOUNDS, publisher=publisher, counters=counters)
     assert isinstance(verdict, Rejection) and verdict.refusal is refusal, verdict
 
 
@@ -122,7 +122,7 @@ def test_a_publisher_reports_its_own_source_under_its_own_fence(
 def test_what_its_publisher_may_report_is_admitted(
     ev: NodeEvent, publisher: Publisher, counters: dict[str, int] | None
 ) -> None:
-    assert isinstance(admit(ev, NOW, BOUNDS, publisher, counters), NodeEvent)
+    assert isinstance(admit(ev, NOW, BOUNDS, publisher=publisher, counters=counters), NodeEvent)
 
 
 def fact(source: Source, kind: EventKind, **facts: object) -> NodeEvent:
@@ -147,7 +147,7 @@ REPORTABLE = Reportable(label_domains=frozenset({"nvidia.com/gpu.clique"}), prof
 def test_a_fact_its_publishers_source_does_not_have_is_refused(
     publisher: Publisher, ev: NodeEvent, why: str
 ) -> None:
-    verdict = admit(ev, NOW, BOUNDS, publisher, None, REPORTABLE)
+    verdict = admit(ev, NOW, BOUNDS, publisher=publisher, counters=None, reportable=REPORTABLE)
     assert isinstance(verdict, Rejection) and verdict.refusal is Refusal.FOREIGN_FACT
     assert why in verdict.detail
 
@@ -164,4 +164,4 @@ def test_a_fact_its_publishers_source_does_not_have_is_refused(
     ids=["slurm-topology", "slurm-inventory", "kube-clique", "kube-selected-label", "kube-no-domains"],
 )
 def test_the_facts_its_source_has_are_admitted(publisher: Publisher, ev: NodeEvent) -> None:
-    assert admit(ev, NOW, BOUNDS, publisher, None, REPORTABLE) == ev
+    assert admit(ev, NOW, BOUNDS, publisher=publisher, counters=None, reportable=REPORTABLE) == ev

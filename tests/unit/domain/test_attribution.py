@@ -96,14 +96,16 @@ def test_decide_explains_before_counting(event: NodeEvent, view: NodeView, expec
 
 def test_attribution_names_the_action() -> None:
     assert own_cause(ev(K8S, "Ready=Unknown", 201, since=110), CLOSED, "remediation:",
-                     timedelta(seconds=600)) == "caused by remediation #11: vm_restart"
+                     settle=timedelta(seconds=600)) == "caused by remediation #11: vm_restart"
     drain = ev(SLURM, "DRAIN", 210, "remediation: quarantined: repeat offender")
-    assert own_cause(drain, CLOSED, "remediation:", timedelta(seconds=600)) == "caused by remediation #11: quarantine"
+    assert own_cause(drain, CLOSED, "remediation:",
+                     settle=timedelta(seconds=600)) == "caused by remediation #11: quarantine"
 
 
 def test_a_dry_run_causes_nothing() -> None:
     dry = Window(11, t(0), t(200), t(100), dry_run=True)
-    assert own_cause(ev(K8S, "Ready=Unknown", 201, since=110), dry, "remediation:", timedelta(seconds=600)) is None
+    assert own_cause(ev(K8S, "Ready=Unknown", 201, since=110), dry, "remediation:",
+                     settle=timedelta(seconds=600)) is None
 
 
 def test_healthy_observations_take_healthy_events_and_slurm_inventory_of_a_good_state() -> None:

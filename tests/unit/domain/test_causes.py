@@ -50,7 +50,7 @@ SLURM_REASONS = [
 
 @pytest.mark.parametrize(("reason", "cls", "xid"), SLURM_REASONS, ids=[r[0] for r in SLURM_REASONS])
 def test_slurm_reasons_as_researchers_type_them(reason: str, cls: str, xid: int | None) -> None:
-    cause = classify("slurm", "FAIL", reason, T)
+    cause = classify("slurm", "FAIL", reason, tbl=T)
     assert (cause.fault_class, cause.xid) == (cls, xid), cause.evidence
 
 
@@ -69,7 +69,7 @@ KERNEL_LINES = [
 
 @pytest.mark.parametrize(("line", "xid", "cls"), KERNEL_LINES, ids=[str(k[1]) for k in KERNEL_LINES])
 def test_kernel_nvrm_xid_lines(line: str, xid: int, cls: str) -> None:
-    cause = classify("slurm", "DRAIN", line, T)
+    cause = classify("slurm", "DRAIN", line, tbl=T)
     assert cause.xid == xid
     assert cause.fault_class == cls
     assert xids_in(line) == [xid]  # the PCI address, the pid and the link are never taken for codes
@@ -91,17 +91,17 @@ GPU_ADDRESSES = [
 
 @pytest.mark.parametrize(("text", "pci"), GPU_ADDRESSES, ids=[str(i) for i in range(len(GPU_ADDRESSES))])
 def test_the_xid_names_the_gpu_a_reset_takes(text: str, pci: str | None) -> None:
-    assert classify("kubernetes", "SysLogsXIDError=True", f"Node n: {text}", T).gpu_pci == pci
+    assert classify("kubernetes", "SysLogsXIDError=True", f"Node n: {text}", tbl=T).gpu_pci == pci
 
 
 def test_application_level_xids_are_marked_with_the_class_a_repeat_gets() -> None:
     for code in (13, 31, 43, 45):
-        cause = classify("slurm", "FAIL", f"xid {code}", T)
+        cause = classify("slurm", "FAIL", f"xid {code}", tbl=T)
         assert cause.app_level, code
         assert cause.repeat_class == cause.fault_class == "software"
-    contained = classify("slurm", "FAIL", "xid 94 contained ECC error", T)
+    contained = classify("slurm", "FAIL", "xid 94 contained ECC error", tbl=T)
     assert contained.app_level and contained.repeat_class == "gpu-memory"
-    assert not classify("slurm", "FAIL", "xid 48", T).app_level
+    assert not classify("slurm", "FAIL", "xid 48", tbl=T).app_level
 
 
 CONDITIONS = [
@@ -132,19 +132,19 @@ CONDITIONS = [
 @pytest.mark.parametrize(("state", "message", "cls"), CONDITIONS, ids=[f"{c[0]}:{c[2]}" for c in CONDITIONS])
 def test_kubernetes_conditions_from_each_source(state: str, message: str, cls: str) -> None:
     # The Kubernetes watcher passes the message on as "Node <name>: <message>" (watchers/kube/mapping.py).
-    cause = classify("kubernetes", state, f"Node gke-a3-pool-7: {message or state}", T)
+    cause = classify("kubernetes", state, f"Node gke-a3-pool-7: {message or state}", tbl=T)
     assert cause.fault_class == cls, cause.evidence
 
 
 def test_error_code_is_read_only_on_xid_conditions() -> None:
-    assert classify("kubernetes", "SysLogsXIDError=True", "Node n: ErrorCode:48", T).xid == 48
-    assert classify("kubernetes", "KernelDeadlock=True", "Node n: ErrorCode:48", T).xid is None
+    assert classify("kubernetes", "SysLogsXIDError=True", "Node n: ErrorCode:48", tbl=T).xid == 48
+    assert classify("kubernetes", "KernelDeadlock=True", "Node n: ErrorCode:48", tbl=T).xid is None
 
 
 def test_a_slurm_state_without_a_reason_is_the_host() -> None:
-    assert classify("slurm", "DOWN", "", T).fault_class == "host"
-    assert classify("slurm", "IDLE+NOT_RESPONDING", "", T).fault_class == "host"
-    assert classify("slurm", "FAIL", "", T).fault_class == "unknown"
+    assert classify("slurm", "DOWN", "", tbl=T).fault_class == "host"
+    assert classify("slurm", "IDLE+NOT_RESPONDING", "", tbl=T).fault_class == "host"
+    assert classify("slurm", "FAIL", "", tbl=T).fault_class == "unknown"
 
 
 def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
@@ -155,9 +155,9 @@ def test_every_shipped_class_has_a_ladder_and_unknown_keeps_the_sites() -> None:
     assert ladder(None, *on, gpu_reset=True) == ("restart", "redeploy")
     assert first_action("gpu-memory", *on, gpu_reset=False) == "move-host"
     assert action_rungs("fabric", *on, gpu_reset=True) == () and first_action("fabric", *on, gpu_reset=True) == "hold"
-    assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
-    assert action_at("gpu-transient", *on, 1, gpu_reset=False) == "move-host"
-    assert action_at("gpu-transient", *on, 2, gpu_reset=False) == "quarantine"
+    assert action_at("gpu-transient", *on, rung=0, gpu_reset=False) == "restart"
+    assert action_at("gpu-transient", *on, rung=1, gpu_reset=False) == "move-host"
+    assert action_at("gpu-transient", *on, rung=2, gpu_reset=False) == "quarantine"
     off = Settings(policy={"faults": {"classify": False}}, workflow={"ladder": ["restart", "reimage"]})
     assert ladder("gpu-memory", off.policy.faults, off.workflow, gpu_reset=True) == ("restart", "reimage")
 
@@ -168,12 +168,12 @@ def test_a_gpu_reset_rung_is_left_out_where_no_job_can_run_on_a_node() -> None:
                                                   "nvlink": ["gpu-reset"]}}})
     on = (cfg.policy.faults, cfg.workflow)
     assert action_rungs("gpu-transient", *on, gpu_reset=True) == ("gpu-reset", "restart")
-    assert action_at("gpu-transient", *on, 1, gpu_reset=True) == "restart"
+    assert action_at("gpu-transient", *on, rung=1, gpu_reset=True) == "restart"
     assert action_rungs("gpu-transient", *on, gpu_reset=False) == ("restart",)  # validation.backend none
-    assert action_at("gpu-transient", *on, 0, gpu_reset=False) == "restart"
+    assert action_at("gpu-transient", *on, rung=0, gpu_reset=False) == "restart"
     # A ladder that was only a reset ends where every ladder ends.
     assert ladder("nvlink", *on, gpu_reset=False) == ("quarantine",)
-    cause = classify("slurm", "FAIL", "xid 46", table(cfg.policy.faults))
+    cause = classify("slurm", "FAIL", "xid 46", tbl=table(cfg.policy.faults))
     assert planned_action(cause, cfg.policy.faults, gpu_reset=True) == "gpu-reset"
     assert planned_action(cause, cfg.policy.faults, gpu_reset=False) == "restart"
 
@@ -190,9 +190,9 @@ def test_site_overrides_merge_over_the_shipped_table() -> None:
                            conditions={"MyGpuCheck": "gpu-hardware"})
     t = table(faults)
     assert t.classes["gpu-memory"].ladder == ("restart", "quarantine")
-    assert classify("slurm", "FAIL", "xid 13", t).fault_class == "gpu-transient"
-    assert not classify("slurm", "FAIL", "xid 13", t).app_level
-    assert classify("kubernetes", "MyGpuCheck=True", "Node n: bad", t).fault_class == "gpu-hardware"
+    assert classify("slurm", "FAIL", "xid 13", tbl=t).fault_class == "gpu-transient"
+    assert not classify("slurm", "FAIL", "xid 13", tbl=t).app_level
+    assert classify("kubernetes", "MyGpuCheck=True", "Node n: bad", tbl=t).fault_class == "gpu-hardware"
     assert shipped().classes["gpu-memory"].ladder == ("gpu-reset", "move-host", "quarantine")  # untouched
 
 
@@ -267,7 +267,7 @@ FIRST = {
 @pytest.mark.parametrize("code", [c for c, b in sorted(CATALOGUE.items()) if b not in NOT_THE_NODE])
 def test_each_bucket_gets_its_first_action(code: int) -> None:
     faults, wf = FaultSettings(classify=True), Settings().workflow
-    cause = classify("slurm", "FAIL", f"xid {code}", T)
+    cause = classify("slurm", "FAIL", f"xid {code}", tbl=T)
     first, without_jobs = FIRST[CATALOGUE[code]]
     assert first_action(cause.fault_class, faults, wf, gpu_reset=True) == first
     assert first_action(cause.fault_class, faults, wf, gpu_reset=False) in without_jobs
@@ -278,7 +278,7 @@ def test_each_bucket_gets_its_first_action(code: int) -> None:
 def test_contact_support_takes_no_machine_action_and_asks_for_an_rma(code: int) -> None:
     faults = FaultSettings(classify=True)
     wf = Settings().workflow
-    cause = classify("slurm", "FAIL", f"xid {code}", T)
+    cause = classify("slurm", "FAIL", f"xid {code}", tbl=T)
     for jobs in (True, False):
         assert ladder(cause.fault_class, faults, wf, gpu_reset=jobs) == ("quarantine",)
         assert action_rungs(cause.fault_class, faults, wf, gpu_reset=jobs) == ()
@@ -294,13 +294,14 @@ def test_a_contact_support_node_is_quarantined_before_any_eviction_or_machine_ac
     from remediation.domain.step_bodies import k8s_evict
 
     world = MemoryWorld(nodes=["gpu-node-1"])
-    cause = classify("slurm", "FAIL", "NVRM: Xid (PCI:0000:3b:00): 122, pid=1", T)
+    cause = classify("slurm", "FAIL", "NVRM: Xid (PCI:0000:3b:00): 122, pid=1", tbl=T)
     inp = StepInput(remediation_id=1, node="gpu-node-1", cause=cause.evidence, ladder=0,
                     context=RemediationContext(fault_class=cause.fault_class, k8s_node="gpu-node-1"),
                     key="r1:k8s_evict:1", attempt=1, started_at=datetime.now(UTC), checks=0, provider_op=None,
                     detail={}, source="slurm")
     cfg = StepSettings.of(load_settings(policy={"faults": {"classify": True}}, validation={"backend": "slurm"}))
-    out = k8s_evict(inp, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, datetime.now(UTC))
+    out = k8s_evict(inp, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg,
+                    now=datetime.now(UTC))
     assert isinstance(out, Quarantine) and "gpu-rma" in out.reason
     assert world.calls("k8s.evict") == [] and [c for c in world.calls() if c["op"].startswith("vm.")] == []
 

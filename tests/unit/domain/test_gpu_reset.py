@@ -52,7 +52,7 @@ def adapters(validator: Any, world: MemoryWorld | None = None) -> Adapters:
 
 
 def started(validator: ScriptedValidator, pci: str | None = "0000:3b:00") -> dict[str, Any]:
-    out = vm_restart(inp(pci=pci), adapters(validator), cfg(), T0)
+    out = vm_restart(inp(pci=pci), adapters(validator), cfg(), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None, out
     return out.provider_op
 
@@ -70,7 +70,7 @@ def test_the_first_look_starts_one_reset_job_named_for_the_key_and_records_it() 
 def finish(result: ValidationResult, at: datetime = T0 + timedelta(seconds=20)) -> tuple[Any, ScriptedValidator]:
     op = started(ScriptedValidator([]))
     validator = ScriptedValidator([result])
-    return vm_restart(inp(op), adapters(validator), cfg(), at), validator
+    return vm_restart(inp(op), adapters(validator), cfg(), now=at), validator
 
 
 def test_exit_0_is_the_proof_and_moves_on_to_verify() -> None:
@@ -100,10 +100,10 @@ def test_running_waits_then_our_own_deadline_ends_it() -> None:
     op = started(ScriptedValidator([]))
     out = vm_restart(inp(op), adapters(ScriptedValidator([ValidationResult(False, state="PENDING",
                                                                             waiting="Reservation")])),
-                     cfg(), T0 + timedelta(seconds=10))
+                     cfg(), now=T0 + timedelta(seconds=10))
     assert isinstance(out, Wait) and "pending: Reservation" in out.reason
     validator = ScriptedValidator([ValidationResult(False, state="RUNNING")])
-    out = vm_restart(inp(op), adapters(validator), cfg(), T0 + timedelta(seconds=331))
+    out = vm_restart(inp(op), adapters(validator), cfg(), now=T0 + timedelta(seconds=331))
     assert isinstance(out, Escalate) and "not done within 300s" in out.reason and validator.calls[-1][0] == "finish"
 
 
@@ -111,19 +111,20 @@ def test_a_node_whose_slurmd_is_silent_or_that_a_human_drained_skips_the_reset()
     world = MemoryWorld(nodes=[NODE])
     world.set_slurm(NODE, flags=["DRAIN", "NOT_RESPONDING"], reason="remediation: xid 46")
     validator = ScriptedValidator([])
-    out = vm_restart(inp(), adapters(validator, world), cfg(), T0)
+    out = vm_restart(inp(), adapters(validator, world), cfg(), now=T0)
     assert isinstance(out, Escalate) and "not responding" in out.reason and validator.calls == []
     world.set_slurm(NODE, flags=["DRAIN"], reason="maintenance: HBM reseat")
     validator.backend = "slurm"
-    out = vm_restart(inp(), adapters(validator, world), cfg(), T0)
+    out = vm_restart(inp(), adapters(validator, world), cfg(), now=T0)
     assert isinstance(out, Escalate) and "a human drained" in out.reason and validator.calls == []
 
 
 def test_dry_run_records_would_reset_gpu_and_judges_nothing() -> None:
     validator = NoopValidator()
-    out = vm_restart(inp(pci=None), adapters(validator), cfg(), T0)
+    out = vm_restart(inp(pci=None), adapters(validator), cfg(), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None
-    out = vm_restart(inp(out.provider_op, pci=None), adapters(validator), cfg(), T0 + timedelta(seconds=1))
+    out = vm_restart(inp(out.provider_op, pci=None), adapters(validator), cfg(),
+                     now=T0 + timedelta(seconds=1))
     assert isinstance(out, Done) and out.outcome.startswith("would reset every GPU of gpu-node-3")
     assert [a["would"] for a in validator.recorder.actions] == ["reset GPU"]
     assert (out.context.machine_op_ref or "").startswith("dry-run:")  # verify and the GPU check judge nothing
@@ -131,10 +132,10 @@ def test_dry_run_records_would_reset_gpu_and_judges_nothing() -> None:
 
 def test_without_a_job_runner_the_rung_is_left_out_and_the_machine_restarts() -> None:
     world = MemoryWorld(nodes=[NODE])
-    out = vm_restart(inp(), adapters(None, world), cfg(backend="none"), T0)
+    out = vm_restart(inp(), adapters(None, world), cfg(backend="none"), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None and out.provider_op["action"] == "restart"
     # With a job runner, rung 1 is the restart.
-    out = vm_restart(inp(ladder=1), adapters(ScriptedValidator([]), world), cfg(), T0)
+    out = vm_restart(inp(ladder=1), adapters(ScriptedValidator([]), world), cfg(), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None and out.provider_op["action"] == "restart"
 
 
@@ -142,13 +143,13 @@ def test_verify_after_a_reset_asks_no_new_boot_but_the_trigger_must_clear() -> N
     world = MemoryWorld(nodes=[NODE])
     world.set_slurm(NODE, flags=["DRAIN"], reason="remediation: xid 46")
     after = {"machine_op_ref": "nr-reset-r7-a1", "machine_action_at": T0.isoformat(), "event_state": "FAIL"}
-    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), T0 + timedelta(seconds=5))
+    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), now=T0 + timedelta(seconds=5))
     assert isinstance(out, Done) and "nothing rebooted" in out.outcome
     world.set_slurm(NODE, flags=["FAIL"], reason="xid 46 again -- bob")  # a researcher's new verdict
-    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), T0 + timedelta(seconds=5))
+    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), now=T0 + timedelta(seconds=5))
     assert isinstance(out, Wait) and "after the GPU reset" in out.reason
     late = T0 + timedelta(seconds=cfg().workflow.verify_timeout_s + 1)
-    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), late)
+    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), now=late)
     assert isinstance(out, Escalate) and "after the GPU reset" in out.reason
 
 
@@ -189,5 +190,5 @@ def test_a_site_without_a_machine_backend_still_resets_gpus() -> None:
     assert next_on_success(Step.SLURM_DRAIN, site, resets=True) is Step.VM_RESTART
     world = MemoryWorld(nodes=[NODE])
     validator = ScriptedValidator([])
-    out = vm_restart(inp(), Adapters(MemorySlurm(world), None, None, validator), cfg(), T0)
+    out = vm_restart(inp(), Adapters(MemorySlurm(world), None, None, validator), cfg(), now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None and out.provider_op["name"] == "nr-reset-r7-a1"

@@ -152,7 +152,7 @@ GATE_CASES = [
     ("step", "cluster", "new_action", "ok"), [c[1:] for c in GATE_CASES], ids=[c[0] for c in GATE_CASES]
 )
 def test_admission(step: Step, cluster: ClusterView, new_action: bool, ok: bool) -> None:
-    verdict = admit(step, cluster, ADMISSION_POLICY, T0, new_machine_action=new_action)
+    verdict = admit(step, cluster, ADMISSION_POLICY, now=T0, new_machine_action=new_action)
     assert verdict.ok is ok, verdict.reason
     if not ok:
         assert verdict.reason

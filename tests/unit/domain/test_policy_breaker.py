@@ -43,11 +43,11 @@ def test_auto_close_is_opt_in_and_needs_quiet(auto: float | None, v: ClusterView
 @pytest.mark.parametrize("step,ok", [(Step.SLURM_DRAIN, True), (Step.K8S_CORDON, True), (Step.K8S_EVICT, False),
                                      (Step.VM_RESTART, False)], ids=["drain", "cordon", "evict", "vm"])
 def test_a_latched_breaker_refuses_disruptive_steps_and_says_how_to_close(step: Step, ok: bool) -> None:
-    verdict = admit(step, view(latched=True), PolicySettings(), NOW, new_machine_action=True)
+    verdict = admit(step, view(latched=True), PolicySettings(), now=NOW, new_machine_action=True)
     assert verdict.ok is ok
     if not ok:
         assert "until a human closes it: remediation breaker close -r REASON" in verdict.reason
 
 
 def test_polling_a_started_vm_action_is_never_held() -> None:
-    assert admit(Step.VM_RESTART, view(latched=True), PolicySettings(), NOW, new_machine_action=False).ok
+    assert admit(Step.VM_RESTART, view(latched=True), PolicySettings(), now=NOW, new_machine_action=False).ok

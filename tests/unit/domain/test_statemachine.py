@@ -88,23 +88,23 @@ def site(world: MemoryWorld, machine: bool = False, validator: Any = None, kube:
 
 def test_with_no_machine_and_no_check_return_holds_pages_once_and_never_resumes(world: MemoryWorld) -> None:
     cfg = settings()
-    first = return_to_service(look(0), site(world), cfg, T0)
+    first = return_to_service(look(0), site(world), cfg, now=T0)
     assert isinstance(first, Wait) and first.reason.startswith("held for a human: no machine action and no GPU check")
     assert first.note is not None and first.note.action == "unproven_hold"
-    again = return_to_service(look(1), site(world), cfg, T0)
+    again = return_to_service(look(1), site(world), cfg, now=T0)
     assert isinstance(again, Wait) and again.note is None  # one page, not one per look
     assert not world.calls("slurm.resume") and world.node(NODE)["slurm"]["reason"] == f"{PREFIX} xid 79"
 
 
 def test_a_held_node_a_human_resumed_ends_the_remediation_without_touching_it(world: MemoryWorld) -> None:
     world.set_slurm(NODE, state="IDLE", flags=[], reason="")
-    out = return_to_service(look(3), site(world), settings(), T0)
+    out = return_to_service(look(3), site(world), settings(), now=T0)
     assert isinstance(out, Cancel) and f"a human took {NODE} back" in out.reason
     assert not world.calls("slurm.resume")
 
 
 def test_unproven_quarantine_quarantines_instead_of_holding(world: MemoryWorld) -> None:
-    out = return_to_service(look(0), site(world), settings(unproven="quarantine"), T0)
+    out = return_to_service(look(0), site(world), settings(unproven="quarantine"), now=T0)
     assert isinstance(out, Quarantine) and "nothing can prove gpu-node-1 healthy" in out.reason
     assert not world.calls("slurm.resume")
 
@@ -112,12 +112,13 @@ def test_unproven_quarantine_quarantines_instead_of_holding(world: MemoryWorld) 
 @pytest.mark.parametrize("proof", ["machine", "check"])
 def test_return_resumes_where_the_path_had_a_proof_to_run(world: MemoryWorld, proof: str) -> None:
     ad = site(world, machine=True) if proof == "machine" else site(world, validator=NoopValidator())
-    out = return_to_service(look(0), ad, settings(), T0)
+    out = return_to_service(look(0), ad, settings(), now=T0)
     assert isinstance(out, Done) and out.outcome.endswith("resumed in Slurm")
 
 
 def test_a_hold_class_holds_at_return_for_a_human_as_at_k8s_evict(world: MemoryWorld) -> None:
-    out = return_to_service(look(0, fault_class="fabric"), site(world, validator=NoopValidator()), settings(), T0)
+    out = return_to_service(look(0, fault_class="fabric"), site(world, validator=NoopValidator()),
+                            settings(), now=T0)
     assert isinstance(out, Wait) and out.note is not None and out.note.action == "fault_hold"
     assert not world.calls("slurm.resume")
 
@@ -126,10 +127,10 @@ def test_without_kubernetes_nothing_is_cordoned_or_tainted_and_the_rows_say_so(w
     ad = site(world, kube=False)
     for step in (k8s_cordon, k8s_evict):  # not on the path; reached anyway, a configuration fault
         with pytest.raises(ConfigError, match="without Kubernetes"):
-            step(look(0), ad, settings(), T0)
-    out = quarantine(look(0), ad, settings(), T0)
+            step(look(0), ad, settings(), now=T0)
+    out = quarantine(look(0), ad, settings(), now=T0)
     assert isinstance(out, Done) and out.outcome == "kept out of the Slurm pool; no Kubernetes: no Node to taint"
-    held = return_to_service(look(0, fault_class="fabric"), ad, settings(), T0)
+    held = return_to_service(look(0, fault_class="fabric"), ad, settings(), now=T0)
     assert isinstance(held, Wait) and "drained (no Kubernetes)" in held.reason
     assert release_node(ad, NODE, PREFIX) == "no Kubernetes; resumed in Slurm"
     assert not world.calls("k8s.cordon") and not world.calls("k8s.taint")
@@ -141,10 +142,10 @@ def test_a_held_fail_stays_held_though_our_drain_replaced_it(world: MemoryWorld)
     world.set_slurm(NODE, state="IDLE", flags=["DRAIN"], reason=f"{PREFIX} leaf switch down")
     held = replace(look(2, fault_class="fabric"), context=RemediationContext(fault_class="fabric",
                                                                               event_state="IDLE+FAIL"))
-    out = return_to_service(held, site(world, kube=False), settings(), T0)
+    out = return_to_service(held, site(world, kube=False), settings(), now=T0)
     assert isinstance(out, Wait) and "Slurm FAIL, which our drain replaced" in out.reason
     world.set_slurm(NODE, state="IDLE", flags=[], reason="")  # a human resumed it
-    out = return_to_service(held, site(world, kube=False), settings(), T0)
+    out = return_to_service(held, site(world, kube=False), settings(), now=T0)
     assert isinstance(out, Cancel) and "the fault cleared while held" in out.reason
     assert not world.calls("slurm.resume")
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.adapters.memory import MemorySlurm, MemoryWorld, OpTiming
 from remediation.adapters.memory_vm import MemoryVM
 from remediation.adapters.noop import NoopKube
 from remediation.clock import FakeClock
@@ -31,11 +31,11 @@ def restarted(world: MemoryWorld, worker_now: datetime) -> tuple[StepInput, Adap
     inp = StepInput(remediation_id=7, node=NODE, cause="software fault", ladder=0,
                     context=RemediationContext(provider_id=f"memory:///{NODE}"), key="r7:vm_restart:1",
                     attempt=1, checks=0, provider_op=None, detail={}, started_at=worker_now)
-    out = vm_restart(inp, ad, cfg, worker_now)
+    out = vm_restart(inp, ad, cfg, now=worker_now)
     while isinstance(out, Wait):
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,
                       detail={**inp.detail, **dumped(out.detail)})
-        out = vm_restart(inp, ad, cfg, worker_now)
+        out = vm_restart(inp, ad, cfg, now=worker_now)
     assert isinstance(out, Done), out
     after = replace(inp, context=inp.context.merged(out.context), provider_op=None, checks=0, detail={},
                     started_at=worker_now)
@@ -44,17 +44,17 @@ def restarted(world: MemoryWorld, worker_now: datetime) -> tuple[StepInput, Adap
 
 @pytest.mark.parametrize("skew_s", [600, -600, 0], ids=["worker-ahead", "worker-behind", "same-clock"])
 def test_a_real_boot_is_proven_whatever_the_workers_clock(skew_s: int) -> None:
-    world = MemoryWorld(nodes=[NODE], clock=FakeClock(T0).now)
+    world = MemoryWorld(nodes=[NODE], timing=OpTiming(clock=FakeClock(T0).now))
     inp, ad, cfg = restarted(world, T0 + timedelta(seconds=skew_s))
     assert inp.context.slurmd_start_before  # read from slurmctld before the action
-    proved = verify(inp, ad, cfg, inp.started_at)
+    proved = verify(inp, ad, cfg, now=inp.started_at)
     assert isinstance(proved, Done), proved
 
 
 def test_no_boot_is_no_proof_even_with_a_worker_clock_behind() -> None:
     """The action completed but slurmd never started again: a worker clock ten minutes behind would
     have read slurmd's old start as after the action."""
-    world = MemoryWorld(nodes=[NODE], clock=FakeClock(T0).now)
+    world = MemoryWorld(nodes=[NODE], timing=OpTiming(clock=FakeClock(T0).now))
     with world.mutate() as st:  # slurmd last started five minutes before the action
         st["nodes"][NODE]["slurm"]["slurmd_start"] = (T0 - timedelta(minutes=5)).timestamp()
     behind = T0 - timedelta(minutes=10)
@@ -62,5 +62,5 @@ def test_no_boot_is_no_proof_even_with_a_worker_clock_behind() -> None:
     before = inp.context.slurmd_start_before
     with world.mutate() as st:  # the boot never happened: slurmd's start is the one from before
         st["nodes"][NODE]["slurm"]["slurmd_start"] = datetime.fromisoformat(before).timestamp()
-    out = verify(inp, ad, cfg, behind)
+    out = verify(inp, ad, cfg, now=behind)
     assert isinstance(out, Wait) and "slurmd started after the action=False" in out.reason, out

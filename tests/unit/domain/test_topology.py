@@ -114,31 +114,31 @@ def test_k_nodes_or_a_fraction_and_never_one(failed: int, size: int, expected: b
 
 
 def test_a_whole_leaf_is_one_incident_and_the_spine_adds_nothing() -> None:
-    found = correlate({n: at(5) for n in LEAF0}, MEMBERS, (), NOW, RULE)
+    found = correlate({n: at(5) for n in LEAF0}, MEMBERS, (), now=NOW, rule=RULE)
     assert [(c.kind, c.name, c.nodes, c.size, c.cause) for c in found] == [
         (LEAF_SWITCH, "leaf0", tuple(sorted(LEAF0)), 4, "leaf switch")]
 
 
 def test_a_whole_spine_is_one_incident_not_two_leaves() -> None:
-    found = correlate({n: at(5) for n in LEAF0 | LEAF1}, MEMBERS, (), NOW, RULE)
+    found = correlate({n: at(5) for n in LEAF0 | LEAF1}, MEMBERS, (), now=NOW, rule=RULE)
     assert [(c.name, len(c.nodes)) for c in found] == [("spine", 8)]
 
 
 def test_one_node_alone_is_no_incident() -> None:
-    assert correlate({"n5": at(1)}, MEMBERS, (), NOW, RULE) == []
+    assert correlate({"n5": at(1)}, MEMBERS, (), now=NOW, rule=RULE) == []
 
 
 def test_failures_outside_the_window_do_not_count() -> None:
     failed = {"n0": at(5), "n1": at(70), "n2": at(90)}
-    assert correlate(failed, MEMBERS, (), NOW, RULE) == []
+    assert correlate(failed, MEMBERS, (), now=NOW, rule=RULE) == []
     failed["n1"] = at(59)
-    assert [c.nodes for c in correlate(failed, MEMBERS, (), NOW, RULE)] == [("n0", "n1")]
+    assert [c.nodes for c in correlate(failed, MEMBERS, (), now=NOW, rule=RULE)] == [("n0", "n1")]
 
 
 def test_nodes_already_in_an_incident_are_not_counted_again() -> None:
     failed = {n: at(5) for n in LEAF0}
-    assert correlate(failed, MEMBERS, LEAF0, NOW, RULE) == []
-    assert [c.nodes for c in correlate(failed, MEMBERS, {"n0", "n1"}, NOW, RULE)] == [("n2", "n3")]
+    assert correlate(failed, MEMBERS, LEAF0, now=NOW, rule=RULE) == []
+    assert [c.nodes for c in correlate(failed, MEMBERS, {"n0", "n1"}, now=NOW, rule=RULE)] == [("n2", "n3")]
 
 
 # ------------------------------------------------------------------- the Slurm watcher's publisher

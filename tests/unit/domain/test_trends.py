@@ -36,7 +36,7 @@ def test_groups_days_and_mtbf() -> None:
         Fault(3, "n2", "host", "cancelled", at(40), at(41)),
     ]
     nodes = {"n1": at(-100), "n2": at(-100), "n3": at(24)}
-    t = trends(faults, nodes, w, "pool", lambda node, f: "a" if node != "n3" else "b")
+    t = trends(faults, nodes, w, by="pool", key=lambda node, f: "a" if node != "n3" else "b")
     a, b = t.groups
     assert (a.name, a.nodes, a.faults, a.by_class, a.repairs) == (
         "a",

@@ -11,6 +11,7 @@ faults a restart cannot fix (verify waits, then the ladder climbs).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,8 @@ import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.report import Report
-from remediation.rehearsal.run import rehearse
-from remediation.rehearsal.trace import Fault, load
+from remediation.rehearsal.run import Pace, rehearse
+from remediation.rehearsal.trace import Fault, Scale, load
 from remediation.settings import Settings
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -52,14 +53,14 @@ def burst() -> list[Fault]:
 # Minutes, not the defaults' tens of minutes, so that the polling loop stays quick.
 FAST = {"poll_interval_s": 120, "max_wait_s": 120, "verify_timeout_s": 360, "vm_operation_timeout_s": 600}
 CASES: list[tuple[str, Any, dict[str, Any], dict[str, Any]]] = [
-    ("llama-mix-24-nodes", lambda: load(MIX, nodes=48, days=54, start=T0, seed=5), {}, FAST),
+    ("llama-mix-24-nodes", lambda: load(MIX, Scale(nodes=48, days=54, start=T0, seed=5)), {}, FAST),
     ("burst-max-concurrent-and-gap", burst, {"max_concurrent": 2, "min_restart_gap_s": 150, "breaker_max_fraction": 0.5}, FAST),
     ("breaker-latched", burst, {"breaker_max_fraction": 0.22, "max_concurrent": 3}, FAST),
     ("breaker-auto-close", burst, {"breaker_max_fraction": 0.22, "breaker_auto_close_s": 1800}, FAST),
     ("odd-poll-grid", burst, {"max_concurrent": 3, "min_restart_gap_s": 31, "breaker_max_fraction": 0.5},
      {**FAST, "poll_interval_s": 47, "max_wait_s": 45}),
 ]
-RUN = {"reboot_s": 240, "repair_s": 1800, "settle": timedelta(minutes=20)}
+RUN = Pace(reboot_s=240, repair_s=1800, settle=timedelta(minutes=20))
 
 
 def masked(report: Report) -> dict[str, Any]:
@@ -84,8 +85,8 @@ def test_event_loop_decides_like_the_polling_loop(trace: Any, policy: dict[str, 
     faults = trace()
     settings = Settings(policy=policy, workflow=workflow)
     fleet = sorted(set(nodes(48)) | {f.event.node for f in faults})
-    polled = rehearse(faults, settings, fleet, loop="polling", **RUN)
-    evented = rehearse(faults, settings, fleet, loop="events", **RUN)
+    polled = rehearse(faults, settings, fleet, pace=replace(RUN, loop="polling"))
+    evented = rehearse(faults, settings, fleet, pace=replace(RUN, loop="events"))
     assert polled.history, "the case opened no remediation: it compares nothing"
     assert sum(1 for h in polled.history for st in h[7] if st[0] == "vm_restart") > 0
     if policy.get("breaker_max_fraction", 1) < 0.5:

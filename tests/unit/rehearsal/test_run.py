@@ -4,13 +4,14 @@ time, fixes the fault where the model says a reset does, and otherwise lets the 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.compare import by_class, with_reset, without_reset
-from remediation.rehearsal.run import rehearse
+from remediation.rehearsal.run import Pace, rehearse
 from remediation.rehearsal.trace import Fault
 from remediation.rehearsal.truth import Outcome
 from remediation.settings import Settings
@@ -22,7 +23,7 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 NODES = [f"gpu-node-{i}" for i in range(16)]
 #: The tests' environment turns classification off (tests/conftest.py); the rung needs the fault's class.
 CLASSIFY = {"faults": {"classify": True}}
-RUN = {"reboot_s": 1800, "repair_s": 4 * 3600, "reset_s": 120, "check_s": 60, "settle": timedelta(hours=1)}
+RUN = Pace(reboot_s=1800, repair_s=4 * 3600, reset_s=120, check_s=60, settle=timedelta(hours=1))
 
 
 def xid48(i: int, *fixed_by: str) -> Fault:
@@ -36,7 +37,8 @@ def xid48(i: int, *fixed_by: str) -> Fault:
 
 def test_a_reset_that_fixes_returns_the_node_without_a_reboot_and_one_that_cannot_climbs() -> None:
     faults = [xid48(0, "reset", "restart", "move"), xid48(1, "move")]
-    report = rehearse(faults, Settings(policy=CLASSIFY, validation={"backend": "kubernetes"}), NODES, **RUN)
+    report = rehearse(faults, Settings(policy=CLASSIFY, validation={"backend": "kubernetes"}), NODES,
+                      pace=RUN)
     fixed, climbed = report.history
     assert fixed[2] == "succeeded" and climbed[2] == "succeeded"
     assert report.gpu_resets == 2 and report.gpu_resets_fixed == 1
@@ -49,7 +51,7 @@ def test_a_reset_that_fixes_returns_the_node_without_a_reboot_and_one_that_canno
 
 def test_without_jobs_on_the_node_there_is_no_reset_and_every_fault_is_moved() -> None:
     faults = [xid48(0, "reset", "restart", "move"), xid48(1, "move")]
-    report = rehearse(faults, Settings(policy=CLASSIFY), NODES, **RUN)
+    report = rehearse(faults, Settings(policy=CLASSIFY), NODES, pace=RUN)
     assert report.gpu_resets == 0 and report.vm_actions == {"stop_start": 2}
     assert report.node_hours_by_class == {"gpu-memory": pytest.approx(1.0)}  # two 30-minute moves
 
@@ -57,8 +59,8 @@ def test_without_jobs_on_the_node_there_is_no_reset_and_every_fault_is_moved() -
 def test_the_event_loop_wakes_a_reset_and_a_check_when_their_job_ends_as_the_polling_loop_does() -> None:
     faults = [xid48(i, *(("reset", "restart", "move") if i % 2 else ("move",))) for i in range(6)]
     settings = Settings(policy=CLASSIFY, validation={"backend": "kubernetes", "poll_interval_s": 30})
-    polled = rehearse(faults, settings, NODES, loop="polling", **RUN)
-    evented = rehearse(faults, settings, NODES, loop="events", **RUN)
+    polled = rehearse(faults, settings, NODES, pace=replace(RUN, loop="polling"))
+    evented = rehearse(faults, settings, NODES, pace=replace(RUN, loop="events"))
     assert polled.gpu_resets == 6 and polled.gpu_resets_fixed == 3
     # A failed reset's row keeps its last waiting message: "started" where the event loop skipped the
     # polls that would have said "running". Every decision, time and verdict is the same.
@@ -77,6 +79,6 @@ def test_with_and_without_the_reset_differ_only_in_the_rung_and_report_node_hour
     assert off.policy.faults.ladders["gpu-memory"] == ["move-host", "quarantine"]
     assert GPU_RESET not in str(off.policy.faults.ladders) and not on.policy.faults.ladders
     faults = [xid48(0, "reset", "restart", "move"), xid48(1, "move")]
-    a, b = (rehearse(faults, s, NODES, **RUN).as_dict() for s in (on, off))
+    a, b = (rehearse(faults, s, NODES, pace=RUN).as_dict() for s in (on, off))
     # Out without the reset: two moves of a bare machine's 30 minutes, each with the 1-minute check.
     assert by_class(a, b) == [("gpu-memory", 0.6, pytest.approx(31 / 30, abs=0.05))]

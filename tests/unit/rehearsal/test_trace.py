@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from remediation.rehearsal.trace import TraceError, load, read_mix, synthesise
+from remediation.rehearsal.trace import Scale, TraceError, load, read_mix, synthesise
 
 LLAMA = Path(__file__).resolve().parents[3] / "remediation" / "data" / "llama3-405b-interruptions.csv"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -17,7 +17,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def test_full_scale_reproduces_the_published_counts() -> None:
     mix = read_mix(LLAMA)
     assert sum(r.count for r in mix) == 419
-    faults = synthesise(mix, nodes=2048, days=54, start=T0, seed=3)
+    faults = synthesise(mix, Scale(nodes=2048, days=54, start=T0, seed=3))
     by_category = Counter(f.category for f in faults)
     assert by_category["Faulty GPU"] == 148 and by_category["GPU HBM3 Memory"] == 72
     # Faults with no node signal never become events; correlated network faults hit 64 nodes each.
@@ -28,9 +28,9 @@ def test_full_scale_reproduces_the_published_counts() -> None:
 
 def test_scaling_and_seed_are_deterministic() -> None:
     mix = read_mix(LLAMA)
-    a = synthesise(mix, nodes=64, days=54, start=T0, seed=7)
-    b = synthesise(mix, nodes=64, days=54, start=T0, seed=7)
-    c = synthesise(mix, nodes=64, days=54, start=T0, seed=8)
+    a = synthesise(mix, Scale(nodes=64, days=54, start=T0, seed=7))
+    b = synthesise(mix, Scale(nodes=64, days=54, start=T0, seed=7))
+    c = synthesise(mix, Scale(nodes=64, days=54, start=T0, seed=8))
     assert [(f.at, f.event.node) for f in a] == [(f.at, f.event.node) for f in b]
     assert [(f.at, f.event.node) for f in a] != [(f.at, f.event.node) for f in c]
     gpu = sum(1 for f in a if "GPU" in f.category)
@@ -40,7 +40,7 @@ def test_scaling_and_seed_are_deterministic() -> None:
 
 
 def test_maintenance_is_a_human_drain_and_not_fixed_by_restart() -> None:
-    faults = synthesise(read_mix(LLAMA), nodes=2048, days=54, start=T0, seed=1)
+    faults = synthesise(read_mix(LLAMA), Scale(nodes=2048, days=54, start=T0, seed=1))
     maint = [f for f in faults if f.category == "Host Maintenance"]
     assert maint and all(f.event.state == "DRAIN" and f.event.reason.startswith("maintenance") for f in maint)
     assert all(not f.fixed_by_restart for f in maint)
@@ -58,4 +58,4 @@ def test_bad_trace_files_are_named(tmp_path: Path, name: str, text: str | None, 
     if text is not None:
         path.write_text(text)
     with pytest.raises(TraceError, match=message):
-        load(path, nodes=8, days=1, start=T0)
+        load(path, Scale(nodes=8, days=1, start=T0))

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from remediation.rehearsal.compare import ratios
-from remediation.rehearsal.trace import leaf_of, read_mix, synthesise
+from remediation.rehearsal.trace import Scale, leaf_of, read_mix, synthesise
 from remediation.rehearsal.truth import TIMES, TruthError, parse_model
 
 DATA = Path(__file__).resolve().parents[3] / "remediation" / "data"
@@ -75,7 +75,7 @@ def test_a_bad_model_is_refused_with_its_category_named(data: object, message: s
 
 def test_the_trace_carries_causes_outcomes_and_leaf_groups() -> None:
     m = model()
-    faults = synthesise(read_mix(LLAMA), nodes=2048, days=54, start=T0, seed=3, model=m, leaf_size=16)
+    faults = synthesise(read_mix(LLAMA), Scale(nodes=2048, days=54, start=T0, seed=3, leaf_size=16), model=m)
     fabric = [f for f in faults if f.category == "Network Switch/Cable"]
     groups = Counter(f.group for f in fabric)
     assert len(groups) == 35 and set(groups.values()) == {16}
@@ -91,7 +91,7 @@ def test_the_trace_carries_causes_outcomes_and_leaf_groups() -> None:
     hbm = [f for f in faults if f.category == "GPU HBM3 Memory"]
     restart_fixes = sum(1 for f in hbm if "restart" in f.outcome.fixed_by)  # type: ignore[union-attr]
     assert 0.1 < restart_fixes / len(hbm) < 0.5  # p_restart 0.3
-    again = synthesise(read_mix(LLAMA), nodes=2048, days=54, start=T0, seed=3, model=m, leaf_size=16)
+    again = synthesise(read_mix(LLAMA), Scale(nodes=2048, days=54, start=T0, seed=3, leaf_size=16), model=m)
     assert [(f.event.reason, f.outcome) for f in again] == [(f.event.reason, f.outcome) for f in faults]
 
 

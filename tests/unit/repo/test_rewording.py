@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld, OpTiming
 from remediation.clock import FakeClock
 from remediation.db.models import Node, Remediation
 from remediation.db.session import make_session_factory, memory_engine
@@ -29,7 +29,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.incidents import service as incidents
 from remediation.ports.errors import TransientError
 from remediation.rehearsal.report import Report
-from remediation.rehearsal.run import _migrated_template, rehearse
+from remediation.rehearsal.run import Layout, Pace, _migrated_template, rehearse
 from remediation.rehearsal.trace import Fault
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
@@ -134,8 +134,9 @@ def test_rehearsal_decides_the_same_whatever_the_words(
     faults = trace()
 
     def run() -> Report:
-        return rehearse(faults, settings, NODES, loop=loop, reboot_s=240, repair_s=1800,
-                        settle=timedelta(minutes=20), **extra)
+        return rehearse(faults, settings, NODES, pace=Pace(reboot_s=240, repair_s=1800,
+                                                           settle=timedelta(minutes=20), loop=loop),
+                        layout=Layout(**extra))
 
     shipped = run()
     assert shipped.history, "the case opened no remediation: it compares nothing"
@@ -158,13 +159,15 @@ def engine_run(vm: type[MemoryVM], event_reason: str) -> dict[str, Any]:
     countdown as the Celery task does; returns what was decided and recorded, without the words."""
     sessions = make_session_factory(memory_engine(_migrated_template()))
     clock = FakeClock(T0)
-    world = MemoryWorld(nodes=NODES, clock=clock.now)
+    world = MemoryWorld(nodes=NODES, timing=OpTiming(clock=clock.now))
     settings = Settings(policy={"min_restart_gap_s": 0}, workflow={"poll_interval_s": 5, "lease_s": 30})
-    engine = Workflow(sessions, outcomes.Adapters(MemorySlurm(world), MemoryKube(world), vm(world)), settings, clock)
+    engine = Workflow(sessions, outcomes.Adapters(MemorySlurm(world), MemoryKube(world), vm(world)),
+                      settings, clock=clock)
     event = NodeEvent(source=Source.SLURM, node="gpu-node-3", kind=EventKind.UNHEALTHY, state="FAIL",
                       reason=event_reason, observed_at=clock.now())
     with sessions() as s, s.begin():
-        todo = [(rid, step, 0.0) for rid, step in ingest(s, [event.to_json()], settings.policy, clock).opened]
+        todo = [(rid, step, 0.0) for rid, step in ingest(s, [event.to_json()], settings.policy,
+                                                         clock=clock).opened]
     for _ in range(500):
         if not todo:
             break

@@ -25,10 +25,10 @@ def test_failing_too_long_needs_both_the_count_and_the_time(streak: int, failing
 def test_default_backoff_reaches_the_default_budget_after_the_default_retries() -> None:
     """The defaults agree: 8 back-to-back errors, backed off from 2 s up to the 60 s countdown cap,
     take the 240 s budget, so the 9th error is the one that gives up."""
-    waits = [min(backoff(n, None, 2.0, 300.0), 60.0) for n in range(8)]
+    waits = [min(backoff(n, None, 2.0, cap=300.0), 60.0) for n in range(8)]
     assert sum(waits) >= 240.0 > sum(waits[:7])
 
 
 def test_backoff_never_undercuts_retry_after() -> None:
-    assert backoff(0, 7.0, 2.0, 300.0) == 7.0
-    assert backoff(10, None, 2.0, 300.0) == 300.0
+    assert backoff(0, 7.0, 2.0, cap=300.0) == 7.0
+    assert backoff(10, None, 2.0, cap=300.0) == 300.0

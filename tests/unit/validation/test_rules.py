@@ -44,7 +44,7 @@ def adapters(validator: Any) -> Adapters:
 
 
 def started_op(settings: StepSettings, validator: ScriptedValidator, cls: str | None = "gpu-memory") -> dict[str, Any]:
-    out = validate(inp(cls=cls), adapters(validator), settings, T0)
+    out = validate(inp(cls=cls), adapters(validator), settings, now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None
     return out.provider_op
 
@@ -110,7 +110,7 @@ def test_the_check_depends_on_the_cause_class(cls: str | None, argv: list[str]) 
 def finish(settings: StepSettings, result: ValidationResult, at: datetime) -> tuple[Any, ScriptedValidator]:
     validator = ScriptedValidator([result])
     op = started_op(settings, ScriptedValidator([]))
-    return validate(inp(op), adapters(validator), settings, at), validator
+    return validate(inp(op), adapters(validator), settings, now=at), validator
 
 
 def test_pass_is_done_with_the_record_and_the_gate_taken_down() -> None:
@@ -144,18 +144,18 @@ def test_running_waits_then_our_own_deadline_holds_and_stops_it() -> None:
     settings = cfg(timeout_s={"default": 60})
     op = started_op(settings, ScriptedValidator([]), cls="nvlink")
     running = ValidationResult(False, state="PENDING", waiting="Reservation")
-    out = validate(inp(op), adapters(ScriptedValidator([running])), settings, T0 + timedelta(seconds=60))
+    out = validate(inp(op), adapters(ScriptedValidator([running])), settings, now=T0 + timedelta(seconds=60))
     assert isinstance(out, Wait) and "pending: Reservation" in out.reason and out.countdown == 2
     validator = ScriptedValidator([ValidationResult(False, state="RUNNING")])
-    out = validate(inp(op), adapters(validator), settings, T0 + timedelta(seconds=91))
+    out = validate(inp(op), adapters(validator), settings, now=T0 + timedelta(seconds=91))
     assert isinstance(out, Hold) and out.kind == "ValidationTimeout" and validator.calls[-1][0] == "finish"
 
 
 def test_dry_run_records_what_it_would_run_and_judges_nothing() -> None:
     settings, validator = cfg(), NoopValidator()
-    out = validate(inp(), adapters(validator), settings, T0)
+    out = validate(inp(), adapters(validator), settings, now=T0)
     assert isinstance(out, Wait) and out.provider_op is not None
-    out = validate(inp(out.provider_op), adapters(validator), settings, T0 + timedelta(seconds=1))
+    out = validate(inp(out.provider_op), adapters(validator), settings, now=T0 + timedelta(seconds=1))
     assert isinstance(out, Done) and out.outcome.startswith("would run the GPU check dcgmi diag -r 3")
     assert [a["would"] for a in validator.recorder.actions] == ["validate"]
 
@@ -165,13 +165,13 @@ def test_a_humans_drain_placed_meanwhile_is_not_resumed_for_the_check() -> None:
     validator.backend = "slurm"
     ad = adapters(validator)
     ad.slurm.drain("gpu-node-3", "maintenance: HBM reseat")
-    out = validate(inp(), ad, cfg(), T0)
+    out = validate(inp(), ad, cfg(), now=T0)
     assert isinstance(out, Done) and "a human drained" in out.outcome and validator.calls == []
 
 
 def test_without_a_gate_the_step_is_a_configuration_error() -> None:
     with pytest.raises(ConfigError):
-        validate(inp(), adapters(None), cfg(), T0)
+        validate(inp(), adapters(None), cfg(), now=T0)
 
 
 def test_validate_sits_between_verify_and_return_and_is_skipped_without_a_gate() -> None:

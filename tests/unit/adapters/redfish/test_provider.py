@@ -299,7 +299,8 @@ def test_the_workflow_finds_a_bare_metal_machine_by_its_node(
         provider_op=None,
         detail={"slurmd_start_before": ""},  # recorded in a write of its own before the action
     )
-    out = vm_restart(inp, Adapters(MemorySlurm(world), MemoryKube(world), vm), cfg, datetime.now(UTC))  # type: ignore[arg-type]
+    out = vm_restart(inp, Adapters(MemorySlurm(world), MemoryKube(world), vm), cfg,
+                     now=datetime.now(UTC))  # type: ignore[arg-type]
     assert isinstance(out, Wait) and out.provider_op is not None
     assert vm.calls == [("machine_of", "bm-host-3"), ("start", ("bm-host-3", action))]
 

@@ -39,7 +39,7 @@ class FakeSlurm:
 
 
 def reader(fake: FakeSlurm, bad: frozenset[str] = BAD) -> DeltaReader:
-    return DeltaReader(fake.run, "sinfo", "scontrol", bad)
+    return DeltaReader(fake.run, "sinfo", "scontrol", bad=bad)
 
 
 def test_a_quiet_cluster_costs_one_bad_set_read_per_poll() -> None:
@@ -148,7 +148,7 @@ def test_no_snapshot_yet_means_a_full_read() -> None:
 def test_a_probe_that_says_unchanged_spares_every_command() -> None:
     fake = FakeSlurm(100)
     answers = iter([False, False, True])
-    r = DeltaReader(fake.run, "sinfo", "scontrol", BAD, probe=lambda: next(answers))
+    r = DeltaReader(fake.run, "sinfo", "scontrol", bad=BAD, probe=lambda: next(answers))
     first = r.snapshot()
     fake.calls.clear()
     fake.nodes["gpu-node-3"] = ("DOWN", "Not responding", "2026-11-23T08:00:00")
@@ -209,7 +209,7 @@ def test_while_the_bad_set_changes_the_probe_is_skipped_and_asked_again_once_it_
         asked.append(True)
         return next(answers)
 
-    r = DeltaReader(fake.run, "sinfo", "scontrol", BAD, probe=probe, clock=lambda: now[0])
+    r = DeltaReader(fake.run, "sinfo", "scontrol", bad=BAD, probe=probe, clock=lambda: now[0])
     r.snapshot()
     r.poll()  # the first read of the bad set after a full read: nothing changed, nothing skipped after
     fake.nodes["gpu-node-1"] = ("IDLE+DRAIN", "one", "2026-11-23T08:00:00")

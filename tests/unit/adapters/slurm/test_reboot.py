@@ -184,14 +184,15 @@ def test_the_machine_step_asks_a_node_addressed_provider_for_its_ref_and_needs_n
     recorder = Recorder()
     cfg = StepSettings.of(load_settings())
     out = vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), NoopSlurmReboot(recorder)),
-                     cfg, datetime.now(UTC))
+                     cfg, now=datetime.now(UTC))
     assert isinstance(out, Wait) and out.provider_op is not None
     assert out.provider_op["vm"]["provider"] == "slurm" and out.provider_op["vm"]["name"] == NODE
     assert [(a["would"], a["node"]) for a in recorder.actions] == [("slurm reboot", NODE)]
     # A cloud provider still needs the Node's providerID.
     assert not isinstance(MemoryVM(world), MachinesByNode)
     with pytest.raises(InvalidProviderID):
-        vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg, datetime.now(UTC))
+        vm_restart(step_input(), Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world)), cfg,
+                   now=datetime.now(UTC))
 
 
 def test_the_factory_builds_the_reboot_and_its_dry_run_twin() -> None:
