@@ -31,7 +31,7 @@ FROM app AS flower
 USER root
 RUN pip install --no-cache-dir flower==2.2.0
 USER 10001
-ENTRYPOINT ["python", "-m", "celery", "-A", "workers.celery_app", "flower"]
+ENTRYPOINT ["python", "-m", "celery", "-A", "remediation.workers.celery_app", "flower"]
 CMD []
 
 # The default target (`docker build .`, compose's `build: .`) is the application image.

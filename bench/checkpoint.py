@@ -1,7 +1,7 @@
 """Checkpoint before the hammer: time from a fault to the node being free, with and without the request.
 
 On each real Slurm release (22.05, and 24.11 and 26.05 from the cached roots; scripts/slurm-up.sh), the service
-runs as deployed: the Slurm watcher (``python -m watchers.slurm.watcher``) and a Celery worker with beat, on a
+runs as deployed: the Slurm watcher (``python -m remediation.watchers.slurm.watcher``) and a Celery worker with beat, on a
 scratch Postgres and Redis, with the cli backend and no Kubernetes or machine backend (the drain is
 what is measured). Each cycle submits a batch job to its own node that traps USR1, takes ``--save-s``
 (5 s) to write a checkpoint, and exits; once the job has set its trap, the node is FAILed with
@@ -153,7 +153,7 @@ def measure(release: str, cycles: int, save_s: float, drain_timeout: int, poll: 
             worker = Worker(wenv, tmp, concurrency=2)
             watcher_log = open(tmp / f"watcher-{prefix}.log", "w")  # noqa: SIM115 - closed below
             watcher = subprocess.Popen(
-                [sys.executable, "-m", "watchers.slurm.watcher"],
+                [sys.executable, "-m", "remediation.watchers.slurm.watcher"],
                 cwd=ROOT,
                 env=wenv,  # noqa: S603
                 stdout=subprocess.DEVNULL,

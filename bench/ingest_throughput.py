@@ -39,9 +39,9 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.db.models import Event
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
+from remediation.workers.celery_app import make_app
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.redisproc import PrivateRedis
-from workers.celery_app import make_app
 
 STATES = [("FAIL", "xid 79"), ("DOWN", "Not responding"), ("DRAIN", "ecc errors"), ("DRAIN", "maintenance: fw")]
 TICK_S = 0.01

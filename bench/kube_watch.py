@@ -1,7 +1,7 @@
 """Kubernetes watcher: watch latency to the Redis stream, and the cost of a full relist of 10,000 Nodes.
 
-**Latency.** The local kube-apiserver (``simulator.kube.api``) serves ``--nodes`` Nodes (200 by default).
-The real watcher (``watchers.kube.watcher.run``, so the leader lock, list+watch, flap filter and Redis publisher
+**Latency.** The local kube-apiserver (``remediation.simulator.kube.api``) serves ``--nodes`` Nodes (200 by default).
+The real watcher (``remediation.watchers.kube.watcher.run``, so the leader lock, list+watch, flap filter and Redis publisher
 are all the production code) runs with ``kube.min_condition_s=0`` and publishes to a real Redis under a
 throw-away key prefix. The bench then flips a Node's Ready condition ``--flips`` times (False, then back
 to True on the same Node, then the next Node; each flip is one event, UNHEALTHY or HEALTHY), one at a
@@ -12,7 +12,7 @@ tests, so its threads compete with the watcher's for the GIL; a separate API ser
 
 **Relist.** A second API server, in a child process so that its 10,000 Node objects and its JSON
 encoding are counted in neither the bench nor the watcher, serves 10,000 Nodes, 1% of them NotReady,
-each built as a cloud GPU node's kubelet registers it (:func:`simulator.kube.objects.gpu_node_object`:
+each built as a cloud GPU node's kubelet registers it (:func:`remediation.simulator.kube.objects.gpu_node_object`:
 capacity and allocatable with ``nvidia.com/gpu``, addresses, ``nodeInfo``, the pressure and
 node-problem-detector conditions, the container images on disk, managedFields, and the cloud's, GPU
 feature discovery's and node feature discovery's labels); the bench prints the size of one such Node.
@@ -62,11 +62,11 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.watchers.kube.stream import NodeStream
+from remediation.watchers.kube.watcher import watcher as kube_watcher
+from remediation.watchers.runtime import Stopper
 from tests.ports import HEALTH_LINE, reported_port
-from watchers.kube.stream import NodeStream
-from watchers.kube.watcher import watcher as kube_watcher
-from watchers.runtime import Stopper
 
 GOAL_P99_MS = 200.0
 GOAL_PEAK_MB = 300  # the watcher process through a 10,000-Node relist (10^6 bytes)

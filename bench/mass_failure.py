@@ -3,7 +3,7 @@ scheduler's hands (drained in Slurm by us and cordoned in Kubernetes)?
 
 The whole system as a user runs it, each part its own process: a real Slurm 22.05 slurmctld with
 ``--pool`` nodes (CLOUD nodes, no slurmd: the controller's side of the cluster), the local
-kube-apiserver (:mod:`simulator.kube.api`, in a child process) with a Node of the same name for each,
+kube-apiserver (:mod:`remediation.simulator.kube.api`, in a child process) with a Node of the same name for each,
 providerID ``gce://``, the Compute Engine fake for the VM actions, a scratch Postgres database, Redis,
 ``remediation watch slurm``, ``remediation watch kube`` and ``remediation worker -c 2 -B`` with the
 shipped policy (storm breaker included), and a Slack-compatible receiver for the pages.
@@ -62,8 +62,8 @@ from remediation.db.models import AuditLog, Event, Node, Remediation, Remediatio
 from remediation.domain.events import EventKind
 from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, PolicySettings
-from simulator.gce_api import GceFake
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.gce_api import GceFake
+from remediation.simulator.kube.api import KubeAPIServer
 
 GOAL_P90_S, GOAL_MAX_S = 10.0, 20.0
 PROJECT, ZONE = "hpc-prod", "us-central1-a"

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.phantom_soak [--nodes 32] [--minutes 10] [--seed 22]
 
 The real ``remediation worker -c 2 -B``, ``remediation watch slurm`` and ``remediation watch kube``
-against :class:`simulator.cluster.SimCluster` under :class:`simulator.continuous.ContinuousReplay`
+against :class:`remediation.simulator.cluster.SimCluster` under :class:`remediation.simulator.continuous.ContinuousReplay`
 (the Llama 3 interruption mix at its default pace, switch storms every 4 minutes), on real Postgres and
 Redis (a scratch database and key prefix). Prints the faults injected (from the injector's log), the
 remediations, the quarantines and how many of them are false: fewer than ``repeat_offender_count``

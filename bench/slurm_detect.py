@@ -36,8 +36,8 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
-from watchers.runtime import Stopper
-from watchers.slurm.watcher import watcher as slurm_watcher
+from remediation.watchers.runtime import Stopper
+from remediation.watchers.slurm.watcher import watcher as slurm_watcher
 
 NODES = 16
 

@@ -3,7 +3,7 @@
 ``python -m bench.vm_overhead [--remediations 100] [--in-flight 10] [--workers 4] [--poll 0.2]``
 
 Real Postgres (a scratch database), real Redis, a real Celery worker process pool, and the simulated
-cluster (:class:`simulator.cluster.SimCluster`) with **zero-delay provider operations** (``op_seconds=0``)
+cluster (:class:`remediation.simulator.cluster.SimCluster`) with **zero-delay provider operations** (``op_seconds=0``)
 and an instant reboot (``reboot_delay_s=0``): every second a remediation takes is ours. The workers run
 the real adapters (slurmrestd REST, the kubernetes client, google-cloud-compute and azure-mgmt-compute
 over HTTPS) against the local endpoints; half of the VMs are GCE, half Azure.
@@ -40,9 +40,9 @@ from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
-from simulator.cluster import SimCluster, Timing
+from remediation.simulator.cluster import SimCluster, Timing
+from remediation.workers.celery_app import make_app
 from tests.integration.workerproc import Worker, wait_for, worker_env
-from workers.celery_app import make_app
 
 
 def _provider_seconds(cluster: SimCluster) -> dict[str, float]:

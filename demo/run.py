@@ -1,8 +1,8 @@
 """``remediation demo``: the whole loop against a simulated cluster that speaks the real wire protocols.
 
-In one process, in about a minute: :class:`simulator.cluster.SimCluster` (36 nodes, a bare-metal pool of 4
+In one process, in about a minute: :class:`remediation.simulator.cluster.SimCluster` (36 nodes, a bare-metal pool of 4
 among them), the production watchers, a real Celery worker, SQLite and the dashboard. A scripted scenario
-shows each safety rule once; :mod:`demo.report` reads the summaries back from the database and
+shows each safety rule once; :mod:`remediation.demo.report` reads the summaries back from the database and
 the clouds' request logs.
 
 Why: docs/running.md#the-demo
@@ -16,16 +16,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from simulator.cluster import SUBBLOCK_LABEL
+from remediation.simulator.cluster import SUBBLOCK_LABEL
 
 NODES = 32
 BARE_METAL = 4  # gpu-node-32..35: Nodes without a providerID, systems of one Redfish BMC
-TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
+# The Llama 3 failure mix shipped with the package (remediation/data), found as a package resource.
+TRACE = Path(str(resources.files("remediation.data").joinpath("llama3-405b-interruptions.csv")))
 DEMO_ENV = {
     # The demo prints its own story; the worker's per-task log lines would bury it (set INFO to see them).
     "REMEDIATION_LOG_LEVEL": "WARNING",
@@ -43,10 +45,10 @@ DEMO_ENV = {
     "REMEDIATION_SLURM__POLL_INTERVAL_S": "0.25",
     "REMEDIATION_SLURM__NOT_RESPONDING_GRACE_S": "1.5",
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "30",
-    # A real validation: each node's check runs as a batch/v1 Job on its Node (simulator.kube.jobs).
+    # A real validation: each node's check runs as a batch/v1 Job on its Node (remediation.simulator.kube.jobs).
     "REMEDIATION_VALIDATION__BACKEND": "kubernetes",
     "REMEDIATION_VALIDATION__POLL_INTERVAL_S": "0.5",
-    # Failure domains from the GKE Nodes' sub-block label (simulator.cluster), on the demo's clock: a
+    # Failure domains from the GKE Nodes' sub-block label (remediation.simulator.cluster), on the demo's clock: a
     # switch takes its nodes out within a second here, so 10 s is the window and the wait before a
     # labelled node's first VM action. The demo packs weeks of faults into a minute, so two unrelated
     # ones side by side in a 4-node sub-block (gpu-node-4's Xid and a storm node) are likely here, as
@@ -100,9 +102,9 @@ def scenario(cluster: Any) -> list[tuple[float, str, Callable[[], object]]]:
 def run_demo(
     workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
 ) -> dict[str, Any]:
-    """Run the scenario; returns the summary read back from the database (see demo.report)."""
-    from simulator.cluster import SimCluster, Timing
-    from workers.embedded import configure_environment
+    """Run the scenario; returns the summary read back from the database (see remediation.demo.report)."""
+    from remediation.simulator.cluster import SimCluster, Timing
+    from remediation.workers.embedded import configure_environment
 
     console = console or Console()
     cluster = SimCluster(NODES, timing=Timing(reboot_delay_s=1.5, op_seconds=1.0), bare_metal=BARE_METAL).start()
@@ -111,10 +113,10 @@ def run_demo(
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
     os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
     _quiet()
-    from demo.report import Progress, read_summary
+    from remediation.demo.report import Progress, read_summary
     from remediation.settings import load_settings
-    from watchers.runtime import Stopper
-    from workers.embedded import join_all, start
+    from remediation.watchers.runtime import Stopper
+    from remediation.workers.embedded import join_all, start
 
     settings = load_settings()
     emb = start()
@@ -161,8 +163,8 @@ def run_demo(
 def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:
     """The Slurm and Kubernetes watchers, each in a daemon thread with its own bus, started."""
     from remediation.adapters.factory import make_bus
-    from watchers.kube.watcher import run as run_kube_watcher
-    from watchers.slurm.watcher import run as run_slurm_watcher
+    from remediation.watchers.kube.watcher import run as run_kube_watcher
+    from remediation.watchers.slurm.watcher import run as run_slurm_watcher
 
     watchers = [
         threading.Thread(target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True)
@@ -230,7 +232,7 @@ def _quiet() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``remediation demo`` execs this (``python -m demo.run``); exit 1 if the scenario timed out."""
+    """``remediation demo`` execs this (``python -m remediation.demo.run``); exit 1 if the scenario timed out."""
     import argparse
     import json
     import sys

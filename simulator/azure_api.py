@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from simulator.fakehttp import FakeServer, Response
+from remediation.simulator.fakehttp import FakeServer, Response
 
 if TYPE_CHECKING:
     from cryptography import x509

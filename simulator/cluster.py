@@ -2,8 +2,8 @@
 
 :class:`SimCluster` starts the kube-apiserver subset, the GCE and Azure fakes, the slurmrestd stand-in
 and, with ``bare_metal=N``, a Redfish BMC, and links them as Slurm-on-Kubernetes does: a clock thread
-(``tick_s``) turns each VM's state into its Node's and slurmd's. Faults: :mod:`simulator.fault_injection`.
-``python -m simulator.cluster`` serves it (:mod:`simulator.standalone`).
+(``tick_s``) turns each VM's state into its Node's and slurmd's. Faults: :mod:`remediation.simulator.fault_injection`.
+``python -m remediation.simulator.cluster`` serves it (:mod:`remediation.simulator.standalone`).
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.azure_api import AzureFake, make_self_signed_cert
-from simulator.fault_injection import FaultInjector
-from simulator.gce_api import GceFake
-from simulator.kube.api import KubeAPIServer, ServingPki
-from simulator.redfish_bmc import RedfishBmc
-from simulator.slurmctld import SlurmCtld
-from simulator.slurmrestd import SlurmRestd
+from remediation.simulator.azure_api import AzureFake, make_self_signed_cert
+from remediation.simulator.fault_injection import FaultInjector
+from remediation.simulator.gce_api import GceFake
+from remediation.simulator.kube.api import KubeAPIServer, ServingPki
+from remediation.simulator.redfish_bmc import RedfishBmc
+from remediation.simulator.slurmctld import SlurmCtld
+from remediation.simulator.slurmrestd import SlurmRestd
 
 PROJECT, ZONE = "sim-project", "us-central1-a"
 SUBSCRIPTION, GROUP = "00000000-0000-4000-8000-00000000c0de", "sim-gpu-rg"
@@ -300,7 +300,7 @@ class SimCluster(FaultInjector):
         self.links[name] = link
 
     def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
-        """What a validation check Job's pod does on ``k8s_node`` (simulator.kube.jobs): a node with a
+        """What a validation check Job's pod does on ``k8s_node`` (remediation.simulator.kube.jobs): a node with a
         bad HBM row fails DCGM's memory test however often it reboots; every other node passes. The
         gpu-reset rung's Job (its script is named ``nr-gpu-reset``) fails on a broken VM, whose GPU is
         gone, and elsewhere succeeds and clears the GPU conditions injected on the node, as NVSentinel
@@ -513,7 +513,7 @@ class SimCluster(FaultInjector):
         self.ctld.slurmd_start(link.slurm, booted=rebooted)
 
 
-if __name__ == "__main__":  # python -m simulator.cluster: see simulator.standalone
-    from simulator.standalone import main
+if __name__ == "__main__":  # python -m remediation.simulator.cluster: see remediation.simulator.standalone
+    from remediation.simulator.standalone import main
 
     raise SystemExit(main())

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from remediation.rehearsal.trace import PAPER_DAYS, read_mix
-from simulator import replay
-from simulator.slurmctld import SlurmError
+from remediation.simulator import replay
+from remediation.simulator.slurmctld import SlurmError
 
 if TYPE_CHECKING:
-    from simulator.cluster import SimCluster
+    from remediation.simulator.cluster import SimCluster
 
 MAINTENANCE_PREFIX = "maintenance:"  # what FaultInjector.apply puts in front of a trace's human drain
 

@@ -1,4 +1,4 @@
-"""Fault injection for :class:`simulator.cluster.SimCluster`: each fault is what the real system would show,
+"""Fault injection for :class:`remediation.simulator.cluster.SimCluster`: each fault is what the real system would show,
 put where the real system keeps it.
 
 Faults: ``researcher_fail``, ``slurmd_stop``, ``node_not_ready``, ``gpu_condition``, ``flap``,
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from remediation.rehearsal.trace import read_mix
-from simulator import replay as trace
+from remediation.simulator import replay as trace
 
 if TYPE_CHECKING:
-    from simulator.cluster import Link
-    from simulator.kube.api import KubeAPIServer
-    from simulator.slurmctld import SlurmCtld
+    from remediation.simulator.cluster import Link
+    from remediation.simulator.kube.api import KubeAPIServer
+    from remediation.simulator.slurmctld import SlurmCtld
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class FaultInjector:
     def bad_hbm(self, node: str, reason: str = "xid 48: double-bit ECC error") -> None:
         """A GPU with a failing HBM row: the restart brings the node back with a new bootID, slurmd
         registers and verify passes, but the validation's memory check fails on it every time (see
-        :meth:`simulator.cluster.SimCluster.check_outcome`). It fails now, as a researcher reports it."""
+        :meth:`remediation.simulator.cluster.SimCluster.check_outcome`). It fails now, as a researcher reports it."""
         self.links[node].bad_hbm = True
         self.researcher_fail(node, reason, user="carol")
         self._log(node, "bad_hbm", "HBM row failure: passes verify, fails the GPU check")

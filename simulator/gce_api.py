@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.fakehttp import FakeServer, Response
+from remediation.simulator.fakehttp import FakeServer, Response
 
 _BASE = r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)"
 _INSTANCE = re.compile(_BASE + r"/instances/(?P<name>[^/]+)(?:/(?P<verb>reset|stop|start))?$")

@@ -19,8 +19,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from simulator.fakehttp import FakeServer, Response
-from simulator.kube.tls import write_pki
+from remediation.simulator.fakehttp import FakeServer, Response
+from remediation.simulator.kube.tls import write_pki
 
 ROOT = "/redfish/v1"
 SYSTEMS = f"{ROOT}/Systems"

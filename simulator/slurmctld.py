@@ -1,6 +1,6 @@
 """The node table of a simulated slurmctld, with the state rules of the real one (Slurm 22.05-23.11).
 
-:mod:`simulator.slurmrestd` serves it and :mod:`simulator.cluster` drives it. Drain, fail, down and resume
+:mod:`remediation.simulator.slurmrestd` serves it and :mod:`remediation.simulator.cluster` drives it. Drain, fail, down and resume
 follow ``scontrol``'s rules and errnos; a silent slurmd goes NOT_RESPONDING, then DOWN; a registering one
 returns with ``ReturnToService=1``. :meth:`SlurmCtld.tick` advances wall-clock timers.
 

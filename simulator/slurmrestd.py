@@ -1,6 +1,6 @@
 """A slurmrestd stand-in: the node and job endpoints the ``rest`` Slurm backend uses, over real HTTP.
 
-Serves a :class:`simulator.slurmctld.SlurmCtld` table in the shapes of v0.0.38 to v0.0.42: nodes (with
+Serves a :class:`remediation.simulator.slurmctld.SlurmCtld` table in the shapes of v0.0.38 to v0.0.42: nodes (with
 ``update_time`` and 304), one node, jobs, node updates (v0.0.39+). With ``token`` set, requests need
 ``X-SLURM-USER-TOKEN``. Kept for fault injection, JWT auth and scale; its answers are checked against real
 slurmrestd.
@@ -15,8 +15,8 @@ import re
 import ssl
 from typing import Any
 
-from simulator.fakehttp import FakeServer, Response
-from simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
+from remediation.simulator.fakehttp import FakeServer, Response
+from remediation.simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
 
 VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 #: What 26.05's openapi/slurmctld serves instead (seen on 26.05.5), and how it words what changed.

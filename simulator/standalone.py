@@ -1,4 +1,4 @@
-"""``python -m simulator.cluster``: serve a simulated cluster until SIGTERM, for docker-compose or a shell.
+"""``python -m remediation.simulator.cluster``: serve a simulated cluster until SIGTERM, for docker-compose or a shell.
 
 Prints the ``REMEDIATION_*`` environment as ``export`` lines. Options: ``--bind``, ``--base-port``,
 ``--advertise``, ``--state-dir`` (certificates, a kubeconfig and ``simulator.env``, written last as the
@@ -14,17 +14,19 @@ import shlex
 import signal
 import threading
 import time
+from importlib import resources
 from pathlib import Path
 
-from simulator.cluster import Listen, SimCluster, Timing
+from remediation.simulator.cluster import Listen, SimCluster, Timing
 
 ENV_FILE = "simulator.env"
-TRACE = Path(__file__).resolve().parents[1] / "remediation" / "data" / "llama3-405b-interruptions.csv"
+# The Llama 3 failure mix shipped with the package (remediation/data), found as a package resource.
+TRACE = Path(str(resources.files("remediation.data").joinpath("llama3-405b-interruptions.csv")))
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m simulator.cluster",
+        prog="python -m remediation.simulator.cluster",
         description="Serve a simulated Slurm-on-Kubernetes GPU cluster (kube-apiserver, GCE, Azure and "
         "slurmrestd endpoints) until SIGTERM.",
     )
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in cluster.settings_overrides().items():
             print(f"export {key}={shlex.quote(value)}", flush=True)
         if args.replay:
-            from simulator.continuous import ContinuousReplay, Storms, Tempo
+            from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 
             ContinuousReplay(cluster, TRACE, tempo=Tempo(speedup=args.speedup),
                              storms=Storms(every_s=args.storm_every), seed=args.seed).start()

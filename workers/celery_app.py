@@ -22,7 +22,7 @@ from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, RE
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.adapters.preload import preload
 from remediation.settings import Settings, load_settings
-from workers import health, kick_relay
+from remediation.workers import health, kick_relay
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +32,9 @@ def make_app(settings: Settings) -> Celery:
     task modules, the broker-restart-proof consumer and the beat schedule."""
     app = make_client_app(settings)
     app.conf.update(
-        include=["workers.tasks", "workers.notify_task"],
+        include=["remediation.workers.tasks", "remediation.workers.notify_task"],
         worker_hijack_root_logger=False,
-        worker_consumer="workers.celery_app:Consumer",
+        worker_consumer="remediation.workers.celery_app:Consumer",
         beat_schedule_filename=str(settings.broker.beat_schedule_file),  # `-s FILE` still overrides
         beat_schedule={
             # Beat writes the requests queue alone (remediation.adapters.celery): the ingest it asks

@@ -2,7 +2,7 @@
 
 SQLite (same Alembic scripts), Celery's ``memory://`` with a real worker thread, an in-process event bus
 (:mod:`remediation.adapters.memstream`), and whatever cluster the settings name. ``configure_environment``
-must run before :mod:`workers.celery_app` is first imported.
+must run before :mod:`remediation.workers.celery_app` is first imported.
 
 Why: docs/architecture.md#embedded-mode-and-the-simulated-cluster
 """
@@ -68,7 +68,7 @@ def start(concurrency: int = 4) -> Embedded:
     """Migrate the database, then start a Celery worker thread and the periodic sweeper/ingest."""
     from remediation.adapters.celery import INGEST_QUEUE, INGEST_TASK, SWEEP_TASK, WORKER_QUEUES
     from remediation.db.migrate import upgrade
-    from workers.celery_app import app, settings
+    from remediation.workers.celery_app import app, settings
 
     if not settings.broker.celery_url.startswith("memory://"):
         raise RuntimeError("embedded mode needs the memory:// broker (call configure_environment first)")

@@ -72,7 +72,7 @@ def install(app: Celery, settings: Settings) -> None:
     global _settings
     _settings = settings
     app.steps["worker"].add(HealthStep)
-    app.conf.beat_scheduler = "workers.health:BeatScheduler"
+    app.conf.beat_scheduler = "remediation.workers.health:BeatScheduler"
 
 
 def broker_connecting() -> None:
@@ -104,7 +104,7 @@ def _multiprocess_dir() -> str:
 
 class HealthStep(bootsteps.StartStopStep):  # type: ignore[misc]
     """Serve the endpoint from the worker's main process; touch the heartbeat from its event loop. The
-    server's thread starts after the pool and the beat have forked (see workers.kick_relay)."""
+    server's thread starts after the pool and the beat have forked (see remediation.workers.kick_relay)."""
 
     requires = ("celery.worker.components:Timer", "celery.worker.components:Pool",
                 "celery.worker.components:Beat")

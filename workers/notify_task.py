@@ -12,9 +12,9 @@ import logging
 
 from remediation.adapters.celery import NOTIFY_TASK
 from remediation.services.notify import run_pass
-from workers.celery_app import app, settings
-from workers.context import runtime
-from workers.tasks import DomainTask
+from remediation.workers.celery_app import app, settings
+from remediation.workers.context import runtime
+from remediation.workers.tasks import DomainTask
 
 log = logging.getLogger(__name__)
 

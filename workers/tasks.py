@@ -40,9 +40,9 @@ from remediation.services.lever_rules import committed_release, open_steps
 from remediation.services.payloads import time_bounds
 from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
-from workers.celery_app import app, settings
-from workers.context import Runtime, runtime
-from workers.isolate import isolate
+from remediation.workers.celery_app import app, settings
+from remediation.workers.context import Runtime, runtime
+from remediation.workers.isolate import isolate
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Publishing is "XADD, then kick": a batch goes out as one pipeline, ending with ``WAIT`` when
 ``broker.replica_acks`` is set (else :class:`BusUnavailable`, and the caller keeps the batch). A watcher's
 bus is :meth:`RedisEventBus.fenced_by` its leader lock: events carry the fencing token, on the watcher's
-own stream. The kick is the workers' relay (:mod:`workers.kick_relay`), or a ``kick`` callable.
+own stream. The kick is the workers' relay (:mod:`remediation.workers.kick_relay`), or a ``kick`` callable.
 
 Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """

@@ -2,7 +2,7 @@
 
 Watchers, the CLI and the API send tasks by name (``remediation.ingest``, ``remediation.step.<step>``,
 ``remediation.release``, ...) without importing the workers; task names are listed here once.
-:mod:`workers.celery_app` builds on :func:`make_app`, so both sides share broker settings, queues and
+:mod:`remediation.workers.celery_app` builds on :func:`make_app`, so both sides share broker settings, queues and
 routes. The API, the CLI and beat write only the ``requests`` queue.
 
 Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each

@@ -269,7 +269,7 @@ def redis_client(settings: Settings, timeout: float) -> redis.Redis:
 
 def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEventBus:
     """The bus watchers publish to. On Redis a publisher only appends: its ACL user may XADD to the
-    stream and nothing else, and the workers' kick relay (workers.kick_relay) starts the ingest.
+    stream and nothing else, and the workers' kick relay (remediation.workers.kick_relay) starts the ingest.
     ``memory://`` (embedded mode) gives the in-process bus, which kicks the ingest task itself."""
     if settings.broker.redis_url.startswith("memory://"):
         from remediation.adapters.celery import celery_dispatcher

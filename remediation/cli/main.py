@@ -1,7 +1,7 @@
 """The ``remediation`` console script: the on-call CLI plus the commands that start processes.
 
 ``worker``, ``beat``, ``watch``, ``demo`` and ``api`` hand the process to its own entry point by name
-(``celery -A workers.celery_app``, ``python -m watchers.slurm.watcher``, ``python -m demo.run``,
+(``celery -A remediation.workers.celery_app``, ``python -m remediation.watchers.slurm.watcher``, ``python -m remediation.demo.run``,
 ``python -m remediation.api.serve``); the CLI never imports them. ``db`` runs here. :func:`main` passes
 the Celery dispatcher to the lever commands.
 
@@ -49,21 +49,21 @@ def demo(
     """Run the whole loop on a simulated 32-node cluster (kube-apiserver, GCE, Azure and slurmrestd
     endpoints on 127.0.0.1): SQLite, an in-process broker, the dashboard, no servers to install."""
     args = ["--timeout", str(timeout), "--port", str(port)]
-    _exec_module("demo.run", *(["--workdir", str(workdir)] if workdir else []), *args)
+    _exec_module("remediation.demo.run", *(["--workdir", str(workdir)] if workdir else []), *args)
 
 
 @app.command("worker", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def worker(ctx: typer.Context) -> None:
     """Start a Celery worker (extra arguments go to `celery worker`, e.g. -c 4 -B)."""
     _settings_or_exit()
-    _exec_module("celery", "-A", "workers.celery_app", "worker", "-Q", ",".join(WORKER_QUEUES), *ctx.args)
+    _exec_module("celery", "-A", "remediation.workers.celery_app", "worker", "-Q", ",".join(WORKER_QUEUES), *ctx.args)
 
 
 @app.command("beat", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def beat(ctx: typer.Context) -> None:
     """Start Celery beat (sweeper, ingest safety net, notifications)."""
     _settings_or_exit()
-    _exec_module("celery", "-A", "workers.celery_app", "beat", *ctx.args)
+    _exec_module("celery", "-A", "remediation.workers.celery_app", "beat", *ctx.args)
 
 
 @app.command("watch")
@@ -73,7 +73,7 @@ def watch(kind: Annotated[str, typer.Argument(help="slurm or kube")]) -> None:
         typer.echo(f"error: unknown watcher {kind!r}: choose slurm or kube", err=True)
         raise typer.Exit(2)
     _settings_or_exit()
-    _exec_module(f"watchers.{kind}.watcher")
+    _exec_module(f"remediation.watchers.{kind}.watcher")
 
 
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)

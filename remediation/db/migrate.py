@@ -1,8 +1,8 @@
 """Run Alembic migrations from code (CLI `remediation db upgrade`, test fixtures, the demo).
 
-The revision scripts are the ``migrations`` package, installed beside ``remediation``; Alembic finds them
-as the package resource ``migrations:``, so this works from an installed wheel as well as from a
-checkout, and needs no alembic.ini (the one at the repository root serves the plain ``alembic`` command).
+The revision scripts are the ``remediation.migrations`` package (the top-level migrations/, linked into
+the namespace); Alembic finds them as the package resource ``remediation.migrations:``, so this works
+from an installed wheel as well as from a checkout, and needs no alembic.ini (the one at the repository root serves the plain ``alembic`` command).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, text
 
-SCRIPT_LOCATION = "migrations:"
+SCRIPT_LOCATION = "remediation.migrations:"
 # The advisory lock key migrations hold (any constant no other code of this database uses: "remediat").
 MIGRATION_LOCK = int.from_bytes(b"remediat", "big") & 0x7FFF_FFFF_FFFF_FFFF
 

@@ -2,8 +2,8 @@
 watches.
 
 ``KubeAPIServer().start()`` returns its ``https://`` URL; trust :attr:`KubeAPIServer.ca_file` or use
-:meth:`KubeAPIServer.write_kubeconfig`. State lives in :mod:`simulator.kube.store`, HTTP in
-:mod:`simulator.kube.http`. Test hooks: ``fail_next``, ``delay_next`` and ``requests``.
+:meth:`KubeAPIServer.write_kubeconfig`. State lives in :mod:`remediation.simulator.kube.store`, HTTP in
+:mod:`remediation.simulator.kube.http`. Test hooks: ``fail_next``, ``delay_next`` and ``requests``.
 
 Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
@@ -22,10 +22,10 @@ from typing import Any
 
 import yaml
 
-from simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
-from simulator.kube.http import Handler, Request
-from simulator.kube.jobs import JobRunner
-from simulator.kube.objects import (
+from remediation.simulator.fakehttp import Fault, Faults, Hold, RequestLog, _Server
+from remediation.simulator.kube.http import Handler, Request
+from remediation.simulator.kube.jobs import JobRunner
+from remediation.simulator.kube.objects import (
     NodeState,
     PodState,
     daemonset_object,
@@ -33,11 +33,11 @@ from simulator.kube.objects import (
     node_lease_object,
     pod_object,
 )
-from simulator.kube.pages import Snapshots
-from simulator.kube.podsecurity import forbidden, level_of
-from simulator.kube.select import to_label_selector
-from simulator.kube.store import ApiError, Obj, Store, now_micro, now_rfc3339, status
-from simulator.kube.tls import write_cluster_pki
+from remediation.simulator.kube.pages import Snapshots
+from remediation.simulator.kube.podsecurity import forbidden, level_of
+from remediation.simulator.kube.select import to_label_selector
+from remediation.simulator.kube.store import ApiError, Obj, Store, now_micro, now_rfc3339, status
+from remediation.simulator.kube.tls import write_cluster_pki
 
 __all__ = ["KubeAPIServer", "Request"]
 
@@ -45,7 +45,7 @@ NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
 class _TLSServer(_Server):
-    """HTTPS only; the handshake runs in the connection's thread (see :mod:`simulator.fakehttp`)."""
+    """HTTPS only; the handshake runs in the connection's thread (see :mod:`remediation.simulator.fakehttp`)."""
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # A client that refuses our certificate (the point of a test about trust) or hangs up
@@ -166,7 +166,7 @@ class KubeAPIServer:
         unschedulable: bool = False,
         taints: list[Obj] | None = None,
     ) -> Obj:
-        """A GPU Node as a cloud kubelet registers it (:func:`~simulator.kube.objects.gpu_node_object`),
+        """A GPU Node as a cloud kubelet registers it (:func:`~remediation.simulator.kube.objects.gpu_node_object`),
         with its heartbeat Lease."""
         now = now_rfc3339()
         state = NodeState(
@@ -237,7 +237,7 @@ class KubeAPIServer:
         terminating: bool = False,
         empty_dir: bool = False,
     ) -> Obj:
-        """A Pod (:func:`~simulator.kube.objects.pod_object`). A DaemonSet owner is created as an
+        """A Pod (:func:`~remediation.simulator.kube.objects.pod_object`). A DaemonSet owner is created as an
         object of its own if it does not exist yet, since ``kubectl drain`` looks it up."""
         owner = None
         if owner_kind:
@@ -355,7 +355,7 @@ class KubeAPIServer:
         self, count: int, seconds: float, *, method: str | None = None, path: str | None = None
     ) -> Hold:
         """Hold the answers to the next ``count`` matching requests (``path`` a substring) for up to
-        ``seconds`` after they acted; the returned :class:`~simulator.fakehttp.Hold` tells when."""
+        ``seconds`` after they acted; the returned :class:`~remediation.simulator.fakehttp.Hold` tells when."""
         return self.faults.delay_next(count, seconds, match=path, method=method)
 
     def _take_hold(self, method: str, path: str) -> Hold | None:

@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from simulator.kube.discovery import (
+from remediation.simulator.kube.discovery import (
     AGGREGATED,
     SERVER_VERSION,
     Resource,
@@ -29,13 +29,13 @@ from simulator.kube.discovery import (
     resource_list,
     wants_aggregated,
 )
-from simulator.kube.pages import bad_request, parse_limit
-from simulator.kube.select import SelectorError, field_selector, label_selector
-from simulator.kube.store import ApiError, Obj, Record, status
-from simulator.kube.table import table, wants_table
+from remediation.simulator.kube.pages import bad_request, parse_limit
+from remediation.simulator.kube.select import SelectorError, field_selector, label_selector
+from remediation.simulator.kube.store import ApiError, Obj, Record, status
+from remediation.simulator.kube.table import table, wants_table
 
 if TYPE_CHECKING:
-    from simulator.kube.api import KubeAPIServer
+    from remediation.simulator.kube.api import KubeAPIServer
 
 REASONS = {
     401: "Unauthorized",
@@ -254,7 +254,7 @@ class Shown:
 
 def _paged_list(h: Handler, res: Resource, query: dict[str, str], *, match: Callable[[Obj], bool],
                 shown: Shown) -> None:
-    """One page of a list with ``limit`` or ``continue`` (:mod:`simulator.kube.pages`)."""
+    """One page of a list with ``limit`` or ``continue`` (:mod:`remediation.simulator.kube.pages`)."""
     view, as_table, include = shown.view, shown.as_table, shown.include
     limit = parse_limit(query.get("limit"))
     selectors = "|".join((query.get("fieldSelector", ""), query.get("labelSelector", "")))

@@ -15,8 +15,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from simulator.kube.podsecurity import forbidden
-from simulator.kube.store import ApiError, Obj, Store, now_rfc3339, status
+from remediation.simulator.kube.podsecurity import forbidden
+from remediation.simulator.kube.store import ApiError, Obj, Store, now_rfc3339, status
 
 Outcome = tuple[int | None, str, float]
 PASS: Outcome = (0, "Test Summary: all tests passed\n", 0.2)

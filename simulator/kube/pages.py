@@ -17,7 +17,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from simulator.kube.store import ApiError, status
+from remediation.simulator.kube.store import ApiError, status
 
 TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a "

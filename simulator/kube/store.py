@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube.discovery import RESOURCES
-from simulator.kube.patch import PatchError, apply_patch
-from simulator.kube.select import selector_matcher
-from simulator.kube.validate import metadata_errors, node_errors
+from remediation.simulator.kube.discovery import RESOURCES
+from remediation.simulator.kube.patch import PatchError, apply_patch
+from remediation.simulator.kube.select import selector_matcher
+from remediation.simulator.kube.validate import metadata_errors, node_errors
 
 Obj = dict[str, Any]
 

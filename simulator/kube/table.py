@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from simulator.kube.discovery import Resource
+from remediation.simulator.kube.discovery import Resource
 
 Obj = dict[str, Any]
 

@@ -2,7 +2,7 @@
 
 Writes ``kube-ca.crt`` (the only file clients need) and ``kube-apiserver.crt``/``.key`` with a real
 apiserver's SANs plus 127.0.0.1, ``localhost`` and any names given. SAN parsing comes from
-:mod:`simulator.azure_api`.
+:mod:`remediation.simulator.azure_api`.
 
 Why: docs/kubernetes.md#inside-the-local-kube-apiserver
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from simulator.azure_api import _alt_names
+from remediation.simulator.azure_api import _alt_names
 
 IN_CLUSTER_NAMES = (
     "kubernetes",
@@ -55,7 +55,7 @@ def write_pki(
 ) -> ClusterPKI:
     """A CA (``ca_names``: its CN and file stem) and a ``serverAuth`` certificate it signed (CN and file stem
     ``server``) for 127.0.0.1, localhost and ``hosts``, written into ``directory``. The simulated
-    BMC (:mod:`simulator.redfish_bmc`) serves its HTTPS the same way."""
+    BMC (:mod:`remediation.simulator.redfish_bmc`) serves its HTTPS the same way."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec

@@ -22,10 +22,10 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.db.models import Event, RejectedEvent, Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
-from workers.celery_app import make_app
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_events_published_while_workers_are_down_are_not_lost(
 def test_bad_config_stops_the_worker_naming_the_field(env, tmp_path) -> None:  # noqa: ANN001
     bad = {**env, "REMEDIATION_POLICY__MAX_CONCURRENT": "0"}
     proc = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker"],
+        [sys.executable, "-m", "celery", "-A", "remediation.workers.celery_app", "worker"],
         cwd=ROOT,
         env=bad,
         capture_output=True,

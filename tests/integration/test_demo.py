@@ -35,7 +35,9 @@ from tests.integration.workerproc import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPPY_STEPS = {"slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "validate", "return"}
-OURS = ("remediation", "watchers", "workers", "simulator", "migrations")
+OURS = ("remediation", "remediation.watchers", "remediation.workers", "remediation.simulator", "remediation.demo",
+        "remediation.migrations")
+GENERIC = ("watchers", "workers", "simulator", "demo", "migrations")  # names another distribution may use
 SUBBLOCK = ("cloud.google.com/gce-topology-subblock", "sb-2")  # the demo's leaf switch fails behind it
 SWITCHED = ["gpu-node-16", "gpu-node-18", "gpu-node-20", "gpu-node-22"]
 XID48 = ("gpu-node-6", "gpu-node-9")
@@ -96,6 +98,24 @@ def test_a_non_editable_install_migrates_a_database(installed: Path, empty_pg: s
         head = conn.execute("select version_num from alembic_version").fetchone()
     assert {"nodes", "events", "remediations", "remediation_steps", "audit_log", "control"} <= tables
     assert head is not None
+
+
+def test_the_wheel_installs_nothing_outside_its_namespace(installed: Path, tmp_path: Path) -> None:
+    """The process packages ship inside ``remediation`` (the repository's top-level folders, linked into
+    it): ``pip show -f`` lists no top-level ``workers`` or ``watchers``, and no such module imports."""
+    python = installed.parent / "python"
+    shown = subprocess.run([str(python), "-m", "pip", "show", "-f", "node-remediation"], cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout
+    files = [line.strip() for line in shown.split("Files:", 1)[1].splitlines() if line.strip()]
+    tops = {Path(f).parts[0] for f in files}
+    assert any(f.startswith("remediation/workers/") for f in files) and any(
+        f.startswith("remediation/watchers/") for f in files)
+    assert not tops & set(GENERIC), sorted(tops)
+    assert {t for t in tops if t not in ("remediation", "..")} == {t for t in tops if t.endswith(".dist-info")}
+    for name in GENERIC:
+        found = subprocess.run([str(python), "-c", f"import importlib.util; print(importlib.util.find_spec({name!r}))"],
+                               cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+        assert found == "None", (name, found)
 
 
 def in_flight(proc: subprocess.Popen[str], url: str, auth: dict[str, str]) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import http.client
 import threading
 
-from simulator.fakehttp import FakeServer, Response
+from remediation.simulator.fakehttp import FakeServer, Response
 
 
 class Echo(FakeServer):

@@ -1,6 +1,6 @@
 """The real processes' health endpoints: two Slurm watchers (a leader and a standby), a Kubernetes
-watcher, a Celery worker (prefork) and beat, each started as in production (``python -m watchers.slurm.watcher``,
-``celery -A workers.celery_app worker|beat``) with ``health.port`` 0, and queried over HTTP on the port
+watcher, a Celery worker (prefork) and beat, each started as in production (``python -m remediation.watchers.slurm.watcher``,
+``celery -A remediation.workers.celery_app worker|beat``) with ``health.port`` 0, and queried over HTTP on the port
 each says it bound.
 
 Also: the worker's liveness holds through a Redis outage while its readiness says the broker is gone,
@@ -29,7 +29,7 @@ from fastapi.testclient import TestClient
 from remediation.adapters.queues import queue_depth
 from remediation.api.app import create_app
 from remediation.settings import load_settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, celery_worker_argv, spawn, wait_for, worker_env
 from tests.ports import HEALTH_LINE, reported_port
@@ -126,11 +126,11 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     kube_api.add_node("n1")
     procs: list[Proc] = []
     try:
-        procs.append(start(["-m", "watchers.slurm.watcher"], env, tmp, "slurm-1"))
+        procs.append(start(["-m", "remediation.watchers.slurm.watcher"], env, tmp, "slurm-1"))
         # The second starts once the first leads, so which one is the standby is known.
         wait_for(lambda: get(procs[0].port, "/readyz")[1], 30, "the first Slurm watcher", procs[0])
         wait_for(lambda: get(procs[0].port, "/readyz")[1]["role"] == "leader", 30, "a leader", procs[0])
-        procs.append(start(["-m", "watchers.slurm.watcher"], env, tmp, "slurm-2"))
+        procs.append(start(["-m", "remediation.watchers.slurm.watcher"], env, tmp, "slurm-2"))
         kube_env = env | {
             "REMEDIATION_KUBE__BACKEND": "kubernetes",
             "REMEDIATION_KUBE__HOST": kube_api.url,
@@ -138,7 +138,7 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             "REMEDIATION_KUBE__CA_FILE": str(kube_api.ca_file),
             "REMEDIATION_KUBE__MAPPING": "node",
         }
-        procs.append(start(["-m", "watchers.kube.watcher"], kube_env, tmp, "kube"))
+        procs.append(start(["-m", "remediation.watchers.kube.watcher"], kube_env, tmp, "kube"))
         worker_argv = celery_worker_argv(concurrency=2, name="h")
         procs.append(start(worker_argv, env, tmp, "worker"))
         procs.append(
@@ -147,7 +147,7 @@ def stack(pg_module_db: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                     "-m",
                     "celery",
                     "-A",
-                    "workers.celery_app",
+                    "remediation.workers.celery_app",
                     "beat",
                     "-s",
                     str(tmp / "beat-schedule"),

@@ -19,7 +19,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import DatabaseSettings, Settings
-from workers.isolate import isolate
+from remediation.workers.isolate import isolate
 
 NODES = [f"gpu-node-{i}" for i in range(24)]
 

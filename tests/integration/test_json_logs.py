@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.db.models import Node
 from remediation.db.session import make_engine, make_session_factory
 from remediation.settings import DatabaseSettings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
 from tests.integration.workerproc import celery_worker_argv, worker_env
@@ -171,7 +171,7 @@ def test_beat_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:
             "-m",
             "celery",
             "-A",
-            "workers.celery_app",
+            "remediation.workers.celery_app",
             "beat",
             "-s",
             str(tmp_path / "beat-schedule"),
@@ -188,12 +188,12 @@ def test_beat_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:
 
 def test_slurm_watcher_logs_json(pg_url: str, redis_prefix: str, tmp_path: Path) -> None:
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, **JSON)
-    watcher = Proc([sys.executable, "-m", "watchers.slurm.watcher"], env, tmp_path / "slurm.err")
+    watcher = Proc([sys.executable, "-m", "remediation.watchers.slurm.watcher"], env, tmp_path / "slurm.err")
     try:
         watcher.wait_for(said("slurm watcher is the leader"), "leader line")
     finally:
         text = watcher.stop()
-    assert {r["logger"] for r in records(text)} >= {"watchers.slurm.watcher"}
+    assert {r["logger"] for r in records(text)} >= {"remediation.watchers.slurm.watcher"}
     assert "slurm watcher stopped" in text
 
 
@@ -210,7 +210,7 @@ def test_kube_watcher_logs_json(redis_prefix: str, tmp_path: Path) -> None:
         REMEDIATION_BROKER__KEY_PREFIX=redis_prefix,
         **JSON,
     )
-    watcher = Proc([sys.executable, "-m", "watchers.kube.watcher"], env, tmp_path / "kube.err")
+    watcher = Proc([sys.executable, "-m", "remediation.watchers.kube.watcher"], env, tmp_path / "kube.err")
     try:
         watcher.wait_for(said("leader lock acquired"), "leader line")
     finally:

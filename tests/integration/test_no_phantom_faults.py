@@ -1,6 +1,6 @@
 """No phantom faults, as a user met them: one fault per node, one restart each, and no phantom afterwards.
 
-The project's own simulated cluster (:class:`simulator.cluster.SimCluster`, GCE and Azure VMs under
+The project's own simulated cluster (:class:`remediation.simulator.cluster.SimCluster`, GCE and Azure VMs under
 Slurm-on-Kubernetes) with the real processes a deployment runs: ``remediation worker -c 2 -B``,
 ``remediation watch slurm`` and ``remediation watch kube``, on real Postgres and Redis.
 
@@ -37,7 +37,7 @@ from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import GROUP, Keys
 from remediation.db.models import Event, Node, Remediation, RemediationStep
-from simulator.cluster import SimCluster, Timing
+from remediation.simulator.cluster import SimCluster, Timing
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import worker_env
 from tests.reliability.phantoms import start_stack, wait_for

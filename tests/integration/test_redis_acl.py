@@ -28,14 +28,14 @@ from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
 from remediation.domain.statemachine import OPEN_STATUSES
 from remediation.settings import load_settings
-from simulator.kube.tls import write_cluster_pki
+from remediation.simulator.kube.tls import write_cluster_pki
+from remediation.watchers.runtime import Stopper
+from remediation.watchers.slurm.watcher import run as run_slurm_watcher
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
 from tests.redisproc import ADMIN as ADMIN_USER
 from tests.redisproc import AclRedis
 from tests.scenario_table import FORGED, BadInputs
-from watchers.runtime import Stopper
-from watchers.slurm.watcher import run as run_slurm_watcher
 
 PREFIX = "remediation"  # the ACL file's key prefix
 ADMIN_TOKEN = "acl-test-admin-token-0123456789abcdef"

@@ -152,15 +152,15 @@ def test_bad_age_is_a_clear_error_and_deletes_nothing(
 
 
 def test_beat_schedules_the_prune_and_the_worker_knows_the_task() -> None:
-    from workers.celery_app import make_app
+    from remediation.workers.celery_app import make_app
 
     app = make_app(Settings(retention={"prune_interval_s": 3600, "events_older_than": "30d"}))
     entry = app.conf.beat_schedule["prune-events"]
     assert entry == {"task": PRUNE_TASK, "schedule": 3600}
     assert "prune-events" not in make_app(Settings(retention={"prune_interval_s": 0})).conf.beat_schedule
-    import workers.tasks
+    import remediation.workers.tasks
 
-    assert workers.tasks.app.tasks[PRUNE_TASK].name == PRUNE_TASK
+    assert remediation.workers.tasks.app.tasks[PRUNE_TASK].name == PRUNE_TASK
 
 
 def test_prune_removes_old_rejected_payloads_and_keeps_recent_ones(

@@ -29,9 +29,9 @@ from remediation.domain.statemachine import OPEN_STATUSES
 from remediation.rehearsal.run import Pace, rehearse
 from remediation.rehearsal.trace import Fault, read_mix
 from remediation.settings import Settings, load_settings
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import ROOT, Worker, wait_for, worker_env
-from workers.celery_app import make_app
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
 NODES = [f"gpu-node-{i}" for i in range(8)]

@@ -27,9 +27,9 @@ from remediation.ports.cluster import VMAction
 from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
-from simulator import replay
-from simulator.cluster import Listen, SimCluster, Timing
-from simulator.continuous import ContinuousReplay, Storms, Tempo
+from remediation.simulator import replay
+from remediation.simulator.cluster import Listen, SimCluster, Timing
+from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.ports import lease
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"

@@ -18,7 +18,7 @@ from tests.integration.workerproc import ROOT
 
 ORDER = """
 import json
-from workers.celery_app import app
+from remediation.workers.celery_app import app
 for beat in (True, False):
     w = app.WorkController(pool_cls="prefork", concurrency=1, beat=beat, without_heartbeat=True)
     print(json.dumps([s.name.rsplit(".", 1)[-1] for s in w.blueprint.order]))

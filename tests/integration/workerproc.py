@@ -28,7 +28,7 @@ def celery_worker_argv(queues: str = ",".join(WORKER_QUEUES), concurrency: int =
         "-m",
         "celery",
         "-A",
-        "workers.celery_app",
+        "remediation.workers.celery_app",
         "worker",
         "-Q",
         queues,
@@ -83,7 +83,7 @@ def spawn(args: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
 
 def beat_argv(schedule: Path) -> list[str]:
     """A standalone Celery beat of the workers' app, keeping its schedule state in ``schedule``."""
-    return [sys.executable, "-m", "celery", "-A", "workers.celery_app", "beat", "-s", str(schedule)]
+    return [sys.executable, "-m", "celery", "-A", "remediation.workers.celery_app", "beat", "-s", str(schedule)]
 
 
 class Worker:

@@ -6,7 +6,7 @@ scale) and the 10-minute soak on 32 nodes (``python -m bench.phantom_soak``, not
 
 What runs is what a deployment runs: ``remediation worker -c 2 -B``, ``remediation watch slurm`` and
 ``remediation watch kube`` as processes, on real Postgres and Redis, against
-:class:`simulator.cluster.SimCluster` driven by :class:`simulator.continuous.ContinuousReplay` (the
+:class:`remediation.simulator.cluster.SimCluster` driven by :class:`remediation.simulator.continuous.ContinuousReplay` (the
 Llama 3 interruption mix round after round, plus switch storms). VM boot times vary by node from
 shorter to longer than ``kube.min_condition_s``, so the reboots' own signals (Ready=Unknown,
 NOT_RESPONDING, DOWN) reach the ingest in every way they can.
@@ -33,8 +33,8 @@ from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
 from remediation.db.models import Event, Node, Remediation
-from simulator.cluster import SimCluster, Timing
-from simulator.continuous import ContinuousReplay, Storms, Tempo
+from remediation.simulator.cluster import SimCluster, Timing
+from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.integration.workerproc import Worker, spawn, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Scenarios 1 and 4: kill -9 inside every workflow step, and 30% of cloud calls failing.
 
-Both run against :class:`simulator.cluster.SimCluster` (kube-apiserver subset, GCE, Azure over HTTPS, a
+Both run against :class:`remediation.simulator.cluster.SimCluster` (kube-apiserver subset, GCE, Azure over HTTPS, a
 slurmrestd stand-in) with real Postgres, Redis and Celery worker processes, the adapters speaking the
 wire protocols through the real clients (see ``tests/integration/cloud/test_cloud_workflow.py``).
 
@@ -46,7 +46,7 @@ import redis
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
-from simulator.fakehttp import Hold
+from remediation.simulator.fakehttp import Hold
 from tests.integration.cloud.test_cloud_workflow import (
     FAULTS_30,
     KILL_LEASE_S,

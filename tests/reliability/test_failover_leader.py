@@ -1,6 +1,6 @@
 """A leader paused past its lease while Redis fails over publishes nothing that counts.
 
-The leading Slurm watcher (``python -m watchers.slurm.watcher`` on the simulated cluster) is SIGSTOPped right
+The leading Slurm watcher (``python -m remediation.watchers.slurm.watcher`` on the simulated cluster) is SIGSTOPped right
 after it read a new fault and before it could publish it; the Redis primary is SIGKILLed at the same
 time; the standby takes the lock on the promoted replica and publishes; the old leader is let go, and
 publishes what it read under its old fencing token. Counted at ingest, from the stream itself in its
@@ -36,11 +36,11 @@ from tests.reliability.test_restarts import statuses
 
 
 class WatcherProc:
-    """``python -m watchers.slurm.watcher`` on the simulated cluster's journal, with its health endpoint."""
+    """``python -m remediation.watchers.slurm.watcher`` on the simulated cluster's journal, with its health endpoint."""
 
     def __init__(self, env: dict[str, str], tmp: Path, name: str) -> None:
         self.log = tmp / f"{name}.log"
-        self.proc = spawn([sys.executable, "-m", "watchers.slurm.watcher"], self.log, cwd=ROOT,
+        self.proc = spawn([sys.executable, "-m", "remediation.watchers.slurm.watcher"], self.log, cwd=ROOT,
                           env=env | {"REMEDIATION_HEALTH__PORT": "0"}, start_new_session=True)
 
     @functools.cached_property

@@ -42,6 +42,7 @@ from remediation.services.breaker import state as breaker_state
 from remediation.services.notify import run_pass
 from remediation.services.workflow import RetryLater
 from remediation.settings import NotifySettings, load_settings
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
@@ -55,7 +56,6 @@ from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixtur
 from tests.integration.workerproc import Worker, wait_for, worker_env
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_storm import Receiver, receiver  # noqa: F401  (fixture)
-from workers.celery_app import make_app
 
 CHECKS_WHILE_RUNNING = 5
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 from tests.integration.kube.conftest import kube_api, make_settings  # noqa: F401  (fixtures)
 from tests.integration.kube.test_kube_workflow import (  # noqa: F401  (fixtures)
     EVICT_TIMEOUT_S,

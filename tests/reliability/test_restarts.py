@@ -44,6 +44,7 @@ from remediation.db.migrate import upgrade
 from remediation.db.models import Event, RejectedEvent, Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.infra import missing
@@ -51,7 +52,6 @@ from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.ports import lease
 from tests.redisproc import PrivateRedis, RedisMissing
 from tests.reliability.conftest import Recorder, scale
-from workers.celery_app import make_app
 
 # ------------------------------------------------------------------------------------ private Redis
 

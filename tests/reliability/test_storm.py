@@ -42,11 +42,11 @@ from remediation.db.models import AuditLog, Node, Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, load_settings
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
 from tests.reliability.conftest import Recorder, scale
-from workers.celery_app import make_app
 
 MAX_CONCURRENT = 4
 

@@ -2,7 +2,7 @@
 way, the labels the profiles' selectors name: LABELS events).
 
 A Node's values of ``incidents.label_keys`` are its failure domains; on a change (and on the first list)
-one ``DOMAINS`` event goes out per Slurm node on it, through :class:`watchers.kube.mapping.SlurmNames`.
+one ``DOMAINS`` event goes out per Slurm node on it, through :class:`remediation.watchers.kube.mapping.SlurmNames`.
 ``LABELS`` does the same for the keys profiles select on.
 
 Why: docs/policy.md#correlated-incidents-half-a-domain-or-4-of-its-nodes-within-2-minutes
@@ -19,9 +19,9 @@ from typing import Any
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.topology import label_domains
-from watchers.kube.mapping import SlurmNames
+from remediation.watchers.kube.mapping import SlurmNames
 
-log = logging.getLogger("watchers.kube.watcher")
+log = logging.getLogger("remediation.watchers.kube.watcher")
 
 
 class DomainLabels:

@@ -27,7 +27,7 @@ from remediation.domain.flap import Change, Condition
 from remediation.ports.errors import RemediationError
 from remediation.settings import KubeSettings
 
-log = logging.getLogger("watchers.kube.watcher")
+log = logging.getLogger("remediation.watchers.kube.watcher")
 
 POD_LIST_INTERVAL_S = 2.0  # at most one slurmd pod LIST per this many seconds, and only when needed
 

@@ -23,11 +23,11 @@ from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.flap import Change, FlapFilter
 from remediation.profiles.rules import label_keys
 from remediation.settings import Settings
-from watchers.kube.domains import DomainLabels
-from watchers.kube.mapping import SlurmNames, conditions_of, to_event
-from watchers.kube.stream import Item
+from remediation.watchers.kube.domains import DomainLabels
+from remediation.watchers.kube.mapping import SlurmNames, conditions_of, to_event
+from remediation.watchers.kube.stream import Item
 
-log = logging.getLogger("watchers.kube.watcher")
+log = logging.getLogger("remediation.watchers.kube.watcher")
 
 class Publisher:
     """The leader's side: flap filter, Node -> Slurm node translation, outbox and lock renewal."""

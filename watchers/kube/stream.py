@@ -21,10 +21,10 @@ from kubernetes.client.exceptions import ApiException
 
 from remediation.profiles.rules import label_keys
 from remediation.settings import Settings
-from watchers.health import WatcherHealth
-from watchers.kube.nodes import decode_page, slim
+from remediation.watchers.health import WatcherHealth
+from remediation.watchers.kube.nodes import decode_page, slim
 
-log = logging.getLogger("watchers.kube.watcher")
+log = logging.getLogger("remediation.watchers.kube.watcher")
 
 Item = tuple[str, Any]  # ("RELIST", [node, ...]) or ("ADDED"|"MODIFIED"|"DELETED", node)
 

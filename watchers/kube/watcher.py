@@ -1,7 +1,7 @@
-"""The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m watchers.kube.watcher``).
+"""The Kubernetes watcher process: Node conditions in, NodeEvents out (``python -m remediation.watchers.kube.watcher``).
 
 :func:`run` waits for the leader lock; while it holds it, :func:`_lead` runs the list+watch thread
-(:mod:`watchers.kube.stream`) and, on this thread, the :class:`~watchers.kube.publisher.Publisher`. A
+(:mod:`remediation.watchers.kube.stream`) and, on this thread, the :class:`~remediation.watchers.kube.publisher.Publisher`. A
 leader that cannot renew stands by again; SIGTERM stops the stream and releases the lock.
 
 Why: docs/kubernetes.md#the-kubernetes-watcher
@@ -23,12 +23,12 @@ from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.kube.client import kube_client
 from remediation.settings import Settings, load_settings
-from watchers.health import WatcherHealth
-from watchers.kube.publisher import Publisher
-from watchers.kube.stream import Item, NodeStream
-from watchers.runtime import Polls, Stopper
+from remediation.watchers.health import WatcherHealth
+from remediation.watchers.kube.publisher import Publisher
+from remediation.watchers.kube.stream import Item, NodeStream
+from remediation.watchers.runtime import Polls, Stopper
 
-log = logging.getLogger("watchers.kube.watcher")
+log = logging.getLogger("remediation.watchers.kube.watcher")
 
 
 @dataclass(frozen=True)

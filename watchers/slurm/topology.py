@@ -22,7 +22,7 @@ from remediation.domain.topology import TopologyError, slurm_domains
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings
 
-log = logging.getLogger("watchers.slurm.watcher")
+log = logging.getLogger("remediation.watchers.slurm.watcher")
 
 
 class TopologyPublisher:

@@ -32,12 +32,12 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings, load_settings
-from watchers.health import WatcherHealth
-from watchers.runtime import Polls, Stopper
-from watchers.slurm.reasons import KeptReasons
-from watchers.slurm.topology import TopologyPublisher
+from remediation.watchers.health import WatcherHealth
+from remediation.watchers.runtime import Polls, Stopper
+from remediation.watchers.slurm.reasons import KeptReasons
+from remediation.watchers.slurm.topology import TopologyPublisher
 
-log = logging.getLogger("watchers.slurm.watcher")
+log = logging.getLogger("remediation.watchers.slurm.watcher")
 
 
 @runtime_checkable

@@ -1,7 +1,7 @@
 """Local cloud endpoints for the VM adapters, each driven through its real SDK.
 
-- GCE: :class:`simulator.gce_api.GceFake` over http (the REST transport takes any api_endpoint).
-- Azure: :class:`simulator.azure_api.AzureFake` over HTTPS with a certificate made for this test, so
+- GCE: :class:`remediation.simulator.gce_api.GceFake` over http (the REST transport takes any api_endpoint).
+- Azure: :class:`remediation.simulator.azure_api.AzureFake` over HTTPS with a certificate made for this test, so
   azure-core's bearer-token policy runs exactly as against ARM.
 - AWS: moto's server mode on a free port, shared by the session (it starts in about a second); each test
   launches its own instances, so tests never see each other's state.
@@ -25,8 +25,8 @@ from moto.server import ThreadedMotoServer
 
 from remediation.ports.cluster import MachineProvider, Operation, OperationStatus
 from remediation.settings import MachineSettings
-from simulator.azure_api import AzureFake, make_self_signed_cert
-from simulator.gce_api import GceFake
+from remediation.simulator.azure_api import AzureFake, make_self_signed_cert
+from remediation.simulator.gce_api import GceFake
 
 PROJECT, ZONE = "gpu-proj", "us-central1-a"
 SUB, RG = "0b1f6471-1bf0-4dda-aec3-111122223333", "gpu-rg"

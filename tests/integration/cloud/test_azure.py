@@ -9,7 +9,7 @@ from remediation.adapters.cloud.common import MARKER_TAG
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.errors import CredentialError, NotFound, PermanentError, TransientError
 from remediation.settings import MachineSettings
-from simulator.azure_api import AzureFake
+from remediation.simulator.azure_api import AzureFake
 from tests.integration.cloud.conftest import RG, SUB, StaticToken, wait_done
 
 VM_PATH = "/virtualMachines/gpu-vm-1"

@@ -1,6 +1,6 @@
 """The cloud half of the workflow end to end: real SDKs, real Postgres, Redis and Celery worker processes.
 
-Each test starts a :class:`simulator.cluster.SimCluster` (kube-apiserver subset, GCE over http, Azure
+Each test starts a :class:`remediation.simulator.cluster.SimCluster` (kube-apiserver subset, GCE over http, Azure
 over HTTPS, slurmrestd stand-in) and points real worker processes at it through the cluster's own
 ``REMEDIATION_*`` environment (slurm ``rest``, kube ``kubernetes``, vm ``auto``), so every restart is a
 google-cloud-compute or azure-mgmt-compute call that lands in a fake's request log. An event is
@@ -40,12 +40,12 @@ from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import load_settings
-from simulator.cluster import SimCluster, Timing
-from simulator.fakehttp import LoggedRequest
+from remediation.simulator.cluster import SimCluster, Timing
+from remediation.simulator.fakehttp import LoggedRequest
+from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import Worker, wait_for, worker_env
-from workers.celery_app import make_app
 
 # Short timings so that a workflow takes seconds; verify_timeout_s is at its floor (30 s). The lease must
 # outlast a step run, and a pool process's first cloud call imports google-cloud-compute (2 s alone,

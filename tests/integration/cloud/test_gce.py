@@ -8,7 +8,7 @@ from remediation.adapters.cloud.gce import GCEProvider
 from remediation.ports.cluster import Operation, VMAction, VMRef
 from remediation.ports.errors import CredentialError, NotFound, NotSupported, TransientError
 from remediation.settings import MachineSettings
-from simulator.gce_api import GceFake
+from remediation.simulator.gce_api import GceFake
 from tests.integration.cloud.conftest import PROJECT, ZONE, wait_done
 
 RESET = "/instances/gpu-1/reset"

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client
 
 from remediation.settings import Settings, load_settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The Namespaces deploy/ ships: the service's own and the check Jobs' (the kubernetes validation).

@@ -23,7 +23,7 @@ from remediation.ports.errors import (
     UnknownNode,
 )
 from remediation.settings import Settings, SettingsError
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 
 OURS = "remediation.gpu.io/cordoned-by"
 TAINT = "remediation.gpu.io/quarantined"

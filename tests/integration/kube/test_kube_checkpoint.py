@@ -24,7 +24,7 @@ from remediation.db.models import AuditLog
 from remediation.domain.step_bodies import Adapters
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 from tests.integration.kube.test_kube_workflow import (  # noqa: F401  (fixtures)
     SLURMD_LABEL,
     Cluster,

@@ -26,10 +26,10 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.incidents import service as incidents
 from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.watchers.kube.watcher import watcher as kube_watcher
+from remediation.watchers.runtime import Stopper
 from tests.conftest import REDIS_URL
-from watchers.kube.watcher import watcher as kube_watcher
-from watchers.runtime import Stopper
 
 CLIQUE = "nvidia.com/gpu.clique"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"

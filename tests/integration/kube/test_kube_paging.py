@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 
 
 def test_pages_are_one_snapshot_and_say_how_many_remain(

@@ -32,9 +32,9 @@ from referencing import Registry, Resource
 
 from remediation.adapters.kube.validator import job_manifest
 from remediation.settings import ValidationSettings
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.discovery import AGGREGATED, GROUPS, RESOURCES
 from remediation.validation.port import ValidationCheck
-from simulator.kube.api import KubeAPIServer
-from simulator.kube.discovery import AGGREGATED, GROUPS, RESOURCES
 
 SCHEMAS = files("kubernetes_validate") / "kubernetes-json-schema" / "v1.32.0-local-strict"
 META_KINDS = {"Status", "APIResourceList", "APIGroupList", "APIVersions", "APIGroup", "WatchEvent"}

@@ -26,13 +26,13 @@ from kubernetes import client
 from remediation.adapters.bus import RedisEventBus
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer
-from simulator.kube.objects import NodeState, gpu_node_object
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.objects import NodeState, gpu_node_object
+from remediation.watchers.kube.nodes import decode_page, slim
+from remediation.watchers.kube.stream import Item, NodeStream
+from remediation.watchers.kube.watcher import watcher as kube_watcher
+from remediation.watchers.runtime import Polls, Stopper
 from tests.conftest import REDIS_URL
-from watchers.kube.nodes import decode_page, slim
-from watchers.kube.stream import Item, NodeStream
-from watchers.kube.watcher import watcher as kube_watcher
-from watchers.runtime import Polls, Stopper
 
 HOLD = 1.0
 ROOT = Path(__file__).resolve().parents[3]
@@ -315,7 +315,7 @@ def test_sigterm_stops_the_watcher_process_cleanly(
         "REMEDIATION_BROKER__KEY_PREFIX": redis_prefix,
     }
     proc = subprocess.Popen(  # noqa: S603 - our own module, fixed argv
-        [sys.executable, "-m", "watchers.kube.watcher"],
+        [sys.executable, "-m", "remediation.watchers.kube.watcher"],
         cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -393,7 +393,7 @@ def test_pod_mapping_skips_a_node_that_hosts_no_slurmd_pod(
     kube_api.add_node("gpu-1")
     kube_api.add_pod("kube-system", "gpu-node-9", node_name="system-pool-1", labels=SLURMD)  # other namespace
     slurmd_pod(kube_api, "gpu-node-1", "gpu-1")
-    caplog.set_level("INFO", logger="watchers.kube.watcher")
+    caplog.set_level("INFO", logger="remediation.watchers.kube.watcher")
     watcher = start(pod_settings)
     wait_for(lambda: watching(kube_api))
     kube_api.set_condition("system-pool-1", "Ready", "False")

@@ -35,7 +35,7 @@ from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import NotFound
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer, Request
+from remediation.simulator.kube.api import KubeAPIServer, Request
 from tests.faults import SOFTWARE_FAULT
 from tests.integration.test_workflow_engine import drive, publish, rem_for, steps_of
 

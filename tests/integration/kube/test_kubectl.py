@@ -26,8 +26,8 @@ from kubernetes import client
 
 from remediation.adapters.kube.adapter import make_kube
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer
-from simulator.kube.discovery import RESOURCES
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.discovery import RESOURCES
 from tests.infra import missing
 
 KUBECTL = shutil.which("kubectl")

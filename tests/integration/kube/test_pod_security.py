@@ -18,10 +18,10 @@ from kubernetes import client
 
 from remediation.adapters.kube.validator import job_manifest
 from remediation.settings import ValidationSettings
+from remediation.simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.podsecurity import violations
+from remediation.simulator.kube.store import ApiError
 from remediation.validation.port import ValidationCheck
-from simulator.kube.api import KubeAPIServer
-from simulator.kube.podsecurity import violations
-from simulator.kube.store import ApiError
 from tests.integration.kube.conftest import ROOT, shipped_namespaces
 
 NODE = "gke-a3-0"

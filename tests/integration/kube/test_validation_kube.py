@@ -1,6 +1,6 @@
 """The validation's Kubernetes backend against the simulated apiserver, with the real BatchV1Api.
 
-The simulator runs Jobs as a Job controller and kubelet would show them (simulator.kube.jobs): one pod
+The simulator runs Jobs as a Job controller and kubelet would show them (remediation.simulator.kube.jobs): one pod
 bound to the Job's nodeName, admitted only if it tolerates the Node's taints and cordon, ended with the
 exit code and log its ``outcome`` hook decides, and killed at ``activeDeadlineSeconds``
 (``DeadlineExceeded``). The workflow engine drives the ``validate`` step on a Node we cordoned and
@@ -30,7 +30,7 @@ from remediation.services.metrics import make_registry
 from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
-from simulator.kube.api import KubeAPIServer
+from remediation.simulator.kube.api import KubeAPIServer
 
 NODE = "gpu-node-1"
 PREFIX = "remediation:"

@@ -24,7 +24,7 @@ import bcrypt
 import pytest
 import requests
 
-from simulator.kube.tls import write_cluster_pki
+from remediation.simulator.kube.tls import write_cluster_pki
 from tests.ports import WERKZEUG_LINE, reported_port
 
 USER, PASSWORD = "remediation", "pw-" + uuid.uuid4().hex  # a value no message may ever carry

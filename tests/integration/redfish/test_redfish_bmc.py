@@ -57,7 +57,7 @@ from remediation.ports.errors import ConfigError, CredentialError, RemediationEr
 from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import RedfishSettings, Settings
-from simulator.kube.tls import write_cluster_pki
+from remediation.simulator.kube.tls import write_cluster_pki
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
 from tests.ports import dead_address
 from tests.scenario_table import IMPOSTOR, BadInputs

@@ -51,7 +51,7 @@ def learn(
     caplog: pytest.LogCaptureFixture,
 ) -> tuple[dict[str, dict[str, str]], list[logging.LogRecord]]:
     """Run the real watcher until its first resync and topology publish; what it published and said."""
-    with caplog.at_level(logging.INFO, logger="watchers.slurm.watcher"), watcher(settings, client, prefix) as running:
+    with caplog.at_level(logging.INFO, logger="remediation.watchers.slurm.watcher"), watcher(settings, client, prefix) as running:
         started(client, prefix, cluster.nodes)
         running.had_its_chance()  # the topology is published in the same passes as the first resync
     said = [r for r in caplog.records if "switch domains" in r.getMessage()]

@@ -21,10 +21,10 @@ from remediation.adapters.slurm.backend import close_slurm, make_slurm
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
+from remediation.watchers.runtime import Polls, Stopper
+from remediation.watchers.slurm.watcher import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
-from watchers.runtime import Polls, Stopper
-from watchers.slurm.watcher import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli, rest): see conftest. The tests that wait on
 # slurmctld's own timers (a killed slurmd turns NOT_RESPONDING, then DOWN) run once per release with
@@ -311,7 +311,7 @@ def test_sigterm_exits_cleanly_and_releases_the_lock(
     )
     env.pop("REMEDIATION_CONFIG", None)
     proc = subprocess.Popen(  # noqa: S603 - fixed argv
-        [sys.executable, "-m", "watchers.slurm.watcher"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "remediation.watchers.slurm.watcher"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True
     )
     try:
         started(redis_client, redis_prefix, slurm.nodes)

@@ -58,10 +58,10 @@ from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
+from remediation.watchers.runtime import Polls, Stopper
+from remediation.watchers.slurm.watcher import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
-from watchers.runtime import Polls, Stopper
-from watchers.slurm.watcher import watcher as slurm_watcher
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -180,7 +180,7 @@ class Pipeline:
 
     @contextmanager
     def watching(self) -> Iterator[Polls]:
-        """A watcher thread (the real ``watchers.slurm.watcher.run``); waits until its first resync is in
+        """A watcher thread (the real ``remediation.watchers.slurm.watcher.run``); waits until its first resync is in
         Postgres, so every node is in the inventory. Yields the watcher's poll count. Once the watcher
         has stopped, what it published last is ingested too (as the ingest task would): a count of
         lost events after the block sees every publication."""

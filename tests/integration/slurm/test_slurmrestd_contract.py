@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from simulator.slurmctld import SlurmCtld
-from simulator.slurmrestd import SlurmRestd
+from remediation.simulator.slurmctld import SlurmCtld
+from remediation.simulator.slurmrestd import SlurmRestd
 from tests.integration.slurm.conftest import SlurmCluster
 
 pytestmark = pytest.mark.slurm

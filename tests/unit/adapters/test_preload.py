@@ -41,7 +41,7 @@ def test_the_worker_app_preloads_before_the_pool_forks() -> None:
     code = (
         "import sys\n"
         "from celery.signals import celeryd_init\n"
-        "import workers.celery_app\n"
+        "import remediation.workers.celery_app\n"
         "assert 'google.cloud.compute_v1' not in sys.modules\n"
         "celeryd_init.send(sender='w@h', instance=None, conf=None, options={})\n"
         "assert 'google.cloud.compute_v1' in sys.modules\n"

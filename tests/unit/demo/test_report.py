@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from demo.report import machine_steps, remediations_table, vm_actions
+from remediation.demo.report import machine_steps, remediations_table, vm_actions
 
 
 def remediation(rid: int, node: str, status: str, incident: int | None = None, **over: Any) -> dict[str, Any]:

@@ -222,7 +222,7 @@ class NoPods:
 
 def publisher(mapping: str, clock: FakeClock) -> tuple[Any, Bus]:
     from remediation.settings import load_settings
-    from watchers.kube.publisher import Publisher
+    from remediation.watchers.kube.publisher import Publisher
 
     bus = Bus()
     pub = Publisher(load_settings(kube={"mapping": mapping, "min_condition_s": HOLD}), bus, api=NoPods())  # type: ignore[arg-type]

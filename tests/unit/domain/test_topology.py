@@ -156,7 +156,7 @@ class Bus:
 def publisher(read):  # type: ignore[no-untyped-def]
     from remediation.adapters.slurm.topology import TopologySource
     from remediation.settings import Settings
-    from watchers.slurm.topology import TopologyPublisher
+    from remediation.watchers.slurm.topology import TopologyPublisher
 
     bus = Bus()
     source = TopologySource(read, "a test")

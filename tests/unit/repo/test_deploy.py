@@ -187,7 +187,7 @@ def test_argv_check_rejects_bad_commands() -> None:
 # `sh -c '. ENV_FILE && exec PROGRAM "$$@"' --`: source a file of `export` lines, then exec PROGRAM
 # with the service's command as its arguments ($$ is compose's escape for a literal $).
 WRAPPER = re.compile(r'\. (?P<env_file>/\S+) && exec (?P<program>[\w.-]+) "\$\$@"')
-SIMULATOR = ["python", "-m", "simulator.cluster"]
+SIMULATOR = ["python", "-m", "remediation.simulator.cluster"]
 
 
 def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], str | None]:
@@ -213,7 +213,7 @@ def _compose_invocations() -> dict[str, tuple[list[str], list[str]]]:
 
 
 def _simulator_args(argv: list[str]) -> argparse.Namespace:
-    from simulator.standalone import build_parser
+    from remediation.simulator.standalone import build_parser
 
     parser = build_parser()
     parser.error = _raise  # type: ignore[method-assign]  # argparse exits on a bad option: fail instead
@@ -251,7 +251,7 @@ def test_invocation_check_rejects_bad_entrypoints_and_arguments() -> None:
     assert _invocation_problem(SIMULATOR, ["--bind", "0.0.0.0", "--replay"]) is None
     assert _invocation_problem(SIMULATOR, ["--bnd", "0.0.0.0"])
     assert _invocation_problem(SIMULATOR, ["--base-port", "seven"])
-    assert _invocation_problem(["python", "-m", "simulator.clusters"], [])
+    assert _invocation_problem(["python", "-m", "remediation.simulator.clusters"], [])
 
 
 def test_compose_commands_parse() -> None:
@@ -331,7 +331,7 @@ def test_the_simulator_writes_only_real_settings() -> None:
     """What compose's services source is the simulator's settings_overrides: each a real setting, and
     together valid for the advertised, non-loopback host (vm.azure_test_host names it)."""
     from remediation.settings import load_settings
-    from simulator.cluster import Listen, SimCluster
+    from remediation.simulator.cluster import Listen, SimCluster
 
     with SimCluster(2, listen=Listen(advertise="simulator")) as sim:
         overrides = sim.settings_overrides()
@@ -359,7 +359,7 @@ def test_compose_flower_loads_our_celery_app() -> None:
     stages = _dockerfile_stages()
     assert target in stages, f"Dockerfile has no stage {target!r}"
     entrypoint = stages[target]
-    assert entrypoint[entrypoint.index("-A") + 1] == "workers.celery_app" and "flower" in entrypoint
+    assert entrypoint[entrypoint.index("-A") + 1] == "remediation.workers.celery_app" and "flower" in entrypoint
     # The default build target (compose's `build: .`) must still be the application image.
     assert stages[None] == ["remediation"]
 

@@ -16,6 +16,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
 TREES = ("remediation", "watchers", "workers", "simulator", "demo")
+# Top-level folders imported under the namespace (remediation/watchers -> ../watchers).
+LINKED = ("watchers", "workers", "simulator", "demo")
 MAX_PARAMETERS = 6
 MAX_POSITIONAL = 3
 MAX_LINES = 60
@@ -28,8 +30,8 @@ EXCEPTIONS: dict[str, str] = {
     "remediation.cli.reliability:reliability_cmd": "a typer command: each parameter is one command-line option",
     "remediation.cli.simulate:simulate": "a typer command: each parameter is one command-line option",
     "remediation.services.audit:audit": "appends one AuditLog row; its keywords are the row's columns",
-    "simulator.kube.api:KubeAPIServer.add_node": "builds a fake Node; each keyword is one optional field of it",
-    "simulator.kube.api:KubeAPIServer.add_pod": "builds a fake Pod; each keyword is one optional field of it",
+    "remediation.simulator.kube.api:KubeAPIServer.add_node": "builds a fake Node; each keyword is one optional field of it",
+    "remediation.simulator.kube.api:KubeAPIServer.add_pod": "builds a fake Pod; each keyword is one optional field of it",
 }
 
 
@@ -68,7 +70,8 @@ def functions(root: Path, trees: tuple[str, ...] = TREES) -> list[Function]:
     out = []
     for tree in trees:
         for path in sorted((root / tree).rglob("*.py")):
-            module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+            parts = path.relative_to(root).with_suffix("").parts
+            module = ".".join(("remediation", *parts) if parts[0] in LINKED else parts).removesuffix(".__init__")
             for name, node, in_class in _walk(ast.parse(path.read_text(encoding="utf-8")), f"{module}:", False):
                 assert isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
                 parameters, positional = _counted(node, in_class)

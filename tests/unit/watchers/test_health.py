@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from remediation.settings import Settings
-from watchers.health import WatcherHealth
+from remediation.watchers.health import WatcherHealth
 
 
 class Clock:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from remediation.settings import Settings
-from workers.celery_app import make_app
+from remediation.workers.celery_app import make_app
 
 BIN = Path(sys.executable).parent
 

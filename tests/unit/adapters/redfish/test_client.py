@@ -13,7 +13,7 @@ from remediation.adapters.redfish.client import BmcSession
 from remediation.adapters.redfish.inventory import Bmc, Login
 from remediation.ports.errors import ConfigError, CredentialError
 from remediation.settings.redfish import RedfishSettings
-from simulator.redfish_bmc import RedfishBmc
+from remediation.simulator.redfish_bmc import RedfishBmc
 
 SYSTEM = "bm-hgx-1"
 

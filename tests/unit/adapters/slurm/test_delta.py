@@ -160,7 +160,7 @@ def test_a_probe_that_says_unchanged_spares_every_command() -> None:
 
 
 def test_the_pace_stretches_dear_polls_to_the_cpu_budget_and_no_further() -> None:
-    from watchers.slurm.watcher import Pace
+    from remediation.watchers.slurm.watcher import Pace
 
     pace = Pace(0.25, 0.2)
     clock = [0.0]

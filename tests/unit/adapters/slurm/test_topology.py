@@ -105,12 +105,12 @@ def test_scontrol_without_a_slurm_conf_is_no_source(tmp_path: Path) -> None:
 
 
 def test_no_source_is_said_at_start_up_never_silent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from watchers.slurm.topology import TopologyPublisher
+    from remediation.watchers.slurm.topology import TopologyPublisher
 
     settings = Settings(slurm={"backend": "rest", "scontrol": str(tmp_path / "no-scontrol")})
     source = topology_source(settings.slurm, _Rest())
     assert source.read is None
-    with caplog.at_level(logging.INFO, logger="watchers.slurm.watcher"):
+    with caplog.at_level(logging.INFO, logger="remediation.watchers.slurm.watcher"):
         publisher = TopologyPublisher(settings, object(), source)  # type: ignore[arg-type]
     assert not publisher.enabled
     [record] = [r for r in caplog.records if "switch domains" in r.getMessage()]

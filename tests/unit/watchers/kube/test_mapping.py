@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from remediation.domain.events import EventKind, Source
 from remediation.domain.flap import Change
 from remediation.settings import KubeSettings, load_settings
-from watchers.kube.mapping import POD_LIST_INTERVAL_S, SlurmNames, invert, pod_placement, to_event
+from remediation.watchers.kube.mapping import POD_LIST_INTERVAL_S, SlurmNames, invert, pod_placement, to_event
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from remediation.adapters.slurm.parse import NodeRecord
-from watchers.slurm.reasons import KeptReasons
+from remediation.watchers.slurm.reasons import KeptReasons
 
 NODE = "gpu-node-3"
 
