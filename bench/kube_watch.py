@@ -63,8 +63,8 @@ from remediation.adapters.kube.client import kube_client
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from remediation.simulator.kube.api import KubeAPIServer
+from remediation.watchers.kube import watcher as kube_watcher
 from remediation.watchers.kube.stream import NodeStream
-from remediation.watchers.kube.watcher import watcher as kube_watcher
 from remediation.watchers.runtime import Stopper
 from tests.ports import HEALTH_LINE, reported_port
 

@@ -37,7 +37,7 @@ from remediation.domain.events import EventKind, NodeEvent
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings, load_settings
 from remediation.watchers.runtime import Stopper
-from remediation.watchers.slurm.watcher import watcher as slurm_watcher
+from remediation.watchers.slurm import watcher as slurm_watcher
 
 NODES = 16
 

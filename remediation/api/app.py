@@ -33,6 +33,7 @@ from remediation.domain.policy import Clock
 from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.profiles.service import governance
+from remediation.reports.reliability import TEMPLATES as REPORT_TEMPLATES
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
 from remediation.services.metrics import make_registry
@@ -68,7 +69,8 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
                                     clock=app.state.clock,
                                     via="api", governance=governance(settings))
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    # The dashboard's pages, and the report's body the Reliability page shares with the standalone report.
+    templates = Jinja2Templates(directory=[str(HERE / "templates"), str(REPORT_TEMPLATES)])
     templates.env.filters["dur"] = human_duration
     templates.env.globals["ago"] = lambda at: ago(at, app.state.clock.now())
     app.state.templates = templates

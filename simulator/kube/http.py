@@ -387,7 +387,7 @@ def _collection(h: Handler, query: dict[str, str], t: _Target) -> None:
         return
     items, rv = store.list(kind)
     selected = [t.view(o) for o in items if t.match(o)]
-    h._send(200, table(t.res, selected, str(rv), t.include) if t.as_table else _list(t.res, selected, rv))
+    h._send(200, table(t.res, selected, str(rv), include=t.include) if t.as_table else _list(t.res, selected, rv))
 
 
 def _table_events(t: _Target) -> Callable[[Obj], Obj]:
@@ -396,7 +396,7 @@ def _table_events(t: _Target) -> Callable[[Obj], Obj]:
 
     def render(obj: Obj) -> Obj:
         rv = obj["metadata"].get("resourceVersion", "")
-        out = table(t.res, [t.view(obj)], rv, t.include, with_columns=first[0])
+        out = table(t.res, [t.view(obj)], rv, include=t.include, with_columns=first[0])
         first[0] = False
         return out
 
@@ -411,12 +411,12 @@ def _object(h: Handler, req: Request, t: _Target) -> bool:
         key: Any = rest[1] if not t.res.namespaced else (namespace, rest[1])
         obj = t.view(store.get(kind, key))
         h._send(
-            200, table(t.res, [obj], obj["metadata"]["resourceVersion"], t.include) if t.as_table else obj
+            200, table(t.res, [obj], obj["metadata"]["resourceVersion"], include=t.include) if t.as_table else obj
         )
     elif len(rest) == 2 and method == "PATCH" and kind == "nodes":
         h._send(200, store.patch_node(rest[1], body, content_type))
     elif len(rest) == 2 and method == "PATCH" and kind == "pods":
-        h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type))
+        h._send(200, store.patch_pod(namespace or "", rest[1], body, content_type=content_type))
     elif len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method == "GET":
         h._send(200, store.get(kind, rest[1]))
     elif len(rest) == 3 and kind == "nodes" and rest[2] == "status" and method == "PATCH":

@@ -25,7 +25,7 @@ from remediation.profiles.service import facts_of, governance
 from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
 from remediation.simulator.kube.api import KubeAPIServer
-from remediation.watchers.kube.watcher import watcher as kube_watcher
+from remediation.watchers.kube import watcher as kube_watcher
 from remediation.watchers.runtime import Stopper
 from tests.conftest import REDIS_URL
 

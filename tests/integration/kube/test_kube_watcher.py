@@ -28,9 +28,9 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.settings import Settings
 from remediation.simulator.kube.api import KubeAPIServer
 from remediation.simulator.kube.objects import NodeState, gpu_node_object
+from remediation.watchers.kube import watcher as kube_watcher
 from remediation.watchers.kube.nodes import decode_page, slim
 from remediation.watchers.kube.stream import Item, NodeStream
-from remediation.watchers.kube.watcher import watcher as kube_watcher
 from remediation.watchers.runtime import Polls, Stopper
 from tests.conftest import REDIS_URL
 

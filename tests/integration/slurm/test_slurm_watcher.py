@@ -22,7 +22,7 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.settings import Settings, load_settings
 from remediation.watchers.runtime import Polls, Stopper
-from remediation.watchers.slurm.watcher import watcher as slurm_watcher
+from remediation.watchers.slurm import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
 

@@ -59,7 +59,7 @@ from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
 from remediation.watchers.runtime import Polls, Stopper
-from remediation.watchers.slurm.watcher import watcher as slurm_watcher
+from remediation.watchers.slurm import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
 
