@@ -198,11 +198,13 @@ def test_repeat_offender_stays_broken_after_a_restart(
     assert slurm.get_node("gpu-node-6").flags == {"FAIL"}
     op = vm.start(parse_provider_id(before.provider_id), VMAction.RESTART, "test-lemon")
     until(lambda: vm.poll(op).done)
-    after = until(lambda: (n := kube.get(k8s)).boot_id != before.boot_id and n)
+    until(lambda: kube.get(k8s).boot_id != before.boot_id)
     time.sleep(1.5)  # longer than slurmd_timeout: a healthy slurmd would have registered
     node = slurm.get_node("gpu-node-6")
     assert node.state == "DOWN" and "NOT_RESPONDING" in node.flags  # slurmd never came back
-    assert kube.get(k8s).conditions["GpuXidError"] == "True" and after.ready == "True"
+    # Read after the wait: the new bootID is written a moment before the kubelet reports Ready.
+    now = kube.get(k8s)
+    assert now.conditions["GpuXidError"] == "True" and now.ready == "True"
 
 
 def test_storm_hits_the_requested_fraction(cluster: SimCluster, slurm: RestSlurm) -> None:
