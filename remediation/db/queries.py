@@ -21,7 +21,7 @@ from remediation.domain.attribution import Condition, Window, healthy_observatio
 from remediation.domain.controls import BreakerLatch, LastMachineAction, PauseState
 from remediation.domain.events import EventKind
 from remediation.domain.policy import ClusterView
-from remediation.domain.statemachine import OPEN_STATUSES, Step
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step
 from remediation.domain.states import LIVE_STEP_STATUSES
 
 PAUSED = "paused"
@@ -132,7 +132,8 @@ def latest_windows(session: Session, nodes: Iterable[str]) -> dict[str, Window]:
     names = list(nodes)
     latest = select(func.max(Remediation.id)).where(among(session, Remediation.node, names)).group_by(Remediation.node)
     rems = session.execute(
-        select(Remediation.id, Remediation.node, Remediation.opened_at, Remediation.closed_at, Remediation.dry_run)
+        select(Remediation.id, Remediation.node, Remediation.opened_at, Remediation.closed_at, Remediation.dry_run,
+               Remediation.step, Remediation.status)
         .where(Remediation.id.in_(latest))
     ).all()
     if not rems:
@@ -144,7 +145,8 @@ def latest_windows(session: Session, nodes: Iterable[str]) -> dict[str, Window]:
     ).all())
     return {
         r.node: Window(r.id, aware(r.opened_at), aware(r.closed_at), aware(vm_at.get(r.id)),
-                       dry_run=bool(r.dry_run))
+                       dry_run=bool(r.dry_run),
+                       quarantined=r.step == Step.QUARANTINE or r.status == RemediationStatus.QUARANTINED)
         for r in rems
     }
 

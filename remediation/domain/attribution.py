@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from remediation.domain import slurm_states
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.slurm_states import SlurmState
+from remediation.domain.statemachine import Step
 
 # Timestamps come from several machines (watchers, workers, the kubelet). A signal we caused cannot
 # begin before our action did, except by this much clock skew between those machines.
@@ -38,6 +39,7 @@ class Window:
     machine_action_at: datetime | None = None  # when its first machine action was started (None: none yet)
     machine_action: str = "vm_restart"  # the step (and action) that disturbed the node
     dry_run: bool = False  # a dry run acted on nothing, so nothing can be its echo
+    quarantined: bool = False  # it reached its quarantine step: our drain reason on the node is that step's
 
     @property
     def open(self) -> bool:
@@ -99,9 +101,9 @@ def own_cause(event: NodeEvent, window: Window | None, our_prefix: str, *, settl
     if window.closed_at is not None and observed > window.closed_at + settle:
         return None
     if event.source is Source.SLURM and event.reason.startswith(our_prefix):
-        # Our drain (or quarantine) reason on the node: our own action, whatever the state.
-        step = "quarantine" if "quarantined" in event.reason[len(our_prefix):][:40] else "slurm_drain"
-        return _because(window, step)
+        # Our drain (or quarantine) reason on the node: our own action, whatever the state; which step
+        # wrote it is the remediation's record, never the reason's wording.
+        return _because(window, Step.QUARANTINE if window.quarantined else Step.SLURM_DRAIN)
     if window.machine_action_at is None or not _reboot_signal(event):
         return None
     began = event.since or observed

@@ -122,7 +122,7 @@ class Batch:
         self.open_by_node[name] = rid
         eff = self.gov[name][1]
         dry = dry_run or eff.mode == Mode.SHADOW
-        self.windows[name] = Window(rid, now, dry_run=dry)
+        self.windows[name] = Window(rid, now, dry_run=dry, quarantined=decision.kind is DecisionKind.QUARANTINE)
         self.failures[name] = self.failures.get(name, 0) + 1
         if not dry:
             cls = decision.cause.fault_class if decision.cause else None

@@ -5,6 +5,7 @@ at T0+100 s. ``settle`` is 600 s. Times are seconds after T0."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -98,7 +99,14 @@ def test_attribution_names_the_action() -> None:
     assert own_cause(ev(K8S, "Ready=Unknown", 201, since=110), CLOSED, "remediation:",
                      settle=timedelta(seconds=600)) == "caused by remediation #11: vm_restart"
     drain = ev(SLURM, "DRAIN", 210, "remediation: quarantined: repeat offender")
+    quarantined = replace(CLOSED, quarantined=True)
+    assert own_cause(drain, quarantined, "remediation:",
+                     settle=timedelta(seconds=600)) == "caused by remediation #11: quarantine"
+    # The step comes from the remediation's record, not from the reason's wording.
     assert own_cause(drain, CLOSED, "remediation:",
+                     settle=timedelta(seconds=600)) == "caused by remediation #11: slurm_drain"
+    reworded = ev(SLURM, "DRAIN", 210, "remediation: held out of the pool")
+    assert own_cause(reworded, quarantined, "remediation:",
                      settle=timedelta(seconds=600)) == "caused by remediation #11: quarantine"
 
 

@@ -28,8 +28,6 @@ COMPARISONS = (ast.Eq, ast.NotEq, ast.In, ast.NotIn)
 
 #: (file, line text) -> why the literal is not a state.
 ALLOWED = {
-    ("remediation/domain/attribution.py", '"quarantined" in event.reason'):
-        "reads our own drain reason back as Slurm echoes it: the only channel that carries it",
     ("remediation/domain/jobsafety.py", 'policy in ("requeue", "cancel")'):
         "a choice of the workflow.on_jobs_timeout setting, not a state; its word only looks like a lever's",
     ("remediation/services/workflow.py", 'component == "kubernetes"'):
