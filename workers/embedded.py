@@ -70,7 +70,7 @@ def start(concurrency: int = 4) -> Embedded:
     from remediation.db.migrate import upgrade
     from remediation.workers.celery_app import app, settings
 
-    if not settings.broker.celery_url.startswith("memory://"):
+    if not settings.broker.celery_embedded:
         raise RuntimeError("embedded mode needs the memory:// broker (call configure_environment first)")
     upgrade(settings.database.url)
     app.conf.worker_redirect_stdouts = False  # the demo prints its own report

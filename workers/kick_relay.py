@@ -90,5 +90,5 @@ def install(app: Celery, settings: Settings) -> None:
     the ingest itself)."""
     global _settings
     _settings = settings
-    if not settings.broker.redis_url.startswith("memory://"):
+    if not settings.broker.embedded:
         app.steps["worker"].add(KickRelayStep)

@@ -271,7 +271,7 @@ def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEven
     """The bus watchers publish to. On Redis a publisher only appends: its ACL user may XADD to the
     stream and nothing else, and the workers' kick relay (remediation.workers.kick_relay) starts the ingest.
     ``memory://`` (embedded mode) gives the in-process bus, which kicks the ingest task itself."""
-    if settings.broker.redis_url.startswith("memory://"):
+    if settings.broker.embedded:
         from remediation.adapters.celery import celery_dispatcher
         from remediation.adapters.memstream import MemoryEventBus
 
@@ -288,7 +288,7 @@ def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, 
               bus: RedisEventBus | None = None) -> LeaderLock:
     """The leader lock of one kind of watcher (only the holder publishes). Given the watcher's ``bus``,
     the bus stamps the lock's fencing token on what it publishes and refuses to publish without it."""
-    if settings.broker.redis_url.startswith("memory://"):
+    if settings.broker.embedded:
         from remediation.adapters.memstream import LocalLock
 
         return LocalLock()  # type: ignore[return-value]

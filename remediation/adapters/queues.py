@@ -19,7 +19,7 @@ from remediation.settings import Settings
 
 
 def queue_depth(settings: Settings) -> dict[str, int]:
-    if settings.broker.redis_url.startswith("memory://"):
+    if settings.broker.embedded:
         from remediation.adapters import memstream
 
         return {"events": memstream.pending()}

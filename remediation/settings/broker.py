@@ -114,6 +114,17 @@ class BrokerSettings(Section):
     )
 
     @property
+    def embedded(self) -> bool:
+        """The event stream lives in process memory (``redis_url`` is ``memory://``): the embedded
+        mode, decided here once from the URL's scheme."""
+        return urlsplit(self.redis_url).scheme == "memory"
+
+    @property
+    def celery_embedded(self) -> bool:
+        """Celery's broker is its in-process ``memory://`` transport."""
+        return urlsplit(self.celery_url).scheme == "memory"
+
+    @property
     def celery_url(self) -> str:
         if self.celery_broker_url:
             return self.celery_broker_url
