@@ -14,7 +14,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -108,18 +108,14 @@ def check_database(engine: Engine) -> None:
         raise DatabaseUnavailable(_not_migrated(engine))
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT 1 FROM remediations WHERE 1 = 0"))
+            migrated = inspect(conn).has_table("remediations")  # asked of the catalog, never read from a message
     except OperationalError as exc:
         msg = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        if "no such table" in msg or "does not exist" in msg and "relation" in msg:
-            raise DatabaseUnavailable(_not_migrated(engine)) from None
         raise DatabaseUnavailable(
             f"cannot reach database {engine.url.render_as_string(hide_password=True)}: {msg}"
         ) from None
-    except Exception as exc:  # ProgrammingError for a missing table on Postgres
-        if "remediations" in str(exc):
-            raise DatabaseUnavailable(_not_migrated(engine)) from None
-        raise
+    if not migrated:
+        raise DatabaseUnavailable(_not_migrated(engine))
 
 
 def _not_migrated(engine: Engine) -> str:
