@@ -122,7 +122,7 @@ class NoopMachine:
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         self.record(str(action), vm=vm.provider_id or vm.name, key=idempotency_key)
-        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm, recorded_only=True)
 
     def poll(self, op: Operation) -> OperationStatus:
         return OperationStatus(done=True)
@@ -149,7 +149,7 @@ class NoopSlurmReboot(NoopMachine):
 
     def start(self, vm: VMRef, action: VMAction, idempotency_key: str) -> Operation:
         self.record("slurm reboot", node=vm.name, action=str(action), key=idempotency_key)
-        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm)
+        return Operation(vm.provider, f"{DRY_RUN_REF}{idempotency_key}", action, vm, recorded_only=True)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Self
 
 from remediation.domain.record import JsonRecord
+from remediation.ports.cluster import DRY_RUN_REF
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class RemediationContext(JsonRecord):
     # -- vm_restart
     machine_action_at: str | None = None  # ISO start of the attempt that completed a machine action
     machine_op_ref: str | None = None  # the completed operation's reference
+    machine_op_recorded: bool | None = None  # the dry-run twin recorded the action, never issued it
     slurmctld_action_at: str | None = None  # ISO: when slurmctld took it, on its clock (Slurm's reboot); ""
     slurmd_start_before: str | None = None  # ISO: slurmd's start as slurmctld had it before the action; "" none
     # -- admission and holds
@@ -74,6 +76,14 @@ class RemediationContext(JsonRecord):
         if isinstance(raw, Mapping) and not RENAMED.keys().isdisjoint(raw):
             raw = {RENAMED.get(k, k): v for k, v in raw.items() if RENAMED.get(k) not in raw}
         return super().load(raw)
+
+    @property
+    def machine_op_recorded_only(self) -> bool:
+        """The machine action was recorded by the dry-run twin, never issued: nothing to verify."""
+        if self.machine_op_recorded is not None:
+            return self.machine_op_recorded
+        # A row written before the flag: the dry-run twin named every reference it recorded so.
+        return (self.machine_op_ref or "").startswith(DRY_RUN_REF)
 
     def merged(self, patch: RemediationContext) -> RemediationContext:
         """This context with every field ``patch`` sets (not None) replaced."""

@@ -128,13 +128,14 @@ def gpu_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime)
     detail = MachineDetail(gpu_reset=rec, undone=taken_down)
     if outcome == ValidationOutcome.DRY_RUN:
         return Done(f"would reset {what} (nvidia-smi -r, {op['name']})", detail=detail,
-                    context=RemediationContext(machine_op_ref=f"{DRY_RUN_REF}{op['name']}"))
+                    context=RemediationContext(machine_op_ref=f"{DRY_RUN_REF}{op['name']}", machine_op_recorded=True))
     last = last_line(rec.output)
     said = f"exit {rec.exit_code} after {rec.duration_s:.1f}s{f': {last[:200]}' if last else ''}"
     if outcome == ValidationOutcome.PASSED:
         return Done(f"GPU reset of {what} done ({op['name']}: {said}); {taken_down}", detail=detail,
                     context=RemediationContext(machine_action_at=inp.started_at.isoformat(),
-                                               machine_op_ref=op["name"], reconfirm=False))
+                                               machine_op_ref=op["name"], machine_op_recorded=False,
+                                               reconfirm=False))
     why = {ValidationOutcome.FAILED: "the reset failed",
            ValidationOutcome.TIMEOUT: f"not done within {op['timeout_s']:g}s",
            ValidationOutcome.NO_RESULT: f"ended without a result ({rec.state or 'unknown'})",

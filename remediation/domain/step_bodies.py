@@ -45,7 +45,6 @@ from remediation.ports.cluster import (
     Operation,
     SlurmNode,
     VMAction,
-    recorded_only,
 )
 from remediation.ports.errors import ConfigError, NotFound, UnknownNode
 from remediation.validation.rules import validate
@@ -239,7 +238,7 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime
         vm = machine_ref(inp, ad) or parse_provider_id(inp.context.provider_id or "")
         before = read_identity(ad, vm)  # the hardware the fault happened on
         op = machine.start(vm, machine_action(inp, ad, cfg, provider=vm.provider), inp.key)
-        issued = "recorded, not issued" if recorded_only(op.ref) else "issued"
+        issued = "recorded, not issued" if op.recorded_only else "issued"
         return wait(cfg.workflow, f"{op.action} {issued} ({op.ref})", provider_op=op.to_dict(),
                     detail=MachineDetail(identity=before))
     op = Operation.from_dict(inp.provider_op)
@@ -249,11 +248,12 @@ def vm_restart(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime
     if status.done:
         # The attempt's start is written before the provider is called: any slurmd start or boot
         # after it is proof the action happened (verify).
-        ended = "recorded, not issued" if recorded_only(op.ref) else "completed"
+        ended = "recorded, not issued" if op.recorded_only else "completed"
         after = (MachineDetail(identity=read_identity(ad, op.vm), after_action=op.action)
-                 if not recorded_only(op.ref) else None)
+                 if not op.recorded_only else None)
         return Done(f"{op.action} {ended} ({op.ref})", context=RemediationContext(
-            machine_action_at=inp.started_at.isoformat(), machine_op_ref=op.ref, reconfirm=False,
+            machine_action_at=inp.started_at.isoformat(), machine_op_ref=op.ref,
+            machine_op_recorded=op.recorded_only, reconfirm=False,
             slurmctld_action_at=slurmctld_time(op), slurmd_start_before=slurmd_before(recorded)), detail=after)
     if elapsed(inp, now) > cfg.workflow.vm_operation_timeout_s and not status.midway:
         return Escalate(f"{op.action} not done after {cfg.workflow.vm_operation_timeout_s}s")
@@ -269,7 +269,7 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) ->
     node whose trigger is still there climbs the ladder at the timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
-    if recorded_only(inp.context.machine_op_ref):
+    if inp.context.machine_op_recorded_only:
         return Done("nothing was restarted (dry-run), so recovery is not checked")
     if rung(inp, ad, cfg) == GPU_RESET:
         return verify_reset(inp, ad, cfg, now=now)

@@ -195,12 +195,6 @@ class VMRef:
 DRY_RUN_REF = "dry-run:"
 
 
-def recorded_only(ref: str | None) -> bool:
-    """An operation reference the dry-run twin recorded instead of issuing (nothing was started, so
-    nothing completed and nothing can be verified)."""
-    return (ref or "").startswith(DRY_RUN_REF)
-
-
 @dataclass(frozen=True)
 class Operation:
     """A started provider operation, persisted in remediation_steps before anyone waits on it."""
@@ -210,6 +204,9 @@ class Operation:
     action: VMAction
     vm: VMRef
     data: dict[str, Any] = field(default_factory=dict)  # provider extras (phase, zone, state...)
+    # The dry-run twin recorded it instead of issuing it: nothing was started, so nothing completed and
+    # nothing can be verified.
+    recorded_only: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,6 +215,7 @@ class Operation:
             "action": str(self.action),
             "vm": self.vm.to_dict(),
             "data": dict(self.data),
+            "recorded_only": self.recorded_only,
         }
 
     @classmethod
@@ -228,7 +226,15 @@ class Operation:
             action=VMAction(data["action"]),
             vm=VMRef.from_dict(data["vm"]),
             data=dict(data.get("data") or {}),
+            recorded_only=_recorded_only(data),
         )
+
+
+def _recorded_only(data: dict[str, Any]) -> bool:
+    """The flag as written; a row written before it was typed has only its reference, which the dry-run
+    twin always named ``dry-run:...``."""
+    flag = data.get("recorded_only")
+    return flag if isinstance(flag, bool) else str(data.get("ref", "")).startswith(DRY_RUN_REF)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,6 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.step_records import GpuCheckDetail, JobRecord
 from remediation.domain.stepdetail import JobNonce
-from remediation.ports.cluster import recorded_only
 from remediation.ports.errors import ConfigError
 from remediation.settings import ValidationSettings
 from remediation.validation.port import Backend, ValidationCheck, ValidationResult, Validator
@@ -194,7 +193,7 @@ def still_running(result: ValidationResult) -> str:
 
 def validate(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     validator = job_runner(ad, "validate")
-    if recorded_only(inp.context.machine_op_ref):
+    if inp.context.machine_op_recorded_only:
         return Done("nothing was restarted (dry-run), so no GPU check is run")
     vcfg = cfg.validation
     poll = min(vcfg.poll_interval_s, cfg.workflow.max_wait_s)

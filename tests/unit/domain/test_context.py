@@ -21,7 +21,7 @@ OLD_ROW: dict[str, Any] = {
                                    "at": "2026-03-01T00:06:00+00:00", "step": "verify"},
 }
 #: Keys declared since the context was typed: no old row carries them, and one without them reads as None.
-NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at", "slurmd_start_before"}
+NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at", "slurmd_start_before", "machine_op_recorded"}
 #: The old row as this version writes it back: the renamed keys under their new names.
 REWRITTEN = {RENAMED.get(k, k): v for k, v in OLD_ROW.items()}
 
@@ -45,6 +45,15 @@ def test_an_old_rows_vm_action_at_loads_as_machine_action_at() -> None:
     assert ctx.machine_action_at == "2026-03-01T00:05:00+00:00" and ctx.machine_op_ref == "op-1"
     assert ctx.extra == {}
     assert ctx.dump() == {"machine_action_at": "2026-03-01T00:05:00+00:00", "machine_op_ref": "op-1"}
+
+
+def test_a_dry_run_action_is_known_by_its_flag_and_an_old_row_by_its_reference() -> None:
+    """The flag decides; a row written before the flag has only the reference the dry-run twin named."""
+    assert RemediationContext(machine_op_ref="op-1", machine_op_recorded=True).machine_op_recorded_only
+    assert not RemediationContext(machine_op_ref="dry-run:k", machine_op_recorded=False).machine_op_recorded_only
+    assert RemediationContext.load({"vm_op_ref": "dry-run:remediation-3-vm_restart-1"}).machine_op_recorded_only
+    assert not RemediationContext.load({"vm_op_ref": "op-1"}).machine_op_recorded_only
+    assert RemediationContext.load({"vm_op_ref": "op-1"}).dump() == {"machine_op_ref": "op-1"}  # unchanged
 
 
 def test_the_new_key_wins_over_the_old_one() -> None:
