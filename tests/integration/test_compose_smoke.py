@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,6 +33,7 @@ from sqlalchemy import create_engine, text
 
 from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
+from tests.integration.workerproc import stacks
 from tests.ports import HEALTH_LINE, UVICORN_LINE, reported_port
 from tests.redisproc import AclRedis
 
@@ -64,6 +66,7 @@ class Stack:
     def __init__(self, logs: Path) -> None:
         self.logs = logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.wedged: dict[str, str] = {}  # the stacks of a process that outlived its 30 s to stop
 
     def start(self, name: str, argv: list[str], env: dict[str, str]) -> None:
         with open(self.logs / f"{name}.log", "wb") as log:
@@ -82,6 +85,7 @@ class Stack:
     def tails(self) -> str:
         return "\n".join(
             f"--- {name}\n{(self.logs / f'{name}.log').read_text(errors='replace')[-2500:]}"
+            f"{self.wedged.get(name, '')}"
             for name in self.procs
         )
 
@@ -98,6 +102,7 @@ class Stack:
                 codes[name] = proc.wait(30)
             except subprocess.TimeoutExpired:
                 codes[name] = None
+                self.wedged[name] = stacks(SimpleNamespace(proc=proc))  # where it is still busy
             deadline = time.monotonic() + 5
             while _group_alive(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
