@@ -5,9 +5,12 @@ modules of the core or the modules of workers/."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,19 +27,23 @@ PROCESSES = ("watchers", "workers", "simulator", "demo")
 OUTSIDE_LAYERS = ("remediation.simulator", "remediation.migrations")
 
 
-def lint_imports() -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+def lint_imports(root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """lint-imports on the tree at ``root`` (its pyproject.toml, its packages first on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run([str(BIN / "lint-imports"), "--no-cache"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=300)
 
 
 @contextmanager
-def probe(relpath: str, source: str) -> Iterator[None]:
-    bad = ROOT / relpath
-    bad.write_text(source)
-    try:
-        yield
-    finally:
-        bad.unlink()
+def probe(relpath: str, source: str) -> Iterator[Path]:
+    """A copy of the code with one wrong import planted in it; yields the copy's root. The checkout is
+    never touched, so no test that reads the source tree beside this one can see the probe."""
+    with tempfile.TemporaryDirectory(prefix="contract-probe-") as tmp:
+        copy = Path(tmp) / "tree"
+        shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
+            ".git", ".venv", "tests", "docs", "bench", "deploy", "__pycache__", "*.egg-info", ".*_cache"))
+        (copy / relpath).write_text(source)
+        yield copy
 
 
 def test_import_contracts_hold() -> None:
@@ -73,8 +80,8 @@ def test_import_contracts_hold() -> None:
 )
 def test_contracts_catch_a_wrong_import(relpath: str, source: str, expected: str) -> None:
     """Prove each contract is live: the wrong import must break it, naming the import."""
-    with probe(relpath, source):
-        proc = lint_imports()
+    with probe(relpath, source) as tree:
+        proc = lint_imports(tree)
     assert proc.returncode != 0
     assert expected in proc.stdout
 
@@ -87,8 +94,8 @@ def test_contracts_catch_a_wrong_import(relpath: str, source: str, expected: str
 )
 def test_the_core_never_imports_the_rehearsal(relpath: str, module: str) -> None:
     """A production module that imports the rehearsal breaks its own contract, not only the layers."""
-    with probe(relpath, f"import {module}  # noqa: F401\n"):
-        proc = lint_imports()
+    with probe(relpath, f"import {module}  # noqa: F401\n") as tree:
+        proc = lint_imports(tree)
     assert proc.returncode != 0
     assert "The production core never imports the rehearsal BROKEN" in " ".join(proc.stdout.split())
     importer = relpath.removesuffix(".py").replace("/", ".")
