@@ -1,4 +1,4 @@
-"""The fault vocabulary: the names of fault classes and ladder actions, spelled once.
+"""The vocabulary: the names of fault classes, ladder actions and clusters, spelled once.
 
 :mod:`remediation.domain.causes` classifies into them and the workflow climbs their ladders, while the
 settings check a site's overrides against them at start-up; so they sit at the bottom of the house,
@@ -8,6 +8,23 @@ Why: docs/architecture.md#the-house-layers-imports-pointing-down
 """
 
 from __future__ import annotations
+
+import re
+
+#: The cluster of a site that names none, and of every row written before clusters had names; a node is
+#: ``(cluster, name)`` (docs/architecture.md, "One service, many clusters").
+DEFAULT_CLUSTER = "default"
+
+# A DNS label: it names Redis keys, Kubernetes objects and metric labels, so nothing else is allowed.
+CLUSTER_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def checked_cluster(value: str) -> str:
+    """``value`` when it is a valid cluster name; otherwise a ValueError that says what one is."""
+    if not CLUSTER_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a cluster name (lower-case letters, digits and '-', at most 63, "
+                         "starting and ending with a letter or digit)")
+    return value
 
 UNKNOWN = "unknown"
 #: A pseudo-class for application-level XIDs (NVIDIA: RESTART_APP, IGNORE): recorded, and remediated

@@ -13,9 +13,11 @@ import logging
 from collections.abc import Sequence
 
 from celery import Task
+from sqlalchemy import select
 from sqlalchemy.exc import OperationalError
 
 from remediation.adapters import memstream
+from remediation.adapters.bus import Keys
 from remediation.adapters.celery import (
     INGEST_TASK,
     ISOLATE_TASK,
@@ -29,6 +31,9 @@ from remediation.adapters.celery import (
 from remediation.adapters.lock import drawn_tokens
 from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
+from remediation.db.models import AuditLog
+from remediation.db.scope import scoped
+from remediation.domain.admission import Published
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
 from remediation.domain.states import AuditAction
@@ -37,9 +42,10 @@ from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
 from remediation.services.ingest import IngestRules, StreamChecks, ingest_batch
 from remediation.services.lever_rules import committed_release, open_steps
-from remediation.services.payloads import time_bounds
+from remediation.services.payloads import reject, time_bounds
 from remediation.services.retention import prune_events
 from remediation.services.workflow import RetryLater
+from remediation.vocabulary import DEFAULT_CLUSTER
 from remediation.workers.celery_app import app, settings
 from remediation.workers.context import Runtime, runtime
 from remediation.workers.isolate import isolate
@@ -70,15 +76,8 @@ def ingest(self: DomainTask) -> int:
     opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
-        # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
-        counters = None if rt.embedded else drawn_tokens(rt.redis, rt.settings.broker.key_prefix)
-        rules = IngestRules(dry_run=rt.settings.dry_run, incidents=rt.settings.incidents,
-                            gpu_reset=rt.settings.validation.runs_jobs, governance=rt.governance)
-        checks = StreamChecks(max_bytes=rt.settings.broker.max_event_bytes, bounds=time_bounds(rt.settings.broker),
-                              counters=counters)
-        result = ingest_batch(rt.sessions, payloads, rt.settings.policy, clock=SystemClock(), rules=rules,
-                              checks=checks)
-        opened.extend(FollowUp(rid, step) for rid, step in result.opened)
+        for cluster, mine in by_cluster(payloads).items():
+            opened.extend(ingest_cluster(rt, cluster, mine))
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
@@ -91,6 +90,34 @@ def ingest(self: DomainTask) -> int:
     return n
 
 
+def by_cluster(payloads: Sequence[bytes]) -> dict[str, list[bytes]]:
+    """A batch split by the cluster whose stream each payload was read from, in the batch's order."""
+    out: dict[str, list[bytes]] = {}
+    for payload in payloads:
+        out.setdefault(payload.cluster if isinstance(payload, Published) else DEFAULT_CLUSTER, []).append(payload)
+    return out
+
+
+def ingest_cluster(rt: Runtime, cluster: str, payloads: Sequence[bytes]) -> list[FollowUp]:
+    """Record one cluster's part of a batch, under its settings, through a session scoped to it; a
+    cluster these workers do not serve has its payloads kept in ``rejected_events``, with the reason."""
+    sessions = scoped(rt.sessions, cluster)
+    cfg = rt.clusters.get(cluster)
+    if cfg is None:
+        now = SystemClock().now()
+        with sessions() as s, s.begin():
+            for payload in payloads:
+                reject(s, payload, f"cluster {cluster} is not served by these workers (settings: clusters)", now=now)
+        return []
+    # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
+    counters = None if rt.embedded else drawn_tokens(rt.redis, Keys(rt.keys.prefix, cluster=cluster).space)
+    rules = IngestRules(dry_run=cfg.dry_run, incidents=cfg.incidents, gpu_reset=cfg.validation.runs_jobs,
+                        governance=rt.governances[cluster])
+    checks = StreamChecks(max_bytes=cfg.broker.max_event_bytes, bounds=time_bounds(cfg.broker), counters=counters)
+    result = ingest_batch(sessions, payloads, cfg.policy, clock=SystemClock(), rules=rules, checks=checks)
+    return [FollowUp(rid, step) for rid, step in result.opened]
+
+
 @app.task(name=RELEASE_TASK, base=DomainTask, bind=True,
           autoretry_for=(TransientError,), retry_backoff=True, retry_backoff_max=300, max_retries=10)
 def release(self: DomainTask, audit_id: int) -> str:
@@ -98,12 +125,17 @@ def release(self: DomainTask, audit_id: int) -> str:
     audit row ``audit_id``, re-read from Postgres; nothing happens for any other row."""
     rt = self.rt
     with rt.sessions() as s:
-        node = committed_release(s, int(audit_id))
-    if node is None:
+        cluster = s.scalar(select(AuditLog.cluster).where(AuditLog.id == int(audit_id)))
+    workflow = rt.workflows.get(cluster) if cluster is not None else None
+    node = None
+    if workflow is not None:
+        with workflow.sessions() as s:
+            node = committed_release(s, int(audit_id))
+    if workflow is None or node is None:
         log.warning("release request for audit row %s refused: not a human release that still stands", audit_id)
         return "refused"
-    outcome = release_node(rt.workflow.adapters, node, rt.settings.policy.our_reason_prefix)
-    with rt.sessions() as s, s.begin():
+    outcome = release_node(workflow.adapters, node, workflow.settings.policy.our_reason_prefix)
+    with workflow.sessions() as s, s.begin():
         audit(s, SystemClock().now(), rt.settings.actor, action=AuditAction.RELEASE_DONE, target=node,
               reason=outcome, detail={"release": int(audit_id)})
     return outcome
@@ -120,8 +152,10 @@ def resume(self: DomainTask, remediation_ids: list[int]) -> int:
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
 def sweep(self: DomainTask) -> int:
-    self.rt.workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
-    followups = self.rt.workflow.sweep()
+    followups: list[FollowUp | None] = []
+    for workflow in self.rt.workflows.values():  # each cluster's pause, breaker and work are its own
+        workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
+        followups += workflow.sweep()
     enqueue(followups)
     return len(followups)
 
@@ -137,14 +171,25 @@ def prune(self: DomainTask) -> int:
 @app.task(name=ISOLATE_TASK, base=DomainTask, bind=True)
 def isolate_batch(self: DomainTask, remediation_ids: list[int]) -> int:
     """Newly opened remediations, many at once through slurm_drain and k8s_cordon (workers/isolate.py)."""
-    followups = isolate(self.rt.workflow, remediation_ids, self.rt.settings.workflow.isolate_threads)
+    followups: list[FollowUp | None] = []
+    mine: dict[str, list[int]] = {}
+    for rid in remediation_ids:
+        mine.setdefault(self.rt.cluster_for(int(rid)) or "", []).append(int(rid))
+    for cluster, workflow in self.rt.workflows.items():  # a cluster not served (or no such row): nothing
+        if ids := mine.get(cluster):
+            followups += isolate(workflow, ids, workflow.settings.workflow.isolate_threads)
     enqueue(followups)
     return len(remediation_ids)
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
+    workflow = task.rt.workflow_for(int(remediation_id))
+    if workflow is None:
+        log.warning("remediation %s: no such remediation in a cluster these workers serve; step %s dropped",
+                    remediation_id, step)
+        return
     try:
-        followup = task.rt.workflow.run(remediation_id, step)
+        followup = workflow.run(remediation_id, step)
     except RetryLater as exc:
         # The engine decided on its own persisted counter that this error is worth another try; Celery
         # only delivers it after the countdown (its own retry count decides nothing).

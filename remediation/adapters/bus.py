@@ -18,6 +18,7 @@ import redis
 
 from remediation.domain.admission import Publisher
 from remediation.domain.events import Fence, NodeEvent
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 GROUP = "ingest"
 
@@ -40,31 +41,46 @@ class Fencing(Protocol):
 class Keys:
     """The keys of one stream: the workers' own (``<prefix>:events``, which the ACL lets no watcher,
     API or beat write) or a publisher's (``<prefix>:events:<publisher>``, which only that watcher's
-    Redis user may append to: the ingest knows who published an entry by where it is)."""
+    Redis user may append to: the ingest knows who published an entry by where it is). A cluster other
+    than ``default`` has its keys under ``<prefix>:cluster:<name>``, so the ingest knows an entry's
+    cluster by where it is too. ``served``: every cluster the workers read (empty: ``cluster``)."""
 
     prefix: str
     publisher: Publisher | None = None
+    cluster: str = DEFAULT_CLUSTER
+    served: tuple[str, ...] = ()
+
+    @property
+    def space(self) -> str:
+        """Where this cluster's keys live: its streams and its leader locks."""
+        return self.prefix if self.cluster == DEFAULT_CLUSTER else f"{self.prefix}:cluster:{self.cluster}"
 
     @property
     def stream(self) -> str:
-        return f"{self.prefix}:events" if self.publisher is None else f"{self.prefix}:events:{self.publisher.value}"
+        return f"{self.space}:events" if self.publisher is None else f"{self.space}:events:{self.publisher.value}"
 
     def every_stream(self) -> list[Keys]:
-        """The workers' own stream and each publisher's: what the ingest reads."""
-        return [Keys(self.prefix), *(Keys(self.prefix, p) for p in Publisher)]
+        """The workers' own stream and each publisher's, of every cluster served: what the ingest reads."""
+        return [Keys(self.prefix, publisher, cluster) for cluster in (self.served or (self.cluster,))
+                for publisher in (None, *Publisher)]
 
     @property
     def kick(self) -> str:
         return f"{self.prefix}:ingest:kick"
 
 
+def ours(event: NodeEvent, cluster: str) -> NodeEvent:
+    """``event`` as this cluster's watcher publishes it: stamped with the cluster whose stream it goes on."""
+    return event if event.cluster == cluster else event.model_copy(update={"cluster": cluster})
+
+
 class RedisEventBus:
     def __init__(
         self, client: redis.Redis, prefix: str, kick: Callable[[], None] | None = None,
-        *, replica_acks: int = 0, replica_ack_timeout_ms: int = 1000,
+        *, replica_acks: int = 0, replica_ack_timeout_ms: int = 1000, cluster: str = DEFAULT_CLUSTER,
     ) -> None:
         self.client = client
-        self.keys = Keys(prefix)
+        self.keys = Keys(prefix, cluster=cluster)
         self._kick = kick
         self.replica_acks, self.replica_ack_timeout_ms = replica_acks, replica_ack_timeout_ms
         self._lock: Fencing | None = None
@@ -73,12 +89,12 @@ class RedisEventBus:
         """Stamp every event published from now on with ``lock``'s fencing token, on the stream of the
         publisher the lock is named for (the one stream that watcher's Redis user may write)."""
         self._lock = lock
-        self.keys = Keys(self.keys.prefix, Publisher(lock.kind))
+        self.keys = Keys(self.keys.prefix, Publisher(lock.kind), self.keys.cluster)
 
     def publish(self, events: Iterable[NodeEvent]) -> int:
         """Append events to the stream; returns how many. Raises BusUnavailable (NotLeader when fenced
         by a lock that is not held)."""
-        batch = list(events)
+        batch = [ours(event, self.keys.cluster) for event in events]
         if not batch:
             return 0
         if self._lock is not None:

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from remediation.adapters.lock import LeaderLock
     from remediation.ports.intents import Intents
 
-_worlds: dict[str, MemoryWorld] = {}
+_worlds: dict[tuple[str, str], MemoryWorld] = {}
 
 # How long a watcher's publish and its leader lock wait on Redis before they take it as unreachable
 # (the publisher keeps its events and retries).
@@ -49,9 +49,10 @@ WATCHER_REDIS_TIMEOUT_S = 5.0
 
 def make_world(settings: Settings) -> MemoryWorld:
     """The simulated world. Without a journal it lives in this process, and every caller in the
-    process (worker threads, watchers, the demo's scenario) gets the same one."""
-    if settings.memory.journal is None and settings.memory.nodes in _worlds:
-        return _worlds[settings.memory.nodes]
+    process (worker threads, watchers, the demo's scenario) gets the same one: each cluster its own."""
+    key = (settings.cluster.name, settings.memory.nodes)
+    if settings.memory.journal is None and key in _worlds:
+        return _worlds[key]
     world = MemoryWorld(
         nodes=expand(settings.memory.nodes),
         journal=settings.memory.journal,
@@ -59,7 +60,7 @@ def make_world(settings: Settings) -> MemoryWorld:
         call_delay_s=settings.memory.call_delay_s,
     )
     if settings.memory.journal is None:
-        _worlds[settings.memory.nodes] = world
+        _worlds[key] = world
     return world
 
 
@@ -275,13 +276,14 @@ def make_bus(settings: Settings, client: redis.Redis | None = None) -> RedisEven
         from remediation.adapters.celery import celery_dispatcher
         from remediation.adapters.memstream import MemoryEventBus
 
-        return MemoryEventBus(kick=celery_dispatcher(settings).kick_ingest)  # type: ignore[return-value]
+        return MemoryEventBus(kick=celery_dispatcher(settings).kick_ingest,  # type: ignore[return-value]
+                              cluster=settings.cluster.name)
     from remediation.adapters.bus import RedisEventBus
 
     b = settings.broker
     client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
     return RedisEventBus(client, b.key_prefix, replica_acks=b.replica_acks,
-                         replica_ack_timeout_ms=b.replica_ack_timeout_ms)
+                         replica_ack_timeout_ms=b.replica_ack_timeout_ms, cluster=settings.cluster.name)
 
 
 def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, *, ttl_s: float = 10.0,
@@ -292,11 +294,13 @@ def make_lock(settings: Settings, kind: str, client: redis.Redis | None = None, 
         from remediation.adapters.memstream import LocalLock
 
         return LocalLock()  # type: ignore[return-value]
+    from remediation.adapters.bus import Keys
     from remediation.adapters.lock import LeaderLock
 
     b = settings.broker
     client = client or redis_client(settings, WATCHER_REDIS_TIMEOUT_S)
-    lock = LeaderLock(client, f"{b.key_prefix}:leader:{kind}", ttl_s, kind=kind, replica_acks=b.replica_acks,
+    space = Keys(b.key_prefix, cluster=settings.cluster.name).space  # the cluster's own keys
+    lock = LeaderLock(client, f"{space}:leader:{kind}", ttl_s, kind=kind, replica_acks=b.replica_acks,
                       replica_ack_timeout_ms=b.replica_ack_timeout_ms)
     if bus is not None:
         bus.fenced_by(lock)

@@ -14,22 +14,28 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 
+from remediation.adapters.bus import ours
+from remediation.domain.admission import Published
 from remediation.domain.events import NodeEvent
+from remediation.vocabulary import DEFAULT_CLUSTER
 
-_queue: deque[bytes] = deque()
+_queue: deque[Published] = deque()
 _lock = threading.Lock()
 
 
 class MemoryEventBus:
-    def __init__(self, kick: Callable[[], None] | None = None) -> None:
+    """One cluster's publisher: what it appends is read as that cluster's, as a Redis stream's would be."""
+
+    def __init__(self, kick: Callable[[], None] | None = None, *, cluster: str = DEFAULT_CLUSTER) -> None:
         self._kick = kick
+        self.cluster = cluster
         self.client = None  # watchers build no Redis lock from it (see LocalLock)
 
     def fenced_by(self, lock: object) -> None:
         """One process holds every lock here (LocalLock): there is no other leader to fence off."""
 
     def publish(self, events: Iterable[NodeEvent]) -> int:
-        batch = [e.to_json().encode() for e in events]
+        batch = [Published(ours(e, self.cluster).to_json().encode(), None, self.cluster) for e in events]
         with _lock:
             _queue.extend(batch)
         if batch and self._kick is not None:
@@ -38,7 +44,7 @@ class MemoryEventBus:
 
     def publish_raw(self, payload: str) -> None:
         with _lock:
-            _queue.append(payload.encode())
+            _queue.append(Published(payload.encode(), None, self.cluster))
         if self._kick is not None:
             self._kick()
 

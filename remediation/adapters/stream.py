@@ -96,7 +96,7 @@ def consume(client: redis.Redis, keys: Keys, handle: Handler, *, reading: Readin
             entries = _read(client, streams, me, batch=batch)
             if not entries:
                 break
-        handle([Published(fields.get(b"e", b""), where.publisher) for where, _, fields in entries])
+        handle([Published(fields.get(b"e", b""), where.publisher, where.cluster) for where, _, fields in entries])
         for where in streams:
             if ids := [eid for at, eid, _ in entries if at == where]:
                 client.xack(where.stream, GROUP, *ids)

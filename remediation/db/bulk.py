@@ -19,20 +19,21 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from remediation.db.models import Event, Node
+from remediation.db.scope import cluster_of
 
 _TEXT = ARRAY(Text)
 _TIME = ARRAY(DateTime(timezone=True))
 
 _INSERT_EVENTS = text(
-    "INSERT INTO events (dedupe_key, source, node, kind, state, reason, reason_user, observed_at, "
+    "INSERT INTO events (cluster, dedupe_key, source, node, kind, state, reason, reason_user, observed_at, "
     "published_at, received_at, decision, decision_reason) "
-    "SELECT k, s, n, kd, st, r, ru, o, p, :received_at, '', '' "
+    "SELECT :cluster, k, s, n, kd, st, r, ru, o, p, :received_at, '', '' "
     "FROM unnest(:k, :s, :n, :kd, :st, :r, :ru, :o, :p) AS t(k, s, n, kd, st, r, ru, o, p) "
-    "ON CONFLICT (dedupe_key) DO NOTHING RETURNING id, dedupe_key"
+    "ON CONFLICT (cluster, dedupe_key) DO NOTHING RETURNING id, dedupe_key"
 ).bindparams(
     *(bindparam(name, type_=_TEXT) for name in ("k", "s", "n", "kd", "st", "r", "ru")),
     bindparam("o", type_=_TIME), bindparam("p", type_=_TIME),
-    bindparam("received_at", type_=DateTime(timezone=True)),
+    bindparam("received_at", type_=DateTime(timezone=True)), bindparam("cluster", type_=String),
 )
 
 _SET_DECISIONS = text(
@@ -45,15 +46,15 @@ _SET_DECISIONS = text(
 
 _UPDATE_NODES = text(
     "UPDATE nodes SET status = t.st, status_reason = t.r, updated_at = t.u, last_event_at = t.l "
-    "FROM unnest(:n, :st, :r, :u, :l) AS t(n, st, r, u, l) WHERE nodes.name = t.n"
+    "FROM unnest(:n, :st, :r, :u, :l) AS t(n, st, r, u, l) WHERE nodes.cluster = :cluster AND nodes.name = t.n"
 ).bindparams(
     bindparam("n", type_=ARRAY(String)), bindparam("st", type_=_TEXT), bindparam("r", type_=_TEXT),
     bindparam("u", type_=_TIME), bindparam("l", type_=_TIME),
 )
 
 _ENSURE_NODES = text(
-    "INSERT INTO nodes (name, status, status_reason, first_seen_at, updated_at) "
-    "SELECT n, :status, '', :now, :now FROM unnest(:n) AS t(n) ON CONFLICT (name) DO NOTHING"
+    "INSERT INTO nodes (cluster, name, status, status_reason, first_seen_at, updated_at) "
+    "SELECT :cluster, n, :status, '', :now, :now FROM unnest(:n) AS t(n) ON CONFLICT (cluster, name) DO NOTHING"
 ).bindparams(bindparam("n", type_=ARRAY(String)), bindparam("now", type_=DateTime(timezone=True)))
 
 EVENT_COLUMNS = ("dedupe_key", "source", "node", "kind", "state", "reason", "reason_user", "observed_at",
@@ -72,9 +73,10 @@ def insert_events(session: Session, rows: Sequence[dict[str, Any]], received_at:
     if _postgres(session):
         columns = {short: [r[col] for r in rows] for short, col in zip(
             ("k", "s", "n", "kd", "st", "r", "ru", "o", "p"), EVENT_COLUMNS, strict=True)}
-        result = session.execute(_INSERT_EVENTS, {**columns, "received_at": received_at})
+        result = session.execute(_INSERT_EVENTS, {**columns, "received_at": received_at,
+                                                  "cluster": cluster_of(session)})
     else:
-        ins = sqlite.insert(Event).on_conflict_do_nothing(index_elements=["dedupe_key"])
+        ins = sqlite.insert(Event).on_conflict_do_nothing(index_elements=["cluster", "dedupe_key"])
         values = [{**r, "received_at": received_at, "decision": "", "decision_reason": ""} for r in rows]
         result = session.execute(ins.returning(Event.id, Event.dedupe_key), values)
     return {key: int(eid) for eid, key in result.all()}
@@ -98,9 +100,10 @@ def ensure_nodes(session: Session, names: Sequence[str], status: str, *, now: da
     if not names:
         return
     if _postgres(session):
-        session.execute(_ENSURE_NODES, {"n": list(names), "status": status, "now": now})
+        session.execute(_ENSURE_NODES, {"n": list(names), "status": status, "now": now,
+                                        "cluster": cluster_of(session)})
     else:
-        session.execute(sqlite.insert(Node).on_conflict_do_nothing(index_elements=["name"]), [
+        session.execute(sqlite.insert(Node).on_conflict_do_nothing(index_elements=["cluster", "name"]), [
             {"name": n, "status": status, "status_reason": "", "first_seen_at": now, "updated_at": now}
             for n in names
         ])
@@ -114,7 +117,8 @@ def update_nodes(session: Session, rows: Sequence[dict[str, Any]]) -> None:
         session.execute(_UPDATE_NODES, {
             "n": [r["name"] for r in rows], "st": [str(r["status"]) for r in rows],
             "r": [r["status_reason"] for r in rows], "u": [r["updated_at"] for r in rows],
-            "l": [r["last_event_at"] for r in rows],
+            "l": [r["last_event_at"] for r in rows], "cluster": cluster_of(session),
         })
     else:
-        session.execute(update(Node), list(rows))
+        cluster = cluster_of(session)
+        session.execute(update(Node), [{"cluster": cluster, **r} for r in rows])

@@ -20,10 +20,12 @@ from sqlalchemy import (
     DateTime,
     Enum,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     String,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
@@ -32,6 +34,7 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -53,9 +56,25 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: Json}
 
 
-class Node(Base):
+def cluster_column(*, primary_key: bool = False) -> Mapped[str]:
+    """The cluster a row belongs to: filled from its session's scope (:mod:`remediation.db.scope`), else
+    ``default``, the name every row written before clusters had names was given."""
+    return mapped_column(String(63), primary_key=primary_key, default=DEFAULT_CLUSTER,
+                         server_default=DEFAULT_CLUSTER, index=not primary_key)
+
+
+class ClusterScoped:
+    """A table whose rows each belong to one cluster. A session scoped to a cluster reads, updates and
+    deletes only that cluster's rows, and writes its new rows there (:mod:`remediation.db.scope`). A
+    table whose key names the cluster declares its own column."""
+
+    cluster: Mapped[str] = cluster_column()
+
+
+class Node(ClusterScoped, Base):
     __tablename__ = "nodes"
 
+    cluster: Mapped[str] = cluster_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
     status: Mapped[NodeStatus] = mapped_column(state_type(NodeStatus, 32), default=NodeStatus.HEALTHY, index=True)
     status_reason: Mapped[str] = mapped_column(Text, default="")
@@ -76,12 +95,16 @@ class Node(Base):
     confirmed_at: Mapped[datetime | None] = mapped_column(index=True)
 
 
-class Event(Base):
+class Event(ClusterScoped, Base):
     __tablename__ = "events"
-    __table_args__ = (Index("ix_events_node_observed", "node", "observed_at"),)
+    __table_args__ = (
+        Index("ix_events_node_observed", "cluster", "node", "observed_at"),
+        UniqueConstraint("cluster", "dedupe_key", name="uq_events_cluster_dedupe_key"),
+    )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    dedupe_key: Mapped[str] = mapped_column(String(512), unique=True)
+    cluster: Mapped[str] = cluster_column()
+    dedupe_key: Mapped[str] = mapped_column(String(512))
     source: Mapped[Source] = mapped_column(state_type(Source, 16))
     node: Mapped[str] = mapped_column(String(253))
     kind: Mapped[EventKind] = mapped_column(state_type(EventKind, 16))
@@ -96,31 +119,35 @@ class Event(Base):
     remediation_id: Mapped[int | None] = mapped_column(BigId)
 
 
-class RejectedEvent(Base):
+class RejectedEvent(ClusterScoped, Base):
     __tablename__ = "rejected_events"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()  # the cluster whose stream the payload was read from
     received_at: Mapped[datetime] = mapped_column(index=True)
     payload: Mapped[str] = mapped_column(Text)
     error: Mapped[str] = mapped_column(Text)
 
 
-class Remediation(Base):
+class Remediation(ClusterScoped, Base):
     __tablename__ = "remediations"
     __table_args__ = (
         Index(
             "uq_remediations_one_open_per_node",
+            "cluster",
             "node",
             unique=True,
             postgresql_where=OPEN_PREDICATE,
             sqlite_where=OPEN_PREDICATE,
         ),
-        Index("ix_remediations_node_opened", "node", "opened_at"),
+        Index("ix_remediations_node_opened", "cluster", "node", "opened_at"),
         Index("ix_remediations_status_next", "status", "next_run_at"),
+        ForeignKeyConstraint(["cluster", "node"], ["nodes.cluster", "nodes.name"], name="fk_remediations_node"),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    node: Mapped[str] = mapped_column(String(253), ForeignKey("nodes.name"))
+    cluster: Mapped[str] = cluster_column()
+    node: Mapped[str] = mapped_column(String(253))
     cause: Mapped[str] = mapped_column(Text)
     source: Mapped[Source] = mapped_column(state_type(Source, 16))
     status: Mapped[RemediationStatus] = mapped_column(state_type(RemediationStatus, 16))
@@ -190,10 +217,11 @@ class RemediationStep(Base):
     remediation: Mapped[Remediation] = relationship(back_populates="steps")
 
 
-class AuditLog(Base):
+class AuditLog(ClusterScoped, Base):
     __tablename__ = "audit_log"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
     at: Mapped[datetime] = mapped_column(index=True)
     actor: Mapped[str] = mapped_column(String(128))
     action: Mapped[AuditAction] = mapped_column(state_type(AuditAction, 64))
@@ -206,21 +234,23 @@ class AuditLog(Base):
     via: Mapped[str | None] = mapped_column(String(8))
 
 
-class Control(Base):
+class Control(ClusterScoped, Base):
     __tablename__ = "control"
 
+    cluster: Mapped[str] = cluster_column(primary_key=True)
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[dict[str, Any]] = mapped_column(default=dict)
     updated_at: Mapped[datetime]
 
 
-class NodeDomain(Base):
+class NodeDomain(ClusterScoped, Base):
     """A node's failure domain as one source reports it (``slurm``: topology.conf switches;
     ``kubernetes``: Node labels). A source's report replaces its earlier rows for that node."""
 
     __tablename__ = "node_domains"
-    __table_args__ = (Index("ix_node_domains_domain", "kind", "name"),)
+    __table_args__ = (Index("ix_node_domains_domain", "cluster", "kind", "name"),)
 
+    cluster: Mapped[str] = cluster_column(primary_key=True)
     node: Mapped[str] = mapped_column(String(253), primary_key=True)
     source: Mapped[str] = mapped_column(String(16), primary_key=True)
     kind: Mapped[str] = mapped_column(String(253), primary_key=True)
@@ -228,13 +258,14 @@ class NodeDomain(Base):
     updated_at: Mapped[datetime]
 
 
-class Incident(Base):
+class Incident(ClusterScoped, Base):
     """Nodes of one failure domain that failed together (see remediation.incidents.service)."""
 
     __tablename__ = "incidents"
     __table_args__ = (Index("ix_incidents_status_domain", "status", "kind", "name"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
     kind: Mapped[str] = mapped_column(String(253))
     name: Mapped[str] = mapped_column(String(253))
     cause: Mapped[str] = mapped_column(Text)  # the likely cause on-call is told (leaf switch, zone...)
@@ -249,7 +280,7 @@ class Incident(Base):
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
 
-class Validation(Base):
+class Validation(ClusterScoped, Base):
     """One GPU check run by the validation (the ``validate`` step, or a human's ``remediation validate``
     / ``release --validate``): what ran, how it ended, and the end of its output."""
 
@@ -257,6 +288,7 @@ class Validation(Base):
     __table_args__ = (Index("ix_validations_node_started", "node", "started_at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
     remediation_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"), index=True)
     node: Mapped[str] = mapped_column(String(253))
     backend: Mapped[str] = mapped_column(String(16))
@@ -286,19 +318,20 @@ class DashboardSession(Base):
     expires_at: Mapped[datetime] = mapped_column(index=True)
 
 
-class LeaderFence(Base):
+class LeaderFence(ClusterScoped, Base):
     """The highest fencing token the ingest has seen for one leader lock; an event with a lower one
     was published by a leader that had already been replaced, and is dropped (``fenced`` counts them)."""
 
     __tablename__ = "leader_fences"
 
+    cluster: Mapped[str] = cluster_column(primary_key=True)
     lock: Mapped[str] = mapped_column(String(32), primary_key=True)
     token: Mapped[int] = mapped_column(BigInteger)
     fenced: Mapped[int] = mapped_column(BigInteger, default=0)
     raised_at: Mapped[datetime]
 
 
-class HardwareSighting(Base):
+class HardwareSighting(ClusterScoped, Base):
     """One read of the hardware a node name stood on (see :mod:`remediation.domain.hardware`): the
     machine's identity before and after a machine action and at a quarantine, or the GPUs a GPU check
     named (``gpus``: a list of ``{"uuid", "serial"}``)."""
@@ -307,6 +340,7 @@ class HardwareSighting(Base):
     __table_args__ = (Index("ix_hardware_sightings_node_at", "node", "at"),)
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
     node: Mapped[str] = mapped_column(String(253))
     at: Mapped[datetime]
     remediation_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"), index=True)

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, aliased, lazyload
 
 from remediation.clock import aware
 from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
+from remediation.db.scope import cluster_of
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.controls import BreakerLatch, LastMachineAction, PauseState
 from remediation.domain.events import EventKind
@@ -38,8 +39,9 @@ def control_set(session: Session, key: str, value: dict[str, Any], *, now: datet
     """Upsert: two workers noticing the same change at once must not collide on the key."""
     dialect = session.get_bind().dialect.name
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    stmt = insert(Control).values(key=key, value=value, updated_at=now)
-    session.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value, "updated_at": now}))
+    stmt = insert(Control).values(cluster=cluster_of(session), key=key, value=value, updated_at=now)
+    session.execute(stmt.on_conflict_do_update(index_elements=["cluster", "key"],
+                                               set_={"value": value, "updated_at": now}))
 
 
 def among(session: Session, column: Any, values: Iterable[str]) -> Any:
@@ -56,7 +58,8 @@ def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
     """Lock one ``control`` row until the transaction ends (creating it empty if missing) and return
     its value as committed by whoever held the lock before. On SQLite, BEGIN IMMEDIATE already
     serialises the transaction."""
-    s.execute(_ENSURE_CONTROL[s.get_bind().dialect.name == "postgresql"], {"key": key, "value": {}, "now": now})
+    s.execute(_ENSURE_CONTROL[s.get_bind().dialect.name == "postgresql"],
+              {"cluster": cluster_of(s), "key": key, "value": {}, "now": now})
     value = s.execute(_CONTROL_LOCKED, {"key": key}).scalar_one()
     return dict(value or {})
 
@@ -64,8 +67,9 @@ def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
 # Built once: every VM admission and every correlation takes this lock.
 _ENSURE_CONTROL = {
     postgres: (postgresql.insert if postgres else sqlite.insert)(Control)
-    .values(key=bindparam("key"), value=bindparam("value", type_=Control.value.type), updated_at=bindparam("now"))
-    .on_conflict_do_nothing(index_elements=["key"])
+    .values(cluster=bindparam("cluster"), key=bindparam("key"), value=bindparam("value", type_=Control.value.type),
+            updated_at=bindparam("now"))
+    .on_conflict_do_nothing(index_elements=["cluster", "key"])
     for postgres in (False, True)
 }
 _CONTROL_LOCKED = select(Control.value).where(Control.key == bindparam("key")).with_for_update()

@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from remediation.domain.events import NodeEvent, Source
 from remediation.domain.topology import BLOCK, LEAF_SWITCH, SWITCH
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 
 class Refusal(StrEnum):
@@ -32,6 +33,7 @@ class Refusal(StrEnum):
     FORGED_TOKEN = "forged-token"  # a token above what its lock's counter ever handed out
     UNFENCED = "unfenced"  # no fence, from a publisher whose lock hands out tokens
     FOREIGN_FACT = "foreign-fact"  # a domain kind, label key or inventory field its source does not have
+    FOREIGN_CLUSTER = "foreign-cluster"  # another cluster's event on this cluster's stream
 
 
 class Publisher(StrEnum):
@@ -44,13 +46,16 @@ class Publisher(StrEnum):
 
 class Published(bytes):
     """A stream entry's payload with the :class:`Publisher` whose stream it was read from (None: the
-    workers' own stream). Still bytes, so whatever handles payloads handles it unchanged."""
+    workers' own stream) and the cluster that stream is of. Still bytes, so whatever handles payloads
+    handles it unchanged."""
 
     publisher: Publisher | None
+    cluster: str
 
-    def __new__(cls, payload: bytes, publisher: Publisher | None) -> Published:
+    def __new__(cls, payload: bytes, publisher: Publisher | None, cluster: str = DEFAULT_CLUSTER) -> Published:
         made = super().__new__(cls, payload)
         made.publisher = publisher
+        made.cluster = cluster
         return made
 
 
@@ -141,6 +146,14 @@ def admit(
         if at is not None and at > now
     }
     return event.model_copy(update=clamped) if clamped else event
+
+
+def foreign_cluster(event: NodeEvent, cluster: str | None) -> Rejection | None:
+    """Why ``event`` is not to be recorded as ``cluster``'s, the cluster whose stream it was read from
+    (None: it is, or it was not read from a stream): a watcher reports only its own cluster's nodes."""
+    if cluster is None or event.cluster == cluster:
+        return None
+    return Rejection(Refusal.FOREIGN_CLUSTER, f"an event of cluster {event.cluster} on cluster {cluster}'s stream")
 
 
 def bound(

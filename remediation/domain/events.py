@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from remediation.vocabulary import DEFAULT_CLUSTER, checked_cluster
+
 # Slurm node names and Kubernetes object names: letters, digits, '-', '_' and '.'; no spaces, no shell
 # metacharacters. Hostlist expressions are expanded before an event is built.
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
@@ -59,6 +61,9 @@ class NodeEvent(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: Source
+    # The cluster the node is in; its watcher's ``cluster.name``. The ingest refuses an event whose cluster
+    # is not the one whose stream it was read from (remediation.domain.admission).
+    cluster: str = DEFAULT_CLUSTER
     node: str
     kind: EventKind
     state: str = Field(max_length=128)
@@ -90,6 +95,11 @@ class NodeEvent(BaseModel):
                 f"{value!r} is not a valid node name (letters, digits, '.', '_' and '-'; at most 253)"
             )
         return value
+
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str) -> str:
+        return checked_cluster(value)
 
     @field_validator("state")
     @classmethod
@@ -167,8 +177,11 @@ class NodeEvent(BaseModel):
         return self.state.upper()
 
     def to_json(self) -> str:
-        # An unfenced event is written as before the field existed, so a worker not yet upgraded reads it.
-        return self.model_dump_json(exclude={"fence"} if self.fence is None else None)
+        # An unfenced event of the default cluster is written as before those fields existed, so a worker
+        # not yet upgraded reads it.
+        left_out = {name for name, unset in (("fence", self.fence is None),
+                                             ("cluster", self.cluster == DEFAULT_CLUSTER)) if unset}
+        return self.model_dump_json(exclude=left_out or None)
 
     @classmethod
     def parse(cls, payload: str | bytes | dict[str, Any]) -> NodeEvent:

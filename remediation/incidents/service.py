@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import aware
 from remediation.db.models import Incident, Node, NodeDomain, Remediation
 from remediation.db.queries import among, lock_control
+from remediation.db.scope import cluster_of
 from remediation.domain import slurm_states
 from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -193,7 +194,7 @@ def _link(session: Session, inc: Incident, nodes: list[str], *, rem_of: dict[str
             audit(session, now, "remediation", action=AuditAction.QUARANTINE_TAKEN_BACK, target=node,
                   reason=f"incident #{inc.id} ({inc.cause} {inc.name}) explains this failure: {rem.cause}",
                   detail={"incident": inc.id, "remediation": rem.id}, dry_run=bool(rem.dry_run))
-        n = session.get(Node, node)
+        n = session.get(Node, (cluster_of(session), node))
         if n is not None:
             n.status_reason = f"incident #{inc.id}: {inc.cause} {inc.name}"
             n.updated_at = now

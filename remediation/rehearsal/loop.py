@@ -23,6 +23,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.clock import FakeClock, aware
 from remediation.db.models import Node, Remediation
 from remediation.db.queries import cluster_view
+from remediation.db.scope import cluster_of
 from remediation.domain.causes import classify, table
 from remediation.domain.ownership import release_node
 from remediation.domain.policy import ClusterView, admit, breaker_open
@@ -188,7 +189,7 @@ class Rehearsal:
         if not fault.get("fabric"):
             repair(self.world, name)
         with self.sessions() as s, s.begin():
-            node = s.get(Node, name)
+            node = s.get(Node, (cluster_of(s), name))
             if node is not None and node.status == NodeStatus.QUARANTINED:
                 release(s, name, "rehearsal", reason="repaired by hand", now=self.clock.now())
         release_node(self.engine.adapters, name, self.settings.policy.our_reason_prefix)

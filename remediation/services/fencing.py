@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from remediation.db.models import LeaderFence
+from remediation.db.scope import cluster_of
 from remediation.domain.events import NodeEvent
 from remediation.domain.fencing import sort_by_fence
 
@@ -36,8 +37,9 @@ def fence_events(
     dialect = postgresql if session.get_bind().dialect.name == "postgresql" else sqlite
     session.execute(
         dialect.insert(LeaderFence)
-        .values([{"lock": lock, "token": 0, "fenced": 0, "raised_at": now} for lock in locks])
-        .on_conflict_do_nothing(index_elements=["lock"])
+        .values([{"cluster": cluster_of(session), "lock": lock, "token": 0, "fenced": 0, "raised_at": now}
+                 for lock in locks])
+        .on_conflict_do_nothing(index_elements=["cluster", "lock"])
     )
     highest = {
         lock: token

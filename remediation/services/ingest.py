@@ -224,7 +224,7 @@ def _open(session: Session, opens: dict[str, tuple[NodeEvent, Decision]], event_
             "profile": profile.name, "policy": eff.dump() if record else None,
         })
     ins = _dialect_insert(session)(Remediation).on_conflict_do_nothing(
-        index_elements=["node"], index_where=OPEN_PREDICATE
+        index_elements=["cluster", "node"], index_where=OPEN_PREDICATE
     )
     opened = {node: rid for rid, node in session.execute(ins.returning(Remediation.id, Remediation.node), rows)}
     session.execute(insert(AuditLog), [

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from remediation.db.models import AuditLog, Node, Remediation
 from remediation.db.queries import PAUSED, control_set, is_paused
+from remediation.db.scope import cluster_of
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
@@ -57,7 +58,7 @@ class Cancel:
 
 
 def _node(session: Session, name: str, lock: bool = False) -> Node:
-    node = session.get(Node, name, with_for_update=lock)
+    node = session.get(Node, (cluster_of(session), name), with_for_update=lock)
     if node is None:
         raise LeverError(f"unknown node {name!r}: it is not in the inventory (has a watcher seen it?)")
     return node
@@ -179,11 +180,12 @@ def committed_release(session: Session, audit_id: int) -> str | None:
     if row is None or row.dry_run or not (
             row.action == AuditAction.RELEASE or (row.action == AuditAction.CANCEL and row.detail.get("give_back") is True)):
         return None
-    node = session.get(Node, row.target)
+    node = session.get(Node, (row.cluster, row.target))
     if node is None or node.status in (NodeStatus.QUARANTINED, NodeStatus.REMEDIATING):
         return None
     reopened = session.scalar(select(Remediation.id).where(
-        Remediation.node == row.target, Remediation.status.in_(OPEN_STATUSES)).limit(1))
+        Remediation.cluster == row.cluster, Remediation.node == row.target,
+        Remediation.status.in_(OPEN_STATUSES)).limit(1))
     return None if reopened is not None else row.target
 
 

@@ -25,6 +25,7 @@ from remediation.adapters.webhook import NotifyError, Post
 from remediation.clock import SystemClock, aware
 from remediation.db.models import AuditLog, Control
 from remediation.db.queries import control_set
+from remediation.db.scope import cluster_of
 from remediation.domain.policy import Clock
 from remediation.domain.states import AuditAction
 from remediation.hostlist import compress
@@ -133,11 +134,12 @@ def _leased(state: dict[str, Any], now: datetime) -> bool:
 
 
 def _lock_cursor(s: Session, now: datetime) -> dict[str, Any]:
-    row = s.get(Control, CURSOR, with_for_update=True)
+    key = (cluster_of(s), CURSOR)
+    row = s.get(Control, key, with_for_update=True)
     if row is None:
         control_set(s, CURSOR, {"id": 0, "sent": {}}, now=now)
         s.flush()
-        row = s.get(Control, CURSOR, with_for_update=True)
+        row = s.get(Control, key, with_for_update=True)
     return dict(row.value) if row is not None else {}
 
 

@@ -25,6 +25,7 @@ from remediation.domain.admission import (
     Reportable,
     TimeBounds,
     admit,
+    foreign_cluster,
 )
 from remediation.domain.events import InvalidEvent, NodeEvent
 from remediation.settings import BrokerSettings
@@ -62,7 +63,9 @@ def _text(raw: str | bytes) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-Parsed = tuple[NodeEvent, Publisher | None]
+#: An event, the publisher whose stream it was read from, and that stream's cluster (None, None: not read
+#: from a stream).
+Parsed = tuple[NodeEvent, Publisher | None, str | None]
 
 
 def parse_payloads(
@@ -80,7 +83,8 @@ def parse_payloads(
             rejected.append((storable(_text(raw)), too_large))
             continue
         try:
-            events.append((NodeEvent.parse(raw), raw.publisher if isinstance(raw, Published) else None))
+            where = (raw.publisher, raw.cluster) if isinstance(raw, Published) else (None, None)
+            events.append((NodeEvent.parse(raw), *where))
         except InvalidEvent as exc:
             rejected.append((storable(_text(raw)), storable(str(exc), 4000)))
         except Exception as exc:  # noqa: BLE001 - the payload is the publisher's word; nothing in it may fail the batch
@@ -102,8 +106,9 @@ def admit_events(
     ``reportable``: the facts each publisher may report."""
     kept: list[NodeEvent] = []
     refused: list[tuple[str, str]] = []
-    for event, publisher in events:
-        verdict = admit(event, now, bounds, publisher=publisher, counters=counters, reportable=reportable)
+    for event, publisher, cluster in events:
+        verdict = foreign_cluster(event, cluster) or admit(event, now, bounds, publisher=publisher,
+                                                           counters=counters, reportable=reportable)
         if isinstance(verdict, Rejection):
             log.warning("refused an event for node %s from the stream: %s", event.node, verdict.refusal.value)
             refused.append((storable(event.to_json()), storable(str(verdict), 4000)))

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from remediation.clock import aware
 from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.db.scope import cluster_of
 from remediation.domain.checkpoint import CheckpointRequest
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import episodes
@@ -208,7 +209,7 @@ def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | Non
 
 def get_node(s: Session, name: str, lemon: LemonSettings | None = None, *,
              now: datetime | None = None) -> NodeRow:
-    n = s.get(Node, name)
+    n = s.get(Node, (cluster_of(s), name))
     if n is None:
         raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
     rem = s.scalars(

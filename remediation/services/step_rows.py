@@ -131,7 +131,7 @@ def close(s: Session, rem: Remediation, end: Ending, *, now: datetime, actor: st
     rem.status, rem.closed_at, rem.next_run_at, rem.step = status, now, None, Step.DONE
     why = rem.ctx.quarantine_reason or rem.cause
     rem.outcome = error or (why if status is RemediationStatus.QUARANTINED else status.value)
-    node = s.get(Node, rem.node, with_for_update=True)
+    node = s.get(Node, (rem.cluster, rem.node), with_for_update=True)
     if node is not None:
         node.updated_at = now
         if status is RemediationStatus.SUCCEEDED:

@@ -60,7 +60,7 @@ def orphans(s: Session, now: datetime) -> list[tuple[Orphan, Remediation]]:
     for row, rem in rows:
         if not is_job_ref(row.provider_op) or (rem.status in OPEN_STATUSES and rem.ctx.held is None):
             continue
-        node = s.get(Node, rem.node)
+        node = s.get(Node, (rem.cluster, rem.node))
         healthy = rem.status not in OPEN_STATUSES and node is not None and node.status == NodeStatus.HEALTHY
         found.append((Orphan(row.id, rem.node, dict(row.provider_op or {}), healthy), rem))
     return found

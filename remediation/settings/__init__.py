@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from remediation.settings.base import Section as Section
     from remediation.settings.base import SettingsError as SettingsError
     from remediation.settings.broker import BrokerSettings as BrokerSettings
+    from remediation.settings.clusters import ClusterEntry as ClusterEntry
+    from remediation.settings.clusters import ClusterSettings as ClusterSettings
     from remediation.settings.database import DatabaseSettings as DatabaseSettings
     from remediation.settings.faults import FaultSettings as FaultSettings
     from remediation.settings.health import HealthSettings as HealthSettings
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from remediation.settings.loader import CONFIG_ENV as CONFIG_ENV
     from remediation.settings.loader import Settings as Settings
     from remediation.settings.loader import load_settings as load_settings
+    from remediation.settings.loader import load_watched as load_watched
     from remediation.settings.loader import overlay as overlay
     from remediation.settings.machine import MachineSettings as MachineSettings
     from remediation.settings.memory import MemoryWorldSettings as MemoryWorldSettings
@@ -50,6 +53,8 @@ _WHERE = {
     "ApiToken": "remediation.settings.api",
     "BrokerSettings": "remediation.settings.broker",
     "CONFIG_ENV": "remediation.settings.loader",
+    "ClusterEntry": "remediation.settings.clusters",
+    "ClusterSettings": "remediation.settings.clusters",
     "DatabaseSettings": "remediation.settings.database",
     "EffectivePolicy": "remediation.profiles.settings",
     "FaultSettings": "remediation.settings.faults",
@@ -72,6 +77,7 @@ _WHERE = {
     "ValidationSettings": "remediation.validation.settings",
     "WorkflowSettings": "remediation.settings.workflow",
     "load_settings": "remediation.settings.loader",
+    "load_watched": "remediation.settings.loader",
     "overlay": "remediation.settings.loader",
     "parse_duration": "remediation.settings.retention",
 }

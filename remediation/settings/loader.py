@@ -33,6 +33,7 @@ from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
 from remediation.settings.broker import BrokerSettings
+from remediation.settings.clusters import CLUSTER_SECTIONS, ClusterEntry, ClusterSettings
 from remediation.settings.database import DatabaseSettings
 from remediation.settings.health import HealthSettings
 from remediation.settings.kube import KubeSettings
@@ -99,6 +100,13 @@ class Settings(BaseSettings):
         description="Policy per node group, in order: a node is governed by the first profile that "
         "selects it, and by the sections above when none does (docs/policy.md, 'Profiles').",
     )
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    clusters: list[ClusterEntry] = Field(
+        default_factory=list,
+        description="The clusters the workers serve, each with its own slurm, kube, machine, validation, "
+        "redfish, profiles and memory sections (docs/running.md, 'Many clusters'). Empty: one cluster, "
+        "`cluster.name`, with the sections above.",
+    )
 
     @field_validator("log_level")
     @classmethod
@@ -115,15 +123,23 @@ class Settings(BaseSettings):
                 "workflow.max_wait_s must be below broker.visibility_timeout_s, or Redis would "
                 "deliver a waiting task twice"
             )
+        refused = _twice("clusters", [c.name for c in self.clusters])
+        for name, one in self.fleet().items():
+            whose = f"clusters.{name}: " if self.clusters else ""
+            refused += [whose + why for why in one._refusals()]
+        if refused:
+            raise ValueError("\n  ".join(refused))
+        return self
+
+    def _refusals(self) -> list[str]:
+        """What this one cluster's settings cannot serve, base policy and every profile's."""
         def refusals(p: EffectivePolicy) -> list[str]:
             return [*backends.noop_outside_dry_run(self.dry_run, self.slurm, self.kube, machine=p.machine),
                     *backends.without_kubernetes(self.kube, p.machine, p.validation),
                     *backends.ladders_beyond_the_machine(p.machine, p.workflow, p.policy.faults),
                     *backends.checkpoint_without_signals(self.slurm, p.workflow)]
 
-        refused = refusals(self.base_policy())
-        names = [p.name for p in self.profiles]
-        refused += [f"profiles: the name {n!r} is given twice" for n in sorted({n for n in names if names.count(n) > 1})]
+        refused = refusals(self.base_policy()) + _twice("profiles", [p.name for p in self.profiles])
         for profile in self.profiles:
             try:
                 eff = effective(self.base_policy(), profile)
@@ -131,9 +147,26 @@ class Settings(BaseSettings):
                 refused.append(str(exc))
                 continue
             refused += [f"profiles.{profile.name}: {why}" for why in refusals(eff)]
-        if refused:
-            raise ValueError("\n  ".join(refused))
-        return self
+        return refused
+
+    def fleet(self) -> dict[str, Settings]:
+        """Each cluster the workers serve, by name, with the settings that act on it."""
+        if not self.clusters:
+            return {self.cluster.name: self}
+        return {entry.name: self._as(entry) for entry in self.clusters}
+
+    def for_cluster(self, name: str) -> Settings:
+        """The settings of cluster ``name`` (a watcher's: ``cluster.name``); SettingsError if none."""
+        fleet = self.fleet()
+        if name not in fleet:
+            raise SettingsError(f"cluster.name: {name!r} is not among the clusters configured "
+                                f"({', '.join(sorted(fleet))})")
+        return fleet[name]
+
+    def _as(self, entry: ClusterEntry) -> Settings:
+        sections = {key: getattr(entry, key) for key in CLUSTER_SECTIONS}
+        return self.model_copy(update={**sections, "clusters": [],
+                                       "cluster": self.cluster.model_copy(update={"name": entry.name})})
 
     def base_policy(self) -> EffectivePolicy:
         """What governs a node no profile selects."""
@@ -181,6 +214,10 @@ class Settings(BaseSettings):
         if path:
             sources.append(_Renamed(_file_source(settings_cls, Path(path))))
         return tuple(sources)
+
+
+def _twice(where: str, names: list[str]) -> list[str]:
+    return [f"{where}: the name {n!r} is given twice" for n in sorted({n for n in names if names.count(n) > 1})]
 
 
 class _OldNamesInEnv(BaseSettings):
@@ -231,6 +268,12 @@ def _file_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
     if path.suffix == ".toml":
         return TomlConfigSettingsSource(settings_cls, toml_file=path)
     raise SettingsError(f"{CONFIG_ENV}={path}: config file must end in .yaml, .yml or .toml")
+
+
+def load_watched(**overrides: Any) -> Settings:
+    """A watcher's settings: those of the one cluster ``cluster.name`` names (SettingsError if none)."""
+    settings = load_settings(**overrides)
+    return settings.for_cluster(settings.cluster.name)
 
 
 def load_settings(**overrides: Any) -> Settings:

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import HardwareSighting, Node, Remediation, RemediationStep, Validation
+from remediation.db.scope import cluster_of
 from remediation.domain.context import Held, RemediationContext
 from remediation.domain.hardware import parse_gpus
 from remediation.domain.outcomes import Outcome
@@ -111,7 +112,7 @@ def run_check(
     it and record it. Returns the record (``outcome``: passed, failed, timeout or cannot_run)."""
     node, actor, purpose = asked.node, asked.actor, asked.purpose
     with sessions() as s, s.begin():
-        if s.get(Node, node) is None:
+        if s.get(Node, (cluster_of(s), node)) is None:
             raise ValidationRefused(f"unknown node {node!r}: it is not in the inventory")
         open_rem = s.scalar(select(Remediation.id).where(Remediation.node == node,
                                                          Remediation.status.in_(OPEN_STATUSES)))

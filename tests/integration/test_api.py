@@ -86,7 +86,7 @@ def test_each_lever_works_and_is_audited(client, history, sessions, dispatch) ->
         assert re.fullmatch(r"alice \(token [0-9a-f]{8}\)", rows[0][2])
         assert re.fullmatch(r"api \(token [0-9a-f]{8}\)", rows[1][2])
         assert ADMIN not in " ".join(r[2] for r in rows)
-        assert s.get(Node, "gpu-node-8").status == "healthy"
+        assert s.get(Node, ("default", "gpu-node-8")).status == "healthy"
         assert s.get(Remediation, history.waiting).status == "cancelled"
 
 

@@ -137,7 +137,7 @@ def test_admin_releases_a_quarantined_node_from_the_dashboard(
     _screenshot(browser, tmp_path, "node-released.png")
 
     with sessions() as s:
-        node = s.get(Node, NODE)
+        node = s.get(Node, ("default", NODE))
         assert node is not None and node.status == "healthy" and node.quarantined_at is None
         (row,) = s.scalars(select(AuditLog).where(AuditLog.action == "release", AuditLog.target == NODE)).all()
         assert row.reason == REASON and row.actor.startswith("dana (token ")

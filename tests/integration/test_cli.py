@@ -203,7 +203,7 @@ def test_levers_write_audit_rows_with_the_actor(run, history, db, dispatch) -> N
             ("oncall-tester", "resume", "", "maintenance over"),
             ("carol", "report", "gpu-node-5", "NCCL hangs"),
         ]
-        assert s.get(Node, "gpu-node-8").status == "healthy"
+        assert s.get(Node, ("default", "gpu-node-8")).status == "healthy"
         assert s.get(Remediation, history.waiting).status == "cancelled"
     assert len(dispatch.steps_called) == 2  # the quarantine step and the reported node's first step
 

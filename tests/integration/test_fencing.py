@@ -89,7 +89,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
     with sessions() as s:
         recorded = set(s.scalars(select(Event.dedupe_key)))
         rejected = s.scalars(select(RejectedEvent.error)).all()
-        fence = s.get(LeaderFence, "slurm")
+        fence = s.get(LeaderFence, ("default", "slurm"))
     assert {"before", "takeover", "report"} <= recorded and not {"stale-1", "stale-2"} & recorded
     assert result.rejected == 2 and len(rejected) == 2
     assert all(f"token {old.token} after token {new.token}" in e for e in rejected), rejected

@@ -151,7 +151,7 @@ def test_a_quarantine_decided_on_a_failure_the_incident_explains_is_taken_back(s
     assert rem.incident_id is not None and rem.step == "slurm_drain" and rem.status in ("running", "waiting")
     assert "quarantine_reason" not in rem.context and rem.context["quarantine_taken_back"]
     with sessions() as s:
-        assert s.get(Node, "gpu-node-0").status != "quarantined"  # type: ignore[union-attr]
+        assert s.get(Node, ("default", "gpu-node-0")).status != "quarantined"  # type: ignore[union-attr]
         taken = s.scalars(select(AuditLog.reason).where(AuditLog.action == "quarantine_taken_back")).all()
         # Both nodes' quarantines were decided on failures the incident explains.
         assert len(taken) == 2 and all("incident #" in t for t in taken)

@@ -177,7 +177,7 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
         assert second == {}, f"second remediations: {second}"
         with Session(db) as s:
             quarantined = set(s.scalars(select(Node.name).where(Node.status == "quarantined")))
-            lemon = s.get(Node, LEMON)
+            lemon = s.get(Node, ("default", LEMON))
         assert quarantined == {LEMON}, report
         assert all(report[n][0][1] == "succeeded" for n in nodes), report
         actions = {n: cluster.vm_actions(n) for n in nodes}

@@ -91,7 +91,7 @@ def test_the_reboots_own_ready_unknown_flushed_after_close_is_attributed(session
     assert remediations(sessions) == 1
     with sessions() as s:
         assert recent_failure_counts(s, [NODE], clock.now(), window=timedelta(days=7)) == {NODE: 1}
-        node = s.get(Node, NODE)
+        node = s.get(Node, ("default", NODE))
         assert node is not None and node.status == "healthy"
 
 

@@ -92,7 +92,7 @@ def test_a_node_is_governed_by_the_profile_its_partition_selects(sessions, world
         sessions, settings, clock, "gpu-node-1", EventKind.INVENTORY, partitions=["train"], features=["h100"]
     )
     with sessions() as s:
-        node = s.get(Node, "gpu-node-1")
+        node = s.get(Node, ("default", "gpu-node-1"))
         assert (node.partitions, node.features) == (["train"], ["h100"])
     drive(
         engine_for(sessions, world, settings, clock),
@@ -152,7 +152,7 @@ def test_off_opens_nothing(sessions, settings, clock) -> None:
         (event,) = s.scalars(select(Event).where(Event.node == "gpu-node-13")).all()
         assert event.decision == "record" and event.decision_reason.startswith("profile dark is off")
         assert s.scalars(select(Remediation)).all() == []
-        assert s.get(Node, "gpu-node-13").status == "unhealthy"
+        assert s.get(Node, ("default", "gpu-node-13")).status == "unhealthy"
 
 
 def test_a_profile_hammer_overrides_the_site(sessions, world, settings, clock) -> None:

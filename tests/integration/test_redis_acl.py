@@ -75,7 +75,7 @@ def lever(api: ApiProcess, path: str) -> None:
 def status(pg_url: str, node: str) -> str | None:
     engine = create_engine(pg_url, poolclass=NullPool)
     with Session(engine) as s:
-        row = s.get(Node, node)
+        row = s.get(Node, ("default", node))
         found = row.status if row is not None else None
     engine.dispose()
     return found

@@ -134,7 +134,7 @@ def test_one_event_runs_every_step_and_records_keys(sessions, engine, world, set
     node = world.node("gpu-node-3")
     assert node["slurm"]["flags"] == [] and node["k8s"]["unschedulable"] is False
     with sessions() as s:
-        assert s.get(Node, "gpu-node-3").status == "healthy"
+        assert s.get(Node, ("default", "gpu-node-3")).status == "healthy"
         ev = s.scalars(select(Event).where(Event.node == "gpu-node-3")).one()
         assert ev.decision == "open" and ev.remediation_id == rem.id
 
@@ -264,7 +264,7 @@ def test_verify_failure_climbs_the_ladder_then_quarantines(sessions, engine, wor
     actions = [c["op"] for c in world.calls(effect=True) if c["op"].startswith("vm.")]
     assert actions == ["vm.restart", "vm.reimage"]
     with sessions() as s:
-        node = s.get(Node, "gpu-node-8")
+        node = s.get(Node, ("default", "gpu-node-8"))
         assert node.status == "quarantined"
         assert (
             s.scalars(select(AuditLog.action).where(AuditLog.target == "gpu-node-8")).all().count("escalate")

@@ -149,7 +149,7 @@ def test_a_paused_leader_publishes_nothing_that_counts(
         highest = max(highest, event.fence.token)
     with Session(db) as s:
         rejected = set(s.scalars(select(RejectedEvent.payload)))
-        fence = s.get(LeaderFence, "slurm")
+        fence = s.get(LeaderFence, ("default", "slurm"))
         recorded_keys = set(s.scalars(select(Event.dedupe_key)))
     accepted_stale = [p for p in stale if p not in rejected]
     assert fence is not None and fence.token == highest

@@ -188,7 +188,7 @@ def test_human_overrides_are_never_undone(sessions, engine, world, settings, clo
     resync = history + [slurm_event(node, "DRAIN", our_drain, clock.now(), "late-edge-of-our-drain")]
     assert publish(sessions, settings, clock, resync, scenario_figures) == []
     with sessions() as s:
-        assert s.get(Node, node).status == "healthy"
+        assert s.get(Node, ("default", node)).status == "healthy"
         assert s.scalars(select(AuditLog.actor).where(AuditLog.action == "release")).all() == ["dave"]
     assert world.node(node)["slurm"]["flags"] == []
     # After the release the count starts again: one new failure is remediated, not quarantined.
@@ -231,7 +231,7 @@ def test_stale_replay_after_a_restart_takes_no_action(sessions, engine, world, s
     with sessions() as s:
         rem = s.scalars(select(Remediation).order_by(Remediation.id.desc())).first()
         assert rem.status == "cancelled" and rem.outcome.startswith("stale: Slurm reports gpu-node-5 IDLE")
-        assert s.get(Node, node).status == "healthy"
+        assert s.get(Node, ("default", node)).status == "healthy"
         assert s.scalar(select(func.count()).select_from(Event).where(Event.node == node, Event.kind != "inventory")) == 3
         assert count(sessions, Remediation.node == node) == 2
         replays["later one confirmed stale"] = rem.status == "cancelled"

@@ -22,7 +22,7 @@ from remediation.adapters import logs
 from remediation.adapters.bus import RedisEventBus
 from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.kube.client import kube_client
-from remediation.settings import Settings, load_settings
+from remediation.settings import Settings, load_watched
 from remediation.watchers.health import WatcherHealth
 from remediation.watchers.kube.publisher import Publisher
 from remediation.watchers.kube.stream import Item, NodeStream
@@ -114,7 +114,7 @@ def run(
 
 
 def main() -> None:
-    settings = load_settings()
+    settings = load_watched()
     logs.configure_from(settings)
     if settings.kube.backend == "none":
         raise SystemExit(

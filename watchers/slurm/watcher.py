@@ -31,7 +31,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import RemediationError
-from remediation.settings import Settings, load_settings
+from remediation.settings import Settings, load_watched
 from remediation.watchers.health import WatcherHealth
 from remediation.watchers.runtime import Polls, Stopper
 from remediation.watchers.slurm.reasons import KeptReasons
@@ -299,7 +299,7 @@ def _poll(watcher: SlurmWatcher, topology: TopologyPublisher, health: WatcherHea
 
 
 def main() -> int:
-    settings = load_settings()
+    settings = load_watched()
     logs.configure_from(settings)
     run(settings, Stopper())
     return 0

@@ -115,7 +115,7 @@ def test_a_label_selected_profile_governs_its_pool(
         events = [e.to_json() for e in labels + faults]  # type: ignore[operator]
         ingest(s, events, settings.policy, clock=clock, rules=IngestRules(incidents=settings.incidents,
             governance=governance(settings)))
-        assert s.get(Node, "n1").labels == {POOL: "serving"}
+        assert s.get(Node, ("default", "n1")).labels == {POOL: "serving"}
         rems = {r.node: r for r in s.scalars(select(Remediation))}
         assert (rems["n1"].profile, rems["n1"].dry_run) == ("serving", True)  # the shadow pool records only
         assert (rems["n2"].profile, rems["n2"].dry_run) == ("training", False)
@@ -133,6 +133,6 @@ def test_a_label_selected_profile_governs_its_pool(
     with sessions() as s, s.begin():
         ingest(s, [e.to_json() for e in relabel], settings.policy, clock=clock,
                rules=IngestRules(governance=governance(settings)))  # type: ignore[union-attr]
-        assert s.get(Node, "n2").labels == {POOL: "serving"}
+        assert s.get(Node, ("default", "n2")).labels == {POOL: "serving"}
         found, _ = governance(settings).of(facts_of(s, ["n2"])["n2"])
         assert found.name == "serving"

@@ -81,7 +81,7 @@ def step_key(sessions: sessionmaker[Session], node: str) -> str:
     """A started vm_restart step row of a new remediation of ``node``: its idempotency key."""
     now = datetime.now(UTC)
     with sessions() as s, s.begin():
-        if s.get(Node, node) is None:
+        if s.get(Node, ("default", node)) is None:
             s.add(Node(name=node, first_seen_at=now, updated_at=now))
         s.flush()
         rem = Remediation(

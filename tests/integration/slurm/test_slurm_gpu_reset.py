@@ -83,7 +83,7 @@ def settings_for(cluster: SlurmCluster, workdir: Path) -> Settings:
 def open_at_vm_restart(sessions: sessionmaker[Session], node: str) -> int:
     now = datetime.now(UTC)
     with sessions() as s, s.begin():
-        if s.get(Node, node) is None:
+        if s.get(Node, ("default", node)) is None:
             s.add(Node(name=node, status="remediating", first_seen_at=now, updated_at=now))
         rem = Remediation(node=node, cause="NVRM: Xid (PCI:0000:3b:00): 46", source="slurm", status="running",
                           step="vm_restart", ladder=0, opened_at=now, updated_at=now, next_run_at=now,

@@ -199,7 +199,7 @@ def test_a_planted_job_id_reaches_no_slurm_command(slurm: SlurmCluster, check_di
 
 def open_at_validate(sessions: sessionmaker[Session], node: str, now: datetime) -> int:
     with sessions() as s, s.begin():
-        if s.get(Node, node) is None:
+        if s.get(Node, ("default", node)) is None:
             s.add(Node(name=node, status="remediating", first_seen_at=now, updated_at=now))
         rem = Remediation(node=node, cause="xid 79: GPU fell off the bus", source="slurm", status="running",
                           step="validate", ladder=0, opened_at=now, updated_at=now, next_run_at=now,
@@ -337,14 +337,14 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
     code, out = cli("release", node, "-r", "HBM swapped", "--validate")
     assert code == 1 and "GPU check FAILED" in out and "stays quarantined" in out, out
     with db() as s:
-        assert s.get(Node, node).status == "quarantined"  # type: ignore[union-attr]
+        assert s.get(Node, ("default", node)).status == "quarantined"  # type: ignore[union-attr]
     assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)
 
     cue.write_text("0")
     code, out = cli("release", node, "-r", "HBM swapped", "--validate")
     assert code == 0 and "released" in out, out
     with db() as s:
-        assert s.get(Node, node).status == "healthy"  # type: ignore[union-attr]
+        assert s.get(Node, ("default", node)).status == "healthy"  # type: ignore[union-attr]
         checks = s.scalars(select(Validation).where(Validation.node == node).order_by(Validation.id)).all()
     assert [(v.outcome, v.actor, v.remediation_id) for v in checks] == [
         ("passed", "oncall", None), ("failed", "oncall", None), ("passed", "oncall", None)]

@@ -370,7 +370,7 @@ def test_fail_on_idle_node_is_recorded_drained_remediated_and_returned_idle(
         p.wait_event(node, 5.0, kind="healthy")
         assert p.take_opened() == []
     with p.sessions() as s:
-        assert s.get(Node, node).status == "healthy"
+        assert s.get(Node, ("default", node)).status == "healthy"
 
 
 def test_drain_with_a_running_job_waits_for_the_job_then_completes(
@@ -489,7 +489,7 @@ def test_human_maintenance_drain_is_recorded_and_never_remediated_or_resumed(
         assert len(seen) == 1, [(e.dedupe_key, e.state, e.reason, e.observed_at) for e in seen]
         assert p.take_opened() == [] and rems_of(p.sessions, node) == []
         with p.sessions() as s:
-            assert s.get(Node, node).status == "unhealthy"
+            assert s.get(Node, ("default", node)).status == "unhealthy"
         assert slurm.nodes_now()[node] == ("IDLE", frozenset({"DRAIN"}), "maintenance: PSU swap")
 
         # Even a remediation opened by another signal (here a researcher's report) leaves the
@@ -538,7 +538,7 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
         assert p.take_opened() == []
         assert slurm.nodes_now()[node][2] == quarantined
         with p.sessions() as s:
-            assert s.get(Node, node).status == "quarantined"
+            assert s.get(Node, ("default", node)).status == "quarantined"
 
         with p.sessions() as s, s.begin():
             actions = lever_rules.release(s, node, "alice", reason="PSU replaced, burn-in passed",
@@ -552,7 +552,7 @@ def test_repeat_offender_stays_quarantined_until_released_and_the_release_is_aud
         ).all()
         assert (row.actor, row.reason) == ("alice", "PSU replaced, burn-in passed")
         assert row.detail["was"] == rem.context["quarantine_reason"]
-        assert s.get(Node, node).status == "healthy"
+        assert s.get(Node, ("default", node)).status == "healthy"
 
 
 def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(

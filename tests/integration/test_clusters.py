@@ -1,0 +1,160 @@
+"""Two clusters in one database, on real Postgres: same node names, no shared blast radius.
+
+Each cluster has its own in-memory world (its own Slurm, Kubernetes and machines) and its own workflow
+over sessions scoped to it, as a worker builds them (``workers/context.py``). The steps are driven
+synchronously; the fake clock makes windows instant. The real worker processes and two real
+slurmctld are in ``tests/integration/slurm/test_slurm_clusters.py``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import UTC, datetime
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
+from remediation.clock import FakeClock
+from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation
+from remediation.db.queries import PAUSED, control_set
+from remediation.db.scope import scoped
+from remediation.domain.admission import Published, Publisher
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.step_bodies import Adapters
+from remediation.ports.dispatch import FollowUp
+from remediation.services.breaker import state as breaker_state
+from remediation.services.ingest import ingest
+from remediation.services.workflow import Workflow
+from remediation.settings import Settings
+from tests.faults import SOFTWARE_FAULT, show_fault
+
+NODES = [f"gpu-node-{i}" for i in range(20)]
+CLUSTERS = ("west", "east")
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(datetime(2026, 3, 1, tzinfo=UTC))
+
+
+def make_settings(**policy: object) -> Settings:
+    return Settings(
+        policy={"min_restart_gap_s": 0, "breaker_min_failures": 3, "breaker_max_fraction": 0.10,
+                "breaker_window_s": 600, **policy},
+        workflow={"poll_interval_s": 5, "drain_timeout_s": 600, "verify_timeout_s": 120, "lease_s": 30},
+    )
+
+
+class Cluster:
+    """One cluster as a worker serves it: its world, its scoped sessions and its workflow."""
+
+    def __init__(self, name: str, sessions: sessionmaker[Session], clock: FakeClock, settings: Settings) -> None:
+        self.name, self.clock, self.settings = name, clock, settings
+        self.world = MemoryWorld(nodes=NODES)
+        self.sessions = scoped(sessions, name)
+        self.engine = Workflow(self.sessions, Adapters(MemorySlurm(self.world), MemoryKube(self.world),
+                                                       MemoryVM(self.world)), settings, clock=clock)
+
+    def fail(self, node: str, *, stream: str | None = None) -> list[FollowUp]:
+        """The node fails, and its watcher's event arrives on ``stream``'s Slurm stream (its own)."""
+        show_fault(self.world, node, "FAIL", SOFTWARE_FAULT)
+        event = NodeEvent(source=Source.SLURM, cluster=self.name, node=node, kind=EventKind.UNHEALTHY,
+                          state="FAIL", reason=SOFTWARE_FAULT, observed_at=self.clock.now())
+        payload = Published(event.to_json().encode(), Publisher.SLURM, stream or self.name)
+        with scoped(self.sessions, stream or self.name)() as s, s.begin():
+            result = ingest(s, [payload], self.settings.policy, clock=self.clock)
+        return [FollowUp(rid, step) for rid, step in result.opened]
+
+    def drive(self, todo: list[FollowUp], limit: int = 80) -> list[FollowUp]:
+        """Run steps until none is due now; returns what waits (countdowns left unspent)."""
+        queue, waiting = deque(todo), []
+        for _ in range(limit):
+            if not queue:
+                break
+            f = queue.popleft()
+            nxt = self.engine.run(f.remediation_id, f.step)
+            if nxt is not None:
+                (waiting if nxt.countdown else queue).append(nxt)
+        return waiting
+
+
+@pytest.fixture
+def pair(sessions: sessionmaker[Session], clock: FakeClock) -> dict[str, Cluster]:
+    return {name: Cluster(name, sessions, clock, make_settings()) for name in CLUSTERS}
+
+
+def settle(cluster: Cluster, todo: list[FollowUp]) -> None:
+    for _ in range(40):
+        todo = cluster.drive(todo)
+        if not todo:
+            return
+        cluster.clock.advance(max(f.countdown for f in todo))
+    raise AssertionError("workflow did not settle")
+
+
+def test_the_same_name_in_two_clusters_is_two_nodes_each_remediated_by_its_own(pair, sessions) -> None:
+    west, east = pair["west"], pair["east"]
+    settle(west, west.fail("gpu-node-0"))
+    settle(east, east.fail("gpu-node-0"))
+    with sessions() as s:  # unscoped: the on-call view of every cluster
+        rows = s.execute(select(Remediation.cluster, Remediation.node, Remediation.status)
+                         .order_by(Remediation.cluster)).all()
+        assert [tuple(r) for r in rows] == [("east", "gpu-node-0", "succeeded"), ("west", "gpu-node-0", "succeeded")]
+        assert sorted(s.execute(select(Node.cluster).where(Node.name == "gpu-node-0")).scalars()) == ["east", "west"]
+        assert sorted(s.scalars(select(Event.cluster))) == ["east", "west"]
+        assert sorted(s.scalars(select(AuditLog.cluster).where(AuditLog.action == "open"))) == ["east", "west"]
+    for cluster in (west, east):  # each world saw its own node drained, restarted and returned, once
+        assert len(cluster.world.calls("vm.restart", effect=True)) == 1
+        assert cluster.world.node("gpu-node-0")["slurm"]["flags"] == []
+
+
+def test_a_workflow_never_acts_on_another_clusters_remediation(pair) -> None:
+    west, east = pair["west"], pair["east"]
+    (first,) = east.fail("gpu-node-3")
+    assert west.engine.run(first.remediation_id, first.step) is None  # west's sessions cannot see it
+    assert west.world.calls() == [] and not east.world.calls("slurm.drain")
+    with east.sessions() as s:
+        assert s.get(Remediation, first.remediation_id).step == "slurm_drain"  # type: ignore[union-attr]
+    with west.sessions() as s:
+        assert s.get(Remediation, first.remediation_id) is None
+
+
+def test_a_storm_latches_its_own_clusters_breaker_only(pair) -> None:
+    west, east = pair["west"], pair["east"]
+    storm = [f for i in range(5) for f in west.fail(f"gpu-node-{i}")]  # 5 of 20 = 25% > 10%
+    west.drive(storm)
+    lone = east.fail("gpu-node-9")
+    settle(east, lone)
+    assert not west.world.calls("vm.restart")
+    assert len(east.world.calls("vm.restart", effect=True)) == 1
+    with west.sessions() as s:
+        assert breaker_state(s)["open"] is True
+        held = s.scalars(select(Remediation.wait_reason).where(Remediation.status == "waiting")).all()
+        assert len(held) == 5 and all("storm breaker open" in w for w in held)
+    with east.sessions() as s:
+        assert breaker_state(s) == {}  # never latched: the barrier is east's remediation that succeeded
+        assert s.scalars(select(Remediation.status)).all() == ["succeeded"]
+
+
+def test_a_pause_holds_its_own_cluster_only(pair) -> None:
+    west, east = pair["west"], pair["east"]
+    with west.sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": True, "why": "slurmctld unreachable"}, now=west.clock.now())
+    west.drive(west.fail("gpu-node-1"))
+    settle(east, east.fail("gpu-node-1"))
+    assert not west.world.calls("slurm.drain") and not west.world.calls("vm.restart")
+    assert len(east.world.calls("vm.restart", effect=True)) == 1
+    with west.sessions() as s:
+        (rem,) = s.scalars(select(Remediation)).all()
+        assert rem.status == "waiting" and "pause" in (rem.wait_reason or "")
+
+
+def test_an_event_naming_another_cluster_on_a_clusters_stream_is_kept_and_refused(pair, sessions) -> None:
+    west = pair["west"]
+    assert west.fail("gpu-node-2", stream="east") == []  # west's event read from east's stream
+    with sessions() as s:
+        (row,) = s.scalars(select(RejectedEvent)).all()
+        assert row.cluster == "east" and row.error.startswith("foreign-cluster: an event of cluster west")
+        assert s.scalar(select(func.count()).select_from(Remediation)) == 0
