@@ -7,6 +7,7 @@ and to index for: nodes by name, remediations by (node, opened_at) and (status, 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -240,6 +241,25 @@ def confirmed_since(session: Session, pool_stale: timedelta | None) -> datetime:
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def fleet_latched(session: Session, view: ClusterView) -> ClusterView:
+    """``view`` held as well by every other cluster's pause and storm breaker (``cluster.fleet_latch``):
+    a latch in one cluster then holds the fleet. Read across clusters from a scoped session."""
+    own = cluster_of(session)
+    rows = session.execute(_FLEET_CONTROLS.where(Control.cluster != own)).all()
+    for cluster, key, value in sorted(rows, key=lambda row: (row[0], row[1])):
+        if key == PAUSED and (pause := PauseState.load(value)).paused and not view.paused:
+            view = replace(view, paused=True, pause_reason=f"cluster {cluster} paused (cluster.fleet_latch): "
+                           f"{pause.why}")
+        elif key == BREAKER and (latch := BreakerLatch.load(value)).open and not view.breaker_latched:
+            view = replace(view, breaker_latched=True, breaker_reason=f"cluster {cluster}'s storm breaker "
+                           f"(cluster.fleet_latch): {latch.reason or ''}")
+    return view
+
+
+_FLEET_CONTROLS = select(Control.cluster, Control.key, Control.value).where(
+    Control.key.in_((BREAKER, PAUSED))).execution_options(all_clusters=True)
 
 
 def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, exclude: int | None,

@@ -27,6 +27,7 @@ from remediation.db.queries import (
     LAST_MACHINE_ACTION,
     cluster_view,
     control_set,
+    fleet_latched,
     lock_control,
     remediation_locked,
     step_row,
@@ -255,6 +256,8 @@ class Workflow:
         view = cluster_view(s, now, fleet.breaker_window, exclude=rem.id, pool_stale=fleet.pool_stale)
         view = breaker.note(s, view, now, scope=breaker.BreakerScope(fleet, exclude=rem.id),
                             actor=self.settings.actor, clock=self.clock)
+        if self.settings.cluster.fleet_latch:
+            view = fleet_latched(s, view)
         pool = None
         if rem.profile is not None:
             mine = cluster_view(s, now, cfg.policy.breaker_window, exclude=rem.id, profile=rem.profile,

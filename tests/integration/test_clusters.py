@@ -39,11 +39,12 @@ def clock() -> FakeClock:
     return FakeClock(datetime(2026, 3, 1, tzinfo=UTC))
 
 
-def make_settings(**policy: object) -> Settings:
+def make_settings(fleet_latch: bool = False) -> Settings:
     return Settings(
         policy={"min_restart_gap_s": 0, "breaker_min_failures": 3, "breaker_max_fraction": 0.10,
-                "breaker_window_s": 600, **policy},
+                "breaker_window_s": 600},
         workflow={"poll_interval_s": 5, "drain_timeout_s": 600, "verify_timeout_s": 120, "lease_s": 30},
+        cluster={"fleet_latch": fleet_latch},
     )
 
 
@@ -158,3 +159,27 @@ def test_an_event_naming_another_cluster_on_a_clusters_stream_is_kept_and_refuse
         (row,) = s.scalars(select(RejectedEvent)).all()
         assert row.cluster == "east" and row.error.startswith("foreign-cluster: an event of cluster west")
         assert s.scalar(select(func.count()).select_from(Remediation)) == 0
+
+
+def test_the_fleet_latch_is_an_explicit_setting_that_holds_every_cluster(sessions, clock) -> None:
+    """With ``cluster.fleet_latch`` on (stated here; it ships off), one cluster's pause and one
+    cluster's storm breaker hold the other's machine actions too."""
+    settings = make_settings(fleet_latch=True)
+    west, east = (Cluster(name, sessions, clock, settings) for name in CLUSTERS)
+    with west.sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": True, "by": "alice", "reason": "switch work"}, now=clock.now())
+    east.drive(east.fail("gpu-node-4"))
+    assert not east.world.calls("slurm.drain")
+    with east.sessions() as s:
+        (rem,) = s.scalars(select(Remediation)).all()
+        assert rem.status == "waiting" and "cluster west paused (cluster.fleet_latch)" in (rem.wait_reason or "")
+    with west.sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": False}, now=clock.now())
+    storm = [f for i in range(5) for f in west.fail(f"gpu-node-{i}")]
+    west.drive(storm)
+    clock.advance(60)
+    east.drive([FollowUp(rem.id, rem.step)])
+    with east.sessions() as s:
+        rem = s.get(Remediation, rem.id)
+        assert rem is not None and "cluster west's storm breaker (cluster.fleet_latch)" in (rem.wait_reason or "")
+    assert not east.world.calls("vm.restart") and not west.world.calls("vm.restart")
