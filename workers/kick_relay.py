@@ -30,7 +30,7 @@ BLOCK_MS = 1000  # how long one XREAD waits; also how soon a stop request is see
 class KickRelay:
     def __init__(self, settings: Settings, app: Celery) -> None:
         self.settings = settings
-        self.keys = Keys(settings.broker.key_prefix)
+        self.keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every cluster's
         self.dispatcher = celery_dispatcher(settings, app)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="kick-relay", daemon=True)

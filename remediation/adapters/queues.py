@@ -24,7 +24,7 @@ def queue_depth(settings: Settings) -> dict[str, int]:
 
         return {"events": memstream.pending()}
     client = redis_client(settings, timeout=2.0)  # a page renders without queue depths rather than wait
-    keys = Keys(settings.broker.key_prefix)
+    keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every cluster's streams
     prefix = f"{settings.broker.key_prefix}:celery:"
     try:
         pipe = client.pipeline(transaction=False)
