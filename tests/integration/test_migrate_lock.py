@@ -18,6 +18,7 @@ from alembic.script import ScriptDirectory
 
 from remediation.db.migrate import MIGRATION_LOCK, alembic_config
 from tests.conftest import PG_ADMIN_URL
+from tests.harness.clusters_migration import check_round_trip
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -97,3 +98,8 @@ def test_racing_upgrades_all_succeed_and_migrate_once(empty_db: str) -> None:
     outputs = [p.communicate(timeout=180)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], "\n---\n".join(outputs)
     assert version(empty_db) == head()
+
+
+def test_the_clusters_migration_keeps_every_row_on_postgres(empty_db: str) -> None:
+    """The same round trip as on SQLite (tests/unit/db/test_migrate.py), on Postgres's named keys."""
+    check_round_trip(empty_db)
