@@ -39,7 +39,7 @@ def make_app(settings: Settings) -> Celery:
         beat_schedule={
             # Beat writes the requests queue alone (remediation.adapters.celery): the ingest it asks
             # for there reads the stream, as one the kick relay queues on the ingest queue does.
-            "sweep": {"task": SWEEP_TASK, "schedule": settings.workflow.sweep_interval_s},
+            **sweeps(settings),
             "ingest-safety-net": {"task": INGEST_TASK, "schedule": 5.0, "options": {"queue": REQUEST_QUEUE}},
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
@@ -52,6 +52,15 @@ def make_app(settings: Settings) -> Celery:
     health.install(app, settings)
     kick_relay.install(app, settings)
     return app
+
+
+def sweeps(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat's sweeps: one per cluster served (``sweep`` alone for a one-cluster site, as before)."""
+    names = list(settings.fleet())
+    every = settings.workflow.sweep_interval_s
+    if len(names) == 1:
+        return {"sweep": {"task": SWEEP_TASK, "schedule": every}}
+    return {f"sweep-{name}": {"task": SWEEP_TASK, "schedule": every, "kwargs": {"cluster": name}} for name in names}
 
 
 class Consumer(_CeleryConsumer):  # type: ignore[misc]

@@ -151,9 +151,13 @@ def resume(self: DomainTask, remediation_ids: list[int]) -> int:
 
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
-def sweep(self: DomainTask) -> int:
+def sweep(self: DomainTask, cluster: str | None = None) -> int:
+    """One cluster's sweep (beat sends one per cluster, so a cluster whose slurmctld is slow to answer
+    delays no other's), or every cluster's when none is named."""
+    workflows = self.rt.workflows
+    chosen = list(workflows.values()) if cluster is None else [w for c, w in workflows.items() if c == cluster]
     followups: list[FollowUp | None] = []
-    for workflow in self.rt.workflows.values():  # each cluster's pause, breaker and work are its own
+    for workflow in chosen:  # each cluster's pause, breaker and work are its own
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
         followups += workflow.sweep()
     enqueue(followups)

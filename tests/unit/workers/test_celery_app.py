@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from remediation.settings import Settings
-from remediation.workers.celery_app import make_app
+from remediation.workers.celery_app import make_app, sweeps
 
 BIN = Path(sys.executable).parent
 
@@ -68,3 +68,11 @@ def test_the_default_state_dir_is_under_the_temporary_directory(
     assert (
         Path(app.conf.beat_schedule_filename) == tmp_path / "node-remediation-site-a" / "celerybeat-schedule"
     )
+
+
+def test_beat_sweeps_each_cluster_on_its_own() -> None:
+    """A cluster whose slurmctld is slow to answer its probe holds up only its own sweep."""
+    assert sweeps(Settings()) == {"sweep": {"task": "remediation.sweep", "schedule": 30.0}}
+    fleet = sweeps(Settings(clusters=[{"name": "west"}, {"name": "east"}]))
+    assert {key: entry["kwargs"] for key, entry in fleet.items()} == {
+        "sweep-west": {"cluster": "west"}, "sweep-east": {"cluster": "east"}}
