@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
-from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation
+from remediation.db.models import AuditLog, Event, Incident, Node, RejectedEvent, Remediation
 from remediation.db.queries import PAUSED, control_set
 from remediation.db.scope import scoped
 from remediation.domain.admission import Published, Publisher
@@ -25,7 +25,7 @@ from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.dispatch import FollowUp
 from remediation.services.breaker import state as breaker_state
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from tests.faults import SOFTWARE_FAULT, show_fault
@@ -64,8 +64,12 @@ class Cluster:
         event = NodeEvent(source=Source.SLURM, cluster=self.name, node=node, kind=EventKind.UNHEALTHY,
                           state="FAIL", reason=SOFTWARE_FAULT, observed_at=self.clock.now())
         payload = Published(event.to_json().encode(), Publisher.SLURM, stream or self.name)
-        with scoped(self.sessions, stream or self.name)() as s, s.begin():
-            result = ingest(s, [payload], self.settings.policy, clock=self.clock)
+        return self.ingest(payload, cluster=stream or self.name)
+
+    def ingest(self, payload: bytes | str, *, cluster: str | None = None) -> list[FollowUp]:
+        with scoped(self.sessions, cluster or self.name)() as s, s.begin():
+            result = ingest(s, [payload], self.settings.policy, clock=self.clock,
+                            rules=IngestRules(incidents=self.settings.incidents))
         return [FollowUp(rid, step) for rid, step in result.opened]
 
     def drive(self, todo: list[FollowUp], limit: int = 80) -> list[FollowUp]:
@@ -183,3 +187,25 @@ def test_the_fleet_latch_is_an_explicit_setting_that_holds_every_cluster(session
         rem = s.get(Remediation, rem.id)
         assert rem is not None and "cluster west's storm breaker (cluster.fleet_latch)" in (rem.wait_reason or "")
     assert not east.world.calls("vm.restart") and not west.world.calls("vm.restart")
+
+
+def test_an_incident_is_one_clusters_domain_failing_never_two_clusters_added_up(sessions, clock) -> None:
+    """Both clusters have a clique ``c1`` of gpu-node-[0-3]; half of one clique failing is an incident.
+    One failure in each cluster is not (it would be, added up); a second failure in east is."""
+    settings = make_settings().model_copy(update={"incidents": make_settings().incidents.model_copy(
+        update={"min_nodes": 4, "min_fraction": 0.5, "window_s": 60, "vm_grace_s": 60})})
+    west, east = (Cluster(name, sessions, clock, settings) for name in CLUSTERS)
+    for cluster in (west, east):
+        for i in range(4):
+            cluster.ingest(NodeEvent(source=Source.KUBERNETES, node=f"gpu-node-{i}", kind=EventKind.DOMAINS,
+                                     state="labels", domains={"nvidia.com/gpu.clique": "c1"},
+                                     observed_at=clock.now()).to_json())
+    west.fail("gpu-node-0")
+    east.fail("gpu-node-1")
+    with sessions() as s:
+        assert s.scalars(select(Incident)).all() == []  # the barrier: both failures were decided above
+    clock.advance(5)
+    east.fail("gpu-node-2")
+    with sessions() as s:
+        (incident,) = s.scalars(select(Incident)).all()
+        assert (incident.cluster, incident.name, incident.nodes) == ("east", "c1", ["gpu-node-1", "gpu-node-2"])
