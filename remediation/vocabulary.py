@@ -26,6 +26,13 @@ def checked_cluster(value: str) -> str:
                          "starting and ending with a letter or digit)")
     return value
 
+
+def node_label(cluster: str, node: str, *, fleet: bool) -> str:
+    """How a figure over several clusters names a node: ``cluster/name`` (a cluster name has no ``/``, so
+    the label is unambiguous); over one cluster (``fleet`` False) its name alone, as before clusters."""
+    return f"{cluster}/{node}" if fleet else node
+
+
 UNKNOWN = "unknown"
 #: A pseudo-class for application-level XIDs (NVIDIA: RESTART_APP, IGNORE): recorded, and remediated
 #: only when they repeat. Never a remediation's class.

@@ -44,10 +44,14 @@ def reliability_cmd(
     browser: str | None = typer.Option(
         None, "--browser", help="The Chromium to print the PDF with (default: chromium on PATH)."
     ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="One cluster's figures only (default: all; over several clusters the report "
+        "gives each cluster's figures and the fleet's, and names a node cluster/name)."
+    ),
 ) -> None:
     """The reliability report: faults per day by cause class, time to repair, node-hours out of service,
     MTBF per pool, rack, zone, SKU, node and hardware, hardware moves, GPUs failing under two names,
-    the top lemons."""
+    hardware that failed in another cluster, the top lemons; per cluster and for the fleet."""
     st = state(ctx)
     if output not in report.FORMATS:
         raise CliError(f"-o {output}: choose one of {', '.join(report.FORMATS)}", EXIT_CONFIG)
@@ -61,12 +65,13 @@ def reliability_cmd(
     try:
         start, end = report.window(since, now, until)
         dims = report.dimensions(by)
+        only = report.cluster_filter(cluster)
     except report.ReportError as exc:
         raise CliError(str(exc), EXIT_CONFIG) from None
     if output == "pdf" and str(file) == "-":
         raise CliError("a PDF is written to a file: pass --file PATH", EXIT_CONFIG)
     with st.sessions()() as s:
-        rep = report.build(s, start, end, lemon=st.settings().policy.lemon, by=dims)
+        rep = report.build(s, start, end, lemon=st.settings().policy.lemon, by=dims, cluster=only)
     target = file or Path(f"reliability-{now:%Y%m%d}.{output}")
     if output == "csv":
         text = report.to_csv(rep)

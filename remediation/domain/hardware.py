@@ -23,6 +23,7 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.step_records import Identity
 from remediation.ports.cluster import MachineIdentity, MachinesByNode, VMAction, VMRef
 from remediation.ports.errors import PermanentError, RemediationError
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 #: Actions after which the machine runs on another host (GCE: a stop releases the host; Azure: redeploy).
 MOVES = frozenset({VMAction.STOP_START.value, VMAction.REDEPLOY.value})
@@ -83,10 +84,15 @@ class Sighting(Machine):
     action: str | None = None  # the machine action that had just completed (an after-action sighting)
     gpus: tuple[Gpu, ...] = ()
     remediation_id: int | None = None
+    cluster: str = DEFAULT_CLUSTER  # the cluster of the node (``node`` may be a label naming it too)
 
     @cached_property
     def serials(self) -> frozenset[str]:
         return frozenset(g.serial or g.uuid for g in self.gpus)
+
+    @cached_property
+    def identities(self) -> frozenset[str]:
+        return identities(self, self.serials)
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,27 @@ def era_at(node_eras: list[Era], at: datetime) -> Era | None:
     on is read when the workflow acts, after the fault)."""
     current = [e for e in node_eras if e.since <= at]
     return current[-1] if current else (node_eras[0] if node_eras else None)
+
+
+def identities(m: Machine, serials: Iterable[str] = ()) -> frozenset[str]:
+    """What names a piece of hardware wherever it goes: each GPU serial (``gpu:``), the BMC's serial
+    (``serial:``) and UUID (``bmc:``), the cloud's physical host (``host:``). A VM's instance id is not
+    one: it names the lease, not the hardware."""
+    named = {f"gpu:{s}" for s in serials}
+    named |= {f"{prefix}:{value}" for prefix, value in
+              (("serial", m.bmc_serial), ("bmc", m.bmc_uuid), ("host", m.host)) if value}
+    return frozenset(named)
+
+
+def failed_elsewhere(current: Era, cluster: str, seen: Iterable[Sighting], *, last_seen: datetime) -> list[Sighting]:
+    """The sightings, in clusters other than ``cluster``, of a remediation (a failure, or a quarantine)
+    on hardware that ``current`` (a node's era in ``cluster``, last seen at ``last_seen``) stands on: the
+    hardware failed there before it was seen here. Oldest first."""
+    mine = identities(current, current.serials)
+    if not mine:
+        return []
+    return sorted((s for s in seen if s.cluster != cluster and s.remediation_id is not None
+                   and s.at <= last_seen and s.identities & mine), key=lambda s: s.at)
 
 
 def shared_serials(sightings: Iterable[Sighting]) -> dict[str, list[str]]:

@@ -368,3 +368,15 @@ def counts(session: Session) -> dict[str, int]:
     rows = dict(session.execute(select(Incident.status, func.count()).where(Incident.dry_run.is_(False))
                                 .group_by(Incident.status)).all())
     return {"open": int(rows.get(IncidentStatus.OPEN, 0)), "total": int(sum(rows.values()))}
+
+
+def counts_by_cluster(session: Session) -> dict[str, dict[str, int]]:
+    """:func:`counts` of each cluster that has an incident: cluster -> {"open", "total"}."""
+    out: dict[str, dict[str, int]] = {}
+    for cluster, status, n in session.execute(
+            select(Incident.cluster, Incident.status, func.count()).where(Incident.dry_run.is_(False))
+            .group_by(Incident.cluster, Incident.status)):
+        mine = out.setdefault(cluster, {"open": 0, "total": 0})
+        mine["open"] += int(n) if status == IncidentStatus.OPEN else 0
+        mine["total"] += int(n)
+    return out

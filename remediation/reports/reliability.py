@@ -24,6 +24,7 @@ from remediation.reports.charts import hbars, stacked_days
 from remediation.services.readmodels import human_duration
 from remediation.services.reliability import BY, DIMENSIONS, Reliability, reliability
 from remediation.settings import LemonSettings, parse_duration
+from remediation.vocabulary import checked_cluster
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 # The dashboard's stylesheet, inlined so that the file stands alone and matches the Reliability page.
@@ -68,9 +69,21 @@ def dimensions(by: str | None) -> tuple[str, ...]:
 
 
 def build(
-    s: Session, since: datetime, until: datetime, *, lemon: LemonSettings, by: tuple[str, ...] = BY
+    s: Session, since: datetime, until: datetime, *, lemon: LemonSettings, by: tuple[str, ...] = BY,
+    cluster: str | None = None,
 ) -> Reliability:
-    return reliability(s, since, until, lemon=lemon, by=by)
+    """The report of ``cluster`` alone, or (None) of every cluster: per cluster and for the fleet."""
+    return reliability(s, since, until, lemon=lemon, by=by, cluster=cluster)
+
+
+def cluster_filter(name: str | None) -> str | None:
+    """``--cluster NAME`` checked (None: every cluster); a bad name is a ReportError."""
+    if not name:
+        return None
+    try:
+        return checked_cluster(name)
+    except ValueError as exc:
+        raise ReportError(f"--cluster: {exc}") from None
 
 
 def hours(value: float | None, digits: int = 1) -> str:
@@ -126,6 +139,13 @@ def rows(rep: Reliability) -> Iterator[list[Any]]:
     w = rep.window
     yield ["window", "", "", "since", w.since.isoformat()]
     yield ["window", "", "", "until", w.until.isoformat()]
+    if rep.fleet is not None:
+        g = rep.fleet
+        yield ["window", "", "", "clusters", " ".join(rep.clusters)]
+        yield from (["fleet", "", "fleet", m, v] for m, v in (
+            ("nodes", g.nodes), ("faults", g.faults), ("repairs", g.repairs),
+            ("repair_median_h", g.repair_median_h), ("repair_mean_h", g.repair_mean_h),
+            ("out_of_service_h", g.out_h), ("mtbf_h", g.mtbf_h)))  # fmt: skip
     for dim, t in rep.trends.items():
         for g in t.groups:
             yield from ([dim and "group", dim, g.name, m, v] for m, v in (
@@ -158,6 +178,12 @@ def rows(rep: Reliability) -> Iterator[list[Any]]:
         yield ["gpu_under_two_names", "", serial, "nodes", " ".join(names)]
     for lemon in rep.lemons:
         yield ["lemon", lemon.status, lemon.node, "score", round(lemon.score, 3)]
+        if lemon.hardware:
+            yield ["lemon", lemon.status, lemon.node, "hardware_failed_elsewhere", lemon.hardware]
+    for flag in rep.flags:
+        for f in flag.failures:
+            yield ["hardware_failed_elsewhere", flag.cluster, flag.node, f.identity,
+                   f"{f.cluster}/{f.node} remediation #{f.remediation_id} at {f.at.isoformat()}"]
 
 
 def to_csv(rep: Reliability) -> str:

@@ -2,7 +2,8 @@
 
 A handful of aggregate queries per scrape report what the database holds: events, decisions,
 remediations (closed and open), steps, nodes, incidents, the breaker and pause, workflow lag, rejected
-and fenced events, validations and each profile's series. Counters are counts of append-only rows, so
+and fenced events, validations and each profile's series. Every series read from the database carries a
+``cluster`` label (one database serves several clusters). Counters are counts of append-only rows, so
 they only go up; no series has a per-node label.
 
 Why: docs/architecture.md#metrics-are-read-from-the-database
@@ -22,14 +23,23 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import SystemClock, aware
-from remediation.db.models import Event, LeaderFence, Node, RejectedEvent, Remediation, RemediationStep
-from remediation.db.queries import BREAKER, PAUSED, control_get
+from remediation.db.models import (
+    Control,
+    Event,
+    LeaderFence,
+    Node,
+    RejectedEvent,
+    Remediation,
+    RemediationStep,
+)
+from remediation.db.queries import BREAKER, PAUSED
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.incidents import service as incidents
 from remediation.profiles.metrics import profile_metrics
 from remediation.validation.metrics import validation_metrics
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 log = logging.getLogger(__name__)
 
@@ -70,127 +80,167 @@ class DatabaseCollector(Collector):
 
     def _from_db(self, s: Session, now: datetime) -> Iterable[Metric]:
         """Every series read from the database, in the order the module docstring lists them."""
+        clusters = known_clusters(s)
         yield from _event_metrics(s)
-        yield from _remediation_metrics(s)
+        yield from _remediation_metrics(s, clusters)
         yield self._step_histogram(s)
-        yield from _node_metrics(s)
-        yield from _control_metrics(s)
-        yield from _age_metrics(s, now)
-        yield from validation_metrics(s)
+        yield from _node_metrics(s, clusters)
+        yield from _control_metrics(s, clusters)
+        yield from _age_metrics(s, now, clusters)
+        yield from validation_metrics(s, clusters)
         yield from profile_metrics(s)
 
     def _step_histogram(self, s: Session) -> HistogramMetricFamily:
         hist = HistogramMetricFamily("remediation_step_duration_seconds",
                                      "Duration of finished step attempts (started to done/failed)",
-                                     labels=["step"])
+                                     labels=["cluster", "step"])
         dur = _seconds_between(s, RemediationStep.started_at, RemediationStep.finished_at)
         cols = [func.sum(case((dur <= b, 1), else_=0)) for b in STEP_BUCKETS]
-        q = (select(RemediationStep.step, func.count(), func.coalesce(func.sum(dur), 0.0), *cols)
-             .where(RemediationStep.finished_at.is_not(None)).group_by(RemediationStep.step))
-        for step, count, total, *cumulative in s.execute(q):
+        # remediation_steps has no cluster of its own: a step is its remediation's.
+        q = (select(Remediation.cluster, RemediationStep.step, func.count(), func.coalesce(func.sum(dur), 0.0),
+                    *cols)
+             .join(Remediation, Remediation.id == RemediationStep.remediation_id)
+             .where(RemediationStep.finished_at.is_not(None))
+             .group_by(Remediation.cluster, RemediationStep.step))
+        for cluster, step, count, total, *cumulative in s.execute(q):
             buckets = [(_le(b), int(c or 0)) for b, c in zip(STEP_BUCKETS, cumulative, strict=True)]
             buckets.append(("+Inf", int(count)))
-            hist.add_metric([step], buckets, float(total))
+            hist.add_metric([cluster, step], buckets, float(total))
         return hist
+
+
+def known_clusters(s: Session) -> list[str]:
+    """The clusters the database knows (a node or a remediation names them), ``default`` when none:
+    series that report every status or step, 0 when none, do so per cluster."""
+    found = set(s.scalars(select(Node.cluster).distinct())) | set(s.scalars(select(Remediation.cluster).distinct()))
+    return sorted(found) or [DEFAULT_CLUSTER]
 
 
 def _event_metrics(s: Session) -> Iterable[Metric]:
     """Events by source and kind and by decision, payloads rejected, and events fenced at ingest."""
     events = CounterMetricFamily("remediation_events", "Events recorded, by source and kind",
-                                 labels=["source", "kind"])
-    for source, kind, n in s.execute(select(Event.source, Event.kind, func.count())
-                                     .group_by(Event.source, Event.kind)):
-        events.add_metric([source, kind], n)
+                                 labels=["cluster", "source", "kind"])
+    for cluster, source, kind, n in s.execute(select(Event.cluster, Event.source, Event.kind, func.count())
+                                              .group_by(Event.cluster, Event.source, Event.kind)):
+        events.add_metric([cluster, source, kind], n)
     yield events
     decisions = CounterMetricFamily("remediation_event_decisions", "Events by the decision taken",
-                                    labels=["decision"])
-    for decision, n in s.execute(select(Event.decision, func.count()).group_by(Event.decision)):
-        decisions.add_metric([decision or "pending"], n)
+                                    labels=["cluster", "decision"])
+    for cluster, decision, n in s.execute(select(Event.cluster, Event.decision, func.count())
+                                          .group_by(Event.cluster, Event.decision)):
+        decisions.add_metric([cluster, decision or "pending"], n)
     yield decisions
-    rejected = CounterMetricFamily("remediation_rejected_events", "Payloads that could not be ingested")
-    rejected.add_metric([], s.scalar(select(func.count()).select_from(RejectedEvent)) or 0)
+    rejected = CounterMetricFamily("remediation_rejected_events", "Payloads that could not be ingested",
+                                   labels=["cluster"])
+    for cluster, n in s.execute(select(RejectedEvent.cluster, func.count()).group_by(RejectedEvent.cluster)):
+        rejected.add_metric([cluster], n)
     yield rejected
     fenced = CounterMetricFamily("remediation_fenced_events", "Events dropped at ingest: published under a "
-                                 "leader lock's fencing token a newer holder had replaced", labels=["lock"])
-    for lock, n in s.execute(select(LeaderFence.lock, LeaderFence.fenced)):
-        fenced.add_metric([lock], n)
+                                 "leader lock's fencing token a newer holder had replaced", labels=["cluster", "lock"])
+    for cluster, lock, n in s.execute(select(LeaderFence.cluster, LeaderFence.lock, LeaderFence.fenced)):
+        fenced.add_metric([cluster, lock], n)
     yield fenced
 
 
-def _remediation_metrics(s: Session) -> Iterable[Metric]:
+def _remediation_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
     """Remediations closed by outcome, open by status and step, and opened by fault class and action."""
     closed = CounterMetricFamily("remediation_remediations", "Closed remediations by outcome",
-                                 labels=["outcome"])
+                                 labels=["cluster", "outcome"])
     opened = GaugeMetricFamily("remediation_remediations_open", "Open remediations by status and step",
-                               labels=["status", "step"])
-    counts = {st.value: 0 for st in RemediationStatus if st not in OPEN_STATUSES}
-    for status, step, n in s.execute(select(Remediation.status, Remediation.step, func.count())
-                                     .group_by(Remediation.status, Remediation.step)):
+                               labels=["cluster", "status", "step"])
+    counts = {(c, st.value): 0 for c in clusters for st in RemediationStatus if st not in OPEN_STATUSES}
+    for cluster, status, step, n in s.execute(
+            select(Remediation.cluster, Remediation.status, Remediation.step, func.count())
+            .group_by(Remediation.cluster, Remediation.status, Remediation.step)):
         if status in OPEN_STATUSES:
-            opened.add_metric([status, step], n)
+            opened.add_metric([cluster, status, step], n)
         else:
-            counts[status] = counts.get(status, 0) + n
-    for outcome, n in counts.items():
-        closed.add_metric([outcome], n)
+            counts[cluster, status] = counts.get((cluster, status), 0) + n
+    for (cluster, outcome), n in counts.items():
+        closed.add_metric([cluster, outcome], n)
     yield closed
     yield opened
     by_class = CounterMetricFamily(
         "remediation_remediations_by_class", "Remediations opened (dry-run excluded) by the fault class "
-        "read from the signal and the action its ladder chose (now, or last)", labels=["fault_class", "action"])
-    for cls, action, n in s.execute(select(Remediation.fault_class, Remediation.action, func.count())
-                                    .where(Remediation.dry_run.is_(False))
-                                    .group_by(Remediation.fault_class, Remediation.action)):
-        by_class.add_metric([cls or "unset", action or "unset"], n)
+        "read from the signal and the action its ladder chose (now, or last)",
+        labels=["cluster", "fault_class", "action"])
+    r = Remediation
+    for cluster, cls, action, n in s.execute(select(r.cluster, r.fault_class, r.action, func.count())
+                                             .where(r.dry_run.is_(False))
+                                             .group_by(r.cluster, r.fault_class, r.action)):
+        by_class.add_metric([cluster, cls or "unset", action or "unset"], n)
     yield by_class
 
 
-def _node_metrics(s: Session) -> Iterable[Metric]:
+def _node_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
     """Nodes by status (every status a series, 0 when none) and those in quarantine."""
-    nodes = GaugeMetricFamily("remediation_nodes", "Nodes by status", labels=["status"])
-    by_status = {st.value: 0 for st in NodeStatus}
-    for nstatus, n in s.execute(select(Node.status, func.count()).group_by(Node.status)):
-        by_status[nstatus] = n
-    for label, n in by_status.items():
-        nodes.add_metric([label], n)
+    nodes = GaugeMetricFamily("remediation_nodes", "Nodes by status", labels=["cluster", "status"])
+    by_status = {(c, st.value): 0 for c in clusters for st in NodeStatus}
+    for cluster, nstatus, n in s.execute(select(Node.cluster, Node.status, func.count())
+                                         .group_by(Node.cluster, Node.status)):
+        by_status[cluster, nstatus] = n
+    for (cluster, label), n in by_status.items():
+        nodes.add_metric([cluster, label], n)
     yield nodes
-    yield GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine",
-                            value=by_status[NodeStatus.QUARANTINED.value])
+    quarantined = GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine", labels=["cluster"])
+    for c in clusters:
+        quarantined.add_metric([c], by_status.get((c, NodeStatus.QUARANTINED.value), 0))
+    yield quarantined
 
 
-def _control_metrics(s: Session) -> Iterable[Metric]:
-    """The storm breaker (and why it is open), incidents open and ever opened, and the pause."""
-    latch = BreakerLatch.load(control_get(s, BREAKER))
-    yield GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds machine actions "
-                            "(it latches: open until a human closes it)", value=1 if latch.open else 0)
+def _control_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
+    """The storm breaker (and why it is open), incidents open and ever opened, and the pause, per cluster."""
+    rows = s.execute(select(Control.cluster, Control.key, Control.value).where(Control.key.in_([BREAKER, PAUSED])))
+    stored = {(cluster, key): dict(value or {}) for cluster, key, value in rows}
+    clusters = sorted(set(clusters) | {c for c, _ in stored})
+    is_open = GaugeMetricFamily("remediation_breaker_open", "1 while the storm breaker holds machine actions "
+                                "(it latches: open until a human closes it)", labels=["cluster"])
     why = GaugeMetricFamily("remediation_breaker_open_info", "Why the storm breaker is open (1 while open)",
-                            labels=["reason", "since"])
-    if latch.open:
-        why.add_metric([(latch.reason or "")[:200], latch.at or ""], 1)
+                            labels=["cluster", "reason", "since"])
+    paused = GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the "
+                               "system on a fault in its own plumbing)", labels=["cluster"])
+    for c in clusters:
+        latch = BreakerLatch.load(stored.get((c, BREAKER), {}))
+        is_open.add_metric([c], 1 if latch.open else 0)
+        if latch.open:
+            why.add_metric([c, (latch.reason or "")[:200], latch.at or ""], 1)
+        paused.add_metric([c], 1 if PauseState.load(stored.get((c, PAUSED), {})).paused else 0)
+    yield is_open
     yield why
-    seen = incidents.counts(s)
-    yield GaugeMetricFamily("remediation_incidents_open", "Topology-correlated incidents open now "
-                            "(one failure domain, many nodes; dry-run ones excluded)", value=seen["open"])
-    yield CounterMetricFamily("remediation_incidents", "Topology-correlated incidents ever opened "
-                              "(dry-run ones excluded)", value=seen["total"])
-    yield GaugeMetricFamily("remediation_paused", "1 while all automation is paused (by a human, or by the system on a fault in its own plumbing)",
-                            value=1 if PauseState.load(control_get(s, PAUSED)).paused else 0)
+    seen = incidents.counts_by_cluster(s)
+    now_open = GaugeMetricFamily("remediation_incidents_open", "Topology-correlated incidents open now "
+                                 "(one failure domain, many nodes; dry-run ones excluded)", labels=["cluster"])
+    ever = CounterMetricFamily("remediation_incidents", "Topology-correlated incidents ever opened "
+                               "(dry-run ones excluded)", labels=["cluster"])
+    for c in sorted(set(clusters) | set(seen)):
+        counted = seen.get(c, {"open": 0, "total": 0})
+        now_open.add_metric([c], counted["open"])
+        ever.add_metric([c], counted["total"])
+    yield now_open
+    yield ever
+    yield paused
 
 
-def _age_metrics(s: Session, now: datetime) -> Iterable[Metric]:
+def _age_metrics(s: Session, now: datetime, clusters: list[str]) -> Iterable[Metric]:
     """How overdue the most overdue open step is, and the oldest open remediation's age by step."""
-    oldest = s.scalar(select(func.min(Remediation.next_run_at)).where(
-        Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now))
-    lag = max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0
-    yield GaugeMetricFamily("remediation_workflow_lag_seconds",
-                            "How overdue the most overdue open remediation step is", value=lag)
+    lag = GaugeMetricFamily("remediation_workflow_lag_seconds",
+                            "How overdue the most overdue open remediation step is", labels=["cluster"])
+    overdue = dict(s.execute(select(Remediation.cluster, func.min(Remediation.next_run_at)).where(
+        Remediation.status.in_(OPEN_STATUSES), Remediation.next_run_at < now).group_by(Remediation.cluster)).all())
+    for c in clusters:
+        oldest = overdue.get(c)
+        lag.add_metric([c], max(0.0, (now - aware(oldest)).total_seconds()) if oldest is not None else 0.0)
+    yield lag
     age = GaugeMetricFamily("remediation_oldest_open_seconds", "Age of the oldest open remediation, by the "
-                            "step it stands at (one past every step timeout is stuck)", labels=["step"])
-    ages = {st.value: 0.0 for st in Step if st is not Step.DONE}  # 0: none open there (a series, not a gap)
-    for step, first in s.execute(select(Remediation.step, func.min(Remediation.opened_at))
-                                 .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.step)):
-        ages[step] = max(0.0, (now - aware(first)).total_seconds())
-    for label, seconds in ages.items():
-        age.add_metric([label], seconds)
+                            "step it stands at (one past every step timeout is stuck)", labels=["cluster", "step"])
+    # 0: none open there (a series, not a gap)
+    ages = {(c, st.value): 0.0 for c in clusters for st in Step if st is not Step.DONE}
+    for cluster, step, first in s.execute(
+            select(Remediation.cluster, Remediation.step, func.min(Remediation.opened_at))
+            .where(Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.cluster, Remediation.step)):
+        ages[cluster, step] = max(0.0, (now - aware(first)).total_seconds())
+    for (cluster, label), seconds in ages.items():
+        age.add_metric([cluster, label], seconds)
     yield age
 
 

@@ -3,7 +3,8 @@
 One periodic pass reads audit rows after a cursor (``notify_cursor``) in three phases: **plan** (one
 short transaction: pick, rate-limit and summarise rows, take a lease), **post** (no transaction open),
 **record** (advance the cursor, give back the lease). Delivery is at-least-once. Dry-run rows are
-marked, outside text is escaped, and the webhook URL, a secret, is never logged.
+marked, outside text is escaped, and the webhook URL, a secret, is never logged. A row of a cluster other
+than ``default`` names its cluster (one database serves several).
 
 Why: docs/architecture.md#notifications-the-audit-log-is-the-outbox
 """
@@ -30,6 +31,7 @@ from remediation.domain.policy import Clock
 from remediation.domain.states import AuditAction
 from remediation.hostlist import compress
 from remediation.settings import NotifySettings
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 log = logging.getLogger(__name__)
 
@@ -159,19 +161,29 @@ def _plan(rows: Sequence[AuditLog], sent: dict[str, str], now: datetime, *, cfg:
         if aware(row.at) < horizon:
             result.stale += 1
             continue
-        key = f"{row.action}|{row.target}"
+        key = _key(row)
         if key in seen:
             result.suppressed += 1
             continue
         seen.add(key)
         keep.append(row)
     direct, rest = keep[: cfg.max_per_pass], keep[cfg.max_per_pass:]
-    msgs = [_Msg(r.id, r.id, {"text": _format(r, cfg)}, [f"{r.action}|{r.target}"]) for r in direct]
+    msgs = [_Msg(r.id, r.id, {"text": _format(r, cfg)}, [_key(r)]) for r in direct]
     if rest:
         result.collapsed = len(rest)
-        msgs.append(_Msg(rest[0].id, rest[-1].id, {"text": _summary(rest)},
-                         [f"{r.action}|{r.target}" for r in rest]))
+        msgs.append(_Msg(rest[0].id, rest[-1].id, {"text": _summary(rest)}, [_key(r) for r in rest]))
     return msgs
+
+
+def _key(row: AuditLog) -> str:
+    """What one page is about, for the rate limit: two clusters' gpu-node-0 are two nodes."""
+    key = f"{row.action}|{row.target}"
+    return key if row.cluster == DEFAULT_CLUSTER else f"{key}|{row.cluster}"
+
+
+def _where(row: AuditLog) -> str:
+    """`` in cluster NAME`` for a row of a cluster other than ``default``; nothing for ``default``'s."""
+    return "" if row.cluster == DEFAULT_CLUSTER else f" in cluster *{slack_escape(row.cluster)}*"
 
 
 def slack_escape(text: str) -> str:
@@ -187,10 +199,12 @@ def _format(row: AuditLog, cfg: NotifySettings) -> str:
         emoji, headline = ":test_tube:", f"[DRY-RUN] {headline} (nothing was changed)"
     target = slack_escape(row.target or "")
     if target and cfg.dashboard_url:
-        link = slack_escape(cfg.dashboard_url.rstrip("/") + "/nodes/" + quote(row.target, safe=""))
+        page = "/nodes/" + quote(row.target, safe="")
+        page += "" if row.cluster == DEFAULT_CLUSTER else "?cluster=" + quote(row.cluster, safe="")
+        link = slack_escape(cfg.dashboard_url.rstrip("/") + page)
         target = f"<{link.replace('|', '%7C')}|{target}>"
     parts = [f"{emoji} *{headline}*" + (f" `{target}`" if target and not cfg.dashboard_url else
-                                         f" {target}" if target else "")]
+                                         f" {target}" if target else "") + _where(row)]
     if row.reason:
         parts.append(f"> {slack_escape(row.reason[:500])}")
     remediation = (row.detail or {}).get("remediation")
@@ -203,8 +217,12 @@ def _summary(rows: list[AuditLog]) -> str:
     by_action = Counter(r.action for r in rows)
     lines = [f":bell: *…and {len(rows)} more* (collapsed to avoid a page storm)"]
     for action, n in by_action.most_common():
-        nodes = sorted({r.target for r in rows if r.action == action and r.target})
+        nodes = sorted({r.target for r in rows if r.action == action and r.target and r.cluster == DEFAULT_CLUSTER})
         where = f" on {slack_escape(compress(nodes))}" if nodes else ""
+        for cluster in sorted({r.cluster for r in rows if r.action == action and r.cluster != DEFAULT_CLUSTER}):
+            theirs = sorted({r.target for r in rows if r.action == action and r.target and r.cluster == cluster})
+            where += f"{';' if where else ''} in cluster {slack_escape(cluster)}" + (
+                f" on {slack_escape(compress(theirs))}" if theirs else "")
         dry = sum(1 for r in rows if r.action == action and r.dry_run)
         mark = f" ({dry} DRY-RUN, nothing changed)" if dry else ""
         lines.append(f"• {NOTIFIABLE[action][1]}: {n}{mark}{where}"[:400])

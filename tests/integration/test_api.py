@@ -143,21 +143,21 @@ def test_metrics_expose_the_history(client, history, sessions) -> None:
     with sessions() as s, s.begin():
         control_set(s, BREAKER, {"open": True}, now=history.start)
     text = client.get("/metrics").text
-    assert _metric(text, "remediation_events_total", '{kind="unhealthy",source="slurm"}') == 5
-    assert _metric(text, "remediation_events_total", '{kind="inventory",source="slurm"}') == 10
-    assert _metric(text, "remediation_remediations_total", '{outcome="succeeded"}') == 3
-    assert _metric(text, "remediation_remediations_total", '{outcome="quarantined"}') == 1
-    assert _metric(text, "remediation_remediations_open", '{status="waiting",step="slurm_drain"}') == 1
-    assert _metric(text, "remediation_quarantined_nodes") == 1
-    assert _metric(text, "remediation_breaker_open") == 1
-    assert _metric(text, "remediation_paused") == 0
+    assert _metric(text, "remediation_events_total", '{cluster="default",kind="unhealthy",source="slurm"}') == 5
+    assert _metric(text, "remediation_events_total", '{cluster="default",kind="inventory",source="slurm"}') == 10
+    assert _metric(text, "remediation_remediations_total", '{cluster="default",outcome="succeeded"}') == 3
+    assert _metric(text, "remediation_remediations_total", '{cluster="default",outcome="quarantined"}') == 1
+    assert _metric(text, "remediation_remediations_open", '{cluster="default",status="waiting",step="slurm_drain"}') == 1
+    assert _metric(text, "remediation_quarantined_nodes", '{cluster="default"}') == 1
+    assert _metric(text, "remediation_breaker_open", '{cluster="default"}') == 1
+    assert _metric(text, "remediation_paused", '{cluster="default"}') == 0
     assert _metric(text, "remediation_queue_depth", '{queue="workflow"}') == 7
-    assert _metric(text, "remediation_rejected_events_total") == 1
+    assert _metric(text, "remediation_rejected_events_total", '{cluster="default"}') == 1
     # Two verify attempts on gpu-node-8 each waited ~125 s: between the 120 s and 300 s buckets.
-    assert _metric(text, "remediation_step_duration_seconds_count", '{step="verify"}') == 5
-    assert _metric(text, "remediation_step_duration_seconds_bucket", '{le="120.0",step="verify"}') == 3
-    assert _metric(text, "remediation_step_duration_seconds_bucket", '{le="300.0",step="verify"}') == 5
-    assert _metric(text, "remediation_workflow_lag_seconds") > 0  # gpu-node-4's check is long overdue
+    assert _metric(text, "remediation_step_duration_seconds_count", '{cluster="default",step="verify"}') == 5
+    assert _metric(text, "remediation_step_duration_seconds_bucket", '{cluster="default",le="120.0",step="verify"}') == 3
+    assert _metric(text, "remediation_step_duration_seconds_bucket", '{cluster="default",le="300.0",step="verify"}') == 5
+    assert _metric(text, "remediation_workflow_lag_seconds", '{cluster="default"}') > 0  # gpu-node-4's check is long overdue
     assert _metric(text, "remediation_database_up") == 1
 
 

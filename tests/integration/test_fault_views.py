@@ -146,5 +146,5 @@ def test_api_dashboard_and_metrics_carry_class_action_and_score(client, history,
     assert "<th>Class</th><th>Action</th>" in client.get("/remediations?status=").text
 
     metrics = client.get("/metrics").text
-    assert 'remediation_remediations_by_class_total{action="move-host",fault_class="gpu-hardware"} 1.0' in metrics
-    assert 'remediation_remediations_by_class_total{action="quarantine",fault_class="host"} 1.0' in metrics
+    assert 'remediation_remediations_by_class_total{action="move-host",cluster="default",fault_class="gpu-hardware"} 1.0' in metrics
+    assert 'remediation_remediations_by_class_total{action="quarantine",cluster="default",fault_class="host"} 1.0' in metrics

@@ -94,7 +94,7 @@ def test_a_replaced_leaders_events_are_fenced_at_ingest(
     assert result.rejected == 2 and len(rejected) == 2
     assert all(f"token {old.token} after token {new.token}" in e for e in rejected), rejected
     assert fence is not None and (fence.token, fence.fenced) == (new.token, 2)
-    assert make_registry(sessions).get_sample_value("remediation_fenced_events_total", {"lock": "slurm"}) == 2
+    assert make_registry(sessions).get_sample_value("remediation_fenced_events_total", {"cluster": "default", "lock": "slurm"}) == 2
     # A later batch from the old holder is fenced too: the highest token is kept in Postgres.
     with sessions() as s, s.begin():
         again = ingest(

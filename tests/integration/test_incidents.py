@@ -273,14 +273,15 @@ def test_api_reads_resolves_and_counts_incidents(committed) -> None:
         assert c.get("/api/v1/incidents/999", headers=reader).status_code == 404
         assert c.get("/api/v1/incidents?status=bogus", headers=reader).status_code == 422
         metrics = c.get("/metrics").text
-        assert "remediation_incidents_open 1.0" in metrics and "remediation_incidents_total 1.0" in metrics
+        assert 'remediation_incidents_open{cluster="default"} 1.0' in metrics
+        assert 'remediation_incidents_total{cluster="default"} 1.0' in metrics
         path = f"/api/v1/incidents/{row['id']}/resolve"
         assert c.post(path, json={"reason": "fixed"}, headers=reader).status_code == 403
         res = c.post(path, json={"reason": "fixed", "actor": "alice"}, headers=admin)
         assert res.status_code == 200 and sorted(res.json()["released"]) == sorted(
             m["id"] for m in detail["remediations"])
         assert c.post(path, json={"reason": "again"}, headers=admin).status_code == 409
-        assert "remediation_incidents_open 0.0" in c.get("/metrics").text
+        assert 'remediation_incidents_open{cluster="default"} 0.0' in c.get("/metrics").text
 
 
 def test_dashboard_lists_incidents_and_resolves_with_admin_and_csrf(committed) -> None:

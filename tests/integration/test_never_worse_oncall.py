@@ -149,8 +149,8 @@ def test_api_breaker_route_close_and_cancel_give_back(client, storm, sessions, d
 
 def test_dashboard_and_metrics_show_it_open_and_why_until_closed(client, storm, dispatch) -> None:
     text = client.get("/metrics").text
-    assert re.search(r"^remediation_breaker_open 1\.0$", text, re.M)
-    assert re.search(r'^remediation_breaker_open_info\{reason="3/20 nodes failed[^"]*",since="[^"]+"\} 1\.0$', text,
+    assert re.search(r'^remediation_breaker_open\{cluster="default"\} 1\.0$', text, re.M)
+    assert re.search(r'^remediation_breaker_open_info\{cluster="default",reason="3/20 nodes failed[^"]*",since="[^"]+"\} 1\.0$', text,
                      re.M)
     client.post("/login", data={"token": ADMIN, "name": "dana", "next": "/"})
     page = client.get("/").text
@@ -160,4 +160,4 @@ def test_dashboard_and_metrics_show_it_open_and_why_until_closed(client, storm, 
     assert res.status_code == 303 and "storm%20breaker%20closed" in res.headers["location"]
     assert "Close the storm breaker" not in client.get("/").text
     text = client.get("/metrics").text
-    assert re.search(r"^remediation_breaker_open 0\.0$", text, re.M) and "remediation_breaker_open_info{" not in text
+    assert re.search(r'^remediation_breaker_open\{cluster="default"\} 0\.0$', text, re.M) and "remediation_breaker_open_info{" not in text

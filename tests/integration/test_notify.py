@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import FakeClock
 from remediation.db.queries import control_get
+from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
 from remediation.services.audit import audit
 from remediation.services.notify import CURSOR, run_pass
@@ -192,3 +193,21 @@ def test_text_from_outside_is_escaped_so_it_cannot_ping_or_link(sessions, receiv
     assert "<!channel>" not in text and "<https://evil" not in text
     assert "&lt;!channel&gt; see &lt;https://evil.example|the fix&gt; &amp; more" in text
     assert "<https://oncall.example/nodes/gpu%3Cnode%3E%261|gpu&lt;node&gt;&amp;1>" in text
+
+
+def test_a_page_names_its_cluster_unless_it_is_the_default(sessions, receiver, clock) -> None:
+    """One database, two clusters: east's gpu-node-1 and the default cluster's gpu-node-1 are two nodes
+    (two pages, not one held back by the rate limit); east's page says east, and links to its node."""
+    add(sessions, clock, "escalate", "gpu-node-1", "verify timed out")
+    add(scoped(sessions, "east"), clock, "escalate", "gpu-node-1", "verify timed out")
+    res = run_pass(sessions, cfg(receiver, dashboard_url="https://oncall.example/"), clock=clock)
+    assert (res.sent, res.suppressed) == (2, 0)
+    default, east = receiver.texts
+    assert "cluster" not in default and "<https://oncall.example/nodes/gpu-node-1|gpu-node-1>" in default
+    assert "<https://oncall.example/nodes/gpu-node-1?cluster=east|gpu-node-1> in cluster *east*" in east
+    # A storm's summary says which cluster's nodes it collapsed.
+    for i in range(8):
+        add(scoped(sessions, "east"), clock, "remediation_quarantined", f"gpu-node-{i}")
+    res = run_pass(sessions, cfg(receiver), clock=clock)
+    assert (res.sent, res.collapsed) == (6, 3)
+    assert "Quarantined: 3 in cluster east on gpu-node-[5-7]" in receiver.texts[-1]

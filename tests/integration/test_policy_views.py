@@ -138,8 +138,8 @@ def test_profile_on_nodes_remediations_stats_dashboard_and_metrics(client, fleet
     assert (stats["total"], stats["dry_run"], stats["profile"]) == (1, 1, "serve")
     assert client.get("/api/v1/stats", params={"profile": "train"}).json()["total"] == 1
     metrics = client.get("/metrics").text
-    assert 'remediation_profile_nodes{profile="train"} 2.0' in metrics
-    assert 'remediation_profile_remediations_open{dry_run="true",profile="serve"} 1.0' in metrics
+    assert 'remediation_profile_nodes{cluster="default",profile="train"} 2.0' in metrics
+    assert 'remediation_profile_remediations_open{cluster="default",dry_run="true",profile="serve"} 1.0' in metrics
     listed = run("remediations", "list", "--profile", "serve")
     assert "serve (dry-run: records only)" in listed.stdout and "gpu-node-2" not in listed.stdout
     shown = run("nodes", "show", "gpu-node-2")

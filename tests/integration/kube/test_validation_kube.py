@@ -127,8 +127,8 @@ def test_pass_binds_tolerates_and_returns_the_node(settings: Settings, kube_api:
         shown = node_detail(s, NODE).validations  # what nodes show, the API and the dashboard render
     assert [(x.outcome, x.remediation_id, x.exit_code) for x in shown] == [("passed", rid, 0)]
     text = metrics(sessions)
-    assert 'remediation_validations_total{backend="kubernetes",outcome="passed"} 1.0' in text
-    assert "remediation_validation_pass_rate 1.0" in text
+    assert 'remediation_validations_total{backend="kubernetes",cluster="default",outcome="passed"} 1.0' in text
+    assert 'remediation_validation_pass_rate{cluster="default"} 1.0' in text
 
 
 def test_fail_climbs_the_ladder_with_the_log_on_the_step(settings: Settings, kube_api: KubeAPIServer,
@@ -148,9 +148,9 @@ def test_fail_climbs_the_ladder_with_the_log_on_the_step(settings: Settings, kub
         assert "row remapping failure" in row.detail["validation"]["output"]
     assert (v.outcome, v.exit_code) == ("failed", 226)
     text = metrics(sessions)
-    assert 'remediation_validations_total{backend="kubernetes",outcome="failed"} 1.0' in text
-    assert "remediation_validation_pass_rate 0.0" in text
-    assert 'remediation_validation_duration_seconds_count{outcome="failed"} 1.0' in text
+    assert 'remediation_validations_total{backend="kubernetes",cluster="default",outcome="failed"} 1.0' in text
+    assert 'remediation_validation_pass_rate{cluster="default"} 0.0' in text
+    assert 'remediation_validation_duration_seconds_count{cluster="default",outcome="failed"} 1.0' in text
 
 
 def metrics(sessions: sessionmaker[Session]) -> str:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from remediation.domain.hardware import Gpu, Sighting, eras, parse_gpus, shared_serials
+from remediation.domain.hardware import Gpu, Sighting, eras, failed_elsewhere, parse_gpus, shared_serials
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 Q_OUTPUT = """\
@@ -101,3 +101,24 @@ def test_an_identity_read_never_hides_a_retry_after_but_a_gone_machine_is_only_n
         read(CredentialError("403", component="cloud"))
     assert read(NotFound("instance gone")) == {"hardware_error": "instance gone"}
     assert read(TransientError("429"), strict=False) == {"hardware_error": "429"}  # a quarantine never waits
+
+
+def test_hardware_is_named_by_gpu_serials_bmc_and_host_never_by_instance() -> None:
+    s = Sighting("n1", at(0), "quarantine", instance_id="i-1", host="h1", bmc_uuid="u1", bmc_serial="s1",
+                 gpus=(Gpu("GPU-a", "SN1"), Gpu("GPU-b", None)))
+    assert s.identities == frozenset({"gpu:SN1", "gpu:GPU-b", "host:h1", "bmc:u1", "serial:s1"})
+    assert Sighting("n1", at(0), "vm_restart", instance_id="i-1").identities == frozenset()
+
+
+def test_failed_elsewhere_is_a_failure_in_another_cluster_before_the_hardware_was_seen_here() -> None:
+    here = eras([Sighting("n1", at(10), "validate", gpus=(Gpu("GPU-a", "SN1"),), cluster="east")])[-1]
+    before = Sighting("n1", at(1), "validate", gpus=(Gpu("GPU-a", "SN1"),), remediation_id=7, cluster="west")
+    seen = [
+        before,
+        Sighting("n9", at(2), "validate", gpus=(Gpu("GPU-z", "SN9"),), remediation_id=8, cluster="west"),  # other GPU
+        Sighting("n2", at(3), "validate", gpus=(Gpu("GPU-a", "SN1"),), cluster="west"),  # read, never failed
+        Sighting("n3", at(4), "validate", gpus=(Gpu("GPU-a", "SN1"),), remediation_id=9, cluster="east"),  # here
+        Sighting("n1", at(11), "validate", gpus=(Gpu("GPU-a", "SN1"),), remediation_id=10, cluster="west"),  # later
+    ]
+    assert failed_elsewhere(here, "east", seen, last_seen=at(10)) == [before]
+    assert failed_elsewhere(here, "west", seen, last_seen=at(10)) == [seen[3]]

@@ -99,12 +99,12 @@ HEALTHY = [
     ('remediation_watcher_last_success_timestamp_seconds{watcher="slurm",pod="s2"}', "0x40"),
     ('remediation_watcher_leader{watcher="kube",pod="k1"}', "1x40"),
     ('remediation_watcher_last_success_timestamp_seconds{watcher="kube",pod="k1"}', "0+60x40"),
-    ('remediation_breaker_open{pod="a1"}', "0x40"),
-    ('remediation_paused{pod="a1"}', "0x40"),
-    ('remediation_oldest_open_seconds{step="k8s_evict",pod="a1"}', "120x40"),
-    ('remediation_workflow_lag_seconds{pod="a1"}', "0x40"),
-    ('remediation_remediations_total{outcome="quarantined",pod="a1"}', "5x40"),
-    ('remediation_rejected_events_total{pod="a1"}', "2x40"),
+    ('remediation_breaker_open{cluster="default",pod="a1"}', "0x40"),
+    ('remediation_paused{cluster="default",pod="a1"}', "0x40"),
+    ('remediation_oldest_open_seconds{cluster="default",step="k8s_evict",pod="a1"}', "120x40"),
+    ('remediation_workflow_lag_seconds{cluster="default",pod="a1"}', "0x40"),
+    ('remediation_remediations_total{cluster="default",outcome="quarantined",pod="a1"}', "5x40"),
+    ('remediation_rejected_events_total{cluster="default",pod="a1"}', "2x40"),
     ('remediation_worker_tasks_total{task="remediation.ingest",outcome="failed",pod="w1"}', "0x40"),
     ('remediation_queue_depth{queue="events",pod="a1"}', "0 800 20 0 3000 0x36"),  # bursts, drained
     ('remediation_worker_tasks_total{task="remediation.ingest",outcome="succeeded",pod="w1"}', "0+10x40"),
@@ -123,24 +123,24 @@ CASES: dict[str, tuple[list[tuple[str, str]], list[dict[str, str]]]] = {
         [{"watcher": "kube", "severity": "critical"}],
     ),
     "RemediationBreakerOpen": (
-        _with({'remediation_breaker_open{pod="a1"}': "0x10 1x30"}),
-        [{"severity": "critical"}],
+        _with({'remediation_breaker_open{cluster="default",pod="a1"}': "0x10 1x30"}),
+        [{"cluster": "default", "severity": "critical"}],
     ),
     "RemediationAutomationPaused": (
-        _with({'remediation_paused{pod="a1"}': "0x5 1x35"}),
-        [{"severity": "warning"}],
+        _with({'remediation_paused{cluster="default",pod="a1"}': "0x5 1x35"}),
+        [{"cluster": "default", "severity": "warning"}],
     ),
     "RemediationStuck": (
-        _with({'remediation_oldest_open_seconds{step="k8s_evict",pod="a1"}': "14000+60x40"}),
-        [{"step": "k8s_evict", "severity": "warning"}],
+        _with({'remediation_oldest_open_seconds{cluster="default",step="k8s_evict",pod="a1"}': "14000+60x40"}),
+        [{"cluster": "default", "step": "k8s_evict", "severity": "warning"}],
     ),
     "RemediationQuarantineRateHigh": (
-        _with({'remediation_remediations_total{outcome="quarantined",pod="a1"}': "5x10 6 7 8 9 10 11 12x20"}),
-        [{"severity": "warning"}],
+        _with({'remediation_remediations_total{cluster="default",outcome="quarantined",pod="a1"}': "5x10 6 7 8 9 10 11 12x20"}),
+        [{"cluster": "default", "severity": "warning"}],
     ),
     "RemediationRejectedEvents": (
-        _with({'remediation_rejected_events_total{pod="a1"}': "2+1x40"}),
-        [{"severity": "warning"}],
+        _with({'remediation_rejected_events_total{cluster="default",pod="a1"}': "2+1x40"}),
+        [{"cluster": "default", "severity": "warning"}],
     ),
     "RemediationEventLag": (
         _with({'remediation_queue_depth{queue="events",pod="a1"}': "0x10 1500+100x30"}),
@@ -214,4 +214,13 @@ def test_no_watcher_leader_is_stale_too(tmp_path: Path) -> None:
         {"watcher": "slurm", "severity": "critical"},
         {"watcher": "kube", "severity": "critical"},
     ]
+    _promtool_test(tmp_path, series, expected)
+
+
+def test_each_cluster_alerts_on_its_own(tmp_path: Path) -> None:
+    """Two clusters in one database: the breaker of one latched, the other's healthy; one alert, naming it."""
+    series = [*HEALTHY, ('remediation_breaker_open{cluster="east",pod="a1"}', "0x10 1x30"),
+              ('remediation_paused{cluster="east",pod="a1"}', "0x40")]
+    expected: dict[str, list[dict[str, str]]] = {name: [] for name in ALERTS}
+    expected["RemediationBreakerOpen"] = [{"cluster": "east", "severity": "critical"}]
     _promtool_test(tmp_path, series, expected)
