@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from remediation.db.fault_history import app_xid_counts, failure_history
 from remediation.db.models import Node
 from remediation.db.queries import among, recent_failure_counts
+from remediation.db.scope import cluster_of
 from remediation.domain.events import EventKind, NodeEvent
 from remediation.domain.lemon import Failure
 from remediation.profiles.rules import Governance, NodeFacts, Resolution
@@ -39,11 +40,12 @@ def record_facts(session: Session, events: Iterable[NodeEvent]) -> int:
     """Keep the latest partitions, features and labels each node's events report."""
     slurm: dict[str, dict[str, Any]] = {}
     labels: dict[str, dict[str, Any]] = {}
+    key = {"cluster": cluster_of(session)}  # a bulk update by primary key names the whole key
     for ev in sorted(events, key=lambda e: e.observed_at):
         if ev.kind is EventKind.INVENTORY and ev.partitions is not None:
-            slurm[ev.node] = {"name": ev.node, "partitions": ev.partitions, "features": ev.features or []}
+            slurm[ev.node] = {**key, "name": ev.node, "partitions": ev.partitions, "features": ev.features or []}
         elif ev.kind is EventKind.LABELS and ev.labels is not None:
-            labels[ev.node] = {"name": ev.node, "labels": ev.labels}
+            labels[ev.node] = {**key, "name": ev.node, "labels": ev.labels}
     for rows in (slurm, labels):  # one statement shape each
         if rows:
             session.execute(update(Node), list(rows.values()))
@@ -96,7 +98,7 @@ def _resolve(session: Session, governance: Governance, names: Collection[str] | 
         facts, stored = rows.get(name, (NodeFacts(name), None))
         out[name] = governance.of(facts)
         if name in rows and out[name][0].name != stored:
-            moved.append({"name": name, "profile": out[name][0].name})
+            moved.append({"cluster": cluster_of(session), "name": name, "profile": out[name][0].name})
     if moved:
         session.execute(update(Node), moved)
     return out, len(moved)

@@ -158,3 +158,18 @@ def test_an_event_naming_another_cluster_on_a_clusters_stream_is_kept_and_refuse
         (row,) = s.scalars(select(RejectedEvent)).all()
         assert row.cluster == "east" and row.error.startswith("foreign-cluster: an event of cluster west")
         assert s.scalar(select(func.count()).select_from(Remediation)) == 0
+
+
+def test_an_inventory_records_its_nodes_facts_in_its_own_cluster(pair, sessions) -> None:
+    west, east = pair["west"], pair["east"]
+    for cluster, partition in ((west, "gpu-west"), (east, "gpu-east")):
+        event = NodeEvent(source=Source.SLURM, cluster=cluster.name, node="gpu-node-4", kind=EventKind.INVENTORY,
+                          state="IDLE", observed_at=cluster.clock.now(), partitions=[partition], features=["a100"])
+        with cluster.sessions() as s, s.begin():
+            ingest(s, [Published(event.to_json().encode(), Publisher.SLURM, cluster.name)], cluster.settings.policy,
+                   clock=cluster.clock)
+    with sessions() as s:
+        rows = s.execute(select(Node.cluster, Node.partitions).where(Node.name == "gpu-node-4")
+                         .order_by(Node.cluster)).all()
+        assert [tuple(r) for r in rows] == [("east", ["gpu-east"]), ("west", ["gpu-west"])]
+        assert s.scalar(select(func.count()).select_from(RejectedEvent)) == 0
