@@ -73,11 +73,12 @@ def enqueue(followups: Sequence[FollowUp | None]) -> None:
           max_retries=None)
 def ingest(self: DomainTask) -> int:
     rt = self.rt
-    opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
+        # Each cluster's part of a batch is committed, then its follow-ups queued at once: a fault read
+        # early in a long backlog starts isolation now, and no cluster's burst shares a dispatch.
         for cluster, mine in by_cluster(payloads).items():
-            opened.extend(ingest_cluster(rt, cluster, mine))
+            enqueue(ingest_cluster(rt, cluster, mine))
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
@@ -86,7 +87,6 @@ def ingest(self: DomainTask) -> int:
                           claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
                           keep=rt.settings.broker.stream_max_len)
         n = consume(rt.redis, rt.keys, handle, reading=reading)
-    enqueue(opened)
     return n
 
 

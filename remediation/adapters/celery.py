@@ -32,6 +32,13 @@ ISOLATE_TASK = "remediation.isolate"
 RESUME_TASK = "remediation.resume"
 
 
+#: Message priorities on the Redis transport: lower goes first, across every queue a worker reads
+#: (kombu pops each priority's lists before the next's). A message without one is at 0.
+FIRST_ISOLATION = 0  # a burst's first isolate task: one per cluster, so a storm elsewhere cannot bury it
+MORE_ISOLATION = 3  # the rest of a burst's isolate tasks
+LATER_STEP = 6  # every other step: a storm's follow-up steps wait behind every cluster's isolation
+
+
 def step_task(step: str) -> str:
     """The task that runs one workflow step (each step is its own task, so queues show where work is)."""
     return f"remediation.step.{step}"
@@ -83,8 +90,11 @@ class CeleryDispatcher:
 
     In a worker (``acts``): a remediation's first step, due now, goes in a ``remediation.isolate`` task
     with up to ``isolate_batch`` others, so the worker takes them all through isolation at once
-    (workers/isolate.py); every other step is its own task. Anywhere else (the API, the CLI) the
-    follow-ups go as one ``remediation.resume`` request on the ``requests`` queue."""
+    (workers/isolate.py); every other step is its own task. The first isolate task of a call goes
+    ahead of every other step and of the rest of any burst (:data:`FIRST_ISOLATION`): the ingest calls
+    once per cluster, so a lone fault in one cluster is isolated next, however many nodes another
+    cluster just lost. Anywhere else (the API, the CLI) the follow-ups go as one
+    ``remediation.resume`` request on the ``requests`` queue."""
 
     def __init__(self, app: Celery, isolate_batch: int = 64, acts: bool = True) -> None:
         self._app = app
@@ -99,11 +109,12 @@ class CeleryDispatcher:
         isolating = [f for f in followups if f is not None and f.step == FIRST and not f.countdown]
         ids = [f.remediation_id for f in isolating]
         for at in range(0, len(ids), self._isolate_batch):
-            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]], queue=WORKFLOW_QUEUE)
+            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]], queue=WORKFLOW_QUEUE,
+                                priority=MORE_ISOLATION if at else FIRST_ISOLATION)
         for f in followups:
             if f is not None and f not in isolating:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],
-                                    countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
+                                    countdown=f.countdown or None, queue=WORKFLOW_QUEUE, priority=LATER_STEP)
 
     def release(self, audit_id: int) -> None:
         self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)
