@@ -63,9 +63,10 @@ class DomainTask(Task):  # type: ignore[misc]
         return runtime(settings)
 
 
-def enqueue(followups: Sequence[FollowUp | None]) -> None:
-    """Queue follow-up steps on this worker's own app (the same broker the clients send to)."""
-    celery_dispatcher(settings, app).steps(followups)
+def enqueue(followups: Sequence[FollowUp | None], cluster: str | None = None) -> None:
+    """Queue follow-up steps on this worker's own app (the same broker the clients send to); isolation
+    on ``cluster``'s own queue when named."""
+    celery_dispatcher(settings, app).steps(followups, cluster)
 
 
 @app.task(name=INGEST_TASK, base=DomainTask, bind=True,
@@ -75,10 +76,10 @@ def ingest(self: DomainTask) -> int:
     rt = self.rt
 
     def handle(payloads: Sequence[bytes]) -> None:
-        # Each cluster's part of a batch is committed, then its follow-ups queued at once: a fault read
-        # early in a long backlog starts isolation now, and no cluster's burst shares a dispatch.
+        # Each cluster's part of a batch is committed, then its follow-ups queued at once, on its own
+        # isolate queue: a fault read early in a long backlog starts isolation now.
         for cluster, mine in by_cluster(payloads).items():
-            enqueue(ingest_cluster(rt, cluster, mine))
+            enqueue(ingest_cluster(rt, cluster, mine), cluster)
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
@@ -152,12 +153,13 @@ def resume(self: DomainTask, remediation_ids: list[int]) -> int:
 
 @app.task(name=SWEEP_TASK, base=DomainTask, bind=True)
 def sweep(self: DomainTask) -> int:
-    followups: list[FollowUp | None] = []
-    for workflow in self.rt.workflows.values():  # each cluster's pause, breaker and work are its own
+    swept = 0
+    for cluster, workflow in self.rt.workflows.items():  # each cluster's pause, breaker and work are its own
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
-        followups += workflow.sweep()
-    enqueue(followups)
-    return len(followups)
+        followups = workflow.sweep()
+        enqueue(followups, cluster)
+        swept += len(followups)
+    return swept
 
 
 @app.task(name=PRUNE_TASK, base=DomainTask, bind=True)

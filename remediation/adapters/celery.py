@@ -22,7 +22,7 @@ FIRST = HAPPY_PATH[0].value  # a remediation's first step: slurm_drain
 INGEST_QUEUE = "ingest"
 WORKFLOW_QUEUE = "workflow"
 REQUEST_QUEUE = "requests"
-WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # what a worker consumes
+WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # a worker consumes these, and isolate_queue()s
 INGEST_TASK = "remediation.ingest"
 RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"
@@ -34,9 +34,14 @@ RESUME_TASK = "remediation.resume"
 
 #: Message priorities on the Redis transport: lower goes first, across every queue a worker reads
 #: (kombu pops each priority's lists before the next's). A message without one is at 0.
-FIRST_ISOLATION = 0  # a burst's first isolate task: one per cluster, so a storm elsewhere cannot bury it
-MORE_ISOLATION = 3  # the rest of a burst's isolate tasks
+ISOLATION = 0  # isolate tasks: taking a node out of the schedulers' hands comes first
 LATER_STEP = 6  # every other step: a storm's follow-up steps wait behind every cluster's isolation
+
+
+def isolate_queue(cluster: str) -> str:
+    """The queue of one cluster's isolate tasks. A worker reads each served cluster's in turn (kombu's
+    round robin over queues), so one cluster's storm never stands in line before another's fault."""
+    return f"isolate.{cluster}"
 
 
 def step_task(step: str) -> str:
@@ -90,18 +95,18 @@ class CeleryDispatcher:
 
     In a worker (``acts``): a remediation's first step, due now, goes in a ``remediation.isolate`` task
     with up to ``isolate_batch`` others, so the worker takes them all through isolation at once
-    (workers/isolate.py); every other step is its own task. The first isolate task of a call goes
-    ahead of every other step and of the rest of any burst (:data:`FIRST_ISOLATION`): the ingest calls
-    once per cluster, so a lone fault in one cluster is isolated next, however many nodes another
-    cluster just lost. Anywhere else (the API, the CLI) the follow-ups go as one
-    ``remediation.resume`` request on the ``requests`` queue."""
+    (workers/isolate.py); every other step is its own task. Isolate tasks go ahead of every other step
+    (:data:`ISOLATION`), on the ``cluster``'s own queue when the caller names it (the ingest and the
+    sweep do): a lone fault in one cluster is isolated next, however many nodes another cluster just
+    lost. Anywhere else (the API, the CLI) the follow-ups go as one ``remediation.resume`` request on
+    the ``requests`` queue."""
 
     def __init__(self, app: Celery, isolate_batch: int = 64, acts: bool = True) -> None:
         self._app = app
         self._isolate_batch = isolate_batch
         self._acts = acts
 
-    def steps(self, followups: Sequence[FollowUp | None]) -> None:
+    def steps(self, followups: Sequence[FollowUp | None], cluster: str | None = None) -> None:
         if not self._acts:
             if ids := sorted({f.remediation_id for f in followups if f is not None}):
                 self._app.send_task(RESUME_TASK, args=[ids], queue=REQUEST_QUEUE)
@@ -109,8 +114,8 @@ class CeleryDispatcher:
         isolating = [f for f in followups if f is not None and f.step == FIRST and not f.countdown]
         ids = [f.remediation_id for f in isolating]
         for at in range(0, len(ids), self._isolate_batch):
-            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]], queue=WORKFLOW_QUEUE,
-                                priority=MORE_ISOLATION if at else FIRST_ISOLATION)
+            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]],
+                                queue=isolate_queue(cluster) if cluster else WORKFLOW_QUEUE, priority=ISOLATION)
         for f in followups:
             if f is not None and f not in isolating:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],

@@ -1,35 +1,46 @@
-"""The dispatcher's priorities: a burst's first isolate task ahead of the rest of any burst and of every
-other step, so one cluster's storm cannot bury another cluster's lone fault (docs/architecture.md)."""
+"""The dispatcher puts each cluster's isolation on that cluster's own queue, ahead of every other step,
+so one cluster's storm cannot bury another cluster's lone fault (docs/architecture.md)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from remediation.adapters.celery import ISOLATE_TASK, CeleryDispatcher, step_task
+from remediation.adapters.celery import (
+    ISOLATE_TASK,
+    ISOLATION,
+    LATER_STEP,
+    WORKFLOW_QUEUE,
+    CeleryDispatcher,
+    isolate_queue,
+    step_task,
+)
 from remediation.ports.dispatch import FollowUp
 
 
 class Broker:
-    """The workflow queue as kombu's Redis transport serves it: lowest priority first, then in order sent."""
-
     def __init__(self) -> None:
-        self.sent: list[tuple[int, int, str, Any]] = []
+        self.sent: list[tuple[str, int, str, Any]] = []
 
     def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "",
                   priority: int = 0) -> None:
-        self.sent.append((priority, len(self.sent), name, args))
-
-    def taken(self) -> list[tuple[str, Any]]:
-        return [(name, args) for _, _, name, args in sorted(self.sent)]
+        self.sent.append((queue, priority, name, args))
 
 
-def test_a_lone_fault_is_isolated_before_the_rest_of_another_clusters_storm_and_its_steps() -> None:
+def test_each_clusters_isolation_goes_on_its_own_queue_ahead_of_the_steps() -> None:
     broker = Broker()
     dispatcher = CeleryDispatcher(broker, isolate_batch=2)  # type: ignore[arg-type]
-    dispatcher.steps([FollowUp(i, "slurm_drain") for i in range(1, 6)])  # cluster A: five nodes at once
-    dispatcher.steps([FollowUp(i, "return") for i in range(1, 3)])  # A's first two, isolated, move on
-    dispatcher.steps([FollowUp(9, "slurm_drain")])  # cluster B: one node, in the ingest's next call
-    assert broker.taken()[:2] == [(ISOLATE_TASK, [[1, 2]]), (ISOLATE_TASK, [[9]])]
-    assert broker.taken()[2:] == [(ISOLATE_TASK, [[3, 4]]), (ISOLATE_TASK, [[5]]),
-                                  (step_task("return"), [1]), (step_task("return"), [2])]  # fmt: skip
+    dispatcher.steps([FollowUp(i, "slurm_drain") for i in range(1, 4)] + [FollowUp(5, "return")], "east")
+    dispatcher.steps([FollowUp(9, "slurm_drain")], "west")
+    assert broker.sent == [
+        (isolate_queue("east"), ISOLATION, ISOLATE_TASK, [[1, 2]]),
+        (isolate_queue("east"), ISOLATION, ISOLATE_TASK, [[3]]),
+        (WORKFLOW_QUEUE, LATER_STEP, step_task("return"), [5]),
+        (isolate_queue("west"), ISOLATION, ISOLATE_TASK, [[9]]),
+    ]
+    assert ISOLATION < LATER_STEP  # kombu's Redis transport serves the lower number first
 
+
+def test_isolation_no_caller_names_a_cluster_for_goes_on_the_workflow_queue() -> None:
+    broker = Broker()
+    CeleryDispatcher(broker, isolate_batch=2).steps([FollowUp(1, "slurm_drain")])  # type: ignore[arg-type]
+    assert broker.sent == [(WORKFLOW_QUEUE, ISOLATION, ISOLATE_TASK, [[1]])]

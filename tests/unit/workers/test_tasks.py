@@ -1,5 +1,6 @@
-"""The ingest task queues each cluster's follow-ups as soon as that part of a batch is recorded, not once
-the whole backlog is read: a fault read early in a long backlog is isolated while the rest is read."""
+"""The ingest task queues each cluster's follow-ups, naming the cluster (its own isolate queue), as soon as
+that part of a batch is recorded, not once the whole backlog is read: a fault read early in a long
+backlog is isolated while the rest is read."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, object]]]
     rt = SimpleNamespace(embedded=True, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=2)))
     monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: rt))
     monkeypatch.setattr(tasks, "ingest_cluster", recorded)
-    monkeypatch.setattr(tasks, "enqueue", lambda followups: done.append(("queued", [f.remediation_id for f in followups])))
+    monkeypatch.setattr(tasks, "enqueue", lambda followups, cluster: done.append(
+        ("queued", cluster, [f.remediation_id for f in followups])))
     memstream._queue.clear()
     yield done
     memstream._queue.clear()
@@ -44,5 +46,5 @@ def test_each_clusters_follow_ups_are_queued_as_its_part_of_a_batch_is_recorded(
     memstream._queue.extend([published("east", "gpu-node-1"), published("west", "gpu-node-1"),
                              published("west", "gpu-node-2"), published("west", "gpu-node-3")])
     assert tasks.ingest() == 4
-    assert steps == [("recorded", "east"), ("queued", [1]), ("recorded", "west"), ("queued", [3]),  # batch 1
-                     ("recorded", "west"), ("queued", [5])]  # batch 2  # fmt: skip
+    assert steps == [("recorded", "east"), ("queued", "east", [1]), ("recorded", "west"), ("queued", "west", [3]),
+                     ("recorded", "west"), ("queued", "west", [5])]  # the second batch  # fmt: skip
