@@ -40,15 +40,15 @@ def record_facts(session: Session, events: Iterable[NodeEvent]) -> int:
     """Keep the latest partitions, features and labels each node's events report."""
     slurm: dict[str, dict[str, Any]] = {}
     labels: dict[str, dict[str, Any]] = {}
-    key = {"cluster": cluster_of(session)}  # a bulk update by primary key names the whole key
     for ev in sorted(events, key=lambda e: e.observed_at):
         if ev.kind is EventKind.INVENTORY and ev.partitions is not None:
-            slurm[ev.node] = {**key, "name": ev.node, "partitions": ev.partitions, "features": ev.features or []}
+            slurm[ev.node] = {"name": ev.node, "partitions": ev.partitions, "features": ev.features or []}
         elif ev.kind is EventKind.LABELS and ev.labels is not None:
-            labels[ev.node] = {**key, "name": ev.node, "labels": ev.labels}
+            labels[ev.node] = {"name": ev.node, "labels": ev.labels}
+    cluster = cluster_of(session)  # an UPDATE by primary key names the row's cluster too
     for rows in (slurm, labels):  # one statement shape each
         if rows:
-            session.execute(update(Node), list(rows.values()))
+            session.execute(update(Node), [{"cluster": cluster, **row} for row in rows.values()])
     return len(slurm) + len(labels)
 
 
