@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery import Celery
+from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from remediation.domain.statemachine import HAPPY_PATH
 from remediation.ports.dispatch import FollowUp
@@ -36,6 +37,12 @@ RESUME_TASK = "remediation.resume"
 #: (kombu pops each priority's lists before the next's). A message without one is at 0.
 ISOLATION = 0  # isolate tasks: taking a node out of the schedulers' hands comes first
 LATER_STEP = 6  # every other step: a storm's follow-up steps wait behind every cluster's isolation
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists (under the broker's key prefix) that hold ``queue``'s messages: kombu's Redis
+    transport keeps one per priority step, the first under the queue's own name."""
+    return [queue if step == 0 else f"{queue}{Channel.sep}{step}" for step in PRIORITY_STEPS]
 
 
 def isolate_queue(cluster: str) -> str:
