@@ -86,6 +86,12 @@ BENCHES = (
         (),
         ("--pool", "200", "--sizes", "50", "--detect-nodes", "0"),
     ),
+    Bench(
+        "many_clusters",
+        "One service, many clusters: 10 clusters of 1,000 nodes, one worker; detection, and a fault beside a storm",
+        (),
+        ("--clusters", "3", "--nodes", "300", "--storm", "60", "--tries", "3", "--changes", "5"),
+    ),
     Bench("validation_overhead", "Validation overhead per cycle", (), ("--cycles", "5")),
     Bench(
         "checkpoint",

@@ -14,11 +14,18 @@ import logging
 from typing import Any
 
 from celery import Celery
-from celery.signals import celeryd_init, setup_logging
+from celery.signals import celeryd_after_setup, celeryd_init, setup_logging
 from celery.worker.consumer import Consumer as _CeleryConsumer
 
 from remediation.adapters import logs
-from remediation.adapters.celery import INGEST_TASK, NOTIFY_TASK, PRUNE_TASK, REQUEST_QUEUE, SWEEP_TASK
+from remediation.adapters.celery import (
+    INGEST_TASK,
+    NOTIFY_TASK,
+    PRUNE_TASK,
+    REQUEST_QUEUE,
+    SWEEP_TASK,
+    isolate_queue,
+)
 from remediation.adapters.celery import make_app as make_client_app
 from remediation.adapters.preload import preload
 from remediation.settings import Settings, load_settings
@@ -127,3 +134,10 @@ def _early_logging(**_: Any) -> None:
 def _preload_adapters(**_: Any) -> None:
     """Import the adapters' SDKs once, before the pool forks (remediation.adapters.preload)."""
     preload(settings)
+
+
+@celeryd_after_setup.connect
+def _isolate_queues(instance: Any, **_: Any) -> None:
+    """Consume each served cluster's isolate queue too, whatever ``-Q`` named (remediation.adapters.celery)."""
+    for cluster in settings.fleet():
+        instance.app.amqp.queues.select_add(isolate_queue(cluster))

@@ -1,7 +1,7 @@
 """The workers' kick relay: it starts the ingest task when an event lands on the stream.
 
-A thread in each worker's main process blocks on the streams' tails (``XREAD BLOCK``); on a new entry it
-sets the kick key and, if it set it, sends the ingest task. It retries once a second; beat's periodic
+A thread in each worker's main process blocks on the streams' tails, every served cluster's
+(``XREAD BLOCK``); on a new entry it sets the kick key and, if it set it, sends the ingest task. It retries once a second; beat's periodic
 ingest covers a relay that is down.
 
 Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
@@ -30,7 +30,7 @@ BLOCK_MS = 1000  # how long one XREAD waits; also how soon a stop request is see
 class KickRelay:
     def __init__(self, settings: Settings, app: Celery) -> None:
         self.settings = settings
-        self.keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every cluster's
+        self.keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every cluster served
         self.dispatcher = celery_dispatcher(settings, app)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self.run, name="kick-relay", daemon=True)

@@ -63,9 +63,10 @@ class DomainTask(Task):  # type: ignore[misc]
         return runtime(settings)
 
 
-def enqueue(followups: Sequence[FollowUp | None]) -> None:
-    """Queue follow-up steps on this worker's own app (the same broker the clients send to)."""
-    celery_dispatcher(settings, app).steps(followups)
+def enqueue(followups: Sequence[FollowUp | None], cluster: str | None = None) -> None:
+    """Queue follow-up steps on this worker's own app (the same broker the clients send to); isolation
+    on ``cluster``'s own queue when named."""
+    celery_dispatcher(settings, app).steps(followups, cluster)
 
 
 @app.task(name=INGEST_TASK, base=DomainTask, bind=True,
@@ -73,11 +74,12 @@ def enqueue(followups: Sequence[FollowUp | None]) -> None:
           max_retries=None)
 def ingest(self: DomainTask) -> int:
     rt = self.rt
-    opened: list[FollowUp] = []
 
     def handle(payloads: Sequence[bytes]) -> None:
+        # Each cluster's part of a batch is committed, then its follow-ups queued at once, on its own
+        # isolate queue: a fault read early in a long backlog starts isolation now.
         for cluster, mine in by_cluster(payloads).items():
-            opened.extend(ingest_cluster(rt, cluster, mine))
+            enqueue(ingest_cluster(rt, cluster, mine), cluster)
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
@@ -86,7 +88,6 @@ def ingest(self: DomainTask) -> int:
                           claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
                           keep=rt.settings.broker.stream_max_len)
         n = consume(rt.redis, rt.keys, handle, reading=reading)
-    enqueue(opened)
     return n
 
 
@@ -154,14 +155,15 @@ def resume(self: DomainTask, remediation_ids: list[int]) -> int:
 def sweep(self: DomainTask, cluster: str | None = None) -> int:
     """One cluster's sweep (beat sends one per cluster, so a cluster whose slurmctld is slow to answer
     delays no other's), or every cluster's when none is named."""
-    workflows = self.rt.workflows
-    chosen = list(workflows.values()) if cluster is None else [w for c, w in workflows.items() if c == cluster]
-    followups: list[FollowUp | None] = []
-    for workflow in chosen:  # each cluster's pause, breaker and work are its own
+    swept = 0
+    for name, workflow in self.rt.workflows.items():  # each cluster's pause, breaker and work are its own
+        if cluster is not None and name != cluster:
+            continue
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
-        followups += workflow.sweep()
-    enqueue(followups)
-    return len(followups)
+        followups = workflow.sweep()
+        enqueue(followups, name)
+        swept += len(followups)
+    return swept
 
 
 @app.task(name=PRUNE_TASK, base=DomainTask, bind=True)

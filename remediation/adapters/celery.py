@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery import Celery
+from kombu.transport.redis import PRIORITY_STEPS, Channel
 
 from remediation.domain.statemachine import HAPPY_PATH
 from remediation.ports.dispatch import FollowUp
@@ -22,7 +23,7 @@ FIRST = HAPPY_PATH[0].value  # a remediation's first step: slurm_drain
 INGEST_QUEUE = "ingest"
 WORKFLOW_QUEUE = "workflow"
 REQUEST_QUEUE = "requests"
-WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # what a worker consumes
+WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # a worker consumes these, and isolate_queue()s
 INGEST_TASK = "remediation.ingest"
 RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"
@@ -30,6 +31,24 @@ NOTIFY_TASK = "remediation.notify"
 PRUNE_TASK = "remediation.prune"
 ISOLATE_TASK = "remediation.isolate"
 RESUME_TASK = "remediation.resume"
+
+
+#: Message priorities on the Redis transport: lower goes first, across every queue a worker reads
+#: (kombu pops each priority's lists before the next's). A message without one is at 0.
+ISOLATION = 0  # isolate tasks: taking a node out of the schedulers' hands comes first
+LATER_STEP = 6  # every other step: a storm's follow-up steps wait behind every cluster's isolation
+
+
+def queue_lists(queue: str) -> list[str]:
+    """The Redis lists (under the broker's key prefix) that hold ``queue``'s messages: kombu's Redis
+    transport keeps one per priority step, the first under the queue's own name."""
+    return [queue if step == 0 else f"{queue}{Channel.sep}{step}" for step in PRIORITY_STEPS]
+
+
+def isolate_queue(cluster: str) -> str:
+    """The queue of one cluster's isolate tasks. A worker reads each served cluster's in turn (kombu's
+    round robin over queues), so one cluster's storm never stands in line before another's fault."""
+    return f"isolate.{cluster}"
 
 
 def step_task(step: str) -> str:
@@ -83,15 +102,18 @@ class CeleryDispatcher:
 
     In a worker (``acts``): a remediation's first step, due now, goes in a ``remediation.isolate`` task
     with up to ``isolate_batch`` others, so the worker takes them all through isolation at once
-    (workers/isolate.py); every other step is its own task. Anywhere else (the API, the CLI) the
-    follow-ups go as one ``remediation.resume`` request on the ``requests`` queue."""
+    (workers/isolate.py); every other step is its own task. Isolate tasks go ahead of every other step
+    (:data:`ISOLATION`), on the ``cluster``'s own queue when the caller names it (the ingest and the
+    sweep do): a lone fault in one cluster is isolated next, however many nodes another cluster just
+    lost. Anywhere else (the API, the CLI) the follow-ups go as one ``remediation.resume`` request on
+    the ``requests`` queue."""
 
     def __init__(self, app: Celery, isolate_batch: int = 64, acts: bool = True) -> None:
         self._app = app
         self._isolate_batch = isolate_batch
         self._acts = acts
 
-    def steps(self, followups: Sequence[FollowUp | None]) -> None:
+    def steps(self, followups: Sequence[FollowUp | None], cluster: str | None = None) -> None:
         if not self._acts:
             if ids := sorted({f.remediation_id for f in followups if f is not None}):
                 self._app.send_task(RESUME_TASK, args=[ids], queue=REQUEST_QUEUE)
@@ -99,11 +121,12 @@ class CeleryDispatcher:
         isolating = [f for f in followups if f is not None and f.step == FIRST and not f.countdown]
         ids = [f.remediation_id for f in isolating]
         for at in range(0, len(ids), self._isolate_batch):
-            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]], queue=WORKFLOW_QUEUE)
+            self._app.send_task(ISOLATE_TASK, args=[ids[at : at + self._isolate_batch]],
+                                queue=isolate_queue(cluster) if cluster else WORKFLOW_QUEUE, priority=ISOLATION)
         for f in followups:
             if f is not None and f not in isolating:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],
-                                    countdown=f.countdown or None, queue=WORKFLOW_QUEUE)
+                                    countdown=f.countdown or None, queue=WORKFLOW_QUEUE, priority=LATER_STEP)
 
     def release(self, audit_id: int) -> None:
         self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)

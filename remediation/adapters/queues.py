@@ -12,7 +12,13 @@ from __future__ import annotations
 import redis
 
 from remediation.adapters.bus import Keys
-from remediation.adapters.celery import INGEST_QUEUE, REQUEST_QUEUE, WORKFLOW_QUEUE
+from remediation.adapters.celery import (
+    INGEST_QUEUE,
+    REQUEST_QUEUE,
+    WORKFLOW_QUEUE,
+    isolate_queue,
+    queue_lists,
+)
 from remediation.adapters.factory import redis_client
 from remediation.adapters.stream import ingest_lag
 from remediation.settings import Settings
@@ -24,14 +30,20 @@ def queue_depth(settings: Settings) -> dict[str, int]:
 
         return {"events": memstream.pending()}
     client = redis_client(settings, timeout=2.0)  # a page renders without queue depths rather than wait
-    keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every cluster's streams
+    keys = Keys(settings.broker.key_prefix, served=tuple(settings.fleet()))  # every served cluster's streams
     prefix = f"{settings.broker.key_prefix}:celery:"
     try:
+        # Every priority's list of each queue; "workflow" counts each served cluster's isolate queue too.
+        queues = {INGEST_QUEUE: [INGEST_QUEUE], REQUEST_QUEUE: [REQUEST_QUEUE],
+                  WORKFLOW_QUEUE: [WORKFLOW_QUEUE, *(isolate_queue(c) for c in settings.fleet())]}
         pipe = client.pipeline(transaction=False)
-        pipe.llen(prefix + INGEST_QUEUE)
-        pipe.llen(prefix + WORKFLOW_QUEUE)
-        pipe.llen(prefix + REQUEST_QUEUE)
-        ingest, workflow, requests = pipe.execute()
+        for names in queues.values():
+            for name in names:
+                for key in queue_lists(name):
+                    pipe.llen(prefix + key)
+        lengths = iter(pipe.execute())
+        ingest, requests, workflow = (sum(int(next(lengths)) for name in names for _ in queue_lists(name))
+                                      for names in queues.values())
         try:
             events, pending = ingest_lag(client, keys)
         except redis.ResponseError:  # no stream yet

@@ -209,3 +209,18 @@ def test_an_incident_is_one_clusters_domain_failing_never_two_clusters_added_up(
     with sessions() as s:
         (incident,) = s.scalars(select(Incident)).all()
         assert (incident.cluster, incident.name, incident.nodes) == ("east", "c1", ["gpu-node-1", "gpu-node-2"])
+
+
+def test_an_inventory_records_its_nodes_facts_in_its_own_cluster(pair, sessions) -> None:
+    west, east = pair["west"], pair["east"]
+    for cluster, partition in ((west, "gpu-west"), (east, "gpu-east")):
+        event = NodeEvent(source=Source.SLURM, cluster=cluster.name, node="gpu-node-4", kind=EventKind.INVENTORY,
+                          state="IDLE", observed_at=cluster.clock.now(), partitions=[partition], features=["a100"])
+        with cluster.sessions() as s, s.begin():
+            ingest(s, [Published(event.to_json().encode(), Publisher.SLURM, cluster.name)], cluster.settings.policy,
+                   clock=cluster.clock)
+    with sessions() as s:
+        rows = s.execute(select(Node.cluster, Node.partitions).where(Node.name == "gpu-node-4")
+                         .order_by(Node.cluster)).all()
+        assert [tuple(r) for r in rows] == [("east", ["gpu-east"]), ("west", ["gpu-west"])]
+        assert s.scalar(select(func.count()).select_from(RejectedEvent)) == 0

@@ -66,7 +66,7 @@ class SentTasks:
     def __init__(self) -> None:
         self.sent: list[tuple[str, Any, Any]] = []
 
-    def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "") -> None:
+    def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "", priority: int = 0) -> None:
         self.sent.append((name, args, countdown))
 
 

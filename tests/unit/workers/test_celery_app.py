@@ -76,3 +76,16 @@ def test_beat_sweeps_each_cluster_on_its_own() -> None:
     fleet = sweeps(Settings(clusters=[{"name": "west"}, {"name": "east"}]))
     assert {key: entry["kwargs"] for key, entry in fleet.items()} == {
         "sweep-west": {"cluster": "west"}, "sweep-east": {"cluster": "east"}}
+
+
+def test_a_worker_consumes_each_served_clusters_isolate_queue_whatever_q_named() -> None:
+    from types import SimpleNamespace
+
+    from remediation.adapters.celery import WORKER_QUEUES, isolate_queue
+    from remediation.workers import celery_app
+
+    app = make_app(celery_app.settings)
+    app.amqp.queues.select(list(WORKER_QUEUES))  # what `remediation worker` passes as -Q
+    celery_app._isolate_queues(instance=SimpleNamespace(app=app))
+    served = [isolate_queue(name) for name in celery_app.settings.fleet()]
+    assert sorted(app.amqp.queues.consume_from) == sorted([*WORKER_QUEUES, *served])
