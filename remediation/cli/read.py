@@ -352,12 +352,14 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
               ("Failures by day", "day (utc)", result.by_day)]
     parts: list[object] = [head]
     for title, col, rows in counts:
-        parts += ["", r.table([col, "failures"], [[c.key, str(c.count)] for c in rows], title=title)]
+        parts += ["", r.table(*r.clustered([col, "failures"], [[c.key, str(c.count)] for c in rows],
+                                           [c.cluster or "" for c in rows]), title=title)]
     w = result.repeat_window_s
     window = f"{w // 86400}d" if w % 86400 == 0 else r.dur(w)
-    parts += ["", r.table(["node", f"failures in {window}", "status", "last failure"],
-                          [[o.node, str(o.failures), r.status(o.status), r.when(o.last_failure_at, st.now())]
-                           for o in result.offenders], title="Repeat offenders")]
+    parts += ["", r.table(*r.clustered(
+        ["node", f"failures in {window}", "status", "last failure"],
+        [[o.node, str(o.failures), r.status(o.status), r.when(o.last_failure_at, st.now())] for o in result.offenders],
+        [o.cluster for o in result.offenders]), title="Repeat offenders")]
     r.show(*parts)
 
 
