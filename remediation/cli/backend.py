@@ -30,6 +30,7 @@ from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
     NodeRow,
+    RecordNotFound,
     RejectedRow,
     RemediationDetail,
     RemediationRow,
@@ -140,7 +141,11 @@ class Direct:
             return list_rejected(s, limit)
 
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]:
-        with self.st.reading(self._about(target)) as s:
+        try:
+            cluster = self._about(target)
+        except RecordNotFound:  # a target that is no node in the inventory: every cluster's rows of it
+            cluster = self.st.cluster
+        with self.st.reading(cluster) as s:
             return list_audit(s, target, action, limit=limit)
 
     def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats:

@@ -36,6 +36,7 @@ from remediation.cli.validate import run_validation, validate, verdict_line
 from remediation.domain.statemachine import NodeStatus
 from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.settings import CONFIG_ENV
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 app = typer.Typer(
     name="remediation",
@@ -162,6 +163,8 @@ def breaker_status(ctx: typer.Context, profile: str | None = PROFILE, *, cluster
     """Open or closed, why, and since when: the fleet's breaker, or with --profile that profile's."""
     latch = backend(state(ctx, cluster)).breaker(profile)
     whose, flag = (f"profile {profile}'s storm breaker", f" --profile {profile}") if profile else ("storm breaker", "")
+    if latch.get("cluster") not in (None, DEFAULT_CLUSTER):  # one of several clusters' breakers
+        whose, flag = f"{whose} (cluster {latch['cluster']})", f"{flag} --cluster {latch['cluster']}"
     if latch.get("open"):
         _done(f"{whose} OPEN since {latch.get('at')}: {latch.get('reason')}\n"
               f"VM actions and evictions are held; close it with: remediation breaker close{flag} -r REASON")

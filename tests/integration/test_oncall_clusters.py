@@ -257,3 +257,20 @@ def test_dashboard_shows_every_cluster_and_filters_by_one(client, seeded, sessio
                       follow_redirects=False)
     assert res.status_code == 303 and "msg=" in res.headers["location"]
     assert audit(sessions, "pause") == [(EAST, "")]
+
+
+def test_cli_breaker_names_the_latched_cluster_and_closes_it_alone(run, seeded, sessions) -> None:
+    with scoped(sessions, EAST)() as s, s.begin():
+        now = s.execute(select(Node.updated_at)).scalars().first()
+        control_set(s, BREAKER, {"open": True, "reason": "7 of 20 failed", "at": "2026-01-01T00:00:00+00:00"},
+                    now=now)
+    res = run("breaker", "status")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.startswith(f"storm breaker (cluster {EAST}) OPEN") and f"--cluster {EAST}" in res.stdout
+    assert run("breaker", "status", "--cluster", WEST).stdout.startswith("storm breaker closed")
+    closed = run("breaker", "close", "-r", "switch fixed")
+    assert closed.exit_code == 0, closed.output
+    assert closed.stdout.startswith(f"cluster {EAST}: storm breaker closed")
+    assert audit(sessions, "breaker_closed") == [(EAST, "")]
+    again = run("breaker", "close", "-r", "switch fixed")
+    assert again.exit_code == 1 and "not open in any cluster" in again.stderr
