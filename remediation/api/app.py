@@ -2,7 +2,8 @@
 
 :func:`create_app` takes its dependencies (settings, a session factory, an optional queue-depth callable,
 a clock, the dispatcher) and creates no global state. Errors map the same everywhere: 422 a bad filter,
-404 unknown, 409 a refused lever, 503 no database; JSON on ``/api`` paths, HTML elsewhere.
+400 a node name in several clusters with none named, 404 unknown, 409 a refused lever, 503 no database;
+JSON on ``/api`` paths, HTML elsewhere.
 
 Why: docs/running.md#the-api-and-the-dashboard
 """
@@ -25,6 +26,7 @@ from remediation.api import incidents, incidents_ui, policy, reliability_ui, ui
 from remediation.api.auth import browser_principal, header_token, identify
 from remediation.api.docs import mount_docs
 from remediation.api.guard import BodyGuard
+from remediation.api.levers import node_href
 from remediation.api.ratelimit import LoginLimiter
 from remediation.api.routes import router
 from remediation.clock import SystemClock
@@ -34,6 +36,7 @@ from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.profiles.service import governance
 from remediation.reports.reliability import TEMPLATES as REPORT_TEMPLATES
+from remediation.services.clusters import AmbiguousNode
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
 from remediation.services.metrics import make_registry
@@ -73,6 +76,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     templates = Jinja2Templates(directory=[str(HERE / "templates"), str(REPORT_TEMPLATES)])
     templates.env.filters["dur"] = human_duration
     templates.env.globals["ago"] = lambda at: ago(at, app.state.clock.now())
+    templates.env.globals["node_href"] = node_href
     app.state.templates = templates
 
     mount_docs(app)  # before the routers: /api/docs/assets must not fall to a catch-all route
@@ -132,6 +136,10 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(RecordNotFound)
     def not_found(request: Request, exc: RecordNotFound) -> Response:
         return respond(request, 404, str(exc))
+
+    @app.exception_handler(AmbiguousNode)
+    def ambiguous(request: Request, exc: AmbiguousNode) -> Response:
+        return respond(request, 400, str(exc))
 
     @app.exception_handler(ReadModelError)
     def bad_request(request: Request, exc: ReadModelError) -> Response:

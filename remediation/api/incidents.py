@@ -15,8 +15,10 @@ from fastapi import APIRouter, Path, Query, Request
 from pydantic import BaseModel
 
 from remediation.api.auth import API_ERRORS
-from remediation.api.routes import Admin, LeverBody, Reader
+from remediation.api.routes import Admin, ClusterFilter, LeverBody, Reader, reading
 from remediation.incidents import service as svc
+from remediation.services.clusters import incident_cluster
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 IncidentId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 
@@ -46,6 +48,7 @@ class IncidentRow(BaseModel):
     closed_by: str | None = None
     close_reason: str | None = None
     dry_run: bool
+    cluster: str = DEFAULT_CLUSTER
 
 
 class IncidentDetail(IncidentRow):
@@ -66,22 +69,27 @@ router = APIRouter(prefix="/api/v1", tags=["incidents"], responses=API_ERRORS)
 @router.get("/incidents", response_model=list[IncidentRow], summary="Correlated incidents, newest first")
 def get_incidents(request: Request, _: Reader,
                   status: Annotated[str | None, Query(pattern="^(open|closed|recovered|resolved)$")] = None,
-                  *, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
-    with request.app.state.sessions() as s:
+                  *, limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                  cluster: ClusterFilter = None) -> list[dict[str, Any]]:
+    with reading(request, cluster) as s:
         return svc.list_incidents(s, status, limit)
 
 
 @router.get("/incidents/{incident_id}", response_model=IncidentDetail, summary="One incident and its members")
-def get_incident(request: Request, _: Reader, incident_id: IncidentId) -> dict[str, Any]:
-    with request.app.state.sessions() as s:
+def get_incident(request: Request, _: Reader, incident_id: IncidentId,
+                 *, cluster: ClusterFilter = None) -> dict[str, Any]:
+    with reading(request, cluster) as s:
         return svc.show(s, incident_id)
 
 
 @router.post("/incidents/{incident_id}/resolve", response_model=IncidentResolved, tags=["levers"])
 def post_resolve(request: Request, who: Admin, incident_id: IncidentId, *,
-                 body: LeverBody) -> IncidentResolved:
+                 body: LeverBody, cluster: ClusterFilter = None) -> IncidentResolved:
     """Close an open incident: each member re-checks its trigger (healthy: given back; bad: remediated alone)."""
-    followups = request.app.state.levers.resolve_incident(incident_id, who.actor(body.actor), body.reason)
+    with request.app.state.sessions() as s:
+        owner = incident_cluster(s, incident_id, cluster)
+    followups = request.app.state.levers.in_cluster(owner).resolve_incident(incident_id, who.actor(body.actor),
+                                                                            body.reason)
     return IncidentResolved(message=f"incident #{incident_id} resolved; {len(followups)} member "
                                     "remediation(s) re-check their trigger now",
                             incident=incident_id, released=[f.remediation_id for f in followups])

@@ -16,16 +16,20 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from remediation.api.auth import USER_COOKIE, check_csrf
 from remediation.api.ui import Fields, Viewer, _page
+from remediation.db.scope import scoped
 from remediation.domain.states import IncidentStatus
 from remediation.incidents import service as svc
+from remediation.services.clusters import checked, incident_cluster
 from remediation.services.lever_rules import LeverError
+from remediation.services.readmodels import ReadModelError
 
 router = APIRouter(include_in_schema=False)
 
 
 @router.get("/incidents")
-def incidents_page(request: Request, who: Viewer) -> HTMLResponse:
-    with request.app.state.sessions() as s:
+def incidents_page(request: Request, who: Viewer, cluster: str | None = None) -> HTMLResponse:
+    sessions, only = request.app.state.sessions, checked(cluster)
+    with (sessions if only is None else scoped(sessions, only))() as s:
         rows = svc.list_incidents(s, limit=200)
         members = {r["id"]: svc.show(s, r["id"])["remediations"] for r in rows if r["status"] == IncidentStatus.OPEN}
     return _page(request, who, "incidents.html", rows=rows, members=members)
@@ -37,9 +41,11 @@ def resolve(request: Request, who: Viewer, incident_id: int, *, f: Fields) -> Re
         return RedirectResponse("/incidents?err=" + quote("read-only token: levers need an admin token"), 303)
     check_csrf(who, f.get("csrf"))
     try:
-        followups = request.app.state.levers.resolve_incident(
+        with request.app.state.sessions() as s:
+            owner = incident_cluster(s, incident_id)
+        followups = request.app.state.levers.in_cluster(owner).resolve_incident(
             incident_id, who.actor(request.cookies.get(USER_COOKIE)), f.get("reason", "")[:1000])
-    except (svc.IncidentError, LeverError) as exc:
+    except (svc.IncidentError, LeverError, ReadModelError) as exc:
         return RedirectResponse("/incidents?err=" + quote(str(exc)), 303)
     return RedirectResponse("/incidents?msg=" + quote(
         f"incident #{incident_id} resolved; {len(followups)} member remediation(s) re-check their trigger"), 303)

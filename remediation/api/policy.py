@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 
 from remediation.api.auth import API_ERRORS
-from remediation.api.routes import NodeName, Reader
+from remediation.api.routes import ClusterFilter, NodeName, Reader, node_scope, reading
 from remediation.profiles.settings import PROFILE_NAME
 from remediation.services import policy_views
 
@@ -36,7 +36,8 @@ def get_profile(request: Request, _: Reader, profile: ProfileName) -> dict[str, 
 
 
 @router.get("/nodes/{node}/policy", summary="Which profile governs a node, why, and every field's layer")
-def get_node_policy(request: Request, _: Reader, node: NodeName) -> dict[str, Any]:
+def get_node_policy(request: Request, _: Reader, node: NodeName,
+                    *, cluster: ClusterFilter = None) -> dict[str, Any]:
     st = request.app.state
-    with st.sessions() as s:
+    with reading(request, node_scope(request, node, cluster)) as s:
         return policy_views.explain_node(s, st.settings, node)

@@ -9,20 +9,25 @@ Why: docs/running.md#the-api-and-the-dashboard
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
-from remediation.api.levers import Aim, Pull, pull
+from remediation.api.levers import FLEET_LEVERS, Aim, Pull, every_cluster, node_href, pull
+from remediation.db.scope import scoped
+from remediation.services.clusters import checked, cluster_states, node_cluster
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
 from remediation.services.lever_rules import LeverError
 from remediation.services.pool import membership
 from remediation.services.readmodels import (
+    ReadModelError,
     RecordNotFound,
     list_audit,
     list_events,
@@ -72,9 +77,24 @@ Fields = Annotated[dict[str, str], Depends(form_fields)]
 
 
 def _page(request: Request, who: Principal, template: str, **ctx: Any) -> HTMLResponse:
+    st = request.app.state
     ctx.update(who=who, user=request.cookies.get(USER_COOKIE, ""), msg=request.query_params.get("msg"),
-               err=request.query_params.get("err"), path=request.url.path)
+               err=request.query_params.get("err"), path=request.url.path,
+               cluster=(cluster := request.query_params.get("cluster") or ""),
+               cq=f"&cluster={quote(cluster, safe='')}" if cluster else "",  # a filter link keeps the cluster
+               cq0=f"?cluster={quote(cluster, safe='')}" if cluster else "",
+               clusters=every_cluster(st.sessions, st.settings, None))
     return _render(request, template, ctx)
+
+
+def _cluster(cluster: str | None) -> str | None:
+    """The page's ``?cluster=`` filter (None: every cluster); a bad name is a 422 page."""
+    return checked(cluster)
+
+
+def _reading(request: Request, cluster: str | None) -> Session:
+    sessions = request.app.state.sessions
+    return (sessions if cluster is None else scoped(sessions, cluster))()
 
 
 def _render(request: Request, template: str, ctx: dict[str, Any], *, status_code: int = 200) -> HTMLResponse:
@@ -137,10 +157,12 @@ def logout(request: Request) -> Response:
 
 
 @router.get("/")
-def home(request: Request, who: Viewer) -> HTMLResponse:
+def home(request: Request, who: Viewer, cluster: str | None = None) -> HTMLResponse:
     st = request.app.state
-    with st.sessions() as s:
+    cluster = _cluster(cluster)
+    with _reading(request, cluster) as s:
         ov = overview(s)
+        ov.clusters = cluster_states(s, every_cluster(st.sessions, st.settings, cluster))
         pool = membership(s, st.settings.policy.pool_stale)
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
@@ -152,9 +174,9 @@ def home(request: Request, who: Viewer) -> HTMLResponse:
 
 @router.get("/nodes")
 def nodes(request: Request, who: Viewer, status: str | None = None, *,
-          profile: str | None = None) -> HTMLResponse:
+          profile: str | None = None, cluster: str | None = None) -> HTMLResponse:
     st = request.app.state
-    with st.sessions() as s:
+    with _reading(request, _cluster(cluster)) as s:
         rows = list_nodes(s, status or None, st.settings.policy.lemon, now=st.clock.now(),
                           profile=profile or None)
     return _page(request, who, "nodes.html", rows=rows, status=status or "", profile=profile or "",
@@ -162,9 +184,11 @@ def nodes(request: Request, who: Viewer, status: str | None = None, *,
 
 
 @router.get("/nodes/{node}")
-def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
+def node(request: Request, who: Viewer, node: str, *, cluster: str | None = None) -> HTMLResponse:
     st = request.app.state
     with st.sessions() as s:
+        owner = node_cluster(s, node, _cluster(cluster))
+    with _reading(request, owner) as s:
         detail = node_detail(s, node, policy=st.settings.policy, now=st.clock.now())
         eras = node_eras(s, [node]).get(node, [])
     return _page(request, who, "node.html", d=detail, eras=eras)
@@ -172,40 +196,40 @@ def node(request: Request, who: Viewer, node: str) -> HTMLResponse:
 
 @router.get("/remediations")
 def remediations(request: Request, who: Viewer, status: str | None = "open",
-                 *, profile: str | None = None) -> HTMLResponse:
+                 *, profile: str | None = None, cluster: str | None = None) -> HTMLResponse:
     st = request.app.state
-    with st.sessions() as s:
+    with _reading(request, _cluster(cluster)) as s:
         rows = list_remediations(s, status or None, limit=300, profile=profile or None)
     return _page(request, who, "remediations.html", rows=rows, status=status or "", profile=profile or "",
                  profiles=[p.name for p in st.settings.profiles])
 
 
 @router.get("/remediations/{remediation_id}")
-def remediation(request: Request, who: Viewer, remediation_id: int) -> HTMLResponse:
+def remediation(request: Request, who: Viewer, remediation_id: int, *, cluster: str | None = None) -> HTMLResponse:
     if not 0 < remediation_id < 2**63:
         raise RecordNotFound(f"no remediation #{remediation_id}")
-    with request.app.state.sessions() as s:
+    with _reading(request, _cluster(cluster)) as s:
         d = get_rem(s, remediation_id)
     return _page(request, who, "remediation.html", d=d)
 
 
 @router.get("/quarantine")
-def quarantine_page(request: Request, who: Viewer) -> HTMLResponse:
-    with request.app.state.sessions() as s:
+def quarantine_page(request: Request, who: Viewer, cluster: str | None = None) -> HTMLResponse:
+    with _reading(request, _cluster(cluster)) as s:
         rows = quarantined(s)
     return _page(request, who, "quarantine.html", rows=rows)
 
 
 @router.get("/audit")
-def audit_page(request: Request, who: Viewer) -> HTMLResponse:
-    with request.app.state.sessions() as s:
+def audit_page(request: Request, who: Viewer, cluster: str | None = None) -> HTMLResponse:
+    with _reading(request, _cluster(cluster)) as s:
         rows = list_audit(s, limit=300)
     return _page(request, who, "audit.html", rows=rows)
 
 
 @router.get("/events")
-def events_page(request: Request, who: Viewer) -> HTMLResponse:
-    with request.app.state.sessions() as s:
+def events_page(request: Request, who: Viewer, cluster: str | None = None) -> HTMLResponse:
+    with _reading(request, _cluster(cluster)) as s:
         rows = list(reversed(list_events(s, limit=300)))
     return _page(request, who, "events.html", rows=rows)
 
@@ -214,29 +238,32 @@ def events_page(request: Request, who: Viewer) -> HTMLResponse:
 
 
 def _act(request: Request, who: Principal, f: dict[str, str], *, back: str, aim: Aim) -> Response:
+    back += "&" if "?" in back else "?"  # the page's own query (its cluster) stays
     if not who.admin:
-        return RedirectResponse(f"{back}?err=" + quote("read-only token: levers need an admin token"), 303)
+        return RedirectResponse(f"{back}err=" + quote("read-only token: levers need an admin token"), 303)
     check_csrf(who, f.get("csrf"))
     st = request.app.state
     try:
+        aim = replace(aim, cluster=_cluster(f.get("cluster") or request.query_params.get("cluster")))
+        fleet = every_cluster(st.sessions, st.settings, aim.cluster) if aim.lever in FLEET_LEVERS else []
         req = Pull(aim, who.actor(request.cookies.get(USER_COOKIE)), f.get("reason", "")[:1000],
-                   give_back=f.get("give_back") == "1")
+                   give_back=f.get("give_back") == "1", clusters=fleet)
         result = pull(st.levers, st.sessions, req)
-    except LeverError as exc:
-        return RedirectResponse(f"{back}?err=" + quote(str(exc)), 303)
+    except (LeverError, ReadModelError) as exc:
+        return RedirectResponse(f"{back}err=" + quote(str(exc)), 303)
     key = "msg" if result.queued else "err"
-    return RedirectResponse(f"{back}?{key}=" + quote(result.message), 303)
+    return RedirectResponse(f"{back}{key}=" + quote(result.message), 303)
 
 
 @router.post("/nodes/{node}/release")
 def release(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
-    back = _safe_next(f.get("back") or f"/nodes/{quote(node, safe='')}")
+    back = _safe_next(f.get("back") or node_href(node, f.get("cluster") or None))
     return _act(request, who, f, back=back, aim=Aim("release", node))
 
 
 @router.post("/nodes/{node}/quarantine")
 def quarantine(request: Request, who: Viewer, node: str, *, f: Fields) -> Response:
-    return _act(request, who, f, back=f"/nodes/{quote(node, safe='')}", aim=Aim("quarantine", node))
+    return _act(request, who, f, back=node_href(node, f.get("cluster") or None), aim=Aim("quarantine", node))
 
 
 @router.post("/remediations/{remediation_id}/cancel")

@@ -22,15 +22,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters import logs
 from remediation.clock import SystemClock
+from remediation.db.scope import scoped
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.profiles.service import governance
 from remediation.services.audit import VIA
+from remediation.services.clusters import AmbiguousNode
 from remediation.services.lever_rules import LeverError
 from remediation.services.levers import LeverService
 from remediation.services.readmodels import ReadModelError
 from remediation.settings import Settings, SettingsError, load_settings
+from remediation.vocabulary import checked_cluster
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,7 @@ class State:
     server: str | None = None  # --server: reads and levers go through the API (remediation.cli.remote)
     token: str | None = None  # the bearer token for --server
     remote: Any = None  # the API client, once built (closed with the state)
+    cluster: str | None = None  # --cluster: only this cluster (None: every cluster; a node's own for a lever)
     _settings: Settings | None = None
     _engine: Engine | None = None
     _sessions: sessionmaker[Session] | None = None
@@ -92,12 +96,18 @@ class State:
     def now(self) -> datetime:
         return self.clock.now()
 
-    def levers(self) -> LeverService:
-        """The lever service, with the dispatcher the console script passed in (built after --config)."""
+    def levers(self, cluster: str | None = None) -> LeverService:
+        """The lever service, with the dispatcher the console script passed in (built after --config);
+        with ``cluster``, over sessions scoped to it (its rows, its audit, its controls)."""
         settings = self.settings()
-        return LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy,
-                            clock=self.clock,
-                            via="db", governance=governance(settings))
+        service = LeverService(self.sessions(), self.dispatcher_factory(settings), settings.policy,
+                               clock=self.clock, via="db", governance=governance(settings))
+        return service if cluster is None else service.in_cluster(cluster)
+
+    def reading(self, cluster: str | None = None) -> Session:
+        """A session for a read: scoped to ``cluster`` (else ``--cluster``), or seeing every cluster."""
+        cluster = cluster or self.cluster
+        return (self.sessions() if cluster is None else scoped(self.sessions(), cluster))()
 
     def close(self) -> None:
         if self.remote is not None:
@@ -106,11 +116,22 @@ class State:
             self._engine.dispose()
 
 
-def state(ctx: typer.Context) -> State:
+CLUSTER = typer.Option(None, "--cluster", metavar="NAME",
+                       help="Only this cluster (default: every cluster; a lever on a node acts in the node's "
+                       "own cluster, and needs --cluster only when the name is in several).")
+
+
+def state(ctx: typer.Context, cluster: str | None = None) -> State:
+    """The invocation's state; ``cluster`` is the command's ``--cluster`` (checked: a DNS label)."""
     obj = ctx.find_object(State)
     if obj is None:  # a sub-app invoked on its own (tests, embedding): defaults
         obj = State(actor=default_actor())
         ctx.obj = obj
+    if cluster is not None:
+        try:
+            obj.cluster = checked_cluster(cluster)
+        except ValueError as exc:
+            raise CliError(f"--cluster: {exc}", EXIT_CONFIG) from None
     return obj
 
 
@@ -139,6 +160,8 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise
         except CliError as exc:
             raise fail(str(exc), exc.code) from None
+        except AmbiguousNode as exc:  # a usage error: the user must say which cluster
+            raise fail(str(exc), EXIT_CONFIG) from None
         except (ReadModelError, LeverError, IncidentError) as exc:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:

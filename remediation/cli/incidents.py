@@ -15,7 +15,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.backend import backend
-from remediation.cli.context import cli_errors, state
+from remediation.cli.context import CLUSTER, cli_errors, state
 from remediation.hostlist import compress
 
 app = typer.Typer(help="Correlated incidents: one failure domain, many nodes, one page.", no_args_is_help=True)
@@ -28,11 +28,11 @@ def incidents_list(
     ctx: typer.Context,
     status: str = typer.Option(None, "--status", "-s", help="open, closed, recovered or resolved."),
     limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
-    *, output: str = OUTPUT,
+    *, output: str = OUTPUT, cluster: str | None = CLUSTER,
 ) -> None:
     """List incidents, newest first."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     rows = backend(st).incidents(status, limit)
     if fmt == "json":
         return r.print_json(rows)
@@ -56,10 +56,10 @@ def incidents_list(
 @app.command("show")
 @cli_errors
 def incidents_show(ctx: typer.Context, incident_id: int = typer.Argument(..., metavar="ID"),
-                   output: str = OUTPUT) -> None:
+                   output: str = OUTPUT, *, cluster: str | None = CLUSTER) -> None:
     """One incident: its domain, likely cause, nodes, and each member's remediation."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     d = backend(st).incident(incident_id)
     if fmt == "json":
         return r.print_json(d)
@@ -79,8 +79,7 @@ def incidents_show(ctx: typer.Context, incident_id: int = typer.Argument(..., me
 @app.command("resolve")
 @cli_errors
 def incidents_resolve(ctx: typer.Context, incident_id: int = typer.Argument(..., metavar="ID"),
-                      reason: str = typer.Option(..., "--reason", "-r", help="Why (recorded in the audit log).")
-                      ) -> None:
+                      reason: str = typer.Option(..., "--reason", "-r", help="Why (recorded in the audit log)."), *, cluster: str | None = CLUSTER) -> None:
     """Close an open incident (the part is fixed). Each member re-checks its trigger: healthy nodes
     are given back, nodes still bad are remediated on their own."""
-    typer.echo(backend(state(ctx)).resolve_incident(incident_id, reason))
+    typer.echo(backend(state(ctx, cluster)).resolve_incident(incident_id, reason))

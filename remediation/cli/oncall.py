@@ -18,6 +18,7 @@ from remediation.cli import incidents, policy, read
 from remediation.cli.backend import backend
 from remediation.cli.completion import completion_script
 from remediation.cli.context import (
+    CLUSTER,
     EXIT_CONFIG,
     EXIT_REQUEST,
     CliError,
@@ -35,6 +36,7 @@ from remediation.cli.validate import run_validation, validate, verdict_line
 from remediation.domain.statemachine import NodeStatus
 from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.settings import CONFIG_ENV
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 app = typer.Typer(
     name="remediation",
@@ -114,9 +116,9 @@ def _done(message: str) -> None:
 @app.command()
 @cli_errors
 def quarantine(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-               reason: str = REASON) -> None:
+               reason: str = REASON, *, cluster: str | None = CLUSTER) -> None:
     """Take NODE out of service until a human releases it (drain in Slurm, taint in Kubernetes)."""
-    _done(backend(state(ctx)).quarantine(node, reason))
+    _done(backend(state(ctx, cluster)).quarantine(node, reason))
 
 
 @app.command()
@@ -125,9 +127,9 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
             reason: str = REASON,
             *, validate_first: bool = typer.Option(False, "--validate",
                                                    help="Run the GPU check first (the validation) "
-                                       "and release only if it passes (direct database mode).")) -> None:
+                                       "and release only if it passes (direct database mode)."), cluster: str | None = CLUSTER) -> None:
     """Release NODE from quarantine: resume it in Slurm and remove our taint and cordon."""
-    st = state(ctx)
+    st = state(ctx, cluster)
     if validate_first:
         status = backend(st).node(node).status
         if status != NodeStatus.QUARANTINED:
@@ -144,10 +146,10 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
 def cancel(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="REMEDIATION_ID"),
            reason: str = REASON,
            *, give_back: bool = typer.Option(False, "--give-back", help="Also resume our drain (only if the "
-                                          "reason is still ours) and remove our cordon and taint.")) -> None:
+                                          "reason is still ours) and remove our cordon and taint."), cluster: str | None = CLUSTER) -> None:
     """Stop one remediation where it stands; the node is left as it is for a human to decide, or with
     --give-back, what is ours on it is undone."""
-    _done(backend(state(ctx)).cancel(remediation_id, reason, give_back))
+    _done(backend(state(ctx, cluster)).cancel(remediation_id, reason, give_back))
 
 
 breaker_app = typer.Typer(help="The storm breaker: once open it stays open until a human closes it.",
@@ -157,10 +159,12 @@ app.add_typer(breaker_app, name="breaker")
 
 @breaker_app.command("status")
 @cli_errors
-def breaker_status(ctx: typer.Context, profile: str | None = PROFILE) -> None:
+def breaker_status(ctx: typer.Context, profile: str | None = PROFILE, *, cluster: str | None = CLUSTER) -> None:
     """Open or closed, why, and since when: the fleet's breaker, or with --profile that profile's."""
-    latch = backend(state(ctx)).breaker(profile)
+    latch = backend(state(ctx, cluster)).breaker(profile)
     whose, flag = (f"profile {profile}'s storm breaker", f" --profile {profile}") if profile else ("storm breaker", "")
+    if latch.get("cluster") not in (None, DEFAULT_CLUSTER):  # one of several clusters' breakers
+        whose, flag = f"{whose} (cluster {latch['cluster']})", f"{flag} --cluster {latch['cluster']}"
     if latch.get("open"):
         _done(f"{whose} OPEN since {latch.get('at')}: {latch.get('reason')}\n"
               f"VM actions and evictions are held; close it with: remediation breaker close{flag} -r REASON")
@@ -173,34 +177,34 @@ def breaker_status(ctx: typer.Context, profile: str | None = PROFILE) -> None:
 
 @breaker_app.command("close")
 @cli_errors
-def breaker_close(ctx: typer.Context, reason: str = REASON, profile: str | None = PROFILE) -> None:
+def breaker_close(ctx: typer.Context, reason: str = REASON, profile: str | None = PROFILE, *, cluster: str | None = CLUSTER) -> None:
     """Close the storm breaker (the fleet's, or with --profile that profile's). Each held remediation
     re-checks its trigger before its next action: nodes healthy again are cancelled with our drain and
     cordon given back; the rest proceed."""
-    _done(backend(state(ctx)).close_breaker(reason, profile))
+    _done(backend(state(ctx, cluster)).close_breaker(reason, profile))
 
 
 @app.command()
 @cli_errors
-def pause(ctx: typer.Context, reason: str = REASON) -> None:
+def pause(ctx: typer.Context, reason: str = REASON, *, cluster: str | None = CLUSTER) -> None:
     """Pause all automation: running remediations wait at their next step."""
-    _done(backend(state(ctx)).set_paused(True, reason))
+    _done(backend(state(ctx, cluster)).set_paused(True, reason))
 
 
 @app.command()
 @cli_errors
-def resume(ctx: typer.Context, reason: str = REASON) -> None:
+def resume(ctx: typer.Context, reason: str = REASON, *, cluster: str | None = CLUSTER) -> None:
     """Resume all automation after a pause (a human's, or the system's on a fault of its own), and let
     every remediation held on an unmapped error go on."""
-    _done(backend(state(ctx)).set_paused(False, reason))
+    _done(backend(state(ctx, cluster)).set_paused(False, reason))
 
 
 @app.command()
 @cli_errors
 def report(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
-           reason: str = REASON) -> None:
+           reason: str = REASON, *, cluster: str | None = CLUSTER) -> None:
     """Report NODE as bad (for users without scontrol rights); decided like a watcher's event."""
-    _done(backend(state(ctx)).report(node, reason))
+    _done(backend(state(ctx, cluster)).report(node, reason))
 
 
 @app.command()

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from remediation.cli import render as r
 from remediation.cli.backend import backend
-from remediation.cli.context import cli_errors, state
+from remediation.cli.context import CLUSTER, cli_errors, state
 
 app = typer.Typer(
     help="Policy per node group: the profiles, and which governs a node and why.", no_args_is_help=True
@@ -28,11 +28,11 @@ OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wid
 def policy_show(
     ctx: typer.Context,
     profile: str = typer.Argument(None, help="One profile, field by field."),
-    output: str = OUTPUT,
+    output: str = OUTPUT, *, cluster: str | None = CLUSTER,
 ) -> None:
     """The profiles in order, what each selects and overrides, and the nodes each governs."""
     fmt = r.check_format(output)
-    found = backend(state(ctx)).policy_show(profile)
+    found = backend(state(ctx, cluster)).policy_show(profile)
     if fmt == "json":
         return r.print_json(found)
     rows = [
@@ -63,11 +63,10 @@ def policy_show(
 @app.command("explain")
 @cli_errors
 def policy_explain(
-    ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."), output: str = OUTPUT
-) -> None:
+    ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."), output: str = OUTPUT, *, cluster: str | None = CLUSTER) -> None:
     """Which profile governs NODE and why, and every field of its policy with the layer that set it."""
     fmt = r.check_format(output)
-    found = backend(state(ctx)).policy_explain(node)
+    found = backend(state(ctx, cluster)).policy_explain(node)
     if fmt == "json":
         return r.print_json(found)
     facts = found["facts"]

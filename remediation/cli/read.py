@@ -18,7 +18,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.backend import backend
-from remediation.cli.context import State, cli_errors, state
+from remediation.cli.context import CLUSTER, State, cli_errors, state
 from remediation.domain.context import RemediationContext
 from remediation.services.readmodels import (
     EventRow,
@@ -27,6 +27,7 @@ from remediation.services.readmodels import (
     jsonable,
 )
 from remediation.validation.rules import last_line
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 OUTPUT = typer.Option("table", "-o", "--output", help="Output format: table, wide or json.")
 PROFILE = typer.Option(None, "--profile", help="Only what this profile governs.")
@@ -45,10 +46,10 @@ audit = typer.Typer(help="The audit log: every lever pulled, by a human or by th
 @cli_errors
 def nodes_list(ctx: typer.Context, status: str = typer.Option(
         None, "--status", "-s", help="healthy, unhealthy, remediating or quarantined."), output: str = OUTPUT,
-        *, profile: str = PROFILE) -> None:
+        *, profile: str = PROFILE, cluster: str | None = CLUSTER) -> None:
     """List nodes with their status, profile and open remediation."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     rows = backend(st).nodes(status, profile)
     if fmt == "json":
         return r.print_json(rows)
@@ -66,7 +67,7 @@ def nodes_list(ctx: typer.Context, status: str = typer.Option(
         if fmt == "wide":
             row += [n.wait_reason or "-", r.when(n.quarantined_at, now), n.lemon or "-"]
         out.append(row)
-    r.show(r.table(headers, out))
+    r.show(r.table(*r.clustered(headers, out, [n.cluster for n in rows])))
 
 
 def _lemon(score: float) -> str:
@@ -77,11 +78,11 @@ def _lemon(score: float) -> str:
 @cli_errors
 def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name."),
                limit: int = typer.Option(200, "--limit", help="Rows per section."),
-               *, output: str = OUTPUT) -> None:
+               *, output: str = OUTPUT, cluster: str | None = CLUSTER) -> None:
     """A node's status, timeline (events, remediations, steps with durations and errors) and
     quarantine history."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     detail = backend(st).node_detail(node, limit)
     if fmt == "json":
         return r.print_json(detail)
@@ -91,7 +92,8 @@ def nodes_show(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm n
 def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
     n = d.node
     head = r.fields([
-        ("Node", n.name), ("Status", r.status(n.status)), ("Profile", n.profile or "(base policy)"),
+        ("Node", n.name), *([("Cluster", n.cluster)] if n.cluster != DEFAULT_CLUSTER else []),
+        ("Status", r.status(n.status)), ("Profile", n.profile or "(base policy)"),
         ("Reason", n.status_reason),
         ("Remediation", f"#{n.open_remediation} at {n.step}" if n.open_remediation else None),
         ("Waiting on", n.wait_reason), ("Checkpoint", d.checkpoint.text if d.checkpoint else None), ("Quarantined", r.when(n.quarantined_at, now) if n.quarantined_at else None),
@@ -149,11 +151,11 @@ def events_tail(
     node: str = typer.Option(None, "--node", help="Only this node's events."),
     *, lines: int = typer.Option(20, "-n", "--lines", help="How many recent events to show first."),
     interval: float = typer.Option(2.0, "--interval", help="Seconds between polls with --follow."),
-    output: str = OUTPUT,
+    output: str = OUTPUT, cluster: str | None = CLUSTER,
 ) -> None:
     """The latest events, oldest first; with -o json and --follow, one JSON object per line."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     source = backend(st)
     if node:
         source.node(node)  # an unknown node is an error, not an empty tail
@@ -161,26 +163,27 @@ def events_tail(
     if fmt == "json" and not follow:
         return r.print_json(batch)
     header = fmt != "json"
+    many = len({e.cluster for e in batch}) > 1  # a CLUSTER column, as the tables have
     if header:
-        sys.stdout.write(_event_line(None, fmt == "wide") + "\n")
-    last = _emit(batch, fmt, 0)
+        sys.stdout.write(_event_line(None, fmt == "wide", many) + "\n")
+    last = _emit(batch, fmt, 0, many=many)
     while follow:
         time.sleep(interval)
-        last = _emit(source.events(node, last, 1000), fmt, last)
+        last = _emit(source.events(node, last, 1000), fmt, last, many=many)
 
 
-def _emit(batch: list[EventRow], fmt: str, last: int) -> int:
+def _emit(batch: list[EventRow], fmt: str, last: int, *, many: bool = False) -> int:
     for e in batch:
         if fmt == "json":
             sys.stdout.write(json.dumps(jsonable(e)) + "\n")
         else:
-            sys.stdout.write(_event_line(e, fmt == "wide") + "\n")
+            sys.stdout.write(_event_line(e, fmt == "wide", many) + "\n")
         last = max(last, e.id)
     sys.stdout.flush()
     return last
 
 
-def _event_line(e: EventRow | None, wide: bool) -> str:
+def _event_line(e: EventRow | None, wide: bool, many: bool = False) -> str:
     if e is None:
         cols = ["OBSERVED (UTC)", "NODE", "SOURCE", "KIND", "STATE", "DECISION", "REMEDIATION", "REASON"]
     else:
@@ -189,6 +192,8 @@ def _event_line(e: EventRow | None, wide: bool) -> str:
     line = f"{cols[0]:<21}{cols[1]:<20}{cols[2]:<12}{cols[3]:<11}{cols[4]:<18}{cols[5]:<11}{cols[6]:<13}{cols[7]}"
     if wide:
         line += "  " + ("WHY" if e is None else (e.decision_reason or "-"))
+    if many:
+        line = f"{'CLUSTER' if e is None else e.cluster:<16}" + line
     return line
 
 
@@ -201,11 +206,11 @@ def remediations_list(
     node: str = typer.Option(None, "--node", help="Only this node's remediations."),
     *, limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
     output: str = OUTPUT,
-    profile: str = PROFILE,
+    profile: str = PROFILE, cluster: str | None = CLUSTER,
 ) -> None:
     """List remediations, newest first."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     if node:
         backend(st).node(node)
     rows = backend(st).remediations(status, node, limit, profile=profile)
@@ -226,16 +231,16 @@ def remediations_list(
         if fmt == "wide":
             row += [str(x.ladder), x.source, x.wait_reason or "-", x.outcome or "-", x.fault_evidence or "-"]
         out.append(row)
-    r.show(r.table(headers, out))
+    r.show(r.table(*r.clustered(headers, out, [x.cluster for x in rows])))
 
 
 @remediations.command("show")
 @cli_errors
 def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="ID"),
-                      output: str = OUTPUT) -> None:
+                      output: str = OUTPUT, *, cluster: str | None = CLUSTER) -> None:
     """One remediation: where it stands, and every step attempt with its duration and error."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     d = backend(st).remediation(remediation_id)
     if fmt == "json":
         return r.print_json(d)
@@ -282,28 +287,29 @@ def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
 
 @rejected.command("list")
 @cli_errors
-def rejected_list(ctx: typer.Context, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
+def rejected_list(ctx: typer.Context, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT, *, cluster: str | None = CLUSTER) -> None:
     """Rejected payloads with the parser's error, newest first."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     rows = backend(st).rejected(limit)
     if fmt == "json":
         return r.print_json(rows)
     if not rows:
         return r.empty("rejected events")
     width = None if fmt == "wide" else 80
-    r.show(r.table(["id", "received", "error", "payload"],
-                   [[str(x.id), r.when(x.received_at, st.now()), x.error, x.payload[:width]] for x in rows]))
+    r.show(r.table(*r.clustered(["id", "received", "error", "payload"],
+                                [[str(x.id), r.when(x.received_at, st.now()), x.error, x.payload[:width]]
+                                 for x in rows], [x.cluster for x in rows])))
 
 
 @audit.command("list")
 @cli_errors
 def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help="Only this target."),
                action: str = typer.Option(None, "--action", help="e.g. release, quarantine, escalate."),
-               *, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT) -> None:
+               *, limit: int = typer.Option(50, "--limit"), output: str = OUTPUT, cluster: str | None = CLUSTER) -> None:
     """Audit log rows, newest first."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     rows = backend(st).audit(node, action, limit)
     if fmt == "json":
         return r.print_json(rows)
@@ -311,9 +317,9 @@ def audit_list(ctx: typer.Context, node: str = typer.Option(None, "--node", help
         return r.empty("audit rows")
     now = st.now()
     headers = ["time (utc)", "age", "actor", "action", "target", "reason"] + (["detail"] if fmt == "wide" else [])
-    r.show(r.table(headers, [
+    r.show(r.table(*r.clustered(headers, [
         [r.stamp(a.at), r.when(a.at, now), a.actor, r.status(a.action), a.target or "-", a.reason or "-"]
-        + ([str(a.detail)] if fmt == "wide" else []) for a in rows]))
+        + ([str(a.detail)] if fmt == "wide" else []) for a in rows], [a.cluster for a in rows])))
 
 
 @cli_errors
@@ -323,11 +329,11 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
                                        help="Include what dry-run recorded (hidden by default)."),
           lemons: bool = typer.Option(False, "--lemons", help="Nodes by lemon score instead: decayed, "
                                       "class-weighted failures with distinct causes counted."),
-          profile: str = PROFILE) -> None:
+          profile: str = PROFILE, cluster: str | None = CLUSTER) -> None:
     """Failures by node, by cause and by day; mean time to recovery; repeat offenders. With --lemons:
     the nodes by lemon score, each with its explanation."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     if lemons:
         return _lemons(st, top, fmt)
     result = backend(st).stats(days, top, dry_run, profile=profile)
@@ -346,12 +352,14 @@ def stats(ctx: typer.Context, days: int = typer.Option(30, "--days", help="Windo
               ("Failures by day", "day (utc)", result.by_day)]
     parts: list[object] = [head]
     for title, col, rows in counts:
-        parts += ["", r.table([col, "failures"], [[c.key, str(c.count)] for c in rows], title=title)]
+        parts += ["", r.table(*r.clustered([col, "failures"], [[c.key, str(c.count)] for c in rows],
+                                           [c.cluster or "" for c in rows]), title=title)]
     w = result.repeat_window_s
     window = f"{w // 86400}d" if w % 86400 == 0 else r.dur(w)
-    parts += ["", r.table(["node", f"failures in {window}", "status", "last failure"],
-                          [[o.node, str(o.failures), r.status(o.status), r.when(o.last_failure_at, st.now())]
-                           for o in result.offenders], title="Repeat offenders")]
+    parts += ["", r.table(*r.clustered(
+        ["node", f"failures in {window}", "status", "last failure"],
+        [[o.node, str(o.failures), r.status(o.status), r.when(o.last_failure_at, st.now())] for o in result.offenders],
+        [o.cluster for o in result.offenders]), title="Repeat offenders")]
     r.show(*parts)
 
 

@@ -2,7 +2,7 @@
 
 Server and token come from flags or the environment (``--token-file``, ``REMEDIATION_TOKEN_FILE``,
 ``REMEDIATION_TOKEN``); there is no ``--token`` flag. Replies parse into the direct mode's read-model
-types. HTTP errors map to exit codes: 401 is 2, 403/404/409/422 are 1, 5xx and no server are 3.
+types. HTTP errors map to exit codes: 400 and 401 are 2, 403/404/409/422 are 1, 5xx and no server are 3.
 
 Why: docs/running.md#the-cli
 """
@@ -20,6 +20,7 @@ from remediation.cli.context import EXIT_CONFIG, EXIT_DATABASE, EXIT_REQUEST, Cl
 from remediation.services.lemons import LemonRow
 from remediation.services.readmodels import (
     AuditRow,
+    ClusterState,
     EventRow,
     NodeDetail,
     NodeRow,
@@ -80,6 +81,7 @@ class Remote:
         self.server = url
         self._client = client or httpx.Client(base_url=url, timeout=TIMEOUT_S)
         self._headers = {"Authorization": f"Bearer {token}"}
+        self.cluster: str | None = None  # --cluster, sent as ?cluster= on every request
 
     def close(self) -> None:
         self._client.close()
@@ -90,7 +92,7 @@ class Remote:
         self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str,
             Any] | None = None
     ) -> Any:
-        query = {k: v for k, v in (params or {}).items() if v is not None}
+        query = {k: v for k, v in {"cluster": self.cluster, **(params or {})}.items() if v is not None}
         try:
             resp = self._client.request(
                 method, f"/api/v1{path}", params=query, json=body, headers=self._headers
@@ -102,6 +104,8 @@ class Remote:
         if resp.is_success:
             return resp.json()
         detail = _detail(resp)
+        if resp.status_code == 400:  # a usage error: a node name in several clusters, no --cluster
+            raise CliError(detail, EXIT_CONFIG)
         if resp.status_code == 401:
             raise CliError(f"{self.server} refused the token ({detail})", EXIT_CONFIG)
         if resp.status_code == 403:
@@ -175,6 +179,9 @@ class Remote:
 
     def policy_explain(self, node: str) -> dict[str, Any]:
         return dict(self._call("GET", f"/nodes/{_seg(node)}/policy"))
+
+    def clusters(self) -> list[ClusterState]:
+        return self._get(list[ClusterState], "/clusters")
 
     def breaker(self, profile: str | None = None) -> dict[str, Any]:
         latch = dict(self._call("GET", "/breaker", {"profile": profile}))

@@ -76,6 +76,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], title: str | No
     return t
 
 
+def clustered(headers: Sequence[str], rows: Sequence[Sequence[Any]],
+              clusters: Sequence[str]) -> tuple[list[str], list[list[Any]]]:
+    """``headers`` and ``rows`` with a first CLUSTER column when the rows (``clusters``, one a row)
+    span more than one cluster; unchanged otherwise, so a one-cluster site reads as it always did."""
+    if len(set(clusters)) <= 1:
+        return list(headers), [list(row) for row in rows]
+    return ["cluster", *headers], [[cluster, *row] for cluster, row in zip(clusters, rows, strict=True)]
+
+
 def show(*renderables: Any) -> None:
     out = console()
     for r in renderables:

@@ -17,7 +17,7 @@ import typer
 
 from remediation.cli import render as r
 from remediation.cli.backend import backend
-from remediation.cli.context import cli_errors, state
+from remediation.cli.context import CLUSTER, cli_errors, state
 
 OUTPUT = typer.Option("table", "--output", "-o", help="table, wide or json.")
 
@@ -34,10 +34,10 @@ def _pause_line(detail: dict[str, Any]) -> str:
 
 
 @cli_errors
-def status(ctx: typer.Context, output: str = OUTPUT) -> None:
+def status(ctx: typer.Context, output: str = OUTPUT, *, cluster: str | None = CLUSTER) -> None:
     """Automation, breaker and remediations at a glance: what is stopped, by whom, and why."""
     fmt = r.check_format(output)
-    st = state(ctx)
+    st = state(ctx, cluster)
     report = backend(st).status()
     if fmt == "json":
         return r.print_json(report)
@@ -55,10 +55,23 @@ def status(ctx: typer.Context, output: str = OUTPUT) -> None:
         ("Breaker's pool", _pool_line(report.get("pool"))),
     ])
     parts: list[object] = [head]
+    if len(report.get("clusters") or []) > 1:
+        parts += ["", cluster_table(report["clusters"])]
     if held:
         parts += ["", r.table(["remediation", "node", "step", "held because"],
                               [[f"#{i}", n, p, w] for i, n, p, w in held], title="Held (a human decides)")]
     r.show(*parts)
+
+
+def cluster_table(clusters: list[dict[str, Any]]) -> object:
+    """Every cluster's state, one a row: what ``GET /api/v1/clusters`` lists."""
+    def why(detail: dict[str, Any], on: bool) -> str:
+        return f"yes: {detail.get('reason') or '-'}" if on else "no"
+
+    return r.table(["cluster", "nodes", "unhealthy", "quarantined", "open", "paused", "breaker"],
+                   [[c["name"], str(c["nodes"]), str(c["unhealthy"]), str(c["quarantined"]),
+                     str(c["open_remediations"]), why(c["paused_detail"], c["paused"]),
+                     why(c["breaker_detail"], c["breaker_open"])] for c in clusters], title="Clusters")
 
 
 def _pool_line(pool: dict[str, int] | None) -> str | None:

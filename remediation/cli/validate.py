@@ -16,8 +16,10 @@ import typer
 
 from remediation.adapters.factory import slurm_backend, validator_backend
 from remediation.adapters.slurm.backend import close_slurm
-from remediation.cli.context import EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
+from remediation.cli.context import CLUSTER, EXIT_CONFIG, EXIT_REQUEST, CliError, State, cli_errors, state
+from remediation.db.scope import scoped
 from remediation.domain.states import CheckPurpose, ValidationOutcome
+from remediation.services.clusters import node_cluster
 from remediation.validation.rules import last_line
 from remediation.validation.service import ManualCheck, ValidationRefused, run_check
 
@@ -27,7 +29,10 @@ def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any
         raise CliError(f"{'release --validate' if purpose is CheckPurpose.RELEASE_VALIDATE else 'validate'} runs the GPU "
                        "check from this machine through Slurm and writes the database directly: run it on the "
                        "database host without --server", EXIT_CONFIG)
-    settings = st.settings()
+    with st.sessions()() as s:
+        cluster = node_cluster(s, node, st.cluster)  # the check is the node's cluster's, as are its rows
+    fleet = st.settings().fleet()
+    settings = fleet.get(cluster, st.settings())
     validator = validator_backend(settings)
     if validator is None:
         raise CliError("validation.backend is none: there is no validation to run (set it to slurm or "
@@ -35,7 +40,7 @@ def run_validation(st: State, node: str, purpose: CheckPurpose) -> dict[str, Any
     typer.echo(f"node/{node}: running the GPU check through {validator.backend} ...", err=True)
     slurm = slurm_backend(settings)
     try:
-        return run_check(st.sessions(), validator, slurm, asked=ManualCheck(node, st.actor, purpose),
+        return run_check(scoped(st.sessions(), cluster), validator, slurm, asked=ManualCheck(node, st.actor, purpose),
                          settings=settings, now=st.now)
     except ValidationRefused as exc:
         raise CliError(str(exc), EXIT_REQUEST) from None
@@ -51,10 +56,11 @@ def verdict_line(node: str, rec: dict[str, Any]) -> str:
 
 
 @cli_errors
-def validate(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name (drained).")) -> None:
+def validate(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node name (drained)."),
+             *, cluster: str | None = CLUSTER) -> None:
     """Run the GPU check the node's last cause picks, now, through the configured validator; the node must be
     drained (it stays drained: a pass returns nothing by itself). Exit 0 on a pass, 1 otherwise."""
-    st = state(ctx)
+    st = state(ctx, cluster)
     rec = run_validation(st, node, CheckPurpose.VALIDATE)
     typer.echo(verdict_line(node, rec))
     if rec["outcome"] != ValidationOutcome.PASSED:

@@ -10,6 +10,8 @@ Why: docs/architecture.md#one-service-many-clusters
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import event
@@ -23,7 +25,8 @@ INFO_KEY = "cluster"
 
 def scoped(sessions: sessionmaker[Session], cluster: str) -> sessionmaker[Session]:
     """A session factory like ``sessions`` whose sessions see and write ``cluster``'s rows only."""
-    made: sessionmaker[Session] = sessionmaker(**{**sessions.kw, "info": {INFO_KEY: checked_cluster(cluster)}})
+    info = {**(sessions.kw.get("info") or {}), INFO_KEY: checked_cluster(cluster)}  # keeps e.g. the audit door
+    made: sessionmaker[Session] = sessionmaker(**{**sessions.kw, "info": info})
     return made
 
 
@@ -36,6 +39,21 @@ def scope_of(session: Session) -> str | None:
 def cluster_of(session: Session) -> str:
     """The cluster a row written by ``session`` belongs to: its scope, else ``default``."""
     return scope_of(session) or DEFAULT_CLUSTER
+
+
+@contextmanager
+def narrowed(session: Session, cluster: str) -> Iterator[Session]:
+    """``session`` scoped to ``cluster`` for the ``with`` block (an on-call read that asks one
+    cluster's question, such as a score by node name); a session scoped elsewhere is refused."""
+    before = scope_of(session)
+    if before is not None and before != cluster:
+        raise ValueError(f"a session scoped to cluster {before!r} cannot read cluster {cluster!r}")
+    session.info[INFO_KEY] = checked_cluster(cluster)
+    try:
+        yield session
+    finally:
+        if before is None:
+            session.info.pop(INFO_KEY, None)
 
 
 @event.listens_for(Session, "do_orm_execute")

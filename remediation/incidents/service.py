@@ -330,6 +330,7 @@ def as_dict(inc: Incident, members: list[Remediation] | None = None) -> dict[str
         "cause": inc.cause, "status": inc.status, "nodes": list(inc.nodes or []), "node_count": len(inc.nodes or []),
         "domain_size": inc.domain_size, "opened_at": aware(inc.opened_at), "closed_at": aware(inc.closed_at),
         "closed_by": inc.closed_by, "close_reason": inc.close_reason, "dry_run": bool(inc.dry_run),
+        "cluster": inc.cluster,
     }
     if members is not None:
         out["remediations"] = [

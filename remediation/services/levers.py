@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.db.scope import scoped
 from remediation.domain.policy import Clock
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import Dispatcher, FollowUp
@@ -53,6 +54,27 @@ class LeverService:
         self._policy = policy
         self._clock = clock
         self._governance = governance
+
+    def in_cluster(self, cluster: str) -> LeverService:
+        """This service over sessions scoped to ``cluster``: its audit rows, controls and remediations."""
+        return LeverService(scoped(self._factory, cluster), self._dispatcher, self._policy, clock=self._clock,
+                            via=self._via, governance=self._governance)
+
+    def set_paused_in(self, clusters: list[str], paused: bool, actor: str, *, reason: str) -> dict[str, bool]:
+        """Pause or resume each of ``clusters`` (each audited in its own cluster); each one's state before."""
+        return {c: self.in_cluster(c).set_paused(paused, actor, reason) for c in clusters}
+
+    def close_breakers(self, clusters: list[str], actor: str, *, reason: str,
+                       profile: str | None = None) -> dict[str, list[FollowUp]]:
+        """Close the storm breaker of each of ``clusters`` that is open (the one named must be); a
+        :class:`lever_rules.LeverError` when none is."""
+        if len(clusters) == 1:
+            return {clusters[0]: self.in_cluster(clusters[0]).close_breaker(actor, reason, profile)}
+        latched = [c for c in clusters if self.in_cluster(c).breaker_status(profile).get("open")]
+        if not latched:
+            whose = f"profile {profile}'s storm breaker" if profile is not None else "the storm breaker"
+            raise lever_rules.LeverError(f"{whose} is not open in any cluster; nothing to close")
+        return {c: self.in_cluster(c).close_breaker(actor, reason, profile) for c in latched}
 
     def quarantine(self, node: str, actor: str, reason: str) -> FollowUp:
         with self._sessions() as s, s.begin():

@@ -16,6 +16,7 @@ from typing import Any
 
 from remediation.domain.episodes import EpisodeRow
 from remediation.validation.service import ValidationRow
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 
 @dataclass
@@ -34,6 +35,7 @@ class NodeRow:
     lemon_score: float = 0.0  # decayed, class-weighted failures (remediation.domain.lemon)
     lemon: str = ""  # the score's explanation
     profile: str | None = None  # the profile that governs it now (None: the base policy)
+    cluster: str = DEFAULT_CLUSTER  # a node is (cluster, name)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class EventRow:
     decision: str
     decision_reason: str
     remediation_id: int | None
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass
@@ -90,6 +93,7 @@ class RemediationRow:
     action: str | None = None
     profile: str | None = None  # the profile it opened under (None: the base policy)
     dry_run: bool = False  # opened in dry-run or in a shadow profile: it only records what it would do
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass
@@ -110,6 +114,7 @@ class AuditRow:
     reason: str
     detail: dict[str, Any]
     via: str | None = None  # api, db or service (None: written before the door was recorded)
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass
@@ -118,6 +123,7 @@ class RejectedRow:
     received_at: datetime
     error: str
     payload: str
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass
@@ -165,6 +171,21 @@ class NodeDetail:
 
 
 @dataclass
+class ClusterState:
+    """One cluster as on-call sees it first: can automation act there, and how much is wrong."""
+
+    name: str
+    nodes: int = 0
+    unhealthy: int = 0  # unhealthy or remediating
+    quarantined: int = 0
+    open_remediations: int = 0
+    paused: bool = False
+    paused_detail: dict[str, Any] = field(default_factory=dict)  # by whom, why, since when
+    breaker_open: bool = False
+    breaker_detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class Overview:
     nodes_by_status: dict[str, int]
     remediations_by_status: dict[str, int]
@@ -178,6 +199,7 @@ class Overview:
     queue_depth: dict[str, int] | None = None
     validation: dict[str, Any] = field(default_factory=dict)  # the validation's summary (services.validation)
     gate: dict[str, Any] = field(default_factory=dict)  # validation's old name in the API, kept for scrapers
+    clusters: list[ClusterState] = field(default_factory=list)  # every cluster the view covers, with its state
 
 
 def jsonable(obj: Any) -> Any:

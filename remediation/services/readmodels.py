@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
-from remediation.db.models import AuditLog, Event, Node, RejectedEvent, Remediation, RemediationStep
+from remediation.db.models import AuditLog, Control, Event, Node, RejectedEvent, Remediation, RemediationStep
 from remediation.db.queries import BREAKER, PAUSED, control_get
-from remediation.db.scope import cluster_of
+from remediation.db.scope import cluster_of, narrowed, scope_of
 from remediation.domain.checkpoint import CheckpointRequest
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.episodes import episodes
@@ -35,6 +35,7 @@ from remediation.services.lemons import lemon_scores
 from remediation.services.read_rows import (
     AuditRow,
     CheckpointRow,
+    ClusterState,
     EventRow,
     NodeDetail,
     NodeRow,
@@ -55,6 +56,7 @@ __all__ = [
     "ago",
     "AuditRow",
     "CheckpointRow",
+    "ClusterState",
     "EventRow",
     "get_node",
     "get_remediation",
@@ -150,7 +152,7 @@ def _event(e: Event) -> EventRow:
         id=e.id, observed_at=aware(e.observed_at), received_at=aware(e.received_at),
         source=e.source, node=e.node, kind=e.kind, state=e.state, reason=e.reason,
         reason_user=e.reason_user, decision=e.decision, decision_reason=e.decision_reason,
-        remediation_id=e.remediation_id,
+        remediation_id=e.remediation_id, cluster=e.cluster,
     )
 
 
@@ -170,13 +172,14 @@ def _rem_fields(r: Remediation) -> dict[str, Any]:
         closed_at=aware(r.closed_at), next_run_at=aware(r.next_run_at),
         duration_s=_seconds(r.opened_at, r.closed_at), wait_reason=r.wait_reason, outcome=r.outcome,
         fault_class=r.fault_class, fault_evidence=r.fault_evidence, action=r.action, profile=r.profile,
-        dry_run=bool(r.dry_run),
+        dry_run=bool(r.dry_run), cluster=r.cluster,
     )
 
 
 def _audit(a: AuditLog) -> AuditRow:
     return AuditRow(id=a.id, at=aware(a.at), actor=a.actor, action=a.action, target=a.target,
-                    reason=a.reason, detail=dict(a.detail or {}), via=a.via)
+                    reason=a.reason, detail=dict(a.detail or {}), via=a.via,
+                    cluster=a.cluster)
 
 
 def _node(n: Node, rem: Remediation | None) -> NodeRow:
@@ -185,7 +188,7 @@ def _node(n: Node, rem: Remediation | None) -> NodeRow:
         last_event_at=aware(n.last_event_at), quarantined_at=aware(n.quarantined_at),
         quarantine_reason=n.quarantine_reason, released_at=aware(n.released_at),
         open_remediation=rem.id if rem else None, step=rem.step if rem else None,
-        wait_reason=rem.wait_reason if rem else None, profile=n.profile,
+        wait_reason=rem.wait_reason if rem else None, profile=n.profile, cluster=n.cluster,
     )
 
 
@@ -196,35 +199,46 @@ def list_nodes(s: Session, status: str | None = None, lemon: LemonSettings | Non
                *, now: datetime | None = None, profile: str | None = None) -> list[NodeRow]:
     wanted = parse_node_status(status)
     q = select(Node, Remediation).outerjoin(
-        Remediation, (Remediation.node == Node.name) & Remediation.status.in_(OPEN_STATUSES)
+        Remediation, (Remediation.cluster == Node.cluster) & (Remediation.node == Node.name)
+        & Remediation.status.in_(OPEN_STATUSES)
     )
     if wanted is not None:
         q = q.where(Node.status == wanted.value)
     if profile is not None:
         q = q.where(Node.profile == profile)
-    rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name))]
+    rows = [_node(n, r) for n, r in s.execute(q.order_by(Node.name, Node.cluster))]
     return _with_lemon(s, rows, lemon, now=now,
                        names=None if wanted is None and profile is None else [r.name for r in rows])
 
 
 def get_node(s: Session, name: str, lemon: LemonSettings | None = None, *,
              now: datetime | None = None) -> NodeRow:
+    """Node ``name`` of the session's cluster (``default`` for an unscoped session: resolve the
+    cluster first, :func:`remediation.services.clusters.node_cluster`)."""
     n = s.get(Node, (cluster_of(s), name))
     if n is None:
         raise RecordNotFound(f"unknown node {name!r} (see `remediation nodes list`)")
-    rem = s.scalars(
-        select(Remediation).where(Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
+    rem = s.scalars(select(Remediation).where(
+        Remediation.cluster == n.cluster, Remediation.node == name, Remediation.status.in_(OPEN_STATUSES))
     ).first()
     return _with_lemon(s, [_node(n, rem)], lemon, now=now, names=[name])[0]
 
 
 def _with_lemon(s: Session, rows: list[NodeRow], lemon: LemonSettings | None, *, now: datetime | None,
                 names: list[str] | None) -> list[NodeRow]:
-    """Each node's lemon score and its explanation, one query for all of them."""
-    scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), nodes=names)
-    for row in rows:
-        if (sc := scores.get(row.name)) is not None:
-            row.lemon_score, row.lemon = sc.score, sc.explanation
+    """Each node's lemon score and its explanation, one query a cluster (scores are by node name)."""
+    clusters = sorted({row.cluster for row in rows})
+    for cluster in clusters if len(clusters) > 1 or scope_of(s) is None else [None]:
+        mine = [row for row in rows if cluster is None or row.cluster == cluster]
+        wanted = None if names is None else [row.name for row in mine]
+        if cluster is None:
+            scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), nodes=wanted)
+        else:
+            with narrowed(s, cluster):
+                scores = lemon_scores(s, now or datetime.now(UTC), lemon or LemonSettings(), nodes=wanted)
+        for row in mine:
+            if (sc := scores.get(row.name)) is not None:
+                row.lemon_score, row.lemon = sc.score, sc.explanation
     return rows
 
 
@@ -279,7 +293,7 @@ def list_audit(s: Session, target: str | None = None, action: str | None = None,
 def list_rejected(s: Session, limit: int = 50) -> list[RejectedRow]:
     rows = s.scalars(select(RejectedEvent).order_by(RejectedEvent.id.desc()).limit(_limit(limit)))
     return [RejectedRow(id=r.id, received_at=aware(r.received_at), error=r.error,
-                        payload=r.payload[:2000]) for r in rows]
+                        payload=r.payload[:2000], cluster=r.cluster) for r in rows]
 
 
 def quarantined(s: Session) -> list[NodeRow]:
@@ -290,7 +304,11 @@ def node_detail(s: Session, name: str, limit: int = 200, *, policy: PolicySettin
                 now: datetime | None = None) -> NodeDetail:
     """Everything on-call needs about one node, newest first in each list and merged into one
     timeline (oldest first, the way a story reads), and its fault episodes with their evidence
-    (settle period and window from ``policy``)."""
+    (settle period and window from ``policy``). The node of the session's cluster: an unscoped session
+    reads ``default``'s (:func:`remediation.services.clusters.node_cluster` says which to scope to)."""
+    if scope_of(s) is None:
+        with narrowed(s, cluster_of(s)):
+            return node_detail(s, name, limit, policy=policy, now=now)
     policy = policy or PolicySettings()
     node = get_node(s, name, policy.lemon, now=now)
     rem_ids = s.scalars(
@@ -357,8 +375,7 @@ def overview(s: Session) -> Overview:
     by_rem = {st.value: 0 for st in RemediationStatus}
     for rstatus, n in s.execute(select(Remediation.status, func.count()).group_by(Remediation.status)):
         by_rem[rstatus] = int(n)
-    paused = control_get(s, PAUSED)
-    breaker = control_get(s, BREAKER)
+    paused, breaker = _controls(s, PAUSED), _controls(s, BREAKER)
     return Overview(
         nodes_by_status=by_node, remediations_by_status=by_rem,
         in_flight=sum(by_rem[st.value] for st in OPEN_STATUSES),
@@ -369,6 +386,20 @@ def overview(s: Session) -> Overview:
         validation=(checked := validation_summary(s)),
         gate=checked,
     )
+
+
+def _controls(s: Session, key: str) -> dict[str, Any]:
+    """Control row ``key`` of the session's cluster; unscoped, the first cluster's (by name) that is
+    set (paused, latched open), each naming its cluster: the fleet is paused where any cluster is."""
+    if scope_of(s) is not None:
+        return control_get(s, key)
+    rows = s.execute(select(Control.cluster, Control.value).where(Control.key == key).order_by(Control.cluster)).all()
+    if len(rows) == 1 and rows[0][0] == cluster_of(s):
+        return dict(rows[0][1] or {})
+    for cluster, value in rows:
+        if (value or {}).get("paused") or (value or {}).get("open"):
+            return {**value, "cluster": cluster}
+    return {}
 
 
 # ----------------------------------------------------------------------------------- formatting

@@ -21,12 +21,14 @@ from remediation.clock import aware
 from remediation.db.models import Event, Node, Remediation
 from remediation.domain.statemachine import RemediationStatus
 from remediation.services.readmodels import ReadModelError
+from remediation.vocabulary import DEFAULT_CLUSTER
 
 
 @dataclass
 class Count:
     key: str
     count: int
+    cluster: str | None = None  # by node: the node's cluster (two clusters' gpu-node-0 are two rows)
 
 
 @dataclass
@@ -35,6 +37,7 @@ class Offender:
     failures: int
     status: str
     last_failure_at: datetime
+    cluster: str = DEFAULT_CLUSTER
 
 
 @dataclass
@@ -80,9 +83,10 @@ def stats(s: Session, now: datetime, query: StatsQuery = StatsQuery(), *,
     in_window = opened if include_dry_run else and_(opened, Remediation.dry_run.is_(False))
     dry = int(s.scalar(select(func.count()).where(opened, Remediation.dry_run.is_(True))) or 0)
 
-    by_node = [Count(n, int(c)) for n, c in s.execute(
-        select(Remediation.node, func.count()).where(in_window).group_by(Remediation.node)
-        .order_by(func.count().desc(), Remediation.node).limit(top))]
+    by_node = [Count(n, int(c), cluster) for cluster, n, c in s.execute(
+        select(Remediation.cluster, Remediation.node, func.count()).where(in_window)
+        .group_by(Remediation.cluster, Remediation.node)
+        .order_by(func.count().desc(), Remediation.node, Remediation.cluster).limit(top))]
 
     causes: Counter[str] = Counter()
     rows = s.execute(
@@ -125,12 +129,12 @@ def offenders(s: Session, now: datetime, window: timedelta, *, top: int = 10,
     counts them (failures before a human release are forgiven), worst first."""
     n = func.count().label("n")
     rows = s.execute(
-        select(Remediation.node, n, func.max(Remediation.opened_at), Node.status)
-        .join(Node, Node.name == Remediation.node)
+        select(Remediation.cluster, Remediation.node, n, func.max(Remediation.opened_at), Node.status)
+        .join(Node, (Node.cluster == Remediation.cluster) & (Node.name == Remediation.node))
         .where(Remediation.opened_at > now - window, Remediation.dry_run.is_(False),
                or_(Node.released_at.is_(None), Remediation.opened_at > Node.released_at),
                *([Remediation.profile == profile] if profile else []))
-        .group_by(Remediation.node, Node.status)
+        .group_by(Remediation.cluster, Remediation.node, Node.status)
         .having(func.count() >= 2)
-        .order_by(n.desc(), Remediation.node).limit(top))
-    return [Offender(node, int(c), status, aware(last)) for node, c, last, status in rows]
+        .order_by(n.desc(), Remediation.node, Remediation.cluster).limit(top))
+    return [Offender(node, int(c), status, aware(last), cluster) for cluster, node, c, last, status in rows]

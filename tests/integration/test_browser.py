@@ -129,7 +129,8 @@ def test_admin_releases_a_quarantined_node_from_the_dashboard(
     form.find_element(By.CSS_SELECTOR, "button.release").click()
 
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "p.flash.ok"), f"{NODE} released"))
-    assert browser.current_url.startswith(f"{base_url}/nodes/{NODE}?msg=")
+    # Back on the node's page, in its cluster (a link names the node's cluster).
+    assert browser.current_url.startswith(f"{base_url}/nodes/{NODE}?cluster=default&msg=")
     assert browser.find_element(By.CSS_SELECTOR, "h1 .st").text == "healthy"
     assert browser.find_elements(By.CSS_SELECTOR, "button.release") == []  # nothing left to release
     history_table = browser.find_elements(By.CSS_SELECTOR, "main table")[-1].text

@@ -170,7 +170,7 @@ def test_events_tail_and_rejected(run, history) -> None:
 def test_stats(run, history) -> None:
     data = json.loads(run("stats", "-o", "json").stdout)
     assert data["total"] == 5
-    assert data["by_node"][0] == {"key": "gpu-node-9", "count": 2}
+    assert data["by_node"][0] == {"key": "gpu-node-9", "count": 2, "cluster": "default"}
     assert {c["key"]: c["count"] for c in data["by_cause"]} == {"slurm FAIL": 3, "slurm DOWN": 1, "slurm DRAIN": 1}
     assert data["outcomes"]["succeeded"] == 3 and data["mttr_samples"] == 3 and data["mttr_s"] > 0
     assert [o["node"] for o in data["offenders"]] == ["gpu-node-9"]

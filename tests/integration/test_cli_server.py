@@ -23,6 +23,7 @@ from remediation.db.session import make_engine, make_session_factory
 from remediation.settings import DatabaseSettings
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
 from tests.integration.history import History, build
+from tests.integration.two_clusters import EAST, SHARED, seed
 
 ALICE, BOB, LEGACY = (
     "alice-admin-token-0123456789",
@@ -278,3 +279,25 @@ def test_the_session_cookie_is_secure_behind_a_trusted_tls_proxy_only(
         assert "; secure" not in _login_cookie(untrusted.url).lower()
     finally:
         untrusted.stop()
+
+
+def test_cluster_reaches_the_server_and_an_ambiguous_name_is_refused(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session]
+) -> None:
+    """Two more clusters beside the history's (tests/integration/two_clusters.py): gpu-node-0 is in all
+    three, so a lever naming it needs --cluster, which the CLI sends as ?cluster=."""
+    seed(sessions)
+    server = ("--server", api.url, "--token-file", str(tokens["alice"]))
+    out = cli(None, *server, "quarantine", SHARED, "-r", "bad GPU")
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "default, east, west" in out.stderr and "--cluster" in out.stderr
+    out = cli(None, *server, "quarantine", SHARED, "--cluster", EAST, "-r", "bad GPU")
+    assert out.returncode == 0, out.stderr
+    with sessions() as s:
+        rows = [(a.cluster, a.target, a.actor) for a in s.scalars(select(AuditLog).where(AuditLog.action == "quarantine"))]
+    assert rows == [(EAST, SHARED, "alice")]
+    listed = cli(None, *server, "nodes", "list", "--cluster", EAST, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert {n["cluster"] for n in json.loads(listed.stdout)} == {EAST}
+    table = cli(None, *server, "nodes", "list")
+    assert table.stdout.splitlines()[0].split()[:2] == ["CLUSTER", "NAME"]
