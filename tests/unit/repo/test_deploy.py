@@ -21,7 +21,7 @@ import yaml
 
 from remediation.adapters.kube.validator import job_manifest
 from remediation.domain.gpu_reset import reset_command
-from remediation.settings import Settings, load_settings
+from remediation.settings import ClusterEntry, Settings, load_settings, load_watched
 from remediation.validation.port import ValidationCheck
 from tests.composefile import MissingVariable, compose
 
@@ -53,6 +53,8 @@ def _setting_exists(env: str) -> bool:
         return True
     parts = env.removeprefix("REMEDIATION_").lower().split("__")
     model: Any = Settings
+    if parts[0] == "clusters" and len(parts) > 2:  # REMEDIATION_CLUSTERS__<NAME>__...: a field of an entry
+        model, parts = ClusterEntry, parts[2:]
     for part in parts:
         fields = getattr(model, "model_fields", None)
         if fields is None or part not in fields:
@@ -781,7 +783,20 @@ def test_each_component_reads_only_its_own_secret_keys(overlay: str) -> None:
 
 def test_readme_creates_exactly_the_secrets_the_manifests_read() -> None:
     """deploy/README.md's `kubectl create secret` commands make each Secret with exactly its keys."""
-    text = (ROOT / "deploy/README.md").read_text()
+    text = (ROOT / "deploy/README.md").read_text().split(MANY_CLUSTERS)[0]
+    made = _secrets_made(text)
+    optional = {(n, k) for n, k in OPTIONAL_SECRET_KEYS}
+    required = {name: {k for k in keys if (name, k) not in optional} for name, keys in SECRET_KEYS.items()}
+    assert set(made) == set(SECRET_KEYS)
+    for name, keys in made.items():
+        assert required[name] <= keys <= SECRET_KEYS[name], (name, keys)
+
+
+MANY_CLUSTERS = "## Many clusters"
+
+
+def _secrets_made(text: str) -> dict[str, set[str]]:
+    """The Secrets ``text``'s `kubectl create secret` commands make, and each one's keys."""
     made: dict[str, set[str]] = {}
     for block in re.findall(
         r"kubectl -n node-remediation create secret generic (\S+)((?:[^\n]*\\\n)*[^\n]*)", text
@@ -790,11 +805,7 @@ def test_readme_creates_exactly_the_secrets_the_manifests_read() -> None:
         keys = set(re.findall(r"--from-literal=(REMEDIATION_[A-Z_]+)=", rest))
         keys |= set(re.findall(r"--from-file=(REMEDIATION_[A-Z_]+)=", rest))
         made[name] = keys
-    optional = {(n, k) for n, k in OPTIONAL_SECRET_KEYS}
-    required = {name: {k for k in keys if (name, k) not in optional} for name, keys in SECRET_KEYS.items()}
-    assert set(made) == set(SECRET_KEYS)
-    for name, keys in made.items():
-        assert required[name] <= keys <= SECRET_KEYS[name], (name, keys)
+    return made
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -1103,3 +1114,164 @@ def test_the_check_policy_names_every_configured_check_command() -> None:
     checks = env.program(env.compile(listed["checks"])).evaluate({})
     assert {tuple(str(a) for a in argv) for argv in checks} == {tuple(v) for v in Settings().validation.checks.values()}
     assert str(env.program(env.compile(listed["reset"])).evaluate({})) == reset_command(None)[2]
+
+
+# ------------------------------------------------------------------------ many clusters
+
+MULTI = ROOT / "deploy/components/multi-cluster"
+# The component's clusters: whether each has Kubernetes, and whether it is reached through its API
+# server (a token of its own) rather than the pods' own ServiceAccount.
+CLUSTERS = {"east": (True, False), "west": (True, True), "lab": (False, False)}
+
+
+def _multi(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
+    return _with_validation(overlay, tmp_path, "multi-cluster")
+
+
+def _env(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+
+
+def _watchers(objs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    return {w["metadata"]["name"]: w for w in _workloads(objs) if "watcher" in w["metadata"]["name"]}
+
+
+def _rendered_config(objs: tuple[dict[str, Any], ...], tmp_path: Path) -> Path:
+    (cm,) = [c for c in _of(objs, "ConfigMap") if c["metadata"]["name"] == "remediation-config"]
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    return path
+
+
+def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("REMEDIATION_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_multi_cluster_component_runs_one_watcher_set_per_cluster(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm watcher per cluster and a Kubernetes watcher per cluster with Kubernetes, none for
+    `default`; each loads its own cluster's settings from the shared config and its own Secret, and is
+    given no other cluster's secret; one worker, beat and API serve them all."""
+    objs = _multi(overlay, tmp_path)
+    watchers = _watchers(objs)
+    expected = {f"remediation-watcher-slurm-{c}" for c in CLUSTERS}
+    expected |= {f"remediation-watcher-kube-{c}" for c, (kube, _) in CLUSTERS.items() if kube}
+    assert set(watchers) == expected
+    assert {w["metadata"]["name"] for w in _workloads(objs)} - expected == {
+        "remediation-worker", "remediation-beat", "remediation-api"}
+    config = _rendered_config(objs, tmp_path)
+    for name, workload in watchers.items():
+        kind, cluster = name.removeprefix("remediation-watcher-").split("-", 1)
+        env = _env(workload)
+        assert env["REMEDIATION_CLUSTER__NAME"]["value"] == cluster
+        secret_env = {k for k, e in env.items() if "valueFrom" in e}
+        foreign = [k for k in secret_env if k.startswith("REMEDIATION_CLUSTERS__")
+                   and not k.startswith(f"REMEDIATION_CLUSTERS__{cluster.upper()}__")]
+        assert not foreign, f"{name} is handed another cluster's secret: {foreign}"
+        _clean(monkeypatch)
+        monkeypatch.setenv("REMEDIATION_CONFIG", str(config))
+        for key, e in env.items():
+            if key != "REMEDIATION_CONFIG":  # the mounted file: here, the rendered one
+                monkeypatch.setenv(key, e.get("value") or f"secret-of-{key.lower()}")
+        monkeypatch.setenv("REMEDIATION_BROKER__REDIS_URL", "redis://u:p@redis:6379/0")
+        watched = load_watched()
+        assert watched.cluster.name == cluster
+        if kind == "slurm":
+            assert watched.slurm.rest_token is not None and watched.slurm.rest_url
+        else:
+            assert watched.kube.backend == "kubernetes"
+            remote = CLUSTERS[cluster][1]
+            assert bool(watched.kube.host) == remote == (watched.kube.token is not None), name
+            # A watcher that reaches another cluster's API server holds no token of the one it runs in.
+            assert _pod_spec(workload).get("automountServiceAccountToken", True) is not remote, name
+    _clean(monkeypatch)
+    monkeypatch.setenv("REMEDIATION_CONFIG", str(config))
+    worker = next(w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker")
+    for key in _env(worker):
+        if key.startswith("REMEDIATION_CLUSTERS__"):
+            monkeypatch.setenv(key, "a-secret")
+    fleet = load_settings().fleet()
+    assert set(fleet) == set(CLUSTERS)
+    for cluster, (kube, remote) in CLUSTERS.items():
+        one = fleet[cluster]
+        assert one.slurm.rest_token is not None, f"the workers have no Slurm token of {cluster}"
+        assert (one.kube.backend != "none") == kube and (one.kube.token is not None) == remote, cluster
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_multi_cluster_component_keeps_each_component_to_its_own(overlay: str, tmp_path: Path) -> None:
+    """Each watcher reads only its own Secret (named for it) and selects only its own pods; RBAC and
+    the other components' Secrets are the base's but for the workers' per-cluster tokens; every
+    object validates against the Kubernetes schemas."""
+    import kubernetes_validate
+
+    objs = _multi(overlay, tmp_path)
+    assert _granted(objs) == RBAC
+    workloads = _workloads(objs)
+    for workload in workloads:
+        name = workload["metadata"]["name"]
+        for env in _env(workload).values():
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                assert ref["name"] == name and ref["key"] == env["name"], (name, ref)
+        others = [o["metadata"]["name"] for o in workloads
+                  if o is not workload and _selects(workload["spec"]["selector"], _pod_labels(o))]
+        assert not others, f"{name}'s selector takes the pods of {others}"
+    worker = _env(next(w for w in workloads if w["metadata"]["name"] == "remediation-worker"))
+    assert set(worker) - {k for k in worker if k.startswith("REMEDIATION_CLUSTERS__")} == (
+        SECRET_KEYS["remediation-worker"] - {"REMEDIATION_SLURM__REST_TOKEN", "REMEDIATION_SLURM__REST_USER"}
+    ) | {"REMEDIATION_CONFIG"}
+    errors = []
+    for obj in objs:
+        if obj["kind"] not in CRD_KINDS:
+            try:
+                kubernetes_validate.validate(obj, SCHEMA_VERSIONS[0], strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+    assert not errors, "\n".join(errors)
+
+
+def _acl_lines(objs: tuple[dict[str, Any], ...]) -> list[str]:
+    import base64
+
+    (secret,) = [s for s in _of(objs, "Secret") if s["metadata"]["name"] == "remediation-redis"]
+    return base64.b64decode(secret["data"]["users.acl"]).decode().splitlines()
+
+
+def test_the_multi_cluster_acl_has_a_user_per_watcher_and_keeps_the_others(tmp_path: Path) -> None:
+    """One Redis user per watcher Deployment, named for it, writing its own cluster's stream only; the
+    base's default-cluster watcher users are gone with their watchers; every other user is the base's,
+    word for word (the file is a copy: a change to the base must reach it)."""
+    objs = _multi(OVERLAYS[0], tmp_path)
+    lines = _acl_lines(objs)
+    users = {line.split()[1]: line for line in lines}
+    watcher_users = {u for u in users if u.startswith("watcher-")}
+    assert watcher_users == {n.removeprefix("remediation-") for n in _watchers(objs)}
+    for user in watcher_users:
+        kind, cluster = user.removeprefix("watcher-").split("-", 1)
+        keys = {w for w in users[user].replace("(", " ").replace(")", " ").split() if w.startswith(("~", "%"))}
+        space = f"remediation:cluster:{cluster}"
+        assert keys == {f"~{space}:events:{kind}", f"~{space}:leader:{kind}", f"~{space}:leader:{kind}:token"}
+    base = (ROOT / "deploy/base/redis/users.acl").read_text().splitlines()
+    assert [line for line in base if not line.startswith("user watcher-")] == [
+        line for line in lines if not line.startswith("user watcher-")]
+
+
+def test_the_readme_creates_the_multi_cluster_secrets_the_manifests_read(tmp_path: Path) -> None:
+    """deploy/README.md's "Many clusters" commands make each watcher's Secret with exactly the keys
+    it reads, and give the workers' Secret each cluster's keys."""
+    section = (ROOT / "deploy/README.md").read_text().split(MANY_CLUSTERS)[1].split("\n## ")[0]
+    made = _secrets_made(section)
+    objs = _multi(OVERLAYS[0], tmp_path)
+    read: dict[str, set[str]] = {}
+    for workload in _workloads(objs):
+        for env in _env(workload).values():
+            if (ref := env.get("valueFrom", {}).get("secretKeyRef")) and not ref.get("optional"):
+                read.setdefault(ref["name"], set()).add(ref["key"])
+    watchers = {n: keys for n, keys in read.items() if "watcher" in n}
+    assert {n: made.get(n) for n in watchers} == watchers
+    assert made["remediation-worker"] == read["remediation-worker"]
