@@ -15,6 +15,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -188,17 +189,17 @@ def test_argv_check_rejects_bad_commands() -> None:
 
 # `sh -c '. ENV_FILE && exec PROGRAM "$$@"' --`: source a file of `export` lines, then exec PROGRAM
 # with the service's command as its arguments ($$ is compose's escape for a literal $).
-WRAPPER = re.compile(r'\. (?P<env_file>/\S+) && exec (?P<program>[\w.-]+) "\$\$@"')
+WRAPPER = re.compile(r'(?P<env_files>(?:\. /\S+ && )+)exec (?P<program>[\w.-]+) "\$\$@"')
 SIMULATOR = ["python", "-m", "remediation.simulator.cluster"]
 
 
-def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], str | None]:
-    """(the program an entrypoint runs the command with, the env file it sources first, if any)."""
+def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
+    """(the program an entrypoint runs the command with, the env files it sources first, if any)."""
     if entrypoint[:2] == ["sh", "-c"]:
         match = WRAPPER.fullmatch(entrypoint[2]) if len(entrypoint) == 4 else None
         if match is None or entrypoint[3] != "--":  # without "--", the first argument would be $0
             raise ValueError(f"not a wrapper this test understands: {entrypoint}")
-        return [match["program"]], match["env_file"]
+        return [match["program"]], tuple(re.findall(r"\. (/\S+) && ", match["env_files"]))
     return entrypoint, None
 
 
@@ -240,8 +241,11 @@ def _invocation_problem(program: list[str], argv: list[str]) -> str | None:
 
 def test_invocation_check_rejects_bad_entrypoints_and_arguments() -> None:
     good = ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"', "--"]
-    assert _entrypoint_program(good) == (["remediation"], "/sim/simulator.env")
+    assert _entrypoint_program(good) == (["remediation"], ("/sim/simulator.env",))
+    both = ["sh", "-c", '. /sim-a/simulator.env && . /sim-b/simulator.env && exec remediation "$$@"', "--"]
+    assert _entrypoint_program(both) == (["remediation"], ("/sim-a/simulator.env", "/sim-b/simulator.env"))
     for bad in (
+        ["sh", "-c", '. /sim-a/simulator.env; . /sim-b/simulator.env && exec remediation "$$@"', "--"],
         ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"'],  # no "--": the command loses an arg
         ["sh", "-c", '. /sim/simulator.env && exec remediation "$@"', "--"],  # compose would interpolate $@
         ["sh", "-c", 'exec remediation "$$@"', "--"],  # loads nothing
@@ -265,7 +269,7 @@ def test_compose_commands_parse() -> None:
 
 def test_compose_long_running_services_have_health_checks() -> None:
     services = _compose()
-    one_shot = {"migrate"}
+    one_shot = {"migrate", "migrate-clusters"}
     missing = sorted(n for n, svc in services.items() if n not in one_shot and "healthcheck" not in svc)
     assert not missing, f"no healthcheck: {missing}"
     gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
@@ -297,13 +301,13 @@ def test_compose_runs_against_the_simulated_cluster() -> None:
 
     wrapped = {}
     for name, svc in services.items():
-        if svc.get("entrypoint"):
+        if svc.get("entrypoint") and not svc.get("profiles"):
             program, sourced = _entrypoint_program(svc["entrypoint"])
             if sourced is not None:
                 wrapped[name] = (program, sourced, svc)
     assert set(wrapped) == CLUSTER_SERVICES
     for name, (program, sourced, svc) in wrapped.items():
-        assert program == ["remediation"] and sourced == env_file, name
+        assert program == ["remediation"] and sourced == (env_file,), name
         assert f"sim:{args.state_dir}:ro" in svc["volumes"], name
         assert svc["depends_on"].get("simulator") == {"condition": "service_healthy"}, name
     commands = {tuple(services[n]["command"][:2]) for n in CLUSTER_SERVICES}
@@ -325,7 +329,7 @@ def test_compose_ships_no_token_and_publishes_on_loopback_only() -> None:
     for name, svc in services.items():
         for port in svc.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), (name, port)
-        if name != "api":  # only the API holds a token
+        if name not in ("api", "api-clusters"):  # only the APIs hold a token
             assert not [k for k in svc.get("environment") or {} if k.startswith("REMEDIATION_API__")], name
 
 
@@ -980,6 +984,8 @@ def test_compose_tls_overlay_keeps_each_components_user() -> None:
         url = (svc.get("environment") or {}).get("REMEDIATION_BROKER__REDIS_URL")
         if url is None or name == "migrate":  # migrate only upgrades the database
             continue
+        if svc.get("profiles") == [MULTI_CLUSTER]:  # its own Redis, plain text (the file's header says)
+            continue
         env = tls["services"][name]["environment"]
         assert env["REMEDIATION_BROKER__REDIS_URL"] == url.replace("redis://", "rediss://", 1), name
         assert env["REMEDIATION_BROKER__CA_FILE"].startswith("/tls/"), name
@@ -1275,3 +1281,47 @@ def test_the_readme_creates_the_multi_cluster_secrets_the_manifests_read(tmp_pat
     watchers = {n: keys for n, keys in read.items() if "watcher" in n}
     assert {n: made.get(n) for n in watchers} == watchers
     assert made["remediation-worker"] == read["remediation-worker"]
+
+
+MULTI_CLUSTER = "multi-cluster"  # docker-compose.yml's profile of two simulated clusters
+
+
+def test_the_compose_multi_cluster_profile_runs_a_watcher_pair_per_simulated_cluster() -> None:
+    """Two simulators, each writing its settings as its own entry of `clusters` into its own volume;
+    each cluster's watchers source only that cluster's file and name it, as their own Redis user of
+    the multi-cluster component's ACL; one worker, beat and API source both; the profile's config
+    file lists exactly the simulated clusters; its stack has its own Postgres and Redis."""
+    services = {n: s for n, s in _compose().items() if s.get("profiles") == [MULTI_CLUSTER]}
+    sims = {n: _simulator_args(s["command"]) for n, s in services.items() if s.get("entrypoint") == SIMULATOR}
+    assert {a.cluster for a in sims.values()} == {"east", "west"}
+    files = {a.cluster: f"{a.state_dir}/simulator.env" for a in sims.values()}
+    for name, args in sims.items():
+        assert args.replay and f"sim-{args.cluster}:{args.state_dir}" in services[name]["volumes"]
+        assert files[args.cluster] in " ".join(services[name]["healthcheck"]["test"]), name
+    (config,) = {s["environment"]["REMEDIATION_CONFIG"] for s in services.values()
+                 if "REMEDIATION_CONFIG" in (s.get("environment") or {})}
+    mount = f"./deploy/compose:{Path(config).parent}:ro"
+    listed = yaml.safe_load((ROOT / "deploy/compose" / Path(config).name).read_text())["clusters"]
+    assert [e["name"] for e in listed] == sorted(files)
+    acl = {line.split()[1]: line for line in (ROOT / "deploy/components/multi-cluster/redis/users.acl")
+           .read_text().splitlines()}  # fmt: skip
+    watchers, shared = {}, {}
+    for name, svc in services.items():
+        if svc.get("entrypoint", [])[:2] != ["sh", "-c"]:
+            continue
+        program, sourced = _entrypoint_program(svc["entrypoint"])
+        assert program == ["remediation"] and mount in svc["volumes"], name
+        env = svc["environment"]
+        user = urlsplit(env["REMEDIATION_BROKER__REDIS_URL"])
+        assert user.hostname == "redis-clusters" and f">{user.password}" in acl[str(user.username)], name
+        assert "@postgres-clusters:" in env["REMEDIATION_DATABASE__URL"], name
+        if svc["command"][0] == "watch":
+            cluster = env["REMEDIATION_CLUSTER__NAME"]
+            assert sourced == (files[cluster],) and user.username == f"watcher-{svc['command'][1]}-{cluster}", name
+            watchers[name] = cluster
+        else:
+            assert sourced == tuple(files[c] for c in sorted(files)), name
+            shared[name] = svc["command"][0]
+    assert sorted(watchers.values()) == ["east", "east", "west", "west"]
+    assert sorted(shared.values()) == ["api", "beat", "worker"]
+    assert {"postgres-clusters", "redis-clusters", "migrate-clusters"} <= set(services)
