@@ -198,8 +198,9 @@ def west_scene(settings: Any) -> tuple[float, str, Callable[[], object]]:
 
 
 def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:
-    """Each cluster's Slurm and Kubernetes watchers, each in a daemon thread with its own bus on its own
-    cluster's stream, started."""
+    """Each cluster's Slurm watcher, and its Kubernetes watcher where it has an API server to watch (the
+    in-memory world has none: its Nodes are the workers' adapters' only), each in a daemon thread with
+    its own bus on its own cluster's stream, started."""
     from remediation.adapters.factory import make_bus
     from remediation.watchers.kube.watcher import run as run_kube_watcher
     from remediation.watchers.slurm.watcher import run as run_slurm_watcher
@@ -208,6 +209,7 @@ def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:
         threading.Thread(target=target, args=(one, stopper, make_bus(one)), name=f"{kind}-watcher-{name}", daemon=True)
         for name, one in settings.fleet().items()
         for target, kind in ((run_slurm_watcher, "slurm"), (run_kube_watcher, "kube"))
+        if kind == "slurm" or one.kube.backend == "kubernetes"
     ]
     for thread in watchers:
         thread.start()
