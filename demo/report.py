@@ -159,7 +159,7 @@ def remediations_table(remediations: list[dict[str, Any]], console: Console) -> 
         took = f"recovered in {_took(r)}" if r["recovery_s"] is not None else "not recovered"
         detail = (f"{r['fault_class'] or '-'} -> {r['action'] or '-'}; machine steps: {did}\n"
                   f"cause: {r['cause'][:80]}\n{len(r['steps_done'])} steps done; {took}")  # fmt: skip
-        stacked.add_row(str(r["id"]), f"{r['cluster']}/{r['node']}", _outcome(r, "\n"), detail)
+        stacked.add_row(str(r["id"]), f"{r['node']}\n{r['cluster']}", _outcome(r, "\n"), detail)
     return stacked
 
 
