@@ -27,6 +27,7 @@ from remediation.adapters.celery import SWEEP_TASK
 from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.lock import LeaderLock, drawn_tokens
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.adapters.queues import queue_depth
 from remediation.adapters.stream import Reading, consume
 from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
 from remediation.domain.admission import Published, Publisher
@@ -363,7 +364,7 @@ def _watched(server: AclRedis, cluster: str, kind: str = "slurm") -> Settings:
 def test_a_clusters_watcher_publishes_on_its_own_clusters_stream(multi: AclRedis) -> None:
     """The real bus and lock, as each cluster's Slurm watcher makes them, publish a fenced event as
     that cluster's own Redis user; the worker user reads every cluster's stream and token counter and
-    acknowledges the entries. Nothing was refused."""
+    acknowledges the entries; the API user reads every cluster's queue depth. Nothing was refused."""
     tokens = {}
     for cluster in CLUSTERS:
         settings = _watched(multi, cluster)
@@ -383,6 +384,10 @@ def test_a_clusters_watcher_publishes_on_its_own_clusters_stream(multi: AclRedis
         assert drawn_tokens(worker, Keys(PREFIX, cluster=cluster).space) == {"slurm": tokens[cluster]}
         where = Keys(PREFIX, Publisher.SLURM, cluster).stream
         assert worker.xpending(where, "ingest")["pending"] == 0
+    # The API's queue depth, as its own user, counts every cluster's streams (all acknowledged now).
+    api = load_settings(broker={"redis_url": multi.url("api"), "key_prefix": PREFIX},
+                        clusters=[{"name": c} for c in CLUSTERS])
+    assert queue_depth(api)["events_pending"] == 0
     assert multi.denials() == []
 
 
