@@ -21,6 +21,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep, Validation
+from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.gpu_reset import machine_step_did
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
@@ -28,7 +29,7 @@ from remediation.domain.topology import domain_key
 from remediation.hostlist import compress
 from remediation.services.hardware import node_eras
 from remediation.settings import Settings
-from remediation.vocabulary import GPU_RESET
+from remediation.vocabulary import DEFAULT_CLUSTER, GPU_RESET
 
 DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "storm", "node_not_ready", "switch_down"})
 #: How the report names a machine step that reset a GPU (the glossary's word; not a VM action).
@@ -69,7 +70,7 @@ class Progress:
     def poll(self, elapsed: float) -> None:
         with self.sessions() as s:
             rows = s.execute(
-                select(Remediation.id, Remediation.node, Remediation.status, Remediation.step)
+                select(Remediation.id, Remediation.cluster, Remediation.node, Remediation.status, Remediation.step)
             ).all()
             audit = s.execute(
                 select(AuditLog.id, AuditLog.action, AuditLog.target, AuditLog.reason)
@@ -79,11 +80,11 @@ class Progress:
             ).all()
         self._total = len(rows)
         self._open = sum(1 for r in rows if r.status in OPEN_STATUSES)
-        for rid, node, status, step in rows:
+        for rid, cluster, node, status, step in rows:
             if self._seen.get(rid) != (status, step):
                 self._seen[rid] = (status, step)
                 color = {"succeeded": "green", "quarantined": "red"}.get(status, "cyan")
-                self.console.print(f"[{elapsed:5.1f}s] #{rid} {node}: [{color}]{status}[/] {step}")
+                self.console.print(f"[{elapsed:5.1f}s] #{rid} {cluster}/{node}: [{color}]{status}[/] {step}")
         for aid, action, target, reason in audit:
             self._audit_id = aid
             color = "red" if action in ("breaker_open", "incident_opened") else "magenta"
@@ -96,6 +97,9 @@ class Progress:
     def print_summary(self, summary: dict[str, Any]) -> None:
         c = self.console
         c.print(remediations_table(summary["remediations"], c))
+        for name, one in summary["clusters"].items():
+            c.print(f"[bold]cluster {name}[/]: {one['remediations']} remediation(s), {one['succeeded']} succeeded, "
+                    f"quarantined: {', '.join(one['quarantined']) or 'none'}; events: {one['events']}")
         for inc in summary["incidents"]:
             took = f" after {inc['open_s']:.1f}s" if inc["open_s"] is not None else ""
             c.print(f"[bold]incident #{inc['id']}[/] {inc['domain']} (likely cause: {inc['cause']}): "
@@ -114,7 +118,7 @@ class Progress:
             c.print(f"validation: {summary['validation_checks']} GPU check(s); "
                     + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in validation.items()))
         for move in summary["hardware_moves"]:
-            c.print(f"new hardware under the same name: {move['node']}: {move['why']} "
+            c.print(f"new hardware under the same name: {move['cluster']}/{move['node']}: {move['why']} "
                     f"({move['before']} -> {move['after']})")
         for node, why in summary["ignored"].items():
             c.print(f"left alone: {node}: {why}")
@@ -136,11 +140,11 @@ def remediations_table(remediations: list[dict[str, Any]], console: Console) -> 
     fits, otherwise the node and its outcome whole beside the rest stacked in one cell, so that no node
     name or status is ever cut short."""
     wide = Table(title="Remediations")
-    columns = ("#", "node", "outcome", "class", "action", "machine steps", "cause", "steps done", "time to recover")
+    columns = ("#", "cluster", "node", "outcome", "class", "action", "machine steps", "cause", "steps done", "time to recover")
     for col in columns:
         wide.add_column(col)
     for r in remediations:
-        wide.add_row(str(r["id"]), r["node"], _outcome(r), r["fault_class"] or "-", r["action"] or "-",
+        wide.add_row(str(r["id"]), r["cluster"], r["node"], _outcome(r), r["fault_class"] or "-", r["action"] or "-",
                      ", ".join(r["machine_steps"]) or "none", r["cause"][:44], str(len(r["steps_done"])),
                      _took(r))  # fmt: skip
     if Measurement.get(console, console.options.update_width(10_000), wide).maximum <= console.width:
@@ -155,7 +159,7 @@ def remediations_table(remediations: list[dict[str, Any]], console: Console) -> 
         took = f"recovered in {_took(r)}" if r["recovery_s"] is not None else "not recovered"
         detail = (f"{r['fault_class'] or '-'} -> {r['action'] or '-'}; machine steps: {did}\n"
                   f"cause: {r['cause'][:80]}\n{len(r['steps_done'])} steps done; {took}")  # fmt: skip
-        stacked.add_row(str(r["id"]), r["node"], _outcome(r, "\n"), detail)
+        stacked.add_row(str(r["id"]), f"{r['node']}\n{r['cluster']}", _outcome(r, "\n"), detail)
     return stacked
 
 
@@ -183,21 +187,25 @@ def _took(r: dict[str, Any]) -> str:
     return f"{r['recovery_s']:.1f}s" if r["recovery_s"] is not None else "-"
 
 
-def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[str, Any]:
-    """What the demo did, read back from the database and checked against the cluster's own counts:
-    remediations, incidents, the breaker, VM actions, detection and recovery times, the validation's
-    verdicts and hardware moves."""
+def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated: str = DEFAULT_CLUSTER) -> dict[str, Any]:
+    """What the demo did, read back from the database and checked against the simulated cluster's own
+    counts (``cluster``, named ``simulated``): remediations, incidents, the breaker, VM actions,
+    detection and recovery times, the validation's verdicts and hardware moves; and per cluster, what
+    it opened and how that ended."""
     sessions = make_session_factory(make_engine(settings.database))
-    with sessions() as s:
+    with sessions() as s:  # unscoped: every cluster, as on-call sees them
         remediations = _remediation_rows(s.scalars(select(Remediation).order_by(Remediation.id)).all())
-        events = s.execute(select(Event.node, Event.kind, Event.decision, Event.decision_reason,
+        events = s.execute(select(Event.cluster, Event.node, Event.kind, Event.decision, Event.decision_reason,
                                   Event.received_at).order_by(Event.id)).all()  # fmt: skip
         audit_rows = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)).all()
         audit = [a.action for a in audit_rows]
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
-        moves = [{"node": node, "why": e.why, "before": eras[e.ordinal - 2].key, "after": e.key}
-                 for node, eras in node_eras(s).items() for e in eras if e.ordinal > 1]
         incidents = _incident_rows(s, audit_rows)
+    moves = []
+    for name in settings.fleet():  # each cluster's own: a node is (cluster, name)
+        with scoped(sessions, name)() as s:
+            moves += [{"cluster": name, "node": node, "why": e.why, "before": eras[e.ordinal - 2].key,
+                       "after": e.key} for node, eras in node_eras(s).items() for e in eras if e.ordinal > 1]
     _add_cluster_counts(incidents, remediations, cluster)
     happy = {str(step) for step in HAPPY_PATH if step is not Step.DONE}
     ignored = {
@@ -215,22 +223,38 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool) -> dict[s
         "breaker_opened": audit.count("breaker_open"),
         "breaker_closed": audit.count("breaker_closed"),
         "vm_actions": {n: k for n in cluster.names if (k := cluster.vm_actions(n))},
-        "detection_s": _detection_delays(cluster, events),
+        "detection_s": _detection_delays(cluster, [e for e in events if e.cluster == simulated]),
+        "clusters": _per_cluster(settings, remediations, events),
         "recovery_s": [r["recovery_s"] for r in remediations if r["recovery_s"] is not None],
         "ignored": ignored,
         "validation": {outcome: sorted({c.node for c in checks if c.outcome == outcome})
                  for outcome in sorted({c.outcome for c in checks})},
         "validation_checks": len(checks),
-        "hardware_moves": sorted(moves, key=lambda m: _natural(m["node"])),
+        "hardware_moves": sorted(moves, key=lambda m: (m["cluster"], *_natural(m["node"]))),
         "timed_out": timed_out,
     }
+
+
+def _per_cluster(settings: Settings, remediations: list[dict[str, Any]], events: list[Any]) -> dict[str, Any]:
+    """Each cluster the service serves, by name: its remediations, how many succeeded, the nodes it
+    quarantined and the events its watchers published."""
+    return {
+        name: {
+            "remediations": sum(1 for r in remediations if r["cluster"] == name),
+            "succeeded": sum(1 for r in remediations if r["cluster"] == name and r["status"] == "succeeded"),
+            "quarantined": sorted({r["node"] for r in remediations
+                                   if r["cluster"] == name and r["status"] == "quarantined"}, key=_natural),
+            "events": sum(1 for e in events if e.cluster == name),
+        }
+        for name in settings.fleet()
+    }  # fmt: skip
 
 
 def _remediation_rows(rems: Iterable[Remediation]) -> list[dict[str, Any]]:
     """Each remediation as the summary shows it; recovery time only for one that succeeded."""
     return [
         {
-            "id": r.id, "node": r.node, "status": r.status, "cause": r.cause,
+            "id": r.id, "cluster": r.cluster, "node": r.node, "status": r.status, "cause": r.cause,
             "fault_class": r.fault_class, "action": r.action, "incident": r.incident_id,
             "machine_steps": machine_steps(r.steps),
             "steps_done": sorted({st.step for st in r.steps if st.status == "done"}),

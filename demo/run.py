@@ -1,9 +1,10 @@
-"""``remediation demo``: the whole loop against a simulated cluster that speaks the real wire protocols.
+"""``remediation demo``: the whole loop against two clusters, one of them speaking the real wire protocols.
 
-In one process, in about a minute: :class:`remediation.simulator.cluster.SimCluster` (36 nodes, a bare-metal pool of 4
-among them), the production watchers, a real Celery worker, SQLite and the dashboard. A scripted scenario
-shows each safety rule once; :mod:`remediation.demo.report` reads the summaries back from the database and
-the clouds' request logs.
+In one process, in about a minute: cluster ``east``, :class:`remediation.simulator.cluster.SimCluster` (36 nodes, a
+bare-metal pool of 4 among them), and cluster ``west``, an in-memory world whose nodes bear the same names;
+each cluster's production watchers, one real Celery worker serving both, SQLite and the dashboard. A
+scripted scenario shows each safety rule once; :mod:`remediation.demo.report` reads the summaries back
+from the database and the clouds' request logs.
 
 Why: docs/running.md#the-demo
 """
@@ -65,6 +66,15 @@ SUBBLOCK = "sb-2"  # gpu-node-16, -18, -20, -22: no other scene touches them
 LEAF = f"leaf-{SUBBLOCK}"  # the switch behind that rack
 FEATURED = ("gpu-node-3", "gpu-node-4", "gpu-node-5", HBM, "gpu-node-7", LEMON, "gpu-node-12")
 REPLAY_NODES = [f"gpu-node-{i}" for i in (13, 14, 15, 26, 27, 28, 29, 30, 31)]
+# The two clusters (docs/running.md, "Many clusters"): east is the simulated cluster above; west an
+# in-memory world (its own Slurm, Kubernetes and machines) whose nodes bear east's names, and whose
+# gpu-node-7 fails as east's does, each remediated by its own cluster's adapters.
+EAST, WEST = "east", "west"
+WEST_ENTRY = {"name": WEST, "slurm": {"backend": "memory", "poll_interval_s": 0.25},
+              "kube": {"backend": "memory", "min_condition_s": 1.0, "resync_interval_s": 30},
+              "machine": {"backend": "memory"}, "validation": {"backend": "none"},
+              "memory": {"nodes": "gpu-node-[0-7]"}}  # fmt: skip
+WEST_FAULT_AT, WEST_NODE = 8.0, "gpu-node-7"
 
 
 def switched(cluster: Any) -> list[str]:
@@ -112,6 +122,7 @@ def run_demo(
     configure_environment(workdir, DEMO_ENV)
     os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
     os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
+    name_the_clusters(workdir)
     _quiet()
     from remediation.demo.report import Progress, read_summary
     from remediation.settings import load_settings
@@ -125,15 +136,15 @@ def run_demo(
     server, url, serving = _serve_dashboard(settings, port)
     dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
     console.print(
-        f"[bold]node-remediation demo[/]: {NODES + BARE_METAL} simulated nodes (GCE + Azure, "
-        f"{BARE_METAL} bare metal behind a Redfish BMC), database "
-        f"{settings.database.url}"
+        f"[bold]node-remediation demo[/]: cluster {EAST}, {NODES + BARE_METAL} simulated nodes (GCE + Azure, "
+        f"{BARE_METAL} bare metal behind a Redfish BMC), and cluster {WEST}, "
+        f"{settings.for_cluster(WEST).memory.nodes} in memory; database {settings.database.url}"
     )
     console.print(f"dashboard: {url}  (admin token: {admin_token})")
     progress = Progress(settings, console)
     started = time.monotonic()
     try:
-        _inject(cluster, progress, console=console, started=started)
+        _inject([*scenario(cluster), west_scene(settings)], progress, console=console, started=started)
         deadline = started + timeout_s
         while time.monotonic() < deadline and not (
             time.monotonic() - started > REPLAY_AT + 8 and progress.settled(min_remediations=15)
@@ -144,7 +155,7 @@ def run_demo(
             time.sleep(0.5)
         progress.poll(time.monotonic() - started)
         dashboard["status_end"] = _check_dashboard(url, admin_token)
-        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline)
+        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline, simulated=EAST)
     finally:
         # Everything started here ends here, in the order data flows, before the interpreter exits: a
         # thread still writing a log line or holding a connection while Python finalizes aborts the
@@ -160,24 +171,55 @@ def run_demo(
     return summary
 
 
+def name_the_clusters(workdir: Path) -> None:
+    """Make the environment two clusters: every setting of a section each cluster has its own of (the
+    simulated cluster's endpoints and tokens, the demo's pace) becomes cluster east's
+    (``REMEDIATION_CLUSTERS__EAST__...``), and a config file in ``workdir`` lists east and west."""
+    import yaml
+
+    from remediation.settings.clusters import CLUSTER_SECTIONS
+
+    for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
+        if key.removeprefix("REMEDIATION_").split("__")[0].lower() in CLUSTER_SECTIONS:
+            os.environ[f"REMEDIATION_CLUSTERS__{EAST.upper()}__{key.removeprefix('REMEDIATION_')}"] = os.environ.pop(key)
+    config = workdir / "clusters.yaml"
+    config.write_text(yaml.safe_dump({"clusters": [{"name": EAST}, WEST_ENTRY]}, sort_keys=False))
+    os.environ["REMEDIATION_CONFIG"] = str(config)
+
+
+def west_scene(settings: Any) -> tuple[float, str, Callable[[], object]]:
+    """West's fault: its own gpu-node-7 fails, as a researcher's state=fail shows it in its Slurm."""
+    from remediation.adapters.factory import make_world
+
+    world = make_world(settings.for_cluster(WEST))  # the one west's watchers and worker share
+    return (WEST_FAULT_AT, f"{WEST}: researcher: scontrol update nodename={WEST_NODE} state=fail reason='xid 79' "
+            f"(west's own {WEST_NODE}, not east's)",
+            lambda: world.set_slurm(WEST_NODE, flags=["FAIL"], reason="xid 79: GPU fell off the bus"))
+
+
 def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:
-    """The Slurm and Kubernetes watchers, each in a daemon thread with its own bus, started."""
+    """Each cluster's Slurm watcher, and its Kubernetes watcher where it has an API server to watch (the
+    in-memory world has none: its Nodes are the workers' adapters' only), each in a daemon thread with
+    its own bus on its own cluster's stream, started."""
     from remediation.adapters.factory import make_bus
     from remediation.watchers.kube.watcher import run as run_kube_watcher
     from remediation.watchers.slurm.watcher import run as run_slurm_watcher
 
     watchers = [
-        threading.Thread(target=target, args=(settings, stopper, make_bus(settings)), name=name, daemon=True)
-        for target, name in ((run_slurm_watcher, "slurm-watcher"), (run_kube_watcher, "kube-watcher"))
+        threading.Thread(target=target, args=(one, stopper, make_bus(one)), name=f"{kind}-watcher-{name}", daemon=True)
+        for name, one in settings.fleet().items()
+        for target, kind in ((run_slurm_watcher, "slurm"), (run_kube_watcher, "kube"))
+        if kind == "slurm" or one.kube.backend == "kubernetes"
     ]
     for thread in watchers:
         thread.start()
     return watchers
 
 
-def _inject(cluster: Any, progress: Any, *, console: Console, started: float) -> None:
-    """Inject the scenario's faults, each at its time after ``started``, polling progress between."""
-    for at, what, action in scenario(cluster):
+def _inject(scenes: list[tuple[float, str, Callable[[], object]]], progress: Any, *, console: Console,
+            started: float) -> None:
+    """Inject the scenes' faults, each at its time after ``started``, polling progress between."""
+    for at, what, action in sorted(scenes, key=lambda scene: scene[0]):
         while time.monotonic() - started < at:
             progress.poll(time.monotonic() - started)
             time.sleep(0.25)

@@ -144,6 +144,16 @@ class Listen:
     state_dir: Path | None = None
 
 
+def as_entry(env: dict[str, str], cluster: str | None) -> dict[str, str]:
+    """``env`` (``REMEDIATION_<SECTION>__<FIELD>``) as the fields of the ``clusters`` entry ``cluster``
+    (``REMEDIATION_CLUSTERS__<NAME>__<SECTION>__<FIELD>``), so that several simulated clusters' files
+    can be sourced by one worker; ``env`` itself for None."""
+    if cluster is None:
+        return env
+    name = cluster.upper().replace("-", "_")
+    return {f"REMEDIATION_CLUSTERS__{name}__{k.removeprefix('REMEDIATION_')}": v for k, v in env.items()}
+
+
 class SimCluster(FaultInjector):
     """The linked endpoints; use as a context manager or call :meth:`start` / :meth:`stop`.
 
@@ -369,10 +379,11 @@ class SimCluster(FaultInjector):
         """A kubeconfig for ``kubectl`` against this cluster's apiserver (its CA, its token)."""
         return self.kube.write_kubeconfig(path)
 
-    def write_env_file(self, path: Path, *, min_condition_s: float = 1.0) -> None:
+    def write_env_file(self, path: Path, *, min_condition_s: float = 1.0, cluster: str | None = None) -> None:
         """:meth:`settings_overrides` as ``export`` lines for ``sh``'s ``.``; written atomically (a
-        reader never sees half a file) and readable by every container's user."""
-        env = self.settings_overrides(min_condition_s=min_condition_s)
+        reader never sees half a file) and readable by every container's user. ``cluster``: as the
+        settings of that entry of ``clusters`` (:func:`as_entry`)."""
+        env = as_entry(self.settings_overrides(min_condition_s=min_condition_s), cluster)
         lines = [f"export {key}={shlex.quote(value)}" for key, value in env.items()]
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_text("\n".join(lines) + "\n")

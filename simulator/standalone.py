@@ -2,7 +2,7 @@
 
 Prints the ``REMEDIATION_*`` environment as ``export`` lines. Options: ``--bind``, ``--base-port``,
 ``--advertise``, ``--state-dir`` (certificates, a kubeconfig and ``simulator.env``, written last as the
-ready signal) and ``--replay``.
+ready signal), ``--replay`` and ``--cluster`` (the settings as that entry of ``clusters``).
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -17,7 +17,8 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from remediation.simulator.cluster import Listen, SimCluster, Timing
+from remediation.simulator.cluster import Listen, SimCluster, Timing, as_entry
+from remediation.vocabulary import checked_cluster
 
 ENV_FILE = "simulator.env"
 # The Llama 3 failure mix shipped with the package (remediation/data), found as a package resource.
@@ -57,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--storm-every", type=float, default=240.0, help="seconds between storms (0: none)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cluster", type=checked_cluster,
+        help="write the settings as this entry of `clusters` (REMEDIATION_CLUSTERS__<NAME>__...), so that "
+        "one worker can serve several simulated clusters (docs/running.md, 'Many clusters')",
+    )  # fmt: skip
     return parser
 
 
@@ -73,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     env_file = args.state_dir / ENV_FILE if args.state_dir is not None else None
     with cluster:
-        for key, value in cluster.settings_overrides().items():
+        for key, value in as_entry(cluster.settings_overrides(), args.cluster).items():
             print(f"export {key}={shlex.quote(value)}", flush=True)
         if args.replay:
             from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             kubeconfig = cluster.write_kubeconfig(args.state_dir / "kubeconfig")
             print(f"# kubectl --kubeconfig {kubeconfig} get nodes", flush=True)
         if env_file is not None:
-            cluster.write_env_file(env_file)  # last: its presence means "ready" to the healthcheck
+            cluster.write_env_file(env_file, cluster=args.cluster)  # last: its presence means "ready" to the healthcheck
         printed = 0
         try:
             while not stop.wait(0.2):  # a short wait: the signal handler runs between waits

@@ -82,6 +82,8 @@ class PrivateRedis:
 
 
 ACL_FILE = Path(__file__).resolve().parents[1] / "deploy" / "base" / "redis" / "users.acl"
+#: The multi-cluster component's users (deploy/components/multi-cluster): one watcher user per cluster.
+MULTI_CLUSTER_ACL_FILE = ACL_FILE.parents[2] / "components" / "multi-cluster" / "redis" / "users.acl"
 ADMIN = "test-admin"
 
 
@@ -100,7 +102,8 @@ class AclRedis:
     all-powerful ``test-admin`` user for the test's own looks; TLS-only (``--port 0``) when given a
     server certificate. ``url(user)`` is that component's URL, with the shipped placeholder password."""
 
-    def __init__(self, workdir: Path, tls: tuple[Path, Path, Path] | None = None) -> None:
+    def __init__(self, workdir: Path, tls: tuple[Path, Path, Path] | None = None,
+                 *, acl_file: Path = ACL_FILE) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisMissing("redis-server is not installed (scripts/setup.sh installs it)")
@@ -108,7 +111,7 @@ class AclRedis:
         self.lease = lease()
         self.port = self.lease.port
         acl = workdir / "users.acl"
-        acl.write_text(ACL_FILE.read_text() + f"user {ADMIN} on >{ADMIN} ~* &* +@all\n")
+        acl.write_text(acl_file.read_text() + f"user {ADMIN} on >{ADMIN} ~* &* +@all\n")
         args = [binary, "--bind", "127.0.0.1", "--dir", str(workdir), *PERSISTENCE["volatile"],
                 "--aclfile", str(acl), "--daemonize", "no", "--logfile", str(workdir / "redis.log"),
                 "--proto-max-bulk-len", shipped("proto-max-bulk-len")]

@@ -1,8 +1,8 @@
 """The whole settings, and the one place that maps environment, config file and defaults onto them.
 
 Precedence (highest first): constructor arguments, environment variables (``REMEDIATION_`` prefix,
-``__`` between sections), the config file named by ``REMEDIATION_CONFIG`` (YAML or TOML), the
-defaults. Renamed sections are still read under their old names (``RENAMED_SECTIONS``). Bad config
+``__`` between sections; ``REMEDIATION_CLUSTERS__<NAME>__...`` for one field of a ``clusters`` entry),
+the config file named by ``REMEDIATION_CONFIG`` (YAML or TOML), the defaults. Renamed sections are still read under their old names (``RENAMED_SECTIONS``). Bad config
 raises :class:`SettingsError`, naming the field and never echoing a secret's value.
 
 Why: docs/architecture.md#settings-one-section-a-module-bad-config-fails-loudly
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -207,12 +207,15 @@ class Settings(BaseSettings):
         # The old names' environment sits just below the new names', so the new name wins.
         sources: list[PydanticBaseSettingsSource] = [
             _Renamed(init_settings),
-            env_settings,
+            _ListsWhole(env_settings),
             _Renamed(EnvSettingsSource(_OldNamesInEnv)),
         ]
         path = os.environ.get(CONFIG_ENV)
         if path:
-            sources.append(_Renamed(_file_source(settings_cls, Path(path))))
+            sources.append(_EntryFields(_Renamed(_file_source(settings_cls, Path(path)))))
+        elif named := sorted(k for k in os.environ if k.upper().startswith(ENTRY_ENV)):
+            raise SettingsError(f"{named[0]}: a field of a clusters entry, but {CONFIG_ENV} names no "
+                                "config file to hold the entry")
         return tuple(sources)
 
 
@@ -242,6 +245,62 @@ class _Renamed(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return new_names(self.inner())
+
+
+#: ``REMEDIATION_CLUSTERS__<NAME>__<SECTION>__<FIELD>``: one field of the config file's entry ``<name>``
+#: (upper case, ``_`` for ``-``), e.g. its Slurm token from a Secret (docs/running.md, "Many clusters").
+ENTRY_ENV = "REMEDIATION_CLUSTERS__"
+
+
+class _ListsWhole(PydanticBaseSettingsSource):
+    """The environment, but ``clusters`` only as a whole JSON list: its per-entry variables
+    (``ENTRY_ENV``) are fields of the config file's entries, laid on them by :class:`_EntryFields`."""
+
+    def __init__(self, inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(inner.settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        data = self.inner()
+        if isinstance(data.get("clusters"), dict):
+            data.pop("clusters")
+        return data
+
+
+class _EntryFields(PydanticBaseSettingsSource):
+    """The config file with each ``ENTRY_ENV`` variable laid on the field of the entry it names."""
+
+    def __init__(self, inner: PydanticBaseSettingsSource) -> None:
+        super().__init__(inner.settings_cls)
+        self.inner = inner
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self.inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return entry_fields(self.inner(), os.environ)
+
+
+def entry_fields(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    """``data`` with every ``ENTRY_ENV`` variable of ``environ`` set on its entry of ``clusters``;
+    SettingsError naming the variable (never its value) when no entry or no field path is named."""
+    entries = {str(e.get("name")).upper().replace("-", "_"): e
+               for e in data.get("clusters") or [] if isinstance(e, dict)}  # fmt: skip
+    for key in sorted(k for k in environ if k.upper().startswith(ENTRY_ENV)):
+        name, *path = key[len(ENTRY_ENV):].split("__")
+        if name.upper() not in entries or len(path) < 2:
+            raise SettingsError(f"{key}: names no field of an entry of clusters in {CONFIG_ENV} "
+                                f"(entries: {', '.join(sorted(entries)) or 'none'})")
+        section = entries[name.upper()]
+        for part in path[:-1]:
+            section = section.setdefault(part.lower(), {})
+            if not isinstance(section, dict):
+                raise SettingsError(f"{key}: {part.lower()} is no section")
+        section[path[-1].lower()] = environ[key]
+    return data
 
 
 def new_names(data: dict[str, Any]) -> dict[str, Any]:

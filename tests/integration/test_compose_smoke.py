@@ -35,7 +35,7 @@ from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
 from tests.integration.workerproc import stacks
 from tests.ports import HEALTH_LINE, UVICORN_LINE, reported_port
-from tests.redisproc import AclRedis
+from tests.redisproc import MULTI_CLUSTER_ACL_FILE, AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 # docker-compose runs without validation (validation.backend none): verify leads to return.
@@ -121,13 +121,19 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _environment(svc: dict[str, Any], pg_url: str, redis: AclRedis) -> dict[str, str]:
+def _environment(svc: dict[str, Any], pg_url: str, redis: AclRedis, *, hosts: str = "") -> dict[str, str]:
+    """The service's environment with its Postgres and Redis (``postgres<hosts>``, ``redis<hosts>``)
+    replaced by this run's, and a config file mounted from the checkout read from there."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # `remediation`
     for key, value in (svc.get("environment") or {}).items():
         env[key] = str(value)
     db, broker = env["REMEDIATION_DATABASE__URL"], env["REMEDIATION_BROKER__REDIS_URL"]
-    assert urlsplit(db).hostname == "postgres" and urlsplit(broker).hostname == "redis", (db, broker)
+    assert urlsplit(db).hostname == f"postgres{hosts}" and urlsplit(broker).hostname == f"redis{hosts}", (db, broker)
+    if "REMEDIATION_CONFIG" in env:  # a file of the checkout, mounted read-only
+        (mount,) = [v for v in svc["volumes"] if v.startswith("./") and v.endswith(":ro")]
+        source, target, _ = mount.split(":")
+        env["REMEDIATION_CONFIG"] = env["REMEDIATION_CONFIG"].replace(target, str(ROOT / source), 1)
     env["REMEDIATION_DATABASE__URL"] = pg_url
     named = urlsplit(broker)
     assert named.username and named.password, f"{broker}: each service names its own Redis user"
@@ -136,33 +142,39 @@ def _environment(svc: dict[str, Any], pg_url: str, redis: AclRedis) -> dict[str,
     return env
 
 
-def _local_argv(svc: dict[str, Any], state_dir: Path, tmp: Path) -> list[str]:
-    """The service's entrypoint and command as a local process would run them."""
+def _local_argv(svc: dict[str, Any], state_dir: Path | dict[str, Path], tmp: Path) -> list[str]:
+    """The service's entrypoint and command as a local process would run them. ``state_dir``: where
+    the `sim` volume is, or each volume's directory by its mount point (``/sim-east``)."""
     entrypoint = svc.get("entrypoint") or ["remediation"]  # the image's ENTRYPOINT
-    local = {"/sim/": f"{state_dir}/", "/tmp/": f"{tmp}/"}  # the volume and the container's /tmp
+    dirs = state_dir if isinstance(state_dir, dict) else {"/sim": state_dir}
+    local = {f"{mount}/": f"{where}/" for mount, where in dirs.items()} | {"/tmp/": f"{tmp}/"}
     out = []
     for arg in [*entrypoint, *svc["command"]]:
         arg = arg.replace("$$", "$")  # compose's escape for a literal $
-        out.append(re.sub(r"(?<![\w/])/(sim|tmp)/", lambda m: local[m.group(0)], arg))
+        out.append(re.sub(r"(?<![\w/])/(sim[\w-]*|tmp)/", lambda m: local[m.group(0)], arg))
     if "api" in svc["command"][:1]:
         out = _option(_option(out, "--host", "127.0.0.1"), "--port", "0")
     return out
 
 
-def _facts(pg_url: str) -> dict[str, Any]:
+def _facts(pg_url: str, cluster: str = "default") -> dict[str, Any]:
+    """What ``cluster``'s watchers recorded and its remediations did, from Postgres."""
     engine = create_engine(pg_url)
     try:
         with engine.connect() as conn:
-            sources = {s for (s,) in conn.execute(text("select distinct source from events"))}
+            sources = {s for (s,) in conn.execute(text("select distinct source from events where cluster = :c"),
+                                                  {"c": cluster})}
             rows = conn.execute(
                 text(
                     "select r.id, r.node, r.status, s.step from remediations r "
-                    "left join remediation_steps s on s.remediation_id = r.id and s.status = 'done'"
-                )
+                    "left join remediation_steps s on s.remediation_id = r.id and s.status = 'done' "
+                    "where r.cluster = :c"
+                ), {"c": cluster},
             ).all()
             # Why the open ones wait, for a failure message (the first few).
             waits = conn.execute(
-                text("select node, step, wait_reason from remediations where status = 'waiting' order by id limit 5")
+                text("select node, step, wait_reason from remediations where status = 'waiting' and cluster = :c "
+                     "order by id limit 5"), {"c": cluster},
             ).all()
     finally:
         engine.dispose()
@@ -263,5 +275,79 @@ def test_compose_services_run_the_loop_against_the_simulator(
     # 0, or death by the SIGTERM itself after a graceful shutdown (uvicorn re-raises it); never SIGKILL.
     assert all(code in (0, -signal.SIGTERM) for code in codes.values()), f"exit codes {codes}\n{stack.tails()}"
     assert not env_file.exists(), "the simulator leaves no stale tokens behind"
+    for name in stack.procs:
+        assert "Traceback" not in (tmp_path / f"{name}.log").read_text(errors="replace"), stack.tails()
+
+
+MULTI_CLUSTER = "multi-cluster"
+
+
+def test_compose_multi_cluster_profile_remediates_in_each_simulated_cluster(tmp_path: Path, pg_url: str) -> None:
+    """The `multi-cluster` profile as processes: two simulators (the same trace and seed, so the same
+    node names fail in both), a watcher pair per cluster sourcing only its own cluster's settings, and
+    one worker, beat and API serving both, each as its own user of the multi-cluster ACL. Each
+    cluster's watchers' events land under that cluster, and a remediation succeeds in each, through
+    its own cluster's simulator."""
+    services = {n: s for n, s in compose({"REMEDIATION_ADMIN_TOKEN": secrets.token_urlsafe(24)})["services"].items()
+                if s.get("profiles") == [MULTI_CLUSTER]}
+    stack = Stack(tmp_path)
+    (tmp_path / "redis").mkdir()
+    redis = AclRedis(tmp_path / "redis", acl_file=MULTI_CLUSTER_ACL_FILE)
+    dirs: dict[str, Path] = {}
+    facts: dict[str, dict[str, Any]] = {}
+    statuses: list[int] = []
+    try:
+        for name, sim in sorted(services.items()):
+            if sim.get("entrypoint", [])[:1] != ["python"]:
+                continue
+            mount = sim["command"][sim["command"].index("--state-dir") + 1]
+            dirs[mount] = tmp_path / name
+            argv = _option(_option(sim["command"], "--bind", "127.0.0.1"), "--advertise", "127.0.0.1")
+            argv = _option(_option(argv, "--base-port", "0"), "--state-dir", str(dirs[mount]))
+            sim_env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
+            stack.start(name, [sys.executable, *sim["entrypoint"][1:], *argv, *FAST], sim_env)
+        assert len(dirs) == 2
+        deadline = time.monotonic() + 30
+        while not all((d / "simulator.env").exists() for d in dirs.values()):
+            stack.check_running()
+            assert time.monotonic() < deadline, stack.tails()
+            time.sleep(0.1)
+        migrate = services["migrate-clusters"]
+        done = subprocess.run(
+            _local_argv(migrate, dirs, tmp_path), cwd=ROOT, capture_output=True, text=True,
+            env=_environment(migrate, pg_url, redis, hosts="-clusters"), timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0 and "database at head" in done.stdout, done.stdout + done.stderr
+        running = sorted(n for n, s in services.items() if str(s.get("entrypoint", [""])[0]) == "sh")
+        assert len(running) == 7, running  # worker, beat, API and four watchers
+        for name in running:
+            env = _environment(services[name], pg_url, redis, hosts="-clusters") | {"REMEDIATION_HEALTH__PORT": "0"}
+            stack.start(name, _local_argv(services[name], dirs, tmp_path), env)
+        clusters = ("east", "west")
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            stack.check_running()
+            facts = {c: _facts(pg_url, c) for c in clusters}
+            if all({"slurm", "kubernetes"} <= f["sources"] and f["succeeded"] for f in facts.values()):
+                break
+            time.sleep(1)
+        api_port = stack.port("api-clusters", UVICORN_LINE)
+        admin = yaml.safe_load(services["api-clusters"]["environment"]["REMEDIATION_API__ADMIN_TOKENS"])[0]
+        statuses.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
+        listed = httpx.get(f"http://127.0.0.1:{api_port}/api/v1/remediations",
+                           headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+        statuses.append(listed.status_code)
+        stray = _facts(pg_url, "default")
+    finally:
+        codes = stack.stop()
+        denied = redis.denials()
+        redis.stop()
+    assert denied == [], denied
+    for cluster, found in facts.items():
+        assert {"slurm", "kubernetes"} <= found["sources"], (cluster, facts, stack.tails())
+        assert found["succeeded"], (cluster, f"none succeeded; the first waiting: {found['waits']}", stack.tails())
+    assert not stray["sources"] and not stray["remediations"], stray  # nothing landed in no cluster
+    assert statuses == [200, 200] and listed.json(), listed.text  # one API lists both clusters' work
+    assert all(code in (0, -signal.SIGTERM) for code in codes.values()), f"exit codes {codes}\n{stack.tails()}"
     for name in stack.procs:
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(errors="replace"), stack.tails()

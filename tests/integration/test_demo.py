@@ -41,7 +41,8 @@ GENERIC = ("watchers", "workers", "simulator", "demo", "migrations")  # names an
 SUBBLOCK = ("cloud.google.com/gce-topology-subblock", "sb-2")  # the demo's leaf switch fails behind it
 SWITCHED = ["gpu-node-16", "gpu-node-18", "gpu-node-20", "gpu-node-22"]
 XID48 = ("gpu-node-6", "gpu-node-9")
-BARE_METAL = "gpu-node-33"  # slurmd hangs on it; its machine is a system of the simulated Redfish BMC
+BARE_METAL = "gpu-node-33"
+WEST_NODE = "gpu-node-7"  # fails in both clusters: east's researcher, west's own  # slurmd hangs on it; its machine is a system of the simulated Redfish BMC
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +194,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     hosts = db.execute("select action, host from hardware_sightings where node = 'gpu-node-6' and step = "
                        "'vm_restart' order by id").fetchall()
     assert [a for a, _ in hosts] == [None, "stop_start"] and hosts[0][1] and hosts[1][1] not in (None, hosts[0][1])
-    assert "new hardware under the same name: gpu-node-6: host changed" in "".join(lines)
+    assert "new hardware under the same name: east/gpu-node-6: host changed" in "".join(lines)
     assert {rems[rid][0] for rid in succeeded} <= passed, (checks, succeeded)
     assert not [r for r in rems.values() if r[1] in ("running", "waiting")]
     audit = [a for (a,) in db.execute("select action from audit_log")]
@@ -257,3 +258,17 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     assert {json.loads(op)["provider"] for _, op in bare} == {"redfish"}, bare
     assert summary["vm_actions"][BARE_METAL] == len(bare), summary["vm_actions"]
     assert any(BARE_METAL in line for line in lines if "succeeded" in line)  # in the report like the others
+    # Two clusters on one database and one report: west's gpu-node-7 (an in-memory world) failed as
+    # east's did; each was remediated through its own cluster's adapters (east's by its simulated
+    # clouds, west's by its memory machines: never the other's), under its own cluster's name.
+    by_cluster = db.execute("select cluster, node, status from remediations where node = ?", (WEST_NODE,)).fetchall()
+    assert sorted(by_cluster) == [("east", WEST_NODE, "succeeded"), ("west", WEST_NODE, "succeeded")], by_cluster
+    assert {c for (c,) in db.execute("select distinct cluster from remediations")} == {"east", "west"}
+    west_steps = {op and json.loads(op).get("provider") for (op,) in db.execute(
+        "select s.provider_op from remediation_steps s join remediations r on r.id = s.remediation_id "
+        "where r.cluster = 'west' and s.step = 'vm_restart'")}  # fmt: skip
+    assert west_steps == {"memory"}, west_steps
+    assert {c for (c,) in db.execute("select distinct cluster from events")} == {"east", "west"}
+    assert set(summary["clusters"]) == {"east", "west"} and summary["clusters"]["west"]["succeeded"] == 1
+    report = "".join(lines)
+    assert re.search(r"cluster east: \d+ remediation\(s\)", report) and "cluster west: 1 remediation(s), 1 succeeded" in report

@@ -22,19 +22,25 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.bus import Keys
 from remediation.adapters.celery import SWEEP_TASK
-from remediation.adapters.lock import LeaderLock
+from remediation.adapters.factory import make_bus, make_lock
+from remediation.adapters.lock import LeaderLock, drawn_tokens
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.adapters.queues import queue_depth
+from remediation.adapters.stream import Reading, consume
 from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
+from remediation.domain.admission import Published, Publisher
+from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import OPEN_STATUSES
-from remediation.settings import load_settings
+from remediation.settings import Settings, load_settings
 from remediation.simulator.kube.tls import write_cluster_pki
 from remediation.watchers.runtime import Stopper
 from remediation.watchers.slurm.watcher import run as run_slurm_watcher
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import ROOT, Worker, beat_argv, wait_for, worker_env
 from tests.redisproc import ADMIN as ADMIN_USER
-from tests.redisproc import AclRedis
+from tests.redisproc import MULTI_CLUSTER_ACL_FILE, AclRedis
 from tests.scenario_table import FORGED, BadInputs
 
 PREFIX = "remediation"  # the ACL file's key prefix
@@ -336,3 +342,92 @@ def outcome(pg_url: str, node: str) -> tuple[str, str] | None:
         ended = (row.status, row.outcome) if row is not None and row.status not in OPEN_STATUSES else None
     engine.dispose()
     return ended
+
+
+# ------------------------------------------------------------------------ many clusters
+
+CLUSTERS = ("east", "west", "lab")  # deploy/components/multi-cluster's clusters
+
+
+@pytest.fixture
+def multi(tmp_path: Path) -> Iterator[AclRedis]:
+    server = AclRedis(tmp_path, acl_file=MULTI_CLUSTER_ACL_FILE)
+    yield server
+    server.stop()
+
+
+def _watched(server: AclRedis, cluster: str, kind: str = "slurm") -> Settings:
+    return load_settings(broker={"redis_url": server.url(f"watcher-{kind}-{cluster}"), "key_prefix": PREFIX},
+                         cluster={"name": cluster})
+
+
+def test_a_clusters_watcher_publishes_on_its_own_clusters_stream(multi: AclRedis) -> None:
+    """The real bus and lock, as each cluster's Slurm watcher makes them, publish a fenced event as
+    that cluster's own Redis user; the worker user reads every cluster's stream and token counter and
+    acknowledges the entries; the API user reads every cluster's queue depth. Nothing was refused."""
+    tokens = {}
+    for cluster in CLUSTERS:
+        settings = _watched(multi, cluster)
+        bus = make_bus(settings)
+        lock = make_lock(settings, "slurm", bus=bus)
+        assert lock.acquire_or_renew()
+        tokens[cluster] = lock.token
+        assert bus.publish([NodeEvent(source=Source.SLURM, node="gpu-node-1", kind=EventKind.UNHEALTHY,
+                                      state="FAIL", reason=f"xid 79 in {cluster}", observed_at=datetime.now(UTC))]) == 1
+    worker = multi.client("worker")
+    got: list[Published] = []
+    keys = Keys(PREFIX, served=CLUSTERS)
+    assert consume(worker, keys, got.extend, reading=Reading(batch=64, claim_idle_ms=60_000, linger_s=0)) == 3
+    assert sorted(p.cluster for p in got) == sorted(CLUSTERS)
+    assert all(NodeEvent.model_validate_json(bytes(p)).cluster == p.cluster for p in got)
+    for cluster in CLUSTERS:
+        assert drawn_tokens(worker, Keys(PREFIX, cluster=cluster).space) == {"slurm": tokens[cluster]}
+        where = Keys(PREFIX, Publisher.SLURM, cluster).stream
+        assert worker.xpending(where, "ingest")["pending"] == 0
+    # The API's queue depth, as its own user, counts every cluster's streams (all acknowledged now).
+    api = load_settings(broker={"redis_url": multi.url("api"), "key_prefix": PREFIX},
+                        clusters=[{"name": c} for c in CLUSTERS])
+    assert queue_depth(api)["events_pending"] == 0
+    assert multi.denials() == []
+
+
+def _refused_across_clusters() -> list[tuple[str, tuple[str, ...]]]:
+    """(the user, a command it must be refused): east's watchers on what is not theirs."""
+    east = "watcher-slurm-east"
+    cases = [(east, ("XADD", f"{PREFIX}:cluster:{other}:events:slurm", "*", "e", "{}")) for other in ("west", "lab")]
+    cases += [(east, ("SET", f"{PREFIX}:cluster:west:leader:slurm", "x")),
+              (east, ("SET", f"{PREFIX}:cluster:west:leader:slurm:token", "99999999")),
+              (east, ("GET", f"{PREFIX}:cluster:west:leader:slurm:token")),
+              (east, ("XADD", f"{PREFIX}:cluster:east:events:kube", "*", "e", "{}")),
+              (east, ("XADD", f"{PREFIX}:cluster:east:events", "*", "e", "{}")),
+              (east, ("XADD", f"{PREFIX}:events:slurm", "*", "e", "{}")),
+              (east, ("SET", f"{PREFIX}:leader:slurm", "x")),
+              (east, ("XRANGE", f"{PREFIX}:cluster:east:events:slurm", "-", "+")),
+              ("watcher-kube-west", ("XADD", f"{PREFIX}:cluster:east:events:kube", "*", "e", "{}")),
+              ("watcher-kube-west", ("SET", f"{PREFIX}:cluster:east:leader:kube", "x"))]
+    return cases
+
+
+@pytest.mark.parametrize(("user", "command"), _refused_across_clusters(),
+                         ids=lambda v: v if isinstance(v, str) else " ".join(v[:2]))
+def test_a_clusters_watcher_cannot_write_another_clusters_stream_or_lock(
+    multi: AclRedis, user: str, command: tuple[str, ...]
+) -> None:
+    client = multi.client(user)
+    kind, cluster = user.removeprefix("watcher-").split("-", 1)
+    assert client.xadd(f"{PREFIX}:cluster:{cluster}:events:{kind}", {"e": "{}"})  # its own: allowed
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command(*command)
+
+
+def test_a_clusters_watcher_cannot_take_another_clusters_lock(multi: AclRedis) -> None:
+    """The real lock, as east's Slurm watcher would make it for west (a misconfigured cluster name with
+    east's credential), is refused: the watcher cannot lead west or draw west's fencing tokens."""
+    settings = _watched(multi, "west").model_copy(
+        update={"broker": _watched(multi, "east").broker})
+    lock = make_lock(settings, "slurm")
+    assert not lock.acquire_or_renew()
+    assert any(d.startswith("watcher-slurm-east ") for d in multi.denials())  # the ACL said no
+    admin = multi.client(ADMIN_USER)
+    assert admin.get(f"{PREFIX}:cluster:west:leader:slurm") is None
+    assert admin.get(f"{PREFIX}:cluster:west:leader:slurm:token") is None

@@ -15,7 +15,7 @@ from remediation.demo.report import machine_steps, remediations_table, vm_action
 
 def remediation(rid: int, node: str, status: str, incident: int | None = None, **over: Any) -> dict[str, Any]:
     return {
-        "id": rid, "node": node, "status": status, "incident": incident, "fault_class": "gpu-memory",
+        "id": rid, "cluster": "east", "node": node, "status": status, "incident": incident, "fault_class": "gpu-memory",
         "action": "move-host", "machine_steps": ["GPU reset", "stop_start"], "cause": "slurm FAIL: xid 48 double-bit ECC error on GPU 3",
         "steps_done": ["slurm_drain", "kube_cordon", "evict", "vm_restart", "verify"], "recovery_s": 12.3,
     } | over  # fmt: skip
@@ -27,6 +27,7 @@ ROWS = [
     remediation(3, "gpu-node-16", "succeeded", incident=1, fault_class="fabric", action="hold", machine_steps=[]),
     remediation(4, "gpu-node-22", "cancelled", recovery_s=None),
     remediation(5, "gpu-node-33", "succeeded", fault_class="host", action="restart", machine_steps=["restart"]),  # bare metal
+    remediation(6, "gpu-node-7", "succeeded", cluster="west"),  # another cluster's node of the same name
 ]
 
 
@@ -43,13 +44,14 @@ def test_node_names_and_outcomes_appear_whole(width: int) -> None:
     for r in ROWS:
         assert r["node"] in text
         assert r["status"] in text
+    assert "east" in text and "west" in text  # each row names its cluster
     assert "incident #1" in text
     assert max(len(line) for line in text.splitlines()) <= width
 
 
 def test_a_wide_terminal_gets_a_column_per_fact() -> None:
     header = next(line for line in render(200).splitlines() if "node" in line)
-    for col in ("outcome", "class", "action", "machine steps", "cause", "steps done", "time to recover"):
+    for col in ("cluster", "outcome", "class", "action", "machine steps", "cause", "steps done", "time to recover"):
         assert col in header
 
 

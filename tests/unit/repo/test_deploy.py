@@ -15,13 +15,14 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
 
 from remediation.adapters.kube.validator import job_manifest
 from remediation.domain.gpu_reset import reset_command
-from remediation.settings import Settings, load_settings
+from remediation.settings import ClusterEntry, Settings, load_settings, load_watched
 from remediation.validation.port import ValidationCheck
 from tests.composefile import MissingVariable, compose
 
@@ -53,6 +54,8 @@ def _setting_exists(env: str) -> bool:
         return True
     parts = env.removeprefix("REMEDIATION_").lower().split("__")
     model: Any = Settings
+    if parts[0] == "clusters" and len(parts) > 2:  # REMEDIATION_CLUSTERS__<NAME>__...: a field of an entry
+        model, parts = ClusterEntry, parts[2:]
     for part in parts:
         fields = getattr(model, "model_fields", None)
         if fields is None or part not in fields:
@@ -186,17 +189,17 @@ def test_argv_check_rejects_bad_commands() -> None:
 
 # `sh -c '. ENV_FILE && exec PROGRAM "$$@"' --`: source a file of `export` lines, then exec PROGRAM
 # with the service's command as its arguments ($$ is compose's escape for a literal $).
-WRAPPER = re.compile(r'\. (?P<env_file>/\S+) && exec (?P<program>[\w.-]+) "\$\$@"')
+WRAPPER = re.compile(r'(?P<env_files>(?:\. /\S+ && )+)exec (?P<program>[\w.-]+) "\$\$@"')
 SIMULATOR = ["python", "-m", "remediation.simulator.cluster"]
 
 
-def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], str | None]:
-    """(the program an entrypoint runs the command with, the env file it sources first, if any)."""
+def _entrypoint_program(entrypoint: list[str]) -> tuple[list[str], tuple[str, ...] | None]:
+    """(the program an entrypoint runs the command with, the env files it sources first, if any)."""
     if entrypoint[:2] == ["sh", "-c"]:
         match = WRAPPER.fullmatch(entrypoint[2]) if len(entrypoint) == 4 else None
         if match is None or entrypoint[3] != "--":  # without "--", the first argument would be $0
             raise ValueError(f"not a wrapper this test understands: {entrypoint}")
-        return [match["program"]], match["env_file"]
+        return [match["program"]], tuple(re.findall(r"\. (/\S+) && ", match["env_files"]))
     return entrypoint, None
 
 
@@ -238,8 +241,11 @@ def _invocation_problem(program: list[str], argv: list[str]) -> str | None:
 
 def test_invocation_check_rejects_bad_entrypoints_and_arguments() -> None:
     good = ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"', "--"]
-    assert _entrypoint_program(good) == (["remediation"], "/sim/simulator.env")
+    assert _entrypoint_program(good) == (["remediation"], ("/sim/simulator.env",))
+    both = ["sh", "-c", '. /sim-a/simulator.env && . /sim-b/simulator.env && exec remediation "$$@"', "--"]
+    assert _entrypoint_program(both) == (["remediation"], ("/sim-a/simulator.env", "/sim-b/simulator.env"))
     for bad in (
+        ["sh", "-c", '. /sim-a/simulator.env; . /sim-b/simulator.env && exec remediation "$$@"', "--"],
         ["sh", "-c", '. /sim/simulator.env && exec remediation "$$@"'],  # no "--": the command loses an arg
         ["sh", "-c", '. /sim/simulator.env && exec remediation "$@"', "--"],  # compose would interpolate $@
         ["sh", "-c", 'exec remediation "$$@"', "--"],  # loads nothing
@@ -263,7 +269,7 @@ def test_compose_commands_parse() -> None:
 
 def test_compose_long_running_services_have_health_checks() -> None:
     services = _compose()
-    one_shot = {"migrate"}
+    one_shot = {"migrate", "migrate-clusters"}
     missing = sorted(n for n, svc in services.items() if n not in one_shot and "healthcheck" not in svc)
     assert not missing, f"no healthcheck: {missing}"
     gated = {n for n, svc in services.items() if "migrate" in (svc.get("depends_on") or {})}
@@ -295,13 +301,13 @@ def test_compose_runs_against_the_simulated_cluster() -> None:
 
     wrapped = {}
     for name, svc in services.items():
-        if svc.get("entrypoint"):
+        if svc.get("entrypoint") and not svc.get("profiles"):
             program, sourced = _entrypoint_program(svc["entrypoint"])
             if sourced is not None:
                 wrapped[name] = (program, sourced, svc)
     assert set(wrapped) == CLUSTER_SERVICES
     for name, (program, sourced, svc) in wrapped.items():
-        assert program == ["remediation"] and sourced == env_file, name
+        assert program == ["remediation"] and sourced == (env_file,), name
         assert f"sim:{args.state_dir}:ro" in svc["volumes"], name
         assert svc["depends_on"].get("simulator") == {"condition": "service_healthy"}, name
     commands = {tuple(services[n]["command"][:2]) for n in CLUSTER_SERVICES}
@@ -323,7 +329,7 @@ def test_compose_ships_no_token_and_publishes_on_loopback_only() -> None:
     for name, svc in services.items():
         for port in svc.get("ports", []):
             assert str(port).startswith("127.0.0.1:"), (name, port)
-        if name != "api":  # only the API holds a token
+        if name not in ("api", "api-clusters"):  # only the APIs hold a token
             assert not [k for k in svc.get("environment") or {} if k.startswith("REMEDIATION_API__")], name
 
 
@@ -781,7 +787,20 @@ def test_each_component_reads_only_its_own_secret_keys(overlay: str) -> None:
 
 def test_readme_creates_exactly_the_secrets_the_manifests_read() -> None:
     """deploy/README.md's `kubectl create secret` commands make each Secret with exactly its keys."""
-    text = (ROOT / "deploy/README.md").read_text()
+    text = (ROOT / "deploy/README.md").read_text().split(MANY_CLUSTERS)[0]
+    made = _secrets_made(text)
+    optional = {(n, k) for n, k in OPTIONAL_SECRET_KEYS}
+    required = {name: {k for k in keys if (name, k) not in optional} for name, keys in SECRET_KEYS.items()}
+    assert set(made) == set(SECRET_KEYS)
+    for name, keys in made.items():
+        assert required[name] <= keys <= SECRET_KEYS[name], (name, keys)
+
+
+MANY_CLUSTERS = "## Many clusters"
+
+
+def _secrets_made(text: str) -> dict[str, set[str]]:
+    """The Secrets ``text``'s `kubectl create secret` commands make, and each one's keys."""
     made: dict[str, set[str]] = {}
     for block in re.findall(
         r"kubectl -n node-remediation create secret generic (\S+)((?:[^\n]*\\\n)*[^\n]*)", text
@@ -790,11 +809,7 @@ def test_readme_creates_exactly_the_secrets_the_manifests_read() -> None:
         keys = set(re.findall(r"--from-literal=(REMEDIATION_[A-Z_]+)=", rest))
         keys |= set(re.findall(r"--from-file=(REMEDIATION_[A-Z_]+)=", rest))
         made[name] = keys
-    optional = {(n, k) for n, k in OPTIONAL_SECRET_KEYS}
-    required = {name: {k for k in keys if (name, k) not in optional} for name, keys in SECRET_KEYS.items()}
-    assert set(made) == set(SECRET_KEYS)
-    for name, keys in made.items():
-        assert required[name] <= keys <= SECRET_KEYS[name], (name, keys)
+    return made
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
@@ -969,6 +984,8 @@ def test_compose_tls_overlay_keeps_each_components_user() -> None:
         url = (svc.get("environment") or {}).get("REMEDIATION_BROKER__REDIS_URL")
         if url is None or name == "migrate":  # migrate only upgrades the database
             continue
+        if svc.get("profiles") == [MULTI_CLUSTER]:  # its own Redis, plain text (the file's header says)
+            continue
         env = tls["services"][name]["environment"]
         assert env["REMEDIATION_BROKER__REDIS_URL"] == url.replace("redis://", "rediss://", 1), name
         assert env["REMEDIATION_BROKER__CA_FILE"].startswith("/tls/"), name
@@ -1103,3 +1120,208 @@ def test_the_check_policy_names_every_configured_check_command() -> None:
     checks = env.program(env.compile(listed["checks"])).evaluate({})
     assert {tuple(str(a) for a in argv) for argv in checks} == {tuple(v) for v in Settings().validation.checks.values()}
     assert str(env.program(env.compile(listed["reset"])).evaluate({})) == reset_command(None)[2]
+
+
+# ------------------------------------------------------------------------ many clusters
+
+MULTI = ROOT / "deploy/components/multi-cluster"
+# The component's clusters: whether each has Kubernetes, and whether it is reached through its API
+# server (a token of its own) rather than the pods' own ServiceAccount.
+CLUSTERS = {"east": (True, False), "west": (True, True), "lab": (False, False)}
+
+
+def _multi(overlay: str, tmp_path: Path) -> tuple[dict[str, Any], ...]:
+    return _with_validation(overlay, tmp_path, "multi-cluster")
+
+
+def _env(workload: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in _pod_spec(workload)["containers"][0]["env"]}
+
+
+def _watchers(objs: tuple[dict[str, Any], ...]) -> dict[str, dict[str, Any]]:
+    return {w["metadata"]["name"]: w for w in _workloads(objs) if "watcher" in w["metadata"]["name"]}
+
+
+def _rendered_config(objs: tuple[dict[str, Any], ...], tmp_path: Path) -> Path:
+    (cm,) = [c for c in _of(objs, "ConfigMap") if c["metadata"]["name"] == "remediation-config"]
+    path = tmp_path / "config.yaml"
+    path.write_text(cm["data"]["config.yaml"])
+    return path
+
+
+def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("REMEDIATION_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_multi_cluster_component_runs_one_watcher_set_per_cluster(
+    overlay: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Slurm watcher per cluster and a Kubernetes watcher per cluster with Kubernetes, none for
+    `default`; each loads its own cluster's settings from the shared config and its own Secret, and is
+    given no other cluster's secret; one worker, beat and API serve them all."""
+    objs = _multi(overlay, tmp_path)
+    watchers = _watchers(objs)
+    expected = {f"remediation-watcher-slurm-{c}" for c in CLUSTERS}
+    expected |= {f"remediation-watcher-kube-{c}" for c, (kube, _) in CLUSTERS.items() if kube}
+    assert set(watchers) == expected
+    assert {w["metadata"]["name"] for w in _workloads(objs)} - expected == {
+        "remediation-worker", "remediation-beat", "remediation-api"}
+    config = _rendered_config(objs, tmp_path)
+    for name, workload in watchers.items():
+        kind, cluster = name.removeprefix("remediation-watcher-").split("-", 1)
+        env = _env(workload)
+        assert env["REMEDIATION_CLUSTER__NAME"]["value"] == cluster
+        secret_env = {k for k, e in env.items() if "valueFrom" in e}
+        foreign = [k for k in secret_env if k.startswith("REMEDIATION_CLUSTERS__")
+                   and not k.startswith(f"REMEDIATION_CLUSTERS__{cluster.upper()}__")]
+        assert not foreign, f"{name} is handed another cluster's secret: {foreign}"
+        _clean(monkeypatch)
+        monkeypatch.setenv("REMEDIATION_CONFIG", str(config))
+        for key, e in env.items():
+            if key != "REMEDIATION_CONFIG":  # the mounted file: here, the rendered one
+                monkeypatch.setenv(key, e.get("value") or f"secret-of-{key.lower()}")
+        monkeypatch.setenv("REMEDIATION_BROKER__REDIS_URL", "redis://u:p@redis:6379/0")
+        watched = load_watched()
+        assert watched.cluster.name == cluster
+        if kind == "slurm":
+            assert watched.slurm.rest_token is not None and watched.slurm.rest_url
+        else:
+            assert watched.kube.backend == "kubernetes"
+            remote = CLUSTERS[cluster][1]
+            assert bool(watched.kube.host) == remote == (watched.kube.token is not None), name
+            # A watcher that reaches another cluster's API server holds no token of the one it runs in.
+            assert _pod_spec(workload).get("automountServiceAccountToken", True) is not remote, name
+    _clean(monkeypatch)
+    monkeypatch.setenv("REMEDIATION_CONFIG", str(config))
+    worker = next(w for w in _workloads(objs) if w["metadata"]["name"] == "remediation-worker")
+    for key in _env(worker):
+        if key.startswith("REMEDIATION_CLUSTERS__"):
+            monkeypatch.setenv(key, "a-secret")
+    fleet = load_settings().fleet()
+    assert set(fleet) == set(CLUSTERS)
+    for cluster, (kube, remote) in CLUSTERS.items():
+        one = fleet[cluster]
+        assert one.slurm.rest_token is not None, f"the workers have no Slurm token of {cluster}"
+        assert (one.kube.backend != "none") == kube and (one.kube.token is not None) == remote, cluster
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_multi_cluster_component_keeps_each_component_to_its_own(overlay: str, tmp_path: Path) -> None:
+    """Each watcher reads only its own Secret (named for it) and selects only its own pods; RBAC and
+    the other components' Secrets are the base's but for the workers' per-cluster tokens; every
+    object validates against the Kubernetes schemas."""
+    import kubernetes_validate
+
+    objs = _multi(overlay, tmp_path)
+    assert _granted(objs) == RBAC
+    workloads = _workloads(objs)
+    for workload in workloads:
+        name = workload["metadata"]["name"]
+        for env in _env(workload).values():
+            ref = env.get("valueFrom", {}).get("secretKeyRef")
+            if ref is not None:
+                assert ref["name"] == name and ref["key"] == env["name"], (name, ref)
+        others = [o["metadata"]["name"] for o in workloads
+                  if o is not workload and _selects(workload["spec"]["selector"], _pod_labels(o))]
+        assert not others, f"{name}'s selector takes the pods of {others}"
+    worker = _env(next(w for w in workloads if w["metadata"]["name"] == "remediation-worker"))
+    assert set(worker) - {k for k in worker if k.startswith("REMEDIATION_CLUSTERS__")} == (
+        SECRET_KEYS["remediation-worker"] - {"REMEDIATION_SLURM__REST_TOKEN", "REMEDIATION_SLURM__REST_USER"}
+    ) | {"REMEDIATION_CONFIG"}
+    errors = []
+    for obj in objs:
+        if obj["kind"] not in CRD_KINDS:
+            try:
+                kubernetes_validate.validate(obj, SCHEMA_VERSIONS[0], strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {exc}")
+    assert not errors, "\n".join(errors)
+
+
+def _acl_lines(objs: tuple[dict[str, Any], ...]) -> list[str]:
+    import base64
+
+    (secret,) = [s for s in _of(objs, "Secret") if s["metadata"]["name"] == "remediation-redis"]
+    return base64.b64decode(secret["data"]["users.acl"]).decode().splitlines()
+
+
+def test_the_multi_cluster_acl_has_a_user_per_watcher_and_keeps_the_others(tmp_path: Path) -> None:
+    """One Redis user per watcher Deployment, named for it, writing its own cluster's stream only; the
+    base's default-cluster watcher users are gone with their watchers; every other user is the base's,
+    word for word (the file is a copy: a change to the base must reach it)."""
+    objs = _multi(OVERLAYS[0], tmp_path)
+    lines = _acl_lines(objs)
+    users = {line.split()[1]: line for line in lines}
+    watcher_users = {u for u in users if u.startswith("watcher-")}
+    assert watcher_users == {n.removeprefix("remediation-") for n in _watchers(objs)}
+    for user in watcher_users:
+        kind, cluster = user.removeprefix("watcher-").split("-", 1)
+        keys = {w for w in users[user].replace("(", " ").replace(")", " ").split() if w.startswith(("~", "%"))}
+        space = f"remediation:cluster:{cluster}"
+        assert keys == {f"~{space}:events:{kind}", f"~{space}:leader:{kind}", f"~{space}:leader:{kind}:token"}
+    base = (ROOT / "deploy/base/redis/users.acl").read_text().splitlines()
+    assert [line for line in base if not line.startswith("user watcher-")] == [
+        line for line in lines if not line.startswith("user watcher-")]
+
+
+def test_the_readme_creates_the_multi_cluster_secrets_the_manifests_read(tmp_path: Path) -> None:
+    """deploy/README.md's "Many clusters" commands make each watcher's Secret with exactly the keys
+    it reads, and give the workers' Secret each cluster's keys."""
+    section = (ROOT / "deploy/README.md").read_text().split(MANY_CLUSTERS)[1].split("\n## ")[0]
+    made = _secrets_made(section)
+    objs = _multi(OVERLAYS[0], tmp_path)
+    read: dict[str, set[str]] = {}
+    for workload in _workloads(objs):
+        for env in _env(workload).values():
+            if (ref := env.get("valueFrom", {}).get("secretKeyRef")) and not ref.get("optional"):
+                read.setdefault(ref["name"], set()).add(ref["key"])
+    watchers = {n: keys for n, keys in read.items() if "watcher" in n}
+    assert {n: made.get(n) for n in watchers} == watchers
+    assert made["remediation-worker"] == read["remediation-worker"]
+
+
+MULTI_CLUSTER = "multi-cluster"  # docker-compose.yml's profile of two simulated clusters
+
+
+def test_the_compose_multi_cluster_profile_runs_a_watcher_pair_per_simulated_cluster() -> None:
+    """Two simulators, each writing its settings as its own entry of `clusters` into its own volume;
+    each cluster's watchers source only that cluster's file and name it, as their own Redis user of
+    the multi-cluster component's ACL; one worker, beat and API source both; the profile's config
+    file lists exactly the simulated clusters; its stack has its own Postgres and Redis."""
+    services = {n: s for n, s in _compose().items() if s.get("profiles") == [MULTI_CLUSTER]}
+    sims = {n: _simulator_args(s["command"]) for n, s in services.items() if s.get("entrypoint") == SIMULATOR}
+    assert {a.cluster for a in sims.values()} == {"east", "west"}
+    files = {a.cluster: f"{a.state_dir}/simulator.env" for a in sims.values()}
+    for name, args in sims.items():
+        assert args.replay and f"sim-{args.cluster}:{args.state_dir}" in services[name]["volumes"]
+        assert files[args.cluster] in " ".join(services[name]["healthcheck"]["test"]), name
+    (config,) = {s["environment"]["REMEDIATION_CONFIG"] for s in services.values()
+                 if "REMEDIATION_CONFIG" in (s.get("environment") or {})}
+    mount = f"./deploy/compose:{Path(config).parent}:ro"
+    listed = yaml.safe_load((ROOT / "deploy/compose" / Path(config).name).read_text())["clusters"]
+    assert [e["name"] for e in listed] == sorted(files)
+    acl = {line.split()[1]: line for line in (ROOT / "deploy/components/multi-cluster/redis/users.acl")
+           .read_text().splitlines()}  # fmt: skip
+    watchers, shared = {}, {}
+    for name, svc in services.items():
+        if svc.get("entrypoint", [])[:2] != ["sh", "-c"]:
+            continue
+        program, sourced = _entrypoint_program(svc["entrypoint"])
+        assert program == ["remediation"] and mount in svc["volumes"], name
+        env = svc["environment"]
+        user = urlsplit(env["REMEDIATION_BROKER__REDIS_URL"])
+        assert user.hostname == "redis-clusters" and f">{user.password}" in acl[str(user.username)], name
+        assert "@postgres-clusters:" in env["REMEDIATION_DATABASE__URL"], name
+        if svc["command"][0] == "watch":
+            cluster = env["REMEDIATION_CLUSTER__NAME"]
+            assert sourced == (files[cluster],) and user.username == f"watcher-{svc['command'][1]}-{cluster}", name
+            watchers[name] = cluster
+        else:
+            assert sourced == tuple(files[c] for c in sorted(files)), name
+            shared[name] = svc["command"][0]
+    assert sorted(watchers.values()) == ["east", "east", "west", "west"]
+    assert sorted(shared.values()) == ["api", "beat", "worker"]
+    assert {"postgres-clusters", "redis-clusters", "migrate-clusters"} <= set(services)

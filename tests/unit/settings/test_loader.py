@@ -229,3 +229,42 @@ def test_the_slurm_jwt_never_goes_over_plain_http_to_another_host(url: str) -> N
 def test_the_slurm_jwt_may_go_over_tls_a_socket_or_loopback(url: str) -> None:
     settings = load_settings(slurm={"backend": "rest", "rest_url": url, "rest_token": "jwt"})
     assert settings.slurm.rest_url == url
+
+
+_TWO_CLUSTERS = """
+dry_run: true
+clusters:
+  - {name: us-east, slurm: {backend: memory, rest_user: east}, kube: {backend: memory}, machine: {backend: memory}}
+  - {name: west, slurm: {backend: memory}, kube: {backend: memory}, machine: {backend: memory}}
+"""
+
+
+def test_a_clusters_entry_takes_its_secret_from_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(_TWO_CLUSTERS)
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "c.yaml"))
+    monkeypatch.setenv("REMEDIATION_CLUSTERS__US_EAST__SLURM__REST_TOKEN", "east-jwt")
+    monkeypatch.setenv("REMEDIATION_CLUSTERS__WEST__KUBE__REQUEST_TIMEOUT_S", "7")
+    fleet = load_settings().fleet()
+    east, west = fleet["us-east"], fleet["west"]
+    assert east.slurm.rest_token is not None and east.slurm.rest_token.get_secret_value() == "east-jwt"
+    assert east.slurm.rest_user == "east"  # the file's other fields of the entry stay
+    assert west.slurm.rest_token is None and west.kube.request_timeout_s == 7.0
+    assert east.kube.request_timeout_s == 30.0
+
+
+@pytest.mark.parametrize(
+    ("env", "config"),
+    [("REMEDIATION_CLUSTERS__NORTH__SLURM__REST_TOKEN", True), ("REMEDIATION_CLUSTERS__WEST__SLURM", True),
+     ("REMEDIATION_CLUSTERS__WEST__SLURM__REST_TOKEN", False)],
+    ids=["no-such-cluster", "no-field", "no-config-file"],
+)
+def test_an_entry_variable_naming_nothing_fails_without_its_value(monkeypatch: pytest.MonkeyPatch,
+                                                                 tmp_path: Path, env: str, config: bool) -> None:
+    (tmp_path / "c.yaml").write_text(_TWO_CLUSTERS)
+    if config:
+        monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "c.yaml"))
+    monkeypatch.setenv(env, "sekrit-value")
+    with pytest.raises(SettingsError) as err:
+        load_settings()
+    assert env in str(err.value) and "sekrit" not in str(err.value)
