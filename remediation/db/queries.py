@@ -32,7 +32,9 @@ LAST_MACHINE_ACTION = "last_vm_action"
 
 
 def control_get(session: Session, key: str) -> dict[str, Any]:
-    value = session.execute(select(Control.value).where(Control.key == key)).scalar_one_or_none()
+    """Control row ``key`` of the session's cluster (an unscoped session's: ``default``)."""
+    value = session.execute(select(Control.value).where(Control.cluster == cluster_of(session),
+                                                        Control.key == key)).scalar_one_or_none()
     return dict(value) if value else {}
 
 
@@ -61,7 +63,7 @@ def lock_control(s: Session, key: str, now: datetime) -> dict[str, Any]:
     serialises the transaction."""
     s.execute(_ENSURE_CONTROL[s.get_bind().dialect.name == "postgresql"],
               {"cluster": cluster_of(s), "key": key, "value": {}, "now": now})
-    value = s.execute(_CONTROL_LOCKED, {"key": key}).scalar_one()
+    value = s.execute(_CONTROL_LOCKED, {"cluster": cluster_of(s), "key": key}).scalar_one()
     return dict(value or {})
 
 
@@ -73,7 +75,8 @@ _ENSURE_CONTROL = {
     .on_conflict_do_nothing(index_elements=["cluster", "key"])
     for postgres in (False, True)
 }
-_CONTROL_LOCKED = select(Control.value).where(Control.key == bindparam("key")).with_for_update()
+_CONTROL_LOCKED = select(Control.value).where(
+    Control.cluster == bindparam("cluster"), Control.key == bindparam("key")).with_for_update()
 
 
 # A remediation's own row, locked, without its steps (lazy="selectin" would load them all): the claim and
@@ -178,7 +181,7 @@ def latest_healthy(
 
 _REAL = Remediation.dry_run.is_(False)
 _VIEW_CONTROLS = select(Control.key, Control.value).where(
-    or_(*(Control.key == k for k in (BREAKER, LAST_MACHINE_ACTION, PAUSED))))
+    Control.cluster == bindparam("cluster"), or_(*(Control.key == k for k in (BREAKER, LAST_MACHINE_ACTION, PAUSED))))
 # One statement for the four counts admission needs, built once: admission reads the view on every claim
 # and every sweep, and building five statements per read was most of a claim's cost. The pool's is the
 # same, over one profile's nodes and remediations (its storm breaker and max_concurrent).
@@ -266,7 +269,7 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, 
                  profile: str | None = None, pool_stale: timedelta | None = None) -> ClusterView:
     """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch.
     ``pool_stale``: a node no resync has listed for this long leaves the pool (None: none leaves)."""
-    found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS).all())
+    found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS, {"cluster": cluster_of(session)}).all())
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
     latch = BreakerLatch.load(found.get(BREAKER) if profile is None else control_get(session, breaker_key(profile)))
