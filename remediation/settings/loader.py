@@ -233,8 +233,8 @@ class _OldNamesInEnv(BaseSettings):
     vm: MachineSettings | None = None
 
 
-class _Renamed(PydanticBaseSettingsSource):
-    """A source whose renamed sections are read under their new names (``RENAMED_SECTIONS``)."""
+class _Wrapped(PydanticBaseSettingsSource):
+    """A source that reads another and changes what it read (:meth:`__call__`)."""
 
     def __init__(self, inner: PydanticBaseSettingsSource) -> None:
         super().__init__(inner.settings_cls)
@@ -242,6 +242,13 @@ class _Renamed(PydanticBaseSettingsSource):
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return self.inner.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        return self.inner()
+
+
+class _Renamed(_Wrapped):
+    """A source whose renamed sections are read under their new names (``RENAMED_SECTIONS``)."""
 
     def __call__(self) -> dict[str, Any]:
         return new_names(self.inner())
@@ -252,16 +259,9 @@ class _Renamed(PydanticBaseSettingsSource):
 ENTRY_ENV = "REMEDIATION_CLUSTERS__"
 
 
-class _ListsWhole(PydanticBaseSettingsSource):
+class _ListsWhole(_Wrapped):
     """The environment, but ``clusters`` only as a whole JSON list: its per-entry variables
     (``ENTRY_ENV``) are fields of the config file's entries, laid on them by :class:`_EntryFields`."""
-
-    def __init__(self, inner: PydanticBaseSettingsSource) -> None:
-        super().__init__(inner.settings_cls)
-        self.inner = inner
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self.inner.get_field_value(field, field_name)
 
     def __call__(self) -> dict[str, Any]:
         data = self.inner()
@@ -270,15 +270,8 @@ class _ListsWhole(PydanticBaseSettingsSource):
         return data
 
 
-class _EntryFields(PydanticBaseSettingsSource):
+class _EntryFields(_Wrapped):
     """The config file with each ``ENTRY_ENV`` variable laid on the field of the entry it names."""
-
-    def __init__(self, inner: PydanticBaseSettingsSource) -> None:
-        super().__init__(inner.settings_cls)
-        self.inner = inner
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self.inner.get_field_value(field, field_name)
 
     def __call__(self) -> dict[str, Any]:
         return entry_fields(self.inner(), os.environ)

@@ -24,21 +24,14 @@ from remediation.cli.remote import Remote
 from remediation.db.models import AuditLog, Node
 from remediation.db.queries import BREAKER, control_set
 from remediation.db.scope import scoped
-from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.statemachine import NodeStatus
 from remediation.ports.dispatch import SweeperOnly
-from remediation.settings import DatabaseSettings, Settings
+from remediation.settings import Settings
+from tests.integration.history import sessions  # noqa: F401  (a fixture)
 from tests.integration.two_clusters import EAST, SHARED, WEST, Seeded, seed
 
 ADMIN, READ = "admin-token-0123456789", "read-token-0123456789"
 FLEET = [{"name": WEST}, {"name": EAST}]  # the site's configuration names both clusters
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
 
 
 @pytest.fixture
