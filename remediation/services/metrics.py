@@ -81,7 +81,7 @@ class DatabaseCollector(Collector):
     def _from_db(self, s: Session, now: datetime) -> Iterable[Metric]:
         """Every series read from the database, in the order the module docstring lists them."""
         clusters = known_clusters(s)
-        yield from _event_metrics(s)
+        yield from _event_metrics(s, clusters)
         yield from _remediation_metrics(s, clusters)
         yield self._step_histogram(s)
         yield from _node_metrics(s, clusters)
@@ -116,7 +116,7 @@ def known_clusters(s: Session) -> list[str]:
     return sorted(found) or [DEFAULT_CLUSTER]
 
 
-def _event_metrics(s: Session) -> Iterable[Metric]:
+def _event_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
     """Events by source and kind and by decision, payloads rejected, and events fenced at ingest."""
     events = CounterMetricFamily("remediation_events", "Events recorded, by source and kind",
                                  labels=["cluster", "source", "kind"])
@@ -132,8 +132,9 @@ def _event_metrics(s: Session) -> Iterable[Metric]:
     yield decisions
     rejected = CounterMetricFamily("remediation_rejected_events", "Payloads that could not be ingested",
                                    labels=["cluster"])
-    for cluster, n in s.execute(select(RejectedEvent.cluster, func.count()).group_by(RejectedEvent.cluster)):
-        rejected.add_metric([cluster], n)
+    counted = dict(s.execute(select(RejectedEvent.cluster, func.count()).group_by(RejectedEvent.cluster)).all())
+    for cluster in sorted({*clusters, *counted}):  # 0 for a cluster that rejected nothing: the alert reads it
+        rejected.add_metric([cluster], counted.get(cluster, 0))
     yield rejected
     fenced = CounterMetricFamily("remediation_fenced_events", "Events dropped at ingest: published under a "
                                  "leader lock's fencing token a newer holder had replaced", labels=["cluster", "lock"])

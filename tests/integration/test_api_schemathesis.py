@@ -54,6 +54,12 @@ class SessionsProxy:
         assert self.target is not None, "the database fixture did not run"
         return self.target()
 
+    @property
+    def kw(self) -> dict[str, object]:
+        """What the target was made with (a cluster's scoped factory copies it)."""
+        assert self.target is not None, "the database fixture did not run"
+        return self.target.kw
+
 
 proxy = SessionsProxy()
 app = create_app(Settings(api={"admin_tokens": [ADMIN]}), proxy,  # type: ignore[arg-type]
