@@ -334,8 +334,8 @@ def test_compose_multi_cluster_profile_remediates_in_each_simulated_cluster(tmp_
         api_port = stack.port("api-clusters", UVICORN_LINE)
         admin = yaml.safe_load(services["api-clusters"]["environment"]["REMEDIATION_API__ADMIN_TOKENS"])[0]
         statuses.append(httpx.get(f"http://127.0.0.1:{api_port}/healthz", timeout=10).status_code)
-        listed = httpx.get(f"http://127.0.0.1:{api_port}/api/v1/remediations",
-                           headers={"Authorization": f"Bearer {admin}"}, timeout=10)
+        listed = httpx.get(f"http://127.0.0.1:{api_port}/api/v1/remediations", params={"status": ""},
+                           headers={"Authorization": f"Bearer {admin}"}, timeout=10)  # ended ones too
         statuses.append(listed.status_code)
         stray = _facts(pg_url, "default")
     finally:
@@ -347,7 +347,8 @@ def test_compose_multi_cluster_profile_remediates_in_each_simulated_cluster(tmp_
         assert {"slurm", "kubernetes"} <= found["sources"], (cluster, facts, stack.tails())
         assert found["succeeded"], (cluster, f"none succeeded; the first waiting: {found['waits']}", stack.tails())
     assert not stray["sources"] and not stray["remediations"], stray  # nothing landed in no cluster
-    assert statuses == [200, 200] and listed.json(), listed.text  # one API lists both clusters' work
+    assert statuses == [200, 200], listed.text
+    assert {row["cluster"] for row in listed.json()} == set(clusters), listed.text  # one API, both clusters
     assert all(code in (0, -signal.SIGTERM) for code in codes.values()), f"exit codes {codes}\n{stack.tails()}"
     for name in stack.procs:
         assert "Traceback" not in (tmp_path / f"{name}.log").read_text(errors="replace"), stack.tails()
