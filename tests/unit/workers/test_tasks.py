@@ -48,3 +48,14 @@ def test_each_clusters_follow_ups_are_queued_as_its_part_of_a_batch_is_recorded(
     assert tasks.ingest() == 4
     assert steps == [("recorded", "east"), ("queued", "east", [1]), ("recorded", "west"), ("queued", "west", [3]),
                      ("recorded", "west"), ("queued", "west", [5])]  # the second batch  # fmt: skip
+
+
+def test_a_clusters_lone_fault_is_recorded_before_another_clusters_storm_in_the_same_batch(
+        steps, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: SimpleNamespace(
+        embedded=True, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=500)))))
+    storm = [published("east", f"gpu-node-{i}") for i in range(5)]
+    memstream._queue.extend([*storm, published("west", "gpu-node-1")])  # the storm was read first
+    assert tasks.ingest() == 6
+    assert [step[:2] for step in steps] == [("recorded", "west"), ("queued", "west"), ("recorded", "east"),
+                                            ("queued", "east")]
