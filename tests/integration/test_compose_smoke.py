@@ -113,6 +113,15 @@ class Stack:
         return codes
 
 
+def await_simulators(stack: Stack, env_files: list[Path]) -> None:
+    """Wait (30 s at most) until every simulator has written the settings file it serves."""
+    deadline = time.monotonic() + 30
+    while not all(f.exists() for f in env_files):
+        stack.check_running()
+        assert time.monotonic() < deadline, stack.tails()
+        time.sleep(0.1)
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -213,11 +222,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
         assert not sim.get("environment"), "the simulator takes no settings"
         sim_env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
         stack.start("simulator", [sys.executable, *sim["entrypoint"][1:], *argv, *FAST], sim_env)
-        deadline = time.monotonic() + 30
-        while not env_file.exists():
-            stack.check_running()
-            assert time.monotonic() < deadline, stack.tails()
-            time.sleep(0.1)
+        await_simulators(stack, [env_file])
 
         # migrate: runs once, before everything else.
         migrate = services["migrate"]
@@ -307,11 +312,7 @@ def test_compose_multi_cluster_profile_remediates_in_each_simulated_cluster(tmp_
             sim_env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
             stack.start(name, [sys.executable, *sim["entrypoint"][1:], *argv, *FAST], sim_env)
         assert len(dirs) == 2
-        deadline = time.monotonic() + 30
-        while not all((d / "simulator.env").exists() for d in dirs.values()):
-            stack.check_running()
-            assert time.monotonic() < deadline, stack.tails()
-            time.sleep(0.1)
+        await_simulators(stack, [d / "simulator.env" for d in dirs.values()])
         migrate = services["migrate-clusters"]
         done = subprocess.run(
             _local_argv(migrate, dirs, tmp_path), cwd=ROOT, capture_output=True, text=True,
