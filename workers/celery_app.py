@@ -47,7 +47,7 @@ def make_app(settings: Settings) -> Celery:
             # Beat writes the requests queue alone (remediation.adapters.celery): the ingest it asks
             # for there reads the stream, as one the kick relay queues on the ingest queue does.
             **sweeps(settings),
-            "ingest-safety-net": {"task": INGEST_TASK, "schedule": 5.0, "options": {"queue": REQUEST_QUEUE}},
+            **ingests(settings),
             "notify": {"task": NOTIFY_TASK, "schedule": 10.0},
         },
     )
@@ -68,6 +68,16 @@ def sweeps(settings: Settings) -> dict[str, dict[str, Any]]:
     if len(names) == 1:
         return {"sweep": {"task": SWEEP_TASK, "schedule": every}}
     return {f"sweep-{name}": {"task": SWEEP_TASK, "schedule": every, "kwargs": {"cluster": name}} for name in names}
+
+
+def ingests(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Beat's safety-net ingests, for a kick relay that is down: one per cluster served (one alone for
+    a one-cluster site, as before)."""
+    names = list(settings.fleet())
+    every: dict[str, Any] = {"task": INGEST_TASK, "schedule": 5.0, "options": {"queue": REQUEST_QUEUE}}
+    if len(names) == 1:
+        return {"ingest-safety-net": every}
+    return {f"ingest-safety-net-{name}": {**every, "kwargs": {"cluster": name}} for name in names}
 
 
 class Consumer(_CeleryConsumer):  # type: ignore[misc]

@@ -1,8 +1,8 @@
 """The workers' kick relay: it starts the ingest task when an event lands on the stream.
 
 A thread in each worker's main process blocks on the streams' tails, every served cluster's
-(``XREAD BLOCK``); on a new entry it sets the kick key and, if it set it, sends the ingest task. It retries once a second; beat's periodic
-ingest covers a relay that is down.
+(``XREAD BLOCK``); on a new entry it sets that cluster's kick key and, if it set it, sends that
+cluster's ingest task. It retries once a second; beat's periodic ingest covers a relay that is down.
 
 Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message-each
 """
@@ -42,19 +42,29 @@ class KickRelay:
             try:
                 if after is None:
                     after = tail(client, self.keys)
-                    self.kick(client)  # whatever waits from before this worker started
+                    self.kick(client, self.keys.every_cluster())  # whatever waits from before this worker started
                 elif wait_for_new(client, self.keys, after, block_ms=BLOCK_MS):
-                    after = tail(client, self.keys)
-                    self.kick(client)
+                    newest = tail(client, self.keys)
+                    self.kick(client, advanced(self.keys, after, newest))
+                    after = newest
             except redis.RedisError as exc:
                 log.warning("kick relay cannot read the event stream, retrying: %s", exc)
                 after = None
                 self.stopping.wait(1.0)
         client.close()
 
-    def kick(self, client: redis.Redis) -> None:
-        if claim_kick(client, self.keys):
-            self.dispatcher.kick_ingest()
+    def kick(self, client: redis.Redis, clusters: list[Keys]) -> None:
+        """Send each cluster's ingest whose kick key we set: one ingest per cluster, in parallel, so a
+        lone fault in one cluster is read while another's storm is still being recorded."""
+        for one in clusters:
+            if claim_kick(client, one):
+                self.dispatcher.kick_ingest(one.cluster)
+
+
+def advanced(keys: Keys, before: dict[str, str], after: dict[str, str]) -> list[Keys]:
+    """The clusters of ``keys`` with a stream whose newest entry changed between two :func:`tail` reads."""
+    moved = {one.cluster for one in keys.every_stream() if before.get(one.stream) != after.get(one.stream)}
+    return [one for one in keys.every_cluster() if one.cluster in moved]
 
 
 class KickRelayStep(bootsteps.StartStopStep):  # type: ignore[misc]

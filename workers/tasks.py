@@ -72,8 +72,14 @@ def enqueue(followups: Sequence[FollowUp | None], cluster: str | None = None) ->
 @app.task(name=INGEST_TASK, base=DomainTask, bind=True,
           autoretry_for=(OperationalError, ConnectionError), retry_backoff=True, retry_backoff_max=60,
           max_retries=None)
-def ingest(self: DomainTask) -> int:
+def ingest(self: DomainTask, cluster: str | None = None) -> int:
+    """Record what waits on ``cluster``'s event streams, or on every served cluster's when none is named.
+    Each cluster has its own ingest (the kick relay and beat send one per cluster), so one cluster's
+    storm never holds up another's lone fault."""
     rt = self.rt
+    if cluster is not None and cluster not in rt.clusters:
+        log.warning("ingest for cluster %s refused: not served by these workers (settings: clusters)", cluster)
+        return 0
 
     def handle(payloads: Sequence[bytes]) -> None:
         # Each cluster's part of a batch is committed, then its follow-ups queued at once, on its own
@@ -88,7 +94,8 @@ def ingest(self: DomainTask) -> int:
         reading = Reading(batch=rt.settings.broker.ingest_batch,
                           claim_idle_ms=rt.settings.broker.ingest_claim_idle_s * 1000,
                           keep=rt.settings.broker.stream_max_len)
-        n = consume(rt.redis, rt.keys, handle, reading=reading)
+        keys = rt.keys if cluster is None else Keys(rt.keys.prefix, cluster=cluster)
+        n = consume(rt.redis, keys, handle, reading=reading)
     return n
 
 

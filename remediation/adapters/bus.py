@@ -61,12 +61,17 @@ class Keys:
 
     def every_stream(self) -> list[Keys]:
         """The workers' own stream and each publisher's, of every cluster served: what the ingest reads."""
-        return [Keys(self.prefix, publisher, cluster) for cluster in (self.served or (self.cluster,))
+        return [Keys(self.prefix, publisher, one.cluster) for one in self.every_cluster()
                 for publisher in (None, *Publisher)]
+
+    def every_cluster(self) -> list[Keys]:
+        """The keys of each cluster served, one by one: each has its own ingest and kick."""
+        return [Keys(self.prefix, cluster=cluster) for cluster in (self.served or (self.cluster,))]
 
     @property
     def kick(self) -> str:
-        return f"{self.prefix}:ingest:kick"
+        """Set while this cluster's ingest is asked for or running (:func:`~remediation.adapters.stream.claim_kick`)."""
+        return f"{self.space}:ingest:kick"
 
 
 def ours(event: NodeEvent, cluster: str) -> NodeEvent:

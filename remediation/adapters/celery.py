@@ -131,9 +131,10 @@ class CeleryDispatcher:
     def release(self, audit_id: int) -> None:
         self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)
 
-    def kick_ingest(self) -> None:
-        """Ask a worker to consume the event stream (publishers call this after XADD)."""
-        self._app.send_task(INGEST_TASK, queue=INGEST_QUEUE)
+    def kick_ingest(self, cluster: str | None = None) -> None:
+        """Ask a worker to consume ``cluster``'s event streams, or every served cluster's when none is
+        named (publishers call this after XADD)."""
+        self._app.send_task(INGEST_TASK, kwargs={"cluster": cluster} if cluster else {}, queue=INGEST_QUEUE)
 
 
 def celery_dispatcher(settings: Settings, app: Celery | None = None) -> CeleryDispatcher:

@@ -91,8 +91,8 @@ def consume(client: redis.Redis, keys: Keys, handle: Handler, *, reading: Readin
             time.sleep(linger_s)
             entries += _read(client, streams, me, batch=batch - len(entries), held=_size(entries))
         if not entries:
-            # Close the race with publishers: drop the kick key, then look once more.
-            client.delete(keys.kick)
+            # Close the race with publishers: drop the kick keys, then look once more.
+            client.delete(*(one.kick for one in keys.every_cluster()))
             entries = _read(client, streams, me, batch=batch)
             if not entries:
                 break

@@ -28,7 +28,7 @@ from remediation.adapters.factory import make_bus, make_lock
 from remediation.adapters.lock import LeaderLock, drawn_tokens
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.adapters.queues import queue_depth
-from remediation.adapters.stream import Reading, consume
+from remediation.adapters.stream import Reading, claim_kick, consume
 from remediation.db.models import AuditLog, Node, RejectedEvent, Remediation
 from remediation.domain.admission import Published, Publisher
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -377,7 +377,9 @@ def test_a_clusters_watcher_publishes_on_its_own_clusters_stream(multi: AclRedis
     worker = multi.client("worker")
     got: list[Published] = []
     keys = Keys(PREFIX, served=CLUSTERS)
+    assert all(claim_kick(worker, one) for one in keys.every_cluster())  # the relay, cluster by cluster
     assert consume(worker, keys, got.extend, reading=Reading(batch=64, claim_idle_ms=60_000, linger_s=0)) == 3
+    assert worker.mget([one.kick for one in keys.every_cluster()]) == [None] * 3  # the ingest dropped them
     assert sorted(p.cluster for p in got) == sorted(CLUSTERS)
     assert all(NodeEvent.model_validate_json(bytes(p)).cluster == p.cluster for p in got)
     for cluster in CLUSTERS:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from remediation.settings import Settings
-from remediation.workers.celery_app import make_app, sweeps
+from remediation.workers.celery_app import ingests, make_app, sweeps
 
 BIN = Path(sys.executable).parent
 
@@ -76,6 +76,16 @@ def test_beat_sweeps_each_cluster_on_its_own() -> None:
     fleet = sweeps(Settings(clusters=[{"name": "west"}, {"name": "east"}]))
     assert {key: entry["kwargs"] for key, entry in fleet.items()} == {
         "sweep-west": {"cluster": "west"}, "sweep-east": {"cluster": "east"}}
+
+
+def test_beat_asks_for_each_clusters_ingest_on_its_own() -> None:
+    """The safety net for a kick relay that is down: each cluster's stream is read by its own ingest."""
+    (alone,) = ingests(Settings()).values()
+    assert "kwargs" not in alone and alone["task"] == "remediation.ingest"
+    fleet = ingests(Settings(clusters=[{"name": "west"}, {"name": "east"}]))
+    assert {key: entry["kwargs"] for key, entry in fleet.items()} == {
+        "ingest-safety-net-west": {"cluster": "west"}, "ingest-safety-net-east": {"cluster": "east"}}
+    assert make_app(Settings(clusters=[{"name": "west"}])).conf.beat_schedule.keys() >= {"ingest-safety-net"}
 
 
 def test_a_worker_consumes_each_served_clusters_isolate_queue_whatever_q_named() -> None:
