@@ -82,7 +82,10 @@ class RedfishBmc(FakeServer):
 
     def settings_overrides(self, directory: Path, systems: list[str]) -> dict[str, str]:
         """Write the redfish inventory (each system is the Kubernetes Node of the same name) and the
-        login into ``directory``; the ``REMEDIATION_REDFISH__*`` settings that point the service at them."""
+        login into ``directory``; the ``REMEDIATION_REDFISH__*`` settings that point the service at them.
+        A reset here is Off for ``op_seconds``, not a real server's minutes: a poll that came too late to
+        see it Off waits fifteen of them, not the shipped five minutes, before it takes the reset as
+        done unobserved (the verify step's new boot is then the proof)."""
         inventory, logins = directory / "redfish-inventory.json", directory / "redfish-logins.json"
         inventory.write_text(json.dumps({name: {"bmc": self.url, "system": name} for name in systems}))
         logins.touch(mode=0o600)
@@ -91,6 +94,7 @@ class RedfishBmc(FakeServer):
             "REMEDIATION_REDFISH__INVENTORY_FILE": str(inventory),
             "REMEDIATION_REDFISH__CREDENTIALS_FILE": str(logins),
             "REMEDIATION_REDFISH__CA_FILE": str(self.ca_file),
+            "REMEDIATION_REDFISH__UNOBSERVED_AFTER_S": str(15 * self.op_seconds),
         }
 
     def boot_due(self, system_id: str) -> bool:
