@@ -164,8 +164,9 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
-    reader.join(timeout=5)
-    proc.stdout.close()  # type: ignore[union-attr]  # read to its end: the demo has exited
+            proc.wait()
+        reader.join(timeout=5)
+        proc.stdout.close()  # type: ignore[union-attr]  # read to its end: the demo has exited
     assert answers == [("/api/v1/overview", 200), ("/api/v1/remediations", 200), ("/healthz", 200)]
     assert unauthenticated == 401
     assert list(cwd.iterdir()) == []
