@@ -108,7 +108,7 @@ class CeleryDispatcher:
     lost. Anywhere else (the API, the CLI) the follow-ups go as one ``remediation.resume`` request on
     the ``requests`` queue."""
 
-    def __init__(self, app: Celery, isolate_batch: int = 64, acts: bool = True) -> None:
+    def __init__(self, app: Celery, isolate_batch: int = 32, acts: bool = True) -> None:
         self._app = app
         self._isolate_batch = isolate_batch
         self._acts = acts

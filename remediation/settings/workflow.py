@@ -62,13 +62,15 @@ class WorkflowSettings(Section):
         "and the workers allowed to patch pods (deploy/components/checkpoint-pods); off by default.",
     )
     isolate_batch: int = Field(
-        64,
+        32,
         ge=1,
         le=1000,
         description="Newly opened remediations per remediation.isolate task: their isolation (slurm_drain, "
         "then k8s_cordon) runs in one task, many at once, so a mass failure is out of the schedulers' "
         "hands in seconds (their Slurm commands merge; docs/architecture.md). A worker process takes "
-        "its next task only when the slowest remediation of this one is through, so small batches wait.",
+        "its next task only when the slowest remediation of this one is through, so small batches wait. "
+        "A batch larger than isolate_threads adds nothing in flight and holds its process longer, and "
+        "another cluster's ingest waits for a free process.",
     )
     isolate_threads: int = Field(
         32,
