@@ -77,7 +77,7 @@ def redis_prefix(redis_client: redis.Redis) -> Iterator[str]:
 # ------------------------------------------------------------------------------------------ Postgres
 
 import psycopg  # noqa: E402
-from sqlalchemy import Connection, create_engine  # noqa: E402
+from sqlalchemy import Connection, Engine, create_engine  # noqa: E402
 from sqlalchemy.orm import Session, sessionmaker  # noqa: E402
 from sqlalchemy.pool import NullPool  # noqa: E402
 
@@ -157,6 +157,15 @@ def pg_conn(pg_session_db: str) -> Iterator[Connection]:
     yield conn
     outer.rollback()
     conn.close()
+    engine.dispose()
+
+
+@pytest.fixture
+def db(pg_url: str) -> Iterator[Engine]:
+    """An engine on the test's own database holding no connection between uses: what the test reads
+    while real worker processes write."""
+    engine = create_engine(pg_url, poolclass=NullPool)
+    yield engine
     engine.dispose()
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import RedisEventBus
 from remediation.db.models import Event, Node, Remediation
@@ -26,13 +25,6 @@ from tests.conftest import REDIS_URL
 from tests.integration.workerproc import Worker, wait_for, worker_env
 
 CLUSTERS = ("west", "east")
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Engine]:
-    engine = create_engine(pg_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

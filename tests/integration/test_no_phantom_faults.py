@@ -26,14 +26,11 @@ with every stream entry acknowledged and every event decided.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import GROUP, Keys
 from remediation.db.models import Event, Node, Remediation, RemediationStep
@@ -73,13 +70,6 @@ ENV = {
     "REMEDIATION_KUBE__RESYNC_INTERVAL_S": "10",
     "REMEDIATION_KUBE__LEADER_TTL_S": "6",
 }
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Engine]:
-    engine = create_engine(pg_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 def remediations(db: Engine, node: str) -> list[Remediation]:

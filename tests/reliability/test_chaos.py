@@ -43,8 +43,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy import Engine
 
 from remediation.simulator.fakehttp import Hold
 from tests.integration.cloud.test_cloud_workflow import (
@@ -61,13 +60,6 @@ from tests.reliability.conftest import Recorder, scale
 STEPS = ["slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"]
 KILLS_PER_STEP = scale(1, 5)
 SLURM_API = "/slurm/v0.0.40/node"
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Engine]:
-    engine = create_engine(pg_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 @pytest.fixture

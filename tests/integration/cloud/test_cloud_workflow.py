@@ -31,9 +31,8 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import NullPool
 
 from remediation.adapters.bus import RedisEventBus
 from remediation.clock import aware
@@ -151,13 +150,6 @@ class CloudRig:
         except AssertionError as exc:
             now = {n: (self.status(n), [(r.step, r.status, r.error) for r in self.steps(n)]) for n in nodes}
             raise AssertionError(f"{now}\n{exc}") from None
-
-
-@pytest.fixture
-def db(pg_url: str) -> Iterator[Engine]:
-    engine = create_engine(pg_url, poolclass=NullPool)
-    yield engine
-    engine.dispose()
 
 
 def make_rig(
