@@ -334,7 +334,8 @@ class LeaderFence(ClusterScoped, Base):
 class HardwareSighting(ClusterScoped, Base):
     """One read of the hardware a node name stood on (see :mod:`remediation.domain.hardware`): the
     machine's identity before and after a machine action and at a quarantine, or the GPUs a GPU check
-    named (``gpus``: a list of ``{"uuid", "serial"}``)."""
+    named (``gpus``: a list of ``{"uuid", "serial"}``, with ``"clique"``, the GPU's NVLink domain, when
+    nvidia-smi named one)."""
 
     __tablename__ = "hardware_sightings"
     __table_args__ = (Index("ix_hardware_sightings_node_at", "node", "at"),)

@@ -33,29 +33,68 @@ MACHINE_FIELDS = ("instance_id", "host", "bmc_uuid", "bmc_serial")
 _QUERY_LINE = re.compile(r"^\s*(?:\d+\s*,\s*)?(GPU-[0-9a-fA-F-]{8,})\s*,\s*([^,\s]+)")
 _Q_UUID = re.compile(r"^\s*GPU UUID\s*:\s*(GPU-[0-9a-fA-F-]+)\s*$")
 _Q_SERIAL = re.compile(r"^\s*Serial Number\s*:\s*(\S+)\s*$")
+_Q_FIELD = re.compile(r"^(\s*)([A-Za-z][A-Za-z ]*?)\s*(?::\s*(.*?))?\s*$")
+#: A Fabric section's keys, as nvidia-smi spells them, by what they say.
+_FABRIC = {"clusteruuid": "cluster", "cliqueid": "clique", "state": "state", "status": "status"}
+#: The ClusterUUID of a GPU that is in no NVLink domain (not registered with the fabric, or no fabric).
+_NO_CLUSTER = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclass(frozen=True)
 class Gpu:
     uuid: str
     serial: str | None = None
+    #: The NVLink domain the GPU registered in, ``<ClusterUUID>.<CliqueId>`` as GPU Feature Discovery
+    #: spells its ``nvidia.com/gpu.clique`` label (None: nvidia-smi named none, or the GPU's fabric
+    #: registration is not complete).
+    clique: str | None = None
 
 
 def parse_gpus(output: str) -> tuple[Gpu, ...]:
     """The GPUs a check's output names: ``nvidia-smi -q`` blocks (a ``Serial Number`` line, then the
-    ``GPU UUID`` line of the same GPU) or ``nvidia-smi --query-gpu=[index,]uuid,serial --format=csv``
-    rows. A serial nvidia-smi reports as N/A is kept as None. Sorted by UUID, each once."""
+    ``GPU UUID`` line of the same GPU, then its ``Fabric`` section's ``ClusterUUID`` and ``CliqueId``)
+    or ``nvidia-smi --query-gpu=[index,]uuid,serial --format=csv`` rows. A serial nvidia-smi reports
+    as N/A is kept as None. Sorted by UUID, each once."""
     found: dict[str, Gpu] = {}
     serial: str | None = None
+    current: str | None = None  # the -q block's GPU, once its UUID line is read
+    fabric: dict[str, str] | None = None  # inside that GPU's Fabric section: what it said so far
+    fabric_indent = 0
     for line in output.splitlines():
+        field = _Q_FIELD.match(line)
+        indent = len(field[1]) if field else 0
+        if fabric is not None and (field is None or indent <= fabric_indent):
+            _registered(found, current, fabric)
+            fabric = None
         if m := _QUERY_LINE.match(line):
             found[m[1]] = Gpu(m[1], _known(m[2]))
         elif m := _Q_SERIAL.match(line):
             serial = _known(m[1])
         elif m := _Q_UUID.match(line):
             found[m[1]] = Gpu(m[1], serial)
-            serial = None
+            serial, current = None, m[1]
+        elif field and field[3] is None and field[2] == "Fabric" and current is not None:
+            fabric, fabric_indent = {}, indent
+        elif field and fabric is not None and (key := _FABRIC.get(field[2].replace(" ", "").lower())):
+            fabric.setdefault(key, (field[3] or "").strip())
+    if fabric is not None:
+        _registered(found, current, fabric)
     return tuple(found[k] for k in sorted(found))
+
+
+def gpu_row(gpu: Gpu) -> dict[str, str | None]:
+    """A GPU as a sighting's ``gpus`` list keeps it (``clique`` only when nvidia-smi named one)."""
+    return {"uuid": gpu.uuid, "serial": gpu.serial, **({"clique": gpu.clique} if gpu.clique else {})}
+
+
+def _registered(found: dict[str, Gpu], uuid: str | None, fabric: dict[str, str]) -> None:
+    """Give GPU ``uuid`` the clique its Fabric section names, when its registration is complete."""
+    cluster, clique = _known(fabric.get("cluster", "")), _known(fabric.get("clique", ""))
+    done = fabric.get("state", "Completed").lower() == "completed" and \
+        fabric.get("status", "Success").lower() == "success"
+    if uuid is None or uuid not in found or not (cluster and clique and done) or cluster == _NO_CLUSTER:
+        return
+    found[uuid] = replace(found[uuid], clique=f"{cluster}.{clique}")
 
 
 def _known(value: str) -> str | None:

@@ -75,7 +75,7 @@ def _sighting(row: Any, *, fleet: bool) -> Sighting:
     node, at, step, action, provider, instance, host, bmc_uuid, serial, sku, gpus, rid, cluster = row
     return Sighting(node_label(cluster, node, fleet=fleet), aware(at) or at, step, action, provider=provider,
                     instance_id=instance, host=host, bmc_uuid=bmc_uuid, bmc_serial=serial, sku=sku,
-                    remediation_id=rid, gpus=tuple(Gpu(str(g.get("uuid")), g.get("serial")) for g in gpus or ()),
+                    remediation_id=rid, gpus=tuple(Gpu(str(g.get("uuid")), g.get("serial"), g.get("clique")) for g in gpus or ()),
                     cluster=cluster)  # fmt: skip
 
 

@@ -23,7 +23,7 @@ from remediation.clock import aware
 from remediation.db.models import HardwareSighting, Node, Remediation, RemediationStep, Validation
 from remediation.db.scope import cluster_of
 from remediation.domain.context import Held, RemediationContext
-from remediation.domain.hardware import parse_gpus
+from remediation.domain.hardware import gpu_row, parse_gpus
 from remediation.domain.outcomes import Outcome
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus
@@ -63,7 +63,7 @@ def add_row(s: Session, rec: JobRecord, remediation_id: int | None, *, actor: st
     s.add(row)
     if gpus := parse_gpus(rec.output):  # the GPUs the check's output names
         s.add(HardwareSighting(node=row.node, at=row.finished_at, remediation_id=remediation_id, step="validate",
-                               gpus=[{"uuid": g.uuid, "serial": g.serial} for g in gpus], dry_run=dry_run))
+                               gpus=[gpu_row(g) for g in gpus], dry_run=dry_run))
     return row
 
 

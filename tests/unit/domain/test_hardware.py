@@ -122,3 +122,47 @@ def test_failed_elsewhere_is_a_failure_in_another_cluster_before_the_hardware_wa
     ]
     assert failed_elsewhere(here, "east", seen, last_seen=at(10)) == [before]
     assert failed_elsewhere(here, "west", seen, last_seen=at(10)) == [seen[3]]
+
+
+FABRIC_OUTPUT = """\
+GPU 00000009:01:00.0
+    Serial Number                         : 1654324000001
+    GPU UUID                              : GPU-dddddddd-1111-2222-3333-444444444444
+    Fabric
+        State                             : Completed
+        Status                            : Success
+        CliqueId                          : 7
+        ClusterUUID                       : 5f1e2d3c-0000-4000-8000-00000000a0b1
+        Health
+            Bandwidth                     : Full
+    Processes                             : None
+GPU 00000019:01:00.0
+    Serial Number                         : 1654324000002
+    GPU UUID                              : GPU-eeeeeeee-1111-2222-3333-444444444444
+    Fabric
+        State                             : In Progress
+        Status                            : N/A
+        CliqueId                          : 7
+        ClusterUUID                       : 5f1e2d3c-0000-4000-8000-00000000a0b1
+GPU 00000029:01:00.0
+    Serial Number                         : 1654324000003
+    GPU UUID                              : GPU-ffffffff-1111-2222-3333-444444444444
+    Fabric
+        State                             : Completed
+        Status                            : Success
+        CliqueId                          : 0
+        ClusterUUID                       : 00000000-0000-0000-0000-000000000000
+"""
+
+
+def test_a_gpus_nvlink_domain_from_its_fabric_section() -> None:
+    """Only a completed registration names the domain; a GPU in none (the zero ClusterUUID) has none."""
+    assert parse_gpus(FABRIC_OUTPUT) == (
+        Gpu("GPU-dddddddd-1111-2222-3333-444444444444", "1654324000001",
+            "5f1e2d3c-0000-4000-8000-00000000a0b1.7"),
+        Gpu("GPU-eeeeeeee-1111-2222-3333-444444444444", "1654324000002", None),
+        Gpu("GPU-ffffffff-1111-2222-3333-444444444444", "1654324000003", None),
+    )
+    # The last section of the output ends the Fabric section as well as a following block would.
+    last = FABRIC_OUTPUT.split("GPU 00000019")[0].replace("    Processes                             : None\n", "")
+    assert parse_gpus(last)[0].clique == "5f1e2d3c-0000-4000-8000-00000000a0b1.7"
