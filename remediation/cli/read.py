@@ -20,6 +20,7 @@ from remediation.cli import render as r
 from remediation.cli.backend import backend
 from remediation.cli.context import CLUSTER, State, cli_errors, state
 from remediation.domain.context import RemediationContext
+from remediation.services.read_rows import NvlinkRow
 from remediation.services.readmodels import (
     EventRow,
     NodeDetail,
@@ -100,6 +101,7 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
         ("Quarantine reason", n.quarantine_reason), ("Last released", r.stamp(n.released_at)),
         ("Last event", r.when(n.last_event_at, now)),
         ("Lemon score", f"{n.lemon_score:.2f}: {n.lemon}" if n.lemon else "0 (no failures counted)"),
+        *_nvlink(d.nvlink, now),
     ])
     rows = []
     for t in d.timeline:
@@ -125,6 +127,16 @@ def _show_node(d: NodeDetail, now: datetime, wide: bool) -> None:
     if d.quarantine_history or wide:
         parts += ["", history]
     r.show(*parts)
+
+
+def _nvlink(v: NvlinkRow | None, now: datetime) -> list[tuple[str, str]]:
+    """The node's NVLink domain, each source's word for it, and where they disagree."""
+    if v is None:
+        return []
+    said = [f"Slurm block {v.block}" if v.block else None, f"clique {v.label} (Node label)" if v.label else None,
+            f"clique {v.gpus} (its GPUs, checked {r.when(v.checked_at, now)})" if v.gpus and v.checked_at else None]
+    shown = [("NVLink domain", "; ".join(x for x in said if x) or "(none named)")]
+    return shown + ([("Sources disagree", "; ".join(v.disagreements))] if v.disagreements else [])
 
 
 def validation_table(d: NodeDetail, now: datetime, wide: bool) -> object:

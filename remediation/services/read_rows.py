@@ -158,6 +158,18 @@ class CheckpointRow:
 
 
 @dataclass
+class NvlinkRow:
+    """A node's NVLink domain as each source names it (:mod:`remediation.domain.nvlink`), and how the
+    sources disagree (empty: they agree, or only one speaks)."""
+
+    block: str | None = None  # Slurm's topology/block block: what Slurm actions follow
+    label: str | None = None  # the Node's nvidia.com/gpu.clique label
+    gpus: str | None = None  # the clique its GPUs named in the latest GPU check
+    checked_at: datetime | None = None  # when that check ended
+    disagreements: list[str] = field(default_factory=list)
+
+
+@dataclass
 class NodeDetail:
     node: NodeRow
     remediations: list[RemediationDetail]
@@ -168,6 +180,7 @@ class NodeDetail:
     episodes: list[EpisodeRow] = field(default_factory=list)  # what the repeat-offender rule counts
     validations: list[ValidationRow] = field(default_factory=list)  # the validation's latest checks
     checkpoint: CheckpointRow | None = None  # the request the drain waits on, while it waits
+    nvlink: NvlinkRow | None = None  # its NVLink domain, when any source names one
 
 
 @dataclass

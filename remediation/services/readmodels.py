@@ -32,6 +32,7 @@ from remediation.domain.statemachine import (
 )
 from remediation.domain.states import AuditAction
 from remediation.services.lemons import lemon_scores
+from remediation.services.nvlink import nvlink_row
 from remediation.services.read_rows import (
     AuditRow,
     CheckpointRow,
@@ -323,7 +324,8 @@ def node_detail(s: Session, name: str, limit: int = 200, *, policy: PolicySettin
                      window=policy.repeat_offender_window, released_at=node.released_at)
     return NodeDetail(node=node, remediations=rems, events=events, quarantine_history=history,
                       audit=audit_rows, timeline=_timeline(rems, events, audit_rows), episodes=found,
-                      validations=node_validations(s, name), checkpoint=_checkpoint(s, node, now or datetime.now(UTC)))
+                      validations=node_validations(s, name), checkpoint=_checkpoint(s, node, now or datetime.now(UTC)),
+                      nvlink=nvlink_row(s, name))
 
 
 def _checkpoint(s: Session, node: NodeRow, now: datetime) -> CheckpointRow | None:
