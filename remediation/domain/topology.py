@@ -157,15 +157,15 @@ def _yaml_blocks(block: object, where: str) -> list[Switch]:
         raise TopologyError(f"{where}: block needs a list of blocks")
     raw_sizes = block.get("block_sizes", [])
     sizes = _block_sizes(raw_sizes if isinstance(raw_sizes, list) else [raw_sizes], f"{where}: block_sizes")
-    named: list[tuple[str, tuple[str, ...]]] = []
+    named: dict[str, tuple[str, ...]] = {}
     for index, entry in enumerate(block["blocks"], 1):
         name = entry.get("block") if isinstance(entry, dict) else None
         if not name:
             raise TopologyError(f"{where}: block #{index} has no name (block:)")
-        if str(name) in dict(named):
+        if str(name) in named:
             raise TopologyError(f"{where}: block {str(name)!r} is defined twice")
-        named.append((str(name), _yaml_hostlist(entry.get("nodes"), f"{where}: block {name!r}: nodes")))
-    return _blocks(named, sizes)
+        named[str(name)] = _yaml_hostlist(entry.get("nodes"), f"{where}: block {str(name)!r}: nodes")
+    return _blocks(list(named.items()), sizes)
 
 
 def _yaml_tree(tree: object, where: str) -> list[Switch]:
@@ -189,11 +189,11 @@ def _yaml_hostlist(value: object, where: str) -> tuple[str, ...]:
     """A hostlist string (``gpu-[001-018]``) or a list of them; nothing when absent."""
     if value is None:
         return ()
-    parts = [p for p in (value if isinstance(value, list) else [value]) if isinstance(p, str)]
-    if not parts or len(parts) != (len(value) if isinstance(value, list) else 1):
+    parts = value if isinstance(value, list) else [value]
+    if not parts or not all(isinstance(part, str) for part in parts):
         raise TopologyError(f"{where}: {value!r} is not a hostlist")
     try:
-        return tuple(name for part in parts for name in expand(part))
+        return tuple(name for part in parts for name in expand(str(part)))
     except HostlistError as exc:
         raise TopologyError(f"{where}: {exc}") from None
 
