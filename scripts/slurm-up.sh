@@ -19,6 +19,13 @@
 #   SLURM_CI_ROOT       run the Slurm of this root (scripts/slurm-root.sh) with chroot (default: the host's)
 #   SLURM_CI_LEAVES     0 = no topology; L >= 1 = TopologyPlugin=topology/tree with the nodes split in
 #                       order over L leaf switches leaf[0..L-1] under one spine switch (default 0)
+#   SLURM_CI_BLOCKS     0 = none; B >= 1 = TopologyPlugin=topology/block with the nodes split in order
+#                       over B blocks b1..bB (default 0; not with SLURM_CI_LEAVES; Slurm 24.05+ only)
+#   SLURM_CI_BLOCK_SIZE the blocks' BlockSizes (default: the nodes of one block)
+#   SLURM_CI_TOPOLOGY_FILE  conf = the topology in topology.conf (default); yaml = in topology.yaml,
+#                       which Slurm 25.05+ reads first (the 26.05 root; 24.11 ignores it)
+#   SLURM_CI_SLURMD     1 = one slurmd per node (default); 0 = the controller alone: the nodes are
+#                       State=CLOUD, powered down (idle~), and nothing runs on them
 # Needs root on Debian 12 (bookworm); installs slurmctld, slurmd, slurm-client, munge and slurmrestd
 # with apt-get when they are missing. Prints "SLURM_CONF=<path>" on its last line.
 #
@@ -36,10 +43,22 @@ PORT_BASE=${SLURM_CI_PORT_BASE:-17000}
 REST=${SLURM_CI_REST:-1}
 TIMEOUT_S=${SLURM_CI_TIMEOUT_S:-60}
 LEAVES=${SLURM_CI_LEAVES:-0}
+BLOCKS=${SLURM_CI_BLOCKS:-0}
+TOPO_FILE=${SLURM_CI_TOPOLOGY_FILE:-conf}
+SLURMD=${SLURM_CI_SLURMD:-1}
 case "$LEAVES" in ''|*[!0-9]*) echo "SLURM_CI_LEAVES must be a non-negative integer" >&2; exit 2;; esac
+case "$BLOCKS" in ''|*[!0-9]*) echo "SLURM_CI_BLOCKS must be a non-negative integer" >&2; exit 2;; esac
+[ "$LEAVES" = 0 ] || [ "$BLOCKS" = 0 ] || { echo "SLURM_CI_LEAVES and SLURM_CI_BLOCKS exclude each other" >&2; exit 2; }
+case "$TOPO_FILE" in conf|yaml) ;; *) echo "SLURM_CI_TOPOLOGY_FILE must be conf or yaml" >&2; exit 2;; esac
+case "$SLURMD" in 0|1) ;; *) echo "SLURM_CI_SLURMD must be 0 or 1" >&2; exit 2;; esac
 case "$N" in ''|*[!0-9]*) echo "SLURM_CI_NODES must be a positive integer" >&2; exit 2;; esac
 [ "$N" -ge 1 ] || { echo "SLURM_CI_NODES must be at least 1" >&2; exit 2; }
 LAST=$((N - 1))
+if [ "$BLOCKS" -gt 0 ]; then
+  PER_BLOCK=$(( (N + BLOCKS - 1) / BLOCKS ))
+  BLOCK_SIZE=${SLURM_CI_BLOCK_SIZE:-$PER_BLOCK}
+  case "$BLOCK_SIZE" in ''|*[!0-9]*) echo "SLURM_CI_BLOCK_SIZE must be a positive integer" >&2; exit 2;; esac
+fi
 D=$(realpath -m -- "$D")
 export SLURM_CONF="$D/slurm.conf" DEBIAN_FRONTEND=noninteractive
 ROOT=${SLURM_CI_ROOT:-}
@@ -134,9 +153,13 @@ MpiDefault=none
 # Heterogeneous jobs start only from the backfill scheduler: a pass each second, not each 30 s.
 SchedulerParameters=bf_interval=1
 GresTypes=gpu
-NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$PORT_BASE-$((PORT_BASE + LAST))] CPUs=64 RealMemory=512000 Gres=gpu:8 State=UNKNOWN
+NodeName=gpu-node-[0-$LAST] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$PORT_BASE-$((PORT_BASE + LAST))] CPUs=64 RealMemory=512000 Gres=gpu:8 State=$([ "$SLURMD" = 1 ] && echo UNKNOWN || echo CLOUD)
 PartitionName=gpu Nodes=gpu-node-[0-$LAST] Default=YES MaxTime=INFINITE State=UP
 CONF
+if [ "$SLURMD" = 0 ]; then
+  # Cloud nodes stay powered down (idle~) with no slurmd until a job would resume them: none is run.
+  printf 'SuspendProgram=/bin/true\nResumeProgram=/bin/true\nSuspendTime=600\n' >> "$SLURM_CONF"
+fi
 echo "NodeName=gpu-node-[0-$LAST] Name=gpu File=$D/dev/nvidia[0-7]" > "$D/gres.conf"
 if [ "$LEAVES" -gt 0 ]; then
   # topology.conf (Slurm's topology/tree): leaf switches over consecutive nodes, one spine above them,
@@ -151,6 +174,27 @@ if [ "$LEAVES" -gt 0 ]; then
   done
   made=$(grep -c "^SwitchName=leaf" "$D/topology.conf")
   echo "SwitchName=spine Switches=leaf[0-$((made - 1))]" >> "$D/topology.conf"
+fi
+if [ "$BLOCKS" -gt 0 ]; then
+  # topology/block: blocks of consecutive nodes, the unit jobs fill together (an NVLink domain).
+  # topology.yaml names its plugin itself; TopologyPlugin stays for a release that reads topology.conf.
+  echo "TopologyPlugin=topology/block" >> "$SLURM_CONF"
+  if [ "$TOPO_FILE" = yaml ]; then
+    printf -- '---\n- topology: blocks\n  cluster_default: true\n  block:\n    block_sizes: [%s]\n    blocks:\n' \
+      "$BLOCK_SIZE" > "$D/topology.yaml"
+  else
+    : > "$D/topology.conf"
+  fi
+  for b in $(seq 1 "$BLOCKS"); do
+    first=$(( (b - 1) * PER_BLOCK )); last=$(( b * PER_BLOCK - 1 )); [ "$last" -le "$LAST" ] || last=$LAST
+    [ "$first" -le "$LAST" ] || break
+    if [ "$TOPO_FILE" = yaml ]; then
+      printf '      - block: b%s\n        nodes: "gpu-node-[%s-%s]"\n' "$b" "$first" "$last" >> "$D/topology.yaml"
+    else
+      echo "BlockName=b$b Nodes=gpu-node-[$first-$last]" >> "$D/topology.conf"
+    fi
+  done
+  [ "$TOPO_FILE" = yaml ] || echo "BlockSizes=$BLOCK_SIZE" >> "$D/topology.conf"
 fi
 # RebootProgram, for `scontrol reboot` (the service's vm.backend=slurm): "reboots" a node by restarting
 # its slurmd with -b, which registers as a fresh boot (BootTime now), as a rebooted host would.
@@ -207,10 +251,12 @@ slurmctld -c -f "$SLURM_CONF"
 for _ in $(seq 1 100); do scontrol ping >/dev/null 2>&1 && break; sleep 0.2; done
 scontrol ping >/dev/null 2>&1 || { echo "slurmctld did not answer; see $D/log/slurmctld.log" >&2; exit 1; }
 
-for i in $(seq 0 "$LAST"); do
-  mkdir -p "$D/spool/gpu-node-$i"
-  slurmd -N "gpu-node-$i" -f "$SLURM_CONF"
-done
+if [ "$SLURMD" = 1 ]; then
+  for i in $(seq 0 "$LAST"); do
+    mkdir -p "$D/spool/gpu-node-$i"
+    slurmd -N "gpu-node-$i" -f "$SLURM_CONF"
+  done
+fi
 
 if [ "$REST" = 1 ]; then
   # 22.05 serves v0.0.38 from its own plugin; 23.02+ serve their data_parser versions from

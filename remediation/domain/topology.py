@@ -1,7 +1,7 @@
 """Failure domains and the rule that turns simultaneous failures in one domain into one incident.
 
 Domains (``kind -> name`` per node) come from Slurm's topology (``scontrol show topology``, or
-``topology.conf`` via :func:`parse_topology_conf`) and from Node labels (``incidents.label_keys``).
+``topology.conf`` / ``topology.yaml`` via :func:`parse_topology_conf` / :func:`parse_topology_yaml`) and from Node labels (``incidents.label_keys``).
 :func:`correlate` returns the domains whose unclaimed failures within the window reach ``min_nodes``
 or ``min_fraction`` (and at least two), each node claimed by one incident at most. Pure: the ingest
 and the rehearsal share it.
@@ -15,6 +15,8 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+
+import yaml
 
 from remediation.hostlist import HostlistError, expand
 
@@ -36,24 +38,29 @@ _CAUSES = {
 
 
 class TopologyError(ValueError):
-    """``scontrol show topology`` output that cannot be read; the message names the line."""
+    """A topology (``scontrol show topology``, topology.conf or topology.yaml) that cannot be read; the
+    message names the line or entry."""
 
 
 @dataclass(frozen=True)
 class Switch:
-    """One record of ``scontrol show topology``."""
+    """One switch or block of Slurm's topology, as ``scontrol show topology`` prints it."""
 
     kind: str  # leaf-switch, switch or block
     name: str
     nodes: tuple[str, ...]
     level: int = 0
+    # A block's: the smallest block size Slurm plans with (the first of BlockSizes, else the node count
+    # of the smallest block); None for a switch, or where Slurm does not say.
+    block_size: int | None = None
 
 
 _PAIR = re.compile(r"(\w+)=(\S*)")
 
 
 def parse_topology(text: str) -> list[Switch]:
-    """Parse ``scontrol show topology`` (every Slurm release since 22.05; tree and block plugins)."""
+    """Parse ``scontrol show topology`` (every Slurm release since 22.05; tree and block plugins). An
+    ``AggregatedBlock`` line (blocks that BlockSizes joins for planning) is no domain of its own."""
     out: list[Switch] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -74,8 +81,11 @@ def parse_topology(text: str) -> list[Switch]:
             kind = LEAF_SWITCH if int(level) == 0 else SWITCH
             out.append(Switch(kind, fields["SwitchName"], nodes, int(level)))
         elif "BlockName" in fields:
-            out.append(Switch(BLOCK, fields["BlockName"], nodes))
-        else:
+            size = fields.get("BlockSize")
+            if size is not None and not size.isdigit():
+                raise TopologyError(f"scontrol show topology line {number}: BlockSize={size!r} is not a number")
+            out.append(Switch(BLOCK, fields["BlockName"], nodes, block_size=int(size) if size else None))
+        elif "AggregatedBlock" not in fields:
             raise TopologyError(f"scontrol show topology line {number}: no SwitchName or BlockName in {line[:200]!r}")
     return out
 
@@ -88,7 +98,8 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
     named twice, a ``Switches`` naming no defined switch, or a loop of switches is refused."""
     children: dict[str, tuple[str, ...]] = {}
     nodes: dict[str, tuple[str, ...]] = {}
-    blocks: list[Switch] = []
+    blocks: list[tuple[str, tuple[str, ...]]] = []
+    sizes: tuple[int, ...] = ()
     for number, line in _logical_lines(text):
         fields = {k.lower(): v for k, v in _PAIR.findall(line)}
         if _PAIR.sub("", line).strip() or not fields:
@@ -96,11 +107,12 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
         try:
             members = tuple(expand(fields["nodes"])) if fields.get("nodes") else ()
             if "blockname" in fields:
-                blocks.append(Switch(BLOCK, fields["blockname"], members))
+                blocks.append((fields["blockname"], members))
                 continue
             if "switchname" not in fields:
                 if "blocksizes" in fields:
-                    continue  # topology/block's BlockSizes=...: no domain of its own
+                    sizes = _block_sizes(fields["blocksizes"].split(","), f"{source} line {number}: BlockSizes")
+                    continue
                 raise TopologyError(f"{source} line {number}: no SwitchName or BlockName in {line[:200]!r}")
             name = fields["switchname"]
             if name in nodes:
@@ -109,6 +121,103 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
             children[name] = tuple(expand(fields["switches"])) if fields.get("switches") else ()
         except HostlistError as exc:
             raise TopologyError(f"{source} line {number}: {exc}") from None
+    return _tree(nodes, children, source) + _blocks(blocks, sizes)
+
+
+def parse_topology_yaml(text: str, source: str = "topology.yaml") -> list[Switch]:
+    """Parse a ``topology.yaml`` (Slurm 25.05 and later) into the records ``scontrol show topology``
+    prints for it: those of the cluster's default topology (the first with ``cluster_default: true``,
+    else the first), a ``block`` one's blocks or a ``tree`` one's switches; a flat, ring or torus3d
+    topology has none. A file that is no list of topologies, or a unit with no name, is refused."""
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise TopologyError(f"{source}{where}: not YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if loaded is None:
+        return []
+    if not isinstance(loaded, list) or not all(isinstance(t, dict) and "topology" in t for t in loaded):
+        raise TopologyError(f"{source}: not a list of topologies (each a mapping that starts with 'topology:')")
+    if not loaded:
+        return []
+    chosen = next((t for t in loaded if t.get("cluster_default") is True), loaded[0])
+    where = f"{source}: topology {chosen['topology']!r}"
+    if "block" in chosen:
+        return _yaml_blocks(chosen["block"], where)
+    if "tree" in chosen:
+        return _yaml_tree(chosen["tree"], where)
+    if any(kind in chosen for kind in ("flat", "ring", "torus3d")):
+        return []
+    raise TopologyError(f"{where} has none of block, tree, flat, ring or torus3d")
+
+
+def _yaml_blocks(block: object, where: str) -> list[Switch]:
+    if not isinstance(block, dict) or not isinstance(block.get("blocks"), list):
+        raise TopologyError(f"{where}: block needs a list of blocks")
+    raw_sizes = block.get("block_sizes", [])
+    sizes = _block_sizes(raw_sizes if isinstance(raw_sizes, list) else [raw_sizes], f"{where}: block_sizes")
+    named: dict[str, tuple[str, ...]] = {}
+    for index, entry in enumerate(block["blocks"], 1):
+        name = entry.get("block") if isinstance(entry, dict) else None
+        if not name:
+            raise TopologyError(f"{where}: block #{index} has no name (block:)")
+        if str(name) in named:
+            raise TopologyError(f"{where}: block {str(name)!r} is defined twice")
+        named[str(name)] = _yaml_hostlist(entry.get("nodes"), f"{where}: block {str(name)!r}: nodes")
+    return _blocks(list(named.items()), sizes)
+
+
+def _yaml_tree(tree: object, where: str) -> list[Switch]:
+    if not isinstance(tree, dict) or not isinstance(tree.get("switches"), list):
+        raise TopologyError(f"{where}: tree needs a list of switches")
+    nodes: dict[str, tuple[str, ...]] = {}
+    children: dict[str, tuple[str, ...]] = {}
+    for index, entry in enumerate(tree["switches"], 1):
+        name = entry.get("switch") if isinstance(entry, dict) else None
+        if not name:
+            raise TopologyError(f"{where}: switch #{index} has no name (switch:)")
+        name = str(name)
+        if name in nodes:
+            raise TopologyError(f"{where}: switch {name!r} is defined twice")
+        nodes[name] = _yaml_hostlist(entry.get("nodes"), f"{where}: switch {name!r}: nodes")
+        children[name] = _yaml_hostlist(entry.get("children"), f"{where}: switch {name!r}: children")
+    return _tree(nodes, children, where)
+
+
+def _yaml_hostlist(value: object, where: str) -> tuple[str, ...]:
+    """A hostlist string (``gpu-[001-018]``) or a list of them; nothing when absent."""
+    if value is None:
+        return ()
+    parts = value if isinstance(value, list) else [value]
+    if not parts or not all(isinstance(part, str) for part in parts):
+        raise TopologyError(f"{where}: {value!r} is not a hostlist")
+    try:
+        return tuple(name for part in parts for name in expand(str(part)))
+    except HostlistError as exc:
+        raise TopologyError(f"{where}: {exc}") from None
+
+
+def _block_sizes(values: list[object], where: str) -> tuple[int, ...]:
+    sizes = []
+    for value in values:
+        text = str(value).strip()
+        if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+            raise TopologyError(f"{where}: {value!r} is not a positive number of nodes")
+        sizes.append(int(text))
+    return tuple(sizes)
+
+
+def _blocks(named: list[tuple[str, tuple[str, ...]]], sizes: tuple[int, ...]) -> list[Switch]:
+    """Block records, each with the smallest block size: BlockSizes' smallest, else (as Slurm plans it)
+    the node count of the smallest block."""
+    smallest = min(sizes) if sizes else min((len(nodes) for _, nodes in named), default=0)
+    return [Switch(BLOCK, name, nodes, block_size=smallest or None) for name, nodes in named]
+
+
+def _tree(nodes: dict[str, tuple[str, ...]], children: dict[str, tuple[str, ...]], source: str) -> list[Switch]:
+    """Switch records from each switch's own nodes and child switches: a leaf is level 0, a switch above
+    is one level above its highest child and holds all the nodes under it."""
     levels: dict[str, int] = {}
 
     def level(name: str, path: tuple[str, ...]) -> int:
@@ -129,7 +238,7 @@ def parse_topology_conf(text: str, source: str = "topology.conf") -> list[Switch
         depth = level(name, ())
         members = tuple(sorted(under(name))) if children[name] else nodes[name]
         switches.append(Switch(LEAF_SWITCH if depth == 0 else SWITCH, name, members, depth))
-    return switches + blocks
+    return switches
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

@@ -39,10 +39,12 @@ class SlurmSettings(Section):
     rest_api_version: str = Field("v0.0.38", description="slurmrestd API version path component.")
     topology_conf: str | None = Field(
         None,
-        description="The cluster's topology.conf, read for switch domains (incidents.slurm_topology) "
-        "instead of `scontrol show topology`. For the rest backend, where slurmrestd serves no switch "
-        "list: unset, the rest backend's watcher uses scontrol if installed, else learns no switch domains "
-        "and says so at start-up.",
+        description="The cluster's topology file, read for switch and block domains "
+        "(incidents.slurm_topology) instead of `scontrol show topology`: a topology.conf, a topology.yaml "
+        "(Slurm 25.05+; told apart by its .yaml/.yml suffix) or the directory holding them (slurm.conf's). "
+        "As in Slurm, a topology.yaml wins: in the directory, or beside the topology.conf named here. "
+        "For the rest backend, where slurmrestd serves no switch list: unset, the rest backend's watcher "
+        "uses scontrol if installed, else learns no switch domains and says so at start-up.",
     )
     poll_interval_s: float = Field(
         0.25,

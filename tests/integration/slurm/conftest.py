@@ -40,6 +40,12 @@ SCRIPTS = ROOT / "scripts"
 NODES = 4
 #: Leaf switches in the topology.conf of ``slurm_topo_cluster`` (gpu-node-[0-1] and gpu-node-[2-3]).
 LEAVES = 2
+#: ``slurm_block_cluster``: a controller alone (no slurmd; CLOUD nodes) with topology/block, BLOCKS blocks
+#: b1..b4 of BLOCK_SIZE nodes each, BlockSizes=BLOCK_SIZE. The releases that have topology/block (24.05+),
+#: and the file each is given: 26.05 a topology.yaml (read first since 25.05), 24.11 a topology.conf.
+BLOCKS = 4
+BLOCK_SIZE = 4
+BLOCK_RELEASES = {"24.11": "conf", "26.05": "yaml"}
 #: The Slurm releases under test; the first is the one tests outside this directory borrow.
 ALL_VERSIONS = ("22.05", "24.11", "26.05")
 VERSIONS = tuple(
@@ -248,6 +254,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize(
             "slurm_topo_cluster", VERSIONS, indirect=True, scope="session", ids=[f"slurm{v}" for v in VERSIONS]
         )
+    elif "slurm_block_cluster" in metafunc.fixturenames:
+        versions = [v for v in VERSIONS if v in BLOCK_RELEASES]
+        metafunc.parametrize(
+            "slurm_block_cluster", versions, indirect=True, scope="session", ids=[f"slurm{v}" for v in versions]
+        )
     elif "slurm_cluster" in metafunc.fixturenames:
         # A module may name the releases it needs (SLURM_RELEASES = ("22.05",)): the others are not started for it.
         versions = [v for v in VERSIONS if v in getattr(metafunc.module, "SLURM_RELEASES", VERSIONS)]
@@ -291,27 +302,52 @@ def slurm_topo(slurm_topo_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
     slurm_topo_cluster.restore()
 
 
-def start_cluster(release: str, tmp_path_factory: pytest.TempPathFactory, leaves: int) -> Iterator[SlurmCluster]:
-    """Start a cluster of ``release`` (``leaves`` leaf switches, 0: no topology), yield it, and stop it
-    with ``scripts/slurm-down.sh``, which ends whatever it still runs."""
+@pytest.fixture(scope="session")
+def slurm_block_cluster(request: pytest.FixtureRequest,
+                        tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A controller of a release with topology/block (BLOCK_RELEASES), its BLOCKS * BLOCK_SIZE nodes in
+    blocks b1..b4 (``scripts/slurm-up.sh`` SLURM_CI_BLOCKS), from the file that release is given. No
+    slurmd runs (SLURM_CI_SLURMD=0) and no slurmrestd: a topology needs the controller alone."""
+    release = getattr(request, "param", "26.05")
+    options = {
+        "SLURM_CI_BLOCKS": str(BLOCKS), "SLURM_CI_BLOCK_SIZE": str(BLOCK_SIZE),
+        "SLURM_CI_TOPOLOGY_FILE": BLOCK_RELEASES[release], "SLURM_CI_SLURMD": "0", "SLURM_CI_REST": "0",
+    }
+    yield from start_cluster(release, tmp_path_factory, leaves=0, nodes=BLOCKS * BLOCK_SIZE, options=options)
+
+
+def start_cluster(
+    release: str,
+    tmp_path_factory: pytest.TempPathFactory,
+    leaves: int,
+    *,
+    nodes: int = NODES,
+    options: dict[str, str] | None = None,
+) -> Iterator[SlurmCluster]:
+    """Start a cluster of ``release`` (``leaves`` leaf switches, 0: no topology; ``nodes`` nodes; more
+    ``scripts/slurm-up.sh`` ``options``), yield it, and stop it with ``scripts/slurm-down.sh``, which
+    ends whatever it still runs."""
     root = _root(release)
-    directory = tmp_path_factory.mktemp(f"slurm{release}-leaves{leaves}" if leaves else f"slurm{release}")
+    label = "-blocks" if options and options.get("SLURM_CI_BLOCKS") else f"-leaves{leaves}" if leaves else ""
+    directory = tmp_path_factory.mktemp(f"slurm{release}{label}")
     # slurmctld's port, then one per slurmd; held until slurm-down.sh: a rebooted slurmd binds its port again.
-    with lease(1 + NODES) as ports:
-        yield from _run_cluster(release, root, directory, ports.port, leaves)
+    with lease(1 + nodes) as ports:
+        yield from _run_cluster(release, root, directory, ports.port, {
+            "SLURM_CI_NODES": str(nodes), "SLURM_CI_LEAVES": str(leaves), **(options or {}),
+        })
 
 
 def _run_cluster(
-    release: str, root: Path | None, directory: Path, ctld_port: int, leaves: int
+    release: str, root: Path | None, directory: Path, ctld_port: int, options: dict[str, str]
 ) -> Iterator[SlurmCluster]:
-    """scripts/slurm-up.sh with slurmctld on ``ctld_port`` and the slurmds on the ports after it."""
+    """scripts/slurm-up.sh with slurmctld on ``ctld_port``, the slurmds on the ports after it, and the
+    script's other ``options``."""
     env = dict(os.environ)
     env.update(
         SLURM_CI_DIR=str(directory),
-        SLURM_CI_NODES=str(NODES),
         SLURM_CI_CTLD_PORT=str(ctld_port),
         SLURM_CI_PORT_BASE=str(ctld_port + 1),
-        SLURM_CI_LEAVES=str(leaves),
+        **options,
     )
     if root is not None:
         env["SLURM_CI_ROOT"] = str(root)
@@ -326,7 +362,8 @@ def _run_cluster(
     bin_dir = directory / "bin" if root is not None else None
     if bin_dir is not None:
         env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
-    cluster = SlurmCluster(directory, conf, expand(f"gpu-node-[0-{NODES - 1}]"), env, bin=bin_dir, root=root)
+    nodes = expand(f"gpu-node-[0-{int(options['SLURM_CI_NODES']) - 1}]")
+    cluster = SlurmCluster(directory, conf, nodes, env, bin=bin_dir, root=root)
     try:
         reported = cluster.run("scontrol", "--version").stdout
         found = re.search(r"(\d+\.\d+\.\d+)", reported)

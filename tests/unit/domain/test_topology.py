@@ -34,8 +34,20 @@ TREE_2411 = (
 )
 # Slurm 26.05.5 (the cached sid root): the same as 24.11, byte for byte.
 TREE_2605 = TREE_2411
-# topology/block (newer releases), as src/plugins/topology/block prints it: BlockName=... BlockIndex=... Nodes=...
-BLOCKS_2411 = "BlockName=b1 BlockIndex=0 Nodes=node[01-18]\nBlockName=b2 BlockIndex=1 Nodes=node[19-36]\n"
+# topology/block, BlockSizes=4: 4 blocks of 4 (SLURM_CI_BLOCKS=4); 24.11.5 and 26.05.5 print the same.
+BLOCKS_2411 = (
+    "BlockName=b1 BlockIndex=0 Nodes=gpu-node-[0-3] BlockSize=4\n"
+    "BlockName=b2 BlockIndex=1 Nodes=gpu-node-[4-7] BlockSize=4\n"
+    "BlockName=b3 BlockIndex=2 Nodes=gpu-node-[8-11] BlockSize=4\n"
+    "BlockName=b4 BlockIndex=3 Nodes=gpu-node-[12-15] BlockSize=4\n"
+)
+# BlockSizes=4,8 over two blocks of 8 (24.11.5): each block prints the base size, and the pair BlockSizes
+# joins for planning is one more line.
+AGGREGATED_2411 = (
+    "BlockName=x1 BlockIndex=0 Nodes=gpu-node-[0-7] BlockSize=4\n"
+    "BlockName=x2 BlockIndex=1 Nodes=gpu-node-[8-15] BlockSize=4\n"
+    "AggregatedBlock=x[1-2] BlockIndex=2 Nodes=gpu-node-[0-15] BlockSize=8\n"
+)
 
 
 @pytest.mark.parametrize("text", [TREE_2205, TREE_2411, TREE_2605], ids=["22.05", "24.11", "26.05"])
@@ -48,10 +60,22 @@ def test_tree_output_gives_each_node_its_leaf_and_the_switch_above(text: str) ->
     assert len(domains) == len(spine.nodes) == 2 * len(first.nodes)
 
 
-def test_block_output_gives_blocks() -> None:
+def test_block_output_gives_blocks_and_their_smallest_size() -> None:
     switches = parse_topology(BLOCKS_2411)
-    assert [(s.kind, s.name, len(s.nodes)) for s in switches] == [(BLOCK, "b1", 18), (BLOCK, "b2", 18)]
-    assert slurm_domains(switches)["node19"] == {BLOCK: "b2"}
+    assert [(s.kind, s.name, len(s.nodes), s.block_size) for s in switches] == [
+        (BLOCK, f"b{i}", 4, 4) for i in range(1, 5)
+    ]
+    assert slurm_domains(switches)["gpu-node-5"] == {BLOCK: "b2"}
+
+
+def test_an_aggregated_block_is_no_domain_of_its_own() -> None:
+    switches = parse_topology(AGGREGATED_2411)
+    assert [(s.name, s.nodes[-1], s.block_size) for s in switches] == [("x1", "gpu-node-7", 4), ("x2", "gpu-node-15", 4)]
+    assert slurm_domains(switches)["gpu-node-8"] == {BLOCK: "x2"}
+
+
+def test_a_switch_has_no_block_size() -> None:
+    assert {s.block_size for s in parse_topology(TREE_2411)} == {None}
 
 
 @pytest.mark.parametrize("text", ["", "\n", "No topology information available\n"], ids=["empty", "blank", "none"])
@@ -66,8 +90,9 @@ def test_no_topology_plugin_means_no_domains(text: str) -> None:
         ("SwitchName=s1 Level=x Nodes=n1\n", "Level='x'"),
         ("SwitchName=s1 Nodes=n1\nsomething odd\n", "line 2: cannot read"),
         ("Foo=bar\n", "no SwitchName or BlockName"),
+        ("BlockName=b1 Nodes=n1 BlockSize=four\n", "BlockSize='four'"),
     ],
-    ids=["bad-hostlist", "bad-level", "garbage", "unknown-record"],
+    ids=["bad-hostlist", "bad-level", "garbage", "unknown-record", "bad-block-size"],
 )
 def test_malformed_output_is_a_clear_error(text: str, fragment: str) -> None:
     with pytest.raises(TopologyError, match=r".*") as err:
