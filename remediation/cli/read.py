@@ -136,6 +136,7 @@ def _nvlink(v: NvlinkRow | None, now: datetime) -> list[tuple[str, str]]:
     said = [f"Slurm block {v.block}" if v.block else None, f"clique {v.label} (Node label)" if v.label else None,
             f"clique {v.gpus} (its GPUs, checked {r.when(v.checked_at, now)})" if v.gpus and v.checked_at else None]
     shown = [("NVLink domain", "; ".join(x for x in said if x) or "(none named)")]
+    shown += [("Partial domain" if v.partial else "Block health", v.health)] if v.health else []
     return shown + ([("Sources disagree", "; ".join(v.disagreements))] if v.disagreements else [])
 
 

@@ -255,6 +255,8 @@ class NodeDomain(ClusterScoped, Base):
     source: Mapped[str] = mapped_column(String(16), primary_key=True)
     kind: Mapped[str] = mapped_column(String(253), primary_key=True)
     name: Mapped[str] = mapped_column(String(253))
+    # A topology/block block's smallest block size (Slurm's BlockSizes); NULL for other domains.
+    size: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[datetime]
 
 

@@ -15,7 +15,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from remediation.vocabulary import DEFAULT_CLUSTER, checked_cluster
 
@@ -78,6 +86,9 @@ class NodeEvent(BaseModel):
     # kind -> name of the node's failure domains as this source sees them (kind DOMAINS only), e.g.
     # {"leaf-switch": "leaf0"} or {"nvidia.com/gpu.clique": "uuid.1"}: see remediation.domain.topology.
     domains: dict[str, str] | None = None
+    # kind -> the domain's smallest block size, for the kinds of ``domains`` that have one (a Slurm
+    # topology/block block: BlockSizes' smallest), e.g. {"block": 16}.
+    domain_sizes: dict[str, int] | None = None
     # The publishing leader's fencing token; None for what no leader publishes (`remediation report`).
     fence: Fence | None = None
     # What a profile selects on (remediation.profiles.rules). A Slurm INVENTORY event carries the node's
@@ -129,6 +140,17 @@ class NodeEvent(BaseModel):
                     raise ValueError(f"{kind!r}={name!r}: kinds and names are 1-253 printable characters")
         return value
 
+    @field_validator("domain_sizes")
+    @classmethod
+    def _sizes(cls, value: dict[str, int] | None, info: ValidationInfo) -> dict[str, int] | None:
+        if value is None:
+            return None
+        named = info.data.get("domains") or {}
+        for kind, size in value.items():
+            if kind not in named or not 0 < size <= 100_000:
+                raise ValueError(f"{kind!r}: a size is 1-100000 nodes, for a kind the event's domains name")
+        return value
+
     @field_validator("partitions", "features")
     @classmethod
     def _names(cls, value: list[str] | None) -> list[str] | None:
@@ -177,10 +199,11 @@ class NodeEvent(BaseModel):
         return self.state.upper()
 
     def to_json(self) -> str:
-        # An unfenced event of the default cluster is written as before those fields existed, so a worker
-        # not yet upgraded reads it.
+        # An unfenced event of the default cluster, without sizes, is written as before those fields
+        # existed, so a worker not yet upgraded reads it.
         left_out = {name for name, unset in (("fence", self.fence is None),
-                                             ("cluster", self.cluster == DEFAULT_CLUSTER)) if unset}
+                                             ("cluster", self.cluster == DEFAULT_CLUSTER),
+                                             ("domain_sizes", self.domain_sizes is None)) if unset}
         return self.model_dump_json(exclude=left_out or None)
 
     @classmethod

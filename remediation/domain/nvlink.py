@@ -3,7 +3,8 @@
 Three sources name a tray's domain: Slurm's block (what Slurm actions follow), the Node's
 ``nvidia.com/gpu.clique`` label and the GPUs' own clique from a GPU check's ``nvidia-smi -q``
 (:func:`remediation.domain.hardware.parse_gpus`). A tray re-cabled into another rack makes them
-disagree: :func:`disagreements` says how. Pure.
+disagree: :func:`disagreements` says how. :class:`BlockHealth` says when a block's healthy nodes are
+fewer than its smallest block. Pure.
 
 Why: docs/policy.md#the-nvlink-domain-where-it-comes-from
 """
@@ -61,3 +62,26 @@ def disagreements(node: str, members: Mapping[str, Membership]) -> list[str]:
             out.append(f"its NVLink domain {me.clique} also holds {compress(elsewhere)}, which Slurm puts in "
                        f"another block; Slurm actions follow the block")
     return out
+
+
+@dataclass(frozen=True)
+class BlockHealth:
+    """One topology/block block: its nodes, how many are healthy, and its smallest block size."""
+
+    cluster: str
+    name: str
+    size: int  # the smallest block Slurm plans with (BlockSizes)
+    nodes: int
+    healthy: int
+
+    @property
+    def partial(self) -> bool:
+        """Fewer healthy nodes than the smallest block: no job of the block's size fits here now."""
+        return self.healthy < self.size
+
+    def text(self) -> str:
+        said = f"{self.healthy} of block {self.name}'s {self.nodes} nodes healthy"
+        if self.partial:
+            return f"{said}, fewer than its smallest block ({self.size}): a partial domain; the rest still serve " \
+                "smaller jobs"
+        return f"{said}; its smallest block is {self.size}"

@@ -269,6 +269,16 @@ def slurm_domains(switches: Collection[Switch]) -> dict[str, dict[str, str]]:
     return out
 
 
+def slurm_domain_sizes(switches: Collection[Switch]) -> dict[str, dict[str, int]]:
+    """node -> {kind: smallest block size} for the blocks Slurm gave a size (nodes in none: absent)."""
+    out: dict[str, dict[str, int]] = {}
+    for sw in switches:
+        if sw.block_size:
+            for node in sw.nodes:
+                out.setdefault(node, {})[sw.kind] = sw.block_size
+    return out
+
+
 def label_domains(labels: Mapping[str, str], keys: Collection[str]) -> dict[str, str]:
     """The configured label keys a Node carries, with a non-empty value: kind -> name."""
     return {k: str(labels[k]) for k in keys if labels.get(k)}

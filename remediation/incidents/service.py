@@ -70,7 +70,8 @@ def record_domains(session: Session, events: Iterable[NodeEvent], now: datetime)
                 latest[key] = ev
     for node, source in latest:
         session.execute(delete(NodeDomain).where(NodeDomain.node == node, NodeDomain.source == source))
-    rows = [{"node": node, "source": source, "kind": kind, "name": name, "updated_at": now}
+    rows = [{"node": node, "source": source, "kind": kind, "name": name,
+             "size": (ev.domain_sizes or {}).get(kind), "updated_at": now}
             for (node, source), ev in latest.items() for kind, name in sorted((ev.domains or {}).items())]
     if rows:
         session.execute(insert(NodeDomain), rows)

@@ -1,7 +1,7 @@
 """Prometheus metrics read from the database at scrape time.
 
 A handful of aggregate queries per scrape report what the database holds: events, decisions,
-remediations (closed and open), steps, nodes, incidents, the breaker and pause, workflow lag, rejected
+remediations (closed and open), steps, nodes, Slurm blocks, incidents, the breaker and pause, workflow lag, rejected
 and fenced events, validations and each profile's series. Every series read from the database carries a
 ``cluster`` label (one database serves several clusters). Counters are counts of append-only rows, so
 they only go up; no series has a per-node label.
@@ -38,6 +38,7 @@ from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.incidents import service as incidents
 from remediation.profiles.metrics import profile_metrics
+from remediation.services.nvlink import block_health
 from remediation.validation.metrics import validation_metrics
 from remediation.vocabulary import DEFAULT_CLUSTER
 
@@ -85,6 +86,7 @@ class DatabaseCollector(Collector):
         yield from _remediation_metrics(s, clusters)
         yield self._step_histogram(s)
         yield from _node_metrics(s, clusters)
+        yield from _block_metrics(s)
         yield from _control_metrics(s, clusters)
         yield from _age_metrics(s, now, clusters)
         yield from validation_metrics(s, clusters)
@@ -187,6 +189,22 @@ def _node_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
     for c in clusters:
         quarantined.add_metric([c], by_status.get((c, NodeStatus.QUARANTINED.value), 0))
     yield quarantined
+
+
+def _block_metrics(s: Session) -> Iterable[Metric]:
+    """Each topology/block block Slurm gave a size: its healthy nodes, its smallest block, and whether
+    it is a partial domain (fewer healthy nodes than the smallest block)."""
+    labels = ["cluster", "block"]
+    healthy = GaugeMetricFamily("remediation_block_healthy_nodes", "Healthy nodes of each Slurm block", labels=labels)
+    size = GaugeMetricFamily("remediation_block_min_size", "Each Slurm block's smallest block size (BlockSizes)",
+                             labels=labels)
+    partial = GaugeMetricFamily("remediation_block_partial", "1 while a Slurm block's healthy nodes are fewer than "
+                                "its smallest block size: no job of that size fits there", labels=labels)
+    for one in block_health(s):
+        healthy.add_metric([one.cluster, one.name], one.healthy)
+        size.add_metric([one.cluster, one.name], one.size)
+        partial.add_metric([one.cluster, one.name], int(one.partial))
+    yield from (healthy, size, partial)
 
 
 def _control_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:

@@ -1,6 +1,7 @@
 """A node's NVLink domain as the database records each source's word for it (Slurm's block and the
 Node's clique label in ``node_domains``, the GPUs' clique in the latest GPU check's sighting), with
-the disagreements :func:`remediation.domain.nvlink.disagreements` finds among it and its peers.
+the disagreements :func:`remediation.domain.nvlink.disagreements` finds among it and its peers;
+:func:`block_health`: each block's healthy nodes against its smallest block size.
 
 Why: docs/policy.md#the-nvlink-domain-where-it-comes-from
 """
@@ -10,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
-from remediation.db.models import HardwareSighting, NodeDomain
+from remediation.db.models import HardwareSighting, Node, NodeDomain
 from remediation.domain.events import Source
-from remediation.domain.nvlink import CLIQUE_LABEL, Membership, disagreements, gpu_clique
-from remediation.domain.statemachine import Step
+from remediation.domain.nvlink import CLIQUE_LABEL, BlockHealth, Membership, disagreements, gpu_clique
+from remediation.domain.statemachine import NodeStatus, Step
 from remediation.domain.topology import BLOCK
 from remediation.services.read_rows import NvlinkRow
 
@@ -38,7 +39,23 @@ def nvlink_row(s: Session, node: str) -> NvlinkRow | None:
     if not (block or label or gpus or problem):
         return None
     said = disagreements(node, members) + ([problem] if problem else [])
-    return NvlinkRow(block, label, gpus, aware(checked_at) if checked_at else None, said)
+    row = NvlinkRow(block, label, gpus, aware(checked_at) if checked_at else None, said)
+    if block and (health := block_health(s, block)):
+        (one,) = health
+        row.block_size, row.block_healthy, row.partial, row.health = one.size, one.healthy, one.partial, one.text()
+    return row
+
+
+def block_health(s: Session, block: str | None = None) -> list[BlockHealth]:
+    """Each topology/block block Slurm gave a size (or ``block`` alone), with its healthy nodes, by cluster."""
+    healthy = func.count().filter(Node.status == NodeStatus.HEALTHY)
+    q = (select(NodeDomain.cluster, NodeDomain.name, func.min(NodeDomain.size), func.count(), healthy)
+         .outerjoin(Node, (Node.cluster == NodeDomain.cluster) & (Node.name == NodeDomain.node))
+         .where(NodeDomain.source == Source.SLURM.value, NodeDomain.kind == BLOCK, NodeDomain.size.is_not(None))
+         .group_by(NodeDomain.cluster, NodeDomain.name).order_by(NodeDomain.cluster, NodeDomain.name))
+    if block is not None:
+        q = q.where(NodeDomain.name == block)
+    return [BlockHealth(cluster, name, int(size or 0), int(nodes), int(ok)) for cluster, name, size, nodes, ok in s.execute(q)]
 
 
 def _peers(s: Session, block: str | None, label: str | None) -> set[str]:

@@ -167,6 +167,10 @@ class NvlinkRow:
     gpus: str | None = None  # the clique its GPUs named in the latest GPU check
     checked_at: datetime | None = None  # when that check ended
     disagreements: list[str] = field(default_factory=list)
+    block_size: int | None = None  # the block's smallest block size (Slurm's BlockSizes), when known
+    block_healthy: int | None = None  # how many of the block's nodes are healthy
+    partial: bool = False  # fewer than block_size: no job of the block's size fits there now
+    health: str | None = None  # the last three, in words
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 The watchers' DOMAINS events (Slurm's block, the Node's ``nvidia.com/gpu.clique`` label) go through
 the real ingest; the GPUs' own clique comes from a GPU check's ``nvidia-smi -q`` output, kept the way a
-validate step keeps it. Two racks of four trays; gpu-node-3 was re-cabled into rack B, and Slurm's
-topology still has it in block b1.
+validate step keeps it. Two racks of four trays, whose smallest block (Slurm's BlockSizes) is 3;
+gpu-node-3 was re-cabled into rack B, and Slurm's topology still has it in block b1.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from remediation.domain.states import ValidationOutcome
 from remediation.domain.step_records import JobRecord
 from remediation.ports.dispatch import SweeperOnly
 from remediation.services.ingest import ingest
+from remediation.services.metrics import make_registry
 from remediation.settings import DatabaseSettings, Settings
 from remediation.validation.service import add_row
 
@@ -58,7 +59,8 @@ def racks(sessions: sessionmaker[Session]) -> datetime:
     """The watchers' domains, then one GPU check per tray (gpu-node-7 not checked yet); when they ended."""
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=30))
     events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.DOMAINS, state="topology",
-                        domains={"block": b}, observed_at=clock.now()) for n, b in BLOCKS.items()]
+                        domains={"block": b}, domain_sizes={"block": 3}, observed_at=clock.now())
+              for n, b in BLOCKS.items()]
     events += [NodeEvent(source=Source.KUBERNETES, node=n, kind=EventKind.DOMAINS, state="labels",
                          domains={"nvidia.com/gpu.clique": WIRED[n]}, observed_at=clock.now()) for n in BLOCKS]
     with sessions() as s, s.begin():
@@ -100,4 +102,29 @@ def test_the_rack_it_joined_names_it_too_and_an_unchecked_tray_goes_by_its_label
     seven = json.loads(show(pg_url, "gpu-node-7", "-o", "json"))["nvlink"]
     assert (seven["block"], seven["label"], seven["gpus"], seven["checked_at"]) == ("b2", RACK_B, None, None)
     table = " ".join(show(pg_url, "gpu-node-7").split())
-    assert f"NVLink domain: Slurm block b2; clique {RACK_B} (Node label) Sources disagree:" in table
+    assert (f"NVLink domain: Slurm block b2; clique {RACK_B} (Node label) Block health: 4 of block b2's 4 nodes "
+            "healthy; its smallest block is 3 Sources disagree:") in table
+
+
+def test_a_block_with_fewer_healthy_trays_than_its_smallest_block_is_a_partial_domain(
+        pg_url: str, racks: datetime, sessions: sessionmaker[Session]) -> None:
+    """Two of block b1's trays fail (through the real ingest, under the shipped policy): 2 healthy of 4,
+    fewer than 3. The node's page says so, and so do the metrics; block b2 is whole."""
+    clock = FakeClock(racks + timedelta(minutes=1))
+    faults = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.UNHEALTHY, state="DOWN", reason="Not responding",
+                        observed_at=clock.now()) for n in ("gpu-node-0", "gpu-node-1")]
+    with sessions() as s, s.begin():
+        assert len(ingest(s, [e.to_json() for e in faults], Settings().policy, clock=clock).opened) == 2
+    two = json.loads(show(pg_url, "gpu-node-2", "-o", "json"))["nvlink"]
+    assert (two["block_size"], two["block_healthy"], two["partial"]) == (3, 2, True)
+    table = " ".join(show(pg_url, "gpu-node-2").split())
+    assert ("Partial domain: 2 of block b1's 4 nodes healthy, fewer than its smallest block (3): a partial "
+            "domain; the rest still serve smaller jobs") in table
+    five = json.loads(show(pg_url, "gpu-node-5", "-o", "json"))["nvlink"]
+    assert (five["block_size"], five["block_healthy"], five["partial"]) == (3, 4, False)
+    registry = make_registry(sessions)
+    for block, healthy, partial in (("b1", 2, 1), ("b2", 4, 0)):
+        where = {"cluster": "default", "block": block}
+        assert registry.get_sample_value("remediation_block_healthy_nodes", where) == healthy
+        assert registry.get_sample_value("remediation_block_min_size", where) == 3
+        assert registry.get_sample_value("remediation_block_partial", where) == partial

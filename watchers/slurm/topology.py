@@ -18,11 +18,14 @@ from datetime import UTC, datetime
 from remediation.adapters.bus import BusUnavailable, RedisEventBus
 from remediation.adapters.slurm.topology import TopologySource
 from remediation.domain.events import EventKind, NodeEvent, Source
-from remediation.domain.topology import TopologyError, slurm_domains
+from remediation.domain.topology import TopologyError, slurm_domain_sizes, slurm_domains
 from remediation.ports.errors import RemediationError
 from remediation.settings import Settings
 
 log = logging.getLogger("remediation.watchers.slurm.watcher")
+
+#: What the watcher published of a node: its domains (kind -> name) and their sizes (kind -> nodes).
+Report = tuple[dict[str, str], dict[str, int]]
 
 
 class TopologyPublisher:
@@ -38,7 +41,7 @@ class TopologyPublisher:
         self.read = read
         self.bus = bus
         self.every = settings.incidents.topology_refresh_s
-        self.published: dict[str, dict[str, str]] = {}
+        self.published: dict[str, Report] = {}
         self.due = 0.0
 
     def reset(self) -> None:
@@ -51,7 +54,9 @@ class TopologyPublisher:
             return 0
         self.due = time.monotonic() + self.every
         try:
-            domains = slurm_domains(self.read())
+            switches = self.read()
+            sizes = slurm_domain_sizes(switches)
+            domains = {n: (d, sizes.get(n, {})) for n, d in slurm_domains(switches).items()}
         except TopologyError as exc:
             log.error("cannot read the Slurm topology, keeping the domains last published: %s", exc)
             return 0
@@ -60,8 +65,8 @@ class TopologyPublisher:
             return 0
         now = datetime.now(UTC)
         changed = {n: d for n, d in domains.items() if self.published.get(n) != d}
-        changed.update({n: {} for n in self.published if n not in domains})
-        events = [self._event(node, doms, now) for node, doms in sorted(changed.items())]
+        changed.update({n: ({}, {}) for n in self.published if n not in domains})
+        events = [self._event(node, report, now) for node, report in sorted(changed.items())]
         if not events:
             return 0
         try:
@@ -70,19 +75,21 @@ class TopologyPublisher:
             log.warning("cannot publish the Slurm topology, will retry: %s", exc)
             self.due = 0.0
             return 0
-        for node, doms in changed.items():
-            if doms:
-                self.published[node] = doms
+        for node, report in changed.items():
+            if report[0]:
+                self.published[node] = report
             else:
                 self.published.pop(node, None)
         log.info("published the failure domains of %d node(s) from the Slurm topology", len(events))
         return len(events)
 
     @staticmethod
-    def _event(node: str, domains: dict[str, str], now: datetime) -> NodeEvent:
-        digest = hashlib.sha256(json.dumps(domains, sort_keys=True).encode()).hexdigest()[:16]
+    def _event(node: str, report: Report, now: datetime) -> NodeEvent:
+        domains, sizes = report
+        digest = hashlib.sha256(json.dumps(report, sort_keys=True).encode()).hexdigest()[:16]
         return NodeEvent(
             source=Source.SLURM, node=node, kind=EventKind.DOMAINS, state="topology", domains=domains,
+            domain_sizes=sizes or None,
             reason=", ".join(f"{k}={v}" for k, v in sorted(domains.items())) or "in no switch",
             observed_at=now, published_at=now, dedupe_key=f"slurm:{node}:domains:{digest}:{now.isoformat()}",
         )

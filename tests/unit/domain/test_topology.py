@@ -207,3 +207,21 @@ def test_publisher_sends_only_what_changed_and_keeps_the_last_on_bad_output() ->
 def test_no_topology_plugin_publishes_nothing() -> None:
     pub, bus = publisher(lambda: [])
     assert pub.step() == 0 and bus.published == []
+
+
+def test_a_domain_size_is_for_a_kind_the_event_names_and_a_positive_count() -> None:
+    from datetime import UTC, datetime
+
+    from pydantic import ValidationError
+
+    from remediation.domain.events import Source
+
+    def event(**extra: object) -> NodeEvent:
+        return NodeEvent(source=Source.SLURM, node="gpu-node-0", kind=EventKind.DOMAINS, state="topology",
+                         domains={BLOCK: "b1"}, observed_at=datetime(2026, 11, 1, tzinfo=UTC), **extra)
+
+    assert event(domain_sizes={BLOCK: 16}).domain_sizes == {BLOCK: 16}
+    assert "domain_sizes" not in event().to_json()  # a worker not yet upgraded reads it
+    for bad in ({"leaf-switch": 4}, {BLOCK: 0}, {BLOCK: -3}):
+        with pytest.raises(ValidationError, match="a size is 1-100000 nodes"):
+            event(domain_sizes=bad)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from remediation.adapters.slurm.topology import read_topology_conf, topology_file, topology_source
+from remediation.domain.events import NodeEvent
 from remediation.domain.topology import (
     BLOCK,
     LEAF_SWITCH,
@@ -262,3 +263,6 @@ def test_the_watcher_publishes_a_topology_yaml_block_as_the_node_s_block_domain(
     published = {e.node: e.domains for e in bus.published}
     assert published["gpu-node-0"] == {BLOCK: "b1"} and published["gpu-node-15"] == {BLOCK: "b4"}
     assert {e.reason for e in bus.published if e.node == "gpu-node-5"} == {"block=b2"}
+    # Each block's smallest size rides along: the service says when a block is a partial domain.
+    assert {e.node: e.domain_sizes for e in bus.published}["gpu-node-0"] == {BLOCK: 4}
+    assert NodeEvent.parse(bus.published[0].to_json()).domain_sizes == {BLOCK: 4}
