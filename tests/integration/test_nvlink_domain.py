@@ -9,7 +9,6 @@ gpu-node-3 was re-cabled into rack B, and Slurm's topology still has it in block
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,15 +17,15 @@ from typer.testing import CliRunner
 
 from remediation.cli.oncall import app
 from remediation.clock import FakeClock
-from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.step_records import JobRecord
 from remediation.ports.dispatch import SweeperOnly
 from remediation.services.ingest import ingest
 from remediation.services.metrics import make_registry
-from remediation.settings import DatabaseSettings, Settings
+from remediation.settings import Settings
 from remediation.validation.service import add_row
+from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
 
 RACK_A, RACK_B = "7a1e0000-0000-4000-8000-0000000000aa.0", "7a1e0000-0000-4000-8000-0000000000bb.0"
 BLOCKS = {f"gpu-node-{i}": "b1" if i < 4 else "b2" for i in range(8)}
@@ -45,13 +44,6 @@ def smi_q(node: str, clique: str) -> str:
         CliqueId                          : {clique_id}
         ClusterUUID                       : {cluster}
 """ for g in range(2))
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
 
 
 @pytest.fixture
