@@ -40,8 +40,8 @@ APP = "app"
 
 #: Fault classes (``unknown`` when nothing in the signal names a cause). ``remediation/data/causes.yaml``
 #: describes each one and must list exactly these.
-FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "gpu-rma", "nvlink", "ib-link", "fabric", "host",
-                 "software", UNKNOWN)
+FAULT_CLASSES = ("gpu-transient", "gpu-memory", "gpu-hardware", "gpu-rma", "nvlink", "nvswitch", "imex", "ib-link",
+                 "fabric", "host", "software", UNKNOWN)
 
 #: The GPU reset: ``nvidia-smi -r`` run on the node as a job, through the validation's backend. A rung
 #: before any reboot (a reboot resets every GPU anyway). Not a machine action: no machine backend is

@@ -1,12 +1,13 @@
 """Cause classification: read the fault's cause from the signal itself, and pick the class's ladder.
 
-In order: XID codes in the text (the most severe class wins), the Kubernetes condition type,
-well-known words, a Slurm state without a reason (``host``), else ``unknown`` with the site's
-``workflow.ladder``. The table is data (``remediation/data/causes.yaml``) merged with the site's
-``policy.faults``; application-level XIDs come back with ``app_level``. Pure: the shipped table is
-package data read once.
+In order: XID codes (the most severe class wins), the NVLink domain's own signals, the Kubernetes
+condition type, well-known words, a Slurm state without a reason (``host``), else ``unknown``. The
+table is data (``remediation/data/causes.yaml``) merged with the site's ``policy.faults``;
+application-level XIDs come back with ``app_level``; each cause's ``scope`` is its node's or its
+NVLink domain's. Pure: the shipped table is package data read once.
 
-Why: docs/policy.md#fault-classes-the-cause-picks-the-first-action
+Why: docs/policy.md#fault-classes-the-cause-picks-the-first-action,
+docs/policy.md#domain-faults-what-one-tray-cannot-be-blamed-for
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -27,8 +29,18 @@ from remediation.settings import FaultSettings, WorkflowSettings
 from remediation.vocabulary import APP, FAULT_CLASSES, GPU_RESET, HOLD, QUARANTINE, UNKNOWN
 
 # The worse class wins when one signal names several causes (a kernel log with Xid 13 then Xid 79).
-SEVERITY = ("gpu-rma", "gpu-hardware", "gpu-memory", "nvlink", "ib-link", "fabric", "gpu-transient", "host",
-            "software", UNKNOWN, APP)
+# A switch under the links is worse than the links (an SXID beside an NVLink error names the switch); a
+# dead host explains its IMEX daemon being down, so ``imex`` ranks below ``host``
+# (docs/policy.md#domain-faults-what-one-tray-cannot-be-blamed-for).
+SEVERITY = ("gpu-rma", "gpu-hardware", "gpu-memory", "nvswitch", "nvlink", "ib-link", "fabric", "gpu-transient",
+            "host", "imex", "software", UNKNOWN, APP)
+
+
+class FaultScope(StrEnum):
+    """Whose fault a cause is: one node's, or its NVLink domain's (every tray of it, and its switch trays)."""
+
+    NODE = "node"
+    DOMAIN = "domain"
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class ClassInfo:
     rma: bool
     why: str
     urgent: bool = False  # no checkpoint request: the jobs' GPU state cannot be trusted or reached
+    scope: FaultScope = FaultScope.NODE  # DOMAIN: the class's signal is the domain's on a multi-node domain
 
 
 @dataclass(frozen=True)
@@ -58,6 +71,7 @@ class Cause:
     app_level: bool = False  # an application-level XID: not a node fault unless it repeats
     repeat_class: str | None = None  # the class a repeated application-level XID is remediated as
     gpu_pci: str | None = None  # the PCI bus id of the GPU the XID names ("0000:3b:00"), when one is named
+    scope: FaultScope = FaultScope.NODE  # DOMAIN: a fault of the node's NVLink domain, not of the node
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,11 @@ class CauseTable:
     xids: Mapping[int, XidInfo]
     conditions: Mapping[str, tuple[str, bool]]  # type -> (class, the message carries the XID)
     messages: tuple[tuple[re.Pattern[str], str], ...] = field(default=())
+    # The NVLink domain's own signals, read after the XIDs wherever the messages are read, and before
+    # the class of the conditions in ``signal_conditions`` (whose type names a watch, and whose text the
+    # part: NVSentinel's GpuNvlinkWatch carries IMEX's DCGM_FR_IMEX_UNHEALTHY).
+    domain_signals: tuple[tuple[re.Pattern[str], str], ...] = field(default=())
+    signal_conditions: frozenset[str] = frozenset()
 
 
 @lru_cache(maxsize=1)
@@ -75,14 +94,17 @@ def shipped() -> CauseTable:
         resources.files("remediation").joinpath("data/causes.yaml").read_text(encoding="utf-8"))
     classes = {
         name: ClassInfo(None if c["ladder"] == "workflow" else tuple(c["ladder"]), float(c["lemon_weight"]),
-                        bool(c.get("rma")), " ".join(str(c.get("why", "")).split()), bool(c.get("urgent")))
+                        bool(c.get("rma")), " ".join(str(c.get("why", "")).split()), bool(c.get("urgent")),
+                        FaultScope(c.get("scope", FaultScope.NODE)))
         for name, c in raw["classes"].items()
     }
     xids = {int(code): XidInfo(x["class"], x["nvidia"], x["name"], x.get("repeat_class"))
             for code, x in raw["xids"].items()}
     conditions = {t: (c["class"], bool(c.get("xid_in_message"))) for t, c in raw["conditions"].items()}
     messages = tuple((re.compile(m["pattern"], re.IGNORECASE), m["class"]) for m in raw["messages"])
-    table = CauseTable(classes, xids, conditions, messages)
+    signals = tuple((re.compile(m["pattern"], re.IGNORECASE), m["class"]) for m in raw["domain_signals"])
+    signal_conditions = frozenset(t for t, c in raw["conditions"].items() if c.get("domain_signals"))
+    table = CauseTable(classes, xids, conditions, messages, signals, signal_conditions)
     _check(table)
     return table
 
@@ -97,6 +119,11 @@ def _check(table: CauseTable) -> None:
         assert c in known, f"condition {t}: class {c}"
     for _, c in table.messages:
         assert c in known, f"message class {c}"
+    for _, c in table.domain_signals:
+        assert table.classes[c].scope is FaultScope.DOMAIN, f"domain signal class {c} is not of domain scope"
+    for code, x in table.xids.items():  # a tray's own XID is its own fault, whatever domain it is in
+        for name in {x.fault_class, x.repeat_class or APP} - {APP}:
+            assert table.classes[name].scope is FaultScope.NODE, f"xid {code}: class {name} is of domain scope"
 
 
 def table(faults: FaultSettings) -> CauseTable:
@@ -116,7 +143,7 @@ def table(faults: FaultSettings) -> CauseTable:
     conditions = dict(base.conditions)
     for ctype, cls in faults.conditions.items():
         conditions[ctype] = (cls, base.conditions.get(ctype, (cls, False))[1])
-    return CauseTable(classes, xids, conditions, base.messages)
+    return CauseTable(classes, xids, conditions, base.messages, base.domain_signals, base.signal_conditions)
 
 
 # ------------------------------------------------------------------------------------ classify
@@ -168,20 +195,40 @@ def xids_in(text: str, error_codes: bool = False) -> list[int]:
     return out
 
 
-def classify(source: str, state: str, reason: str, *, tbl: CauseTable) -> Cause:
+def classify(source: str, state: str, reason: str, *, tbl: CauseTable, domain_size: int = 1) -> Cause:
     """The cause of one unhealthy signal (``source`` slurm, kubernetes or manual; ``state`` a Slurm
-    state or ``Type=Status``; ``reason`` the Slurm reason or the condition's message)."""
+    state or ``Type=Status``; ``reason`` the Slurm reason or the condition's message).
+    ``domain_size``: the nodes of the node's NVLink domain (a Slurm block, a ``nvidia.com/gpu.clique``);
+    1 when it is in none. Only in a domain of two or more is a domain class's signal the domain's: on a
+    node alone, its NVSwitches are its own and IMEX has no domain to serve."""
+    cause = _read(source, state, reason, tbl=tbl)
+    info = tbl.classes.get(cause.fault_class)
+    if cause.xid is not None or info is None or info.scope is FaultScope.NODE:
+        return cause  # a tray's own XID is its own fault, whatever domain it is in
+    if domain_size >= 2:
+        return replace(cause, scope=FaultScope.DOMAIN,
+                       evidence=f"{cause.evidence}: a fault of its NVLink domain ({domain_size} nodes)")
+    return replace(cause, evidence=f"{cause.evidence}: the node's own (it is in no multi-node NVLink domain)")
+
+
+def _read(source: str, state: str, reason: str, *, tbl: CauseTable) -> Cause:
     cond_type = state.partition("=")[0] if source == Source.KUBERNETES else ""
     cond = tbl.conditions.get(cond_type)
     codes = xids_in(reason, error_codes=bool(cond and cond[1]))
     if codes:
         cause = _from_xids(codes, tbl)
         return replace(cause, gpu_pci=gpu_pci_of(reason, cause.xid or 0))
-    if cond is not None and not cond[1] and cond[0] != UNKNOWN:
-        return Cause(cond[0], f"condition {cond_type}")
     text = reason
     if source == Source.KUBERNETES and text.startswith("Node ") and ": " in text:
         text = text.split(": ", 1)[1]  # the watcher's "Node <name>: " prefix names no cause
+    decisive = cond is not None and not cond[1] and cond[0] != UNKNOWN  # the type names the class
+    if not decisive or cond_type in tbl.signal_conditions:
+        for pattern, cls in tbl.domain_signals:
+            if m := pattern.search(text):
+                said = f"reason mentions {m.group(0).strip()!r}"
+                return Cause(cls, f"condition {cond_type}, whose {said}" if cond else said)
+    if cond is not None and decisive:
+        return Cause(cond[0], f"condition {cond_type}")
     for pattern, cls in tbl.messages:
         if m := pattern.search(text):
             return Cause(cls, f"reason mentions {m.group(0).strip()!r}")

@@ -3,7 +3,8 @@
 Domains (``kind -> name`` per node) come from Slurm's topology (``scontrol show topology``, or
 ``topology.conf`` / ``topology.yaml`` via :func:`parse_topology_conf` / :func:`parse_topology_yaml`) and from Node labels (``incidents.label_keys``).
 :func:`correlate` returns the domains whose unclaimed failures within the window reach ``min_nodes``
-or ``min_fraction`` (and at least two), each node claimed by one incident at most. Pure: the ingest
+or ``min_fraction`` (and at least two), each node claimed by one incident at most; :func:`domain_faults`
+the NVLink domains in which K trays' NVLink faults within a window are the domain's. Pure: the ingest
 and the rehearsal share it.
 
 Why: docs/policy.md#failure-domains-where-they-come-from-and-which-wins
@@ -351,4 +352,37 @@ def correlate(
         if qualifies(len(failing), len(nodes), rule, kind=kind):
             out.append(Correlated(kind, name, tuple(failing), len(nodes)))
             taken.update(failing)
+    return out
+
+
+@dataclass(frozen=True)
+class DomainFault:
+    """An NVLink domain whose trays' NVLink faults, together, are the domain's fault."""
+
+    name: str
+    trays: tuple[str, ...]  # the trays whose NVLink faults count, sorted
+    size: int  # the domain's trays
+
+
+def domain_faults(
+    failed_at: Mapping[str, datetime],
+    domains: Mapping[str, Collection[str]],
+    *,
+    k: int,
+    window_s: float,
+    now: datetime,
+) -> list[DomainFault]:
+    """The NVLink domains (name -> trays) in which at least ``k`` trays had an NVLink fault (``failed_at``:
+    tray -> when) within ``window_s`` before ``now``; each tray's fault alone stays its own. Sorted by name.
+
+    Why: docs/policy.md#domain-faults-what-one-tray-cannot-be-blamed-for"""
+    if k < 2:
+        raise ValueError(f"k={k}: one tray's NVLink fault is its own, a domain fault needs two trays at least")
+    start = now - timedelta(seconds=window_s)
+    recent = {n for n, at in failed_at.items() if start < at <= now}
+    out = []
+    for name, trays in sorted(domains.items()):
+        failing = sorted(recent.intersection(trays))
+        if len(failing) >= k:
+            out.append(DomainFault(name, tuple(failing), len(set(trays))))
     return out

@@ -52,6 +52,23 @@ class IncidentSettings(Section):
         '{"topology.kubernetes.io/zone": 64}: a zone holds thousands of nodes, and four of them failing '
         "in the same two minutes is chance, not the zone. Kinds not named use min_nodes.",
     )
+    nvlink_domain_min_trays: int = Field(
+        2,
+        ge=2,
+        description="K for NVLink faults: this many trays of one NVLink domain (a Slurm block, a "
+        "nvidia.com/gpu.clique) with an NVLink fault within nvlink_domain_window_s are a fault of the "
+        "domain, not of each tray. 2: every NVLink of an NVL72 tray runs to the same nine switch trays, so "
+        "two trays losing links together point at the switches; by chance, at this doc's failure rates, "
+        "once in over a century per rack. See docs/policy.md (\"Domain faults\").",
+    )
+    nvlink_domain_window_s: float = Field(
+        600.0,
+        gt=0,
+        description="The window, seconds, in which nvlink_domain_min_trays NVLink faults of one domain "
+        "make a domain fault. Longer than window_s: an NVLink error is raised when traffic crosses the "
+        "link, so a tray idle when its switch failed reports it only when its next job starts; 600 s "
+        "covers a scheduler's backfill cycle and a job's start-up.",
+    )
     label_keys: list[str] = Field(
         default_factory=list,
         description="Node label keys whose values are failure domains; the Kubernetes watcher carries "

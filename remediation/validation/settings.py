@@ -36,7 +36,7 @@ def _default_checks() -> dict[str, list[str]]:
     return {
         "gpu-transient": _DCGM_2, "gpu-hardware": _DCGM_2, "host": _DCGM_2, "software": _DCGM_2,
         "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "gpu-rma": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL,
-        "fabric": _NCCL,
+        "fabric": _NCCL, "nvswitch": _NCCL,
     }
 
 
@@ -57,7 +57,7 @@ class ValidationSettings(Section):
         default_factory=_default_checks,
         description="The check per cause class, an argument list (no shell). A class not listed uses "
         "'unknown'. Defaults: dcgmi diag -r 2 (GPU classes), -r 3 (gpu-memory, gpu-rma), nccl-tests "
-        "all_reduce_perf (nvlink, ib-link, fabric).",
+        "all_reduce_perf (nvlink, nvswitch, ib-link, fabric).",
     )
     timeout_s: dict[str, float] = Field(
         default_factory=lambda: {"default": 600.0, "gpu-memory": 1800.0},

@@ -108,7 +108,7 @@ CONDITIONS = [
     # (Type=Status, message as the watcher passes it on, class): each tool's real condition names
     ("SysLogsXIDError=True", "ErrorCode:79 PCI:0000:3b:00 GPU_UUID:GPU-1a2b Recommended Action=RESTART_BM;",
      "gpu-hardware"),                                                         # NVSentinel syslog monitor
-    ("SysLogsSXIDError=True", "SXID 12028 NVSwitch fatal", "nvlink"),
+    ("SysLogsSXIDError=True", "SXID 12028 NVSwitch fatal", "nvswitch"),
     ("GpuMemWatch=True", "GPU 3 DBE", "gpu-memory"),                          # NVSentinel, DCGM watches
     ("GpuNvlinkWatch=True", "", "nvlink"),
     ("GpuPcieWatch=True", "", "gpu-hardware"),

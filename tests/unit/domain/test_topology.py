@@ -1,4 +1,5 @@
-"""The topology parser on real ``scontrol show topology`` output, and the incident rule."""
+"""The topology parser on real ``scontrol show topology`` output, the incident rule, and the rule that makes
+K trays' NVLink faults in one NVLink domain the domain's."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from remediation.domain.topology import (
     BLOCK,
     LEAF_SWITCH,
     SWITCH,
+    DomainFault,
     Rule,
     TopologyError,
     correlate,
+    domain_faults,
     label_domains,
     parse_topology,
     qualifies,
     slurm_domains,
 )
+from remediation.settings import SettingsError, load_settings
 
 # Slurm 22.05.8 (Debian 12), topology/tree, as the test cluster prints it: each line ends in a space.
 TREE_2205 = (
@@ -225,3 +229,55 @@ def test_a_domain_size_is_for_a_kind_the_event_names_and_a_positive_count() -> N
     for bad in ({"leaf-switch": 4}, {BLOCK: 0}, {BLOCK: -3}):
         with pytest.raises(ValidationError, match="a size is 1-100000 nodes"):
             event(domain_sizes=bad)
+
+
+# ------------------------------------------------------------- K trays of NVLink faults: a domain fault
+
+NVL_NOW = datetime(2026, 11, 29, 8, 0, tzinfo=UTC)
+RACKS = {"b1": [f"gpu-{i:03d}" for i in range(1, 19)], "b2": [f"gpu-{i:03d}" for i in range(19, 37)]}
+
+
+def ago(seconds: float) -> datetime:
+    return NVL_NOW - timedelta(seconds=seconds)
+
+
+def test_one_trays_nvlink_fault_stays_its_own() -> None:
+    assert domain_faults({"gpu-001": ago(5)}, RACKS, k=2, window_s=600, now=NVL_NOW) == []
+
+
+def test_k_trays_of_one_domain_within_the_window_are_the_domains() -> None:
+    failed = {"gpu-001": ago(500), "gpu-007": ago(10), "gpu-019": ago(10)}  # gpu-019 is in the other rack
+    assert domain_faults(failed, RACKS, k=2, window_s=600, now=NVL_NOW) == [
+        DomainFault("b1", ("gpu-001", "gpu-007"), 18)]
+    assert domain_faults(failed, RACKS, k=3, window_s=600, now=NVL_NOW) == []
+
+
+def test_k_trays_spread_over_two_domains_are_none() -> None:
+    failed = {"gpu-001": ago(5), "gpu-019": ago(5)}
+    assert domain_faults(failed, RACKS, k=2, window_s=600, now=NVL_NOW) == []
+
+
+@pytest.mark.parametrize(("first_s", "counted"), [(599.999, True), (600, False), (0, True), (-1, False)],
+                         ids=["just-inside", "on-the-edge", "now", "in-the-future"])
+def test_the_window_is_open_at_its_start_and_closed_at_now(first_s: float, counted: bool) -> None:
+    failed = {"gpu-001": ago(first_s), "gpu-002": ago(1)}
+    found = domain_faults(failed, RACKS, k=2, window_s=600, now=NVL_NOW)
+    assert found == ([DomainFault("b1", ("gpu-001", "gpu-002"), 18)] if counted else [])
+
+
+def test_every_domain_that_crosses_is_named_and_trays_outside_any_domain_do_not_count() -> None:
+    failed = {"gpu-001": ago(1), "gpu-002": ago(1), "gpu-020": ago(1), "gpu-021": ago(2), "lonely": ago(1)}
+    found = domain_faults(failed, RACKS, k=2, window_s=600, now=NVL_NOW)
+    assert [(d.name, d.trays) for d in found] == [("b1", ("gpu-001", "gpu-002")), ("b2", ("gpu-020", "gpu-021"))]
+
+
+def test_k_below_two_is_refused() -> None:
+    with pytest.raises(ValueError, match="two trays"):
+        domain_faults({"gpu-001": ago(1)}, RACKS, k=1, window_s=600, now=NVL_NOW)
+
+
+def test_the_settings_default_to_two_trays_in_ten_minutes_and_refuse_one() -> None:
+    incidents = load_settings().incidents
+    assert (incidents.nvlink_domain_min_trays, incidents.nvlink_domain_window_s) == (2, 600.0)
+    with pytest.raises(SettingsError, match="nvlink_domain_min_trays"):
+        load_settings(incidents={"nvlink_domain_min_trays": 1})
