@@ -1,11 +1,11 @@
 """Failure domains and the rule that turns simultaneous failures in one domain into one incident.
 
-Domains (``kind -> name`` per node) come from Slurm's topology (``scontrol show topology``, or
-``topology.conf`` / ``topology.yaml`` via :func:`parse_topology_conf` / :func:`parse_topology_yaml`) and from Node labels (``incidents.label_keys``).
-:func:`correlate` returns the domains whose unclaimed failures within the window reach ``min_nodes``
-or ``min_fraction`` (and at least two), each node claimed by one incident at most; :func:`domain_faults`
-the NVLink domains in which K trays' NVLink faults within a window are the domain's. Pure: the ingest
-and the rehearsal share it.
+Domains (``kind -> name`` per node) come from Slurm's topology (``scontrol show topology``,
+topology.conf or topology.yaml) and from Node labels (``incidents.label_keys``). :func:`correlate`
+returns the domains whose unclaimed failures within the window reach ``min_nodes`` or ``min_fraction``
+(and at least two), each node claimed by one incident at most; :func:`domain_faults` the NVLink
+domains where K trays' NVLink faults within a window are the domain's. Pure: the ingest and the
+rehearsal share it.
 
 Why: docs/policy.md#failure-domains-where-they-come-from-and-which-wins
 """
