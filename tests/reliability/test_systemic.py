@@ -37,7 +37,7 @@ from remediation.services import lever_rules
 from remediation.services.notify import run_pass
 from remediation.services.workflow import Workflow
 from remediation.settings import NotifySettings
-from tests.integration.cloud.test_cloud_workflow import CloudRig, db, make_rig  # noqa: F401  (fixture)
+from tests.integration.cloud.test_cloud_workflow import CloudRig, make_rig
 from tests.integration.slurm.conftest import SlurmCluster, slurm, slurm_cluster  # noqa: F401  (fixtures)
 from tests.integration.slurm.test_slurm_workflow import Pipeline, pipeline  # noqa: F401  (fixture)
 from tests.integration.workerproc import wait_for
