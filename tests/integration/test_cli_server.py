@@ -19,10 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.models import AuditLog
-from remediation.db.session import make_engine, make_session_factory
-from remediation.settings import DatabaseSettings
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
-from tests.integration.history import History, build
+from tests.integration.history import History, build, history, sessions  # noqa: F401  (fixtures)
 from tests.integration.two_clusters import EAST, SHARED, seed
 
 ALICE, BOB, LEGACY = (
@@ -30,18 +28,6 @@ ALICE, BOB, LEGACY = (
     "bob-read-token-0123456789",
     "legacy-admin-token-0123456789",
 )
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
-
-
-@pytest.fixture
-def history(sessions: sessionmaker[Session]) -> History:
-    return build(sessions)
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from remediation.db.session import make_engine, make_session_factory
 from remediation.services.audit import audit
 from remediation.services.notify import CURSOR, run_pass
 from remediation.settings import DatabaseSettings, NotifySettings
-from tests.integration.history import build
+from tests.integration.history import build, sessions  # noqa: F401  (fixture)
 
 SECRET = "T000/B000/XXXXsupersecretXXXX"
 
@@ -63,13 +63,6 @@ def receiver() -> Iterator[Receiver]:
     yield r
     r.server.shutdown()
     r.server.server_close()
-
-
-@pytest.fixture
-def sessions(pg_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(DatabaseSettings(url=pg_url))
-    yield make_session_factory(engine)
-    engine.dispose()
 
 
 @pytest.fixture
