@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.models import AuditLog
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
-from tests.integration.history import History, build, history, sessions  # noqa: F401  (fixtures)
+from tests.integration.history import History, history, sessions  # noqa: F401  (fixtures)
 from tests.integration.two_clusters import EAST, SHARED, seed
 
 ALICE, BOB, LEGACY = (
