@@ -33,7 +33,7 @@ from sqlalchemy import create_engine, text
 
 from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
-from tests.integration.workerproc import stacks
+from tests.integration.workerproc import stacks, wait_for
 from tests.ports import HEALTH_LINE, UVICORN_LINE, reported_port
 from tests.redisproc import MULTI_CLUSTER_ACL_FILE, AclRedis
 
@@ -115,11 +115,12 @@ class Stack:
 
 def await_simulators(stack: Stack, env_files: list[Path]) -> None:
     """Wait (30 s at most) until every simulator has written the settings file it serves."""
-    deadline = time.monotonic() + 30
-    while not all(f.exists() for f in env_files):
+
+    def written() -> bool:
         stack.check_running()
-        assert time.monotonic() < deadline, stack.tails()
-        time.sleep(0.1)
+        return all(f.exists() for f in env_files)
+
+    wait_for(written, 30, "every simulator's settings file", SimpleNamespace(output=stack.tails))
 
 
 def _group_alive(pgid: int) -> bool:

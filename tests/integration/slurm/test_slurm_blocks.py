@@ -8,7 +8,6 @@ source learns must be one and the same.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,7 @@ from remediation.adapters.slurm.topology import read_topology_conf, topology_sou
 from remediation.domain.topology import BLOCK, Switch, slurm_domains
 from remediation.hostlist import expand
 from tests.integration.slurm.conftest import BLOCK_RELEASES, BLOCK_SIZE, BLOCKS, SlurmCluster
+from tests.integration.workerproc import wait_for
 
 pytestmark = pytest.mark.slurm
 
@@ -60,13 +60,13 @@ def reconfigure_until(cluster: SlurmCluster, names: list[str], timeout: float = 
     """``scontrol reconfigure``, then wait until slurmctld shows the blocks ``names``: the barrier that it
     has read its files again."""
     cluster.scontrol("reconfigure")
-    deadline = time.monotonic() + timeout
-    while True:
-        shown = scontrol_topology(cluster) if cluster.scontrol("ping", check=False).returncode == 0 else []
-        if [s.name for s in shown] == names:
-            return shown
-        assert time.monotonic() < deadline, f"slurmctld shows {[s.name for s in shown]}, not {names}"
-        time.sleep(0.1)  # slurmctld re-reads its files in its own time
+
+    def shown() -> list[Switch] | None:
+        blocks = scontrol_topology(cluster) if cluster.scontrol("ping", check=False).returncode == 0 else []
+        return blocks if [s.name for s in blocks] == names else None
+
+    found: list[Switch] = wait_for(shown, timeout, f"slurmctld to show blocks {names} after reconfigure")
+    return found
 
 
 def test_topology_yaml_comes_before_topology_conf_from_25_05_on(rewritten: SlurmCluster) -> None:
