@@ -23,7 +23,8 @@ from remediation.adapters.bus import Keys
 from remediation.adapters.factory import AdaptersByPolicy, redis_client
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
-from remediation.db.models import Remediation
+from remediation.db.models import DomainRepair, Remediation
+from remediation.domain_repair.service import DomainRepairs
 from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
 from remediation.profiles.rules import Governance
@@ -63,6 +64,19 @@ class Runtime:
         sessions = scoped(self.sessions, name)
         return Workflow(sessions, AdaptersByPolicy.build(cfg, intents=StepIntents(sessions)), cfg,
                         clock=SystemClock(), worker=f"{socket.gethostname()}:{os.getpid()}")
+
+    @cached_property
+    def repairs(self) -> dict[str, DomainRepairs]:
+        """Each cluster's domain repairs, over its workflow's sessions and adapters."""
+        return {name: DomainRepairs(wf.sessions, wf.adapters, wf.settings, clock=wf.clock, worker=wf.worker)
+                for name, wf in self.workflows.items()}
+
+    def repairs_for(self, repair_id: int) -> DomainRepairs | None:
+        """The domain repairs of the cluster repair ``repair_id`` is in (None: no such repair, or a
+        cluster this worker does not serve)."""
+        with self.sessions() as s:
+            cluster = s.scalar(select(DomainRepair.cluster).where(DomainRepair.id == repair_id))
+        return self.repairs.get(cluster) if cluster is not None else None
 
     def workflow_for(self, remediation_id: int) -> Workflow | None:
         """The workflow of the cluster remediation ``remediation_id`` is in, as the database records it

@@ -19,6 +19,7 @@ from sqlalchemy.exc import OperationalError
 from remediation.adapters import memstream
 from remediation.adapters.bus import Keys
 from remediation.adapters.celery import (
+    DOMAIN_REPAIR_TASK,
     INGEST_TASK,
     ISOLATE_TASK,
     PRUNE_TASK,
@@ -63,10 +64,13 @@ class DomainTask(Task):  # type: ignore[misc]
         return runtime(settings)
 
 
-def enqueue(followups: Sequence[FollowUp | None], cluster: str | None = None) -> None:
+def enqueue(followups: Sequence[FollowUp | None], cluster: str | None = None, repairs: Sequence[int] = ()) -> None:
     """Queue follow-up steps on this worker's own app (the same broker the clients send to); isolation
-    on ``cluster``'s own queue when named."""
-    celery_dispatcher(settings, app).steps(followups, cluster)
+    on ``cluster``'s own queue when named. ``repairs``: domain repairs to look at now."""
+    dispatcher = celery_dispatcher(settings, app)
+    dispatcher.steps(followups, cluster)
+    if repairs:
+        dispatcher.repairs(repairs)
 
 
 @app.task(name=INGEST_TASK, base=DomainTask, bind=True,
@@ -86,7 +90,8 @@ def ingest(self: DomainTask, cluster: str | None = None) -> int:
         # isolate queue: a fault read early in a long backlog starts isolation now. The smallest part
         # goes first: a lone fault in one cluster never waits for another cluster's storm to be opened.
         for cluster, mine in sorted(by_cluster(payloads).items(), key=lambda part: len(part[1])):
-            enqueue(ingest_cluster(rt, cluster, mine), cluster)
+            followups, repairs = ingest_cluster(rt, cluster, mine)
+            enqueue(followups, cluster, repairs)
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)
@@ -107,7 +112,7 @@ def by_cluster(payloads: Sequence[bytes]) -> dict[str, list[bytes]]:
     return out
 
 
-def ingest_cluster(rt: Runtime, cluster: str, payloads: Sequence[bytes]) -> list[FollowUp]:
+def ingest_cluster(rt: Runtime, cluster: str, payloads: Sequence[bytes]) -> tuple[list[FollowUp], list[int]]:
     """Record one cluster's part of a batch, under its settings, through a session scoped to it; a
     cluster these workers do not serve has its payloads kept in ``rejected_events``, with the reason."""
     sessions = scoped(rt.sessions, cluster)
@@ -117,14 +122,14 @@ def ingest_cluster(rt: Runtime, cluster: str, payloads: Sequence[bytes]) -> list
         with sessions() as s, s.begin():
             for payload in payloads:
                 reject(s, payload, f"cluster {cluster} is not served by these workers (settings: clusters)", now=now)
-        return []
+        return [], []
     # The locks' counters, read after the batch: a token above its lock's counter was never drawn.
     counters = None if rt.embedded else drawn_tokens(rt.redis, Keys(rt.keys.prefix, cluster=cluster).space)
     rules = IngestRules(dry_run=cfg.dry_run, incidents=cfg.incidents, gpu_reset=cfg.validation.runs_jobs,
                         governance=rt.governances[cluster])
     checks = StreamChecks(max_bytes=cfg.broker.max_event_bytes, bounds=time_bounds(cfg.broker), counters=counters)
     result = ingest_batch(sessions, payloads, cfg.policy, clock=SystemClock(), rules=rules, checks=checks)
-    return [FollowUp(rid, step) for rid, step in result.opened]
+    return [FollowUp(rid, step) for rid, step in result.opened], result.repairs
 
 
 @app.task(name=RELEASE_TASK, base=DomainTask, bind=True,
@@ -169,8 +174,9 @@ def sweep(self: DomainTask, cluster: str | None = None) -> int:
             continue
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
         followups = workflow.sweep()
-        enqueue(followups, name)
-        swept += len(followups)
+        repairs = self.rt.repairs[name].due()
+        enqueue(followups, name, repairs)
+        swept += len(followups) + len(repairs)
     return swept
 
 
@@ -194,6 +200,19 @@ def isolate_batch(self: DomainTask, remediation_ids: list[int]) -> int:
             followups += isolate(workflow, ids, workflow.settings.workflow.isolate_threads)
     enqueue(followups)
     return len(remediation_ids)
+
+
+@app.task(name=DOMAIN_REPAIR_TASK, base=DomainTask, bind=True,
+          autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
+def domain_repair(self: DomainTask, repair_id: int) -> None:
+    """One look at a domain repair; the next is queued after the wait it asks for (none once it closed)."""
+    repairs = self.rt.repairs_for(int(repair_id))
+    if repairs is None:
+        log.warning("domain repair %s: not in a cluster these workers serve; dropped", repair_id)
+        return
+    wait = repairs.advance(int(repair_id))
+    if wait is not None:
+        celery_dispatcher(settings, app).repairs([int(repair_id)], countdown=wait)
 
 
 def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:

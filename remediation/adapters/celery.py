@@ -31,6 +31,7 @@ NOTIFY_TASK = "remediation.notify"
 PRUNE_TASK = "remediation.prune"
 ISOLATE_TASK = "remediation.isolate"
 RESUME_TASK = "remediation.resume"
+DOMAIN_REPAIR_TASK = "remediation.domain_repair"  # one look at a domain repair (remediation.domain_repair)
 
 
 #: Message priorities on the Redis transport: lower goes first, across every queue a worker reads
@@ -127,6 +128,12 @@ class CeleryDispatcher:
             if f is not None and f not in isolating:
                 self._app.send_task(step_task(f.step), args=[f.remediation_id],
                                     countdown=f.countdown or None, queue=WORKFLOW_QUEUE, priority=LATER_STEP)
+
+    def repairs(self, repair_ids: Sequence[int], countdown: float = 0.0) -> None:
+        """Queue one look at each domain repair named, after ``countdown`` seconds."""
+        for rid in repair_ids:
+            self._app.send_task(DOMAIN_REPAIR_TASK, args=[rid], countdown=countdown or None, queue=WORKFLOW_QUEUE,
+                                priority=LATER_STEP)
 
     def release(self, audit_id: int) -> None:
         self._app.send_task(RELEASE_TASK, args=[audit_id], queue=REQUEST_QUEUE)

@@ -34,6 +34,7 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.events import EventKind, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
+from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
@@ -280,6 +281,70 @@ class Incident(ClusterScoped, Base):
     closed_by: Mapped[str | None] = mapped_column(String(128))
     close_reason: Mapped[str | None] = mapped_column(Text)
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+REPAIRING = text(f"status = '{DomainRepairStatus.RUNNING.value}'")
+
+
+class DomainRepair(ClusterScoped, Base):
+    """One repair of a whole NVLink domain (see remediation.domain_repair): its trays, its ladder, where
+    it is. One runs per domain at a time; a tray's signal while it runs joins it."""
+
+    __tablename__ = "domain_repairs"
+    __table_args__ = (
+        Index("uq_domain_repairs_one_running", "cluster", "kind", "name", unique=True,
+              postgresql_where=REPAIRING, sqlite_where=REPAIRING),
+        Index("ix_domain_repairs_status_next", "status", "next_run_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
+    kind: Mapped[str] = mapped_column(String(253))  # block, or the clique label
+    name: Mapped[str] = mapped_column(String(253))
+    trays: Mapped[list[str]] = mapped_column(Json, default=list)  # every tray of the domain, sorted
+    size: Mapped[int] = mapped_column(Integer)  # len(trays): what it counts as for admission
+    reporters: Mapped[list[str]] = mapped_column(Json, default=list)  # the trays whose signals opened or joined it
+    cause: Mapped[str] = mapped_column(Text)  # the signal that opened it
+    fault_class: Mapped[str] = mapped_column(String(32))
+    fault_evidence: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[DomainRepairStatus] = mapped_column(state_type(DomainRepairStatus, 16), index=True)
+    step: Mapped[DomainStep] = mapped_column(state_type(DomainStep, 32))
+    rung: Mapped[int] = mapped_column(Integer, default=0)
+    rungs: Mapped[list[str]] = mapped_column(Json, default=list)  # the ladder chosen when it opened
+    ours: Mapped[list[str]] = mapped_column(Json, default=list)  # the trays whose drain is ours to give back
+    opened_at: Mapped[datetime] = mapped_column(index=True)
+    updated_at: Mapped[datetime]
+    next_run_at: Mapped[datetime]
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_until: Mapped[datetime | None]
+    closed_at: Mapped[datetime | None]
+    close_reason: Mapped[str | None] = mapped_column(Text)
+    wait_reason: Mapped[str | None] = mapped_column(Text)  # what it waits for now (admission, jobs, a check)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+    steps: Mapped[list[DomainRepairStep]] = relationship(back_populates="repair", order_by="DomainRepairStep.id")
+
+
+class DomainRepairStep(Base):
+    """One step of a domain repair, written before it acts and closed after: what it started (its jobs,
+    the chassis reset), and how it ended."""
+
+    __tablename__ = "domain_repair_steps"
+    __table_args__ = (Index("ix_domain_repair_steps_repair", "repair_id", "step", "attempt"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    repair_id: Mapped[int] = mapped_column(BigId, ForeignKey("domain_repairs.id"))
+    step: Mapped[DomainStep] = mapped_column(state_type(DomainStep, 32))
+    attempt: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(128), unique=True)
+    status: Mapped[StepStatus] = mapped_column(state_type(StepStatus, 16))
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    outcome: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+    repair: Mapped[DomainRepair] = relationship(back_populates="steps")
 
 
 class Validation(ClusterScoped, Base):

@@ -11,13 +11,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, String, and_, any_, bindparam, func, or_, select
+from sqlalchemy import Select, String, and_, any_, bindparam, false, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased, lazyload
 
 from remediation.clock import aware
-from remediation.db.models import Control, Event, Node, Remediation, RemediationStep
+from remediation.db.models import Control, DomainRepair, Event, Node, Remediation, RemediationStep
 from remediation.db.scope import cluster_of
 from remediation.domain.attribution import Condition, Window, healthy_observations
 from remediation.domain.controls import BreakerLatch, LastMachineAction, PauseState
@@ -25,6 +25,7 @@ from remediation.domain.events import EventKind
 from remediation.domain.policy import ClusterView
 from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step
 from remediation.domain.states import LIVE_STEP_STATUSES
+from remediation.domain_repair.rules import MACHINE_STEPS, DomainRepairStatus
 
 PAUSED = "paused"
 BREAKER = "breaker"
@@ -200,6 +201,15 @@ def _counts(pool: bool) -> Select[Any]:
                *mine(Remediation.profile))
         .scalar_subquery(),
         select(func.max(Remediation.opened_at)).where(_REAL, *mine(Remediation.profile)).scalar_subquery(),
+        # A domain repair counts as all its trays, for the breaker and for max_concurrent (not in a
+        # profile's pool: a domain has no profile).
+        select(func.coalesce(func.sum(DomainRepair.size), 0)).where(
+            DomainRepair.opened_at > bindparam("since"), DomainRepair.dry_run.is_(False), *_not_pooled(pool))
+        .scalar_subquery(),
+        select(func.coalesce(func.sum(DomainRepair.size), 0)).where(
+            DomainRepair.status == DomainRepairStatus.RUNNING, DomainRepair.step.in_(list(MACHINE_STEPS)),
+            DomainRepair.dry_run.is_(False), *_not_pooled(pool))
+        .scalar_subquery(),
         # VM actions in flight: verifying, or restarting with the restart's step row still open (looked up
         # per open remediation through the steps' (remediation_id, step) index, not by scanning every step).
         select(func.count(Remediation.id))
@@ -223,6 +233,10 @@ def _counts(pool: bool) -> Select[Any]:
         )
         .scalar_subquery(),
     )
+
+
+def _not_pooled(pool: bool) -> list[Any]:
+    return [false()] if pool else []
 
 
 _VIEW_COUNTS, _POOL_COUNTS = _counts(False), _counts(True)
@@ -276,7 +290,7 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, 
     since = now - breaker_window
     if (closed := latch.closed) is not None:
         since = max(since, closed)
-    pool, failed, last_failure, machine_active = session.execute(
+    pool, failed, last_failure, trays_failed, trays_active, machine_active = session.execute(
         _VIEW_COUNTS if profile is None else _POOL_COUNTS,
         {"since": since, "exclude": exclude if exclude is not None else -1,
          "confirmed_since": confirmed_since(session, pool_stale),
@@ -288,8 +302,8 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, 
         paused=bool(pause.paused),
         pause_reason=pause.why,
         pool_size=int(pool or 0),
-        failed_in_window=int(failed or 0),
-        machine_active=int(machine_active or 0),
+        failed_in_window=int(failed or 0) + int(trays_failed or 0),
+        machine_active=int(machine_active or 0) + int(trays_active or 0),
         last_machine_action_at=aware(last),
         breaker_latched=bool(latch.open),
         breaker_reason=(latch.reason or "") if latch.open else "",

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from remediation.domain import slurm_states
 from remediation.domain.attribution import Condition, Window, own_cause, superseded
-from remediation.domain.causes import Cause, classify, table
+from remediation.domain.causes import Cause, FaultScope, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.lemon import Failure, score
 from remediation.domain.slurm_states import SlurmState
@@ -41,6 +41,7 @@ class DecisionKind(StrEnum):
     ATTRIBUTED = "attributed"  # caused by our own remediation: recorded, never opens, never counts
     SUPERSEDED = "superseded"  # a newer healthy observation of the same condition: acts on nothing
     APP_XID = "app_xid"  # an application-level XID, not (yet) a node fault: recorded, counted for repeats
+    DOMAIN = "domain"  # a fault of the node's NVLink domain, or its domain is under repair: the domain's repair has it
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,10 @@ class NodeView:
     app_xids: int = 0
     # Real failures since the last human release, for the lemon score (remediation.domain.lemon).
     history: Sequence[Failure] = ()
+    # The trays of the node's NVLink domain (1: it is in none), and why its signals join the running
+    # repair of that domain (None: none runs).
+    domain_size: int = 1
+    domain_repair: str | None = None
 
 
 
@@ -118,8 +123,12 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, f"human reason matches ignore list ({pattern}); left alone")
     if (why := superseded(event, node.healthy)) is not None:
         return Decision(DecisionKind.SUPERSEDED, why)
-    cause = classify(event.source, event.state, event.reason,
-                     tbl=table(policy.faults)) if policy.faults.classify else None
+    if node.domain_repair is not None:  # the domain's ladder acts for every tray: this signal opens nothing
+        return Decision(DecisionKind.DOMAIN, node.domain_repair)
+    cause = classify(event.source, event.state, event.reason, tbl=table(policy.faults),
+                     domain_size=node.domain_size) if policy.faults.classify else None
+    if cause is not None and cause.scope is FaultScope.DOMAIN:  # not the tray's: it counts against no tray
+        return Decision(DecisionKind.DOMAIN, f"a fault of its NVLink domain: {cause.evidence}", cause=cause)
     if cause is not None and cause.app_level and event.source is not Source.MANUAL:
         seen, limit = node.app_xids + 1, policy.faults.app_xid_repeat_count
         within = _human(timedelta(seconds=policy.faults.app_xid_repeat_window_s))

@@ -79,6 +79,12 @@ class AuditAction(StrEnum):
     INCIDENT_JOINED = "incident_joined"
     INCIDENT_RECOVERED = "incident_recovered"
     INCIDENT_RESOLVED = "incident_resolved"
+    # A domain repair (remediation.domain_repair): one ladder for a whole NVLink domain
+    DOMAIN_REPAIR_OPENED = "domain_repair_opened"
+    DOMAIN_REPAIR_JOINED = "domain_repair_joined"
+    DOMAIN_REPAIR_RETURNED = "domain_repair_returned"
+    DOMAIN_REPAIR_QUARANTINED = "domain_repair_quarantined"
+    DOMAIN_REPAIR_CANCELLED = "domain_repair_cancelled"
     # A GPU check a human asked for: ``validate`` or ``release --validate``, started and ended
     VALIDATE_STARTED = "validate_started"
     VALIDATE_PASSED = "validate_passed"

@@ -34,6 +34,7 @@ from remediation.domain.statemachine import OPEN_STATUSES, Step
 from remediation.domain.states import INCIDENT_CLOSES, AuditAction, IncidentStatus
 from remediation.domain.step_bodies import Adapters
 from remediation.domain.topology import Correlated, Rule, correlate, domain_key, likely_cause
+from remediation.domain_repair.service import running_by_tray
 from remediation.hostlist import compress
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import RemediationError
@@ -220,6 +221,9 @@ def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime
     open incident, or (first machine action only) an incident of its domain may still form."""
     if step not in HELD_STEPS:
         return None
+    if (repair := running_by_tray(session).get(rem.node)) is not None:
+        return IncidentHold(f"held by domain repair #{repair[0]} ({repair[1]}): its domain's ladder acts for every "
+                            "tray; this remediation re-checks its own signal when the repair ends", True)
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
         if inc is not None and inc.status == IncidentStatus.OPEN:

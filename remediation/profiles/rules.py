@@ -98,7 +98,7 @@ class Governance:
 
 def govern(decision: Decision, policy: EffectivePolicy) -> Decision:
     """A profile in mode ``off`` opens nothing: the fault is recorded, and the node left to humans."""
-    if policy.mode == Mode.OFF and decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE):
+    if policy.mode == Mode.OFF and decision.kind in (DecisionKind.OPEN, DecisionKind.QUARANTINE, DecisionKind.DOMAIN):
         return Decision(
             DecisionKind.RECORD, f"profile {policy.profile} is off: {decision.reason}", cause=decision.cause
         )

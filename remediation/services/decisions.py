@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +33,7 @@ from remediation.domain.policy import (
     slurm_bad_states,
 )
 from remediation.domain.statemachine import NodeStatus, Step
+from remediation.domain_repair.service import Routes
 from remediation.incidents.service import correlate_opened
 from remediation.profiles.rules import Governance, Resolution, govern
 from remediation.profiles.service import governed, histories
@@ -54,13 +55,16 @@ class Batch:
     history: dict[str, list[Failure]]
     windows: dict[str, Window]
     healthy: dict[str, dict[Condition, datetime]]
+    routes: Routes
+    dry_run: bool = False
     counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     updates: list[dict[str, Any]] = field(default_factory=list)
     by_policy: dict[tuple[str | None, bool], tuple[EffectivePolicy, set[str]]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, session: Session, fresh: list[NodeEvent], unique: dict[str, NodeEvent],
-             *, policy: PolicySettings, governance: Governance, now: datetime) -> Batch:
+             *, policy: PolicySettings, governance: Governance, now: datetime, actor: str = "remediation",
+             dry_run: bool = False) -> Batch:
         names = {ev.node for ev in fresh}
         nodes = {
             name: LockedNode(name, status, reason, updated, last)
@@ -73,7 +77,7 @@ class Batch:
         past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
         return cls(nodes, open_remediations_for(session, names), gov, past.failures, past.app_xids,
                    past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(),
-                       policy=policy))
+                       policy=policy), Routes.load(session, names, actor=actor), dry_run)
 
     def decide_round(self, todo: list[NodeEvent], new_keys: dict[str, int], now: datetime
                      ) -> tuple[list[NodeEvent], dict[str, tuple[NodeEvent, Decision]]]:
@@ -87,8 +91,14 @@ class Batch:
             node = self.nodes[ev.node]
             view = NodeView(NodeStatus(node.status), self.open_by_node.get(ev.node), self.failures.get(ev.node, 0),
                             self.windows.get(ev.node), self.healthy.get(ev.node, {}), self.app_xids.get(ev.node, 0),
-                            self.history.get(ev.node, ()))
-            decision = govern(decide(ev, view, self.gov[ev.node][1].policy), self.gov[ev.node][1])
+                            self.history.get(ev.node, ()), self.routes.size(ev.node),
+                            self.routes.under_repair(ev.node))
+            eff = self.gov[ev.node][1]
+            decision = govern(decide(ev, view, eff.policy), eff)
+            if decision.kind is DecisionKind.DOMAIN:
+                decision = replace(decision, reason=self.routes.route(
+                    ev, decision.cause, now=now, dry_run=self.dry_run or eff.mode == Mode.SHADOW))
+                self._repairing(ev.node, now)
             node.last_event_at = ev.observed_at
             if decision.kind is DecisionKind.APP_XID:
                 self.app_xids[ev.node] = self.app_xids.get(ev.node, 0) + 1
@@ -132,6 +142,13 @@ class Batch:
         # A quarantine decided on this failure too: an incident may take it back.
         self.by_policy.setdefault((eff.profile, dry), (eff, set()))[1].add(name)
         return (Step.QUARANTINE if decision.kind is DecisionKind.QUARANTINE else Step.SLURM_DRAIN).value
+
+    def _repairing(self, node: str, now: datetime) -> None:
+        """The batch's trays of ``node``'s domain under repair are remediating (written back at the end)."""
+        for tray in self.routes.trays_of(node):
+            if (locked := self.nodes.get(tray)) is not None and locked.status != NodeStatus.QUARANTINED:
+                locked.status, locked.status_reason, locked.updated_at = (
+                    NodeStatus.REMEDIATING, self.routes.under_repair(tray) or "", now)
 
     def write_back(self, session: Session, now: datetime) -> None:
         """The decisions, the nodes, and each profile's incident rule (K, F) on the nodes it opened."""

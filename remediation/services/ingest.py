@@ -55,6 +55,7 @@ class IngestResult:
     duplicates: int = 0
     rejected: int = 0
     opened: list[tuple[int, str]] = field(default_factory=list)  # (remediation id, first step)
+    repairs: list[int] = field(default_factory=list)  # the domain repairs the batch opened
     decisions: dict[str, int] = field(default_factory=dict)
 
 
@@ -142,7 +143,8 @@ def record(
     if not fresh:
         return result
     governance = rules.governance or Governance(base_only(policy, rules.incidents))
-    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now)
+    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now,
+                       dry_run=rules.dry_run)
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation
@@ -154,6 +156,7 @@ def record(
                                             dry_run=rules.dry_run)
     batch.write_back(session, now)
     result.decisions = dict(batch.counts)
+    result.repairs = list(batch.routes.opened)
     return result
 
 
@@ -287,6 +290,7 @@ def ingest_batch(
         total.duplicates += one.duplicates
         total.rejected += one.rejected
         total.opened += one.opened
+        total.repairs += one.repairs
         for k, v in one.decisions.items():
             total.decisions[k] = total.decisions.get(k, 0) + v
     return total

@@ -1,0 +1,392 @@
+"""Domain repairs in the database: which NVLink domain a tray is in, opening or joining its repair at
+the ingest, and the engine that walks a repair through its ladder in three phases (claim, act, record),
+as the workflow does for one node.
+
+Why: docs/policy.md#the-domain-ladder-one-repair-per-nvlink-domain
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import uuid
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import aware
+from remediation.db.models import DomainRepair, DomainRepairStep, Node, NodeDomain, Remediation
+from remediation.db.queries import cluster_view, fleet_latched
+from remediation.domain.causes import Cause
+from remediation.domain.events import NodeEvent, Source
+from remediation.domain.nvlink import CLIQUE_LABEL
+from remediation.domain.outcomes import Adapters
+from remediation.domain.policy import Clock
+from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
+from remediation.domain.states import AuditAction, StepStatus
+from remediation.domain.topology import BLOCK
+from remediation.domain_repair import steps as bodies
+from remediation.domain_repair.rules import (
+    MACHINE_STEPS,
+    DomainRepairStatus,
+    DomainStep,
+    admit_domain,
+    after,
+    joins,
+    ladder,
+)
+from remediation.ports.errors import RemediationError, Scope, TransientError
+from remediation.services.audit import audit, would
+from remediation.services.holds import PagedError, pause
+from remediation.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_SOURCES = ((Source.SLURM.value, BLOCK), (Source.KUBERNETES.value, CLIQUE_LABEL))  # Slurm's word first
+LEASE = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class NvlinkDomain:
+    """A tray's NVLink domain as the service acts on it: Slurm's block where Slurm names one (Slurm
+    actions follow the block), else the Node's clique label; every tray in it, sorted."""
+
+    kind: str
+    name: str
+    trays: tuple[str, ...]
+
+
+def domains_of(s: Session, nodes: Collection[str]) -> dict[str, NvlinkDomain]:
+    """Each of ``nodes``' NVLink domain (a node in none is left out)."""
+    rows = s.execute(select(NodeDomain.node, NodeDomain.source, NodeDomain.kind, NodeDomain.name).where(
+        NodeDomain.node.in_(list(nodes)),
+        or_(*((NodeDomain.source == src) & (NodeDomain.kind == kind) for src, kind in _SOURCES))))
+    named: dict[str, dict[tuple[str, str], str]] = {}
+    for node, source, kind, name in rows:
+        named.setdefault(node, {})[(source, kind)] = name
+    out: dict[str, NvlinkDomain] = {}
+    members: dict[tuple[str, str, str], tuple[str, ...]] = {}
+    for node, mine in named.items():
+        source, kind = next(key for key in _SOURCES if key in mine)
+        key = (source, kind, mine[(source, kind)])
+        if key not in members:
+            members[key] = tuple(sorted(s.scalars(select(NodeDomain.node).where(
+                NodeDomain.source == source, NodeDomain.kind == kind, NodeDomain.name == key[2]))))
+        out[node] = NvlinkDomain(kind, key[2], members[key])
+    return out
+
+
+def running_by_tray(s: Session) -> dict[str, tuple[int, str]]:
+    """Every tray of a running domain repair: (its repair, "kind name")."""
+    out: dict[str, tuple[int, str]] = {}
+    for rid, kind, name, trays in s.execute(select(DomainRepair.id, DomainRepair.kind, DomainRepair.name,
+                                                   DomainRepair.trays).where(
+            DomainRepair.status == DomainRepairStatus.RUNNING)):
+        for tray in trays:
+            out[tray] = (rid, f"{kind} {name}")
+    return out
+
+
+def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, cause: Cause, *, actor: str, now: datetime,
+                 dry_run: bool) -> tuple[int, bool]:
+    """The running repair of ``domain``, opened by ``ev`` (True) or joined by it (False). The partial
+    unique index (one running per domain) settles a race with another ingest."""
+    found = s.scalar(select(DomainRepair).where(DomainRepair.status == DomainRepairStatus.RUNNING,
+                                                DomainRepair.kind == domain.kind, DomainRepair.name == domain.name))
+    if found is None:
+        rep = DomainRepair(kind=domain.kind, name=domain.name, trays=list(domain.trays), size=len(domain.trays),
+                           reporters=[ev.node], cause=_text(ev), fault_class=cause.fault_class,
+                           fault_evidence=cause.evidence, status=DomainRepairStatus.RUNNING, step=DomainStep.DRAIN,
+                           rung=0, rungs=[], ours=[], opened_at=now, updated_at=now, next_run_at=now,
+                           dry_run=dry_run)
+        try:
+            with s.begin_nested():
+                s.add(rep)
+                s.flush()
+        except Exception:  # noqa: BLE001 - the unique index: another ingest opened it first
+            found = s.scalar(select(DomainRepair).where(
+                DomainRepair.status == DomainRepairStatus.RUNNING, DomainRepair.kind == domain.kind,
+                DomainRepair.name == domain.name))
+            if found is None:
+                raise
+        else:
+            reason = (f"NVLink domain {domain.kind} {domain.name} ({len(domain.trays)} trays): {cause.evidence}; "
+                      f"one repair for the domain, none per tray")
+            audit(s, now, actor, action=AuditAction.DOMAIN_REPAIR_OPENED, target=f"{domain.kind}/{domain.name}",
+                  reason=would(reason) if dry_run else reason,
+                  detail={"domain_repair": rep.id, "trays": list(domain.trays), "node": ev.node,
+                          "fault_class": cause.fault_class}, dry_run=dry_run)
+            _mark(s, domain.trays, NodeStatus.REMEDIATING, f"domain repair #{rep.id}", now)
+            return rep.id, True
+    join(s, found, ev.node, now=now, actor=actor)
+    return found.id, False
+
+
+def join(s: Session, rep: DomainRepair, node: str, *, now: datetime, actor: str) -> None:
+    """A tray's signal joins its domain's running repair: it opens nothing, and is named among the
+    repair's reporters once."""
+    if node not in rep.reporters:
+        rep.reporters = [*rep.reporters, node]
+        rep.updated_at = now
+        audit(s, now, actor, action=AuditAction.DOMAIN_REPAIR_JOINED, target=node,
+              reason=joins(rep.kind, rep.name, rep.id), detail={"domain_repair": rep.id}, dry_run=rep.dry_run)
+
+
+def _text(ev: NodeEvent) -> str:
+    return f"{ev.source} {ev.state}: {ev.reason}" if ev.reason else f"{ev.source} {ev.state}"
+
+
+def _mark(s: Session, trays: Collection[str], status: NodeStatus, reason: str, now: datetime) -> None:
+    s.execute(update(Node).where(Node.name.in_(list(trays))).values(status=status, status_reason=reason,
+                                                                     updated_at=now))
+
+
+# -------------------------------------------------------------------------------------- the engine
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What the act phase needs of a claimed repair: a snapshot, never the row."""
+
+    repair: bodies.Repair
+    step: DomainStep
+    row_id: int
+    detail: dict[str, Any]
+
+
+class DomainRepairs:
+    """Walks running domain repairs through their ladder, one look at a time: :meth:`advance` claims a
+    repair (lease, step row written before anything acts), acts through the adapters, records what
+    happened; :meth:`due` lists the repairs nobody is working on (the sweeper's)."""
+
+    def __init__(self, sessions: sessionmaker[Session], adapters: Adapters, settings: Settings, *,
+                 clock: Clock, worker: str = "worker") -> None:
+        self.sessions = sessions
+        self.adapters = adapters
+        self.settings = settings
+        self.clock = clock
+        self.worker = worker
+
+    @property
+    def poll_s(self) -> float:
+        return self.settings.validation.poll_interval_s
+
+    def advance(self, repair_id: int) -> float | None:
+        """One look at repair ``repair_id``: seconds until the next one, or None when it is closed (or
+        not found, or another worker holds it)."""
+        token = f"{self.worker}:{uuid.uuid4().hex[:12]}"
+        claimed = self._claim(repair_id, token)
+        if not isinstance(claimed, Claimed):
+            return claimed
+        try:
+            result = bodies.STEPS[claimed.step](claimed.repair, claimed.detail, self.adapters, self.settings)
+        except TransientError as exc:
+            log.warning("domain repair %s: %s: %s; looking again", repair_id, claimed.step, exc.message)
+            result = bodies.Result(done=False, detail={**claimed.detail, "error": exc.message})
+        except RemediationError as exc:
+            if exc.scope is not Scope.SYSTEM:
+                raise
+            with self.sessions() as s, s.begin():
+                pause(s, self.clock.now(), PagedError.of(exc), node=claimed.repair.trays[0], rid=None)
+            result = bodies.Result(done=False, detail={**claimed.detail, "error": f"{exc.kind}: {exc.message}"})
+        return self._record(claimed, token, result)
+
+    def due(self) -> list[int]:
+        """Running repairs whose next look is overdue and that no live lease holds (a dead worker, a
+        lost message): the sweeper sends each again."""
+        now = self.clock.now()
+        grace = timedelta(seconds=self.settings.workflow.sweep_interval_s)
+        with self.sessions() as s, s.begin():
+            rows = s.scalars(select(DomainRepair).where(
+                DomainRepair.status == DomainRepairStatus.RUNNING, DomainRepair.next_run_at < now - grace,
+                or_(DomainRepair.lease_until.is_(None), DomainRepair.lease_until < now),
+            ).with_for_update(skip_locked=True)).all()
+            for rep in rows:
+                rep.lease_owner = rep.lease_until = None
+                rep.next_run_at = now + grace
+            return [rep.id for rep in rows]
+
+    # ------------------------------------------------------------------------------- phases
+
+    def _claim(self, repair_id: int, token: str) -> Claimed | float | None:
+        now = self.clock.now()
+        with self.sessions() as s, s.begin():
+            rep = s.scalar(select(DomainRepair).where(DomainRepair.id == repair_id).with_for_update(skip_locked=True))
+            if rep is None or rep.status is not DomainRepairStatus.RUNNING:
+                return None
+            if rep.lease_until is not None and aware(rep.lease_until) > now:
+                return None  # another worker is on it; it sends the next look itself
+            row = _live_row(s, rep)
+            if row is None:
+                if (refused := self._refused(s, rep, now)) is not None:
+                    rep.next_run_at, rep.wait_reason = now + timedelta(seconds=self.poll_s), refused
+                    return self.poll_s
+                row = _new_row(s, rep, now)
+            elif self._paused(s, now):
+                return self.poll_s  # a pause stops every clock: a running step is not looked at either
+            rep.lease_owner, rep.lease_until = token, now + LEASE
+            snap = bodies.Repair(rep.id, rep.kind, rep.name, tuple(rep.trays), rep.fault_class,
+                                 tuple(rep.ours), rep.rung, tuple(rep.rungs), rep.dry_run, row.idempotency_key,
+                                 rep.cause, tuple(rep.reporters))
+            return Claimed(snap, rep.step, row.id, dict(row.detail or {}))
+
+    def _paused(self, s: Session, now: datetime) -> bool:
+        view = fleet_latched(s, cluster_view(s, now, self.settings.policy.breaker_window, exclude=None))
+        return view.paused
+
+    def _refused(self, s: Session, rep: DomainRepair, now: datetime) -> str | None:
+        """Why the repair's next step may not start now (None: it may)."""
+        policy = self.settings.policy
+        view = fleet_latched(s, cluster_view(s, now, policy.breaker_window, exclude=None))
+        if rep.step in MACHINE_STEPS:
+            admitted = admit_domain(view, policy, trays=rep.size, now=now)
+            return None if admitted.ok else admitted.reason
+        if view.paused:
+            return f"automation is paused: {view.pause_reason}" if view.pause_reason else "automation is paused"
+        return None
+
+    def _record(self, claimed: Claimed, token: str, result: bodies.Result) -> float | None:
+        now = self.clock.now()
+        with self.sessions() as s, s.begin():
+            rep = s.get(DomainRepair, claimed.repair.id, with_for_update=True)
+            row = s.get(DomainRepairStep, claimed.row_id)
+            if rep is None or row is None or rep.lease_owner != token:
+                return None  # the lease was taken from us: the other worker's record stands
+            rep.lease_owner = rep.lease_until = None
+            rep.updated_at = now
+            row.detail = result.detail
+            if result.ours is not None:
+                rep.ours = list(result.ours)
+            if not result.done:
+                row.status, rep.wait_reason = StepStatus.WAITING, result.outcome or None
+                wait = result.wait_s if result.wait_s is not None else self.poll_s
+                rep.next_run_at = now + timedelta(seconds=wait)
+                return wait
+            row.status = StepStatus.DONE if result.ok else StepStatus.FAILED
+            row.finished_at, row.outcome, rep.wait_reason = now, result.outcome, None
+            self._move(s, rep, result, now=now)
+            if rep.status is not DomainRepairStatus.RUNNING:
+                return None
+            rep.next_run_at = now
+            return 0.0
+
+    def _move(self, s: Session, rep: DomainRepair, result: bodies.Result, *, now: datetime) -> None:
+        step = rep.step
+        if step is DomainStep.JOBS:
+            rep.rungs = list(ladder(runs_jobs=self.adapters.validator is not None,
+                                    chassis=bodies.has_chassis(self.adapters, rep.name)))
+        rungs = tuple(DomainStep(r) for r in rep.rungs) or (DomainStep.QUARANTINE,)
+        nxt = after(step, ok=result.ok, rung=rep.rung, rungs=rungs)
+        if step is DomainStep.DOMAIN_CHECK and not result.ok:
+            log.warning("domain repair %s: the domain check failed (%s); next: %s", rep.id, result.outcome, nxt.step)
+        rep.step, rep.rung = nxt.step, nxt.rung
+        if step is DomainStep.RETURN:
+            self._close(s, rep, DomainRepairStatus.RETURNED, result.outcome, now=now)
+        elif step is DomainStep.QUARANTINE:
+            self._close(s, rep, DomainRepairStatus.QUARANTINED, result.outcome, now=now, detail=result.page)
+
+    def _close(self, s: Session, rep: DomainRepair, status: DomainRepairStatus, reason: str, *, now: datetime,
+               detail: dict[str, Any] | None = None) -> None:
+        rep.status, rep.closed_at, rep.close_reason = status, now, reason
+        rep.step = DomainStep.DONE
+        if status is DomainRepairStatus.RETURNED:
+            _mark(s, rep.ours, NodeStatus.HEALTHY, f"domain repair #{rep.id} proved the domain", now)
+            action = AuditAction.DOMAIN_REPAIR_RETURNED
+        else:
+            _mark(s, rep.trays, NodeStatus.QUARANTINED, f"domain repair #{rep.id}: {reason}", now)
+            action = AuditAction.DOMAIN_REPAIR_QUARANTINED
+        released = _release(s, rep, now)
+        audit(s, now, self.settings.actor, action=action, target=f"{rep.kind}/{rep.name}",
+              reason=would(reason) if rep.dry_run else reason,
+              detail={"domain_repair": rep.id, "trays": list(rep.trays), "released": released, **(detail or {})},
+              dry_run=rep.dry_run)
+
+
+def _release(s: Session, rep: DomainRepair, now: datetime) -> list[int]:
+    """A tray's own remediation the repair held re-checks its own signal before its next disruptive step
+    (the sweeper resumes it): healthy again, it is given back; still bad, it goes on alone."""
+    out = []
+    for rem in s.scalars(select(Remediation).where(Remediation.node.in_(list(rep.trays)),
+                                                   Remediation.status.in_(OPEN_STATUSES)).with_for_update()):
+        rem.ctx = replace(rem.ctx, reconfirm=True)
+        rem.next_run_at, rem.wait_reason, rem.updated_at = now, None, now
+        out.append(rem.id)
+    return out
+
+
+def _live_row(s: Session, rep: DomainRepair) -> DomainRepairStep | None:
+    return s.scalar(select(DomainRepairStep).where(
+        DomainRepairStep.repair_id == rep.id, DomainRepairStep.step == rep.step,
+        DomainRepairStep.status.in_([StepStatus.STARTED, StepStatus.WAITING])).order_by(DomainRepairStep.id.desc()))
+
+
+def _new_row(s: Session, rep: DomainRepair, now: datetime) -> DomainRepairStep:
+    """The step's row, written (and committed with the lease) before the step acts: its key names
+    whatever it starts (a job, a reset), so a worker killed after acting finds it and starts nothing twice."""
+    attempt = 1 + len(s.scalars(select(DomainRepairStep.id).where(
+        DomainRepairStep.repair_id == rep.id, DomainRepairStep.step == rep.step)).all())
+    row = DomainRepairStep(repair_id=rep.id, step=rep.step, attempt=attempt,
+                           idempotency_key=f"dr{rep.id}-{rep.step.value}-{attempt}", status=StepStatus.STARTED,
+                           started_at=now, detail={"nonce": secrets.token_hex(4), "rung": rep.rung},
+                           dry_run=rep.dry_run)
+    s.add(row)
+    s.flush()
+    return row
+
+
+
+# ------------------------------------------------------------------------------------- the ingest
+
+
+@dataclass
+class Routes:
+    """What a batch's deciding needs of domain repairs: each node's NVLink domain and the running
+    repairs, read once; :meth:`route` opens or joins a repair for a ``domain`` decision."""
+
+    session: Session
+    domains: dict[str, NvlinkDomain]
+    running: dict[str, tuple[int, str]]
+    actor: str
+    opened: list[int]
+
+    @classmethod
+    def load(cls, s: Session, names: Collection[str], *, actor: str) -> Routes:
+        return cls(s, domains_of(s, names), running_by_tray(s), actor, [])
+
+    def size(self, node: str) -> int:
+        """The trays of ``node``'s NVLink domain (1: it is in none)."""
+        found = self.domains.get(node)
+        return len(found.trays) if found is not None else 1
+
+    def trays_of(self, node: str) -> tuple[str, ...]:
+        found = self.domains.get(node)
+        return found.trays if found is not None else (node,)
+
+    def under_repair(self, node: str) -> str | None:
+        """Why ``node``'s signal joins a running repair of its domain (None: none runs)."""
+        if (found := self.running.get(node)) is None:
+            return None
+        kind, _, name = found[1].partition(" ")
+        return joins(kind, name, found[0])
+
+    def route(self, ev: NodeEvent, cause: Cause | None, *, now: datetime, dry_run: bool) -> str:
+        """Open the repair of ``ev``'s domain, or join the one running; returns the event's decision reason."""
+        if (found := self.running.get(ev.node)) is not None:
+            rep = self.session.get(DomainRepair, found[0])
+            if rep is not None:
+                join(self.session, rep, ev.node, now=now, actor=self.actor)
+            return self.under_repair(ev.node) or ""
+        domain = self.domains[ev.node]
+        assert cause is not None, "a domain fault has a cause"
+        rid, opened = open_or_join(self.session, domain, ev, cause, actor=self.actor, now=now, dry_run=dry_run)
+        for tray in domain.trays:
+            self.running[tray] = (rid, f"{domain.kind} {domain.name}")
+        if opened:
+            self.opened.append(rid)
+            return (f"opened domain repair #{rid} ({domain.kind} {domain.name}, {len(domain.trays)} trays): "
+                    f"{cause.evidence}")
+        return self.under_repair(ev.node) or ""

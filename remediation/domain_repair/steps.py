@@ -1,0 +1,242 @@
+"""The domain ladder's steps, each one look: drain every tray, wait for their jobs, restart the fabric
+software on every tray, check the whole domain with one job, power-cycle the rack, quarantine or
+return. A step that started something keeps what it started in its row's detail and finds it again.
+
+Why: docs/policy.md#the-domain-ladder-one-repair-per-nvlink-domain
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from remediation.domain.jobsafety import jobs_holding
+from remediation.domain.outcomes import Adapters, StepSettings
+from remediation.domain.ownership import resume_if_ours
+from remediation.domain.slurm_states import SlurmState
+from remediation.domain.step_bodies import human_hold
+from remediation.domain_repair.rules import DomainStep, drain_reason, quarantine_reason
+from remediation.hostlist import compress
+from remediation.ports.errors import NotFound, UnknownNode
+from remediation.settings import Settings
+from remediation.validation.port import ValidationCheck, ValidationResult
+
+_HELD = frozenset({SlurmState.DRAIN, SlurmState.FAIL})
+
+
+@dataclass(frozen=True)
+class Repair:
+    """A snapshot of a claimed repair (the act phase never holds the row)."""
+
+    id: int
+    kind: str
+    name: str
+    trays: tuple[str, ...]
+    fault_class: str
+    ours: tuple[str, ...]
+    rung: int
+    rungs: tuple[str, ...]
+    dry_run: bool
+    key: str  # the step row's idempotency key: what it starts is named after it
+    cause: str
+    reporters: tuple[str, ...]
+
+    @property
+    def domain(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True)
+class Result:
+    """One look's outcome: ``done`` (with ``ok``: it did what it was for) or not yet (look again after
+    ``wait_s``). ``detail`` replaces the row's; ``ours`` the trays whose drain is ours; ``page`` what a
+    quarantine's page names (the RMA note)."""
+
+    done: bool
+    ok: bool = True
+    detail: dict[str, Any] = field(default_factory=dict)
+    outcome: str = ""
+    wait_s: float | None = None
+    ours: tuple[str, ...] | None = None
+    page: dict[str, Any] | None = None
+
+
+Body = Callable[[Repair, dict[str, Any], Adapters, Settings], Result]
+
+
+def has_chassis(ad: Adapters, domain: str) -> bool:
+    """The rack's chassis is in the inventory (``redfish.chassis``): the power cycle is a rung."""
+    rack = getattr(ad, "rack", None)
+    return rack is not None and rack.knows(domain)
+
+
+# ------------------------------------------------------------------------------------- the steps
+
+
+def drain(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Drain every tray with our reason and cordon its Node. A tray whose signal is the domain's fault
+    is taken over as the node ladder takes over its node; any other tray a human drained is left theirs
+    (never resumed by us), and so is a maintenance drain (``policy.ignore_reasons``)."""
+    prefix = cfg.policy.our_reason_prefix
+    reason = drain_reason(prefix, rep.id, rep.kind, rep.name)
+    ours, theirs = [], []
+    for tray in rep.trays:
+        node = ad.slurm.get_node(tray)
+        held = bool(node.flags & _HELD) or node.state == SlurmState.DOWN
+        if human_hold(node, StepSettings.of(cfg)) or (held and not node.reason_is_ours(prefix)
+                                                      and tray not in rep.reporters):
+            theirs.append(tray)
+            continue
+        if node.reason != reason or SlurmState.DRAIN not in node.flags:
+            ad.slurm.drain(tray, reason)
+        ours.append(tray)
+        _cordon(ad, tray, reason)
+    said = f"drained {compress(ours)}" if ours else "no tray to drain"
+    if theirs:
+        said += f"; left {compress(theirs)} as someone else drained them"
+    return Result(True, detail={**detail, "ours": ours, "theirs": theirs}, outcome=said, ours=tuple(ours))
+
+
+def _cordon(ad: Adapters, tray: str, reason: str) -> None:
+    if ad.kube is None:
+        return
+    try:
+        ad.kube.cordon(ad.kube.node_for(tray), reason[:250])
+    except (UnknownNode, NotFound):
+        pass  # a tray with no Node (bare metal beside a Kubernetes site): Slurm's drain holds it
+
+
+def jobs(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Wait until no job holds any tray. Past ``workflow.drain_timeout_s`` it keeps waiting and says
+    so: a domain action never runs under a job."""
+    busy = {}
+    for tray in rep.trays:
+        held, why = jobs_holding(ad, ad.slurm.get_node(tray))
+        if why is not None:
+            busy[tray] = why
+    if not busy:
+        return Result(True, detail=detail, outcome="no job on any tray")
+    return Result(False, detail={**detail, "busy": busy},
+                  outcome=f"waiting for the jobs on {compress(sorted(busy))}")
+
+
+def fabric_restart(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Restart the fabric software (IMEX, the fabric manager) on every tray: one job per tray through
+    the validation backend, all at once. Ok when every job exits 0."""
+    val = cfg.validation
+    checks = [ValidationCheck(node=tray, name=_name(rep, "fab", detail, i), command=tuple(val.fabric_restart),
+                              timeout_s=val.fabric_restart_timeout_s, cause_class=rep.fault_class,
+                              purpose="restart fabric", nonce=str(detail["nonce"]))
+              for i, tray in enumerate(rep.trays)]
+    return _run(checks, detail, ad, what="fabric restart")
+
+
+def domain_check(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """One check job over every tray of the domain (``validation.domain_checks``): the proof that the
+    trays can still talk to each other over NVLink. Ok on exit 0."""
+    val = cfg.validation
+    check = ValidationCheck(node=rep.trays[0], nodes=rep.trays, name=_name(rep, "dom", detail, 0),
+                            command=tuple(val.domain_check_for(rep.fault_class)),
+                            timeout_s=val.domain_check_timeout_s, cause_class=rep.fault_class,
+                            purpose="domain check", nonce=str(detail["nonce"]))
+    return _run([check], detail, ad, what="domain check")
+
+
+def chassis_reset(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Power-cycle the rack through its chassis (``redfish.chassis``), once: the reset is keyed by the
+    row; then wait until the BMC shows the chassis on again after the cycle."""
+    rack = getattr(ad, "rack", None)
+    if rack is None or not rack.knows(rep.name):
+        return Result(True, ok=False, detail=detail, outcome=f"no chassis for {rep.domain} in redfish.chassis")
+    if "reset" not in detail:
+        sent = rack.reset(rep.name, rep.key)
+        return Result(False, detail={**detail, "reset": sent}, outcome="chassis reset sent", wait_s=0.0)
+    seen = rack.settled(rep.name, detail["reset"])
+    if seen is None:
+        return Result(False, detail=detail, outcome="waiting for the chassis to come back")
+    ok, said = seen
+    return Result(True, ok=ok, detail={**detail, "settled": said}, outcome=said)
+
+
+def quarantine(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Hold the whole domain for a human and an RMA: every tray we drained keeps a quarantine reason;
+    one page names the domain, its trays and what was tried."""
+    prefix = cfg.policy.our_reason_prefix
+    reason = quarantine_reason(prefix, rep.id, rep.kind, rep.name, rep.fault_class)
+    for tray in rep.ours:
+        ad.slurm.drain(tray, reason)
+    tried = ", ".join(rep.rungs[: rep.rung]) or "nothing could prove the domain here"
+    note = (f"RMA: NVLink domain {rep.domain}, trays {compress(list(rep.trays))}; {rep.fault_class} "
+            f"({rep.cause}); tried: {tried}")
+    return Result(True, detail=detail, outcome=f"quarantined {rep.domain}: {note}",
+                  page={"rma": note, "tried": list(rep.rungs[: rep.rung])})
+
+
+def give_back(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+    """Return every tray whose drain is ours (while its reason is still ours) and uncordon it; a drain
+    someone placed meanwhile is left theirs."""
+    prefix = cfg.policy.our_reason_prefix
+    said = []
+    for tray in rep.ours:
+        said.append(f"{tray}: {resume_if_ours(ad.slurm, tray, prefix)}")
+        if ad.kube is not None:
+            try:
+                ad.kube.uncordon(ad.kube.node_for(tray))
+            except (UnknownNode, NotFound):
+                pass
+    return Result(True, detail={**detail, "returned": said},
+                  outcome=f"the domain check passed: {len(rep.ours)} trays returned")
+
+
+# ---------------------------------------------------------------------------------- the jobs
+
+
+def _name(rep: Repair, what: str, detail: dict[str, Any], index: int) -> str:
+    return f"nr-{what}-d{rep.id}-{rep.key.rsplit('-', 1)[-1]}-{index}-{detail['nonce']}"
+
+
+def _run(checks: list[ValidationCheck], detail: dict[str, Any], ad: Adapters, *, what: str) -> Result:
+    """Start each check not yet started (its reference is kept before anyone waits on it), look at each
+    running one, and when all are done finish them (the trays drained again): ok when all passed."""
+    val = ad.validator
+    if val is None:
+        return Result(True, ok=False, detail=detail, outcome=f"no validation backend: no {what} can run")
+    refs: dict[str, Any] = dict(detail.get("refs", {}))
+    ended: dict[str, Any] = dict(detail.get("ended", {}))
+    for check in checks:
+        if check.name not in refs:
+            refs[check.name] = val.start(check)
+            return Result(False, detail={**detail, "refs": refs, "ended": ended}, wait_s=0.0,
+                          outcome=f"{what} started on {check.node}")
+    for check in checks:
+        if check.name in ended:
+            continue
+        seen = val.poll(refs[check.name])
+        if seen.done:
+            ended[check.name] = _verdict(seen)
+    if len(ended) < len(checks):
+        return Result(False, detail={**detail, "refs": refs, "ended": ended},
+                      outcome=f"{what}: {len(ended)}/{len(checks)} done")
+    for check in checks:
+        val.finish(refs[check.name])
+    failed = {n: v for n, v in ended.items() if not v["passed"]}
+    said = f"{what} passed ({len(checks)} jobs)" if not failed else (
+        f"{what} failed: " + "; ".join(f"{n} {v['state']} exit {v['exit_code']}" for n, v in sorted(failed.items())))
+    return Result(True, ok=not failed, detail={**detail, "refs": refs, "ended": ended}, outcome=said)
+
+
+def _verdict(seen: ValidationResult) -> dict[str, Any]:
+    return {"passed": seen.passed, "exit_code": seen.exit_code, "state": seen.state,
+            "timed_out": seen.timed_out, "output": seen.output[-512:]}
+
+
+STEPS: dict[DomainStep, Body] = {
+    DomainStep.DRAIN: drain,
+    DomainStep.JOBS: jobs,
+    DomainStep.FABRIC_RESTART: fabric_restart,
+    DomainStep.DOMAIN_CHECK: domain_check,
+    DomainStep.CHASSIS_RESET: chassis_reset,
+    DomainStep.QUARANTINE: quarantine,
+    DomainStep.RETURN: give_back,
+}

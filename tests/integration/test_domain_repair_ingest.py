@@ -1,0 +1,85 @@
+"""A domain fault at the real ingest, on real Postgres: one repair per NVLink domain, none per tray.
+
+Two blocks of four trays (Slurm's topology/block, as the watcher publishes it). An SXID on two trays of
+b1 opens one domain repair and no remediation; a tray's own XID in b2 stays a node fault; a tray fault
+while b1's repair runs joins it and opens nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from remediation.clock import FakeClock
+from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation
+from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.statemachine import NodeStatus
+from remediation.domain.states import AuditAction
+from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
+from remediation.services.ingest import ingest
+from remediation.settings import Settings
+from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
+
+BLOCKS = {f"gpu-node-{i}": "b1" if i < 4 else "b2" for i in range(8)}
+
+
+def _event(node: str, reason: str, at: datetime, state: str = "DRAIN") -> str:
+    return NodeEvent(source=Source.SLURM, node=node, kind=EventKind.UNHEALTHY, state=state, reason=reason,
+                     observed_at=at).to_json()
+
+
+def _blocks(sessions: sessionmaker[Session], clock: FakeClock) -> None:
+    events = [NodeEvent(source=Source.SLURM, node=n, kind=EventKind.DOMAINS, state="topology",
+                        domains={"block": b}, domain_sizes={"block": 4}, observed_at=clock.now()).to_json()
+              for n, b in BLOCKS.items()]
+    with sessions() as s, s.begin():
+        ingest(s, events, Settings().policy, clock=clock)
+
+
+def test_an_sxid_on_two_trays_opens_one_domain_repair_and_no_remediation(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    clock.advance(1)
+    batch = [_event("gpu-node-1", "SXID 12028 NVSwitch fatal", clock.now()),
+             _event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now()),
+             _event("gpu-node-5", "xid 79 GPU has fallen off the bus", clock.now())]
+    with sessions() as s, s.begin():
+        result = ingest(s, batch, Settings().policy, clock=clock)
+    with sessions() as s:
+        (rep,) = s.scalars(select(DomainRepair)).all()
+        assert (rep.kind, rep.name, rep.trays, rep.size) == ("block", "b1", [f"gpu-node-{i}" for i in range(4)], 4)
+        assert (rep.status, rep.step, rep.fault_class) == (DomainRepairStatus.RUNNING, DomainStep.DRAIN, "nvswitch")
+        assert rep.reporters == ["gpu-node-1", "gpu-node-2"]
+        assert result.repairs == [rep.id]
+        # The tray's own XID in b2 is a node fault: its remediation is the only one.
+        assert s.scalars(select(Remediation.node)).all() == ["gpu-node-5"]
+        decisions = dict(s.execute(select(Event.node, Event.decision).where(Event.kind == EventKind.UNHEALTHY)).all())
+        assert decisions == {"gpu-node-1": "domain", "gpu-node-2": "domain", "gpu-node-5": "open"}
+        statuses = dict(s.execute(select(Node.name, Node.status)).all())
+        assert {statuses[f"gpu-node-{i}"] for i in range(4)} == {NodeStatus.REMEDIATING}
+        opened = s.scalar(select(func.count()).select_from(AuditLog).where(
+            AuditLog.action == AuditAction.DOMAIN_REPAIR_OPENED))
+        assert opened == 1
+    clock.advance(30)
+    with sessions() as s, s.begin():
+        later = ingest(s, [_event("gpu-node-3", "xid 79 GPU has fallen off the bus", clock.now())],
+                       Settings().policy, clock=clock)
+    with sessions() as s:
+        assert later.opened == [] and later.repairs == []
+        assert s.scalar(select(func.count()).select_from(Remediation)) == 1
+        (rep,) = s.scalars(select(DomainRepair)).all()
+        assert rep.reporters == ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
+        reason = s.scalar(select(Event.decision_reason).where(Event.node == "gpu-node-3",
+                                                              Event.kind == EventKind.UNHEALTHY))
+        assert reason == f"joined domain repair #{rep.id} (block b1): the domain's ladder runs for every tray"
+
+
+def test_an_sxid_on_a_tray_in_no_domain_is_its_own_fault(sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    with sessions() as s, s.begin():
+        ingest(s, [_event("gpu-node-9", "SXID 12028 NVSwitch fatal", clock.now())], Settings().policy, clock=clock)
+    with sessions() as s:
+        assert s.scalars(select(DomainRepair)).all() == []
+        assert s.scalars(select(Remediation.fault_class)).all() == ["nvswitch"]
