@@ -111,11 +111,11 @@ def joins(kind: str, name: str, repair: int) -> str:
     return f"joined domain repair #{repair} ({kind} {name}): the domain's ladder runs for every tray"
 
 
-def drain_reason(prefix: str, repair: int, kind: str, name: str) -> str:
+def drain_reason(prefix: str, repair: int, *, kind: str, name: str) -> str:
     """Our Slurm reason on every tray of a domain under repair."""
     return f"{prefix} domain repair #{repair} ({kind} {name})"
 
 
-def quarantine_reason(prefix: str, repair: int, kind: str, name: str, cause: str) -> str:
+def quarantine_reason(prefix: str, repair: int, *, kind: str, name: str, cause: str) -> str:
     """The Slurm reason on every tray of a quarantined domain: hold for a human, and the RMA."""
     return f"{prefix} quarantined: NVLink domain {kind} {name} (repair #{repair}, {cause}); RMA the domain"

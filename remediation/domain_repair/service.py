@@ -11,7 +11,7 @@ import logging
 import secrets
 import uuid
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,14 +21,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import aware
 from remediation.db.models import DomainRepair, DomainRepairStep, Node, NodeDomain, Remediation
 from remediation.db.queries import cluster_view, fleet_latched
-from remediation.domain.causes import Cause
+from remediation.domain.causes import Cause, FaultScope
 from remediation.domain.events import NodeEvent, Source
 from remediation.domain.nvlink import CLIQUE_LABEL
 from remediation.domain.outcomes import Adapters
 from remediation.domain.policy import Clock
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
 from remediation.domain.states import AuditAction, StepStatus
-from remediation.domain.topology import BLOCK
+from remediation.domain.topology import BLOCK, domain_faults
 from remediation.domain_repair import steps as bodies
 from remediation.domain_repair.rules import (
     MACHINE_STEPS,
@@ -39,6 +39,8 @@ from remediation.domain_repair.rules import (
     joins,
     ladder,
 )
+from remediation.hostlist import compress
+from remediation.incidents.settings import IncidentSettings
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services.audit import audit, would
 from remediation.services.holds import PagedError, pause
@@ -48,6 +50,8 @@ log = logging.getLogger(__name__)
 
 _SOURCES = ((Source.SLURM.value, BLOCK), (Source.KUBERNETES.value, CLIQUE_LABEL))  # Slurm's word first
 LEASE = timedelta(minutes=5)
+ACTOR = "remediation"  # who opens and joins a repair at the ingest, as the ingest's own rows say
+NVLINK = "nvlink"  # the class whose faults on many trays of one domain are the domain's
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,7 @@ def running_by_tray(s: Session) -> dict[str, tuple[int, str]]:
     return out
 
 
-def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, cause: Cause, *, actor: str, now: datetime,
+def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, *, cause: Cause, now: datetime,
                  dry_run: bool) -> tuple[int, bool]:
     """The running repair of ``domain``, opened by ``ev`` (True) or joined by it (False). The partial
     unique index (one running per domain) settles a race with another ingest."""
@@ -116,13 +120,13 @@ def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, cause: Cause, 
         else:
             reason = (f"NVLink domain {domain.kind} {domain.name} ({len(domain.trays)} trays): {cause.evidence}; "
                       f"one repair for the domain, none per tray")
-            audit(s, now, actor, action=AuditAction.DOMAIN_REPAIR_OPENED, target=f"{domain.kind}/{domain.name}",
+            audit(s, now, ACTOR, action=AuditAction.DOMAIN_REPAIR_OPENED, target=f"{domain.kind}/{domain.name}",
                   reason=would(reason) if dry_run else reason,
                   detail={"domain_repair": rep.id, "trays": list(domain.trays), "node": ev.node,
                           "fault_class": cause.fault_class}, dry_run=dry_run)
-            _mark(s, domain.trays, NodeStatus.REMEDIATING, f"domain repair #{rep.id}", now)
+            _mark(s, domain.trays, status=NodeStatus.REMEDIATING, reason=f"domain repair #{rep.id}", now=now)
             return rep.id, True
-    join(s, found, ev.node, now=now, actor=actor)
+    join(s, found, ev.node, now=now, actor=ACTOR)
     return found.id, False
 
 
@@ -140,7 +144,7 @@ def _text(ev: NodeEvent) -> str:
     return f"{ev.source} {ev.state}: {ev.reason}" if ev.reason else f"{ev.source} {ev.state}"
 
 
-def _mark(s: Session, trays: Collection[str], status: NodeStatus, reason: str, now: datetime) -> None:
+def _mark(s: Session, trays: Collection[str], *, status: NodeStatus, reason: str, now: datetime) -> None:
     s.execute(update(Node).where(Node.name.in_(list(trays))).values(status=status, status_reason=reason,
                                                                      updated_at=now))
 
@@ -183,7 +187,7 @@ class DomainRepairs:
         if not isinstance(claimed, Claimed):
             return claimed
         try:
-            result = bodies.STEPS[claimed.step](claimed.repair, claimed.detail, self.adapters, self.settings)
+            result = bodies.STEPS[claimed.step](claimed.repair, self.adapters, self.settings)
         except TransientError as exc:
             log.warning("domain repair %s: %s: %s; looking again", repair_id, claimed.step, exc.message)
             result = bodies.Result(done=False, detail={**claimed.detail, "error": exc.message})
@@ -231,8 +235,8 @@ class DomainRepairs:
             rep.lease_owner, rep.lease_until = token, now + LEASE
             snap = bodies.Repair(rep.id, rep.kind, rep.name, tuple(rep.trays), rep.fault_class,
                                  tuple(rep.ours), rep.rung, tuple(rep.rungs), rep.dry_run, row.idempotency_key,
-                                 rep.cause, tuple(rep.reporters))
-            return Claimed(snap, rep.step, row.id, dict(row.detail or {}))
+                                 rep.cause, tuple(rep.reporters), dict(row.detail or {}))
+            return Claimed(snap, rep.step, row.id, snap.detail)
 
     def _paused(self, s: Session, now: datetime) -> bool:
         view = fleet_latched(s, cluster_view(s, now, self.settings.policy.breaker_window, exclude=None))
@@ -285,19 +289,20 @@ class DomainRepairs:
             log.warning("domain repair %s: the domain check failed (%s); next: %s", rep.id, result.outcome, nxt.step)
         rep.step, rep.rung = nxt.step, nxt.rung
         if step is DomainStep.RETURN:
-            self._close(s, rep, DomainRepairStatus.RETURNED, result.outcome, now=now)
+            self._close(s, rep, DomainRepairStatus.RETURNED, result=result, now=now)
         elif step is DomainStep.QUARANTINE:
-            self._close(s, rep, DomainRepairStatus.QUARANTINED, result.outcome, now=now, detail=result.page)
+            self._close(s, rep, DomainRepairStatus.QUARANTINED, result=result, now=now)
 
-    def _close(self, s: Session, rep: DomainRepair, status: DomainRepairStatus, reason: str, *, now: datetime,
-               detail: dict[str, Any] | None = None) -> None:
+    def _close(self, s: Session, rep: DomainRepair, status: DomainRepairStatus, *, result: bodies.Result,
+               now: datetime) -> None:
+        reason, detail = result.outcome, result.page
         rep.status, rep.closed_at, rep.close_reason = status, now, reason
         rep.step = DomainStep.DONE
         if status is DomainRepairStatus.RETURNED:
-            _mark(s, rep.ours, NodeStatus.HEALTHY, f"domain repair #{rep.id} proved the domain", now)
+            _mark(s, rep.ours, status=NodeStatus.HEALTHY, reason=f"domain repair #{rep.id} proved the domain", now=now)
             action = AuditAction.DOMAIN_REPAIR_RETURNED
         else:
-            _mark(s, rep.trays, NodeStatus.QUARANTINED, f"domain repair #{rep.id}: {reason}", now)
+            _mark(s, rep.trays, status=NodeStatus.QUARANTINED, reason=f"domain repair #{rep.id}: {reason}", now=now)
             action = AuditAction.DOMAIN_REPAIR_QUARANTINED
         released = _release(s, rep, now)
         audit(s, now, self.settings.actor, action=action, target=f"{rep.kind}/{rep.name}",
@@ -350,12 +355,12 @@ class Routes:
     session: Session
     domains: dict[str, NvlinkDomain]
     running: dict[str, tuple[int, str]]
-    actor: str
     opened: list[int]
+    _nvlink: dict[str, dict[str, datetime]] = field(default_factory=dict)  # per domain: tray -> its NVLink fault
 
     @classmethod
-    def load(cls, s: Session, names: Collection[str], *, actor: str) -> Routes:
-        return cls(s, domains_of(s, names), running_by_tray(s), actor, [])
+    def load(cls, s: Session, names: Collection[str]) -> Routes:
+        return cls(s, domains_of(s, names), running_by_tray(s), [])
 
     def size(self, node: str) -> int:
         """The trays of ``node``'s NVLink domain (1: it is in none)."""
@@ -373,16 +378,34 @@ class Routes:
         kind, _, name = found[1].partition(" ")
         return joins(kind, name, found[0])
 
+    def nvlink_domain_fault(self, ev: NodeEvent, cause: Cause | None, cfg: IncidentSettings) -> Cause | None:
+        """``ev``'s NVLink fault made a domain fault by the faults of its domain's other trays (at least
+        ``nvlink_domain_min_trays`` within ``nvlink_domain_window_s``), or None: it stays the tray's."""
+        domain = self.domains.get(ev.node)
+        if cause is None or cause.fault_class != NVLINK or domain is None or len(domain.trays) < 2:
+            return None
+        since = ev.observed_at - timedelta(seconds=cfg.nvlink_domain_window_s)
+        seen = self._nvlink.setdefault(domain.name, _nvlink_faults(self.session, domain.trays, since))
+        seen[ev.node] = ev.observed_at
+        found = domain_faults(seen, {domain.name: domain.trays}, k=cfg.nvlink_domain_min_trays,
+                              window_s=cfg.nvlink_domain_window_s, now=ev.observed_at)
+        if not found:
+            return None
+        trays = compress(list(found[0].trays))
+        return replace(cause, scope=FaultScope.DOMAIN, evidence=(
+            f"{cause.evidence}: NVLink faults on {len(found[0].trays)} trays of {domain.kind} {domain.name} "
+            f"({trays}) within {cfg.nvlink_domain_window_s:g} s, a fault of the domain"))
+
     def route(self, ev: NodeEvent, cause: Cause | None, *, now: datetime, dry_run: bool) -> str:
         """Open the repair of ``ev``'s domain, or join the one running; returns the event's decision reason."""
         if (found := self.running.get(ev.node)) is not None:
             rep = self.session.get(DomainRepair, found[0])
             if rep is not None:
-                join(self.session, rep, ev.node, now=now, actor=self.actor)
+                join(self.session, rep, ev.node, now=now, actor=ACTOR)
             return self.under_repair(ev.node) or ""
         domain = self.domains[ev.node]
         assert cause is not None, "a domain fault has a cause"
-        rid, opened = open_or_join(self.session, domain, ev, cause, actor=self.actor, now=now, dry_run=dry_run)
+        rid, opened = open_or_join(self.session, domain, ev, cause=cause, now=now, dry_run=dry_run)
         for tray in domain.trays:
             self.running[tray] = (rid, f"{domain.kind} {domain.name}")
         if opened:
@@ -390,3 +413,14 @@ class Routes:
             return (f"opened domain repair #{rid} ({domain.kind} {domain.name}, {len(domain.trays)} trays): "
                     f"{cause.evidence}")
         return self.under_repair(ev.node) or ""
+
+
+def _nvlink_faults(s: Session, trays: Collection[str], since: datetime) -> dict[str, datetime]:
+    """When each of ``trays`` last had an NVLink fault remediated since ``since`` (dry-run counts none)."""
+    rows = s.execute(select(Remediation.node, Remediation.opened_at).where(
+        Remediation.node.in_(list(trays)), Remediation.fault_class == NVLINK, Remediation.opened_at > since,
+        Remediation.dry_run.is_(False)))
+    out: dict[str, datetime] = {}
+    for node, at in rows:
+        out[node] = max(out.get(node, aware(at)), aware(at))
+    return out

@@ -41,6 +41,7 @@ class Repair:
     key: str  # the step row's idempotency key: what it starts is named after it
     cause: str
     reporters: tuple[str, ...]
+    detail: dict[str, Any] = field(default_factory=dict)  # the step row's: what this step started so far
 
     @property
     def domain(self) -> str:
@@ -62,7 +63,7 @@ class Result:
     page: dict[str, Any] | None = None
 
 
-Body = Callable[[Repair, dict[str, Any], Adapters, Settings], Result]
+Body = Callable[[Repair, Adapters, Settings], Result]
 
 
 def has_chassis(ad: Adapters, domain: str) -> bool:
@@ -74,12 +75,13 @@ def has_chassis(ad: Adapters, domain: str) -> bool:
 # ------------------------------------------------------------------------------------- the steps
 
 
-def drain(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def drain(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Drain every tray with our reason and cordon its Node. A tray whose signal is the domain's fault
     is taken over as the node ladder takes over its node; any other tray a human drained is left theirs
     (never resumed by us), and so is a maintenance drain (``policy.ignore_reasons``)."""
+    detail = rep.detail
     prefix = cfg.policy.our_reason_prefix
-    reason = drain_reason(prefix, rep.id, rep.kind, rep.name)
+    reason = drain_reason(prefix, rep.id, kind=rep.kind, name=rep.name)
     ours, theirs = [], []
     for tray in rep.trays:
         node = ad.slurm.get_node(tray)
@@ -107,9 +109,10 @@ def _cordon(ad: Adapters, tray: str, reason: str) -> None:
         pass  # a tray with no Node (bare metal beside a Kubernetes site): Slurm's drain holds it
 
 
-def jobs(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def jobs(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Wait until no job holds any tray. Past ``workflow.drain_timeout_s`` it keeps waiting and says
     so: a domain action never runs under a job."""
+    detail = rep.detail
     busy = {}
     for tray in rep.trays:
         held, why = jobs_holding(ad, ad.slurm.get_node(tray))
@@ -121,31 +124,34 @@ def jobs(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Re
                   outcome=f"waiting for the jobs on {compress(sorted(busy))}")
 
 
-def fabric_restart(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def fabric_restart(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Restart the fabric software (IMEX, the fabric manager) on every tray: one job per tray through
     the validation backend, all at once. Ok when every job exits 0."""
+    detail = rep.detail
     val = cfg.validation
-    checks = [ValidationCheck(node=tray, name=_name(rep, "fab", detail, i), command=tuple(val.fabric_restart),
+    checks = [ValidationCheck(node=tray, name=_name(rep, "fab", i), command=tuple(val.fabric_restart),
                               timeout_s=val.fabric_restart_timeout_s, cause_class=rep.fault_class,
                               purpose="restart fabric", nonce=str(detail["nonce"]))
               for i, tray in enumerate(rep.trays)]
     return _run(checks, detail, ad, what="fabric restart")
 
 
-def domain_check(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def domain_check(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """One check job over every tray of the domain (``validation.domain_checks``): the proof that the
     trays can still talk to each other over NVLink. Ok on exit 0."""
+    detail = rep.detail
     val = cfg.validation
-    check = ValidationCheck(node=rep.trays[0], nodes=rep.trays, name=_name(rep, "dom", detail, 0),
+    check = ValidationCheck(node=rep.trays[0], nodes=rep.trays, name=_name(rep, "dom", 0),
                             command=tuple(val.domain_check_for(rep.fault_class)),
                             timeout_s=val.domain_check_timeout_s, cause_class=rep.fault_class,
                             purpose="domain check", nonce=str(detail["nonce"]))
     return _run([check], detail, ad, what="domain check")
 
 
-def chassis_reset(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def chassis_reset(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Power-cycle the rack through its chassis (``redfish.chassis``), once: the reset is keyed by the
     row; then wait until the BMC shows the chassis on again after the cycle."""
+    detail = rep.detail
     rack = getattr(ad, "rack", None)
     if rack is None or not rack.knows(rep.name):
         return Result(True, ok=False, detail=detail, outcome=f"no chassis for {rep.domain} in redfish.chassis")
@@ -159,11 +165,12 @@ def chassis_reset(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settin
     return Result(True, ok=ok, detail={**detail, "settled": said}, outcome=said)
 
 
-def quarantine(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def quarantine(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Hold the whole domain for a human and an RMA: every tray we drained keeps a quarantine reason;
     one page names the domain, its trays and what was tried."""
+    detail = rep.detail
     prefix = cfg.policy.our_reason_prefix
-    reason = quarantine_reason(prefix, rep.id, rep.kind, rep.name, rep.fault_class)
+    reason = quarantine_reason(prefix, rep.id, kind=rep.kind, name=rep.name, cause=rep.fault_class)
     for tray in rep.ours:
         ad.slurm.drain(tray, reason)
     tried = ", ".join(rep.rungs[: rep.rung]) or "nothing could prove the domain here"
@@ -173,9 +180,10 @@ def quarantine(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings)
                   page={"rma": note, "tried": list(rep.rungs[: rep.rung])})
 
 
-def give_back(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) -> Result:
+def give_back(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     """Return every tray whose drain is ours (while its reason is still ours) and uncordon it; a drain
     someone placed meanwhile is left theirs."""
+    detail = rep.detail
     prefix = cfg.policy.our_reason_prefix
     said = []
     for tray in rep.ours:
@@ -192,8 +200,8 @@ def give_back(rep: Repair, detail: dict[str, Any], ad: Adapters, cfg: Settings) 
 # ---------------------------------------------------------------------------------- the jobs
 
 
-def _name(rep: Repair, what: str, detail: dict[str, Any], index: int) -> str:
-    return f"nr-{what}-d{rep.id}-{rep.key.rsplit('-', 1)[-1]}-{index}-{detail['nonce']}"
+def _name(rep: Repair, what: str, index: int) -> str:
+    return f"nr-{what}-d{rep.id}-{rep.key.rsplit('-', 1)[-1]}-{index}-{rep.detail['nonce']}"
 
 
 def _run(checks: list[ValidationCheck], detail: dict[str, Any], ad: Adapters, *, what: str) -> Result:

@@ -63,8 +63,7 @@ class Batch:
 
     @classmethod
     def load(cls, session: Session, fresh: list[NodeEvent], unique: dict[str, NodeEvent],
-             *, policy: PolicySettings, governance: Governance, now: datetime, actor: str = "remediation",
-             dry_run: bool = False) -> Batch:
+             *, policy: PolicySettings, governance: Governance, now: datetime) -> Batch:
         names = {ev.node for ev in fresh}
         nodes = {
             name: LockedNode(name, status, reason, updated, last)
@@ -77,7 +76,7 @@ class Batch:
         past = histories(session, {name: eff for name, (_, eff) in gov.items()}, now)
         return cls(nodes, open_remediations_for(session, names), gov, past.failures, past.app_xids,
                    past.history, latest_windows(session, names), _healthy(session, fresh, unique.values(),
-                       policy=policy), Routes.load(session, names, actor=actor), dry_run)
+                       policy=policy), Routes.load(session, names))
 
     def decide_round(self, todo: list[NodeEvent], new_keys: dict[str, int], now: datetime
                      ) -> tuple[list[NodeEvent], dict[str, tuple[NodeEvent, Decision]]]:
@@ -95,6 +94,9 @@ class Batch:
                             self.routes.under_repair(ev.node))
             eff = self.gov[ev.node][1]
             decision = govern(decide(ev, view, eff.policy), eff)
+            if decision.kind is DecisionKind.OPEN and (
+                    cause := self.routes.nvlink_domain_fault(ev, decision.cause, eff.incidents)) is not None:
+                decision = Decision(DecisionKind.DOMAIN, cause.evidence, cause=cause)
             if decision.kind is DecisionKind.DOMAIN:
                 decision = replace(decision, reason=self.routes.route(
                     ev, decision.cause, now=now, dry_run=self.dry_run or eff.mode == Mode.SHADOW))

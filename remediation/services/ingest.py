@@ -143,8 +143,8 @@ def record(
     if not fresh:
         return result
     governance = rules.governance or Governance(base_only(policy, rules.incidents))
-    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now,
-                       dry_run=rules.dry_run)
+    batch = Batch.load(session, fresh, unique, policy=policy, governance=governance, now=now)
+    batch.dry_run = rules.dry_run
     todo = fresh
     while todo:
         # One round decides every event up to (and including) the first one that opens a remediation

@@ -83,3 +83,21 @@ def test_an_sxid_on_a_tray_in_no_domain_is_its_own_fault(sessions: sessionmaker[
     with sessions() as s:
         assert s.scalars(select(DomainRepair)).all() == []
         assert s.scalars(select(Remediation.fault_class)).all() == ["nvswitch"]
+
+
+def test_nvlink_faults_on_two_trays_of_a_block_are_the_domains(sessions: sessionmaker[Session]) -> None:
+    """The first tray's NVLink fault is its own (a remediation); the second within the window makes
+    them the domain's: one repair, and the first tray's remediation is held by it."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    clock.advance(1)
+    with sessions() as s, s.begin():
+        first = ingest(s, [_event("gpu-node-4", "xid 74 NVLink error", clock.now())], Settings().policy, clock=clock)
+    clock.advance(60)
+    with sessions() as s, s.begin():
+        second = ingest(s, [_event("gpu-node-6", "xid 74 NVLink error", clock.now())], Settings().policy, clock=clock)
+    with sessions() as s:
+        assert len(first.opened) == 1 and second.opened == []
+        (rep,) = s.scalars(select(DomainRepair)).all()
+        assert (rep.name, rep.fault_class, rep.reporters) == ("b2", "nvlink", ["gpu-node-6"])
+        assert "NVLink faults on 2 trays of block b2 (gpu-node-[4,6]) within 600 s" in (rep.fault_evidence or "")

@@ -22,14 +22,14 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, object]]]
     """What the task did, in order: each cluster's part it recorded, and each dispatch of follow-ups."""
     done: list[tuple[str, object]] = []
 
-    def recorded(rt: object, cluster: str, payloads: Sequence[bytes]) -> list[FollowUp]:
+    def recorded(rt: object, cluster: str, payloads: Sequence[bytes]) -> tuple[list[FollowUp], list[int]]:
         done.append(("recorded", cluster))
-        return [FollowUp(len(done), "slurm_drain")]
+        return [FollowUp(len(done), "slurm_drain")], []
 
     rt = SimpleNamespace(embedded=True, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=2)))
     monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: rt))
     monkeypatch.setattr(tasks, "ingest_cluster", recorded)
-    monkeypatch.setattr(tasks, "enqueue", lambda followups, cluster: done.append(
+    monkeypatch.setattr(tasks, "enqueue", lambda followups, cluster, repairs: done.append(
         ("queued", cluster, [f.remediation_id for f in followups])))
     memstream._queue.clear()
     yield done
