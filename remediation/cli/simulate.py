@@ -3,7 +3,8 @@
 Replays the trace through :mod:`remediation.rehearsal` and prints what the service would have done.
 Options: ``--dump-events`` (JSONL), ``--truth`` (the outcome model), ``--baseline`` (a second policy, with
 ratios), ``--gpu-reset``, ``--site``/``--reboot-minutes``, ``--node-facts`` (per-pool figures,
-:mod:`remediation.cli.simulate_pools`); ``-o json`` carries ``wall_s``.
+:mod:`remediation.cli.simulate_pools`), ``--racks`` (NVL72 racks, :mod:`remediation.cli.simulate_racks`);
+``-o json`` carries ``wall_s``.
 
 Why: docs/rehearsal.md#rehearse-a-policy-before-turning-it-on
 """
@@ -25,6 +26,7 @@ import yaml
 from remediation.cli.context import CliError, cli_errors, state
 from remediation.cli.render import check_format, print_json, show, table
 from remediation.cli.simulate_pools import load_facts, show_pools
+from remediation.cli.simulate_racks import rack_figures, rack_fleet, rack_line
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
 from remediation.rehearsal.loop import Tally
 from remediation.rehearsal.run import Layout, Pace, rehearse
@@ -33,6 +35,8 @@ from remediation.rehearsal.truth import SITE_REBOOT, OutcomeModel, TruthError, p
 from remediation.settings import Settings, SettingsError, overlay
 
 SHIPPED_TRUTH = "truth-llama3.yaml"
+#: Where a synthesised trace (and the racks' domain faults) starts on the simulated clock.
+START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def outcome_model(path: Path | None) -> OutcomeModel:
@@ -103,33 +107,36 @@ def simulate(
     dump_events_to: Path = typer.Option(None, "--dump-events", help="Also write the trace's events as JSONL."),
     node_facts: Path = typer.Option(None, "--node-facts", help="YAML list of {hostlist, partitions, features, "
                                     "labels}: what the watchers would report of the nodes, for profiles to select on."),
+    racks: int = typer.Option(0, "--racks", help="NVL72 racks (the outcome model's racks section) as the first nodes: "
+                              "node-hours lost per NVLink domain fault, the domain ladder against per-tray."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
-    """Replay a failure trace through the real decision and workflow code on a simulated clock, and
-    report what the service would have done with the current settings (and, with --baseline, with a
-    second policy on the same trace, side by side)."""
+    """Replay a failure trace through the real decision and workflow code on a simulated clock and report
+    what the service would have done with the current settings (with --baseline, a second policy beside)."""
     fmt = check_format(output)
     settings = state(ctx).settings()
     second = _baseline_policy(settings, baseline)
     model = outcome_model(truth)
+    rack, nodes = rack_fleet(model, racks, nodes)
     reboot, reset = _action_minutes(model, site, reboot_minutes)
     if gpu_reset:
         if second is not None:
             raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
         settings, second = with_reset(settings), without_reset(settings)
-    faults = _load_faults(trace, model, nodes=nodes, days=days, seed=seed, leaf_size=leaf_size)
+    scale = Scale(nodes=nodes, days=days, start=START, seed=seed, leaf_size=leaf_size)
+    faults = _load_faults(trace, model, scale)
     if dump_events_to is not None:
         dump_events(faults, dump_events_to)
     names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
     leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
-    groups = load_facts(node_facts)
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
     pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
-    layout = Layout(leaves, groups, by)
+    layout = Layout(leaves, load_facts(node_facts), by)
     report = _run(faults, settings, names, pace=pace, layout=layout)
     base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
-    ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline)
+    ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline,
+                     rack_figures(rack, racks, settings, scale=scale, pace=pace))
     if fmt == "json":
         print_json(_json_doc(ran, seed=seed, nodes=nodes))
         return
@@ -152,6 +159,7 @@ class _Rehearsed:
     reset: float  # minutes a GPU reset takes
     gpu_reset: bool
     baseline: Path | None
+    domains: dict[str, Any] | None = None  # a rack fleet's NVLink domain faults, both ways (--racks)
 
 
 def _baseline_policy(settings: Settings, baseline: Path | None) -> Settings | None:
@@ -176,12 +184,10 @@ def _action_minutes(model: OutcomeModel, site: str, reboot_minutes: float | None
     return reboot, reset
 
 
-def _load_faults(trace: Path, model: OutcomeModel, *, nodes: int, days: float, seed: int,
-                 leaf_size: int) -> list[Fault]:
+def _load_faults(trace: Path, model: OutcomeModel, scale: Scale) -> list[Fault]:
     """The trace's faults: read from an events file, or synthesised from a failure mix."""
     try:
-        return load(trace, Scale(nodes=nodes, days=days, start=datetime(2026, 1, 1, tzinfo=UTC), seed=seed,
-                                 leaf_size=leaf_size), model=model)
+        return load(trace, scale, model=model)
     except TraceError as exc:
         raise CliError(str(exc)) from None
 
@@ -189,9 +195,10 @@ def _load_faults(trace: Path, model: OutcomeModel, *, nodes: int, days: float, s
 def _json_doc(ran: _Rehearsed, *, seed: int, nodes: int) -> dict[str, Any]:
     """``-o json``: the report, or with a second policy both reports, their ratios and the run's inputs."""
     report, base = ran.report, ran.base
+    racked = {"nvlink_domains": ran.domains} if ran.domains is not None else {}
     if base is None:
-        return {**report, "wall_s": round(ran.took, 2)}
-    return {"policy": report,
+        return {**report, "wall_s": round(ran.took, 2), **racked}
+    return {**racked, "policy": report,
             "baseline": {**base, "config": "without gpu-reset" if ran.gpu_reset else str(ran.baseline)},
             "ratios": ratios(report, base), "wall_s": round(ran.took, 2), "truth": ran.truth, "seed": seed,
             "nodes": nodes, "site": ran.site, "reboot_minutes": ran.reboot, "reset_minutes": ran.reset}
@@ -217,6 +224,8 @@ def _show_tables(ran: _Rehearsed, trace_name: str, max_concurrent: int) -> None:
                     for k, v in ratios(report, base).items()]))
     if report["ignored"]:
         show(table(["recorded, not acted on", "events"], sorted(report["ignored"].items())))
+    if ran.domains is not None:
+        typer.echo(rack_line(ran.domains))
 
 
 def _summary_rows(columns: list[dict[str, Any]], max_concurrent: int) -> list[tuple[Any, ...]]:
