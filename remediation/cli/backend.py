@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from remediation.cli.context import EXIT_REQUEST, CliError, State
+from remediation.domain_repair import service as repairs
 from remediation.incidents import service as inc
 from remediation.services import policy_views
 from remediation.services.clusters import (
@@ -66,6 +67,8 @@ class Backend(Protocol):
     def status(self) -> dict[str, Any]: ...
     def incidents(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def incident(self, incident_id: int) -> dict[str, Any]: ...
+    def repairs(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
+    def repair(self, repair_id: int) -> dict[str, Any]: ...
     def breaker(self, profile: str | None = None) -> dict[str, Any]: ...
     def clusters(self) -> list[ClusterState]: ...
     def policy_show(self, profile: str | None) -> dict[str, Any]: ...
@@ -172,6 +175,14 @@ class Direct:
     def incident(self, incident_id: int) -> dict[str, Any]:
         with self.st.reading() as s:
             return inc.show(s, incident_id)
+
+    def repairs(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        with self.st.reading() as s:
+            return repairs.list_repairs(s, status, limit)
+
+    def repair(self, repair_id: int) -> dict[str, Any]:
+        with self.st.reading() as s:
+            return repairs.show_repair(s, repair_id)
 
     def clusters(self) -> list[ClusterState]:
         with self.st.reading() as s:

@@ -174,6 +174,12 @@ class Remote:
     def incident(self, incident_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/incidents/{incident_id}"))
 
+    def repairs(self, status: str | None, limit: int) -> list[dict[str, Any]]:
+        return list(self._get(list[dict[str, Any]], "/domain-repairs", status=status, limit=limit))
+
+    def repair(self, repair_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/domain-repairs/{repair_id}"))
+
     def policy_show(self, profile: str | None) -> dict[str, Any]:
         return dict(self._call("GET", f"/policy/profiles/{_seg(profile)}" if profile else "/policy"))
 

@@ -43,7 +43,9 @@ from remediation.hostlist import compress
 from remediation.incidents.settings import IncidentSettings
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.services.audit import audit, would
+from remediation.services.hardware import sightings
 from remediation.services.holds import PagedError, pause
+from remediation.services.readmodels import RecordNotFound
 from remediation.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -296,6 +298,11 @@ class DomainRepairs:
     def _close(self, s: Session, rep: DomainRepair, status: DomainRepairStatus, *, result: bodies.Result,
                now: datetime) -> None:
         reason, detail = result.outcome, result.page
+        if status is DomainRepairStatus.QUARANTINED:
+            serials = _serials(s, rep.trays)
+            detail = {**(detail or {}), "serials": serials}
+            reason += "; serials: " + ("; ".join(f"{t} {', '.join(v)}" for t, v in serials.items()) if serials
+                                       else "none recorded yet (no GPU check or BMC read of these trays)")
         rep.status, rep.closed_at, rep.close_reason = status, now, reason
         rep.step = DomainStep.DONE
         if status is DomainRepairStatus.RETURNED:
@@ -424,3 +431,54 @@ def _nvlink_faults(s: Session, trays: Collection[str], since: datetime) -> dict[
     for node, at in rows:
         out[node] = max(out.get(node, aware(at)), aware(at))
     return out
+
+
+def _serials(s: Session, trays: Collection[str]) -> dict[str, list[str]]:
+    """Each tray's serials as last seen (its BMC's, its GPUs'), for the RMA note; a tray never read is left out."""
+    out: dict[str, list[str]] = {}
+    for sighting in sightings(s, trays):  # oldest first: the latest read of each tray wins
+        found = [x for x in (sighting.bmc_serial, *(g.serial for g in sighting.gpus)) if x]
+        if found:
+            out[sighting.node] = sorted(set(found))
+    return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------- reading
+
+
+class RepairNotFound(RecordNotFound):
+    """No domain repair has this id (a 404 in the API, like any record not found)."""
+
+
+def as_dict(rep: DomainRepair, steps: list[DomainRepairStep] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": rep.id, "domain": f"{rep.kind} {rep.name}", "kind": rep.kind, "name": rep.name,
+        "trays": list(rep.trays), "size": rep.size, "reporters": list(rep.reporters), "cause": rep.cause,
+        "fault_class": rep.fault_class, "fault_evidence": rep.fault_evidence, "status": rep.status.value,
+        "step": rep.step.value, "rungs": list(rep.rungs), "ours": list(rep.ours), "wait_reason": rep.wait_reason,
+        "opened_at": aware(rep.opened_at), "updated_at": aware(rep.updated_at), "closed_at": aware(rep.closed_at),
+        "close_reason": rep.close_reason, "dry_run": bool(rep.dry_run), "cluster": rep.cluster,
+    }
+    if steps is not None:
+        out["steps"] = [{"step": r.step.value, "attempt": r.attempt, "status": r.status.value,
+                         "started_at": aware(r.started_at), "finished_at": aware(r.finished_at),
+                         "outcome": r.outcome} for r in steps]
+    return out
+
+
+def list_repairs(s: Session, status: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """Domain repairs, newest first (``status``: one of :class:`DomainRepairStatus`, or all)."""
+    query = select(DomainRepair).order_by(DomainRepair.id.desc()).limit(limit)
+    if status is not None:
+        if status not in frozenset(DomainRepairStatus):
+            raise ValueError(f"unknown status {status!r} ({', '.join(DomainRepairStatus)})")
+        query = query.where(DomainRepair.status == status)
+    return [as_dict(r) for r in s.scalars(query)]
+
+
+def show_repair(s: Session, repair_id: int) -> dict[str, Any]:
+    """One domain repair with its steps."""
+    rep = s.get(DomainRepair, repair_id)
+    if rep is None:
+        raise RepairNotFound(f"no domain repair #{repair_id}")
+    return as_dict(rep, list(rep.steps))

@@ -7,17 +7,21 @@ while b1's repair runs joins it and opens nothing.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
+from typer.testing import CliRunner
 
+from remediation.cli.oncall import app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import NodeStatus
 from remediation.domain.states import AuditAction
 from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
+from remediation.ports.dispatch import SweeperOnly
 from remediation.services.ingest import ingest
 from remediation.settings import Settings
 from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
@@ -74,6 +78,21 @@ def test_an_sxid_on_two_trays_opens_one_domain_repair_and_no_remediation(session
         reason = s.scalar(select(Event.decision_reason).where(Event.node == "gpu-node-3",
                                                               Event.kind == EventKind.UNHEALTHY))
         assert reason == f"joined domain repair #{rep.id} (block b1): the domain's ladder runs for every tray"
+
+
+def test_on_call_reads_the_repair_from_the_cli(pg_url: str, sessions: sessionmaker[Session]) -> None:
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy, clock=clock)
+    env = {"REMEDIATION_DATABASE__URL": pg_url, "USER": "oncall-tester", "COLUMNS": "250", "REMEDIATION_CONFIG": ""}
+    listed = CliRunner().invoke(app, ["domains", "list"], env=env, obj=lambda settings: SweeperOnly())
+    assert listed.exit_code == 0, listed.output
+    assert "1 running block b1 nvswitch drain 4: gpu-node-[0-3]" in " ".join(listed.stdout.split())
+    shown = CliRunner().invoke(app, ["domains", "show", "1", "-o", "json"], env=env, obj=lambda settings: SweeperOnly())
+    assert shown.exit_code == 0, shown.output
+    d = json.loads(shown.stdout)
+    assert (d["reporters"], d["status"], d["steps"]) == (["gpu-node-2"], "running", [])
 
 
 def test_an_sxid_on_a_tray_in_no_domain_is_its_own_fault(sessions: sessionmaker[Session]) -> None:
