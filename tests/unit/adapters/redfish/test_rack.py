@@ -179,6 +179,10 @@ def test_a_wrong_chassis_entry_is_the_domain_s_error_and_shows_no_secret(
         ({RACK: chassis({"#Chassis.Reset": {"target": RESET_TARGET, "@Redfish.ActionInfo": f"{RACK}/ResetActionInfo"}}),
           f"{RACK}/ResetActionInfo": ACTION_INFO},
          ResetVia.CHASSIS, [(RESET_TARGET, "PowerCycle", None)]),
+        ({RACK: chassis({"#Chassis.Reset": {"target": RESET_TARGET, "@Redfish.ActionInfo": f"{RACK}/ResetActionInfo"}}),
+          f"{RACK}/ResetActionInfo": {**ACTION_INFO, "Parameters": [
+              {"Name": "ResetType", "AllowableValues": ["ForceOff", "On"]}]}},
+         ResetVia.CHASSIS, [(RESET_TARGET, "ForceOff", "On")]),
         ({RACK: chassis({"#Chassis.Reset": {"target": RESET_TARGET,
                                              "ResetType@Redfish.AllowableValues": ["On", "ForceOff"]}})},
          ResetVia.CHASSIS, [(RESET_TARGET, "ForceOff", "On")]),
@@ -197,7 +201,7 @@ def test_a_wrong_chassis_entry_is_the_domain_s_error_and_shows_no_secret(
          ResetVia.SYSTEMS, [(f"{TRAYS[0]}/Actions/ComputerSystem.Reset", "PowerCycle", None),
                             (f"{TRAYS[1]}/Actions/ComputerSystem.Reset", "On", None)]),
     ],
-    ids=["action-info-powercycle", "forceoff-then-on", "only-forcerestart", "unlisted-values-powercycle",
+    ids=["action-info-powercycle", "action-info-forceoff-then-on", "forceoff-then-on", "only-forcerestart", "unlisted-values-powercycle",
          "chassis-off-on", "sushy-tools-systems", "systems-each-its-own"],
 )
 def test_the_reset_is_chosen_from_what_the_chassis_advertises(
