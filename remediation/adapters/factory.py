@@ -1,7 +1,7 @@
 """The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
 
-Selectors: :func:`slurm_backend`, :func:`kube_backend`, :func:`machine_backend`, :func:`make_bus` and
-:func:`make_lock`; each returns the ``memory``, ``noop`` or real backend, or None for a half the site
+Selectors: :func:`slurm_backend`, :func:`kube_backend`, :func:`machine_backend`, :func:`rack_power_backend`,
+:func:`make_bus` and :func:`make_lock`; each returns the ``memory``, ``noop`` or real backend, or None for a half the site
 lacks. :func:`make_adapters` applies dry-run in one place. The policy rehearsal gets a private world
 (:func:`memory_world`, :func:`memory_adapters`).
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from remediation.adapters.bus import RedisEventBus
     from remediation.adapters.lock import LeaderLock
     from remediation.ports.intents import Intents
+    from remediation.ports.rack import RackPower
 
 _worlds: dict[tuple[str, str], MemoryWorld] = {}
 
@@ -239,6 +240,23 @@ def machine_backend(settings: Settings, world: MemoryWorld | None = None,
         return make_vm_provider(settings, bare_metal=bare_metal)
     simulated = world
     return make_vm_provider(settings, extra={"memory": lambda: MemoryVM(simulated)}, bare_metal=bare_metal)
+
+
+def rack_power_backend(settings: Settings, intents: Intents | None,
+                       recorder: Recorder | None = None) -> RackPower | None:
+    """The rack power of the NVLink domains (None: no ``redfish.inventory_file``, so no chassis is
+    known); under ``dry_run`` its twin, recording into ``recorder``. The real one is built either way:
+    bad settings fail at start-up."""
+    if not settings.redfish.inventory_file:
+        return None
+    from remediation.adapters.redfish import make_rack_power
+
+    real = make_rack_power(settings, intents)
+    if not settings.dry_run:
+        return real
+    from remediation.adapters.redfish.noop import NoopRackPower
+
+    return NoopRackPower(real, recorder)
 
 
 def redis_client(settings: Settings, timeout: float) -> redis.Redis:

@@ -2,8 +2,9 @@
 
 ``inventory`` finds a node's BMC and login, ``client`` talks to one BMC and maps its errors,
 ``provider`` is the VM provider the workflow drives (which rung sends which reset, the intent it
-records before sending, the evidence it waits for), and ``dryrun`` its dry-run twin. :func:`make_redfish` builds it from the settings (``vm.backend: redfish``
-and the ``redfish`` section), for :mod:`remediation.adapters.factory`.
+records before sending, the evidence it waits for), ``rack`` the rack power of an NVLink domain, and
+``noop`` their dry-run twins. :func:`make_redfish` and :func:`make_rack_power` build them from the
+settings, for :mod:`remediation.adapters.factory`.
 
 Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 
 from remediation.adapters.redfish.inventory import Inventory
 from remediation.adapters.redfish.provider import RedfishProvider
+from remediation.adapters.redfish.rack import RedfishRackPower
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
 from remediation.settings import Settings
@@ -54,3 +56,20 @@ def make_redfish(settings: Settings, intents: Intents | None) -> RedfishProvider
             component="redfish",
         )
     return RedfishProvider(r, Inventory(r, annotations), intents)
+
+
+def make_rack_power(settings: Settings, intents: Intents | None) -> RedfishRackPower:
+    """The rack power of the NVLink domains the inventory's ``chassis`` lists, recording each reset
+    in ``intents`` (the step rows) before it is sent. Settings it cannot work with fail here."""
+    r = settings.redfish
+    missing = [name for name, value in (("redfish.inventory_file", r.inventory_file),
+                                        ("redfish.credentials_file", r.credentials_file)) if not value]
+    if missing:
+        raise ConfigError(f"the rack power cycle needs {' and '.join(missing)}", component="redfish")
+    if intents is None:
+        raise ConfigError(
+            "the rack power cycle records each reset on its step row before sending it: the process "
+            "must build its adapters with the database's intents",
+            component="redfish",
+        )
+    return RedfishRackPower(r, Inventory(r), intents)

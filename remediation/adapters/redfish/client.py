@@ -46,8 +46,9 @@ class MaybeSent(Exception):
 class BmcSession:
     """A signed-in client of one BMC's system; a context manager that closes its connection."""
 
-    def __init__(self, bmc: Bmc, login: Login, settings: RedfishSettings) -> None:
-        self.bmc, self._login = bmc, login
+    def __init__(self, bmc: Bmc, login: Login, settings: RedfishSettings, *, resource: str | None = None) -> None:
+        """A session of ``bmc``'s system, or of another ``resource`` on the same BMC (a chassis)."""
+        self.bmc, self._login, self._resource = bmc, login, resource
         self._trust = (
             f"redfish.ca_file ({settings.ca_file})" if settings.ca_file else "the system trust store"
         )
@@ -59,6 +60,7 @@ class BmcSession:
             default_request_timeout=settings.request_timeout_s,
             connect_timeout=settings.connect_timeout_s,
         )
+        self._root: Any = None
         self._system: Any = None
 
     def __enter__(self) -> BmcSession:
@@ -69,36 +71,67 @@ class BmcSession:
 
     @property
     def where(self) -> str:
-        return f"BMC {self.bmc.url} system {self.bmc.system}"
+        return f"BMC {self.bmc.url} " + (self._resource or f"system {self.bmc.system}")
+
+    def _signed_in(self) -> Any:
+        if self._root is None:
+            login = sushy_auth.BasicAuth(self._login.username, self._login.password)
+            self._root = sushy.Sushy(self.bmc.url, auth=login, connector=self._conn)
+        return self._root
 
     def system(self) -> dict[str, Any]:
         """The ComputerSystem resource as the BMC answers it (read once per session)."""
         if self._system is None:
             try:
-                login = sushy_auth.BasicAuth(self._login.username, self._login.password)
-                root = sushy.Sushy(self.bmc.url, auth=login, connector=self._conn)
-                self._system = root.get_system(self.bmc.system)
+                self._system = self._signed_in().get_system(self.bmc.system)
             except Exception as exc:
                 raise self._translate(exc, "read") from None
         return dict(self._system.json)
 
+    def read(self, link: str) -> dict[str, Any]:
+        """Any resource of this BMC, at a path of the inventory's or a link in the BMC's own JSON."""
+        if (path := on_this_bmc(link, self.bmc.url)) is None:
+            raise PermanentError(f"{self.where}: the link {link!r} is not a path on the BMC; refused")
+        try:
+            self._signed_in()
+            data = self._conn.get(path, server_side_retries_left=0).json()
+        except ValueError:
+            raise PermanentError(f"{self.where}: {path} answered no JSON") from None
+        except Exception as exc:
+            raise self._translate(exc, f"read {path} on") from None
+        if not isinstance(data, dict):
+            raise PermanentError(f"{self.where}: {path} answered JSON that is no object")
+        return data
+
     def allowed_resets(self) -> set[str]:
         """The ResetType values the system offers (every standard one when it does not say)."""
-        action = (self.system().get("Actions") or {}).get(RESET) or {}
-        allowed = action.get("ResetType@Redfish.AllowableValues") or [v.value for v in sushy.ResetType]
-        return {str(v) for v in allowed}
+        return allowed_resets(self.system(), RESET)
 
     def reset(self, reset_type: str) -> None:
         """POST one ComputerSystem.Reset, with no retry of any kind (see the module docstring). Raises
         :class:`MaybeSent` when it failed in a way that may have reached the BMC, a typed error when
         the BMC answered with an error or was never reached (nothing was done)."""
-        target = ((self.system().get("Actions") or {}).get(RESET) or {}).get("target")
+        self.post_action(self.system(), RESET, reset_type)
+
+    def action_target(self, resource: dict[str, Any], action: str) -> str:
+        """The path ``resource`` (its JSON) advertises for ``action``; PermanentError when it advertises
+        none or names another host."""
+        target = ((resource.get("Actions") or {}).get(action) or {}).get("target")
+        named = resource.get("@odata.id") or self.where
         if not target:
-            raise PermanentError(f"{self.where}: the system offers no {RESET} action")
+            raise PermanentError(f"{self.where}: {named} offers no {action} action")
         if (path := on_this_bmc(str(target), self.bmc.url)) is None:
             # The BMC's own JSON names where to POST: a URL on another host would take the login there.
-            raise PermanentError(f"{self.where}: its {RESET} target is not a path on the BMC; refused")
-        target = path
+            raise PermanentError(f"{self.where}: the {action} target of {named} is not a path on the BMC; refused")
+        return path
+
+    def post_action(self, resource: dict[str, Any], action: str, reset_type: str) -> str:
+        """POST one reset to the target ``resource`` advertises for ``action``, with no retry; the path
+        posted to. :class:`MaybeSent` or a typed error as :meth:`reset`."""
+        return self.post_reset(self.action_target(resource, action), reset_type)
+
+    def post_reset(self, target: str, reset_type: str) -> str:
+        """POST one reset to ``target``, a path :meth:`action_target` gave, with no retry."""
         try:
             self._conn.post(target, data={"ResetType": reset_type}, server_side_retries_left=0)
         except sushy_exc.ConnectionError as exc:
@@ -107,6 +140,7 @@ class BmcSession:
             raise self._translate(exc, f"send {reset_type} to") from None
         except Exception as exc:
             raise self._translate(exc, f"send {reset_type} to") from None
+        return target
 
     def _translate(self, exc: Exception, doing: str) -> RemediationError:
         if isinstance(exc, RemediationError):
@@ -121,7 +155,7 @@ def translate(exc: Exception, what: str, trust: str, *, redact: Callable[[str], 
     """The typed error for a sushy failure; ``what`` says what was being done where, ``trust`` what the
     BMC's certificate was checked against."""
     if isinstance(exc, sushy_exc.ResourceNotFoundError):
-        return NotFound(f"{what}: HTTP 404 (the BMC has no such system)", status=404)
+        return NotFound(f"{what}: HTTP 404 (the BMC has no such resource)", status=404)
     if isinstance(exc, sushy_exc.HTTPError):
         detail = redact(f"{exc.code}: {exc.detail or 'no detail'}")
         return error_for_status(
@@ -137,6 +171,13 @@ def translate(exc: Exception, what: str, trust: str, *, redact: Callable[[str], 
             )
         return TransientError(f"{what}: no answer ({redact(_reason(cause or exc))})")
     return PermanentError(f"{what}: {type(exc).__name__}: {redact(str(exc))}")
+
+
+def allowed_resets(resource: dict[str, Any], action: str) -> set[str]:
+    """The ResetType values ``resource`` offers for ``action`` (every standard one when it does not say:
+    the schema makes the list optional)."""
+    offered = ((resource.get("Actions") or {}).get(action) or {}).get("ResetType@Redfish.AllowableValues")
+    return {str(v) for v in (offered or [v.value for v in sushy.ResetType])}
 
 
 def on_this_bmc(target: str, bmc_url: str) -> str | None:

@@ -1,9 +1,9 @@
 """Where each node's BMC is and what signs in to it: the inventory, a Node annotation, the credentials.
 
-Reads ``redfish.inventory_file`` (node to BMC, system, credentials name), ``redfish.node_annotation`` (a
-system on a listed BMC only) and ``redfish.credentials_file``, re-read when they change. A wrong entry is
-that node's :class:`PermanentError`; an unreadable file or missing credentials name is a
-:class:`ConfigError`.
+Reads ``redfish.inventory_file`` (node to BMC, system, credentials name; under ``chassis``, an NVLink
+domain to its rack's BMC and chassis), ``redfish.node_annotation`` and ``redfish.credentials_file``,
+re-read when they change. A wrong entry is its node's (or domain's) :class:`PermanentError`; an
+unreadable file or missing credentials name is a :class:`ConfigError`.
 
 Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
@@ -20,10 +20,13 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from remediation.ports.errors import ConfigError, PermanentError, UnknownNode
+from remediation.ports.errors import ConfigError, NotFound, PermanentError, UnknownNode
 from remediation.settings import RedfishSettings
 
 SYSTEMS = "/redfish/v1/Systems/"
+CHASSIS = "/redfish/v1/Chassis/"
+#: The inventory file's key for the racks (domain -> chassis); no node may be named so.
+CHASSIS_KEY = "chassis"
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,15 @@ class Bmc:
 
     url: str  # https://host[:port]
     system: str  # /redfish/v1/Systems/ID
+    credentials: str  # a name in the credentials file
+
+
+@dataclass(frozen=True)
+class Chassis:
+    """An NVLink domain's rack: its BMC and chassis (no secret in it: it is recorded with the reset)."""
+
+    url: str  # https://host[:port]
+    chassis: str  # /redfish/v1/Chassis/ID
     credentials: str  # a name in the credentials file
 
 
@@ -74,25 +86,51 @@ class _Cached:
             ) from None
 
 
-def parse_entry(node: str, raw: Any, source: str) -> Bmc:
-    """A node's BMC from its inventory entry or annotation; PermanentError naming what is wrong."""
-    if not isinstance(raw, dict):
-        raise PermanentError(f"{source} for {node} is not a mapping of bmc, system, credentials")
-    url, system = str(raw.get("bmc") or "").rstrip("/"), str(raw.get("system") or "").strip()
+def parse_bmc_url(raw: Any, where: str) -> str:
+    """The ``bmc`` of an entry: an https URL of scheme, host and port only; PermanentError naming
+    ``where`` otherwise, never echoing a URL that may hold a password."""
+    url = str(raw or "").rstrip("/")
     parts = urlsplit(url)
     shown = "" if "@" in url else f", not {url!r}"  # a URL with userinfo may hold a password
     if parts.scheme != "https" or not parts.hostname:
         # Basic authentication sends the password with every request: never over plain http.
-        raise PermanentError(f"{source} for {node}: bmc must be an https:// URL{shown}")
+        raise PermanentError(f"{where}: bmc must be an https:// URL{shown}")
     if parts.username is not None or parts.password is not None or parts.path or parts.query:
         raise PermanentError(
-            f"{source} for {node}: bmc is scheme, host and port only (credentials go "
-            "in redfish.credentials_file)"
+            f"{where}: bmc is scheme, host and port only (credentials go in redfish.credentials_file)"
         )
-    if not system or any(c in system for c in "?#\\ ") or ".." in system:
+    return url
+
+
+def resource_path(raw: Any, collection: str) -> str | None:
+    """An id or a path in ``collection`` (``/redfish/v1/Systems/``) as its path; None when malformed."""
+    text = str(raw or "").strip()
+    if not text or any(c in text for c in "?#\\ ") or ".." in text:
+        return None
+    return text if text.startswith(collection) else collection + text.strip("/")
+
+
+def parse_entry(node: str, raw: Any, source: str) -> Bmc:
+    """A node's BMC from its inventory entry or annotation; PermanentError naming what is wrong."""
+    if not isinstance(raw, dict):
+        raise PermanentError(f"{source} for {node} is not a mapping of bmc, system, credentials")
+    url = parse_bmc_url(raw.get("bmc"), f"{source} for {node}")
+    if (path := resource_path(raw.get("system"), SYSTEMS)) is None:
         raise PermanentError(f"{source} for {node}: system must name the node's Redfish system, e.g. '1'")
-    path = system if system.startswith(SYSTEMS) else SYSTEMS + system.strip("/")
     return Bmc(url, path, str(raw.get("credentials") or "default"))
+
+
+def parse_chassis(domain: str, raw: Any, source: str) -> Chassis:
+    """A domain's rack from its ``chassis`` entry; PermanentError naming what is wrong."""
+    where = f"{source} chassis entry for domain {domain}"
+    if not isinstance(raw, dict):
+        raise PermanentError(f"{where} is not a mapping of bmc, chassis, credentials")
+    if unknown := sorted(set(raw) - {"bmc", "chassis", "credentials"}):
+        raise PermanentError(f"{where} may name bmc, chassis and credentials only, not {unknown}")
+    url = parse_bmc_url(raw.get("bmc"), where)
+    if (path := resource_path(raw.get("chassis"), CHASSIS)) is None:
+        raise PermanentError(f"{where}: chassis must name the rack's Redfish chassis, e.g. 'Rack1'")
+    return Chassis(url, path, str(raw.get("credentials") or "default"))
 
 
 class Inventory:
@@ -114,10 +152,10 @@ class Inventory:
 
     def lists(self, node: str) -> bool:
         """Whether the inventory file lists ``node`` (the ``auto`` router sends such nodes here)."""
-        return self._nodes is not None and node in self._nodes.load()
+        return node != CHASSIS_KEY and self._nodes is not None and node in self._nodes.load()
 
     def bmc(self, node: str) -> Bmc:
-        if self._nodes is not None and node in (listed := self._nodes.load()):
+        if node != CHASSIS_KEY and self._nodes is not None and node in (listed := self._nodes.load()):
             return parse_entry(node, listed[node], f"redfish inventory {self.s.inventory_file}")
         if self._annotations is not None and self.s.node_annotation:
             value = self._annotations(node).get(self.s.node_annotation)
@@ -154,13 +192,26 @@ class Inventory:
         """Every well-formed entry of the inventory file (a broken one is its own node's error)."""
         out = []
         for name, entry in (self._nodes.load() if self._nodes is not None else {}).items():
+            if name == CHASSIS_KEY:
+                continue
             try:
                 out.append(parse_entry(str(name), entry, "inventory"))
             except PermanentError:
                 continue
         return out
 
-    def login(self, bmc: Bmc) -> Login:
+    def chassis_for(self, domain: str) -> Chassis:
+        """The rack of NVLink domain ``domain`` (a Slurm block name or a clique id), from the
+        inventory's ``chassis`` mapping; NotFound when it lists none for it."""
+        racks = self._nodes.load().get(CHASSIS_KEY) if self._nodes is not None else None
+        source = f"redfish inventory {self.s.inventory_file}"
+        if racks is not None and not isinstance(racks, dict):
+            raise PermanentError(f"{source}: {CHASSIS_KEY} is not a mapping of domain to chassis")
+        if not racks or domain not in racks:
+            raise NotFound(f"no chassis known for domain {domain}: not under {CHASSIS_KEY} in redfish.inventory_file")
+        return parse_chassis(domain, racks[domain], source)
+
+    def login(self, bmc: Bmc | Chassis) -> Login:
         if self._logins is None:
             raise ConfigError(
                 "redfish.credentials_file is not set: a Redfish reset needs a login", component="redfish"

@@ -1,8 +1,9 @@
-"""Dry-run's redfish: everything the real provider reads, nothing it sends.
+"""Dry-run's redfish: everything the real provider (and rack power) reads, nothing it sends.
 
 It finds the node's BMC, signs in and reads the system, so a dry run shows the reset each node would get
 and surfaces a wrong inventory entry, credential or CA. It records the reset and sends none; its
-operation's ref starts with ``dry-run:``, which tells the verify step nothing was restarted.
+operation's ref starts with ``dry-run:``, which tells the verify step nothing was restarted. The rack
+power twin reads the chassis likewise and records "would power-cycle chassis ...".
 
 Why: docs/clouds.md#bare-metal-redfish-bmcs
 """
@@ -11,7 +12,9 @@ from __future__ import annotations
 
 from remediation.adapters.noop import Recorder
 from remediation.adapters.redfish.provider import RedfishProvider
+from remediation.adapters.redfish.rack import RedfishRackPower
 from remediation.ports.cluster import HardwareIdentity, Operation, OperationStatus, VMAction, VMRef
+from remediation.ports.rack import RackPowerState, RackReset
 
 
 class NoopRedfish:
@@ -40,3 +43,30 @@ class NoopRedfish:
 
     def poll(self, op: Operation) -> OperationStatus:
         return OperationStatus(done=True)
+
+
+class NoopRackPower:
+    """:class:`remediation.ports.rack.RackPower` for dry-run: plans from the real chassis, sends nothing."""
+
+    def __init__(self, real: RedfishRackPower, recorder: Recorder | None = None) -> None:
+        self.real = real
+        self.record = recorder or Recorder()
+
+    def reset(self, domain: str, key: str) -> RackReset:
+        planned = self.real.plan(domain)
+        self.record(
+            f"power-cycle chassis {planned.chassis}",
+            domain=domain,
+            bmc=planned.bmc,
+            via=str(planned.via),
+            resets=[f"{t.reset}" + (f" then {t.then}" if t.then else "") + f" to {t.target}"
+                    for t in planned.targets],
+            key=key,
+        )
+        return planned.with_(recorded_only=True)
+
+    def poll(self, reset: RackReset) -> RackReset:
+        return reset  # recorded only: done, and nothing to observe
+
+    def state(self, domain: str) -> RackPowerState:
+        return self.real.state(domain)

@@ -20,26 +20,21 @@ connection to it, so an empty accept queue means nothing connected, and nothing 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import socket
-import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import create_engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.adapters.noop import Recorder
@@ -58,23 +53,11 @@ from remediation.services.ingest import ingest
 from remediation.services.workflow import Workflow
 from remediation.settings import RedfishSettings, Settings
 from remediation.simulator.kube.tls import write_cluster_pki
-from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
+from tests.integration.redfish.conftest import PASSWORD, USER, Emulator, JsonBmc, stand_in_bmc
 from tests.ports import dead_address
 from tests.scenario_table import IMPOSTOR, BadInputs
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def sessions(pg_module_db: str) -> sessionmaker[Session]:
-    return sessionmaker(create_engine(pg_module_db, poolclass=NullPool), expire_on_commit=False)
-
-
-@pytest.fixture(autouse=True)
-def no_password_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
-    caplog.set_level(logging.DEBUG)  # sushy and urllib3 log every request at DEBUG
-    yield
-    assert PASSWORD not in caplog.text
 
 
 def step_key(sessions: sessionmaker[Session], node: str) -> str:
@@ -440,7 +423,7 @@ def test_an_annotation_never_sends_the_login_to_a_host_it_names(
     assert (op.data["bmc"], op.data["credentials"], op.data["phase"]) == (emulator.url, "rack-1", "sent")
 
 
-class RedirectingBmc(BaseHTTPRequestHandler):
+class RedirectingBmc(JsonBmc):
     """A BMC whose system names its reset target on another host (``server.elsewhere``)."""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
@@ -463,32 +446,15 @@ class RedirectingBmc(BaseHTTPRequestHandler):
                 }
             },
         }
-        body = json.dumps(root if self.path.rstrip("/") == "/redfish/v1" else system).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        return None
+        self.answer(200, json.dumps(root if self.path.rstrip("/") == "/redfish/v1" else system).encode())
 
 
 def test_a_reset_target_on_another_host_is_refused(
     emulator: Emulator, sessions: sessionmaker[Session], tmp_path: Path, trap: socket.socket
 ) -> None:
-    pki = write_cluster_pki(tmp_path)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), RedirectingBmc)  # serves on the port it bound
-    server.elsewhere = f"https://127.0.0.1:{trap.getsockname()[1]}"  # type: ignore[attr-defined]
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(pki.cert_file, pki.key_file)
-    server.socket = tls.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        settings = configure(
-            tmp_path, emulator, url=f"https://127.0.0.1:{server.server_address[1]}", ca=pki.ca_file
-        )
+    elsewhere = f"https://127.0.0.1:{trap.getsockname()[1]}"
+    with stand_in_bmc(tmp_path, RedirectingBmc, elsewhere=elsewhere) as (url, ca_file, _server):
+        settings = configure(tmp_path, emulator, url=url, ca=ca_file)
         provider = RedfishProvider(
             RedfishSettings.model_validate(settings.model_dump()), Inventory(settings), StepIntents(sessions)
         )
@@ -497,7 +463,3 @@ def test_a_reset_target_on_another_host_is_refused(
             provider.start(provider.machine_of("node-login"), VMAction.RESTART, key)
         assert info.value.scope is Scope.NODE
         assert not connected(trap)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)

@@ -22,9 +22,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from sqlalchemy import create_engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import NullPool
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryWorld
 from remediation.db.models import Remediation, RemediationStep
@@ -55,11 +54,6 @@ class ShiftedClock:
 
     def now(self) -> datetime:
         return datetime.now(UTC) + timedelta(seconds=self.shift)
-
-
-@pytest.fixture(scope="module")
-def sessions(pg_module_db: str) -> sessionmaker[Session]:
-    return sessionmaker(create_engine(pg_module_db, poolclass=NullPool), expire_on_commit=False)
 
 
 def credentials(tmp: Path, password: str) -> None:
