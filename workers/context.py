@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import redis
@@ -20,10 +20,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.bus import Keys
-from remediation.adapters.factory import AdaptersByPolicy, redis_client
+from remediation.adapters.factory import AdaptersByPolicy, rack_power_backend, redis_client
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
-from remediation.db.models import DomainRepair, Remediation
+from remediation.db.models import DomainRepair, DomainRepairStep, Remediation
 from remediation.domain_repair.service import DomainRepairs
 from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
@@ -68,8 +68,9 @@ class Runtime:
     @cached_property
     def repairs(self) -> dict[str, DomainRepairs]:
         """Each cluster's domain repairs, over its workflow's sessions and adapters."""
-        return {name: DomainRepairs(wf.sessions, wf.adapters, wf.settings, clock=wf.clock, worker=wf.worker)
-                for name, wf in self.workflows.items()}
+        return {name: DomainRepairs(wf.sessions, replace(wf.adapters, rack=rack_power_backend(
+                    wf.settings, StepIntents(wf.sessions, DomainRepairStep))), wf.settings, clock=wf.clock,
+                    worker=wf.worker) for name, wf in self.workflows.items()}
 
     def repairs_for(self, repair_id: int) -> DomainRepairs | None:
         """The domain repairs of the cluster repair ``repair_id`` is in (None: no such repair, or a

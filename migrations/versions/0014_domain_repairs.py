@@ -70,6 +70,7 @@ def upgrade() -> None:
         _when("started_at"), _when("finished_at", True),
         sa.Column("outcome", sa.Text(), nullable=True),
         sa.Column("detail", sa.JSON(), nullable=False),
+        sa.Column("provider_op", sa.JSON(), nullable=True),
         sa.Column("dry_run", sa.Boolean(), nullable=False, server_default=sa.text("false")),
     )
     op.create_index("ix_domain_repair_steps_repair", "domain_repair_steps", ["repair_id", "step", "attempt"])

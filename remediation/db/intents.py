@@ -17,15 +17,18 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from remediation.db.models import RemediationStep
+from remediation.db.models import DomainRepairStep, RemediationStep
 from remediation.ports.errors import ConfigError, TransientError
 
 
 class StepIntents:
-    """Intents kept on ``remediation_steps.provider_op``, found by the step's idempotency key."""
+    """Intents kept on ``remediation_steps.provider_op``, found by the step's idempotency key; with
+    ``rows=DomainRepairStep``, on a domain repair's steps (the rack's power cycle)."""
 
-    def __init__(self, sessions: Callable[[], Session]) -> None:
+    def __init__(self, sessions: Callable[[], Session],
+                 rows: type[RemediationStep] | type[DomainRepairStep] = RemediationStep) -> None:
         self.sessions = sessions
+        self.rows = rows
 
     def recorded(self, key: str) -> dict[str, Any] | None:
         """The operation already recorded for ``key``, if any."""
@@ -53,20 +56,21 @@ class StepIntents:
                 row.provider_op = None
 
     def _step(self, key: str, write: bool = False) -> _StepRow:
-        return _StepRow(self.sessions, key, write)
+        return _StepRow(self.sessions, key, write, self.rows)
 
 
 class _StepRow:
     """The step row of ``key``, locked for update when writing, committed on a clean exit."""
 
-    def __init__(self, sessions: Callable[[], Session], key: str, write: bool) -> None:
-        self.sessions, self.key, self.write = sessions, key, write
+    def __init__(self, sessions: Callable[[], Session], key: str, write: bool,
+                 rows: type[RemediationStep] | type[DomainRepairStep]) -> None:
+        self.sessions, self.key, self.write, self.rows = sessions, key, write, rows
         self.session: Session | None = None
 
-    def __enter__(self) -> RemediationStep:
+    def __enter__(self) -> RemediationStep | DomainRepairStep:
         try:
             self.session = self.sessions()
-            query = select(RemediationStep).where(RemediationStep.idempotency_key == self.key)
+            query = select(self.rows).where(self.rows.idempotency_key == self.key)
             row = self.session.scalars(query.with_for_update() if self.write else query).one_or_none()
         except SQLAlchemyError as exc:
             self._close()
@@ -78,6 +82,7 @@ class _StepRow:
                 "sent only for a step whose intent can be recorded",
                 component="redfish",
             )
+        assert isinstance(row, (RemediationStep, DomainRepairStep))
         return row
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:

@@ -342,6 +342,7 @@ class DomainRepairStep(Base):
     finished_at: Mapped[datetime | None]
     outcome: Mapped[str | None] = mapped_column(Text)
     detail: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    provider_op: Mapped[dict[str, Any] | None] = mapped_column(Json)  # the rack reset's intent, then its record
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
 
     repair: Mapped[DomainRepair] = relationship(back_populates="steps")

@@ -19,6 +19,7 @@ from remediation.domain.stepdetail import Json, Stored
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
+from remediation.ports.rack import RackPower
 from remediation.settings import PolicySettings, Settings, ValidationSettings, WorkflowSettings
 from remediation.validation.port import Validator
 
@@ -32,6 +33,8 @@ class Adapters:
     # Where an action that must not be sent twice is claimed first (a checkpoint request); None: a
     # process without the database (such a request is then refused, never sent unrecorded).
     intents: Intents | None = None
+    # The racks' power (redfish.chassis): a domain repair's power cycle; None: no chassis is known.
+    rack: RackPower | None = None
 
     @property
     def site(self) -> Site:

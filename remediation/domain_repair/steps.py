@@ -19,6 +19,7 @@ from remediation.domain.step_bodies import human_hold
 from remediation.domain_repair.rules import DomainStep, drain_reason, quarantine_reason
 from remediation.hostlist import compress
 from remediation.ports.errors import NotFound, UnknownNode
+from remediation.ports.rack import RackReset
 from remediation.settings import Settings
 from remediation.validation.port import ValidationCheck, ValidationResult
 
@@ -68,8 +69,7 @@ Body = Callable[[Repair, Adapters, Settings], Result]
 
 def has_chassis(ad: Adapters, domain: str) -> bool:
     """The rack's chassis is in the inventory (``redfish.chassis``): the power cycle is a rung."""
-    rack = getattr(ad, "rack", None)
-    return rack is not None and rack.knows(domain)
+    return ad.rack is not None and ad.rack.knows(domain)
 
 
 # ------------------------------------------------------------------------------------- the steps
@@ -149,20 +149,23 @@ def domain_check(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
 
 
 def chassis_reset(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
-    """Power-cycle the rack through its chassis (``redfish.chassis``), once: the reset is keyed by the
-    row; then wait until the BMC shows the chassis on again after the cycle."""
+    """Power-cycle the rack through its chassis (``redfish.chassis``), once: the reset is claimed on
+    the step row before it is sent; then look until the BMC shows the cycle done (Off seen, then On)."""
     detail = rep.detail
-    rack = getattr(ad, "rack", None)
-    if rack is None or not rack.knows(rep.name):
+    if ad.rack is None or not ad.rack.knows(rep.name):
         return Result(True, ok=False, detail=detail, outcome=f"no chassis for {rep.domain} in redfish.chassis")
     if "reset" not in detail:
-        sent = rack.reset(rep.name, rep.key)
-        return Result(False, detail={**detail, "reset": sent}, outcome="chassis reset sent", wait_s=0.0)
-    seen = rack.settled(rep.name, detail["reset"])
-    if seen is None:
-        return Result(False, detail=detail, outcome="waiting for the chassis to come back")
-    ok, said = seen
-    return Result(True, ok=ok, detail={**detail, "settled": said}, outcome=said)
+        sent = ad.rack.reset(rep.name, rep.key)
+        return Result(False, detail={**detail, "reset": sent.to_dict()}, wait_s=0.0,
+                      outcome=f"power cycle of chassis {sent.chassis} sent ({sent.via})")
+    seen = ad.rack.poll(RackReset.from_dict(detail["reset"]))
+    detail = {**detail, "reset": seen.to_dict()}
+    if not seen.done:
+        return Result(False, detail=detail, outcome=seen.detail or "waiting for the rack's power cycle")
+    if seen.recorded_only:
+        return Result(True, detail=detail, outcome=f"would power-cycle chassis {seen.chassis}")
+    ok = seen.evidence is not None and seen.error is None
+    return Result(True, ok=ok, detail=detail, outcome=(seen.evidence if ok else seen.error) or "no proof of the cycle")
 
 
 def quarantine(rep: Repair, ad: Adapters, cfg: Settings) -> Result:

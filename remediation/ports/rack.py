@@ -100,6 +100,10 @@ class RackPowerState:
 class RackPower(Protocol):
     """Power-cycles the rack of an NVLink domain (a Slurm block name or a clique id)."""
 
+    def knows(self, domain: str) -> bool:
+        """Whether the inventory names a chassis for ``domain`` (read locally; no BMC is asked)."""
+        ...
+
     def reset(self, domain: str, key: str) -> RackReset:
         """Record, then start, one power cycle of the domain's rack. Calling again with the same key
         sends nothing and returns what was recorded. NotFound for a domain with no chassis known."""

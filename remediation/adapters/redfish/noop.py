@@ -52,6 +52,9 @@ class NoopRackPower:
         self.real = real
         self.record = recorder or Recorder()
 
+    def knows(self, domain: str) -> bool:
+        return self.real.knows(domain)
+
     def reset(self, domain: str, key: str) -> RackReset:
         planned = self.real.plan(domain)
         self.record(

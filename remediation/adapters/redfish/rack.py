@@ -19,7 +19,7 @@ from remediation.adapters.redfish.client import RESET, BmcSession, MaybeSent, al
 from remediation.adapters.redfish.inventory import Bmc, Chassis, Inventory
 from remediation.adapters.redfish.provider import ON, plan_reset
 from remediation.ports.cluster import VMAction
-from remediation.ports.errors import PermanentError, RemediationError, TransientError
+from remediation.ports.errors import NotFound, PermanentError, RemediationError, TransientError
 from remediation.ports.intents import Intents
 from remediation.ports.rack import RackPhase, RackPowerState, RackReset, ResetTarget, ResetVia
 from remediation.settings import RedfishSettings
@@ -80,6 +80,13 @@ class RedfishRackPower:
     def __init__(self, settings: RedfishSettings, inventory: Inventory, intents: Intents, *,
                  clock: Callable[[], float] = time.time) -> None:
         self.s, self.inventory, self.intents, self.clock = settings, inventory, intents, clock
+
+    def knows(self, domain: str) -> bool:
+        try:
+            self.inventory.chassis_for(domain)
+        except NotFound:
+            return False
+        return True
 
     def session(self, rack: Chassis) -> BmcSession:
         bmc = Bmc(rack.url, rack.chassis, rack.credentials)
