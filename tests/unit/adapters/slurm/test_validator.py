@@ -214,3 +214,30 @@ def test_a_job_that_covers_part_of_the_domain_is_not_the_check_s(tmp_path: Path)
     [sbatch] = [a for a in argv if a[0] == "sbatch"]
     assert "--nodelist=gpu-node-[0-3]" in sbatch and "--nodes=4" in sbatch
     assert [a[-1] for a in argv if a[-1] == "state=resume"] == ["state=resume"] * 4
+
+
+class _Posting(_Rest):
+    """slurmrestd taking the reservation and the job: what was posted, answered with a job id."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.posted: dict[str, Any] = {}
+
+    def answer(self, method: str, path: str, **kw: Any) -> tuple[dict[str, Any], frozenset[int]]:
+        self.posted[path] = kw.get("json")
+        return {"job_id": 42}, frozenset()
+
+
+def test_through_slurmrestd_one_reservation_and_one_job_span_the_domain(tmp_path: Path) -> None:
+    from remediation.adapters.slurm.validator_io import RestIO, Submission
+
+    rest = _Posting()
+    io = RestIO(rest, "svc")
+    io.create_reservation("nr-domain-r7-a1", DOMAIN, "svc")
+    (tmp_path / "x.sh").write_text("#!/bin/sh\n")
+    job_id = io.submit(Submission("nr-domain-r7-a1", DOMAIN, 15, tmp_path / "o", tmp_path, tmp_path / "x.sh",
+                                  ("srun", "all_reduce_perf"), None))
+    reservation, job = rest.posted["/slurm/v0.0.45/reservation"], rest.posted["/slurm/v0.0.45/job/submit"]["job"]
+    assert job_id == "42" and reservation["node_list"] == list(DOMAIN)
+    assert (job["required_nodes"], job["minimum_nodes"], job["maximum_nodes"]) == (list(DOMAIN), 4, 4)
+    assert job["reservation"] == "nr-domain-r7-a1" and job["argv"][1:] == ["srun", "all_reduce_perf"]
