@@ -4,7 +4,8 @@ The block cluster (conftest ``slurm_block_cluster``) runs no slurmd; this module
 b1's nodes, as a site's ResumeProgram would boot a powered-down tray, and powers them down again at
 its end. The check is the configured default (srun of all_reduce_perf, 4 ranks per node) with a
 stand-in ``all_reduce_perf`` first on the PATH the job inherits. Slurm itself (scontrol, squeue) says
-it was one job, on the 4 nodes, in the one reservation, and what it exited with.
+it was one job, on the 4 nodes, in the one reservation, and what it exited with. The same runs over the
+plain cluster's 4 nodes through sbatch and through slurmrestd.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from tests.integration.slurm.conftest import BLOCK_SIZE, SlurmCluster
 from tests.integration.workerproc import wait_for
 
 pytestmark = pytest.mark.slurm
+# The plain-cluster test runs with each backend where slurmrestd writes (not 22.05's): see conftest.
+SLURM_WRITES = True
 
 PREFIX = "remediation:"
 #: nccl-tests' all_reduce_perf as far as the validator can tell: one line per rank, and exit 3 from the
@@ -149,3 +152,32 @@ def test_a_rank_failing_on_one_tray_fails_the_check_with_its_exit_code(
     assert "nr-domain-r2-a1" not in cluster.scontrol("show", "reservation", check=False).stdout
     reasons = {node: cluster.nodes_now()[node][2] for node in b1}
     assert reasons == {**{n: f"{PREFIX} nvswitch sxid" for n in b1[:3]}, b1[3]: "ops: cable check"}
+
+
+def test_through_either_backend_the_check_spans_every_node_of_the_plain_cluster(
+    slurm: SlurmCluster, slurm_backend: str, request: pytest.FixtureRequest,
+) -> None:
+    """The same over the plain cluster's four nodes (one slurmd each), through sbatch or, where its API
+    version creates reservations (26.05), slurmrestd: its job has a fixed PATH, so the stand-in is named
+    by its path."""
+    work = slurm.workdir / f"domain-{slurm_backend}-{time.monotonic_ns()}"
+    work.mkdir()
+    (work / "all_reduce_perf").write_text(STAND_IN)
+    (work / "all_reduce_perf").chmod(0o755)
+    cfg = settings_for(slurm, work)
+    validator = SlurmValidator(cfg.slurm, cfg.validation)
+    request.addfinalizer(validator.close)
+    name = f"nr-domain-r3-a1-{slurm_backend}"  # slurmctld remembers the other backend's job (MinJobAge)
+    check = ValidationCheck(slurm.nodes[0], name, ("srun", "--ntasks-per-node=1", str(work / "all_reduce_perf")),
+                            60, nodes=tuple(slurm.nodes))
+    slurm.scontrol("update", f"nodename={','.join(slurm.nodes)}", "state=drain", f"reason={PREFIX} imex down")
+    ref = {**validator.start(check), "node": check.node}
+    wait_for(lambda: validator.poll(ref).done, 60, "the domain check to end")
+    info = job(slurm, ref["job_id"])
+    assert (info["NumNodes"], info["NodeList"], info["Reservation"], info["ExitCode"]) == (
+        "4", "gpu-node-[0-3]", name, "0:0")
+    assert validator.poll(ref).passed
+    assert validator.finish(ref).count("drained again") == 4
+    assert name not in slurm.scontrol("show", "reservation", check=False).stdout
+    assert validator.io.through == ("scontrol and sbatch" if slurm_backend == "cli" or slurm.release < (25, 5)
+                                    else f"slurmrestd {cfg.slurm.rest_api_version}")
