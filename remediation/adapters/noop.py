@@ -161,8 +161,10 @@ class NoopValidator:
     backend: str = Backend.NOOP
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
-        self.recorder(check.purpose, node=check.node, name=check.name, command=list(check.command))
-        return {"backend": "noop", "name": check.name, "node": check.node, "dry_run": True}
+        """One record per check; a check across several nodes (the domain check) names them all."""
+        spans = {"nodes": list(check.nodes)} if check.nodes else {}
+        self.recorder(check.purpose, node=check.node, name=check.name, command=list(check.command), **spans)
+        return {"backend": "noop", "name": check.name, "node": check.node, "dry_run": True, **spans}
 
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
         return ValidationResult(done=True, exit_code=None, state="DRY-RUN")

@@ -1,4 +1,5 @@
-"""The validation's port: run one check on one node before anyone else's job can land there.
+"""The validation's port: run one check on a node (or one check across several: an NVLink domain) before
+anyone else's job can land there.
 
 It also runs the GPU reset (:mod:`remediation.domain.gpu_reset`). Implementations: Slurm
 (:mod:`remediation.adapters.slurm.validator`), Kubernetes (:mod:`remediation.adapters.kube.validator`)
@@ -30,6 +31,18 @@ class ValidationCheck:
     cause_class: str = "unknown"
     purpose: str = "validate"  # what the job is for, as dry-run records it: validate, or reset GPU
     nonce: str = ""  # the random part of ``name``; empty for a check started before it was recorded
+    #: Every node one check spans at once (one job over the NVLink domain); empty: ``node`` alone. ``node``
+    #: is the node the check is recorded under (the remediation's).
+    nodes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if len(set(self.nodes)) != len(self.nodes):
+            raise ValueError(f"check {self.name}: a node is named twice in {self.nodes!r:.200}")
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The nodes the check runs on: ``nodes``, or ``node`` alone."""
+        return self.nodes or (self.node,)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,11 @@ from remediation.vocabulary import FAULT_CLASSES
 _DCGM_2 = ["dcgmi", "diag", "-r", "2"]  # "medium", about 2 minutes (DCGM's dcgmi diag reference)
 _DCGM_3 = ["dcgmi", "diag", "-r", "3"]  # "long", about 15 minutes: the memory tests
 _NCCL = ["all_reduce_perf", "-b", "8", "-e", "1G", "-f", "2", "-g", "8"]  # nccl-tests, one node, 8 GPUs
+#: nccl-tests across the domain: one MPI rank per GPU (srun starts 4 per tray, a GB200 tray's GPUs) on
+#: every node of the one job, 8 B to 8 GiB doubling; built with MPI=1 (the nccl-tests README).
+_NCCL_DOMAIN = ["srun", "--ntasks-per-node=4", "all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "1"]
+#: The NVLink-domain fault classes a domain check is chosen by, ``unknown`` for the rest.
+DOMAIN_CLASSES = ("nvswitch", "imex", "nvlink", "unknown")
 
 
 def loose_mode(path: str) -> int | None:
@@ -38,6 +43,16 @@ def _default_checks() -> dict[str, list[str]]:
         "unknown": _DCGM_2, "gpu-memory": _DCGM_3, "gpu-rma": _DCGM_3, "nvlink": _NCCL, "ib-link": _NCCL,
         "fabric": _NCCL, "nvswitch": _NCCL,
     }
+
+
+def _default_domain_checks() -> dict[str, list[str]]:
+    return {cls: list(_NCCL_DOMAIN) for cls in DOMAIN_CLASSES}
+
+
+def _argv(what: str, argv: object) -> list[str]:
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) and a for a in argv):
+        raise ValueError(f"{what} must be a non-empty argument list (no shell)")
+    return argv
 
 
 class ValidationSettings(Section):
@@ -99,6 +114,50 @@ class ValidationSettings(Section):
         "(slurmd not answering, the GPU not letting go) is ended and the ladder climbs to its next rung.",
     )
 
+    domain_checks: dict[str, list[str]] = Field(
+        default_factory=_default_domain_checks,
+        description="The check one job runs across every node of an NVLink domain at once, per domain fault "
+        "class (nvswitch, imex, nvlink; 'unknown' for the rest, required), an argument list (no shell). "
+        "Default: nccl-tests all_reduce_perf, one rank per GPU on every node (srun, 4 per tray), 8 B to 8 GiB: "
+        "a healthy fabric carries it and a broken switch, link or IMEX domain fails it. On the kubernetes "
+        "backend each node's pod runs the command (its index in JOB_COMPLETION_INDEX): name your launcher.",
+    )
+    domain_check_timeout_s: float = Field(
+        900.0, gt=0,
+        description="Deadline of the domain check, seconds. A sweep to 8 GiB over 72 GPUs takes minutes; "
+        "fifteen leave room for the job to start on every tray before the domain is held and on-call paged.",
+    )
+    fabric_restart: list[str] = Field(
+        default_factory=lambda: ["sudo", "-n", "systemctl", "restart", "nvidia-imex"],
+        description="What the per-tray fabric-restart job runs, an argument list (no shell). Default: "
+        "restart the IMEX daemon (the nvidia-imex systemd unit). The job runs as the check's user "
+        "(validation.slurm_user or the service's user; root in the kubernetes Job): that user needs the "
+        "right to restart the unit without a password (a sudoers line for exactly this command); sudo -n "
+        "fails at once rather than waiting for one. Where nvidia-fabricmanager runs on the tray (HGX), "
+        "restart it too, e.g. systemctl restart nvidia-fabricmanager nvidia-imex.",
+    )
+    fabric_restart_timeout_s: float = Field(
+        300.0, gt=0,
+        description="Deadline of the fabric-restart job, seconds: a unit restart takes seconds; one not done "
+        "in five minutes (slurmd silent, IMEX hanging on its peers) ends and the ladder climbs.",
+    )
+
+    @field_validator("domain_checks")
+    @classmethod
+    def _domain_checks_are_argv(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, argv in value.items():
+            if name not in DOMAIN_CLASSES:
+                raise ValueError(f"{name!r} is not a domain fault class (one of {', '.join(DOMAIN_CLASSES)})")
+            _argv(f"the domain check of {name!r}", argv)
+        if "unknown" not in value:
+            raise ValueError("domain_checks must name a check for 'unknown' (a domain fault of no known class)")
+        return value
+
+    @field_validator("fabric_restart")
+    @classmethod
+    def _fabric_restart_is_argv(cls, value: list[str]) -> list[str]:
+        return _argv("fabric_restart", value)
+
     @field_validator("checks")
     @classmethod
     def _checks_are_argv(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -137,6 +196,10 @@ class ValidationSettings(Section):
 
     def check_for(self, cause_class: str | None) -> list[str]:
         return list(self.checks.get(cause_class or "unknown") or self.checks["unknown"])
+
+    def domain_check_for(self, cause_class: str | None) -> list[str]:
+        """The domain check of a domain fault class; ``unknown``'s for any other."""
+        return list(self.domain_checks.get(cause_class or "unknown") or self.domain_checks["unknown"])
 
     def timeout_for(self, cause_class: str | None) -> float:
         return self.timeout_s.get(cause_class or "unknown", self.timeout_s["default"])

@@ -1,8 +1,8 @@
 """The validation through Slurm itself: a maintenance reservation only the service's user may use.
 
-:class:`SlurmValidator` reserves the node, resumes it, submits the check job into the reservation, polls
-it, then drains the node again and only then deletes the reservation. Each step looks before it acts, so a
-worker killed anywhere resumes without submitting twice. I/O goes through
+:class:`SlurmValidator` reserves the node (or every node of a check across a domain), resumes it, submits
+one check job into the reservation, polls it, then drains the nodes again and only then deletes the
+reservation. Each step looks before it acts, so a worker killed anywhere resumes without submitting twice. I/O goes through
 :mod:`remediation.adapters.slurm.validator_io`.
 
 Why: docs/policy.md#validate-before-return-a-gpu-validation-validationbackend-default-none
@@ -70,35 +70,45 @@ class SlurmValidator:
         return "DRAIN" in node.flags or (node.state == "DOWN" and slurm_node.reason_is_ours(self.prefix))
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
-        name, node = self._name(check.name), check_node_name(check.node)
+        """One reservation over every node of the check, each held node resumed into it (its prior state
+        recorded first), and one job over them all."""
+        name, nodes = self._name(check.name), tuple(check_node_name(n) for n in check.targets)
         self._prepare()
         if not self.io.reservation_exists(name):
-            self.io.create_reservation(name, node, self.user)
+            self.io.create_reservation(name, nodes, self.user)
         state_file = self.workdir / f"{name}.state.json"
         if not state_file.exists():
-            current = self.nodes.status(node)
-            prior = {"drained": self._held(current), "reason": current.reason}
-            state_file.write_text(json.dumps(prior))
-        current = self.nodes.status(node)
-        if self._held(current):
-            self.nodes.resume(node)
-        job = self._ours(name, node)
+            state_file.write_text(json.dumps(self._priors(nodes, several=bool(check.nodes))))
+        for node in nodes:
+            if self._held(self.nodes.status(node)):
+                self.nodes.resume(node)
+        job = self._ours(name, nodes)
         if job is None:
             job = self.io.submit(Submission(
-                name=name, node=node, minutes=max(1, math.ceil(check.timeout_s / 60)),
+                name=name, nodes=nodes, minutes=max(1, math.ceil(check.timeout_s / 60)),
                 output=self.workdir / f"{name}.out", workdir=self.workdir, script=self.workdir / EXEC_SCRIPT,
                 command=tuple(check.command), partition=self.cfg.slurm_partition or None,
             ))
+        spans = {"nodes": list(nodes)} if check.nodes else {}
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
-                "user": self.user}
+                "user": self.user, **spans}
 
-    def _ours(self, name: str, node: str) -> str | None:
+    def _priors(self, nodes: tuple[str, ...], *, several: bool) -> dict[str, Any]:
+        """Whether each node was held, and why, before the check: what ``finish`` puts back. A check on
+        one node keeps the record it always had (a check started before an upgrade reads it back)."""
+        priors = {}
+        for node in nodes:
+            current = self.nodes.status(node)
+            priors[node] = {"drained": self._held(current), "reason": current.reason}
+        return {"nodes": priors} if several else priors[nodes[0]]
+
+    def _ours(self, name: str, nodes: tuple[str, ...]) -> str | None:
         """The newest job of ``name`` that is this check's (a worker killed after sbatch, before the step
-        recorded the id): run as our user, in our reservation, on the node. Any other job of the name is
-        someone else's and is never taken for the check (its verdict would return the node)."""
+        recorded the id): run as our user, in our reservation, on every one of the nodes. Any other job
+        of the name is someone else's and is never taken for the check (its verdict would return them)."""
         ours = []
         for job in self.io.jobs_named(name):
-            if job.user == self.user and job.reservation == name and node in _nodes(job.nodes):
+            if job.user == self.user and job.reservation == name and set(nodes) <= set(_nodes(job.nodes)):
                 ours.append(job.job_id)
             else:
                 log.warning("job %s named %s is not this check's (user %r, reservation %r, nodes %r): not "
@@ -123,21 +133,19 @@ class SlurmValidator:
                           timed_out=job.state in ("TIMEOUT", "DEADLINE"), run_s=job.run_s)
 
     def finish(self, ref: dict[str, Any]) -> str:
-        name, job_id, node = self._read_back(ref)
+        name, job_id, nodes = self._read_back(ref)
         notes = []
         job = self.io.job(job_id)
         if job is not None and job.state in ACTIVE:
             self.io.cancel(job_id)
             notes.append(f"cancelled check job {job_id}")
         state_file = self.workdir / f"{name}.state.json"
-        prior = json.loads(state_file.read_text()) if state_file.exists() else {"drained": True, "reason": ""}
-        current = self.nodes.status(node)
-        if "DRAIN" in current.flags and current.reason != prior.get("reason"):
-            notes.append(f"left the drain someone placed meanwhile ({current.reason!r})")
-        elif prior.get("drained"):
-            reason = str(prior.get("reason") or f"{self.prefix} validation {name}")
-            self.nodes.drain(node, reason)
-            notes.append(f"drained again ({reason!r})")
+        recorded = json.loads(state_file.read_text()) if state_file.exists() else {}
+        for node in nodes:
+            prior = recorded["nodes"].get(node) if "nodes" in recorded else recorded
+            note = self._put_back(node, prior or {"drained": True, "reason": ""}, name)
+            if note:
+                notes.append(note if len(nodes) == 1 else f"{node}: {note}")
         if self.io.reservation_exists(name):
             self.io.delete_reservation(name)
         notes.append(f"reservation {name} deleted")
@@ -146,16 +154,31 @@ class SlurmValidator:
 
     # -------------------------------------------------------------------------------- internals
 
+    def _put_back(self, node: str, prior: dict[str, Any], name: str) -> str:
+        """Drain ``node`` again if it was held before the check, unless a human drained it meanwhile."""
+        current = self.nodes.status(node)
+        if "DRAIN" in current.flags and current.reason != prior.get("reason"):
+            return f"left the drain someone placed meanwhile ({current.reason!r})"
+        if prior.get("drained"):
+            reason = str(prior.get("reason") or f"{self.prefix} validation {name}")
+            self.nodes.drain(node, reason)
+            return f"drained again ({reason!r})"
+        return ""
+
     def _name(self, name: object) -> str:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise InvalidSlurmArgument(f"invalid check name {name!r:.80}: expected lower-case letters, digits "
                                        "and '-', at most 63")
         return name
 
-    def _read_back(self, ref: dict[str, Any]) -> tuple[str, str, str]:
-        """The reservation, job id and node of a started check, as the step row kept them, each checked
+    def _read_back(self, ref: dict[str, Any]) -> tuple[str, str, tuple[str, ...]]:
+        """The reservation, job id and nodes of a started check, as the step row kept them, each checked
         before it goes into an argv or a path: a row is data, and a planted ``--all`` must not reach scancel."""
-        return self._name(ref.get("reservation")), check_job_id(ref.get("job_id")), check_node_name(ref.get("node"))
+        several = ref.get("nodes")
+        if several is not None and (not isinstance(several, list) or not several):
+            raise InvalidSlurmArgument(f"invalid node list {several!r:.80} of a check across nodes")
+        nodes = tuple(check_node_name(n) for n in several) if several else (check_node_name(ref.get("node")),)
+        return self._name(ref.get("reservation")), check_job_id(ref.get("job_id")), nodes
 
     def _prepare(self) -> None:
         try:

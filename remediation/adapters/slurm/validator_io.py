@@ -1,4 +1,4 @@
-"""How the Slurm validator reaches slurmctld: its reservation, its check job and the node.
+"""How the Slurm validator reaches slurmctld: its reservation, its check job and the nodes.
 
 :class:`CommandIO` runs ``scontrol``, ``sbatch``, ``squeue`` and ``scancel`` (every release);
 :class:`RestIO` uses slurmrestd (v0.0.43+). :func:`validator_io` picks one and says why.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -17,6 +18,7 @@ from typing import Any, Protocol
 from remediation.adapters.slurm.args import check_job_id
 from remediation.adapters.slurm.cli import CliSlurm, SlurmCommandError
 from remediation.adapters.slurm.parse import NodeRecord
+from remediation.hostlist import compress
 from remediation.ports.errors import PermanentError, TransientError
 from remediation.settings import SlurmSettings
 
@@ -58,7 +60,7 @@ class NamedJob:
 @dataclass(frozen=True)
 class Submission:
     name: str
-    node: str
+    nodes: tuple[str, ...]  # every node of the one job (checked names): one node, or an NVLink domain
     minutes: int
     output: Path
     workdir: Path
@@ -84,7 +86,7 @@ class ValidatorIO(Protocol):
     def job_user(self) -> str | None: ...  # who the check job runs as, when not this process's user
 
     def reservation_exists(self, name: str) -> bool: ...
-    def create_reservation(self, name: str, node: str, user: str) -> None: ...
+    def create_reservation(self, name: str, nodes: Sequence[str], user: str) -> None: ...
     def delete_reservation(self, name: str) -> None: ...
     def jobs_named(self, name: str) -> list[NamedJob]: ...
     def submit(self, job: Submission) -> str: ...
@@ -131,14 +133,14 @@ class CommandIO:
             raise
         return f"ReservationName={name} " in out or out.startswith(f"ReservationName={name}")
 
-    def create_reservation(self, name: str, node: str, user: str) -> None:
+    def create_reservation(self, name: str, nodes: Sequence[str], user: str) -> None:
         self._run(
             [
                 self.settings.scontrol,
                 "create",
                 "reservation",
                 f"ReservationName={name}",
-                f"Nodes={node}",
+                f"Nodes={compress(nodes)}",
                 f"Users={user}",
                 "StartTime=now",
                 "Duration=UNLIMITED",  # until the validator deletes it: no end lets users onto the node
@@ -171,8 +173,8 @@ class CommandIO:
             "--parsable",
             f"--job-name={job.name}",
             f"--reservation={job.name}",
-            f"--nodelist={job.node}",
-            "--nodes=1",
+            f"--nodelist={compress(job.nodes)}",
+            f"--nodes={len(job.nodes)}",
             "--exclusive",
             f"--time={job.minutes}",
             f"--output={job.output}",
@@ -225,13 +227,13 @@ class RestIO:
         body, _ = self.rest.answer("GET", f"{self.base}/reservations")
         return any(r.get("name") == name for r in body.get("reservations") or [])
 
-    def create_reservation(self, name: str, node: str, user: str) -> None:
+    def create_reservation(self, name: str, nodes: Sequence[str], user: str) -> None:
         self.rest.answer(
             "POST",
             f"{self.base}/reservation",
             json={
                 "name": name,
-                "node_list": [node],
+                "node_list": list(nodes),
                 "users": [user],
                 "flags": ["MAINT", "IGNORE_JOBS"],
                 "start_time": _number(int(time.time())),
@@ -264,9 +266,9 @@ class RestIO:
         desc: dict[str, Any] = {
             "name": job.name,
             "reservation": job.name,
-            "required_nodes": [job.node],
-            "minimum_nodes": 1,
-            "maximum_nodes": 1,
+            "required_nodes": list(job.nodes),
+            "minimum_nodes": len(job.nodes),
+            "maximum_nodes": len(job.nodes),
             "shared": ["none"],
             "time_limit": _number(job.minutes),
             "standard_output": str(job.output),

@@ -5,6 +5,9 @@ production's admission would refuse is refused here too."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +18,7 @@ from kubernetes import client
 
 from remediation.settings import Settings, load_settings
 from remediation.simulator.kube.api import KubeAPIServer
+from tests.infra import missing
 
 ROOT = Path(__file__).resolve().parents[3]
 #: The Namespaces deploy/ ships: the service's own and the check Jobs' (the kubernetes validation).
@@ -70,3 +74,42 @@ def make_settings(kube_api: KubeAPIServer) -> Callable[..., Settings]:
         return load_settings(kube=kube, **overrides)
 
     return build
+
+
+KUBECTL = shutil.which("kubectl")
+#: kubectl as the oracle (tests/integration/kube/test_kubectl.py says why): a real client nobody here wrote.
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+@pytest.fixture
+def kubeconfig(kube_api: KubeAPIServer, tmp_path: Path) -> Iterator[Path]:
+    if KUBECTL is None:
+        missing("kubectl")
+    yield kube_api.write_kubeconfig(tmp_path / "kubeconfig")
+    # None of these verbs needs the OpenAPI document, which the fake therefore does not serve; a
+    # kubectl that started asking for it would show up here, not as a puzzling 404 elsewhere.
+    assert not [r.path for r in kube_api.requests if r.path.startswith("/openapi")]
+
+
+def kubectl_env(kubeconfig: Path) -> dict[str, str]:
+    # A private HOME: kubectl caches discovery under ~/.kube/cache, which must not leak between runs.
+    return {"PATH": os.environ.get("PATH", ""), "HOME": str(kubeconfig.parent), "KUBECONFIG": str(kubeconfig)}
+
+
+@pytest.fixture
+def kubectl(kubeconfig: Path) -> Run:
+    def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        assert KUBECTL is not None
+        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
+            [KUBECTL, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=kubectl_env(kubeconfig),
+            check=False,
+        )
+        if check:
+            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}"
+        return done
+
+    return run

@@ -109,7 +109,7 @@ def _populate(api: KubeAPIServer) -> None:
     # A validation check Job as KubeValidator creates it; the simulator runs its pod on gke-a3-0.
     check = ValidationCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
     cfg = ValidationSettings()
-    api.jobs.create(cfg.kube_namespace, job_manifest(check, "gke-a3-0", cfg,
+    api.jobs.create(cfg.kube_namespace, job_manifest(check, ["gke-a3-0"], cfg,
                                                      taint_key="example.com/quarantined"))
 
 

@@ -12,9 +12,7 @@ oracle would let the fake drift unnoticed.
 from __future__ import annotations
 
 import json
-import os
 import queue
-import shutil
 import subprocess
 import threading
 import time
@@ -28,46 +26,10 @@ from remediation.adapters.kube.adapter import make_kube
 from remediation.settings import Settings
 from remediation.simulator.kube.api import KubeAPIServer
 from remediation.simulator.kube.discovery import RESOURCES
-from tests.infra import missing
+from tests.integration.kube.conftest import KUBECTL, Run
+from tests.integration.kube.conftest import kubectl_env as _env
 
-KUBECTL = shutil.which("kubectl")
 SLURMD = {"app.kubernetes.io/component": "slurmd"}
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture
-def kubeconfig(kube_api: KubeAPIServer, tmp_path: Path) -> Iterator[Path]:
-    if KUBECTL is None:
-        missing("kubectl")
-    yield kube_api.write_kubeconfig(tmp_path / "kubeconfig")
-    # None of these verbs needs the OpenAPI document, which the fake therefore does not serve; a
-    # kubectl that started asking for it would show up here, not as a puzzling 404 elsewhere.
-    assert not [r.path for r in kube_api.requests if r.path.startswith("/openapi")]
-
-
-def _env(kubeconfig: Path) -> dict[str, str]:
-    # A private HOME: kubectl caches discovery under ~/.kube/cache, which must not leak between runs.
-    return {"PATH": os.environ.get("PATH", ""), "HOME": str(kubeconfig.parent), "KUBECONFIG": str(kubeconfig)}
-
-
-@pytest.fixture
-def kubectl(kubeconfig: Path) -> Run:
-    def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        assert KUBECTL is not None
-        done = subprocess.run(  # noqa: S603 - fixed argv, no shell
-            [KUBECTL, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=_env(kubeconfig),
-            check=False,
-        )
-        if check:
-            assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stdout}{done.stderr}"
-        return done
-
-    return run
 
 
 def _wait(predicate: Callable[[], object], what: str, timeout: float = 30) -> None:

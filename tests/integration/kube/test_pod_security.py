@@ -36,7 +36,7 @@ HARDENED: dict[str, Any] = {
 
 def check_job(namespace: str, deadline_s: int = 600) -> dict[str, Any]:
     cfg = ValidationSettings(kube_namespace=namespace)
-    job = job_manifest(CHECK, NODE, cfg, taint_key="example.com/quarantined")
+    job = job_manifest(CHECK, [NODE], cfg, taint_key="example.com/quarantined")
     job["spec"]["activeDeadlineSeconds"] = deadline_s
     return job
 

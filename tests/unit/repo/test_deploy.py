@@ -1100,7 +1100,7 @@ def test_the_check_namespace_admits_only_the_pinned_check(tmp_path: Path, case: 
         assert ref == {"name": "remediation-check-image", "key": "image"}, workload["metadata"]["name"]
     cfg = Settings(validation={"kube_image": pin["data"]["image"]}).validation
     check = ValidationCheck("gpu-node-1", "nr-check-7-1", tuple(cfg.check_for("gpu-memory")), 60.0, "gpu-memory")
-    spec = copy.deepcopy(job_manifest(check, "gke-a3-0", cfg,
+    spec = copy.deepcopy(job_manifest(check, ["gke-a3-0"], cfg,
                                       taint_key="remediation.gpu.io/quarantine")["spec"]["template"]["spec"])
     change, allowed = CHECK_CASES[case]
     change(spec)

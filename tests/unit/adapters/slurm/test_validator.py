@@ -162,3 +162,82 @@ def test_a_heterogeneous_job_is_requeued_once_as_a_whole(tmp_path: Path) -> None
     v.io.cli.requeue_jobs(["123+0", "123+1", "124"])  # type: ignore[attr-defined]
     v.io.cli.cancel_jobs(["125+0"])  # type: ignore[attr-defined]
     assert argv == [["scontrol", "requeue", "123"], ["scontrol", "requeue", "124"], ["scancel", "125"]]
+
+
+DOMAIN = ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
+
+
+def domain_check(*nodes: str) -> ValidationCheck:
+    return ValidationCheck(nodes[0], "nr-domain-r7-a1", ("srun", "all_reduce_perf"), 900, nodes=nodes)
+
+
+@pytest.mark.parametrize("bad", ["gpu[1-9]", "ALL", "--all", "gpu-node-1,gpu-node-9"], ids=repr)
+def test_a_bad_node_among_a_domain_check_s_runs_nothing(tmp_path: Path, bad: str) -> None:
+    argv: list[list[str]] = []
+    with pytest.raises(InvalidSlurmArgument, match="invalid Slurm node name"):
+        validator(tmp_path, argv).start(domain_check("gpu-node-0", bad, "gpu-node-2"))
+    assert argv == []
+
+
+@pytest.mark.parametrize("nodes", [["gpu-node-0", "--all"], "gpu-node-[0-3]", [], ["gpu-node-0", None]], ids=repr)
+def test_a_bad_node_list_from_the_database_runs_nothing(tmp_path: Path, nodes: object) -> None:
+    argv: list[list[str]] = []
+    with pytest.raises(InvalidSlurmArgument):
+        validator(tmp_path, argv).finish(ref(nodes=nodes))
+    assert argv == []
+
+
+def _node_line(name: str) -> str:
+    return f"NodeName={name} State=IDLE+DRAIN Reason=remediation:_nvswitch [root@2026-11-23T12:00:00]\n"
+
+
+def test_a_job_that_covers_part_of_the_domain_is_not_the_check_s(tmp_path: Path) -> None:
+    """A job of the name, ours and in our reservation, but on three of the four nodes, is not taken: a
+    new job over the whole domain is submitted into the one reservation over the domain."""
+    argv: list[list[str]] = []
+    v = validator(tmp_path, argv)
+    user = v.user
+
+    def run(args: list[str]) -> str:
+        argv.append(args)
+        if args[1:3] == ["show", "node"]:
+            return _node_line(args[-1])
+        if args[0] == "squeue":
+            return f"41|{user}|nr-domain-r7-a1|gpu-node-[0-2]\n"
+        return "42;ci\n" if args[0] == "sbatch" else ""
+
+    v.io.cli._run = run  # type: ignore[attr-defined]
+    started = v.start(domain_check(*DOMAIN))
+    assert started["job_id"] == "42" and started["nodes"] == list(DOMAIN)
+    [reserve] = [a for a in argv if a[1:3] == ["create", "reservation"]]
+    assert "Nodes=gpu-node-[0-3]" in reserve
+    [sbatch] = [a for a in argv if a[0] == "sbatch"]
+    assert "--nodelist=gpu-node-[0-3]" in sbatch and "--nodes=4" in sbatch
+    assert [a[-1] for a in argv if a[-1] == "state=resume"] == ["state=resume"] * 4
+
+
+class _Posting(_Rest):
+    """slurmrestd taking the reservation and the job: what was posted, answered with a job id."""
+
+    def __init__(self) -> None:
+        super().__init__({})
+        self.posted: dict[str, Any] = {}
+
+    def answer(self, method: str, path: str, **kw: Any) -> tuple[dict[str, Any], frozenset[int]]:
+        self.posted[path] = kw.get("json")
+        return {"job_id": 42}, frozenset()
+
+
+def test_through_slurmrestd_one_reservation_and_one_job_span_the_domain(tmp_path: Path) -> None:
+    from remediation.adapters.slurm.validator_io import RestIO, Submission
+
+    rest = _Posting()
+    io = RestIO(rest, "svc")
+    io.create_reservation("nr-domain-r7-a1", DOMAIN, "svc")
+    (tmp_path / "x.sh").write_text("#!/bin/sh\n")
+    job_id = io.submit(Submission("nr-domain-r7-a1", DOMAIN, 15, tmp_path / "o", tmp_path, tmp_path / "x.sh",
+                                  ("srun", "all_reduce_perf"), None))
+    reservation, job = rest.posted["/slurm/v0.0.45/reservation"], rest.posted["/slurm/v0.0.45/job/submit"]["job"]
+    assert job_id == "42" and reservation["node_list"] == list(DOMAIN)
+    assert (job["required_nodes"], job["minimum_nodes"], job["maximum_nodes"]) == (list(DOMAIN), 4, 4)
+    assert job["reservation"] == "nr-domain-r7-a1" and job["argv"][1:] == ["srun", "all_reduce_perf"]
