@@ -24,9 +24,9 @@ from remediation.adapters.factory import AdaptersByPolicy, rack_power_backend, r
 from remediation.clock import SystemClock
 from remediation.db.intents import StepIntents
 from remediation.db.models import DomainRepair, DomainRepairStep, Remediation
-from remediation.domain_repair.service import DomainRepairs
 from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
+from remediation.domain_repair.service import DomainRepairs
 from remediation.profiles.rules import Governance
 from remediation.profiles.service import governance
 from remediation.services.workflow import Workflow

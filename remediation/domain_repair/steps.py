@@ -217,7 +217,8 @@ def _run(checks: list[ValidationCheck], detail: dict[str, Any], ad: Adapters, *,
     ended: dict[str, Any] = dict(detail.get("ended", {}))
     for check in checks:
         if check.name not in refs:
-            refs[check.name] = val.start(check)
+            refs[check.name] = {**val.start(check), "name": check.name, "node": check.node,
+                                "nodes": list(check.nodes) or [check.node], "purpose": check.purpose}
             return Result(False, detail={**detail, "refs": refs, "ended": ended}, wait_s=0.0,
                           outcome=f"{what} started on {check.node}")
     for check in checks:
