@@ -249,6 +249,8 @@ class DomainRepairs:
         policy = self.settings.policy
         view = fleet_latched(s, cluster_view(s, now, policy.breaker_window, exclude=None))
         if rep.step in MACHINE_STEPS:
+            if not rep.dry_run:  # the view counts this repair's own trays already (it is at the step)
+                view = replace(view, machine_active=max(0, view.machine_active - rep.size))
             admitted = admit_domain(view, policy, trays=rep.size, now=now)
             return None if admitted.ok else admitted.reason
         if view.paused:
@@ -282,6 +284,9 @@ class DomainRepairs:
 
     def _move(self, s: Session, rep: DomainRepair, result: bodies.Result, *, now: datetime) -> None:
         step = rep.step
+        if step is DomainStep.DRAIN and not result.ok:  # the signal is not confirmed: nothing was done
+            self._close(s, rep, DomainRepairStatus.CANCELLED, result=result, now=now)
+            return
         if step is DomainStep.JOBS:
             rep.rungs = list(ladder(runs_jobs=self.adapters.validator is not None,
                                     chassis=bodies.has_chassis(self.adapters, rep.name)))
@@ -308,6 +313,9 @@ class DomainRepairs:
         if status is DomainRepairStatus.RETURNED:
             _mark(s, rep.ours, status=NodeStatus.HEALTHY, reason=f"domain repair #{rep.id} proved the domain", now=now)
             action = AuditAction.DOMAIN_REPAIR_RETURNED
+        elif status is DomainRepairStatus.CANCELLED:
+            _mark(s, rep.trays, status=NodeStatus.HEALTHY, reason=f"domain repair #{rep.id}: {reason}", now=now)
+            action = AuditAction.DOMAIN_REPAIR_CANCELLED
         else:
             _mark(s, rep.trays, status=NodeStatus.QUARANTINED, reason=f"domain repair #{rep.id}: {reason}", now=now)
             action = AuditAction.DOMAIN_REPAIR_QUARANTINED

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from remediation.domain.events import Source
 from remediation.domain.jobsafety import jobs_holding
 from remediation.domain.outcomes import Adapters, StepSettings
 from remediation.domain.ownership import resume_if_ours
@@ -81,6 +82,10 @@ def drain(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     (never resumed by us), and so is a maintenance drain (``policy.ignore_reasons``)."""
     detail = rep.detail
     prefix = cfg.policy.our_reason_prefix
+    if not _still_bad(rep, ad):
+        return Result(True, ok=False, detail=detail, outcome=(
+            f"Slurm shows none of {compress(list(rep.reporters))} drained, down or failed now: the signal is "
+            "not confirmed, nothing was done"))
     reason = drain_reason(prefix, rep.id, kind=rep.kind, name=rep.name)
     ours, theirs = [], []
     for tray in rep.trays:
@@ -98,6 +103,19 @@ def drain(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     if theirs:
         said += f"; left {compress(theirs)} as someone else drained them"
     return Result(True, detail={**detail, "ours": ours, "theirs": theirs}, outcome=said, ours=tuple(ours))
+
+
+def _still_bad(rep: Repair, ad: Adapters) -> bool:
+    """The signal confirmed against its authority before anything is done: a Slurm signal needs Slurm
+    to show a reporting tray drained, down or failed now (a stale or forged event drains no rack).
+    A Kubernetes condition was held for its hold time by the watcher; it is taken as reported."""
+    if not rep.cause.startswith(f"{Source.SLURM} "):
+        return True
+    for tray in rep.reporters:
+        node = ad.slurm.get_node(tray)
+        if node.flags & _HELD or node.state == SlurmState.DOWN:
+            return True
+    return False
 
 
 def _cordon(ad: Adapters, tray: str, reason: str) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from remediation.adapters.slurm.parse import parse_nodes_json
 from remediation.hostlist import expand
 from remediation.settings import SlurmSettings
 from tests import slurm_versions
+from tests.integration.workerproc import wait_for
 from tests.ports import lease
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -314,6 +316,30 @@ def slurm_block_cluster(request: pytest.FixtureRequest,
         "SLURM_CI_TOPOLOGY_FILE": BLOCK_RELEASES[release], "SLURM_CI_SLURMD": "0", "SLURM_CI_REST": "0",
     }
     yield from start_cluster(release, tmp_path_factory, leaves=0, nodes=BLOCKS * BLOCK_SIZE, options=options)
+
+
+@pytest.fixture(scope="session")
+def b1(slurm_block_cluster: SlurmCluster) -> Iterator[list[str]]:
+    """Block b1's nodes, each with its own slurmd, powered up (idle) once for every test that runs jobs
+    there; the slurmds end with the cluster. Once per cluster: a tray powered down again would come
+    back only after SuspendTimeout."""
+    cluster = slurm_block_cluster
+    nodes = expand(f"gpu-node-[0-{BLOCK_SIZE - 1}]")
+    assert "BlockName=b1 " in cluster.scontrol("show", "topology").stdout
+    for node in nodes:
+        cluster.start_slurmd(node)
+
+    def states() -> dict[str, str]:
+        out = cluster.run("sinfo", "-N", "-h", "-o", "%N %T").stdout
+        return dict(line.split()[:2] for line in out.splitlines())
+
+    try:
+        wait_for(lambda: all(states().get(n) == "idle" for n in nodes), 30, f"{nodes} to power up")
+        yield nodes
+    finally:
+        for node in nodes:
+            if (pid := cluster.slurmd_pid(node)) is not None:
+                os.kill(pid, signal.SIGTERM)
 
 
 def start_cluster(

@@ -1,8 +1,7 @@
 """The domain check on the real slurmctld of 24.11 and 26.05: one job over every node of block b1.
 
-The block cluster (conftest ``slurm_block_cluster``) runs no slurmd; this module starts one for each of
-b1's nodes, as a site's ResumeProgram would boot a powered-down tray, and powers them down again at
-its end. The check is the configured default (srun of all_reduce_perf, 4 ranks per node) with a
+The block cluster (conftest ``slurm_block_cluster``) runs no slurmd; conftest's ``b1`` starts one for
+each of b1's nodes, as a site's ResumeProgram would boot a powered-down tray. The check is the configured default (srun of all_reduce_perf, 4 ranks per node) with a
 stand-in ``all_reduce_perf`` first on the PATH the job inherits. Slurm itself (scontrol, squeue) says
 it was one job, on the 4 nodes, in the one reservation, and what it exited with. The same runs over the
 plain cluster's 4 nodes through sbatch and through slurmrestd.
@@ -11,7 +10,6 @@ plain cluster's 4 nodes through sbatch and through slurmrestd.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,6 @@ from typing import Any
 import pytest
 
 from remediation.adapters.slurm.validator import SlurmValidator, parse_job
-from remediation.hostlist import expand
 from remediation.settings import Settings, load_settings
 from remediation.validation.port import ValidationCheck
 from tests.integration.slurm.conftest import BLOCK_SIZE, SlurmCluster
@@ -42,28 +39,6 @@ if [ "$(cat "$here/fail-on" 2>/dev/null)" = "$SLURMD_NODENAME" ]; then
 fi
 echo "# Avg bus bandwidth    : 0.0"
 """
-
-
-def show(cluster: SlurmCluster) -> dict[str, str]:
-    return {line.split()[0]: line for line in cluster.run("sinfo", "-N", "-h", "-o", "%N %T").stdout.splitlines()}
-
-
-@pytest.fixture(scope="module")
-def b1(slurm_block_cluster: SlurmCluster) -> Iterator[list[str]]:
-    """Block b1's nodes, each with its own slurmd (powered up); powered down again, slurmd ended, after."""
-    cluster = slurm_block_cluster
-    nodes = expand(f"gpu-node-[0-{BLOCK_SIZE - 1}]")
-    assert "BlockName=b1 " in cluster.scontrol("show", "topology").stdout
-    for node in nodes:
-        cluster.start_slurmd(node)
-    try:
-        wait_for(lambda: all(show(cluster)[n].split()[1] == "idle" for n in nodes), 30, f"{nodes} to power up")
-        yield nodes
-    finally:
-        for node in nodes:
-            if (pid := cluster.slurmd_pid(node)) is not None:
-                os.kill(pid, signal.SIGTERM)
-        cluster.scontrol("power", "down", "force", ",".join(nodes), check=False)
 
 
 @pytest.fixture
