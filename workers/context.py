@@ -68,9 +68,14 @@ class Runtime:
     @cached_property
     def repairs(self) -> dict[str, DomainRepairs]:
         """Each cluster's domain repairs, over its workflow's sessions and adapters."""
-        return {name: DomainRepairs(wf.sessions, replace(wf.adapters, rack=rack_power_backend(
-                    wf.settings, StepIntents(wf.sessions, DomainRepairStep))), wf.settings, clock=wf.clock,
-                    worker=wf.worker) for name, wf in self.workflows.items()}
+        return {name: self._repairs(wf) for name, wf in self.workflows.items()}
+
+    def _repairs(self, wf: Workflow) -> DomainRepairs:
+        """A cluster's domain repairs: its workflow's adapters, with intents (the checkpoint request, the
+        rack's reset) kept on the domain repair's own step rows."""
+        intents = StepIntents(wf.sessions, DomainRepairStep)
+        adapters = replace(wf.adapters, intents=intents, rack=rack_power_backend(wf.settings, intents))
+        return DomainRepairs(wf.sessions, adapters, wf.settings, clock=wf.clock, worker=wf.worker)
 
     def repairs_for(self, repair_id: int) -> DomainRepairs | None:
         """The domain repairs of the cluster repair ``repair_id`` is in (None: no such repair, or a

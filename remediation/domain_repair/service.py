@@ -237,7 +237,8 @@ class DomainRepairs:
             rep.lease_owner, rep.lease_until = token, now + LEASE
             snap = bodies.Repair(rep.id, rep.kind, rep.name, tuple(rep.trays), rep.fault_class,
                                  tuple(rep.ours), rep.rung, tuple(rep.rungs), rep.dry_run, row.idempotency_key,
-                                 rep.cause, tuple(rep.reporters), dict(row.detail or {}))
+                                 rep.cause, tuple(rep.reporters), dict(row.detail or {}), now,
+                                 aware(row.started_at))
             return Claimed(snap, rep.step, row.id, snap.detail)
 
     def _paused(self, s: Session, now: datetime) -> bool:

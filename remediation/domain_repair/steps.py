@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, send_unsent
 from remediation.domain.events import Source
 from remediation.domain.jobsafety import jobs_holding
 from remediation.domain.outcomes import Adapters, StepSettings
@@ -19,7 +21,7 @@ from remediation.domain.slurm_states import SlurmState
 from remediation.domain.step_bodies import human_hold
 from remediation.domain_repair.rules import DomainStep, drain_reason, quarantine_reason
 from remediation.hostlist import compress
-from remediation.ports.errors import NotFound, UnknownNode
+from remediation.ports.errors import ConfigError, NotFound, UnknownNode
 from remediation.ports.rack import RackReset
 from remediation.settings import Settings
 from remediation.validation.port import ValidationCheck, ValidationResult
@@ -44,6 +46,8 @@ class Repair:
     cause: str
     reporters: tuple[str, ...]
     detail: dict[str, Any] = field(default_factory=dict)  # the step row's: what this step started so far
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))  # when the look was claimed
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when the step began
 
     @property
     def domain(self) -> str:
@@ -128,18 +132,42 @@ def _cordon(ad: Adapters, tray: str, reason: str) -> None:
 
 
 def jobs(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
-    """Wait until no job holds any tray. Past ``workflow.drain_timeout_s`` it keeps waiting and says
-    so: a domain action never runs under a job."""
+    """Wait until no job holds any tray, asking them to checkpoint first where the node ladder would
+    (``workflow.checkpoint_signal``, once, claimed on the step row before scancel runs). A domain action
+    never runs under a job: past ``workflow.drain_timeout_s`` it keeps waiting and says so."""
     detail = rep.detail
-    busy = {}
+    busy: dict[str, str] = {}
+    held: list[str] = []
     for tray in rep.trays:
-        held, why = jobs_holding(ad, ad.slurm.get_node(tray))
+        ids, why = jobs_holding(ad, ad.slurm.get_node(tray))
         if why is not None:
             busy[tray] = why
+            held += ids
     if not busy:
         return Result(True, detail=detail, outcome="no job on any tray")
-    return Result(False, detail={**detail, "busy": busy},
-                  outcome=f"waiting for the jobs on {compress(sorted(busy))}")
+    said = f"waiting for the jobs on {compress(sorted(busy))}"
+    if held and asks_checkpoint(rep.fault_class, cfg.workflow):
+        asked = _checkpoint(rep, ad, cfg, sorted(set(held)))
+        said += f"; asked {len(asked.signalled)} job(s) to checkpoint ({asked.signal})"
+    if (rep.now - rep.started_at).total_seconds() > cfg.workflow.drain_timeout_s:
+        said += (f"; past workflow.drain_timeout_s ({cfg.workflow.drain_timeout_s:g} s): still waiting, a domain "
+                 "action never runs under a job (a human may requeue them)")
+    return Result(False, detail={**detail, "busy": busy}, outcome=said)
+
+
+def _checkpoint(rep: Repair, ad: Adapters, cfg: Settings, held: list[str]) -> CheckpointRequest:
+    """The trays' jobs asked to checkpoint once: the request is claimed on the step row first, and a
+    later look sends only what no look claimed (never a job twice)."""
+    if ad.intents is None:
+        raise ConfigError("a checkpoint request is sent only where its intent can be recorded first (the "
+                          "process built its adapters without the database's intents)", component="slurm")
+    wf = cfg.workflow
+    request = CheckpointRequest(tuple(held), wf.checkpoint_signal or "", wf.checkpoint_scope, rep.now,
+                                wf.checkpoint_wait_s)
+    first = ad.intents.claim(rep.key, request.dump())
+    if first is not None:
+        request = CheckpointRequest.load(first) or request
+    return send_unsent(rep.key, ad, request) if request.unsent else request
 
 
 def fabric_restart(rep: Repair, ad: Adapters, cfg: Settings) -> Result:

@@ -114,9 +114,10 @@ def settings_for(cluster: SlurmCluster, work: Path, rack: Emulator) -> Settings:
 
 
 def engine(cfg: Settings, sessions: sessionmaker[Session]) -> DomainRepairs:
+    intents = StepIntents(sessions, DomainRepairStep)  # as the worker builds them (workers/context.py)
     adapters = Adapters(slurm=CliSlurm(cfg.slurm), kube=None, machine=None,
-                        validator=SlurmValidator(cfg.slurm, cfg.validation, prefix=PREFIX),
-                        rack=make_rack_power(cfg, StepIntents(sessions, DomainRepairStep)))
+                        validator=SlurmValidator(cfg.slurm, cfg.validation, prefix=PREFIX), intents=intents,
+                        rack=make_rack_power(cfg, intents))
     return DomainRepairs(sessions, adapters, cfg, clock=SystemClock(), worker=f"test-{uuid.uuid4().hex[:6]}")
 
 
@@ -221,3 +222,40 @@ def test_a_failing_domain_check_power_cycles_the_rack_then_quarantines_the_block
     shown = sinfo(cluster, b1)
     assert all("drain" in state for state, _ in shown.values()), shown
     assert all(reason.startswith(f"{PREFIX} quarantined: NVLink domain block b1") for _, reason in shown.values())
+
+
+#: A training job as far as the ladder can tell: it saves its work on USR1 (noted beside it) and ends.
+TRAINING = """#!/bin/sh
+trap 'echo "$SLURM_JOB_ID saved" >> "{here}/saved"; exit 0' USR1
+echo started > "{here}/started"
+while :; do sleep 0.2; done
+"""  # sbatch runs a copy of the script from slurmd's spool: ``{here}`` is where the test reads
+
+
+def test_a_job_on_a_tray_is_asked_to_checkpoint_and_the_ladder_waits_for_it(
+    slurm_block_cluster: SlurmCluster, b1: list[str], site: Path, rack: Emulator,
+    sessions: sessionmaker[Session],
+) -> None:
+    """With ``workflow.checkpoint_signal: USR1`` (off as shipped; this test turns it on), the job on a
+    healthy tray of the block is signalled once, and no fabric restart runs before it has left."""
+    cluster = slurm_block_cluster
+    cfg = settings_for(cluster, site, rack)
+    cfg = cfg.model_copy(update={"workflow": cfg.workflow.model_copy(update={"checkpoint_signal": "USR1"})})
+    script = site / "bin" / "training"
+    script.write_text(TRAINING.format(here=site / "bin"))
+    script.chmod(0o755)
+    job = cluster.run("sbatch", "--parsable", "-w", b1[3], "-o", str(site / "training.out"), str(script)).stdout.strip()
+    try:
+        wait_for(lambda: (site / "bin" / "started").exists(), 30, f"job {job} to start on {b1[3]}")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {cluster.run('squeue', '-h', '-o', '%i %T %r %N').stdout}") from None
+    rid = report_sxid(cluster, cfg, sessions, b1[:1])
+    run_to_the_end(engine(cfg, sessions), rid)
+    assert lines(site / "bin" / "saved") == [(job, "saved")]  # asked once, and it saved its work
+    with sessions() as s:
+        rep = s.get(DomainRepair, rid)
+        assert rep is not None and rep.status is DomainRepairStatus.RETURNED
+        (waited,) = [r for r in rep.steps if r.step is DomainStep.JOBS]
+        restart = next(r for r in rep.steps if r.step is DomainStep.FABRIC_RESTART)
+        assert waited.provider_op is not None and waited.provider_op["signalled"] == [job]
+        assert restart.started_at >= waited.finished_at  # nothing acted under the job
