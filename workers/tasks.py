@@ -38,6 +38,7 @@ from remediation.domain.admission import Published
 from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
 from remediation.domain.states import AuditAction
+from remediation.domain_repair.service import PartialDomains
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
@@ -175,6 +176,7 @@ def sweep(self: DomainTask, cluster: str | None = None) -> int:
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
         followups = workflow.sweep()
         repairs = self.rt.repairs[name].due()
+        PartialDomains(self.rt.repairs[name], workflow.governance).sweep()
         enqueue(followups, name, repairs)
         swept += len(followups) + len(repairs)
     return swept

@@ -85,6 +85,7 @@ class AuditAction(StrEnum):
     DOMAIN_REPAIR_RETURNED = "domain_repair_returned"
     DOMAIN_REPAIR_QUARANTINED = "domain_repair_quarantined"
     DOMAIN_REPAIR_CANCELLED = "domain_repair_cancelled"
+    PARTIAL_DOMAIN = "partial_domain"  # the healthy rest of a partial block drained, or given back
     # A GPU check a human asked for: ``validate`` or ``release --validate``, started and ended
     VALIDATE_STARTED = "validate_started"
     VALIDATE_PASSED = "validate_passed"

@@ -20,12 +20,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.clock import aware
 from remediation.db.models import DomainRepair, DomainRepairStep, Node, NodeDomain, Remediation
-from remediation.db.queries import cluster_view, fleet_latched
+from remediation.db.queries import cluster_view, control_set, fleet_latched, lock_control
 from remediation.domain.causes import Cause, FaultScope
 from remediation.domain.events import NodeEvent, Source
-from remediation.domain.nvlink import CLIQUE_LABEL
+from remediation.domain.nvlink import CLIQUE_LABEL, BlockHealth
 from remediation.domain.outcomes import Adapters
+from remediation.domain.ownership import resume_if_ours
 from remediation.domain.policy import Clock
+from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
 from remediation.domain.states import AuditAction, StepStatus
 from remediation.domain.topology import BLOCK, domain_faults
@@ -42,9 +44,11 @@ from remediation.domain_repair.rules import (
 from remediation.hostlist import compress
 from remediation.incidents.settings import IncidentSettings
 from remediation.ports.errors import RemediationError, Scope, TransientError
+from remediation.profiles.rules import Governance
 from remediation.services.audit import audit, would
 from remediation.services.hardware import sightings
 from remediation.services.holds import PagedError, pause
+from remediation.services.nvlink import block_health
 from remediation.services.readmodels import RecordNotFound
 from remediation.settings import Settings
 
@@ -491,3 +495,67 @@ def show_repair(s: Session, repair_id: int) -> dict[str, Any]:
     if rep is None:
         raise RepairNotFound(f"no domain repair #{repair_id}")
     return as_dict(rep, list(rep.steps))
+
+
+# ------------------------------------------------------------------------------ partial domains
+
+PARTIAL = "partial_domains"  # control row: block -> the trays we drained because it is partial
+
+
+def partial_reason(prefix: str, block: BlockHealth) -> str:
+    """Our Slurm reason on a healthy tray drained because its block is partial."""
+    return (f"{prefix} partial domain: block {block.name} has {block.healthy} healthy trays, fewer than its "
+            f"smallest block ({block.size}); drained until it is whole (incidents.drain_partial_domains)")
+
+
+class PartialDomains:
+    """``incidents.drain_partial_domains``: each sweep drains the healthy rest of a partial block whose
+    trays' profiles ask for it, and gives them back once the block is whole again (only the drains it
+    recorded, and only while their reason is still ours)."""
+
+    def __init__(self, repairs: DomainRepairs, governance: Governance) -> None:
+        self.repairs, self.governance = repairs, governance
+
+    def sweep(self) -> dict[str, list[str]]:
+        """One pass; returns what it drained and gave back, by block."""
+        cfg, ad, now = self.repairs.settings, self.repairs.adapters, self.repairs.clock.now()
+        prefix = cfg.policy.our_reason_prefix
+        with self.repairs.sessions() as s, s.begin():
+            kept: dict[str, list[str]] = dict(lock_control(s, PARTIAL, now).get("blocks", {}))
+            running = {name for kind, name in s.execute(select(DomainRepair.kind, DomainRepair.name).where(
+                DomainRepair.status == DomainRepairStatus.RUNNING)) if kind == BLOCK}
+            changed: dict[str, list[str]] = {}
+            for block in block_health(s):
+                if block.name in running:
+                    continue
+                if block.partial:
+                    fresh = self._drain(s, block, kept.get(block.name, []), prefix)
+                    if fresh:
+                        kept[block.name] = sorted({*kept.get(block.name, []), *fresh})
+                        changed[f"drained {block.name}"] = fresh
+                elif block.name in kept:
+                    changed[f"gave back {block.name}"] = [
+                        t for t in kept.pop(block.name) if resume_if_ours(ad.slurm, t, prefix) == "resumed in Slurm"]
+            control_set(s, PARTIAL, {"blocks": kept}, now=now)
+            for what, trays in changed.items():
+                audit(s, now, cfg.actor, action=AuditAction.PARTIAL_DOMAIN, target=what.split()[-1],
+                      reason=f"{what}: {compress(trays) if trays else 'nothing of ours to give back'}",
+                      detail={"trays": trays}, dry_run=cfg.dry_run)
+        return changed
+
+    def _drain(self, s: Session, block: BlockHealth, kept: list[str], prefix: str) -> list[str]:
+        """Drain the block's healthy trays whose profile asks for it and nobody holds; returns them."""
+        rows = s.execute(select(Node.name, Node.status, Node.profile).join(
+            NodeDomain, (NodeDomain.node == Node.name) & (NodeDomain.cluster == Node.cluster)).where(
+            NodeDomain.source == Source.SLURM.value, NodeDomain.kind == BLOCK, NodeDomain.name == block.name))
+        out = []
+        for name, status, profile in rows:
+            if (status != NodeStatus.HEALTHY or name in kept
+                    or not self.governance.named(profile).incidents.drain_partial_domains):
+                continue
+            node = self.repairs.adapters.slurm.get_node(name)
+            if node.flags & {SlurmState.DRAIN, SlurmState.FAIL} or node.state == SlurmState.DOWN:
+                continue  # held already (by a human, or by us for another reason): not ours to give back
+            self.repairs.adapters.slurm.drain(name, partial_reason(prefix, block))
+            out.append(name)
+        return sorted(out)

@@ -69,6 +69,13 @@ class IncidentSettings(Section):
         "link, so a tray idle when its switch failed reports it only when its next job starts; 600 s "
         "covers a scheduler's backfill cycle and a job's start-up.",
     )
+    drain_partial_domains: bool = Field(
+        False,
+        description="When a topology/block block's healthy trays drop below its smallest block size "
+        "(BlockSizes), drain the rest too, and give them back once it is whole again (NVSentinel #367's "
+        "rule). Off by default: the rest still serve smaller jobs. Set it in a profile for the racks whose "
+        "jobs only ever take whole domains. See docs/policy.md (\"A partial domain\").",
+    )
     label_keys: list[str] = Field(
         default_factory=list,
         description="Node label keys whose values are failure domains; the Kubernetes watcher carries "

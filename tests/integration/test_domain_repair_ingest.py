@@ -1,4 +1,5 @@
-"""A domain fault at the real ingest, on real Postgres: one repair per NVLink domain, none per tray.
+"""A domain fault at the real ingest, on real Postgres: one repair per NVLink domain, none per tray;
+and the partial-domain drain on the same blocks.
 
 Two blocks of four trays (Slurm's topology/block, as the watcher publishes it). An SXID on two trays of
 b1 opens one domain repair and no remediation; a tray's own XID in b2 stays a node fault; a tray fault
@@ -10,18 +11,22 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
+from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.cli.oncall import app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
+from remediation.domain.outcomes import Adapters
 from remediation.domain.statemachine import NodeStatus
 from remediation.domain.states import AuditAction
 from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
+from remediation.domain_repair.service import DomainRepairs, PartialDomains
 from remediation.ports.dispatch import SweeperOnly
+from remediation.profiles.service import governance
 from remediation.services.ingest import ingest
 from remediation.settings import Settings
 from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
@@ -120,3 +125,33 @@ def test_nvlink_faults_on_two_trays_of_a_block_are_the_domains(sessions: session
         (rep,) = s.scalars(select(DomainRepair)).all()
         assert (rep.name, rep.fault_class, rep.reporters) == ("b2", "nvlink", ["gpu-node-6"])
         assert "NVLink faults on 2 trays of block b2 (gpu-node-[4,6]) within 600 s" in (rep.fault_evidence or "")
+
+
+def test_a_partial_block_has_its_rest_drained_only_where_its_profile_asks(sessions: sessionmaker[Session]) -> None:
+    """``incidents.drain_partial_domains`` (off as shipped: this test turns it on) drains b1's healthy rest
+    once one tray of four fails, leaves a human's drain alone, and gives back only its own drains once
+    the block is whole again. Shipped, nothing is drained."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    world.set_slurm("gpu-node-3", flags=["DRAIN"], reason="ops: cable check")
+    adapters = Adapters(slurm=MemorySlurm(world), kube=None, machine=None)
+    with sessions() as s, s.begin():
+        s.execute(update(Node).where(Node.name == "gpu-node-1").values(status=NodeStatus.UNHEALTHY))
+
+    def sweep(drain: bool) -> dict[str, list[str]]:
+        cfg = Settings(incidents={"drain_partial_domains": drain})
+        repairs = DomainRepairs(sessions, adapters, cfg, clock=clock)
+        return PartialDomains(repairs, governance(cfg)).sweep()
+
+    assert sweep(False) == {}
+    assert sweep(True) == {"drained b1": ["gpu-node-0", "gpu-node-2"]}
+    assert world.node("gpu-node-0")["slurm"]["reason"].startswith("remediation: partial domain: block b1 has 3 healthy")
+    assert sweep(True) == {}  # drained already: nothing twice
+    with sessions() as s, s.begin():
+        s.execute(update(Node).where(Node.name == "gpu-node-1").values(status=NodeStatus.HEALTHY))
+    assert sweep(True) == {"gave back b1": ["gpu-node-0", "gpu-node-2"]}
+    assert "DRAIN" not in world.node("gpu-node-0")["slurm"]["flags"] and world.node("gpu-node-3")["slurm"]["reason"] == "ops: cable check"
+    with sessions() as s:
+        rows = s.scalars(select(AuditLog.reason).where(AuditLog.action == AuditAction.PARTIAL_DOMAIN)).all()
+        assert rows == ["drained b1: gpu-node-[0,2]", "gave back b1: gpu-node-[0,2]"]
