@@ -175,6 +175,7 @@ def sweep(self: DomainTask, cluster: str | None = None) -> int:
             continue
         workflow.probe()  # a self-healing system pause is lifted after enough answers in a row
         followups = workflow.sweep()
+        self.rt.repairs[name].take_down()  # what a cancelled repair had started
         repairs = self.rt.repairs[name].due()
         PartialDomains(self.rt.repairs[name], workflow.governance).sweep()
         enqueue(followups, name, repairs)

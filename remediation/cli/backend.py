@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.domain_repair import service as repairs
+from remediation.domain_repair.service import cancelled_text
 from remediation.incidents import service as inc
 from remediation.services import policy_views
 from remediation.services.clusters import (
@@ -22,6 +23,7 @@ from remediation.services.clusters import (
     known_clusters,
     node_cluster,
     remediation_cluster,
+    repair_cluster,
 )
 from remediation.services.holds import automation_status
 from remediation.services.lemons import LemonRow, lemons
@@ -69,6 +71,7 @@ class Backend(Protocol):
     def incident(self, incident_id: int) -> dict[str, Any]: ...
     def repairs(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def repair(self, repair_id: int) -> dict[str, Any]: ...
+    def cancel_repair(self, repair_id: int, reason: str) -> str: ...
     def breaker(self, profile: str | None = None) -> dict[str, Any]: ...
     def clusters(self) -> list[ClusterState]: ...
     def policy_show(self, profile: str | None) -> dict[str, Any]: ...
@@ -269,6 +272,12 @@ class Direct:
         if len(closed) == 1 and len(self._clusters()) == 1:
             return lines[0]
         return "\n".join(f"cluster {c}: {line}" for c, line in zip(closed, lines, strict=True))
+
+    def cancel_repair(self, repair_id: int, reason: str) -> str:
+        with self.st.sessions()() as s:
+            cluster = repair_cluster(s, repair_id, self.st.cluster)
+        held = self.st.levers(cluster).cancel_repair(repair_id, self.st.actor, reason)
+        return cancelled_text(repair_id, held)
 
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         with self.st.sessions()() as s:

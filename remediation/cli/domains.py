@@ -1,4 +1,4 @@
-"""``remediation domains list|show``: repairs of whole NVLink domains for on-call.
+"""``remediation domains list|show|cancel``: repairs of whole NVLink domains for on-call.
 
 A domain fault (an SXID, the fabric manager, IMEX, NVLink faults on many trays) opens one repair of
 the domain, never one remediation per tray: drain every tray, restart the fabric software on each,
@@ -75,3 +75,13 @@ def domains_show(ctx: typer.Context, repair_id: int = typer.Argument(..., metava
     rows = [[x["step"], str(x["attempt"]), r.status(x["status"]), r.stamp(x["started_at"]), x["outcome"] or "-"]
             for x in d["steps"]]
     r.show(head, "", r.table(["step", "attempt", "status", "started", "outcome"], rows, title="Steps"))
+
+
+@app.command("cancel")
+@cli_errors
+def domains_cancel(ctx: typer.Context, repair_id: int = typer.Argument(..., metavar="ID"),
+                   reason: str = typer.Option(..., "--reason", "-r", help="Why (recorded in the audit log)."),
+                   *, cluster: str | None = CLUSTER) -> None:
+    """Stop a running domain repair where it stands. Its trays are left as they are (drained by us, if
+    it got that far) for a human; a job it started is taken down by the next sweep."""
+    typer.echo(backend(state(ctx, cluster)).cancel_repair(repair_id, reason))

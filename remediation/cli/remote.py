@@ -217,6 +217,9 @@ class Remote:
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         return self._lever(f"/incidents/{incident_id}/resolve", reason)
 
+    def cancel_repair(self, repair_id: int, reason: str) -> str:
+        return self._lever(f"/domain-repairs/{repair_id}/cancel", reason)
+
 
 def _seg(value: str) -> str:
     """One path segment, escaped: a node name can never reach another endpoint."""

@@ -205,6 +205,24 @@ class DomainRepairs:
             result = bodies.Result(done=False, detail={**claimed.detail, "error": f"{exc.kind}: {exc.message}"})
         return self._record(claimed, token, result)
 
+    def take_down(self) -> list[str]:
+        """Finish what a cancelled repair's step had started (its jobs, their reservations), once: the
+        trays are not left in a reservation nobody waits on. Returns what was done."""
+        with self.sessions() as s:
+            rows = s.execute(select(DomainRepairStep.id, DomainRepairStep.detail).join(DomainRepair).where(
+                DomainRepair.status == DomainRepairStatus.CANCELLED,
+                DomainRepairStep.status.in_([StepStatus.STARTED, StepStatus.WAITING]))).all()
+        done = []
+        for row_id, detail in rows:
+            said = bodies.take_down(dict(detail or {}), self.adapters)
+            with self.sessions() as s, s.begin():
+                row = s.get(DomainRepairStep, row_id, with_for_update=True)
+                if row is not None and row.status in (StepStatus.STARTED, StepStatus.WAITING):
+                    row.status, row.finished_at = StepStatus.FAILED, self.clock.now()
+                    row.outcome = f"cancelled; {said}"
+                    done.append(said)
+        return done
+
     def due(self) -> list[int]:
         """Running repairs whose next look is overdue and that no live lease holds (a dead worker, a
         lost message): the sweeper sends each again."""
@@ -323,6 +341,8 @@ class DomainRepairs:
             action = AuditAction.DOMAIN_REPAIR_CANCELLED
         else:
             _mark(s, rep.trays, status=NodeStatus.QUARANTINED, reason=f"domain repair #{rep.id}: {reason}", now=now)
+            s.execute(update(Node).where(Node.name.in_(list(rep.trays))).values(
+                quarantine_reason=f"NVLink domain {rep.kind} {rep.name}, domain repair #{rep.id}", quarantined_at=now))
             action = AuditAction.DOMAIN_REPAIR_QUARANTINED
         released = _release(s, rep, now)
         audit(s, now, self.settings.actor, action=action, target=f"{rep.kind}/{rep.name}",
@@ -454,6 +474,33 @@ def _serials(s: Session, trays: Collection[str]) -> dict[str, list[str]]:
         if found:
             out[sighting.node] = sorted(set(found))
     return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------- the lever
+
+
+def cancel_repair(s: Session, repair_id: int, actor: str, *, reason: str, now: datetime) -> list[int]:
+    """A human stops a running repair where it stands: its trays are left as they are (drained by us,
+    if it got that far) and marked unhealthy for a human to decide; a job it started is taken down by
+    the next sweep; a tray's own remediation it held re-checks its signal. Returns those remediations."""
+    rep = s.get(DomainRepair, repair_id, with_for_update=True)
+    if rep is None:
+        raise RepairNotFound(f"no domain repair #{repair_id}")
+    if rep.status is not DomainRepairStatus.RUNNING:
+        raise ValueError(f"domain repair #{repair_id} is already {rep.status.value}")
+    rep.status, rep.closed_at, rep.updated_at = DomainRepairStatus.CANCELLED, now, now
+    rep.close_reason, rep.lease_owner, rep.lease_until = f"cancelled by {actor}: {reason}", None, None
+    _mark(s, rep.trays, status=NodeStatus.UNHEALTHY, reason=rep.close_reason, now=now)
+    released = _release(s, rep, now)
+    audit(s, now, actor, action=AuditAction.DOMAIN_REPAIR_CANCELLED, target=f"{rep.kind}/{rep.name}", reason=reason,
+          detail={"domain_repair": rep.id, "step": rep.step.value, "trays": list(rep.trays), "released": released})
+    return released
+
+
+def cancelled_text(repair_id: int, held: list[int]) -> str:
+    """What the cancel lever answers, by the CLI and the API alike."""
+    return (f"domain repair #{repair_id} cancelled; its trays are left as they are for a human; "
+            f"{len(held)} tray remediation(s) it held re-check their trigger now")
 
 
 # ------------------------------------------------------------------------------------- reading

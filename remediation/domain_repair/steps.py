@@ -284,6 +284,15 @@ def _run(checks: list[ValidationCheck], detail: dict[str, Any], ad: Adapters, *,
     return Result(True, ok=not failed, detail={**detail, "refs": refs, "ended": ended}, outcome=said)
 
 
+def take_down(detail: dict[str, Any], ad: Adapters) -> str:
+    """Finish every job a step started (a cancelled repair's): each reservation gone, each tray back as
+    it was before the job."""
+    refs = detail.get("refs", {})
+    if not refs or ad.validator is None:
+        return "nothing running"
+    return "; ".join(ad.validator.finish(ref) for ref in refs.values())
+
+
 def _verdict(seen: ValidationResult) -> dict[str, Any]:
     return {"passed": seen.passed, "exit_code": seen.exit_code, "state": seen.state,
             "timed_out": seen.timed_out, "output": seen.output[-512:]}

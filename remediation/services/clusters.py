@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from remediation.db.models import Control, Incident, Node, Remediation
+from remediation.db.models import Control, DomainRepair, Incident, Node, Remediation
 from remediation.db.queries import BREAKER, PAUSED
 from remediation.db.scope import scope_of
 from remediation.domain.controls import BreakerLatch, PauseState
@@ -77,13 +77,19 @@ def incident_cluster(s: Session, incident_id: int, cluster: str | None = None) -
     return _owner(s, Incident, incident_id, cluster=cluster, what="incident")
 
 
-def _owner(s: Session, table: type[Remediation] | type[Incident], row_id: int, *, cluster: str | None,
-           what: str) -> str:
+def repair_cluster(s: Session, repair_id: int, cluster: str | None = None) -> str:
+    """The cluster domain repair ``repair_id`` belongs to, as :func:`remediation_cluster`."""
+    return _owner(s, DomainRepair, repair_id, cluster=cluster, what="domain repair")
+
+
+def _owner(s: Session, table: type[Remediation] | type[Incident] | type[DomainRepair], row_id: int, *,
+           cluster: str | None, what: str) -> str:
     wanted = checked(cluster) or scope_of(s)
     found = s.scalar(select(table.cluster).where(table.id == row_id).execution_options(all_clusters=True))
     if found is None or (wanted is not None and found != wanted):
         where = f" in cluster {wanted!r}" if wanted else ""
-        raise RecordNotFound(f"no {what} #{row_id}{where} (see `remediation {what}s list`)")
+        listing = "domains" if table is DomainRepair else f"{what}s"
+        raise RecordNotFound(f"no {what} #{row_id}{where} (see `remediation {listing} list`)")
     return str(found)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.db.scope import scoped
 from remediation.domain.policy import Clock
+from remediation.domain_repair import service as repairs
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import Dispatcher, FollowUp
 from remediation.profiles.rules import Governance
@@ -125,6 +126,13 @@ class LeverService:
                                           now=self._clock.now())
         self._dispatcher.steps(followups)
         return followups
+
+    def cancel_repair(self, repair_id: int, actor: str, reason: str) -> list[int]:
+        """A human stops a domain repair where it stands; returns the trays' own remediations it held,
+        which re-check their trigger now (the sweeper resumes them)."""
+        with self._sessions() as s, s.begin():
+            return repairs.cancel_repair(s, repair_id, actor, reason=lever_rules.checked_reason(reason),
+                                         now=self._clock.now())
 
     def _sessions(self) -> Session:
         return through(self._factory(), self._via)

@@ -27,9 +27,11 @@ from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
 from remediation.domain_repair.service import DomainRepairs, PartialDomains
 from remediation.ports.dispatch import SweeperOnly
 from remediation.profiles.service import governance
-from remediation.services.ingest import ingest
+from remediation.services.ingest import IngestRules, ingest
 from remediation.settings import Settings
+from remediation.validation.port import ValidationResult
 from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
+from tests.scripted_validator import ScriptedValidator
 
 BLOCKS = {f"gpu-node-{i}": "b1" if i < 4 else "b2" for i in range(8)}
 
@@ -155,3 +157,37 @@ def test_a_partial_block_has_its_rest_drained_only_where_its_profile_asks(sessio
     with sessions() as s:
         rows = s.scalars(select(AuditLog.reason).where(AuditLog.action == AuditAction.PARTIAL_DOMAIN)).all()
         assert rows == ["drained b1: gpu-node-[0,2]", "gave back b1: gpu-node-[0,2]"]
+
+
+def test_a_human_cancels_a_repair_and_the_sweep_takes_its_jobs_down(pg_url: str,
+                                                                    sessions: sessionmaker[Session]) -> None:
+    """`remediation domains cancel` stops the repair where it stands (its trays left drained, marked
+    unhealthy); the sweep then finishes the fabric-restart job it had started, once."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
+    validator = ScriptedValidator([ValidationResult(done=False)] * 20)
+    repairs = DomainRepairs(sessions, Adapters(slurm=MemorySlurm(world), kube=None, machine=None, validator=validator),
+                            Settings(), clock=clock)
+    while not validator.calls:  # drain, jobs, then the first fabric-restart job
+        assert repairs.advance(rid) is not None
+    env = {"REMEDIATION_DATABASE__URL": pg_url, "USER": "oncall-tester", "COLUMNS": "250", "REMEDIATION_CONFIG": ""}
+    said = CliRunner().invoke(app, ["domains", "cancel", str(rid), "-r", "rack swap scheduled"], env=env,
+                              obj=lambda settings: SweeperOnly())
+    assert said.exit_code == 0, said.output
+    assert said.stdout.startswith(f"domain repair #{rid} cancelled; its trays are left as they are for a human")
+    assert repairs.advance(rid) is None  # a cancelled repair takes no further step
+    assert len(repairs.take_down()) == 1 and repairs.take_down() == []  # once
+    assert [c[0] for c in validator.calls] == ["start", "finish"]
+    with sessions() as s:
+        rep = s.get(DomainRepair, rid)
+        assert rep is not None and rep.status is DomainRepairStatus.CANCELLED
+        assert rep.close_reason == "cancelled by oncall-tester: rack swap scheduled"
+        (row,) = [r for r in rep.steps if r.step is DomainStep.FABRIC_RESTART]
+        assert (row.status.value, row.outcome) == ("failed", "cancelled; set-up undone")
+        assert {n.status for n in s.scalars(select(Node).where(Node.name.in_(rep.trays)))} == {NodeStatus.UNHEALTHY}
+        assert all("DRAIN" in world.node(t)["slurm"]["flags"] for t in rep.trays)  # left as they are
