@@ -10,7 +10,7 @@ the slurmd of the same name) is :class:`MemorySlurm`:
 
 - one domain repair opens and no tray has a remediation of its own;
 - every Node is cordoned, the fabric restart runs as one Job per Node, and the domain check as ONE
-  Indexed Job of 4 completions, one pod on each Node of the domain (``kubectl get jobs,pods``);
+  Indexed Job of 4 completions, one pod on each Node of the domain (``kubectl get jobs --watch``, ``pods --watch``);
 - the check passing, every Node is uncordoned and every tray returned;
 - the check failing on one Node (the simulator's per-Node outcome), with no chassis in the inventory
   (ladder fabric_restart, quarantine), the domain is quarantined and its Nodes stay cordoned.
