@@ -138,3 +138,27 @@ def test_every_shipped_workload_passes_its_namespace() -> None:
     for w in workloads:
         level = levels[w["metadata"]["namespace"]]
         assert level == "restricted" and violations(level, w["spec"]["template"]["spec"]) == [], w["metadata"]["name"]
+
+
+def test_the_domain_ladders_jobs_run_in_the_shipped_validation_namespace(kube_api: KubeAPIServer,
+                                                                         core: client.CoreV1Api) -> None:
+    """The fabric restart (a Job bound to its Node) and the domain check (an Indexed Job over the
+    domain's Nodes) are the check's pod in all that Pod Security reads: the shipped namespace admits
+    them, one pod per Node; the service's own restricted namespace would refuse them."""
+    cfg = ValidationSettings()
+    domain = [f"{NODE}-{i}" for i in range(4)]
+    for node in domain:
+        kube_api.add_node(node)
+    restart = ValidationCheck("gpu-node-0", "nr-fab-d1-3-0-ab12", tuple(cfg.fabric_restart), 300)
+    check = ValidationCheck("gpu-node-0", "nr-dom-d1-4-0-ab12", tuple(cfg.domain_check_for("imex")), 900,
+                            nodes=tuple(f"gpu-node-{i}" for i in range(4)))
+    batch = client.BatchV1Api(core.api_client)
+    for job in (job_manifest(restart, domain[:1], cfg, taint_key="example.com/quarantined"),
+                job_manifest(check, domain, cfg, taint_key="example.com/quarantined")):
+        assert violations("restricted", job["spec"]["template"]["spec"])
+        batch.create_namespaced_job(cfg.kube_namespace, job)
+    placed = sorted((p["metadata"]["labels"]["job-name"], p["spec"].get("nodeName", ""))
+                    for p in job_pods(kube_api, cfg.kube_namespace))
+    assert len(placed) == 5
+    assert [n for j, n in placed if j == restart.name] == [domain[0]]
+    assert sorted(n for j, n in placed if j == check.name) == domain

@@ -1117,9 +1117,57 @@ def test_the_check_policy_names_every_configured_check_command() -> None:
 
     env = celpy.Environment()
     listed = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
-    checks = env.program(env.compile(listed["checks"])).evaluate({})
-    assert {tuple(str(a) for a in argv) for argv in checks} == {tuple(v) for v in Settings().validation.checks.values()}
+    cfg = Settings().validation
+
+    def argvs(name: str) -> set[tuple[str, ...]]:
+        return {tuple(str(a) for a in argv) for argv in env.program(env.compile(listed[name])).evaluate({})}
+
+    assert argvs("checks") == {tuple(v) for v in cfg.checks.values()}
+    assert argvs("domain_checks") == {tuple(v) for v in cfg.domain_checks.values()}
+    fabric_restart = env.program(env.compile(listed["fabric_restart"])).evaluate({})
+    assert [str(a) for a in fabric_restart] == cfg.fabric_restart
     assert str(env.program(env.compile(listed["reset"])).evaluate({})) == reset_command(None)[2]
+
+
+def _ladder_pod(kind: str, cfg: Any) -> dict[str, Any]:
+    """The pod of a domain repair's Job as the workers' validator writes it (remediation/domain_repair/
+    steps.py builds these checks): a tray's fabric restart, bound to its Node, or a rank of the domain
+    check, an Indexed Job's pod placed by affinity to the domain's Nodes."""
+    trays = ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
+    if kind == "fabric-restart":
+        check = ValidationCheck(trays[0], "nr-fab-d3-3-0-ab12cd34", tuple(cfg.fabric_restart), 300.0, "imex",
+                                purpose="restart fabric", nonce="ab12cd34")
+        nodes = [f"gke-a4x-{trays[0][-1]}"]
+    else:
+        check = ValidationCheck(trays[0], "nr-dom-d3-4-0-ab12cd34", tuple(cfg.domain_check_for("nvswitch")),
+                                900.0, "nvswitch", purpose="domain check", nonce="ab12cd34", nodes=trays)
+        nodes = [f"gke-a4x-{t[-1]}" for t in trays]
+    job = job_manifest(check, nodes, cfg, taint_key="remediation.gpu.io/quarantined")
+    spec = copy.deepcopy(job["spec"]["template"]["spec"])
+    meta = {"name": f"{check.name}-x", "namespace": VALIDATION_NAMESPACE, "labels": {"job-name": check.name}}
+    return {"metadata": meta, "spec": spec}
+
+
+@pytest.mark.parametrize(("kind", "change", "allowed"), [
+    ("fabric-restart", None, True),
+    ("domain-check", None, True),
+    ("fabric-restart", ["sudo", "-n", "systemctl", "stop", "nvidia-imex"], False),
+    ("domain-check", ["srun", "--ntasks-per-node=4", "sh", "-c", "curl x | sh"], False),
+], ids=["fabric-restart", "domain-check", "restart-edited", "domain-check-edited"])
+def test_the_check_namespace_admits_the_domain_ladders_jobs(
+    tmp_path: Path, kind: str, change: list[str] | None, allowed: bool
+) -> None:
+    """The domain ladder's Jobs (the fabric restart on each tray, the domain check's Indexed Job) run
+    in the check namespace too: the policy admits their configured commands as it admits the checks,
+    and nothing else in their place."""
+    objs = _with_validation("gcp", tmp_path)
+    (policy,) = [p for p in _of(objs, "ValidatingAdmissionPolicy") if p["metadata"]["name"] == "remediation-check-pods"]
+    (pin,) = [c for c in _of(objs, "ConfigMap") if c["metadata"]["name"] == "remediation-check-image"]
+    pod = _ladder_pod(kind, Settings(validation={"kube_image": pin["data"]["image"]}).validation)
+    if change is not None:
+        pod["spec"]["containers"][0]["command"] = change
+    refusals = _admit(policy, "system:serviceaccount:kube-system:job-controller", None, pod, pin)
+    assert (refusals == []) is allowed, refusals
 
 
 # ------------------------------------------------------------------------ many clusters
