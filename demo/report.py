@@ -10,22 +10,32 @@ Why: docs/running.md#the-demo
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console
 from rich.measure import Measurement
 from rich.table import Table
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from remediation.db.models import AuditLog, Event, Incident, Remediation, RemediationStep, Validation
+from remediation.db.models import (
+    AuditLog,
+    DomainRepair,
+    DomainRepairStep,
+    Event,
+    Incident,
+    Remediation,
+    RemediationStep,
+    Validation,
+)
 from remediation.db.scope import scoped
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.gpu_reset import machine_step_did
 from remediation.domain.statemachine import HAPPY_PATH, OPEN_STATUSES, Step
 from remediation.domain.topology import domain_key
+from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
 from remediation.hostlist import compress
 from remediation.services.hardware import node_eras
 from remediation.settings import Settings
@@ -35,7 +45,10 @@ DETECTABLE = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "stor
 #: How the report names a machine step that reset a GPU (the glossary's word; not a VM action).
 GPU_RESET_SHOWN = "GPU reset"
 LIVE_AUDIT = ("breaker_open", "breaker_closed", "escalate", "validation_held", "incident_opened",
-              "incident_joined", "incident_recovered", "incident_resolved")
+              "incident_joined", "incident_recovered", "incident_resolved", "domain_repair_opened",
+              "domain_repair_joined", "domain_repair_returned", "domain_repair_quarantined")
+#: The audit rows that page on-call once for a whole incident or NVLink domain: printed whole.
+PAGES = ("incident_opened", "domain_repair_opened", "domain_repair_quarantined")
 
 
 def _ts(value: datetime) -> float:
@@ -63,6 +76,7 @@ class Progress:
         self.sessions = make_session_factory(make_engine(settings.database))
         self.console = console
         self._seen: dict[int, tuple[str, str]] = {}
+        self._repairs: dict[int, tuple[str, str]] = {}
         self._audit_id = 0
         self._open = 0
         self._total = 0
@@ -73,11 +87,13 @@ class Progress:
                 select(Remediation.id, Remediation.cluster, Remediation.node, Remediation.status, Remediation.step)
             ).all()
             audit = s.execute(
-                select(AuditLog.id, AuditLog.action, AuditLog.target, AuditLog.reason)
+                select(AuditLog.id, AuditLog.cluster, AuditLog.action, AuditLog.target, AuditLog.reason)
                 .where(AuditLog.id > self._audit_id)
                 .where(AuditLog.action.in_(LIVE_AUDIT))
                 .order_by(AuditLog.id)
             ).all()
+            repairs = s.execute(select(DomainRepair.id, DomainRepair.cluster, DomainRepair.kind, DomainRepair.name,
+                                       DomainRepair.size, DomainRepair.status, DomainRepair.step)).all()
         self._total = len(rows)
         self._open = sum(1 for r in rows if r.status in OPEN_STATUSES)
         for rid, cluster, node, status, step in rows:
@@ -85,14 +101,23 @@ class Progress:
                 self._seen[rid] = (status, step)
                 color = {"succeeded": "green", "quarantined": "red"}.get(status, "cyan")
                 self.console.print(f"[{elapsed:5.1f}s] #{rid} {cluster}/{node}: [{color}]{status}[/] {step}")
-        for aid, action, target, reason in audit:
+        for rid, cluster, kind, name, size, status, step in repairs:
+            if self._repairs.get(rid) != (status, step):
+                self._repairs[rid] = (status, step)
+                color = {"returned": "green", "quarantined": "red"}.get(status, "cyan")
+                self.console.print(f"[{elapsed:5.1f}s] domain repair #{rid} {cluster}/{kind} {name} ({size} trays): "
+                                   f"[{color}]{status}[/] {step}")
+        for aid, cluster, action, target, reason in audit:
             self._audit_id = aid
-            color = "red" if action in ("breaker_open", "incident_opened") else "magenta"
-            page = action == "incident_opened"  # on-call's one page for the incident: print it whole
-            self.console.print(f"[{elapsed:5.1f}s] [{color}]{action}[/] {target} {reason if page else reason[:160]}")
+            page = action in PAGES
+            color = "red" if page or action == "breaker_open" else "magenta"
+            where = f"{cluster}/{target}" if target else f"{cluster}:"
+            self.console.print(f"[{elapsed:5.1f}s] [{color}]{action}[/] {where} {reason if page else reason[:160]}")
 
     def settled(self, min_remediations: int) -> bool:
-        return self._total >= min_remediations and self._open == 0
+        """Enough remediations opened, and none of them nor any domain repair is still open."""
+        running = sum(1 for status, _ in self._repairs.values() if status == DomainRepairStatus.RUNNING)
+        return self._total >= min_remediations and self._open == 0 and running == 0
 
     def print_summary(self, summary: dict[str, Any]) -> None:
         c = self.console
@@ -107,6 +132,8 @@ class Progress:
             c.print(f"  VM actions on its nodes: {inc['vm_actions']} (clouds' logs), {inc['vm_steps']} (workflow "
                     f"steps); pages: {inc['pages']}; back in service: {len(inc['in_service'])}/{len(inc['nodes'])} "
                     "(Slurm up and not drained, Node uncordoned)")  # fmt: skip
+        for dom in summary.get("nvlink_domains") or []:
+            c.print(domain_line(dom))
         c.print(f"succeeded: {summary['succeeded']}, quarantined: {summary['quarantined']}, "
                 f"incidents: {len(summary['incidents'])}, VM actions at the clouds and the BMC: "
                 f"{sum(summary['vm_actions'].values())}, breaker opened "
@@ -133,6 +160,19 @@ class Progress:
         c.print(f"dashboard {dash.get('url')}: /api/v1/overview answered {dash.get('status')} during the run")
         if summary["timed_out"]:
             c.print("[red]the demo timed out before every remediation settled[/]")
+
+
+def domain_line(dom: dict[str, Any]) -> str:
+    """An NVLink domain's story in one line: its repairs against the remediations its trays did not get,
+    the Jobs each step ran, how it ended and its trays in service now (every figure counted)."""
+    trays, fab, check = len(dom["trays"]), dom["jobs"].get("fabric_restart", {}), dom["jobs"].get("domain_check", {})
+    took = f" after {dom['open_s']:.1f}s" if dom["open_s"] is not None else ""
+    return (f"[bold]NVLink domain {dom['domain']}[/] (cluster {dom['cluster']}): {len(dom['repairs'])} domain "
+            f"repair for {trays} trays, {dom['tray_remediations']} tray remediations (not {trays}); fabric restart "
+            f"{fab.get('jobs', 0)} Jobs on {len(fab.get('nodes', []))} Nodes, domain check {check.get('jobs', 0)} "
+            f"Job ({check.get('indexed', 0)} Indexed, {check.get('pods', 0)} pods on {len(check.get('nodes', []))} "
+            f"Nodes); {dom['status']}{took}; back in service: {len(dom['in_service'])}/{trays}; VM actions: "
+            f"{dom['vm_actions']}")
 
 
 def remediations_table(remediations: list[dict[str, Any]], console: Console) -> Table:
@@ -187,11 +227,12 @@ def _took(r: dict[str, Any]) -> str:
     return f"{r['recovery_s']:.1f}s" if r["recovery_s"] is not None else "-"
 
 
-def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated: str = DEFAULT_CLUSTER) -> dict[str, Any]:
+def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated: str = DEFAULT_CLUSTER,
+                 racks: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What the demo did, read back from the database and checked against the simulated cluster's own
     counts (``cluster``, named ``simulated``): remediations, incidents, the breaker, VM actions,
-    detection and recovery times, the validation's verdicts and hardware moves; and per cluster, what
-    it opened and how that ended."""
+    detection and recovery times, the validation's verdicts and hardware moves; per cluster, what it
+    opened and how that ended; and the NVLink domains of the simulated ``racks`` (by cluster name)."""
     sessions = make_session_factory(make_engine(settings.database))
     with sessions() as s:  # unscoped: every cluster, as on-call sees them
         remediations = _remediation_rows(s.scalars(select(Remediation).order_by(Remediation.id)).all())
@@ -201,6 +242,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated
         audit = [a.action for a in audit_rows]
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
         incidents = _incident_rows(s, audit_rows)
+        domains = nvlink_domains(s, racks or {})
     moves = []
     for name in settings.fleet():  # each cluster's own: a node is (cluster, name)
         with scoped(sessions, name)() as s:
@@ -231,6 +273,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated
                  for outcome in sorted({c.outcome for c in checks})},
         "validation_checks": len(checks),
         "hardware_moves": sorted(moves, key=lambda m: (m["cluster"], *_natural(m["node"]))),
+        "nvlink_domains": domains,
         "timed_out": timed_out,
     }
 
@@ -277,6 +320,48 @@ def _incident_rows(s: Session, audit_rows: Iterable[Any]) -> list[dict[str, Any]
         }
         for i in s.scalars(select(Incident).order_by(Incident.id))
     ]  # fmt: skip
+
+
+def nvlink_domains(s: Session, racks: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each NVLink domain of a simulated cluster in ``racks`` (by cluster name) that had a domain repair:
+    its repairs, its trays, the remediations its trays got all the same, the Jobs each step started as
+    that cluster's apiserver recorded them (:func:`step_jobs`), and the trays in service now."""
+    by_domain: dict[tuple[str, str, str], list[DomainRepair]] = {}
+    for rep in s.scalars(select(DomainRepair).where(DomainRepair.cluster.in_(list(racks))).order_by(DomainRepair.id)):
+        by_domain.setdefault((rep.cluster, rep.kind, rep.name), []).append(rep)
+    out = []
+    for (name, kind, domain), reps in by_domain.items():
+        sim, last = racks[name], reps[-1]
+        trays = sorted({tray for rep in reps for tray in rep.trays}, key=_natural)
+        jobs, others = step_jobs(sim, [step for rep in reps for step in rep.steps])
+        out.append({
+            "cluster": name, "domain": f"{kind} {domain}", "repairs": [rep.id for rep in reps], "trays": trays,
+            "reporters": sorted({t for rep in reps for t in rep.reporters}, key=_natural),
+            "tray_remediations": s.scalar(select(func.count()).select_from(Remediation).where(
+                Remediation.cluster == name, Remediation.node.in_(trays))),
+            "status": last.status.value, "k8s_nodes": sorted(sim.link(tray).k8s for tray in trays),
+            "open_s": _ts(last.closed_at) - _ts(last.opened_at) if last.closed_at else None,
+            "jobs": jobs, "other_jobs": others, "in_service": [t for t in trays if _in_service(sim, t)],
+            "vm_actions": sum(sim.vm_actions(tray) for tray in trays),
+        })
+    return out
+
+
+def step_jobs(sim: Any, steps: Iterable[DomainRepairStep]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The Jobs ``sim``'s apiserver created (its request log: a POST answered 201), by the domain step
+    whose row names them: how many, how many Indexed, and the pods its kubelets started for them and on
+    which Nodes (``kube.jobs.runs``); and the Jobs no step names, which should be none."""
+    created = {r.body["metadata"]["name"]: r.body for r in sim.kube.requests
+               if r.method == "POST" and r.path.endswith("/jobs") and r.status == 201}
+    named = {job: DomainStep(step.step).value for step in steps for job in (step.detail or {}).get("refs", {})}
+    runs = sim.kube.jobs.runs
+    out: dict[str, dict[str, Any]] = {}
+    for step in sorted(set(named.values())):
+        jobs = sorted(job for job, by in named.items() if by == step and job in created)
+        pods = [run for run in runs if run.job in jobs]
+        out[step] = {"jobs": len(jobs), "names": jobs, "pods": len(pods), "nodes": sorted({p.node for p in pods}),
+                     "indexed": sum(1 for job in jobs if created[job]["spec"].get("completionMode") == "Indexed")}
+    return out, sorted(set(created) - set(named))
 
 
 def _add_cluster_counts(incidents: list[dict[str, Any]], remediations: list[dict[str, Any]], cluster: Any) -> None:

@@ -1,10 +1,10 @@
-"""``remediation demo``: the whole loop against two clusters, one of them speaking the real wire protocols.
+"""``remediation demo``: the whole loop against three clusters, two of them speaking the real wire protocols.
 
 In one process, in about a minute: cluster ``east``, :class:`remediation.simulator.cluster.SimCluster` (36 nodes, a
-bare-metal pool of 4 among them), and cluster ``west``, an in-memory world whose nodes bear the same names;
-each cluster's production watchers, one real Celery worker serving both, SQLite and the dashboard. A
-scripted scenario shows each safety rule once; :mod:`remediation.demo.report` reads the summaries back
-from the database and the clouds' request logs.
+bare-metal pool of 4 among them), cluster ``west``, in memory, its nodes bearing east's names, and cluster
+``nvl``, one simulated NVL72 rack; their production watchers, one real Celery worker, SQLite and the
+dashboard. A scripted scenario shows each safety rule once; :mod:`remediation.demo.report` reads the
+summaries back from the database and the simulated clusters' own records.
 
 Why: docs/running.md#the-demo
 """
@@ -23,7 +23,8 @@ from typing import Any
 
 from rich.console import Console
 
-from remediation.simulator.cluster import SUBBLOCK_LABEL
+from remediation.hostlist import compress
+from remediation.simulator.cluster import CLIQUE_LABEL, SUBBLOCK_LABEL, NvlRack
 
 NODES = 32
 BARE_METAL = 4  # gpu-node-32..35: Nodes without a providerID, systems of one Redfish BMC
@@ -54,7 +55,8 @@ DEMO_ENV = {
     # labelled node's first VM action. The demo packs weeks of faults into a minute, so two unrelated
     # ones side by side in a 4-node sub-block (gpu-node-4's Xid and a storm node) are likely here, as
     # they are not at real rates (docs/policy.md): the demo asks for all of a sub-block (F=1, K=4).
-    "REMEDIATION_INCIDENTS__LABEL_KEYS": f'["{SUBBLOCK_LABEL}"]',
+    # The NVLink domain of cluster nvl's trays, from their Nodes' clique label (GPU Feature Discovery's).
+    "REMEDIATION_INCIDENTS__LABEL_KEYS": f'["{SUBBLOCK_LABEL}", "{CLIQUE_LABEL}"]',
     "REMEDIATION_INCIDENTS__WINDOW_S": "10",
     "REMEDIATION_INCIDENTS__VM_GRACE_S": "10",
     "REMEDIATION_INCIDENTS__MIN_FRACTION": "1.0",
@@ -75,6 +77,16 @@ WEST_ENTRY = {"name": WEST, "slurm": {"backend": "memory", "poll_interval_s": 0.
               "machine": {"backend": "memory"}, "validation": {"backend": "none"},
               "memory": {"nodes": "gpu-node-[0-7]"}}  # fmt: skip
 WEST_FAULT_AT, WEST_NODE = 8.0, "gpu-node-7"
+# The NVL72 rack (docs/running.md, "The demo"): cluster nvl, 18 compute trays of one NVLink domain. A
+# cluster of its own: a domain repair counts as all its trays toward the storm breaker, and in east's
+# 36-node pool 18 trays would trip it and change every other scene. Its validation is east's (a Job per
+# check on the simulated apiserver); validation.fabric_restart and validation.domain_checks keep their
+# defaults, which the simulated apiserver runs like any check (it models Pod Security, not deploy/'s
+# ValidatingAdmissionPolicy, which admits only validation.checks and the GPU reset: a site lists the
+# fabric restart and the domain check there too).
+NVL, TRAYS, NVSWITCH_AT = "nvl", 18, 7.0
+RACK = NvlRack(clique="5f0b8a8e-3c1d-4e7a-9b2f-6d4c2a1e0b9c.1")
+SXID_TRAYS = ("nvl-tray-3", "nvl-tray-11")  # the trays whose drivers log the failed NVSwitch's SXID
 
 
 def switched(cluster: Any) -> list[str]:
@@ -113,16 +125,9 @@ def run_demo(
     workdir: Path, timeout_s: float = 120.0, console: Console | None = None, *, port: int = 8080
 ) -> dict[str, Any]:
     """Run the scenario; returns the summary read back from the database (see remediation.demo.report)."""
-    from remediation.simulator.cluster import SimCluster, Timing
-    from remediation.workers.embedded import configure_environment
-
     console = console or Console()
-    cluster = SimCluster(NODES, timing=Timing(reboot_delay_s=1.5, op_seconds=1.0), bare_metal=BARE_METAL).start()
     admin_token = secrets.token_urlsafe(16)
-    configure_environment(workdir, DEMO_ENV)
-    os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
-    os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
-    name_the_clusters(workdir)
+    cluster, rack = _simulate(workdir, admin_token)
     _quiet()
     from remediation.demo.report import Progress, read_summary
     from remediation.settings import load_settings
@@ -137,14 +142,16 @@ def run_demo(
     dashboard = {"url": url, "token": admin_token, "status": _check_dashboard(url, admin_token)}
     console.print(
         f"[bold]node-remediation demo[/]: cluster {EAST}, {NODES + BARE_METAL} simulated nodes (GCE + Azure, "
-        f"{BARE_METAL} bare metal behind a Redfish BMC), and cluster {WEST}, "
-        f"{settings.for_cluster(WEST).memory.nodes} in memory; database {settings.database.url}"
+        f"{BARE_METAL} bare metal behind a Redfish BMC), cluster {WEST}, "
+        f"{settings.for_cluster(WEST).memory.nodes} in memory, and cluster {NVL}, one NVL72 rack of {TRAYS} "
+        f"trays ({compress(rack.names)}); database {settings.database.url}"
     )
     console.print(f"dashboard: {url}  (admin token: {admin_token})")
     progress = Progress(settings, console)
     started = time.monotonic()
     try:
-        _inject([*scenario(cluster), west_scene(settings)], progress, console=console, started=started)
+        _inject([*scenario(cluster), west_scene(settings), rack_scene(rack)], progress, console=console,
+                started=started)
         deadline = started + timeout_s
         while time.monotonic() < deadline and not (
             time.monotonic() - started > REPLAY_AT + 8 and progress.settled(min_remediations=15)
@@ -155,7 +162,8 @@ def run_demo(
             time.sleep(0.5)
         progress.poll(time.monotonic() - started)
         dashboard["status_end"] = _check_dashboard(url, admin_token)
-        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline, simulated=EAST)
+        summary = read_summary(settings, cluster, timed_out=time.monotonic() >= deadline, simulated=EAST,
+                               racks={NVL: rack})
     finally:
         # Everything started here ends here, in the order data flows, before the interpreter exits: a
         # thread still writing a log line or holding a connection while Python finalizes aborts the
@@ -165,25 +173,48 @@ def run_demo(
         server.should_exit = True
         join_all([serving], 30.0, "the dashboard")
         emb.stop()
+        rack.stop()
         cluster.stop()
     summary["dashboard"] = dashboard
     progress.print_summary(summary)
     return summary
 
 
-def name_the_clusters(workdir: Path) -> None:
-    """Make the environment two clusters: every setting of a section each cluster has its own of (the
-    simulated cluster's endpoints and tokens, the demo's pace) becomes cluster east's
-    (``REMEDIATION_CLUSTERS__EAST__...``), and a config file in ``workdir`` lists east and west."""
+def _simulate(workdir: Path, admin_token: str) -> tuple[Any, Any]:
+    """Start east's simulated cluster and nvl's rack, and point the environment at them (each under its
+    cluster's name), at the demo's settings and at ``admin_token``."""
+    from remediation.simulator.cluster import SimCluster, Timing
+    from remediation.workers.embedded import configure_environment
+
+    timing = Timing(reboot_delay_s=1.5, op_seconds=1.0)
+    cluster = SimCluster(NODES, timing=timing, bare_metal=BARE_METAL).start()
+    rack = SimCluster(TRAYS, timing=timing, rack=RACK).start()
+    configure_environment(workdir, DEMO_ENV)
+    os.environ.update(cluster.settings_overrides(min_condition_s=1.0))
+    os.environ["REMEDIATION_API__ADMIN_TOKENS"] = f'["{admin_token}"]'
+    name_the_clusters(workdir, {NVL: rack.settings_overrides(min_condition_s=1.0)})
+    return cluster, rack
+
+
+def name_the_clusters(workdir: Path, others: dict[str, dict[str, str]]) -> None:
+    """Make the environment the demo's clusters: every setting of a section each cluster has its own of
+    (the simulated cluster's endpoints and tokens, the demo's pace) becomes cluster east's
+    (``REMEDIATION_CLUSTERS__EAST__...``); each of ``others`` (a name, its simulated cluster's endpoints)
+    gets its endpoints and the demo's pace; a config file in ``workdir`` lists them and west."""
     import yaml
 
     from remediation.settings.clusters import CLUSTER_SECTIONS
+    from remediation.simulator.cluster import as_entry
 
-    for key in [k for k in os.environ if k.startswith("REMEDIATION_")]:
-        if key.removeprefix("REMEDIATION_").split("__")[0].lower() in CLUSTER_SECTIONS:
-            os.environ[f"REMEDIATION_CLUSTERS__{EAST.upper()}__{key.removeprefix('REMEDIATION_')}"] = os.environ.pop(key)
+    east = {key: os.environ.pop(key) for key in [k for k in os.environ if k.startswith("REMEDIATION_")]
+            if key.removeprefix("REMEDIATION_").split("__")[0].lower() in CLUSTER_SECTIONS}
+    os.environ.update(as_entry(east, EAST))
+    pace = {key: value for key, value in east.items() if key in DEMO_ENV}
+    for name, endpoints in others.items():
+        os.environ.update(as_entry({**pace, **endpoints}, name))
     config = workdir / "clusters.yaml"
-    config.write_text(yaml.safe_dump({"clusters": [{"name": EAST}, WEST_ENTRY]}, sort_keys=False))
+    clusters = [{"name": EAST}, *({"name": name} for name in others), WEST_ENTRY]
+    config.write_text(yaml.safe_dump({"clusters": clusters}, sort_keys=False))
     os.environ["REMEDIATION_CONFIG"] = str(config)
 
 
@@ -195,6 +226,13 @@ def west_scene(settings: Any) -> tuple[float, str, Callable[[], object]]:
     return (WEST_FAULT_AT, f"{WEST}: researcher: scontrol update nodename={WEST_NODE} state=fail reason='xid 79' "
             f"(west's own {WEST_NODE}, not east's)",
             lambda: world.set_slurm(WEST_NODE, flags=["FAIL"], reason="xid 79: GPU fell off the bus"))
+
+
+def rack_scene(rack: Any) -> tuple[float, str, Callable[[], object]]:
+    """nvl's fault: an NVSwitch of the rack fails, and the health check drains the trays that log its SXID."""
+    return (NVSWITCH_AT, f"{NVL}: an NVSwitch of the NVL72 rack fails (SXID 12028); the health check drains "
+            f"{' and '.join(SXID_TRAYS)}, two of the {TRAYS} trays of its NVLink domain",
+            lambda: rack.nvswitch_fault(list(SXID_TRAYS)))
 
 
 def _start_watchers(settings: Any, stopper: Any) -> list[threading.Thread]:

@@ -43,6 +43,8 @@ SLURM_NAMESPACE, SLURMD_LABEL = "slurm", ("app.kubernetes.io/component", "slurmd
 BLOCK_LABEL = "cloud.google.com/gce-topology-block"
 SUBBLOCK_LABEL = "cloud.google.com/gce-topology-subblock"
 SUBBLOCK_SIZE = 4
+#: The Node label GPU Feature Discovery sets to the NVLink clique: ``<cluster uuid>.<clique id>``.
+CLIQUE_LABEL = "nvidia.com/gpu.clique"
 
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -130,6 +132,15 @@ class Timing:
 
 
 @dataclass(frozen=True)
+class NvlRack:
+    """The cluster is one NVL72 rack: every node a compute tray, a GKE A4X VM named ``<prefix>-<i>``
+    whose Node carries the rack's NVLink ``clique`` label (``<cluster uuid>.<clique id>``)."""
+
+    clique: str
+    prefix: str = "nvl-tray"
+
+
+@dataclass(frozen=True)
 class Listen:
     """Where the endpoints listen, the host name their URLs carry, and where the certificate is kept.
 
@@ -168,12 +179,14 @@ class SimCluster(FaultInjector):
         listen: Listen | None = None,
         seed: int = 0,
         bare_metal: int = 0,
+        rack: NvlRack | None = None,
     ) -> None:
         super().__init__(seed)
         timing, listen = timing or Timing(), listen or Listen()
         self.reboot_delay_s = timing.reboot_delay_s
         self.tick_s = timing.tick_s
-        self.names = [f"gpu-node-{i}" for i in range(nodes + bare_metal)]
+        self.rack = rack
+        self.names = [f"{rack.prefix if rack else 'gpu-node'}-{i}" for i in range(nodes + bare_metal)]
         self.clouds = nodes  # gpu-node-0..nodes-1 are cloud VMs, the rest bare metal
         self.ctld = SlurmCtld(
             self.names,
@@ -285,13 +298,11 @@ class SimCluster(FaultInjector):
             k8s = f"bm-hgx-{i}"  # a bare-metal kubelet sets no providerID
             self.bmc.add_system(k8s)
             link = Link(name, k8s, "redfish", (k8s,), "")
-        elif i % 2 == 0:
-            k8s = f"gke-a3-pool-{i}"
+        elif self.rack is not None or i % 2 == 0:
+            k8s = f"gke-{'a3' if self.rack is None else 'a4x'}-pool-{i}"
             self.gce.add_instance(PROJECT, ZONE, k8s)
             link = Link(name, k8s, "gce", (PROJECT, ZONE, k8s), f"gce://{PROJECT}/{ZONE}/{k8s}")
-            subblock = f"sb-{i // 2 // SUBBLOCK_SIZE}"
-            topology = {BLOCK_LABEL: "block-0", SUBBLOCK_LABEL: subblock}
-            self.subblocks.setdefault(subblock, []).append(name)
+            topology = self._gke_topology(i, name)
         else:
             k8s = f"aks-ndv4-{i}"
             self.azure.add_vm(SUBSCRIPTION, GROUP, k8s)
@@ -308,6 +319,15 @@ class SimCluster(FaultInjector):
             owner_kind="StatefulSet", owner_name="llama-405b-worker", empty_dir=True,
         )  # fmt: skip
         self.links[name] = link
+
+    def _gke_topology(self, i: int, name: str) -> dict[str, str]:
+        """A GKE Node's placement labels: the rack's NVLink clique, or else the reservation's block and the
+        sub-block of its run of SUBBLOCK_SIZE GKE Nodes."""
+        if self.rack is not None:
+            return {CLIQUE_LABEL: self.rack.clique}
+        subblock = f"sb-{i // 2 // SUBBLOCK_SIZE}"
+        self.subblocks.setdefault(subblock, []).append(name)
+        return {BLOCK_LABEL: "block-0", SUBBLOCK_LABEL: subblock}
 
     def check_outcome(self, k8s_node: str, argv: list[str]) -> tuple[int | None, str, float]:
         """What a validation check Job's pod does on ``k8s_node`` (remediation.simulator.kube.jobs): a node with a

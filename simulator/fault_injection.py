@@ -2,9 +2,9 @@
 put where the real system keeps it.
 
 Faults: ``researcher_fail``, ``slurmd_stop``, ``node_not_ready``, ``gpu_condition``, ``flap``,
-``repeat_offender``, ``bad_hbm``, ``storm``, ``switch_down``/``switch_up``, ``human_drain`` and
-``replay``. A VM reboot undoes Node faults, never a human's Slurm state. Each injection is logged in
-``injections``.
+``repeat_offender``, ``bad_hbm``, ``storm``, ``switch_down``/``switch_up``, ``nvswitch_fault``,
+``human_drain`` and ``replay``. A VM reboot undoes Node faults, never a human's Slurm state. Each
+injection is logged in ``injections``.
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from remediation.simulator.cluster import Link
     from remediation.simulator.kube.api import KubeAPIServer
     from remediation.simulator.slurmctld import SlurmCtld
+
+
+#: What an NVLink tray's driver logs when an NVSwitch of its rack fails (the NVSwitch driver's SXid line).
+SXID = "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Fatal, Link 32 egress non-posted PRIV error"
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,13 @@ class FaultInjector:
     def human_drain(self, node: str, reason: str = "maintenance: PSU swap", user: str = "root") -> None:
         self.ctld.update(node, "DRAIN", reason, user=user)
         self._log(node, "human_drain", reason)
+
+    def nvswitch_fault(self, nodes: list[str], line: str = SXID) -> None:
+        """An NVSwitch of the trays' rack fails and their drivers log its SXID: the node health check on
+        each of ``nodes`` drains its tray in Slurm with the driver's line as the reason."""
+        for node in nodes:
+            self.ctld.update(node, "DRAIN", f"NHC: {line}", user="root")
+            self._log(node, "nvswitch_fault", line)
 
     # ---------------------------------------------------------------------------- Node faults
 

@@ -26,7 +26,7 @@ from remediation.domain.events import NodeEvent, Source
 from remediation.domain.nvlink import CLIQUE_LABEL, BlockHealth
 from remediation.domain.outcomes import Adapters
 from remediation.domain.ownership import resume_if_ours
-from remediation.domain.policy import Clock
+from remediation.domain.policy import Clock, ClusterView
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
 from remediation.domain.states import AuditAction, StepStatus
@@ -263,14 +263,19 @@ class DomainRepairs:
                                  aware(row.started_at))
             return Claimed(snap, rep.step, row.id, snap.detail)
 
+    def _view(self, s: Session, now: datetime) -> ClusterView:
+        """This cluster's view; held as well by every other cluster's pause and storm breaker only where
+        ``cluster.fleet_latch`` asks for it, as a node's remediation is."""
+        view = cluster_view(s, now, self.settings.policy.breaker_window, exclude=None)
+        return fleet_latched(s, view) if self.settings.cluster.fleet_latch else view
+
     def _paused(self, s: Session, now: datetime) -> bool:
-        view = fleet_latched(s, cluster_view(s, now, self.settings.policy.breaker_window, exclude=None))
-        return view.paused
+        return self._view(s, now).paused
 
     def _refused(self, s: Session, rep: DomainRepair, now: datetime) -> str | None:
         """Why the repair's next step may not start now (None: it may)."""
         policy = self.settings.policy
-        view = fleet_latched(s, cluster_view(s, now, policy.breaker_window, exclude=None))
+        view = self._view(s, now)
         if rep.step in MACHINE_STEPS:
             if not rep.dry_run:  # the view counts this repair's own trays already (it is at the step)
                 view = replace(view, machine_active=max(0, view.machine_active - rep.size))

@@ -14,6 +14,7 @@ import copy
 import secrets
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from remediation.simulator.kube.podsecurity import forbidden
@@ -26,12 +27,24 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 PASS: Outcome = (0, "Test Summary: all tests passed\n", 0.2)
 
 
+@dataclass(frozen=True)
+class PodRun:
+    """A Job's pod the kubelet started: which Job, its index in an Indexed Job (None in a plain one), and
+    the Node it ran on. Kept after the Job and its pods are deleted, as an audit of what ran where."""
+
+    namespace: str
+    job: str
+    index: int | None
+    node: str
+
+
 class JobRunner:
     def __init__(self, store: Store, level: Callable[[str], str]) -> None:
         self.store = store
         self.level = level  # the namespace's Pod Security enforce level
         self.outcome: Callable[[str, list[str]], Outcome] = lambda node, argv: PASS
         self.logs: dict[tuple[str, str], str] = {}
+        self.runs: list[PodRun] = []  # every pod started, in order
         self._timers: list[threading.Timer] = []
 
     def create(self, namespace: str, body: Any) -> Obj:
@@ -107,6 +120,7 @@ class JobRunner:
         k8s = self.store.tables["nodes"].get(node)
         if k8s is None or not tolerated(spec, k8s):
             return  # stays Pending: the Job runs into its deadline
+        self.runs.append(PodRun(namespace, name, index, node))
         argv = list(spec["containers"][0].get("command", [])) + list(spec["containers"][0].get("args", []))
         code, log, seconds = self.outcome(node, argv)
         self._set_pod(namespace, pod_name, "Running", code=None)

@@ -17,12 +17,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.clock import FakeClock
-from remediation.db.models import AuditLog, Event, Incident, Node, RejectedEvent, Remediation
+from remediation.db.models import AuditLog, DomainRepair, Event, Incident, Node, RejectedEvent, Remediation
 from remediation.db.queries import PAUSED, control_set
 from remediation.db.scope import scoped
 from remediation.domain.admission import Published, Publisher
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.step_bodies import Adapters
+from remediation.domain_repair.rules import DomainRepairStatus
+from remediation.domain_repair.service import DomainRepairs
 from remediation.ports.dispatch import FollowUp
 from remediation.services.breaker import state as breaker_state
 from remediation.services.ingest import IngestRules, ingest
@@ -154,6 +156,33 @@ def test_a_pause_holds_its_own_cluster_only(pair) -> None:
     with west.sessions() as s:
         (rem,) = s.scalars(select(Remediation)).all()
         assert rem.status == "waiting" and "pause" in (rem.wait_reason or "")
+
+
+def test_a_domain_repair_is_held_by_its_own_clusters_pause_only(pair, clock) -> None:
+    """West's pause holds none of east's domain repairs (``cluster.fleet_latch`` ships off): the repair
+    of east's block b1 climbs its ladder (no validation here: drain, jobs, quarantine) all the same."""
+    west, east = pair["west"], pair["east"]
+    with west.sessions() as s, s.begin():
+        control_set(s, PAUSED, {"paused": True, "why": "switch work"}, now=clock.now())
+    for i in range(4):
+        east.ingest(NodeEvent(source=Source.SLURM, node=f"gpu-node-{i}", kind=EventKind.DOMAINS, state="topology",
+                              domains={"block": "b1"}, domain_sizes={"block": 4}, observed_at=clock.now()).to_json())
+    sxid = "SXID 12028 NVSwitch fatal"
+    show_fault(east.world, "gpu-node-1", "DRAIN", sxid)
+    with east.sessions() as s, s.begin():
+        opened = ingest(s, [NodeEvent(source=Source.SLURM, node="gpu-node-1", kind=EventKind.UNHEALTHY, state="DRAIN",
+                                      reason=sxid, observed_at=clock.now()).to_json()], east.settings.policy, clock=clock)
+    (repair,) = opened.repairs
+    repairs = DomainRepairs(east.sessions, Adapters(MemorySlurm(east.world), MemoryKube(east.world),
+                                                    MemoryVM(east.world)), east.settings, clock=clock)
+    for _ in range(20):
+        if (wait := repairs.advance(repair)) is None:
+            break
+        clock.advance(wait)
+    with east.sessions() as s:
+        rep = s.get(DomainRepair, repair)
+        assert rep is not None and rep.status is DomainRepairStatus.QUARANTINED, (rep and rep.wait_reason)
+        assert [str(step.step) for step in rep.steps] == ["drain", "jobs", "quarantine"]
 
 
 def test_an_event_naming_another_cluster_on_a_clusters_stream_is_kept_and_refused(pair, sessions) -> None:

@@ -42,6 +42,11 @@ SUBBLOCK = ("cloud.google.com/gce-topology-subblock", "sb-2")  # the demo's leaf
 SWITCHED = ["gpu-node-16", "gpu-node-18", "gpu-node-20", "gpu-node-22"]
 XID48 = ("gpu-node-6", "gpu-node-9")
 BARE_METAL = "gpu-node-33"
+# Cluster nvl: one NVL72 rack, its 18 trays one NVLink domain by their Nodes' clique label; an NVSwitch
+# fault drains two of them.
+CLIQUE = ("nvidia.com/gpu.clique", "5f0b8a8e-3c1d-4e7a-9b2f-6d4c2a1e0b9c.1")
+TRAYS = sorted(f"nvl-tray-{i}" for i in range(18))
+SXID_TRAYS = {"nvl-tray-3", "nvl-tray-11"}
 WEST_NODE = "gpu-node-7"  # fails in both clusters: east's researcher, west's own  # slurmd hangs on it; its machine is a system of the simulated Redfish BMC
 
 
@@ -269,7 +274,40 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
         "select s.provider_op from remediation_steps s join remediations r on r.id = s.remediation_id "
         "where r.cluster = 'west' and s.step = 'vm_restart'")}  # fmt: skip
     assert west_steps == {"memory"}, west_steps
-    assert {c for (c,) in db.execute("select distinct cluster from events")} == {"east", "west"}
-    assert set(summary["clusters"]) == {"east", "west"} and summary["clusters"]["west"]["succeeded"] == 1
+    assert {c for (c,) in db.execute("select distinct cluster from events")} == {"east", "west", "nvl"}
+    assert set(summary["clusters"]) == {"east", "west", "nvl"} and summary["clusters"]["west"]["succeeded"] == 1
     report = "".join(lines)
     assert re.search(r"cluster east: \d+ remediation\(s\)", report) and "cluster west: 1 remediation(s), 1 succeeded" in report
+    the_rack_was_one_domain_repair(db, summary, report)
+
+
+def the_rack_was_one_domain_repair(db: sqlite3.Connection, summary: dict[str, Any], report: str) -> None:
+    """The NVSwitch fault on two of the rack's trays: ONE domain repair for its 18 trays and no
+    remediation of any tray (the database); a fabric-restart Job on each of the rack's Nodes and one
+    Indexed Job, a pod on each of them, for the domain check (the simulated apiserver's records); every
+    tray back in service with no VM action (the simulated cluster)."""
+    repairs = db.execute("select id, cluster, kind, name, status, size, trays, reporters from domain_repairs").fetchall()
+    assert [(c, k, n, st, size, json.loads(t)) for _, c, k, n, st, size, t, _ in repairs] == [
+        ("nvl", *CLIQUE, "returned", 18, TRAYS)], repairs
+    ((repair, *_, reporters),) = repairs
+    assert set(json.loads(reporters)) == SXID_TRAYS
+    assert db.execute("select count(*) from remediations where cluster = 'nvl'").fetchone() == (0,)
+    steps = db.execute("select step, status, detail from domain_repair_steps where repair_id = ? order by id",
+                       (repair,)).fetchall()
+    assert [(step, status) for step, status, _ in steps] == [
+        ("drain", "done"), ("jobs", "done"), ("fabric_restart", "done"), ("domain_check", "done"), ("return", "done")]
+    started = {step: sorted(json.loads(detail)["refs"]) for step, _, detail in steps if step.endswith(("restart", "check"))}
+    assert {s for (s,) in db.execute(
+        f"select status from nodes where cluster = 'nvl' and name in ({','.join('?' * 18)})", TRAYS)} == {"healthy"}
+    (rack,) = summary["nvlink_domains"]
+    nodes = rack["k8s_nodes"]
+    assert len(set(nodes)) == 18 and rack["trays"] == sorted(TRAYS, key=lambda t: int(t.rsplit("-", 1)[1]))
+    fabric, check = rack["jobs"]["fabric_restart"], rack["jobs"]["domain_check"]
+    assert (fabric["jobs"], fabric["indexed"], fabric["pods"], fabric["nodes"]) == (18, 0, 18, nodes), fabric
+    assert (check["jobs"], check["indexed"], check["pods"], check["nodes"]) == (1, 1, 18, nodes), check
+    assert fabric["names"] == started["fabric_restart"] and check["names"] == started["domain_check"]
+    assert rack["other_jobs"] == [] and rack["tray_remediations"] == 0 and rack["vm_actions"] == 0
+    assert rack["in_service"] == rack["trays"]
+    assert (f"NVLink domain {' '.join(CLIQUE)} (cluster nvl): 1 domain repair for 18 trays, 0 tray remediations "
+            "(not 18); fabric restart 18 Jobs on 18 Nodes, domain check 1 Job (1 Indexed, 18 pods on 18 Nodes); "
+            "returned after") in " ".join(report.split())

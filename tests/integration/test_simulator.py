@@ -28,7 +28,7 @@ from remediation.ports.errors import CredentialError, UnknownNode
 from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
 from remediation.simulator import replay
-from remediation.simulator.cluster import Listen, SimCluster, Timing
+from remediation.simulator.cluster import CLIQUE_LABEL, Listen, NvlRack, SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.ports import lease
 
@@ -118,6 +118,24 @@ def test_slurmd_stop_goes_not_responding_then_down(cluster: SimCluster, slurm: R
     assert first.state == "IDLE" and first.flags == {"NOT_RESPONDING"}
     down = until(lambda: (n := slurm.get_node("gpu-node-3")).state == "DOWN" and n)
     assert down.reason == "Not responding" and "NOT_RESPONDING" in down.flags
+
+
+def test_an_nvl72_rack_is_one_clique_of_gce_trays_and_an_nvswitch_fault_drains_who_logs_it() -> None:
+    """``rack=``: every tray a GCE VM whose Node carries the rack's clique label (read through the real
+    client, as the watcher reads it); ``nvswitch_fault`` drains the named trays with the driver's SXID line."""
+    with SimCluster(4, timing=FAST, rack=NvlRack(clique="c0ffee.1")) as sim:
+        settings = load_settings(**sim.settings_kwargs())
+        kube = make_kube(settings)
+        assert sim.names == [f"nvl-tray-{i}" for i in range(4)]
+        nodes = kube.api.list_node().items
+        assert {n.metadata.name: n.metadata.labels.get(CLIQUE_LABEL) for n in nodes} == {
+            f"gke-a4x-pool-{i}": "c0ffee.1" for i in range(4)}
+        assert {parse_provider_id(n.spec.provider_id).provider for n in nodes} == {"gce"}
+        sim.nvswitch_fault(["nvl-tray-1", "nvl-tray-2"])
+        with RestSlurm(settings.slurm) as slurm:
+            drained = {n.name: n for n in slurm.list_nodes() if n.flags}
+        assert sorted(drained) == ["nvl-tray-1", "nvl-tray-2"]
+        assert all(n.flags == {"DRAIN"} and "SXid" in n.reason for n in drained.values())
 
 
 def test_node_not_ready_and_gpu_condition_via_the_kube_adapter(

@@ -74,6 +74,9 @@ def test_one_pod_per_node_of_the_domain_and_every_index_passes(
     assert validator.start(check("nr-domain-r5-a1"))["job"] == ref["job"]  # a repeat adopts the Job: it is ours
     assert validator.finish(ref) == f"Job {NS}/nr-domain-r5-a1 deleted"
     assert kubectl("get", "jobs", "-n", NS, "-o", "name").stdout.strip() == ""
+    # What ran where outlives the deleted Job: the kubelets' record of its pods, one per index and Node.
+    runs = sorted((r.index, r.node) for r in kube_api.jobs.runs if r.job == "nr-domain-r5-a1")
+    assert runs == sorted(placed.items())
 
 
 def test_a_pod_failing_on_one_node_fails_the_check_with_its_exit_code(
