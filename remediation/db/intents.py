@@ -56,13 +56,13 @@ class StepIntents:
                 row.provider_op = None
 
     def _step(self, key: str, write: bool = False) -> _StepRow:
-        return _StepRow(self.sessions, key, write, self.rows)
+        return _StepRow(self.sessions, key, write, rows=self.rows)
 
 
 class _StepRow:
     """The step row of ``key``, locked for update when writing, committed on a clean exit."""
 
-    def __init__(self, sessions: Callable[[], Session], key: str, write: bool,
+    def __init__(self, sessions: Callable[[], Session], key: str, write: bool, *,
                  rows: type[RemediationStep] | type[DomainRepairStep]) -> None:
         self.sessions, self.key, self.write, self.rows = sessions, key, write, rows
         self.session: Session | None = None
