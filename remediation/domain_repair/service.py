@@ -581,7 +581,7 @@ class PartialDomains:
                 if block.name in running:
                     continue
                 if block.partial:
-                    fresh = self._drain(s, block, kept.get(block.name, []), prefix)
+                    fresh = self._drain(s, block, kept=kept.get(block.name, []), prefix=prefix)
                     if fresh:
                         kept[block.name] = sorted({*kept.get(block.name, []), *fresh})
                         changed[f"drained {block.name}"] = fresh
@@ -595,7 +595,7 @@ class PartialDomains:
                       detail={"trays": trays}, dry_run=cfg.dry_run)
         return changed
 
-    def _drain(self, s: Session, block: BlockHealth, kept: list[str], prefix: str) -> list[str]:
+    def _drain(self, s: Session, block: BlockHealth, *, kept: list[str], prefix: str) -> list[str]:
         """Drain the block's healthy trays whose profile asks for it and nobody holds; returns them."""
         rows = s.execute(select(Node.name, Node.status, Node.profile).join(
             NodeDomain, (NodeDomain.node == Node.name) & (NodeDomain.cluster == Node.cluster)).where(

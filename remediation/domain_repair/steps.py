@@ -147,7 +147,7 @@ def jobs(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
         return Result(True, detail=detail, outcome="no job on any tray")
     said = f"waiting for the jobs on {compress(sorted(busy))}"
     if held and asks_checkpoint(rep.fault_class, cfg.workflow):
-        asked = _checkpoint(rep, ad, cfg, sorted(set(held)))
+        asked = _checkpoint(rep, ad, cfg, held=sorted(set(held)))
         said += f"; asked {len(asked.signalled)} job(s) to checkpoint ({asked.signal})"
     if (rep.now - rep.started_at).total_seconds() > cfg.workflow.drain_timeout_s:
         said += (f"; past workflow.drain_timeout_s ({cfg.workflow.drain_timeout_s:g} s): still waiting, a domain "
@@ -155,7 +155,7 @@ def jobs(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     return Result(False, detail={**detail, "busy": busy}, outcome=said)
 
 
-def _checkpoint(rep: Repair, ad: Adapters, cfg: Settings, held: list[str]) -> CheckpointRequest:
+def _checkpoint(rep: Repair, ad: Adapters, cfg: Settings, *, held: list[str]) -> CheckpointRequest:
     """The trays' jobs asked to checkpoint once: the request is claimed on the step row first, and a
     later look sends only what no look claimed (never a job twice)."""
     if ad.intents is None:
