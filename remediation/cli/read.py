@@ -137,6 +137,7 @@ def _nvlink(v: NvlinkRow | None, now: datetime) -> list[tuple[str, str]]:
             f"clique {v.gpus} (its GPUs, checked {r.when(v.checked_at, now)})" if v.gpus and v.checked_at else None]
     shown = [("NVLink domain", "; ".join(x for x in said if x) or "(none named)")]
     shown += [("Partial domain" if v.partial else "Block health", v.health)] if v.health else []
+    shown += [("Domain repair", v.repair)] if v.repair else []
     return shown + ([("Sources disagree", "; ".join(v.disagreements))] if v.disagreements else [])
 
 

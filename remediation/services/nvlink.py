@@ -15,11 +15,12 @@ from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
-from remediation.db.models import HardwareSighting, Node, NodeDomain
+from remediation.db.models import DomainRepair, HardwareSighting, Node, NodeDomain
 from remediation.domain.events import Source
 from remediation.domain.nvlink import CLIQUE_LABEL, BlockHealth, Membership, disagreements, gpu_clique
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.domain.topology import BLOCK
+from remediation.domain_repair.rules import DomainRepairStatus
 from remediation.services.read_rows import NvlinkRow
 
 _SLURM_BLOCK = (Source.SLURM.value, BLOCK)
@@ -40,6 +41,7 @@ def nvlink_row(s: Session, node: str) -> NvlinkRow | None:
         return None
     said = disagreements(node, members) + ([problem] if problem else [])
     row = NvlinkRow(block, label, gpus, aware(checked_at) if checked_at else None, said)
+    row.repair = _repair(s, node)
     if block and (health := block_health(s, block)):
         (one,) = health
         row.block_size, row.block_healthy, row.partial, row.health = one.size, one.healthy, one.partial, one.text()
@@ -87,3 +89,13 @@ def _latest_checks(s: Session, nodes: Collection[str]) -> dict[str, tuple[str | 
             clique, problem = gpu_clique(g.get("clique") for g in gpus)
             out[node] = (clique, at, problem)
     return out
+
+
+def _repair(s: Session, node: str) -> str | None:
+    """The latest repair of ``node``'s domain that counted it among its trays, in words (None: none)."""
+    for rep in s.scalars(select(DomainRepair).order_by(DomainRepair.id.desc()).limit(50)):
+        if node in rep.trays:
+            where = f"at {rep.step.value}" if rep.status is DomainRepairStatus.RUNNING else rep.status.value
+            return (f"#{rep.id} ({rep.kind} {rep.name}, {rep.fault_class}) {where}: see `remediation domains show "
+                    f"{rep.id}`")
+    return None

@@ -171,6 +171,7 @@ class NvlinkRow:
     block_healthy: int | None = None  # how many of the block's nodes are healthy
     partial: bool = False  # fewer than block_size: no job of the block's size fits there now
     health: str | None = None  # the last three, in words
+    repair: str | None = None  # the latest domain repair of its domain, in words (id, status, step)
 
 
 @dataclass

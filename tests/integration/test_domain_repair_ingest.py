@@ -100,6 +100,10 @@ def test_on_call_reads_the_repair_from_the_cli(pg_url: str, sessions: sessionmak
     assert shown.exit_code == 0, shown.output
     d = json.loads(shown.stdout)
     assert (d["reporters"], d["status"], d["steps"]) == (["gpu-node-2"], "running", [])
+    node = CliRunner().invoke(app, ["nodes", "show", "gpu-node-0"], env=env, obj=lambda settings: SweeperOnly())
+    assert node.exit_code == 0, node.output
+    assert ("Domain repair: #1 (block b1, nvswitch) at drain: see `remediation domains show 1`"
+            in " ".join(node.stdout.split()))
 
 
 def test_an_sxid_on_a_tray_in_no_domain_is_its_own_fault(sessions: sessionmaker[Session]) -> None:
@@ -171,9 +175,11 @@ def test_a_human_cancels_a_repair_and_the_sweep_takes_its_jobs_down(pg_url: str,
     world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
     validator = ScriptedValidator([ValidationResult(done=False)] * 20)
+    # The shipped policy but for the breaker: a block of 4 is half this 8-node pool, a storm at 10%.
+    cfg = Settings(policy={"breaker_max_fraction": 0.6})
     repairs = DomainRepairs(sessions, Adapters(slurm=MemorySlurm(world), kube=None, machine=None, validator=validator),
-                            Settings(), clock=clock)
-    while not validator.calls:  # drain, jobs, then the first fabric-restart job
+                            cfg, clock=clock)
+    for _ in range(3):  # drain, jobs, then the first fabric-restart job
         assert repairs.advance(rid) is not None
     env = {"REMEDIATION_DATABASE__URL": pg_url, "USER": "oncall-tester", "COLUMNS": "250", "REMEDIATION_CONFIG": ""}
     said = CliRunner().invoke(app, ["domains", "cancel", str(rid), "-r", "rack swap scheduled"], env=env,

@@ -199,6 +199,16 @@ class SlurmCluster:
         """The ids of the jobs not yet over: pending, running or completing."""
         return self.run("squeue", "-h", "-o", "%A").stdout.split()
 
+    def put_back(self, nodes: list[str], what: str) -> None:
+        """After a test that ran jobs in reservations over ``nodes``: no job, no reservation, the nodes
+        resumed."""
+        self.cancel_jobs()
+        wait_for(lambda: not self.jobs(), 30, f"{what} to leave")
+        for line in self.scontrol("show", "reservation", check=False).stdout.splitlines():
+            if line.startswith("ReservationName="):
+                self.scontrol("delete", line.split()[0], check=False)
+        self.scontrol("update", f"nodename={','.join(nodes)}", "state=resume", check=False)
+
     def cancel_jobs(self) -> None:
         """Cancel every job, pending ones too: a job a test requeued (or that waits for a node held
         out) would start during a later test, or run on past the cluster. A plain scancel: slurmctld

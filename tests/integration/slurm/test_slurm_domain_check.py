@@ -53,12 +53,7 @@ def domain(slurm_block_cluster: SlurmCluster, b1: list[str], monkeypatch: pytest
     monkeypatch.setenv("PATH", f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}")
     cluster.scontrol("update", f"nodename={','.join(b1)}", "state=drain", f"reason={PREFIX} nvswitch sxid")
     yield work
-    cluster.cancel_jobs()
-    wait_for(lambda: not cluster.jobs(), 30, "the check jobs to leave")
-    for line in cluster.scontrol("show", "reservation", check=False).stdout.splitlines():
-        if line.startswith("ReservationName="):
-            cluster.scontrol("delete", line.split()[0], check=False)
-    cluster.scontrol("update", f"nodename={','.join(b1)}", "state=resume", check=False)
+    cluster.put_back(b1, "the check jobs")
 
 
 def settings_for(cluster: SlurmCluster, work: Path) -> Settings:

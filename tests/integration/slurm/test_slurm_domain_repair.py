@@ -91,12 +91,7 @@ def site(slurm_block_cluster: SlurmCluster, b1: list[str], rack: Emulator,
         {"chassis": {"b1": {"bmc": rack.url, "chassis": "/redfish/v1/Chassis/Rack_b1", "credentials": "rack"}}}))
     (work / "credentials.json").write_text(json.dumps({"rack": {"username": USER, "password": PASSWORD}}))
     yield work
-    cluster.cancel_jobs()
-    wait_for(lambda: not cluster.jobs(), 30, "the repair's jobs to leave")
-    for line in cluster.scontrol("show", "reservation", check=False).stdout.splitlines():
-        if line.startswith("ReservationName="):
-            cluster.scontrol("delete", line.split()[0], check=False)
-    cluster.scontrol("update", f"nodename={','.join(b1)}", "state=resume", check=False)
+    cluster.put_back(b1, "the repair's jobs")
 
 
 def settings_for(cluster: SlurmCluster, work: Path, rack: Emulator) -> Settings:
