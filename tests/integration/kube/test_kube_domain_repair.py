@@ -104,8 +104,9 @@ class Seen:
         for proc in self.procs:
             proc.terminate()
             proc.wait(timeout=10)
-        for pump in self.pumps:
-            pump.join(timeout=10)
+        for pump in self.pumps:  # each ends at its kubectl's end of output: only then is its pipe closed
+            pump.join(timeout=60)
+            assert not pump.is_alive()
         for proc in self.procs:
             assert proc.stdout is not None
             proc.stdout.close()
@@ -202,7 +203,7 @@ def watcher(cfg: Settings, redis_client: redis.Redis, redis_prefix: str,
     thread.start()
     yield
     stopper.stop()
-    thread.join(timeout=5)
+    thread.join(timeout=60)  # a loaded machine: the watcher ends its current watch first
     assert not thread.is_alive()
 
 
