@@ -65,6 +65,7 @@ class RemediationContext(JsonRecord):
     # -- admission and holds
     reconfirm: bool | None = None  # re-confirm the trigger before the next disruptive step (breaker, incident)
     incident: int | None = None  # the incident the remediation joined
+    domain_repair: int | None = None  # the domain repair its return handed the tray to (the domain check decides)
     incident_closed: int | None = None  # the incident whose close asked for the re-confirmation
     held: Held | None = None  # held for a human; None: not held
     # Keys this version does not know, kept as they were.

@@ -309,6 +309,9 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) ->
 def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
     if stop := unproven(inp, ad, cfg):
         return stop
+    if inp.context.domain_repair is not None:  # validation.domain_check_on_return: the domain check decides
+        return Done(f"handed to domain repair #{inp.context.domain_repair}: the tray stays drained until the "
+                    "domain check over its NVLink domain passes")
     notes = []
     k8s_name = inp.context.k8s_node
     if k8s_name and ad.kube is not None:

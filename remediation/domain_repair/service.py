@@ -136,6 +136,39 @@ def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, *, cause: Caus
     return found.id, False
 
 
+def hand_over(s: Session, rem: Remediation, *, now: datetime) -> int | None:
+    """``validation.domain_check_on_return``: the tray of a remediation about to return is handed to a
+    repair of its NVLink domain that proves the domain first (its ladder starts with the domain check),
+    or joins the one running. None: the tray is in no multi-node domain, and returns on its own."""
+    domain = domains_of(s, [rem.node]).get(rem.node)
+    if domain is None or len(domain.trays) < 2:
+        return None
+    found = s.scalar(select(DomainRepair).where(DomainRepair.status == DomainRepairStatus.RUNNING,
+                                                DomainRepair.kind == domain.kind, DomainRepair.name == domain.name))
+    if found is not None:
+        join(s, found, rem.node, now=now, actor=ACTOR)
+        return found.id
+    # Due at once for the sweep (which sends each repair whose look is overdue): the step's follow-up
+    # carries the remediation, not the repair.
+    due = now - timedelta(days=1)
+    rep = DomainRepair(kind=domain.kind, name=domain.name, trays=list(domain.trays), size=len(domain.trays),
+                       reporters=[rem.node], cause=f"remediation #{rem.id} of {rem.node} ended: {rem.cause}",
+                       fault_class=rem.fault_class or "unknown", fault_evidence=(
+                           "validation.domain_check_on_return: the tray returns only with its domain proven"),
+                       status=DomainRepairStatus.RUNNING, step=DomainStep.DRAIN, rung=0,
+                       rungs=[DomainStep.DOMAIN_CHECK.value], ours=[], opened_at=now, updated_at=now,
+                       next_run_at=due, dry_run=bool(rem.dry_run))
+    s.add(rep)
+    s.flush()
+    reason = (f"remediation #{rem.id} of {rem.node} passed its own check; the domain check over {domain.kind} "
+              f"{domain.name} ({len(domain.trays)} trays) decides its return")
+    audit(s, now, ACTOR, action=AuditAction.DOMAIN_REPAIR_OPENED, target=f"{domain.kind}/{domain.name}",
+          reason=would(reason) if rep.dry_run else reason,
+          detail={"domain_repair": rep.id, "trays": list(domain.trays), "node": rem.node, "remediation": rem.id},
+          dry_run=rep.dry_run)
+    return rep.id
+
+
 def join(s: Session, rep: DomainRepair, node: str, *, now: datetime, actor: str) -> None:
     """A tray's signal joins its domain's running repair: it opens nothing, and is named among the
     repair's reporters once."""
@@ -316,8 +349,9 @@ class DomainRepairs:
             self._close(s, rep, DomainRepairStatus.CANCELLED, result=result, now=now)
             return
         if step is DomainStep.JOBS:
-            rep.rungs = list(ladder(runs_jobs=self.adapters.validator is not None,
-                                    chassis=bodies.has_chassis(self.adapters, rep.name)))
+            proof = [DomainStep.DOMAIN_CHECK.value] if rep.rungs[:1] == [DomainStep.DOMAIN_CHECK.value] else []
+            rep.rungs = proof + list(ladder(runs_jobs=self.adapters.validator is not None,
+                                            chassis=bodies.has_chassis(self.adapters, rep.name)))
         rungs = tuple(DomainStep(r) for r in rep.rungs) or (DomainStep.QUARANTINE,)
         nxt = after(step, ok=result.ok, rung=rep.rung, rungs=rungs)
         if step is DomainStep.DOMAIN_CHECK and not result.ok:

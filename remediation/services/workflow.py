@@ -52,6 +52,7 @@ from remediation.domain.step_bodies import (
 )
 from remediation.domain.step_records import dumped
 from remediation.domain.stepdetail import HeldTime, RetryState
+from remediation.domain_repair import service as repairs
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
@@ -219,6 +220,10 @@ class Workflow:
             if (deferred := self._defer(s, rem, step, g=g, row=row, now=now)) is not None:
                 return deferred
             _choose_action(rem, step, g, starting=row is None)
+            if step is Step.RETURN and row is None and g.settings.validation.domain_check_on_return \
+                    and g.settings.validation.runs_jobs:
+                if (repair := repairs.hand_over(s, rem, now=now)) is not None:
+                    rem.ctx = replace(rem.ctx, domain_repair=repair)
             if row is None:
                 row = _start_row(s, rem, step, now=now)
             return _take_lease(rem, row, g, token=token, now=now), row.id, g

@@ -141,6 +141,13 @@ class ValidationSettings(Section):
         description="Deadline of the fabric-restart job, seconds: a unit restart takes seconds; one not done "
         "in five minutes (slurmd silent, IMEX hanging on its peers) ends and the ladder climbs.",
     )
+    domain_check_on_return: bool = Field(
+        False,
+        description="A tray's own remediation in a multi-node NVLink domain ends with the domain check too: "
+        "once its own GPU check passes, its return hands it to a domain repair that drains the domain, runs "
+        "the domain check and returns every tray on a pass (a failure climbs the domain ladder). Off by "
+        "default: the check takes the whole domain out of service. See docs/policy.md (\"The domain ladder\").",
+    )
 
     @field_validator("domain_checks")
     @classmethod

@@ -15,10 +15,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from typer.testing import CliRunner
 
-from remediation.adapters.memory import MemorySlurm, MemoryWorld
+from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
 from remediation.cli.oncall import app
 from remediation.clock import FakeClock
-from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation
+from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation, RemediationStep
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.outcomes import Adapters
 from remediation.domain.statemachine import NodeStatus
@@ -28,9 +28,10 @@ from remediation.domain_repair.service import DomainRepairs, PartialDomains
 from remediation.ports.dispatch import SweeperOnly
 from remediation.profiles.service import governance
 from remediation.services.ingest import IngestRules, ingest
+from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from remediation.validation.port import ValidationResult
-from tests.integration.history import sessions  # noqa: F401  (the committed database's sessions)
+from tests.integration.history import drive, engine_settings, publish, sessions  # noqa: F401
 from tests.scripted_validator import ScriptedValidator
 
 BLOCKS = {f"gpu-node-{i}": "b1" if i < 4 else "b2" for i in range(8)}
@@ -197,3 +198,41 @@ def test_a_human_cancels_a_repair_and_the_sweep_takes_its_jobs_down(pg_url: str,
         assert (row.status.value, row.outcome) == ("failed", "cancelled; set-up undone")
         assert {n.status for n in s.scalars(select(Node).where(Node.name.in_(rep.trays)))} == {NodeStatus.UNHEALTHY}
         assert all("DRAIN" in world.node(t)["slurm"]["flags"] for t in rep.trays)  # left as they are
+
+
+def test_a_trays_own_remediation_ends_with_the_domain_check_when_its_policy_asks(
+        sessions: sessionmaker[Session]) -> None:
+    """``validation.domain_check_on_return`` (off as shipped; on here): gpu-node-1's own remediation (Xid
+    79) passes its own GPU check, then its return hands the tray to a repair of b1 that proves the domain
+    first; the domain check passes and every tray b1 has returns."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    settings = engine_settings(validation={"backend": "slurm", "domain_check_on_return": True})
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    passed = ValidationResult(done=True, exit_code=0, output="PASS", state="COMPLETED")
+    checks = ScriptedValidator([passed, passed])
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), checks), settings,
+                      clock=clock)
+    drive(engine, clock, publish(sessions, settings, clock, "gpu-node-1", reason="xid 79", world=world))
+    with sessions() as s:
+        rem = s.scalars(select(Remediation)).one()
+        assert rem.status.value == "succeeded" and rem.ctx.domain_repair is not None, [
+            (r.step, r.outcome, r.error) for r in s.scalars(select(RemediationStep))]
+        returned = s.scalars(select(RemediationStep.outcome).where(RemediationStep.step == "return")).one()
+        assert returned.startswith(f"handed to domain repair #{rem.ctx.domain_repair}: the tray stays drained")
+    assert "DRAIN" in world.node("gpu-node-1")["slurm"]["flags"]  # not back yet: the domain decides
+    repairs = DomainRepairs(sessions, Adapters(MemorySlurm(world), MemoryKube(world), None, checks), settings,
+                            clock=clock)
+    assert repairs.due() == [rem.ctx.domain_repair]  # the sweep sends it
+    for _ in range(20):
+        if repairs.advance(rem.ctx.domain_repair) is None:
+            break
+    with sessions() as s:
+        rep = s.get(DomainRepair, rem.ctx.domain_repair)
+        assert rep is not None and rep.status is DomainRepairStatus.RETURNED
+        assert [r.step for r in rep.steps] == [DomainStep.DRAIN, DomainStep.JOBS, DomainStep.DOMAIN_CHECK,
+                                                DomainStep.RETURN]
+        assert rep.rungs[:2] == [DomainStep.DOMAIN_CHECK, DomainStep.FABRIC_RESTART]  # a failure climbs
+    (check,) = [c for name, c in checks.calls if name == "start" and c.nodes]
+    assert check.nodes == ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
+    assert not any("DRAIN" in world.node(f"gpu-node-{i}")["slurm"]["flags"] for i in range(4))
