@@ -71,8 +71,8 @@ def after(step: DomainStep, *, ok: bool, rung: int, rungs: tuple[DomainStep, ...
     every restart job passed, the chassis came back, the domain check passed)."""
     if step is DomainStep.DRAIN:
         return Next(DomainStep.JOBS, rung)
-    if step is DomainStep.JOBS:
-        return Next(rungs[0], 0)
+    if step is DomainStep.JOBS:  # not ok: nobody can tell whether a job still runs there, so nothing acts
+        return Next(rungs[0], 0) if ok else Next(DomainStep.QUARANTINE, len(rungs) - 1)
     if step in MACHINE_STEPS:
         return Next(DomainStep.DOMAIN_CHECK, rung) if ok else _climb(rung, rungs)
     if step is DomainStep.DOMAIN_CHECK:

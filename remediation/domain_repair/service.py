@@ -231,12 +231,21 @@ class DomainRepairs:
             log.warning("domain repair %s: %s: %s; looking again", repair_id, claimed.step, exc.message)
             result = bodies.Result(done=False, detail={**claimed.detail, "error": exc.message})
         except RemediationError as exc:
-            if exc.scope is not Scope.SYSTEM:
-                raise
-            with self.sessions() as s, s.begin():
-                pause(s, self.clock.now(), PagedError.of(exc), node=claimed.repair.trays[0], rid=None)
-            result = bodies.Result(done=False, detail={**claimed.detail, "error": f"{exc.kind}: {exc.message}"})
+            said = f"{exc.kind}: {exc.message}"
+            if exc.scope is Scope.SYSTEM:  # our plumbing: pause automation (one page), look again after
+                self._pause(claimed, PagedError.of(exc))
+                result = bodies.Result(done=False, detail={**claimed.detail, "error": said}, outcome=said)
+            else:  # about a tray: this rung cannot do its work, so the ladder climbs
+                result = bodies.Result(done=True, ok=False, detail={**claimed.detail, "error": said}, outcome=said)
+        except Exception as exc:  # noqa: BLE001 - nobody mapped it: pause with a page, never a verdict
+            log.exception("domain repair %s: %s raised an error no adapter mapped", repair_id, claimed.step)
+            self._pause(claimed, PagedError.of(exc))
+            result = bodies.Result(done=False, detail=claimed.detail, outcome=f"unmapped {type(exc).__name__}")
         return self._record(claimed, token, result)
+
+    def _pause(self, claimed: Claimed, fault: PagedError) -> None:
+        with self.sessions() as s, s.begin():
+            pause(s, self.clock.now(), fault, node=claimed.repair.trays[0], rid=None)
 
     def take_down(self) -> list[str]:
         """Finish what a cancelled repair's step had started (its jobs, their reservations), once: the

@@ -91,9 +91,13 @@ def drain(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
             f"Slurm shows none of {compress(list(rep.reporters))} drained, down or failed now: the signal is "
             "not confirmed, nothing was done"))
     reason = drain_reason(prefix, rep.id, kind=rep.kind, name=rep.name)
-    ours, theirs = [], []
+    ours, theirs, unknown = [], [], []
     for tray in rep.trays:
-        node = ad.slurm.get_node(tray)
+        try:
+            node = ad.slurm.get_node(tray)
+        except UnknownNode:  # in the domain's last topology, no longer in Slurm: nothing to drain
+            unknown.append(tray)
+            continue
         held = bool(node.flags & _HELD) or node.state == SlurmState.DOWN
         if human_hold(node, StepSettings.of(cfg)) or (held and not node.reason_is_ours(prefix)
                                                       and tray not in rep.reporters):
@@ -106,7 +110,10 @@ def drain(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     said = f"drained {compress(ours)}" if ours else "no tray to drain"
     if theirs:
         said += f"; left {compress(theirs)} as someone else drained them"
-    return Result(True, detail={**detail, "ours": ours, "theirs": theirs}, outcome=said, ours=tuple(ours))
+    if unknown:
+        said += f"; {compress(unknown)} unknown to Slurm"
+    return Result(True, detail={**detail, "ours": ours, "theirs": theirs, "unknown": unknown}, outcome=said,
+                  ours=tuple(ours))
 
 
 def _still_bad(rep: Repair, ad: Adapters) -> bool:
@@ -139,7 +146,10 @@ def jobs(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     busy: dict[str, str] = {}
     held: list[str] = []
     for tray in rep.trays:
-        ids, why = jobs_holding(ad, ad.slurm.get_node(tray))
+        try:
+            ids, why = jobs_holding(ad, ad.slurm.get_node(tray))
+        except UnknownNode:
+            continue  # no longer in Slurm: no job of Slurm's runs there
         if why is not None:
             busy[tray] = why
             held += ids

@@ -236,3 +236,27 @@ def test_a_trays_own_remediation_ends_with_the_domain_check_when_its_policy_asks
     (check,) = [c for name, c in checks.calls if name == "start" and c.nodes]
     assert check.nodes == ("gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3")
     assert not any("DRAIN" in world.node(f"gpu-node-{i}")["slurm"]["flags"] for i in range(4))
+
+
+def test_a_tray_slurm_no_longer_knows_is_left_out_and_the_rest_is_repaired(sessions: sessionmaker[Session]) -> None:
+    """b1's last topology still names gpu-node-3, which Slurm no longer has: the drain says so and
+    drains the rest; the repair goes on over what Slurm has, and returns only the trays it drained."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    world = MemoryWorld(["gpu-node-0", "gpu-node-1", "gpu-node-2", *(f"gpu-node-{i}" for i in range(4, 8))])
+    world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
+    passed = ValidationResult(done=True, exit_code=0, output="PASS", state="COMPLETED")
+    repairs = DomainRepairs(sessions, Adapters(slurm=MemorySlurm(world), kube=None, machine=None,
+                                               validator=ScriptedValidator([passed] * 5)),
+                            Settings(policy={"breaker_max_fraction": 0.6}), clock=clock)  # 4 of 8: see above
+    for _ in range(20):
+        if repairs.advance(rid) is None:
+            break
+    with sessions() as s:
+        rep = s.get(DomainRepair, rid)
+        assert rep is not None and rep.status is DomainRepairStatus.RETURNED
+        assert rep.ours == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
+        assert rep.steps[0].outcome == "drained gpu-node-[0-2]; gpu-node-3 unknown to Slurm"

@@ -26,6 +26,7 @@ def test_the_rungs_a_site_can_climb() -> None:
 @pytest.mark.parametrize(("step", "ok", "rung", "want"), [
     (S.DRAIN, True, 0, Next(S.JOBS, 0)),
     (S.JOBS, True, 0, Next(S.FABRIC_RESTART, 0)),
+    (S.JOBS, False, 0, Next(S.QUARANTINE, 2)),  # nobody can tell whether a job runs: nothing acts
     (S.FABRIC_RESTART, True, 0, Next(S.DOMAIN_CHECK, 0)),
     (S.FABRIC_RESTART, False, 0, Next(S.CHASSIS_RESET, 1)),
     (S.DOMAIN_CHECK, True, 0, Next(S.RETURN, 0)),
