@@ -19,6 +19,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.cli.oncall import app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation, RemediationStep
+from remediation.db.queries import cluster_view
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.outcomes import Adapters
 from remediation.domain.statemachine import NodeStatus
@@ -260,3 +261,21 @@ def test_a_tray_slurm_no_longer_knows_is_left_out_and_the_rest_is_repaired(sessi
         assert rep is not None and rep.status is DomainRepairStatus.RETURNED
         assert rep.ours == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
         assert rep.steps[0].outcome == "drained gpu-node-[0-2]; gpu-node-3 unknown to Slurm"
+
+
+def test_a_repair_counts_as_all_its_trays_for_the_breaker_and_max_concurrent(sessions: sessionmaker[Session]) -> None:
+    """From the moment it opens its 4 trays are 4 failures in the breaker's window; while a rung acts
+    they are 4 machine actions in flight (what every node's admission and every other repair's reads)."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock).repairs
+    window = Settings().policy.breaker_window
+    with sessions() as s:
+        view = cluster_view(s, clock.now(), window, exclude=None)
+        assert (view.failed_in_window, view.machine_active) == (4, 0)
+    with sessions() as s, s.begin():
+        s.execute(update(DomainRepair).where(DomainRepair.id == rid).values(step=DomainStep.FABRIC_RESTART))
+    with sessions() as s:
+        assert cluster_view(s, clock.now(), window, exclude=None).machine_active == 4
