@@ -227,9 +227,10 @@ class DomainRepairs:
             return claimed
         try:
             result = bodies.STEPS[claimed.step](claimed.repair, self.adapters, self.settings)
+            # An answer ends any streak of errors: only errors in a row pause.
+            result = replace(result, detail={k: v for k, v in result.detail.items() if k not in ("error", "errors")})
         except TransientError as exc:
-            log.warning("domain repair %s: %s: %s; looking again", repair_id, claimed.step, exc.message)
-            result = bodies.Result(done=False, detail={**claimed.detail, "error": exc.message})
+            result = self._transient(claimed, exc)
         except RemediationError as exc:
             said = f"{exc.kind}: {exc.message}"
             if exc.scope is Scope.SYSTEM:  # our plumbing: pause automation (one page), look again after
@@ -242,6 +243,22 @@ class DomainRepairs:
             self._pause(claimed, PagedError.of(exc))
             result = bodies.Result(done=False, detail=claimed.detail, outcome=f"unmapped {type(exc).__name__}")
         return self._record(claimed, token, result)
+
+    def _transient(self, claimed: Claimed, exc: TransientError) -> bodies.Result:
+        """Look again; once errors have come ``workflow.transient_retries`` times in a row over
+        ``workflow.transient_budget_s``, a dependency is down, not the domain: pause (self-healing: the
+        probe lifts it), never a verdict on the trays."""
+        wf, now = self.settings.workflow, self.clock.now()
+        streak = dict(claimed.detail.get("errors") or {"count": 0, "since": now.isoformat()})
+        streak["count"] = int(streak["count"]) + 1
+        failing = (now - datetime.fromisoformat(str(streak["since"]))).total_seconds()
+        log.warning("domain repair %s: %s: %s (%d in a row); looking again", claimed.repair.id, claimed.step,
+                    exc.message, streak["count"])
+        if streak["count"] > wf.transient_retries and failing >= wf.transient_budget_s:
+            self._pause(claimed, PagedError("TransientErrorsPersisted", f"domain repair #{claimed.repair.id} at "
+                                            f"{claimed.step}: {exc.message}", True, True, "slurm"))
+        return bodies.Result(done=False, detail={**claimed.detail, "error": exc.message, "errors": streak},
+                             outcome=exc.message)
 
     def _pause(self, claimed: Claimed, fault: PagedError) -> None:
         with self.sessions() as s, s.begin():

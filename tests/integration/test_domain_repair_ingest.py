@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +20,7 @@ from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, Memor
 from remediation.cli.oncall import app
 from remediation.clock import FakeClock
 from remediation.db.models import AuditLog, DomainRepair, Event, Node, Remediation, RemediationStep
-from remediation.db.queries import cluster_view
+from remediation.db.queries import cluster_view, is_paused
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.outcomes import Adapters
 from remediation.domain.statemachine import NodeStatus
@@ -27,6 +28,7 @@ from remediation.domain.states import AuditAction
 from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
 from remediation.domain_repair.service import DomainRepairs, PartialDomains
 from remediation.ports.dispatch import SweeperOnly
+from remediation.ports.errors import TransientError
 from remediation.profiles.service import governance
 from remediation.services.ingest import IngestRules, ingest
 from remediation.services.workflow import Workflow
@@ -279,3 +281,34 @@ def test_a_repair_counts_as_all_its_trays_for_the_breaker_and_max_concurrent(ses
         s.execute(update(DomainRepair).where(DomainRepair.id == rid).values(step=DomainStep.FABRIC_RESTART))
     with sessions() as s:
         assert cluster_view(s, clock.now(), window, exclude=None).machine_active == 4
+
+
+class _Unanswering(MemorySlurm):
+    """slurmctld that does not answer: every read times out."""
+
+    def get_node(self, name: str) -> Any:
+        raise TransientError("slurmctld did not answer within 10 s")
+
+
+def test_errors_in_a_row_from_slurm_pause_automation_and_act_on_no_tray(sessions: sessionmaker[Session]) -> None:
+    """A dependency that stays down is our plumbing's fault, not the domain's: after
+    ``workflow.transient_retries`` errors in a row (2 here, and no time budget) automation pauses, with
+    nothing drained and the repair still at its first step."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock).repairs
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    cfg = Settings(workflow={"transient_retries": 2, "transient_budget_s": 0})
+    repairs = DomainRepairs(sessions, Adapters(slurm=_Unanswering(world), kube=None, machine=None), cfg, clock=clock)
+    for look in range(3):
+        with sessions() as s:
+            assert not is_paused(s), f"paused after {look} errors"
+        assert repairs.advance(rid) is not None
+    with sessions() as s:
+        assert is_paused(s)
+        rep = s.get(DomainRepair, rid)
+        assert rep is not None and (rep.status, rep.step) == (DomainRepairStatus.RUNNING, DomainStep.DRAIN)
+        assert rep.steps[0].detail["errors"]["count"] == 3
+    assert world.calls() == []  # nothing acted on any tray
