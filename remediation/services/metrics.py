@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.clock import SystemClock, aware
 from remediation.db.models import (
     Control,
+    DomainRepair,
     Event,
     LeaderFence,
     Node,
@@ -193,7 +194,7 @@ def _node_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
 
 def _block_metrics(s: Session) -> Iterable[Metric]:
     """Each topology/block block Slurm gave a size: its healthy nodes, its smallest block, and whether
-    it is a partial domain (fewer healthy nodes than the smallest block)."""
+    it is a partial domain (fewer healthy nodes than the smallest block); and the domain repairs."""
     labels = ["cluster", "block"]
     healthy = GaugeMetricFamily("remediation_block_healthy_nodes", "Healthy nodes of each Slurm block", labels=labels)
     size = GaugeMetricFamily("remediation_block_min_size", "Each Slurm block's smallest block size (BlockSizes)",
@@ -205,6 +206,13 @@ def _block_metrics(s: Session) -> Iterable[Metric]:
         size.add_metric([one.cluster, one.name], one.size)
         partial.add_metric([one.cluster, one.name], int(one.partial))
     yield from (healthy, size, partial)
+    repairs = CounterMetricFamily("remediation_domain_repairs", "Repairs of whole NVLink domains, by how they "
+                                  "stand or ended (running, returned, quarantined, cancelled; dry-run excluded)",
+                                  labels=["cluster", "status"])
+    for cluster, status, n in s.execute(select(DomainRepair.cluster, DomainRepair.status, func.count()).where(
+            DomainRepair.dry_run.is_(False)).group_by(DomainRepair.cluster, DomainRepair.status)):
+        repairs.add_metric([cluster, status.value], n)
+    yield repairs
 
 
 def _control_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:

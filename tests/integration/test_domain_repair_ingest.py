@@ -31,6 +31,7 @@ from remediation.ports.dispatch import SweeperOnly
 from remediation.ports.errors import TransientError
 from remediation.profiles.service import governance
 from remediation.services.ingest import IngestRules, ingest
+from remediation.services.metrics import make_registry
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from remediation.validation.port import ValidationResult
@@ -77,6 +78,8 @@ def test_an_sxid_on_two_trays_opens_one_domain_repair_and_no_remediation(session
         opened = s.scalar(select(func.count()).select_from(AuditLog).where(
             AuditLog.action == AuditAction.DOMAIN_REPAIR_OPENED))
         assert opened == 1
+    running = {"cluster": "default", "status": "running"}
+    assert make_registry(sessions).get_sample_value("remediation_domain_repairs_total", running) == 1
     clock.advance(30)
     with sessions() as s, s.begin():
         later = ingest(s, [_event("gpu-node-3", "xid 79 GPU has fallen off the bus", clock.now())],
