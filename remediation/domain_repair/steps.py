@@ -252,8 +252,11 @@ def give_back(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
                 ad.kube.uncordon(ad.kube.node_for(tray))
             except (UnknownNode, NotFound):
                 pass
+    back = sum(1 for line in said if line.endswith("resumed in Slurm"))
+    left = [line for line in said if not line.endswith(("resumed in Slurm", "already in service"))]
+    outcome = f"the domain check passed: {back} trays returned"
     return Result(True, detail={**detail, "returned": said},
-                  outcome=f"the domain check passed: {len(rep.ours)} trays returned")
+                  outcome=outcome + (f"; {'; '.join(left)}" if left else ""))
 
 
 # ---------------------------------------------------------------------------------- the jobs
