@@ -185,23 +185,33 @@ def fabric_restart(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     the validation backend, all at once. Ok when every job exits 0."""
     detail = rep.detail
     val = cfg.validation
+    if not rep.ours:
+        return _nobody(rep)
     checks = [ValidationCheck(node=tray, name=_name(rep, "fab", i), command=tuple(val.fabric_restart),
                               timeout_s=val.fabric_restart_timeout_s, cause_class=rep.fault_class,
                               purpose="restart fabric", nonce=str(detail["nonce"]))
-              for i, tray in enumerate(rep.trays)]
+              for i, tray in enumerate(rep.ours)]
     return _run(checks, detail, ad, what="fabric restart")
 
 
 def domain_check(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
-    """One check job over every tray of the domain (``validation.domain_checks``): the proof that the
-    trays can still talk to each other over NVLink. Ok on exit 0."""
+    """One check job over every tray of the domain we drained (``validation.domain_checks``): the proof
+    that the trays can still talk to each other over NVLink. Ok on exit 0. A tray someone else holds
+    (a maintenance drain) is left out of every job, as it is left out of the drain."""
     detail = rep.detail
     val = cfg.validation
-    check = ValidationCheck(node=rep.trays[0], nodes=rep.trays, name=_name(rep, "dom", 0),
+    if not rep.ours:
+        return _nobody(rep)
+    check = ValidationCheck(node=rep.ours[0], nodes=rep.ours, name=_name(rep, "dom", 0),
                             command=tuple(val.domain_check_for(rep.fault_class)),
                             timeout_s=val.domain_check_timeout_s, cause_class=rep.fault_class,
                             purpose="domain check", nonce=str(detail["nonce"]))
     return _run([check], detail, ad, what="domain check")
+
+
+def _nobody(rep: Repair) -> Result:
+    return Result(True, ok=False, detail=rep.detail, outcome=(
+        f"every tray of {rep.domain} is held by someone else: no job runs on a tray we did not drain"))
 
 
 def chassis_reset(rep: Repair, ad: Adapters, cfg: Settings) -> Result:

@@ -315,3 +315,31 @@ def test_errors_in_a_row_from_slurm_pause_automation_and_act_on_no_tray(sessions
         assert rep is not None and (rep.status, rep.step) == (DomainRepairStatus.RUNNING, DomainStep.DRAIN)
         assert rep.steps[0].detail["errors"]["count"] == 3
     assert world.calls() == []  # nothing acted on any tray
+
+
+def test_a_tray_a_human_holds_is_left_out_of_every_job(sessions: sessionmaker[Session]) -> None:
+    """gpu-node-3 was drained for maintenance before the SXID: the repair neither drains it again nor
+    runs a job on it (fabric restarts on the other 3, the domain check over those 3), and leaves it drained."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
+    world.set_slurm("gpu-node-3", flags=["DRAIN"], reason="ops: cable check")
+    passed = ValidationResult(done=True, exit_code=0, output="PASS", state="COMPLETED")
+    checks = ScriptedValidator([passed] * 5)
+    repairs = DomainRepairs(sessions, Adapters(slurm=MemorySlurm(world), kube=None, machine=None, validator=checks),
+                            Settings(policy={"breaker_max_fraction": 0.6}), clock=clock)  # 4 of 8: see above
+    for _ in range(20):
+        if repairs.advance(rid) is None:
+            break
+    started = [c for name, c in checks.calls if name == "start"]
+    assert [c.node for c in started if not c.nodes] == ["gpu-node-0", "gpu-node-1", "gpu-node-2"]
+    assert [c.nodes for c in started if c.nodes] == [("gpu-node-0", "gpu-node-1", "gpu-node-2")]
+    assert world.node("gpu-node-3")["slurm"]["reason"] == "ops: cable check"
+    with sessions() as s:
+        rep = s.get(DomainRepair, rid)
+        assert rep is not None and rep.status is DomainRepairStatus.RETURNED
+        assert rep.steps[0].outcome == "drained gpu-node-[0-2]; left gpu-node-3 as someone else drained them"
