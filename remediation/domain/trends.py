@@ -135,51 +135,76 @@ def mtbf(hours: float, faults: int) -> float | None:
     return hours / faults if faults else None
 
 
-def group(name: str, nodes: set[str], faults: list[Fault], *, w: Window) -> Group:
-    """One group's figures: ``faults`` are every fault of its nodes (any time), ``nodes`` its members."""
+def by_node(faults: Iterable[Fault]) -> dict[str, list[Fault]]:
+    mine: dict[str, list[Fault]] = defaultdict(list)
+    for f in faults:
+        mine[f.node].append(f)
+    return mine
+
+
+def exposure_h(mine: list[Fault], first: datetime | None, w: Window) -> float:
+    """A node's hours in service in the window: from when the service first saw it (None: its first
+    fault), or the window's start if later, to the window's end, less its hours out of service since."""
+    if first is None:
+        first = min((f.opened_at for f in mine), default=w.until)
+    start = max(first, w.since)
+    if start >= w.until:
+        return 0.0
+    return overlap_h(start, w.until, w.since, until=w.until) - out_hours(mine, start, w.until)
+
+
+def group(name: str, nodes: set[str], faults: list[Fault], *, w: Window, hours: float) -> Group:
+    """One group's figures: ``faults`` are every fault of its nodes (any time), ``nodes`` its members,
+    ``hours`` the sum of its nodes' :func:`exposure_h`, over which its MTBF is counted."""
     inside = opened_in(faults, w)
     rep = repairs_h(faults, w)
     out = out_hours(faults, w.since, w.until)
     return Group(
         name, len(nodes), len(inside), dict(sorted(Counter(f.cause for f in inside).items())), len(rep),
         statistics.median(rep) if rep else None, statistics.fmean(rep) if rep else None, out,
-        mtbf(len(nodes) * w.hours - out, len(inside)),
+        mtbf(hours, len(inside)),
     )  # fmt: skip
 
 
 def per_node(faults: list[Fault], nodes: dict[str, datetime], w: Window) -> list[Mtbf]:
-    """Each node's faults, hours in service and MTBF in the window (``nodes``: node -> first seen)."""
-    by_node: dict[str, list[Fault]] = defaultdict(list)
-    for f in faults:
-        by_node[f.node].append(f)
+    """Each node's faults, hours in service (:func:`exposure_h`) and MTBF in the window (``nodes``: node
+    -> first seen; a node with a fault and no first sighting has a row too)."""
+    mine = by_node(faults)
     rows = []
-    for n, first in nodes.items():
-        mine = by_node.get(n, [])
-        hours = overlap_h(first, w.until, w.since, until=w.until) - out_hours(mine, w.since, w.until)
-        count = len(opened_in(mine, w))
+    for n in nodes.keys() | mine.keys():
+        hours = exposure_h(mine.get(n, []), nodes.get(n), w)
+        count = len(opened_in(mine.get(n, []), w))
         rows.append(Mtbf(n, count, hours, mtbf(hours, count)))
     return sorted(rows, key=lambda m: (-m.faults, m.name))
+
+
+def fleet_group(faults: list[Fault], rows: list[Mtbf], w: Window) -> Group:
+    """Every node together: its MTBF is the sum of the node rows' hours over the faults."""
+    return group("fleet", {m.name for m in rows}, faults, w=w, hours=sum(m.hours for m in rows))
 
 
 def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, *, by: str,
            key: Callable[[str, Fault | None], str], node_rows: list[Mtbf] | None = None) -> Trends:
     """Every figure of the window. ``nodes``: node -> first seen; ``key(node, fault)`` names the group of
     a node (for a fault, of the node at that fault: the SKU it ran on); ``node_rows``: :func:`per_node`,
-    when the caller has it already."""
+    when the caller has it already. A node's hours in service count in the group it is in now."""
+    rows = per_node(faults, nodes, w) if node_rows is None else node_rows
     members: dict[str, set[str]] = defaultdict(set)
+    hours: dict[str, float] = defaultdict(float)
     of_group: dict[str, list[Fault]] = defaultdict(list)
-    for n in nodes:
-        members[key(n, None)].add(n)
+    for m in rows:
+        g = key(m.name, None)
+        members[g].add(m.name)
+        hours[g] += m.hours
     for f in faults:
         g = key(f.node, f)
         members[g].add(f.node)
         of_group[g].append(f)
-    groups = sorted((group(g, members[g], of_group[g], w=w) for g in members), key=lambda x: (-x.faults,
-        x.name))
+    groups = sorted((group(g, members[g], of_group[g], w=w, hours=hours[g]) for g in members),
+                    key=lambda x: (-x.faults, x.name))
     inside = opened_in(faults, w)
     classes = sorted({f.cause for f in inside})
     per_day: dict[date, Counter[str]] = {d: Counter() for d in w.days}
     for f in inside:
         per_day[f.opened_at.date()][f.cause] += 1
-    rows = per_node(faults, nodes, w) if node_rows is None else node_rows
     return Trends(w, by, groups, [(d, dict(c)) for d, c in per_day.items()], classes, rows)

@@ -30,7 +30,7 @@ from remediation.domain.trends import (
     Mtbf,
     Trends,
     Window,
-    group,
+    fleet_group,
     mtbf,
     opened_in,
     out_hours,
@@ -206,7 +206,7 @@ def reliability(
         for e in es
         if e.ordinal > 1 and since <= e.since < until
     ]
-    fleet = group("fleet", set(first) | {f.node for f in faults}, faults, w=w) if view.fleet else None
+    fleet = fleet_group(faults, rows, w) if view.fleet else None
     flags = [f for (c, _), f in hardware_flags(s, until).items() if c in view.clusters]
     return Reliability(
         per,

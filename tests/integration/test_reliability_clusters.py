@@ -7,6 +7,7 @@ merge west's ``gpu-node-1`` with east's."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -95,6 +96,20 @@ def test_the_fleet_report_keeps_two_clusters_nodes_apart(both, sessions) -> None
     for c in CLUSTERS:
         assert lemon[f"{c}/gpu-node-1"].cluster == c
         assert lemon[f"{c}/gpu-node-1"].failures == one["gpu-node-1"].failures
+
+
+def test_a_window_from_before_the_nodes_existed_counts_them_from_when_they_were_seen(both, sessions) -> None:  # noqa: F811
+    _, facts = both["west"]
+    with sessions() as s:
+        rep = reliability(s, facts["start"], facts["until"], lemon=facts["settings"].policy.lemon)
+        early = reliability(s, facts["start"] - timedelta(days=1), facts["until"], lemon=facts["settings"].policy.lemon)
+    nodes = early.trends["pool"].nodes
+    assert early.fleet is not None and rep.fleet is not None and early.fleet.faults == 8
+    assert early.fleet.mtbf_h == sum(m.hours for m in nodes) / 8
+    assert early.fleet.mtbf_h == pytest.approx(rep.fleet.mtbf_h)  # no node existed in the extra day
+    for g in early.trends["cluster"].groups:  # each cluster: its nodes' hours over its faults
+        mine = [m for m in nodes if m.name.startswith(f"{g.name}/")]
+        assert g.mtbf_h == sum(m.hours for m in mine) / g.faults
 
 
 def test_the_fleet_report_renders_per_cluster_and_fleet(both, sessions) -> None:  # noqa: F811
