@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("size", sa.Integer(), nullable=False),
         sa.Column("reporters", sa.JSON(), nullable=False),
         sa.Column("cause", sa.Text(), nullable=False),
+        sa.Column("source", sa.String(16), nullable=False),
         sa.Column("fault_class", sa.String(32), nullable=False),
         sa.Column("fault_evidence", sa.Text(), nullable=True),
         sa.Column("status", sa.String(16), nullable=False),

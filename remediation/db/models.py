@@ -305,6 +305,7 @@ class DomainRepair(ClusterScoped, Base):
     size: Mapped[int] = mapped_column(Integer)  # len(trays): what it counts as for admission
     reporters: Mapped[list[str]] = mapped_column(Json, default=list)  # the trays whose signals opened or joined it
     cause: Mapped[str] = mapped_column(Text)  # the signal that opened it
+    source: Mapped[Source] = mapped_column(state_type(Source, 16), default=Source.SLURM)  # who reported it
     fault_class: Mapped[str] = mapped_column(String(32))
     fault_evidence: Mapped[str | None] = mapped_column(Text)
     status: Mapped[DomainRepairStatus] = mapped_column(state_type(DomainRepairStatus, 16), index=True)

@@ -10,20 +10,35 @@ Why: docs/architecture.md#ownership
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from remediation.domain.outcomes import Adapters
 from remediation.domain.slurm_states import SlurmState
 from remediation.ports.cluster import SlurmControl
 from remediation.ports.errors import NotFound, UnknownNode
 
 
-def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
+class Resumed(StrEnum):
+    """What :func:`resume` found and did."""
+
+    RESUMED = "resumed"  # our drain, given back
+    NOT_OURS = "not_ours"  # someone else's drain (or DOWN, FAIL): left for its owner
+    IN_SERVICE = "in_service"  # nothing held it
+
+
+def resume(slurm: SlurmControl, name: str, prefix: str) -> tuple[Resumed, str]:
+    """Resume the node only while its reason is ours; what it did, and that in words."""
     node = slurm.get_node(name)
     if not node.reason_is_ours(prefix):
         if node.flags & {SlurmState.DRAIN, SlurmState.FAIL} or node.state == SlurmState.DOWN:
-            return f"Slurm reason is not ours ({node.reason!r}); left for its owner"
-        return "already in service"
+            return Resumed.NOT_OURS, f"Slurm reason is not ours ({node.reason!r}); left for its owner"
+        return Resumed.IN_SERVICE, "already in service"
     slurm.resume(name)
-    return "resumed in Slurm"
+    return Resumed.RESUMED, "resumed in Slurm"
+
+
+def resume_if_ours(slurm: SlurmControl, name: str, prefix: str) -> str:
+    return resume(slurm, name, prefix)[1]
 
 
 def give_back(ad: Adapters, node: str, prefix: str) -> str:

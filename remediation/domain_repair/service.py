@@ -25,7 +25,7 @@ from remediation.domain.causes import Cause, FaultScope
 from remediation.domain.events import NodeEvent, Source
 from remediation.domain.nvlink import CLIQUE_LABEL, BlockHealth
 from remediation.domain.outcomes import Adapters
-from remediation.domain.ownership import resume_if_ours
+from remediation.domain.ownership import Resumed, resume
 from remediation.domain.policy import Clock, ClusterView
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
@@ -90,14 +90,27 @@ def domains_of(s: Session, nodes: Collection[str]) -> dict[str, NvlinkDomain]:
     return out
 
 
-def running_by_tray(s: Session) -> dict[str, tuple[int, str]]:
-    """Every tray of a running domain repair: (its repair, "kind name")."""
-    out: dict[str, tuple[int, str]] = {}
+@dataclass(frozen=True)
+class Running:
+    """A running repair as a tray sees it: its id and its domain."""
+
+    id: int
+    kind: str
+    name: str
+
+    @property
+    def domain(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+def running_by_tray(s: Session) -> dict[str, Running]:
+    """Every tray of a running domain repair, and that repair."""
+    out: dict[str, Running] = {}
     for rid, kind, name, trays in s.execute(select(DomainRepair.id, DomainRepair.kind, DomainRepair.name,
                                                    DomainRepair.trays).where(
             DomainRepair.status == DomainRepairStatus.RUNNING)):
         for tray in trays:
-            out[tray] = (rid, f"{kind} {name}")
+            out[tray] = Running(rid, kind, name)
     return out
 
 
@@ -109,7 +122,7 @@ def open_or_join(s: Session, domain: NvlinkDomain, ev: NodeEvent, *, cause: Caus
                                                 DomainRepair.kind == domain.kind, DomainRepair.name == domain.name))
     if found is None:
         rep = DomainRepair(kind=domain.kind, name=domain.name, trays=list(domain.trays), size=len(domain.trays),
-                           reporters=[ev.node], cause=_text(ev), fault_class=cause.fault_class,
+                           reporters=[ev.node], cause=_text(ev), source=ev.source, fault_class=cause.fault_class,
                            fault_evidence=cause.evidence, status=DomainRepairStatus.RUNNING, step=DomainStep.DRAIN,
                            rung=0, rungs=[], ours=[], opened_at=now, updated_at=now, next_run_at=now,
                            dry_run=dry_run)
@@ -153,6 +166,7 @@ def hand_over(s: Session, rem: Remediation, *, now: datetime) -> int | None:
     due = now - timedelta(days=1)
     rep = DomainRepair(kind=domain.kind, name=domain.name, trays=list(domain.trays), size=len(domain.trays),
                        reporters=[rem.node], cause=f"remediation #{rem.id} of {rem.node} ended: {rem.cause}",
+                       source=Source(rem.source),
                        fault_class=rem.fault_class or "unknown", fault_evidence=(
                            "validation.domain_check_on_return: the tray returns only with its domain proven"),
                        status=DomainRepairStatus.RUNNING, step=DomainStep.DRAIN, rung=0,
@@ -319,7 +333,7 @@ class DomainRepairs:
             snap = bodies.Repair(rep.id, rep.kind, rep.name, tuple(rep.trays), rep.fault_class,
                                  tuple(rep.ours), rep.rung, tuple(rep.rungs), rep.dry_run, row.idempotency_key,
                                  rep.cause, tuple(rep.reporters), dict(row.detail or {}), now,
-                                 aware(row.started_at))
+                                 aware(row.started_at), rep.source)
             return Claimed(snap, rep.step, row.id, snap.detail)
 
     def _view(self, s: Session, now: datetime) -> ClusterView:
@@ -459,7 +473,7 @@ class Routes:
 
     session: Session
     domains: dict[str, NvlinkDomain]
-    running: dict[str, tuple[int, str]]
+    running: dict[str, Running]
     opened: list[int]
     _nvlink: dict[str, dict[str, datetime]] = field(default_factory=dict)  # per domain: tray -> its NVLink fault
 
@@ -480,8 +494,7 @@ class Routes:
         """Why ``node``'s signal joins a running repair of its domain (None: none runs)."""
         if (found := self.running.get(node)) is None:
             return None
-        kind, _, name = found[1].partition(" ")
-        return joins(kind, name, found[0])
+        return joins(found.kind, found.name, found.id)
 
     def nvlink_domain_fault(self, ev: NodeEvent, cause: Cause | None, cfg: IncidentSettings) -> Cause | None:
         """``ev``'s NVLink fault made a domain fault by the faults of its domain's other trays (at least
@@ -504,7 +517,7 @@ class Routes:
     def route(self, ev: NodeEvent, cause: Cause | None, *, now: datetime, dry_run: bool) -> str:
         """Open the repair of ``ev``'s domain, or join the one running; returns the event's decision reason."""
         if (found := self.running.get(ev.node)) is not None:
-            rep = self.session.get(DomainRepair, found[0])
+            rep = self.session.get(DomainRepair, found.id)
             if rep is not None:
                 join(self.session, rep, ev.node, now=now, actor=ACTOR)
             return self.under_repair(ev.node) or ""
@@ -512,7 +525,7 @@ class Routes:
         assert cause is not None, "a domain fault has a cause"
         rid, opened = open_or_join(self.session, domain, ev, cause=cause, now=now, dry_run=dry_run)
         for tray in domain.trays:
-            self.running[tray] = (rid, f"{domain.kind} {domain.name}")
+            self.running[tray] = Running(rid, domain.kind, domain.name)
         if opened:
             self.opened.append(rid)
             return (f"opened domain repair #{rid} ({domain.kind} {domain.name}, {len(domain.trays)} trays): "
@@ -647,7 +660,7 @@ class PartialDomains:
                         changed[f"drained {block.name}"] = fresh
                 elif block.name in kept:
                     changed[f"gave back {block.name}"] = [
-                        t for t in kept.pop(block.name) if resume_if_ours(ad.slurm, t, prefix) == "resumed in Slurm"]
+                        t for t in kept.pop(block.name) if resume(ad.slurm, t, prefix)[0] is Resumed.RESUMED]
             control_set(s, PARTIAL, {"blocks": kept}, now=now)
             for what, trays in changed.items():
                 audit(s, now, cfg.actor, action=AuditAction.PARTIAL_DOMAIN, target=what.split()[-1],

@@ -16,7 +16,7 @@ from remediation.domain.checkpoint import CheckpointRequest, asks_checkpoint, se
 from remediation.domain.events import Source
 from remediation.domain.jobsafety import jobs_holding
 from remediation.domain.outcomes import Adapters, StepSettings
-from remediation.domain.ownership import resume_if_ours
+from remediation.domain.ownership import Resumed, resume
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.step_bodies import human_hold
 from remediation.domain_repair.rules import DomainStep, drain_reason, quarantine_reason
@@ -48,6 +48,7 @@ class Repair:
     detail: dict[str, Any] = field(default_factory=dict)  # the step row's: what this step started so far
     now: datetime = field(default_factory=lambda: datetime.now(UTC))  # when the look was claimed
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))  # when the step began
+    source: Source = Source.SLURM  # who reported the signal that opened it
 
     @property
     def domain(self) -> str:
@@ -120,7 +121,7 @@ def _still_bad(rep: Repair, ad: Adapters) -> bool:
     """The signal confirmed against its authority before anything is done: a Slurm signal needs Slurm
     to show a reporting tray drained, down or failed now (a stale or forged event drains no rack).
     A Kubernetes condition was held for its hold time by the watcher; it is taken as reported."""
-    if not rep.cause.startswith(f"{Source.SLURM} "):
+    if rep.source is not Source.SLURM:
         return True
     for tray in rep.reporters:
         node = ad.slurm.get_node(tray)
@@ -254,16 +255,18 @@ def give_back(rep: Repair, ad: Adapters, cfg: Settings) -> Result:
     someone placed meanwhile is left theirs."""
     detail = rep.detail
     prefix = cfg.policy.our_reason_prefix
-    said = []
+    said, back, left = [], 0, []
     for tray in rep.ours:
-        said.append(f"{tray}: {resume_if_ours(ad.slurm, tray, prefix)}")
+        done, words = resume(ad.slurm, tray, prefix)
+        said.append(f"{tray}: {words}")
+        back += done is Resumed.RESUMED
+        if done is Resumed.NOT_OURS:
+            left.append(f"{tray}: {words}")
         if ad.kube is not None:
             try:
                 ad.kube.uncordon(ad.kube.node_for(tray))
             except (UnknownNode, NotFound):
                 pass
-    back = sum(1 for line in said if line.endswith("resumed in Slurm"))
-    left = [line for line in said if not line.endswith(("resumed in Slurm", "already in service"))]
     outcome = f"the domain check passed: {back} trays returned"
     return Result(True, detail={**detail, "returned": said},
                   outcome=outcome + (f"; {'; '.join(left)}" if left else ""))

@@ -222,7 +222,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime
     if step not in HELD_STEPS:
         return None
     if (repair := running_by_tray(session).get(rem.node)) is not None:
-        return IncidentHold(f"held by domain repair #{repair[0]} ({repair[1]}): its domain's ladder acts for every "
+        return IncidentHold(f"held by domain repair #{repair.id} ({repair.domain}): its domain's ladder acts for every "
                             "tray; this remediation re-checks its own signal when the repair ends", True)
     if rem.incident_id is not None:
         inc = session.get(Incident, rem.incident_id)
