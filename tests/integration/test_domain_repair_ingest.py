@@ -54,6 +54,16 @@ def _blocks(sessions: sessionmaker[Session], clock: FakeClock) -> None:
         ingest(s, events, Settings().policy, clock=clock)
 
 
+def _sxid_on_b1(sessions: sessionmaker[Session]) -> tuple[FakeClock, int]:
+    """The blocks learnt, then an SXID on gpu-node-2 through the ingest: the clock and the repair it opened."""
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    with sessions() as s, s.begin():
+        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
+                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    return clock, rid
+
+
 def test_an_sxid_on_two_trays_opens_one_domain_repair_and_no_remediation(sessions: sessionmaker[Session]) -> None:
     clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
     _blocks(sessions, clock)
@@ -174,11 +184,7 @@ def test_a_human_cancels_a_repair_and_the_sweep_takes_its_jobs_down(pg_url: str,
                                                                     sessions: sessionmaker[Session]) -> None:
     """`remediation domains cancel` stops the repair where it stands (its trays left drained, marked
     unhealthy); the sweep then finishes the fabric-restart job it had started, once."""
-    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
-    _blocks(sessions, clock)
-    with sessions() as s, s.begin():
-        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
-                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    clock, rid = _sxid_on_b1(sessions)
     world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
     validator = ScriptedValidator([ValidationResult(done=False)] * 20)
@@ -247,11 +253,7 @@ def test_a_trays_own_remediation_ends_with_the_domain_check_when_its_policy_asks
 def test_a_tray_slurm_no_longer_knows_is_left_out_and_the_rest_is_repaired(sessions: sessionmaker[Session]) -> None:
     """b1's last topology still names gpu-node-3, which Slurm no longer has: the drain says so and
     drains the rest; the repair goes on over what Slurm has, and returns only the trays it drained."""
-    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
-    _blocks(sessions, clock)
-    with sessions() as s, s.begin():
-        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
-                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    clock, rid = _sxid_on_b1(sessions)
     world = MemoryWorld(["gpu-node-0", "gpu-node-1", "gpu-node-2", *(f"gpu-node-{i}" for i in range(4, 8))])
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
     passed = ValidationResult(done=True, exit_code=0, output="PASS", state="COMPLETED")
@@ -271,11 +273,7 @@ def test_a_tray_slurm_no_longer_knows_is_left_out_and_the_rest_is_repaired(sessi
 def test_a_repair_counts_as_all_its_trays_for_the_breaker_and_max_concurrent(sessions: sessionmaker[Session]) -> None:
     """From the moment it opens its 4 trays are 4 failures in the breaker's window; while a rung acts
     they are 4 machine actions in flight (what every node's admission and every other repair's reads)."""
-    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
-    _blocks(sessions, clock)
-    with sessions() as s, s.begin():
-        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
-                        clock=clock).repairs
+    clock, rid = _sxid_on_b1(sessions)
     window = Settings().policy.breaker_window
     with sessions() as s:
         view = cluster_view(s, clock.now(), window, exclude=None)
@@ -297,11 +295,7 @@ def test_errors_in_a_row_from_slurm_pause_automation_and_act_on_no_tray(sessions
     """A dependency that stays down is our plumbing's fault, not the domain's: after
     ``workflow.transient_retries`` errors in a row (2 here, and no time budget) automation pauses, with
     nothing drained and the repair still at its first step."""
-    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
-    _blocks(sessions, clock)
-    with sessions() as s, s.begin():
-        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
-                        clock=clock).repairs
+    clock, rid = _sxid_on_b1(sessions)
     world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
     cfg = Settings(workflow={"transient_retries": 2, "transient_budget_s": 0})
     repairs = DomainRepairs(sessions, Adapters(slurm=_Unanswering(world), kube=None, machine=None), cfg, clock=clock)
@@ -320,11 +314,7 @@ def test_errors_in_a_row_from_slurm_pause_automation_and_act_on_no_tray(sessions
 def test_a_tray_a_human_holds_is_left_out_of_every_job(sessions: sessionmaker[Session]) -> None:
     """gpu-node-3 was drained for maintenance before the SXID: the repair neither drains it again nor
     runs a job on it (fabric restarts on the other 3, the domain check over those 3), and leaves it drained."""
-    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
-    _blocks(sessions, clock)
-    with sessions() as s, s.begin():
-        (rid,) = ingest(s, [_event("gpu-node-2", "sxid 20034 on nvswitch 3", clock.now())], Settings().policy,
-                        clock=clock, rules=IngestRules(gpu_reset=True)).repairs
+    clock, rid = _sxid_on_b1(sessions)
     world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
     world.set_slurm("gpu-node-2", flags=["DRAIN"], reason="sxid 20034 on nvswitch 3")
     world.set_slurm("gpu-node-3", flags=["DRAIN"], reason="ops: cable check")
