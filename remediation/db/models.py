@@ -35,6 +35,7 @@ from remediation.domain.events import EventKind, Source
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
 from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
+from remediation.evidence_collection.rules import EvidenceStatus
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
@@ -424,3 +425,28 @@ class HardwareSighting(ClusterScoped, Base):
     sku: Mapped[str | None] = mapped_column(String(128))
     gpus: Mapped[list[dict[str, Any]]] = mapped_column(Json, default=list)
     dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))
+
+
+class EvidenceItem(ClusterScoped, Base):
+    """One command's output the evidence job kept from a node before the hammer (see
+    :mod:`remediation.evidence_collection.rules`): in ``content`` when small, else at ``location`` (a
+    file of the evidence directory, or an object of its bucket) with its size and digest here."""
+
+    __tablename__ = "evidence_items"
+    __table_args__ = (Index("ix_evidence_items_remediation", "remediation_id", "step_id"),
+                      UniqueConstraint("step_id", "name", name="uq_evidence_items_step_name"))
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    remediation_id: Mapped[int] = mapped_column(BigId, ForeignKey("remediations.id"))
+    step_id: Mapped[int] = mapped_column(BigId, ForeignKey("remediation_steps.id"))
+    node: Mapped[str] = mapped_column(String(253))
+    name: Mapped[str] = mapped_column(String(63))
+    status: Mapped[EvidenceStatus] = mapped_column(state_type(EvidenceStatus, 16))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    duration_s: Mapped[float | None]
+    size_bytes: Mapped[int] = mapped_column(BigInteger)  # what the job kept of the output (at most max_bytes)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)  # the command wrote more than max_bytes
+    sha256: Mapped[str] = mapped_column(String(64))
+    content: Mapped[str | None] = mapped_column(Text)  # the output itself, when it is kept in the database
+    location: Mapped[str | None] = mapped_column(String(1024))  # else where: dir:NAME or s3://bucket/key
+    collected_at: Mapped[datetime]

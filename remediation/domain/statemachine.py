@@ -37,6 +37,7 @@ class Step(StrEnum):
     SLURM_DRAIN = "slurm_drain"
     K8S_CORDON = "k8s_cordon"
     K8S_EVICT = "k8s_evict"
+    COLLECT_EVIDENCE = "collect_evidence"  # the node's state kept before the hammer (remediation.evidence_collection)
     VM_RESTART = "vm_restart"
     VERIFY = "verify"
     VALIDATE = "validate"  # the GPU validation (remediation.validation.rules)
@@ -52,6 +53,7 @@ HAPPY_PATH = (
     Step.SLURM_DRAIN,
     Step.K8S_CORDON,
     Step.K8S_EVICT,
+    Step.COLLECT_EVIDENCE,
     Step.VM_RESTART,
     Step.VERIFY,
     Step.VALIDATE,
@@ -60,13 +62,15 @@ HAPPY_PATH = (
 )
 
 TRANSITIONS: dict[Step, frozenset[Step]] = {
-    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
-    Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.QUARANTINE}),
-    Step.K8S_EVICT: frozenset({Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
-    Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.QUARANTINE}),
-    Step.VERIFY: frozenset({Step.VALIDATE, Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
-    Step.VALIDATE: frozenset({Step.RETURN, Step.VM_RESTART, Step.QUARANTINE}),
-    Step.RETURN: frozenset({Step.DONE, Step.QUARANTINE}),
+    Step.SLURM_DRAIN: frozenset({Step.K8S_CORDON, Step.COLLECT_EVIDENCE, Step.VM_RESTART, Step.VALIDATE, Step.RETURN,
+                                 Step.QUARANTINE}),
+    Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
+    Step.K8S_EVICT: frozenset({Step.COLLECT_EVIDENCE, Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
+    Step.COLLECT_EVIDENCE: frozenset({Step.VM_RESTART, Step.QUARANTINE}),
+    Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
+    Step.VERIFY: frozenset({Step.VALIDATE, Step.RETURN, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
+    Step.VALIDATE: frozenset({Step.RETURN, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
+    Step.RETURN: frozenset({Step.DONE, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
     Step.QUARANTINE: frozenset({Step.DONE}),
     Step.DONE: frozenset(),
 }
@@ -90,19 +94,23 @@ class Site:
     machine: bool  # something can restart, move or reimage a node's machine (machine.backend)
     validation: bool  # a GPU check runs before return (validation.backend)
 
-    def path(self, acts: bool = True, resets: bool = False) -> tuple[Step, ...]:
+    def path(self, acts: bool = True, resets: bool = False, *, collects: bool = False) -> tuple[Step, ...]:
         """The steps in order. ``acts``: the class's ladder has a machine rung; a class without one is
         held for a human or quarantined (at k8s_evict, or at return), never restarted or checked.
-        ``resets``: the rung is a GPU reset, a job on the node that needs no machine backend."""
+        ``resets``: the rung is a GPU reset, a job on the node that needs no machine backend.
+        ``collects``: the node's state is kept before its first machine action (``evidence``)."""
         skipped = set() if self.kubernetes else {Step.K8S_CORDON, Step.K8S_EVICT}
         if not (acts and (self.machine or resets)):
             skipped |= {Step.VM_RESTART, Step.VERIFY}
+        if not collects or Step.VM_RESTART in skipped:
+            skipped.add(Step.COLLECT_EVIDENCE)
         if not (acts and self.validation):
             skipped.add(Step.VALIDATE)
         return tuple(s for s in HAPPY_PATH if s not in skipped)
 
 
-def next_on_success(step: Step, site: Site, acts: bool = True, *, resets: bool = False) -> Step:
+def next_on_success(step: Step, site: Site, acts: bool = True, *, resets: bool = False,
+                    collects: bool = False) -> Step:
     """The step after ``step`` succeeds: the next one on the site's path."""
-    path = site.path(acts, resets)
+    path = site.path(acts, resets, collects=collects)
     return next(s for s in HAPPY_PATH[HAPPY_PATH.index(step) + 1:] if s in path)

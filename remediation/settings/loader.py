@@ -27,6 +27,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from remediation.evidence_collection.settings import EvidenceSettings
 from remediation.incidents.settings import IncidentSettings
 from remediation.profiles.settings import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
 from remediation.settings import backends
@@ -93,6 +94,7 @@ class Settings(BaseSettings):
     memory: MemoryWorldSettings = Field(default_factory=MemoryWorldSettings)
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
+    evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     profiles: list[ProfileSettings] = Field(

@@ -22,6 +22,11 @@ class RetentionSettings(Section):
         description="Prune unlinked events observed, and refused payloads received, longer ago than this (e.g. 90d, 12h, or seconds). "
         "90 days outlasts the repeat-offender and lemon windows, so no decision loses its evidence.",
     )
+    evidence_older_than: timedelta = Field(
+        timedelta(days=365),
+        description="Prune collected evidence (its rows, files and objects) of remediations closed longer ago "
+        "than this. A year outlasts a vendor's RMA and the lemon window.",
+    )
     prune_interval_s: float = Field(
         86400.0, ge=0, description="How often beat runs the prune, in seconds (default daily; 0: never).",
     )
@@ -29,12 +34,12 @@ class RetentionSettings(Section):
                        description="Rows deleted per transaction, so a first prune of a big table "
                        "never holds one long lock.")
 
-    @field_validator("events_older_than", mode="before")
+    @field_validator("events_older_than", "evidence_older_than", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) else value
 
-    @field_validator("events_older_than")
+    @field_validator("events_older_than", "evidence_older_than")
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
