@@ -56,6 +56,8 @@ class RemediationContext(JsonRecord):
     # -- the site (the engine, at the first claim): a half it lacks, whose steps this remediation skips
     no_kubernetes: bool | None = None  # kube.backend none: nothing cordoned, evicted or tainted
     no_machine: bool | None = None  # machine.backend none: nothing restarted, moved or reimaged, nothing verified
+    # -- collect_evidence
+    evidence_at: str | None = None  # ISO: when the node's state was last collected (or found uncollectable)
     # -- vm_restart
     machine_action_at: str | None = None  # ISO start of the attempt that completed a machine action
     machine_op_ref: str | None = None  # the completed operation's reference

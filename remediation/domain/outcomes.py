@@ -16,6 +16,7 @@ from remediation.domain.statemachine import Site
 from remediation.domain.states import AuditAction
 from remediation.domain.step_records import StepDetail
 from remediation.domain.stepdetail import Json, Stored
+from remediation.evidence_collection.settings import EvidenceSettings
 from remediation.ports.cluster import KubeNode, KubeNodes, MachineProvider, SlurmControl
 from remediation.ports.errors import ConfigError
 from remediation.ports.intents import Intents
@@ -67,10 +68,11 @@ class StepSettings:
     policy: PolicySettings
     workflow: WorkflowSettings
     validation: ValidationSettings
+    evidence: EvidenceSettings = field(default_factory=EvidenceSettings)
 
     @classmethod
     def of(cls, settings: Settings) -> StepSettings:
-        return cls(settings.policy, settings.workflow, settings.validation)
+        return cls(settings.policy, settings.workflow, settings.validation, settings.evidence)
 
 
 @dataclass(frozen=True)

@@ -256,7 +256,7 @@ class Pool:
 
 
 # Disruptive steps: stopped by the breaker. Draining in Slurm and cordoning stay allowed (safe).
-BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.VM_RESTART})
+BREAKER_STEPS = frozenset({Step.K8S_EVICT, Step.COLLECT_EVIDENCE, Step.VM_RESTART})
 
 
 def admit(step: Step, view: ClusterView, policy: PolicySettings, *, now: datetime, new_machine_action: bool,

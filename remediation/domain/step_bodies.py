@@ -41,6 +41,7 @@ from remediation.domain.recheck import human_took_back, trigger_present, without
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.domain.step_records import EvictDetail, MachineDetail, QuarantineDetail, VerifyDetail
+from remediation.evidence_collection.step import collect_evidence
 from remediation.ports.cluster import (
     Operation,
     SlurmNode,
@@ -349,10 +350,17 @@ def _validate(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime)
     return validate(inp, ad, cfg, now=now)
 
 
+def _collect_evidence(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) -> Outcome:
+    """Before a quarantine (the engine set its reason) or before the rung's machine action."""
+    quarantine = inp.context.quarantine_reason is not None
+    return collect_evidence(inp, ad, cfg, now=now, action=None if quarantine else rung(inp, ad, cfg))
+
+
 STEPS: dict[Step, StepFn] = {
     Step.SLURM_DRAIN: slurm_drain,
     Step.K8S_CORDON: k8s_cordon,
     Step.K8S_EVICT: k8s_evict,
+    Step.COLLECT_EVIDENCE: _collect_evidence,
     Step.VM_RESTART: vm_restart,
     Step.VERIFY: verify,
     Step.VALIDATE: _validate,

@@ -17,6 +17,7 @@ from typing import TypeVar
 from remediation.domain.statemachine import Step
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.stepdetail import Json, Stored, read_number, read_strs, read_text, read_time
+from remediation.evidence_collection.rules import Item, JournalLine
 from remediation.ports.cluster import HardwareIdentity, VMAction
 
 E = TypeVar("E", bound=StrEnum)
@@ -264,9 +265,39 @@ class QuarantineDetail(StepDetail):
         return cls(Identity.load(stored or {}))
 
 
+@dataclass(frozen=True)
+class EvidenceDetail(StepDetail):
+    """``collect_evidence``: what the job kept (its items travel to the engine whole, which stores their
+    content apart: the row keeps a line per item), what became of the journal line, and why there is
+    no evidence where there is none."""
+
+    items: tuple[Item, ...] = ()
+    journal: JournalLine | None = None
+    job: str = ""
+    none: str = ""  # "no evidence: why"; empty when the job ran
+
+    def dump(self) -> Json:
+        out: Json = {"evidence": [{"name": i.name, "status": i.status.value, "exit_code": i.exit_code,
+                                   "bytes": len(i.content), "truncated": i.truncated} for i in self.items]}
+        if self.journal is not None:
+            out["journal"] = self.journal.value
+        if self.job:
+            out["job"] = self.job
+        if self.none:
+            out["no_evidence"] = self.none
+        return out
+
+    @classmethod
+    def load(cls, stored: Stored | None) -> EvidenceDetail:
+        stored = stored or {}
+        return cls(journal=_member(JournalLine, stored.get("journal")), job=read_text(stored.get("job")) or "",
+                   none=read_text(stored.get("no_evidence")) or "")
+
+
 #: The record each step writes (``k8s_cordon`` and ``return`` record nothing).
 RECORDS: dict[Step, type[StepDetail]] = {
     Step.SLURM_DRAIN: DrainDetail, Step.K8S_CORDON: StepDetail, Step.K8S_EVICT: EvictDetail,
+    Step.COLLECT_EVIDENCE: EvidenceDetail,
     Step.VM_RESTART: MachineDetail, Step.VERIFY: VerifyDetail, Step.VALIDATE: GpuCheckDetail,
     Step.RETURN: StepDetail, Step.QUARANTINE: QuarantineDetail,
 }  # fmt: skip

@@ -56,8 +56,8 @@ def _migrated_template() -> Path:
 
 @dataclass(frozen=True)
 class Pace:
-    """How simulated time passes: a machine action's reboot, a human's repair, a GPU reset and a GPU
-    check take ``reboot_s``, ``repair_s``, ``reset_s`` and ``check_s``; the rehearsal ends ``settle``
+    """How simulated time passes: a machine action's reboot, a human's repair, a GPU reset, a GPU
+    check and the evidence job take ``reboot_s``, ``repair_s``, ``reset_s``, ``check_s`` and ``evidence_s``; the rehearsal ends ``settle``
     after the last fault's repair. ``loop`` picks the event loop (default) or the original polling
     loop (see :mod:`remediation.rehearsal.loop`); the two decide the same."""
 
@@ -65,6 +65,7 @@ class Pace:
     repair_s: float = 4 * 3600.0
     reset_s: float = 120.0
     check_s: float = 120.0
+    evidence_s: float = 10.0
     settle: timedelta = timedelta(days=1)
     loop: Loop = "events"
 
@@ -98,7 +99,7 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, pace:
     _inventory(sessions, nodes, clock.now(), groups=facts or [])
     world = memory_world(nodes, clock.now, reboot_s)
     adapters = memory_adapters(world)
-    every = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s)
+    every = WorldJobs(world, clock.now, reset_s=reset_s, check_s=check_s, evidence_s=pace.evidence_s)
     jobs = every if settings.validation.runs_jobs else None
     real = dataclasses.replace(adapters, validator=jobs)
     # A profile's hammer and validation in the world: none is none; any other acts on the world's

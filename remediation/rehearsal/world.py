@@ -19,6 +19,7 @@ from typing import Any
 from remediation.adapters.memory import MemoryWorld
 from remediation.domain.events import Source
 from remediation.domain.gpu_reset import PURPOSE as RESET_PURPOSE
+from remediation.evidence_collection.rules import PURPOSE as EVIDENCE_PURPOSE
 from remediation.rehearsal.trace import Fault
 from remediation.validation.port import ValidationCheck, ValidationResult
 
@@ -82,18 +83,25 @@ def in_service(node: dict[str, Any]) -> bool:
 
 
 class WorldJobs:
-    """The rehearsal's validator: a job ends ``reset_s`` (a GPU reset) or ``check_s`` (the GPU check)
-    after it started on the world's clock, and the world decides its exit code."""
+    """The rehearsal's validator: a job ends ``reset_s`` (a GPU reset), ``check_s`` (the GPU check) or
+    ``evidence_s`` (the evidence job) after it started on the world's clock, and the world decides its exit code."""
 
     backend = "rehearsal"
 
-    def __init__(self, world: MemoryWorld, clock: Callable[[], datetime], *, reset_s: float, check_s: float) -> None:
+    def __init__(self, world: MemoryWorld, clock: Callable[[], datetime], *, reset_s: float, check_s: float,
+                 evidence_s: float = 10.0) -> None:
         self.world, self.clock, self.reset_s, self.check_s = world, clock, reset_s, check_s
+        self.evidence_s = evidence_s
         self.jobs: dict[str, dict[str, Any]] = {}
         self.resets: list[bool] = []  # every reset that ended, and whether it fixed the node
 
     def start(self, check: ValidationCheck) -> dict[str, Any]:
         took = self.reset_s if check.purpose == RESET_PURPOSE else self.check_s
+        if check.purpose == EVIDENCE_PURPOSE:  # reads the node, changes nothing: ends with no output
+            self.jobs.setdefault(check.name, {"node": check.node,
+                                              "done_at": self.clock() + timedelta(seconds=self.evidence_s),
+                                              "result": ValidationResult(True, 0, "", "COMPLETED")})
+            return {"job_ref": check.name}
         self.jobs.setdefault(check.name, {"node": check.node, "reset": check.purpose == RESET_PURPOSE,
                                           "done_at": self.clock() + timedelta(seconds=took), "result": None})
         return {"job_ref": check.name}

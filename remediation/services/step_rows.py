@@ -49,7 +49,7 @@ def next_attempt(s: Session, rid: int, step: Step) -> int:
 
 
 #: The steps that may run a job on the node (the GPU check; a GPU reset on the machine step).
-JOB_STEPS = frozenset({Step.VALIDATE, Step.VM_RESTART})
+JOB_STEPS = frozenset({Step.VALIDATE, Step.VM_RESTART, Step.COLLECT_EVIDENCE})
 
 
 def new_row(rid: int, step: Step, attempt: int, *, now: datetime, dry_run: bool) -> RemediationStep:

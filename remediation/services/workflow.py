@@ -53,6 +53,8 @@ from remediation.domain.step_bodies import (
 from remediation.domain.step_records import dumped
 from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.domain_repair import service as repairs
+from remediation.evidence_collection.rules import Occasion
+from remediation.evidence_collection.rules import plan as evidence_plan
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
@@ -334,10 +336,14 @@ class Workflow:
         if step is Step.QUARANTINE:
             close(s, rem, Ending(RemediationStatus.QUARANTINED), now=now, actor=self.settings.actor)
             return None
+        if step is Step.COLLECT_EVIDENCE and rem.ctx.quarantine_reason is not None:
+            return move(rem, step, Step.QUARANTINE, now=now)  # it ran before the quarantine
         site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
         cls, jobs = rem.ctx.fault_class, site.validation
+        action = action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs)
         nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
-                              resets=action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs) == GPU_RESET)
+                              resets=action == GPU_RESET, collects=bool(evidence_plan(
+                                  Occasion(cls, action, rem.id, rem.cause), cfg.evidence)))
         if nxt is Step.DONE:
             close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
             return None
@@ -371,6 +377,8 @@ class Workflow:
         rem.ctx = replace(rem.ctx, quarantine_reason=reason)
         audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
               detail={"remediation": rid}, dry_run=dry)
+        if step is not Step.COLLECT_EVIDENCE and _collects_before_quarantine(rem, cfg):
+            return move(rem, step, Step.COLLECT_EVIDENCE, now=now)
         return move(rem, step, Step.QUARANTINE, now=now)
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
@@ -399,6 +407,15 @@ class Workflow:
 
         with self.sessions() as s, s.begin():
             return probe(s, self.clock.now(), check, needed=self.settings.policy.probe_successes)
+
+
+def _collects_before_quarantine(rem: Remediation, cfg: Settings) -> bool:
+    """Whether the node's state is kept before its quarantine: its class is one the site chose, and
+    nothing was kept since its last machine action (the state before the reboot is not the state now)."""
+    if not evidence_plan(Occasion(rem.ctx.fault_class, None, rem.id, rem.cause, quarantine=True), cfg.evidence):
+        return False
+    kept, acted = rem.ctx.evidence_at, rem.ctx.machine_action_at
+    return kept is None or (acted is not None and datetime.fromisoformat(acted) > datetime.fromisoformat(kept))
 
 
 def _choose_action(rem: Remediation, step: Step, g: Governed, *, starting: bool) -> None:

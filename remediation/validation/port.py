@@ -34,6 +34,9 @@ class ValidationCheck:
     #: Every node one check spans at once (one job over the NVLink domain); empty: ``node`` alone. ``node``
     #: is the node the check is recorded under (the remediation's).
     nodes: tuple[str, ...] = ()
+    #: Bytes of output a poll reads back (its end); 0: ``validation.output_bytes``. The evidence job's
+    #: outputs are its record, so it asks for all it can write.
+    output_bytes: int = 0
 
     def __post_init__(self) -> None:
         if len(set(self.nodes)) != len(self.nodes):
@@ -68,6 +71,17 @@ class Backend(StrEnum):
     SLURM = "slurm"
     KUBERNETES = "kubernetes"
     NOOP = "noop"
+
+
+#: The most output any job's poll reads back, whatever its reference says (a row is data).
+OUTPUT_BYTES_MAX = 64 * 1024 * 1024
+
+
+def output_limit(ref: dict[str, Any], default: int) -> int:
+    """The bytes of output a poll of ``ref`` reads: what the check asked for, within bounds."""
+    asked = ref.get("output_bytes")
+    return min(asked, OUTPUT_BYTES_MAX) if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 \
+        else default
 
 
 @runtime_checkable

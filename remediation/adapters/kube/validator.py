@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from remediation.adapters.kube.client import api_errors
 from remediation.ports.errors import PermanentError
 from remediation.settings import KubeSettings, ValidationSettings
-from remediation.validation.port import Backend, ValidationCheck, ValidationResult
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult, output_limit
 
 UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 MANAGED_BY = ("app.kubernetes.io/managed-by", "node-remediation")
@@ -118,7 +118,8 @@ class KubeValidator:
                     raise
                 self._adopt(check, k8s_nodes)  # AlreadyExists: the first delivery's Job, if it is ours
         spans = {"k8s_nodes": k8s_nodes} if check.nodes else {}
-        return {"job": check.name, "namespace": self.namespace, "k8s_node": k8s_nodes[0], **spans}
+        limit = {"output_bytes": check.output_bytes} if check.output_bytes else {}
+        return {"job": check.name, "namespace": self.namespace, "k8s_node": k8s_nodes[0], **spans, **limit}
 
     def _adopt(self, check: ValidationCheck, k8s_nodes: list[str]) -> None:
         """A Job of the check's name exists: the first delivery's, taken for the check only if it is
@@ -155,7 +156,7 @@ class KubeValidator:
                 if cs.state is not None and cs.state.terminated is not None:
                     code = cs.state.terminated.exit_code
             if code is not None or "Failed" in conditions:
-                output = self._log(pod.metadata.name, ns)
+                output = self._log(pod.metadata.name, ns, output_limit(ref, self.cfg.output_bytes * 4))
         if "Complete" in conditions:
             return ValidationResult(done=True, exit_code=code if code is not None else 0, output=output, state="Complete")
         if "Failed" in conditions:
@@ -205,11 +206,11 @@ class KubeValidator:
                     raise
         return f"Job {ns}/{name} deleted"
 
-    def _log(self, pod: str, ns: str) -> str:
+    def _log(self, pod: str, ns: str, limit: int | None = None) -> str:
         with api_errors(f"read log of {ns}/{pod}"):
             try:
                 text = self.core.read_namespaced_pod_log(pod, ns, container="check",
-                                                         limit_bytes=self.cfg.output_bytes * 4)
+                                                         limit_bytes=limit or self.cfg.output_bytes * 4)
             except ApiException as exc:
                 if exc.status == 404:
                     return ""

@@ -24,7 +24,7 @@ from remediation.adapters.slurm.validator_io import Submission, exit_code, parse
 from remediation.hostlist import HostlistError, expand
 from remediation.ports.errors import ConfigError
 from remediation.settings import SlurmSettings, ValidationSettings
-from remediation.validation.port import Backend, ValidationCheck, ValidationResult
+from remediation.validation.port import Backend, ValidationCheck, ValidationResult, output_limit
 from remediation.validation.settings import loose_mode, loose_mode_message
 
 __all__ = ["EXEC_SCRIPT", "SlurmValidator", "exit_code", "parse_job"]
@@ -90,8 +90,9 @@ class SlurmValidator:
                 command=tuple(check.command), partition=self.cfg.slurm_partition or None,
             ))
         spans = {"nodes": list(nodes)} if check.nodes else {}
+        limit = {"output_bytes": check.output_bytes} if check.output_bytes else {}
         return {"reservation": name, "job_id": job, "output": str(self.workdir / f"{name}.out"),
-                "user": self.user, **spans}
+                "user": self.user, **spans, **limit}
 
     def _priors(self, nodes: tuple[str, ...], *, several: bool) -> dict[str, Any]:
         """Whether each node was held, and why, before the check: what ``finish`` puts back. A check on
@@ -118,7 +119,7 @@ class SlurmValidator:
     def poll(self, ref: dict[str, Any]) -> ValidationResult:
         name, job_id, _ = self._read_back(ref)
         job = self.io.job(job_id)
-        output = self._output(name)
+        output = self._output(name, output_limit(ref, self.cfg.output_bytes))
         if job is None:  # slurmctld forgot it (MinJobAge): the script's own last line tells
             mark = _EXIT_MARK.findall(output)
             return ValidationResult(done=True, exit_code=int(mark[-1]) if mark else None, output=output,
@@ -194,13 +195,13 @@ class SlurmValidator:
             raise ConfigError(f"validation.slurm_workdir {self.workdir}: {exc.strerror or exc}",
                               component="validation") from None
 
-    def _output(self, name: str) -> str:
+    def _output(self, name: str, limit: int) -> str:
         path = self.workdir / f"{name}.out"  # where the job was told to write it; the stored path is not trusted
         try:
             with path.open("rb") as fh:
                 fh.seek(0, 2)
                 size = fh.tell()
-                fh.seek(max(0, size - self.cfg.output_bytes))
+                fh.seek(max(0, size - limit))
                 return fh.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""

@@ -44,9 +44,10 @@ def test_a_reset_that_fixes_returns_the_node_without_a_reboot_and_one_that_canno
     assert report.gpu_resets == 2 and report.gpu_resets_fixed == 1
     assert report.vm_actions == {"gpu-reset": 2, "stop_start": 1}  # only the one the reset left broken moved
     # Out of service: a reset and the check (2 + 1 minutes), then a reset, a move that takes a bare
-    # machine's reboot and the check (2 + 30 + 1): 36 minutes, all of them gpu-memory's.
-    assert report.node_hours_by_class == {"gpu-memory": pytest.approx(0.6)}
-    assert report.node_hours_out == pytest.approx(0.6)
+    # machine's reboot and the check (2 + 30 + 1): 36 minutes, all of them gpu-memory's; and before each
+    # first reset, the evidence job's 10 s (Pace.evidence_s).
+    assert report.node_hours_by_class == {"gpu-memory": pytest.approx(0.6 + 2 * 10 / 3600)}
+    assert report.node_hours_out == pytest.approx(0.6 + 2 * 10 / 3600)
 
 
 def test_without_jobs_on_the_node_there_is_no_reset_and_every_fault_is_moved() -> None:
