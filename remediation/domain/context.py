@@ -58,6 +58,7 @@ class RemediationContext(JsonRecord):
     no_machine: bool | None = None  # machine.backend none: nothing restarted, moved or reimaged, nothing verified
     # -- collect_evidence
     evidence_at: str | None = None  # ISO: when the node's state was last collected (or found uncollectable)
+    no_evidence: str | None = None  # why the node's state could not be kept, where the site runs no job
     # -- vm_restart
     machine_action_at: str | None = None  # ISO start of the attempt that completed a machine action
     machine_op_ref: str | None = None  # the completed operation's reference

@@ -98,12 +98,13 @@ class Site:
         """The steps in order. ``acts``: the class's ladder has a machine rung; a class without one is
         held for a human or quarantined (at k8s_evict, or at return), never restarted or checked.
         ``resets``: the rung is a GPU reset, a job on the node that needs no machine backend.
-        ``collects``: the node's state is kept before its first machine action (``evidence``)."""
+        ``collects``: the node's state is kept before its first machine action (``evidence``), where a
+        job can run on the node."""
         skipped = set() if self.kubernetes else {Step.K8S_CORDON, Step.K8S_EVICT}
         if not (acts and (self.machine or resets)):
             skipped |= {Step.VM_RESTART, Step.VERIFY}
-        if not collects or Step.VM_RESTART in skipped:
-            skipped.add(Step.COLLECT_EVIDENCE)
+        if not (collects and self.validation) or Step.VM_RESTART in skipped:
+            skipped.add(Step.COLLECT_EVIDENCE)  # without a validation no job runs: the remediation says so
         if not (acts and self.validation):
             skipped.add(Step.VALIDATE)
         return tuple(s for s in HAPPY_PATH if s not in skipped)

@@ -37,7 +37,7 @@ from remediation.domain.controls import LastMachineAction
 from remediation.domain.evidence import action_here, lacks
 from remediation.domain.outcomes import Hold
 from remediation.domain.policy import Admission, Clock, Pool, admit
-from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Step, next_on_success
+from remediation.domain.statemachine import OPEN_STATUSES, RemediationStatus, Site, Step, next_on_success
 from remediation.domain.states import AuditAction, StepStatus
 from remediation.domain.step_bodies import (
     STEPS,
@@ -80,6 +80,8 @@ from remediation.validation.service import hold_for_human
 from remediation.vocabulary import GPU_RESET
 
 log = logging.getLogger(__name__)
+#: What a remediation records where its node's state would be kept but no job can run on the node.
+NO_JOBS = "this site has no validation backend to run a job on the node (validation.backend none)"
 
 
 class Workflow:
@@ -341,9 +343,11 @@ class Workflow:
         site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
         cls, jobs = rem.ctx.fault_class, site.validation
         action = action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs)
+        collects = bool(evidence_plan(Occasion(cls, action, rem.id, rem.cause), cfg.evidence))
         nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
-                              resets=action == GPU_RESET, collects=bool(evidence_plan(
-                                  Occasion(cls, action, rem.id, rem.cause), cfg.evidence)))
+                              resets=action == GPU_RESET, collects=collects)
+        if collects and not jobs and nxt is Step.VM_RESTART:
+            rem.ctx = replace(rem.ctx, no_evidence=NO_JOBS)
         if nxt is Step.DONE:
             close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
             return None
@@ -377,7 +381,7 @@ class Workflow:
         rem.ctx = replace(rem.ctx, quarantine_reason=reason)
         audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
               detail={"remediation": rid}, dry_run=dry)
-        if step is not Step.COLLECT_EVIDENCE and _collects_before_quarantine(rem, cfg):
+        if step is not Step.COLLECT_EVIDENCE and _collects_before_quarantine(rem, cfg, g.adapters.site):
             return move(rem, step, Step.COLLECT_EVIDENCE, now=now)
         return move(rem, step, Step.QUARANTINE, now=now)
 
@@ -409,13 +413,17 @@ class Workflow:
             return probe(s, self.clock.now(), check, needed=self.settings.policy.probe_successes)
 
 
-def _collects_before_quarantine(rem: Remediation, cfg: Settings) -> bool:
+def _collects_before_quarantine(rem: Remediation, cfg: Settings, site: Site) -> bool:
     """Whether the node's state is kept before its quarantine: its class is one the site chose, and
-    nothing was kept since its last machine action (the state before the reboot is not the state now)."""
+    nothing was kept since its last machine action (the state before the reboot is not the state now).
+    A site that runs no job on the node keeps nothing: the remediation records why."""
     if not evidence_plan(Occasion(rem.ctx.fault_class, None, rem.id, rem.cause, quarantine=True), cfg.evidence):
         return False
+    if not site.validation:
+        rem.ctx = replace(rem.ctx, no_evidence=NO_JOBS)
+        return False
     kept, acted = rem.ctx.evidence_at, rem.ctx.machine_action_at
-    return kept is None or (acted is not None and datetime.fromisoformat(acted) > datetime.fromisoformat(kept))
+    return kept is None or (acted is not None and datetime.fromisoformat(acted) >= datetime.fromisoformat(kept))
 
 
 def _choose_action(rem: Remediation, step: Step, g: Governed, *, starting: bool) -> None:

@@ -58,6 +58,7 @@ from remediation.services import lever_rules
 from remediation.services.ingest import ingest
 from remediation.services.workflow import RetryLater, Workflow
 from remediation.settings import Settings, load_settings
+from remediation.validation.port import Validator
 from remediation.watchers.runtime import Polls, Stopper
 from remediation.watchers.slurm import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
@@ -156,6 +157,7 @@ class Pipeline:
     clock: SystemClock = field(default_factory=SystemClock)
     opened: list[FollowUp] = field(default_factory=list)
     handled: int = 0
+    validator: Validator | None = None  # none: the site runs no job on a node
 
     @property
     def prefix(self) -> str:
@@ -168,7 +170,7 @@ class Pipeline:
 
     @property
     def adapters(self) -> Adapters:
-        return Adapters(self.slurm_control, MemoryKube(self.world), self.vm)
+        return Adapters(self.slurm_control, MemoryKube(self.world), self.vm, self.validator)
 
     def close(self) -> None:
         if "slurm_control" in self.__dict__:  # built
