@@ -424,7 +424,9 @@ def _object(h: Handler, req: Request, t: _Target) -> bool:
     elif len(rest) == 2 and method == "DELETE" and kind == "jobs":
         h._send(200, api.jobs.delete(namespace or "", rest[1]))
     elif len(rest) == 3 and kind == "pods" and rest[2] == "log" and method == "GET":
-        h._send_raw(200, api.jobs.log(namespace or "", rest[1]).encode(), "text/plain")
+        text = api.jobs.log(namespace or "", rest[1]).encode()
+        limit = req.query.get("limitBytes", "")
+        h._send_raw(200, text[:int(limit)] if limit.isdigit() else text, "text/plain")  # the log's start, as the kubelet
     elif len(rest) == 3 and kind == "pods" and rest[2] == "eviction" and method == "POST":
         if not isinstance(body, dict) or body.get("kind") != "Eviction":
             raise ApiError(status(400, "BadRequest", "body must be a policy/v1 Eviction"))
