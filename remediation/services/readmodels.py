@@ -38,6 +38,7 @@ from remediation.services.read_rows import (
     CheckpointRow,
     ClusterState,
     EventRow,
+    EvidenceItemRow,
     NodeDetail,
     NodeRow,
     Overview,
@@ -59,6 +60,7 @@ __all__ = [
     "CheckpointRow",
     "ClusterState",
     "EventRow",
+    "EvidenceItemRow",
     "get_node",
     "get_remediation",
     "human_duration",
@@ -275,8 +277,12 @@ def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
     if r is None:
         raise RecordNotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
     ev = s.get(Event, r.event_id) if r.event_id is not None else None
+    from remediation.evidence_collection import service as collected  # it raises this module's errors
+
+    kept = collected.items(s, r.id)
     return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}), policy=r.policy,
-                             steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None)
+                             steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None,
+                             evidence_items=kept, evidence_note=None if kept else collected.note(s, r.id))
 
 
 def list_audit(s: Session, target: str | None = None, action: str | None = None,
