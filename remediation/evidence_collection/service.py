@@ -153,7 +153,11 @@ def whole(x: EvidenceItem, store: EvidenceStorage) -> str:
     if store.blobs is None or x.location is None:
         raise PermanentError(f"collected evidence {x.name} is kept at {x.location}, and evidence.store.backend "
                              "is database: set the backend that wrote it to read it")
-    return text_of(store.blobs.get(x.location))
+    try:
+        return text_of(store.blobs.get(x.location))
+    except NotFound as exc:
+        raise NoSuchItem(f"collected evidence {x.name} of remediation #{x.remediation_id} is no longer "
+                         f"kept: {exc.message}") from exc
 
 
 def prune(sessions: sessionmaker[Session], *, retention: EvidenceRetention, now: datetime, batch: int = 1000,
