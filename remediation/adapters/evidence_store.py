@@ -47,7 +47,8 @@ class DirectoryStore:
         path = self.root / checked_key(key)
         with _os_errors(key):
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            for depth in range(1, len(Path(key).parts)):  # each level its own mkdir: each one 0700
+                self.root.joinpath(*Path(key).parts[:depth]).mkdir(mode=0o700, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")  # mode 0600
             try:
                 with os.fdopen(fd, "wb") as out:
