@@ -148,6 +148,9 @@ def _s3_errors(name: str) -> Iterator[None]:
     except ClientError as exc:
         error, meta = exc.response.get("Error", {}), exc.response.get("ResponseMetadata", {})
         code, status = error.get("Code", ""), meta.get("HTTPStatusCode")
+        if code == "NoSuchBucket":  # every item would fail alike: the site's configuration
+            raise ConfigError(f"collected evidence bucket: {code}: {error.get('Message', '')}",
+                              component=COMPONENT) from exc
         if code in ("NoSuchKey", "NotFound"):
             status = 404
         raise error_for_status(status, f"collected evidence {name}: {code}: {error.get('Message', '')}",

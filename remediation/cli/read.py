@@ -322,7 +322,7 @@ def _collected(d: RemediationDetail) -> list[object]:
     heads = [r.fields([(f"{x.name} (step row {x.step_id})", "\n".join(x.head))])
              for x in d.evidence_items if x.head]
     hint = f"(whole: remediation remediations evidence {d.id} NAME)"
-    return [r.table(headers, rows, title="Collected evidence"), *heads, hint]
+    return [r.table(headers, rows, title="Collected evidence"), "", *heads, hint]
 
 
 def _size(n: int) -> str:
