@@ -231,8 +231,8 @@ def get_remediation(request: Request, _: Reader, remediation_id: RemId,
 
 @router.get("/remediations/{remediation_id}/evidence/{name}", response_class=PlainTextResponse,
             summary="One item of a remediation's collected evidence, whole")
-def get_evidence(request: Request, _: Reader, remediation_id: RemId,
-                 name: Annotated[str, Path(pattern=ITEM_NAME.pattern, examples=["nvidia-smi-q"])], *,
+def get_evidence(request: Request, _: Reader, remediation_id: RemId, *,
+                 name: Annotated[str, Path(pattern=ITEM_NAME.pattern, examples=["nvidia-smi-q"])],
                  step: Annotated[int | None, Query(ge=1, le=MAX_ID, description="The step row that kept it "
                                                    "(omit: the newest that kept one of that name).")] = None,
                  cluster: ClusterFilter = None) -> PlainTextResponse:
@@ -244,7 +244,7 @@ def get_evidence(request: Request, _: Reader, remediation_id: RemId,
 def evidence_text(s: Session, request: Request, which: tuple[int, str, int | None]) -> PlainTextResponse:
     """An item's text (``which``: remediation, name, step row or None), served as plain text that no
     browser sniffs into a page: it is what a node wrote."""
-    item = collected.find(s, *which)
+    item = collected.find(s, which[0], which[1], step_id=which[2])
     try:
         text = collected.whole(item, request.app.state.evidence_storage)
     except RemediationError as exc:  # the store: unreachable, denied, or another backend's location

@@ -216,8 +216,8 @@ def remediation(request: Request, who: Viewer, remediation_id: int, *, cluster: 
 
 
 @router.get("/remediations/{remediation_id}/evidence/{name}")
-def evidence_item(request: Request, _: Viewer, remediation_id: int, name: str,
-                  *, step: int | None = None, cluster: str | None = None) -> Response:
+def evidence_item(request: Request, _: Viewer, remediation_id: int, *, name: str,
+                  step: int | None = None, cluster: str | None = None) -> Response:
     """One item of collected evidence, whole, as plain text (the page links each item here)."""
     if not 0 < remediation_id < 2**63 or not ITEM_NAME.fullmatch(name) or not 0 < (step or 1) < 2**63:
         raise RecordNotFound(f"no collected evidence {name!r} of remediation #{remediation_id}")

@@ -149,7 +149,7 @@ class Direct:
 
         storage = evidence_storage(self.st.settings())
         with self.st.reading() as s:
-            return collected.whole(collected.find(s, remediation_id, name, step_id), storage)
+            return collected.whole(collected.find(s, remediation_id, name, step_id=step_id), storage)
 
     def rejected(self, limit: int) -> list[RejectedRow]:
         with self.st.reading() as s:

@@ -264,10 +264,10 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
 @remediations.command("evidence")
 @cli_errors
 def remediations_evidence(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="ID"),
-                          name: str = typer.Argument(..., metavar="NAME", help="The item: nvidia-smi-q, kernel-log..."),
+                          *, name: str = typer.Argument(..., metavar="NAME", help="The item: nvidia-smi-q, kernel-log..."),
                           step: int = typer.Option(None, "--step", help="The step row that kept it "
                                                    "(default: the newest that kept one of that name)."),
-                          *, cluster: str | None = CLUSTER) -> None:
+                          cluster: str | None = CLUSTER) -> None:
     """One item of a remediation's collected evidence, whole, as the node wrote it."""
     text = backend(state(ctx, cluster)).evidence(remediation_id, name, step)
     sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")

@@ -27,8 +27,7 @@ from remediation.domain.statemachine import Step
 from remediation.evidence_collection.rules import Item
 from remediation.ports.errors import NotFound, PermanentError
 from remediation.ports.evidence import EvidenceStorage, EvidenceStore
-from remediation.services.read_rows import EvidenceItemRow
-from remediation.services.readmodels import RecordNotFound
+from remediation.services.read_rows import EvidenceItemRow, RecordNotFound
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +68,7 @@ def store_key(rem: Remediation, row: RemediationStep, name: str) -> str:
     return f"{rem.cluster}/{rem.node}/r{rem.id}/s{row.id}/{name}"
 
 
-def keep(s: Session, rem: Remediation, row: RemediationStep, items: Sequence[Item], *,
+def keep(s: Session, rem: Remediation, row: RemediationStep, *, items: Sequence[Item],
          store: EvidenceStorage, now: datetime) -> int:
     """Write one row per item of step ``row`` (and put a large one in the store first); an item the
     step already kept is skipped, so a rerun after a crash writes nothing twice. Returns rows written."""
@@ -126,7 +125,7 @@ def note(s: Session, remediation_id: int) -> str | None:
     return None if row is None else row.outcome or row.error
 
 
-def find(s: Session, remediation_id: int, name: str, step_id: int | None = None) -> EvidenceItem:
+def find(s: Session, remediation_id: int, name: str, *, step_id: int | None = None) -> EvidenceItem:
     """The item ``name`` of the remediation: of step ``step_id``, else of its newest step that kept one."""
     q = select(EvidenceItem).where(EvidenceItem.remediation_id == remediation_id, EvidenceItem.name == name)
     if step_id is not None:

@@ -19,6 +19,14 @@ from remediation.validation.service import ValidationRow
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 
+class ReadModelError(ValueError):
+    """A bad on-call request (unknown filter value...); the message is one readable sentence."""
+
+
+class RecordNotFound(ReadModelError):
+    """The node, remediation or item asked for does not exist."""
+
+
 @dataclass
 class NodeRow:
     name: str

@@ -96,7 +96,7 @@ def _keep(sessions: sessionmaker[Session], kept: Kept, storage: EvidenceStorage,
     with sessions() as s, s.begin():
         rem, row = s.get(Remediation, kept.remediation), s.get(RemediationStep, kept.step)
         assert rem is not None and row is not None
-        return collected.keep(s, rem, row, _items() if items is None else items, store=storage, now=NOW)
+        return collected.keep(s, rem, row, items=_items() if items is None else items, store=storage, now=NOW)
 
 
 def _rows(sessions: sessionmaker[Session], remediation_id: int) -> dict[str, EvidenceItem]:
@@ -131,7 +131,7 @@ def test_keep_twice_writes_nothing_twice_even_after_a_crash_before_the_commit(
     with pytest.raises(RuntimeError), sessions() as s, s.begin():
         rem, row = s.get(Remediation, kept.remediation), s.get(RemediationStep, kept.step)
         assert rem is not None and row is not None
-        collected.keep(s, rem, row, _items(), store=storage, now=NOW)
+        collected.keep(s, rem, row, items=_items(), store=storage, now=NOW)
         raise RuntimeError("killed before the commit")
     assert _rows(sessions, kept.remediation) == {}
     files = [p for p in tmp_path.rglob("*") if p.is_file()]
