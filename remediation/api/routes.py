@@ -98,6 +98,14 @@ Admin = Annotated[Principal, Depends(admin)]
 
 router = APIRouter(prefix="/api/v1", tags=["on-call"], responses=API_ERRORS)
 
+#: The refusals of an operation that answers plain text: JSON all the same, as every refusal is
+#: (FastAPI would otherwise document them in the operation's own media type).
+TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": e["description"],
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for code, e in API_ERRORS.items()
+}
+
 
 class LeverBody(BaseModel):
     """Why (required, for the audit log) and, optionally, who is pressing the button."""
@@ -229,7 +237,7 @@ def get_remediation(request: Request, _: Reader, remediation_id: RemId,
         return get_rem(s, remediation_id)
 
 
-@router.get("/remediations/{remediation_id}/evidence/{name}", response_class=PlainTextResponse,
+@router.get("/remediations/{remediation_id}/evidence/{name}", response_class=PlainTextResponse, responses=TEXT_ERRORS,
             summary="One item of a remediation's collected evidence, whole")
 def get_evidence(request: Request, _: Reader, remediation_id: RemId, *,
                  name: Annotated[str, Path(pattern=ITEM_NAME.pattern, examples=["nvidia-smi-q"])],

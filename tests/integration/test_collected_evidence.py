@@ -26,7 +26,9 @@ from typer.testing import CliRunner
 
 from remediation.adapters.evidence_store import DirectoryStore, S3Store
 from remediation.api import create_app
+from remediation.cli.context import CliError
 from remediation.cli.oncall import app as cli
+from remediation.cli.remote import Remote
 from remediation.db.models import EvidenceItem, Node, Remediation, RemediationStep
 from remediation.db.session import make_engine, make_session_factory
 from remediation.domain.statemachine import RemediationStatus, Step
@@ -338,6 +340,19 @@ def test_api_lists_the_items_and_serves_one_as_plain_text(client: TestClient, sh
         assert res.json()["detail"]
     assert client.get(f"/api/v1/remediations/{none.remediation}", headers=auth).json()["evidence_note"] == \
         "no evidence: no validation backend"
+
+
+def test_cli_through_the_api_reads_the_same_items(client: TestClient, shown: tuple[Kept, Kept]) -> None:
+    """`--server`: the CLI's remote backend over the same routes, detail and item alike."""
+    kept, _ = shown
+    remote = Remote("http://testserver", READ, client=client)
+    assert [x.name for x in remote.remediation(kept.remediation).evidence_items] == [
+        "nvidia-smi-q", "remapped-rows", "kernel-log"]
+    assert remote.evidence(kept.remediation, "nvidia-smi-q") == SMI.decode()
+    assert remote.evidence(kept.remediation, "remapped-rows", kept.step) == ROWS.decode()
+    with pytest.raises(CliError) as missing:
+        remote.evidence(kept.remediation, "dmesg")
+    assert "kept no collected evidence named 'dmesg'" in str(missing.value)
 
 
 def test_dashboard_page_shows_the_items_with_links_to_their_content(
