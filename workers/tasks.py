@@ -29,6 +29,7 @@ from remediation.adapters.celery import (
     celery_dispatcher,
     step_task,
 )
+from remediation.adapters.factory import evidence_storage
 from remediation.adapters.lock import drawn_tokens
 from remediation.adapters.stream import Reading, consume
 from remediation.clock import SystemClock
@@ -39,6 +40,7 @@ from remediation.domain.ownership import release_node
 from remediation.domain.statemachine import Step
 from remediation.domain.states import AuditAction
 from remediation.domain_repair.service import PartialDomains
+from remediation.evidence_collection.service import EvidenceRetention
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
@@ -185,10 +187,12 @@ def sweep(self: DomainTask, cluster: str | None = None) -> int:
 
 @app.task(name=PRUNE_TASK, base=DomainTask, bind=True)
 def prune(self: DomainTask) -> int:
-    """Retention (beat, every retention.prune_interval_s): old events no remediation owns; never audit rows."""
+    """Retention (beat, every retention.prune_interval_s): old events no remediation owns, and collected
+    evidence past retention.evidence_older_than; never audit rows."""
     cfg = self.rt.settings.retention
+    collected = EvidenceRetention(cfg.evidence_older_than, evidence_storage(self.rt.settings))
     return prune_events(self.rt.sessions, cfg.events_older_than, SystemClock().now(),
-                        batch=cfg.batch).events_pruned
+                        batch=cfg.batch, evidence=collected).events_pruned
 
 
 @app.task(name=ISOLATE_TASK, base=DomainTask, bind=True)

@@ -1,7 +1,7 @@
 """The one adapter factory: settings pick every backend, the way a mail backend is picked from config.
 
 Selectors: :func:`slurm_backend`, :func:`kube_backend`, :func:`machine_backend`, :func:`rack_power_backend`,
-:func:`make_bus` and :func:`make_lock`; each returns the ``memory``, ``noop`` or real backend, or None for a half the site
+:func:`make_bus`, :func:`make_lock` and :func:`evidence_storage`; each returns the ``memory``, ``noop`` or real backend, or None for a half the site
 lacks. :func:`make_adapters` applies dry-run in one place. The policy rehearsal gets a private world
 (:func:`memory_world`, :func:`memory_adapters`).
 
@@ -30,6 +30,7 @@ from remediation.domain.step_bodies import Adapters
 from remediation.hostlist import expand
 from remediation.ports.cluster import KubeNodes, MachineProvider, MachinesByNode, SlurmControl
 from remediation.ports.errors import ConfigError
+from remediation.ports.evidence import EvidenceStorage, EvidenceStore
 from remediation.settings import EffectivePolicy, Settings
 from remediation.validation.port import Validator
 
@@ -257,6 +258,25 @@ def rack_power_backend(settings: Settings, intents: Intents | None,
     from remediation.adapters.redfish.noop import NoopRackPower
 
     return NoopRackPower(real, recorder)
+
+
+def evidence_storage(settings: Settings, *, recorder: Recorder | None = None) -> EvidenceStorage:
+    """Where collected evidence is kept (``evidence.store``): in the rows only (``database``), else the
+    directory or the bucket for items over ``inline_bytes``. Given a ``recorder`` (a dry run's), the
+    twin that stores nothing and records what it would; the real one is built all the same, so bad
+    settings fail at start-up."""
+    from remediation.adapters.evidence_store import DirectoryStore, NoopEvidenceStore, S3Store
+    from remediation.evidence_collection.settings import StoreBackend
+
+    cfg = settings.evidence.store
+    blobs: EvidenceStore | None = None
+    if cfg.backend is StoreBackend.DIRECTORY:
+        blobs = DirectoryStore(cfg.path)
+    elif cfg.backend is StoreBackend.S3:
+        blobs = S3Store(cfg.bucket, cfg.prefix, endpoint_url=cfg.endpoint_url, region=cfg.region)
+    if recorder is not None and blobs is not None:
+        blobs = NoopEvidenceStore(recorder)
+    return EvidenceStorage(cfg.inline_bytes, blobs)
 
 
 def redis_client(settings: Settings, timeout: float) -> redis.Redis:

@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from remediation.adapters.factory import evidence_storage
 from remediation.api import domain_repairs, incidents, incidents_ui, policy, reliability_ui, ui
 from remediation.api.auth import browser_principal, header_token, identify
 from remediation.api.docs import mount_docs
@@ -72,6 +73,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
                                     clock=app.state.clock,
                                     via="api", governance=governance(settings))
     app.state.registry = make_registry(sessions, queue_depth, app.state.clock)
+    app.state.evidence_storage = evidence_storage(settings)  # collected evidence's items, read back
     # The dashboard's pages, and the report's body the Reliability page shares with the standalone report.
     templates = Jinja2Templates(directory=[str(HERE / "templates"), str(REPORT_TEMPLATES)])
     templates.env.filters["dur"] = human_duration

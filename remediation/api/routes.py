@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi.responses import PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy.orm import Session
@@ -20,6 +21,9 @@ from remediation.api.auth import API_ERRORS, Principal, api_reader, bearer, requ
 from remediation.api.levers import Aim, LeverResult, Pull, every_cluster, pull
 from remediation.db.scope import scoped
 from remediation.domain.events import NODE_NAME
+from remediation.evidence_collection import service as collected
+from remediation.evidence_collection.settings import NAME as ITEM_NAME
+from remediation.ports.errors import RemediationError
 from remediation.profiles.settings import PROFILE_NAME
 from remediation.services.clusters import cluster_states, node_cluster
 from remediation.services.holds import automation_status
@@ -93,6 +97,14 @@ Reader = Annotated[Principal, Depends(reader)]
 Admin = Annotated[Principal, Depends(admin)]
 
 router = APIRouter(prefix="/api/v1", tags=["on-call"], responses=API_ERRORS)
+
+#: The refusals of an operation that answers plain text: JSON all the same, as every refusal is
+#: (FastAPI would otherwise document them in the operation's own media type).
+TEXT_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": e["description"],
+           "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}}
+    for code, e in API_ERRORS.items()
+}
 
 
 class LeverBody(BaseModel):
@@ -223,6 +235,29 @@ def get_remediation(request: Request, _: Reader, remediation_id: RemId,
                     *, cluster: ClusterFilter = None) -> RemediationDetail:
     with reading(request, cluster) as s:
         return get_rem(s, remediation_id)
+
+
+@router.get("/remediations/{remediation_id}/evidence/{name}", response_class=PlainTextResponse, responses=TEXT_ERRORS,
+            summary="One item of a remediation's collected evidence, whole")
+def get_evidence(request: Request, _: Reader, remediation_id: RemId, *,
+                 name: Annotated[str, Path(pattern=ITEM_NAME.pattern, examples=["nvidia-smi-q"])],
+                 step: Annotated[int | None, Query(ge=1, le=MAX_ID, description="The step row that kept it "
+                                                   "(omit: the newest that kept one of that name).")] = None,
+                 cluster: ClusterFilter = None) -> PlainTextResponse:
+    """The item's text as the node wrote it (from its row, the evidence directory or its bucket)."""
+    with reading(request, cluster) as s:
+        return evidence_text(s, request, (remediation_id, name, step))
+
+
+def evidence_text(s: Session, request: Request, which: tuple[int, str, int | None]) -> PlainTextResponse:
+    """An item's text (``which``: remediation, name, step row or None), served as plain text that no
+    browser sniffs into a page: it is what a node wrote."""
+    item = collected.find(s, which[0], which[1], step_id=which[2])
+    try:
+        text = collected.whole(item, request.app.state.evidence_storage)
+    except RemediationError as exc:  # the store: unreachable, denied, or another backend's location
+        raise HTTPException(503, exc.message) from None
+    return PlainTextResponse(text, headers={"X-Content-Type-Options": "nosniff"})
 
 
 @router.get("/quarantine", response_model=list[NodeRow], summary="Quarantined nodes")

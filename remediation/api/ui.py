@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import FLEET_LEVERS, Aim, Pull, every_cluster, node_href, pull
+from remediation.api.routes import evidence_text
 from remediation.db.scope import scoped
+from remediation.evidence_collection.settings import NAME as ITEM_NAME
 from remediation.services.clusters import checked, cluster_states, node_cluster
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
@@ -211,6 +213,16 @@ def remediation(request: Request, who: Viewer, remediation_id: int, *, cluster: 
     with _reading(request, _cluster(cluster)) as s:
         d = get_rem(s, remediation_id)
     return _page(request, who, "remediation.html", d=d)
+
+
+@router.get("/remediations/{remediation_id}/evidence/{name}")
+def evidence_item(request: Request, _: Viewer, remediation_id: int, *, name: str,
+                  step: int | None = None, cluster: str | None = None) -> Response:
+    """One item of collected evidence, whole, as plain text (the page links each item here)."""
+    if not 0 < remediation_id < 2**63 or not ITEM_NAME.fullmatch(name) or not 0 < (step or 1) < 2**63:
+        raise RecordNotFound(f"no collected evidence {name!r} of remediation #{remediation_id}")
+    with _reading(request, _cluster(cluster)) as s:
+        return evidence_text(s, request, (remediation_id, name, step))
 
 
 @router.get("/quarantine")

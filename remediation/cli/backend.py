@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.domain_repair import service as repairs
 from remediation.domain_repair.service import cancelled_text
+from remediation.evidence_collection import service as collected
 from remediation.incidents import service as inc
 from remediation.services import policy_views
 from remediation.services.clusters import (
@@ -61,6 +62,7 @@ class Backend(Protocol):
     def remediations(self, status: str | None, node: str | None, limit: int,
                      *, profile: str | None = None) -> list[RemediationRow]: ...
     def remediation(self, remediation_id: int) -> RemediationDetail: ...
+    def evidence(self, remediation_id: int, name: str, step_id: int | None = None) -> str: ...
     def rejected(self, limit: int) -> list[RejectedRow]: ...
     def audit(self, target: str | None, action: str | None, limit: int) -> list[AuditRow]: ...
     def stats(self, days: int, top: int, dry_run: bool, *, profile: str | None = None) -> Stats: ...
@@ -141,6 +143,13 @@ class Direct:
     def remediation(self, remediation_id: int) -> RemediationDetail:
         with self.st.reading() as s:
             return get_remediation(s, remediation_id)
+
+    def evidence(self, remediation_id: int, name: str, step_id: int | None = None) -> str:
+        from remediation.adapters.factory import evidence_storage
+
+        storage = evidence_storage(self.st.settings())
+        with self.st.reading() as s:
+            return collected.whole(collected.find(s, remediation_id, name, step_id=step_id), storage)
 
     def rejected(self, limit: int) -> list[RejectedRow]:
         with self.st.reading() as s:

@@ -26,6 +26,7 @@ from remediation.db.scope import scoped
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
+from remediation.ports.errors import RemediationError
 from remediation.profiles.service import governance
 from remediation.services.audit import VIA
 from remediation.services.clusters import AmbiguousNode
@@ -166,6 +167,8 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:
             raise fail(str(exc), EXIT_DATABASE) from None
+        except RemediationError as exc:  # a backend read directly (the evidence store): its one line
+            raise fail(exc.message) from None
         except SQLAlchemyError as exc:
             orig: Any = getattr(exc, "orig", None) or exc
             raise fail(f"database error: {type(orig).__name__}: {orig}", EXIT_DATABASE) from None

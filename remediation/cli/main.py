@@ -101,11 +101,15 @@ def db_prune(
         "(default: retention.events_older_than).")] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; delete nothing.")] = False,
 ) -> None:
-    """Delete old events that no remediation owns, and old refused payloads (direct database access).
+    """Delete old events that no remediation owns, old refused payloads, and the collected evidence of
+    remediations closed longer ago than retention.evidence_older_than (direct database access).
     Every remediation keeps its own events; audit rows are never pruned. Beat runs this every
     retention.prune_interval_s."""
+    from remediation.adapters.factory import evidence_storage
     from remediation.clock import SystemClock
     from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
+    from remediation.evidence_collection.service import EvidenceRetention
+    from remediation.ports.errors import RemediationError
     from remediation.services.retention import prune_events
 
     settings = _settings_or_exit()
@@ -117,11 +121,15 @@ def db_prune(
     engine = make_engine(settings.database)
     try:
         check_database(engine)
+        collected = EvidenceRetention(settings.retention.evidence_older_than, evidence_storage(settings))
         result = prune_events(make_session_factory(engine), age, SystemClock().now(),
                               batch=settings.retention.batch,
-                              dry_run=dry_run)
+                              dry_run=dry_run, evidence=collected)
     except DatabaseUnavailable as exc:
         typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(3) from None
+    except RemediationError as exc:  # the evidence store: unreachable, or refused
+        typer.echo(f"error: {exc.message}", err=True)
         raise typer.Exit(3) from None
     finally:
         engine.dispose()
@@ -130,6 +138,10 @@ def db_prune(
                f"kept {result.events_kept_linked} older event(s) a remediation owns; "
                f"{verb} {result.rejected_pruned} rejected payload(s); "
                f"audit log untouched ({result.audit_rows} row(s))" + (" (dry-run: nothing deleted)" if dry_run else ""))
+    if (ev := result.evidence) is not None:
+        typer.echo(f"{verb} {ev.items} collected evidence item(s) of remediations closed before "
+                   f"{ev.cutoff:%Y-%m-%d %H:%M:%S} UTC, and {ev.blobs} file(s) or object(s)"
+                   + (f"; {ev.left} location(s) the store could not remove (see the log)" if ev.left else ""))
 
 
 @app.command("api")

@@ -261,6 +261,18 @@ def remediations_show(ctx: typer.Context, remediation_id: int = typer.Argument(.
     _show_remediation(d, st.now(), fmt == "wide")
 
 
+@remediations.command("evidence")
+@cli_errors
+def remediations_evidence(ctx: typer.Context, remediation_id: int = typer.Argument(..., metavar="ID"),
+                          *, name: str = typer.Argument(..., metavar="NAME", help="The item: nvidia-smi-q, kernel-log..."),
+                          step: int = typer.Option(None, "--step", help="The step row that kept it "
+                                                   "(default: the newest that kept one of that name)."),
+                          cluster: str | None = CLUSTER) -> None:
+    """One item of a remediation's collected evidence, whole, as the node wrote it."""
+    text = backend(state(ctx, cluster)).evidence(remediation_id, name, step)
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
 def _profile(profile: str | None, dry_run: bool) -> str:
     return (profile or "(base)") + (" (dry-run: records only)" if dry_run else "")
 
@@ -296,7 +308,27 @@ def _show_remediation(d: RemediationDetail, now: datetime, wide: bool) -> None:
         if wide:
             row.append(str(x.provider_op or "-"))
         rows.append(row)
-    r.show(head, "", r.table(headers, rows, title="Steps"))
+    r.show(head, "", r.table(headers, rows, title="Steps"), "", *_collected(d))
+
+
+def _collected(d: RemediationDetail) -> list[object]:
+    """The "Collected evidence" section: each item, and the first lines of one kept in the database;
+    with none kept, what its collect_evidence step said."""
+    if not d.evidence_items:
+        return [r.fields([("Collected evidence", d.evidence_note)])] if d.evidence_note else []
+    headers = ["name", "status", "exit", "size", "truncated", "step row", "where"]
+    rows = [[x.name, r.status(x.status), "-" if x.exit_code is None else str(x.exit_code), _size(x.size_bytes),
+             "yes" if x.truncated else "no", str(x.step_id), x.where] for x in d.evidence_items]
+    heads = [r.fields([(f"{x.name} (step row {x.step_id})", "\n".join(x.head))])
+             for x in d.evidence_items if x.head]
+    hint = f"(whole: remediation remediations evidence {d.id} NAME)"
+    return [r.table(headers, rows, title="Collected evidence"), "", *heads, hint]
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    return f"{n / 1024:.1f} KiB" if n < 1024 * 1024 else f"{n / 1024 / 1024:.1f} MiB"
 
 
 @rejected.command("list")

@@ -90,7 +90,7 @@ class Remote:
 
     def _call(
         self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str,
-            Any] | None = None
+            Any] | None = None, text: bool = False
     ) -> Any:
         query = {k: v for k, v in {"cluster": self.cluster, **(params or {})}.items() if v is not None}
         try:
@@ -102,7 +102,7 @@ class Remote:
                 f"cannot reach {self.server}: {type(exc).__name__}: {exc}", EXIT_DATABASE
             ) from None
         if resp.is_success:
-            return resp.json()
+            return resp.text if text else resp.json()
         detail = _detail(resp)
         if resp.status_code == 400:  # a usage error: a node name in several clusters, no --cluster
             raise CliError(detail, EXIT_CONFIG)
@@ -146,6 +146,10 @@ class Remote:
 
     def remediation(self, remediation_id: int) -> RemediationDetail:
         return self._get(RemediationDetail, f"/remediations/{remediation_id}")
+
+    def evidence(self, remediation_id: int, name: str, step_id: int | None = None) -> str:
+        return str(self._call("GET", f"/remediations/{remediation_id}/evidence/{quote(name, safe='')}",
+                              {"step": step_id}, text=True))
 
     def rejected(self, limit: int) -> list[RejectedRow]:
         return self._get(list[RejectedRow], "/rejected", limit=limit)

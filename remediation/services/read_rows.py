@@ -19,6 +19,14 @@ from remediation.validation.service import ValidationRow
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 
+class ReadModelError(ValueError):
+    """A bad on-call request (unknown filter value...); the message is one readable sentence."""
+
+
+class RecordNotFound(ReadModelError):
+    """The node, remediation or item asked for does not exist."""
+
+
 @dataclass
 class NodeRow:
     name: str
@@ -97,11 +105,31 @@ class RemediationRow:
 
 
 @dataclass
+class EvidenceItemRow:
+    """One item of collected evidence, without its content (see ``remediation remediations evidence``)."""
+
+    id: int
+    step_id: int
+    name: str
+    status: str  # remediation.evidence_collection.rules.EvidenceStatus
+    exit_code: int | None
+    duration_s: float | None
+    size_bytes: int  # what is kept (in the row, the directory or the bucket)
+    truncated: bool  # the command wrote more than is kept
+    sha256: str  # of what is kept
+    where: str  # "database", or its location: dir:KEY or s3://BUCKET/KEY
+    collected_at: datetime
+    head: list[str] = field(default_factory=list)  # an item kept in its row: its first lines
+
+
+@dataclass
 class RemediationDetail(RemediationRow):
     context: dict[str, Any] = field(default_factory=dict)
     policy: dict[str, Any] | None = None  # the effective policy it recorded when it opened, and runs under
     steps: list[StepRow] = field(default_factory=list)
     event: EventRow | None = None
+    evidence_items: list[EvidenceItemRow] = field(default_factory=list)  # collected evidence, newest step first
+    evidence_note: str | None = None  # no item kept: what its collect_evidence step said ("no evidence: ...")
 
 
 @dataclass

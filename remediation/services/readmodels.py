@@ -31,6 +31,7 @@ from remediation.domain.statemachine import (
     Step,
 )
 from remediation.domain.states import AuditAction
+from remediation.evidence_collection import service as collected
 from remediation.services.lemons import lemon_scores
 from remediation.services.nvlink import nvlink_row
 from remediation.services.read_rows import (
@@ -38,9 +39,12 @@ from remediation.services.read_rows import (
     CheckpointRow,
     ClusterState,
     EventRow,
+    EvidenceItemRow,
     NodeDetail,
     NodeRow,
     Overview,
+    ReadModelError,
+    RecordNotFound,
     RejectedRow,
     RemediationDetail,
     RemediationRow,
@@ -59,6 +63,7 @@ __all__ = [
     "CheckpointRow",
     "ClusterState",
     "EventRow",
+    "EvidenceItemRow",
     "get_node",
     "get_remediation",
     "human_duration",
@@ -91,14 +96,6 @@ __all__ = [
 QUARANTINE_ACTIONS = (AuditAction.QUARANTINE, AuditAction.REMEDIATION_QUARANTINED, AuditAction.RELEASE,
                       AuditAction.RELEASE_DONE)
 MAX_LIMIT = 1000
-
-
-class ReadModelError(ValueError):
-    """A bad on-call request (unknown filter value...); the message is one readable sentence."""
-
-
-class RecordNotFound(ReadModelError):
-    """The node or remediation asked for does not exist."""
 
 
 # ------------------------------------------------------------------------------------ validation
@@ -275,8 +272,10 @@ def get_remediation(s: Session, remediation_id: int) -> RemediationDetail:
     if r is None:
         raise RecordNotFound(f"no remediation #{remediation_id} (see `remediation remediations list`)")
     ev = s.get(Event, r.event_id) if r.event_id is not None else None
+    kept = collected.items(s, r.id)
     return RemediationDetail(**_rem_fields(r), context=dict(r.context or {}), policy=r.policy,
-                             steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None)
+                             steps=[_step(x) for x in r.steps], event=_event(ev) if ev else None,
+                             evidence_items=kept, evidence_note=None if kept else collected.note(s, r.id))
 
 
 def list_audit(s: Session, target: str | None = None, action: str | None = None,

@@ -1,8 +1,9 @@
 """Retention: prune old observed events, never a remediation's own and never the audit log.
 
 An event older than ``retention.events_older_than`` goes only when no remediation was opened by it or
-attributed it; ``rejected_events`` go by the same age. Deletes run in batches of ``retention.batch``
-rows, one transaction each. A dry run counts exactly what a real run would delete.
+attributed it; ``rejected_events`` go by the same age. Collected evidence goes with its files and
+objects once its remediation has been closed ``retention.evidence_older_than``. Deletes run in batches
+of ``retention.batch`` rows, one transaction each. A dry run counts exactly what a real run would delete.
 
 Why: docs/architecture.md#retention-prunes-observations-never-evidence
 """
@@ -19,6 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.sql.elements import ColumnElement
 
 from remediation.db.models import AuditLog, Event, RejectedEvent, Remediation
+from remediation.evidence_collection.service import EvidenceRetention, PrunedEvidence
+from remediation.evidence_collection.service import prune as prune_collected
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ class PruneResult:
     events_kept_linked: int  # older than the cutoff, kept because a remediation owns them
     audit_rows: int  # audit rows in the table (never pruned), for the report
     rejected_pruned: int = 0  # refused payloads received before the cutoff: deleted, or would be
+    evidence: PrunedEvidence | None = None  # collected evidence pruned (None: not asked)
 
 
 def _old(cutoff: datetime) -> ColumnElement[bool]:
@@ -49,8 +53,10 @@ def prune_events(
     *,
     batch: int = 10000,
     dry_run: bool = False,
+    evidence: EvidenceRetention | None = None,
 ) -> PruneResult:
-    """Delete (or with ``dry_run`` only count) unlinked events observed before ``now - older_than``."""
+    """Delete (or with ``dry_run`` only count) unlinked events observed before ``now - older_than``,
+    and with ``evidence`` the collected evidence it says."""
     if older_than <= timedelta(0):
         raise ValueError("older_than must be a positive duration")
     cutoff = now - older_than
@@ -66,7 +72,9 @@ def prune_events(
                 kept,
             )
             junk = s.scalar(select(func.count()).select_from(RejectedEvent).where(_old_rejected(cutoff))) or 0
-            return PruneResult(cutoff, True, would, kept, audit_rows, junk)
+    if dry_run:
+        collected = _collected(sessions, evidence, now, batch=batch, dry_run=True)
+        return PruneResult(cutoff, True, would, kept, audit_rows, junk, collected)
     pruned = _delete_batches(sessions, Event.id, _old(cutoff) & _unlinked(), batch=batch)
     rejected = _delete_batches(sessions, RejectedEvent.id, _old_rejected(cutoff), batch=batch)
     log.info(
@@ -77,7 +85,16 @@ def prune_events(
         cutoff.isoformat(),
         kept,
     )
-    return PruneResult(cutoff, False, pruned, kept, audit_rows, rejected)
+    # Last: a store that fails (unreachable, denied) leaves the events already pruned.
+    collected = _collected(sessions, evidence, now, batch=batch, dry_run=False)
+    return PruneResult(cutoff, False, pruned, kept, audit_rows, rejected, collected)
+
+
+def _collected(sessions: sessionmaker[Session], evidence: EvidenceRetention | None, now: datetime, *,
+               batch: int, dry_run: bool) -> PrunedEvidence | None:
+    if evidence is None:
+        return None
+    return prune_collected(sessions, retention=evidence, now=now, batch=batch, dry_run=dry_run)
 
 
 def _old_rejected(cutoff: datetime) -> ColumnElement[bool]:
