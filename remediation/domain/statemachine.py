@@ -66,7 +66,7 @@ TRANSITIONS: dict[Step, frozenset[Step]] = {
                                  Step.QUARANTINE}),
     Step.K8S_CORDON: frozenset({Step.K8S_EVICT, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
     Step.K8S_EVICT: frozenset({Step.COLLECT_EVIDENCE, Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
-    Step.COLLECT_EVIDENCE: frozenset({Step.VM_RESTART, Step.QUARANTINE}),
+    Step.COLLECT_EVIDENCE: frozenset({Step.VM_RESTART, Step.VALIDATE, Step.RETURN, Step.QUARANTINE}),
     Step.VM_RESTART: frozenset({Step.VERIFY, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
     Step.VERIFY: frozenset({Step.VALIDATE, Step.RETURN, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),
     Step.VALIDATE: frozenset({Step.RETURN, Step.VM_RESTART, Step.COLLECT_EVIDENCE, Step.QUARANTINE}),

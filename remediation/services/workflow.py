@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.factory import AdaptersByPolicy
+from remediation.adapters.factory import AdaptersByPolicy, evidence_storage
 from remediation.clock import aware
 from remediation.db.models import Remediation, RemediationStep
 from remediation.db.queries import (
@@ -50,14 +50,16 @@ from remediation.domain.step_bodies import (
     StepInput,
     Wait,
 )
-from remediation.domain.step_records import dumped
+from remediation.domain.step_records import EvidenceDetail, dumped
 from remediation.domain.stepdetail import HeldTime, RetryState
 from remediation.domain_repair import service as repairs
-from remediation.evidence_collection.rules import Occasion
+from remediation.evidence_collection import service as evidence
+from remediation.evidence_collection.rules import Item, Occasion
 from remediation.evidence_collection.rules import plan as evidence_plan
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
+from remediation.ports.evidence import EvidenceStorage
 from remediation.profiles.recorded import Governed, RecordedPolicies
 from remediation.profiles.service import governance, refresh_pools
 from remediation.services import breaker, step_rows, steplog, takedown
@@ -100,6 +102,7 @@ class Workflow:
         self._use(adapters)
         self.clock = clock
         self.worker = worker
+        self.evidence_store = evidence_storage(settings)  # where large collected evidence is kept
 
     def _use(self, adapters: Adapters | AdaptersByPolicy) -> None:
         self.by_policy = adapters if isinstance(adapters, AdaptersByPolicy) else AdaptersByPolicy(
@@ -303,6 +306,8 @@ class Workflow:
                 audit(s, now, self.settings.actor, action=note.action, target=rem.node, reason=note.reason,
                       detail={**note.detail, "remediation": rid, "step": step.value}, dry_run=dry)
             record_findings(s, rem, step, outcome=outcome, now=now, actor=self.settings.actor)  # its check, its hardware
+            if isinstance(outcome, Done) and isinstance(outcome.detail, EvidenceDetail) and row is not None:
+                self._keep(s, rem, row, items=outcome.detail.items, now=now)
             if dry:
                 outcome = replace(outcome, reason=would(outcome.reason)) if isinstance(outcome, Wait) else (
                     as_dry_run(outcome))
@@ -384,6 +389,21 @@ class Workflow:
         if step is not Step.COLLECT_EVIDENCE and _collects_before_quarantine(rem, cfg, g.adapters.site):
             return move(rem, step, Step.COLLECT_EVIDENCE, now=now)
         return move(rem, step, Step.QUARANTINE, now=now)
+
+    def _keep(self, s: Session, rem: Remediation, row: RemediationStep, *, items: tuple[Item, ...],
+              now: datetime) -> None:
+        """Keep the evidence step's items with its row. A store that fails (a bucket unreachable) never
+        loses them: each is kept in its row instead, cut at ``inline_bytes``, and the failure logged."""
+        if not items:
+            return
+        try:
+            with s.begin_nested():
+                evidence.keep(s, rem, row, items=items, store=self.evidence_store, now=now)
+        except RemediationError as exc:
+            log.warning("remediation %s: evidence store failed (%s: %s); items kept cut in the database",
+                        rem.id, exc.kind, exc.message)
+            evidence.keep(s, rem, row, items=items, now=now,
+                          store=EvidenceStorage(self.evidence_store.inline_bytes, None))
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause

@@ -17,6 +17,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
+from remediation.adapters.memory import MemoryVM, MemoryWorld
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.validator import SlurmValidator
 from remediation.clock import SystemClock
@@ -39,7 +40,8 @@ def main() -> None:
     SlurmValidator.start = submit_then_wait_to_die  # type: ignore[method-assign]
     settings = load_settings(slurm=cfg["slurm"], validation=cfg["validation"], workflow=cfg["workflow"])
     sessions = sessionmaker(create_engine(cfg["db"], poolclass=NullPool))
-    adapters = Adapters(CliSlurm(settings.slurm), None, None, SlurmValidator(settings.slurm, settings.validation))
+    world = MemoryWorld(nodes=[cfg["node"]])  # the machine, as the test's resumed worker has it
+    adapters = Adapters(CliSlurm(settings.slurm), None, MemoryVM(world), SlurmValidator(settings.slurm, settings.validation))
     Workflow(sessions, adapters, settings, clock=SystemClock()).run(cfg["rid"], "collect_evidence")
     print("NOT KILLED", flush=True)
 

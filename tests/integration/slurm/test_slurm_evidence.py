@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import select
+from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.adapters.memory import MemoryWorld
+from remediation.adapters.memory import MemoryVM, MemoryWorld
 from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.validator import SlurmValidator
 from remediation.clock import SystemClock, aware
@@ -93,6 +93,12 @@ def tools(slurm: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
             slurm.scontrol("delete", line.split()[0], check=False)
 
 
+@pytest.fixture
+def committed(db: Engine) -> sessionmaker[Session]:
+    """Sessions on the test's own database, whose commits the CLI and a worker process see."""
+    return sessionmaker(bind=db, expire_on_commit=False)
+
+
 def settings_for(cluster: SlurmCluster, tools: Path, prefix: str, **over: Any) -> Settings:
     """The shipped policy, with this cluster's Slurm and a Slurm validation (the evidence job needs one);
     ``evidence`` as shipped."""
@@ -128,7 +134,8 @@ def cli(settings_env: dict[str, str], *args: str) -> str:
 
 def test_a_failed_xid79_node_gets_its_evidence_job_before_its_reboot(
         slurm: SlurmCluster, tools: Path, redis_client: redis.Redis, redis_prefix: str,
-        sessions: sessionmaker[Session], pg_url: str) -> None:
+        committed: sessionmaker[Session], pg_url: str) -> None:
+    sessions = committed
     node = slurm.nodes[1]
     cfg = settings_for(slurm, tools, redis_prefix)
     world = MemoryWorld(nodes=slurm.nodes)
@@ -192,13 +199,14 @@ def lease_over(sessions: sessionmaker[Session], rid: int) -> bool:
 
 
 def test_a_worker_killed_during_collection_does_not_collect_twice(
-        slurm: SlurmCluster, tools: Path, sessions: sessionmaker[Session], pg_url: str,
+        slurm: SlurmCluster, tools: Path, committed: sessionmaker[Session], pg_url: str,
         redis_prefix: str) -> None:
+    sessions = committed
     node = slurm.nodes[2]
     cfg = settings_for(slurm, tools, redis_prefix, workflow={"lease_s": 2})
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} slurm FAIL: xid 79"')
     rid = open_at_evidence(sessions, node)
-    job = {"db": pg_url, "rid": rid, "slurm": cfg.slurm.model_dump(mode="json"),
+    job = {"db": pg_url, "rid": rid, "node": node, "slurm": cfg.slurm.model_dump(mode="json"),
            "validation": cfg.validation.model_dump(mode="json"), "workflow": cfg.workflow.model_dump(mode="json")}
     with subprocess.Popen([sys.executable, "-m", "tests.integration.slurm.killed_collector", json.dumps(job)],
                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.PIPE,
@@ -215,8 +223,9 @@ def test_a_worker_killed_during_collection_does_not_collect_twice(
         row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
         assert row.provider_op is None and JobNonce.load(row.detail).value  # nothing recorded but the nonce
     wait_for(lambda: lease_over(sessions, rid), 10, "the killed worker's lease to run out")
-    engine = Workflow(sessions, Adapters(CliSlurm(cfg.slurm), None, None, SlurmValidator(cfg.slurm, cfg.validation)),
-                      cfg, clock=SystemClock())
+    world = MemoryWorld(nodes=slurm.nodes)
+    engine = Workflow(sessions, Adapters(CliSlurm(cfg.slurm), None, MemoryVM(world),
+                                         SlurmValidator(cfg.slurm, cfg.validation)), cfg, clock=SystemClock())
     drive(engine, rid, "collect_evidence", lambda: status(sessions, rid)[1] != "collect_evidence", timeout=60)
     with sessions() as s:
         row = s.scalars(select(RemediationStep).where(RemediationStep.remediation_id == rid)).one()
