@@ -25,6 +25,7 @@ from remediation.db.models import (
     DomainRepair,
     DomainRepairStep,
     Event,
+    EvidenceItem,
     Incident,
     Remediation,
     RemediationStep,
@@ -144,6 +145,10 @@ class Progress:
         if validation:
             c.print(f"validation: {summary['validation_checks']} GPU check(s); "
                     + "; ".join(f"{outcome}: {', '.join(nodes)}" for outcome, nodes in validation.items()))
+        if (ev := summary.get("evidence") or {}).get("items"):
+            c.print(f"collected evidence: {ev['items']} item(s) ({ev['collected']} collected) from "
+                    f"{ev['remediations']} remediation(s) before the hammer; lines in the nodes' journals: "
+                    f"{ev['journal_lines']}")
         for move in summary["hardware_moves"]:
             c.print(f"new hardware under the same name: {move['cluster']}/{move['node']}: {move['why']} "
                     f"({move['before']} -> {move['after']})")
@@ -241,6 +246,7 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated
         audit_rows = s.execute(select(AuditLog.action, AuditLog.target, AuditLog.detail)).all()
         audit = [a.action for a in audit_rows]
         checks = s.execute(select(Validation.node, Validation.outcome, Validation.duration_s)).all()
+        kept = s.execute(select(EvidenceItem.remediation_id, EvidenceItem.node, EvidenceItem.status)).all()
         incidents = _incident_rows(s, audit_rows)
         domains = nvlink_domains(s, racks or {})
     moves = []
@@ -273,6 +279,10 @@ def read_summary(settings: Settings, cluster: Any, *, timed_out: bool, simulated
                  for outcome in sorted({c.outcome for c in checks})},
         "validation_checks": len(checks),
         "hardware_moves": sorted(moves, key=lambda m: (m["cluster"], *_natural(m["node"]))),
+        "evidence": {"items": len(kept), "remediations": len({k.remediation_id for k in kept}),
+                     "collected": sum(1 for k in kept if k.status == "collected"),
+                     "journal_lines": sum(len(cluster.journal(n).read_text().splitlines())
+                                          for n in cluster.names if cluster.journal(n).exists())},
         "nvlink_domains": domains,
         "timed_out": timed_out,
     }

@@ -19,6 +19,7 @@ import shlex
 import socket
 import socketserver
 import ssl
+import subprocess
 import tempfile
 import threading
 import time
@@ -59,6 +60,16 @@ def _rebind(httpd: socketserver.TCPServer, host: str, port: int) -> None:
     httpd.server_address = (host, port)
     httpd.server_bind()
     httpd.server_activate()
+
+
+#: The GPU tools of a simulated node, for the evidence job (what each prints comes from its environment).
+NODE_TOOLS = {
+    "nvidia-smi": '#!/bin/sh\ncase "$1" in\n  -q) printf "==============NVSMI LOG==============\\n%s" "$NR_SIM_SMI_Q" ;;\n'
+                  '  *) printf "gpu_bus_id, remapped_rows.uncorrectable, remapped_rows.pending\\n'
+                  '00000000:3B:00.0, 0, No\\n" ;;\nesac\n',
+    "journalctl": '#!/bin/sh\nprintf "%s" "$NR_SIM_KERNEL"\n',
+    "logger": '#!/bin/sh\nshift 3\necho "$*" >> "$NR_SIM_JOURNAL"\n',
+}
 
 
 class LinkedGce(GceFake):
@@ -337,6 +348,8 @@ class SimCluster(FaultInjector):
         does when it sees the reset in the kernel log; a bad HBM row survives it (the check finds it)."""
         link = next((lk for lk in self.links.values() if lk.k8s == k8s_node), None)
         run = " ".join(argv)
+        if "nr-evidence" in argv and link is not None:
+            return self.evidence_outcome(link, argv)
         if "nr-gpu-reset" in argv and link is not None:
             if link.broken:
                 return 1, "Unable to reset GPU 00000000:3B:00.0: the GPU is lost; a reboot is required\n", 1.0
@@ -349,6 +362,28 @@ class SimCluster(FaultInjector):
                        "| Memory           | Fail - GPU 3: uncorrectable ECC error; row remapping "
                        f"failed (bank 12, row 4821)     |\n{gpus}"), 1.0
         return 0, f"$ {run}\n| Diagnostic       | Result |\n| Memory           | Pass   |\n{gpus}", 1.0
+
+    def evidence_outcome(self, link: Link, argv: list[str]) -> tuple[int | None, str, float]:
+        """The evidence job's pod: its own script, run here as the node's shell would, against the GPU
+        tools of this simulated node (:data:`NODE_TOOLS`): ``nvidia-smi -q`` names the node's GPUs, the
+        kernel log holds its fault, and ``logger`` writes to the node's journal (``journal(node)``)."""
+        tools = self.state_dir / "node-tools"
+        if not tools.is_dir():
+            tools.mkdir()
+            for name, text in NODE_TOOLS.items():
+                (tools / name).write_text(text)
+                (tools / name).chmod(0o755)
+        fault = "79, GPU has fallen off the bus" if link.broken else "48, DBE (double bit error) ECC error"
+        env = {"PATH": f"{tools}:/usr/bin:/bin", "NR_SIM_SMI_Q": self.gpu_identity_lines(link),
+               "NR_SIM_KERNEL": f"kernel: NVRM: Xid (PCI:0000:3b:00): {fault}\n",
+               "NR_SIM_JOURNAL": str(self.journal(link.slurm))}
+        started = time.monotonic()
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+        return done.returncode, done.stdout, max(0.1, time.monotonic() - started)
+
+    def journal(self, node: str) -> Path:
+        """The file a simulated node's ``logger`` writes its journal lines to."""
+        return self.state_dir / f"journal-{node}.log"
 
     def gpu_identity_lines(self, link: Link, count: int = 8) -> str:
         """The ``nvidia-smi -q`` lines a check script prints after its diagnostic: each GPU's serial and

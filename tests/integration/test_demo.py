@@ -279,6 +279,27 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     report = "".join(lines)
     assert re.search(r"cluster east: \d+ remediation\(s\)", report) and "cluster west: 1 remediation(s), 1 succeeded" in report
     the_rack_was_one_domain_repair(db, summary, report)
+    the_xid48_nodes_state_was_kept_before_the_hammer(db, summary, report)
+
+
+def the_xid48_nodes_state_was_kept_before_the_hammer(db: sqlite3.Connection, summary: dict[str, Any],
+                                                      report: str) -> None:
+    """The Xid 48 nodes (gpu-memory, a class whose state is kept): an evidence Job on their Node before
+    their first machine action, whose items hold what the simulated node's nvidia-smi and kernel said,
+    and a line in the node's journal before each reboot."""
+    rows = db.execute(
+        "select r.node, s.step, s.id, s.status from remediation_steps s join remediations r on r.id = s.remediation_id"
+        " where r.cluster = 'east' and r.node in (?, ?) order by s.id", XID48).fetchall()
+    for node in XID48:
+        steps = [step for n, step, _, _ in rows if n == node]
+        assert steps.index("collect_evidence") < steps.index("vm_restart"), steps
+    items = db.execute("select e.node, e.name, e.status, e.content from evidence_items e where e.cluster = 'east' and e.node in (?, ?)",
+                       XID48).fetchall()
+    got = {(node, name): (status, content) for node, name, status, content in items}
+    for node in XID48:
+        assert got[(node, "nvidia-smi-q")][0] == "collected" and "Serial Number" in got[(node, "nvidia-smi-q")][1]
+        assert "Xid (PCI:0000:3b:00)" in got[(node, "kernel-log")][1]
+    assert summary["evidence"]["journal_lines"] >= 2 and "collected evidence:" in report
 
 
 def the_rack_was_one_domain_repair(db: sqlite3.Connection, summary: dict[str, Any], report: str) -> None:
