@@ -24,11 +24,12 @@ from remediation.db.scope import cluster_of
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import OPEN_STATUSES, QUARANTINE_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.profiles.rules import Governance
 from remediation.profiles.service import governed
+from remediation.repair_requests import service as repair_requests
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
@@ -96,7 +97,7 @@ def quarantine(session: Session, name: str, actor: str, *, reason: str, now: dat
     human's quarantine is real in a shadow profile too)."""
     reason = _reason(reason)
     node = _node(session, name, lock=True)
-    if node.status == NodeStatus.QUARANTINED:
+    if node.status in QUARANTINE_STATUSES:
         raise LeverError(f"{name} is already quarantined ({node.quarantine_reason})")
     why = f"manual quarantine by {actor}: {reason}"
     rem = session.scalars(
@@ -124,7 +125,7 @@ def quarantine(session: Session, name: str, actor: str, *, reason: str, now: dat
 def release(session: Session, name: str, actor: str, *, reason: str, now: datetime) -> ReleaseActions:
     reason = _reason(reason)
     node = _node(session, name, lock=True)
-    if node.status != NodeStatus.QUARANTINED:
+    if node.status not in QUARANTINE_STATUSES:
         raise LeverError(f"{name} is not quarantined (status: {node.status}); nothing to release")
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
@@ -132,6 +133,8 @@ def release(session: Session, name: str, actor: str, *, reason: str, now: dateti
     row = audit(session, now, actor, action=AuditAction.RELEASE, target=name, reason=reason,
                 detail={"was": node.quarantine_reason})
     node.quarantine_reason = None
+    if (request := repair_requests.released(session, name, actor=actor, now=now)) is not None:
+        row.detail = {**row.detail, "repair_request": request}  # released while with the repair system
     session.flush()
     return ReleaseActions(name, row.id)
 
@@ -181,7 +184,7 @@ def committed_release(session: Session, audit_id: int) -> str | None:
             row.action == AuditAction.RELEASE or (row.action == AuditAction.CANCEL and row.detail.get("give_back") is True)):
         return None
     node = session.get(Node, (row.cluster, row.target))
-    if node is None or node.status in (NodeStatus.QUARANTINED, NodeStatus.REMEDIATING):
+    if node is None or node.status in QUARANTINE_STATUSES | {NodeStatus.REMEDIATING}:
         return None
     reopened = session.scalar(select(Remediation.id).where(
         Remediation.cluster == row.cluster, Remediation.node == row.target,

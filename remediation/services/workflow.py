@@ -57,6 +57,7 @@ from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.profiles.recorded import Governed, RecordedPolicies
+from remediation.repair_requests import service as repair_requests
 from remediation.profiles.service import governance, refresh_pools
 from remediation.services import breaker, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
@@ -318,8 +319,8 @@ class Workflow:
         if isinstance(outcome, Cancel):
             if row is not None:
                 row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-            close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason, node_healthy=outcome.node_healthy),
-                  now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason,
+                                       node_healthy=outcome.node_healthy), g=g, now=now)
             return None
         if row is not None:
             _finish_row(row, outcome, now)
@@ -332,14 +333,14 @@ class Workflow:
         step, cfg = Step(rem.step), g.settings
         rem.ctx = rem.ctx.merged(outcome.context)
         if step is Step.QUARANTINE:
-            close(s, rem, Ending(RemediationStatus.QUARANTINED), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.QUARANTINED), g=g, now=now)
             return None
         site, faults, wf = g.adapters.site, cfg.policy.faults, cfg.workflow
         cls, jobs = rem.ctx.fault_class, site.validation
         nxt = next_on_success(step, site, acts=bool(action_rungs(cls, faults, wf, gpu_reset=jobs)),
                               resets=action_at(cls, faults, wf, rung=rem.ladder, gpu_reset=jobs) == GPU_RESET)
         if nxt is Step.DONE:
-            close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.SUCCEEDED), g=g, now=now)
             return None
         return move(rem, step, nxt, now=now)
 
@@ -349,12 +350,14 @@ class Workflow:
         """The step failed: climb the ladder's next rung when there is one, else quarantine."""
         step, cfg, rid, dry = Step(rem.step), g.settings, rem.id, bool(rem.dry_run)
         if step is Step.QUARANTINE:
-            close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), g=g, now=now)
             return None
         reason = outcome.reason
         cls = rem.ctx.fault_class
         faults, wf, jobs = cfg.policy.faults, cfg.workflow, g.adapters.site.validation
-        if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
+        if rem.ctx.repair_request is not None:  # a re-check after a repair climbs no ladder
+            reason = f"re-check after repair request #{rem.ctx.repair_request} failed: {reason}"
+        elif isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
             if g.adapters.machine is None:
                 reason = f"no machine action at this site: {reason}"
             elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
@@ -366,12 +369,23 @@ class Workflow:
             else:
                 reason = f"ladder exhausted: {reason}"
         rem.action = "quarantine"
-        if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
+        rma = needs_rma(cls, cfg.policy.faults)
+        if rma:  # the one place a quarantine's reason says RMA
             reason = f"{reason} (class {cls}: hardware to return, RMA)"
-        rem.ctx = replace(rem.ctx, quarantine_reason=reason)
+        rem.ctx = replace(rem.ctx, quarantine_reason=reason, rma=rma or None)
         audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
               detail={"remediation": rid}, dry_run=dry)
         return move(rem, step, Step.QUARANTINE, now=now)
+
+    def _close(self, s: Session, rem: Remediation, end: Ending, *, g: Governed, now: datetime) -> None:
+        """End ``rem``; a hardware quarantine opens its repair request, and a re-check's end closes the
+        request it re-checked (both in this transaction)."""
+        close(s, rem, end, now=now, actor=self.settings.actor)
+        if rem.ctx.repair_request is not None:
+            repair_requests.recheck_closed(s, rem, now=now, actor=self.settings.actor)
+        if end.status is RemediationStatus.QUARANTINED:
+            repair_requests.open_on_quarantine(s, rem, cfg=self.settings.repair, lemon=g.settings.policy.lemon,
+                                               now=now)
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause
