@@ -127,7 +127,8 @@ def login(request: Request, f: Fields) -> Response:
         response = _render(request, "login.html", ctx, status_code=429)
         response.headers["Retry-After"] = str(int(wait + 0.999))
         return response
-    if identify(token, request.app.state.settings.api) is None:
+    known = identify(token, request.app.state.settings.api)
+    if known is None or known.role == "repair":  # the repair system's token calls its callback only
         return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.",
                                                "who": None}, status_code=401)
     st = request.app.state

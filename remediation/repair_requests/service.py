@@ -338,3 +338,45 @@ def open_request_of(s: Session, node: str) -> int:
     if rid is None:
         raise RepairNotFound(f"{node} has no open repair request (see `remediation repair list`)")
     return int(rid)
+
+
+# ------------------------------------------------------------------------------------------ reads
+
+
+def row_of(req: RepairRequest) -> dict[str, Any]:
+    """One request as the CLI, the API and the dashboard show it (the payload only in :func:`detail`)."""
+    return {
+        "id": req.id, "cluster": req.cluster, "node": req.node, "remediation_id": req.remediation_id,
+        "follows_id": req.follows_id, "status": str(req.status), "ticket": req.ticket,
+        "delivery": str(req.delivery), "attempts": req.attempts, "next_attempt_at": aware(req.next_attempt_at),
+        "last_error": req.last_error, "opened_at": aware(req.opened_at), "delivered_at": aware(req.delivered_at),
+        "done_at": aware(req.done_at), "closed_at": aware(req.closed_at), "closed_by": req.closed_by,
+        "note": req.note, "recheck_id": req.recheck_id, "new_hardware": req.new_hardware,
+        "dry_run": bool(req.dry_run),
+    }
+
+
+def list_requests(s: Session, *, status: RepairStatus | None = None, node: str | None = None,
+                  limit: int = 100) -> list[dict[str, Any]]:
+    """Requests, newest first (of ``status``, of ``node``)."""
+    q = select(RepairRequest).order_by(RepairRequest.id.desc()).limit(limit)
+    if status is not None:
+        q = q.where(RepairRequest.status == status)
+    if node is not None:
+        q = q.where(RepairRequest.node == node)
+    return [row_of(r) for r in s.scalars(q)]
+
+
+def detail(s: Session, request_id: int) -> dict[str, Any]:
+    """One request with what it sent; :class:`RepairNotFound` when there is none."""
+    req = s.get(RepairRequest, request_id)
+    if req is None:
+        raise RepairNotFound(f"no repair request #{request_id} (see `remediation repair list`)")
+    return {**row_of(req), "payload": dict(req.payload)}
+
+
+def failing(s: Session) -> list[dict[str, Any]]:
+    """Requests whose delivery has failed and is being retried, for the dashboard."""
+    q = select(RepairRequest).where(RepairRequest.delivery == DeliveryStatus.PENDING,
+                                    RepairRequest.attempts > 0).order_by(RepairRequest.opened_at)
+    return [row_of(r) for r in s.scalars(q)]
