@@ -19,11 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from remediation.api.auth import API_ERRORS, Principal, bearer, repair_caller
 from remediation.api.routes import ClusterFilter, NodeFilter, Reader, reading
 from remediation.repair_requests import service as svc
-from remediation.repair_requests.rules import CallbackStatus, RepairStatus
+from remediation.repair_requests.rules import TICKET, CallbackStatus, RepairStatus
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 RequestId = Annotated[int, Path(ge=1, le=2**63 - 1)]
-TICKET = r"^[\w.:#/@+-]{1,128}$"
 
 
 def caller(request: Request, creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]) -> Principal:
@@ -63,7 +62,7 @@ class CallbackBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     status: CallbackStatus
-    ticket: str = Field(pattern=TICKET, examples=["RMA-20931"], description="The repair system's ticket.")
+    ticket: str = Field(pattern=TICKET.pattern, examples=["RMA-20931"], description="The repair system's ticket.")
     note: str | None = Field(None, min_length=1, max_length=1000, examples=["GPU 3 replaced"])
 
     @field_validator("note")

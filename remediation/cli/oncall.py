@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from remediation.cli import domains, incidents, policy, read
+from remediation.cli import domains, incidents, policy, read, repair
 from remediation.cli.backend import backend
 from remediation.cli.completion import completion_script
 from remediation.cli.context import (
@@ -60,6 +60,7 @@ app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
 app.add_typer(incidents.app, name="incidents")
 app.add_typer(domains.app, name="domains")
+app.add_typer(repair.app, name="repair")
 app.add_typer(policy.app, name="policy")
 app.command("stats")(read.stats)
 app.command("status")(status)

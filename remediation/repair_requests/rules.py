@@ -6,6 +6,7 @@ Why: docs/policy.md#repair-requests-handing-hardware-to-the-repair-system
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -167,3 +168,22 @@ def changed(asked: Hardware, seen: Hardware) -> str | None:
     if before and after and before != after:
         return f"GPU serials changed ({len(before - after)} of {len(before)} replaced)"
     return None
+
+
+#: A ticket as the repair system names it: one word of letters, digits and ``.:#/@+-_``.
+TICKET = re.compile(r"^[\w.:#/@+-]{1,128}$")
+
+
+def checked_ticket(ticket: str) -> str:
+    """``ticket`` when it is one, else a ValueError that says what a ticket may hold."""
+    if not TICKET.fullmatch(ticket):
+        raise ValueError(f"a ticket is 1 to 128 letters, digits and .:#/@+-_ (got {ticket[:40]!r})")
+    return ticket
+
+
+def answered_text(node: str, request_id: int, recheck_id: int | None) -> str:
+    """What on-call reads after answering a request."""
+    if recheck_id is None:
+        return f"node/{node}: repair request #{request_id} abandoned; the node stays quarantined"
+    return (f"node/{node}: repair request #{request_id} done; re-check #{recheck_id} runs the GPU check, "
+            "then returns the node or quarantines it again")

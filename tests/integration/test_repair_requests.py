@@ -319,3 +319,35 @@ def test_release_still_works_on_a_node_with_repair(site: Site) -> None:
     req = site.request()
     assert (req.status, req.delivery, req.closed_by) == ("released", "stopped", "oncall")
     assert site.deliver() == ([], [])  # a released request is never sent
+
+
+def test_the_cli_lists_shows_and_answers_a_request(site: Site, pg_url: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from remediation.cli.oncall import app
+
+    monkeypatch.setenv("REMEDIATION_CONFIG", "")
+    dispatch = RecordingDispatcher()
+    env = {"REMEDIATION_DATABASE__URL": pg_url, "USER": "oncall-tester", "COLUMNS": "250"}
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, list(args), env=env, obj=lambda _settings: dispatch)
+
+    req = site.request()
+    listed = run("repair", "list", "-o", "json")
+    assert listed.exit_code == 0, listed.output
+    assert [(r["id"], r["node"], r["status"]) for r in json.loads(listed.stdout)] == [(req.id, NODE, "open")]
+    shown = run("repair", "show", str(req.id))
+    assert shown.exit_code == 0 and '"schema_version": 1' in shown.stdout
+    bad = run("repair", "done", NODE, "--ticket", "two words")
+    assert bad.exit_code != 0 and "a ticket is" in bad.output
+    unknown = run("repair", "done", "gpu-node-0", "--ticket", "RMA-1")
+    assert unknown.exit_code != 0 and "gpu-node-0 has no open repair request" in unknown.output
+    done = run("repair", "done", NODE, "--ticket", "RMA-77", "--note", "board swapped")
+    assert done.exit_code == 0, done.output
+    recheck = dispatch.steps_called[0].remediation_id
+    assert f"re-check #{recheck}" in done.stdout
+    assert (site.request().status, site.request().closed_by) == ("rechecking", "oncall-tester")
+    again = run("repair", "abandon", NODE, "--ticket", "RMA-77")
+    assert again.exit_code != 0 and "no open repair request" in again.output
