@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 from remediation.api.auth import COOKIE, USER_COOKIE, Principal, browser_principal, check_csrf, identify
 from remediation.api.levers import FLEET_LEVERS, Aim, Pull, every_cluster, node_href, pull
 from remediation.db.scope import scoped
+from remediation.repair_requests import service as repair_requests
 from remediation.services.clusters import checked, cluster_states, node_cluster
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
@@ -168,9 +169,10 @@ def home(request: Request, who: Viewer, cluster: str | None = None) -> HTMLRespo
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
         recent = list_audit(s, limit=15)
+        undelivered = repair_requests.failing(s)
     ov.queue_depth = st.queue_depth() if st.queue_depth is not None else None
     return _page(request, who, "overview.html", ov=ov, in_flight=in_flight, quarantine=quarantine,
-                 recent=recent, pool=pool)
+                 recent=recent, pool=pool, undelivered=undelivered)
 
 
 @router.get("/nodes")
@@ -192,7 +194,8 @@ def node(request: Request, who: Viewer, node: str, *, cluster: str | None = None
     with _reading(request, owner) as s:
         detail = node_detail(s, node, policy=st.settings.policy, now=st.clock.now())
         eras = node_eras(s, [node]).get(node, [])
-    return _page(request, who, "node.html", d=detail, eras=eras)
+        repairs = repair_requests.list_requests(s, node=node, limit=10)
+    return _page(request, who, "node.html", d=detail, eras=eras, repairs=repairs)
 
 
 @router.get("/remediations")

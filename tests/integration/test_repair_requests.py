@@ -155,6 +155,15 @@ def api(site: Site, dispatch: RecordingDispatcher) -> TestClient:
     return TestClient(create_app(site.settings, site.sessions, clock=site.clock, dispatcher=dispatch))
 
 
+def dashboard(client: TestClient, path: str) -> str:
+    """A dashboard page as a logged-in reader sees it."""
+    login = client.post("/login", data={"token": READ, "next": path}, follow_redirects=False)
+    assert login.status_code == 303, login.text
+    page = client.get(path)
+    assert page.status_code == 200, page.text
+    return page.text
+
+
 def callback(client: TestClient, rid: int, role: str = "repair", **body: object) -> Any:
     return client.post(f"/api/v1/repair-requests/{rid}/callback", headers=AS[role],
                        json={"status": "done", "ticket": "RMA-20931", **body})
@@ -255,15 +264,20 @@ def test_a_failing_webhook_is_retried_with_backoff_and_the_quarantine_stands(
     clock.advance(60)
     assert site.deliver() == ([], [req.id])
     assert aware(site.request().next_attempt_at) == clock.now() + timedelta(seconds=120)  # twice the wait
-    with api(site, RecordingDispatcher()) as client:
-        page = client.get("/", headers=AS["read"])  # the dashboard shows the failing delivery
+    with api(site, RecordingDispatcher()) as client:  # the dashboard shows the failing delivery
+        page = dashboard(client, "/")
+        node_page = dashboard(client, f"/nodes/{NODE}")
+    assert "Repair requests failing delivery" in page and "repair webhook answered HTTP 503" in page
+    assert f"#{req.id} open" in node_page and "delivery failing</strong> (2 attempts" in node_page
+    assert "s3cret" not in page + node_page
     clock.advance(120)
     assert site.deliver() == ([req.id], [])
     assert rec.answered == [503, 503, 202] and len(rec.posts) == 1
     with sessions() as s:
         paged = s.scalars(select(AuditLog).where(AuditLog.action == "repair_delivery_failed")).all()
     assert len(paged) == 1 and "s3cret" not in paged[0].reason  # paged once, never with the URL
-    assert page.status_code in (200, 303)
+    with api(site, RecordingDispatcher()) as client:
+        assert "Repair requests failing delivery" not in dashboard(client, "/")  # delivered: gone
 
 
 def test_unknown_requests_and_other_roles_are_refused_clearly(site: Site) -> None:
@@ -276,6 +290,7 @@ def test_unknown_requests_and_other_roles_are_refused_clearly(site: Site) -> Non
         res = client.get("/api/v1/repair-requests", headers=AS["repair"])  # the repair role reads nothing
         assert res.status_code == 403 and "repair" in res.json()["detail"]
         assert client.get("/api/v1/nodes", headers=AS["repair"]).status_code == 403
+        assert client.post("/login", data={"token": REPAIR, "next": "/"}, follow_redirects=False).status_code == 401
         bad = client.post(f"/api/v1/repair-requests/{req.id}/callback", headers=AS["repair"],
                           json={"status": "fixed", "ticket": "RMA-1"})
         assert bad.status_code == 422
