@@ -156,6 +156,14 @@ def backoff(attempts: int, *, base_s: float, max_s: float) -> float:
     return float(min(max_s, base_s * 2 ** max(0, attempts - 1)))
 
 
+def items(hw: Hardware) -> tuple[str, ...]:
+    """The hardware items a request names, for counting repair time per item: the machine by its most
+    physical identity known (BMC serial, BMC UUID, host, instance), and each GPU by its serial."""
+    machine = next((f"{k}:{v}" for k, v in (("serial", hw.bmc_serial), ("bmc", hw.bmc_uuid), ("host", hw.host),
+                                             ("instance", hw.instance_id)) if v), None)
+    return (*((machine,) if machine else ()), *sorted({f"gpu:{g.serial or g.uuid}" for g in hw.gpus}))
+
+
 def changed(asked: Hardware, seen: Hardware) -> str | None:
     """Why ``seen`` (read at the re-check) is other hardware than ``asked`` (the request's), for people;
     None: the same as far as both say. A field only one of them knows says nothing."""

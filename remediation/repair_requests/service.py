@@ -12,6 +12,7 @@ Why: docs/policy.md#repair-requests-handing-hardware-to-the-repair-system
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,6 +29,7 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.events import Source
 from remediation.domain.hardware import eras
 from remediation.domain.policy import Clock
+from remediation.domain.trends import Repaired
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
@@ -380,3 +382,20 @@ def failing(s: Session) -> list[dict[str, Any]]:
     q = select(RepairRequest).where(RepairRequest.delivery == DeliveryStatus.PENDING,
                                     RepairRequest.attempts > 0).order_by(RepairRequest.opened_at)
     return [row_of(r) for r in s.scalars(q)]
+
+
+def repaired(s: Session, until: datetime, *, cluster: str | None,
+             label: Callable[[str, str], str]) -> list[Repaired]:
+    """Every real request the repair system finished (done) before ``until`` (of ``cluster``, when
+    given), with the hardware items it named; ``label(cluster, node)`` names the node."""
+    q = select(RepairRequest).where(RepairRequest.done_at.is_not(None), RepairRequest.done_at < until,
+                                    RepairRequest.dry_run.is_(False))
+    if cluster is not None:
+        q = q.where(RepairRequest.cluster == cluster)
+    out = []
+    for req in s.scalars(q.order_by(RepairRequest.id)):
+        items = rules.items(_hardware(req.payload.get("hardware") or {}))
+        opened, done = aware(req.opened_at), aware(req.done_at)
+        if items and opened is not None and done is not None:
+            out.append(Repaired(label(req.cluster, req.node), items, opened, done))
+    return out

@@ -366,3 +366,37 @@ def test_the_cli_lists_shows_and_answers_a_request(site: Site, pg_url: str,
     assert (site.request().status, site.request().closed_by) == ("rechecking", "oncall-tester")
     again = run("repair", "abandon", NODE, "--ticket", "RMA-77")
     assert again.exit_code != 0 and "no open repair request" in again.output
+
+
+def test_repair_time_per_hardware_item_is_in_the_reliability_report(site: Site, pg_url: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from remediation.cli.main import app as cli
+    from remediation.reports.reliability import standalone_html
+    from remediation.services.reliability import reliability
+
+    req = site.request()
+    machine = next(v for k, v in sorted(req.payload["hardware"].items()) if k in ("host", "instance_id") and v)
+    site.clock.advance(30 * 3600)  # the repair system takes 30 hours
+    site.checks.results.append(check(*BEFORE, passed=True))
+    dispatch = RecordingDispatcher()
+    with api(site, dispatch) as client:
+        assert callback(client, req.id).status_code == 200
+    drive(site.engine, site.clock, dispatch.steps_called)
+    assert site.request(req.id).status == "returned" and site.request(req.id).new_hardware is None
+    with site.sessions() as s:
+        rep = reliability(s, site.clock.now() - timedelta(days=7), site.clock.now() + timedelta(hours=1),
+                          lemon=site.settings.policy.lemon)
+    done_h = (aware(site.request(req.id).done_at) - aware(req.opened_at)).total_seconds() / 3600
+    assert done_h == pytest.approx(30, abs=0.1)
+    by_item = {x.hardware: x for x in rep.repairs}
+    assert set(by_item) == {f"{'host' if machine == req.payload['hardware']['host'] else 'instance'}:{machine}",
+                            *(f"gpu:{sn}" for sn in BEFORE)}
+    assert all(x.repairs == 1 and x.median_h == pytest.approx(done_h) and x.nodes == (NODE,) for x in by_item.values())
+    assert "Repair time per hardware item" in standalone_html(rep, site.clock.now())
+    monkeypatch.setenv("REMEDIATION_CONFIG", "")
+    out = CliRunner().invoke(cli, ["reliability", "-o", "csv", "-f", "-", "--since", "3650d"],
+                             env={"REMEDIATION_DATABASE__URL": pg_url, "COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert f"repair_time,hardware,gpu:{BEFORE[0]},repairs,1" in out.stdout
