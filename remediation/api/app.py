@@ -22,7 +22,15 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
-from remediation.api import domain_repairs, incidents, incidents_ui, policy, reliability_ui, repair_requests, ui
+from remediation.api import (
+    domain_repairs,
+    incidents,
+    incidents_ui,
+    policy,
+    reliability_ui,
+    repair_requests,
+    ui,
+)
 from remediation.api.auth import browser_principal, header_token, identify
 from remediation.api.docs import mount_docs
 from remediation.api.guard import BodyGuard

@@ -102,7 +102,7 @@ def get_request(request: Request, _: Reader, request_id: RequestId) -> dict[str,
 
 @router.post("/repair-requests/{request_id}/callback", response_model=CallbackAnswer, tags=["levers"],
              summary="The repair system says a repair is done or abandoned")
-def post_callback(request: Request, who: Annotated[Principal, Depends(caller)], request_id: RequestId,
+def post_callback(request: Request, who: Annotated[Principal, Depends(caller)], request_id: RequestId, *,
                   body: CallbackBody) -> CallbackAnswer:
     """Done: the node is re-checked (the GPU check, and the domain check where it is in an NVLink
     domain), then returned or quarantined again with a new request. 404: no such request; 409: it is

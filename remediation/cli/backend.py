@@ -15,9 +15,9 @@ from typing import Any, Protocol
 from remediation.cli.context import EXIT_REQUEST, CliError, State
 from remediation.domain_repair import service as repairs
 from remediation.domain_repair.service import cancelled_text
+from remediation.incidents import service as inc
 from remediation.repair_requests import service as repair_requests
 from remediation.repair_requests.rules import CallbackStatus, RepairStatus, answered_text, checked_ticket
-from remediation.incidents import service as inc
 from remediation.services import policy_views
 from remediation.services.clusters import (
     cluster_states,
@@ -76,7 +76,7 @@ class Backend(Protocol):
     def cancel_repair(self, repair_id: int, reason: str) -> str: ...
     def repair_requests(self, status: str | None, node: str | None, limit: int) -> list[dict[str, Any]]: ...
     def repair_request(self, request_id: int) -> dict[str, Any]: ...
-    def answer_repair(self, node: str, status: CallbackStatus, ticket: str, note: str | None) -> str: ...
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str: ...
     def breaker(self, profile: str | None = None) -> dict[str, Any]: ...
     def clusters(self) -> list[ClusterState]: ...
     def policy_show(self, profile: str | None) -> dict[str, Any]: ...
@@ -293,7 +293,7 @@ class Direct:
         held = self.st.levers(cluster).cancel_repair(repair_id, self.st.actor, reason)
         return cancelled_text(repair_id, held)
 
-    def answer_repair(self, node: str, status: CallbackStatus, ticket: str, note: str | None) -> str:
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str:
         try:
             ticket = checked_ticket(ticket)
         except ValueError as exc:

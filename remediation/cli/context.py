@@ -26,8 +26,8 @@ from remediation.db.scope import scoped
 from remediation.db.session import DatabaseUnavailable, check_database, make_engine, make_session_factory
 from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
-from remediation.repair_requests.service import RepairNotFound, RepairRefused
 from remediation.profiles.service import governance
+from remediation.repair_requests.service import RepairNotFound, RepairRefused
 from remediation.services.audit import VIA
 from remediation.services.clusters import AmbiguousNode
 from remediation.services.lever_rules import LeverError

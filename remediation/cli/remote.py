@@ -17,6 +17,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from remediation.cli.context import EXIT_CONFIG, EXIT_DATABASE, EXIT_REQUEST, CliError
+from remediation.repair_requests.rules import CallbackStatus, RepairStatus, answered_text
 from remediation.services.lemons import LemonRow
 from remediation.services.readmodels import (
     AuditRow,
@@ -226,7 +227,7 @@ class Remote:
     def repair_request(self, request_id: int) -> dict[str, Any]:
         return dict(self._call("GET", f"/repair-requests/{request_id}"))
 
-    def answer_repair(self, node: str, status: CallbackStatus, ticket: str, note: str | None) -> str:
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str:
         found = self.repair_requests(RepairStatus.OPEN, node, 1)
         if not found:
             raise CliError(f"{node} has no open repair request (see `remediation repair list`)", EXIT_REQUEST)

@@ -32,8 +32,8 @@ def repair_list(
     status: RepairStatus = typer.Option(None, "--status", "-s", help="open, rechecking, returned, failed-check, "
                                         "abandoned or released."),
     node: str = typer.Option(None, "--node", help="Only this node's requests."),
-    limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
-    *, output: str = OUTPUT, cluster: str | None = CLUSTER,
+    *, limit: int = typer.Option(100, "--limit", help="At most this many, newest first."),
+    output: str = OUTPUT, cluster: str | None = CLUSTER,
 ) -> None:
     """List repair requests, newest first."""
     fmt = r.check_format(output)
@@ -88,14 +88,15 @@ def repair_show(ctx: typer.Context, request_id: int = typer.Argument(..., metava
 @app.command("done")
 @cli_errors
 def repair_done(ctx: typer.Context, node: str = typer.Argument(..., help="The node the repair was for."),
-                ticket: str = TICKET, note: str | None = NOTE, *, cluster: str | None = CLUSTER) -> None:
+                *, ticket: str = TICKET, note: str | None = NOTE, cluster: str | None = CLUSTER) -> None:
     """The repair is done: re-check NODE (the GPU check, then return it, or quarantine it again)."""
-    typer.echo(backend(state(ctx, cluster)).answer_repair(node, CallbackStatus.DONE, ticket, note))
+    typer.echo(backend(state(ctx, cluster)).answer_repair(node, CallbackStatus.DONE, ticket=ticket, note=note))
 
 
 @app.command("abandon")
 @cli_errors
 def repair_abandon(ctx: typer.Context, node: str = typer.Argument(..., help="The node the repair was for."),
-                   ticket: str = TICKET, note: str | None = NOTE, *, cluster: str | None = CLUSTER) -> None:
+                   *, ticket: str = TICKET, note: str | None = NOTE, cluster: str | None = CLUSTER) -> None:
     """No repair will come: close NODE's request; the node stays quarantined for a human."""
-    typer.echo(backend(state(ctx, cluster)).answer_repair(node, CallbackStatus.ABANDONED, ticket, note))
+    typer.echo(backend(state(ctx, cluster)).answer_repair(node, CallbackStatus.ABANDONED, ticket=ticket,
+                                                                   note=note))

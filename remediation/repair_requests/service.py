@@ -29,9 +29,9 @@ from remediation.domain.context import RemediationContext
 from remediation.domain.events import Source
 from remediation.domain.hardware import eras
 from remediation.domain.policy import Clock
-from remediation.domain.trends import Repaired
 from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
+from remediation.domain.trends import Repaired
 from remediation.ports.dispatch import FollowUp
 from remediation.repair_requests import rules
 from remediation.repair_requests.port import DeliveryFailed, RepairSystem

@@ -24,7 +24,13 @@ from remediation.db.scope import cluster_of
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.statemachine import OPEN_STATUSES, QUARANTINE_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    OPEN_STATUSES,
+    QUARANTINE_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
 from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.profiles.rules import Governance

@@ -36,7 +36,13 @@ from remediation.db.models import (
 from remediation.db.queries import BREAKER, PAUSED
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
-from remediation.domain.statemachine import OPEN_STATUSES, QUARANTINE_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    OPEN_STATUSES,
+    QUARANTINE_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
 from remediation.incidents import service as incidents
 from remediation.profiles.metrics import profile_metrics
 from remediation.services.nvlink import block_health

@@ -57,8 +57,8 @@ from remediation.incidents import service as incidents
 from remediation.ports.dispatch import FollowUp, Hint
 from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.profiles.recorded import Governed, RecordedPolicies
-from remediation.repair_requests import service as repair_requests
 from remediation.profiles.service import governance, refresh_pools
+from remediation.repair_requests import service as repair_requests
 from remediation.services import breaker, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings

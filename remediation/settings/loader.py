@@ -28,9 +28,9 @@ from pydantic_settings import (
 )
 
 from remediation.evidence_collection.settings import EvidenceSettings
-from remediation.repair_requests.settings import RepairSettings
 from remediation.incidents.settings import IncidentSettings
 from remediation.profiles.settings import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
+from remediation.repair_requests.settings import RepairSettings
 from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
