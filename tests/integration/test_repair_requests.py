@@ -400,3 +400,26 @@ def test_repair_time_per_hardware_item_is_in_the_reliability_report(site: Site, 
                              env={"REMEDIATION_DATABASE__URL": pg_url, "COLUMNS": "250"})
     assert out.exit_code == 0, out.output
     assert f"repair_time,hardware,gpu:{BEFORE[0]},repairs,1" in out.stdout
+
+
+def test_a_new_host_after_the_repair_is_recorded_as_new_hardware(site: Site) -> None:
+    from remediation.services.hardware import node_eras
+
+    req = site.request()
+    asked = req.payload["hardware"]["host"]
+    with site.world.mutate() as st:
+        st["nodes"][NODE]["vm"]["host"] = 7  # the repair system put the node's name on another machine
+    site.checks.results.append(check(*BEFORE, passed=True))  # the same GPUs (moved with their board)
+    dispatch = RecordingDispatcher()
+    with api(site, dispatch) as client:
+        assert callback(client, req.id).status_code == 200
+    drive(site.engine, site.clock, dispatch.steps_called)
+    done = site.request(req.id)
+    assert done.status == "returned"
+    assert done.new_hardware == f"host changed ({asked} -> {NODE}-host7)"
+    with site.sessions() as s:
+        eras = node_eras(s, [NODE])[NODE]
+        audited = s.scalars(select(AuditLog.reason).where(AuditLog.action == "repair_new_hardware")).all()
+    assert eras[-1].host == f"{NODE}-host7" and eras[-1].why.startswith("host changed")
+    assert eras[-1].since == aware(done.closed_at)  # the re-check's return read it
+    assert audited == [done.new_hardware]
