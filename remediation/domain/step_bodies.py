@@ -40,7 +40,13 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
-from remediation.domain.step_records import EvictDetail, MachineDetail, QuarantineDetail, ReturnDetail, VerifyDetail
+from remediation.domain.step_records import (
+    EvictDetail,
+    MachineDetail,
+    QuarantineDetail,
+    ReturnDetail,
+    VerifyDetail,
+)
 from remediation.ports.cluster import (
     Operation,
     SlurmNode,
