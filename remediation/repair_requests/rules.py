@@ -127,7 +127,7 @@ def inline(content: str | None, size_bytes: int) -> str | None:
 
 def payload(f: Facts) -> dict[str, Any]:
     """The JSON body of the request (docs/policy.md documents every key)."""
-    hw = asdict(f.hardware)
+    hw = {**asdict(f.hardware), "gpus": [asdict(g) for g in f.hardware.gpus]}
     return {
         "schema_version": SCHEMA_VERSION,
         "request": {"id": f.request_id, "follows": f.follows, "opened_at": f.opened_at.isoformat(),

@@ -93,7 +93,7 @@ def _facts(s: Session, rem: RemediationRow, req: RepairRequest, *, lemon: LemonS
         reason=rem.ctx.quarantine_reason or rem.outcome or "", hardware=hardware_of(s, rem.node),
         lemon=rules.Lemon(sc.score, sc.failures, sc.over(lemon), sc.explanation) if sc else
         rules.Lemon(0.0, 0, False, "no failures counted"),
-        follows=req.follows_id, fault_evidence=rem.fault_evidence, evidence=_evidence(s, rem.id),
+        follows=req.follows_id, fault_evidence=rem.fault_evidence, evidence=evidence_of(s, rem.id),
         history=tuple(rules.PastFault(f.at, f.fault_class) for f in history), dry_run=req.dry_run)
 
 
@@ -110,7 +110,8 @@ def hardware_of(s: Session, node: str, since: datetime | None = None) -> rules.H
                           gpus=tuple(rules.Gpu(g.uuid, g.serial) for g in gpus))
 
 
-def _evidence(s: Session, remediation_id: int) -> tuple[rules.EvidenceItem, ...]:
+def evidence_of(s: Session, remediation_id: int) -> tuple[rules.EvidenceItem, ...]:
+    """The evidence collected during ``remediation_id``, as the request names it (content inline ≤ 8 KiB)."""
     rows = s.scalars(select(EvidenceItem).where(EvidenceItem.remediation_id == remediation_id)
                      .order_by(EvidenceItem.id))
     return tuple(rules.EvidenceItem(r.name, str(r.status), r.exit_code, r.size_bytes, r.truncated, r.sha256,

@@ -423,3 +423,24 @@ def test_a_new_host_after_the_repair_is_recorded_as_new_hardware(site: Site) -> 
     assert eras[-1].host == f"{NODE}-host7" and eras[-1].why.startswith("host changed")
     assert eras[-1].since == aware(done.closed_at)  # the re-check's return read it
     assert audited == [done.new_hardware]
+
+
+def test_the_request_names_the_collected_evidence_and_sends_small_items_inline(site: Site) -> None:
+    from remediation.db.models import EvidenceItem, RemediationStep
+    from remediation.repair_requests.service import evidence_of
+
+    rid = site.request().remediation_id
+    small, large = "gpu,remapped\n0,2\n", "x" * 9000
+    with site.sessions() as s, s.begin():
+        step = s.scalars(select(RemediationStep.id).where(RemediationStep.remediation_id == rid)).first()
+        for name, content, location in (("remapped-rows", small, None), ("kernel-log", large, None),
+                                        ("nvidia-bug-report", None, "dir:nvidia-bug-report-41")):
+            s.add(EvidenceItem(remediation_id=rid, step_id=step, node=NODE, name=name, status="collected",
+                               exit_code=0, size_bytes=len(content or "") or 4_000_000, truncated=False,
+                               sha256="0" * 64, content=content, location=location, collected_at=site.clock.now()))
+    with site.sessions() as s:
+        items = {e.name: e for e in evidence_of(s, rid)}
+    assert items["remapped-rows"].content == small and items["remapped-rows"].size_bytes == len(small)
+    assert items["kernel-log"].content is None  # kept in the database, but over 8 KiB: named, not sent
+    assert items["nvidia-bug-report"].content is None and items["nvidia-bug-report"].location == "dir:nvidia-bug-report-41"
+    assert items["nvidia-bug-report"].sha256 == "0" * 64 and items["nvidia-bug-report"].status == "collected"
