@@ -168,6 +168,8 @@ def cancel(session: Session, remediation_id: int, actor: str, *, reason: str, no
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
     row = audit(session, now, actor, action=AuditAction.CANCEL, target=rem.node, reason=reason,
                 detail={"remediation": rem.id, "step": rem.step, "give_back": give_back})
+    if rem.ctx.repair_request is not None:  # a repair's re-check: its request ends with it
+        repair_requests.recheck_closed(session, rem, now=now, actor=actor)
     session.flush()
     return Cancel(rem, ReleaseActions(rem.node, row.id) if give_back else None)
 

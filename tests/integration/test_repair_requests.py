@@ -444,3 +444,15 @@ def test_the_request_names_the_collected_evidence_and_sends_small_items_inline(s
     assert items["kernel-log"].content is None  # kept in the database, but over 8 KiB: named, not sent
     assert items["nvidia-bug-report"].content is None and items["nvidia-bug-report"].location == "dir:nvidia-bug-report-41"
     assert items["nvidia-bug-report"].sha256 == "0" * 64 and items["nvidia-bug-report"].status == "collected"
+
+
+def test_cancelling_a_recheck_ends_its_request_so_the_node_can_have_another(site: Site) -> None:
+    req = site.request()
+    dispatch = RecordingDispatcher()
+    with api(site, dispatch) as client:
+        recheck = callback(client, req.id).json()["recheck_id"]
+        res = client.post(f"/api/v1/remediations/{recheck}/cancel", headers=AS["admin"],
+                          json={"reason": "the board is not back yet"})
+        assert res.status_code == 200, res.text
+    ended = site.request(req.id)
+    assert ended.status == "abandoned" and f"re-check #{recheck} cancelled" in (ended.note or "")
