@@ -293,7 +293,10 @@ def recheck_closed(s: Session, rem: RemediationRow, *, now: datetime, actor: str
     ended = {RemediationStatus.SUCCEEDED: RepairStatus.RETURNED,
              RemediationStatus.QUARANTINED: RepairStatus.FAILED_CHECK}.get(rem.status, RepairStatus.ABANDONED)
     req.status, req.closed_at = ended, now
-    req.note = _noted(req.note, f"re-check #{rem.id} {rem.status}: {rem.outcome or ''}"[:2000])
+    said = f"re-check #{rem.id} {rem.status}: {rem.outcome or ''}"
+    if rem.ctx.domain_repair is not None:  # validation.domain_check_on_return: the domain check decides
+        said = f"re-check #{rem.id} passed; handed to domain repair #{rem.ctx.domain_repair}, whose check decides"
+    req.note = _noted(req.note, said[:2000])
     s.flush()  # closed before a failed re-check's new request is written (one open per node)
     if ended is RepairStatus.RETURNED:
         audit(s, now, actor, action=AuditAction.REPAIR_RETURNED, target=rem.node, reason=rem.outcome or "",

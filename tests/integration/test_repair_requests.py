@@ -124,9 +124,9 @@ def check(*serials: str, passed: bool) -> ValidationResult:
                             output=f"{'PASS' if passed else 'FAIL: dcgmi diag level 3'}\n{gpu_lines(*serials)}")
 
 
-def site_settings(url: str, **repair: object) -> Settings:
+def site_settings(url: str, *, validation: dict[str, object] | None = None, **repair: object) -> Settings:
     base = engine_settings(
-        evidence={"enabled": False},
+        evidence={"enabled": False}, validation=validation or {},
         repair={"enabled": True, "webhook_url": url, "backoff_base_s": 60, "backoff_max_s": 600, **repair},
         api={"tokens": [{"name": "oncall", "role": "admin", "token": ADMIN},
                         {"name": "viewer", "role": "read", "token": READ},
@@ -456,3 +456,48 @@ def test_cancelling_a_recheck_ends_its_request_so_the_node_can_have_another(site
         assert res.status_code == 200, res.text
     ended = site.request(req.id)
     assert ended.status == "abandoned" and f"re-check #{recheck} cancelled" in (ended.note or "")
+
+
+def test_done_on_a_tray_of_an_nvlink_domain_ends_with_the_domain_check(
+    sessions: sessionmaker[Session], receiver: tuple[Receiver, str],  # noqa: F811
+) -> None:
+    """With ``validation.domain_check_on_return``, the re-check's return hands the tray to a repair of
+    its domain, whose one check over every tray decides: the tray's own check, then the domain's."""
+    from remediation.db.models import DomainRepair
+    from remediation.domain_repair.rules import DomainRepairStatus
+    from remediation.domain_repair.service import DomainRepairs
+    from tests.integration.test_domain_repair_ingest import _blocks
+
+    rec, url = receiver
+    clock = FakeClock(datetime.now(UTC).replace(microsecond=0) - timedelta(minutes=5))
+    _blocks(sessions, clock)
+    settings = site_settings(url, validation={"backend": "slurm", "domain_check_on_return": True})
+    world = MemoryWorld([f"gpu-node-{i}" for i in range(8)])
+    checks = ScriptedValidator([check(*BEFORE, passed=False)])
+    engine = Workflow(sessions, Adapters(MemorySlurm(world), MemoryKube(world), MemoryVM(world), checks), settings,
+                      clock=clock)
+    site = Site(sessions, settings, clock, world, checks, engine, url, rec)
+    drive(engine, clock, publish(sessions, settings, clock, NODE, reason="xid 48", world=world))
+    req = site.request()
+    assert site.node().status == "with-repair"
+    checks.results += [check(*BEFORE, passed=True), check(passed=True)]  # the tray's check, the domain's
+    dispatch = RecordingDispatcher()
+    with api(site, dispatch) as client:
+        assert callback(client, req.id).status_code == 200
+    drive(engine, clock, dispatch.steps_called)
+    with sessions() as s:
+        recheck = s.get(Remediation, dispatch.steps_called[0].remediation_id)
+        handed = recheck.ctx.domain_repair
+    assert handed is not None and "DRAIN" in world.node(NODE)["slurm"]["flags"]  # the domain decides
+    repairs = DomainRepairs(sessions, Adapters(MemorySlurm(world), MemoryKube(world), None, checks), settings,
+                            clock=clock)
+    for _ in range(20):
+        if repairs.advance(handed) is None:
+            break
+    with sessions() as s:
+        assert s.get(DomainRepair, handed).status is DomainRepairStatus.RETURNED
+    (domain_check,) = [c for name, c in checks.calls if name == "start" and c.nodes]
+    assert NODE in domain_check.nodes and len(domain_check.nodes) == 4
+    assert "DRAIN" not in world.node(NODE)["slurm"]["flags"]
+    done = site.request(req.id)
+    assert done.status == "returned" and f"handed to domain repair #{handed}" in (done.note or "")
