@@ -59,7 +59,7 @@ class RepairNotFound(LookupError):
 
 
 def open_on_quarantine(s: Session, rem: RemediationRow, *, cfg: RepairSettings, lemon: LemonSettings,
-                       now: datetime) -> RepairRequest | None:
+                       now: datetime, actor: str) -> RepairRequest | None:
     """Open the node's repair request as ``rem`` closes quarantined, when the quarantine is for hardware
     (its reason says RMA) or ends a failed re-check; the node is then ``with-repair``. None: off, or not
     a hardware quarantine."""
@@ -76,7 +76,7 @@ def open_on_quarantine(s: Session, rem: RemediationRow, *, cfg: RepairSettings, 
     if node is not None:
         node.status, node.updated_at = NodeStatus.WITH_REPAIR, now
         node.status_reason = f"{node.status_reason or 'quarantined'} (repair request #{req.id})"[:2000]
-    audit(s, now, "remediation", action=AuditAction.REPAIR_REQUESTED, target=rem.node, reason=rem.outcome or "",
+    audit(s, now, actor, action=AuditAction.REPAIR_REQUESTED, target=rem.node, reason=rem.outcome or "",
           detail={"remediation": rem.id, "repair_request": req.id, "follows": earlier}, dry_run=req.dry_run)
     return req
 

@@ -385,7 +385,7 @@ class Workflow:
             repair_requests.recheck_closed(s, rem, now=now, actor=self.settings.actor)
         if end.status is RemediationStatus.QUARANTINED:
             repair_requests.open_on_quarantine(s, rem, cfg=self.settings.repair, lemon=g.settings.policy.lemon,
-                                               now=now)
+                                               now=now, actor=self.settings.actor)
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause
