@@ -501,3 +501,27 @@ def test_done_on_a_tray_of_an_nvlink_domain_ends_with_the_domain_check(
     assert "DRAIN" not in world.node(NODE)["slurm"]["flags"]
     done = site.request(req.id)
     assert done.status == "returned" and f"handed to domain repair #{handed}" in (done.note or "")
+
+
+def test_a_worker_with_beat_delivers_the_request_and_retries_a_failure(
+    site: Site, pg_url: str, redis_prefix: str, tmp_path: Path,
+) -> None:
+    """The real processes: a Celery worker with embedded beat sends the open request; the receiver
+    refuses the first POST, and the next pass, after its backoff, delivers it once."""
+    from tests.conftest import REDIS_URL
+    from tests.integration.workerproc import Worker, wait_for, worker_env
+
+    site.receiver.failures = 1
+    req = site.request()
+    env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, REMEDIATION_REPAIR__ENABLED="true",
+                     REMEDIATION_REPAIR__WEBHOOK_URL=site.url, REMEDIATION_REPAIR__BACKOFF_BASE_S="1",
+                     REMEDIATION_REPAIR__BACKOFF_MAX_S="2")
+    worker = Worker(env, tmp_path)
+    try:
+        wait_for(lambda: site.receiver.posts, 60, "the repair request delivered by the worker", worker)
+    finally:
+        worker.stop()
+    assert site.receiver.answered == [503, 202] and site.receiver.posts[0]["request"]["id"] == req.id
+    done = site.request(req.id)
+    assert (done.delivery, done.attempts, done.last_error) == ("delivered", 1, "repair webhook answered HTTP 503")
+    assert "s3cret" not in worker.output()  # the URL is a credential: in no log line
