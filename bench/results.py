@@ -99,6 +99,8 @@ BENCHES = (
         (),
         ("--cycles", "1", "--drain-timeout", "20", "--poll", "2"),
     ),
+    Bench("evidence", "Evidence before the hammer: what collecting the node's state adds, real slurmctld", (),
+          ("--cycles", "3")),
     Bench(
         "vm_overhead",
         "Workflow overhead per remediation (GCE and Azure over HTTPS)",

@@ -22,6 +22,7 @@ from remediation.adapters.celery import (
     INGEST_TASK,
     NOTIFY_TASK,
     PRUNE_TASK,
+    REPAIR_REQUESTS_TASK,
     REQUEST_QUEUE,
     SWEEP_TASK,
     isolate_queue,
@@ -39,7 +40,7 @@ def make_app(settings: Settings) -> Celery:
     task modules, the broker-restart-proof consumer and the beat schedule."""
     app = make_client_app(settings)
     app.conf.update(
-        include=["remediation.workers.tasks", "remediation.workers.notify_task"],
+        include=["remediation.workers.tasks", "remediation.workers.notify_task", "remediation.workers.repair_task"],
         worker_hijack_root_logger=False,
         worker_consumer="remediation.workers.celery_app:Consumer",
         beat_schedule_filename=str(settings.broker.beat_schedule_file),  # `-s FILE` still overrides
@@ -56,6 +57,8 @@ def make_app(settings: Settings) -> Celery:
             "task": PRUNE_TASK,
             "schedule": settings.retention.prune_interval_s,
         }
+    if settings.repair.enabled:  # the repair requests' outbox (remediation.repair_requests)
+        app.conf.beat_schedule["repair-requests"] = {"task": REPAIR_REQUESTS_TASK, "schedule": 10.0}
     health.install(app, settings)
     kick_relay.install(app, settings)
     return app

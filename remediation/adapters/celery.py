@@ -32,6 +32,7 @@ PRUNE_TASK = "remediation.prune"
 ISOLATE_TASK = "remediation.isolate"
 RESUME_TASK = "remediation.resume"
 DOMAIN_REPAIR_TASK = "remediation.domain_repair"  # one look at a domain repair (remediation.domain_repair)
+REPAIR_REQUESTS_TASK = "remediation.repair_requests"  # deliver the repair requests due (remediation.repair_requests)
 
 
 #: Message priorities on the Redis transport: lower goes first, across every queue a worker reads
@@ -74,7 +75,8 @@ def make_app(settings: Settings) -> Celery:
         task_default_queue=WORKFLOW_QUEUE,
         task_routes={INGEST_TASK: {"queue": INGEST_QUEUE},
                      **{task: {"queue": REQUEST_QUEUE} for task in (RELEASE_TASK, RESUME_TASK, SWEEP_TASK,
-                                                                    NOTIFY_TASK, PRUNE_TASK)}},
+                                                                    NOTIFY_TASK, PRUNE_TASK,
+                                                                    REPAIR_REQUESTS_TASK)}},
         task_ignore_result=True,
         task_serializer="json",
         accept_content=["json"],

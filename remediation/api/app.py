@@ -23,7 +23,15 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.factory import evidence_storage
-from remediation.api import domain_repairs, incidents, incidents_ui, policy, reliability_ui, ui
+from remediation.api import (
+    domain_repairs,
+    incidents,
+    incidents_ui,
+    policy,
+    reliability_ui,
+    repair_requests,
+    ui,
+)
 from remediation.api.auth import browser_principal, header_token, identify
 from remediation.api.docs import mount_docs
 from remediation.api.guard import BodyGuard
@@ -85,6 +93,7 @@ def create_app(settings: Settings, sessions: sessionmaker[Session] | None = None
     app.include_router(router)
     app.include_router(incidents.router)
     app.include_router(domain_repairs.router)
+    app.include_router(repair_requests.router)
     app.include_router(policy.router)
     app.include_router(ui.router)
     app.include_router(incidents_ui.router)

@@ -1,6 +1,7 @@
-"""Authentication for the API and the dashboard: bearer tokens from settings, two roles.
+"""Authentication for the API and the dashboard: bearer tokens from settings, three roles.
 
-``read`` tokens read, ``admin`` tokens also pull levers. Named tokens (``api.tokens``) audit levers under
+``read`` tokens read, ``admin`` tokens also pull levers, ``repair`` tokens (the repair system's) call
+the repair request callback and nothing else: no read, no lever, no dashboard. Named tokens (``api.tokens``) audit levers under
 their name; unnamed ones under their fingerprint. The JSON API takes ``Authorization: Bearer`` only; the
 dashboard holds a server-side session (:mod:`remediation.services.dashboard_sessions`) whose forms carry a
 CSRF value. Tokens are compared in constant time and never logged.
@@ -30,7 +31,7 @@ bearer = HTTPBearer(auto_error=False, description="An admin or read-only token f
 
 @dataclass(frozen=True)
 class Principal:
-    role: Literal["admin", "read"]
+    role: Literal["admin", "read", "repair"]
     fingerprint: str  # first 8 hex digits of sha256(token): identifies, never reveals
     csrf_key: str  # kept in memory only to derive the CSRF value: the session id, or the bearer token
     name: str = ""  # the token's name from api.tokens; derived (admin-<fingerprint>) for the unnamed lists
@@ -67,7 +68,7 @@ def identify_sha256(digest: str, cfg: ApiSettings, csrf_key: str) -> Principal |
 
 def _match(cfg: ApiSettings, same: Callable[[str], bool], digest: str, *, csrf_key: str) -> Principal | None:
     admin = read = False
-    named: tuple[str, Literal["admin", "read"]] | None = None
+    named: tuple[str, Literal["admin", "read", "repair"]] | None = None
     for entry in cfg.tokens:  # every entry is compared: no early exit that would time-leak the match
         if same(entry.secret()):
             named = named or (entry.name, entry.role)
@@ -100,6 +101,21 @@ def api_reader(request: Request, creds: HTTPAuthorizationCredentials | None) -> 
     who = identify(creds.credentials, request.app.state.settings.api)
     if who is None:
         raise _unauthorized("invalid token")
+    if who.role == "repair":
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "this token's role is repair: it may only call "
+                            "POST /api/v1/repair-requests/ID/callback")
+    return who
+
+
+def repair_caller(request: Request, creds: HTTPAuthorizationCredentials | None) -> Principal:
+    """The caller of the repair callback: a repair token (the repair system's) or an admin token."""
+    if creds is None:
+        raise _unauthorized("missing bearer token")
+    who = identify(creds.credentials, request.app.state.settings.api)
+    if who is None:
+        raise _unauthorized("invalid token")
+    if who.role not in ("repair", "admin"):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "the repair callback needs a repair or admin token")
     return who
 
 
@@ -117,7 +133,8 @@ def browser_principal(request: Request) -> Principal | None:
     st = request.app.state
     with st.sessions() as s:
         digest = session_token(s, session_id, st.clock.now(), key=st.session_key)
-    return None if digest is None else identify_sha256(digest, st.settings.api, session_id)
+    who = None if digest is None else identify_sha256(digest, st.settings.api, session_id)
+    return None if who is None or who.role == "repair" else who  # a repair token has no dashboard
 
 
 def check_csrf(who: Principal, value: str | None) -> None:

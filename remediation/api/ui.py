@@ -23,6 +23,7 @@ from remediation.api.levers import FLEET_LEVERS, Aim, Pull, every_cluster, node_
 from remediation.api.routes import evidence_text
 from remediation.db.scope import scoped
 from remediation.evidence_collection.settings import NAME as ITEM_NAME
+from remediation.repair_requests import service as repair_requests
 from remediation.services.clusters import checked, cluster_states, node_cluster
 from remediation.services.dashboard_sessions import end_session, open_session
 from remediation.services.hardware import node_eras
@@ -129,7 +130,8 @@ def login(request: Request, f: Fields) -> Response:
         response = _render(request, "login.html", ctx, status_code=429)
         response.headers["Retry-After"] = str(int(wait + 0.999))
         return response
-    if identify(token, request.app.state.settings.api) is None:
+    known = identify(token, request.app.state.settings.api)
+    if known is None or known.role == "repair":  # the repair system's token calls its callback only
         return _render(request, "login.html", {"next": nxt, "error": "That token is not valid.",
                                                "who": None}, status_code=401)
     st = request.app.state
@@ -169,9 +171,10 @@ def home(request: Request, who: Viewer, cluster: str | None = None) -> HTMLRespo
         in_flight = list_remediations(s, "open", limit=200)
         quarantine = quarantined(s)
         recent = list_audit(s, limit=15)
+        undelivered = repair_requests.failing(s)
     ov.queue_depth = st.queue_depth() if st.queue_depth is not None else None
     return _page(request, who, "overview.html", ov=ov, in_flight=in_flight, quarantine=quarantine,
-                 recent=recent, pool=pool)
+                 recent=recent, pool=pool, undelivered=undelivered)
 
 
 @router.get("/nodes")
@@ -193,7 +196,8 @@ def node(request: Request, who: Viewer, node: str, *, cluster: str | None = None
     with _reading(request, owner) as s:
         detail = node_detail(s, node, policy=st.settings.policy, now=st.clock.now())
         eras = node_eras(s, [node]).get(node, [])
-    return _page(request, who, "node.html", d=detail, eras=eras)
+        repairs = repair_requests.list_requests(s, node=node, limit=10)
+    return _page(request, who, "node.html", d=detail, eras=eras, repairs=repairs)
 
 
 @router.get("/remediations")

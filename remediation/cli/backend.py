@@ -17,6 +17,8 @@ from remediation.domain_repair import service as repairs
 from remediation.domain_repair.service import cancelled_text
 from remediation.evidence_collection import service as collected
 from remediation.incidents import service as inc
+from remediation.repair_requests import service as repair_requests
+from remediation.repair_requests.rules import CallbackStatus, RepairStatus, answered_text, checked_ticket
 from remediation.services import policy_views
 from remediation.services.clusters import (
     cluster_states,
@@ -74,6 +76,9 @@ class Backend(Protocol):
     def repairs(self, status: str | None, limit: int) -> list[dict[str, Any]]: ...
     def repair(self, repair_id: int) -> dict[str, Any]: ...
     def cancel_repair(self, repair_id: int, reason: str) -> str: ...
+    def repair_requests(self, status: str | None, node: str | None, limit: int) -> list[dict[str, Any]]: ...
+    def repair_request(self, request_id: int) -> dict[str, Any]: ...
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str: ...
     def breaker(self, profile: str | None = None) -> dict[str, Any]: ...
     def clusters(self) -> list[ClusterState]: ...
     def policy_show(self, profile: str | None) -> dict[str, Any]: ...
@@ -196,6 +201,15 @@ class Direct:
         with self.st.reading() as s:
             return repairs.show_repair(s, repair_id)
 
+    def repair_requests(self, status: str | None, node: str | None, limit: int) -> list[dict[str, Any]]:
+        with self.st.reading() as s:
+            return repair_requests.list_requests(s, status=RepairStatus(status) if status else None, node=node,
+                                                 limit=limit)
+
+    def repair_request(self, request_id: int) -> dict[str, Any]:
+        with self.st.reading() as s:
+            return repair_requests.detail(s, request_id)
+
     def clusters(self) -> list[ClusterState]:
         with self.st.reading() as s:
             return cluster_states(s, self._clusters())
@@ -287,6 +301,18 @@ class Direct:
             cluster = repair_cluster(s, repair_id, self.st.cluster)
         held = self.st.levers(cluster).cancel_repair(repair_id, self.st.actor, reason)
         return cancelled_text(repair_id, held)
+
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str:
+        try:
+            ticket = checked_ticket(ticket)
+        except ValueError as exc:
+            raise CliError(str(exc), EXIT_REQUEST) from None
+        cluster = self.node_cluster(node)
+        with self.st.reading(cluster) as s:
+            request_id = repair_requests.open_request_of(s, node)
+        said = repair_requests.Answer(status, ticket, self.st.actor, note)
+        followup = self.st.levers(cluster).answer_repair(request_id, said)
+        return answered_text(node, request_id, followup.remediation_id if followup else None)
 
     def resolve_incident(self, incident_id: int, reason: str) -> str:
         with self.st.sessions()() as s:

@@ -28,6 +28,7 @@ from remediation.incidents.service import IncidentError
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.ports.errors import RemediationError
 from remediation.profiles.service import governance
+from remediation.repair_requests.service import RepairNotFound, RepairRefused
 from remediation.services.audit import VIA
 from remediation.services.clusters import AmbiguousNode
 from remediation.services.lever_rules import LeverError
@@ -163,7 +164,7 @@ def cli_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(str(exc), exc.code) from None
         except AmbiguousNode as exc:  # a usage error: the user must say which cluster
             raise fail(str(exc), EXIT_CONFIG) from None
-        except (ReadModelError, LeverError, IncidentError) as exc:
+        except (ReadModelError, LeverError, IncidentError, RepairNotFound, RepairRefused) as exc:
             raise fail(str(exc)) from None
         except DatabaseUnavailable as exc:
             raise fail(str(exc), EXIT_DATABASE) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import typer
 
-from remediation.cli import domains, incidents, policy, read
+from remediation.cli import domains, incidents, policy, read, repair
 from remediation.cli.backend import backend
 from remediation.cli.completion import completion_script
 from remediation.cli.context import (
@@ -33,7 +33,7 @@ from remediation.cli.remote import SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV, check_
 from remediation.cli.simulate import simulate
 from remediation.cli.status import status
 from remediation.cli.validate import run_validation, validate, verdict_line
-from remediation.domain.statemachine import NodeStatus
+from remediation.domain.statemachine import QUARANTINE_STATUSES
 from remediation.domain.states import CheckPurpose, ValidationOutcome
 from remediation.settings import CONFIG_ENV
 from remediation.vocabulary import DEFAULT_CLUSTER
@@ -60,6 +60,7 @@ app.add_typer(read.rejected, name="rejected")
 app.add_typer(read.audit, name="audit")
 app.add_typer(incidents.app, name="incidents")
 app.add_typer(domains.app, name="domains")
+app.add_typer(repair.app, name="repair")
 app.add_typer(policy.app, name="policy")
 app.command("stats")(read.stats)
 app.command("status")(status)
@@ -133,7 +134,7 @@ def release(ctx: typer.Context, node: str = typer.Argument(..., help="Slurm node
     st = state(ctx, cluster)
     if validate_first:
         status = backend(st).node(node).status
-        if status != NodeStatus.QUARANTINED:
+        if status not in QUARANTINE_STATUSES:
             raise CliError(f"{node} is not quarantined (status: {status}); nothing to release", EXIT_REQUEST)
         rec = run_validation(st, node, CheckPurpose.RELEASE_VALIDATE)
         typer.echo(verdict_line(node, rec))

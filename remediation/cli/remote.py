@@ -17,6 +17,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from remediation.cli.context import EXIT_CONFIG, EXIT_DATABASE, EXIT_REQUEST, CliError
+from remediation.repair_requests.rules import CallbackStatus, RepairStatus, answered_text
 from remediation.services.lemons import LemonRow
 from remediation.services.readmodels import (
     AuditRow,
@@ -223,6 +224,21 @@ class Remote:
 
     def cancel_repair(self, repair_id: int, reason: str) -> str:
         return self._lever(f"/domain-repairs/{repair_id}/cancel", reason)
+
+    def repair_requests(self, status: str | None, node: str | None, limit: int) -> list[dict[str, Any]]:
+        return list(self._get(list[dict[str, Any]], "/repair-requests", status=status, node=node, limit=limit))
+
+    def repair_request(self, request_id: int) -> dict[str, Any]:
+        return dict(self._call("GET", f"/repair-requests/{request_id}"))
+
+    def answer_repair(self, node: str, status: CallbackStatus, *, ticket: str, note: str | None) -> str:
+        found = self.repair_requests(RepairStatus.OPEN, node, 1)
+        if not found:
+            raise CliError(f"{node} has no open repair request (see `remediation repair list`)", EXIT_REQUEST)
+        rid = int(found[0]["id"])
+        said = self._call("POST", f"/repair-requests/{rid}/callback",
+                          body={"status": status.value, "ticket": ticket, **({"note": note} if note else {})})
+        return answered_text(node, rid, said.get("recheck_id"))
 
 
 def _seg(value: str) -> str:

@@ -31,6 +31,7 @@ STATUS_STYLE = {
     "remediating": "yellow", "running": "yellow", "waiting": "yellow", "started": "yellow",
     "unhealthy": "red", "failed": "bold red", "record": "dim",
     "quarantined": "bold magenta", "quarantine": "bold magenta", "cancelled": "dim",
+    "with-repair": "magenta", "rechecking": "yellow", "returned": "green", "failed-check": "bold red",
 }
 
 

@@ -36,6 +36,7 @@ from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, Remediati
 from remediation.domain.states import AuditAction, IncidentStatus, StepStatus, ValidationOutcome
 from remediation.domain_repair.rules import DomainRepairStatus, DomainStep
 from remediation.evidence_collection.rules import EvidenceStatus
+from remediation.repair_requests.rules import OPEN_REPAIRS, DeliveryStatus, RepairStatus
 from remediation.vocabulary import DEFAULT_CLUSTER
 
 # BigInteger primary keys autoincrement on SQLite only as INTEGER.
@@ -52,6 +53,8 @@ def state_type(enum: type[StrEnum], length: int) -> Enum:
 
 _open_list = ", ".join(f"'{s}'" for s in sorted(OPEN_STATUSES))
 OPEN_PREDICATE = text(f"status IN ({_open_list})")
+_repairing = ", ".join(f"'{s}'" for s in sorted(OPEN_REPAIRS | {RepairStatus.RECHECKING}))
+REPAIR_OPEN = text(f"status IN ({_repairing})")
 
 
 class Base(DeclarativeBase):
@@ -450,3 +453,39 @@ class EvidenceItem(ClusterScoped, Base):
     content: Mapped[str | None] = mapped_column(Text)  # the output itself, when it is kept in the database
     location: Mapped[str | None] = mapped_column(String(1024))  # else where: dir:NAME or s3://bucket/key
     collected_at: Mapped[datetime]
+
+
+class RepairRequest(ClusterScoped, Base):
+    """One hand-off of quarantined hardware to the site's repair system (see
+    :mod:`remediation.repair_requests`): what was sent (``payload``), whether it arrived, and how it
+    ended. One is open per node at a time; a failed re-check's request ``follows`` the one before."""
+
+    __tablename__ = "repair_requests"
+    __table_args__ = (
+        Index("uq_repair_requests_one_open_per_node", "cluster", "node", unique=True,
+              postgresql_where=REPAIR_OPEN, sqlite_where=REPAIR_OPEN),
+        Index("ix_repair_requests_delivery", "delivery", "next_attempt_at"),
+        Index("ix_repair_requests_node", "cluster", "node", "opened_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    cluster: Mapped[str] = cluster_column()
+    node: Mapped[str] = mapped_column(String(253))
+    remediation_id: Mapped[int] = mapped_column(BigId, ForeignKey("remediations.id"))  # the quarantine's
+    follows_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("repair_requests.id"))
+    status: Mapped[RepairStatus] = mapped_column(state_type(RepairStatus, 16))
+    ticket: Mapped[str | None] = mapped_column(String(128))
+    payload: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    delivery: Mapped[DeliveryStatus] = mapped_column(state_type(DeliveryStatus, 16))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)  # the last failed delivery, never its URL
+    opened_at: Mapped[datetime]
+    delivered_at: Mapped[datetime | None]
+    done_at: Mapped[datetime | None]  # when the repair system (or on-call) said the repair is done
+    closed_at: Mapped[datetime | None]
+    closed_by: Mapped[str | None] = mapped_column(String(128))
+    note: Mapped[str | None] = mapped_column(Text)  # what the closer said, and what the re-check found
+    recheck_id: Mapped[int | None] = mapped_column(BigId, ForeignKey("remediations.id"))
+    new_hardware: Mapped[str | None] = mapped_column(Text)  # the re-check saw other hardware: why, for people
+    dry_run: Mapped[bool] = mapped_column(Boolean, default=False, server_default=text("false"))

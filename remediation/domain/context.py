@@ -48,6 +48,9 @@ class RemediationContext(JsonRecord):
     quarantine_reason: str | None = None  # why the node is quarantined, for people
     quarantine_decided: bool | None = None  # opened straight into quarantine on this failure (N-in-W, lemon)
     quarantine_taken_back: str | None = None  # an incident explained that failure: the cause it took back
+    rma: bool | None = None  # the quarantine is for hardware to return (its reason says RMA): a repair request opens
+    # -- a repair request's re-check (remediation.repair_requests): the request whose "done" opened it
+    repair_request: int | None = None
     # -- k8s_cordon
     k8s_node: str | None = None  # the Kubernetes Node of the Slurm node
     boot_id_before: str | None = None  # its bootID before any machine action (verify wants a new one)

@@ -25,7 +25,7 @@ from remediation.domain.causes import Cause, FaultScope, classify, table
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.lemon import Failure, score
 from remediation.domain.slurm_states import SlurmState
-from remediation.domain.statemachine import NodeStatus, Step
+from remediation.domain.statemachine import QUARANTINE_STATUSES, NodeStatus, Step
 from remediation.settings import PolicySettings
 
 
@@ -107,7 +107,7 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
         return Decision(DecisionKind.RECORD, "labels learnt")
     if event.kind is EventKind.HEALTHY:
         return _decide_healthy(node)
-    if node.status is NodeStatus.QUARANTINED:
+    if node.status in QUARANTINE_STATUSES:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
     ours = own_cause(event, node.window, policy.our_reason_prefix, settle=timedelta(seconds=policy.settle_s))
     if ours is not None:
@@ -152,7 +152,7 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
 
 
 def _decide_healthy(node: NodeView) -> Decision:
-    if node.status is NodeStatus.QUARANTINED:
+    if node.status in QUARANTINE_STATUSES:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")
     if node.open_remediation is not None:
         return Decision(DecisionKind.RECORD, "under remediation; verify decides when it is healthy",

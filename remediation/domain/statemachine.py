@@ -18,6 +18,11 @@ class NodeStatus(StrEnum):
     UNHEALTHY = "unhealthy"  # seen bad, not remediated (human drain, ignored, paused...)
     REMEDIATING = "remediating"
     QUARANTINED = "quarantined"
+    WITH_REPAIR = "with-repair"  # quarantined for hardware, and a repair request is open for it
+
+
+#: The statuses of a node kept out of the pool until a human (or the repair system) lets it back.
+QUARANTINE_STATUSES = frozenset({NodeStatus.QUARANTINED, NodeStatus.WITH_REPAIR})
 
 
 class RemediationStatus(StrEnum):

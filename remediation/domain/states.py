@@ -86,6 +86,13 @@ class AuditAction(StrEnum):
     DOMAIN_REPAIR_QUARANTINED = "domain_repair_quarantined"
     DOMAIN_REPAIR_CANCELLED = "domain_repair_cancelled"
     PARTIAL_DOMAIN = "partial_domain"  # the healthy rest of a partial block drained, or given back
+    # A repair request (remediation.repair_requests): hardware handed to the site's repair system
+    REPAIR_REQUESTED = "repair_requested"
+    REPAIR_DELIVERY_FAILED = "repair_delivery_failed"
+    REPAIR_DONE = "repair_done"  # the repair system or on-call says it is repaired: the re-check opens
+    REPAIR_ABANDONED = "repair_abandoned"
+    REPAIR_RETURNED = "repair_returned"  # the re-check passed
+    REPAIR_NEW_HARDWARE = "repair_new_hardware"  # the re-check saw other hardware than the request named
     # A GPU check a human asked for: ``validate`` or ``release --validate``, started and ended
     VALIDATE_STARTED = "validate_started"
     VALIDATE_PASSED = "validate_passed"

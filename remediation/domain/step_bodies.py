@@ -40,7 +40,13 @@ from remediation.domain.providerid import parse_provider_id
 from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
-from remediation.domain.step_records import EvictDetail, MachineDetail, QuarantineDetail, VerifyDetail
+from remediation.domain.step_records import (
+    EvictDetail,
+    MachineDetail,
+    QuarantineDetail,
+    ReturnDetail,
+    VerifyDetail,
+)
 from remediation.evidence_collection.step import collect_evidence
 from remediation.ports.cluster import (
     Operation,
@@ -319,6 +325,8 @@ def return_to_service(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: d
         ad.kube.set_quarantine_taint(k8s_name, False)
         notes.append("uncordoned" if ad.kube.uncordon(k8s_name) else "cordon not ours, left as is")
     notes.append(resume_if_ours(ad.slurm, inp.node, cfg.policy.our_reason_prefix))
+    if inp.context.repair_request is not None:  # a re-check after a repair: which hardware comes back
+        return Done("; ".join(notes), detail=ReturnDetail(identity_now(inp, ad)))
     return Done("; ".join(notes))
 
 

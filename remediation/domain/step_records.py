@@ -294,12 +294,22 @@ class EvidenceDetail(StepDetail):
                    none=read_text(stored.get("no_evidence")) or "")
 
 
-#: The record each step writes (``k8s_cordon`` and ``return`` record nothing).
+@dataclass(frozen=True)
+class ReturnDetail(QuarantineDetail):
+    """``return`` of a repair request's re-check: the hardware that comes back (new hardware, if the
+    repair changed it); any other return records nothing."""
+
+    @classmethod
+    def load(cls, stored: Stored | None) -> ReturnDetail:
+        return cls(Identity.load(stored or {}))
+
+
+#: The record each step writes (``k8s_cordon`` records nothing; ``return`` only a re-check's hardware).
 RECORDS: dict[Step, type[StepDetail]] = {
     Step.SLURM_DRAIN: DrainDetail, Step.K8S_CORDON: StepDetail, Step.K8S_EVICT: EvictDetail,
     Step.COLLECT_EVIDENCE: EvidenceDetail,
     Step.VM_RESTART: MachineDetail, Step.VERIFY: VerifyDetail, Step.VALIDATE: GpuCheckDetail,
-    Step.RETURN: StepDetail, Step.QUARANTINE: QuarantineDetail,
+    Step.RETURN: ReturnDetail, Step.QUARANTINE: QuarantineDetail,
 }  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """Reliability trends: the arithmetic of faults over a window, on rows the caller read from the database.
 
 Faults per day by cause class, time to repair, node-hours out of service and MTBF per node and per
-piece of hardware (an era of :mod:`remediation.domain.hardware`). Pure: no I/O.
+piece of hardware (an era of :mod:`remediation.domain.hardware`), and the repair system's time per
+hardware item (a repair request opened to done). Pure: no I/O.
 
 Why: docs/on-call.md#is-the-fleet-getting-better
 """
@@ -208,3 +209,38 @@ def trends(faults: list[Fault], nodes: dict[str, datetime], w: Window, *, by: st
     for f in inside:
         per_day[f.opened_at.date()][f.cause] += 1
     return Trends(w, by, groups, [(d, dict(c)) for d, c in per_day.items()], classes, rows)
+
+
+@dataclass(frozen=True)
+class Repaired:
+    """One repair request the repair system finished: the hardware it named, opened and done."""
+
+    node: str
+    hardware: tuple[str, ...]  # the items it names: the machine (serial:, bmc:, host:, instance:) and gpu:SERIAL
+    opened_at: datetime
+    done_at: datetime
+
+
+@dataclass(frozen=True)
+class RepairTime:
+    """The repair system's time for one hardware item over the window: each request opened to done."""
+
+    hardware: str
+    nodes: tuple[str, ...]
+    repairs: int
+    median_h: float
+    total_h: float
+
+
+def repair_times(done: Iterable[Repaired], w: Window) -> list[RepairTime]:
+    """Per hardware item, the requests done within the window, longest total first."""
+    spans: dict[str, list[float]] = defaultdict(list)
+    names: dict[str, set[str]] = defaultdict(set)
+    for r in done:
+        if not w.since <= r.done_at < w.until:
+            continue
+        for item in r.hardware:
+            spans[item].append((r.done_at - r.opened_at).total_seconds() / 3600)
+            names[item].add(r.node)
+    rows = [RepairTime(k, tuple(sorted(names[k])), len(v), statistics.median(v), sum(v)) for k, v in spans.items()]
+    return sorted(rows, key=lambda x: (-x.total_h, x.hardware))

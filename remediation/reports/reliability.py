@@ -172,6 +172,10 @@ def rows(rep: Reliability) -> Iterator[list[Any]]:
                 ("nodes", " ".join(h.nodes)),
             )
         )
+    for x in rep.repairs:
+        yield from (["repair_time", "hardware", x.hardware, m, v] for m, v in (
+            ("repairs", x.repairs), ("median_h", x.median_h), ("total_h", x.total_h),
+            ("nodes", " ".join(x.nodes))))  # fmt: skip
     for m in rep.moves:
         yield ["move", m.node, m.after, m.at.isoformat(), f"{m.before} -> {m.after}: {m.why}"]
     for serial, names in rep.shared_gpus.items():

@@ -19,7 +19,7 @@ from remediation.db.models import Control, DomainRepair, Incident, Node, Remedia
 from remediation.db.queries import BREAKER, PAUSED
 from remediation.db.scope import scope_of
 from remediation.domain.controls import BreakerLatch, PauseState
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus
+from remediation.domain.statemachine import OPEN_STATUSES, QUARANTINE_STATUSES, NodeStatus
 from remediation.services.read_rows import ClusterState
 from remediation.services.readmodels import ReadModelError, RecordNotFound
 from remediation.vocabulary import checked_cluster
@@ -103,7 +103,7 @@ def cluster_states(s: Session, names: Iterable[str]) -> list[ClusterState]:
         st.nodes += int(n)
         if status in (NodeStatus.UNHEALTHY, NodeStatus.REMEDIATING):
             st.unhealthy += int(n)
-        elif status == NodeStatus.QUARANTINED:
+        elif status in QUARANTINE_STATUSES:
             st.quarantined += int(n)
     for cl, n in s.execute(select(Remediation.cluster, func.count()).where(
             Remediation.status.in_(OPEN_STATUSES)).group_by(Remediation.cluster).execution_options(**every)):

@@ -32,7 +32,7 @@ from remediation.domain.policy import (
     decide,
     slurm_bad_states,
 )
-from remediation.domain.statemachine import NodeStatus, Step
+from remediation.domain.statemachine import QUARANTINE_STATUSES, NodeStatus, Step
 from remediation.domain_repair.service import Routes
 from remediation.incidents.service import correlate_opened
 from remediation.profiles.rules import Governance, Resolution, govern
@@ -148,7 +148,7 @@ class Batch:
     def _repairing(self, node: str, now: datetime) -> None:
         """The batch's trays of ``node``'s domain under repair are remediating (written back at the end)."""
         for tray in self.routes.trays_of(node):
-            if (locked := self.nodes.get(tray)) is not None and locked.status != NodeStatus.QUARANTINED:
+            if (locked := self.nodes.get(tray)) is not None and locked.status not in QUARANTINE_STATUSES:
                 locked.status, locked.status_reason, locked.updated_at = (
                     NodeStatus.REMEDIATING, self.routes.under_repair(tray) or "", now)
 

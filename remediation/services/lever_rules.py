@@ -24,11 +24,18 @@ from remediation.db.scope import cluster_of
 from remediation.domain.context import RemediationContext
 from remediation.domain.controls import PauseState
 from remediation.domain.events import EventKind, InvalidEvent, NodeEvent, Source
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    OPEN_STATUSES,
+    QUARANTINE_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
 from remediation.domain.states import AuditAction
 from remediation.ports.dispatch import FollowUp
 from remediation.profiles.rules import Governance
 from remediation.profiles.service import governed
+from remediation.repair_requests import service as repair_requests
 from remediation.services import breaker
 from remediation.services.audit import audit
 from remediation.services.holds import lift_holds
@@ -96,7 +103,7 @@ def quarantine(session: Session, name: str, actor: str, *, reason: str, now: dat
     human's quarantine is real in a shadow profile too)."""
     reason = _reason(reason)
     node = _node(session, name, lock=True)
-    if node.status == NodeStatus.QUARANTINED:
+    if node.status in QUARANTINE_STATUSES:
         raise LeverError(f"{name} is already quarantined ({node.quarantine_reason})")
     why = f"manual quarantine by {actor}: {reason}"
     rem = session.scalars(
@@ -124,7 +131,7 @@ def quarantine(session: Session, name: str, actor: str, *, reason: str, now: dat
 def release(session: Session, name: str, actor: str, *, reason: str, now: datetime) -> ReleaseActions:
     reason = _reason(reason)
     node = _node(session, name, lock=True)
-    if node.status != NodeStatus.QUARANTINED:
+    if node.status not in QUARANTINE_STATUSES:
         raise LeverError(f"{name} is not quarantined (status: {node.status}); nothing to release")
     node.status, node.status_reason = NodeStatus.HEALTHY, f"released by {actor}: {reason}"
     node.released_at, node.updated_at = now, now
@@ -132,6 +139,8 @@ def release(session: Session, name: str, actor: str, *, reason: str, now: dateti
     row = audit(session, now, actor, action=AuditAction.RELEASE, target=name, reason=reason,
                 detail={"was": node.quarantine_reason})
     node.quarantine_reason = None
+    if (request := repair_requests.released(session, name, actor=actor, now=now)) is not None:
+        row.detail = {**row.detail, "repair_request": request}  # released while with the repair system
     session.flush()
     return ReleaseActions(name, row.id)
 
@@ -159,6 +168,8 @@ def cancel(session: Session, remediation_id: int, actor: str, *, reason: str, no
         node.status, node.status_reason, node.updated_at = NodeStatus.UNHEALTHY, rem.outcome, now
     row = audit(session, now, actor, action=AuditAction.CANCEL, target=rem.node, reason=reason,
                 detail={"remediation": rem.id, "step": rem.step, "give_back": give_back})
+    if rem.ctx.repair_request is not None:  # a repair's re-check: its request ends with it
+        repair_requests.recheck_closed(session, rem, now=now, actor=actor)
     session.flush()
     return Cancel(rem, ReleaseActions(rem.node, row.id) if give_back else None)
 
@@ -181,7 +192,7 @@ def committed_release(session: Session, audit_id: int) -> str | None:
             row.action == AuditAction.RELEASE or (row.action == AuditAction.CANCEL and row.detail.get("give_back") is True)):
         return None
     node = session.get(Node, (row.cluster, row.target))
-    if node is None or node.status in (NodeStatus.QUARANTINED, NodeStatus.REMEDIATING):
+    if node is None or node.status in QUARANTINE_STATUSES | {NodeStatus.REMEDIATING}:
         return None
     reopened = session.scalar(select(Remediation.id).where(
         Remediation.cluster == row.cluster, Remediation.node == row.target,

@@ -21,6 +21,7 @@ from remediation.domain_repair import service as repairs
 from remediation.incidents import service as incidents
 from remediation.ports.dispatch import Dispatcher, FollowUp
 from remediation.profiles.rules import Governance
+from remediation.repair_requests import service as repair_requests
 from remediation.services import lever_rules
 from remediation.services.audit import Via, through
 from remediation.settings import PolicySettings
@@ -133,6 +134,15 @@ class LeverService:
         with self._sessions() as s, s.begin():
             return repairs.cancel_repair(s, repair_id, actor, reason=lever_rules.checked_reason(reason),
                                          now=self._clock.now())
+
+    def answer_repair(self, request_id: int, said: repair_requests.Answer) -> FollowUp | None:
+        """The repair system or on-call answers a repair request: done opens the re-check (queued
+        after the commit), abandoned leaves the node quarantined. Raises RepairNotFound, RepairRefused."""
+        with self._sessions() as s, s.begin():
+            followup = repair_requests.answer(s, request_id, said, now=self._clock.now())
+        if followup is not None:
+            self._dispatcher.steps([followup])
+        return followup
 
     def _sessions(self) -> Session:
         return through(self._factory(), self._via)

@@ -36,7 +36,13 @@ from remediation.db.models import (
 from remediation.db.queries import BREAKER, PAUSED
 from remediation.domain.controls import BreakerLatch, PauseState
 from remediation.domain.policy import Clock
-from remediation.domain.statemachine import OPEN_STATUSES, NodeStatus, RemediationStatus, Step
+from remediation.domain.statemachine import (
+    OPEN_STATUSES,
+    QUARANTINE_STATUSES,
+    NodeStatus,
+    RemediationStatus,
+    Step,
+)
 from remediation.incidents import service as incidents
 from remediation.profiles.metrics import profile_metrics
 from remediation.services.nvlink import block_health
@@ -188,7 +194,7 @@ def _node_metrics(s: Session, clusters: list[str]) -> Iterable[Metric]:
     yield nodes
     quarantined = GaugeMetricFamily("remediation_quarantined_nodes", "Nodes in quarantine", labels=["cluster"])
     for c in clusters:
-        quarantined.add_metric([c], by_status.get((c, NodeStatus.QUARANTINED.value), 0))
+        quarantined.add_metric([c], sum(by_status.get((c, st.value), 0) for st in QUARANTINE_STATUSES))
     yield quarantined
 
 

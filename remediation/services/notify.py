@@ -64,6 +64,9 @@ NOTIFIABLE: dict[AuditAction, tuple[str, str]] = {
     AuditAction.JOBS_REQUEUED: (":recycle:", "Jobs requeued off a drained node (on_jobs_timeout=requeue)"),
     AuditAction.JOBS_CANCELLED: (":x:", "Jobs cancelled on a drained node (on_jobs_timeout=cancel)"),
     AuditAction.VALIDATION_HELD: (":stopwatch:", "GPU check gave no verdict (timeout, no result, cannot run): node HELD for a human"),
+    AuditAction.REPAIR_REQUESTED: (":wrench:", "Repair request opened: the hardware is handed to the repair system"),
+    AuditAction.REPAIR_DELIVERY_FAILED: (":mailbox_with_no_mail:", "Repair request NOT delivered: retried with backoff "
+                                         "(the node stays quarantined)"),
 }
 
 

@@ -26,6 +26,7 @@ from remediation.domain.episodes import episodes
 from remediation.domain.statemachine import (
     CLOSED_STATUSES,
     OPEN_STATUSES,
+    QUARANTINE_STATUSES,
     NodeStatus,
     RemediationStatus,
     Step,
@@ -297,7 +298,9 @@ def list_rejected(s: Session, limit: int = 50) -> list[RejectedRow]:
 
 
 def quarantined(s: Session) -> list[NodeRow]:
-    return list_nodes(s, NodeStatus.QUARANTINED.value)
+    """Every node kept out of the pool: quarantined, or quarantined with a repair request open."""
+    rows = [row for st in (NodeStatus.QUARANTINED, NodeStatus.WITH_REPAIR) for row in list_nodes(s, st.value)]
+    return sorted(rows, key=lambda r: (r.name, r.cluster))
 
 
 def node_detail(s: Session, name: str, limit: int = 200, *, policy: PolicySettings | None = None,
@@ -380,7 +383,7 @@ def overview(s: Session) -> Overview:
     return Overview(
         nodes_by_status=by_node, remediations_by_status=by_rem,
         in_flight=sum(by_rem[st.value] for st in OPEN_STATUSES),
-        quarantined=by_node[NodeStatus.QUARANTINED.value],
+        quarantined=sum(by_node.get(st.value, 0) for st in QUARANTINE_STATUSES),
         paused=bool(PauseState.load(paused).paused), paused_detail=paused,
         breaker_open=bool(BreakerLatch.load(breaker).open), breaker_detail=breaker,
         last_event_at=aware(s.scalar(select(func.max(Event.observed_at)))),

@@ -28,6 +28,7 @@ from remediation.domain.trends import (
     Fault,
     Group,
     Mtbf,
+    RepairTime,
     Trends,
     Window,
     fleet_group,
@@ -36,8 +37,10 @@ from remediation.domain.trends import (
     out_hours,
     overlap_h,
     per_node,
+    repair_times,
     trends,
 )
+from remediation.repair_requests.service import repaired
 from remediation.services.hardware import HardwareFlag, eras_by_node, hardware_flags, sightings
 from remediation.services.lemons import LemonRow, lemons
 from remediation.settings import LemonSettings
@@ -77,6 +80,7 @@ class Reliability:
     clusters: tuple[str, ...] = ()  # the clusters the figures cover
     fleet: Group | None = None  # every node of every cluster together (None: one cluster)
     flags: list[HardwareFlag] = field(default_factory=list)  # hardware that failed in another cluster
+    repairs: list[RepairTime] = field(default_factory=list)  # the repair system's time per hardware item
 
     @property
     def window(self) -> Window:
@@ -217,4 +221,5 @@ def reliability(
         view.clusters,
         fleet,
         flags,
+        repair_times(repaired(s, until, cluster=cluster, label=view.label), w),
     )

@@ -62,6 +62,7 @@ from remediation.ports.errors import RemediationError, Scope, TransientError
 from remediation.ports.evidence import EvidenceStorage
 from remediation.profiles.recorded import Governed, RecordedPolicies
 from remediation.profiles.service import governance, refresh_pools
+from remediation.repair_requests import service as repair_requests
 from remediation.services import breaker, step_rows, steplog, takedown
 from remediation.services.audit import audit, would
 from remediation.services.hardware import record_findings
@@ -327,8 +328,8 @@ class Workflow:
         if isinstance(outcome, Cancel):
             if row is not None:
                 row.status, row.finished_at, row.outcome = StepStatus.DONE, now, outcome.reason[:4000]
-            close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason, node_healthy=outcome.node_healthy),
-                  now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.CANCELLED, outcome.reason,
+                                       node_healthy=outcome.node_healthy), g=g, now=now)
             return None
         if row is not None:
             _finish_row(row, outcome, now)
@@ -341,7 +342,7 @@ class Workflow:
         step, cfg = Step(rem.step), g.settings
         rem.ctx = rem.ctx.merged(outcome.context)
         if step is Step.QUARANTINE:
-            close(s, rem, Ending(RemediationStatus.QUARANTINED), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.QUARANTINED), g=g, now=now)
             return None
         if step is Step.COLLECT_EVIDENCE and rem.ctx.quarantine_reason is not None:
             return move(rem, step, Step.QUARANTINE, now=now)  # it ran before the quarantine
@@ -354,7 +355,7 @@ class Workflow:
         if collects and not jobs and nxt is Step.VM_RESTART:
             rem.ctx = replace(rem.ctx, no_evidence=NO_JOBS)
         if nxt is Step.DONE:
-            close(s, rem, Ending(RemediationStatus.SUCCEEDED), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.SUCCEEDED), g=g, now=now)
             return None
         return move(rem, step, nxt, now=now)
 
@@ -364,12 +365,14 @@ class Workflow:
         """The step failed: climb the ladder's next rung when there is one, else quarantine."""
         step, cfg, rid, dry = Step(rem.step), g.settings, rem.id, bool(rem.dry_run)
         if step is Step.QUARANTINE:
-            close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), now=now, actor=self.settings.actor)
+            self._close(s, rem, Ending(RemediationStatus.FAILED, outcome.reason), g=g, now=now)
             return None
         reason = outcome.reason
         cls = rem.ctx.fault_class
         faults, wf, jobs = cfg.policy.faults, cfg.workflow, g.adapters.site.validation
-        if isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
+        if rem.ctx.repair_request is not None:  # a re-check after a repair climbs no ladder
+            reason = f"re-check after repair request #{rem.ctx.repair_request} failed: {reason}"
+        elif isinstance(outcome, Escalate) and step in (Step.VM_RESTART, Step.VERIFY, Step.VALIDATE):
             if g.adapters.machine is None:
                 reason = f"no machine action at this site: {reason}"
             elif rem.ladder + 1 < len(action_rungs(cls, faults, wf, gpu_reset=jobs)):
@@ -381,9 +384,10 @@ class Workflow:
             else:
                 reason = f"ladder exhausted: {reason}"
         rem.action = "quarantine"
-        if needs_rma(cls, cfg.policy.faults):  # the one place a quarantine's reason says RMA
+        rma = needs_rma(cls, cfg.policy.faults)
+        if rma:  # the one place a quarantine's reason says RMA
             reason = f"{reason} (class {cls}: hardware to return, RMA)"
-        rem.ctx = replace(rem.ctx, quarantine_reason=reason)
+        rem.ctx = replace(rem.ctx, quarantine_reason=reason, rma=rma or None)
         audit(s, now, self.settings.actor, action=AuditAction.ESCALATE, target=rem.node, reason=reason,
               detail={"remediation": rid}, dry_run=dry)
         if step is not Step.COLLECT_EVIDENCE and _collects_before_quarantine(rem, cfg, g.adapters.site):
@@ -404,6 +408,16 @@ class Workflow:
                         rem.id, exc.kind, exc.message)
             evidence.keep(s, rem, row, items=items, now=now,
                           store=EvidenceStorage(self.evidence_store.inline_bytes, None))
+
+    def _close(self, s: Session, rem: Remediation, end: Ending, *, g: Governed, now: datetime) -> None:
+        """End ``rem``; a hardware quarantine opens its repair request, and a re-check's end closes the
+        request it re-checked (both in this transaction)."""
+        close(s, rem, end, now=now, actor=self.settings.actor)
+        if rem.ctx.repair_request is not None:
+            repair_requests.recheck_closed(s, rem, now=now, actor=self.settings.actor)
+        if end.status is RemediationStatus.QUARANTINED:
+            repair_requests.open_on_quarantine(s, rem, cfg=self.settings.repair, lemon=g.settings.policy.lemon,
+                                               now=now, actor=self.settings.actor)
 
     def _hold(self, rid: int, row_id: int, token: str, *, fault: PagedError) -> FollowUp | None:
         """The error is not the node's: record it on the step now, hold the remediation (and pause

@@ -20,7 +20,9 @@ class ApiToken(Section):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][\w.@-]*$",
                       description="Who holds the token (a person or a team), recorded as the audit actor.")
-    role: Literal["read", "admin"] = Field(description="read: every read; admin: reads and levers.")
+    role: Literal["read", "admin", "repair"] = Field(
+        description="read: every read; admin: reads and levers; repair: the repair system's callback "
+        "(POST /api/v1/repair-requests/ID/callback) and nothing else.")
     token_file: Path | None = Field(None, description="File holding the token (a mounted Secret); read at "
                                     "start-up, surrounding whitespace stripped.")
     token: SecretStr | None = Field(None, description="The token itself, when no file is used (e.g. "

@@ -30,6 +30,7 @@ from pydantic_settings import (
 from remediation.evidence_collection.settings import EvidenceSettings
 from remediation.incidents.settings import IncidentSettings
 from remediation.profiles.settings import EffectivePolicy, Mode, ProfileSettings, deep_merge, effective
+from remediation.repair_requests.settings import RepairSettings
 from remediation.settings import backends
 from remediation.settings.api import ApiSettings
 from remediation.settings.base import SettingsError
@@ -95,6 +96,7 @@ class Settings(BaseSettings):
     incidents: IncidentSettings = Field(default_factory=IncidentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     evidence: EvidenceSettings = Field(default_factory=EvidenceSettings)
+    repair: RepairSettings = Field(default_factory=RepairSettings)
     health: HealthSettings = Field(default_factory=HealthSettings)
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     profiles: list[ProfileSettings] = Field(

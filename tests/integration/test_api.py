@@ -116,7 +116,8 @@ def test_node_detail_and_overview(client, history) -> None:
     assert [(e["remediation_id"], e["outcome"], e["state"]) for e in d["episodes"]] == [
         (history.quarantined, "quarantined", "over")]
     ov = client.get("/api/v1/overview", headers=AS_READER).json()
-    assert ov["nodes_by_status"] == {"healthy": 8, "unhealthy": 0, "remediating": 1, "quarantined": 1}
+    assert ov["nodes_by_status"] == {"healthy": 8, "unhealthy": 0, "remediating": 1, "quarantined": 1,
+                                     "with-repair": 0}
     assert ov["in_flight"] == 1 and ov["queue_depth"] == {"workflow": 7, "ingest": 2}
     inflight = client.get("/api/v1/remediations", headers=AS_READER).json()
     assert [r["id"] for r in inflight] == [history.waiting]

@@ -287,3 +287,36 @@ def test_cluster_reaches_the_server_and_an_ambiguous_name_is_refused(
     assert {n["cluster"] for n in json.loads(listed.stdout)} == {EAST}
     table = cli(None, *server, "nodes", "list")
     assert table.stdout.splitlines()[0].split()[:2] == ["CLUSTER", "NAME"]
+
+
+def test_repair_done_through_the_server_opens_the_recheck_as_the_tokens_name(
+    api: ApiProcess, tokens: dict[str, Path], sessions: sessionmaker[Session], history: History,  # noqa: F811
+) -> None:
+    """gpu-node-8 (quarantined by the history) handed to the repair system; on-call's laptop says done."""
+    from datetime import UTC, datetime
+
+    from remediation.db.models import Node, RepairRequest
+
+    with sessions() as s, s.begin():
+        now = datetime.now(UTC)
+        req = RepairRequest(node="gpu-node-8", remediation_id=history.quarantined, status="open", delivery="delivered",
+                            attempts=0, payload={"schema_version": 1}, opened_at=now, delivered_at=now)
+        s.add(req)
+        node = s.get(Node, ("default", "gpu-node-8"))
+        assert node is not None
+        node.status = "with-repair"
+        s.flush()
+        rid = req.id
+    server = ("--server", api.url, "--token-file")
+    listed = cli(None, *server, str(tokens["bob"]), "repair", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [(r["id"], r["status"]) for r in json.loads(listed.stdout)] == [(rid, "open")]
+    refused = cli(None, *server, str(tokens["bob"]), "repair", "done", "gpu-node-8", "--ticket", "RMA-5")
+    assert refused.returncode == 1 and "repair or admin token" in refused.stderr
+    done = cli(None, *server, str(tokens["alice"]), "repair", "done", "gpu-node-8", "--ticket", "RMA-5")
+    assert done.returncode == 0, done.stderr
+    with sessions() as s:
+        row = s.get(RepairRequest, rid)
+        assert row is not None and (row.status, row.ticket, row.closed_by) == ("rechecking", "RMA-5", "alice")
+        assert f"re-check #{row.recheck_id} runs the GPU check" in done.stdout
+    assert audit_rows(sessions, "repair_done") == [("alice", "api")]

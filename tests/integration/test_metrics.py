@@ -251,7 +251,7 @@ def test_nodes_breaker_and_queue(scenario: Scenario) -> None:
     assert samples["remediation_quarantined_nodes"] == 2
     assert _series(samples, "remediation_nodes") == {
         '{status="healthy"}': 2, '{status="unhealthy"}': 1, '{status="remediating"}': 3,
-        '{status="quarantined"}': 2,
+        '{status="quarantined"}': 2, '{status="with-repair"}': 0,
     }
     assert samples["remediation_breaker_open"] == 1
     assert samples["remediation_paused"] == 0

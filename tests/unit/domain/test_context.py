@@ -22,7 +22,7 @@ OLD_ROW: dict[str, Any] = {
 }
 #: Keys declared since the context was typed: no old row carries them, and one without them reads as None.
 NEWER = {"no_kubernetes", "no_machine", "gpu_pci", "slurmctld_action_at", "slurmd_start_before", "machine_op_recorded",
-         "domain_repair", "evidence_at", "no_evidence"}
+         "domain_repair", "evidence_at", "no_evidence", "rma", "repair_request"}
 #: The old row as this version writes it back: the renamed keys under their new names.
 REWRITTEN = {RENAMED.get(k, k): v for k, v in OLD_ROW.items()}
 
