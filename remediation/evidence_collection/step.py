@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from remediation.domain.context import RemediationContext
-from remediation.domain.jobsafety import jobs_holding
 from remediation.domain.outcomes import Adapters, Done, Outcome, StepInput, StepSettings, Wait, elapsed
 from remediation.domain.recheck import human_took_back
 from remediation.domain.slurm_states import SlurmState
@@ -102,9 +101,8 @@ def _cannot_run(inp: StepInput, ad: Adapters, validator: Validator, *, cfg: Step
         return f"slurmd on {inp.node} is not responding, so no job can run there"
     if (theirs := humans_drain(inp, ad, validator, cfg=cfg)) is not None:
         return f"a human drained {inp.node} meanwhile ({theirs!r}); a job would lift that drain"
-    jobs, busy = jobs_holding(ad, snode)
-    if busy is not None:
-        return f"jobs still run on {inp.node} ({busy})"
+    # No look for jobs here: the drain before this step waited for them to end, and a job found now may
+    # be this step's own, started by a worker killed before it could record it (``start`` finds it).
     return None
 
 

@@ -39,7 +39,8 @@ from tests.redisproc import MULTI_CLUSTER_ACL_FILE, AclRedis
 
 ROOT = Path(__file__).resolve().parents[2]
 # docker-compose runs without validation (validation.backend none): verify leads to return.
-HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE)}
+# The compose site runs no job on a node (no validation backend): no GPU check, no evidence job.
+HAPPY_STEPS = {str(step) for step in HAPPY_PATH if step not in (Step.DONE, Step.VALIDATE, Step.COLLECT_EVIDENCE)}
 LONG_RUNNING = ("worker", "beat", "watcher-slurm", "watcher-kube", "api")
 # Seed 30 at speedup 30000 on 32 nodes: a GPU condition (the Kubernetes watcher's) at 1 s and a
 # researcher's state=fail (the Slurm watcher's) at 8 s; the next fault comes at 95 s, and four nodes fail

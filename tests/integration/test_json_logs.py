@@ -247,7 +247,8 @@ def test_cli_logs_json_and_honours_log_level(pg_url: str) -> None:
 
     out = prune()
     assert out.returncode == 0, out.stderr
-    (rec,) = records(out.stderr)
-    assert rec["level"] == "INFO" and rec["message"].startswith("prune: deleted 0 event(s)")
+    events, evidence = records(out.stderr)  # the events' line, then collected evidence's
+    assert events["level"] == "INFO" and events["message"].startswith("prune: deleted 0 event(s)")
+    assert evidence["level"] == "INFO" and evidence["message"].startswith("prune: deleted 0 collected evidence")
     quiet = prune(REMEDIATION_LOG_LEVEL="warning")
     assert quiet.returncode == 0 and quiet.stderr == "" and "deleted 0 event(s)" in quiet.stdout

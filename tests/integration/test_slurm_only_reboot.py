@@ -43,11 +43,14 @@ def test_a_rebooted_node_is_proven_back_checked_and_returned(slurm: SlurmCluster
     before = boots(slurm, node)
     rid, status, steps = checked_to_the_end(rebooting, slurm, check_dir, node, 0)
     assert status == "succeeded", steps
-    assert [s[:2] for s in steps] == [("slurm_drain", "done"), ("vm_restart", "done"), ("verify", "done"),
-                                      ("validate", "done"), ("return", "done")]
-    assert steps[1][2].startswith("restart completed"), steps[1]
-    assert steps[3][2].startswith("GPU check passed"), steps[3]
-    assert steps[4][2] == "resumed in Slurm" and not any(s[3] for s in steps)
+    assert [s[:2] for s in steps] == [("slurm_drain", "done"), ("collect_evidence", "done"), ("vm_restart", "done"),
+                                      ("verify", "done"), ("validate", "done"), ("return", "done")]
+    # The state is kept before the reboot, by a job like the check (no GPU tools on this machine: each
+    # command is recorded missing; the journal line is written before the reboot).
+    assert steps[1][2].startswith(f"collected from {node}: nvidia-smi-q missing"), steps[1]
+    assert steps[2][2].startswith("restart completed"), steps[2]
+    assert steps[4][2].startswith("GPU check passed"), steps[4]
+    assert steps[5][2] == "resumed in Slurm" and not any(s[3] for s in steps)
     assert boots(slurm, node) == before + 1  # one reboot, carried out by slurmd's RebootProgram
     state, flags, _ = slurm.nodes_now()[node]
     assert state == "IDLE" and not flags & {"DRAIN", "FAIL", "REBOOT_REQUESTED", "REBOOT_ISSUED"}, (state, flags)
@@ -60,8 +63,11 @@ def test_a_node_whose_check_fails_after_the_reboot_is_quarantined(slurm: SlurmCl
     node = slurm.nodes[2]
     rid, status, steps = checked_to_the_end(rebooting, slurm, check_dir, node, 1)
     assert status == "quarantined", steps
-    assert [s[:2] for s in steps][:3] == [("slurm_drain", "done"), ("vm_restart", "done"), ("verify", "done")]
-    assert ("validate", "failed") in [s[:2] for s in steps] and steps[-1][:2] == ("quarantine", "done")
+    assert [s[:2] for s in steps][:4] == [("slurm_drain", "done"), ("collect_evidence", "done"),
+                                          ("vm_restart", "done"), ("verify", "done")]
+    # The state after the reboot is kept again before the quarantine.
+    assert ("validate", "failed") in [s[:2] for s in steps] and [s[:2] for s in steps][-2:] == [
+        ("collect_evidence", "done"), ("quarantine", "done")]
     _, flags, reason = slurm.nodes_now()[node]
     assert "DRAIN" in flags and "quarantined" in reason
     assert rebooting.show(rid, "-o", "json")["status"] == "quarantined"
