@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from remediation.domain.hardware import Machine
+
 SCHEMA_VERSION = 1
 #: Evidence content is sent inline up to this many bytes; a larger item is named by its location.
 INLINE_EVIDENCE_BYTES = 8 * 1024
@@ -56,16 +58,10 @@ class Gpu:
     serial: str | None = None
 
 
-@dataclass(frozen=True)
-class Hardware:
+@dataclass(frozen=True, kw_only=True)
+class Hardware(Machine):
     """The hardware identity the request names: the machine, its BMC, its GPUs (None: not known)."""
 
-    provider: str | None = None
-    instance_id: str | None = None
-    host: str | None = None
-    bmc_uuid: str | None = None
-    bmc_serial: str | None = None
-    sku: str | None = None
     gpus: tuple[Gpu, ...] = ()
 
 
