@@ -518,7 +518,10 @@ def test_a_worker_with_beat_delivers_the_request_and_retries_a_failure(
                      REMEDIATION_REPAIR__BACKOFF_MAX_S="2")
     worker = Worker(env, tmp_path)
     try:
-        wait_for(lambda: site.receiver.posts, 60, "the repair request delivered by the worker", worker)
+        # The barrier is the worker's own record of the delivery, not the receiver's: the POST lands
+        # before the worker commits what it was answered.
+        wait_for(lambda: site.request(req.id).delivery == "delivered", 60,
+                 "the repair request delivered and recorded by the worker", worker)
     finally:
         worker.stop()
     assert site.receiver.answered == [503, 202] and site.receiver.posts[0]["request"]["id"] == req.id
