@@ -2,10 +2,11 @@
 
 A real primary, replica and three sentinels (:class:`tests.haproc.SentinelSet`); real workers and API
 replicas pointed at the sentinels (``broker.sentinel``) with ``broker.replica_acks=1``: an event
-counts as published only once a replica holds it. 2,000 events at 300/s while remediations run; the
-primary is SIGKILLed half-way, the sentinels promote the replica, and the old primary comes back as a
-replica of the new one (as a restarted pod that asks the sentinels would). Once with one worker and
-one API, once with three workers and two API replicas: the same figures.
+counts as published only once a replica holds it. 2,000 events at 120/s (10,000 at 300/s in a full
+run) while remediations run; the primary is SIGKILLed half-way, the sentinels promote the replica,
+and the old primary comes back as a replica of the new one (as a restarted pod that asks the
+sentinels would). Once with one worker and one API, once with three workers and two API replicas:
+the same figures.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def test_redis_failover_mid_storm_loses_nothing(
     n_workers: int,
     n_apis: int,
 ) -> None:
-    total, rate = scale(2000, 10000), 300
+    # ~17 s of storm (ci), ~33 s (full): long enough that a loaded worker has a step in flight mid-storm.
+    total, rate = scale(2000, 10000), scale(120, 300)
     opens = [f"gpu-node-{i}" for i in range(6)]
     prefix, tag = f"ha-redis-{n_workers}", f"ha-storm-{time.monotonic_ns()}"
     world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
