@@ -332,7 +332,7 @@ def measure_process(conn: Connection, url: str, token: str, ca_file: str, relist
         }  # fmt: skip
         with open(Path(tmp) / "watcher.log", "wb") as log:
             proc = subprocess.Popen(  # noqa: S603 - our own CLI, fixed argv
-                [sys.executable, "-m", "remediation.cli.main", "watch", "kube"],
+                [sys.executable, "-m", "remediation.cli", "watch", "kube"],
                 env=env,
                 stdout=log,
                 stderr=log,

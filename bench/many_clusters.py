@@ -143,7 +143,7 @@ class Fleet:
         return at
 
 
-CLI = [sys.executable, "-m", "remediation.cli.main"]
+CLI = [sys.executable, "-m", "remediation.cli"]
 
 
 def config(path: Path, envs: list[dict[str, str]]) -> None:

@@ -151,7 +151,7 @@ class Run:
 
 
 def _processes(env: dict[str, str], log_dir: Path) -> list[subprocess.Popen[bytes]]:
-    cli = [sys.executable, "-m", "remediation.cli.main"]
+    cli = [sys.executable, "-m", "remediation.cli"]
     argvs = {
         "watch-slurm": [*cli, "watch", "slurm"],
         "watch-kube": [*cli, "watch", "kube"],

@@ -61,3 +61,10 @@ FAULT_ACTIONS = (GPU_RESET, *MACHINE_ACTIONS, HOLD, QUARANTINE)
 #: Ladder actions renamed, old name -> new name: a site's configuration may still say ``none`` for
 #: ``hold`` (the word now names the backends a site lacks).
 RENAMED_ACTIONS = {"none": "hold"}
+
+#: The broker's queues: the ingest, the workflow steps and the levers' requests. A worker consumes all
+#: three (``remediation worker`` passes them as ``-Q``, and isolate_queue()s each).
+INGEST_QUEUE = "ingest"
+WORKFLOW_QUEUE = "workflow"
+REQUEST_QUEUE = "requests"
+WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)

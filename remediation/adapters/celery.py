@@ -19,11 +19,14 @@ from remediation.domain.statemachine import HAPPY_PATH
 from remediation.ports.dispatch import FollowUp
 from remediation.settings import Settings
 
+# Re-exported (``as``): the queues the tasks route to and a worker consumes, named in the vocabulary
+# so that `remediation worker` can name them without importing Celery.
+from remediation.vocabulary import INGEST_QUEUE as INGEST_QUEUE
+from remediation.vocabulary import REQUEST_QUEUE as REQUEST_QUEUE
+from remediation.vocabulary import WORKER_QUEUES as WORKER_QUEUES
+from remediation.vocabulary import WORKFLOW_QUEUE as WORKFLOW_QUEUE
+
 FIRST = HAPPY_PATH[0].value  # a remediation's first step: slurm_drain
-INGEST_QUEUE = "ingest"
-WORKFLOW_QUEUE = "workflow"
-REQUEST_QUEUE = "requests"
-WORKER_QUEUES = (INGEST_QUEUE, WORKFLOW_QUEUE, REQUEST_QUEUE)  # a worker consumes these, and isolate_queue()s
 INGEST_TASK = "remediation.ingest"
 RELEASE_TASK = "remediation.release"
 SWEEP_TASK = "remediation.sweep"

@@ -14,8 +14,8 @@ from __future__ import annotations
 from typer.completion import completion_init, get_completion_script  # type: ignore[attr-defined]
 
 from remediation.cli.context import EXIT_CONFIG, CliError
+from remediation.cli.launch import PROG
 
-PROG = "remediation"
 COMPLETE_VAR = "_REMEDIATION_COMPLETE"
 SHELLS = ("bash", "zsh", "fish")
 

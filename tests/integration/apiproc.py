@@ -1,4 +1,4 @@
-"""Start and stop a real API process (`python -m remediation.cli.main api`) for integration tests."""
+"""Start and stop a real API process (`python -m remediation.cli api`, as the console script runs it) for integration tests."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class ApiProcess:
             [
                 sys.executable,
                 "-m",
-                "remediation.cli.main",
+                "remediation.cli",
                 "api",
                 "--host",
                 "127.0.0.1",

@@ -2,7 +2,7 @@
 
 Tokens are named in config (``api.tokens``): ``alice`` (admin) and ``bob`` (read), each from a token
 file, plus one token from the old unnamed ``admin_tokens`` list. The CLI runs as its own process
-(`python -m remediation.cli.main --server URL --token-file ...`), as on an on-call laptop.
+(`python -m remediation.cli --server URL --token-file ...`), as on an on-call laptop.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def cli(pg_url: str | None, *args: str, **env: str) -> subprocess.CompletedProce
         pg_url or "postgresql+psycopg://nobody@127.0.0.1:1/none", USER="laptop-user", COLUMNS="250", **env
     )
     return subprocess.run(
-        [sys.executable, "-m", "remediation.cli.main", *args],
+        [sys.executable, "-m", "remediation.cli", *args],
         env=full,
         capture_output=True,
         text=True,

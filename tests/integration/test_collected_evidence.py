@@ -216,7 +216,7 @@ def _prune_cli(pg_url: str, store: Path, *args: str) -> subprocess.CompletedProc
                 "REMEDIATION_EVIDENCE__STORE__BACKEND": "directory", "REMEDIATION_EVIDENCE__STORE__PATH": str(store),
                 "REMEDIATION_EVIDENCE__STORE__INLINE_BYTES": str(INLINE),
                 "REMEDIATION_RETENTION__EVIDENCE_OLDER_THAN": "30d", "REMEDIATION_RETENTION__BATCH": "2"})
-    return subprocess.run([sys.executable, "-m", "remediation.cli.main", "db", "prune", *args], env=env,
+    return subprocess.run([sys.executable, "-m", "remediation.cli", "db", "prune", *args], env=env,
                           capture_output=True, text=True, timeout=120, check=False)
 
 

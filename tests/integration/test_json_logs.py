@@ -114,7 +114,7 @@ def test_worker_and_cli_log_json_and_a_step_line_has_its_five_fields(
             [
                 sys.executable,
                 "-m",
-                "remediation.cli.main",
+                "remediation.cli",
                 "--actor",
                 "tester",
                 "report",
@@ -236,7 +236,7 @@ def test_api_logs_json_with_uvicorn_in_it(pg_url: str, tmp_path: Path) -> None:
 def test_cli_logs_json_and_honours_log_level(pg_url: str) -> None:
     def prune(**extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "remediation.cli.main", "db", "prune", "--older-than", "30d"],
+            [sys.executable, "-m", "remediation.cli", "db", "prune", "--older-than", "30d"],
             env=base_env(pg_url, **JSON, **extra),
             cwd=ROOT,
             capture_output=True,

@@ -1,7 +1,7 @@
 """Retention on real Postgres: `remediation db prune` removes old events nobody owns, keeps every
 remediation's own events and every audit row, and its --dry-run deletes nothing; beat runs it.
 
-The CLI runs as a real process (`python -m remediation.cli.main`), as an admin on the database host runs it.
+The CLI runs as a real process (`python -m remediation.cli`, the console script), as an admin on the database host runs it.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def _cli(pg_url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REMEDIATION_")}
     env.update({"REMEDIATION_DATABASE__URL": pg_url, "PYTHONPATH": str(ROOT)})
     return subprocess.run(
-        [sys.executable, "-m", "remediation.cli.main", *args],
+        [sys.executable, "-m", "remediation.cli", *args],
         env=env,
         capture_output=True,
         text=True,

@@ -94,7 +94,7 @@ def test_a_bad_secret_is_never_echoed(
     value = bad_values(field, marker)[index]
     env = base_env(pg_url) | {"REMEDIATION_" + field.upper().replace(".", "__"): value}
     done = subprocess.run(
-        [sys.executable, "-m", "remediation.cli.main", "status"],
+        [sys.executable, "-m", "remediation.cli", "status"],
         env=env,
         cwd=tmp_path,
         capture_output=True,

@@ -120,7 +120,7 @@ class ServiceWorker(Worker):
     def __init__(self, env: dict[str, str], tmp: Path) -> None:
         self.log = tmp / "worker.log"
         argv = celery_worker_argv(concurrency=2)
-        args = [sys.executable, "-m", "remediation.cli.main", "worker", *argv[argv.index("worker") + 3:],
+        args = [sys.executable, "-m", "remediation.cli", "worker", *argv[argv.index("worker") + 3:],
                 "-B", "-s", str(tmp / "beat")]
         self.proc = spawn(args, self.log, cwd=ROOT, env=env, start_new_session=True)
 
@@ -130,7 +130,7 @@ class Watcher:
 
     def __init__(self, env: dict[str, str], name: str, tmp: Path) -> None:
         self.log = tmp / f"watcher-{name}.log"
-        self.proc = spawn([sys.executable, "-m", "remediation.cli.main", "watch", "slurm"], self.log, cwd=ROOT,
+        self.proc = spawn([sys.executable, "-m", "remediation.cli", "watch", "slurm"], self.log, cwd=ROOT,
                           env={**env, "REMEDIATION_CLUSTER__NAME": name})
 
     def output(self) -> str:

@@ -126,7 +126,7 @@ def evidence_jobs(cluster: SlurmCluster, name: str) -> list[str]:
 
 
 def cli(settings_env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "remediation.cli.main", *args], env=settings_env,
+    done = subprocess.run([sys.executable, "-m", "remediation.cli", *args], env=settings_env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from remediation.adapters import logs
 from remediation.cli import main
 from remediation.domain.events import EventKind, NodeEvent, Source
 from tests.unit.rehearsal.test_racks import T0
@@ -21,7 +22,7 @@ LINE = re.compile(r"NVLink domain faults: (\d+); node-hours lost per domain faul
 @pytest.fixture
 def trace(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """One node fault: the racks' domain faults come from the outcome model, not from the trace."""
-    monkeypatch.setattr(main.logs, "configure_from", lambda settings: None)
+    monkeypatch.setattr(logs, "configure_from", lambda settings: None)
     path = tmp_path / "one.jsonl"
     path.write_text(NodeEvent(source=Source.SLURM, node="gpu-node-3", kind=EventKind.UNHEALTHY, state="FAIL",
                               reason="xid 79", observed_at=T0, dedupe_key="case:1").to_json() + "\n")
