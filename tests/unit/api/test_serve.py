@@ -12,7 +12,7 @@ import uvicorn
 from typer.testing import CliRunner
 
 from remediation.api import serve
-from remediation.cli import main
+from remediation.cli import launch, main
 
 
 @pytest.mark.parametrize(
@@ -40,8 +40,8 @@ def test_the_cli_execs_the_server_with_its_options(
     monkeypatch: pytest.MonkeyPatch, argv: list[str], passed: list[str]
 ) -> None:
     execs: list[tuple[str, ...]] = []
-    monkeypatch.setattr(main, "_exec_module", lambda *args: execs.append(args))
-    monkeypatch.setattr(main.logs, "configure_from", lambda settings: None)
+    monkeypatch.setattr(launch, "exec_module", lambda *args: execs.append(args))
+    monkeypatch.setattr(launch.logs, "configure_from", lambda settings: None)
     result = CliRunner().invoke(main.app, ["api", *argv])
     assert result.exit_code == 0, result.output
     assert execs == [("remediation.api.serve", *passed)]
