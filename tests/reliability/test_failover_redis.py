@@ -2,11 +2,11 @@
 
 A real primary, replica and three sentinels (:class:`tests.haproc.SentinelSet`); real workers and API
 replicas pointed at the sentinels (``broker.sentinel``) with ``broker.replica_acks=1``: an event
-counts as published only once a replica holds it. 2,000 events at 120/s (10,000 at 300/s in a full
-run) while remediations run; the primary is SIGKILLed half-way, the sentinels promote the replica,
-and the old primary comes back as a replica of the new one (as a restarted pod that asks the
-sentinels would). Once with one worker and one API, once with three workers and two API replicas:
-the same figures.
+counts as published only once a replica holds it. 2,000 events at 300/s (10,000 in a full run),
+held half-way until a worker has a step in flight, while remediations run; the primary is SIGKILLed
+as the storm goes on, the sentinels promote the replica, and the old primary comes back as a replica
+of the new one (as a restarted pod that asks the sentinels would). Once with one worker and one API,
+once with three workers and two API replicas: the same figures.
 """
 
 from __future__ import annotations
@@ -74,8 +74,7 @@ def test_redis_failover_mid_storm_loses_nothing(
     n_workers: int,
     n_apis: int,
 ) -> None:
-    # ~17 s of storm (ci), ~33 s (full): long enough that a loaded worker has a step in flight mid-storm.
-    total, rate = scale(2000, 10000), scale(120, 300)
+    total, rate = scale(2000, 10000), 300  # held half-way until a step is in flight (below)
     opens = [f"gpu-node-{i}" for i in range(6)]
     prefix, tag = f"ha-redis-{n_workers}", f"ha-storm-{time.monotonic_ns()}"
     world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
@@ -105,7 +104,7 @@ def test_redis_failover_mid_storm_loses_nothing(
         REMEDIATION_API__ADMIN_TOKENS=f'["{ADMIN_TOKEN}"]',
     )
     apis = [ApiProcess(api_env, tmp_path / f"api-{i}.log") for i in range(n_apis)]
-    publisher = Publisher(bus, storm_events(tag, total, opens), rate)
+    publisher = Publisher(bus, storm_events(tag, total, opens), rate, hold_at=total // 2)
     try:
         for api in apis:
             api.wait_ready()
@@ -120,7 +119,8 @@ def test_redis_failover_mid_storm_loses_nothing(
             looked[0] = steps_in_flight(db)
             return publisher.observed >= total // 2 and bool(looked[0])
 
-        wait_for(mid_storm_and_mid_step, 60, "half of the storm with a workflow step in flight")
+        wait_for(mid_storm_and_mid_step, 90, "half of the storm with a workflow step in flight")
+        publisher.go.set()  # the storm goes on, and the kill lands in it
         killed_at_event, published_at_kill, steps_at_kill = publisher.observed, publisher.published, len(looked[0])
         killed_at = time.monotonic()  # fail_over's first act is the SIGKILL
         failover_s, rejoin_s = fail_over(sentinels)

@@ -154,23 +154,35 @@ def private_pg() -> Iterator[PrivateCluster]:
 class Publisher(threading.Thread):
     """Publishes a timeline of events the way a watcher does: each event is handed over when it is
     observed (``rate`` per second); whatever Redis refused stays in the outbox and is retried with
-    backoff, together with everything observed meanwhile."""
+    backoff, together with everything observed meanwhile.
 
-    def __init__(self, bus: RedisEventBus, events: list[NodeEvent], rate: float) -> None:
+    ``hold_at``: the storm observes nothing past that event until :attr:`go` is set, then goes on at
+    its rate. A test holds the storm half-way until a worker, however loaded the machine, has a step
+    in flight, so the kill that follows ``go`` lands mid-storm and mid-step."""
+
+    def __init__(self, bus: RedisEventBus, events: list[NodeEvent], rate: float, hold_at: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.bus, self.events, self.rate = bus, events, rate
+        self.bus, self.events, self.rate, self.hold_at = bus, events, rate, hold_at
+        self.go = threading.Event()
         self.observed = 0  # events handed to the publisher so far ("what the watchers saw")
         self.published = 0
         self.refusals = 0
         self.error: BaseException | None = None
 
+    def _due(self, start: float) -> int:
+        due = min(len(self.events), int((time.monotonic() - start) * self.rate) + 1)
+        return due if self.hold_at is None or self.go.is_set() else min(due, self.hold_at)
+
     def run(self) -> None:
         try:
-            start, backoff, outbox = time.monotonic(), 0.05, []
+            start, backoff, outbox, held = time.monotonic(), 0.05, [], False
             while self.published < len(self.events):
-                due = min(len(self.events), int((time.monotonic() - start) * self.rate) + 1)
+                if held and self.go.is_set():  # the storm goes on from where it was held, at its rate
+                    start, held = time.monotonic() - self.observed / self.rate, False
+                due = self._due(start)
+                held = held or (self.hold_at is not None and due == self.hold_at and not self.go.is_set())
                 outbox += self.events[self.observed:due]
-                self.observed = due
+                self.observed = max(self.observed, due)
                 if not outbox:
                     time.sleep(0.005)
                     continue
@@ -294,9 +306,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
     private_redis: PrivateRedis, pg_url: str, tmp_path: Path, scenario_figures: Recorder
 ) -> None:
     total = scale(2000, 10000)
-    # events/s: the storm lasts ~17 s (ci) or ~10 s (full). Under heavy load a worker needs seconds to
-    # reach the first VM restart, and the storm must still be running when it does.
-    rate = scale(120, 1000)
+    rate = scale(300, 1000)  # events/s: the storm lasts ~7 s (ci) or ~10 s (full), held half-way (below)
     opens = [f"gpu-node-{i}" for i in range(6)]
     prefix, tag = "rel-redis", f"storm-{time.monotonic_ns()}"
     world = MemoryWorld(nodes=[f"gpu-node-{i}" for i in range(8)], journal=tmp_path / "world.json")
@@ -311,7 +321,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
     scenario_figures.count_in(db)
     workers = [Worker(env, tmp_path, concurrency=3), Worker(env, tmp_path, concurrency=3, beat=False)]
     events = storm_events(tag, total, opens)
-    publisher = Publisher(bus, events, rate)
+    publisher = Publisher(bus, events, rate, hold_at=total // 2)
     try:
         wait_for(lambda: all(w.ready() for w in workers), 60, "the workers to consume", workers[0])
         publisher.start()
@@ -323,10 +333,14 @@ def test_redis_restart_during_a_storm_loses_no_event(
             assert publisher.observed < total, "the storm ended before a workflow step was in flight"
             if publisher.observed < total // 2:
                 return False
+            if not publisher.go.is_set():  # held half-way: it goes on once a restart is under way
+                if restarts_begun(db, timedelta(seconds=1)):
+                    publisher.go.set()
+                return False
             waiting[0] = publisher.published - keys_recorded(db, tag)
             return waiting[0] >= 1 and bool(restarts_begun(db, timedelta(seconds=1)))  # last: the kill follows
 
-        wait_for(mid_storm_and_mid_step, 60, "half of the storm with a machine restart just begun")
+        wait_for(mid_storm_and_mid_step, 90, "half of the storm with a machine restart just begun")
         private_redis.kill()  # mid-storm, mid-batch (some XADDs of a pipeline may have landed), mid-step
         killed_at, killed_wall = time.monotonic(), datetime.now(UTC)
         # What was in flight at the kill: the steps the workers' own rows say started before it and ended
