@@ -115,8 +115,8 @@ def inject(cluster: SimCluster, i: int) -> None:
 
 
 # 18 nodes through real VM restarts, three restarts of the lemon and a barrier: about 100 s alone, and
-# past the suite's 300 s limit on a loaded 2-core runner (seen in CI), with no deadline inside missed.
-@pytest.mark.timeout(600)
+# past the suite's 300 s limit on a loaded 2-core runner (seen in CI); the waits inside bound it.
+@pytest.mark.timeout(720)
 def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
     pg_url: str, redis_client: redis.Redis, redis_prefix: str, tmp_path: Path, db: Engine
 ) -> None:
@@ -136,8 +136,9 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
                 time.sleep(3.0)  # the pacing: faults 3 s apart
             nodes = [f"gpu-node-{i}" for i in range(NODES)]
             wait_for(lambda: all((r := remediations(db, n)) and r[-1].status == "succeeded" for n in nodes),
-                     180, "16 remediations to succeed", procs)
-            wait_for(lambda: (r := remediations(db, LEMON)) and r[-1].status == "quarantined", 180,
+                     240, "16 remediations to succeed", procs)
+            # Three boots, each with a 10 s relapse and a verify: past 180 s on a loaded runner (seen).
+            wait_for(lambda: (r := remediations(db, LEMON)) and r[-1].status == "quarantined", 360,
                      "the lemon's quarantine", procs)
 
             # Barrier: every hold a reboot could have started (the kube hold, the Slurm grace) has
