@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -84,15 +85,15 @@ def api(
                 *(["--port", str(port)] if port is not None else []))
 
 
+#: The process commands, in the order --help lists them, with their click context settings.
+COMMANDS: dict[str, tuple[Callable[..., None], dict[str, bool] | None]] = {
+    "demo": (demo, None), "worker": (worker, PASS_THROUGH), "beat": (beat, PASS_THROUGH),
+    "watch": (watch, None), "api": (api, None)}
+LAUNCHERS = frozenset(COMMANDS)
+
+
 def register(app: typer.Typer) -> typer.Typer:
     """Add the process commands to ``app`` (the launcher's own, and the on-call CLI's)."""
-    app.command("demo")(demo)
-    app.command("worker", context_settings=PASS_THROUGH)(worker)
-    app.command("beat", context_settings=PASS_THROUGH)(beat)
-    app.command("watch")(watch)
-    app.command("api")(api)
+    for name, (command, context) in COMMANDS.items():
+        app.command(name, context_settings=context)(command)
     return app
-
-
-LAUNCHERS = frozenset({"demo", "worker", "beat", "watch", "api"})
-

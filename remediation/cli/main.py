@@ -12,8 +12,7 @@ from typing import Annotated
 
 import typer
 
-from remediation.cli.launch import PROG, register
-from remediation.cli.launch import settings_or_exit as _settings_or_exit
+from remediation.cli.launch import PROG, register, settings_or_exit
 from remediation.cli.oncall import app
 from remediation.ports.dispatch import Dispatcher
 from remediation.settings import Settings, parse_duration
@@ -28,7 +27,7 @@ def db_upgrade(revision: Annotated[str, typer.Argument()] = "head") -> None:
     """Apply migrations up to REVISION (default: head)."""
     from remediation.db.migrate import upgrade
 
-    settings = _settings_or_exit()
+    settings = settings_or_exit()
     try:
         upgrade(settings.database.url, revision)
     except Exception as exc:
@@ -55,7 +54,7 @@ def db_prune(
     from remediation.ports.errors import RemediationError
     from remediation.services.retention import prune_events
 
-    settings = _settings_or_exit()
+    settings = settings_or_exit()
     try:
         age = parse_duration(older_than) if older_than is not None else settings.retention.events_older_than
     except ValueError as exc:
