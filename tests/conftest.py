@@ -17,8 +17,11 @@ import redis
 # The reliability table (tests marked @pytest.mark.scenario): see tests/scenario_table.py; the line
 # naming the Slurm versions the run tested against: tests/slurm_versions.py; the policy a test runs
 # under (the shipped one unless it asks for another by name, @pytest.mark.policy): tests/policies.py;
-# the check that no process the session started outlives it: tests/leftovers.py.
-pytest_plugins = ["tests.policies", "tests.scenario_table", "tests.slurm_versions", "tests.leftovers"]
+# the check that no process the session started outlives it: tests/leftovers.py; wait budgets
+# stretched for a slow machine: tests/pace.py.
+pytest_plugins = [
+    "tests.policies", "tests.scenario_table", "tests.slurm_versions", "tests.leftovers", "tests.pace",
+]
 
 REDIS_URL = os.environ.get("REMEDIATION_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 

@@ -26,6 +26,7 @@ import redis
 
 from remediation.settings import Settings, load_settings
 from tests.integration.workerproc import wait_for
+from tests.pace import within
 from tests.ports import lease
 from tests.redisproc import PERSISTENCE, RedisMissing
 
@@ -65,7 +66,7 @@ class RedisNode:
             args += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         self.proc = subprocess.Popen(args, start_new_session=True)
         client = self.client()
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while time.monotonic() < deadline:
             try:
                 if client.ping():
@@ -138,7 +139,7 @@ class SentinelSet:
     def wait_formed(self, timeout: float = 30) -> None:
         """Until every sentinel knows the replica and the two other sentinels: before that, a killed
         primary could not be failed over."""
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while time.monotonic() < deadline:
             try:
                 if all(
@@ -277,7 +278,7 @@ class StandbyPair:
         )
 
     def _wait(self, ok: object, port: int, what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while time.monotonic() < deadline:
             try:
                 with self.connect(port) as c:

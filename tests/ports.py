@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from tests.pace import within
+
 #: The line each server we start on port 0 writes once it listens, the port as its group 1.
 HEALTH_LINE = re.compile(r"health endpoint on port (\d+)")  # remediation.adapters.health
 UVICORN_LINE = re.compile(r"Uvicorn running on https?://\S+:(\d+)")  # `remediation api`
@@ -44,7 +46,7 @@ def reported_port(
 ) -> int:
     """The port a process started on port 0 says it bound: group 1 of ``line``'s first match in its
     output ``log``. Fails with the output's tail if the process exits or ``timeout`` passes first."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while True:
         exited = proc.poll() is not None  # before the read: a line written just before exiting counts
         text = log.read_text(errors="replace") if log.exists() else ""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import redis
 
+from tests.pace import within
 from tests.ports import lease
 
 PERSISTENCE = {
@@ -48,7 +49,7 @@ class PrivateRedis:
                 *self.persistence, "--daemonize", "no", "--logfile", str(self.dir / "redis.log")]
         self.proc = subprocess.Popen(args, start_new_session=True)
         client = redis.Redis.from_url(self.url, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while time.monotonic() < deadline:
             try:
                 if client.ping():
@@ -123,7 +124,7 @@ class AclRedis:
                      "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-auth-clients", "no"]
         self.proc = subprocess.Popen(args, start_new_session=True)
         admin = self.client(ADMIN)
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while time.monotonic() < deadline:
             try:
                 if admin.ping():

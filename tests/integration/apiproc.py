@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.pace import within
 from tests.ports import UVICORN_LINE, reported_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +58,7 @@ class ApiProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise AssertionError(

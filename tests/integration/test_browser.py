@@ -34,6 +34,7 @@ from remediation.db.models import AuditLog, Node
 from remediation.ports.dispatch import Dispatcher
 from remediation.settings import Settings
 from tests.integration.history import History, RecordingDispatcher, dispatch, dispatcher, history, sessions  # noqa: F401  (fixtures)
+from tests.pace import within
 
 ADMIN = "admin-token-browser-0123456789"
 OUTPUT = Path(__file__).resolve().parents[1] / "output"
@@ -52,7 +53,7 @@ def served(app: FastAPI) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="uvicorn", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 15
+    deadline = within(15)
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             pytest.fail("uvicorn did not start serving the dashboard")

@@ -34,6 +34,7 @@ from sqlalchemy import create_engine, text
 from remediation.domain.statemachine import HAPPY_PATH, Step
 from tests.composefile import compose
 from tests.integration.workerproc import stacks, wait_for
+from tests.pace import within
 from tests.ports import HEALTH_LINE, UVICORN_LINE, reported_port
 from tests.redisproc import MULTI_CLUSTER_ACL_FILE, AclRedis
 
@@ -104,7 +105,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 codes[name] = None
                 self.wedged[name] = stacks(SimpleNamespace(proc=proc))  # where it is still busy
-            deadline = time.monotonic() + 5
+            deadline = within(5)
             while _group_alive(proc.pid) and time.monotonic() < deadline:
                 time.sleep(0.1)
             if _group_alive(proc.pid):
@@ -242,7 +243,7 @@ def test_compose_services_run_the_loop_against_the_simulator(
             env = _environment(svc, pg_url, redis) | {"REMEDIATION_HEALTH__PORT": "0"}
             stack.start(name, _local_argv(svc, state_dir, tmp_path), env)
 
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = within(DEADLINE_S)
         while time.monotonic() < deadline:
             stack.check_running()
             facts = _facts(pg_url)
@@ -327,7 +328,7 @@ def test_compose_multi_cluster_profile_remediates_in_each_simulated_cluster(tmp_
             env = _environment(services[name], pg_url, redis, hosts="-clusters") | {"REMEDIATION_HEALTH__PORT": "0"}
             stack.start(name, _local_argv(services[name], dirs, tmp_path), env)
         clusters = ("east", "west")
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = within(DEADLINE_S)
         while time.monotonic() < deadline:
             stack.check_running()
             facts = {c: _facts(pg_url, c) for c in clusters}

@@ -32,6 +32,7 @@ import pytest
 
 from tests.conftest import _db_url, _drop, _pg_admin
 from tests.integration.workerproc import wait_for
+from tests.pace import budget, within
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPPY_STEPS = {"slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "validate", "return"}
@@ -141,7 +142,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     cwd = tmp_path / "cwd"  # where it was started: a run leaves nothing there (no beat state, no database)
     cwd.mkdir()
     proc = subprocess.Popen(
-        [str(installed), "demo", "--workdir", str(tmp_path / "work"), "--timeout", "150", "--port", "0"],
+        [str(installed), "demo", "--workdir", str(tmp_path / "work"), "--timeout", f"{budget(150):.0f}", "--port", "0"],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines: list[str] = []
@@ -149,7 +150,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
     reader.start()
     answers: list[tuple[str, int]] = []
     try:
-        deadline = time.monotonic() + 60
+        deadline = within(60)
         found = None
         while found is None and time.monotonic() < deadline and proc.poll() is None:
             found = re.search(
@@ -165,7 +166,7 @@ def test_demo_runs_the_whole_loop_against_the_simulator(installed: Path, tmp_pat
         for path in ("/api/v1/overview", "/api/v1/remediations", "/healthz"):
             answers.append((path, httpx.get(url + path, headers=auth, timeout=10).status_code))
         unauthenticated = httpx.get(url + "/api/v1/overview", timeout=10).status_code
-        assert proc.wait(timeout=240) == 0, "".join(lines)
+        assert proc.wait(timeout=budget(240)) == 0, "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()

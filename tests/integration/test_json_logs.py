@@ -28,6 +28,7 @@ from remediation.simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.apiproc import ROOT, ApiProcess, base_env
 from tests.integration.workerproc import celery_worker_argv, worker_env
+from tests.pace import within
 
 JSON = {"REMEDIATION_LOG_FORMAT": "json"}
 STEP_FIELDS = ("remediation_id", "node", "step", "attempt", "outcome")
@@ -62,7 +63,7 @@ class Proc:
         return self.log.read_text(errors="replace")
 
     def wait_for(self, found: Callable[[list[dict[str, Any]]], bool], what: str, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while time.monotonic() < deadline:
             lines = [line for line in self.text().splitlines() if line.startswith("{") and line.endswith("}")]
             if found([json.loads(line) for line in lines]):

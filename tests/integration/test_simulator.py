@@ -30,6 +30,7 @@ from remediation.settings import Settings, SettingsError, load_settings
 from remediation.simulator import replay
 from remediation.simulator.cluster import CLIQUE_LABEL, Listen, NvlRack, SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
+from tests.pace import within
 from tests.ports import lease
 
 TRACE = Path(__file__).resolve().parents[2] / "remediation" / "data" / "llama3-405b-interruptions.csv"
@@ -55,7 +56,7 @@ def slurm(settings: Settings) -> Iterator[RestSlurm]:
 
 
 def until(check: Callable[[], Any], timeout: float = 10.0) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while time.monotonic() < deadline:
         if value := check():
             return value

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from remediation.adapters.celery import SWEEP_TASK as SWEEP
 from remediation.adapters.celery import WORKER_QUEUES, make_app
 from remediation.settings import load_settings
+from tests.pace import budget, within
 from tests.policies import policy_env
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,7 +139,7 @@ class HasOutput(Protocol):
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, worker: HasOutput | None = None) -> Any:
     """Poll ``predicate`` until it returns something true, and return that; on timeout fail with the
     tail of ``worker``'s output."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while time.monotonic() < deadline:
         value = predicate()
         if value:
@@ -210,13 +211,13 @@ def settled(workers: list[Worker], client: Any, prefix: str, sweeps: int = 2, ti
     end of the latest countdown seen."""
 
     def idle() -> None:
-        deadline, what = time.monotonic() + timeout, ""
+        deadline, what = within(timeout), ""
         while time.monotonic() < deadline:
             what, eta = broker_held(client, prefix, live=sum(w.proc.poll() is None for w in workers))
             if not what:
                 return
             wait = min(max(eta - time.time(), 0.0), LONGEST_COUNTDOWN_S)
-            deadline = max(deadline, time.monotonic() + wait + timeout)
+            deadline = max(deadline, time.monotonic() + wait + budget(timeout))
             time.sleep(0.1)
         tail = workers[-1].output()[-4000:]
         raise AssertionError(

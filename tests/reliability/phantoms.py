@@ -36,6 +36,7 @@ from remediation.db.models import Event, Node, Remediation
 from remediation.simulator.cluster import SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.integration.workerproc import Worker, spawn, worker_env
+from tests.pace import within
 
 ROOT = Path(__file__).resolve().parents[2]
 REMEDIATION = str(Path(sys.executable).with_name("remediation"))
@@ -73,7 +74,7 @@ class Proc(Worker):
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, procs: list[Proc]) -> Any:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while time.monotonic() < deadline:
         if value := predicate():
             return value

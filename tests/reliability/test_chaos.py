@@ -55,6 +55,7 @@ from tests.integration.cloud.test_cloud_workflow import (
     step_record_violations,
 )
 from tests.integration.workerproc import Worker, settled, wait_for
+from tests.pace import budget
 from tests.reliability.conftest import Recorder, scale
 
 STEPS = ["slurm_drain", "k8s_cordon", "k8s_evict", "vm_restart", "verify", "return"]
@@ -109,7 +110,7 @@ def _kill_inside(rig: CloudRig, victim: Worker, node: str, step: str) -> float:
         rig.cluster.end_boot(node)
     assert hold is not None
     try:
-        assert hold.held.wait(60), f"{step} of {node} never made its call\n{victim.output()[-3000:]}"
+        assert hold.held.wait(budget(60)), f"{step} of {node} never made its call\n{victim.output()[-3000:]}"
         rem = rig.rem(node)
         row = rig.row(node, step)
         assert rem is not None and rem.step == step, (step, rem and rem.step)

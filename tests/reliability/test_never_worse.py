@@ -54,6 +54,7 @@ from tests.integration.slurm.test_slurm_workflow import (  # noqa: F401  (fixtur
     wait_idle,
 )
 from tests.integration.workerproc import Worker, wait_for, worker_env
+from tests.pace import within
 from tests.reliability.conftest import Recorder
 from tests.reliability.test_storm import Receiver, receiver  # noqa: F401  (fixture)
 
@@ -75,7 +76,7 @@ def job_field(slurm: SlurmCluster, job: str, name: str) -> str:
 
 
 def wait_running(slurm: SlurmCluster, job: str, node: str) -> None:
-    deadline = time.monotonic() + 20
+    deadline = within(20)
     while (job_field(slurm, job, "JobState"), job_field(slurm, job, "NodeList")) != ("RUNNING", node):
         assert time.monotonic() < deadline, f"job {job} never ran on {node}"
         time.sleep(0.1)

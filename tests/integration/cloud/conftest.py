@@ -27,6 +27,7 @@ from remediation.ports.cluster import MachineProvider, Operation, OperationStatu
 from remediation.settings import MachineSettings
 from remediation.simulator.azure_api import AzureFake, make_self_signed_cert
 from remediation.simulator.gce_api import GceFake
+from tests.pace import within
 
 PROJECT, ZONE = "gpu-proj", "us-central1-a"
 SUB, RG = "0b1f6471-1bf0-4dda-aec3-111122223333", "gpu-rg"
@@ -37,7 +38,7 @@ def wait_done(
     provider: MachineProvider, op: Operation, *, timeout: float = 10.0
 ) -> tuple[OperationStatus, Operation]:
     """Poll as the workflow does (once per 'task run'), following ``replace``; return the last status."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while time.monotonic() < deadline:
         status = provider.poll(Operation.from_dict(op.to_dict()))  # every poll resumes from the DB shape
         if status.replace is not None:

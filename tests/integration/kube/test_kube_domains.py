@@ -30,6 +30,7 @@ from remediation.simulator.kube.api import KubeAPIServer
 from remediation.watchers.kube import watcher as kube_watcher
 from remediation.watchers.runtime import Stopper
 from tests.conftest import REDIS_URL
+from tests.pace import within
 
 CLIQUE = "nvidia.com/gpu.clique"
 SUBBLOCK = "cloud.google.com/gce-topology-subblock"
@@ -41,7 +42,7 @@ def domain_events(client: redis.Redis, prefix: str) -> list[NodeEvent]:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 5.0) -> object:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while not (value := predicate()):
         assert time.monotonic() < deadline, f"not within {timeout}s"
         time.sleep(0.02)

@@ -28,12 +28,13 @@ from remediation.simulator.kube.api import KubeAPIServer
 from remediation.simulator.kube.discovery import RESOURCES
 from tests.integration.kube.conftest import KUBECTL, Run
 from tests.integration.kube.conftest import kubectl_env as _env
+from tests.pace import within
 
 SLURMD = {"app.kubernetes.io/component": "slurmd"}
 
 
 def _wait(predicate: Callable[[], object], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
@@ -277,7 +278,7 @@ def watch_nodes(kubeconfig: Path) -> Iterator[Watch]:
 def _next_line(
     lines: queue.Queue[str], predicate: Callable[[list[str]], bool], timeout: float = 20
 ) -> list[str]:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while (left := deadline - time.monotonic()) > 0:
         try:
             cells = lines.get(timeout=left).split()

@@ -23,6 +23,7 @@ from remediation.simulator.kube.podsecurity import violations
 from remediation.simulator.kube.store import ApiError
 from remediation.validation.port import ValidationCheck
 from tests.integration.kube.conftest import ROOT, shipped_namespaces
+from tests.pace import within
 
 NODE = "gke-a3-0"
 CHECK = ValidationCheck("gpu-node-0", "nr-gate-r1-a1", ("dcgmi", "diag", "-r", "2"), 600)
@@ -56,7 +57,7 @@ def test_a_privileged_check_pod_is_refused_in_a_restricted_namespace(kube_api: K
     assert (event["reason"], event["type"]) == ("FailedCreate", "Warning")
     assert 'violates PodSecurity "restricted:latest"' in event["message"]
     assert 'privileged (container "check" must not set securityContext.privileged=true)' in event["message"]
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while not (batch.read_namespaced_job(CHECK.name, "locked").status.conditions or []):
         assert time.monotonic() < deadline, "the Job never failed"
         time.sleep(0.05)

@@ -31,6 +31,7 @@ from remediation.services.readmodels import node_detail
 from remediation.services.workflow import Workflow
 from remediation.settings import Settings
 from remediation.simulator.kube.api import KubeAPIServer
+from tests.pace import within
 
 NODE = "gpu-node-1"
 PREFIX = "remediation:"
@@ -71,7 +72,7 @@ def open_at_validate(sessions: sessionmaker[Session], cause_class: str) -> int:
 
 
 def drive(wf: Workflow, rid: int, until: Callable[[], bool], timeout: float = 15) -> None:
-    deadline, step = time.monotonic() + timeout, "validate"
+    deadline, step = within(timeout), "validate"
     while not until():
         assert time.monotonic() < deadline, "the workflow did not get there in time"
         follow = wf.run(rid, step)

@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from remediation.simulator.kube.tls import write_cluster_pki
+from tests.pace import within
 from tests.ports import WERKZEUG_LINE, reported_port
 
 USER, PASSWORD = "remediation", "pw-" + uuid.uuid4().hex  # a value no message may ever carry
@@ -61,7 +62,7 @@ class Emulator:
 
     def logged(self, marker: str, timeout: float = 10.0) -> None:
         """Wait until the access log has a line with ``marker``: every request before it is in too."""
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while marker not in self.log.read_text(errors="replace"):
             assert time.monotonic() < deadline, f"{marker!r} never reached the emulator's log"
             time.sleep(0.05)
@@ -130,7 +131,7 @@ def running_emulator(
         )
     try:
         url = f"https://127.0.0.1:{reported_port(log, WERKZEUG_LINE, proc, timeout=30)}"
-        deadline = time.monotonic() + 30
+        deadline = within(30)
         while True:  # ready once it answers the service root over verified TLS
             try:
                 if requests.get(f"{url}/redfish/v1/", verify=str(pki.ca_file), timeout=2).ok:

@@ -54,6 +54,7 @@ from remediation.services.workflow import Workflow
 from remediation.settings import RedfishSettings, Settings
 from remediation.simulator.kube.tls import write_cluster_pki
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator, JsonBmc, stand_in_bmc
+from tests.pace import within
 from tests.ports import dead_address
 from tests.scenario_table import IMPOSTOR, BadInputs
 
@@ -125,7 +126,7 @@ def until_done(
     provider: RedfishProvider, op: Operation, timeout: float = 40.0
 ) -> tuple[OperationStatus, Operation]:
     """Poll as the workflow does, each poll from the stored shape, following ``replace``."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while True:
         status = provider.poll(Operation.from_dict(op.to_dict()))
         op = status.replace or op
@@ -140,7 +141,7 @@ def settled(emulator: Emulator, provider: RedfishProvider, node: str) -> None:
     marker = f"/redfish/v1/Systems/{emulator.systems[node.removeprefix('node-')]}"
     before = emulator.log.read_text().count(marker)
     provider.plan(provider.machine_of(node), VMAction.RESTART)
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while emulator.log.read_text().count(marker) <= before:
         assert time.monotonic() < deadline, "the barrier request never reached the log"
         time.sleep(0.05)
@@ -245,7 +246,7 @@ def test_the_workflow_resumes_a_killed_restart_by_polling_its_intent(
     monkeypatch.undo()
 
     clock.advance(31)  # its lease runs out: a redelivered task (or the sweeper) runs the step again
-    deadline = time.monotonic() + 40
+    deadline = within(40)
     while (followup := engine.run(rid, "vm_restart")) is not None and followup.step == "vm_restart":
         assert time.monotonic() < deadline, "the restart never completed"
         clock.advance(followup.countdown)

@@ -36,6 +36,7 @@ from remediation.settings import Settings
 from tests.faults import GPU_OFF_THE_BUS
 from tests.integration.redfish.conftest import PASSWORD, USER, Emulator
 from tests.integration.redfish.test_redfish_bmc import configure, provider_for
+from tests.pace import within
 
 NODES = ("node-held-1", "node-held-2", "node-held-3")
 # The smallest workflow.vm_operation_timeout_s allows: above the emulator's slowest ForceOff then On (two
@@ -121,7 +122,7 @@ def at_the_machine_step(
 
 def run_to_the_end(site: Site, nodes: tuple[str, ...]) -> dict[str, Remediation]:
     """Run every remediation's steps until it closes; the closed rows by node."""
-    deadline = time.monotonic() + 60
+    deadline = within(60)
     steps = dict.fromkeys(nodes, "vm_restart")
     while steps:
         assert time.monotonic() < deadline, f"not finished: {steps}"
@@ -194,7 +195,7 @@ def test_a_power_cycle_past_its_timeout_never_leaves_the_machine_off(
     final = run_to_the_end(site, (node,))
     assert final[node].status == "quarantined"  # the rung failed on time: the ladder ends as it should
     # but not before the On that follows the ForceOff was sent: the BMC received both.
-    deadline = time.monotonic() + 5
+    deadline = within(5)
     while emulator.resets("overdue") < 2:
         assert time.monotonic() < deadline, "ForceOff sent, and never an On: the machine is left Off"
         time.sleep(0.1)

@@ -35,6 +35,7 @@ from remediation.hostlist import expand
 from remediation.settings import SlurmSettings
 from tests import slurm_versions
 from tests.integration.workerproc import wait_for
+from tests.pace import within
 from tests.ports import lease
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -186,7 +187,7 @@ class SlurmCluster:
 
     def wait_idle(self, *nodes: str, timeout: float = 40) -> None:
         """Wait until ``nodes`` (every node if none named) are IDLE without flags."""
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while True:
             now = self.nodes_now()
             if all(state == "IDLE" and not flags for n, (state, flags, _) in now.items() if not nodes or n in nodes):
@@ -223,7 +224,7 @@ class SlurmCluster:
         for node in self.nodes:
             if self.slurmd_pid(node) is None:
                 self.start_slurmd(node)
-        deadline = time.monotonic() + 60
+        deadline = within(60)
         while True:
             now = self.nodes_now()
             unhealthy = [n for n, (state, flags, _) in now.items() if flags - {"NOT_RESPONDING"} or state != "IDLE"]

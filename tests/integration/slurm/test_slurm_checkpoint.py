@@ -48,6 +48,7 @@ from tests.integration.slurm.test_slurm_workflow import (
     steps_of,
     wait_idle,
 )
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -156,7 +157,7 @@ def submit(cluster: SlurmCluster, script: str, tmp_name: str, *options: str) -> 
     path.write_text(script.format(log=job_log, checkpoint=checkpoint))
     out = cluster.run("sbatch", "--parsable", "-w", NODE, "-o", "/dev/null", "-D", str(work), *options, str(path))
     job = Job(out.stdout.strip().split(";")[0], job_log, checkpoint)
-    deadline = time.monotonic() + 20
+    deadline = within(20)
     while not job.lines("ready"):
         assert time.monotonic() < deadline, f"job {job.id} never started"
         time.sleep(0.1)
@@ -258,7 +259,7 @@ def test_a_dry_run_records_would_signal_and_the_job_gets_nothing(
     assert rem.dry_run and (rem.wait_reason or "").startswith("would")
     # The barrier: a USR2 sent now reaches the job's log; a USR1 sent before it would be there too.
     slurm.run("scancel", "--signal=USR2", "--batch", job.id)
-    deadline = time.monotonic() + 20
+    deadline = within(20)
     while not job.lines("USR2"):
         assert time.monotonic() < deadline, "the job never logged the barrier's USR2"
         time.sleep(0.1)
@@ -275,13 +276,13 @@ def test_signal_jobs_reaches_the_job_and_a_job_that_has_left_is_no_error(
     cli = CliSlurm(slurm.settings())
     job = submit(slurm, IGNORES, f"direct-{scope}")
     cli.signal_jobs([job.id], "USR1", scope)  # type: ignore[arg-type]
-    deadline = time.monotonic() + 20
+    deadline = within(20)
     while not job.lines("USR1"):
         assert time.monotonic() < deadline, "the job never logged the USR1"
         time.sleep(0.1)
     assert len(job.lines("USR1")) == 1 and job_state(slurm, job.id) == "RUNNING"
     slurm.run("scancel", job.id)
-    deadline = time.monotonic() + 20
+    deadline = within(20)
     while job_state(slurm, job.id) not in ("CANCELLED", "COMPLETED", "GONE"):
         assert time.monotonic() < deadline
         time.sleep(0.2)
@@ -348,7 +349,7 @@ def test_a_signal_slurm_refused_is_sent_on_the_retry_and_none_twice(
     clock.advance(120)  # past the retry's backoff
     engine.run(rid, "slurm_drain")
     for j in jobs:
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while not j.lines("USR1"):
             assert time.monotonic() < deadline, f"job {j.id} never got its USR1"
             time.sleep(0.1)

@@ -14,6 +14,7 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.rest import RestSlurm
 from remediation.ports.errors import ControllerUnreachable, Scope, TransientError, UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -79,7 +80,7 @@ def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> 
     script.chmod(0o755)
     job = slurm.run("sbatch", "--parsable", "-w", "gpu-node-0", "-o", "/dev/null", "-D", str(slurm.workdir), str(script))
     job_id = job.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 15
+    deadline = within(15)
     while cli.running_jobs("gpu-node-0") == 0:
         assert time.monotonic() < deadline, "the job never started"
         time.sleep(0.2)
@@ -90,7 +91,7 @@ def test_running_jobs_counts_a_real_job(slurm: SlurmCluster, tmp_path: Path) -> 
     assert cli.get_node("gpu-node-0").state in ("ALLOCATED", "MIXED")
     assert cli.running_jobs("gpu-node-0") == 1
     slurm.run("scancel", job_id)
-    deadline = time.monotonic() + 15
+    deadline = within(15)
     while cli.running_jobs("gpu-node-0"):
         assert time.monotonic() < deadline, "the job never ended"
         time.sleep(0.2)
@@ -112,7 +113,7 @@ def test_jobs_on_lists_ids_and_requeue_and_cancel_act_on_real_jobs(slurm: SlurmC
                     if w.startswith("JobState="))
 
     def wait_jobs(expected: list[str]) -> None:
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while cli.jobs_on("gpu-node-3") != expected:
             assert time.monotonic() < deadline, cli.jobs_on("gpu-node-3")
             time.sleep(0.2)
@@ -272,7 +273,7 @@ def test_a_heterogeneous_job_is_listed_by_component_and_acted_on_whole(slurm: Sl
         return out.stdout.strip().split(";")[0]
 
     def wait_jobs(expected: dict[str, list[str]]) -> None:
-        deadline = time.monotonic() + 30
+        deadline = within(30)
         while (seen := {n: cli.jobs_on(n) for n in expected}) != expected:
             assert time.monotonic() < deadline, seen
             time.sleep(0.2)

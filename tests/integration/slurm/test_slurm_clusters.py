@@ -42,6 +42,7 @@ from remediation.simulator.kube.api import KubeAPIServer
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster, start_cluster
 from tests.integration.workerproc import Worker, celery_worker_argv, settled, spawn, wait_for, worker_env
+from tests.pace import budget
 
 pytestmark = pytest.mark.slurm
 
@@ -313,7 +314,7 @@ def test_slurmctld_unreachable_pauses_its_own_cluster_while_the_other_is_remedia
     # is stopped: its next Slurm call then meets a controller that does not answer.
     hold = fleet.apis["west"].delay_next(1, 60, method="PATCH", path=f"/api/v1/nodes/{node}")
     fleet.fail("west", node)
-    assert hold.held.wait(60), f"west's cordon never came: {fleet.rems()}\n{fleet.worker.output()[-3000:]}"
+    assert hold.held.wait(budget(60)), f"west's cordon never came: {fleet.rems()}\n{fleet.worker.output()[-3000:]}"
     down.scontrol("shutdown", "slurmctld")
     wait_for(lambda: down.scontrol("ping", check=False).returncode != 0, 30, "west's slurmctld to stop")
     try:

@@ -40,6 +40,7 @@ from tests.integration.slurm.test_slurm_workflow import (
     steps_of,
     wait_idle,
 )
+from tests.pace import within
 
 INCIDENT_ACTIONS = (AuditAction.INCIDENT_OPENED, AuditAction.INCIDENT_JOINED, AuditAction.INCIDENT_RECOVERED,
                     AuditAction.INCIDENT_RESOLVED)
@@ -70,7 +71,7 @@ def pipeline(
 
 def run_until(p: Pipeline, f: FollowUp, done: Callable[[], bool], timeout: float = 20) -> FollowUp | None:
     """Run one remediation's steps in real time until ``done()`` (or it closes)."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     nxt: FollowUp | None = f
     while nxt is not None and not done():
         assert time.monotonic() < deadline, f"remediation {f.remediation_id} did not get there in {timeout}s"

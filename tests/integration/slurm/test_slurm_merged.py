@@ -13,6 +13,7 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.merged import MergedSlurm
 from remediation.ports.errors import UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -67,7 +68,7 @@ def test_jobs_of_several_nodes_are_each_nodes_own(slurm: SlurmCluster) -> None:
     both = submit("-N", "2", "-w", "gpu-node-0,gpu-node-1")
     one = submit("-w", "gpu-node-2")
     try:
-        deadline = time.monotonic() + 20
+        deadline = within(20)
         while len(cli.jobs_on("gpu-node-0")) + len(cli.jobs_on("gpu-node-2")) < 2:
             assert time.monotonic() < deadline, "the jobs never started"
             time.sleep(0.1)

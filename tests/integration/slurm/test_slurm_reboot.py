@@ -28,6 +28,7 @@ from remediation.domain.step_records import dumped
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.settings import SlurmSettings, load_settings
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -48,7 +49,7 @@ def reboots(cluster: SlurmCluster, node: str) -> int:
 
 def poll_until_done(settings: SlurmSettings, stored: str, timeout: float = 30) -> OperationStatus:
     """Poll as a redelivered task would: a fresh adapter, and only the Operation the step row kept."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while True:
         status = SlurmReboot(settings, PREFIX).poll(Operation.from_dict(json.loads(stored)))
         if status.done or time.monotonic() > deadline:
@@ -84,7 +85,7 @@ def test_one_request_per_key_across_a_kill_and_recovery_proven_by_slurmctld(slur
 
 
 def wait_for(cli: CliSlurm, node: str, ok: Callable[[NodeRecord], bool], timeout: float = 30) -> NodeRecord:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while not ok(now := cli.status(node)):
         assert time.monotonic() < deadline, now
         time.sleep(0.2)
@@ -136,7 +137,7 @@ def test_a_worker_clock_ahead_of_slurmctld_still_proves_a_real_reboot(slurm: Slu
     cfg = StepSettings.of(load_settings())
     inp = StepInput(remediation_id=43, node=node, cause="xid 79", ladder=0, context=RemediationContext(),
                     key=key, attempt=1, checks=0, provider_op=None, detail={}, started_at=ahead.now())
-    deadline = time.monotonic() + 30
+    deadline = within(30)
     while isinstance(out := vm_restart(inp, machine, cfg, now=ahead.now()), Wait):  # as the workflow runs it
         assert time.monotonic() < deadline, out
         inp = replace(inp, checks=inp.checks + 1, provider_op=out.provider_op or inp.provider_op,

@@ -17,6 +17,7 @@ from remediation.adapters.slurm.cli import CliSlurm
 from remediation.adapters.slurm.rest import RestSlurm, SlurmRestError
 from remediation.ports.errors import ConfigError, NotSupported, Scope, UnknownNode
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -126,7 +127,7 @@ def test_poll_is_free_when_nothing_changed(slurm: SlurmCluster, rest_api: str, r
         assert changed is not None and changed["gpu-node-3"].flags == {"DRAIN"} and not rest._conditional
         return
     time.sleep(2.1)  # past the one-second overlap of update_time
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while rest.poll() is not None:  # pings may touch the node table; it settles quickly when idle
         assert time.monotonic() < deadline, "slurmrestd never answered 304"
         time.sleep(0.5)
@@ -141,7 +142,7 @@ def test_jobs_on_names_a_real_job(slurm: SlurmCluster, rest_api: str, rest_for: 
                     "--wrap", "sleep 120")
     job = out.stdout.strip().split(";")[0]
     try:
-        deadline = time.monotonic() + 15
+        deadline = within(15)
         while rest.jobs_on("gpu-node-0") != [job]:
             assert time.monotonic() < deadline, f"slurmrestd never listed job {job} on gpu-node-0"
             time.sleep(0.2)

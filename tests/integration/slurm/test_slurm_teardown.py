@@ -20,6 +20,7 @@ import pytest
 
 from tests.integration.slurm.conftest import VERSIONS, SlurmCluster, start_cluster
 from tests.leftovers import find
+from tests.pace import within
 
 pytestmark = pytest.mark.slurm
 
@@ -31,7 +32,7 @@ def submit(cluster: SlurmCluster, node: str, *extra: str) -> str:
 
 
 def wait_until(what: Callable[[], object], expected: object) -> None:
-    deadline = time.monotonic() + 30
+    deadline = within(30)
     while (now := what()) != expected:
         assert time.monotonic() < deadline, now
         time.sleep(0.2)

@@ -40,6 +40,7 @@ from remediation.settings import Settings, load_settings
 from remediation.validation.port import ValidationCheck
 from remediation.validation.rules import check_name
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 from tests.scenario_table import IMPOSTOR, BadInputs
 
 pytestmark = pytest.mark.slurm
@@ -85,7 +86,7 @@ def settings_for(cluster: SlurmCluster, workdir: Path, cue: Path, timeout_s: flo
 
 
 def wait_for(ok: Callable[[], object], timeout: float, what: str | Callable[[], str]) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while not ok():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
@@ -211,7 +212,7 @@ def open_at_validate(sessions: sessionmaker[Session], node: str, now: datetime) 
 
 def drive(engine: Workflow, rid: int, step: str, until: Callable[[], bool], timeout: float = 40) -> None:
     """Run the engine as the worker would (countdowns slept, sub-second) until ``until()``."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     current: str | None = step
     while not until():
         assert time.monotonic() < deadline, "the workflow did not get there in time"

@@ -25,6 +25,7 @@ from remediation.watchers.runtime import Polls, Stopper
 from remediation.watchers.slurm import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import ROOT, SlurmCluster
+from tests.pace import budget, within
 
 # Each test once per Slurm release and backend (cli, rest): see conftest. The tests that wait on
 # slurmctld's own timers (a killed slurmd turns NOT_RESPONDING, then DOWN) run once per release with
@@ -56,7 +57,7 @@ EVENT_WAIT_S = 30.0
 def wait_for(
     client: redis.Redis, prefix: str, match: Callable[[NodeEvent], bool], timeout: float
 ) -> NodeEvent:
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while True:
         for event in events(client, prefix):
             if match(event):
@@ -119,7 +120,7 @@ def on_both_backends(cluster: SlurmCluster, client: redis.Redis, prefix: str, **
 
 def started(client: redis.Redis, prefix: str, nodes: list[str]) -> None:
     """The first resync publishes an INVENTORY event per node: the watcher is up and leading."""
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while {e.node for e in events(client, prefix) if e.kind == EventKind.INVENTORY} != set(nodes):
         assert time.monotonic() < deadline, "watcher never published its first resync"
         time.sleep(0.05)
@@ -148,7 +149,7 @@ def test_fail_is_published_within_two_seconds_and_healthy_after_resume(
         assert healthy.dedupe_key == event.dedupe_key.replace(":FAIL:", ":healthy:FAIL:", 1)
         # The resume's NOT_RESPONDING blip (until slurmctld pings the node) was not published: once
         # Slurm shows it over, the watcher polled a few more times.
-        deadline = time.monotonic() + 15
+        deadline = within(15)
         while "NOT_RESPONDING" in slurm.nodes_now()["gpu-node-1"][1]:
             assert time.monotonic() < deadline, slurm.nodes_now()["gpu-node-1"]
             time.sleep(0.2)
@@ -179,7 +180,7 @@ def test_an_old_reason_kept_after_resume_is_not_the_reason_of_a_new_fault(
     node = "gpu-node-2"
     slurm.scontrol("update", f"nodename={node}", "state=drain", "reason=remediation: old episode")
     slurm.scontrol("update", f"nodename={node}", "state=resume")
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while slurm.nodes_now()[node][1]:  # the resume's NOT_RESPONDING, until slurmctld pings the node
         assert time.monotonic() < deadline, slurm.nodes_now()[node]
         time.sleep(0.2)
@@ -208,7 +209,7 @@ def test_a_watcher_started_while_a_node_only_stops_responding_learns_its_kept_re
     pid = slurm.slurmd_pid(node)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 40
+    deadline = within(40)
     while (now := slurm.nodes_now()[node])[1] != {"NOT_RESPONDING"} or now[0] != "IDLE":
         assert time.monotonic() < deadline, now
         time.sleep(0.2)
@@ -242,7 +243,7 @@ def test_killed_slurmd_is_detected_and_its_return_too(
         # 24.11 keeps earlier reasons: the watcher cuts a kept "Not responding" (an earlier test's) to "".
         expected = ("Not responding", "") if slurm.keeps_reason_on_resume else ("Not responding",)
         assert down.reason in expected, down.reason
-        assert time.monotonic() - killed < 45
+        assert time.monotonic() - killed < budget(45)
         states = [e.state for e in events(redis_client, redis_prefix) if e.kind == EventKind.UNHEALTHY]
         assert states[0] in ("NOT_RESPONDING", "DOWN")  # idle* (~13 s) first, then DOWN (~26 s)
         slurm.start_slurmd("gpu-node-3")  # "the VM came back"; ReturnToService=1 returns it to IDLE
@@ -266,7 +267,7 @@ def test_restart_resync_republishes_the_bad_set_with_the_same_keys(
     first_run = len(events(redis_client, redis_prefix))
     # A new watcher (as after a crash or a Redis outage): its first poll is a full resync.
     with watcher(settings, redis_client, redis_prefix):
-        deadline = time.monotonic() + EVENT_WAIT_S
+        deadline = within(EVENT_WAIT_S)
         while len(events(redis_client, redis_prefix)) < first_run + 1 + len(slurm.nodes):
             assert time.monotonic() < deadline, "no resync after restart"
             time.sleep(0.05)

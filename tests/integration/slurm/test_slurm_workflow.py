@@ -63,6 +63,7 @@ from remediation.watchers.runtime import Polls, Stopper
 from remediation.watchers.slurm import watcher as slurm_watcher
 from tests.conftest import REDIS_URL
 from tests.integration.slurm.conftest import SlurmCluster
+from tests.pace import within
 
 # Each test once per Slurm release and backend (cli; rest where slurmrestd can write: 24.11): see conftest.
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_backend")]
@@ -133,7 +134,7 @@ class SlurmdRestartVM:
         pid = self.cluster.slurmd_pid(node)
         if pid is not None:  # the "reboot" stops the running slurmd first
             os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 10
+            deadline = within(10)
             while self.cluster.slurmd_pid(node) is not None and time.monotonic() < deadline:
                 time.sleep(0.05)
         self.cluster.start_slurmd(node)
@@ -221,7 +222,7 @@ class Pipeline:
             return set(s.scalars(select(Event.node).where(Event.kind == "inventory")))
 
     def wait_until(self, ok: Callable[[], object], timeout: float, what: str) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         while True:
             self.ingest()
             if ok():
@@ -249,7 +250,7 @@ class Pipeline:
     def settle(self, todo: Sequence[FollowUp], timeout: float = 60) -> None:
         """Run follow-ups in real time until none is left, ingesting the watcher's events meanwhile
         (what the Celery tasks and the ingest task do in production)."""
-        deadline = time.monotonic() + timeout
+        deadline = within(timeout)
         queue = [(time.monotonic() + f.countdown, i, f) for i, f in enumerate(todo)]
         heapq.heapify(queue)
         n = len(queue)
@@ -301,7 +302,7 @@ def steps_of(sessions: sessionmaker[Session], rid: int) -> list[RemediationStep]
 def wait_idle(cluster: SlurmCluster, node: str, timeout: float = 15) -> None:
     """IDLE, no flags, reason cleared (a resumed node is NOT_RESPONDING until slurmctld pings it). 24.11
     keeps the last reason of a resumed node, so there only state and flags are waited for."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while (now := cluster.nodes_now()[node])[:2] != ("IDLE", frozenset()) or (
         now[2] and not cluster.keeps_reason_on_resume
     ):
@@ -388,7 +389,7 @@ def test_drain_with_a_running_job_waits_for_the_job_then_completes(
         .stdout.strip()
         .split(";")[0]
     )
-    deadline = time.monotonic() + 15
+    deadline = within(15)
     while cli.running_jobs(node) == 0:
         assert time.monotonic() < deadline, "the job never started"
         time.sleep(0.1)
@@ -581,7 +582,7 @@ def test_watcher_restart_and_redis_loss_republish_the_bad_set_once(
         # the leader lock. A transition published just before is gone with it.
         slurm.scontrol("update", f"nodename={later}", "state=drain", "reason=ecc errors")
         stream = Keys(p.prefix, Publisher.SLURM).stream  # the Slurm watcher's own stream
-        deadline = time.monotonic() + 3
+        deadline = within(3)
         while not any(b"ecc errors" in fields[b"e"] for _, fields in redis_client.xrange(stream)):
             assert time.monotonic() < deadline, "the drain was never published"
             time.sleep(0.02)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.leftovers import MARKER, Leftover, end, find
+from tests.pace import within
 
 ROOT = Path(__file__).resolve().parents[3]
 #: Binds a unix socket at $SOCKET and waits; its command line names no path.
@@ -111,7 +112,7 @@ def test_a_socket_bound_in_the_temp_dir_gives_a_process_away_after_the_dir_is_go
     spool.mkdir()
     socket_path = spool / "gpu-node-3_3.4294967291"
     pid = plant(f'exec {sys.executable} -c "{SOCKET_HOLDER}"', env={"SOCKET": str(socket_path)})
-    deadline = time.monotonic() + 10
+    deadline = within(10)
     while not socket_path.exists():
         assert time.monotonic() < deadline, "the socket was never bound"
         time.sleep(0.05)

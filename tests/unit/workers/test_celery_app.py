@@ -18,6 +18,7 @@ import pytest
 
 from remediation.settings import Settings
 from remediation.workers.celery_app import ingests, make_app, sweeps
+from tests.pace import within
 
 BIN = Path(sys.executable).parent
 
@@ -28,7 +29,7 @@ def run_until_state(args: list[str], cwd: Path, env: dict[str, str], state_dir: 
         [str(BIN / "remediation"), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
     ) as proc:  # leaving the block closes the pipe
         try:
-            deadline = time.monotonic() + 60
+            deadline = within(60)
             while not list(state_dir.glob("celerybeat-schedule*")):
                 assert proc.poll() is None, proc.communicate()[0].decode()
                 assert time.monotonic() < deadline, "beat wrote no state"

@@ -14,6 +14,7 @@ from remediation.adapters.redfish.inventory import Bmc, Login
 from remediation.ports.errors import ConfigError, CredentialError
 from remediation.settings.redfish import RedfishSettings
 from remediation.simulator.redfish_bmc import RedfishBmc
+from tests.pace import within
 
 SYSTEM = "bm-hgx-1"
 
@@ -33,7 +34,7 @@ def session(bmc: RedfishBmc, *, password: str | None = None, trusted: bool = Tru
 
 def booted(bmc: RedfishBmc, timeout: float = 10) -> None:
     """Wait for the system's second boot: On again, op_seconds after the request."""
-    deadline = time.monotonic() + timeout
+    deadline = within(timeout)
     while bmc.vm_state((SYSTEM,)) != (2, False):
         assert time.monotonic() < deadline, bmc.vm_state((SYSTEM,))
         time.sleep(0.02)
