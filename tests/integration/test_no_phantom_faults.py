@@ -14,7 +14,7 @@ Slurm-on-Kubernetes) with the real processes a deployment runs: ``remediation wo
   took: a GCE call repeated with its requestId, as a worker resuming the step after its lease ran out
   sends it, returns the first operation and is not a second action); the reboot signals that were
   published are recorded as caused by their remediation.
-- In the same run a truly broken VM (``repeat_offender`` whose GPU fault relapses after each boot)
+- In the same run a truly broken VM (``repeat_offender`` whose GPU fault relapses after each return)
   IS quarantined by the repeat-offender rule at its threshold (3).
 
 "Nothing more happened" is asserted after a barrier, not a sleep: canaries (a maintenance drain in
@@ -25,6 +25,8 @@ with every stream entry acknowledged and every event decided.
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from pathlib import Path
 
@@ -50,9 +52,6 @@ OP_S = 0.3  # a provider operation; the Node is Ready=Unknown from its start to 
 # the hold, a little longer (the reboot's Ready=Unknown comes due just before the node is back, which
 # is how the issue's phantom was flushed with the Ready=True that ended it), and much longer.
 BOOT_S = (0.5, 2.0, 2.4, 4.0)
-# The lemon's GPU fault comes back this long after each boot: after its verify has passed, however slow
-# the machine (at 3 s, a verify on a loaded machine saw the relapse and restarted the VM a second time).
-RELAPSE_S = 10.0
 KINDS = ("researcher_fail", "gpu_condition", "node_not_ready", "slurmd_stop")
 ENV = {
     "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.3",
@@ -101,6 +100,24 @@ def vm_story(db: Engine, cluster: SimCluster, nodes: list[str]) -> str:
     return "\n".join(lines)
 
 
+class Relapses(threading.Thread):
+    """The lemon's GPU fault comes back each time one of its remediations has returned it.
+
+    A barrier, not a timer: a relapse timed from the boot (10 s) fired inside a verify on a slow
+    runner, where the fault is part of the remediation still open, and the lemon was never caught."""
+
+    def __init__(self, cluster: SimCluster, db: Engine) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.db, self.stop, self.returned = cluster, db, threading.Event(), 0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.2):
+            returned = sum(r.status == "succeeded" for r in remediations(self.db, LEMON))
+            if returned > self.returned:
+                self.returned = returned
+                self.cluster.gpu_condition(LEMON, message="XID 48: double-bit ECC error (relapse after return)")
+
+
 def inject(cluster: SimCluster, i: int) -> None:
     node = f"gpu-node-{i}"
     kind = KINDS[i % 4]
@@ -126,18 +143,20 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
         slow = {f"gpu-node-{i}" for i in range(NODES) if OP_S + BOOT_S[i // 4] > HOLD_S}
         env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path,
                          **{**cluster.settings_overrides(min_condition_s=HOLD_S), **ENV})
+        relapser = Relapses(cluster, db)
         procs = start_stack(env, tmp_path)
         try:
             wait_for(lambda: len(events(db, "gpu-node-0")) > 0, 30, "the first resync", procs)
 
-            cluster.repeat_offender(LEMON, relapse_after_s=RELAPSE_S)
+            cluster.repeat_offender(LEMON, relapse_after_s=math.inf)  # its own timer never fires: relapser
+            relapser.start()
             for i in range(NODES):
                 inject(cluster, i)
                 time.sleep(3.0)  # the issue's pacing: faults 3 s apart
             nodes = [f"gpu-node-{i}" for i in range(NODES)]
             wait_for(lambda: all((r := remediations(db, n)) and r[-1].status == "succeeded" for n in nodes),
                      240, "16 remediations to succeed", procs)
-            # Three boots, each with a 10 s relapse and a verify: past 180 s on a loaded runner (seen).
+            # Three boots, each with a verify and then a relapse: past 180 s on a loaded runner (seen).
             wait_for(lambda: (r := remediations(db, LEMON)) and r[-1].status == "quarantined", 360,
                      "the lemon's quarantine", procs)
 
@@ -164,6 +183,9 @@ def test_one_fault_per_node_is_one_remediation_and_the_lemon_is_still_caught(
 
             wait_for(settled, 30, "the stream to be acknowledged and every event decided", procs)
         finally:
+            relapser.stop.set()
+            if relapser.is_alive():
+                relapser.join(5)
             for p in procs:
                 p.stop()
 
