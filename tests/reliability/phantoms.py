@@ -74,13 +74,16 @@ class Proc(Worker):
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, procs: list[Proc]) -> Any:
-    deadline = within(timeout)
+    deadline, why = within(timeout), f"timed out after {timeout}s"
     while time.monotonic() < deadline:
         if value := predicate():
             return value
+        if dead := [p.log.name for p in procs if p.proc.poll() is not None]:
+            why = f"{', '.join(dead)}: the process ended"  # nothing to wait for any more
+            break
         time.sleep(0.2)
     tails = "\n".join(f"--- {p.log.name}\n{p.output()[-3000:]}" for p in procs)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
+    raise AssertionError(f"{why} waiting for {what}\n{tails}")
 
 
 def start_stack(env: dict[str, str], workdir: Path) -> list[Proc]:
