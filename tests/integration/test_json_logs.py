@@ -37,13 +37,15 @@ STEP_FIELDS = ("remediation_id", "node", "step", "attempt", "outcome")
 def records(text: str) -> list[dict[str, Any]]:
     """Every stderr line as a JSON record; a line that is not one fails the test with the line."""
     out = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         if not line.strip():
             continue
         try:
             rec = json.loads(line)
         except ValueError:
-            raise AssertionError(f"a stderr line is not JSON: {line!r}") from None
+            rest = "\n".join(lines[i:i + 40])  # a traceback says where it came from
+            raise AssertionError(f"a stderr line is not JSON: {line!r}, from:\n{rest}") from None
         assert isinstance(rec, dict) and {"level", "message", "time", "logger"} <= rec.keys(), line
         out.append(rec)
     return out
