@@ -53,14 +53,20 @@ def lemon_scores(s: Session, now: datetime, cfg: LemonSettings,
     return {node: score(failures, now, cfg) for node, failures in history.items()}
 
 
+Flags = dict[tuple[str, str], HardwareFlag]
+
+
 def fleet_scores(s: Session, now: datetime, cfg: LemonSettings, *, cluster: str | None = None,
-                 ) -> tuple[dict[tuple[str, str], LemonScore], dict[tuple[str, str], HardwareFlag]]:
+                 every_flag: Flags | None = None) -> tuple[dict[tuple[str, str], LemonScore], Flags]:
     """(cluster, node) -> score, of every node with counted failures (of ``cluster`` alone, when given),
-    each counting the failures its current hardware had in other clusters; and the flags that say so."""
+    each counting the failures its current hardware had in other clusters; and the flags that say so.
+    ``every_flag``: :func:`hardware_flags` at ``now``, when the caller has it already (it reads every
+    sighting of the fleet: the reliability report's costliest read)."""
     horizon = timedelta(seconds=cfg.horizon_s)
     history = failure_history_by_node(s, None, now, horizon=horizon, cluster=cluster)
     only = cluster or scope_of(s)  # the flags of the nodes this view scores (hardware_flags sees every cluster)
-    flags = {k: f for k, f in hardware_flags(s, now).items() if only is None or k[0] == only}
+    every_flag = hardware_flags(s, now) if every_flag is None else every_flag
+    flags = {k: f for k, f in every_flag.items() if only is None or k[0] == only}
     carried = failures_of(s, (f.remediation_id for flag in flags.values() for f in flag.failures), now,
                           horizon=horizon)
     for key, flag in flags.items():
@@ -71,10 +77,10 @@ def fleet_scores(s: Session, now: datetime, cfg: LemonSettings, *, cluster: str 
 
 
 def lemons(s: Session, now: datetime, cfg: LemonSettings, *, top: int = 10,
-           cluster: str | None = None) -> list[LemonRow]:
+           cluster: str | None = None, every_flag: Flags | None = None) -> list[LemonRow]:
     """Nodes by lemon score, worst first (only nodes with counted failures; of ``cluster`` alone when
     given). Over several clusters, a row names its node ``cluster/name``."""
-    scores, flags = fleet_scores(s, now, cfg, cluster=cluster)
+    scores, flags = fleet_scores(s, now, cfg, cluster=cluster, every_flag=every_flag)
     q = select(Node.cluster, Node.name, Node.status).where(Node.name.in_(sorted({n for _, n in scores})))
     status = {(c, n): st for c, n, st in s.execute(q)}
     fleet = spans_clusters(s, cluster)

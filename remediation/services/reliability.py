@@ -211,13 +211,14 @@ def reliability(
         if e.ordinal > 1 and since <= e.since < until
     ]
     fleet = fleet_group(faults, rows, w) if view.fleet else None
-    flags = [f for (c, _), f in hardware_flags(s, until).items() if c in view.clusters]
+    every_flag = hardware_flags(s, until)  # read once: the lemons count the same flags
+    flags = [f for (c, _), f in every_flag.items() if c in view.clusters]
     return Reliability(
         per,
         _hardware(faults, eras, first, w=w),
         sorted(moves, key=lambda m: m.at),
         shared_serials(seen),
-        lemons(s, until, lemon, top=TOP_LEMONS, cluster=cluster),
+        lemons(s, until, lemon, top=TOP_LEMONS, cluster=cluster, every_flag=every_flag),
         view.clusters,
         fleet,
         flags,
