@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import distinct, func, select
 from sqlalchemy.orm import Session
 
 from remediation.clock import aware
@@ -134,13 +134,12 @@ def hardware_flags(s: Session, until: datetime | None = None,
     """(cluster, node) -> its flag, for every node (or ``nodes``) whose current hardware failed in another
     cluster: seen during a remediation there that counts as a failure (real, not part of a correlated
     incident). Reads every cluster's sightings, whatever the session's scope: hardware moves between them."""
-    q = select(*_COLUMNS).where(HardwareSighting.dry_run.is_(False))
-    if until is not None:
-        q = q.where(HardwareSighting.at <= until)
-    q = q.order_by(HardwareSighting.at, HardwareSighting.id).execution_options(all_clusters=True)
-    seen = [_sighting(row, fleet=False) for row in s.execute(q)]
-    if len({sg.cluster for sg in seen}) < 2:
+    real = [HardwareSighting.dry_run.is_(False)] + ([HardwareSighting.at <= until] if until is not None else [])
+    many = select(func.count(distinct(HardwareSighting.cluster))).where(*real).execution_options(all_clusters=True)
+    if (s.scalar(many) or 0) < 2:  # one cluster's hardware cannot have failed in another: skip the read
         return {}
+    q = select(*_COLUMNS).where(*real).order_by(HardwareSighting.at, HardwareSighting.id)
+    seen = [_sighting(row, fleet=False) for row in s.execute(q.execution_options(all_clusters=True))]
     wanted = set(nodes) if nodes is not None else None
     by_node: dict[tuple[str, str], list[Sighting]] = {}
     for sg in seen:
