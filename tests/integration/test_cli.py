@@ -21,6 +21,7 @@ from remediation.db.session import make_engine, make_session_factory
 from remediation.ports.dispatch import Dispatcher, SweeperOnly
 from remediation.settings import DatabaseSettings
 from tests.integration.history import History, RecordingDispatcher, build
+from tests.pace import budget
 
 
 @pytest.fixture
@@ -241,13 +242,13 @@ def test_events_tail_follow_prints_new_events_as_they_arrive(db, history) -> Non
         reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
         reader.start()
         try:
-            assert lines.get(timeout=20).startswith("OBSERVED (UTC)")
-            assert "ecc errors" in lines.get(timeout=20)
+            assert lines.get(timeout=budget(20)).startswith("OBSERVED (UTC)")
+            assert "ecc errors" in lines.get(timeout=budget(20))
             ev = NodeEvent(source=Source.KUBERNETES, node="gpu-node-6", kind=EventKind.UNHEALTHY,
                            state="GpuXidError=True", reason="xid 79 on GPU 3", observed_at=SystemClock().now())
             with db[1]() as s, s.begin():
                 ingest(s, [ev.to_json()], engine_settings().policy, clock=SystemClock())
-            new = lines.get(timeout=20)
+            new = lines.get(timeout=budget(20))
             assert "gpu-node-6" in new and "GpuXidError=True" in new and "xid 79 on GPU 3" in new
         finally:
             proc.terminate()

@@ -27,6 +27,7 @@ from remediation.db.models import Remediation
 from tests.haproc import SentinelSet, fail_over, sentinel_env, sentinel_settings
 from tests.integration.apiproc import ApiProcess, base_env
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
+from tests.pace import budget
 from tests.reliability.conftest import Recorder, scale
 from tests.reliability.test_restarts import (
     Publisher,
@@ -132,7 +133,7 @@ def test_redis_failover_mid_storm_loses_nothing(
             workers[0],
         )
         recovery = time.monotonic() - killed_at
-        publisher.join(60)
+        publisher.join(budget(60))
         assert publisher.error is None, repr(publisher.error)
         wait_for(lambda: keys_recorded(db, tag) == total, 60, "every event to be recorded", workers[0])
         try:

@@ -49,6 +49,7 @@ from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT, show_fault
 from tests.infra import missing
 from tests.integration.workerproc import Worker, settled, wait_for, worker_env
+from tests.pace import budget
 from tests.ports import lease
 from tests.redisproc import PrivateRedis, RedisMissing
 from tests.reliability.conftest import Recorder, scale
@@ -373,7 +374,7 @@ def test_redis_restart_during_a_storm_loses_no_event(
 
         wait_for(backlog_recorded, 60, "the backlog of the outage to be recorded", workers[0])
         recovery = time.monotonic() - up_at
-        publisher.join(60)
+        publisher.join(budget(60))
         assert publisher.error is None, repr(publisher.error)
         wait_for(lambda: keys_recorded(db, tag) == total, 60, "every event to be recorded", workers[0])
         drained = time.monotonic() - up_at

@@ -45,6 +45,7 @@ from remediation.workers.celery_app import make_app
 from tests.conftest import REDIS_URL
 from tests.faults import SOFTWARE_FAULT
 from tests.integration.workerproc import Worker, wait_for, worker_env
+from tests.pace import budget
 
 # Short timings so that a workflow takes seconds; verify_timeout_s is at its floor (30 s). The lease must
 # outlast a step run, and a pool process's first cloud call imports google-cloud-compute (2 s alone,
@@ -295,7 +296,7 @@ def _kill_during_call(rig: CloudRig, node: str, verb: str) -> Worker:
     first = rig.worker()
     rig.fail(node)
     try:
-        assert hold.held.wait(60), f"no {verb} call reached the fake\n{first.output()[-3000:]}"
+        assert hold.held.wait(budget(60)), f"no {verb} call reached the fake\n{first.output()[-3000:]}"
     finally:
         first.kill()
         hold.release.set()

@@ -558,7 +558,7 @@ def test_a_continue_expired_mid_relist_starts_the_list_again(
         kube_api.add_node(f"n{i}")
     hold = kube_api.delay_next(1, 10, method="GET", path="/api/v1/nodes")
     start(paged(make_settings, redis_prefix))
-    assert hold.held.wait(10), "the first page was never asked for"
+    assert hold.held.wait(budget(10)), "the first page was never asked for"
     kube_api.set_condition("n4", "Ready", "False")  # after the first page's snapshot
     kube_api.compact()
     hold.release.set()
@@ -586,7 +586,7 @@ def test_a_full_queue_holds_the_stream_back_and_loses_nothing(
         wait_for(items.full)
         seen, ready = [], []
         while len(seen) < 6:
-            kind, payload = items.get(timeout=5)
+            kind, payload = items.get(timeout=budget(5))
             seen.append(kind)
             if kind == "MODIFIED":
                 ready.append({c["type"]: c["status"] for c in payload["status"]["conditions"]}["Ready"])
