@@ -195,6 +195,7 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         self._sent_ok = True
         self._server: HealthServer | None = None
         self._started = False
+        self._closed = False
         self._tick_gauge: Any = None
 
     def setup_schedule(self) -> None:
@@ -203,10 +204,22 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         super().setup_schedule()
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
+        """One scheduler pass; after :meth:`close`, the end of beat instead.
+
+        Celery's SIGTERM handler closes the schedule's shelf, then raises SystemExit in the main thread.
+        Under load the exit was seen lost mid-pass, and the next pass read the closed shelf: a traceback,
+        not a log line, and a non-zero exit. A pass after the close ends beat as the signal meant to."""
+        if self._closed:
+            raise SystemExit(0)
         if not self._started:
             self._started = True
             self._serve()
-        interval: float = super().tick(*args, **kwargs)
+        try:
+            interval: float = super().tick(*args, **kwargs)
+        except ValueError:  # shelve's "invalid operation on closed shelf", closed by the signal mid-pass
+            if self._closed:
+                raise SystemExit(0) from None
+            raise
         self._ticked = time.monotonic()
         if self._tick_gauge is not None:
             self._tick_gauge.set(time.time())
@@ -222,6 +235,11 @@ class BeatScheduler(PersistentScheduler):  # type: ignore[misc]
         return result
 
     def close(self) -> None:
+        """Stop the health server and save and close the schedule, once (the SIGTERM handler closes it,
+        and beat's own shutdown closes it again)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -13,8 +13,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from celery.beat import PersistentScheduler
 
 from remediation.settings import Settings
 from remediation.workers.celery_app import ingests, make_app, sweeps
@@ -100,3 +102,45 @@ def test_a_worker_consumes_each_served_clusters_isolate_queue_whatever_q_named()
     celery_app._isolate_queues(instance=SimpleNamespace(app=app))
     served = [isolate_queue(name) for name in celery_app.settings.fleet()]
     assert sorted(app.amqp.queues.consume_from) == sorted([*WORKER_QUEUES, *served])
+
+
+def _scheduler(tmp_path: Path) -> Any:
+    from remediation.workers.health import BeatScheduler
+
+    app = make_app(Settings(broker={"redis_url": "memory://"}))
+    return BeatScheduler(app=app, schedule_filename=str(tmp_path / "beat-schedule"))
+
+
+def test_a_pass_after_the_schedule_closed_ends_beat_rather_than_failing(tmp_path: Path) -> None:
+    """Celery's SIGTERM handler closes the schedule, then raises SystemExit; a pass that runs anyway
+    (the exit lost under load, seen in CI) ends beat cleanly instead of reading the closed shelf."""
+    sched = _scheduler(tmp_path)
+    sched.close()
+    sched.close()  # beat's own shutdown closes it again: nothing to do
+    with pytest.raises(SystemExit) as ended:
+        sched.tick()
+    assert ended.value.code == 0
+
+
+def test_a_close_in_the_middle_of_a_pass_ends_beat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = _scheduler(tmp_path)
+
+    def signalled_mid_pass(self: Any, *args: Any, **kwargs: Any) -> float:
+        self.close()  # what the signal handler does, its SystemExit lost
+        return len(self.schedule)  # the pass goes on to read the schedule
+
+    monkeypatch.setattr(PersistentScheduler, "tick", signalled_mid_pass)
+    with pytest.raises(SystemExit):
+        sched.tick()
+
+
+def test_a_pass_that_fails_while_open_still_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sched = _scheduler(tmp_path)
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> float:
+        raise ValueError("not a shutdown")
+
+    monkeypatch.setattr(PersistentScheduler, "tick", broken)
+    with pytest.raises(ValueError, match="not a shutdown"):
+        sched.tick()
+    sched.close()
