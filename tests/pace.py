@@ -1,16 +1,12 @@
-"""How long a test may wait on this machine: every wait budget in the suite is a budget set on a fast
-machine, stretched by how much slower this one is.
+"""How long a test may wait on this machine: every wait budget in the suite was set on a fast machine
+and is stretched by this run's slowness.
 
-The suite drives real processes, and its waits ("the node is quarantined within 60 s") were set where a
-fixed CPU-only loop takes ``REFERENCE_S``. The same runner class has been seen 2-3 times slower from one
-day to the next (``python -m bench.slurm_scale``: 113 ms one day, 328-370 ms another), and a budget that
-holds on the fast day fails on the slow one for no fault of the code. So the controller times the loop
-once, on the still idle machine before the xdist workers start, and every budget is multiplied by
-``SLOWNESS`` (never below 1, at most ``MOST``). The test processes and what they start read it from
-``REMEDIATION_TEST_SLOWNESS``, which a developer may also set to emulate a slower machine.
+The controller times a fixed CPU loop once, before the xdist workers start, against ``REFERENCE_S`` (its
+time where the budgets were set); the factor (1 to ``MOST``) reaches the workers and what they start as
+``REMEDIATION_TEST_SLOWNESS``, which may also be set by hand. Deadlines (:func:`within`), timeouts
+(:func:`budget`) and pytest's per-test timeouts stretch; a window in which nothing may happen does not.
 
-Only budgets stretch (a deadline, pytest's per-test timeout): what a test asserts of the system's own
-timing (a storm limit, a poll interval) is the system's figure and is never scaled.
+Why: CONTRIBUTING.md, "Wait budgets on a slow machine".
 """
 
 from __future__ import annotations
