@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import getpass
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -73,6 +74,14 @@ def check_dir(slurm: SlurmCluster) -> Iterator[Path]:
     for line in out.splitlines():
         if line.startswith("ReservationName="):
             slurm.scontrol("delete", line.split()[0], check=False)
+
+
+def give(cue: Path, code: int) -> None:
+    """Write the cue whole in one step: the check polls for the file and would read a half-written one
+    as empty ("exit: Illegal number", seen on a slow runner)."""
+    part = cue.with_name(cue.name + ".part")
+    part.write_text(str(code))
+    os.replace(part, cue)
 
 
 def settings_for(cluster: SlurmCluster, workdir: Path, cue: Path, timeout_s: float = 60) -> Settings:
@@ -151,7 +160,7 @@ def test_user_job_waits_until_the_gate_is_gone(
     assert job(slurm, user)["JobState"] == "PENDING", job(slurm, user)
     assert validator.poll(ref).done is False
 
-    cue.write_text("0")
+    give(cue, 0)
     wait_for(lambda: validator.poll(ref).done, 30, "the check to end")
     result = validator.poll(ref)
     assert result.passed and result.exit_code == 0 and "result: exit 0" in result.output
@@ -254,7 +263,7 @@ def test_validate_step_pass_returns_the_node(slurm: SlurmCluster, check_dir: Pat
     # A redelivered first look (the worker died after sbatch, before recording) submits nothing new.
     again = SlurmValidator(cfg.slurm, cfg.validation).start(ValidationCheck(node, op["name"], tuple(op["command"]), 60))
     assert again["job_id"] == op["job_id"]
-    cue.write_text("0")
+    give(cue, 0)
     drive(engine, rid, "validate", lambda: status(sessions, rid)[0] == "succeeded")
     assert status(sessions, rid) == ("succeeded", "done", 0)
     state, flags, _ = slurm.nodes_now()[node]
@@ -271,7 +280,7 @@ def test_validate_step_fail_climbs_the_ladder(slurm: SlurmCluster, check_dir: Pa
                                               sessions: sessionmaker[Session]) -> None:
     node = slurm.nodes[3]
     cue = check_dir / "cue"
-    cue.write_text("3")  # the HBM row is still bad: the check fails at once
+    give(cue, 3)  # the HBM row is still bad: the check fails at once
     cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
     rid = open_at_validate(sessions, node, datetime.now(UTC))
@@ -329,19 +338,19 @@ def test_humans_validate_on_demand_and_release_on_a_pass(slurm: SlurmCluster, ch
                                obj=lambda settings: dispatched)
         return result.exit_code, result.output
 
-    cue.write_text("0")
+    give(cue, 0)
     code, out = cli("validate", node)
     assert code == 0 and "GPU check PASSED" in out and "result: exit 0" in out, out
     assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)  # still out: validate returns nothing
 
-    cue.write_text("1")
+    give(cue, 1)
     code, out = cli("release", node, "-r", "HBM swapped", "--validate")
     assert code == 1 and "GPU check FAILED" in out and "stays quarantined" in out, out
     with db() as s:
         assert s.get(Node, ("default", node)).status == "quarantined"  # type: ignore[union-attr]
     assert slurm.nodes_now()[node][1:] == (frozenset({"DRAIN"}), reason)
 
-    cue.write_text("0")
+    give(cue, 0)
     code, out = cli("release", node, "-r", "HBM swapped", "--validate")
     assert code == 0 and "released" in out, out
     with db() as s:
@@ -365,7 +374,7 @@ def test_jobs_another_user_named_like_the_check_return_nothing(slurm: SlurmClust
     remediation climbs the ladder on the real verdict."""
     node, elsewhere = slurm.nodes[3], slurm.nodes[0]
     cue = check_dir / "cue"
-    cue.write_text("1")
+    give(cue, 1)
     cfg = settings_for(slurm, check_dir, cue)
     slurm.scontrol("update", f"nodename={node}", "state=drain", f'reason="{PREFIX} xid 79"')
     rid = open_at_validate(sessions, node, datetime.now(UTC))
