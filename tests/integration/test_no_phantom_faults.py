@@ -40,6 +40,7 @@ from remediation.db.models import Event, Node, Remediation, RemediationStep
 from remediation.simulator.cluster import SimCluster, Timing
 from tests.conftest import REDIS_URL
 from tests.integration.workerproc import worker_env
+from tests.pace import budget
 from tests.reliability.phantoms import start_stack, wait_for
 
 NODES = 16
@@ -53,13 +54,16 @@ OP_S = 0.3  # a provider operation; the Node is Ready=Unknown from its start to 
 # is how the phantom was flushed with the Ready=True that ended it), and much longer.
 BOOT_S = (0.5, 2.0, 2.4, 4.0)
 KINDS = ("researcher_fail", "gpu_condition", "node_not_ready", "slurmd_stop")
+# The workflow's pace is this test's (fast polls and sweeps for a quick run) and stretches with the
+# machine: on a slow runner 16 remediations polled every 0.3 s outran the worker, and a 1 s sweep then
+# re-sent every overdue step, 1,215 vm_restart deliveries for 17 remediations and no verify in 600 s.
 ENV = {
-    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.3",
-    "REMEDIATION_WORKFLOW__LEASE_S": "12",
-    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "1",
+    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": f"{budget(0.3):g}",
+    "REMEDIATION_WORKFLOW__LEASE_S": f"{budget(12):g}",
+    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": f"{budget(1):g}",
     "REMEDIATION_WORKFLOW__BACKOFF_BASE_S": "0.2",
     "REMEDIATION_WORKFLOW__BACKOFF_MAX_S": "2",
-    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": "30",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": f"{budget(30):g}",
     "REMEDIATION_POLICY__MAX_CONCURRENT": "18",
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0",
     "REMEDIATION_POLICY__BREAKER_MAX_FRACTION": "1.0",

@@ -40,7 +40,7 @@ from remediation.domain.events import EventKind
 from remediation.simulator.cluster import SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
 from tests.integration.workerproc import Worker, spawn, worker_env
-from tests.pace import within
+from tests.pace import budget, within
 
 ROOT = Path(__file__).resolve().parents[2]
 REMEDIATION = str(Path(sys.executable).with_name("remediation"))
@@ -48,13 +48,14 @@ TRACE = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
 FAULTS = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "node_not_ready", "storm"})
 HOLD_S = 2.0  # kube.min_condition_s in the soak
 BOOT_S = (0.5, 2.0, 2.4, 4.0)  # VM boot times, node i gets BOOT_S[i % 4]
+# The workflow's pace is the soak's, stretched with the machine (see tests/integration/test_no_phantom_faults.py).
 SOAK_ENV = {
-    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": "0.5",
-    "REMEDIATION_WORKFLOW__LEASE_S": "15",
-    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": "2",
+    "REMEDIATION_WORKFLOW__POLL_INTERVAL_S": f"{budget(0.5):g}",
+    "REMEDIATION_WORKFLOW__LEASE_S": f"{budget(15):g}",
+    "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": f"{budget(2):g}",
     "REMEDIATION_WORKFLOW__BACKOFF_BASE_S": "0.2",
     "REMEDIATION_WORKFLOW__BACKOFF_MAX_S": "2",
-    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": "60",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": f"{budget(60):g}",
     "REMEDIATION_POLICY__MAX_CONCURRENT": "64",
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0",
     # The storms must not hold VM actions back: this soak measures verdicts on nodes, not the breaker
