@@ -55,7 +55,7 @@ SOAK_ENV = {
     "REMEDIATION_WORKFLOW__SWEEP_INTERVAL_S": f"{budget(2):g}",
     "REMEDIATION_WORKFLOW__BACKOFF_BASE_S": "0.2",
     "REMEDIATION_WORKFLOW__BACKOFF_MAX_S": "2",
-    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": f"{budget(60):g}",
+    "REMEDIATION_WORKFLOW__VERIFY_TIMEOUT_S": f"{budget(60):.0f}",  # whole seconds
     "REMEDIATION_POLICY__MAX_CONCURRENT": "64",
     "REMEDIATION_POLICY__MIN_RESTART_GAP_S": "0",
     # The storms must not hold VM actions back: this soak measures verdicts on nodes, not the breaker
