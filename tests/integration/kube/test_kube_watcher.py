@@ -329,12 +329,14 @@ def test_sigterm_stops_the_watcher_process_cleanly(
         assert redis_client.get(f"{redis_prefix}:leader:kube") is not None
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        output, _ = proc.communicate(timeout=budget(5))
+        # Prompt: within seconds, not at the end of its open watch. Under six xdist workers on two cores
+        # a clean exit took 3.6 s once, past an earlier 3 s bound.
+        output, _ = proc.communicate(timeout=budget(10))
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, output.decode()
-    assert time.monotonic() - started < budget(3)
+    assert time.monotonic() - started < budget(10)
     assert redis_client.get(f"{redis_prefix}:leader:kube") is None  # released, a standby need not wait
     assert b"kube watcher stopped" in output
 
