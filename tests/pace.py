@@ -79,8 +79,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     default = float(config.getoption("timeout", None) or config.getini("timeout") or 0)
     for item in items:
-        marker = item.get_closest_marker("timeout")
-        base = float(marker.args[0] if marker and marker.args else marker.kwargs.get("timeout", default)
-                     if marker else default)
+        base = _timeout_of(item.get_closest_marker("timeout"), default)
         if base > 0:
             item.add_marker(pytest.mark.timeout(base * factor), append=False)
+
+
+def _timeout_of(marker: pytest.Mark | None, default: float) -> float:
+    """The seconds a ``timeout`` marker gives (positionally or by name), else ``default``."""
+    if marker is None:
+        return default
+    return float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
