@@ -293,7 +293,7 @@ class MemoryKube:
             k = self.w._get(st, name)["k8s"]
             return KubeNode(name, k["ready"], k["boot_id"], f"memory:///{name}", k["unschedulable"],
                             k["ours"] and k["unschedulable"], k["taint"],
-                            {**k.get("conditions", {}), "Ready": k["ready"]})
+                            {**k.get("conditions", {}), "Ready": k["ready"]}, dict(k.get("messages", {})))
 
     def cordon(self, name: str, reason: str) -> KubeNode:
         with self.w.mutate() as st:

@@ -26,7 +26,7 @@ from remediation.domain.outcomes import (
     elapsed,
     wait,
 )
-from remediation.domain.recheck import trigger_present
+from remediation.domain.recheck import new_fault, trigger_present
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.states import ValidationOutcome
 from remediation.domain.step_records import MachineDetail
@@ -149,12 +149,14 @@ def verify_reset(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: dateti
     answers and the trigger has cleared, within ``workflow.verify_timeout_s`` (a detector may take a
     while to see the GPU healthy; one that keeps the fault until a reboot climbs to the reboot)."""
     snode = ad.slurm.get_node(inp.node)
-    trigger = trigger_present(inp, ad, None, snode=snode, cfg=cfg)
+    knode = ad.node_now(inp.node, inp.context.k8s_node) if inp.context.k8s_node else None
+    trigger = trigger_present(inp, ad, knode, snode=snode, cfg=cfg)
+    fresh = new_fault(inp, knode, cfg)
     silent = SlurmState.NOT_RESPONDING in snode.flags
-    if trigger is None and not silent:
+    if trigger is None and fresh is None and not silent:
         return Done(f"GPU reset proven by its job's exit 0 ({inp.context.machine_op_ref}); nothing rebooted; slurmd "
                     "answers; trigger cleared")
-    still = trigger or f"slurmd on {inp.node} not responding"
+    still = trigger or (f"a new fault: {fresh}" if fresh else f"slurmd on {inp.node} not responding")
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after the GPU reset: {still}")
     return wait(cfg.workflow, f"waiting for the trigger to clear after the GPU reset: {still}")

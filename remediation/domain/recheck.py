@@ -9,7 +9,7 @@ domain has to import the step bodies back.
 from __future__ import annotations
 
 from remediation.domain import slurm_states
-from remediation.domain.causes import action_rungs, first_action
+from remediation.domain.causes import action_rungs, classify, first_action, table
 from remediation.domain.events import Source
 from remediation.domain.outcomes import (
     Adapters,
@@ -60,6 +60,27 @@ def trigger_present(inp: StepInput, ad: Adapters, knode: KubeNode | None, *, sno
         if now_status is None or now_status == bad:
             return f"{cond_type} is {now_status or 'not reported'} on {knode.name} (opened on {cond_type}={bad})"
     return None  # a manual report has no signal to re-check: the reboot and registration are the proof
+
+
+def new_fault(inp: StepInput, knode: KubeNode | None, cfg: StepSettings) -> str | None:
+    """A fault condition the Node reports now other than the one that opened this remediation (None:
+    none). A fault that arrives while the node is under remediation is recorded as part of it and opens
+    nothing, so the node must not be returned with it. Ready is verify's own test; an application-level
+    XID is the workload's, not the node's (when the policy classifies faults).
+    Why: docs/policy.md#proven-recovery"""
+    if knode is None:
+        return None
+    own = inp.context.condition[0] if inp.source == Source.KUBERNETES else ""
+    faults = cfg.policy.faults
+    for wanted in cfg.policy.kube_conditions:
+        cond_type, _, bad = wanted.partition("=")
+        if cond_type in ("Ready", own) or knode.condition(cond_type) != bad:
+            continue
+        said = knode.messages.get(cond_type, "")
+        if faults.classify and classify(Source.KUBERNETES, wanted, said, tbl=table(faults)).app_level:
+            continue
+        return f"{wanted} on {knode.name} ({said or 'no message'})"
+    return None
 
 
 def without_machine_action(inp: StepInput, ad: Adapters, cfg: StepSettings) -> Outcome | None:

@@ -37,7 +37,7 @@ from remediation.domain.outcomes import elapsed, wait
 from remediation.domain.ownership import give_back, resume_if_ours
 from remediation.domain.policy import ignored_reason
 from remediation.domain.providerid import parse_provider_id
-from remediation.domain.recheck import human_took_back, trigger_present, without_machine_action
+from remediation.domain.recheck import human_took_back, new_fault, trigger_present, without_machine_action
 from remediation.domain.slurm_states import SlurmState
 from remediation.domain.statemachine import Step
 from remediation.domain.step_records import (
@@ -272,8 +272,9 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) ->
     """Recovery is proven, not inferred: a new bootID (without a Kubernetes bootID: a slurmd start
     later than the machine action), slurmd registered after the action as its start time shows (compared with
     slurmctld's own time of the action where the action has one; a missing NOT_RESPONDING flag is not
-    enough: a pre-reboot state satisfies it), and the trigger cleared. A
-    node whose trigger is still there climbs the ladder at the timeout; it never returns."""
+    enough: a pre-reboot state satisfies it), the trigger cleared, and no new fault reported (see
+    :func:`new_fault`). A node whose trigger or new fault is still there climbs the ladder at the
+    timeout; it never returns."""
     if cancel := human_took_back(inp, ad, cfg):
         return cancel
     if inp.context.machine_op_recorded_only:
@@ -297,15 +298,16 @@ def verify(inp: StepInput, ad: Adapters, cfg: StepSettings, *, now: datetime) ->
     rebooted = knode.boot_id != before if knode and before else slurmd_after
     responding = SlurmState.NOT_RESPONDING not in snode.flags
     trigger = trigger_present(inp, ad, knode, snode=snode, cfg=cfg)
+    fresh = new_fault(inp, knode, cfg)
     ready = knode is None or knode.ready == "True" or not before
     seen = f"Ready={knode.ready}, new bootID={rebooted}" if knode else "no Kubernetes Node"
     facts = (f"{seen}, slurmd started after the action={slurmd_after} ({started:%Y-%m-%d %H:%M:%S} vs "
              f"{than})" if started else f"{seen}, slurmd start time unknown")
-    if ready and rebooted and slurmd_after and responding and trigger is None:
+    if ready and rebooted and slurmd_after and responding and trigger is None and fresh is None:
         boot = f"Ready with new bootID {knode.boot_id}" if knode else "no Kubernetes Node"
         return Done(f"{boot}; slurmd registered at {started:%Y-%m-%d %H:%M:%S}, after {than}; trigger cleared",
                     detail=VerifyDetail(knode.boot_id) if knode else None)
-    still = f"; trigger still present: {trigger}" if trigger else ""
+    still = (f"; trigger still present: {trigger}" if trigger else "") + (f"; a new fault: {fresh}" if fresh else "")
     if elapsed(inp, now) > cfg.workflow.verify_timeout_s:
         acted = machine_action(inp, ad, cfg)
         return Escalate(f"not recovered {cfg.workflow.verify_timeout_s}s after {acted}: {facts}"

@@ -105,6 +105,7 @@ class KubeNode:
     cordoned_by_us: bool = False
     quarantine_tainted: bool = False
     conditions: dict[str, str] = field(default_factory=dict)  # type -> status
+    messages: dict[str, str] = field(default_factory=dict)  # type -> "reason: message", as the watcher reads it
 
     def condition(self, cond_type: str) -> str | None:
         """The status of ``cond_type`` now (Ready included); None: not reported."""

@@ -88,6 +88,7 @@ class KubeAdapter:
             cordoned_by_us=node.cordoned and self.cordoned_by in node.annotations,
             quarantine_tainted=any(self._is_ours(t) for t in node.taints),
             conditions={k: v for k, v in conditions.items() if k in self.condition_types},
+            messages={c.type: c.said for c in node.status.conditions or [] if c.type in self.condition_types},
         )
 
     def _is_ours(self, taint: Taint) -> bool:

@@ -23,6 +23,13 @@ class Taint(msgspec.Struct, omit_defaults=True):
 class Condition(msgspec.Struct):
     type: str
     status: str = "Unknown"
+    reason: str | None = None
+    message: str | None = None
+
+    @property
+    def said(self) -> str:
+        """What the condition says, as the watcher reads it: "KubeletNotReady: PLEG is not healthy"."""
+        return ": ".join(p for p in (self.reason, self.message) if p)
 
 
 class NodeInfo(msgspec.Struct):

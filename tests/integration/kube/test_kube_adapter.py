@@ -173,6 +173,8 @@ def test_get_reads_ready_problem_conditions_boot_id_and_provider_id(
     # Configured types only: the Node's node-problem-detector KernelDeadlock=False is one, its
     # MemoryPressure, DiskPressure, ReadonlyFilesystem... are not.
     assert node.conditions == {"Ready": "False", "GpuXidError": "True", "KernelDeadlock": "False"}
+    # What each says, as the watcher reads it: verify tells a new fault from an application's XID by it.
+    assert node.messages["Ready"] == "kubelet stopped posting" and set(node.messages) == set(node.conditions)
     new_boot = kube_api.bump_boot_id("n1")
     assert adapter.get("n1").boot_id == new_boot != "boot-a"
     assert parse_provider_id(node.provider_id).name == "n1"

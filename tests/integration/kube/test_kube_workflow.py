@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from remediation.adapters.kube.adapter import KubeAdapter, make_kube
 from remediation.adapters.memory import MemorySlurm, MemoryWorld
 from remediation.clock import FakeClock
+from remediation.domain.events import Source
 from remediation.domain.step_bodies import Adapters
 from remediation.ports.cluster import Operation, OperationStatus, VMAction, VMRef
 from remediation.ports.dispatch import FollowUp
@@ -356,6 +357,40 @@ def test_verify_does_not_pass_without_a_new_boot_id(build: Callable[..., Cluster
     assert c.k8s()["status"]["nodeInfo"]["bootID"] == c.boot_id
     assert any(t["key"] == TAINT for t in c.k8s()["spec"]["taints"])
     assert c.k8s()["spec"]["unschedulable"] is True  # quarantined: our cordon stays
+
+
+FATAL_XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+APP_XID = "NVRM: Xid (PCI:0000:3b:00): 13, pid=4242, Graphics SM Warp Exception"
+
+
+@pytest.mark.parametrize(("said", "returned"), [(FATAL_XID, False), (APP_XID, True)], ids=["fatal-xid", "app-xid"])
+def test_a_fault_that_arrives_during_verify_is_never_returned_with_the_node(
+    build: Callable[..., Cluster], kube_api: KubeAPIServer, said: str, returned: bool
+) -> None:
+    c = build()
+    f = c.run_until(c.publish(), "verify")  # the VM restarted and the Node came back with a new bootID
+    kube_api.set_condition(c.node, "GpuXidError", "True", reason="XidError", message=said)
+    # The watcher's event is recorded as part of the open remediation: it opens nothing of its own.
+    assert publish(c.sessions, c.settings, c.clock, SLURM, state="GpuXidError=True", reason=f"XidError: {said}",
+                   source=Source.KUBERNETES) == []
+    c.clock.advance(f.countdown)
+    f = c.step(f)
+    rid = f.remediation_id
+    if returned:  # an application's XID is the workload's, not the node's
+        assert f.step == "return"
+        drive(c.engine, c.clock, [f])
+        assert rem_for(c.sessions, SLURM).status == "succeeded"
+        assert c.k8s()["spec"]["unschedulable"] is False
+        return
+    rem = rem_for(c.sessions, SLURM)
+    assert f.step == "verify" and "a new fault: GpuXidError=True" in rem.wait_reason and "Xid" in rem.wait_reason
+    drive(c.engine, c.clock, [f], limit=2000)
+    rem = rem_for(c.sessions, SLURM)
+    assert rem.status != "succeeded" and "return" not in [r.step for r in steps_of(c.sessions, rid)]
+    verifies = [r for r in steps_of(c.sessions, rid) if r.step == "verify"]
+    assert all("a new fault: GpuXidError=True" in (r.error or "") for r in verifies if r.status == "failed")
+    assert len(c.vm.started) >= 2  # the ladder climbed past the restart that did not clear it
+    assert c.k8s()["spec"]["unschedulable"] is True  # never handed back with the fault
 
 
 def test_eviction_waits_while_a_budget_forbids_it_then_succeeds(

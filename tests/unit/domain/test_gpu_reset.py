@@ -153,6 +153,24 @@ def test_verify_after_a_reset_asks_no_new_boot_but_the_trigger_must_clear() -> N
     assert isinstance(out, Escalate) and "after the GPU reset" in out.reason
 
 
+@pytest.mark.parametrize(("said", "returned"), [("Xid 79, GPU has fallen off the bus", False),
+                                                ("Xid 31, MMU fault in a user's kernel", True)], ids=["fatal", "app"])
+def test_verify_after_a_reset_holds_a_node_that_reports_a_new_fault(said: str, returned: bool) -> None:
+    world = MemoryWorld(nodes=[NODE])
+    world.set_slurm(NODE, flags=["DRAIN"], reason="remediation: xid 46")
+    world.set_k8s(NODE, conditions={"GpuXidError": "True"}, messages={"GpuXidError": said})
+    after = {"machine_op_ref": "nr-reset-r7-a1", "machine_action_at": T0.isoformat(), "event_state": "FAIL",
+             "k8s_node": NODE}
+    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), now=T0 + timedelta(seconds=5))
+    if returned:
+        assert isinstance(out, Done), out
+        return
+    assert isinstance(out, Wait) and f"a new fault: GpuXidError=True on {NODE} ({said})" in out.reason
+    late = T0 + timedelta(seconds=cfg().workflow.verify_timeout_s + 1)
+    out = verify(inp(**after), adapters(ScriptedValidator([]), world), cfg(), now=late)
+    assert isinstance(out, Escalate) and "a new fault" in out.reason
+
+
 SMI = """#!/bin/sh
 echo "$*" >> "$(dirname "$0")/argv"
 case "$1" in
