@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 
 from celery import Task
 from sqlalchemy import select
@@ -27,6 +28,7 @@ from remediation.adapters.celery import (
     RESUME_TASK,
     SWEEP_TASK,
     celery_dispatcher,
+    due_kwargs,
     step_task,
 )
 from remediation.adapters.factory import evidence_storage
@@ -222,26 +224,27 @@ def domain_repair(self: DomainTask, repair_id: int) -> None:
         celery_dispatcher(settings, app).repairs([int(repair_id)], countdown=wait)
 
 
-def _run_step(task: DomainTask, step: str, remediation_id: int) -> None:
+def _run_step(task: DomainTask, step: str, remediation_id: int, *, due: str | None = None) -> None:
     workflow = task.rt.workflow_for(int(remediation_id))
     if workflow is None:
         log.warning("remediation %s: no such remediation in a cluster these workers serve; step %s dropped",
                     remediation_id, step)
         return
     try:
-        followup = workflow.run(remediation_id, step)
+        followup = workflow.run(remediation_id, step, due=datetime.fromisoformat(due) if due else None)
     except RetryLater as exc:
         # The engine decided on its own persisted counter that this error is worth another try; Celery
-        # only delivers it after the countdown (its own retry count decides nothing).
-        raise task.retry(countdown=exc.countdown, max_retries=None) from exc
+        # only delivers it after the countdown (its own retry count decides nothing), as the delivery
+        # the engine scheduled for then.
+        raise task.retry(countdown=exc.countdown, max_retries=None, kwargs=due_kwargs(exc.due)) from exc
     enqueue([followup])
 
 
 def _register(step: Step) -> None:
     @app.task(name=step_task(step), base=DomainTask, bind=True,
               autoretry_for=(OperationalError,), retry_backoff=True, retry_backoff_max=60, max_retries=None)
-    def run_step(self: DomainTask, remediation_id: int) -> None:
-        _run_step(self, step.value, remediation_id)
+    def run_step(self: DomainTask, remediation_id: int, due: str | None = None) -> None:
+        _run_step(self, step.value, remediation_id, due=due)
 
 
 for _step in Step:

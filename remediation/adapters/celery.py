@@ -11,6 +11,7 @@ Why: docs/architecture.md#events-travel-on-a-redis-stream-not-one-celery-message
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 
 from celery import Celery
 from kombu.transport.redis import PRIORITY_STEPS, Channel
@@ -131,7 +132,7 @@ class CeleryDispatcher:
                                 queue=isolate_queue(cluster) if cluster else WORKFLOW_QUEUE, priority=ISOLATION)
         for f in followups:
             if f is not None and f not in isolating:
-                self._app.send_task(step_task(f.step), args=[f.remediation_id],
+                self._app.send_task(step_task(f.step), args=[f.remediation_id], kwargs=due_kwargs(f.due),
                                     countdown=f.countdown or None, queue=WORKFLOW_QUEUE, priority=LATER_STEP)
 
     def repairs(self, repair_ids: Sequence[int], countdown: float = 0.0) -> None:
@@ -147,6 +148,11 @@ class CeleryDispatcher:
         """Ask a worker to consume ``cluster``'s event streams, or every served cluster's when none is
         named (publishers call this after XADD)."""
         self._app.send_task(INGEST_TASK, kwargs={"cluster": cluster} if cluster else {}, queue=INGEST_QUEUE)
+
+
+def due_kwargs(due: datetime | None) -> dict[str, str]:
+    """A step task's keyword arguments: the schedule it was sent for, as text (FollowUp.due)."""
+    return {"due": due.isoformat()} if due is not None else {}
 
 
 def celery_dispatcher(settings: Settings, app: Celery | None = None) -> CeleryDispatcher:

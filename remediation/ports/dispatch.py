@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import Protocol
 
@@ -31,12 +32,17 @@ class Hint(StrEnum):
 
 @dataclass(frozen=True)
 class FollowUp:
-    """A step to enqueue after the commit."""
+    """A step to enqueue after the commit. ``due``: the remediation's ``next_run_at`` this delivery was
+    scheduled as. Once the remediation is scheduled anew (it ran, or the sweeper re-sent it), a delivery
+    still carrying the old ``due`` is superseded and dropped unrun, so a re-send never starts a second
+    chain of polls. None: accepted whenever it arrives (work queued from outside the workflow).
+    Why: docs/architecture.md#without-a-broker-the-sweeper-resumes-the-work"""
 
     remediation_id: int
     step: str
     countdown: float = 0.0
     hint: Hint = Hint.NONE
+    due: datetime | None = None
 
 
 class Dispatcher(Protocol):

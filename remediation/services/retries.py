@@ -52,12 +52,14 @@ def gave_up(outcome: Outcome) -> bool:
 
 
 class RetryLater(Exception):
-    """A transient error was recorded; retry the task after ``countdown`` seconds."""
+    """A transient error was recorded; retry the task after ``countdown`` seconds, as the delivery
+    scheduled for ``due`` (None: the lease was lost and nothing was scheduled; see FollowUp.due)."""
 
-    def __init__(self, cause: TransientError, countdown: float) -> None:
+    def __init__(self, cause: TransientError, countdown: float, due: datetime | None = None) -> None:
         super().__init__(f"{cause.message} (retry in {countdown:.1f}s)")
         self.cause = cause
         self.countdown = countdown
+        self.due = due
 
 
 @dataclass(frozen=True)
@@ -94,8 +96,9 @@ def record_transient(sessions: sessionmaker[Session], now: datetime, wf: Workflo
             return Escalate(f"gave up after {streak} transient errors in a row over "
                             f"{(now - since).total_seconds():.0f}s: {exc.message}", gave_up=True)
         rem = remediation_locked(s, attempt.rid)
+        due = None
         if rem is not None and rem.lease_owner == attempt.token:
             rem.lease_owner = rem.lease_until = None
-            rem.next_run_at = now + timedelta(seconds=countdown)
+            rem.next_run_at = due = now + timedelta(seconds=countdown)
             rem.wait_reason = f"transient error, retrying: {exc.message}"[:2000]
-    return RetryLater(exc, countdown)
+    return RetryLater(exc, countdown, due)

@@ -92,7 +92,7 @@ def record_wait(rem: Remediation, row: RemediationStep | None, w: Wait, *, now: 
         row.detail = {**(row.detail or {}), **dumped(w.detail)}
     rem.status, rem.wait_reason = RemediationStatus.WAITING, w.reason[:2000]
     rem.next_run_at = now + timedelta(seconds=w.countdown)
-    return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT)
+    return FollowUp(rem.id, rem.step, w.countdown, Hint.WAIT, due=rem.next_run_at)
 
 
 def record_gate(rem: Remediation, row: RemediationStep | None, reason: str, *, now: datetime,
@@ -112,7 +112,7 @@ def move(rem: Remediation, step: Step, nxt: Step, *, now: datetime) -> FollowUp:
     """Move the remediation to its next step, through an allowed transition only."""
     check_transition(step, nxt)
     rem.step, rem.status, rem.wait_reason, rem.next_run_at = nxt, RemediationStatus.RUNNING, None, now
-    return FollowUp(rem.id, nxt)
+    return FollowUp(rem.id, nxt, due=now)
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,8 @@ from remediation.validation.service import hold_for_human
 from remediation.vocabulary import GPU_RESET
 
 log = logging.getLogger(__name__)
+#: Two schedules closer than this are one: the database keeps microseconds, and a lossy store may round.
+SAME_DUE_S = 0.001
 #: What a remediation records where its node's state would be kept but no job can run on the node.
 NO_JOBS = "this site has no validation backend to run a job on the node (validation.backend none)"
 
@@ -121,9 +123,10 @@ class Workflow:
 
     # ---------------------------------------------------------------------------------- public API
 
-    def run(self, remediation_id: int, step: str) -> FollowUp | None:
+    def run(self, remediation_id: int, step: str, *, due: datetime | None = None) -> FollowUp | None:
+        """Run one delivery of ``step``; ``due``: the schedule it was sent for (see :class:`FollowUp`)."""
         token = f"{self.worker}:{uuid.uuid4().hex[:12]}"
-        claimed = self._claim(remediation_id, Step(step), token)
+        claimed = self._claim(remediation_id, Step(step), token, due=due)
         if isinstance(claimed, FollowUp) or claimed is None:
             return claimed
         inp, row_id, g = claimed
@@ -175,7 +178,7 @@ class Workflow:
             for rem in stuck:
                 rem.lease_owner = rem.lease_until = None
                 rem.next_run_at = now + grace
-                out.append(FollowUp(rem.id, rem.step))
+                out.append(FollowUp(rem.id, rem.step, due=rem.next_run_at))  # what was sent before is superseded
             refresh_pools(s, self.governance)  # a new configuration's pools, before any event arrives
             for name in (None, *(p.name for p in self.settings.profiles)):  # latches that may auto-close
                 policy = self.governance.named(name).policy
@@ -193,7 +196,8 @@ class Workflow:
 
     # ------------------------------------------------------------------------------------- phases
 
-    def _claim(self, rid: int, step: Step, token: str) -> tuple[StepInput, int, Governed] | FollowUp | None:
+    def _claim(self, rid: int, step: Step, token: str, *,
+               due: datetime | None = None) -> tuple[StepInput, int, Governed] | FollowUp | None:
         """Phase 1: check that the remediation is still open at ``step`` and nobody holds its lease,
         pass admission, choose the rung's action, take the lease and write the step row as started."""
         now = self.clock.now()
@@ -201,6 +205,9 @@ class Workflow:
             rem = remediation_locked(s, rid)
             if rem is None or rem.status not in OPEN_STATUSES or rem.step != step:
                 return None  # closed, or a stale/duplicate delivery for a step already passed
+            if superseded(rem, due):
+                log.debug("remediation %s: a delivery of %s due %s was superseded; dropped", rid, step, due)
+                return None
             lease_until = aware(rem.lease_until)
             if lease_until is not None and lease_until > now:
                 return None  # another worker is on it; it enqueues what comes next
@@ -212,7 +219,7 @@ class Workflow:
                 # Held by an error nobody mapped: only a human lifts it (resume or cancel).
                 rem.status, rem.wait_reason = RemediationStatus.WAITING, held[:2000]
                 rem.next_run_at = now + timedelta(seconds=wf.max_wait_s)
-                return FollowUp(rid, step, wf.max_wait_s)
+                return FollowUp(rid, step, wf.max_wait_s, due=rem.next_run_at)
             row = current_row(s, rem)
             if row is not None and too_early(row, now):
                 # A second delivery (the sweeper's, say, for a task that sat in a busy queue) must
@@ -258,7 +265,7 @@ class Workflow:
         attempt = row.attempt if row is not None else next_attempt(s, rem.id, step)
         if step_rows.record_gate(rem, row, verdict.reason, now=now, countdown=countdown):  # once per hold
             steplog.decided(rem.id, rem.node, step.value, attempt=attempt, outcome="gated", why=verdict.reason)
-        return FollowUp(rem.id, step, countdown, hint)
+        return FollowUp(rem.id, step, countdown, hint, due=rem.next_run_at)
 
     def _admit(self, s: Session, rem: Remediation, step: Step, *, cfg: Settings, now: datetime,
                new_machine_action: bool) -> Admission:
@@ -512,3 +519,11 @@ def _finish_row(row: RemediationStep, outcome: Done | Escalate | Quarantine, now
         row.error, row.error_kind = outcome.reason[:4000], type(outcome).__name__
     if isinstance(outcome, Done | Escalate):
         row.detail = {**(row.detail or {}), **dumped(outcome.detail)}
+
+
+def superseded(rem: Remediation, due: datetime | None) -> bool:
+    """Was the remediation scheduled anew since this delivery was sent for ``due``? Then another
+    delivery (a later poll, the sweeper's re-send) is the one that counts, and this one is dropped."""
+    if due is None or rem.next_run_at is None:
+        return False
+    return abs((aware(rem.next_run_at) - aware(due)).total_seconds()) >= SAME_DUE_S

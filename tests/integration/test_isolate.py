@@ -66,7 +66,8 @@ class SentTasks:
     def __init__(self) -> None:
         self.sent: list[tuple[str, Any, Any]] = []
 
-    def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "", priority: int = 0) -> None:
+    def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "", priority: int = 0,
+                  kwargs: Any = None) -> None:
         self.sent.append((name, args, countdown))
 
 

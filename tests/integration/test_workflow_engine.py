@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from remediation.adapters.memory import MemoryKube, MemorySlurm, MemoryVM, MemoryWorld
-from remediation.clock import FakeClock
+from remediation.clock import FakeClock, aware
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
 from remediation.db.queries import PAUSED, control_set
 from remediation.domain.events import EventKind, NodeEvent, Source
@@ -477,6 +477,7 @@ def test_transient_error_is_recorded_and_raised_with_backoff(sessions, world, se
     with pytest.raises(RetryLater) as info:
         engine.run(f.remediation_id, "vm_restart")
     assert info.value.countdown == 7
+    assert info.value.due == aware(rem_for(sessions, "gpu-node-17").next_run_at)  # the retry is the schedule
     row = [r for r in steps_of(sessions, f.remediation_id) if r.step == "vm_restart"][0]
     assert (row.status, row.retries, row.error_kind) == ("waiting", 1, "TransientError")
     assert row.detail["streak"] == 1 and rem_for(sessions, "gpu-node-17").ladder == 0
@@ -577,6 +578,33 @@ def test_unparseable_provider_id_fails_that_remediation_clearly(
     rem = rem_for(sessions, "gpu-node-18")
     assert rem.status == "quarantined"
     assert "unsupported providerID 'openstack:///abc'" in rem.context["quarantine_reason"]
+
+
+def test_a_backlogs_re_sends_never_start_a_second_chain_of_polls(sessions, engine, world, settings, clock) -> None:
+    world.op_polls = 10**6  # the restart never ends here: vm_restart waits on it, poll after poll
+    (f,) = publish(sessions, settings, clock, "gpu-node-15", world=world)
+    while not world.calls("vm.restart", effect=True):
+        f = engine.run(f.remediation_id, f.step, due=f.due)
+    rid, queued = f.remediation_id, f
+    assert queued.step == "vm_restart" and queued.due == aware(rem_for(sessions, "gpu-node-15").next_run_at)
+
+    def polls() -> int:
+        return sum(op["data"]["polls"] for op in world.snapshot()["ops"].values())
+
+    # A backlog: the poll sits in the queue past its time and the sweeper's grace, and is re-sent.
+    clock.advance(queued.countdown + settings.workflow.sweep_interval_s + 1)
+    (resent,) = [x for x in engine.sweep() if x.remediation_id == rid]
+    assert resent.due is not None and resent.due != queued.due
+    before = polls()
+    assert engine.run(rid, queued.step, due=queued.due) is None  # the queued one comes out first: superseded
+    assert polls() == before and engine.sweep() == []  # nothing ran, and nothing is overdue yet
+    nxt = engine.run(rid, resent.step, due=resent.due)  # the re-send is the one that counts
+    assert nxt is not None and nxt.step == "vm_restart" and polls() == before + 1
+    assert engine.run(rid, resent.step, due=resent.due) is None  # a second copy of it: dropped too
+    assert polls() == before + 1
+    clock.advance(nxt.countdown)
+    assert engine.run(rid, nxt.step, due=nxt.due) is not None and polls() == before + 2  # one chain goes on
+    assert len(world.calls("vm.restart", effect=True)) == 1
 
 
 def test_stale_delivery_for_a_passed_step_does_nothing(sessions, engine, world, settings, clock) -> None:

@@ -3,6 +3,7 @@ so one cluster's storm cannot bury another cluster's lone fault (docs/architectu
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from remediation.adapters.celery import (
@@ -20,10 +21,12 @@ from remediation.ports.dispatch import FollowUp
 class Broker:
     def __init__(self) -> None:
         self.sent: list[tuple[str, int, str, Any]] = []
+        self.kwargs: list[dict[str, Any]] = []
 
     def send_task(self, name: str, args: Any = None, countdown: Any = None, queue: str = "",
-                  priority: int = 0) -> None:
+                  priority: int = 0, kwargs: Any = None) -> None:
         self.sent.append((queue, priority, name, args))
+        self.kwargs.append(kwargs or {})
 
 
 def test_each_clusters_isolation_goes_on_its_own_queue_ahead_of_the_steps() -> None:
@@ -44,3 +47,12 @@ def test_isolation_no_caller_names_a_cluster_for_goes_on_the_workflow_queue() ->
     broker = Broker()
     CeleryDispatcher(broker, isolate_batch=2).steps([FollowUp(1, "slurm_drain")])  # type: ignore[arg-type]
     assert broker.sent == [(WORKFLOW_QUEUE, ISOLATION, ISOLATE_TASK, [[1]])]
+
+
+def test_a_step_carries_the_schedule_it_was_sent_for() -> None:
+    broker = Broker()
+    due = datetime(2026, 3, 1, 12, 0, 5, 123456, tzinfo=UTC)
+    CeleryDispatcher(broker, isolate_batch=2).steps([FollowUp(5, "vm_restart", 5.0, due=due),  # type: ignore[arg-type]
+                                                     FollowUp(6, "return")])
+    assert broker.kwargs == [{"due": "2026-03-01T12:00:05.123456+00:00"}, {}]
+    assert datetime.fromisoformat(broker.kwargs[0]["due"]) == due  # read back to the microsecond
