@@ -27,6 +27,9 @@ class KeptReasons:
 
     def __init__(self) -> None:
         self._kept: dict[str, str] = {}
+        # Each node's last record in and what it became: a reader hands back the same object for a node
+        # that did not change, and cutting it again would give the same, so a poll costs what changed.
+        self._last: dict[str, tuple[NodeRecord, NodeRecord]] = {}
 
     def get(self, name: str) -> str | None:
         return self._kept.get(name)
@@ -34,8 +37,14 @@ class KeptReasons:
     def strip(self, current: dict[str, NodeRecord]) -> dict[str, NodeRecord]:
         """Replace, in ``current``, every record whose reason is (or starts with) its node's kept reason
         by one carrying only the new fault's reason; remember what each node shows as history."""
+        last = self._last
         for name, status in current.items():
-            cut = self._cut(name, status)
+            seen = last.get(name)
+            if seen is not None and seen[0] is status:
+                cut = seen[1]
+            else:
+                cut = self._cut(name, status)
+                last[name] = (status, cut)
             if cut is not status:
                 current[name] = cut
         return current

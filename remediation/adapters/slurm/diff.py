@@ -92,5 +92,6 @@ def diff(previous: Mapping[str, NodeRecord], current: Mapping[str, NodeRecord], 
             out.unhealthy.append((now, cond_now[0]))
         elif cond_before is not None:
             out.healthy.append((now, before, cond_before[0]))
-    out.removed = [name for name in previous if name not in current]
+    if len(previous) + len(out.added) != len(current):  # else no node can be gone: skip the pass
+        out.removed = [name for name in previous if name not in current]
     return out

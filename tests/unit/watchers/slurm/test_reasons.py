@@ -107,3 +107,14 @@ def test_a_verdict_ends_the_history() -> None:
         rec("IDLE", "", "remediation: xid 79", 50),
         rec("DOWN", "NOT_RESPONDING", "remediation: xid 79 : Not responding", 90),
     ) == ["remediation: xid 79", "Not responding"]
+
+
+@pytest.mark.parametrize(("reads", "expected"), CASES.values(), ids=CASES.keys())
+def test_a_read_handed_back_unchanged_is_cut_the_same(reads: list[NodeRecord], expected: list[str]) -> None:
+    """The delta reader hands back the same object for a node that did not change: each read repeated
+    (as a quiet poll repeats it) keeps the reason the first gave, as a fresh copy of it would."""
+    kept, fresh = KeptReasons(), KeptReasons()
+    for read, reason in zip(reads, expected, strict=True):
+        for _ in range(3):
+            assert kept.strip({NODE: read})[NODE].reason == reason
+            assert fresh.strip({NODE: read._replace()})[NODE] == kept.strip({NODE: read})[NODE]
