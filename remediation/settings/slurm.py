@@ -64,7 +64,9 @@ class SlurmSettings(Section):
         "poll_interval_s) to stay within it; a quiet cluster stays at poll_interval_s.",
     )
     resync_interval_s: float = Field(
-        60.0, gt=0, description="Watcher full resync (re-publishes the current bad set)."
+        60.0, gt=0, description="Watcher full resync: re-publishes the current bad set, and the nodes' "
+        "inventory (the whole of it three times within policy.pool_stale_s, else the nodes whose own "
+        "changed)."
     )
     read_strategy: Literal["delta", "sinfo_json"] = Field(
         "delta",

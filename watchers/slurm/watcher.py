@@ -39,6 +39,10 @@ from remediation.watchers.slurm.topology import TopologyPublisher
 
 log = logging.getLogger("remediation.watchers.slurm.watcher")
 
+#: How many whole inventories reach the ingest within ``policy.pool_stale_s``: each confirms every
+#: node in the storm breaker's pool, so two can be lost before a node leaves it.
+CONFIRMATIONS_PER_STALE = 3
+
 
 @runtime_checkable
 class SnapshotSource(Protocol):
@@ -88,10 +92,15 @@ class SlurmWatcher:
         self.next_resync = 0.0
         self._not_responding_since: dict[str, float] = {}
         self.kept_reasons = KeptReasons()  # each node's reason from an earlier episode
+        self._inventoried: dict[str, str] = {}  # node -> the key of its inventory event last published
+        self._resyncs = 0  # resyncs since the last full inventory
+        self.full_every = full_inventory_every(settings)
 
     def reset(self) -> None:
-        """Forget the snapshot: the next step is a full resync (start, regained leadership)."""
+        """Forget the snapshot: the next step is a full resync (start, regained leadership), and it
+        publishes the whole inventory."""
         self.previous = None
+        self._inventoried.clear()
 
     def step(self) -> int:
         """Poll once and publish what changed; returns the number of events published. Raises
@@ -129,19 +138,22 @@ class SlurmWatcher:
             key = f"slurm:{status.name}:healthy:" + condition_key(before, before_state).split(":", 2)[2]
             events.append(self._event(EventKind.HEALTHY, status, status.state, key=key, observed=observed))
         if resync:
+            full = self._full_inventory()
             for status in effective.values():
                 bad = bad_state(status, self.bad)
                 if bad is not None and status.name not in held:
                     key = condition_key(status, bad)
                     events.append(self._event(EventKind.UNHEALTHY, status, bad, key=key, observed=observed))
-                events.append(self._inventory(status, observed))
+                if (inventory := self._inventory(status, observed, full=full)) is not None:
+                    events.append(inventory)
         else:
-            events.extend(self._inventory(s, observed) for s in changes.added if s.name not in held)
+            events.extend(e for s in changes.added if s.name not in held
+                          if (e := self._inventory(s, observed, full=True)) is not None)
         # A node that left NOT_RESPONDING (or gained another bad state) starts its grace afresh later.
         for name in list(self._not_responding_since):
             if name not in waiting:
                 del self._not_responding_since[name]
-        published = self.bus.publish(events) if events else 0  # raises BusUnavailable: keep previous
+        published = self._publish(events)  # raises BusUnavailable: the previous snapshot is kept
         self.previous = effective
         if resync:
             self.next_resync = now + self.resync_interval
@@ -171,12 +183,32 @@ class SlurmWatcher:
             **facts,
         )
 
-    def _inventory(self, status: NodeRecord, observed: datetime) -> NodeEvent:
+    def _full_inventory(self) -> bool:
+        """Is this resync's inventory the whole fleet's (the first, then every ``full_every``-th)?"""
+        full = not self._inventoried or self._resyncs % self.full_every == 0
+        self._resyncs = 1 if full else self._resyncs + 1
+        return full
+
+    def _inventory(self, status: NodeRecord, observed: datetime, *, full: bool) -> NodeEvent | None:
+        """The node's inventory event; None when ``full`` is not asked and the node's last one said the same."""
         state = bad_state(status, self.bad) or status.state
         stamp = status.reason_changed_at or f"s{status.slurmd_start_time}"
         key = f"slurm:{status.name}:inventory:{state}:{stamp}:{_digest(status.partitions, status.features)}"
+        if not full and self._inventoried.get(status.name) == key:
+            return None
+        self._inventoried[status.name] = key
         return self._event(EventKind.INVENTORY, status, state, key=key, observed=observed,
                            partitions=list(status.partitions), features=list(status.features))
+
+    def _publish(self, events: list[NodeEvent]) -> int:
+        """Publish; on BusUnavailable the inventory not sent is sent again at the next resync."""
+        try:
+            return self.bus.publish(events) if events else 0
+        except BusUnavailable:
+            for event in events:
+                if event.kind is EventKind.INVENTORY:
+                    self._inventoried.pop(event.node, None)
+            raise
 
 
 class Pace:
@@ -207,6 +239,17 @@ class Pace:
 def _digest(*names: tuple[str, ...]) -> str:
     """A short digest of a node's partitions and features: a change makes a new inventory event."""
     return hashlib.sha256(repr(names).encode()).hexdigest()[:12]
+
+
+def full_inventory_every(settings: Settings) -> int:
+    """Every how many resyncs the whole inventory is published: ``CONFIRMATIONS_PER_STALE`` times within
+    the shortest ``pool_stale_s`` of the policy and its profiles (5 at the defaults: 900 s, resyncs
+    every 60 s). Between them a resync publishes the inventory of the nodes whose own changed, beside the
+    whole bad set; a 25,000-node cluster would otherwise send 25,000 unchanged events a minute.
+    Why: docs/running.md#the-watchers"""
+    stale = min([settings.policy.pool_stale_s, *(float(p.policy["pool_stale_s"]) for p in settings.profiles
+                                                 if "pool_stale_s" in p.policy)])
+    return max(1, int(stale // (CONFIRMATIONS_PER_STALE * settings.slurm.resync_interval_s)))
 
 
 def watched_states(settings: Settings) -> frozenset[str]:

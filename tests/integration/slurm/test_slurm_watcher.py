@@ -283,6 +283,42 @@ def test_restart_resync_republishes_the_bad_set_with_the_same_keys(
 
 
 @per_backend
+def test_a_resync_sends_the_whole_inventory_three_times_within_pool_stale_and_changes_between(
+    slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str
+) -> None:
+    settings = load_settings(broker={"redis_url": REDIS_URL, "key_prefix": redis_prefix},
+                             slurm=slurm.slurm_options(resync_interval_s=60), policy={"pool_stale_s": 900})
+    assert slurm_watcher.full_inventory_every(settings) == 5  # 900 s / (3 x 60 s)
+    backend, now = make_slurm(settings), [0.0]
+    live = RedisEventBus(redis_client, redis_prefix, kick=None)
+    w = slurm_watcher.SlurmWatcher(settings, live, slurm_watcher.as_source(backend), clock=lambda: now[0])
+
+    def resync() -> dict[str, NodeEvent]:
+        """One resync (the clock past its interval): the inventory events it published, by node."""
+        before = len(events(redis_client, redis_prefix))
+        now[0] += 61
+        w.step()
+        return {e.node: e for e in events(redis_client, redis_prefix)[before:] if e.kind == EventKind.INVENTORY}
+
+    try:
+        assert sorted(resync()) == slurm.nodes  # the first: every node, each confirmed in the pool
+        assert resync() == {}  # nothing changed: nothing to send
+        slurm.scontrol("update", "nodename=gpu-node-1", "state=drain", "reason=maintenance: fans")
+        w.bus = RedisEventBus(redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2), redis_prefix,
+                              kick=None)
+        with pytest.raises(slurm_watcher.BusUnavailable):
+            resync()
+        w.bus = live
+        changed = resync()  # what could not be sent goes out with the next one
+        assert sorted(changed) == ["gpu-node-1"] and changed["gpu-node-1"].state == "DRAIN"
+        assert resync() == {}
+        assert sorted(resync()) == slurm.nodes  # the 5th since the first whole one: every node again
+    finally:
+        close_slurm(backend)
+        slurm.scontrol("update", "nodename=gpu-node-1", "state=resume")
+
+
+@per_backend
 def test_only_the_leader_publishes(slurm: SlurmCluster, redis_client: redis.Redis, redis_prefix: str) -> None:
     settings = settings_for(slurm, redis_prefix)
     leader_stream, standby_stream = f"{redis_prefix}:a", f"{redis_prefix}:b"
