@@ -4,10 +4,17 @@ cause, and the ETTR that follows."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from importlib import resources
+from pathlib import Path
 
 import pytest
+import yaml
 
 from remediation.rehearsal.goodput import JobModel, PolicyFacts, Span, replay
+from remediation.rehearsal.run import Layout, Pace, rehearse
+from remediation.rehearsal.trace import Scale, load
+from remediation.rehearsal.truth import parse_model
+from remediation.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DAY = (T0, T0 + timedelta(days=1))
@@ -108,3 +115,20 @@ def test_the_shares_add_up_and_ettr_counts_every_job() -> None:
     assert d["lost_hours_by_cause"] == {"detection": 0.0, "lost_work": 0.5, "waiting": 0.0, "restart": 0.17,
                                         "false_positive": 0.5}
     assert d["ettr"] == pytest.approx(1 - (40 + 30) / 60 / 48, abs=1e-4)
+
+
+def test_a_rehearsal_reports_an_ettr_whose_lost_time_adds_up() -> None:
+    model = parse_model("truth", yaml.safe_load(resources.files("remediation.data").joinpath("truth-llama3.yaml")
+                                                .read_text()))
+    mix = resources.files("remediation.data").joinpath("llama3-405b-interruptions.csv")
+    faults = load(Path(str(mix)), Scale(nodes=64, days=30, start=T0, seed=2), model=model)
+    report = rehearse(faults, Settings(), nodes(64), pace=Pace(settle=timedelta(hours=1)),
+                      layout=Layout(leaf_size=16, jobs=JobModel(job_nodes=8)))
+    g = report.as_dict()["goodput"]
+    assert g["jobs"] == 7 and g["spare_nodes"] == 8
+    assert len(faults) > 10 and g["interruptions"] > 0 and 0 < g["ettr"] < 1
+    assert sum(g["lost_share_by_cause"].values()) == pytest.approx(1.0, abs=1e-3)
+    assert sum(g["lost_hours_by_cause"].values()) == pytest.approx(g["lost_hours"], abs=0.05)
+    assert g["ettr"] == pytest.approx(1 - g["lost_hours"] / g["job_hours"], abs=1e-3)
+    # The spans the job model read are the node-hours out of service the rehearsal reports.
+    assert report.node_hours_out > 0
