@@ -28,6 +28,7 @@ from remediation.cli.render import check_format, print_json, show, table
 from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.cli.simulate_racks import rack_figures, rack_fleet, rack_line
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
+from remediation.rehearsal.goodput import CAUSES, JobModel
 from remediation.rehearsal.loop import Tally
 from remediation.rehearsal.run import Layout, Pace, rehearse
 from remediation.rehearsal.trace import Fault, Scale, TraceError, dump_events, load
@@ -109,6 +110,14 @@ def simulate(
                                     "labels}: what the watchers would report of the nodes, for profiles to select on."),
     racks: int = typer.Option(0, "--racks", help="NVL72 racks (the outcome model's racks section) as the first nodes: "
                               "node-hours lost per NVLink domain fault, the domain ladder against per-tray."),
+    job_nodes: int = typer.Option(128, "--job-nodes", help="Nodes per training job for the ETTR: jobs of this "
+                                  "size are packed onto the fleet, the rest (at least --spare-fraction) are spares."),
+    checkpoint_minutes: float = typer.Option(60.0, "--checkpoint-minutes", help="How often a job saves its state: "
+                                             "a fault loses the work since (an assumption; docs/rehearsal.md)."),
+    restart_minutes: float = typer.Option(10.0, "--restart-minutes", help="A job's relaunch and warm-up after an "
+                                          "interruption, once it has its nodes (an assumption; docs/rehearsal.md)."),
+    spare_fraction: float = typer.Option(0.05, "--spare-fraction", help="Share of the fleet kept out of jobs as "
+                                         "spares (at least one node)."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Replay a failure trace through the real decision and workflow code on a simulated clock and report
@@ -132,7 +141,12 @@ def simulate(
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
     pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
-    layout = Layout(leaves, load_facts(node_facts), by)
+    if job_nodes < 1 or checkpoint_minutes <= 0 or restart_minutes < 0 or not 0 <= spare_fraction < 1:
+        raise CliError("--job-nodes must be at least 1, --checkpoint-minutes positive, --restart-minutes not "
+                       "negative and --spare-fraction from 0 to below 1", 2)
+    jobs = JobModel(job_nodes=job_nodes, checkpoint_s=checkpoint_minutes * 60, restart_s=restart_minutes * 60,
+                    spare_fraction=spare_fraction)
+    layout = Layout(leaves, load_facts(node_facts), by, jobs)
     report = _run(faults, settings, names, pace=pace, layout=layout)
     base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
     ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline,
@@ -247,6 +261,21 @@ def _summary_rows(columns: list[dict[str, Any]], max_concurrent: int) -> list[tu
         ("median time to recover", *[f"{r['recovery_p50_s'] / 60:.1f} min" if r["recovery_p50_s"] else "-"
                                      for r in columns]),
         ("quarantined", *[len(r["quarantined"]) for r in columns]),
+        *_goodput_rows(columns),
+    ]
+
+
+def _goodput_rows(columns: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The jobs' ETTR and what moved it (hours lost by cause, checkpoint saves, the spare pool)."""
+    gs = [r["goodput"] for r in columns]
+    return [
+        ("ETTR (jobs · nodes each · spares)", *[f"{g['ettr']:.4f} ({g['jobs']} · {g['job_nodes']} · {g['spare_nodes']})"
+                                                if g["ettr"] is not None else f"- (no job of {g['job_nodes']} fits)"
+                                                for g in gs]),
+        ("job-hours lost: detect · work · wait · restart · false pos.",
+         *[" · ".join(f"{g['lost_hours_by_cause'][c]:.1f}" for c in CAUSES) for g in gs]),
+        ("interruptions · checkpoint saves · fewest free nodes",
+         *[f"{g['interruptions']} · {g['checkpoint_saves']} · {g['fewest_free']}" for g in gs]),
     ]
 
 

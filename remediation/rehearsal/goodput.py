@@ -139,7 +139,7 @@ class _Replay:
         self.free = set(nodes) - set(self.owner)  # healthy nodes no job holds
         self.waiting: list[int] = []  # jobs waiting for nodes, first come first served
         self.queue: list[tuple[float, int, int, Any]] = []
-        self.g = Goodput(jobs=count, job_nodes=model.job_nodes if count else 0,
+        self.g = Goodput(jobs=count, job_nodes=model.job_nodes,
                          spare_nodes=len(nodes) - count * model.job_nodes, job_hours=count * end / 3600)
         self.g.fewest_free = self.g.spare_nodes
         self._seq = 0
