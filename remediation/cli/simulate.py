@@ -110,42 +110,29 @@ def simulate(
                                     "labels}: what the watchers would report of the nodes, for profiles to select on."),
     racks: int = typer.Option(0, "--racks", help="NVL72 racks (the outcome model's racks section) as the first nodes: "
                               "node-hours lost per NVLink domain fault, the domain ladder against per-tray."),
-    job_nodes: int = typer.Option(128, "--job-nodes", help="Nodes per training job for the ETTR: jobs of this "
-                                  "size are packed onto the fleet, the rest (at least --spare-fraction) are spares."),
+    job_nodes: int = typer.Option(128, "--job-nodes", help="Nodes per training job (ETTR); the rest are spares."),
     checkpoint_minutes: float = typer.Option(60.0, "--checkpoint-minutes", help="How often a job saves its state: "
                                              "a fault loses the work since (an assumption; docs/rehearsal.md)."),
     restart_minutes: float = typer.Option(10.0, "--restart-minutes", help="A job's relaunch and warm-up after an "
                                           "interruption, once it has its nodes (an assumption; docs/rehearsal.md)."),
-    spare_fraction: float = typer.Option(0.05, "--spare-fraction", help="Share of the fleet kept out of jobs as "
-                                         "spares (at least one node)."),
+    spare_fraction: float = typer.Option(0.05, "--spare-fraction", help="Least share of the fleet kept spare."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Replay a failure trace through the real decision and workflow code on a simulated clock and report
     what the service would have done with the current settings (with --baseline, a second policy beside)."""
     fmt = check_format(output)
     settings = state(ctx).settings()
-    second = _baseline_policy(settings, baseline)
+    settings, second = _second_policy(settings, baseline, gpu_reset)
     model = outcome_model(truth)
     rack, nodes = rack_fleet(model, racks, nodes)
     reboot, reset = _action_minutes(model, site, reboot_minutes)
-    if gpu_reset:
-        if second is not None:
-            raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
-        settings, second = with_reset(settings), without_reset(settings)
     scale = Scale(nodes=nodes, days=days, start=START, seed=seed, leaf_size=leaf_size)
-    faults = _load_faults(trace, model, scale)
-    if dump_events_to is not None:
-        dump_events(faults, dump_events_to)
-    names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
+    faults, names = _trace(trace, model, scale, dump_to=dump_events_to)
     leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
     pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
-    if job_nodes < 1 or checkpoint_minutes <= 0 or restart_minutes < 0 or not 0 <= spare_fraction < 1:
-        raise CliError("--job-nodes must be at least 1, --checkpoint-minutes positive, --restart-minutes not "
-                       "negative and --spare-fraction from 0 to below 1", 2)
-    jobs = JobModel(job_nodes=job_nodes, checkpoint_s=checkpoint_minutes * 60, restart_s=restart_minutes * 60,
-                    spare_fraction=spare_fraction)
+    jobs = _job_model(job_nodes, checkpoint_minutes, restart_minutes, spare_fraction=spare_fraction)
     layout = Layout(leaves, load_facts(node_facts), by, jobs)
     report = _run(faults, settings, names, pace=pace, layout=layout)
     base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
@@ -174,6 +161,34 @@ class _Rehearsed:
     gpu_reset: bool
     baseline: Path | None
     domains: dict[str, Any] | None = None  # a rack fleet's NVLink domain faults, both ways (--racks)
+
+
+def _second_policy(settings: Settings, baseline: Path | None, gpu_reset: bool) -> tuple[Settings, Settings | None]:
+    """The policy and the second one: the baseline, or with --gpu-reset the policy with and without it."""
+    second = _baseline_policy(settings, baseline)
+    if not gpu_reset:
+        return settings, second
+    if second is not None:
+        raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
+    return with_reset(settings), without_reset(settings)
+
+
+def _trace(trace: Path, model: OutcomeModel, scale: Scale, *, dump_to: Path | None) -> tuple[list[Fault], list[str]]:
+    """The trace's faults (written as JSONL to ``dump_to`` too) and the fleet's node names."""
+    faults = _load_faults(trace, model, scale)
+    if dump_to is not None:
+        dump_events(faults, dump_to)
+    return faults, sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(scale.nodes)})
+
+
+def _job_model(job_nodes: int, checkpoint_minutes: float, restart_minutes: float, *,
+               spare_fraction: float) -> JobModel:
+    """The job model the ETTR is counted with (exit 2 on a value it cannot take)."""
+    if job_nodes < 1 or checkpoint_minutes <= 0 or restart_minutes < 0 or not 0 <= spare_fraction < 1:
+        raise CliError("--job-nodes must be at least 1, --checkpoint-minutes positive, --restart-minutes not "
+                       "negative and --spare-fraction from 0 to below 1", 2)
+    return JobModel(job_nodes=job_nodes, checkpoint_s=checkpoint_minutes * 60, restart_s=restart_minutes * 60,
+                    spare_fraction=spare_fraction)
 
 
 def _baseline_policy(settings: Settings, baseline: Path | None) -> Settings | None:

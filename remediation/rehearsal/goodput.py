@@ -148,10 +148,10 @@ class _Replay:
         self._seq += 1
         heapq.heappush(self.queue, (at, kind, self._seq, payload))
 
-    def spend(self, job: _Job, cause: str, a: float, b: float) -> None:
-        """Charge ``job``'s lost time from ``a`` to ``b`` (within the window) to ``cause``, or to false
-        positives when the interruption under way is one."""
-        secs = max(0.0, min(b, self.end) - max(a, 0.0))
+    def spend(self, job: _Job, cause: str, *, since: float, until: float) -> None:
+        """Charge ``job``'s lost time from ``since`` to ``until`` (within the window) to ``cause``, or to
+        false positives when the interruption under way is one."""
+        secs = max(0.0, min(until, self.end) - max(since, 0.0))
         self.g.lost_hours["false_positive" if job.fp else cause] += secs / 3600
 
     def run(self) -> Goodput:
@@ -168,7 +168,7 @@ class _Replay:
         for job in self.jobs:  # the phase still under way at the window's end
             phase = {_DETECTING: "detection", _WAITING: "waiting", _RESTARTING: "restart"}.get(job.state)
             if phase is not None:
-                self.spend(job, phase, job.since, self.end)
+                self.spend(job, phase, since=job.since, until=self.end)
         return self.g
 
     def node_back(self, at: float, name: str) -> None:
@@ -193,10 +193,10 @@ class _Replay:
         if job.state not in (_RUNNING, _RESTARTING):
             return  # already stopped: the node is just one fewer it holds
         if job.state == _RESTARTING:
-            self.spend(job, "restart", job.since, at)
-        self.interrupt(job, j, at, span)
+            self.spend(job, "restart", since=job.since, until=at)
+        self.interrupt(job, j, at=at, span=span)
 
-    def interrupt(self, job: _Job, j: int, at: float, span: Span) -> None:
+    def interrupt(self, job: _Job, j: int, *, at: float, span: Span) -> None:
         """The job stops: it loses the work since its last checkpoint unless the checkpoint request
         saved it, and stalls until the policy notices (at once for our own action)."""
         saved = self.facts.saves(span.fault_class)
@@ -207,7 +207,7 @@ class _Replay:
             self.g.checkpoint_saves += 1
         elif was_running:
             ran = at - job.since
-            self.spend(job, "lost_work", at - ran % self.model.checkpoint_s, at)
+            self.spend(job, "lost_work", since=at - ran % self.model.checkpoint_s, until=at)
         detect = self.facts.detect_s.get(span.source, 0.0) if span.broken else 0.0
         job.state, job.since, job.gen = _DETECTING, at, job.gen + 1
         self.push(at + detect, _NOTICED, (j, job.gen))
@@ -216,7 +216,7 @@ class _Replay:
         job = self.jobs[j]
         if gen != job.gen:
             return
-        self.spend(job, "detection", job.since, at)
+        self.spend(job, "detection", since=job.since, until=at)
         job.state, job.since = _WAITING, at
         self.waiting.append(j)
         self.start_waiting(at)
@@ -234,7 +234,7 @@ class _Replay:
             self.free.difference_update(taken)
             job.nodes += taken
             self.waiting.remove(j)
-            self.spend(job, "waiting", job.since, at)
+            self.spend(job, "waiting", since=job.since, until=at)
             job.state, job.since = _RESTARTING, at
             self.push(at + self.model.restart_s, _UP, (j, job.gen))
         self.g.fewest_free = min(self.g.fewest_free, len(self.free))
@@ -243,7 +243,7 @@ class _Replay:
         job = self.jobs[j]
         if gen != job.gen or job.state != _RESTARTING:
             return
-        self.spend(job, "restart", job.since, at)
+        self.spend(job, "restart", since=job.since, until=at)
         job.state, job.since, job.fp = _RUNNING, at, False
 
 
