@@ -121,6 +121,12 @@ BENCHES = (
         ("--nodes", "256", "--seeds", "1"),
     ),
     Bench(
+        "goodput",
+        "ETTR of training jobs under the shipped policy and the naive ladder (rehearsal)",
+        (),
+        ("--nodes", "256", "--seeds", "1", "--job-nodes", "16"),
+    ),
+    Bench(
         "reliability_report",
         "The reliability report at 10,000 nodes and 30,000 faults over 30 days",
         (),

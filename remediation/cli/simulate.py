@@ -28,6 +28,7 @@ from remediation.cli.render import check_format, print_json, show, table
 from remediation.cli.simulate_pools import load_facts, show_pools
 from remediation.cli.simulate_racks import rack_figures, rack_fleet, rack_line
 from remediation.rehearsal.compare import by_class, figures, ratios, with_reset, without_reset
+from remediation.rehearsal.goodput import CAUSES, JobModel
 from remediation.rehearsal.loop import Tally
 from remediation.rehearsal.run import Layout, Pace, rehearse
 from remediation.rehearsal.trace import Fault, Scale, TraceError, dump_events, load
@@ -109,30 +110,30 @@ def simulate(
                                     "labels}: what the watchers would report of the nodes, for profiles to select on."),
     racks: int = typer.Option(0, "--racks", help="NVL72 racks (the outcome model's racks section) as the first nodes: "
                               "node-hours lost per NVLink domain fault, the domain ladder against per-tray."),
+    job_nodes: int = typer.Option(128, "--job-nodes", help="Nodes per training job (ETTR); the rest are spares."),
+    checkpoint_minutes: float = typer.Option(60.0, "--checkpoint-minutes", help="How often a job saves its state: "
+                                             "a fault loses the work since (an assumption; docs/rehearsal.md)."),
+    restart_minutes: float = typer.Option(10.0, "--restart-minutes", help="A job's relaunch and warm-up after an "
+                                          "interruption, once it has its nodes (an assumption; docs/rehearsal.md)."),
+    spare_fraction: float = typer.Option(0.05, "--spare-fraction", help="Least share of the fleet kept spare."),
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Replay a failure trace through the real decision and workflow code on a simulated clock and report
     what the service would have done with the current settings (with --baseline, a second policy beside)."""
     fmt = check_format(output)
     settings = state(ctx).settings()
-    second = _baseline_policy(settings, baseline)
+    settings, second = _second_policy(settings, baseline, gpu_reset)
     model = outcome_model(truth)
     rack, nodes = rack_fleet(model, racks, nodes)
     reboot, reset = _action_minutes(model, site, reboot_minutes)
-    if gpu_reset:
-        if second is not None:
-            raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
-        settings, second = with_reset(settings), without_reset(settings)
     scale = Scale(nodes=nodes, days=days, start=START, seed=seed, leaf_size=leaf_size)
-    faults = _load_faults(trace, model, scale)
-    if dump_events_to is not None:
-        dump_events(faults, dump_events_to)
-    names = sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(nodes)})
+    faults, names = _trace(trace, model, scale, dump_to=dump_events_to)
     leaves = leaf_size if trace.suffix == ".csv" else None  # an events trace brings no topology
     by = settings.profiles or (second.profiles if second is not None else [])  # read both pool by pool
     t0 = time.monotonic()
     pace = Pace(reboot_s=reboot * 60, repair_s=repair_hours * 3600, reset_s=reset * 60)
-    layout = Layout(leaves, load_facts(node_facts), by)
+    jobs = _job_model(job_nodes, checkpoint_minutes, restart_minutes, spare_fraction=spare_fraction)
+    layout = Layout(leaves, load_facts(node_facts), by, jobs)
     report = _run(faults, settings, names, pace=pace, layout=layout)
     base = _run(faults, second, names, pace=pace, layout=layout) if second is not None else None
     ran = _Rehearsed(report, base, time.monotonic() - t0, model.name, site, reboot, reset, gpu_reset, baseline,
@@ -160,6 +161,34 @@ class _Rehearsed:
     gpu_reset: bool
     baseline: Path | None
     domains: dict[str, Any] | None = None  # a rack fleet's NVLink domain faults, both ways (--racks)
+
+
+def _second_policy(settings: Settings, baseline: Path | None, gpu_reset: bool) -> tuple[Settings, Settings | None]:
+    """The policy and the second one: the baseline, or with --gpu-reset the policy with and without it."""
+    second = _baseline_policy(settings, baseline)
+    if not gpu_reset:
+        return settings, second
+    if second is not None:
+        raise CliError("--gpu-reset and --baseline each run a second policy: give one of them", 2)
+    return with_reset(settings), without_reset(settings)
+
+
+def _trace(trace: Path, model: OutcomeModel, scale: Scale, *, dump_to: Path | None) -> tuple[list[Fault], list[str]]:
+    """The trace's faults (written as JSONL to ``dump_to`` too) and the fleet's node names."""
+    faults = _load_faults(trace, model, scale)
+    if dump_to is not None:
+        dump_events(faults, dump_to)
+    return faults, sorted({f.event.node for f in faults} | {f"gpu-node-{i}" for i in range(scale.nodes)})
+
+
+def _job_model(job_nodes: int, checkpoint_minutes: float, restart_minutes: float, *,
+               spare_fraction: float) -> JobModel:
+    """The job model the ETTR is counted with (exit 2 on a value it cannot take)."""
+    if job_nodes < 1 or checkpoint_minutes <= 0 or restart_minutes < 0 or not 0 <= spare_fraction < 1:
+        raise CliError("--job-nodes must be at least 1, --checkpoint-minutes positive, --restart-minutes not "
+                       "negative and --spare-fraction from 0 to below 1", 2)
+    return JobModel(job_nodes=job_nodes, checkpoint_s=checkpoint_minutes * 60, restart_s=restart_minutes * 60,
+                    spare_fraction=spare_fraction)
 
 
 def _baseline_policy(settings: Settings, baseline: Path | None) -> Settings | None:
@@ -247,6 +276,21 @@ def _summary_rows(columns: list[dict[str, Any]], max_concurrent: int) -> list[tu
         ("median time to recover", *[f"{r['recovery_p50_s'] / 60:.1f} min" if r["recovery_p50_s"] else "-"
                                      for r in columns]),
         ("quarantined", *[len(r["quarantined"]) for r in columns]),
+        *_goodput_rows(columns),
+    ]
+
+
+def _goodput_rows(columns: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The jobs' ETTR and what moved it (hours lost by cause, checkpoint saves, the spare pool)."""
+    gs = [r["goodput"] for r in columns]
+    return [
+        ("ETTR (jobs · nodes each · spares)", *[f"{g['ettr']:.4f} ({g['jobs']} · {g['job_nodes']} · {g['spare_nodes']})"
+                                                if g["ettr"] is not None else f"- (no job of {g['job_nodes']} fits)"
+                                                for g in gs]),
+        ("job-hours lost: detect · work · wait · restart · false pos.",
+         *[" · ".join(f"{g['lost_hours_by_cause'][c]:.1f}" for c in CAUSES) for g in gs]),
+        ("interruptions · checkpoint saves · fewest free nodes",
+         *[f"{g['interruptions']} · {g['checkpoint_saves']} · {g['fewest_free']}" for g in gs]),
     ]
 
 

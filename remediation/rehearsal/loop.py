@@ -135,8 +135,8 @@ class Rehearsal:
         strike(self.world, fault)
         self.tally.faults_handled += 1
         node = fault.event.node
-        self.fleet.cause[node] = classify(fault.event.source.value, fault.event.state, fault.event.reason,
-                                          tbl=self.causes).fault_class
+        self.fleet.struck(node, classify(fault.event.source.value, fault.event.state, fault.event.reason,
+                                         tbl=self.causes).fault_class, fault.event.source.value)
         if fault.outcome is not None and fault.outcome.fabric:
             # The fabric is repaired by hand, once for all the nodes it took down, whatever the policy did.
             if fault.group not in self.groups:

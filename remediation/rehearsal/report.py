@@ -27,6 +27,7 @@ from remediation.domain.gpu_reset import machine_step_did
 from remediation.domain.policy import DecisionKind
 from remediation.domain.statemachine import RemediationStatus, Step
 from remediation.domain.states import AuditAction
+from remediation.rehearsal.goodput import Goodput
 from remediation.rehearsal.trace import Fault
 from remediation.services.notify import NOTIFIABLE
 
@@ -62,9 +63,14 @@ class Report:
     fabric_quarantines: int = 0  # quarantines of remediations a fabric fault opened
     # With profiles: every figure above for each profile's pool ("(base)": the nodes none selects).
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The training jobs on the fleet and their ETTR (the whole fleet's only, not per pool).
+    goodput: Goodput | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history")}
+        d = {k: v for k, v in self.__dict__.items() if k not in ("per_event", "history", "goodput")}
+        if self.goodput is not None:
+            d["goodput"] = {**self.goodput.as_dict(), "gpu_resets": self.gpu_resets,
+                            "quarantined": len(self.quarantined)}
         d["vm_actions_total"] = sum(self.vm_actions.values())
         d["node_hours_out"] = round(self.node_hours_out, 1)
         d["node_hours_by_class"] = {k: round(v, 1) for k, v in self.node_hours_by_class.items()}

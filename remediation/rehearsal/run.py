@@ -31,6 +31,7 @@ from remediation.hostlist import expand
 from remediation.profiles.metrics import BASE
 from remediation.profiles.rules import winners
 from remediation.profiles.service import facts_of, refresh_pools
+from remediation.rehearsal.goodput import JobModel, policy_facts, replay
 from remediation.rehearsal.loop import Loop, Rehearsal, Tally
 from remediation.rehearsal.report import Report, fabric_quarantines, read_report, world_figures
 from remediation.rehearsal.trace import Fault, leaf_of
@@ -77,11 +78,13 @@ class Layout:
     would report of the nodes (partitions, features, labels), which the settings' profiles select on;
     with profiles, every figure is reported for each profile's pool too. ``report_by``: the profiles
     whose pools the figures are broken down by (default: the settings' own), so that a policy without
-    profiles can be read pool by pool beside one with them."""
+    profiles can be read pool by pool beside one with them. ``jobs``: the training jobs packed onto the
+    nodes, whose ETTR the rehearsal reports (:mod:`remediation.rehearsal.goodput`)."""
 
     leaf_size: int | None = None
     facts: list[NodeGroup] | None = None
     report_by: Sequence[ProfileSettings] | None = None
+    jobs: JobModel = JobModel()
 
 
 def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, pace: Pace = Pace(),
@@ -124,6 +127,10 @@ def rehearse(faults: list[Fault], settings: Settings, nodes: list[str], *, pace:
     report.fabric_quarantines = fabric_quarantines(sessions, faults)
     report.node_hours_out = rehearsal.fleet.close(clock.now())
     report.node_hours_by_class = dict(sorted(rehearsal.fleet.by_class.items()))
+    # The jobs' window: the trace's, up to the last fault's repair (the settle day is the policy's, not theirs).
+    report.goodput = replay(rehearsal.fleet.spans, nodes, model=layout.jobs,
+                            facts=policy_facts(settings.workflow, settings.kube, settings.slurm),
+                            window=(start, until - pace.settle))
     if jobs is not None or settings.profiles:
         report.gpu_resets, report.gpu_resets_fixed = len(every.resets), sum(every.resets)
     report.hand_repairs = rehearsal.tally.hand_repairs

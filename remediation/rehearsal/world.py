@@ -20,6 +20,7 @@ from remediation.adapters.memory import MemoryWorld
 from remediation.domain.events import Source
 from remediation.domain.gpu_reset import PURPOSE as RESET_PURPOSE
 from remediation.evidence_collection.rules import PURPOSE as EVIDENCE_PURPOSE
+from remediation.rehearsal.goodput import Span
 from remediation.rehearsal.trace import Fault
 from remediation.validation.port import ValidationCheck, ValidationResult
 
@@ -143,7 +144,9 @@ class WorldJobs:
 
 class Fleet:
     """Time out of service per node, read from the world after every simulated moment that touched it,
-    in all and by the fault class of the fault that took the node out (``cause``, set by the loop)."""
+    in all and by the fault class of the fault that took the node out (``cause``, set by the loop
+    through :meth:`struck`), and each span out of service (``spans``) for the job model: whether a
+    fault had struck the node since it was last in service, or our own action took a healthy node out."""
 
     def __init__(self) -> None:
         self.out_since: dict[str, datetime] = {}
@@ -151,7 +154,15 @@ class Fleet:
         self.cause: dict[str, str] = {}  # node -> fault class of its latest fault
         self.by_class: dict[str, float] = defaultdict(float)
         self.by_node: dict[str, float] = defaultdict(float)  # per node: a profile's pool adds its nodes'
+        self.spans: list[Span] = []
         self._span_class: dict[str, str] = {}
+        self._struck: dict[str, str] = {}  # node -> source of a fault since it was last in service
+        self._span_source: dict[str, str | None] = {}  # None: no fault had struck (a false positive)
+
+    def struck(self, name: str, fault_class: str, source: str) -> None:
+        """A fault struck ``name``: its class, as the policy reads it, and its signal's source."""
+        self.cause[name] = fault_class
+        self._struck[name] = source
 
     def observe(self, world: MemoryWorld, names: list[str], now: datetime) -> None:
         with world.mutate() as st:
@@ -163,14 +174,19 @@ class Fleet:
                 if not up and name not in self.out_since:
                     self.out_since[name] = now
                     self._span_class[name] = self.cause.get(name, "-")
+                    self._span_source[name] = self._struck.get(name)
                 elif up and name in self.out_since:
                     self._add(name, now)
 
     def _add(self, name: str, now: datetime) -> None:
-        hours = (now - self.out_since.pop(name)).total_seconds() / 3600
+        since = self.out_since.pop(name)
+        hours = (now - since).total_seconds() / 3600
         self.hours += hours
         self.by_node[name] += hours
-        self.by_class[self._span_class.pop(name)] += hours
+        fault_class, source = self._span_class.pop(name), self._span_source.pop(name)
+        self.by_class[fault_class] += hours
+        self.spans.append(Span(name, since, now, fault_class, broken=source is not None, source=source or ""))
+        self._struck.pop(name, None)  # back in service: the next span needs a fault of its own
 
     def close(self, now: datetime) -> float:
         for name in list(self.out_since):
