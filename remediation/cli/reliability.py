@@ -9,6 +9,9 @@ Why: docs/running.md#the-cli
 
 from __future__ import annotations
 
+import contextlib
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
@@ -70,15 +73,28 @@ def reliability_cmd(
         raise CliError(str(exc), EXIT_CONFIG) from None
     if output == "pdf" and str(file) == "-":
         raise CliError("a PDF is written to a file: pass --file PATH", EXIT_CONFIG)
-    with st.sessions()() as s:
-        rep = report.build(s, start, end, lemon=st.settings().policy.lemon, by=dims, cluster=only)
+    with _collector_paused():
+        with st.sessions()() as s:
+            rep = report.build(s, start, end, lemon=st.settings().policy.lemon, by=dims, cluster=only)
+        text = report.to_csv(rep) if output == "csv" else report.standalone_html(rep, now)
     target = file or Path(f"reliability-{now:%Y%m%d}.{output}")
-    if output == "csv":
-        text = report.to_csv(rep)
-    else:
-        text = report.standalone_html(rep, now)
     if _write(text, target, fmt=output, browser=browser):
         typer.echo(f"wrote {target} ({output}, {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC)", err=True)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause Python's cycle collector while the report is built. At fleet scale the report holds some
+    400,000 objects that reference counting frees; each of the collector's full passes walks them all and
+    finds next to nothing, and those passes were a third of the command's time. The command exits
+    right after, so what the pause leaves uncollected lives no longer than the process."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _write(text: str, target: Path, *, fmt: str, browser: str | None) -> bool:
