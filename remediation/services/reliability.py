@@ -167,7 +167,9 @@ def _grouper(
         .where(NodeDomain.kind.in_(kinds), view.only(NodeDomain.cluster))
     ):
         found[view.label(cluster, node)][kind] = name
-    return lambda node, fault: next((found[node][k] for k in kinds if k in found.get(node, {})), NONE)
+    # Each node's group is looked up once here, not once per fault and per node row.
+    group_of = {node: next((mine[k] for k in kinds if k in mine), NONE) for node, mine in found.items()}
+    return lambda node, fault: group_of.get(node, NONE)
 
 
 def _view(s: Session, cluster: str | None) -> _View:
