@@ -226,7 +226,7 @@ def shared_serials(sightings: Iterable[Sighting]) -> dict[str, list[str]]:
     Only sightings of a remediation count: a GPU read during a fault's remediation was on a failing node."""
     names: dict[str, set[str]] = {}
     for s in sightings:
-        if s.remediation_id is None:
+        if s.remediation_id is None or not s.gpus:  # no GPUs read: no serials (and none to compute)
             continue
         for serial in s.serials:
             names.setdefault(serial, set()).add(s.node)
