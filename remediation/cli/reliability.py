@@ -84,10 +84,9 @@ def reliability_cmd(
 
 @contextlib.contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause Python's cycle collector while the report is built. At fleet scale the report holds some
-    400,000 objects that reference counting frees; each of the collector's full passes walks them all and
-    finds next to nothing, and those passes were a third of the command's time. The command exits
-    right after, so what the pause leaves uncollected lives no longer than the process."""
+    """Pause Python's cycle collector while the report is built: at fleet scale its full passes over the
+    report's objects, which reference counting frees, were a third of the command's time
+    (docs/benchmarks.md). The command exits right after."""
     was = gc.isenabled()
     gc.disable()
     try:
