@@ -10,10 +10,9 @@ Why: docs/running.md#the-cli
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-import httpx
 from pydantic import TypeAdapter
 
 from remediation.cli.context import EXIT_CONFIG, EXIT_DATABASE, EXIT_REQUEST, CliError
@@ -32,6 +31,9 @@ from remediation.services.readmodels import (
 from remediation.services.stats import Stats
 from remediation.settings import LemonSettings
 from remediation.settings.transport import clear_to_remote
+
+if TYPE_CHECKING:  # httpx is imported where a Remote is made: the direct mode never loads it
+    import httpx
 
 SERVER_ENV, TOKEN_ENV, TOKEN_FILE_ENV = "REMEDIATION_SERVER", "REMEDIATION_TOKEN", "REMEDIATION_TOKEN_FILE"
 T = TypeVar("T")
@@ -80,6 +82,8 @@ class Remote:
                 f"--server {server}: give a URL, e.g. https://remediation.example:8080", EXIT_CONFIG
             )
         self.server = url
+        import httpx
+
         self._client = client or httpx.Client(base_url=url, timeout=TIMEOUT_S)
         self._headers = {"Authorization": f"Bearer {token}"}
         self.cluster: str | None = None  # --cluster, sent as ?cluster= on every request
@@ -93,6 +97,8 @@ class Remote:
         self, method: str, path: str, params: dict[str, Any] | None = None, *, body: dict[str,
             Any] | None = None, text: bool = False
     ) -> Any:
+        import httpx
+
         query = {k: v for k, v in {"cluster": self.cluster, **(params or {})}.items() if v is not None}
         try:
             resp = self._client.request(

@@ -172,6 +172,9 @@ def change(era: Era, s: Sighting) -> str | None:
     return None
 
 
+_FILLED = (*MACHINE_FIELDS, "provider", "sku")  # what a later sighting of the same hardware fills in
+
+
 def eras(sightings: Iterable[Sighting]) -> list[Era]:
     """A node's eras from its sightings (any order); each sighting fills in what its era lacked."""
     out: list[Era] = []
@@ -180,14 +183,12 @@ def eras(sightings: Iterable[Sighting]) -> list[Era]:
         why = "first seen" if cur is None else change(cur, s)
         if cur is not None and why is not None:
             out[-1] = replace(cur, until=s.at)
-        if cur is None or why is not None:
-            cur = Era(s.node, len(out) + 1, s.at, None, why or "first seen")
-            out.append(cur)
-        filled = {
-            n: getattr(s, n)
-            for n in (*MACHINE_FIELDS, "provider", "sku")
-            if getattr(cur, n) is None and getattr(s, n)
-        }
+        if cur is None or why is not None:  # a new era, made with what its first sighting knows
+            known = {n: v for n in _FILLED if (v := getattr(s, n))}
+            out.append(Era(s.node, len(out) + 1, s.at, None, why or "first seen",
+                           serials=s.serials if s.gpus else frozenset(), **known))
+            continue
+        filled = {n: v for n in _FILLED if getattr(cur, n) is None and (v := getattr(s, n))}
         if filled or (s.gpus and not cur.serials):
             out[-1] = replace(cur, serials=cur.serials or s.serials, **filled)
     return out
@@ -226,7 +227,7 @@ def shared_serials(sightings: Iterable[Sighting]) -> dict[str, list[str]]:
     Only sightings of a remediation count: a GPU read during a fault's remediation was on a failing node."""
     names: dict[str, set[str]] = {}
     for s in sightings:
-        if s.remediation_id is None:
+        if s.remediation_id is None or not s.gpus:  # no GPUs read: no serials (and none to compute)
             continue
         for serial in s.serials:
             names.setdefault(serial, set()).add(s.node)

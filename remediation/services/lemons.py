@@ -81,15 +81,16 @@ def lemons(s: Session, now: datetime, cfg: LemonSettings, *, top: int = 10,
     """Nodes by lemon score, worst first (only nodes with counted failures; of ``cluster`` alone when
     given). Over several clusters, a row names its node ``cluster/name``."""
     scores, flags = fleet_scores(s, now, cfg, cluster=cluster, every_flag=every_flag)
-    q = select(Node.cluster, Node.name, Node.status).where(Node.name.in_(sorted({n for _, n in scores})))
-    status = {(c, n): st for c, n, st in s.execute(q)}
     fleet = spans_clusters(s, cluster)
+    # Ranked before anything else is read: only the top rows need their node's status and explanation.
+    ranked = sorted(((node_label(c, node, fleet=fleet), (c, node), sc) for (c, node), sc in scores.items()
+                     if sc.failures), key=lambda r: (-r[2].score, r[0]))[:top]
+    q = select(Node.cluster, Node.name, Node.status).where(Node.name.in_(sorted({n for _, (_, n), _ in ranked})))
+    status = {(c, n): st for c, n, st in s.execute(q)}
     rows = []
-    for (c, node), sc in scores.items():
-        if not sc.failures:
-            continue
+    for label, (c, node), sc in ranked:
         hardware = flags[c, node].summary if (c, node) in flags else ""
         why = f"{sc.explanation}; counted with its hardware's failures elsewhere: {hardware}" if hardware else sc.explanation
-        rows.append(LemonRow(node_label(c, node, fleet=fleet), status.get((c, node), "-"), sc.score, sc.failures,
-                             sc.distinct, sc.over(cfg), why, cluster=c, hardware=hardware))
-    return sorted(rows, key=lambda r: (-r.score, r.node))[:top]
+        rows.append(LemonRow(label, status.get((c, node), "-"), sc.score, sc.failures, sc.distinct, sc.over(cfg),
+                             why, cluster=c, hardware=hardware))
+    return rows

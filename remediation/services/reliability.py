@@ -115,11 +115,16 @@ def _faults(s: Session, w: Window, eras: dict[str, list[Era]], *, before: dict[i
         or_(r.closed_at.is_(None), r.closed_at >= w.since, r.status == RemediationStatus.QUARANTINED),
     )  # fmt: skip
     out = []
+    keyed: dict[str, dict[str, Era]] = {}  # node -> its first era of each hardware key, made once
     for rid, cluster, name, fault_class, status, opened_at, closed_at in s.execute(q.order_by(r.id)):
         node = view.label(cluster, name)
         opened = aware(opened_at) or opened_at
         mine = eras.get(node, [])
-        era = next((e for e in mine if e.key == before.get(rid)), None) if rid in before else None
+        if rid in before and node not in keyed:
+            keyed[node] = {}
+            for e in mine:
+                keyed[node].setdefault(e.key, e)
+        era = keyed[node].get(before[rid]) if rid in before else None
         era = era or era_at(mine, opened)
         out.append(Fault(rid, node, fault_class, status, opened, aware(closed_at), aware(released.get(node)),
                          era.key if era else None, era.sku if era else None))
@@ -167,7 +172,9 @@ def _grouper(
         .where(NodeDomain.kind.in_(kinds), view.only(NodeDomain.cluster))
     ):
         found[view.label(cluster, node)][kind] = name
-    return lambda node, fault: next((found[node][k] for k in kinds if k in found.get(node, {})), NONE)
+    # Each node's group is looked up once here, not once per fault and per node row.
+    group_of = {node: next((mine[k] for k in kinds if k in mine), NONE) for node, mine in found.items()}
+    return lambda node, fault: group_of.get(node, NONE)
 
 
 def _view(s: Session, cluster: str | None) -> _View:
