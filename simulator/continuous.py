@@ -15,12 +15,9 @@ from typing import TYPE_CHECKING
 
 from remediation.rehearsal.trace import PAPER_DAYS, read_mix
 from remediation.simulator import replay
-from remediation.simulator.slurmctld import SlurmError
 
 if TYPE_CHECKING:
     from remediation.simulator.cluster import SimCluster
-
-MAINTENANCE_PREFIX = "maintenance:"  # what FaultInjector.apply puts in front of a trace's human drain
 
 
 def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
@@ -101,14 +98,7 @@ class ContinuousReplay:
 
     def _end_maintenance(self, node: str) -> None:
         self.in_maintenance.discard(node)
-        _, flags, reason = self.cluster.slurm_state(node)
-        if "DRAIN" not in flags or not reason.startswith(MAINTENANCE_PREFIX):
-            return  # someone else's state now: not the admin's to undo
-        try:
-            self.cluster.ctld.update(node, "RESUME", user="root")
-        except SlurmError:
-            return
-        self.cluster._log(node, "maintenance_done", "admin: scontrol update state=resume")
+        self.cluster.end_human_drain(node)
 
     def _storm(self) -> None:
         if self.stopped:
