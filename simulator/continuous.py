@@ -2,7 +2,7 @@
 
 :class:`ContinuousReplay` replays the bundled failure trace round after round on the cluster's clock (mean
 gap ``mean_gap_s``), resumes maintenance drains after ``maintenance_s``, and every ``storm_every_s`` fails
-``storm_fraction`` of the pool. No repeat offenders.
+``storm_fraction`` of the pool (``nodes``: the ones it may fault, default all). No repeat offenders.
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -55,10 +55,12 @@ class ContinuousReplay:
         storms: Storms = Storms(),
         maintenance_s: float = 120.0,
         seed: int = 0,
+        nodes: list[str] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.nodes = list(nodes or cluster.names)
         self.trace_csv = trace_csv
-        self.speedup = tempo.speedup or default_speedup(trace_csv, len(cluster.names), tempo.mean_gap_s)
+        self.speedup = tempo.speedup or default_speedup(trace_csv, len(self.nodes), tempo.mean_gap_s)
         self.round_s = PAPER_DAYS * 86400 / self.speedup
         self.storm_every_s = storms.every_s
         self.storm_fraction = storms.fraction
@@ -82,9 +84,9 @@ class ContinuousReplay:
     def _round(self) -> None:
         if self.stopped:
             return
-        pool = [n for n in self.cluster.names if n not in self.in_maintenance]
+        pool = [n for n in self.nodes if n not in self.in_maintenance]
         planned = replay.plan(
-            read_mix(self.trace_csv), pool, scale_nodes=len(self.cluster.names),
+            read_mix(self.trace_csv), pool, scale_nodes=len(self.nodes),
             speedup=self.speedup, seed=self.seed + self.rounds,
         )  # fmt: skip
         self.rounds += 1
@@ -103,5 +105,6 @@ class ContinuousReplay:
     def _storm(self) -> None:
         if self.stopped:
             return
-        self.cluster.storm(self.storm_fraction, exclude=tuple(self.in_maintenance))
+        spared = self.in_maintenance | (set(self.cluster.names) - set(self.nodes))
+        self.cluster.storm(self.storm_fraction, exclude=tuple(sorted(spared)))
         self.cluster.at(self.storm_every_s, self._storm)
