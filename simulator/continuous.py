@@ -1,7 +1,7 @@
 """Keep a simulated cluster busy, so that a long-running stack (``docker compose up``) shows the loop.
 
 :class:`ContinuousReplay` replays the bundled failure trace round after round on the cluster's clock (mean
-gap ``mean_gap_s``), resumes maintenance drains after ``maintenance_s``, and every ``storm_every_s`` fails
+gap ``mean_gap_s``), resumes maintenance drains after ``Tempo.maintenance_s``, and every ``storm_every_s`` fails
 ``storm_fraction`` of the pool (``nodes``: the ones it may fault, default all). No repeat offenders.
 
 Why: docs/wire-protocols.md#the-simulated-cluster
@@ -29,10 +29,11 @@ def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
 @dataclass(frozen=True)
 class Tempo:
     """How fast the trace plays: ``speedup`` times its own pace (None: so that faults arrive about
-    ``mean_gap_s`` apart on this cluster)."""
+    ``mean_gap_s`` apart on this cluster); a maintenance drain ends ``maintenance_s`` after it began."""
 
     speedup: float | None = None
     mean_gap_s: float = 20.0
+    maintenance_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,6 @@ class ContinuousReplay:
         *,
         tempo: Tempo = Tempo(),
         storms: Storms = Storms(),
-        maintenance_s: float = 120.0,
         seed: int = 0,
         nodes: list[str] | None = None,
     ) -> None:
@@ -64,7 +64,7 @@ class ContinuousReplay:
         self.round_s = PAPER_DAYS * 86400 / self.speedup
         self.storm_every_s = storms.every_s
         self.storm_fraction = storms.fraction
-        self.maintenance_s = maintenance_s
+        self.maintenance_s = tempo.maintenance_s
         self.seed = seed
         self.rounds = 0
         self.in_maintenance: set[str] = set()

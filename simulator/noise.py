@@ -48,17 +48,28 @@ class Thresholds:
     app_xid_limit: int  # policy.faults.app_xid_repeat_count: each node gets fewer than this
 
 
+@dataclass(frozen=True)
+class NoisePace:
+    """A signal every ``mean_gap_s`` per node on average (after the last one ended), maintenance of
+    ``maintenance_s``, and a slurmctld stall of ``stall_s`` every ``stall_every_s`` (0: none)."""
+
+    mean_gap_s: float = 20.0
+    maintenance_s: float = 20.0
+    stall_every_s: float = 60.0
+    stall_s: float = 3.0
+
+
 class NoiseReplay:
     """Schedules itself on ``cluster.at`` over ``nodes``; :meth:`start` once the cluster runs, :meth:`stop`
     to begin nothing more (a signal under way still ends as planned, see :meth:`ends_at`)."""
 
     def __init__(
-        self, cluster: SimCluster, nodes: list[str], limits: Thresholds, *, mean_gap_s: float = 20.0,
-        stall_every_s: float = 60.0, stall_s: float = 3.0, maintenance_s: float = 20.0, seed: int = 0,
+        self, cluster: SimCluster, nodes: list[str], limits: Thresholds, *, pace: NoisePace = NoisePace(),
+        seed: int = 0,
     ) -> None:
         self.cluster, self.nodes, self.limits = cluster, list(nodes), limits
-        self.mean_gap_s, self.stall_every_s, self.stall_s = mean_gap_s, stall_every_s, stall_s
-        self.maintenance_s = maintenance_s
+        self.mean_gap_s, self.stall_every_s, self.stall_s = pace.mean_gap_s, pace.stall_every_s, pace.stall_s
+        self.maintenance_s = pace.maintenance_s
         self.rng = random.Random(seed)
         self.app_xids = dict.fromkeys(self.nodes, 0)
         self.busy_until = dict.fromkeys(self.nodes, 0.0)  # time.monotonic() each node's signal ends

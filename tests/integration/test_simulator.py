@@ -30,7 +30,7 @@ from remediation.settings import Settings, SettingsError, load_settings
 from remediation.simulator import replay
 from remediation.simulator.cluster import CLIQUE_LABEL, Listen, NvlRack, SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
-from remediation.simulator.noise import NOISE_KINDS, NoiseReplay, Thresholds
+from remediation.simulator.noise import NOISE_KINDS, NoisePace, NoiseReplay, Thresholds
 from tests.pace import within
 from tests.ports import lease
 
@@ -332,8 +332,8 @@ def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
 def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> None:
     with SimCluster(32, timing=FAST, seed=2) as sim:
         # Rounds of 0.5 s (the whole trace each), a storm every second, maintenance of 0.3 s.
-        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5),
-                                storms=Storms(every_s=1.0), maintenance_s=0.3, seed=4).start()
+        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5, maintenance_s=0.3),
+                                storms=Storms(every_s=1.0), seed=4).start()
         until(lambda: loop.rounds >= 4 and sum(i.kind == "storm" for i in sim.injections) >= 2 * 6, 10)
         kinds = Counter(i.kind for i in sim.injections)
         assert kinds["gpu_condition"] + kinds["researcher_fail"] >= 4  # the GPU-heavy mix, round after round
@@ -347,8 +347,8 @@ def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> Non
 def test_continuous_replay_faults_only_its_nodes() -> None:
     with SimCluster(8, timing=FAST, seed=2) as sim:
         mine = sim.names[:4]
-        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5), storms=Storms(every_s=0.5),
-                                maintenance_s=0.3, seed=4, nodes=mine).start()
+        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5, maintenance_s=0.3),
+                                storms=Storms(every_s=0.5), seed=4, nodes=mine).start()
         until(lambda: loop.rounds >= 3 and sum(i.kind == "storm" for i in sim.injections) >= 2, 10)
         loop.stop()
         assert {i.node for i in sim.injections} <= set(mine)
@@ -357,8 +357,9 @@ def test_continuous_replay_faults_only_its_nodes() -> None:
 def test_noise_replay_keeps_app_xids_below_the_repeat_count_and_stalls_slurmctld() -> None:
     with SimCluster(4, timing=FAST, seed=2) as sim:
         noise = NoiseReplay(sim, sim.names[2:], Thresholds(hold_s=0.2, grace_s=0.5, slurmd_timeout_s=1.0,
-                                                           app_xid_limit=2), mean_gap_s=0.05,
-                            stall_every_s=0.5, stall_s=0.1, maintenance_s=0.2, seed=5).start()
+                                                           app_xid_limit=2),
+                            pace=NoisePace(mean_gap_s=0.05, maintenance_s=0.2, stall_every_s=0.5, stall_s=0.1),
+                            seed=5).start()
         until(lambda: len({i.kind for i in sim.injections} & NOISE_KINDS) >= 6, 10)
         noise.stop()
         until(lambda: time.monotonic() > noise.ends_at() + 0.3, 5)

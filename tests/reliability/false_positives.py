@@ -31,7 +31,7 @@ from remediation.domain.statemachine import QUARANTINE_STATUSES, Step
 from remediation.domain.states import StepStatus
 from remediation.settings.faults import FaultSettings
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
-from remediation.simulator.noise import NOISE_KINDS, NoiseReplay, Thresholds
+from remediation.simulator.noise import NOISE_KINDS, NoisePace, NoiseReplay, Thresholds
 from tests.reliability.phantoms import (
     FAULTS,
     HOLD_S,
@@ -84,8 +84,8 @@ def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str
         limits = Thresholds(HOLD_S, GRACE_S, slurmd_timeout_s=SLURMD_TIMEOUT_S, app_xid_limit=APP_XID_REPEAT_COUNT)
         replay = ContinuousReplay(running.cluster, TRACE, tempo=Tempo(mean_gap_s=fault_gap_s),
                                   storms=Storms(every_s=4 * stall_every_s), seed=seed, nodes=faulted).start()
-        noise = NoiseReplay(running.cluster, quiet, limits, mean_gap_s=mean_gap_s, stall_every_s=stall_every_s,
-                            seed=seed).start()
+        noise = NoiseReplay(running.cluster, quiet, limits, seed=seed,
+                            pace=NoisePace(mean_gap_s=mean_gap_s, stall_every_s=stall_every_s)).start()
         time.sleep(duration_s)  # the soak's length: signals arrive on the cluster's own clock
         replay.stop()
         noise.stop()
