@@ -73,7 +73,13 @@ class NoiseReplay:
         self.rng = random.Random(seed)
         self.app_xids = dict.fromkeys(self.nodes, 0)
         self.busy_until = dict.fromkeys(self.nodes, 0.0)  # time.monotonic() each node's signal ends
+        self.reserved: set[str] = set()  # nodes keeping one application XID below the limit in hand
         self.stopped = False
+
+    def reserve_app_xid(self, node: str) -> None:
+        """Keep one application XID of ``node``'s allowance for a caller's own :meth:`inject` (a
+        barrier's last signal): the mix gives it one fewer."""
+        self.reserved.add(node)
 
     def start(self) -> NoiseReplay:
         for node in self.nodes:
@@ -130,7 +136,7 @@ class NoiseReplay:
         if self.stopped:
             return
         kinds = [(k, w) for k, w, _ in NOISE_MIX
-                 if k != "app_xid" or self.app_xids[node] + 1 < self.limits.app_xid_limit]
+                 if k != "app_xid" or self.app_xids[node] + 1 + (node in self.reserved) < self.limits.app_xid_limit]
         kind = self.rng.choices([k for k, _ in kinds], weights=[w for _, w in kinds])[0]
         seconds = self.inject(node, kind)
         self.cluster.at(seconds + self.rng.expovariate(1 / self.mean_gap_s), lambda: self._next(node))

@@ -85,7 +85,9 @@ def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str
         replay = ContinuousReplay(running.cluster, TRACE, tempo=Tempo(mean_gap_s=fault_gap_s),
                                   storms=Storms(every_s=4 * stall_every_s), seed=seed, nodes=faulted).start()
         noise = NoiseReplay(running.cluster, quiet, limits, seed=seed,
-                            pace=NoisePace(mean_gap_s=mean_gap_s, stall_every_s=stall_every_s)).start()
+                            pace=NoisePace(mean_gap_s=mean_gap_s, stall_every_s=stall_every_s))
+        noise.reserve_app_xid(quiet[0])  # the barrier's application XID
+        noise.start()
         time.sleep(duration_s)  # the soak's length: signals arrive on the cluster's own clock
         replay.stop()
         noise.stop()
@@ -104,10 +106,7 @@ def barrier(running: Stack, noise: NoiseReplay) -> float:
     the ingest has decided both; returns the seconds from the last signal's end to then."""
     ended = noise.ends_at()
     time.sleep(max(0.0, ended - time.monotonic()) + max(HOLD_S, GRACE_S) + 1)
-    ranked = sorted(noise.nodes, key=lambda n: (noise.app_xids[n], noise.nodes.index(n)))
-    xid_node, drain_node = ranked[0], ranked[-1]
-    if noise.app_xids[xid_node] + 1 >= noise.limits.app_xid_limit:
-        raise AssertionError(f"every noise node has had {noise.app_xids[xid_node]} application XIDs: no room")
+    xid_node, drain_node = noise.nodes[0], noise.nodes[-1]  # the first kept an application XID in hand
     xids, drains = decided(running, xid_node, "app_xid"), decided(running, drain_node, IGNORED)
     noise.inject(xid_node, "app_xid")
     noise.inject(drain_node, "human_drain")
