@@ -133,6 +133,8 @@ BENCHES = (
         ("--nodes", "1000", "--faults", "3000", "--repeats", "2"),
     ),
     Bench("phantom_soak", "Phantom-fault soak: false quarantines", (), ("--minutes", "1", "--nodes", "16")),
+    Bench("false_positives", "False-positive soak: actions on nodes that had no fault, per noise signal", (),
+          ("--minutes", "1", "--nodes", "16")),
     Bench("reliability", "Reliability and operator-trust table (tests/reliability and the API fuzzing)"),
     Bench("failover", "Redis (Sentinel) and Postgres (streaming replica) failover mid-run"),
 )

@@ -1,8 +1,8 @@
 """Keep a simulated cluster busy, so that a long-running stack (``docker compose up``) shows the loop.
 
 :class:`ContinuousReplay` replays the bundled failure trace round after round on the cluster's clock (mean
-gap ``mean_gap_s``), resumes maintenance drains after ``maintenance_s``, and every ``storm_every_s`` fails
-``storm_fraction`` of the pool. No repeat offenders.
+gap ``mean_gap_s``), resumes maintenance drains after ``Tempo.maintenance_s``, and every ``storm_every_s`` fails
+``storm_fraction`` of the pool (``nodes``: the ones it may fault, default all). No repeat offenders.
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -15,12 +15,9 @@ from typing import TYPE_CHECKING
 
 from remediation.rehearsal.trace import PAPER_DAYS, read_mix
 from remediation.simulator import replay
-from remediation.simulator.slurmctld import SlurmError
 
 if TYPE_CHECKING:
     from remediation.simulator.cluster import SimCluster
-
-MAINTENANCE_PREFIX = "maintenance:"  # what FaultInjector.apply puts in front of a trace's human drain
 
 
 def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
@@ -32,10 +29,11 @@ def default_speedup(trace_csv: Path, nodes: int, mean_gap_s: float) -> float:
 @dataclass(frozen=True)
 class Tempo:
     """How fast the trace plays: ``speedup`` times its own pace (None: so that faults arrive about
-    ``mean_gap_s`` apart on this cluster)."""
+    ``mean_gap_s`` apart on this cluster); a maintenance drain ends ``maintenance_s`` after it began."""
 
     speedup: float | None = None
     mean_gap_s: float = 20.0
+    maintenance_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -56,16 +54,17 @@ class ContinuousReplay:
         *,
         tempo: Tempo = Tempo(),
         storms: Storms = Storms(),
-        maintenance_s: float = 120.0,
         seed: int = 0,
+        nodes: list[str] | None = None,
     ) -> None:
         self.cluster = cluster
+        self.nodes = list(nodes or cluster.names)
         self.trace_csv = trace_csv
-        self.speedup = tempo.speedup or default_speedup(trace_csv, len(cluster.names), tempo.mean_gap_s)
+        self.speedup = tempo.speedup or default_speedup(trace_csv, len(self.nodes), tempo.mean_gap_s)
         self.round_s = PAPER_DAYS * 86400 / self.speedup
         self.storm_every_s = storms.every_s
         self.storm_fraction = storms.fraction
-        self.maintenance_s = maintenance_s
+        self.maintenance_s = tempo.maintenance_s
         self.seed = seed
         self.rounds = 0
         self.in_maintenance: set[str] = set()
@@ -85,9 +84,9 @@ class ContinuousReplay:
     def _round(self) -> None:
         if self.stopped:
             return
-        pool = [n for n in self.cluster.names if n not in self.in_maintenance]
+        pool = [n for n in self.nodes if n not in self.in_maintenance]
         planned = replay.plan(
-            read_mix(self.trace_csv), pool, scale_nodes=len(self.cluster.names),
+            read_mix(self.trace_csv), pool, scale_nodes=len(self.nodes),
             speedup=self.speedup, seed=self.seed + self.rounds,
         )  # fmt: skip
         self.rounds += 1
@@ -101,17 +100,11 @@ class ContinuousReplay:
 
     def _end_maintenance(self, node: str) -> None:
         self.in_maintenance.discard(node)
-        _, flags, reason = self.cluster.slurm_state(node)
-        if "DRAIN" not in flags or not reason.startswith(MAINTENANCE_PREFIX):
-            return  # someone else's state now: not the admin's to undo
-        try:
-            self.cluster.ctld.update(node, "RESUME", user="root")
-        except SlurmError:
-            return
-        self.cluster._log(node, "maintenance_done", "admin: scontrol update state=resume")
+        self.cluster.end_human_drain(node)
 
     def _storm(self) -> None:
         if self.stopped:
             return
-        self.cluster.storm(self.storm_fraction, exclude=tuple(self.in_maintenance))
+        spared = self.in_maintenance | (set(self.cluster.names) - set(self.nodes))
+        self.cluster.storm(self.storm_fraction, exclude=tuple(sorted(spared)))
         self.cluster.at(self.storm_every_s, self._storm)

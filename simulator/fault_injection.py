@@ -3,8 +3,9 @@ put where the real system keeps it.
 
 Faults: ``researcher_fail``, ``slurmd_stop``, ``node_not_ready``, ``gpu_condition``, ``flap``,
 ``repeat_offender``, ``bad_hbm``, ``storm``, ``switch_down``/``switch_up``, ``nvswitch_fault``,
-``human_drain`` and ``replay``. A VM reboot undoes Node faults, never a human's Slurm state. Each
-injection is logged in ``injections``.
+``human_drain`` and ``replay``. What is no fault, for the false-positive soak: ``app_xid``,
+``condition_pulse`` (a condition set, then cleared), ``slurmd_blip`` and ``slurmctld_stall``. A VM
+reboot undoes Node faults, never a human's Slurm state. Each injection is logged in ``injections``.
 
 Why: docs/wire-protocols.md#the-simulated-cluster
 """
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from remediation.rehearsal.trace import read_mix
 from remediation.simulator import replay as trace
+from remediation.simulator.slurmctld import SlurmError
 
 if TYPE_CHECKING:
     from remediation.simulator.cluster import Link
@@ -31,6 +33,15 @@ if TYPE_CHECKING:
 
 #: What an NVLink tray's driver logs when an NVSwitch of its rack fails (the NVSwitch driver's SXid line).
 SXID = "nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Fatal, Link 32 egress non-posted PRIV error"
+#: What the driver logs for the application-level XIDs (NVIDIA: RESTART_APP or IGNORE): the job's fault.
+APP_XIDS = {
+    13: "Graphics Exception: ESR 0x404600=0x80000002",
+    31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f2a_c0000000",
+    43: "Ch 00000008, engmask 00000101",
+    45: "Ch 00000010, errorString CTX SWITCH TIMEOUT, Info 0x1c000",
+}
+#: What ``human_drain`` reasons start with when a trace or a soak plans maintenance.
+MAINTENANCE_PREFIX = "maintenance:"
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,7 @@ class FaultInjector:
     ctld: SlurmCtld
     kube: KubeAPIServer
     at: Callable[[float, Callable[[], None]], None]
+    slurm_state: Callable[[str], tuple[str, frozenset[str], str]]
 
     def __init__(self, seed: int = 0) -> None:
         self.rng = random.Random(seed)
@@ -75,12 +87,68 @@ class FaultInjector:
         self.ctld.update(node, "DRAIN", reason, user=user)
         self._log(node, "human_drain", reason)
 
+    def end_human_drain(self, node: str) -> bool:
+        """The admin resumes a maintenance drain, if the node still carries it (any other state is
+        someone else's now, not the admin's to undo); returns whether it was resumed."""
+        _, flags, reason = self.slurm_state(node)
+        if "DRAIN" not in flags or not reason.startswith(MAINTENANCE_PREFIX):
+            return False
+        try:
+            self.ctld.update(node, "RESUME", user="root")
+        except SlurmError:
+            return False
+        self._log(node, "maintenance_done", "admin: scontrol update state=resume")
+        return True
+
     def nvswitch_fault(self, nodes: list[str], line: str = SXID) -> None:
         """An NVSwitch of the trays' rack fails and their drivers log its SXID: the node health check on
         each of ``nodes`` drains its tray in Slurm with the driver's line as the reason."""
         for node in nodes:
             self.ctld.update(node, "DRAIN", f"NHC: {line}", user="root")
             self._log(node, "nvswitch_fault", line)
+
+    # ------------------------------------------------------------------------------- no faults
+
+    def slurmd_blip(self, node: str, seconds: float) -> None:
+        """slurmd does not answer slurmctld's pings for ``seconds`` (a network hiccup) and then does
+        again, as the same process: shorter than SlurmdTimeout, the node is NOT_RESPONDING, never DOWN."""
+        self.ctld.slurmd_stop(node)
+        self._log(node, "slurmd_blip", f"slurmd silent for {seconds:g}s")
+
+        def back() -> None:
+            if not self.links[node].vm_down:
+                self.ctld.slurmd_start(node, restarted=False)
+
+        self.at(seconds, back)
+
+    def slurmctld_stall(self, seconds: float) -> None:
+        """slurmctld answers no RPC for ``seconds``: every slurmrestd call times out meanwhile. Logged
+        under the node name "" (it is the controller's, not a node's)."""
+        self.ctld.stall(seconds)
+        self._log("", "slurmctld_stall", f"slurmctld RPCs time out for {seconds:g}s")
+
+    def app_xid(self, node: str, xid: int, seconds: float) -> None:
+        """An application-level XID on the node's GpuXidError condition, as a GPU health monitor posts
+        the kernel's line, cleared ``seconds`` later (the job that caused it ended)."""
+        line = f"NVRM: Xid (PCI:0000:3b:00): {xid}, pid=40213, name=python3, {APP_XIDS[xid]}"
+        self.condition_pulse(node, "GpuXidError", seconds, message=line, kind="app_xid")
+
+    def condition_pulse(
+        self, node: str, type: str, seconds: float, *, status: str = "True", message: str = "",  # noqa: A002
+        kind: str = "condition_pulse",
+    ) -> None:
+        """The Node condition ``type`` is ``status`` for ``seconds``, then back to healthy (Ready=True,
+        else False) as its detector clears it; logged as ``kind``."""
+        k8s = self.links[node].k8s
+        healthy = "False" if status == "True" else "True"
+        self.kube.set_condition(k8s, type, status, reason=type, message=message)
+        self._log(node, kind, f"{type}={status} for {seconds:g}s: {message}")
+
+        def clear() -> None:
+            if not self.links[node].vm_down:  # a reboot sets the Node's conditions itself
+                self.kube.set_condition(k8s, type, healthy, reason="KubeletReady" if type == "Ready" else "NoFault")
+
+        self.at(seconds, clear)
 
     # ---------------------------------------------------------------------------- Node faults
 
@@ -216,7 +284,7 @@ class FaultInjector:
             "researcher_fail": lambda n: self.researcher_fail(n, f"{label}: job died, GPU suspect"),
             "slurmd_stop": self.slurmd_stop,
             "node_not_ready": lambda n: self.node_not_ready(n, message=f"{label}"),
-            "human_drain": lambda n: self.human_drain(n, f"maintenance: {label}"),
+            "human_drain": lambda n: self.human_drain(n, f"{MAINTENANCE_PREFIX} {label}"),
         }
         for node in fault.nodes:
             if fault.kind == "none":

@@ -2,7 +2,8 @@
 
 :mod:`remediation.simulator.slurmrestd` serves it and :mod:`remediation.simulator.cluster` drives it. Drain, fail, down and resume
 follow ``scontrol``'s rules and errnos; a silent slurmd goes NOT_RESPONDING, then DOWN; a registering one
-returns with ``ReturnToService=1``. :meth:`SlurmCtld.tick` advances wall-clock timers.
+returns with ``ReturnToService=1``. :meth:`SlurmCtld.tick` advances wall-clock timers; :meth:`SlurmCtld.stall`
+makes its RPCs time out for a while (slurmctld busy or unreachable).
 
 Why: docs/wire-protocols.md#the-slurm-stand-ins
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 ERR_INVALID_NODE_NAME = 2018
 ERR_INVALID_NODE_STATE = 2028
+ERR_SOCKET_TIMEOUT = 5004  # SLURM_PROTOCOL_SOCKET_IMPL_TIMEOUT
 ACTIVE_JOB_STATES = frozenset({"RUNNING", "COMPLETING"})
 
 
@@ -84,6 +86,19 @@ class SlurmCtld:
         self._jobs: dict[int, Job] = {}
         self._job_ids = itertools.count(1)
         self.last_update = now
+        self._stalled_until = 0.0  # time.monotonic(): RPCs time out until then
+
+    # ----------------------------------------------------------------------------------- stalls
+
+    def stall(self, seconds: float) -> None:
+        """slurmctld stops answering RPCs for ``seconds`` (a long scheduling pass, a controller
+        failover, a network blip): its clients' calls time out. Its own timers keep running."""
+        with self.lock:
+            self._stalled_until = max(self._stalled_until, time.monotonic() + seconds)
+
+    def stall_left(self) -> float:
+        """Seconds the current stall still lasts (0: slurmctld answers)."""
+        return max(0.0, self._stalled_until - time.monotonic())
 
     # ----------------------------------------------------------------------------------- reads
 

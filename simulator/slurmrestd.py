@@ -2,7 +2,8 @@
 
 Serves a :class:`remediation.simulator.slurmctld.SlurmCtld` table in the shapes of v0.0.38 to v0.0.42: nodes (with
 ``update_time`` and 304), one node, jobs, node updates (v0.0.39+). With ``token`` set, requests need
-``X-SLURM-USER-TOKEN``. Kept for fault injection, JWT auth and scale; its answers are checked against real
+``X-SLURM-USER-TOKEN``. While slurmctld stalls, a request waits up to ``message_timeout_s`` and is
+answered as slurmrestd does then: 500 with errno 5004. Kept for fault injection, JWT auth and scale; its answers are checked against real
 slurmrestd.
 
 Why: docs/wire-protocols.md#the-slurm-stand-ins
@@ -13,10 +14,11 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import time
 from typing import Any
 
 from remediation.simulator.fakehttp import FakeServer, Response
-from remediation.simulator.slurmctld import CtldNode, Job, SlurmCtld, SlurmError
+from remediation.simulator.slurmctld import ERR_SOCKET_TIMEOUT, CtldNode, Job, SlurmCtld, SlurmError
 
 VERSIONS = ("v0.0.38", "v0.0.39", "v0.0.40", "v0.0.41", "v0.0.42")
 #: What 26.05's openapi/slurmctld serves instead (seen on 26.05.5), and how it words what changed.
@@ -27,6 +29,9 @@ _NOT_FOUND_2605 = (b"Unable to find requested URL endpoint. Please query the '/o
 ERR_INVALID_NODE_STATE_TRANSITION = 2180
 _PATH = re.compile(r"^/slurm/(?P<version>v0\.0\.\d+)/(?P<what>nodes|node|jobs|ping)(?:/(?P<name>[^/]+))?$")
 _NOT_FOUND = b"Unable find requested URL. Please view /openapi/v3 for API reference."
+#: How long slurmrestd waits for slurmctld before it gives up (slurm.conf's MessageTimeout, 10 s by
+#: default; short here so that a stall costs a simulated cluster's clients seconds, not tens of them).
+MESSAGE_TIMEOUT_S = 1.0
 
 
 class SlurmRestd(FakeServer):
@@ -34,10 +39,11 @@ class SlurmRestd(FakeServer):
 
     def __init__(
         self, ctld: SlurmCtld, *, token: str | None = None, user: str = "remediation", release: tuple[int, int] = (24, 11),
-        ssl_context: ssl.SSLContext | None = None,
+        ssl_context: ssl.SSLContext | None = None, message_timeout_s: float = MESSAGE_TIMEOUT_S,
     ) -> None:
         super().__init__(ssl_context)
         self.ctld = ctld
+        self.message_timeout_s = message_timeout_s
         self.newest = release >= (26, 5)  # answer as 26.05 does: its versions, words and errnos
         self.versions = VERSIONS_2605 if self.newest else VERSIONS
         self.not_found = _NOT_FOUND_2605 if self.newest else _NOT_FOUND
@@ -68,6 +74,8 @@ class SlurmRestd(FakeServer):
         if match is None or match["version"] not in self.versions:
             return 404, {"Content-Type": "text/plain"}, self.not_found
         version, what, name = match["version"], match["what"], match["name"]
+        if (left := self.ctld.stall_left()) > 0:
+            return self._timed_out(version, left, "_update_node" if method == "POST" else f"slurm_load_{what}")
         if method == "GET" and what == "nodes" and name is None:
             return self._nodes(version, query.get("update_time"))
         if method == "GET" and what == "node" and name:
@@ -83,6 +91,11 @@ class SlurmRestd(FakeServer):
         return 404, {"Content-Type": "text/plain"}, self.not_found
 
     # ------------------------------------------------------------------------------------ routes
+
+    def _timed_out(self, version: str, left: float, source: str) -> Response:
+        """slurmctld did not answer within MessageTimeout: slurmrestd waited for it, then gave up."""
+        time.sleep(min(left, self.message_timeout_s))
+        return _error(version, SlurmError(ERR_SOCKET_TIMEOUT, "Socket timed out on send/recv operation"), source)
 
     def _nodes(self, version: str, update_time: str | None) -> Response:
         ctld = self.ctld

@@ -24,12 +24,13 @@ from remediation.adapters.kube.adapter import make_kube
 from remediation.adapters.slurm.rest import RestSlurm
 from remediation.domain.providerid import parse_provider_id
 from remediation.ports.cluster import VMAction
-from remediation.ports.errors import CredentialError, UnknownNode
+from remediation.ports.errors import ControllerUnreachable, CredentialError, UnknownNode
 from remediation.rehearsal.trace import read_mix
 from remediation.settings import Settings, SettingsError, load_settings
 from remediation.simulator import replay
 from remediation.simulator.cluster import CLIQUE_LABEL, Listen, NvlRack, SimCluster, Timing
 from remediation.simulator.continuous import ContinuousReplay, Storms, Tempo
+from remediation.simulator.noise import NOISE_KINDS, NoisePace, NoiseReplay, Thresholds
 from tests.pace import within
 from tests.ports import lease
 
@@ -119,6 +120,52 @@ def test_slurmd_stop_goes_not_responding_then_down(cluster: SimCluster, slurm: R
     assert first.state == "IDLE" and first.flags == {"NOT_RESPONDING"}
     down = until(lambda: (n := slurm.get_node("gpu-node-3")).state == "DOWN" and n)
     assert down.reason == "Not responding" and "NOT_RESPONDING" in down.flags
+
+
+def test_a_slurmctld_stall_times_out_every_call_then_ends(cluster: SimCluster, slurm: RestSlurm) -> None:
+    """slurmrestd waits MessageTimeout for a stalled slurmctld, then answers errno 5004: the adapter
+    reads that as an unreachable controller (a systemic error, never a node's), reads and writes alike."""
+    cluster.slurmctld_stall(1.5)
+    started = time.monotonic()
+    with pytest.raises(ControllerUnreachable, match="Socket timed out"):
+        slurm.list_nodes()
+    assert time.monotonic() - started >= 0.9  # it waited for slurmctld before giving up
+    with pytest.raises(ControllerUnreachable):
+        slurm.drain("gpu-node-6", "remediation: during a stall")
+    until(lambda: cluster.ctld.stall_left() == 0, timeout=5)
+    assert slurm.get_node("gpu-node-6").flags == frozenset()  # the refused drain never happened
+    assert cluster.injections[-1].kind == "slurmctld_stall" and cluster.injections[-1].node == ""
+
+
+def test_a_slurmd_blip_is_not_responding_never_down(cluster: SimCluster, slurm: RestSlurm) -> None:
+    cluster.slurmd_blip("gpu-node-6", 0.6)  # shorter than the cluster's SlurmdTimeout (1 s)
+    seen: set[str] = set()
+    deadline = time.monotonic() + 1.5  # a window in which DOWN must not happen: not stretched
+    while time.monotonic() < deadline:
+        node = slurm.get_node("gpu-node-6")
+        seen |= {node.state, *node.flags}
+        time.sleep(0.05)
+    assert "NOT_RESPONDING" in seen and "DOWN" not in seen, seen
+    node = slurm.get_node("gpu-node-6")
+    assert node.state == "IDLE" and node.flags == frozenset() and node.reason == ""
+
+
+def test_app_xid_and_condition_pulses_clear_themselves(cluster: SimCluster, settings: Settings) -> None:
+    kube = make_kube(settings)
+    k8s = kube.node_for("gpu-node-5")
+    cluster.app_xid("gpu-node-5", 13, 0.4)
+    cluster.condition_pulse("gpu-node-5", "FrequentContainerdRestart", 0.4, kind="npd_condition")
+
+    def npd() -> str:  # a condition the policy does not watch: as the apiserver holds it
+        return str(next(c["status"] for c in cluster.kube.node(k8s)["status"]["conditions"]
+                        if c["type"] == "FrequentContainerdRestart"))
+
+    assert kube.get(k8s).conditions["GpuXidError"] == "True" and npd() == "True"
+    until(lambda: kube.get(k8s).conditions["GpuXidError"] == "False")
+    until(lambda: npd() == "False")
+    logged = [(i.kind, i.detail) for i in cluster.injections[-2:]]
+    assert logged[0][0] == "app_xid" and "Xid (PCI:0000:3b:00): 13," in logged[0][1]
+    assert logged[1][0] == "npd_condition"
 
 
 def test_an_nvl72_rack_is_one_clique_of_gce_trays_and_an_nvswitch_fault_drains_who_logs_it() -> None:
@@ -285,8 +332,8 @@ def test_replay_injects_the_planned_faults_on_the_cluster_clock() -> None:
 def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> None:
     with SimCluster(32, timing=FAST, seed=2) as sim:
         # Rounds of 0.5 s (the whole trace each), a storm every second, maintenance of 0.3 s.
-        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5),
-                                storms=Storms(every_s=1.0), maintenance_s=0.3, seed=4).start()
+        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5, maintenance_s=0.3),
+                                storms=Storms(every_s=1.0), seed=4).start()
         until(lambda: loop.rounds >= 4 and sum(i.kind == "storm" for i in sim.injections) >= 2 * 6, 10)
         kinds = Counter(i.kind for i in sim.injections)
         assert kinds["gpu_condition"] + kinds["researcher_fail"] >= 4  # the GPU-heavy mix, round after round
@@ -295,6 +342,32 @@ def test_continuous_replay_keeps_going_with_storms_and_ends_maintenance() -> Non
         until(lambda: {i.node for i in sim.injections if i.kind == "maintenance_done"} >= drained, 5)
         assert not loop.in_maintenance - drained
     assert round(ContinuousReplay(sim, TRACE).round_s) == 140  # default: 7 faults at 32 nodes, ~20 s apart
+
+
+def test_continuous_replay_faults_only_its_nodes() -> None:
+    with SimCluster(8, timing=FAST, seed=2) as sim:
+        mine = sim.names[:4]
+        loop = ContinuousReplay(sim, TRACE, tempo=Tempo(speedup=54 * 86400 / 0.5, maintenance_s=0.3),
+                                storms=Storms(every_s=0.5), seed=4, nodes=mine).start()
+        until(lambda: loop.rounds >= 3 and sum(i.kind == "storm" for i in sim.injections) >= 2, 10)
+        loop.stop()
+        assert {i.node for i in sim.injections} <= set(mine)
+
+
+def test_noise_replay_keeps_app_xids_below_the_repeat_count_and_stalls_slurmctld() -> None:
+    with SimCluster(4, timing=FAST, seed=2) as sim:
+        noise = NoiseReplay(sim, sim.names[2:], Thresholds(hold_s=0.2, grace_s=0.5, slurmd_timeout_s=1.0,
+                                                           app_xid_limit=2),
+                            pace=NoisePace(mean_gap_s=0.05, maintenance_s=0.2, stall_every_s=0.5, stall_s=0.1),
+                            seed=5).start()
+        until(lambda: len({i.kind for i in sim.injections} & NOISE_KINDS) >= 6, 10)
+        noise.stop()
+        until(lambda: time.monotonic() > noise.ends_at() + 0.3, 5)
+        assert {i.node for i in sim.injections} <= {"", *sim.names[2:]}
+        assert all(n <= 1 for n in Counter(i.node for i in sim.injections if i.kind == "app_xid").values())
+        assert any(i.kind == "slurmctld_stall" for i in sim.injections)
+        assert all(sim.slurm_state(n) == ("IDLE", frozenset(), "") for n in sim.names)  # every drain resumed
+        assert all(sim.node_ready(n) == "True" for n in sim.names)
 
 
 def test_continuous_replay_leaves_other_drains_alone() -> None:

@@ -25,13 +25,14 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, func, select
+from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import NullPool
 
@@ -47,6 +48,7 @@ REMEDIATION = str(Path(sys.executable).with_name("remediation"))
 TRACE = ROOT / "remediation" / "data" / "llama3-405b-interruptions.csv"
 FAULTS = frozenset({"researcher_fail", "slurmd_stop", "gpu_condition", "node_not_ready", "storm"})
 HOLD_S = 2.0  # kube.min_condition_s in the soak
+SLURMD_TIMEOUT_S = 1.0  # slurmctld's SlurmdTimeout in the soak
 BOOT_S = (0.5, 2.0, 2.4, 4.0)  # VM boot times, node i gets BOOT_S[i % 4]
 # The workflow's pace is the soak's, stretched with the machine (see tests/integration/test_no_phantom_faults.py).
 SOAK_ENV = {
@@ -128,42 +130,72 @@ def back_up(s: Session, node: str, before: datetime) -> float | None:
     return at.timestamp() if at is not None else None
 
 
-def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str, workdir: Path, *,
-         mean_gap_s: float = 20.0, storm_every_s: float = 240.0, seed: int = 0, limit: int = 3,
-         quiesce_s: float = 120.0) -> SoakResult:
-    """Replay faults for ``duration_s``, let the service finish (up to ``quiesce_s``), and count."""
-    result = SoakResult(nodes, duration_s, limit)
-    with SimCluster(nodes, timing=Timing(op_seconds=0.5, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=1.0), seed=seed) as cluster:
+@dataclass
+class Stack:
+    """A soak's running world: the simulated cluster, our processes and a database engine."""
+
+    cluster: SimCluster
+    procs: list[Proc]
+    engine: Engine
+
+    def stop(self) -> None:
+        """Stop our processes (each waited for; a second call does nothing)."""
+        for p in self.procs:
+            p.stop()
+
+    def settle(self, quiesce_s: float, *, after: float) -> bool:
+        """Wait up to ``quiesce_s`` until no remediation is open, every event has its decision and
+        ``after`` (time.time()) plus the hold has passed; False if that never happened."""
+
+        def quiet() -> bool:
+            with Session(self.engine) as s:
+                open_ = s.scalar(select(func.count()).select_from(Remediation).where(
+                    Remediation.status.in_(("running", "waiting")))) or 0
+                undecided = s.scalar(select(func.count()).select_from(Event).where(Event.decision == "")) or 0
+            return open_ == 0 and undecided == 0 and time.time() > after + HOLD_S + 2
+
+        try:
+            wait_for(quiet, quiesce_s, "every remediation to close", self.procs)
+        except AssertionError:
+            return False
+        return True
+
+
+@contextmanager
+def stack(nodes: int, pg_url: str, redis_url: str, prefix: str, workdir: Path, *, seed: int = 0,
+          limit: int = 3) -> Iterator[Stack]:
+    """The simulated cluster (VM boot times from BOOT_S) with the worker and both watchers running
+    against it at the soak's pace; everything stopped on the way out."""
+    with SimCluster(nodes, timing=Timing(op_seconds=0.5, reboot_delay_s=BOOT_S[0], slurmd_timeout_s=SLURMD_TIMEOUT_S), seed=seed) as cluster:
         for i, name in enumerate(cluster.names):
             cluster.link(name).reboot_delay_s = BOOT_S[i % len(BOOT_S)]
         env = worker_env(pg_url, redis_url, prefix, workdir, **{
             **cluster.settings_overrides(min_condition_s=HOLD_S), **SOAK_ENV,
             "REMEDIATION_POLICY__REPEAT_OFFENDER_COUNT": str(limit)})
-        procs = start_stack(env, workdir)
         engine = create_engine(pg_url, poolclass=NullPool)
+        running = Stack(cluster, [], engine)
         try:
-            replay = ContinuousReplay(cluster, TRACE, tempo=Tempo(mean_gap_s=mean_gap_s),
-                                      storms=Storms(every_s=storm_every_s), seed=seed).start()
-            time.sleep(duration_s)  # the soak's length: faults arrive on the cluster's own clock
-            replay.stop()
-            stopped = time.time()
-
-            def quiet() -> bool:
-                with Session(engine) as s:
-                    open_ = s.scalar(select(func.count()).select_from(Remediation).where(
-                        Remediation.status.in_(("running", "waiting")))) or 0
-                    undecided = s.scalar(select(func.count()).select_from(Event).where(Event.decision == "")) or 0
-                return open_ == 0 and undecided == 0 and time.time() > stopped + HOLD_S + 2
-
-            try:
-                wait_for(quiet, quiesce_s, "every remediation to close", procs)
-            except AssertionError:
-                pass  # counted below as open_at_end
+            running.procs = start_stack(env, workdir)
+            yield running
         finally:
-            for p in procs:
-                p.stop()
-        injections = list(cluster.injections)
-        with Session(engine) as s:
+            running.stop()
+            engine.dispose()
+
+
+def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str, workdir: Path, *,
+         mean_gap_s: float = 20.0, storm_every_s: float = 240.0, seed: int = 0, limit: int = 3,
+         quiesce_s: float = 120.0) -> SoakResult:
+    """Replay faults for ``duration_s``, let the service finish (up to ``quiesce_s``), and count."""
+    result = SoakResult(nodes, duration_s, limit)
+    with stack(nodes, pg_url, redis_url, prefix, workdir, seed=seed, limit=limit) as running:
+        replay = ContinuousReplay(running.cluster, TRACE, tempo=Tempo(mean_gap_s=mean_gap_s),
+                                  storms=Storms(every_s=storm_every_s), seed=seed).start()
+        time.sleep(duration_s)  # the soak's length: faults arrive on the cluster's own clock
+        replay.stop()
+        running.settle(quiesce_s, after=time.time())  # if it never settles: counted below as open_at_end
+        running.stop()
+        injections = list(running.cluster.injections)
+        with Session(running.engine) as s:
             rows = s.execute(select(Node.name, Node.quarantined_at).where(Node.status == "quarantined")).all()
             up = {name: back_up(s, name, at) for name, at in rows}
             per_node = Counter(s.scalars(select(Remediation.node)))
@@ -171,7 +203,6 @@ def soak(nodes: int, duration_s: float, pg_url: str, redis_url: str, prefix: str
                 select(Event.decision, func.count()).group_by(Event.decision))}
             result.open_at_end = int(s.scalar(select(func.count()).select_from(Remediation).where(
                 Remediation.status.in_(("running", "waiting")))) or 0)
-        engine.dispose()
     faults = [i for i in injections if i.kind in FAULTS]
     result.faults = len(faults)
     result.faulted_nodes = len({i.node for i in faults})
