@@ -22,7 +22,7 @@ from remediation.db.models import Event, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.policy import DecisionKind
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import Worker, wait_for, worker_env
+from tests.integration.workerproc import Worker, running, wait_for, worker_env
 
 NOISE = [f"gpu-node-{i}" for i in range(10, 130)]
 FAULTS = ["gpu-node-1", "gpu-node-2", "gpu-node-3"]
@@ -32,12 +32,8 @@ BOTH = "gpu-node-3"  # an application XID first, then the fault: both go first, 
 @pytest.fixture
 def worker(pg_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[Worker]:
     env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, REMEDIATION_MEMORY__NODES="gpu-node-[0-129]")
-    proc = Worker(env, tmp_path, beat=False)
-    try:
-        wait_for(proc.ready, 60, "the worker to start", proc)
+    with running(env, tmp_path, beat=False) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def app_xid(node: str, at: datetime) -> NodeEvent:
