@@ -25,7 +25,15 @@ speeds one up at the other's cost shows.
 Goal (issue: mass failure at fleet speed): at 375 nodes, fault to drained and cordoned P90 <= 10 s and
 max <= 20 s; meanwhile the breaker latches, no VM action runs and one page goes out.
 
-    .venv/bin/python -m bench.mass_failure [--pool 1500] [--sizes 150,375]
+With ``--mixed 200/1800`` (and ``--pool 2000``), a mixed burst follows: in the same second 200 nodes
+fail (half a Slurm FAIL naming xid 79, half a GpuXidError condition naming XID 79 or 48) while 1,800
+report what is no fault (application XIDs 13, 31, 43 on GpuXidError, Ready flaps shorter than the
+watcher's hold, which the run sets with ``--min-condition-s``). Goals: exactly the 200 drained and
+cordoned at the endpoints, P90 fault to out <= 5 s, and nothing opened or counted by the breaker for
+the noise. A flap the loaded apiserver held longer than the hold is a fault by the policy's own rule: the
+run counts those apart.
+
+    .venv/bin/python -m bench.mass_failure [--pool 1500] [--sizes 150,375] [--mixed 200/1800]
 """
 
 from __future__ import annotations
@@ -41,10 +49,10 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -59,7 +67,9 @@ from bench import slurm_watch_10k as watch_10k
 from bench.common import REDIS_URL, goal, percentile, scratch_database
 from bench.slurm_watch_10k import controller
 from remediation.db.models import AuditLog, Event, Node, Remediation, RemediationStep
+from remediation.db.queries import cluster_view
 from remediation.domain.events import EventKind
+from remediation.domain.policy import DecisionKind
 from remediation.services.notify import run_pass
 from remediation.settings import NotifySettings, PolicySettings
 from remediation.simulator.gce_api import GceFake
@@ -84,9 +94,66 @@ def _serve_kube(count: int, conn: Connection) -> None:
     for i in range(count):
         api.add_node(name(i), provider_id=f"gce://{PROJECT}/{ZONE}/{name(i)}")
     conn.send((api.url, api.token, str(api.ca_file)))
-    while conn.recv() == "unschedulable":
-        conn.send(sorted(n for n, obj in api.store.nodes.items() if obj["spec"].get("unschedulable")))
+    flapped: dict[str, float] = {}  # each flap's length, as the apiserver held it
+    while (msg := conn.recv()) != "stop":
+        if msg == "unschedulable":
+            conn.send(sorted(n for n, obj in api.store.nodes.items() if obj["spec"].get("unschedulable")))
+        elif msg == "flaps":
+            conn.send(flapped)
+        else:  # ("burst", conditions, flaps, flap_s): what the kubelets and detectors report at once
+            set_at, flapped = _burst(api, *msg[1:])
+            conn.send(set_at)
     api.stop()
+
+
+def _burst(
+    api: KubeAPIServer, conditions: list[Any], flaps: list[str], flap_s: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Apply the burst's conditions in order, with the Ready flaps among them a few nodes at a time,
+    each group back to Ready ``flap_s`` after it went down (one thread, so the apiserver's own pace
+    stretches no flap by more than a group's changes); returns when each condition was taken, and how
+    long each flap lasted."""
+    set_at: dict[str, float] = {}
+    lengths: dict[str, float] = {}
+    groups = [flaps[i : i + FLAP_GROUP] for i in range(0, len(flaps), FLAP_GROUP)]
+    every = max(1, len(conditions) // max(1, len(groups)))
+    down: list[tuple[list[str], float]] = []
+    for i, (node, type_, status, message) in enumerate(conditions):
+        if i % every == 0 and groups:
+            group = groups.pop(0)
+            for n in group:
+                api.set_condition(
+                    n, "Ready", "False", reason="KubeletNotReady", message="PLEG is not healthy"
+                )
+            down.append((group, time.monotonic()))
+        api.set_condition(node, type_, status, reason="GpuXid", message=message)
+        set_at[node] = time.time()
+        _restore(api, down, flap_s, lengths, wait=False)
+    for group in groups:
+        for n in group:
+            api.set_condition(n, "Ready", "False", reason="KubeletNotReady", message="PLEG is not healthy")
+        down.append((group, time.monotonic()))
+    _restore(api, down, flap_s, lengths, wait=True)
+    return set_at, lengths
+
+
+def _restore(
+    api: KubeAPIServer,
+    down: list[tuple[list[str], float]],
+    flap_s: float,
+    lengths: dict[str, float],
+    *,
+    wait: bool,
+) -> None:
+    """Ready again for each group down ``flap_s`` (all of them, waiting, with ``wait``)."""
+    while down and (wait or time.monotonic() >= down[0][1] + flap_s):
+        group, at = down.pop(0)
+        time.sleep(max(0.0, at + flap_s - time.monotonic()))
+        for n in group:
+            api.set_condition(
+                n, "Ready", "True", reason="KubeletReady", message="kubelet is posting ready status"
+            )
+        lengths.update(dict.fromkeys(group, time.monotonic() - at))
 
 
 @contextmanager
@@ -188,10 +255,66 @@ def _wait(what: str, check: Any, timeout: float, procs: list[subprocess.Popen[by
         time.sleep(0.2)  # polling the database and the endpoints of other processes
 
 
-def measure(pool: int, size: int, seed: int, keep_logs: Path | None = None) -> Run:
+@dataclass
+class System:
+    """One fresh system of ``pool`` nodes: the endpoints, the scratch database and the processes."""
+
+    slurm_env: dict[str, str]
+    kube: Connection
+    gce: GceFake
+    db: Any
+    logs: Path
+    procs: list[subprocess.Popen[bytes]]
+
+    def count(self, model: Any, *where: Any) -> int:
+        with Session(self.db) as s:
+            return int(s.scalar(select(func.count()).select_from(model).where(*where)) or 0)
+
+    def wait(self, what: str, check: Any, timeout: float) -> None:
+        _wait(what, check, timeout, self.procs, self.logs)
+
+    def done(self, step: str, nodes: Any = None) -> int:
+        """Remediations (of ``nodes`` only, when given) whose ``step`` is done."""
+        where = [] if nodes is None else [RemediationStep.remediation_id.in_(
+            select(Remediation.id).where(Remediation.node.in_(nodes)))]  # fmt: skip
+        return self.count(
+            RemediationStep, RemediationStep.step == step, RemediationStep.status == "done", *where
+        )
+
+    def scontrol_fail(self, hostlist: str, reason: str) -> None:
+        subprocess.run(  # noqa: S603,S607 - fixed argv
+            ["scontrol", "update", f"nodename={hostlist}", "state=fail", f"reason={reason}"],
+            env=self.slurm_env, check=True, capture_output=True,
+        )  # fmt: skip
+
+    def slurm_out(self) -> set[str]:
+        """Every node Slurm shows drained, draining or failed."""
+        return set(subprocess.run(  # noqa: S603,S607
+            ["sinfo", "-h", "-N", "-t", "drain,fail,draining,drained", "-o", "%N"],
+            env=self.slurm_env, check=True, capture_output=True, text=True,
+        ).stdout.split())  # fmt: skip
+
+    def unschedulable(self) -> set[str]:
+        self.kube.send("unschedulable")
+        return set(self.kube.recv())
+
+    def latched(self) -> bool:
+        return bool(self.count(AuditLog, AuditLog.action == "breaker_open")) and not self.count(
+            AuditLog, AuditLog.action == "breaker_closed"
+        )
+
+    def stop(self) -> None:
+        _stop(self.procs)
+
+
+@contextmanager
+def system(
+    pool: int, receiver: Receiver, keep_logs: Path | None = None, settings: dict[str, str] | None = None
+) -> Iterator[System]:
+    """Start everything, wait for every node's inventory, yield; the processes stop on the way out if
+    the caller has not stopped them. ``settings``: more REMEDIATION_* variables for every process."""
     client = redis.Redis.from_url(REDIS_URL)
     prefix = f"bench-mass-{uuid.uuid4().hex[:8]}"
-    receiver = Receiver()
     with ExitStack() as stack:
         logs = keep_logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rembench-mass-")))
         logs.mkdir(parents=True, exist_ok=True)
@@ -210,66 +333,53 @@ def measure(pool: int, size: int, seed: int, keep_logs: Path | None = None) -> R
             "REMEDIATION_MACHINE__BACKEND": "gce", "REMEDIATION_MACHINE__GCE_ENDPOINT": gce.url,
             "REMEDIATION_MACHINE__GCE_ANONYMOUS": "true",
             "REMEDIATION_NOTIFY__WEBHOOK_URL": receiver.url, "REMEDIATION_LOG_LEVEL": "INFO" if keep_logs else "WARNING",
-        }  # fmt: skip
+        } | (settings or {})  # fmt: skip
         db = create_engine(pg_url, poolclass=NullPool)
+        stack.callback(db.dispose)
+        stack.callback(
+            lambda: client.delete(*keys) if (keys := list(client.scan_iter(f"{prefix}*", 1000))) else 0
+        )
         procs = _processes(env, logs)
+        stack.callback(_stop, procs)
+        sys_ = System(slurm_env, kube, gce, db, logs, procs)
+        sys_.wait("inventory of every node", lambda: sys_.count(Node) >= pool, 180)
+        yield sys_
+
+
+def measure(pool: int, size: int, seed: int, keep_logs: Path | None = None) -> Run:
+    receiver = Receiver()
+    with system(pool, receiver, keep_logs) as sys_:
+        failed = sorted(random.Random(seed).sample(range(pool), size))
+        load_before = os.getloadavg()[0]
+        fault_at = time.time()
+        sys_.scontrol_fail(f"gpu-node-[{','.join(map(str, failed))}]", "rack PDU lost power")
+        names = {name(i) for i in failed}
         try:
-
-            def count(model: Any, *where: Any) -> int:
-                with Session(db) as s:
-                    return int(s.scalar(select(func.count()).select_from(model).where(*where)) or 0)
-
-            _wait("inventory of every node", lambda: count(Node) >= pool, 180, procs, logs)
-            failed = sorted(random.Random(seed).sample(range(pool), size))
-            hostlist = f"gpu-node-[{','.join(map(str, failed))}]"
-            load_before = os.getloadavg()[0]
-            fault_at = time.time()
-            subprocess.run(  # noqa: S603,S607 - fixed argv
-                ["scontrol", "update", f"nodename={hostlist}", "state=fail", "reason=rack PDU lost power"],
-                env=slurm_env,
-                check=True,
-                capture_output=True,
-            )
-            names = {name(i) for i in failed}
-
-            def done(step: str) -> int:
-                return count(RemediationStep, RemediationStep.step == step, RemediationStep.status == "done")
-
-            _wait("drain and cordon of every failed node", lambda: min(done("slurm_drain"), done("k8s_cordon")) >= size,
-                  300, procs, logs)  # fmt: skip
+            sys_.wait("drain and cordon of every failed node",
+                      lambda: min(sys_.done("slurm_drain"), sys_.done("k8s_cordon")) >= size, 300)  # fmt: skip
             if trips(size, pool):
-                _wait("the breaker's latch", lambda: count(AuditLog, AuditLog.action == "breaker_open") >= 1, 60,
-                      procs, logs)  # fmt: skip
+                sys_.wait("the breaker's latch", lambda: sys_.count(AuditLog, AuditLog.action == "breaker_open") >= 1,
+                          60)  # fmt: skip
             load_after = os.getloadavg()[0]
         finally:
-            _stop(procs)
-        run_pass(sessionmaker(db), NotifySettings(webhook_url=receiver.url))  # what the outbox still holds
-        stages = _stages(db, names, fault_at)
-        kube.send("unschedulable")
-        cordoned = len(names & set(kube.recv()))
-        out = subprocess.run(  # noqa: S603,S607
-            ["sinfo", "-h", "-N", "-t", "drain,fail,draining,drained", "-o", "%N"],
-            env=slurm_env,
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.split()
-        vm_actions = len(gce.acted)  # every reset, stop or start that acted, on any instance
-        latched = bool(count(AuditLog, AuditLog.action == "breaker_open")) and not count(
-            AuditLog, AuditLog.action == "breaker_closed"
-        )
-        db.dispose()
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+            sys_.stop()
+        run_pass(
+            sessionmaker(sys_.db), NotifySettings(webhook_url=receiver.url)
+        )  # what the outbox still holds
+        stages = _stages(sys_.db, names, fault_at)
+        cordoned = len(names & sys_.unschedulable())
+        slurm_out = len(names & sys_.slurm_out())
+        vm_actions = len(sys_.gce.acted)  # every reset, stop or start that acted, on any instance
+        latched = sys_.latched()
     receiver.server.shutdown()
-    return Run(size, pool, stages, len(names & set(out)), cordoned, vm_actions, latched, receiver.texts,
+    return Run(size, pool, stages, slurm_out, cordoned, vm_actions, latched, receiver.texts,
                (load_before, load_after))  # fmt: skip
 
 
-def _stages(db: Any, names: set[str], fault_at: float) -> dict[str, list[float]]:
+def _stages(db: Any, names: set[str], fault_at: float | Mapping[str, float]) -> dict[str, list[float]]:
     """Each failed node's first UNHEALTHY event (published by the watcher, received by ingest), its
-    remediation's opening and its drain and cordon steps (started, done), in seconds from the fault."""
+    remediation's opening and its drain and cordon steps (started, done), in seconds from the fault
+    (``fault_at``: one instant for all, or each node's own)."""
     with Session(db) as s:
         events = s.execute(
             select(Event.node, func.min(Event.published_at), func.min(Event.received_at))
@@ -289,25 +399,195 @@ def _stages(db: Any, names: set[str], fault_at: float) -> dict[str, list[float]]
                 RemediationStep.finished_at,
             )
             .join(Remediation, Remediation.id == RemediationStep.remediation_id)
-            .where(RemediationStep.status == "done", RemediationStep.step.in_(("slurm_drain", "k8s_cordon")))
+            .where(
+                RemediationStep.status == "done",
+                RemediationStep.step.in_(("slurm_drain", "k8s_cordon")),
+                Remediation.node.in_(names),
+            )
         ).all()
 
-    def since(at: datetime | None) -> float:
-        return float("nan") if at is None else at.timestamp() - fault_at
+    def since(at: datetime | None, node: str) -> float:
+        origin = fault_at if isinstance(fault_at, float) else fault_at[node]
+        return float("nan") if at is None else at.timestamp() - origin
 
-    drained = {node: since(done) for node, step, _, done in steps if step == "slurm_drain"}
-    cordoned = {node: since(done) for node, step, _, done in steps if step == "k8s_cordon"}
+    drained = {node: since(done, node) for node, step, _, done in steps if step == "slurm_drain"}
+    cordoned = {node: since(done, node) for node, step, _, done in steps if step == "k8s_cordon"}
     out = {n: max(drained[n], cordoned[n]) for n in names if n in drained and n in cordoned}
     return {
-        "published by the watcher": [since(p) for _, p, _ in events if p is not None],
-        "received by ingest": [since(r) for _, _, r in events],
-        "remediation opened": [since(at) for at in opened.values()],
-        "drain started": [since(a) for _, step, a, _ in steps if step == "slurm_drain"],
+        "published by the watcher": [since(p, n) for n, p, _ in events if p is not None],
+        "received by ingest": [since(r, n) for n, _, r in events],
+        "remediation opened": [since(at, n) for n, at in opened.items()],
+        "drain started": [since(a, n) for n, step, a, _ in steps if step == "slurm_drain"],
         "drained": list(drained.values()),
-        "cordon started": [since(a) for _, step, a, _ in steps if step == "k8s_cordon"],
+        "cordon started": [since(a, n) for n, step, a, _ in steps if step == "k8s_cordon"],
         "cordoned": list(cordoned.values()),
         OUT: list(out.values()),
     }
+
+
+# ------------------------------------------------------------------------------------ a mixed burst
+
+#: A fatal XID as the kernel logs it (NVSentinel and node-problem-detector carry the line in the condition's message).
+FATAL = {79: "GPU has fallen off the bus", 48: "DBE (double bit error) ECC error"}
+#: Application-level XIDs: the job's fault, recorded with decision app_xid (policy.faults.app_xid_repeat_count).
+APP = {13: "Graphics SM Warp Exception", 31: "MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted", 43: "Ch 0000001a, reset channel verif error"}  # fmt: skip
+MIXED_P90_S = 5.0
+FLAP_GROUP = 10  # Ready flaps the apiserver takes down (and back up) together
+
+
+def xid_line(code: int, text: str) -> str:
+    return f"NVRM: Xid (PCI:0000:3b:00): {code}, pid=41235, name=python, {text}"
+
+
+@dataclass(frozen=True)
+class Mixed:
+    """In the same second: ``faults`` nodes fail (half a Slurm FAIL naming xid 79, half a GpuXidError
+    condition naming XID 79 or 48) while ``noise`` nodes report what is no fault (two thirds an
+    application XID 13, 31 or 43 on GpuXidError, a third a Ready flap of ``flap_s``, shorter than
+    ``min_condition_s``, the watcher's hold for this run)."""
+
+    faults: int = 200
+    noise: int = 1800
+    min_condition_s: float = 2.0
+    flap_s: float = 0.5
+
+
+@dataclass
+class MixedRun:
+    mixed: Mixed
+    pool: int
+    stages: dict[str, dict[str, list[float]]]  # by path ("all", "Slurm FAIL", "GpuXidError"), as Run.stages
+    recorded: tuple[int, int, float]  # burst events expected to be recorded, recorded, seconds to the last
+    slurm_out: tuple[int, int]  # the faults Slurm shows out, other nodes it shows out
+    cordoned: tuple[int, int]  # the faults the apiserver shows unschedulable, other Nodes it shows so
+    noise_opened: int  # remediations opened on a noise node
+    app_xid: int  # noise events recorded with decision app_xid
+    breaker: tuple[int, bool]  # the breaker's count of failed nodes, latched
+    load: tuple[float, float]
+    applied_s: float = 0.0  # from the burst's start to the apiserver's last condition change
+    flaps: tuple[float, float] = (0.0, 0.0)  # the Ready flaps' median and longest, as the apiserver held them
+    # Flaps the apiserver held longer than the hold (by the policy's own rule faults, not noise), and
+    # the remediations they opened.
+    held: tuple[int, int] = (0, 0)
+
+
+def measure_mixed(pool: int, mixed: Mixed, seed: int, keep_logs: Path | None = None) -> MixedRun:
+    picked = random.Random(seed).sample(range(pool), mixed.faults + mixed.noise)
+    faults, noise = [name(i) for i in picked[: mixed.faults]], [name(i) for i in picked[mixed.faults :]]
+    by_slurm, by_kube = sorted(faults[::2]), sorted(faults[1::2])
+    app, flaps = noise[: len(noise) * 2 // 3], noise[len(noise) * 2 // 3 :]
+    conditions = [
+        (n, "GpuXidError", "True", xid_line(code, FATAL[code]))
+        for n, code in zip(by_kube, [79, 48] * len(by_kube), strict=False)
+    ]
+    conditions += [
+        (n, "GpuXidError", "True", xid_line(code, APP[code]))
+        for n, code in zip(app, list(APP) * len(app), strict=False)
+    ]
+    random.Random(seed).shuffle(conditions)  # the detectors report in no particular order
+    receiver = Receiver()
+    hold = {"REMEDIATION_KUBE__MIN_CONDITION_S": str(mixed.min_condition_s)}
+    with system(pool, receiver, keep_logs, hold) as sys_:
+        load_before = os.getloadavg()[0]
+        fault_at = time.time()
+        sys_.kube.send(("burst", conditions, flaps, mixed.flap_s))
+        sys_.scontrol_fail(f"gpu-node-[{','.join(n.rpartition('-')[2] for n in by_slurm)}]",
+                           "xid 79: GPU has fallen off the bus")  # fmt: skip
+        set_at = sys_.kube.recv()  # when the apiserver took each condition
+        expected = len(faults) + len(app)  # a flap shorter than the hold is never published
+        burst = set(faults) | set(app)
+
+        def recorded() -> int:  # burst nodes with an UNHEALTHY event recorded
+            with Session(sys_.db) as s:
+                return int(s.scalar(select(func.count(func.distinct(Event.node))).where(
+                    Event.node.in_(burst), Event.kind == EventKind.UNHEALTHY.value)) or 0)  # fmt: skip
+
+        try:
+            sys_.wait("drain and cordon of every fault, every burst event recorded",
+                      lambda: min(sys_.done("slurm_drain", faults), sys_.done("k8s_cordon", faults)) >= len(faults)
+                      and recorded() >= expected, 300)  # fmt: skip
+            time.sleep(max(5.0, 2 * mixed.min_condition_s))  # room for what must not happen to happen
+            load_after = os.getloadavg()[0]
+        finally:
+            sys_.stop()
+        origin = {n: fault_at for n in by_slurm} | {n: set_at[n] for n in by_kube}  # each fault's own instant
+        stages = {
+            path: _stages(sys_.db, set(names), origin)
+            for path, names in (("all", faults), ("Slurm FAIL", by_slurm), ("GpuXidError", by_kube))
+        }
+        with Session(sys_.db) as s:
+            first = (
+                select(func.min(Event.received_at).label("at"))
+                .where(Event.node.in_(burst), Event.kind == EventKind.UNHEALTHY.value)
+                .group_by(Event.node)
+            )
+            last = s.scalar(select(func.max(first.subquery().c.at)))  # the last node's first event  # fmt: skip
+            view = cluster_view(s, datetime.now(UTC), PolicySettings().breaker_window, exclude=None)
+        out, unschedulable = sys_.slurm_out(), sys_.unschedulable()
+        sys_.kube.send("flaps")
+        flapped = sys_.kube.recv()
+        long = {n for n, length in flapped.items() if length >= mixed.min_condition_s}
+        run = MixedRun(
+            mixed, pool, stages, (expected, recorded(), last.timestamp() - fault_at if last else float("nan")),
+            (len(out & set(faults)), len(out - set(faults))),
+            (len(unschedulable & set(faults)), len(unschedulable - set(faults))),
+            sys_.count(Remediation, Remediation.node.in_(set(noise) - long)),
+            sys_.count(Event, Event.node.in_(noise), Event.decision == DecisionKind.APP_XID.value),
+            (view.failed_in_window, sys_.latched()), (load_before, load_after),
+            max(set_at.values()) - fault_at,
+            (percentile(list(flapped.values()), 50), max(flapped.values(), default=float("nan"))),
+            (len(long), sys_.count(Remediation, Remediation.node.in_(long))),
+        )  # fmt: skip
+    receiver.server.shutdown()
+    return run
+
+
+def report_mixed(run: MixedRun) -> None:
+    m = run.mixed
+    print(f"\nMixed burst on {run.pool} nodes: {m.faults} faults ({m.faults - m.faults // 2} Slurm FAIL naming xid 79, "
+          f"{m.faults // 2} GpuXidError naming XID 79 or 48) beside {m.noise} nodes of noise "
+          f"({m.noise * 2 // 3} application XIDs 13, 31, 43 on GpuXidError; {m.noise - m.noise * 2 // 3} Ready flaps "
+          f"of {m.flap_s:g} s); kube.min_condition_s {m.min_condition_s:g} s for this run (shipped: 300 s); "
+          f"load average {run.load[0]:.2f} before, {run.load[1]:.2f} at the end")  # fmt: skip
+    print(
+        "  NOT_RESPONDING that clears within SlurmdTimeout is not in the burst: the CLOUD nodes run no slurmd,"
+        " so slurmctld pings none of them and no scontrol state makes one NOT_RESPONDING"
+    )
+    print(f"  the apiserver took the burst's last condition {run.applied_s:.1f} s after its first; the Ready flaps "
+          f"lasted {run.flaps[0]:.2f} s (median), {run.flaps[1]:.2f} s at most, {run.held[0]} of them longer than "
+          f"the hold (a fault by the policy's rule: {run.held[1]} opened); a GpuXidError fault's time runs from its own condition")  # fmt: skip
+    _table(run.stages["all"])
+    for path in ("Slurm FAIL", "GpuXidError"):
+        out = run.stages[path][OUT]
+        print(
+            f"  {path + ' faults, ' + OUT:<58}{len(out):5d}  P50 {percentile(out, 50):5.1f}  "
+            f"P90 {percentile(out, 90):5.1f}  max {max(out, default=float('nan')):5.1f}"
+        )
+    expected, recorded, last = run.recorded
+    print(
+        f"  burst nodes with their event recorded: {recorded}/{expected} (flaps are never published), "
+        f"the last {last:.1f} s after the burst"
+    )
+    out, nan = run.stages["all"][OUT], float("nan")
+    p90 = percentile(out, 90)
+    exact = (run.slurm_out, run.cordoned) == ((m.faults, 0), (m.faults, 0))
+    print(
+        f"  {goal(f'exactly the {m.faults} drained and cordoned (Slurm, apiserver)', f'Slurm {run.slurm_out[0]} + {run.slurm_out[1]} others, apiserver {run.cordoned[0]} + {run.cordoned[1]} others', exact)}"
+    )
+    print(
+        f"  {goal(f'P90 fault to drained and cordoned <= {MIXED_P90_S:.0f} s', f'P50 {percentile(out, 50):.1f} s, P90 {p90:.1f} s, max {max(out, default=nan):.1f} s, {len(out)}/{m.faults} done', len(out) == m.faults and p90 <= MIXED_P90_S)}"
+    )
+    print(f"  {goal('the noise opens nothing and the breaker counts none of it', f'{run.noise_opened} remediations on noise nodes, {run.app_xid} app_xid decisions; breaker counts {run.breaker[0]} = {m.faults} faults + {run.held[1]} long flaps: {run.breaker[0] == m.faults + run.held[1]}, latched {run.breaker[1]}', run.noise_opened == 0 and run.breaker[0] == m.faults + run.held[1])}")  # fmt: skip
+
+
+def _table(stages: dict[str, list[float]]) -> None:
+    print(f"  {'seconds from the fault':34}{'nodes':>7}{'first':>8}{'P50':>8}{'P90':>8}{'max':>8}")
+    for stage, values in stages.items():
+        if not values:
+            print(f"  {stage:34}{0:7d}")
+            continue
+        print(f"  {stage:34}{len(values):7d}{min(values):8.1f}{percentile(values, 50):8.1f}"
+              f"{percentile(values, 90):8.1f}{max(values):8.1f}")  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------ report
@@ -316,13 +596,7 @@ def _stages(db: Any, names: set[str], fault_at: float) -> dict[str, list[float]]
 def report(run: Run) -> None:
     print(f"\n{run.size} nodes failed in one `scontrol update` (load average {run.load[0]:.2f} before, "
           f"{run.load[1]:.2f} at the end)")  # fmt: skip
-    print(f"  {'seconds from the fault':34}{'nodes':>7}{'first':>8}{'P50':>8}{'P90':>8}{'max':>8}")
-    for stage, values in run.stages.items():
-        if not values:
-            print(f"  {stage:34}{0:7d}")
-            continue
-        print(f"  {stage:34}{len(values):7d}{min(values):8.1f}{percentile(values, 50):8.1f}"
-              f"{percentile(values, 90):8.1f}{max(values):8.1f}")  # fmt: skip
+    _table(run.stages)
     print(f"  endpoints: Slurm shows {run.slurm_out}/{run.size} drained or failed, the apiserver "
           f"{run.cordoned}/{run.size} unschedulable; VM actions at the cloud: {run.vm_actions}")  # fmt: skip
     opened = [t for t in run.pages if "OPEN" in t]
@@ -351,11 +625,31 @@ def main() -> None:
     ap.add_argument("--detect-nodes", type=int, default=10_000,
                     help="then the Slurm watcher's detection at this many nodes (bench.slurm_watch_10k, delta "
                          "reads), in the same run so a regression of either shows; 0 skips it")  # fmt: skip
+    ap.add_argument("--mixed", metavar="FAULTS/NOISE",
+                    help="then a mixed burst: FAULTS nodes fail beside NOISE nodes reporting what is no fault "
+                         "(e.g. 200/1800 with --pool 2000); --sizes '' runs only it")  # fmt: skip
+    ap.add_argument(
+        "--min-condition-s",
+        type=float,
+        default=Mixed.min_condition_s,
+        help="kube.min_condition_s of the mixed burst's run",
+    )
+    ap.add_argument(
+        "--flap-s", type=float, default=Mixed.flap_s, help="how long a Ready flap of the mixed burst lasts"
+    )
     args = ap.parse_args()
+    mixed = None
+    if args.mixed:
+        faults, noise = (int(n) for n in args.mixed.split("/"))
+        mixed = Mixed(faults, noise, args.min_condition_s, args.flap_s)
+        if faults + noise > args.pool:
+            ap.error(f"--mixed {args.mixed} needs --pool {faults + noise} or more")
     print(f"Mass failure on a real slurmctld and the local kube-apiserver, {args.pool} nodes, "
           f"{os.cpu_count()} CPUs; worker -c 2 -B, both watchers, shipped policy")  # fmt: skip
-    for size in (int(s) for s in args.sizes.split(",")):
+    for size in (int(s) for s in args.sizes.split(",") if s):
         report(measure(args.pool, size, args.seed, args.logs / str(size) if args.logs else None))
+    if mixed is not None:
+        report_mixed(measure_mixed(args.pool, mixed, args.seed, args.logs / "mixed" if args.logs else None))
     if args.detect_nodes:
         detect = argparse.Namespace(
             nodes=args.detect_nodes, changes=200, quiet_s=30.0, busy_s=20.0, baseline_s=10.0

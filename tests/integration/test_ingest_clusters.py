@@ -22,7 +22,7 @@ from remediation.db.models import Event, Node, Remediation
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.domain.statemachine import NodeStatus
 from tests.conftest import REDIS_URL
-from tests.integration.workerproc import Worker, wait_for, worker_env
+from tests.integration.workerproc import Worker, running, wait_for, worker_env
 
 CLUSTERS = ("west", "east")
 
@@ -36,13 +36,9 @@ def worker(pg_url: str, redis_prefix: str, tmp_path: Path) -> Iterator[Worker]:
          "machine": {"backend": "memory"},
          "memory": {"journal": str(tmp_path / f"{name}.json"), "nodes": "gpu-node-[0-7]"}}
         for name in CLUSTERS]}))  # fmt: skip
-    proc = Worker(worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, REMEDIATION_CONFIG=str(config)), tmp_path,
-                  beat=False)
-    try:
-        wait_for(proc.ready, 60, "the worker to start", proc)
+    env = worker_env(pg_url, REDIS_URL, redis_prefix, tmp_path, REMEDIATION_CONFIG=str(config))
+    with running(env, tmp_path, beat=False) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def fault(cluster: str, node: str) -> NodeEvent:

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -134,6 +135,17 @@ class HasOutput(Protocol):
     """A process whose output a timed-out wait shows (a :class:`Worker`, a watcher, beat)."""
 
     def output(self) -> str: ...
+
+
+@contextmanager
+def running(env: dict[str, str], tmp: Path, **options: Any) -> Iterator[Worker]:
+    """A :class:`Worker` (``options`` as its own), yielded once it is ready and stopped after."""
+    proc = Worker(env, tmp, **options)
+    try:
+        wait_for(proc.ready, 60, "the worker to start", proc)
+        yield proc
+    finally:
+        proc.stop()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, worker: HasOutput | None = None) -> Any:
