@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, String, and_, any_, bindparam, false, func, or_, select
+from sqlalchemy import Select, String, and_, any_, bindparam, case, false, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased, lazyload
@@ -190,11 +190,18 @@ def _counts(pool: bool) -> Select[Any]:
     def mine(column: Any) -> list[Any]:
         return [column == bindparam("profile")] if pool else []
 
-    ever = aliased(Node)  # until a resync has confirmed any node, every row counts (services/pool.py)
-    confirmed = or_(Node.confirmed_at >= bindparam("confirmed_since"),
-                    ~select(ever.name).where(ever.confirmed_at.is_not(None)).exists())
+    # Until a resync has confirmed any node, every row counts (services/pool.py). Asked as a CASE on the
+    # newest confirmation (one index seek), not as an OR with NOT EXISTS: SQLite scanned the whole nodes
+    # table for that, on every claim, a cost that grew with the fleet.
+    ever = aliased(Node)
+    never_confirmed = select(func.max(ever.confirmed_at)).scalar_subquery().is_(None)
+    pool_size = case(
+        (never_confirmed, select(func.count()).select_from(Node).where(*mine(Node.profile)).scalar_subquery()),
+        else_=select(func.count()).select_from(Node)
+        .where(Node.confirmed_at >= bindparam("confirmed_since"), *mine(Node.profile)).scalar_subquery(),
+    )
     return select(
-        select(func.count()).select_from(Node).where(confirmed, *mine(Node.profile)).scalar_subquery(),
+        pool_size,
         # A correlated incident is local and expected: its nodes are one fault, not a storm.
         select(func.count(func.distinct(Remediation.node)))
         .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None),
