@@ -213,6 +213,7 @@ class IncidentHold:
     # Held by an open incident (it lasts until the incident closes), not by the grace period that lets
     # an incident form (it ends at a known time).
     by_incident: bool
+    until: datetime | None = None  # the grace period's end: then the hold ends by time alone
 
 
 def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime, cfg: IncidentSettings,
@@ -235,7 +236,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first machine action"
             return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
-                                "other nodes of its failure domains may be failing too", False)
+                                "other nodes of its failure domains may be failing too", False, until=due)
     return None
 
 
