@@ -147,6 +147,9 @@ class Remediation(ClusterScoped, Base):
         ),
         Index("ix_remediations_node_opened", "cluster", "node", "opened_at"),
         Index("ix_remediations_status_next", "status", "next_run_at"),
+        # The storm breaker's window (admission, on every claim) and the newest opening.
+        Index("ix_remediations_incident_opened", "incident_id", "opened_at"),
+        Index("ix_remediations_opened", "opened_at"),
         ForeignKeyConstraint(["cluster", "node"], ["nodes.cluster", "nodes.name"], name="fk_remediations_node"),
     )
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, String, and_, any_, bindparam, false, func, or_, select
+from sqlalchemy import Select, String, and_, any_, bindparam, case, false, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session, aliased, lazyload
@@ -181,8 +181,15 @@ def latest_healthy(
 
 
 _REAL = Remediation.dry_run.is_(False)
-_VIEW_CONTROLS = select(Control.key, Control.value).where(
-    Control.cluster == bindparam("cluster"), or_(*(Control.key == k for k in (BREAKER, LAST_MACHINE_ACTION, PAUSED))))
+
+
+def _control_value(key: str) -> Any:
+    return select(Control.value).where(Control.cluster == bindparam("cluster"), Control.key == key).scalar_subquery()
+
+
+# The view's three control rows and the newest confirmation in one row: one statement, not two.
+_VIEW_READS = select(_control_value(BREAKER), _control_value(LAST_MACHINE_ACTION), _control_value(PAUSED),
+                     select(func.max(Node.confirmed_at)).scalar_subquery())
 # One statement for the four counts admission needs, built once: admission reads the view on every claim
 # and every sweep, and building five statements per read was most of a claim's cost. The pool's is the
 # same, over one profile's nodes and remediations (its storm breaker and max_concurrent).
@@ -190,11 +197,18 @@ def _counts(pool: bool) -> Select[Any]:
     def mine(column: Any) -> list[Any]:
         return [column == bindparam("profile")] if pool else []
 
-    ever = aliased(Node)  # until a resync has confirmed any node, every row counts (services/pool.py)
-    confirmed = or_(Node.confirmed_at >= bindparam("confirmed_since"),
-                    ~select(ever.name).where(ever.confirmed_at.is_not(None)).exists())
+    # Until a resync has confirmed any node, every row counts (services/pool.py). Asked as a CASE on the
+    # newest confirmation (one index seek), not as an OR with NOT EXISTS: SQLite scanned the whole nodes
+    # table for that, on every claim, a cost that grew with the fleet.
+    ever = aliased(Node)
+    never_confirmed = select(func.max(ever.confirmed_at)).scalar_subquery().is_(None)
+    pool_size = case(
+        (never_confirmed, select(func.count()).select_from(Node).where(*mine(Node.profile)).scalar_subquery()),
+        else_=select(func.count()).select_from(Node)
+        .where(Node.confirmed_at >= bindparam("confirmed_since"), *mine(Node.profile)).scalar_subquery(),
+    )
     return select(
-        select(func.count()).select_from(Node).where(confirmed, *mine(Node.profile)).scalar_subquery(),
+        pool_size,
         # A correlated incident is local and expected: its nodes are one fault, not a storm.
         select(func.count(func.distinct(Remediation.node)))
         .where(Remediation.opened_at > bindparam("since"), _REAL, Remediation.incident_id.is_(None),
@@ -253,8 +267,13 @@ def confirmed_since(session: Session, pool_stale: timedelta | None) -> datetime:
     a stopped watcher confirms nobody, and then nobody leaves (a pool of zero would disable the breaker)."""
     if pool_stale is None:
         return _EPOCH
-    latest: datetime | None = session.scalar(select(func.max(Node.confirmed_at)))
-    return _EPOCH if latest is None else latest.replace(tzinfo=latest.tzinfo or UTC) - pool_stale
+    return _oldest_confirmed(session.scalar(select(func.max(Node.confirmed_at))), pool_stale)
+
+
+def _oldest_confirmed(latest: datetime | None, pool_stale: timedelta | None) -> datetime:
+    if pool_stale is None or latest is None:
+        return _EPOCH
+    return latest.replace(tzinfo=latest.tzinfo or UTC) - pool_stale
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -283,21 +302,21 @@ def cluster_view(session: Session, now: datetime, breaker_window: timedelta, *, 
                  profile: str | None = None, pool_stale: timedelta | None = None) -> ClusterView:
     """The fleet's view, or with ``profile`` its pool's: the nodes it governs, its remediations, its latch.
     ``pool_stale``: a node no resync has listed for this long leaves the pool (None: none leaves)."""
-    found: dict[str, Any] = dict(session.execute(_VIEW_CONTROLS, {"cluster": cluster_of(session)}).all())
+    breaker_row, last_row, paused_row, latest = session.execute(_VIEW_READS, {"cluster": cluster_of(session)}).one()
     # The breaker counts real failures since the window's start or its last close, whichever is
     # later: a human's close is not undone by the storm they just looked at (remediation.services.breaker).
-    latch = BreakerLatch.load(found.get(BREAKER) if profile is None else control_get(session, breaker_key(profile)))
+    latch = BreakerLatch.load(breaker_row if profile is None else control_get(session, breaker_key(profile)))
     since = now - breaker_window
     if (closed := latch.closed) is not None:
         since = max(since, closed)
     pool, failed, last_failure, trays_failed, trays_active, machine_active = session.execute(
         _VIEW_COUNTS if profile is None else _POOL_COUNTS,
         {"since": since, "exclude": exclude if exclude is not None else -1,
-         "confirmed_since": confirmed_since(session, pool_stale),
+         "confirmed_since": _oldest_confirmed(latest, pool_stale),
          **({"profile": profile} if profile is not None else {})},
     ).one()
-    last = LastMachineAction.load(found.get(LAST_MACHINE_ACTION)).when
-    pause = PauseState.load(found.get(PAUSED))
+    last = LastMachineAction.load(last_row).when
+    pause = PauseState.load(paused_row)
     return ClusterView(
         paused=bool(pause.paused),
         pause_reason=pause.why,

@@ -61,6 +61,9 @@ class IncidentNotFound(RecordNotFound, IncidentError):
 # ------------------------------------------------------------------------------------- domains
 
 
+_DELETE_SLICE = 500  # names per statement: well under any driver's limit on parameters
+
+
 def record_domains(session: Session, events: Iterable[NodeEvent], now: datetime) -> int:
     """Replace each (node, source)'s failure domains with the latest report in ``events``."""
     latest: dict[tuple[str, str], NodeEvent] = {}
@@ -69,8 +72,14 @@ def record_domains(session: Session, events: Iterable[NodeEvent], now: datetime)
             key = (ev.node, ev.source.value)
             if key not in latest or ev.observed_at >= latest[key].observed_at:
                 latest[key] = ev
+    by_source: dict[str, list[str]] = defaultdict(list)
     for node, source in latest:
-        session.execute(delete(NodeDomain).where(NodeDomain.node == node, NodeDomain.source == source))
+        by_source[source].append(node)
+    # A resync reports every node at once: one delete per source and slice, not one per node.
+    for source, nodes in sorted(by_source.items()):
+        for i in range(0, len(nodes), _DELETE_SLICE):
+            session.execute(delete(NodeDomain).where(among(session, NodeDomain.node, nodes[i:i + _DELETE_SLICE]),
+                                                     NodeDomain.source == source))
     rows = [{"node": node, "source": source, "kind": kind, "name": name,
              "size": (ev.domain_sizes or {}).get(kind), "updated_at": now}
             for (node, source), ev in latest.items() for kind, name in sorted((ev.domains or {}).items())]
@@ -213,6 +222,7 @@ class IncidentHold:
     # Held by an open incident (it lasts until the incident closes), not by the grace period that lets
     # an incident form (it ends at a known time).
     by_incident: bool
+    until: datetime | None = None  # the grace period's end: then the hold ends by time alone
 
 
 def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime, cfg: IncidentSettings,
@@ -235,7 +245,7 @@ def hold_reason(session: Session, rem: Remediation, step: Step, *, now: datetime
         if now < due and domains_of(session, [rem.node]):
             what = "quarantining" if decided else "the first machine action"
             return IncidentHold(f"waiting until {due:%H:%M:%S} before {what} (incidents.vm_grace_s): "
-                                "other nodes of its failure domains may be failing too", False)
+                                "other nodes of its failure domains may be failing too", False, until=due)
     return None
 
 

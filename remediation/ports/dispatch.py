@@ -43,6 +43,9 @@ class FollowUp:
     countdown: float = 0.0
     hint: Hint = Hint.NONE
     due: datetime | None = None
+    # A hold that ends by time alone (an incident's grace period) ends then: a scheduler that can do
+    # better than a countdown may skip the looks before it. None: no such end is known.
+    not_before: datetime | None = None
 
 
 class Dispatcher(Protocol):

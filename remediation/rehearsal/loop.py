@@ -54,6 +54,7 @@ class Idle:
     parked: bool  # True: parked by admission; False: asleep in a step's wait
     new_machine: bool = False  # admission would let through a new VM action
     node: str = ""
+    not_before: datetime | None = None  # held until then by time alone (an incident's grace period)
 
 
 @dataclass
@@ -232,7 +233,8 @@ class Rehearsal:
             return
         if nxt.hint in (Hint.ADMISSION, Hint.ADMISSION_NEW_MACHINE):
             new_machine = nxt.hint is Hint.ADMISSION_NEW_MACHINE
-            self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_machine=new_machine)
+            self.idle[rid] = Idle(nxt.step, at, period, parked=True, new_machine=new_machine,
+                                  not_before=nxt.not_before)
             self._view_changed(key, rank=True)  # the claim may have latched the breaker
             return
         if nxt.hint is Hint.WAIT and (until := self._wait_until(rid, nxt.step)) is not None:
@@ -340,6 +342,10 @@ class Rehearsal:
         if (view.breaker_latched and policy.breaker_auto_close_s is not None) or (
                 not view.breaker_latched and breaker_open(view, policy)):
             return nxt, False
+        if idle.not_before is not None and idle.not_before > nxt:
+            # Held by time alone until then (an incident's grace): every look before it is refused again,
+            # and changes nothing but the time of its next look.
+            nxt = self._grid_at_or_after(idle, idle.not_before, key, rid=rid)
         if admit(step, view, policy, now=nxt, new_machine_action=idle.new_machine).ok:
             return nxt, True
         if view.last_machine_action_at is not None:

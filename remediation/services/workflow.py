@@ -250,11 +250,11 @@ class Workflow:
         when either holds the step (logged once per hold), None when the step may run."""
         cfg, wf = g.settings, g.settings.workflow
         verdict = self._admit(s, rem, step, cfg=cfg, now=now, new_machine_action=row is None)
-        held_by_incident = False
+        held_by_incident, not_before = False, None
         if verdict.ok and (waits := incidents.hold_reason(s, rem, step, now=now, cfg=cfg.incidents,
                                                           new_machine_action=row is None)):
             verdict = replace(verdict, ok=False, reason=waits.reason)
-            held_by_incident = waits.by_incident
+            held_by_incident, not_before = waits.by_incident, waits.until
         if verdict.ok:
             return None
         countdown = min(wf.poll_interval_s, wf.max_wait_s)
@@ -265,7 +265,7 @@ class Workflow:
         attempt = row.attempt if row is not None else next_attempt(s, rem.id, step)
         if step_rows.record_gate(rem, row, verdict.reason, now=now, countdown=countdown):  # once per hold
             steplog.decided(rem.id, rem.node, step.value, attempt=attempt, outcome="gated", why=verdict.reason)
-        return FollowUp(rem.id, step, countdown, hint, due=rem.next_run_at)
+        return FollowUp(rem.id, step, countdown, hint, due=rem.next_run_at, not_before=not_before)
 
     def _admit(self, s: Session, rem: Remediation, step: Step, *, cfg: Settings, now: datetime,
                new_machine_action: bool) -> Admission:

@@ -20,7 +20,7 @@ import pytest
 
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.rehearsal.report import Report
-from remediation.rehearsal.run import Pace, rehearse
+from remediation.rehearsal.run import Layout, Pace, rehearse
 from remediation.rehearsal.trace import Fault, Scale, load
 from remediation.settings import Settings
 
@@ -95,3 +95,20 @@ def test_event_loop_decides_like_the_polling_loop(trace: Any, policy: dict[str, 
         assert polled.quarantined and polled.outcomes.get("succeeded")  # the ladder climbed, others returned
     assert masked(evented) == masked(polled)
     assert evented.runs < polled.runs, (evented.runs, polled.runs)
+
+
+def test_a_remediation_held_by_the_incident_grace_sleeps_until_it_ends_and_decides_the_same() -> None:
+    """Nodes in leaf groups wait out ``incidents.vm_grace_s`` before their first machine action: the
+    event loop skips the looks the grace refuses, and every decision comes out as the polling loop's."""
+    faults = load(MIX, Scale(nodes=48, days=54, start=T0, seed=5, leaf_size=16))
+    settings = Settings(workflow=FAST, incidents={"vm_grace_s": 600})
+    fleet = sorted(set(nodes(48)) | {f.event.node for f in faults})
+    polled = rehearse(faults, settings, fleet, pace=replace(RUN, loop="polling"), layout=Layout(leaf_size=16))
+    evented = rehearse(faults, settings, fleet, pace=replace(RUN, loop="events"), layout=Layout(leaf_size=16))
+    assert settings.incidents.vm_grace_s >= 5 * FAST["poll_interval_s"], "the grace spans no poll to skip"
+    first_actions = sum(1 for h in polled.history if any(st[0] == "vm_restart" for st in h[7]))
+    assert first_actions > 0
+    assert masked(evented) == masked(polled)
+    # The polling loop looks at each first machine action about five times in the grace, all refused;
+    # the event loop looks once, when the grace ends (at least three looks saved each).
+    assert evented.runs + 3 * first_actions <= polled.runs, (evented.runs, polled.runs, first_actions)
