@@ -46,7 +46,7 @@ from remediation.evidence_collection.service import EvidenceRetention
 from remediation.ports.dispatch import FollowUp
 from remediation.ports.errors import TransientError
 from remediation.services.audit import audit
-from remediation.services.ingest import IngestRules, StreamChecks, ingest_batch, urgent_first
+from remediation.services.ingest import IngestRules, StreamChecks, ingest_batch
 from remediation.services.lever_rules import committed_release, open_steps
 from remediation.services.payloads import reject, time_bounds
 from remediation.services.retention import prune_events
@@ -94,15 +94,9 @@ def ingest(self: DomainTask, cluster: str | None = None) -> int:
         # Each cluster's part of a batch is committed, then its follow-ups queued at once, on its own
         # isolate queue: a fault read early in a long backlog starts isolation now. The smallest part
         # goes first: a lone fault in one cluster never waits for another cluster's storm to be opened.
-        # Within a cluster, the nodes that may open a remediation go first, in a transaction of their
-        # own: their isolation never waits for the noise beside them. The stream is acknowledged only
-        # once every part is recorded.
         for cluster, mine in sorted(by_cluster(payloads).items(), key=lambda part: len(part[1])):
-            cfg = rt.clusters.get(cluster)
-            for part in urgent_first(mine, cfg.policy) if cfg is not None else (mine,):
-                if part:
-                    followups, repairs = ingest_cluster(rt, cluster, part)
-                    enqueue(followups, cluster, repairs)
+            followups, repairs = ingest_cluster(rt, cluster, mine)
+            enqueue(followups, cluster, repairs)
 
     if rt.embedded:
         n = memstream.consume(handle, rt.settings.broker.ingest_batch)

@@ -151,21 +151,6 @@ def decide(event: NodeEvent, node: NodeView, policy: PolicySettings) -> Decision
     return Decision(DecisionKind.OPEN, _cause(event), cause=cause)
 
 
-def may_open(event: NodeEvent, policy: PolicySettings) -> bool:
-    """Whether ``event`` could open a remediation on a healthy node: an unhealthy signal in a state the
-    policy remediates, not our own drain's echo, not an application-level XID. Read from the event
-    alone, for ordering only (the ingest records these first): :func:`decide` still judges each one."""
-    if event.kind is not EventKind.UNHEALTHY or not _remediable_state(event, policy):
-        return False
-    if event.source is Source.MANUAL:
-        return True
-    if event.reason.startswith(policy.our_reason_prefix):
-        return False
-    if not policy.faults.classify:
-        return True
-    return not classify(event.source, event.state, event.reason, tbl=table(policy.faults)).app_level
-
-
 def _decide_healthy(node: NodeView) -> Decision:
     if node.status in QUARANTINE_STATUSES:
         return Decision(DecisionKind.RECORD, "node is quarantined until a human releases it")

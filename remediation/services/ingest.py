@@ -31,7 +31,6 @@ from remediation.domain.policy import (
     Clock,
     Decision,
     DecisionKind,
-    may_open,
 )
 from remediation.domain.statemachine import NodeStatus, RemediationStatus, Step
 from remediation.domain.states import AuditAction
@@ -257,28 +256,6 @@ def _event_row(ev: NodeEvent) -> dict[str, object]:
 def _ensure_nodes(session: Session, names: set[str], now: datetime) -> None:
     """Watchers observe real nodes, so an event's node joins the inventory (and the breaker's pool)."""
     ensure_nodes(session, sorted(names), NodeStatus.HEALTHY.value, now=now)
-
-
-def urgent_first(payloads: Sequence[bytes], policy: PolicySettings) -> tuple[list[bytes], list[bytes]]:
-    """A batch read from the stream in two parts, each in the batch's order: every payload of a node
-    with a signal that may open a remediation (:func:`~remediation.domain.policy.may_open`), then the
-    rest (noise, inventory, what does not parse). Recorded part by part, a fault's isolation starts
-    before the noise beside it is written; a node's events stay together, in their order. A wrong
-    guess costs only time: each part is decided in full, as any batch is."""
-    parsed = [_parsed(payload) for payload in payloads]
-    urgent = {ev.node for ev in parsed if ev is not None and may_open(ev, policy)}
-    first = [p for p, ev in zip(payloads, parsed, strict=True) if ev is not None and ev.node in urgent]
-    if not first or len(first) == len(payloads):
-        return list(payloads), []
-    rest = [p for p, ev in zip(payloads, parsed, strict=True) if ev is None or ev.node not in urgent]
-    return first, rest
-
-
-def _parsed(payload: bytes) -> NodeEvent | None:
-    try:
-        return NodeEvent.parse(payload)
-    except Exception:  # noqa: BLE001 - a payload that does not parse is the rest's, rejected when recorded
-        return None
 
 
 def ingest_batch(

@@ -16,7 +16,6 @@ from remediation.domain.policy import (
     breaker_open,
     count_in_window,
     decide,
-    may_open,
 )
 from remediation.domain.statemachine import NodeStatus, Step
 from remediation.settings import PolicySettings
@@ -181,21 +180,3 @@ def test_node_names_are_matched_whole(name: str, bad_inputs: BadInputs) -> None:
         NodeEvent.parse({"source": "slurm", "node": name, "kind": "unhealthy", "state": "DOWN",
                          "observed_at": T0.isoformat()})
     bad_inputs.tried(NODE_NAME, f"event node name {name!r:.40}", f"{type(refused.value).__name__}", lost=None)
-
-
-MAY_OPEN_CASES = [
-    ("slurm-fail-xid79", ev("FAIL", "xid 79"), True),
-    ("fatal-xid-condition", ev("GpuXidError=True", "NVRM: Xid (PCI:0000:3b:00): 48, DBE", Source.KUBERNETES), True),
-    ("app-xid-condition", ev("GpuXidError=True", "NVRM: Xid (PCI:0000:3b:00): 13, SM", Source.KUBERNETES), False),
-    ("our-own-drain", ev("DRAIN", "remediation: slurm FAIL"), False),
-    ("state-not-remediated", ev("IDLE"), False),
-    ("healthy", ev("IDLE", kind=EventKind.HEALTHY), False),
-    ("inventory", ev("IDLE", kind=EventKind.INVENTORY), False),
-]
-
-
-@pytest.mark.parametrize(("event", "expected"), [c[1:] for c in MAY_OPEN_CASES], ids=[c[0] for c in MAY_OPEN_CASES])
-def test_may_open_names_what_the_ingest_records_first(event: NodeEvent, expected: bool) -> None:
-    assert may_open(event, POLICY) is expected
-    if expected:  # on a healthy node, what may open does open
-        assert decide(event, NodeView(), POLICY).kind is DecisionKind.OPEN

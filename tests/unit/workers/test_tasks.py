@@ -14,7 +14,6 @@ from remediation.adapters import memstream
 from remediation.domain.admission import Published
 from remediation.domain.events import EventKind, NodeEvent, Source
 from remediation.ports.dispatch import FollowUp
-from remediation.settings import PolicySettings
 from remediation.workers import tasks
 
 
@@ -27,7 +26,7 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, object]]]
         done.append(("recorded", cluster))
         return [FollowUp(len(done), "slurm_drain")], []
 
-    rt = SimpleNamespace(embedded=True, clusters={}, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=2)))
+    rt = SimpleNamespace(embedded=True, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=2)))
     monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: rt))
     monkeypatch.setattr(tasks, "ingest_cluster", recorded)
     monkeypatch.setattr(tasks, "enqueue", lambda followups, cluster, repairs: done.append(
@@ -37,8 +36,8 @@ def steps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, object]]]
     memstream._queue.clear()
 
 
-def published(cluster: str, node: str, state: str = "DOWN", kind: EventKind = EventKind.UNHEALTHY) -> Published:
-    event = NodeEvent(source=Source.SLURM, cluster=cluster, node=node, kind=kind, state=state,
+def published(cluster: str, node: str) -> Published:
+    event = NodeEvent(source=Source.SLURM, cluster=cluster, node=node, kind=EventKind.UNHEALTHY, state="DOWN",
                       observed_at=datetime(2026, 3, 1, tzinfo=UTC))
     return Published(event.to_json().encode(), None, cluster)
 
@@ -54,28 +53,9 @@ def test_each_clusters_follow_ups_are_queued_as_its_part_of_a_batch_is_recorded(
 def test_a_clusters_lone_fault_is_recorded_before_another_clusters_storm_in_the_same_batch(
         steps, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: SimpleNamespace(
-        embedded=True, clusters={}, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=500)))))
+        embedded=True, settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=500)))))
     storm = [published("east", f"gpu-node-{i}") for i in range(5)]
     memstream._queue.extend([*storm, published("west", "gpu-node-1")])  # the storm was read first
     assert tasks.ingest() == 6
     assert [step[:2] for step in steps] == [("recorded", "west"), ("queued", "west"), ("recorded", "east"),
                                             ("queued", "east")]
-
-
-def test_a_clusters_faults_are_recorded_and_queued_before_its_noise(steps, monkeypatch: pytest.MonkeyPatch) -> None:
-    parts: list[list[str]] = []
-
-    def recorded(rt: object, cluster: str, payloads: Sequence[bytes]) -> tuple[list[FollowUp], list[int]]:
-        parts.append([NodeEvent.parse(p).node for p in payloads])
-        steps.append(("recorded", cluster))
-        return [FollowUp(len(steps), "slurm_drain")], []
-
-    monkeypatch.setattr(tasks, "ingest_cluster", recorded)
-    monkeypatch.setattr(tasks.DomainTask, "rt", property(lambda self: SimpleNamespace(
-        embedded=True, clusters={"west": SimpleNamespace(policy=PolicySettings())},
-        settings=SimpleNamespace(broker=SimpleNamespace(ingest_batch=500)))))  # fmt: skip
-    noise = [published("west", f"gpu-node-{i}", state="IDLE", kind=EventKind.INVENTORY) for i in range(4)]
-    memstream._queue.extend([*noise[:2], published("west", "gpu-node-9"), *noise[2:]])
-    assert tasks.ingest() == 5
-    assert parts == [["gpu-node-9"], ["gpu-node-0", "gpu-node-1", "gpu-node-2", "gpu-node-3"]]
-    assert [step[0] for step in steps] == ["recorded", "queued", "recorded", "queued"]  # the fault's queued first
