@@ -114,7 +114,7 @@ def barrier(running: Stack, noise: NoiseReplay) -> float:
     def both() -> bool:
         return decided(running, xid_node, "app_xid") > xids and decided(running, drain_node, IGNORED) > drains
 
-    wait_for(both, 60, "the barrier's application XID and maintenance drain to be decided", running.procs)
+    wait_for(both, 120, "the barrier's application XID and maintenance drain to be decided", running.procs)
     return time.monotonic() - ended
 
 
