@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import psycopg
+import redis
 
 from remediation.db.migrate import upgrade
 
@@ -73,3 +76,29 @@ def goal(what: str, measured: str, ok: bool) -> str:
 
 def verdict(ok: bool) -> str:
     return "met" if ok else "not met"
+
+
+T = TypeVar("T")
+
+
+def soak_args(description: str, *, seed: int) -> argparse.Namespace:
+    """The options of a soak on the simulated cluster: ``--nodes``, ``--minutes``, ``--seed``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--nodes", type=int, default=32)
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--seed", type=int, default=seed)
+    return parser.parse_args()
+
+
+def soak_in_scratch(soak: Callable[..., T], args: argparse.Namespace, *, word: str, **options: Any) -> T:
+    """Run ``soak`` for ``args`` on a scratch database and directory, under a Redis key prefix of its
+    own (``word-<random>``), whose keys are deleted afterwards."""
+    prefix = f"{word}-{uuid.uuid4().hex[:8]}"
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        with scratch_database() as url, scratch_dir() as work:
+            return soak(args.nodes, args.minutes * 60, url, REDIS_URL, prefix, work, seed=args.seed, **options)
+    finally:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)

@@ -14,14 +14,10 @@ same code shortened (``tests/reliability/test_false_positives.py``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import uuid
 
-import redis
-
-from bench.common import REDIS_URL, goal, scratch_database, scratch_dir
+from bench.common import goal, soak_args, soak_in_scratch
 from tests.reliability.false_positives import soak
 
 
@@ -38,20 +34,8 @@ def upper_95(k: int, n: int) -> tuple[float, str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=32)
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=7)
-    args = parser.parse_args()
-    prefix = f"fpsoak-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        with scratch_database() as url, scratch_dir() as work:
-            r = soak(args.nodes, args.minutes * 60, url, REDIS_URL, prefix, work, seed=args.seed)
-    finally:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+    args = soak_args(__doc__.splitlines()[0], seed=7)
+    r = soak_in_scratch(soak, args, word="fpsoak")
     false = len(r.false_remediations)
     bound, how = upper_95(false, r.signals)
     node_hours = len(r.noise_nodes) * r.duration_s / 3600

@@ -13,31 +13,15 @@ reliability suite runs the same code shortened (``tests/reliability/test_phantom
 
 from __future__ import annotations
 
-import argparse
 import json
-import uuid
 
-import redis
-
-from bench.common import REDIS_URL, scratch_database, scratch_dir
+from bench.common import soak_args, soak_in_scratch
 from tests.reliability.phantoms import soak
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=32)
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--seed", type=int, default=22)
-    args = parser.parse_args()
-    prefix = f"soak-{uuid.uuid4().hex[:8]}"
-    client = redis.Redis.from_url(REDIS_URL)
-    try:
-        with scratch_database() as url, scratch_dir() as work:
-            r = soak(args.nodes, args.minutes * 60, url, REDIS_URL, prefix, work, seed=args.seed)
-    finally:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
+    args = soak_args(__doc__.splitlines()[0], seed=22)
+    r = soak_in_scratch(soak, args, word="soak")
     print(f"soak: {r.nodes} nodes, {r.duration_s / 60:g} min of continuous replay (seed {args.seed})")
     print(f"faults injected        {r.faults} on {r.faulted_nodes} nodes  {json.dumps(r.by_kind)}")
     print(f"remediations           {r.remediations} ({r.extra_remediations} beyond their node's faults)")
